@@ -1,0 +1,61 @@
+/* eldr/counts.h — model shape and per-(layer, expert) selection counts.
+ *
+ * A "selection array" holds, for each token t, MoE layer l and slot k, the
+ * expert chosen: sel[(t * L + l) * K + k]. This is vLLM's routed_experts
+ * layout (tokens, layers, top_k) and the trace format's prefill/decode arrays.
+ * A "counts" matrix is uint32_t counts[l * E + e]: how many times expert e
+ * was selected at MoE layer index l. Traces and vLLM responses go through
+ * eldr_counts_accumulate(), the single counting routine.
+ *
+ * Pure computation: no allocation, no I/O.
+ */
+#ifndef ELDR_COUNTS_H
+#define ELDR_COUNTS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "eldr/error.h"
+
+/* Maximums accepted anywhere (guards against absurd headers). */
+#define ELDR_MAX_LAYERS 512
+#define ELDR_MAX_EXPERTS 4096
+#define ELDR_MAX_TOPK 64
+
+/* The MoE model shape the routing works in. */
+typedef struct eldr_shape {
+  uint32_t num_layers;  /* MoE layers (L) */
+  uint32_t num_experts; /* routed experts per layer (E) */
+  uint32_t top_k;       /* experts selected per token and layer (K) */
+} eldr_shape;
+
+/* 0 if 1 <= L <= ELDR_MAX_LAYERS, 1 <= E <= ELDR_MAX_EXPERTS,
+ * 1 <= K <= min(E, ELDR_MAX_TOPK); else ELDR_ERANGE with a message. */
+int eldr_shape_validate(const eldr_shape *s, eldr_diag *d);
+
+/* L * E: the number of entries of a counts matrix. */
+static inline size_t eldr_shape_cells(const eldr_shape *s) {
+  return (size_t)s->num_layers * s->num_experts;
+}
+
+/* Element type of a raw selection array. U16 is host order (traces in
+ * memory); U8/U16LE/I32LE are the little-endian wire dtypes of .npy. */
+typedef enum eldr_sel_dtype {
+  ELDR_SEL_U8 = 0,
+  ELDR_SEL_U16LE,
+  ELDR_SEL_I32LE,
+  ELDR_SEL_U16, /* host-order uint16_t, as stored in eldr_request */
+} eldr_sel_dtype;
+
+/* Bytes per element of a dtype. */
+size_t eldr_sel_dtype_size(eldr_sel_dtype t);
+
+/* Add the selections of ntokens tokens (raw points at ntokens * L * K
+ * elements of the given dtype, any alignment) into counts (L * E, caller's
+ * buffer, NOT zeroed here). Returns 0, or ELDR_ERANGE if any expert id is
+ * negative or >= E; then *bad_index (if non-NULL) receives the flat element
+ * index of the first bad id and counts may hold a partial sum. */
+int eldr_counts_accumulate(const eldr_shape *s, const void *raw, eldr_sel_dtype dtype,
+                           size_t ntokens, uint32_t *counts, size_t *bad_index);
+
+#endif

@@ -1,0 +1,37 @@
+/* eldr/kmeans.h — spherical K-means on unit signatures, balanced or vanilla.
+ *
+ * Cost of point i to centroid c is 1 - cos(x_i, c); centroids are the
+ * L2-normalised means of their members. Balanced: every assignment step is
+ * an exact capacitated assignment (eldr_assign_capacitated) with
+ * cap = ceil(n/k). Vanilla (the ablation): nearest centroid. k-means++
+ * initialisation, `restarts` independent runs, the lowest objective wins.
+ * Same seed, same input => identical output.
+ *
+ * Ownership: caller owns x, centroids (k*dim), labels (n), sizes (k).
+ */
+#ifndef ELDR_KMEANS_H
+#define ELDR_KMEANS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct eldr_kmeans_opts {
+  size_t k;        /* clusters (>= 1, <= n) */
+  int balanced;    /* 1 = capacitated assignment, 0 = vanilla */
+  int restarts;    /* >= 1 */
+  int max_iter;    /* per restart, e.g. 100 */
+  uint64_t seed;
+} eldr_kmeans_opts;
+
+typedef struct eldr_kmeans_result {
+  double objective; /* sum of (1 - cos) of the winning run */
+  int iterations;   /* iterations of the winning run */
+  int restart;      /* index of the winning restart */
+} eldr_kmeans_result;
+
+/* Fit. x: n*dim rows (unit or zero). Returns 0, ELDR_EINVAL (k == 0, k > n,
+ * restarts < 1), ELDR_ENOMEM. sizes may be NULL. */
+int eldr_kmeans_fit(const float *x, size_t n, size_t dim, const eldr_kmeans_opts *opts,
+                    float *centroids, int *labels, size_t *sizes, eldr_kmeans_result *res);
+
+#endif

@@ -1,0 +1,63 @@
+/* eldr/quality.h — the offline quality metric rho and layer-mask selection.
+ *
+ * rho = Spearman rank correlation (average ranks for ties), over request
+ * pairs, between cosine distance of prefill signatures and cosine distance
+ * of decode patterns (decode counts over all layers). Higher is better.
+ *
+ * Ownership: callers own every buffer; functions that need scratch memory
+ * allocate and free it themselves and return ELDR_ENOMEM on failure.
+ */
+#ifndef ELDR_QUALITY_H
+#define ELDR_QUALITY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "eldr/counts.h"
+#include "eldr/signature.h"
+
+/* Average ranks (1-based; ties get the mean of their positions). */
+int eldr_rank_average(const double *x, size_t n, double *ranks);
+
+/* Spearman correlation of x and y (n >= 2). Returns 0 and *rho, or
+ * ELDR_EINVAL (n < 2) / ELDR_EEMPTY (a constant vector: rho undefined). */
+int eldr_spearman(const double *x, const double *y, size_t n, double *rho);
+
+/* Which request pairs rho is computed over: all pairs when
+ * n*(n-1)/2 <= max_pairs (or max_pairs == 0), else max_pairs pairs drawn
+ * with the seed. */
+typedef struct eldr_pairs_opts {
+  size_t max_pairs;
+  uint64_t seed;
+} eldr_pairs_opts;
+
+/* rho between signature distances (sigs: n * sdim, unit rows or zero rows)
+ * and decode-pattern distances (dec: n * ddim, unit rows or zero rows). */
+int eldr_quality_rho(const float *sigs, size_t sdim, const float *dec, size_t ddim, size_t n,
+                     const eldr_pairs_opts *po, double *rho);
+
+/* Decode patterns: dec_counts (n * L*E) -> out (n * L*E), each row the
+ * L2-normalised decode counts (zero rows stay zero). */
+void eldr_quality_decode_patterns(const eldr_shape *s, const uint32_t *dec_counts, size_t n,
+                                  float *out);
+
+/* One step of greedy forward selection. */
+typedef struct eldr_mask_step {
+  int layer;  /* layer index added at this step */
+  double rho; /* rho of the mask after adding it */
+} eldr_mask_step;
+
+/* Greedy forward layer selection: start empty, add the layer that maximises
+ * rho, until all L layers are in; steps[i] gets step i (L entries, caller's).
+ * best_mask (L flags) receives the prefix of steps with the highest rho;
+ * *best_rho its value; *all_rho (optional) rho with all layers.
+ * prefill_counts: n * L*E, gate_sums: n * L*E or NULL, dec: n * ddim unit rows.
+ * idf: L*E or NULL. Complexity: precomputes per-layer pairwise dots, then
+ * O(L^2 * P) for P pairs. */
+int eldr_quality_greedy_mask(const eldr_shape *s, eldr_repr repr, const float *idf,
+                             const uint32_t *prefill_counts, const float *gate_sums,
+                             const float *dec, size_t ddim, size_t n, const eldr_pairs_opts *po,
+                             eldr_mask_step *steps, uint8_t *best_mask, double *best_rho,
+                             double *all_rho);
+
+#endif

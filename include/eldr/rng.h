@@ -1,0 +1,31 @@
+/* eldr/rng.h — deterministic pseudo-random numbers (xoshiro256**, seeded by
+ * splitmix64). Every random choice in eldr takes an explicit eldr_rng or
+ * seed; there is no global generator. The state is a plain value owned by
+ * the caller; no allocation, no errors. */
+#ifndef ELDR_RNG_H
+#define ELDR_RNG_H
+
+#include <stdint.h>
+
+typedef struct eldr_rng {
+  uint64_t s[4];
+} eldr_rng;
+
+/* Seed the generator; the same seed always gives the same stream. */
+void eldr_rng_seed(eldr_rng *r, uint64_t seed);
+/* Next 64 random bits. */
+uint64_t eldr_rng_next(eldr_rng *r);
+/* Uniform integer in [0, n) (n > 0), unbiased. Returns 0 when n == 0. */
+uint64_t eldr_rng_below(eldr_rng *r, uint64_t n);
+/* Uniform double in [0, 1). */
+double eldr_rng_uniform(eldr_rng *r);
+/* Standard normal (Box-Muller, no cached spare: stateless beyond r). */
+double eldr_rng_normal(eldr_rng *r);
+/* Exponential with the given rate (> 0). */
+double eldr_rng_exponential(eldr_rng *r, double rate);
+/* Gamma(shape, 1) for shape > 0 (Marsaglia-Tsang). */
+double eldr_rng_gamma(eldr_rng *r, double shape);
+/* splitmix64 step: a good 64-bit mixer, also used to derive sub-seeds. */
+uint64_t eldr_splitmix64(uint64_t *state);
+
+#endif

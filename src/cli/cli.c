@@ -1,0 +1,137 @@
+#include "cli.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static void vreport(const char *cmd, const char *fmt, va_list ap) {
+  fprintf(stderr, "eldr %s: ", cmd);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+}
+
+void cli_usage_error(const char *cmd, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vreport(cmd, fmt, ap);
+  va_end(ap);
+  exit(2);
+}
+
+void cli_fail(const char *cmd, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vreport(cmd, fmt, ap);
+  va_end(ap);
+  exit(1);
+}
+
+void cli_getopt_reset(void) {
+  optind = 1;
+  opterr = 0;
+}
+
+void cli_bad_option(const char *cmd, int argc, char **argv, int opt) {
+  const char *arg = (optind - 1 >= 0 && optind - 1 < argc) ? argv[optind - 1] : "?";
+  /* optstrings start with ':' so that a missing value is reported as ':' */
+  if (opt == ':') cli_usage_error(cmd, "option '%s' needs a value (see --help)", arg);
+  cli_usage_error(cmd, "unknown or incomplete option '%s' (see --help)", arg);
+}
+
+long cli_parse_long(const char *cmd, const char *flag, const char *val, long min, long max) {
+  char *end = NULL;
+  errno = 0;
+  long v = strtol(val, &end, 10);
+  if (errno || !end || end == val || *end)
+    cli_usage_error(cmd, "%s: '%s' is not an integer", flag, val);
+  if (v < min || v > max)
+    cli_usage_error(cmd, "%s: %ld out of range [%ld, %ld]", flag, v, min, max);
+  return v;
+}
+
+double cli_parse_double(const char *cmd, const char *flag, const char *val, double min,
+                        double max) {
+  char *end = NULL;
+  errno = 0;
+  double v = strtod(val, &end);
+  if (errno || !end || end == val || *end || !isfinite(v))
+    cli_usage_error(cmd, "%s: '%s' is not a number", flag, val);
+  if (v < min || v > max) cli_usage_error(cmd, "%s: %g out of range [%g, %g]", flag, v, min, max);
+  return v;
+}
+
+uint64_t cli_parse_u64(const char *cmd, const char *flag, const char *val) {
+  char *end = NULL;
+  errno = 0;
+  if (val[0] == '-') cli_usage_error(cmd, "%s: '%s' must be non-negative", flag, val);
+  unsigned long long v = strtoull(val, &end, 10);
+  if (errno || !end || end == val || *end)
+    cli_usage_error(cmd, "%s: '%s' is not a non-negative integer", flag, val);
+  return (uint64_t)v;
+}
+
+static size_t count_items(const char *val) {
+  size_t n = 1;
+  for (const char *p = val; *p; p++)
+    if (*p == ',') n++;
+  return n;
+}
+
+size_t cli_parse_double_list(const char *cmd, const char *flag, const char *val, double min,
+                             double max, double **out) {
+  size_t n = count_items(val);
+  double *v = calloc(n, sizeof *v);
+  char *copy = strdup(val);
+  if (!v || !copy) cli_fail(cmd, "out of memory");
+  size_t i = 0;
+  char *save = NULL;
+  for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+    v[i++] = cli_parse_double(cmd, flag, tok, min, max);
+  free(copy);
+  if (i != n || n == 0) cli_usage_error(cmd, "%s: '%s' is not a comma-separated list", flag, val);
+  *out = v;
+  return n;
+}
+
+size_t cli_parse_long_list(const char *cmd, const char *flag, const char *val, long min,
+                           long max, long **out) {
+  size_t n = count_items(val);
+  long *v = calloc(n, sizeof *v);
+  char *copy = strdup(val);
+  if (!v || !copy) cli_fail(cmd, "out of memory");
+  size_t i = 0;
+  char *save = NULL;
+  for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+    v[i++] = cli_parse_long(cmd, flag, tok, min, max);
+  free(copy);
+  if (i != n || n == 0) cli_usage_error(cmd, "%s: '%s' is not a comma-separated list", flag, val);
+  *out = v;
+  return n;
+}
+
+double cli_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int cli_stderr_tty(void) { return isatty(2); }
+
+void cli_progress(const char *label, size_t done, size_t total, int final) {
+  static double last = 0;
+  double now = cli_now();
+  if (!final && now - last < (cli_stderr_tty() ? 0.2 : 2.0)) return;
+  last = now;
+  if (total)
+    fprintf(stderr, "\r%s %zu/%zu (%.0f%%)", label, done, total, 100.0 * (double)done / (double)total);
+  else
+    fprintf(stderr, "\r%s %zu", label, done);
+  if (final || !cli_stderr_tty()) fputc('\n', stderr);
+  fflush(stderr);
+}

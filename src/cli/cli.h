@@ -1,0 +1,45 @@
+/* cli.h — helpers shared by the `eldr <command>` implementations.
+ * Only src/cli/ prints and exits. Every command is
+ *   int eldr_cmd_<name>(int argc, char **argv)   (argv[0] = command name)
+ * returning the process exit status. Parse flags with getopt_long after
+ * calling cli_getopt_reset(), with an optstring that starts with ':'; report bad flags/values with cli_usage_error()
+ * (one line naming the flag, exit status 2).
+ */
+#ifndef ELDR_CLI_H
+#define ELDR_CLI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Prints "eldr <cmd>: <message>\n" to stderr and exits with status 2. */
+_Noreturn void cli_usage_error(const char *cmd, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Prints "eldr <cmd>: <message>\n" to stderr and exits with status 1. */
+_Noreturn void cli_fail(const char *cmd, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Reset getopt state (optind=1, opterr=0) before parsing a command's argv. */
+void cli_getopt_reset(void);
+/* Report the getopt failure for the current option (unknown flag or missing
+ * value) as a one-line usage error; argv as passed to getopt_long. */
+_Noreturn void cli_bad_option(const char *cmd, int argc, char **argv, int opt);
+
+/* Value parsers: exit with a usage error naming flag on bad input. */
+long cli_parse_long(const char *cmd, const char *flag, const char *val, long min, long max);
+double cli_parse_double(const char *cmd, const char *flag, const char *val, double min,
+                        double max);
+uint64_t cli_parse_u64(const char *cmd, const char *flag, const char *val);
+/* Comma list of numbers; *out malloc'd; returns count (>= 1). */
+size_t cli_parse_double_list(const char *cmd, const char *flag, const char *val, double min,
+                             double max, double **out);
+size_t cli_parse_long_list(const char *cmd, const char *flag, const char *val, long min,
+                           long max, long **out);
+
+/* Seconds from a monotonic clock. */
+double cli_now(void);
+/* Is stderr a terminal (for progress lines)? */
+int cli_stderr_tty(void);
+/* Progress line on stderr ("\r<label> done/total"), rate-limited; final=1 ends the line. */
+void cli_progress(const char *label, size_t done, size_t total, int final);
+
+#endif

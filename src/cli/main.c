@@ -1,0 +1,69 @@
+/* main.c — `eldr <command> [args]`: dispatch to the command implementations.
+ * Each command lives in src/cli/cmd_<name>.c and defines eldr_cmd_<name>.
+ * The declarations are weak so that the binary links while a command is
+ * still being written; an absent command says so and exits 2. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+#define DECL(name) int eldr_cmd_##name(int argc, char **argv) __attribute__((weak));
+DECL(fit)
+DECL(rho)
+DECL(trace)
+DECL(sim)
+DECL(serve)
+DECL(worker)
+DECL(demo)
+DECL(bench)
+#undef DECL
+
+typedef struct command {
+  const char *name;
+  int (*fn)(int, char **);
+  const char *summary;
+} command;
+
+static void usage(FILE *f, const command *cmds, size_t n) {
+  fprintf(f,
+          "eldr — expert-locality-aware decode routing for PD-disaggregated MoE serving\n\n"
+          "usage: eldr <command> [options]   (eldr <command> --help for details)\n\ncommands:\n");
+  for (size_t i = 0; i < n; i++)
+    fprintf(f, "  %-8s %s%s\n", cmds[i].name, cmds[i].summary, cmds[i].fn ? "" : " (not built)");
+}
+
+int main(int argc, char **argv) {
+  const command cmds[] = {
+      {"fit", eldr_cmd_fit, "fit a routing artifact (signature, layer mask, balanced K-means)"},
+      {"rho", eldr_cmd_rho, "signature quality rho of a representation or artifact on a trace"},
+      {"trace", eldr_cmd_trace, "generate synthetic expert traces; trace statistics"},
+      {"sim", eldr_cmd_sim, "discrete-event xPyD cluster simulation of routing policies"},
+      {"serve", eldr_cmd_serve, "the HTTP router in front of prefill and decode workers"},
+      {"worker", eldr_cmd_worker, "an emulated vLLM-compatible MoE engine"},
+      {"demo", eldr_cmd_demo, "a local cluster: workers, router, load, per-policy results"},
+      {"bench", eldr_cmd_bench, "benchmarks (moe-layer, load)"},
+  };
+  const size_t n = sizeof cmds / sizeof cmds[0];
+  if (argc < 2) {
+    usage(stderr, cmds, n);
+    return 2;
+  }
+  if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+    usage(stdout, cmds, n);
+    return 0;
+  }
+  if (!strcmp(argv[1], "--version")) {
+    printf("eldr 0.1.0\n");
+    return 0;
+  }
+  for (size_t i = 0; i < n; i++) {
+    if (strcmp(argv[1], cmds[i].name)) continue;
+    if (!cmds[i].fn) {
+      fprintf(stderr, "eldr: command '%s' is not built in this version\n", argv[1]);
+      return 2;
+    }
+    return cmds[i].fn(argc - 1, argv + 1);
+  }
+  fprintf(stderr, "eldr: unknown command '%s' (see eldr --help)\n", argv[1]);
+  return 2;
+}

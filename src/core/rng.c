@@ -1,0 +1,76 @@
+#include "eldr/rng.h"
+
+#include <math.h>
+
+uint64_t eldr_splitmix64(uint64_t *state) {
+  uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+void eldr_rng_seed(eldr_rng *r, uint64_t seed) {
+  uint64_t st = seed;
+  for (int i = 0; i < 4; i++) r->s[i] = eldr_splitmix64(&st);
+}
+
+static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+uint64_t eldr_rng_next(eldr_rng *r) {
+  uint64_t *s = r->s;
+  uint64_t result = rotl(s[1] * 5, 7) * 9;
+  uint64_t t = s[1] << 17;
+  s[2] ^= s[0];
+  s[3] ^= s[1];
+  s[1] ^= s[2];
+  s[0] ^= s[3];
+  s[2] ^= t;
+  s[3] = rotl(s[3], 45);
+  return result;
+}
+
+uint64_t eldr_rng_below(eldr_rng *r, uint64_t n) {
+  if (n == 0) return 0;
+  uint64_t limit = UINT64_MAX - (UINT64_MAX % n);
+  uint64_t x;
+  do {
+    x = eldr_rng_next(r);
+  } while (x >= limit);
+  return x % n;
+}
+
+double eldr_rng_uniform(eldr_rng *r) {
+  return (double)(eldr_rng_next(r) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+double eldr_rng_normal(eldr_rng *r) {
+  double u1 = eldr_rng_uniform(r);
+  double u2 = eldr_rng_uniform(r);
+  if (u1 < 1e-300) u1 = 1e-300;
+  return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+double eldr_rng_exponential(eldr_rng *r, double rate) {
+  double u = eldr_rng_uniform(r);
+  return -log1p(-u) / rate;
+}
+
+double eldr_rng_gamma(eldr_rng *r, double shape) {
+  if (shape < 1.0) {
+    double u = eldr_rng_uniform(r);
+    if (u < 1e-300) u = 1e-300;
+    return eldr_rng_gamma(r, shape + 1.0) * pow(u, 1.0 / shape);
+  }
+  double d = shape - 1.0 / 3.0, c = 1.0 / sqrt(9.0 * d);
+  for (;;) {
+    double x, v;
+    do {
+      x = eldr_rng_normal(r);
+      v = 1.0 + c * x;
+    } while (v <= 0.0);
+    v = v * v * v;
+    double u = eldr_rng_uniform(r);
+    if (u < 1.0 - 0.0331 * x * x * x * x) return d * v;
+    if (log(u) < 0.5 * x * x + d * (1.0 - v + log(v))) return d * v;
+  }
+}
