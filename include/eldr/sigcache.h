@@ -1,0 +1,65 @@
+/* eldr/sigcache.h — block-granular signature cache (DESIGN.md item 5) and
+ * the prompt block-hash chain it is keyed by.
+ *
+ * Prompts are cut into blocks of ELDR_BLOCK_TOKENS tokens (16, like vLLM's
+ * paged KV cache). Block i's hash chains the previous block's hash with the
+ * block's token ids (xxhash64), so a block hash identifies the whole prefix up
+ * to and including that block — the same key the KV prefix cache uses.
+ * The cache stores, per block hash, one row of int8 per-(layer, expert)
+ * counts of that block's tokens (saturating at 127; a block of 16 tokens
+ * selects at most 16 times any expert of a layer, so the row is exact).
+ * A request's prefill counts = sum of its cached blocks' rows + counts of
+ * the tokens the engine computed; exact under partial prefix hits and
+ * evictions as long as each used block's row is present.
+ *
+ * Tokenisation: eldr_tokenize() is eldr's deterministic stand-in tokenizer
+ * (shared by the emulated worker and the router, so both see the same block
+ * boundaries). Against a real engine, feed the engine's token ids instead.
+ *
+ * Ownership: eldr_sigcache is created by _new and released by _free; it is
+ * not thread-safe. Lookups and inserts allocate nothing (fixed capacity,
+ * LRU eviction).
+ */
+#ifndef ELDR_SIGCACHE_H
+#define ELDR_SIGCACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "eldr/counts.h"
+#include "eldr/error.h"
+
+#define ELDR_BLOCK_TOKENS 16
+
+/* Deterministic stand-in tokenizer: writes up to cap token ids of text[0..len)
+ * into ids and returns the number of tokens the text has (may exceed cap). */
+size_t eldr_tokenize(const char *text, size_t len, uint32_t *ids, size_t cap);
+
+/* Hash chain of the full blocks of ids[0..n): writes n / ELDR_BLOCK_TOKENS
+ * hashes (caller's buffer) and returns that count. seed = hash of "no parent". */
+size_t eldr_block_hashes(const uint32_t *ids, size_t n, uint64_t seed, uint64_t *hashes);
+
+typedef struct eldr_sigcache eldr_sigcache;
+
+/* capacity: number of block rows kept (LRU beyond). NULL on error. */
+eldr_sigcache *eldr_sigcache_new(const eldr_shape *shape, size_t capacity);
+void eldr_sigcache_free(eldr_sigcache *c);
+
+/* Store the counts (L*E) of one block's tokens under hash (replacing any
+ * previous row). Returns 0, or ELDR_ERANGE if a count exceeds 127. */
+int eldr_sigcache_put(eldr_sigcache *c, uint64_t hash, const uint32_t *block_counts);
+
+/* Add the row stored under hash into counts (L*E). 0, or ELDR_ENOTFOUND. */
+int eldr_sigcache_add(eldr_sigcache *c, uint64_t hash, uint32_t *counts);
+
+/* Drop a row (e.g. when the engine evicts the block). 0 or ELDR_ENOTFOUND. */
+int eldr_sigcache_remove(eldr_sigcache *c, uint64_t hash);
+
+/* Rows currently held; hits, misses, evictions since creation. */
+typedef struct eldr_sigcache_stats {
+  size_t rows, capacity;
+  uint64_t hits, misses, evictions;
+} eldr_sigcache_stats;
+void eldr_sigcache_stats_get(const eldr_sigcache *c, eldr_sigcache_stats *s);
+
+#endif
