@@ -26,40 +26,48 @@ size_t eldr_sel_dtype_size(eldr_sel_dtype t) {
   return 0;
 }
 
+/* One loop per dtype so the inner loop has no dispatch. ids are checked
+ * against E before use; on the first bad id the flat index is reported. */
+#define ELDR_COUNT_LOOP(LOAD)                                                   \
+  do {                                                                          \
+    size_t idx = 0;                                                             \
+    for (size_t t = 0; t < ntokens; t++) {                                      \
+      for (size_t l = 0; l < L; l++) {                                          \
+        uint32_t *row = counts + l * E;                                         \
+        for (size_t k = 0; k < K; k++, idx++) {                                 \
+          int64_t e = (LOAD);                                                   \
+          if ((uint64_t)e >= E) { /* also catches negative ids */               \
+            if (bad_index) *bad_index = idx;                                    \
+            return ELDR_ERANGE;                                                 \
+          }                                                                     \
+          row[e]++;                                                             \
+        }                                                                       \
+      }                                                                         \
+    }                                                                           \
+  } while (0)
+
+static inline int64_t load_u16(const unsigned char *p, size_t i) {
+  uint16_t v;
+  memcpy(&v, p + 2 * i, 2);
+  return v;
+}
+
+static inline int64_t load_i32le(const unsigned char *p, size_t i) {
+  uint32_t u = (uint32_t)p[4 * i] | ((uint32_t)p[4 * i + 1] << 8) | ((uint32_t)p[4 * i + 2] << 16) |
+               ((uint32_t)p[4 * i + 3] << 24);
+  return (int32_t)u;
+}
+
 int eldr_counts_accumulate(const eldr_shape *s, const void *raw, eldr_sel_dtype dtype,
                            size_t ntokens, uint32_t *counts, size_t *bad_index) {
   const size_t L = s->num_layers, E = s->num_experts, K = s->top_k;
   const unsigned char *p = raw;
-  size_t idx = 0;
-  for (size_t t = 0; t < ntokens; t++) {
-    for (size_t l = 0; l < L; l++) {
-      uint32_t *row = counts + l * E;
-      for (size_t k = 0; k < K; k++, idx++) {
-        int64_t e;
-        switch (dtype) {
-        case ELDR_SEL_U8: e = p[idx]; break;
-        case ELDR_SEL_U16LE: e = (int64_t)p[2 * idx] | ((int64_t)p[2 * idx + 1] << 8); break;
-        case ELDR_SEL_U16: {
-          uint16_t v;
-          memcpy(&v, p + 2 * idx, 2);
-          e = v;
-          break;
-        }
-        case ELDR_SEL_I32LE: {
-          uint32_t u = (uint32_t)p[4 * idx] | ((uint32_t)p[4 * idx + 1] << 8) |
-                       ((uint32_t)p[4 * idx + 2] << 16) | ((uint32_t)p[4 * idx + 3] << 24);
-          e = (int32_t)u;
-          break;
-        }
-        default: return ELDR_EINVAL;
-        }
-        if (e < 0 || (uint64_t)e >= E) {
-          if (bad_index) *bad_index = idx;
-          return ELDR_ERANGE;
-        }
-        row[e]++;
-      }
-    }
+  switch (dtype) {
+  case ELDR_SEL_U8: ELDR_COUNT_LOOP((int64_t)p[idx]); break;
+  case ELDR_SEL_U16LE: ELDR_COUNT_LOOP((int64_t)p[2 * idx] | ((int64_t)p[2 * idx + 1] << 8)); break;
+  case ELDR_SEL_U16: ELDR_COUNT_LOOP(load_u16(p, idx)); break;
+  case ELDR_SEL_I32LE: ELDR_COUNT_LOOP(load_i32le(p, idx)); break;
+  default: return ELDR_EINVAL;
   }
   return ELDR_OK;
 }
