@@ -1,0 +1,252 @@
+/* cmd_fit.c — `eldr fit` and `eldr rho`. */
+#include <getopt.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+#include "eldr/artifact.h"
+#include "eldr/fit.h"
+#include "eldr/quality.h"
+#include "eldr/signature.h"
+#include "eldr/trace.h"
+
+static const char FIT_HELP[] =
+    "usage: eldr fit --trace T --decoders K -o ARTIFACT [options]\n"
+    "\n"
+    "Choose the signature representation, IDF and layer mask by rho, fit balanced\n"
+    "K-means with one centroid per decoder, and write the routing artifact.\n"
+    "\n"
+    "  -t, --trace FILE        calibration trace (JSONL)                 (required)\n"
+    "  -k, --decoders K        decode workers = centroids                (required)\n"
+    "  -o, --output FILE       artifact to write                         (required)\n"
+    "      --tau X             locality band stored in the artifact       [0.1]\n"
+    "      --representation R  auto|count|binary|gate|logit               [auto]\n"
+    "      --idf M             auto|on|off                                [auto]\n"
+    "      --layers L          auto (greedy mask) | all | comma list of MoE layer ids\n"
+    "                          (as in the trace's 'layers')               [auto]\n"
+    "      --seed S            K-means and pair-sampling seed             [0]\n"
+    "      --restarts N        K-means restarts                           [8]\n"
+    "      --max-pairs N       request pairs for rho (0 = all)            [200000]\n"
+    "      --vanilla           unbalanced K-means (ablation only)\n"
+    "      --fit-fraction F    fit on the first F of the trace's requests [1]\n"
+    "      --json              print the report as JSON\n"
+    "  -q, --quiet             no progress on stderr\n"
+    "  -h, --help              this help\n";
+
+static void fit_progress(void *ctx, const char *stage, size_t done, size_t total) {
+  (void)ctx;
+  char label[64];
+  snprintf(label, sizeof label, "fit: %s", stage);
+  cli_progress(label, done, total, done == total);
+}
+
+/* Parse a comma list of MoE layer ids (as in trace.layers) into a mask. */
+static void parse_layer_list(const char *cmd, const char *val, const eldr_trace *t, uint8_t *mask) {
+  long *ids = NULL;
+  size_t n = cli_parse_long_list(cmd, "--layers", val, 0, 1L << 30, &ids);
+  memset(mask, 0, t->shape.num_layers);
+  for (size_t i = 0; i < n; i++) {
+    size_t l = 0;
+    while (l < t->shape.num_layers && t->layer_ids[l] != (uint32_t)ids[i]) l++;
+    if (l == t->shape.num_layers)
+      cli_usage_error(cmd, "--layers: layer %ld is not a MoE layer of the trace", ids[i]);
+    mask[l] = 1;
+  }
+  free(ids);
+}
+
+static void print_steps(const eldr_trace *t, const eldr_fit_candidate *c) {
+  printf("greedy layer order (%s%s):", eldr_repr_name(c->repr), c->idf ? "-idf" : "");
+  for (size_t i = 0; i < t->shape.num_layers; i++)
+    printf(" %u:%.3f", t->layer_ids[c->steps[i].layer], c->steps[i].rho);
+  printf("\n");
+}
+
+int eldr_cmd_fit(int argc, char **argv) {
+  const char *cmd = "fit";
+  const char *trace_path = NULL, *out_path = NULL, *layers = "auto";
+  eldr_fit_opts o;
+  eldr_fit_opts_default(&o);
+  int json = 0, quiet = 0;
+  double frac = 1.0;
+  static const struct option lo[] = {
+      {"trace", required_argument, 0, 't'},   {"decoders", required_argument, 0, 'k'},
+      {"output", required_argument, 0, 'o'},  {"tau", required_argument, 0, 1},
+      {"representation", required_argument, 0, 2}, {"idf", required_argument, 0, 3},
+      {"layers", required_argument, 0, 4},    {"seed", required_argument, 0, 5},
+      {"restarts", required_argument, 0, 6},  {"max-pairs", required_argument, 0, 7},
+      {"vanilla", no_argument, 0, 8},         {"json", no_argument, 0, 9},
+      {"fit-fraction", required_argument, 0, 10}, {"quiet", no_argument, 0, 'q'},
+      {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
+  cli_getopt_reset();
+  int c;
+  while ((c = getopt_long(argc, argv, ":t:k:o:qh", lo, NULL)) != -1) {
+    switch (c) {
+    case 't': trace_path = optarg; break;
+    case 'k': o.k = (size_t)cli_parse_long(cmd, "--decoders", optarg, 1, 4096); break;
+    case 'o': out_path = optarg; break;
+    case 1: o.tau = cli_parse_double(cmd, "--tau", optarg, 0.0, 2.0); break;
+    case 2:
+      if (!strcmp(optarg, "auto")) o.repr = -1;
+      else {
+        eldr_repr r;
+        if (eldr_repr_parse(optarg, &r))
+          cli_usage_error(cmd, "--representation: unknown '%s' (auto|count|binary|gate|logit)", optarg);
+        o.repr = (int)r;
+      }
+      break;
+    case 3:
+      if (!strcmp(optarg, "auto")) o.idf = ELDR_FIT_AUTO;
+      else if (!strcmp(optarg, "on")) o.idf = ELDR_FIT_ON;
+      else if (!strcmp(optarg, "off")) o.idf = ELDR_FIT_OFF;
+      else cli_usage_error(cmd, "--idf: unknown '%s' (auto|on|off)", optarg);
+      break;
+    case 4: layers = optarg; break;
+    case 5: o.seed = cli_parse_u64(cmd, "--seed", optarg); break;
+    case 6: o.restarts = (int)cli_parse_long(cmd, "--restarts", optarg, 1, 1000); break;
+    case 7: o.max_pairs = (size_t)cli_parse_long(cmd, "--max-pairs", optarg, 0, 1L << 40); break;
+    case 8: o.balanced = 0; break;
+    case 9: json = 1; break;
+    case 10: frac = cli_parse_double(cmd, "--fit-fraction", optarg, 1e-9, 1.0); break;
+    case 'q': quiet = 1; break;
+    case 'h': fputs(FIT_HELP, stdout); return 0;
+    default: cli_bad_option(cmd, argc, argv, c);
+    }
+  }
+  if (optind < argc) cli_usage_error(cmd, "unexpected argument '%s' (see --help)", argv[optind]);
+  if (!trace_path) cli_usage_error(cmd, "--trace is required (see --help)");
+  if (!o.k) cli_usage_error(cmd, "--decoders is required (see --help)");
+  if (!out_path) cli_usage_error(cmd, "-o/--output is required (see --help)");
+
+  double t0 = cli_now();
+  eldr_diag d = {{0}};
+  eldr_trace *t = NULL;
+  int rc = eldr_trace_load(trace_path, &t, &d);
+  if (rc) cli_fail(cmd, "%s", eldr_diag_msg(&d, rc));
+  double t_load = cli_now() - t0;
+
+  uint8_t *list_mask = NULL;
+  if (!strcmp(layers, "auto")) o.layers = ELDR_FIT_LAYERS_AUTO;
+  else if (!strcmp(layers, "all")) o.layers = ELDR_FIT_LAYERS_ALL;
+  else {
+    list_mask = calloc(t->shape.num_layers, 1);
+    if (!list_mask) cli_fail(cmd, "out of memory");
+    parse_layer_list(cmd, layers, t, list_mask);
+    o.layers = ELDR_FIT_LAYERS_LIST;
+    o.layer_list_mask = list_mask;
+  }
+  size_t *subset = NULL;
+  if (frac < 1.0) {
+    size_t m = (size_t)floor(frac * (double)t->n);
+    if (m < 1) m = 1;
+    subset = malloc(m * sizeof *subset);
+    if (!subset) cli_fail(cmd, "out of memory");
+    for (size_t i = 0; i < m; i++) subset[i] = i;
+    o.subset = subset;
+    o.n_subset = m;
+  }
+  if (!quiet) {
+    o.progress = fit_progress;
+  }
+
+  eldr_artifact *a = NULL;
+  eldr_fit_report rep;
+  rc = eldr_fit(t, &o, &a, &rep, &d);
+  if (rc) cli_fail(cmd, "%s: %s", trace_path, eldr_diag_msg(&d, rc));
+  free(a->trace);
+  a->trace = strdup(trace_path);
+  time_t now = time(NULL);
+  char created[32];
+  strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+  free(a->created);
+  a->created = strdup(created);
+  rc = eldr_artifact_save(out_path, a, &d);
+  if (rc) cli_fail(cmd, "%s", eldr_diag_msg(&d, rc));
+  double total = cli_now() - t0;
+
+  size_t maxsz = 0;
+  for (size_t i = 0; i < a->k; i++)
+    if (a->cluster_sizes[i] > maxsz) maxsz = a->cluster_sizes[i];
+  const eldr_fit_candidate *ch = &rep.cand[rep.chosen];
+  if (json) {
+    json_t *root = json_object();
+    json_object_set_new(root, "trace", json_string(trace_path));
+    json_object_set_new(root, "artifact", json_string(out_path));
+    json_object_set_new(root, "requests", json_integer((json_int_t)rep.n));
+    json_object_set_new(root, "skipped_empty", json_integer((json_int_t)rep.skipped_empty));
+    json_object_set_new(root, "decoders", json_integer((json_int_t)a->k));
+    json_t *cands = json_array();
+    for (size_t i = 0; i < rep.n_cand; i++) {
+      const eldr_fit_candidate *cd = &rep.cand[i];
+      json_t *cj = json_object();
+      json_object_set_new(cj, "representation", json_string(eldr_repr_name(cd->repr)));
+      json_object_set_new(cj, "idf", json_boolean(cd->idf));
+      json_object_set_new(cj, "rho_all_layers", json_real(cd->rho_all));
+      json_object_set_new(cj, "rho_mask", json_real(cd->rho_mask));
+      json_object_set_new(cj, "mask_size", json_integer((json_int_t)cd->mask_size));
+      json_t *steps = json_array();
+      for (size_t l = 0; l < t->shape.num_layers; l++) {
+        json_t *sj = json_object();
+        json_object_set_new(sj, "layer", json_integer(t->layer_ids[cd->steps[l].layer]));
+        json_object_set_new(sj, "rho", json_real(cd->steps[l].rho));
+        json_array_append_new(steps, sj);
+      }
+      json_object_set_new(cj, "greedy", steps);
+      json_array_append_new(cands, cj);
+    }
+    json_object_set_new(root, "candidates", cands);
+    json_object_set_new(root, "chosen", json_integer((json_int_t)rep.chosen));
+    json_object_set_new(root, "rho", json_real(a->fit_rho));
+    json_t *mask = json_array();
+    for (size_t l = 0; l < t->shape.num_layers; l++)
+      if (a->mask[l]) json_array_append_new(mask, json_integer(t->layer_ids[l]));
+    json_object_set_new(root, "layer_mask", mask);
+    json_t *sz = json_array();
+    for (size_t i = 0; i < a->k; i++) json_array_append_new(sz, json_integer((json_int_t)a->cluster_sizes[i]));
+    json_object_set_new(root, "cluster_sizes", sz);
+    json_object_set_new(root, "capacity", json_integer((json_int_t)rep.capacity));
+    json_object_set_new(root, "balanced", json_boolean(o.balanced));
+    json_object_set_new(root, "kmeans_objective", json_real(rep.kmeans_objective));
+    json_object_set_new(root, "seconds", json_real(total));
+    char *s = json_dumps(root, JSON_INDENT(2));
+    puts(s);
+    free(s);
+    json_decref(root);
+  } else {
+    printf("trace      %s: %zu requests (%zu without prefill skipped), model %s, %u layers x %u experts, top-%u\n",
+           trace_path, rep.n, rep.skipped_empty, t->model, t->shape.num_layers, t->shape.num_experts,
+           t->shape.top_k);
+    printf("\n%-16s %10s %12s %10s\n", "representation", "rho(all)", "rho(greedy)", "|mask|");
+    for (size_t i = 0; i < rep.n_cand; i++) {
+      const eldr_fit_candidate *cd = &rep.cand[i];
+      char name[32];
+      snprintf(name, sizeof name, "%s%s", eldr_repr_name(cd->repr), cd->idf ? "-idf" : "");
+      printf("%-16s %10.4f %12.4f %10zu%s\n", name, cd->rho_all, cd->rho_mask, cd->mask_size,
+             i == rep.chosen ? "   <- chosen" : "");
+    }
+    printf("\n");
+    print_steps(t, ch);
+    printf("layer mask (%zu of %u):", ch->mask_size, t->shape.num_layers);
+    for (size_t l = 0; l < t->shape.num_layers; l++)
+      if (a->mask[l]) printf(" %u", t->layer_ids[l]);
+    printf("\nrho        %.4f\n", a->fit_rho);
+    printf("k-means    %s, k=%zu, capacity ceil(N/K)=%zu, objective %.4f\n",
+           o.balanced ? "balanced" : "vanilla", a->k, rep.capacity, rep.kmeans_objective);
+    printf("clusters  ");
+    for (size_t i = 0; i < a->k; i++) printf(" %zu", a->cluster_sizes[i]);
+    printf("   (max %zu)\n", maxsz);
+    printf("time       %.2fs (load %.2fs, rho %.2fs, k-means %.2fs)\n", total, t_load,
+           rep.seconds_rho, rep.seconds_kmeans);
+    printf("artifact   %s\n", out_path);
+  }
+  eldr_fit_report_free(&rep);
+  eldr_artifact_free(a);
+  eldr_trace_free(t);
+  free(subset);
+  free(list_mask);
+  return 0;
+}

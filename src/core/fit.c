@@ -1,0 +1,281 @@
+/* fit.c — trace -> routing artifact (see include/eldr/fit.h). */
+#include "eldr/fit.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "eldr/kmeans.h"
+#include "eldr/signature.h"
+
+void eldr_fit_opts_default(eldr_fit_opts *o) {
+  memset(o, 0, sizeof *o);
+  o->tau = 0.1;
+  o->repr = -1;
+  o->idf = ELDR_FIT_AUTO;
+  o->layers = ELDR_FIT_LAYERS_AUTO;
+  o->balanced = 1;
+  o->restarts = 8;
+  o->max_iter = 100;
+  o->max_pairs = 200000;
+}
+
+void eldr_fit_report_free(eldr_fit_report *r) {
+  if (!r) return;
+  for (size_t i = 0; i < r->n_cand; i++) free(r->cand[i].steps);
+  free(r->cand);
+  memset(r, 0, sizeof *r);
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Gate sums of a request's prefill: out (L*E, zeroed here). */
+static void request_gate_sums(const eldr_trace *t, const eldr_request *r, float *out) {
+  const size_t L = t->shape.num_layers, E = t->shape.num_experts, K = t->shape.top_k;
+  memset(out, 0, L * E * sizeof *out);
+  if (!r->prefill_gates) return;
+  for (size_t tok = 0; tok < r->n_prefill; tok++)
+    for (size_t l = 0; l < L; l++)
+      for (size_t k = 0; k < K; k++) {
+        size_t i = (tok * L + l) * K + k;
+        out[l * E + r->prefill[i]] += r->prefill_gates[i];
+      }
+}
+
+int eldr_fit_request_signature(const eldr_artifact *a, const eldr_trace *t,
+                               const eldr_request *r, uint32_t *counts_scratch,
+                               float *gates_scratch, float *out) {
+  eldr_sigspec spec;
+  eldr_artifact_sigspec(a, &spec);
+  eldr_trace_request_counts(t, r, 0, counts_scratch);
+  const float *gates = NULL;
+  if ((a->repr == ELDR_REPR_GATE || a->repr == ELDR_REPR_LOGIT) && gates_scratch &&
+      r->prefill_gates) {
+    request_gate_sums(t, r, gates_scratch);
+    gates = gates_scratch;
+  }
+  return eldr_signature_build(&spec, counts_scratch, gates, out);
+}
+
+static void progress(const eldr_fit_opts *o, const char *stage, size_t done, size_t total) {
+  if (o->progress) o->progress(o->progress_ctx, stage, done, total);
+}
+
+int eldr_fit(const eldr_trace *t, const eldr_fit_opts *o, eldr_artifact **out,
+             eldr_fit_report *report, eldr_diag *d) {
+  int rc = ELDR_OK;
+  *out = NULL;
+  memset(report, 0, sizeof *report);
+  const eldr_shape *s = &t->shape;
+  const size_t L = s->num_layers, E = s->num_experts, LE = L * E;
+  const size_t n_all = o->subset ? o->n_subset : t->n;
+
+  if (o->k < 1) return eldr_diag_fail(d, ELDR_EINVAL, "decoders (k) must be >= 1");
+  if (!(o->tau >= 0.0 && o->tau <= 2.0))
+    return eldr_diag_fail(d, ELDR_ERANGE, "tau %g out of range [0, 2]", o->tau);
+  if (o->repr > ELDR_REPR_LOGIT) return eldr_diag_fail(d, ELDR_EINVAL, "unknown representation");
+  if (o->layers == ELDR_FIT_LAYERS_LIST && !o->layer_list_mask)
+    return eldr_diag_fail(d, ELDR_EINVAL, "layer list missing");
+
+  uint32_t *pre = NULL, *dec = NULL;
+  float *gates = NULL, *decpat = NULL, *idf = NULL, *sigs = NULL;
+  size_t *idx = NULL, *sizes = NULL;
+  int *labels = NULL;
+  eldr_artifact *a = NULL;
+
+  /* 1. requests with prefill selections */
+  idx = malloc((n_all ? n_all : 1) * sizeof *idx);
+  if (!idx) { rc = ELDR_ENOMEM; goto fail; }
+  size_t n = 0;
+  int have_gates = 1;
+  for (size_t i = 0; i < n_all; i++) {
+    size_t ri = o->subset ? o->subset[i] : i;
+    if (ri >= t->n) { rc = eldr_diag_fail(d, ELDR_ERANGE, "subset index %zu >= %zu requests", ri, t->n); goto fail; }
+    if (t->req[ri].n_prefill == 0) { report->skipped_empty++; continue; }
+    if (!t->req[ri].prefill_gates) have_gates = 0;
+    idx[n++] = ri;
+  }
+  if (n < 2 || n < o->k) {
+    rc = eldr_diag_fail(d, ELDR_EEMPTY,
+                        "%zu usable requests (with prefill selections) for %zu decoders: need at least max(2, k)",
+                        n, o->k);
+    goto fail;
+  }
+  if ((o->repr == ELDR_REPR_GATE || o->repr == ELDR_REPR_LOGIT) && !have_gates) {
+    rc = eldr_diag_fail(d, ELDR_EUNSUPPORTED,
+                        "representation '%s' needs prefill_gates on every request of the trace",
+                        eldr_repr_name((eldr_repr)o->repr));
+    goto fail;
+  }
+
+  pre = calloc(n * LE, sizeof *pre);
+  dec = calloc(n * LE, sizeof *dec);
+  decpat = calloc(n * LE, sizeof *decpat);
+  idf = calloc(LE, sizeof *idf);
+  if (have_gates) gates = calloc(n * LE, sizeof *gates);
+  if (!pre || !dec || !decpat || !idf || (have_gates && !gates)) { rc = ELDR_ENOMEM; goto fail; }
+  for (size_t i = 0; i < n; i++) {
+    const eldr_request *r = &t->req[idx[i]];
+    eldr_trace_request_counts(t, r, 0, pre + i * LE);
+    eldr_trace_request_counts(t, r, 1, dec + i * LE);
+    if (gates) request_gate_sums(t, r, gates + i * LE);
+  }
+  eldr_quality_decode_patterns(s, dec, n, decpat);
+  eldr_idf_compute(s, pre, n, idf);
+  report->n = n;
+
+  /* 2. candidates */
+  eldr_repr reprs[4];
+  size_t n_repr = 0;
+  if (o->repr >= 0) {
+    reprs[n_repr++] = (eldr_repr)o->repr;
+  } else {
+    reprs[n_repr++] = ELDR_REPR_COUNT;
+    reprs[n_repr++] = ELDR_REPR_BINARY;
+    if (have_gates) {
+      reprs[n_repr++] = ELDR_REPR_GATE;
+      reprs[n_repr++] = ELDR_REPR_LOGIT;
+    }
+  }
+  int idfs[2];
+  size_t n_idf = 0;
+  if (o->idf == ELDR_FIT_AUTO) {
+    idfs[n_idf++] = 0;
+    idfs[n_idf++] = 1;
+  } else {
+    idfs[n_idf++] = o->idf == ELDR_FIT_ON;
+  }
+  report->cand = calloc(n_repr * n_idf, sizeof *report->cand);
+  if (!report->cand) { rc = ELDR_ENOMEM; goto fail; }
+  eldr_pairs_opts po = {.max_pairs = o->max_pairs, .seed = o->seed ^ 0x5eedf17ULL};
+  uint8_t *masks = calloc(n_repr * n_idf * L, 1);
+  if (!masks) { rc = ELDR_ENOMEM; goto fail; }
+  double t0 = now_s();
+  for (size_t ri = 0; ri < n_repr; ri++) {
+    for (size_t ii = 0; ii < n_idf; ii++) {
+      size_t c = report->n_cand;
+      eldr_fit_candidate *cd = &report->cand[c];
+      cd->repr = reprs[ri];
+      cd->idf = idfs[ii];
+      cd->steps = calloc(L, sizeof *cd->steps);
+      if (!cd->steps) { free(masks); rc = ELDR_ENOMEM; goto fail; }
+      report->n_cand++;
+      progress(o, "rho", c, n_repr * n_idf);
+      rc = eldr_quality_greedy_mask(s, cd->repr, cd->idf ? idf : NULL, pre, gates, decpat, LE, n,
+                                    &po, cd->steps, masks + c * L, &cd->rho_mask, &cd->rho_all);
+      if (rc) {
+        free(masks);
+        eldr_diag_fail(d, rc, "rho of %s%s: %s", eldr_repr_name(cd->repr), cd->idf ? "-idf" : "",
+                       eldr_strerror(rc));
+        goto fail;
+      }
+      uint8_t *m = masks + c * L;
+      if (o->layers == ELDR_FIT_LAYERS_ALL) {
+        memset(m, 1, L);
+      } else if (o->layers == ELDR_FIT_LAYERS_LIST) {
+        memcpy(m, o->layer_list_mask, L);
+      }
+      size_t ms = 0;
+      for (size_t l = 0; l < L; l++) ms += m[l] != 0;
+      cd->mask_size = ms;
+    }
+  }
+  progress(o, "rho", report->n_cand, report->n_cand);
+  report->seconds_rho = now_s() - t0;
+
+  /* rho of the mask the fit will actually use (all / list) */
+  size_t best = 0;
+  double best_rho = -2.0;
+  for (size_t c = 0; c < report->n_cand; c++) {
+    eldr_fit_candidate *cd = &report->cand[c];
+    double r = o->layers == ELDR_FIT_LAYERS_ALL ? cd->rho_all : cd->rho_mask;
+    if (o->layers == ELDR_FIT_LAYERS_LIST) {
+      /* measured below for the chosen candidate only; rank by all-layer rho */
+      r = cd->rho_all;
+    }
+    if (r > best_rho + 1e-12) {
+      best_rho = r;
+      best = c;
+    }
+  }
+  report->chosen = best;
+  const eldr_fit_candidate *ch = &report->cand[best];
+
+  /* 3. artifact + signatures under the chosen spec */
+  a = eldr_artifact_new(t->model, s, t->layer_ids, ch->repr, ch->idf, masks + best * L, o->k);
+  free(masks);
+  if (!a) { rc = eldr_diag_fail(d, ELDR_ENOMEM, "cannot allocate the artifact"); goto fail; }
+  if (ch->idf) memcpy(a->idf, idf, LE * sizeof *idf);
+  a->tau = o->tau;
+  eldr_sigspec spec;
+  eldr_artifact_sigspec(a, &spec);
+  const size_t dim = a->dim;
+  sigs = calloc(n * dim, sizeof *sigs);
+  if (!sigs) { rc = ELDR_ENOMEM; goto fail; }
+  for (size_t i = 0; i < n; i++) {
+    int b = eldr_signature_build(&spec, pre + i * LE, gates ? gates + i * LE : NULL, sigs + i * dim);
+    if (b && b != ELDR_EEMPTY) { rc = eldr_diag_fail(d, b, "signature of request %zu: %s", idx[i], eldr_strerror(b)); goto fail; }
+  }
+  if (o->layers == ELDR_FIT_LAYERS_LIST) {
+    double r = 0;
+    const size_t ddim = LE;
+    int q = eldr_quality_rho(sigs, dim, decpat, ddim, n, &po, &r);
+    if (q == ELDR_OK) report->cand[best].rho_mask = r;
+  }
+  a->fit_rho = o->layers == ELDR_FIT_LAYERS_ALL ? ch->rho_all : report->cand[best].rho_mask;
+
+  /* 4. K-means */
+  labels = calloc(n, sizeof *labels);
+  sizes = calloc(o->k, sizeof *sizes);
+  if (!labels || !sizes) { rc = ELDR_ENOMEM; goto fail; }
+  eldr_kmeans_opts ko = {.k = o->k, .balanced = o->balanced, .restarts = o->restarts,
+                         .max_iter = o->max_iter, .seed = o->seed};
+  eldr_kmeans_result kr;
+  progress(o, "kmeans", 0, 1);
+  t0 = now_s();
+  rc = eldr_kmeans_fit(sigs, n, dim, &ko, a->centroids, labels, sizes, &kr);
+  report->seconds_kmeans = now_s() - t0;
+  progress(o, "kmeans", 1, 1);
+  if (rc) { eldr_diag_fail(d, rc, "K-means: %s", eldr_strerror(rc)); goto fail; }
+  report->kmeans_objective = kr.objective;
+  report->capacity = (n + o->k - 1) / o->k;
+  for (size_t c = 0; c < o->k; c++) a->cluster_sizes[c] = sizes[c];
+  a->fit_n = n;
+  a->fit_seed = o->seed;
+  a->fit_balanced = o->balanced;
+
+  rc = eldr_artifact_validate(a, d);
+  if (rc) { eldr_diag_prefix(d, "fitted artifact invalid"); goto fail; }
+
+  free(labels);
+  free(sizes);
+  free(sigs);
+  free(gates);
+  free(idf);
+  free(decpat);
+  free(dec);
+  free(pre);
+  free(idx);
+  *out = a;
+  return ELDR_OK;
+
+fail:
+  eldr_artifact_free(a);
+  free(labels);
+  free(sizes);
+  free(sigs);
+  free(gates);
+  free(idf);
+  free(decpat);
+  free(dec);
+  free(pre);
+  free(idx);
+  eldr_fit_report_free(report);
+  if (rc == ELDR_ENOMEM && d && !d->msg[0]) eldr_diag_fail(d, rc, "out of memory");
+  return rc;
+}
