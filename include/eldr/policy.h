@@ -81,14 +81,28 @@ typedef struct eldr_decision {
 
 /* Choose a decode worker. loads: n in-flight counts; healthy: n flags or
  * NULL (all healthy). Returns the chosen index (also in out->decoder if out
- * != NULL), or ELDR_EUNAVAIL when no decoder is healthy, ELDR_EINVAL on n == 0. */
+ * != NULL), or ELDR_EUNAVAIL when no decoder is healthy, ELDR_EINVAL on n == 0.
+ * Unhealthy decoders are never chosen.
+ * Details: RANDOM draws uniformly among healthy decoders. RR takes the first
+ * healthy decoder at or after rr_next (cyclically) and moves rr_next past it.
+ * P2C draws two distinct healthy decoders (one healthy: that one).
+ * DOMAIN: with D = n_domains <= n, label d owns decoders
+ * [d*n/D, (d+1)*n/D) (contiguous, sizes differ by at most one); with D > n,
+ * label d owns decoder d % n. A label outside [0, D), or a group with no
+ * healthy member, gives JSQ over all with ELDR_FALLBACK_NO_DOMAIN.
+ * ELDR: the band edge is max sim - tau - 1e-6, so tau = 0 keeps exact ties.
+ * Without centroids: JSQ with ELDR_FALLBACK_NO_ARTIFACT (checked first);
+ * without a signature (or one whose similarities are NaN): JSQ with
+ * ELDR_FALLBACK_NO_SIGNATURE. */
 int eldr_policy_decode(eldr_policy *p, const uint32_t *loads, const uint8_t *healthy, size_t n,
                        const eldr_route_req *req, eldr_decision *out);
 
 /* Choose a prefill worker by prefix hash with a load guard: home =
  * hash-ordered healthy worker (rendezvous hashing, stable when workers come
  * and go); if loads[home] > min healthy load + guard, the least-loaded
- * healthy worker (lowest index on ties). Returns index or ELDR_EUNAVAIL. */
+ * healthy worker (lowest index on ties). Returns index or ELDR_EUNAVAIL
+ * (ELDR_EINVAL when loads is NULL or n == 0). The rendezvous weight of
+ * worker i is XXH64 of (prefix_hash, i), highest wins (lower index on ties). */
 int eldr_policy_prefill(uint64_t prefix_hash, const uint32_t *loads, const uint8_t *healthy,
                         size_t n, uint32_t guard);
 

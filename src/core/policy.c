@@ -1,0 +1,258 @@
+/* policy.c — routing decisions (see include/eldr/policy.h).
+ *
+ * Pure computation: no allocation, no I/O. The only state a decision changes
+ * is the policy's own rng (RANDOM, P2C) and rr_next (RR). */
+#include "eldr/policy.h"
+
+#include <math.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "eldr/error.h"
+
+/* Tolerance on the ELDR band edge, so that tau = 0 keeps exact (and
+ * float-rounding) ties in the band. */
+#define ELDR_BAND_EPS 1e-6
+
+/* Similarities of up to this many decoders are kept on the stack between the
+ * two passes of an ELDR decision; beyond it they are recomputed. */
+#define ELDR_SIM_CACHE 256
+
+static const char *const policy_names[ELDR_POLICY__COUNT] = {
+    [ELDR_POLICY_RANDOM] = "random", [ELDR_POLICY_RR] = "rr",
+    [ELDR_POLICY_JSQ] = "jsq",       [ELDR_POLICY_P2C] = "p2c",
+    [ELDR_POLICY_DOMAIN] = "domain", [ELDR_POLICY_ELDR] = "eldr",
+};
+
+const char *eldr_policy_name(eldr_policy_kind k) {
+  if ((int)k < 0 || k >= ELDR_POLICY__COUNT) return "unknown";
+  return policy_names[k];
+}
+
+int eldr_policy_parse(const char *name, eldr_policy_kind *out) {
+  if (!name || !out) return ELDR_EINVAL;
+  for (int i = 0; i < ELDR_POLICY__COUNT; i++) {
+    if (strcmp(name, policy_names[i]) == 0) {
+      *out = (eldr_policy_kind)i;
+      return ELDR_OK;
+    }
+  }
+  if (strcmp(name, "round-robin") == 0) {
+    *out = ELDR_POLICY_RR;
+    return ELDR_OK;
+  }
+  if (strcmp(name, "power-of-two") == 0) {
+    *out = ELDR_POLICY_P2C;
+    return ELDR_OK;
+  }
+  return ELDR_EINVAL;
+}
+
+int eldr_policy_init(eldr_policy *p, eldr_policy_kind kind, double tau, uint64_t seed,
+                     const float *centroids, size_t n_centroids, size_t dim, size_t n_domains) {
+  if (!p) return ELDR_EINVAL;
+  if ((int)kind < 0 || kind >= ELDR_POLICY__COUNT) return ELDR_EINVAL;
+  if (isnan(tau) || tau < 0.0) return ELDR_EINVAL;
+  if (centroids && n_centroids > 0 && dim == 0) return ELDR_EINVAL;
+  if (kind == ELDR_POLICY_DOMAIN && n_domains == 0) return ELDR_EINVAL;
+  memset(p, 0, sizeof *p);
+  p->kind = kind;
+  p->tau = tau;
+  eldr_rng_seed(&p->rng, seed);
+  p->rr_next = 0;
+  p->centroids = n_centroids > 0 ? centroids : NULL;
+  p->n_centroids = p->centroids ? n_centroids : 0;
+  p->dim = dim;
+  p->n_domains = n_domains;
+  return ELDR_OK;
+}
+
+static inline int is_up(const uint8_t *healthy, size_t i) { return !healthy || healthy[i]; }
+
+/* Least-loaded healthy decoder in [lo, hi), lower index on ties; -1 if none. */
+static int jsq_range(const uint32_t *loads, const uint8_t *healthy, size_t lo, size_t hi) {
+  int best = -1;
+  uint32_t best_load = 0;
+  for (size_t i = lo; i < hi; i++) {
+    if (!is_up(healthy, i)) continue;
+    if (best < 0 || loads[i] < best_load) {
+      best = (int)i;
+      best_load = loads[i];
+    }
+  }
+  return best;
+}
+
+/* The idx-th healthy decoder (0-based); caller guarantees it exists. */
+static size_t nth_healthy(const uint8_t *healthy, size_t n, size_t idx) {
+  if (!healthy) return idx;
+  for (size_t i = 0; i < n; i++) {
+    if (healthy[i]) {
+      if (idx == 0) return i;
+      idx--;
+    }
+  }
+  return 0; /* unreachable when idx < number of healthy decoders */
+}
+
+/* Dot product with independent partial sums so that the compiler can keep
+ * several vector lanes busy without -ffast-math. The order of additions is
+ * fixed, so the result is deterministic. */
+static float dot_f(const float *restrict a, const float *restrict b, size_t dim) {
+  float acc[16] = {0};
+  size_t i = 0;
+  for (; i + 16 <= dim; i += 16)
+    for (size_t j = 0; j < 16; j++) acc[j] += a[i + j] * b[i + j];
+  float tail = 0.0f;
+  for (; i < dim; i++) tail += a[i] * b[i];
+  for (size_t j = 0; j < 8; j++) acc[j] += acc[j + 8];
+  for (size_t j = 0; j < 4; j++) acc[j] += acc[j + 4];
+  return ((acc[0] + acc[2]) + (acc[1] + acc[3])) + tail;
+}
+
+static int decide_domain(const eldr_policy *p, const uint32_t *loads, const uint8_t *healthy,
+                         size_t n, const eldr_route_req *req, eldr_decision *dec) {
+  if (req && req->domain >= 0 && (size_t)req->domain < p->n_domains) {
+    size_t d = (size_t)req->domain, lo, hi;
+    if (p->n_domains > n) {
+      lo = d % n;
+      hi = lo + 1;
+    } else {
+      lo = d * n / p->n_domains;
+      hi = (d + 1) * n / p->n_domains;
+    }
+    int c = jsq_range(loads, healthy, lo, hi);
+    if (c >= 0) return c;
+  }
+  dec->fallback = ELDR_FALLBACK_NO_DOMAIN;
+  return jsq_range(loads, healthy, 0, n);
+}
+
+static int decide_eldr(const eldr_policy *p, const uint32_t *loads, const uint8_t *healthy,
+                       size_t n, const eldr_route_req *req, eldr_decision *dec) {
+  if (!p->centroids || p->n_centroids == 0) {
+    dec->fallback = ELDR_FALLBACK_NO_ARTIFACT;
+    return jsq_range(loads, healthy, 0, n);
+  }
+  if (!req || !req->sig) {
+    dec->fallback = ELDR_FALLBACK_NO_SIGNATURE;
+    return jsq_range(loads, healthy, 0, n);
+  }
+  const size_t dim = p->dim, nc = p->n_centroids;
+  /* Decoder k uses centroid k % nc, so only min(n, nc) similarities exist. */
+  const size_t nsim = n < nc ? n : nc;
+  float cache[ELDR_SIM_CACHE];
+  const size_t ncache = nsim < ELDR_SIM_CACHE ? nsim : ELDR_SIM_CACHE;
+  for (size_t c = 0; c < ncache; c++) cache[c] = dot_f(req->sig, p->centroids + c * dim, dim);
+
+  float best = -INFINITY;
+  for (size_t k = 0; k < n; k++) {
+    if (!is_up(healthy, k)) continue;
+    size_t c = k % nc;
+    float s = c < ncache ? cache[c] : dot_f(req->sig, p->centroids + c * dim, dim);
+    if (s > best) best = s;
+  }
+  if (!(best > -INFINITY)) { /* NaN / -inf similarities: an unusable signature */
+    dec->fallback = ELDR_FALLBACK_NO_SIGNATURE;
+    return jsq_range(loads, healthy, 0, n);
+  }
+  const double edge = (double)best - p->tau - ELDR_BAND_EPS;
+  int choice = -1, band = 0;
+  uint32_t cload = 0;
+  float csim = 0.0f;
+  for (size_t k = 0; k < n; k++) {
+    if (!is_up(healthy, k)) continue;
+    size_t c = k % nc;
+    float s = c < ncache ? cache[c] : dot_f(req->sig, p->centroids + c * dim, dim);
+    if (!((double)s >= edge)) continue;
+    band++;
+    if (choice < 0 || loads[k] < cload || (loads[k] == cload && s > csim)) {
+      choice = (int)k;
+      cload = loads[k];
+      csim = s;
+    }
+  }
+  dec->best_sim = best;
+  dec->band_size = band;
+  return choice;
+}
+
+int eldr_policy_decode(eldr_policy *p, const uint32_t *loads, const uint8_t *healthy, size_t n,
+                       const eldr_route_req *req, eldr_decision *out) {
+  if (!p || !loads || n == 0 || n > (size_t)INT32_MAX) return ELDR_EINVAL;
+  size_t up = 0;
+  for (size_t i = 0; i < n; i++) up += is_up(healthy, i) ? 1 : 0;
+  if (up == 0) return ELDR_EUNAVAIL;
+
+  eldr_decision dec = {.decoder = -1, .fallback = ELDR_FALLBACK_NONE};
+  int c = -1;
+  switch (p->kind) {
+  case ELDR_POLICY_RANDOM:
+    c = (int)nth_healthy(healthy, n, (size_t)eldr_rng_below(&p->rng, up));
+    break;
+  case ELDR_POLICY_RR: {
+    size_t start = p->rr_next % n;
+    for (size_t j = 0; j < n; j++) {
+      size_t i = (start + j) % n;
+      if (is_up(healthy, i)) {
+        c = (int)i;
+        break;
+      }
+    }
+    p->rr_next = ((size_t)c + 1) % n;
+    break;
+  }
+  case ELDR_POLICY_JSQ:
+    c = jsq_range(loads, healthy, 0, n);
+    break;
+  case ELDR_POLICY_P2C: {
+    if (up == 1) {
+      c = jsq_range(loads, healthy, 0, n);
+      break;
+    }
+    size_t a = (size_t)eldr_rng_below(&p->rng, up);
+    size_t b = (size_t)eldr_rng_below(&p->rng, up - 1);
+    if (b >= a) b++;
+    size_t ia = nth_healthy(healthy, n, a), ib = nth_healthy(healthy, n, b);
+    c = (int)(loads[ib] < loads[ia] ? ib : ia);
+    break;
+  }
+  case ELDR_POLICY_DOMAIN:
+    c = decide_domain(p, loads, healthy, n, req, &dec);
+    break;
+  case ELDR_POLICY_ELDR:
+    c = decide_eldr(p, loads, healthy, n, req, &dec);
+    break;
+  default:
+    return ELDR_EINVAL;
+  }
+  if (c < 0) return ELDR_EUNAVAIL; /* not reached: some decoder is healthy */
+  dec.decoder = c;
+  if (out) *out = dec;
+  return c;
+}
+
+/* Rendezvous weight of worker i for a key. */
+static uint64_t hrw_weight(uint64_t key, size_t i) {
+  uint64_t buf[2] = {key, (uint64_t)i};
+  return XXH64(buf, sizeof buf, 0x656c6472ULL /* "eldr" */);
+}
+
+int eldr_policy_prefill(uint64_t prefix_hash, const uint32_t *loads, const uint8_t *healthy,
+                        size_t n, uint32_t guard) {
+  if (!loads || n == 0 || n > (size_t)INT32_MAX) return ELDR_EINVAL;
+  int home = -1;
+  uint64_t home_w = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (!is_up(healthy, i)) continue;
+    uint64_t w = hrw_weight(prefix_hash, i);
+    if (home < 0 || w > home_w) {
+      home = (int)i;
+      home_w = w;
+    }
+  }
+  if (home < 0) return ELDR_EUNAVAIL;
+  int least = jsq_range(loads, healthy, 0, n);
+  if ((uint64_t)loads[home] > (uint64_t)loads[least] + guard) return least;
+  return home;
+}
