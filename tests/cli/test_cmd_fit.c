@@ -1,0 +1,160 @@
+/* test_cmd_fit.c — `eldr fit` / `eldr rho` as a user runs them. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "eldr/artifact.h"
+#include "eldr/rng.h"
+#include "eldr/trace.h"
+
+static char g_dir[256];
+static char g_trace[512];
+
+/* Run the eldr binary with a shell-free argv; capture stdout/stderr. */
+static int run(char *out, size_t outcap, char *err, size_t errcap, const char *const *args) {
+  char ofile[512], efile[512];
+  snprintf(ofile, sizeof ofile, "%s/stdout", g_dir);
+  snprintf(efile, sizeof efile, "%s/stderr", g_dir);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    if (!freopen(ofile, "w", stdout) || !freopen(efile, "w", stderr)) _exit(127);
+    const char *argv[32];
+    size_t n = 0;
+    argv[n++] = ELDR_BINARY;
+    for (; args[n - 1] && n < 31; n++) argv[n] = args[n - 1];
+    argv[n] = NULL;
+    execv(ELDR_BINARY, (char *const *)argv);
+    _exit(127);
+  }
+  int st = 0;
+  waitpid(pid, &st, 0);
+  FILE *f = fopen(ofile, "r");
+  size_t k = f ? fread(out, 1, outcap - 1, f) : 0;
+  out[k] = 0;
+  if (f) fclose(f);
+  f = fopen(efile, "r");
+  k = f ? fread(err, 1, errcap - 1, f) : 0;
+  err[k] = 0;
+  if (f) fclose(f);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+static size_t lines(const char *s) {
+  size_t n = 0;
+  for (; *s; s++) n += *s == '\n';
+  return n;
+}
+
+static int setup(void **state) {
+  (void)state;
+  snprintf(g_dir, sizeof g_dir, "/tmp/eldr-test-cmd-fit-XXXXXX");
+  assert_non_null(mkdtemp(g_dir));
+  snprintf(g_trace, sizeof g_trace, "%s/t.jsonl", g_dir);
+  eldr_shape s = {.num_layers = 3, .num_experts = 16, .top_k = 2};
+  eldr_trace *t = eldr_trace_new("m", &s, NULL);
+  eldr_rng r;
+  eldr_rng_seed(&r, 3);
+  uint16_t pre[8 * 3 * 2], dec[10 * 3 * 2];
+  for (size_t i = 0; i < 24; i++) {
+    size_t dom = i % 3;
+    for (size_t x = 0; x < 8 * 3 * 2; x++) pre[x] = (uint16_t)((dom * 5 + eldr_rng_below(&r, 5)) % 16);
+    for (size_t x = 0; x < 10 * 3 * 2; x++) dec[x] = (uint16_t)((dom * 5 + eldr_rng_below(&r, 5)) % 16);
+    char id[16];
+    snprintf(id, sizeof id, "q%zu", i);
+    assert_true(eldr_trace_append(t, id, dom ? "b" : "a", NULL, -1, pre, 8, dec, 10, NULL) >= 0);
+  }
+  eldr_diag d = {{0}};
+  assert_int_equal(eldr_trace_save(g_trace, t, &d), 0);
+  eldr_trace_free(t);
+  return 0;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+  return system(cmd) == 0 ? 0 : -1;
+}
+
+static void test_fit_writes_valid_artifact(void **state) {
+  (void)state;
+  static char out[65536], err[65536];
+  char art[512];
+  snprintf(art, sizeof art, "%s/a.json", g_dir);
+  const char *args[] = {"fit", "--trace", g_trace, "--decoders", "3", "-o", art, "-q", NULL};
+  assert_int_equal(run(out, sizeof out, err, sizeof err, args), 0);
+  assert_non_null(strstr(out, "count-idf"));
+  assert_non_null(strstr(out, "binary-idf"));
+  assert_non_null(strstr(out, "<- chosen"));
+  eldr_artifact *a = NULL;
+  eldr_diag d = {{0}};
+  assert_int_equal(eldr_artifact_load(art, &a, &d), 0);
+  assert_int_equal(a->k, 3);
+  for (size_t c = 0; c < 3; c++) assert_true(a->cluster_sizes[c] <= 8);
+  eldr_artifact_free(a);
+
+  const char *rargs[] = {"rho", "--trace", g_trace, "--artifact", art, "--json", NULL};
+  assert_int_equal(run(out, sizeof out, err, sizeof err, rargs), 0);
+  assert_non_null(strstr(out, "\"rho\""));
+}
+
+static void test_bad_flags_one_line(void **state) {
+  (void)state;
+  static char out[8192], err[8192];
+  const char *cases[][10] = {
+      {"fit", "--trace", g_trace, "--decoders", "0", "-o", "/tmp/x", NULL},
+      {"fit", "--trace", g_trace, "--decoders", "3", "-o", "/tmp/x", "--bogus", NULL},
+      {"fit", "--trace", g_trace, "--decoders", "3", "-o", "/tmp/x", "--idf", "maybe", NULL},
+      {"fit", "--trace", g_trace, "--decoders", "3", "-o", "/tmp/x", "--tau", "abc", NULL},
+      {"fit", "--trace", g_trace, "--decoders", "3", NULL},
+      {"fit", "--trace", g_trace, "--decoders", "3", "-o", "/tmp/x", "--layers", "7", NULL},
+      {"rho", "--trace", g_trace, "--representation", "weird", NULL},
+      {"rho", NULL},
+      {"fit", "--trace", NULL},
+  };
+  const char *expect[] = {"--decoders", "--bogus", "--idf", "--tau", "--output",
+                          "--layers",   "--representation", "--trace", "--trace"};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    int rc = run(out, sizeof out, err, sizeof err, cases[i]);
+    if (rc != 2 || lines(err) != 1 || !strstr(err, expect[i]))
+      fail_msg("case %zu: rc=%d stderr='%s'", i, rc, err);
+  }
+}
+
+static void test_missing_trace_fails(void **state) {
+  (void)state;
+  static char out[8192], err[8192];
+  const char *args[] = {"fit", "--trace", "/nonexistent/t.jsonl", "--decoders", "2", "-o", "/tmp/x", NULL};
+  int rc = run(out, sizeof out, err, sizeof err, args);
+  assert_int_equal(rc, 1);
+  assert_non_null(strstr(err, "/nonexistent/t.jsonl"));
+}
+
+static void test_help(void **state) {
+  (void)state;
+  static char out[8192], err[8192];
+  const char *a1[] = {"fit", "--help", NULL};
+  assert_int_equal(run(out, sizeof out, err, sizeof err, a1), 0);
+  assert_non_null(strstr(out, "usage: eldr fit"));
+  const char *a2[] = {"rho", "--help", NULL};
+  assert_int_equal(run(out, sizeof out, err, sizeof err, a2), 0);
+  assert_non_null(strstr(out, "usage: eldr rho"));
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_fit_writes_valid_artifact),
+      cmocka_unit_test(test_bad_flags_one_line),
+      cmocka_unit_test(test_missing_trace_fails),
+      cmocka_unit_test(test_help),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
