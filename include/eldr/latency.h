@@ -6,6 +6,11 @@
  * time = max(bytes / HBM bandwidth, flops / compute peak) + per-layer
  * overhead; step = sum over layers (+ dense layers) + per-step overhead.
  *
+ * A preset describes a whole decode worker as deployed (GPUs per worker,
+ * TP/EP degree, weight dtype): bandwidth and FLOP/s are the worker's
+ * effective aggregate. Every number, its source and the assumptions are
+ * listed in docs/sim.md; every field can be overridden from a JSON file.
+ *
  * Pure computation, no allocation in the step function (called per step by
  * the simulator and by the emulated worker).
  */
@@ -37,6 +42,16 @@ typedef struct eldr_latency_model {
   double prefill_efficiency;
   double kv_transfer_bw;      /* bytes/s between prefill and decode */
   double kv_bytes_per_token_total; /* all layers */
+  /* additions (all overridable) */
+  double other_flops_per_token;    /* FLOPs per token outside the MoE layers (dense layers, LM head) */
+  double attn_flops_per_ctx_token; /* attention score/value FLOPs per context token per layer */
+  double n_dense_layers;           /* non-MoE transformer layers (each pays layer_overhead_s) */
+  double gpus_per_worker;          /* descriptive: GPUs in one decode/prefill worker */
+  double tp, ep;                   /* descriptive: tensor / expert parallel degree */
+  double weight_bytes_per_param;   /* descriptive: routed-expert weight dtype size */
+  double hbm_bw_peak;              /* descriptive: per-GPU spec-sheet bandwidth, bytes/s */
+  double flops_peak;               /* descriptive: per-GPU spec-sheet dense FLOP/s of the dtype */
+  double kv_transfer_latency_s;    /* fixed handoff latency added to each KV transfer */
 } eldr_latency_model;
 
 /* Fill m from a model preset ("qwen3-30b-a3b", "gpt-oss-120b",
@@ -45,14 +60,36 @@ typedef struct eldr_latency_model {
 int eldr_latency_preset(const char *model, const char *hardware, eldr_latency_model *m,
                         eldr_diag *d);
 
-/* Override fields from a JSON file of {"field": number, ...}. */
+/* Names of the presets: index i < count, else NULL. */
+const char *eldr_latency_model_name(size_t i);
+const char *eldr_latency_hardware_name(size_t i);
+
+/* Override fields from a JSON file of {"field": number, ...} (field names as
+ * in the struct; "model"/"hardware" take strings, "num_layers", "num_experts",
+ * "top_k" set the shape). Unknown fields, non-numbers and negative values are
+ * errors naming the field; m is unchanged on error. */
 int eldr_latency_load_overrides(const char *path, eldr_latency_model *m, eldr_diag *d);
+/* Same from an in-memory JSON text. */
+int eldr_latency_parse_overrides(const char *json, size_t len, eldr_latency_model *m,
+                                 eldr_diag *d);
+
+/* Check the model is usable (shape valid, bandwidths/peaks > 0, finite). */
+int eldr_latency_validate(const eldr_latency_model *m, eldr_diag *d);
 
 /* Seconds for one decode step: batch members, union_per_layer[l] = distinct
  * experts the batch selects at MoE layer l (L entries), ctx_tokens = total
  * context tokens of the batch (KV reads). */
 double eldr_latency_step(const eldr_latency_model *m, size_t batch,
                          const uint32_t *union_per_layer, double ctx_tokens);
+
+/* Seconds for one MoE layer (roofline + layer overhead) with n_active
+ * distinct experts, batch tokens and ctx_tokens of context. */
+double eldr_latency_moe_layer(const eldr_latency_model *m, size_t batch, uint32_t n_active,
+                              double ctx_tokens);
+
+/* Expected distinct experts per layer when batch tokens each pick top_k of
+ * num_experts uniformly: E * (1 - (1 - K/E)^B). */
+double eldr_latency_expected_union(const eldr_shape *s, size_t batch);
 
 /* Seconds to prefill `tokens` prompt tokens (compute bound). */
 double eldr_latency_prefill(const eldr_latency_model *m, size_t tokens);

@@ -1,0 +1,356 @@
+/* latency.c — the MoE decode step-latency model, prefill and KV-transfer
+ * models, presets derived from public model configs and hardware spec sheets
+ * (every number and its source: docs/sim.md). */
+#include "eldr/latency.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- model architectures (from each model's public config.json) --------- */
+typedef struct arch {
+  const char *name;
+  uint32_t moe_layers, dense_layers, experts, top_k;
+  double hidden, moe_inter, dense_inter, shared_inter;
+  double q_heads, kv_heads, head_dim, vocab;
+  double expert_dtype, dense_dtype, head_dtype, kv_dtype; /* bytes per element */
+  int fp8;          /* compute runs at the FP8 peak */
+  uint32_t gpus;    /* GPUs per worker as deployed */
+} arch;
+
+static const arch ARCHS[] = {
+    /* Qwen/Qwen3-30B-A3B: 48 layers all MoE, 128 experts top-8, hidden 2048,
+     * moe_intermediate_size 768, 32 q / 4 kv heads x 128, vocab 151936, bf16. */
+    {"qwen3-30b-a3b", 48, 0, 128, 8, 2048, 768, 0, 0, 32, 4, 128, 151936, 2, 2, 2, 2, 0, 1},
+    /* openai/gpt-oss-120b: 36 layers all MoE, 128 experts top-4, hidden 2880,
+     * intermediate 2880, 64 q / 8 kv heads x 64, vocab 201088; experts MXFP4
+     * (4.25 bits/param incl. scales), rest bf16. */
+    {"gpt-oss-120b", 36, 0, 128, 4, 2880, 2880, 0, 0, 64, 8, 64, 201088, 4.25 / 8, 2, 2, 2, 0,
+     1},
+    /* Qwen/Qwen3-235B-A22B: 94 layers all MoE, 128 experts top-8, hidden 4096,
+     * moe_intermediate_size 1536, 64 q / 4 kv heads x 128, vocab 151936,
+     * bf16, one worker = 8 GPUs with TP8 attention / EP8 experts. */
+    {"qwen3-235b-a22b", 94, 0, 128, 8, 4096, 1536, 0, 0, 64, 4, 128, 151936, 2, 2, 2, 2, 0, 8},
+    /* meta-llama/Llama-4-Maverick-17B-128E-Instruct(-FP8): 48 layers, MoE every
+     * other layer (24 MoE + 24 dense), 128 routed experts top-1 + 1 shared
+     * expert, hidden 5120, intermediate_size 8192 (experts), intermediate_size_mlp
+     * 16384 (dense), 40 q / 8 kv heads x 128, vocab 202048; FP8 weights, bf16
+     * KV, one worker = 8 GPUs. */
+    {"llama4-maverick", 24, 24, 128, 1, 5120, 8192, 16384, 8192, 40, 8, 128, 202048, 1, 1, 2, 2, 1,
+     8},
+    /* allenai/OLMoE-1B-7B-0924: 16 layers all MoE, 64 experts top-8, hidden
+     * 2048, intermediate 1024, 16 q / 16 kv heads x 128, vocab 50304, bf16. */
+    {"olmoe-1b-7b", 16, 0, 64, 8, 2048, 1024, 0, 0, 16, 16, 128, 50304, 2, 2, 2, 2, 0, 1},
+};
+#define N_ARCHS (sizeof ARCHS / sizeof ARCHS[0])
+
+/* ---- hardware (per GPU, vendor spec sheets) ------------------------------ */
+typedef struct hw {
+  const char *name;
+  double bw;          /* HBM bytes/s */
+  double bf16, fp8;   /* dense FLOP/s (no sparsity) */
+  double layer_overhead_s; /* per transformer layer, single-GPU worker */
+} hw;
+
+static const hw HWS[] = {
+    /* AMD Instinct MI300X: 5.3 TB/s HBM3, 1307.4 TFLOPS bf16, 2614.9 fp8.
+     * layer overhead calibrated to the 4.7x ratio (docs/sim.md). */
+    {"mi300x", 5.3e12, 1307.4e12, 2614.9e12, 23e-6},
+    /* NVIDIA H200 SXM: 4.8 TB/s HBM3e, 989.4 TFLOPS bf16, 1978.9 fp8. */
+    {"h200", 4.8e12, 989.4e12, 1978.9e12, 15e-6},
+    /* NVIDIA H100 SXM: 3.35 TB/s HBM3, 989.4 TFLOPS bf16, 1978.9 fp8. */
+    {"h100", 3.35e12, 989.4e12, 1978.9e12, 15e-6},
+};
+#define N_HWS (sizeof HWS / sizeof HWS[0])
+
+/* Deployment assumptions (docs/sim.md). */
+#define BW_EFFICIENCY 0.80       /* achievable fraction of spec HBM bandwidth */
+#define DECODE_FLOP_EFFICIENCY 0.50
+#define PREFILL_EFFICIENCY 0.40  /* prefill MFU */
+#define MULTI_GPU_EFFICIENCY 0.85 /* TP/EP scaling of aggregate bandwidth/FLOPs */
+#define COLLECTIVE_S 30e-6       /* per layer on a multi-GPU worker: two collectives */
+#define STEP_OVERHEAD_S 1.0e-3   /* scheduler + sampling per decode step */
+#define NIC_BW 50e9              /* one 400 Gb/s RDMA NIC per GPU */
+#define KV_HANDOFF_S 0.5e-3      /* fixed handoff latency per KV transfer */
+
+const char *eldr_latency_model_name(size_t i) { return i < N_ARCHS ? ARCHS[i].name : NULL; }
+const char *eldr_latency_hardware_name(size_t i) { return i < N_HWS ? HWS[i].name : NULL; }
+
+static void names_list(char *buf, size_t cap, int models) {
+  buf[0] = 0;
+  size_t n = models ? N_ARCHS : N_HWS;
+  for (size_t i = 0; i < n; i++) {
+    size_t len = strlen(buf);
+    snprintf(buf + len, cap - len, "%s%s", i ? ", " : "", models ? ARCHS[i].name : HWS[i].name);
+  }
+}
+
+int eldr_latency_preset(const char *model, const char *hardware, eldr_latency_model *m,
+                        eldr_diag *d) {
+  if (!model || !hardware || !m) return eldr_diag_fail(d, ELDR_EINVAL, "latency preset: NULL argument");
+  const arch *a = NULL;
+  const hw *h = NULL;
+  for (size_t i = 0; i < N_ARCHS; i++)
+    if (!strcmp(ARCHS[i].name, model)) a = &ARCHS[i];
+  for (size_t i = 0; i < N_HWS; i++)
+    if (!strcmp(HWS[i].name, hardware)) h = &HWS[i];
+  char names[256];
+  if (!a) {
+    names_list(names, sizeof names, 1);
+    return eldr_diag_fail(d, ELDR_ENOTFOUND, "unknown model preset '%s' (known: %s)", model, names);
+  }
+  if (!h) {
+    names_list(names, sizeof names, 0);
+    return eldr_diag_fail(d, ELDR_ENOTFOUND, "unknown hardware preset '%s' (known: %s)", hardware,
+                          names);
+  }
+  memset(m, 0, sizeof *m);
+  snprintf(m->model, sizeof m->model, "%s", a->name);
+  snprintf(m->hardware, sizeof m->hardware, "%s", h->name);
+  m->shape.num_layers = a->moe_layers;
+  m->shape.num_experts = a->experts;
+  m->shape.top_k = a->top_k;
+
+  double expert_params = 3.0 * a->hidden * a->moe_inter; /* SwiGLU gate, up, down */
+  double attn_params = 2.0 * a->hidden * a->q_heads * a->head_dim +
+                       2.0 * a->hidden * a->kv_heads * a->head_dim;
+  double shared_params = 3.0 * a->hidden * a->shared_inter;
+  double router_params = a->hidden * a->experts;
+  double dense_mlp_params = 3.0 * a->hidden * a->dense_inter;
+  double head_params = a->vocab * a->hidden;
+
+  m->expert_bytes = expert_params * a->expert_dtype;
+  m->dense_bytes_per_layer = (attn_params + shared_params + router_params) * a->dense_dtype;
+  m->other_layer_bytes =
+      a->dense_layers * (attn_params + dense_mlp_params) * a->dense_dtype + head_params * a->head_dtype;
+  m->kv_bytes_per_token = 2.0 * a->kv_heads * a->head_dim * a->kv_dtype;
+  m->kv_bytes_per_token_total = m->kv_bytes_per_token * (a->moe_layers + a->dense_layers);
+  m->flops_per_token_per_layer =
+      2.0 * (a->top_k * expert_params + attn_params + shared_params + router_params);
+  m->attn_flops_per_ctx_token = 4.0 * a->q_heads * a->head_dim;
+  m->other_flops_per_token = 2.0 * (a->dense_layers * (attn_params + dense_mlp_params) + head_params);
+  m->n_dense_layers = a->dense_layers;
+  m->prefill_flops_per_token = a->moe_layers * m->flops_per_token_per_layer + m->other_flops_per_token;
+
+  double g = a->gpus;
+  double par = g > 1 ? MULTI_GPU_EFFICIENCY : 1.0;
+  double peak = a->fp8 ? h->fp8 : h->bf16;
+  m->hbm_bw_peak = h->bw;
+  m->flops_peak = peak;
+  m->hbm_bw = g * h->bw * BW_EFFICIENCY * par;
+  m->peak_flops = g * peak * DECODE_FLOP_EFFICIENCY * par;
+  m->layer_overhead_s = h->layer_overhead_s + (g > 1 ? COLLECTIVE_S : 0.0);
+  m->step_overhead_s = STEP_OVERHEAD_S;
+  m->prefill_efficiency = PREFILL_EFFICIENCY * par;
+  m->kv_transfer_bw = g * NIC_BW;
+  m->kv_transfer_latency_s = KV_HANDOFF_S;
+  m->gpus_per_worker = g;
+  m->tp = g;
+  m->ep = g;
+  m->weight_bytes_per_param = a->expert_dtype;
+  return 0;
+}
+
+/* ---- overrides ----------------------------------------------------------- */
+typedef struct field {
+  const char *name;
+  size_t off;
+} field;
+
+#define F(x) {#x, offsetof(eldr_latency_model, x)}
+static const field FIELDS[] = {
+    F(expert_bytes),          F(dense_bytes_per_layer),   F(other_layer_bytes),
+    F(kv_bytes_per_token),    F(flops_per_token_per_layer), F(hbm_bw),
+    F(peak_flops),            F(layer_overhead_s),        F(step_overhead_s),
+    F(prefill_flops_per_token), F(prefill_efficiency),    F(kv_transfer_bw),
+    F(kv_bytes_per_token_total), F(other_flops_per_token), F(attn_flops_per_ctx_token),
+    F(n_dense_layers),        F(gpus_per_worker),         F(tp),
+    F(ep),                    F(weight_bytes_per_param),  F(hbm_bw_peak),
+    F(flops_peak),            F(kv_transfer_latency_s),
+};
+#undef F
+#define N_FIELDS (sizeof FIELDS / sizeof FIELDS[0])
+
+int eldr_latency_validate(const eldr_latency_model *m, eldr_diag *d) {
+  if (!m) return eldr_diag_fail(d, ELDR_EINVAL, "latency model: NULL");
+  int rc = eldr_shape_validate(&m->shape, d);
+  if (rc < 0) return rc;
+  for (size_t i = 0; i < N_FIELDS; i++) {
+    double v = *(const double *)((const char *)m + FIELDS[i].off);
+    if (!isfinite(v) || v < 0)
+      return eldr_diag_fail(d, ELDR_ERANGE, "latency model: field '%s' = %g must be finite and >= 0",
+                            FIELDS[i].name, v);
+  }
+  if (m->hbm_bw <= 0) return eldr_diag_fail(d, ELDR_ERANGE, "latency model: hbm_bw must be > 0");
+  if (m->peak_flops <= 0) return eldr_diag_fail(d, ELDR_ERANGE, "latency model: peak_flops must be > 0");
+  if (m->prefill_efficiency <= 0 || m->prefill_efficiency > 1)
+    return eldr_diag_fail(d, ELDR_ERANGE, "latency model: prefill_efficiency must be in (0, 1]");
+  if (m->kv_transfer_bw <= 0)
+    return eldr_diag_fail(d, ELDR_ERANGE, "latency model: kv_transfer_bw must be > 0");
+  return 0;
+}
+
+int eldr_latency_parse_overrides(const char *json, size_t len, eldr_latency_model *m,
+                                 eldr_diag *d) {
+  if (!json || !m) return eldr_diag_fail(d, ELDR_EINVAL, "latency overrides: NULL argument");
+  json_error_t err;
+  json_t *root = json_loadb(json, len, 0, &err);
+  if (!root)
+    return eldr_diag_fail(d, ELDR_EPARSE, "latency overrides: line %d: %s", err.line, err.text);
+  int rc = 0;
+  eldr_latency_model tmp = *m;
+  if (!json_is_object(root)) {
+    rc = eldr_diag_fail(d, ELDR_EPARSE, "latency overrides: top level must be an object");
+    goto out;
+  }
+  const char *key;
+  json_t *val;
+  json_object_foreach(root, key, val) {
+    if (!strcmp(key, "model") || !strcmp(key, "hardware")) {
+      if (!json_is_string(val)) {
+        rc = eldr_diag_fail(d, ELDR_EPARSE, "latency overrides: field '%s' must be a string", key);
+        goto out;
+      }
+      char *dst = !strcmp(key, "model") ? tmp.model : tmp.hardware;
+      snprintf(dst, sizeof tmp.model, "%s", json_string_value(val));
+      continue;
+    }
+    if (!json_is_number(val)) {
+      rc = eldr_diag_fail(d, ELDR_EPARSE, "latency overrides: field '%s' must be a number", key);
+      goto out;
+    }
+    double v = json_number_value(val);
+    if (!isfinite(v) || v < 0) {
+      rc = eldr_diag_fail(d, ELDR_ERANGE, "latency overrides: field '%s' = %g must be >= 0", key, v);
+      goto out;
+    }
+    if (!strcmp(key, "num_layers") || !strcmp(key, "num_experts") || !strcmp(key, "top_k")) {
+      if (!json_is_integer(val) || v > 1e6) {
+        rc = eldr_diag_fail(d, ELDR_EPARSE, "latency overrides: field '%s' must be an integer", key);
+        goto out;
+      }
+      uint32_t *dst = !strcmp(key, "num_layers")    ? &tmp.shape.num_layers
+                      : !strcmp(key, "num_experts") ? &tmp.shape.num_experts
+                                                    : &tmp.shape.top_k;
+      *dst = (uint32_t)v;
+      continue;
+    }
+    size_t i = 0;
+    for (; i < N_FIELDS; i++)
+      if (!strcmp(FIELDS[i].name, key)) break;
+    if (i == N_FIELDS) {
+      rc = eldr_diag_fail(d, ELDR_ENOTFOUND, "latency overrides: unknown field '%s'", key);
+      goto out;
+    }
+    *(double *)((char *)&tmp + FIELDS[i].off) = v;
+  }
+  rc = eldr_latency_validate(&tmp, d);
+  if (rc == 0) *m = tmp;
+out:
+  json_decref(root);
+  return rc;
+}
+
+int eldr_latency_load_overrides(const char *path, eldr_latency_model *m, eldr_diag *d) {
+  if (!path) return eldr_diag_fail(d, ELDR_EINVAL, "latency overrides: NULL path");
+  FILE *f = fopen(path, "rb");
+  if (!f) return eldr_diag_fail(d, ELDR_EIO, "%s: cannot open", path);
+  char *buf = NULL;
+  size_t len = 0, cap = 0;
+  int rc = 0;
+  for (;;) {
+    if (len + 4096 > cap) {
+      cap = cap ? cap * 2 : 8192;
+      if (cap > (16u << 20)) {
+        rc = eldr_diag_fail(d, ELDR_ERANGE, "%s: larger than 16 MiB", path);
+        goto out;
+      }
+      char *nb = realloc(buf, cap);
+      if (!nb) {
+        rc = eldr_diag_fail(d, ELDR_ENOMEM, "%s: out of memory", path);
+        goto out;
+      }
+      buf = nb;
+    }
+    size_t got = fread(buf + len, 1, cap - len, f);
+    len += got;
+    if (got == 0) break;
+  }
+  if (ferror(f)) {
+    rc = eldr_diag_fail(d, ELDR_EIO, "%s: read error", path);
+    goto out;
+  }
+  rc = eldr_latency_parse_overrides(buf ? buf : "", len, m, d);
+  if (rc < 0) eldr_diag_prefix(d, "%s", path);
+out:
+  free(buf);
+  fclose(f);
+  return rc;
+}
+
+/* ---- the model ----------------------------------------------------------- */
+static inline double roofline(double bytes, double flops, const eldr_latency_model *m) {
+  double tb = bytes / m->hbm_bw, tf = flops / m->peak_flops;
+  return tb > tf ? tb : tf;
+}
+
+double eldr_latency_moe_layer(const eldr_latency_model *m, size_t batch, uint32_t n_active,
+                              double ctx_tokens) {
+  double bytes = (double)n_active * m->expert_bytes + m->dense_bytes_per_layer +
+                 ctx_tokens * m->kv_bytes_per_token;
+  double flops = (double)batch * m->flops_per_token_per_layer + ctx_tokens * m->attn_flops_per_ctx_token;
+  return roofline(bytes, flops, m) + m->layer_overhead_s;
+}
+
+double eldr_latency_step(const eldr_latency_model *m, size_t batch,
+                         const uint32_t *union_per_layer, double ctx_tokens) {
+  const uint32_t L = m->shape.num_layers;
+  double t = m->step_overhead_s;
+  double kv = ctx_tokens * m->kv_bytes_per_token;
+  double base_bytes = m->dense_bytes_per_layer + kv;
+  double flops = (double)batch * m->flops_per_token_per_layer + ctx_tokens * m->attn_flops_per_ctx_token;
+  double tf = flops / m->peak_flops;
+  double inv_bw = 1.0 / m->hbm_bw;
+  for (uint32_t l = 0; l < L; l++) {
+    double tb = ((double)union_per_layer[l] * m->expert_bytes + base_bytes) * inv_bw;
+    t += (tb > tf ? tb : tf) + m->layer_overhead_s;
+  }
+  /* dense layers, embeddings and LM head, their KV reads */
+  double other_kv = ctx_tokens * (m->kv_bytes_per_token_total - (double)L * m->kv_bytes_per_token);
+  if (other_kv < 0) other_kv = 0;
+  double dense_ctx = m->kv_bytes_per_token > 0 ? other_kv / m->kv_bytes_per_token : 0;
+  t += roofline(m->other_layer_bytes + other_kv,
+                (double)batch * m->other_flops_per_token + dense_ctx * m->attn_flops_per_ctx_token, m);
+  t += m->n_dense_layers * m->layer_overhead_s;
+  return t;
+}
+
+double eldr_latency_expected_union(const eldr_shape *s, size_t batch) {
+  double E = s->num_experts, K = s->top_k;
+  if (E <= 0) return 0;
+  return E * (1.0 - pow(1.0 - K / E, (double)batch));
+}
+
+double eldr_latency_prefill(const eldr_latency_model *m, size_t tokens) {
+  if (tokens == 0) return m->step_overhead_s;
+  double flops = (double)tokens * m->prefill_flops_per_token;
+  double pf = m->flops_peak * (m->gpus_per_worker > 0 ? m->gpus_per_worker : 1.0) *
+              m->prefill_efficiency;
+  if (pf <= 0) pf = m->peak_flops;
+  double compute = flops / pf;
+  /* a prefill also reads every weight once (all experts are touched by a long prompt) */
+  double weights = (double)m->shape.num_layers *
+                       (eldr_latency_expected_union(&m->shape, tokens) * m->expert_bytes +
+                        m->dense_bytes_per_layer) +
+                   m->other_layer_bytes;
+  double mem = weights / m->hbm_bw;
+  return (compute > mem ? compute : mem) + m->step_overhead_s +
+         ((double)m->shape.num_layers + m->n_dense_layers) * m->layer_overhead_s;
+}
+
+double eldr_latency_kv_transfer(const eldr_latency_model *m, size_t tokens) {
+  return m->kv_transfer_latency_s + (double)tokens * m->kv_bytes_per_token_total / m->kv_transfer_bw;
+}

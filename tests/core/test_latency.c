@@ -1,0 +1,156 @@
+/* test_latency.c — the step-latency model: presets, monotonicity, the
+ * calibration ratio of the paper's Fig. 2, overrides. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "eldr/latency.h"
+
+static void fill(uint32_t *u, size_t L, uint32_t v) {
+  for (size_t l = 0; l < L; l++) u[l] = v;
+}
+
+static void test_presets_all(void **st) {
+  (void)st;
+  for (size_t i = 0; eldr_latency_model_name(i); i++)
+    for (size_t j = 0; eldr_latency_hardware_name(j); j++) {
+      eldr_latency_model m;
+      eldr_diag d = {{0}};
+      assert_int_equal(eldr_latency_preset(eldr_latency_model_name(i), eldr_latency_hardware_name(j), &m, &d), 0);
+      assert_int_equal(eldr_latency_validate(&m, &d), 0);
+      assert_true(m.expert_bytes > 0);
+      assert_true(m.hbm_bw > 0);
+    }
+  eldr_latency_model m;
+  eldr_diag d = {{0}};
+  assert_int_equal(eldr_latency_preset("qwen3-31b", "mi300x", &m, &d), ELDR_ENOTFOUND);
+  assert_non_null(strstr(d.msg, "qwen3-31b"));
+  assert_int_equal(eldr_latency_preset("qwen3-30b-a3b", "tpu", &m, &d), ELDR_ENOTFOUND);
+  assert_non_null(strstr(d.msg, "tpu"));
+}
+
+/* Public-spec arithmetic: Qwen3-30B-A3B's routed experts are 3*2048*768 bf16
+ * params; the whole model (48 layers x 128 experts + attention + head) ~ 61 GB. */
+static void test_qwen_bytes(void **st) {
+  (void)st;
+  eldr_latency_model m;
+  assert_int_equal(eldr_latency_preset("qwen3-30b-a3b", "mi300x", &m, NULL), 0);
+  assert_int_equal(m.shape.num_layers, 48);
+  assert_int_equal(m.shape.num_experts, 128);
+  assert_int_equal(m.shape.top_k, 8);
+  assert_true(m.expert_bytes == 3.0 * 2048 * 768 * 2);
+  double total = 48 * (128 * m.expert_bytes + m.dense_bytes_per_layer) + m.other_layer_bytes;
+  assert_true(total > 58e9 && total < 63e9);
+  /* Llama-4-Maverick FP8: ~400B params -> ~400 GB on one 8-GPU worker */
+  assert_int_equal(eldr_latency_preset("llama4-maverick", "h200", &m, NULL), 0);
+  total = 24 * (128 * m.expert_bytes + m.dense_bytes_per_layer) + m.other_layer_bytes;
+  assert_true(total > 380e9 && total < 420e9);
+  assert_true(m.gpus_per_worker == 8);
+  assert_true(total < 8 * 141e9);
+}
+
+/* The paper's Fig. 2: Qwen3-30B-A3B on MI300X, one MoE layer at batch 64:
+ * 128 active experts ~4.7x slower than 16; batch at fixed experts barely matters. */
+static void test_calibration(void **st) {
+  (void)st;
+  eldr_latency_model m;
+  assert_int_equal(eldr_latency_preset("qwen3-30b-a3b", "mi300x", &m, NULL), 0);
+  double t16 = eldr_latency_moe_layer(&m, 64, 16, 0);
+  double t128 = eldr_latency_moe_layer(&m, 64, 128, 0);
+  double ratio = t128 / t16;
+  assert_true(ratio > 4.4 && ratio < 5.0);
+  double b8 = eldr_latency_moe_layer(&m, 8, 16, 0), b64 = eldr_latency_moe_layer(&m, 64, 16, 0);
+  assert_true(b64 / b8 < 1.05);
+  b8 = eldr_latency_moe_layer(&m, 8, 128, 0);
+  b64 = eldr_latency_moe_layer(&m, 64, 128, 0);
+  assert_true(b64 / b8 < 1.05);
+  /* compute does take over eventually: a huge batch at few experts */
+  double big = eldr_latency_moe_layer(&m, 1 << 16, 128, 0);
+  assert_true(big > 2 * t128);
+}
+
+static void test_step_properties(void **st) {
+  (void)st;
+  eldr_latency_model m;
+  assert_int_equal(eldr_latency_preset("qwen3-30b-a3b", "h200", &m, NULL), 0);
+  uint32_t u[48];
+  double prev = 0;
+  for (uint32_t e = 8; e <= 128; e += 8) { /* strictly increasing in the union */
+    fill(u, 48, e);
+    double t = eldr_latency_step(&m, 16, u, 16 * 500.0);
+    assert_true(t > prev);
+    prev = t;
+  }
+  fill(u, 48, 64);
+  double a = eldr_latency_step(&m, 16, u, 1000), b = eldr_latency_step(&m, 16, u, 100000);
+  assert_true(b > a); /* KV reads cost */
+  /* floor: one token alone is at least the step overhead + weights of 8 experts/layer */
+  fill(u, 48, 8);
+  double floor = eldr_latency_step(&m, 1, u, 0);
+  assert_true(floor > m.step_overhead_s + 48 * 8 * m.expert_bytes / m.hbm_bw);
+  /* one layer raised changes the sum by that layer's delta only */
+  fill(u, 48, 32);
+  double base = eldr_latency_step(&m, 4, u, 0);
+  u[7] = 33;
+  double one = eldr_latency_step(&m, 4, u, 0);
+  assert_true(one - base > 0.99 * m.expert_bytes / m.hbm_bw && one - base < 1.01 * m.expert_bytes / m.hbm_bw);
+  /* expected union */
+  assert_true(eldr_latency_expected_union(&m.shape, 1) > 7.99 && eldr_latency_expected_union(&m.shape, 1) < 8.01);
+  assert_true(eldr_latency_expected_union(&m.shape, 1000) < 128.0001);
+}
+
+static void test_prefill_transfer(void **st) {
+  (void)st;
+  eldr_latency_model m;
+  assert_int_equal(eldr_latency_preset("qwen3-30b-a3b", "mi300x", &m, NULL), 0);
+  double p1 = eldr_latency_prefill(&m, 1000), p2 = eldr_latency_prefill(&m, 8000);
+  assert_true(p2 > 4 * p1); /* compute bound at long prompts */
+  assert_true(p1 > 0.001 && p1 < 0.1);
+  double k1 = eldr_latency_kv_transfer(&m, 1000), k2 = eldr_latency_kv_transfer(&m, 2000);
+  assert_true(k2 > k1 && k1 > m.kv_transfer_latency_s);
+  double per_tok = (k2 - k1) / 1000;
+  assert_true(per_tok > 0.99 * m.kv_bytes_per_token_total / m.kv_transfer_bw);
+}
+
+static void test_overrides(void **st) {
+  (void)st;
+  eldr_latency_model m, m0;
+  assert_int_equal(eldr_latency_preset("qwen3-30b-a3b", "mi300x", &m, NULL), 0);
+  m0 = m;
+  eldr_diag d = {{0}};
+  const char *ok = "{\"hbm_bw\": 1e12, \"step_overhead_s\": 0, \"hardware\": \"mygpu\", \"top_k\": 4}";
+  assert_int_equal(eldr_latency_parse_overrides(ok, strlen(ok), &m, &d), 0);
+  assert_true(m.hbm_bw == 1e12);
+  assert_true(m.step_overhead_s == 0);
+  assert_string_equal(m.hardware, "mygpu");
+  assert_int_equal(m.shape.top_k, 4);
+  m = m0;
+  const char *bad[] = {"{\"hbm_bw\": -1}", "{\"nope\": 1}", "{\"hbm_bw\": \"x\"}", "[1]", "{",
+                       "{\"hbm_bw\": 0}", "{\"top_k\": 1.5}", "{\"top_k\": 1000}"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    memset(&d, 0, sizeof d);
+    assert_true(eldr_latency_parse_overrides(bad[i], strlen(bad[i]), &m, &d) < 0);
+    assert_true(d.msg[0] != 0);
+    assert_memory_equal(&m, &m0, sizeof m); /* unchanged on error */
+  }
+  memset(&d, 0, sizeof d);
+  assert_int_equal(eldr_latency_load_overrides("/nonexistent/x.json", &m, &d), ELDR_EIO);
+  assert_non_null(strstr(d.msg, "/nonexistent/x.json"));
+  /* the shipped example override file loads */
+  assert_int_equal(eldr_latency_load_overrides(ELDR_SOURCE_DIR "/presets/mi300x-measured.json", &m, &d), 0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_presets_all),     cmocka_unit_test(test_qwen_bytes),
+      cmocka_unit_test(test_calibration),     cmocka_unit_test(test_step_properties),
+      cmocka_unit_test(test_prefill_transfer), cmocka_unit_test(test_overrides),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
