@@ -45,7 +45,9 @@ size_t eldr_signature_dim(const eldr_sigspec *spec);
  * counts: L*E selection counts (required). gate_sums: L*E gate sums,
  * required only for GATE/LOGIT (else ignored, may be NULL).
  * Returns 0; ELDR_EEMPTY if the masked, weighted vector is all zero (out is
- * then all zero); ELDR_EUNSUPPORTED for GATE/LOGIT without gate_sums. */
+ * then all zero); ELDR_EUNSUPPORTED for GATE/LOGIT without gate_sums (out
+ * zeroed); ELDR_ERANGE if the vector holds NaN/inf (bad gate sums or IDF
+ * weights; out zeroed); ELDR_EINVAL for NULL arguments or an unknown repr. */
 int eldr_signature_build(const eldr_sigspec *spec, const uint32_t *counts,
                          const float *gate_sums, float *out);
 
@@ -57,7 +59,15 @@ void eldr_idf_compute(const eldr_shape *s, const uint32_t *counts, size_t n, flo
 double eldr_cosine(const float *a, const float *b, size_t dim);
 /* Dot product. */
 double eldr_dot(const float *a, const float *b, size_t dim);
-/* Scale v to unit L2 norm in place; returns the old norm (v unchanged if 0). */
+/* Scale v to unit L2 norm in place; returns the old norm (v unchanged if 0
+ * or not finite). */
 double eldr_l2_normalize(float *v, size_t dim);
+
+/* Internal (shared with quality.c so that its fast path computes exactly the
+ * values eldr_signature_build does): one layer row of the representation,
+ * IDF applied. c: E counts; g: E gate sums (GATE/LOGIT only, else unused);
+ * w: E IDF weights or NULL; o: E outputs (not normalised). */
+void eldr__signature_layer_values(eldr_repr repr, const uint32_t *c, const float *g,
+                                  const float *w, size_t E, float *o);
 
 #endif
