@@ -1,0 +1,664 @@
+/* artifact.c — the routing artifact as JSON (see include/eldr/artifact.h).
+ *
+ * Parsing goes through jansson; every check names the field with its JSON
+ * path ("centroids[3][17]", "idf.weights", "fit.cluster_sizes"). Dimensions
+ * are checked against the input before anything large is allocated, so the
+ * memory used is bounded by the size of the input. Floats are written with
+ * jansson's default 17 significant digits, which round-trips every float
+ * (and double) bit for bit. */
+#include "eldr/artifact.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define ARTIFACT_FORMAT "eldr-artifact"
+#define NORM_TOL 1e-3
+/* Largest artifact file accepted by eldr_artifact_load. */
+#define ARTIFACT_MAX_BYTES ((size_t)1 << 31)
+
+static const char *const repr_names[] = {"count", "binary", "gate", "logit"};
+#define N_REPR (sizeof repr_names / sizeof repr_names[0])
+
+static char *dup_str(const char *s) {
+  if (!s) return NULL;
+  size_t n = strlen(s) + 1;
+  char *r = malloc(n);
+  if (r) memcpy(r, s, n);
+  return r;
+}
+
+eldr_artifact *eldr_artifact_new(const char *model, const eldr_shape *shape,
+                                 const uint32_t *layer_ids, eldr_repr repr, int idf_enabled,
+                                 const uint8_t *mask, size_t k) {
+  if (!shape || eldr_shape_validate(shape, NULL) != ELDR_OK || k == 0) return NULL;
+  const size_t L = shape->num_layers, E = shape->num_experts;
+  size_t nmask = 0;
+  for (size_t l = 0; l < L; l++) nmask += (!mask || mask[l]) ? 1 : 0;
+  if (nmask == 0) return NULL;
+  const size_t dim = nmask * E;
+  if (k > SIZE_MAX / sizeof(float) / dim) return NULL;
+
+  eldr_artifact *a = calloc(1, sizeof *a);
+  if (!a) return NULL;
+  a->version = ELDR_ARTIFACT_VERSION;
+  a->shape = *shape;
+  a->repr = repr;
+  a->idf_enabled = idf_enabled ? 1 : 0;
+  a->k = k;
+  a->dim = dim;
+  a->model = dup_str(model ? model : "");
+  a->layer_ids = calloc(L, sizeof *a->layer_ids);
+  a->mask = calloc(L, sizeof *a->mask);
+  a->centroids = calloc(k * dim, sizeof *a->centroids);
+  a->cluster_sizes = calloc(k, sizeof *a->cluster_sizes);
+  if (a->idf_enabled) a->idf = calloc(L * E, sizeof *a->idf);
+  if (!a->model || !a->layer_ids || !a->mask || !a->centroids || !a->cluster_sizes ||
+      (a->idf_enabled && !a->idf)) {
+    eldr_artifact_free(a);
+    return NULL;
+  }
+  for (size_t l = 0; l < L; l++) {
+    a->layer_ids[l] = layer_ids ? layer_ids[l] : (uint32_t)l;
+    a->mask[l] = (!mask || mask[l]) ? 1 : 0;
+  }
+  return a;
+}
+
+void eldr_artifact_free(eldr_artifact *a) {
+  if (!a) return;
+  free(a->trace);
+  free(a->created);
+  free(a->cluster_sizes);
+  free(a->centroids);
+  free(a->mask);
+  free(a->idf);
+  free(a->layer_ids);
+  free(a->model);
+  free(a);
+}
+
+int eldr_artifact_validate(const eldr_artifact *a, eldr_diag *d) {
+  if (!a) return eldr_diag_fail(d, ELDR_EINVAL, "artifact missing");
+  if (a->version != ELDR_ARTIFACT_VERSION)
+    return eldr_diag_fail(d, ELDR_EVERSION, "version: %d is not supported (this build reads %d)",
+                          a->version, ELDR_ARTIFACT_VERSION);
+  if (!a->model) return eldr_diag_fail(d, ELDR_EINVAL, "model.name missing");
+  int rc = eldr_shape_validate(&a->shape, d);
+  if (rc) {
+    eldr_diag_prefix(d, "model");
+    return rc;
+  }
+  const size_t L = a->shape.num_layers, E = a->shape.num_experts;
+  if (!a->layer_ids) return eldr_diag_fail(d, ELDR_EINVAL, "model.layer_ids missing");
+  for (size_t i = 0; i < L; i++)
+    for (size_t j = 0; j < i; j++)
+      if (a->layer_ids[i] == a->layer_ids[j])
+        return eldr_diag_fail(d, ELDR_ERANGE, "model.layer_ids[%zu] = %" PRIu32
+                              " repeats model.layer_ids[%zu]", i, a->layer_ids[i], j);
+  if ((unsigned)a->repr >= N_REPR)
+    return eldr_diag_fail(d, ELDR_EUNSUPPORTED, "representation: unknown value %d", (int)a->repr);
+  if (a->idf_enabled) {
+    if (!a->idf) return eldr_diag_fail(d, ELDR_EINVAL, "idf.weights missing while idf.enabled");
+    for (size_t i = 0; i < L * E; i++) {
+      if (!isfinite(a->idf[i]))
+        return eldr_diag_fail(d, ELDR_ERANGE, "idf.weights[%zu] is not finite (%g)", i,
+                              (double)a->idf[i]);
+      if (a->idf[i] < 0)
+        return eldr_diag_fail(d, ELDR_ERANGE, "idf.weights[%zu] = %g is negative", i,
+                              (double)a->idf[i]);
+    }
+  }
+  if (!a->mask) return eldr_diag_fail(d, ELDR_EINVAL, "layer_mask missing");
+  size_t nmask = 0;
+  for (size_t l = 0; l < L; l++) nmask += a->mask[l] ? 1 : 0;
+  if (nmask == 0) return eldr_diag_fail(d, ELDR_ERANGE, "layer_mask: empty (no layer selected)");
+  if (a->dim != nmask * E)
+    return eldr_diag_fail(d, ELDR_ESHAPE,
+                          "centroids: dimension %zu != |layer_mask| %zu * num_experts %zu",
+                          a->dim, nmask, E);
+  if (a->k == 0) return eldr_diag_fail(d, ELDR_ESHAPE, "centroids: none (k = 0)");
+  if (!a->centroids) return eldr_diag_fail(d, ELDR_EINVAL, "centroids missing");
+  for (size_t c = 0; c < a->k; c++) {
+    const float *row = a->centroids + c * a->dim;
+    double ss = 0;
+    for (size_t j = 0; j < a->dim; j++) {
+      if (!isfinite(row[j]))
+        return eldr_diag_fail(d, ELDR_ERANGE, "centroids[%zu][%zu] is not finite (%g)", c, j,
+                              (double)row[j]);
+      ss += (double)row[j] * row[j];
+    }
+    double norm = sqrt(ss);
+    if (!(fabs(norm - 1.0) <= NORM_TOL))
+      return eldr_diag_fail(d, ELDR_ERANGE,
+                            "centroids[%zu]: L2 norm %.6g, expected 1 (tolerance %g)", c, norm,
+                            NORM_TOL);
+  }
+  if (!(a->tau >= 0.0 && a->tau <= 2.0))
+    return eldr_diag_fail(d, ELDR_ERANGE, "tau: %g outside [0, 2]", a->tau);
+  if (isinf(a->fit_rho) || (!isnan(a->fit_rho) && fabs(a->fit_rho) > 1.0 + 1e-9))
+    return eldr_diag_fail(d, ELDR_ERANGE, "fit.rho: %g outside [-1, 1]", a->fit_rho);
+  if (a->fit_n > (size_t)INT64_MAX)
+    return eldr_diag_fail(d, ELDR_ERANGE, "fit.n: %zu too large", a->fit_n);
+  if (!a->cluster_sizes) return eldr_diag_fail(d, ELDR_EINVAL, "fit.cluster_sizes missing");
+  for (size_t c = 0; c < a->k; c++)
+    if (a->cluster_sizes[c] > (size_t)INT64_MAX)
+      return eldr_diag_fail(d, ELDR_ERANGE, "fit.cluster_sizes[%zu]: %zu too large", c,
+                            a->cluster_sizes[c]);
+  return ELDR_OK;
+}
+
+/* ---- parsing ------------------------------------------------------------ */
+
+/* Field of an object, with a check of its JSON type. */
+static int get_field(const json_t *obj, const char *parent, const char *key, json_type type,
+                     int optional, json_t **out, eldr_diag *d) {
+  json_t *v = json_object_get(obj, key);
+  const char *dot = parent[0] ? "." : "";
+  *out = NULL;
+  if (!v || (optional && json_is_null(v))) {
+    if (optional) return ELDR_OK;
+    return eldr_diag_fail(d, ELDR_EPARSE, "%s%s%s: missing", parent, dot, key);
+  }
+  int ok;
+  const char *want;
+  switch (type) {
+  case JSON_OBJECT: ok = json_is_object(v); want = "an object"; break;
+  case JSON_ARRAY: ok = json_is_array(v); want = "an array"; break;
+  case JSON_STRING: ok = json_is_string(v); want = "a string"; break;
+  case JSON_INTEGER: ok = json_is_integer(v); want = "an integer"; break;
+  case JSON_REAL: ok = json_is_number(v); want = "a number"; break;
+  case JSON_TRUE:
+  case JSON_FALSE: ok = json_is_boolean(v); want = "true or false"; break;
+  default: ok = 0; want = "?"; break;
+  }
+  if (!ok) return eldr_diag_fail(d, ELDR_EPARSE, "%s%s%s: must be %s", parent, dot, key, want);
+  *out = v;
+  return ELDR_OK;
+}
+
+/* Integer in [lo, hi]. */
+static int get_int(const json_t *obj, const char *parent, const char *key, long long lo,
+                   long long hi, long long *out, eldr_diag *d) {
+  json_t *v;
+  int rc = get_field(obj, parent, key, JSON_INTEGER, 0, &v, d);
+  if (rc) return rc;
+  long long x = json_integer_value(v);
+  if (x < lo || x > hi)
+    return eldr_diag_fail(d, ELDR_ERANGE, "%s%s%s: %lld outside [%lld, %lld]", parent,
+                          parent[0] ? "." : "", key, x, lo, hi);
+  *out = x;
+  return ELDR_OK;
+}
+
+/* n finite numbers that fit a float, from a JSON array of exactly n. */
+static int get_floats(const json_t *arr, size_t n, float *out, const char *what, eldr_diag *d) {
+  if (json_array_size(arr) != n)
+    return eldr_diag_fail(d, ELDR_ESHAPE, "%s: %zu values, expected %zu", what,
+                          json_array_size(arr), n);
+  for (size_t i = 0; i < n; i++) {
+    json_t *v = json_array_get(arr, i);
+    if (!json_is_number(v))
+      return eldr_diag_fail(d, ELDR_EPARSE, "%s[%zu]: must be a number", what, i);
+    double x = json_number_value(v);
+    float f = (float)x;
+    if (!isfinite(x) || !isfinite(f))
+      return eldr_diag_fail(d, ELDR_ERANGE, "%s[%zu]: %g is not a finite float", what, i, x);
+    out[i] = f;
+  }
+  return ELDR_OK;
+}
+
+static int parse_seed(const json_t *fit, uint64_t *out, eldr_diag *d) {
+  json_t *v = json_object_get(fit, "seed");
+  if (!v) return eldr_diag_fail(d, ELDR_EPARSE, "fit.seed: missing");
+  if (json_is_integer(v)) {
+    long long x = json_integer_value(v);
+    if (x < 0) return eldr_diag_fail(d, ELDR_ERANGE, "fit.seed: %lld is negative", x);
+    *out = (uint64_t)x;
+    return ELDR_OK;
+  }
+  if (json_is_string(v)) { /* seeds above INT64_MAX are written as strings */
+    const char *s = json_string_value(v);
+    size_t n = json_string_length(v);
+    if (n == 0 || n > 20 || strspn(s, "0123456789") != n)
+      return eldr_diag_fail(d, ELDR_EPARSE, "fit.seed: \"%.40s\" is not a decimal integer", s);
+    errno = 0;
+    unsigned long long x = strtoull(s, NULL, 10);
+    if (errno == ERANGE)
+      return eldr_diag_fail(d, ELDR_ERANGE, "fit.seed: %s does not fit 64 bits", s);
+    *out = (uint64_t)x;
+    return ELDR_OK;
+  }
+  return eldr_diag_fail(d, ELDR_EPARSE, "fit.seed: must be an integer");
+}
+
+static int parse_root(const json_t *root, eldr_artifact **out, eldr_diag *d) {
+  json_t *v, *model, *idf, *mask_a, *cents, *fit, *weights = NULL;
+  int rc;
+  long long x;
+  eldr_artifact *a = NULL;
+  uint32_t *layer_ids = NULL;
+  uint8_t *mask = NULL;
+
+  if (!json_is_object(root)) return eldr_diag_fail(d, ELDR_EPARSE, "top level: must be an object");
+  if ((rc = get_field(root, "", "format", JSON_STRING, 0, &v, d))) return rc;
+  if (strcmp(json_string_value(v), ARTIFACT_FORMAT) != 0)
+    return eldr_diag_fail(d, ELDR_EPARSE, "format: \"%.60s\" is not \"" ARTIFACT_FORMAT "\"",
+                          json_string_value(v));
+  if ((rc = get_field(root, "", "version", JSON_INTEGER, 0, &v, d))) return rc;
+  if (json_integer_value(v) != ELDR_ARTIFACT_VERSION)
+    return eldr_diag_fail(d, ELDR_EVERSION, "version: %lld is not supported (this build reads %d)",
+                          (long long)json_integer_value(v), ELDR_ARTIFACT_VERSION);
+
+  /* model */
+  if ((rc = get_field(root, "", "model", JSON_OBJECT, 0, &model, d))) return rc;
+  json_t *name;
+  if ((rc = get_field(model, "model", "name", JSON_STRING, 0, &name, d))) return rc;
+  eldr_shape shape;
+  if ((rc = get_int(model, "model", "num_layers", 0, UINT32_MAX, &x, d))) return rc;
+  shape.num_layers = (uint32_t)x;
+  if ((rc = get_int(model, "model", "num_experts", 0, UINT32_MAX, &x, d))) return rc;
+  shape.num_experts = (uint32_t)x;
+  if ((rc = get_int(model, "model", "top_k", 0, UINT32_MAX, &x, d))) return rc;
+  shape.top_k = (uint32_t)x;
+  if ((rc = eldr_shape_validate(&shape, d))) {
+    eldr_diag_prefix(d, "model");
+    return rc;
+  }
+  const size_t L = shape.num_layers, E = shape.num_experts;
+  json_t *lids;
+  if ((rc = get_field(model, "model", "layer_ids", JSON_ARRAY, 0, &lids, d))) return rc;
+  if (json_array_size(lids) != L)
+    return eldr_diag_fail(d, ELDR_ESHAPE, "model.layer_ids: %zu entries, expected num_layers = %zu",
+                          json_array_size(lids), L);
+  layer_ids = malloc(L * sizeof *layer_ids);
+  mask = calloc(L, 1);
+  if (!layer_ids || !mask) {
+    rc = eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
+    goto fail;
+  }
+  for (size_t l = 0; l < L; l++) {
+    json_t *e = json_array_get(lids, l);
+    if (!json_is_integer(e)) {
+      rc = eldr_diag_fail(d, ELDR_EPARSE, "model.layer_ids[%zu]: must be an integer", l);
+      goto fail;
+    }
+    long long id = json_integer_value(e);
+    if (id < 0 || id > (long long)UINT32_MAX) {
+      rc = eldr_diag_fail(d, ELDR_ERANGE, "model.layer_ids[%zu]: %lld out of range", l, id);
+      goto fail;
+    }
+    layer_ids[l] = (uint32_t)id;
+  }
+
+  /* representation */
+  if ((rc = get_field(root, "", "representation", JSON_STRING, 0, &v, d))) goto fail;
+  eldr_repr repr = ELDR_REPR_COUNT;
+  size_t r;
+  for (r = 0; r < N_REPR; r++)
+    if (strcmp(json_string_value(v), repr_names[r]) == 0) break;
+  if (r == N_REPR) {
+    rc = eldr_diag_fail(d, ELDR_EPARSE,
+                        "representation: unknown \"%.40s\" (count, binary, gate or logit)",
+                        json_string_value(v));
+    goto fail;
+  }
+  repr = (eldr_repr)r;
+
+  /* idf */
+  if ((rc = get_field(root, "", "idf", JSON_OBJECT, 0, &idf, d))) goto fail;
+  if ((rc = get_field(idf, "idf", "enabled", JSON_TRUE, 0, &v, d))) goto fail;
+  const int idf_on = json_is_true(v);
+  if (idf_on) {
+    if ((rc = get_field(idf, "idf", "weights", JSON_ARRAY, 0, &weights, d))) goto fail;
+    if (json_array_size(weights) != L * E) {
+      rc = eldr_diag_fail(d, ELDR_ESHAPE,
+                          "idf.weights: %zu values, expected num_layers * num_experts = %zu",
+                          json_array_size(weights), L * E);
+      goto fail;
+    }
+  } else if (json_object_get(idf, "weights") && !json_is_null(json_object_get(idf, "weights"))) {
+    rc = eldr_diag_fail(d, ELDR_EPARSE, "idf.weights: present while idf.enabled is false");
+    goto fail;
+  }
+
+  /* layer mask */
+  if ((rc = get_field(root, "", "layer_mask", JSON_ARRAY, 0, &mask_a, d))) goto fail;
+  if (json_array_size(mask_a) == 0) {
+    rc = eldr_diag_fail(d, ELDR_ERANGE, "layer_mask: empty (no layer selected)");
+    goto fail;
+  }
+  long long prev = -1;
+  for (size_t i = 0; i < json_array_size(mask_a); i++) {
+    json_t *e = json_array_get(mask_a, i);
+    if (!json_is_integer(e)) {
+      rc = eldr_diag_fail(d, ELDR_EPARSE, "layer_mask[%zu]: must be an integer", i);
+      goto fail;
+    }
+    long long li = json_integer_value(e);
+    if (li < 0 || li >= (long long)L) {
+      rc = eldr_diag_fail(d, ELDR_ERANGE, "layer_mask[%zu]: %lld outside [0, num_layers = %zu)",
+                          i, li, L);
+      goto fail;
+    }
+    if (li <= prev) {
+      rc = eldr_diag_fail(d, ELDR_ERANGE,
+                          "layer_mask[%zu]: %lld not above %lld (must be strictly ascending)", i,
+                          li, prev);
+      goto fail;
+    }
+    prev = li;
+    mask[li] = 1;
+  }
+  const size_t dim = json_array_size(mask_a) * E;
+
+  /* centroids: shapes first, values after allocation */
+  if ((rc = get_field(root, "", "centroids", JSON_ARRAY, 0, &cents, d))) goto fail;
+  const size_t k = json_array_size(cents);
+  if (k == 0) {
+    rc = eldr_diag_fail(d, ELDR_ESHAPE, "centroids: empty (k = 0)");
+    goto fail;
+  }
+  for (size_t c = 0; c < k; c++) {
+    json_t *row = json_array_get(cents, c);
+    if (!json_is_array(row)) {
+      rc = eldr_diag_fail(d, ELDR_EPARSE, "centroids[%zu]: must be an array", c);
+      goto fail;
+    }
+    if (json_array_size(row) != dim) {
+      rc = eldr_diag_fail(d, ELDR_ESHAPE,
+                          "centroids[%zu]: %zu values, expected |layer_mask| * num_experts = %zu",
+                          c, json_array_size(row), dim);
+      goto fail;
+    }
+  }
+
+  /* fit (shape checks before allocating) */
+  if ((rc = get_field(root, "", "fit", JSON_OBJECT, 0, &fit, d))) goto fail;
+  long long fit_k;
+  if ((rc = get_int(fit, "fit", "k", 1, LLONG_MAX, &fit_k, d))) goto fail;
+  if ((unsigned long long)fit_k != k) {
+    rc = eldr_diag_fail(d, ELDR_ESHAPE, "fit.k: %lld but there are %zu centroids", fit_k, k);
+    goto fail;
+  }
+  json_t *sizes;
+  if ((rc = get_field(fit, "fit", "cluster_sizes", JSON_ARRAY, 0, &sizes, d))) goto fail;
+  if (json_array_size(sizes) != k) {
+    rc = eldr_diag_fail(d, ELDR_ESHAPE, "fit.cluster_sizes: %zu entries, expected k = %zu",
+                        json_array_size(sizes), k);
+    goto fail;
+  }
+
+  a = eldr_artifact_new(json_string_value(name), &shape, layer_ids, repr, idf_on, mask, k);
+  if (!a) {
+    rc = eldr_diag_fail(d, ELDR_ENOMEM, "out of memory for %zu centroids of dimension %zu", k, dim);
+    goto fail;
+  }
+  if (idf_on && (rc = get_floats(weights, L * E, a->idf, "idf.weights", d))) goto fail;
+  for (size_t c = 0; c < k; c++) {
+    char what[40];
+    snprintf(what, sizeof what, "centroids[%zu]", c);
+    if ((rc = get_floats(json_array_get(cents, c), dim, a->centroids + c * dim, what, d)))
+      goto fail;
+  }
+  if ((rc = get_field(root, "", "tau", JSON_REAL, 0, &v, d))) goto fail;
+  a->tau = json_number_value(v);
+
+  if ((rc = get_int(fit, "fit", "n", 0, LLONG_MAX, &x, d))) goto fail;
+  a->fit_n = (size_t)x;
+  v = json_object_get(fit, "rho");
+  if (!v) {
+    rc = eldr_diag_fail(d, ELDR_EPARSE, "fit.rho: missing");
+    goto fail;
+  }
+  if (json_is_null(v)) a->fit_rho = NAN; /* not measured */
+  else if (json_is_number(v)) a->fit_rho = json_number_value(v);
+  else {
+    rc = eldr_diag_fail(d, ELDR_EPARSE, "fit.rho: must be a number or null");
+    goto fail;
+  }
+  if ((rc = parse_seed(fit, &a->fit_seed, d))) goto fail;
+  if ((rc = get_field(fit, "fit", "balanced", JSON_TRUE, 0, &v, d))) goto fail;
+  a->fit_balanced = json_is_true(v);
+  for (size_t c = 0; c < k; c++) {
+    json_t *e = json_array_get(sizes, c);
+    if (!json_is_integer(e) || json_integer_value(e) < 0) {
+      rc = eldr_diag_fail(d, ELDR_EPARSE, "fit.cluster_sizes[%zu]: must be an integer >= 0", c);
+      goto fail;
+    }
+    a->cluster_sizes[c] = (size_t)json_integer_value(e);
+  }
+  const char *opt_keys[2] = {"created", "trace"};
+  char **opt_dst[2] = {&a->created, &a->trace};
+  for (int i = 0; i < 2; i++) {
+    if ((rc = get_field(fit, "fit", opt_keys[i], JSON_STRING, 1, &v, d))) goto fail;
+    if (v && !(*opt_dst[i] = dup_str(json_string_value(v)))) {
+      rc = eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
+      goto fail;
+    }
+  }
+
+  if ((rc = eldr_artifact_validate(a, d))) goto fail;
+  free(mask);
+  free(layer_ids);
+  *out = a;
+  return ELDR_OK;
+
+fail:
+  eldr_artifact_free(a);
+  free(mask);
+  free(layer_ids);
+  return rc;
+}
+
+int eldr_artifact_parse(const char *json, size_t len, eldr_artifact **out, eldr_diag *d) {
+  if (!out) return eldr_diag_fail(d, ELDR_EINVAL, "no output pointer");
+  *out = NULL;
+  if (!json) return eldr_diag_fail(d, ELDR_EINVAL, "no input");
+  if (len == 0) return eldr_diag_fail(d, ELDR_EEMPTY, "empty artifact");
+  json_error_t err;
+  json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &err);
+  if (!root)
+    return eldr_diag_fail(d, ELDR_EPARSE, "JSON line %d column %d: %s", err.line, err.column,
+                          err.text);
+  int rc = parse_root(root, out, d);
+  json_decref(root);
+  return rc;
+}
+
+int eldr_artifact_load(const char *path, eldr_artifact **out, eldr_diag *d) {
+  if (!out) return eldr_diag_fail(d, ELDR_EINVAL, "no output pointer");
+  *out = NULL;
+  if (!path) return eldr_diag_fail(d, ELDR_EINVAL, "no artifact path");
+  FILE *f = fopen(path, "rb");
+  if (!f) return eldr_diag_fail(d, ELDR_EIO, "cannot open artifact '%s': %s", path, strerror(errno));
+  int rc;
+  char *buf = NULL;
+  size_t cap = 0, len = 0;
+  for (;;) {
+    if (len == cap) {
+      if (cap >= ARTIFACT_MAX_BYTES) {
+        rc = eldr_diag_fail(d, ELDR_ERANGE, "artifact '%s': larger than %zu bytes", path,
+                            ARTIFACT_MAX_BYTES);
+        goto done;
+      }
+      size_t ncap = cap ? cap * 2 : 1 << 16;
+      char *nb = realloc(buf, ncap);
+      if (!nb) {
+        rc = eldr_diag_fail(d, ELDR_ENOMEM, "artifact '%s': out of memory", path);
+        goto done;
+      }
+      buf = nb;
+      cap = ncap;
+    }
+    size_t got = fread(buf + len, 1, cap - len, f);
+    len += got;
+    if (got == 0) break;
+  }
+  if (ferror(f)) {
+    rc = eldr_diag_fail(d, ELDR_EIO, "cannot read artifact '%s': %s", path, strerror(errno));
+    goto done;
+  }
+  rc = eldr_artifact_parse(buf, len, out, d);
+  if (rc) eldr_diag_prefix(d, "artifact '%s'", path);
+done:
+  free(buf);
+  fclose(f);
+  return rc;
+}
+
+/* ---- serialisation ------------------------------------------------------- */
+
+static json_t *float_array(const float *v, size_t n) {
+  json_t *arr = json_array();
+  if (!arr) return NULL;
+  for (size_t i = 0; i < n; i++) {
+    if (json_array_append_new(arr, json_real((double)v[i])) != 0) {
+      json_decref(arr);
+      return NULL;
+    }
+  }
+  return arr;
+}
+
+/* json_object_set_new that remembers a failure (value NULL or set failed). */
+static void set(json_t *obj, const char *key, json_t *val, int *bad) {
+  if (!val || json_object_set_new(obj, key, val) != 0) *bad = 1;
+}
+
+char *eldr_artifact_dump(const eldr_artifact *a) {
+  if (eldr_artifact_validate(a, NULL) != ELDR_OK) return NULL;
+  const size_t L = a->shape.num_layers, E = a->shape.num_experts;
+  int bad = 0;
+  json_t *root = json_object();
+  if (!root) return NULL;
+  set(root, "format", json_string(ARTIFACT_FORMAT), &bad);
+  set(root, "version", json_integer(a->version), &bad);
+
+  json_t *model = json_object();
+  if (model) {
+    set(model, "name", json_string(a->model), &bad);
+    set(model, "num_layers", json_integer(a->shape.num_layers), &bad);
+    set(model, "num_experts", json_integer(a->shape.num_experts), &bad);
+    set(model, "top_k", json_integer(a->shape.top_k), &bad);
+    json_t *ids = json_array();
+    for (size_t l = 0; ids && l < L; l++)
+      if (json_array_append_new(ids, json_integer(a->layer_ids[l]))) bad = 1;
+    set(model, "layer_ids", ids, &bad);
+  }
+  set(root, "model", model, &bad);
+  set(root, "representation", json_string(repr_names[a->repr]), &bad);
+
+  json_t *idf = json_object();
+  if (idf) {
+    set(idf, "enabled", json_boolean(a->idf_enabled), &bad);
+    if (a->idf_enabled) set(idf, "weights", float_array(a->idf, L * E), &bad);
+  }
+  set(root, "idf", idf, &bad);
+
+  json_t *mask = json_array();
+  for (size_t l = 0; mask && l < L; l++)
+    if (a->mask[l] && json_array_append_new(mask, json_integer((json_int_t)l))) bad = 1;
+  set(root, "layer_mask", mask, &bad);
+
+  json_t *cents = json_array();
+  for (size_t c = 0; cents && c < a->k; c++)
+    if (json_array_append_new(cents, float_array(a->centroids + c * a->dim, a->dim))) bad = 1;
+  set(root, "centroids", cents, &bad);
+  set(root, "tau", json_real(a->tau), &bad);
+
+  json_t *fit = json_object();
+  if (fit) {
+    set(fit, "n", json_integer((json_int_t)a->fit_n), &bad);
+    set(fit, "k", json_integer((json_int_t)a->k), &bad);
+    set(fit, "rho", isnan(a->fit_rho) ? json_null() : json_real(a->fit_rho), &bad);
+    if (a->fit_seed <= (uint64_t)INT64_MAX) {
+      set(fit, "seed", json_integer((json_int_t)a->fit_seed), &bad);
+    } else {
+      char s[24];
+      snprintf(s, sizeof s, "%" PRIu64, a->fit_seed);
+      set(fit, "seed", json_string(s), &bad);
+    }
+    set(fit, "balanced", json_boolean(a->fit_balanced), &bad);
+    json_t *sizes = json_array();
+    for (size_t c = 0; sizes && c < a->k; c++)
+      if (json_array_append_new(sizes, json_integer((json_int_t)a->cluster_sizes[c]))) bad = 1;
+    set(fit, "cluster_sizes", sizes, &bad);
+    if (a->created) set(fit, "created", json_string(a->created), &bad);
+    if (a->trace) set(fit, "trace", json_string(a->trace), &bad);
+  }
+  set(root, "fit", fit, &bad);
+
+  char *s = bad ? NULL : json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
+  json_decref(root);
+  return s;
+}
+
+int eldr_artifact_save(const char *path, const eldr_artifact *a, eldr_diag *d) {
+  if (!path) return eldr_diag_fail(d, ELDR_EINVAL, "no artifact path");
+  int rc = eldr_artifact_validate(a, d);
+  if (rc) return rc;
+  char *text = eldr_artifact_dump(a);
+  if (!text)
+    return eldr_diag_fail(d, ELDR_EINVAL, "cannot serialise the artifact (model name or "
+                          "creation strings not valid UTF-8?)");
+  size_t plen = strlen(path);
+  char *tmp = malloc(plen + 16);
+  if (!tmp) {
+    free(text);
+    return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
+  }
+  memcpy(tmp, path, plen);
+  memcpy(tmp + plen, ".tmp.XXXXXX", 12);
+  int fd = mkstemp(tmp);
+  if (fd < 0) {
+    rc = eldr_diag_fail(d, ELDR_EIO, "cannot create a temporary file next to '%s': %s", path,
+                        strerror(errno));
+    goto out;
+  }
+  (void)fchmod(fd, 0644);
+  size_t len = strlen(text);
+  const char *p = text;
+  size_t left = len;
+  while (left > 0) {
+    ssize_t w = write(fd, p, left);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      rc = eldr_diag_fail(d, ELDR_EIO, "cannot write '%s': %s", tmp, strerror(errno));
+      break;
+    }
+    p += w;
+    left -= (size_t)w;
+  }
+  if (!rc && write(fd, "\n", 1) != 1)
+    rc = eldr_diag_fail(d, ELDR_EIO, "cannot write '%s': %s", tmp, strerror(errno));
+  if (!rc && fsync(fd) != 0)
+    rc = eldr_diag_fail(d, ELDR_EIO, "cannot sync '%s': %s", tmp, strerror(errno));
+  if (close(fd) != 0 && !rc)
+    rc = eldr_diag_fail(d, ELDR_EIO, "cannot close '%s': %s", tmp, strerror(errno));
+  if (!rc && rename(tmp, path) != 0)
+    rc = eldr_diag_fail(d, ELDR_EIO, "cannot rename '%s' to '%s': %s", tmp, path,
+                        strerror(errno));
+  if (rc) unlink(tmp);
+out:
+  free(tmp);
+  free(text);
+  return rc;
+}
+
+void eldr_artifact_sigspec(const eldr_artifact *a, eldr_sigspec *spec) {
+  if (!a || !spec) return;
+  spec->shape = a->shape;
+  spec->repr = a->repr;
+  spec->idf = a->idf_enabled ? a->idf : NULL;
+  spec->mask = a->mask;
+}
