@@ -31,8 +31,21 @@ typedef struct eldr_pairs_opts {
   uint64_t seed;
 } eldr_pairs_opts;
 
+/* Internal (exposed for tests): the pairs rho is computed over, i < j,
+ * sorted by (i, j), distinct. *pi receives one malloc'ed block holding both
+ * arrays (*pj points into it; free(*pi) only). ELDR_EINVAL for n < 2 or
+ * n > UINT32_MAX, ELDR_ERANGE if the pair count needs >= 2^32, ELDR_ENOMEM. */
+int eldr__quality_pairs(size_t n, const eldr_pairs_opts *po, uint32_t **pi, uint32_t **pj,
+                        size_t *npairs);
+
 /* rho between signature distances (sigs: n * sdim, unit rows or zero rows)
- * and decode-pattern distances (dec: n * ddim, unit rows or zero rows). */
+ * and decode-pattern distances (dec: n * ddim, unit rows or zero rows).
+ * Distances are cosine distances 1 - cos (1 when either row is zero),
+ * clamped to [0, 2] and rounded to multiples of 2^-16 before ranking, so
+ * that distances equal up to float rounding of the inputs are ties. Pairs are those of eldr__quality_pairs.
+ * Errors: ELDR_EINVAL (NULL, n < 2, zero dim), ELDR_EEMPTY (all decode or
+ * all signature distances equal: rho undefined), ELDR_ERANGE (a non-finite
+ * row), ELDR_ENOMEM. */
 int eldr_quality_rho(const float *sigs, size_t sdim, const float *dec, size_t ddim, size_t n,
                      const eldr_pairs_opts *po, double *rho);
 
@@ -48,12 +61,22 @@ typedef struct eldr_mask_step {
 } eldr_mask_step;
 
 /* Greedy forward layer selection: start empty, add the layer that maximises
- * rho, until all L layers are in; steps[i] gets step i (L entries, caller's).
+ * rho (ties: the lower layer index; a mask whose rho is undefined, all
+ * signature distances equal, ranks below any number and reports rho NaN),
+ * until all L layers are in; steps[i] gets step i (L entries, caller's).
+ * The rho of each mask equals eldr_quality_rho on signatures built with
+ * eldr_signature_build for that mask (same pairs, up to float rounding of the
+ * signature values). Best prefix ties go to the smaller mask.
+ * Errors: ELDR_EINVAL (NULL, bad shape, n < 2), ELDR_EUNSUPPORTED (GATE/LOGIT
+ * without gate_sums), ELDR_EEMPTY (decode distances all equal, or no mask
+ * has a defined rho), ELDR_ERANGE (non-finite values), ELDR_ENOMEM.
  * best_mask (L flags) receives the prefix of steps with the highest rho;
  * *best_rho its value; *all_rho (optional) rho with all layers.
  * prefill_counts: n * L*E, gate_sums: n * L*E or NULL, dec: n * ddim unit rows.
- * idf: L*E or NULL. Complexity: precomputes per-layer pairwise dots, then
- * O(L^2 * P) for P pairs. */
+ * idf: L*E or NULL. Complexity: precomputes per-layer pairwise dots (sparse:
+ * O(P * nonzeros per request)), then each candidate mask costs O(P) for its
+ * distances (running sums) plus an O(P) radix sort: O(L^2 * P) in all.
+ * Scratch memory: about P * (4 L + 40) + 8 n L bytes plus the nonzeros. */
 int eldr_quality_greedy_mask(const eldr_shape *s, eldr_repr repr, const float *idf,
                              const uint32_t *prefill_counts, const float *gate_sums,
                              const float *dec, size_t ddim, size_t n, const eldr_pairs_opts *po,
