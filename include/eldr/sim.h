@@ -1,0 +1,117 @@
+/* eldr/sim.h — the discrete-event xPyD cluster simulator.
+ *
+ * P prefill workers (chosen by eldr_policy_prefill: prefix hash with a load
+ * guard; chunked batches of queued prompts, compute-bound time from the
+ * latency model), a KV-transfer delay, then D decode workers chosen by
+ * eldr_policy_decode (the same code the router runs) with continuous
+ * batching: a request joins at the next step when the running batch has
+ * room (else it waits in a FIFO), decodes one token per step, and leaves
+ * after its last token. Each step's latency comes from eldr_latency_step with
+ * the per-layer union of the experts the batch's current decode tokens
+ * select (each member contributes its own recorded decode token), computed
+ * with per-layer bitsets.
+ *
+ * Arrivals: Poisson at a rate, drawing recorded requests from the serve pool
+ * (cycling through seeded shuffles of the pool), or the trace's own arrival
+ * timestamps (one pass over the pool in arrival order).
+ *
+ * Definitions: TTFT = arrival -> end of the request's first decode step (the
+ * client sees the stream from the decoder); TPOT = (finish - first token) /
+ * (tokens - 1), for requests with >= 2 decode tokens. Decoder load given to
+ * the policy = requests routed there and not finished (in transfer, waiting,
+ * running); prefill load = queued + in the running prefill batch.
+ *
+ * Deterministic: same inputs and seed, same result. Arrivals, pool draws and
+ * offsets use streams derived from the seed independent of the policy, so
+ * every policy serves the very same arrival sequence.
+ *
+ * Ownership: the pool and model are borrowed for the duration of a call; the
+ * result is a plain value; a log (optional) is a caller-owned array.
+ */
+#ifndef ELDR_SIM_H
+#define ELDR_SIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "eldr/error.h"
+#include "eldr/latency.h"
+#include "eldr/policy.h"
+#include "eldr/trace.h"
+
+/* The recorded requests to serve, and what the router knows about them. */
+typedef struct eldr_sim_pool {
+  const eldr_trace *trace;   /* borrowed */
+  const size_t *idx;         /* n request indices into trace (the serve split) */
+  size_t n;
+  const float *sigs;         /* n * dim unit signatures (row i for idx[i]), or NULL */
+  const uint8_t *sig_ok;     /* n flags (nonzero: signature valid), or NULL = all valid */
+  size_t dim;
+  const float *centroids;    /* n_centroids * dim, or NULL (ELDR falls back to JSQ) */
+  size_t n_centroids;
+} eldr_sim_pool;
+
+/* One request's history (optional, for tests and per-request output). */
+typedef struct eldr_sim_log {
+  uint32_t pool_index;   /* which recorded request */
+  int prefill_worker, decoder;
+  double arrival, prefill_done, first_token, finish;
+  uint32_t tokens;       /* decode tokens generated */
+  uint32_t completions;  /* times it finished (must be 1) */
+  uint32_t chosen_load, min_load; /* decoder loads at the decision */
+  int fallback;          /* eldr_fallback of the decision */
+} eldr_sim_log;
+
+typedef struct eldr_sim_config {
+  size_t n_prefill, n_decode;
+  size_t max_batch;          /* decode batch limit (default 64) */
+  size_t prefill_max_tokens; /* prompt tokens per prefill batch (default 8192) */
+  uint32_t prefill_guard;    /* eldr_policy_prefill load guard (default 4) */
+  double rate;               /* requests/s; <= 0: use the trace's arrival timestamps */
+  size_t n_requests;         /* arrivals (rate mode) */
+  uint64_t seed;
+  eldr_policy_kind policy;
+  double tau;
+  int permute_signatures;    /* control "eldr-permuted": signatures shuffled across pool requests */
+  int decorrelate;           /* each arrival starts at a random offset of its decode sequence (wraps) */
+  eldr_sim_log *log;         /* n_requests entries (or pool size in trace mode), or NULL */
+  void (*progress)(void *ctx, size_t done, size_t total);
+  void *progress_ctx;
+} eldr_sim_config;
+
+/* Defaults: 8P16D, batch 64, 8192 prefill tokens, guard 4, rate 10, 1000
+ * requests, seed 1, JSQ, tau 0.1. */
+void eldr_sim_config_default(eldr_sim_config *c);
+
+typedef struct eldr_sim_result {
+  size_t n_requests, completed, decode_requests; /* decode_requests: with >= 2 tokens (TPOT) */
+  double tpot_p50, tpot_p99, tpot_mean, tpot_min; /* seconds */
+  double ttft_p50, ttft_p99;
+  double makespan_s;          /* first arrival -> last finish */
+  double throughput_tok_s, throughput_req_s;
+  double mean_batch;          /* members per decode step */
+  double mean_union;          /* distinct experts per layer per step */
+  uint64_t steps, token_steps;
+  double copies_in_flight;    /* mean other in-flight copies of the same recorded request, at decode routing */
+  double batch_dup_frac;      /* fraction of token-steps whose batch holds another copy of the same request */
+  size_t fallbacks;           /* decisions that did not run as asked */
+  size_t pool_size;
+  double sim_seconds;         /* simulated time of the last event */
+} eldr_sim_result;
+
+/* Run one simulation. Errors: ELDR_EINVAL (bad config: zero workers/batch,
+ * empty pool, no arrival timestamps in trace mode, signature dim mismatch),
+ * ELDR_ESHAPE (model shape differs from the trace's), ELDR_ENOMEM. */
+int eldr_sim_run(const eldr_sim_pool *pool, const eldr_latency_model *m, const eldr_sim_config *c,
+                 eldr_sim_result *r, eldr_diag *d);
+
+/* Capacity estimate (requests/s) of a configuration for the pool: the lower
+ * of decode (D full batches at the expected uniform union) and prefill
+ * throughput. Used to choose a rate sweep. */
+double eldr_sim_capacity(const eldr_sim_pool *pool, const eldr_latency_model *m,
+                         const eldr_sim_config *c);
+
+/* Quantile q in [0,1] of v (n values, sorted in place), linear interpolation. */
+double eldr_sim_quantile(double *v, size_t n, double q);
+
+#endif

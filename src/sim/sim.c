@@ -1,0 +1,632 @@
+/* sim.c — discrete-event xPyD cluster simulator (see include/eldr/sim.h). */
+#include "eldr/sim.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "eldr/rng.h"
+
+enum { EV_ARRIVAL = 0, EV_PREFILL_DONE, EV_KV_ARRIVE, EV_STEP_DONE, EV_WAKE };
+
+typedef struct event {
+  double t;
+  uint64_t seq;
+  uint32_t type, id;
+} event;
+
+typedef struct heap {
+  event *v;
+  size_t n, cap;
+  uint64_t seq;
+} heap;
+
+static inline int ev_less(const event *a, const event *b) {
+  return a->t < b->t || (a->t == b->t && a->seq < b->seq);
+}
+
+static int heap_push(heap *h, double t, uint32_t type, uint32_t id) {
+  if (h->n == h->cap) {
+    size_t nc = h->cap ? h->cap * 2 : 256;
+    event *nv = realloc(h->v, nc * sizeof *nv);
+    if (!nv) return ELDR_ENOMEM;
+    h->v = nv;
+    h->cap = nc;
+  }
+  event e = {t, h->seq++, type, id};
+  size_t i = h->n++;
+  while (i > 0) {
+    size_t p = (i - 1) / 2;
+    if (!ev_less(&e, &h->v[p])) break;
+    h->v[i] = h->v[p];
+    i = p;
+  }
+  h->v[i] = e;
+  return 0;
+}
+
+static event heap_pop(heap *h) {
+  event top = h->v[0];
+  event last = h->v[--h->n];
+  size_t i = 0;
+  for (;;) {
+    size_t l = 2 * i + 1, r = l + 1, m = i;
+    const event *best = &last;
+    if (l < h->n && ev_less(&h->v[l], best)) {
+      m = l;
+      best = &h->v[l];
+    }
+    if (r < h->n && ev_less(&h->v[r], best)) m = r;
+    if (m == i) break;
+    h->v[i] = h->v[m];
+    i = m;
+  }
+  if (h->n) h->v[i] = last;
+  return top;
+}
+
+typedef struct sreq {
+  uint32_t pool_i;
+  uint32_t n_prefill, n_decode, pos, offset;
+  int32_t next; /* queue / batch link */
+  int pw, dec;
+  double arrival, pf_done, first, finish;
+  uint32_t done;
+} sreq;
+
+typedef struct pworker {
+  int32_t qhead, qtail, bhead;
+  uint32_t qlen, blen;
+  int busy;
+} pworker;
+
+typedef struct dworker {
+  int32_t whead, wtail;
+  uint32_t wlen, nrun;
+  uint32_t *run; /* max_batch ids */
+  int busy;
+} dworker;
+
+void eldr_sim_config_default(eldr_sim_config *c) {
+  memset(c, 0, sizeof *c);
+  c->n_prefill = 8;
+  c->n_decode = 16;
+  c->max_batch = 64;
+  c->prefill_max_tokens = 8192;
+  c->prefill_guard = 4;
+  c->rate = 10;
+  c->n_requests = 1000;
+  c->seed = 1;
+  c->policy = ELDR_POLICY_JSQ;
+  c->tau = 0.1;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+double eldr_sim_quantile(double *v, size_t n, double q) {
+  if (n == 0) return NAN;
+  qsort(v, n, sizeof *v, cmp_double);
+  if (q <= 0) return v[0];
+  if (q >= 1) return v[n - 1];
+  double pos = q * (double)(n - 1);
+  size_t i = (size_t)pos;
+  double f = pos - (double)i;
+  return i + 1 < n ? v[i] * (1 - f) + v[i + 1] * f : v[i];
+}
+
+static uint64_t prefix_hash(const eldr_request *r) {
+  /* the hash of the request's first block of prompt: the prompt text when the
+   * trace has it, else the request id (copies of one recorded request share it) */
+  if (r->prompt && r->prompt[0]) {
+    size_t len = strlen(r->prompt);
+    if (len > 256) len = 256;
+    return XXH64(r->prompt, len, 0);
+  }
+  return XXH64(r->id, strlen(r->id), 0);
+}
+
+
+static void shuffle_pool(uint32_t *s, size_t n, eldr_rng *r) {
+  for (size_t i = 0; i < n; i++) s[i] = (uint32_t)i;
+  for (size_t i = n; i > 1; i--) {
+    size_t j = (size_t)eldr_rng_below(r, i);
+    uint32_t t = s[i - 1];
+    s[i - 1] = s[j];
+    s[j] = t;
+  }
+}
+
+typedef struct arr_key {
+  double t;
+  uint32_t i;
+} arr_key;
+
+static int cmp_arrival(const void *a, const void *b) {
+  const arr_key *x = a, *y = b;
+  if (x->t != y->t) return x->t < y->t ? -1 : 1;
+  return (x->i > y->i) - (x->i < y->i);
+}
+
+double eldr_sim_capacity(const eldr_sim_pool *pool, const eldr_latency_model *m,
+                         const eldr_sim_config *c) {
+  if (!pool || !pool->n || !m || !c || !c->n_decode || !c->n_prefill || !c->max_batch) return 0;
+  double lp = 0, ld = 0;
+  for (size_t i = 0; i < pool->n; i++) {
+    const eldr_request *r = &pool->trace->req[pool->idx[i]];
+    lp += r->n_prefill;
+    ld += r->n_decode;
+  }
+  lp /= (double)pool->n;
+  ld /= (double)pool->n;
+  if (ld < 1) ld = 1;
+  const uint32_t L = m->shape.num_layers;
+  uint32_t u[ELDR_MAX_LAYERS];
+  double eu = eldr_latency_expected_union(&m->shape, c->max_batch);
+  for (uint32_t l = 0; l < L && l < ELDR_MAX_LAYERS; l++) u[l] = (uint32_t)(eu + 0.5);
+  double step = eldr_latency_step(m, c->max_batch, u, (double)c->max_batch * (lp + ld / 2));
+  double dec = (double)c->n_decode * (double)c->max_batch / step / ld;
+  size_t budget = c->prefill_max_tokens ? c->prefill_max_tokens : 8192;
+  double per_batch = lp > 0 ? (double)budget / lp : (double)budget;
+  if (per_batch < 1) per_batch = 1;
+  double pre = (double)c->n_prefill * per_batch /
+               eldr_latency_prefill(m, (size_t)(per_batch * (lp > 0 ? lp : 1)));
+  return dec < pre ? dec : pre;
+}
+
+typedef struct simst {
+  const eldr_sim_pool *pool;
+  const eldr_trace *tr;
+  const eldr_latency_model *m;
+  const eldr_sim_config *c;
+  size_t L, K, W, P, D, B, N;
+  heap h;
+  sreq *rq;
+  pworker *pw;
+  dworker *dw;
+  uint32_t *run_store, *ploads, *dloads, *uni, *perm, *copies, *bcount;
+  uint64_t *bits, *stamp, *phash;
+  double *tpot, *ttft;
+  size_t completed, n_tpot, fallbacks;
+  uint64_t steps, token_steps, union_sum, dup_steps, tokens_out;
+  double copies_sum, first_arrival, last_finish, tpot_min;
+  eldr_policy pol;
+} simst;
+
+/* Take queued prompts of prefill worker w into one batch (up to the token
+ * budget, at least one) and schedule its completion. */
+static int start_prefill(simst *st, uint32_t w, double now) {
+  pworker *x = &st->pw[w];
+  size_t tokens = 0;
+  int32_t btail = -1;
+  x->bhead = -1;
+  x->blen = 0;
+  while (x->qhead >= 0) {
+    sreq *y = &st->rq[x->qhead];
+    if (x->blen > 0 && tokens + y->n_prefill > st->c->prefill_max_tokens) break;
+    int32_t yid = x->qhead;
+    x->qhead = y->next;
+    if (x->qhead < 0) x->qtail = -1;
+    x->qlen--;
+    y->next = -1;
+    if (btail >= 0)
+      st->rq[btail].next = yid;
+    else
+      x->bhead = yid;
+    btail = yid;
+    x->blen++;
+    tokens += y->n_prefill;
+  }
+  if (x->blen == 0) return 0;
+  x->busy = 1;
+  return heap_push(&st->h, now + eldr_latency_prefill(st->m, tokens), EV_PREFILL_DONE, w);
+}
+
+static void finish_request(simst *st, sreq *q, uint32_t k, double now) {
+  q->finish = now;
+  q->done++;
+  st->ttft[st->completed++] = q->first - q->arrival;
+  if (q->n_decode >= 2) {
+    double tp = (q->finish - q->first) / (double)(q->n_decode - 1);
+    st->tpot[st->n_tpot++] = tp;
+    if (tp < st->tpot_min) st->tpot_min = tp;
+  }
+  st->copies[q->pool_i]--;
+  st->dloads[k]--;
+  if (now > st->last_finish) st->last_finish = now;
+  if (st->c->progress && (st->completed & 4095) == 0)
+    st->c->progress(st->c->progress_ctx, st->completed, st->N);
+}
+
+/* Decoder k: admit waiting requests into the batch and start a step (if any
+ * member): latency from the per-layer union of the members' current tokens. */
+static int start_step(simst *st, uint32_t k, double now) {
+  dworker *x = &st->dw[k];
+  while (x->nrun < st->B && x->whead >= 0) {
+    int32_t id = x->whead;
+    x->whead = st->rq[id].next;
+    if (x->whead < 0) x->wtail = -1;
+    st->rq[id].next = -1;
+    x->wlen--;
+    x->run[x->nrun++] = (uint32_t)id;
+  }
+  if (x->nrun == 0) return 0;
+  const size_t L = st->L, K = st->K, W = st->W;
+  uint64_t *bits = st->bits;
+  memset(bits, 0, L * W * sizeof *bits);
+  double ctx = 0;
+  uint64_t stp = ++st->steps;
+  st->token_steps += x->nrun;
+  for (uint32_t j = 0; j < x->nrun; j++) {
+    sreq *q = &st->rq[x->run[j]];
+    const eldr_request *r = &st->tr->req[st->pool->idx[q->pool_i]];
+    uint32_t tok = q->pos + q->offset;
+    if (tok >= q->n_decode) tok -= q->n_decode;
+    const uint16_t *sel = r->decode + (size_t)tok * L * K;
+    for (size_t l = 0; l < L; l++) {
+      uint64_t *bl = bits + l * W;
+      const uint16_t *sl = sel + l * K;
+      for (size_t kk = 0; kk < K; kk++) bl[sl[kk] >> 6] |= 1ULL << (sl[kk] & 63);
+    }
+    ctx += (double)q->n_prefill + (double)q->pos;
+    if (st->stamp[q->pool_i] != stp) {
+      st->stamp[q->pool_i] = stp;
+      st->bcount[q->pool_i] = 0;
+    }
+    st->bcount[q->pool_i]++;
+  }
+  for (uint32_t j = 0; j < x->nrun; j++)
+    if (st->bcount[st->rq[x->run[j]].pool_i] > 1) st->dup_steps++;
+  uint64_t us = 0;
+  for (size_t l = 0; l < L; l++) {
+    uint32_t cnt = 0;
+    const uint64_t *bl = bits + l * W;
+    for (size_t w = 0; w < W; w++) cnt += (uint32_t)__builtin_popcountll(bl[w]);
+    st->uni[l] = cnt;
+    us += cnt;
+  }
+  st->union_sum += us;
+  double lat = eldr_latency_step(st->m, x->nrun, st->uni, ctx);
+  x->busy = 1;
+  return heap_push(&st->h, now + lat, EV_STEP_DONE, k);
+}
+
+/* End of a step on decoder k: every member emitted a token; finished ones leave. */
+static int step_done(simst *st, uint32_t k, double now) {
+  dworker *x = &st->dw[k];
+  uint32_t keep = 0;
+  for (uint32_t j = 0; j < x->nrun; j++) {
+    uint32_t id = x->run[j];
+    sreq *q = &st->rq[id];
+    q->pos++;
+    st->tokens_out++;
+    if (q->pos == 1) q->first = now;
+    if (q->pos >= q->n_decode)
+      finish_request(st, q, k, now);
+    else
+      x->run[keep++] = id;
+  }
+  x->nrun = keep;
+  x->busy = 0;
+  return start_step(st, k, now);
+}
+
+/* Prefill batch of worker w done: route each request to a decoder (the
+ * policy sees in-flight loads) and start its KV transfer. */
+static int prefill_done(simst *st, uint32_t w, double now, eldr_diag *d) {
+  pworker *x = &st->pw[w];
+  const eldr_sim_pool *pool = st->pool;
+  int32_t cur = x->bhead;
+  while (cur >= 0) {
+    sreq *q = &st->rq[cur];
+    int32_t nx = q->next;
+    q->next = -1;
+    q->pf_done = now;
+    eldr_route_req rr = {NULL, st->tr->req[pool->idx[q->pool_i]].domain};
+    if (pool->sigs) {
+      uint32_t si = st->c->permute_signatures ? st->perm[q->pool_i] : q->pool_i;
+      if (!pool->sig_ok || pool->sig_ok[si]) rr.sig = pool->sigs + (size_t)si * pool->dim;
+    }
+    eldr_decision dec;
+    int k = eldr_policy_decode(&st->pol, st->dloads, NULL, st->D, &rr, &dec);
+    if (k < 0) return eldr_diag_fail(d, k, "sim: decode policy failed (%s)", eldr_strerror(k));
+    if (dec.fallback != ELDR_FALLBACK_NONE) st->fallbacks++;
+    if (st->c->log) {
+      eldr_sim_log *lg = &st->c->log[cur];
+      uint32_t mn = UINT32_MAX;
+      for (size_t j = 0; j < st->D; j++)
+        if (st->dloads[j] < mn) mn = st->dloads[j];
+      lg->chosen_load = st->dloads[k];
+      lg->min_load = mn;
+      lg->fallback = (int)dec.fallback;
+    }
+    st->copies_sum += (double)(st->copies[q->pool_i] - 1);
+    q->dec = k;
+    st->dloads[k]++;
+    int rc = heap_push(&st->h, now + eldr_latency_kv_transfer(st->m, q->n_prefill), EV_KV_ARRIVE,
+                       (uint32_t)cur);
+    if (rc < 0) return eldr_diag_fail(d, rc, "sim: out of memory");
+    cur = nx;
+  }
+  x->bhead = -1;
+  x->blen = 0;
+  x->busy = 0;
+  int rc = start_prefill(st, w, now);
+  return rc < 0 ? eldr_diag_fail(d, rc, "sim: out of memory") : 0;
+}
+
+static int kv_arrive(simst *st, uint32_t id, double now) {
+  sreq *q = &st->rq[id];
+  uint32_t k = (uint32_t)q->dec;
+  dworker *x = &st->dw[k];
+  if (q->n_decode == 0) { /* nothing to decode: done at the handoff */
+    q->first = now;
+    finish_request(st, q, k, now);
+    return 0;
+  }
+  if (x->wtail >= 0)
+    st->rq[x->wtail].next = (int32_t)id;
+  else
+    x->whead = (int32_t)id;
+  x->wtail = (int32_t)id;
+  x->wlen++;
+  if (x->busy) return 0;
+  /* an idle decoder schedules at the end of this instant, so that requests
+   * arriving at the same time join the same first step */
+  x->busy = 1;
+  return heap_push(&st->h, now, EV_WAKE, k);
+}
+
+int eldr_sim_run(const eldr_sim_pool *pool, const eldr_latency_model *m, const eldr_sim_config *c,
+                 eldr_sim_result *res, eldr_diag *d) {
+  if (!pool || !m || !c || !res) return eldr_diag_fail(d, ELDR_EINVAL, "sim: NULL argument");
+  if (!pool->trace || !pool->idx || pool->n == 0)
+    return eldr_diag_fail(d, ELDR_EINVAL, "sim: empty serve pool");
+  if (pool->n > UINT32_MAX / 2) return eldr_diag_fail(d, ELDR_EINVAL, "sim: pool too large");
+  if (c->n_prefill == 0 || c->n_decode == 0)
+    return eldr_diag_fail(d, ELDR_EINVAL, "sim: need at least one prefill and one decode worker");
+  if (c->n_prefill > 4096 || c->n_decode > 4096)
+    return eldr_diag_fail(d, ELDR_EINVAL, "sim: at most 4096 workers per pool");
+  if (c->max_batch == 0 || c->max_batch > 65536)
+    return eldr_diag_fail(d, ELDR_EINVAL, "sim: max_batch must be in [1, 65536]");
+  const eldr_trace *tr = pool->trace;
+  const eldr_shape S = tr->shape;
+  if (m->shape.num_layers != S.num_layers || m->shape.num_experts != S.num_experts ||
+      m->shape.top_k != S.top_k)
+    return eldr_diag_fail(d, ELDR_ESHAPE,
+                          "sim: latency model '%s' has shape %u layers x %u experts top-%u but the "
+                          "trace has %u x %u top-%u",
+                          m->model, m->shape.num_layers, m->shape.num_experts, m->shape.top_k,
+                          S.num_layers, S.num_experts, S.top_k);
+  for (size_t i = 0; i < pool->n; i++)
+    if (pool->idx[i] >= tr->n)
+      return eldr_diag_fail(d, ELDR_EINVAL, "sim: pool index %zu out of range", pool->idx[i]);
+  if (pool->sigs && pool->dim == 0) return eldr_diag_fail(d, ELDR_EINVAL, "sim: signatures with dim 0");
+  if (pool->centroids && pool->n_centroids && pool->dim == 0)
+    return eldr_diag_fail(d, ELDR_EINVAL, "sim: centroids with dim 0");
+  int trace_mode = !(c->rate > 0);
+  if (!trace_mode && !isfinite(c->rate)) return eldr_diag_fail(d, ELDR_EINVAL, "sim: rate must be finite");
+  size_t N = trace_mode ? pool->n : c->n_requests;
+  if (N == 0) return eldr_diag_fail(d, ELDR_EINVAL, "sim: zero requests");
+  if (N > (size_t)INT32_MAX) return eldr_diag_fail(d, ELDR_EINVAL, "sim: too many requests");
+  if (trace_mode)
+    for (size_t i = 0; i < pool->n; i++)
+      if (!(tr->req[pool->idx[i]].arrival >= 0))
+        return eldr_diag_fail(d, ELDR_EINVAL,
+                              "sim: request '%s' has no arrival timestamp (give a rate instead)",
+                              tr->req[pool->idx[i]].id);
+  size_t n_dom = tr->n_domains ? tr->n_domains : 1;
+
+  simst st0 = {0}, *st = &st0;
+  uint64_t sm = c->seed ^ 0x5eed5eedULL;
+  uint64_t s_arr = eldr_splitmix64(&sm), s_pick = eldr_splitmix64(&sm), s_off = eldr_splitmix64(&sm),
+           s_pol = eldr_splitmix64(&sm), s_perm = eldr_splitmix64(&sm);
+  if (eldr_policy_init(&st->pol, c->policy, c->tau, s_pol, pool->centroids,
+                       pool->centroids ? pool->n_centroids : 0, pool->dim, n_dom) < 0)
+    return eldr_diag_fail(d, ELDR_EINVAL, "sim: invalid policy configuration (policy %s, tau %g)",
+                          eldr_policy_name(c->policy), c->tau);
+  st->pool = pool;
+  st->tr = tr;
+  st->m = m;
+  st->c = c;
+  st->L = S.num_layers;
+  st->K = S.top_k;
+  st->W = (S.num_experts + 63) / 64;
+  st->P = c->n_prefill;
+  st->D = c->n_decode;
+  st->B = c->max_batch;
+  st->N = N;
+  st->first_arrival = -1;
+  st->tpot_min = INFINITY;
+  const size_t P = st->P, D = st->D, B = st->B;
+  int rc = 0;
+  st->rq = calloc(N, sizeof *st->rq);
+  st->pw = calloc(P, sizeof *st->pw);
+  st->dw = calloc(D, sizeof *st->dw);
+  st->run_store = calloc(D * B, sizeof *st->run_store);
+  st->ploads = calloc(P, sizeof *st->ploads);
+  st->dloads = calloc(D, sizeof *st->dloads);
+  st->bits = calloc(st->L * st->W, sizeof *st->bits);
+  st->uni = calloc(st->L, sizeof *st->uni);
+  st->perm = calloc(pool->n, sizeof *st->perm);
+  st->copies = calloc(pool->n, sizeof *st->copies);
+  st->bcount = calloc(pool->n, sizeof *st->bcount);
+  st->stamp = calloc(pool->n, sizeof *st->stamp);
+  st->phash = calloc(pool->n, sizeof *st->phash);
+  st->tpot = calloc(N, sizeof *st->tpot);
+  st->ttft = calloc(N, sizeof *st->ttft);
+  uint32_t *shuffle = calloc(pool->n, sizeof *shuffle);
+  if (!st->rq || !st->pw || !st->dw || !st->run_store || !st->ploads || !st->dloads || !st->bits ||
+      !st->uni || !st->perm || !st->copies || !st->bcount || !st->stamp || !st->phash || !st->tpot ||
+      !st->ttft || !shuffle) {
+    rc = eldr_diag_fail(d, ELDR_ENOMEM, "sim: out of memory");
+    goto out;
+  }
+  eldr_rng rng_arr, rng_pick, rng_off;
+  eldr_rng_seed(&rng_arr, s_arr);
+  eldr_rng_seed(&rng_pick, s_pick);
+  eldr_rng_seed(&rng_off, s_off);
+  {
+    eldr_rng rp;
+    eldr_rng_seed(&rp, s_perm);
+    shuffle_pool(st->perm, pool->n, &rp);
+  }
+  for (size_t i = 0; i < pool->n; i++) st->phash[i] = prefix_hash(&tr->req[pool->idx[i]]);
+  for (size_t p = 0; p < P; p++) st->pw[p].qhead = st->pw[p].qtail = st->pw[p].bhead = -1;
+  for (size_t k = 0; k < D; k++) {
+    st->dw[k].whead = st->dw[k].wtail = -1;
+    st->dw[k].run = st->run_store + k * B;
+  }
+  double t0 = 0;
+  size_t shuf_pos = 0;
+  if (trace_mode) { /* the pool in arrival order (stable) */
+    arr_key *keys = malloc(pool->n * sizeof *keys);
+    if (!keys) goto nomem;
+    for (size_t i = 0; i < pool->n; i++) keys[i] = (arr_key){tr->req[pool->idx[i]].arrival, (uint32_t)i};
+    qsort(keys, pool->n, sizeof *keys, cmp_arrival);
+    for (size_t i = 0; i < pool->n; i++) shuffle[i] = keys[i].i;
+    free(keys);
+    t0 = tr->req[pool->idx[shuffle[0]]].arrival;
+  } else {
+    shuffle_pool(shuffle, pool->n, &rng_pick);
+  }
+
+  size_t next_arrival = 0;
+  double now = trace_mode ? 0.0 : eldr_rng_exponential(&rng_arr, c->rate);
+  if ((rc = heap_push(&st->h, now, EV_ARRIVAL, 0)) < 0) goto nomem;
+  while (st->h.n) {
+    event e = heap_pop(&st->h);
+    now = e.t;
+    switch (e.type) {
+    case EV_ARRIVAL: {
+      uint32_t id = (uint32_t)next_arrival++;
+      uint32_t pi;
+      if (trace_mode) {
+        pi = shuffle[id];
+      } else {
+        if (shuf_pos == pool->n) {
+          shuffle_pool(shuffle, pool->n, &rng_pick);
+          shuf_pos = 0;
+        }
+        pi = shuffle[shuf_pos++];
+      }
+      const eldr_request *r = &tr->req[pool->idx[pi]];
+      sreq *q = &st->rq[id];
+      q->pool_i = pi;
+      q->n_prefill = r->n_prefill;
+      q->n_decode = r->n_decode;
+      q->next = -1;
+      q->dec = -1;
+      q->arrival = now;
+      q->offset = (c->decorrelate && r->n_decode > 1)
+                      ? (uint32_t)eldr_rng_below(&rng_off, r->n_decode)
+                      : 0;
+      if (st->first_arrival < 0) st->first_arrival = now;
+      st->copies[pi]++;
+      for (size_t p = 0; p < P; p++) st->ploads[p] = st->pw[p].qlen + st->pw[p].blen;
+      int w = eldr_policy_prefill(st->phash[pi], st->ploads, NULL, P, c->prefill_guard);
+      if (w < 0) w = 0;
+      q->pw = w;
+      pworker *pp = &st->pw[w];
+      if (pp->qtail >= 0)
+        st->rq[pp->qtail].next = (int32_t)id;
+      else
+        pp->qhead = (int32_t)id;
+      pp->qtail = (int32_t)id;
+      pp->qlen++;
+      if (next_arrival < N) {
+        double tn = trace_mode ? tr->req[pool->idx[shuffle[next_arrival]]].arrival - t0
+                               : now + eldr_rng_exponential(&rng_arr, c->rate);
+        if (tn < now) tn = now;
+        if ((rc = heap_push(&st->h, tn, EV_ARRIVAL, 0)) < 0) goto nomem;
+      }
+      if (!pp->busy && (rc = start_prefill(st, (uint32_t)w, now)) < 0) goto nomem;
+      break;
+    }
+    case EV_PREFILL_DONE:
+      if ((rc = prefill_done(st, e.id, now, d)) < 0) goto out;
+      break;
+    case EV_KV_ARRIVE:
+      if ((rc = kv_arrive(st, e.id, now)) < 0) goto nomem;
+      break;
+    case EV_STEP_DONE:
+      if ((rc = step_done(st, e.id, now)) < 0) goto nomem;
+      break;
+    case EV_WAKE:
+      st->dw[e.id].busy = 0;
+      if ((rc = start_step(st, e.id, now)) < 0) goto nomem;
+      break;
+    default:
+      break;
+    }
+  }
+  if (st->completed != N) {
+    rc = eldr_diag_fail(d, ELDR_EINVAL, "sim: internal error: %zu of %zu requests completed",
+                        st->completed, N);
+    goto out;
+  }
+  memset(res, 0, sizeof *res);
+  res->n_requests = N;
+  res->completed = st->completed;
+  res->decode_requests = st->n_tpot;
+  res->pool_size = pool->n;
+  res->fallbacks = st->fallbacks;
+  res->steps = st->steps;
+  res->token_steps = st->token_steps;
+  res->sim_seconds = now;
+  res->makespan_s = st->last_finish - (st->first_arrival < 0 ? 0 : st->first_arrival);
+  double sum = 0;
+  for (size_t i = 0; i < st->n_tpot; i++) sum += st->tpot[i];
+  res->tpot_mean = st->n_tpot ? sum / (double)st->n_tpot : NAN;
+  res->tpot_min = st->n_tpot ? st->tpot_min : NAN;
+  res->tpot_p50 = eldr_sim_quantile(st->tpot, st->n_tpot, 0.5);
+  res->tpot_p99 = eldr_sim_quantile(st->tpot, st->n_tpot, 0.99);
+  res->ttft_p50 = eldr_sim_quantile(st->ttft, st->completed, 0.5);
+  res->ttft_p99 = eldr_sim_quantile(st->ttft, st->completed, 0.99);
+  res->throughput_tok_s = res->makespan_s > 0 ? (double)st->tokens_out / res->makespan_s : 0;
+  res->throughput_req_s = res->makespan_s > 0 ? (double)st->completed / res->makespan_s : 0;
+  res->mean_batch = st->steps ? (double)st->token_steps / (double)st->steps : 0;
+  res->mean_union = st->steps ? (double)st->union_sum / ((double)st->steps * (double)st->L) : 0;
+  res->copies_in_flight = st->completed ? st->copies_sum / (double)st->completed : 0;
+  res->batch_dup_frac = st->token_steps ? (double)st->dup_steps / (double)st->token_steps : 0;
+  if (c->log)
+    for (size_t i = 0; i < N; i++) {
+      eldr_sim_log *lg = &c->log[i];
+      const sreq *q = &st->rq[i];
+      lg->pool_index = q->pool_i;
+      lg->prefill_worker = q->pw;
+      lg->decoder = q->dec;
+      lg->arrival = q->arrival;
+      lg->prefill_done = q->pf_done;
+      lg->first_token = q->first;
+      lg->finish = q->finish;
+      lg->tokens = q->pos;
+      lg->completions = q->done;
+    }
+  if (c->progress) c->progress(c->progress_ctx, st->completed, N);
+  goto out;
+nomem:
+  rc = eldr_diag_fail(d, ELDR_ENOMEM, "sim: out of memory");
+out:
+  free(shuffle);
+  free(st->ttft);
+  free(st->tpot);
+  free(st->phash);
+  free(st->stamp);
+  free(st->bcount);
+  free(st->copies);
+  free(st->perm);
+  free(st->uni);
+  free(st->bits);
+  free(st->dloads);
+  free(st->ploads);
+  free(st->run_store);
+  free(st->dw);
+  free(st->pw);
+  free(st->rq);
+  free(st->h.v);
+  return rc;
+}
