@@ -46,21 +46,31 @@ int eldr_npy_parse_header(const uint8_t *buf, size_t len, eldr_npy_info *info, e
 
 /* Decode base64 routed_experts straight into counts (L*E, accumulated, NOT
  * zeroed) without allocating: base64 is decoded in fixed-size chunks on the
- * stack. shape->num_layers and top_k must match the array's dims.
- * *ntokens receives the number of token rows. */
+ * stack (about 12 KiB; the npy header must fit in the first 12 KiB).
+ * shape->num_layers and top_k must match the array's dims.
+ * *ntokens receives the number of token rows.
+ * Header, shape and payload length are checked before anything is counted,
+ * but a bad base64 character or an expert id >= E found later leaves a
+ * partial sum in counts: count into a zeroed scratch buffer and discard it
+ * on error. */
 int eldr_routed_experts_count(const char *b64, size_t len, const eldr_shape *shape,
                               uint32_t *counts, size_t *ntokens, eldr_diag *d);
 
 /* Decode into a newly allocated host-order selection array (caller frees
  * *sel with free()). If shape->num_experts is 0, ids are not range-checked;
- * likewise num_layers/top_k == 0 accept any (reported in *out_shape). */
+ * likewise num_layers/top_k == 0 accept any (reported in *out_shape).
+ * shape may be NULL (accept any). out_shape (may be NULL) receives the
+ * array's layers and top_k, and num_experts = shape's, or max id + 1 when
+ * that is 0. Ids must fit uint16 (int32 arrays: 0..65535). */
 int eldr_routed_experts_decode(const char *b64, size_t len, const eldr_shape *shape,
                                uint16_t **sel, size_t *ntokens, eldr_shape *out_shape,
                                eldr_diag *d);
 
 /* Encode ntokens rows as base64 .npy (format 1.0, '<u2' if E > 256 else '|u1'
- * unless dtype forces one of U8/U16LE/I32LE). *out is malloc'd and
- * NUL-terminated; *out_len excludes the NUL. */
+ * unless dtype forces one of U8/U16LE/I32LE; pass ELDR_SEL_U16 for that
+ * automatic choice). *out is malloc'd and NUL-terminated; *out_len (may be
+ * NULL) excludes the NUL. Returns ELDR_EINVAL (bad shape/dtype), ELDR_ERANGE
+ * (an id >= E or not representable in a forced U8) or ELDR_ENOMEM. */
 int eldr_routed_experts_encode(const uint16_t *sel, size_t ntokens, const eldr_shape *shape,
                                eldr_sel_dtype dtype, char **out, size_t *out_len);
 
