@@ -1,0 +1,140 @@
+/* cmd_worker.c — `eldr worker`: run the emulated vLLM-compatible MoE engine. */
+#include <event2/event.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "eldr/trace.h"
+#include "eldr/worker.h"
+
+static const char *CMD = "worker";
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: eldr worker --role prefill|decode|both [options]\n\n"
+          "An emulated vLLM engine: the OpenAI-compatible HTTP API (/v1/completions,\n"
+          "/v1/chat/completions, streaming or not, /health, /v1/models, /metrics with vLLM's\n"
+          "metric names) with the PD handoff (kv_transfer_params) and routed_experts, timed in\n"
+          "real time by the latency model: prefill batches last the prefill model's time, each\n"
+          "decode step lasts the step model's time for the union of experts its batch selects.\n"
+          "Generated text is placeholder words (\" tok0 tok1 ...\"); their number is the\n"
+          "request's decode length (trace record, else max_tokens, default 16), capped by\n"
+          "max_tokens.\n\n"
+          "options:\n"
+          "  --role R              prefill, decode or both (default both)\n"
+          "  --model M             model preset (default qwen3-30b-a3b; also gpt-oss-120b,\n"
+          "                        qwen3-235b-a22b, llama4-maverick, olmoe-1b-7b)\n"
+          "  --hardware H          hardware preset: h200 (default), h100, mi300x\n"
+          "  --trace T             JSONL trace: a request naming \"eldr_trace_id\" uses that\n"
+          "                        record's expert selections; others derive them from the prompt\n"
+          "  --host A              listen address (default 127.0.0.1)\n"
+          "  --port N              listen port (default 8100; 0 = any free port)\n"
+          "  --time-scale S        emulated durations = model time x S (default 1; 4 runs\n"
+          "                        4x slower than the modelled GPU, for small machines)\n"
+          "  --kv-blocks N         KV cache blocks of 16 tokens (default 4096)\n"
+          "  --max-num-seqs N      decode batch limit (default 256)\n"
+          "  --max-batched-tokens N  prefill batch token budget (default 8192)\n"
+          "  --seed N              seed of the text-derived selections (default 0)\n"
+          "  --served-model-name S model name in replies (default: the preset)\n"
+          "  --engine-id S         remote_engine_id reported (default eldr-<role>-<port>)\n"
+          "  --no-routed-experts   do not return routed_experts on prefill replies\n"
+          "  --help                this text\n\n"
+          "On start it prints one line \"eldr worker: listening on http://HOST:PORT ...\" on\n"
+          "stdout. SIGINT / SIGTERM stop it.\n");
+}
+
+static void on_signal(evutil_socket_t sig, short what, void *arg) {
+  (void)sig;
+  (void)what;
+  event_base_loopbreak(arg);
+}
+
+int eldr_cmd_worker(int argc, char **argv) {
+  eldr_worker_config cfg;
+  eldr_worker_config_default(&cfg);
+  cfg.port = 8100;
+  const char *trace_path = NULL;
+  static const struct option opts[] = {
+      {"role", required_argument, 0, 'r'},
+      {"model", required_argument, 0, 'm'},
+      {"hardware", required_argument, 0, 'H'},
+      {"trace", required_argument, 0, 't'},
+      {"host", required_argument, 0, 'h'},
+      {"port", required_argument, 0, 'p'},
+      {"time-scale", required_argument, 0, 's'},
+      {"kv-blocks", required_argument, 0, 'k'},
+      {"max-num-seqs", required_argument, 0, 'n'},
+      {"max-batched-tokens", required_argument, 0, 'b'},
+      {"seed", required_argument, 0, 'S'},
+      {"served-model-name", required_argument, 0, 'M'},
+      {"engine-id", required_argument, 0, 'e'},
+      {"no-routed-experts", no_argument, 0, 'R'},
+      {"help", no_argument, 0, '?' + 256},
+      {0, 0, 0, 0},
+  };
+  cli_getopt_reset();
+  int c;
+  while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+    switch (c) {
+    case 'r':
+      if (eldr_worker_role_parse(optarg, &cfg.role) < 0)
+        cli_usage_error(CMD, "--role: '%s' is not prefill, decode or both", optarg);
+      break;
+    case 'm': cfg.model = optarg; break;
+    case 'H': cfg.hardware = optarg; break;
+    case 't': trace_path = optarg; break;
+    case 'h': cfg.host = optarg; break;
+    case 'p': cfg.port = (uint16_t)cli_parse_long(CMD, "--port", optarg, 0, 65535); break;
+    case 's': cfg.time_scale = cli_parse_double(CMD, "--time-scale", optarg, 1e-3, 1e4); break;
+    case 'k': cfg.kv_blocks = (size_t)cli_parse_long(CMD, "--kv-blocks", optarg, 1, 1L << 24); break;
+    case 'n': cfg.max_num_seqs = (size_t)cli_parse_long(CMD, "--max-num-seqs", optarg, 1, 65536); break;
+    case 'b':
+      cfg.max_batched_tokens = (size_t)cli_parse_long(CMD, "--max-batched-tokens", optarg, 1, 1L << 24);
+      break;
+    case 'S': cfg.seed = cli_parse_u64(CMD, "--seed", optarg); break;
+    case 'M': cfg.served_model_name = optarg; break;
+    case 'e': cfg.engine_id = optarg; break;
+    case 'R': cfg.return_routed_experts = 0; break;
+    case '?' + 256: usage(stdout); return 0;
+    default: cli_bad_option(CMD, argc, argv, c);
+    }
+  }
+  if (optind < argc) cli_usage_error(CMD, "unexpected argument '%s' (see --help)", argv[optind]);
+
+  eldr_diag d = {{0}};
+  eldr_trace *trace = NULL;
+  if (trace_path) {
+    int rc = eldr_trace_load(trace_path, &trace, &d);
+    if (rc < 0) cli_fail(CMD, "--trace: %s", eldr_diag_msg(&d, rc));
+    cfg.trace = trace;
+  }
+  signal(SIGPIPE, SIG_IGN);
+  struct event_base *base = event_base_new();
+  if (!base) cli_fail(CMD, "cannot create the event loop");
+  eldr_worker *w = NULL;
+  int rc = eldr_worker_new(base, &cfg, &w, &d);
+  if (rc < 0) {
+    event_base_free(base);
+    eldr_trace_free(trace);
+    cli_fail(CMD, "%s", eldr_diag_msg(&d, rc));
+  }
+  struct event *sint = evsignal_new(base, SIGINT, on_signal, base);
+  struct event *sterm = evsignal_new(base, SIGTERM, on_signal, base);
+  if (sint) event_add(sint, NULL);
+  if (sterm) event_add(sterm, NULL);
+  printf("eldr worker: listening on http://%s:%u role=%s model=%s hardware=%s time_scale=%g%s\n",
+         cfg.host ? cfg.host : "127.0.0.1", (unsigned)eldr_worker_port(w),
+         eldr_worker_role_name(cfg.role), cfg.model, cfg.hardware, cfg.time_scale,
+         trace ? " trace=yes" : "");
+  fflush(stdout);
+  event_base_dispatch(base);
+  if (sint) event_free(sint);
+  if (sterm) event_free(sterm);
+  eldr_worker_free(w);
+  event_base_free(base);
+  eldr_trace_free(trace);
+  return 0;
+}
