@@ -1,11 +1,16 @@
 /* bench_assign.c — time of the exact capacitated assignment.
  *
- * Usage: bench_assign [reps]
+ * Usage: bench_assign [reps] [extra_kmeans_n]   (e.g. 3 100000)
  * For n = 1k and 10k with k = 16, 32, 64 (cap = ceil(n/k)), random costs of
  * the K-means kind (1 - cos of random unit-ish vectors with a popularity
  * skew, so that the capacity binds), the median time of eldr_assign_capacitated
  * over `reps` runs. For small n, the Hungarian method on the slot-expanded
  * n x (k*cap) matrix as the baseline (same optimum, checked).
+ * Then eldr_kmeans_fit (balanced and vanilla, restarts 1, max_iter 30) on
+ * synthetic signature-like rows: 24 layers x 128 experts (dim 3072), each
+ * request routes T tokens top-1 per layer from one of 8 domain-skewed
+ * expert distributions, count representation, L2-normalised; T is short
+ * (median ~16, sparse rows) or long (512 tokens, dense rows).
  */
 #include <math.h>
 #include <stdio.h>
@@ -13,6 +18,7 @@
 #include <time.h>
 
 #include "eldr/assign.h"
+#include "eldr/kmeans.h"
 #include "eldr/rng.h"
 
 static double now_s(void) {
@@ -36,6 +42,97 @@ static void make_costs(double *cost, size_t n, size_t k, uint64_t seed) {
       double v = 0.6 + 0.3 * (double)b / (double)k + 0.25 * eldr_rng_normal(&r);
       cost[i * k + b] = fmin(2.0, fmax(0.0, v));
     }
+}
+
+#define SIG_LAYERS 24
+#define SIG_EXPERTS 128
+
+/* Signature-like rows; returns the fraction of non-zero entries. */
+static double make_signatures(float *x, size_t n, int long_prompts, uint64_t seed) {
+  const size_t dim = SIG_LAYERS * SIG_EXPERTS, domains = 8;
+  eldr_rng r;
+  eldr_rng_seed(&r, seed);
+  /* per domain and layer: a skewed expert popularity (Zipf over a domain
+   * specific permutation) sampled by inverse CDF */
+  static double cdf[8][SIG_LAYERS][SIG_EXPERTS];
+  static int perm[8][SIG_LAYERS][SIG_EXPERTS];
+  for (size_t d = 0; d < domains; d++)
+    for (size_t l = 0; l < SIG_LAYERS; l++) {
+      for (int e = 0; e < SIG_EXPERTS; e++) perm[d][l][e] = e;
+      for (int e = SIG_EXPERTS - 1; e > 0; e--) {
+        int j = (int)eldr_rng_below(&r, (uint64_t)e + 1);
+        int t = perm[d][l][e];
+        perm[d][l][e] = perm[d][l][j];
+        perm[d][l][j] = t;
+      }
+      double acc = 0;
+      for (int e = 0; e < SIG_EXPERTS; e++) {
+        acc += 1.0 / pow((double)e + 1.0, 1.1);
+        cdf[d][l][e] = acc;
+      }
+      for (int e = 0; e < SIG_EXPERTS; e++) cdf[d][l][e] /= acc;
+    }
+  size_t nnz = 0;
+  for (size_t i = 0; i < n; i++) {
+    float *xi = x + i * dim;
+    for (size_t j = 0; j < dim; j++) xi[j] = 0.0f;
+    size_t d = eldr_rng_below(&r, domains);
+    size_t T = long_prompts ? 512 : (size_t)fmax(1.0, exp(log(16.0) + 0.8 * eldr_rng_normal(&r)));
+    for (size_t t = 0; t < T; t++)
+      for (size_t l = 0; l < SIG_LAYERS; l++) {
+        double u = eldr_rng_uniform(&r);
+        int e = 0;
+        while (e < SIG_EXPERTS - 1 && cdf[d][l][e] < u) e++;
+        xi[l * SIG_EXPERTS + (size_t)perm[d][l][e]] += 1.0f;
+      }
+    double nn = 0;
+    for (size_t j = 0; j < dim; j++) nn += (double)xi[j] * xi[j];
+    for (size_t j = 0; j < dim; j++) {
+      xi[j] = (float)(xi[j] / sqrt(nn));
+      nnz += xi[j] != 0.0f;
+    }
+  }
+  return (double)nnz / ((double)n * (double)dim);
+}
+
+static int bench_kmeans(size_t extra_n) {
+  const size_t dim = SIG_LAYERS * SIG_EXPERTS;
+  const size_t ns[] = {1000, 10000, extra_n};
+  const size_t ks[] = {16, 64};
+  printf("\nK-means on signature-like rows (dim %zu, restarts 1, max_iter 30)\n", dim);
+  printf("%-6s %-7s %-4s %-8s %8s %6s %10s %10s %12s\n", "rows", "n", "k", "mode", "density",
+         "iters", "total_s", "per_iter_s", "objective");
+  for (int lp = 0; lp < 2; lp++)
+    for (size_t a = 0; a < 3; a++) {
+      size_t n = ns[a];
+      if (n == 0 || (lp && n > 1000)) continue; /* dense rows: 1k only (memory, time) */
+      float *x = malloc(n * dim * sizeof *x);
+      int *lab = malloc(n * sizeof *lab);
+      if (!x || !lab) return 1;
+      double density = make_signatures(x, n, lp, 1234 + n);
+      for (size_t b = 0; b < 2; b++)
+        for (int bal = 1; bal >= 0; bal--) {
+          size_t k = ks[b];
+          float *cent = malloc(k * dim * sizeof *cent);
+          size_t *sizes = malloc(k * sizeof *sizes);
+          if (!cent || !sizes) return 1;
+          eldr_kmeans_opts o = {.k = k, .balanced = bal, .restarts = 1, .max_iter = 30, .seed = 7};
+          eldr_kmeans_result res;
+          double t0 = now_s();
+          if (eldr_kmeans_fit(x, n, dim, &o, cent, lab, sizes, &res) != 0) return 1;
+          double t = now_s() - t0;
+          size_t mx = 0;
+          for (size_t c = 0; c < k; c++) mx = sizes[c] > mx ? sizes[c] : mx;
+          printf("%-6s %-7zu %-4zu %-8s %8.3f %6d %10.3f %10.4f %12.3f  max_size %zu (cap %zu)\n",
+                 lp ? "dense" : "sparse", n, k, bal ? "balanced" : "vanilla", density,
+                 res.iterations, t, t / res.iterations, res.objective, mx, (n + k - 1) / k);
+          free(sizes);
+          free(cent);
+        }
+      free(lab);
+      free(x);
+    }
+  return 0;
 }
 
 int main(int argc, char **argv) {
@@ -89,5 +186,5 @@ int main(int argc, char **argv) {
     free(slots);
     free(cost);
   }
-  return 0;
+  return bench_kmeans(argc > 2 ? (size_t)atol(argv[2]) : 0);
 }

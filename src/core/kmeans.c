@@ -44,7 +44,7 @@ typedef struct {
   int *lab, *newlab;
   size_t *size;
   double *dmin; /* n, k-means++ distances / farthest search */
-  double *dtry, *dbest; /* n each, k-means++ candidate evaluation */
+  float *cscore; /* n*KM_LANES, k-means++ candidate scores */
   unsigned char *used;
 } kwork;
 
@@ -60,10 +60,11 @@ static void scores_row(const kdata *X, size_t i, const float *restrict ct, size_
         for (size_t t = 0; t < KM_LANES; t++) acc[c0 + t] += v * row[c0 + t];
     }
   } else {
+    /* Dense rows: no test for zero (a zero adds an exact 0 and a
+     * data-dependent branch costs more than the multiply). */
     const float *xi = X->x + i * X->dim;
     for (size_t j = 0; j < X->dim; j++) {
       const float v = xi[j];
-      if (v == 0.0f) continue;
       const float *restrict row = ct + j * kp;
       for (size_t c0 = 0; c0 < kp; c0 += KM_LANES)
         for (size_t t = 0; t < KM_LANES; t++) acc[c0 + t] += v * row[c0 + t];
@@ -79,8 +80,7 @@ static double dot_one(const kdata *X, size_t i, const float *c) {
       s += (double)X->val[e] * (double)c[X->idx[e]];
   } else {
     const float *xi = X->x + i * X->dim;
-    for (size_t j = 0; j < X->dim; j++)
-      if (xi[j] != 0.0f) s += (double)xi[j] * (double)c[j];
+    for (size_t j = 0; j < X->dim; j++) s += (double)xi[j] * (double)c[j];
   }
   return s * (double)X->scale[i];
 }
@@ -159,51 +159,57 @@ static void seed_plusplus(const kdata *X, kwork *W, eldr_rng *rng) {
     double d = X->scale[i] > 0.0f ? 1.0 - dot_one(X, i, W->cent) : 0.0;
     W->dmin[i] = d > 0.0 ? d : 0.0;
   }
+  /* Candidates are scored together with the multi-centroid kernel: their
+   * unit vectors go to the first `trials` lanes of a dim x KM_LANES CT. */
+  size_t cand[KM_LANES];
   for (size_t c = 1; c < k; c++) {
     float *cc = W->cent + c * dim;
     double total = 0.0;
     for (size_t i = 0; i < n; i++) total += W->dmin[i];
-    size_t pick = n;
-    double pick_sum = INFINITY;
+    int nc = 0;
     for (int t = 0; t < trials; t++) {
-      size_t cand = draw_weighted(W->dmin, n, total, rng);
-      if (cand == n) break;
-      centroid_from_point(X, cand, cc);
-      double s = 0.0;
-      for (size_t i = 0; i < n; i++) {
-        double d = W->dmin[i];
-        if (X->scale[i] > 0.0f) {
-          double e = 1.0 - dot_one(X, i, cc);
-          if (e < d) d = e > 0.0 ? e : 0.0;
-        }
-        W->dtry[i] = d;
-        s += d;
-      }
-      if (s < pick_sum) {
-        pick_sum = s;
-        pick = cand;
-        double *tmp = W->dbest;
-        W->dbest = W->dtry;
-        W->dtry = tmp;
-      }
+      size_t ci = draw_weighted(W->dmin, n, total, rng);
+      if (ci == n) break;
+      cand[nc++] = ci;
     }
-    if (pick == n) {
-      /* All non-zero rows coincide with chosen centroids: take the first
-       * unused non-zero row, else repeat the first centroid. */
+    size_t pick = n;
+    if (nc > 0) {
+      memset(W->ct, 0, dim * KM_LANES * sizeof *W->ct);
+      for (int t = 0; t < nc; t++) {
+        centroid_from_point(X, cand[t], cc);
+        for (size_t j = 0; j < dim; j++)
+          if (cc[j] != 0.0f) W->ct[j * KM_LANES + (size_t)t] = cc[j];
+      }
+      double sums[KM_LANES] = {0};
+      for (size_t i = 0; i < n; i++) {
+        if (X->scale[i] <= 0.0f) continue; /* zero rows: distance 0, never drawn */
+        float *cs = W->cscore + i * KM_LANES;
+        scores_row(X, i, W->ct, KM_LANES, cs);
+        for (int t = 0; t < nc; t++) {
+          double e = 1.0 - (double)(cs[t] * X->scale[i]);
+          double d = W->dmin[i];
+          if (e < d) d = e > 0.0 ? e : 0.0;
+          sums[t] += d;
+        }
+      }
+      int bt = 0;
+      for (int t = 1; t < nc; t++)
+        if (sums[t] < sums[bt]) bt = t;
+      pick = cand[bt];
+      for (size_t i = 0; i < n; i++) {
+        if (X->scale[i] <= 0.0f) continue;
+        double e = 1.0 - (double)(W->cscore[i * KM_LANES + (size_t)bt] * X->scale[i]);
+        if (e < W->dmin[i]) W->dmin[i] = e > 0.0 ? e : 0.0;
+      }
+      centroid_from_point(X, pick, cc);
+    } else {
+      /* All non-zero rows coincide with chosen centroids (every distance
+       * is 0): take the first unused non-zero row, else repeat the first
+       * centroid; the distances stay 0. */
       for (size_t i = 0; i < n && pick == n; i++)
         if (X->scale[i] > 0.0f && !W->used[i]) pick = i;
       if (pick == n) pick = first;
       centroid_from_point(X, pick, cc);
-      for (size_t i = 0; i < n; i++) {
-        if (X->scale[i] <= 0.0f) continue;
-        double e = 1.0 - dot_one(X, i, cc);
-        if (e < W->dmin[i]) W->dmin[i] = e > 0.0 ? e : 0.0;
-      }
-    } else {
-      centroid_from_point(X, pick, cc);
-      double *tmp = W->dmin;
-      W->dmin = W->dbest;
-      W->dbest = tmp;
     }
     W->used[pick] = 1;
   }
@@ -302,8 +308,7 @@ static double objective(const kdata *X, const kwork *W) {
 
 static void kwork_free(kwork *W) {
   free(W->used);
-  free(W->dbest);
-  free(W->dtry);
+  free(W->cscore);
   free(W->dmin);
   free(W->size);
   free(W->newlab);
@@ -384,7 +389,7 @@ int eldr_kmeans_fit(const float *x, size_t n, size_t dim, const eldr_kmeans_opts
   W.kp = (k + KM_LANES - 1) / KM_LANES * KM_LANES;
   W.dim = dim;
   W.cent = malloc(k * dim * sizeof *W.cent);
-  W.ct = malloc(dim * W.kp * sizeof *W.ct);
+  W.ct = malloc(dim * W.kp * sizeof *W.ct); /* kp >= KM_LANES: also the seeding CT */
   W.sum = malloc(k * dim * sizeof *W.sum);
   W.acc = malloc(W.kp * sizeof *W.acc);
   W.score = malloc(n * k * sizeof *W.score);
@@ -393,11 +398,10 @@ int eldr_kmeans_fit(const float *x, size_t n, size_t dim, const eldr_kmeans_opts
   W.newlab = malloc(n * sizeof *W.newlab);
   W.size = malloc(k * sizeof *W.size);
   W.dmin = malloc(n * sizeof *W.dmin);
-  W.dtry = malloc(n * sizeof *W.dtry);
-  W.dbest = malloc(n * sizeof *W.dbest);
+  W.cscore = malloc(n * KM_LANES * sizeof *W.cscore);
   W.used = malloc(n);
   if (!W.cent || !W.ct || !W.sum || !W.acc || !W.score || (opts->balanced && !W.cost) ||
-      !W.lab || !W.newlab || !W.size || !W.dmin || !W.dtry || !W.dbest || !W.used)
+      !W.lab || !W.newlab || !W.size || !W.dmin || !W.cscore || !W.used)
     goto out;
 
   const size_t cap = (n + k - 1) / k;
