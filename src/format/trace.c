@@ -340,6 +340,32 @@ static const char *scan_value(const char *p, const char *e, const char **why) {
   }
 }
 
+/* Fast end-of-value finder for the big numeric arrays (prefill, decode,
+ * prefill_gates): bracket counting is exact when the value holds only
+ * numbers, brackets, commas and whitespace. Anything else (a string, an
+ * object...) returns NULL and the caller falls back to scan_value. Syntax
+ * is validated later by parse_sel. */
+static const char *skip_num_array(const char *p, const char *e) {
+  static const unsigned char ok[256] = {
+      [' '] = 1, ['\t'] = 1, ['\r'] = 1, ['\n'] = 1, [','] = 1, ['-'] = 1, ['+'] = 1,
+      ['.'] = 1, ['e'] = 1,  ['E'] = 1,  ['0'] = 1,  ['1'] = 1, ['2'] = 1, ['3'] = 1,
+      ['4'] = 1, ['5'] = 1,  ['6'] = 1,  ['7'] = 1,  ['8'] = 1, ['9'] = 1, ['['] = 2,
+      [']'] = 3};
+  if (p >= e || *p != '[') return NULL;
+  long depth = 0;
+  for (; p < e; p++) {
+    switch (ok[(unsigned char)*p]) {
+    case 1: continue;
+    case 2: depth++; continue;
+    case 3:
+      if (--depth == 0) return p + 1;
+      continue;
+    default: return NULL;
+    }
+  }
+  return NULL;
+}
+
 enum {
   F_ID,
   F_DOMAIN,
@@ -661,11 +687,13 @@ static int parse_line_impl(eldr_trace *t, const char *line, size_t len, lctx *c)
       if (*p != ':') return lfail(c, ELDR_EPARSE, NULL, "invalid JSON: expected ':'");
       p = skip_ws(p + 1, e);
       const char *vs = p;
-      const char *ve = scan_value(p, e, &why);
       size_t kn = (size_t)(ke - ks) - 2;
       int fi = -1;
       for (int i = 0; i < F_COUNT; i++)
         if (strlen(field_names[i]) == kn && !memcmp(ks + 1, field_names[i], kn)) fi = i;
+      const char *ve = NULL;
+      if (fi == F_PREFILL || fi == F_DECODE || fi == F_GATES) ve = skip_num_array(p, e);
+      if (!ve) ve = scan_value(p, e, &why);
       if (!ve) {
         if (fi >= 0) return lfail(c, ELDR_EPARSE, field_names[fi], "invalid JSON: %s", why);
         return lfail(c, ELDR_EPARSE, NULL, "invalid JSON in field '%.*s': %s",
@@ -969,6 +997,21 @@ static int wb_lit(wbuf *b, const char *s) {
 
 /* Unsigned decimal into p (no reserve); returns chars written. */
 static inline size_t put_u32(char *p, uint32_t v) {
+  if (v < 10) {
+    p[0] = (char)('0' + v);
+    return 1;
+  }
+  if (v < 100) {
+    p[0] = (char)('0' + v / 10);
+    p[1] = (char)('0' + v % 10);
+    return 2;
+  }
+  if (v < 1000) {
+    p[0] = (char)('0' + v / 100);
+    p[1] = (char)('0' + v / 10 % 10);
+    p[2] = (char)('0' + v % 10);
+    return 3;
+  }
   char tmp[10];
   size_t n = 0;
   do {

@@ -1,0 +1,504 @@
+/* test_trace.c — the JSONL trace reader/writer: the real llama4 trace (when
+ * ../shared exists), round trips, counting, and every malformed input with
+ * its line number and field. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "eldr/trace.h"
+
+#define ASSERT_MSG(d, sub)                                                                         \
+  do {                                                                                             \
+    if (!strstr((d).msg, (sub))) fail_msg("message '%s' lacks '%s'", (d).msg, (sub));              \
+  } while (0)
+
+static void assert_traces_equal(const eldr_trace *a, const eldr_trace *b) {
+  assert_string_equal(a->model, b->model);
+  assert_int_equal(a->shape.num_layers, b->shape.num_layers);
+  assert_int_equal(a->shape.num_experts, b->shape.num_experts);
+  assert_int_equal(a->shape.top_k, b->shape.top_k);
+  assert_memory_equal(a->layer_ids, b->layer_ids, a->shape.num_layers * sizeof(uint32_t));
+  assert_int_equal(a->n, b->n);
+  assert_int_equal(a->n_domains, b->n_domains);
+  for (size_t i = 0; i < a->n_domains; i++) assert_string_equal(a->domains[i], b->domains[i]);
+  const size_t re = (size_t)a->shape.num_layers * a->shape.top_k;
+  for (size_t i = 0; i < a->n; i++) {
+    const eldr_request *x = &a->req[i], *y = &b->req[i];
+    assert_string_equal(x->id, y->id);
+    assert_int_equal(x->domain, y->domain);
+    if (x->prompt || y->prompt) {
+      assert_non_null(x->prompt);
+      assert_non_null(y->prompt);
+      assert_string_equal(x->prompt, y->prompt);
+    }
+    assert_true(x->arrival == y->arrival || (x->arrival < 0 && y->arrival < 0));
+    assert_int_equal(x->n_prefill, y->n_prefill);
+    assert_int_equal(x->n_decode, y->n_decode);
+    if (x->n_prefill) assert_memory_equal(x->prefill, y->prefill, x->n_prefill * re * 2);
+    if (x->n_decode) assert_memory_equal(x->decode, y->decode, x->n_decode * re * 2);
+    assert_true((x->prefill_gates == NULL) == (y->prefill_gates == NULL));
+    if (x->prefill_gates && x->n_prefill)
+      assert_memory_equal(x->prefill_gates, y->prefill_gates, x->n_prefill * re * sizeof(float));
+  }
+}
+
+static char *tmp_path(const char *tag) {
+  static char buf[4][256];
+  static int i;
+  char *p = buf[i++ & 3];
+  snprintf(p, 256, "/tmp/eldr_test_trace_%ld_%s.jsonl", (long)getpid(), tag);
+  return p;
+}
+
+static void write_file(const char *path, const char *text) {
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  fputs(text, f);
+  fclose(f);
+}
+
+static eldr_trace *roundtrip(const eldr_trace *t) {
+  char *p = tmp_path("rt");
+  eldr_diag d = {{0}};
+  int rc = eldr_trace_save(p, t, &d);
+  if (rc) fail_msg("save: %s", d.msg);
+  eldr_trace *back = NULL;
+  rc = eldr_trace_load(p, &back, &d);
+  if (rc) fail_msg("load: %s", d.msg);
+  unlink(p);
+  return back;
+}
+
+/* ---- the real trace ------------------------------------------------------ */
+
+static void test_real_llama4(void **state) {
+  (void)state;
+  const char *path = ELDR_SHARED_DIR "/traces/llama4-mmlu-dev.jsonl";
+  if (access(path, R_OK) != 0) skip();
+  eldr_trace *t = NULL;
+  eldr_diag d = {{0}};
+  int rc = eldr_trace_load(path, &t, &d);
+  if (rc) fail_msg("%s", d.msg);
+  assert_int_equal(t->n, 259);
+  assert_int_equal(t->shape.num_layers, 24);
+  assert_int_equal(t->shape.num_experts, 128);
+  assert_int_equal(t->shape.top_k, 1);
+  assert_string_equal(t->model, "Llama-4-Maverick-17B-128E-Instruct");
+  for (uint32_t l = 0; l < 24; l++) assert_int_equal(t->layer_ids[l], 2 * l + 1);
+  assert_int_equal(t->n_domains, 3);
+  assert_string_equal(t->domains[0], "abstract_algebra");
+  assert_string_equal(t->req[0].id, "abstract_algebra/0");
+  assert_int_equal(t->req[0].domain, 0);
+  /* the file's first selections: prefill[0] = [[106],[85],[27],...] */
+  assert_int_equal(t->req[0].prefill[0], 106);
+  assert_int_equal(t->req[0].prefill[1], 85);
+  assert_int_equal(t->req[0].prefill[2], 27);
+  size_t tot_pre = 0;
+  for (size_t i = 0; i < t->n; i++) {
+    assert_true(t->req[i].n_decode <= 128);
+    assert_true(t->req[i].n_decode > 0);
+    assert_null(t->req[i].prompt);
+    assert_null(t->req[i].prefill_gates);
+    assert_true(t->req[i].arrival < 0);
+    tot_pre += t->req[i].n_prefill;
+  }
+  assert_true(tot_pre > 259);
+  /* counts of one request sum to tokens * L * K */
+  uint32_t *c = malloc(sizeof(uint32_t) * 24 * 128);
+  eldr_trace_request_counts(t, &t->req[5], 1, c);
+  size_t sum = 0;
+  for (size_t i = 0; i < 24 * 128; i++) sum += c[i];
+  assert_int_equal(sum, (size_t)t->req[5].n_decode * 24);
+  free(c);
+  eldr_trace *back = roundtrip(t);
+  assert_traces_equal(t, back);
+  eldr_trace_free(back);
+  eldr_trace_free(t);
+}
+
+/* ---- round trip with every extension ------------------------------------- */
+
+static void test_roundtrip_extensions(void **state) {
+  (void)state;
+  eldr_shape s = {3, 300, 2};
+  uint32_t lids[3] = {0, 4, 9};
+  eldr_trace *t = eldr_trace_new("m/\"odd\" name", &s, lids);
+  assert_non_null(t);
+  uint64_t x = 42;
+  for (int r = 0; r < 20; r++) {
+    uint32_t np = (uint32_t)(r % 4), nd = (uint32_t)(r % 5);
+    uint16_t pre[4 * 6], dec[5 * 6];
+    float g[4 * 6];
+    for (size_t i = 0; i < np * 6u; i++) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      pre[i] = (uint16_t)((x >> 33) % 300);
+      g[i] = (float)((x >> 11) & 0xffffff) / (float)0x1000000 * (i % 2 ? 1e-7f : 3.0f);
+    }
+    for (size_t i = 0; i < nd * 6u; i++) dec[i] = (uint16_t)((i * 37 + (size_t)r) % 300);
+    char id[32];
+    snprintf(id, sizeof id, "req-%d", r);
+    const char *dom = r % 3 == 0 ? NULL : r % 3 == 1 ? "code" : "m\u00e4th \"q\"";
+    const char *prompt = r % 2 ? "line1\nline2\t\"quoted\" \\ back \x01 ctl \u20ac" : NULL;
+    double arrival = r % 5 == 0 ? -1.0 : r * 0.1 + 1e-9;
+    int idx = eldr_trace_append(t, id, dom, prompt, arrival, pre, np, dec, nd, r % 3 ? g : NULL);
+    assert_int_equal(idx, r);
+  }
+  eldr_trace *back = roundtrip(t);
+  assert_traces_equal(t, back);
+  /* and again: the writer's output is a fixed point */
+  eldr_trace *back2 = roundtrip(back);
+  assert_traces_equal(back, back2);
+  eldr_trace_free(back2);
+  eldr_trace_free(back);
+  eldr_trace_free(t);
+}
+
+static void test_write_request_and_parse(void **state) {
+  (void)state;
+  eldr_shape s = {2, 4, 2};
+  eldr_trace *t = eldr_trace_new("m", &s, NULL);
+  uint16_t pre[8] = {0, 1, 2, 3, 3, 2, 1, 0}, dec[4] = {1, 1, 2, 2};
+  assert_int_equal(eldr_trace_append(t, "a", "d", NULL, 0.5, pre, 2, dec, 1, NULL), 0);
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  assert_int_equal(eldr_trace_write_request(f, t, &t->req[0]), 0);
+  fclose(f);
+  assert_string_equal(buf, "{\"id\":\"a\",\"domain\":\"d\",\"model\":\"m\",\"num_experts\":4,\"top_k\":2,"
+                           "\"layers\":[0,1],\"arrival\":0.5,\"prefill\":[[[0,1],[2,3]],[[3,2],[1,0]]],"
+                           "\"decode\":[[[1,1],[2,2]]]}\n");
+  eldr_trace *p = NULL;
+  assert_int_equal(eldr_trace_parse(buf, len, &p, NULL), 0);
+  assert_traces_equal(t, p);
+  /* request counts = naive counts through eldr_counts_accumulate */
+  uint32_t c[8];
+  eldr_trace_request_counts(p, &p->req[0], 0, c);
+  const uint32_t want_pre[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+  assert_memory_equal(c, want_pre, sizeof c);
+  eldr_trace_request_counts(p, &p->req[0], 1, c);
+  const uint32_t want_dec[8] = {0, 2, 0, 0, 0, 0, 2, 0};
+  assert_memory_equal(c, want_dec, sizeof c);
+  eldr_trace_free(p);
+  free(buf);
+  eldr_trace_free(t);
+}
+
+static void test_append_and_new(void **state) {
+  (void)state;
+  eldr_shape bad = {0, 4, 2};
+  assert_null(eldr_trace_new("m", &bad, NULL));
+  eldr_shape s = {1, 4, 1};
+  eldr_trace *t = eldr_trace_new(NULL, &s, NULL);
+  uint16_t sel[2] = {3, 4};
+  assert_int_equal(eldr_trace_append(t, "x", NULL, NULL, -1, sel, 2, NULL, 0, NULL), ELDR_ERANGE);
+  assert_int_equal(t->n, 0);
+  assert_int_equal(eldr_trace_append(t, "x", "a", NULL, -1, sel, 1, NULL, 0, NULL), 0);
+  assert_int_equal(eldr_trace_append(t, "y", "b", NULL, -1, sel, 1, sel, 1, NULL), 1);
+  assert_int_equal(eldr_trace_append(t, "z", "a", NULL, -1, NULL, 0, NULL, 0, NULL), 2);
+  assert_int_equal(t->n_domains, 2);
+  assert_int_equal(t->req[2].domain, 0);
+  assert_int_equal(eldr_trace_domain_intern(t, "b"), 1);
+  assert_int_equal(eldr_trace_domain_intern(t, "c"), 2);
+  eldr_trace_free(t);
+  eldr_trace_free(NULL);
+}
+
+/* ---- errors --------------------------------------------------------------- */
+
+/* A valid line for shape L=2, E=4, K=2 with fields replaceable by key. */
+#define L_ID "\"id\":\"r1\""
+#define L_DOM "\"domain\":\"d\""
+#define L_MODEL "\"model\":\"m\""
+#define L_NE "\"num_experts\":4"
+#define L_TK "\"top_k\":2"
+#define L_LAY "\"layers\":[1,3]"
+#define L_PRE "\"prefill\":[[[0,1],[2,3]]]"
+#define L_DEC "\"decode\":[[[1,1],[2,2]],[[0,3],[3,0]]]"
+#define GOOD "{" L_ID "," L_DOM "," L_MODEL "," L_NE "," L_TK "," L_LAY "," L_PRE "," L_DEC "}"
+
+static void expect_err(const char *text, int err, const char *sub1, const char *sub2) {
+  eldr_trace *t = (eldr_trace *)0x1;
+  eldr_diag d = {{0}};
+  int rc = eldr_trace_parse(text, strlen(text), &t, &d);
+  if (rc != err) fail_msg("input %s: rc %d (%s), want %d", text, rc, d.msg, err);
+  assert_null(t);
+  ASSERT_MSG(d, sub1);
+  if (sub2) ASSERT_MSG(d, sub2);
+}
+
+static void test_good_line(void **state) {
+  (void)state;
+  eldr_trace *t = NULL;
+  eldr_diag d = {{0}};
+  const char *text = GOOD "\n" GOOD "\n\n  \n" GOOD; /* blank lines, no final newline */
+  int rc = eldr_trace_parse(text, strlen(text), &t, &d);
+  if (rc) fail_msg("%s", d.msg);
+  assert_int_equal(t->n, 3);
+  assert_int_equal(t->req[0].n_prefill, 1);
+  assert_int_equal(t->req[0].n_decode, 2);
+  assert_int_equal(t->req[0].decode[5], 3);
+  assert_int_equal(t->layer_ids[1], 3);
+  eldr_trace_free(t);
+  /* key order, whitespace, unknown fields, null optionals, empty arrays */
+  const char *v2 = " { \"decode\" : [ ] , \"extra\": {\"a\":[1,{\"b\":null}],\"c\":\"\\u00e9\"},"
+                   " \"prefill\":[ [ [ 0 , 1 ] , [ 2,3 ] ] ] ," L_LAY "," L_TK "," L_NE ","
+                   L_MODEL ", \"domain\": null, \"prompt\": \"h\\u00e9\\n\", \"arrival\": 1.5e0,"
+                   L_ID "}\r\n";
+  rc = eldr_trace_parse(v2, strlen(v2), &t, &d);
+  if (rc) fail_msg("%s", d.msg);
+  assert_int_equal(t->req[0].n_decode, 0);
+  assert_int_equal(t->req[0].domain, -1);
+  assert_string_equal(t->req[0].prompt, "h\xc3\xa9\n");
+  assert_true(t->req[0].arrival == 1.5);
+  eldr_trace_free(t);
+}
+
+static void test_errors_values(void **state) {
+  (void)state;
+  /* expert id >= num_experts on line 2 */
+  expect_err(GOOD "\n{" L_ID "," L_MODEL "," L_NE "," L_TK "," L_LAY
+                  ",\"prefill\":[[[0,1],[2,4]]]," L_DEC "}\n",
+             ELDR_ERANGE, "line 2: field 'prefill'", "token 0 layer 1 slot 1: expert id 4 >= num_experts 4");
+  expect_err("{" L_ID "," L_MODEL "," L_NE "," L_TK "," L_LAY "," L_PRE
+             ",\"decode\":[[[1,1],[2,2]],[[0,3],[3,130]]]}",
+             ELDR_ERANGE, "line 1: field 'decode'", "token 1 layer 1 slot 1: expert id 130");
+  expect_err("{" L_ID "," L_MODEL "," L_NE "," L_TK "," L_LAY ",\"prefill\":[[[0,-1],[2,3]]],"
+             L_DEC "}",
+             ELDR_ERANGE, "field 'prefill'", "negative expert id -1");
+  expect_err("{" L_ID "," L_MODEL "," L_NE "," L_TK "," L_LAY ",\"prefill\":[[[0,1.5],[2,3]]],"
+             L_DEC "}",
+             ELDR_EPARSE, "field 'prefill'", "not an integer");
+  expect_err("{" L_ID "," L_MODEL "," L_NE "," L_TK "," L_LAY ",\"prefill\":[[[0,1e0],[2,3]]],"
+             L_DEC "}",
+             ELDR_EPARSE, "field 'prefill'", "not an integer");
+  expect_err("{" L_ID "," L_MODEL "," L_NE "," L_TK "," L_LAY ",\"prefill\":[[[0,\"1\"],[2,3]]],"
+             L_DEC "}",
+             ELDR_EPARSE, "field 'prefill'", "slot 1: expected an integer");
+  expect_err("{" L_ID "," L_MODEL "," L_NE "," L_TK "," L_LAY ",\"prefill\":[[[0,01],[2,3]]],"
+             L_DEC "}",
+             ELDR_EPARSE, "field 'prefill'", NULL);
+  expect_err("{" L_ID "," L_MODEL "," L_NE "," L_TK "," L_LAY
+             ",\"prefill\":[[[0,99999999999999999999],[2,3]]]," L_DEC "}",
+             ELDR_ERANGE, "field 'prefill'", ">= num_experts 4");
+  /* ragged arrays */
+  expect_err("{" L_ID "," L_MODEL "," L_NE "," L_TK "," L_LAY ",\"prefill\":[[[0,1]]]," L_DEC "}",
+             ELDR_ESHAPE, "field 'prefill'", "token 0: 1 layers, expected 2");
+  expect_err("{" L_ID "," L_MODEL "," L_NE "," L_TK "," L_LAY
+             ",\"prefill\":[[[0,1],[2,3],[1,1]]]," L_DEC "}",
+             ELDR_ESHAPE, "field 'prefill'", "more than 2 layers");
+  expect_err("{" L_ID "," L_MODEL "," L_NE "," L_TK "," L_LAY "," L_PRE
+             ",\"decode\":[[[1,1],[2,2]],[[0],[3,0]]]}",
+             ELDR_ESHAPE, "field 'decode'", "token 1 layer 0: 1 entries, expected top_k 2");
+  expect_err("{" L_ID "," L_MODEL "," L_NE "," L_TK "," L_LAY "," L_PRE
+             ",\"decode\":[[[1,1],[2,2,2]]]}",
+             ELDR_ESHAPE, "field 'decode'", "token 0 layer 1: more than top_k 2");
+  expect_err("{" L_ID "," L_MODEL "," L_NE "," L_TK "," L_LAY "," L_PRE ",\"decode\":[[]]}",
+             ELDR_ESHAPE, "field 'decode'", "0 layers");
+  expect_err("{" L_ID "," L_MODEL "," L_NE "," L_TK "," L_LAY "," L_PRE ",\"decode\":[[[],[1,1]]]}",
+             ELDR_ESHAPE, "field 'decode'", "0 entries");
+  expect_err("{" L_ID "," L_MODEL "," L_NE "," L_TK "," L_LAY "," L_PRE ",\"decode\":[1]}",
+             ELDR_EPARSE, "field 'decode'", "token 0");
+  expect_err("{" L_ID "," L_MODEL "," L_NE "," L_TK "," L_LAY "," L_PRE ",\"decode\":[[1,2]]}",
+             ELDR_EPARSE, "field 'decode'", "token 0 layer 0");
+  /* gates */
+  expect_err(GOOD "\n" GOOD "\n{" L_ID "," L_MODEL "," L_NE "," L_TK "," L_LAY "," L_PRE "," L_DEC
+                  ",\"prefill_gates\":[]}",
+             ELDR_ESHAPE, "line 3: field 'prefill_gates'", "0 tokens, prefill has 1");
+  expect_err("{" L_ID "," L_MODEL "," L_NE "," L_TK "," L_LAY "," L_PRE "," L_DEC
+             ",\"prefill_gates\":[[[0.5,0.5],[0.5,\"x\"]]]}",
+             ELDR_EPARSE, "field 'prefill_gates'", "token 0 layer 1 slot 1");
+  expect_err("{" L_ID "," L_MODEL "," L_NE "," L_TK "," L_LAY "," L_PRE "," L_DEC
+             ",\"prefill_gates\":[[[0.5,0.5],[0.5,1e999]]]}",
+             ELDR_EPARSE, "field 'prefill_gates'", NULL);
+}
+
+static void test_errors_fields(void **state) {
+  (void)state;
+  /* missing fields */
+  expect_err("{" L_MODEL "," L_NE "," L_TK "," L_LAY "," L_PRE "," L_DEC "}", ELDR_EPARSE,
+             "line 1: field 'id': missing", NULL);
+  expect_err("{" L_ID "," L_NE "," L_TK "," L_LAY "," L_PRE "," L_DEC "}", ELDR_EPARSE,
+             "field 'model': missing", NULL);
+  expect_err("{" L_ID "," L_MODEL "," L_TK "," L_LAY "," L_PRE "," L_DEC "}", ELDR_EPARSE,
+             "field 'num_experts': missing", NULL);
+  expect_err("{" L_ID "," L_MODEL "," L_NE "," L_LAY "," L_PRE "," L_DEC "}", ELDR_EPARSE,
+             "field 'top_k': missing", NULL);
+  expect_err("{" L_ID "," L_MODEL "," L_NE "," L_TK "," L_PRE "," L_DEC "}", ELDR_EPARSE,
+             "field 'layers': missing", NULL);
+  expect_err("{" L_ID "," L_MODEL "," L_NE "," L_TK "," L_LAY "," L_DEC "}", ELDR_EPARSE,
+             "field 'prefill': missing", NULL);
+  expect_err(GOOD "\n{" L_ID "," L_MODEL "," L_NE "," L_TK "," L_LAY "," L_PRE "}", ELDR_EPARSE,
+             "line 2: field 'decode': missing", NULL);
+  /* mistyped fields */
+  expect_err("{\"id\":7," L_MODEL "," L_NE "," L_TK "," L_LAY "," L_PRE "," L_DEC "}", ELDR_EPARSE,
+             "field 'id'", "expected a string");
+  expect_err("{" L_ID ",\"model\":[]," L_NE "," L_TK "," L_LAY "," L_PRE "," L_DEC "}",
+             ELDR_EPARSE, "field 'model'", NULL);
+  expect_err("{" L_ID "," L_MODEL ",\"num_experts\":\"4\"," L_TK "," L_LAY "," L_PRE "," L_DEC "}",
+             ELDR_EPARSE, "field 'num_experts'", "expected an integer");
+  expect_err("{" L_ID "," L_MODEL "," L_NE ",\"top_k\":2.0," L_LAY "," L_PRE "," L_DEC "}",
+             ELDR_EPARSE, "field 'top_k'", "expected an integer");
+  expect_err("{" L_ID "," L_MODEL "," L_NE ",\"top_k\":5," L_LAY "," L_PRE "," L_DEC "}",
+             ELDR_ERANGE, "field 'top_k'", NULL);
+  expect_err("{" L_ID "," L_MODEL ",\"num_experts\":0," L_TK "," L_LAY "," L_PRE "," L_DEC "}",
+             ELDR_ERANGE, "field 'num_experts'", NULL);
+  expect_err("{" L_ID "," L_MODEL ",\"num_experts\":-4," L_TK "," L_LAY "," L_PRE "," L_DEC "}",
+             ELDR_ERANGE, "field 'num_experts'", "negative");
+  expect_err("{" L_ID "," L_MODEL ",\"num_experts\":100000," L_TK "," L_LAY "," L_PRE "," L_DEC "}",
+             ELDR_ERANGE, "field 'num_experts'", "out of range");
+  expect_err("{" L_ID "," L_MODEL "," L_NE "," L_TK ",\"layers\":3," L_PRE "," L_DEC "}",
+             ELDR_EPARSE, "field 'layers'", NULL);
+  expect_err("{" L_ID "," L_MODEL "," L_NE "," L_TK ",\"layers\":[]," L_PRE "," L_DEC "}",
+             ELDR_ERANGE, "field 'layers'", "empty");
+  expect_err("{" L_ID "," L_MODEL "," L_NE "," L_TK ",\"layers\":[1,1]," L_PRE "," L_DEC "}",
+             ELDR_EPARSE, "field 'layers'", "repeated");
+  expect_err("{" L_ID "," L_MODEL "," L_NE "," L_TK ",\"layers\":[1,\"3\"]," L_PRE "," L_DEC "}",
+             ELDR_EPARSE, "field 'layers'", "entry 1");
+  expect_err("{" L_ID "," L_MODEL "," L_NE "," L_TK "," L_LAY ",\"prefill\":{}," L_DEC "}",
+             ELDR_EPARSE, "field 'prefill'", "expected an array");
+  expect_err("{" L_ID "," L_MODEL "," L_NE "," L_TK "," L_LAY "," L_PRE "," L_DEC
+             ",\"arrival\":\"now\"}",
+             ELDR_EPARSE, "field 'arrival'", NULL);
+  expect_err("{" L_ID "," L_MODEL "," L_NE "," L_TK "," L_LAY "," L_PRE "," L_DEC
+             ",\"arrival\":-2}",
+             ELDR_ERANGE, "field 'arrival'", "negative");
+  expect_err("{" L_ID ",\"domain\":5," L_MODEL "," L_NE "," L_TK "," L_LAY "," L_PRE "," L_DEC "}",
+             ELDR_EPARSE, "field 'domain'", NULL);
+  expect_err("{" L_ID ",\"prompt\":true," L_MODEL "," L_NE "," L_TK "," L_LAY "," L_PRE "," L_DEC
+             "}",
+             ELDR_EPARSE, "field 'prompt'", NULL);
+  expect_err("{" L_ID ",\"id\":\"x\"," L_MODEL "," L_NE "," L_TK "," L_LAY "," L_PRE "," L_DEC "}",
+             ELDR_EPARSE, "field 'id'", "duplicated");
+  expect_err("{\"id\":\"a\\u0000b\"," L_MODEL "," L_NE "," L_TK "," L_LAY "," L_PRE "," L_DEC "}",
+             ELDR_EPARSE, "field 'id'", NULL);
+  expect_err("{\"id\":\"\xff\xfe\"," L_MODEL "," L_NE "," L_TK "," L_LAY "," L_PRE "," L_DEC "}",
+             ELDR_EPARSE, "field 'id'", NULL);
+}
+
+static void test_errors_disagree(void **state) {
+  (void)state;
+  expect_err(GOOD "\n{" L_ID ",\"model\":\"other\"," L_NE "," L_TK "," L_LAY "," L_PRE "," L_DEC "}",
+             ELDR_ESHAPE, "line 2: field 'model'", "disagrees");
+  expect_err(GOOD "\n" GOOD "\n{" L_ID "," L_MODEL ",\"num_experts\":5," L_TK "," L_LAY "," L_PRE
+                  "," L_DEC "}",
+             ELDR_ESHAPE, "line 3: field 'num_experts'", "5 disagrees with the trace's 4");
+  expect_err(GOOD "\n{" L_ID "," L_MODEL "," L_NE ",\"top_k\":1," L_LAY
+                  ",\"prefill\":[],\"decode\":[]}",
+             ELDR_ESHAPE, "line 2: field 'top_k'", NULL);
+  expect_err(GOOD "\n{" L_ID "," L_MODEL "," L_NE "," L_TK ",\"layers\":[1,3,5]," L_PRE "," L_DEC "}",
+             ELDR_ESHAPE, "line 2: field 'layers'", "3 layers");
+  expect_err(GOOD "\n{" L_ID "," L_MODEL "," L_NE "," L_TK ",\"layers\":[1,2]," L_PRE "," L_DEC "}",
+             ELDR_ESHAPE, "line 2: field 'layers'", "layer 1 is 2");
+}
+
+static void test_errors_json(void **state) {
+  (void)state;
+  expect_err("", ELDR_EEMPTY, "empty", NULL);
+  expect_err("\n\n  \n", ELDR_EEMPTY, "empty", NULL);
+  /* truncated last line */
+  const char *good = GOOD "\n" GOOD "\n";
+  char trunc[1024];
+  snprintf(trunc, sizeof trunc, "%s%.*s", good, (int)strlen(GOOD) - 20, GOOD);
+  expect_err(trunc, ELDR_EPARSE, "line 3", "truncated");
+  snprintf(trunc, sizeof trunc, "%s%.*s", good, (int)strlen(GOOD) - 1, GOOD);
+  expect_err(trunc, ELDR_EPARSE, "line 3", "truncated");
+  snprintf(trunc, sizeof trunc, "%s{\"id\":\"abc", good);
+  expect_err(trunc, ELDR_EPARSE, "line 3", "field 'id'");
+  /* invalid JSON */
+  expect_err("not json\n", ELDR_EPARSE, "line 1", "expected an object");
+  expect_err("[1,2]\n", ELDR_EPARSE, "line 1", "expected an object");
+  expect_err(GOOD "\n" GOOD " x\n", ELDR_EPARSE, "line 2", "trailing characters");
+  expect_err(GOOD "\n{" L_ID "," L_MODEL "," L_NE "," L_TK "," L_LAY "," L_PRE "," L_DEC ",}\n",
+             ELDR_EPARSE, "line 2", "expected a string key");
+  expect_err("{" L_ID " " L_MODEL "}", ELDR_EPARSE, "line 1", "expected ',' or '}'");
+  expect_err("{\"id\" \"r1\"}", ELDR_EPARSE, "line 1", "expected ':'");
+  expect_err("{" L_ID ",\"x\":[1,2,}", ELDR_EPARSE, "line 1", "field 'x'");
+  expect_err("{" L_ID ",\"x\":tru}", ELDR_EPARSE, "line 1", "field 'x'");
+  expect_err("{" L_ID ",\"x\":\"bad \\q escape\"}", ELDR_EPARSE, "line 1", "string");
+  expect_err("{" L_ID ",\"x\":\"raw\ttab\"}", ELDR_EPARSE, "line 1", "string");
+  expect_err("{" L_ID ",\"x\":-}", ELDR_EPARSE, "line 1", NULL);
+  expect_err("{" L_ID ",\"x\":1.}", ELDR_EPARSE, "line 1", NULL);
+  /* deep nesting is bounded */
+  char deep[400];
+  strcpy(deep, "{\"x\":");
+  for (int i = 0; i < 100; i++) strcat(deep, "[");
+  strcat(deep, "}");
+  expect_err(deep, ELDR_EPARSE, "line 1", "too deep");
+}
+
+static void test_parse_line_atomic(void **state) {
+  (void)state;
+  eldr_shape s = {2, 4, 2};
+  uint32_t lids[2] = {1, 3};
+  eldr_trace *t = eldr_trace_new("m", &s, lids);
+  eldr_diag d = {{0}};
+  assert_int_equal(eldr_trace_parse_line(t, GOOD, strlen(GOOD), 1, &d), 0);
+  const char *bad = "{\"id\":\"r2\",\"domain\":\"new\"," L_MODEL "," L_NE "," L_TK "," L_LAY
+                    ",\"prefill\":[[[0,1],[2,9]]]," L_DEC "}";
+  assert_int_equal(eldr_trace_parse_line(t, bad, strlen(bad), 7, &d), ELDR_ERANGE);
+  ASSERT_MSG(d, "line 7: field 'prefill'");
+  assert_int_equal(t->n, 1);
+  assert_int_equal(t->n_domains, 1);
+  /* a trace made with a shape: lines must match it */
+  const char *other = "{" L_ID "," L_MODEL ",\"num_experts\":8," L_TK "," L_LAY "," L_PRE "," L_DEC "}";
+  assert_int_equal(eldr_trace_parse_line(t, other, strlen(other), 8, &d), ELDR_ESHAPE);
+  eldr_trace_free(t);
+  eldr_trace *t2 = eldr_trace_new("m", &s, NULL); /* layers 0,1 != 1,3 */
+  assert_int_equal(eldr_trace_parse_line(t2, GOOD, strlen(GOOD), 1, &d), ELDR_ESHAPE);
+  ASSERT_MSG(d, "field 'layers'");
+  assert_int_equal(t2->n, 0);
+  eldr_trace_free(t2);
+}
+
+static void test_load_errors(void **state) {
+  (void)state;
+  eldr_trace *t;
+  eldr_diag d = {{0}};
+  assert_int_equal(eldr_trace_load("/nonexistent/x.jsonl", &t, &d), ELDR_EIO);
+  ASSERT_MSG(d, "/nonexistent/x.jsonl");
+  assert_null(t);
+  char *p = tmp_path("err");
+  write_file(p, GOOD "\n" GOOD "\n{" L_ID "," L_MODEL "," L_NE "," L_TK "," L_LAY
+                     ",\"prefill\":[[[0,1],[2,7]]]," L_DEC "}\n");
+  assert_int_equal(eldr_trace_load(p, &t, &d), ELDR_ERANGE);
+  char want[300];
+  snprintf(want, sizeof want, "%s:3: field 'prefill': token 0 layer 1 slot 1: expert id 7 >= num_experts 4", p);
+  assert_string_equal(d.msg, want);
+  write_file(p, "");
+  assert_int_equal(eldr_trace_load(p, &t, &d), ELDR_EEMPTY);
+  ASSERT_MSG(d, "empty");
+  write_file(p, GOOD "\n" GOOD "\n" GOOD);
+  assert_int_equal(eldr_trace_load(p, &t, &d), 0);
+  assert_int_equal(t->n, 3);
+  eldr_trace_free(t);
+  unlink(p);
+  /* save to an unwritable place */
+  eldr_shape s = {1, 2, 1};
+  eldr_trace *e = eldr_trace_new("m", &s, NULL);
+  assert_int_equal(eldr_trace_save("/nonexistent/dir/x.jsonl", e, &d), ELDR_EIO);
+  eldr_trace_free(e);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_real_llama4),
+      cmocka_unit_test(test_roundtrip_extensions),
+      cmocka_unit_test(test_write_request_and_parse),
+      cmocka_unit_test(test_append_and_new),
+      cmocka_unit_test(test_good_line),
+      cmocka_unit_test(test_errors_values),
+      cmocka_unit_test(test_errors_fields),
+      cmocka_unit_test(test_errors_disagree),
+      cmocka_unit_test(test_errors_json),
+      cmocka_unit_test(test_parse_line_atomic),
+      cmocka_unit_test(test_load_errors),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
