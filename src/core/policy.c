@@ -95,19 +95,77 @@ static size_t nth_healthy(const uint8_t *healthy, size_t n, size_t idx) {
   return 0; /* unreachable when idx < number of healthy decoders */
 }
 
-/* Dot product with independent partial sums so that the compiler can keep
- * several vector lanes busy without -ffast-math. The order of additions is
- * fixed, so the result is deterministic. */
-static float dot_f(const float *restrict a, const float *restrict b, size_t dim) {
-  float acc[16] = {0};
+/* Similarities. Every similarity is computed with the same arithmetic
+ * whichever kernel computes it: eight float lanes (two 4-lane halves, lo and
+ * hi) over i = 0, 8, 16.., lane j summing a[i+j]*b[i+j]; then lo + hi, the
+ * four lanes reduced in a fixed order, then the tail (dim % 8) in order. So
+ * a similarity does not depend on how centroids were grouped, and lane-wise
+ * vector ops (exact IEEE operations, never contracted into FMA) give the
+ * same bits on every target. sim4 reads the signature once for four
+ * centroids; 4-lane vectors stay in SSE registers on baseline x86-64. */
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF /* GCC: off already in ISO C mode (-std=c17) */
+#endif
+typedef float v4f __attribute__((vector_size(16)));
+
+/* Unaligned load. */
+#define LOAD4(dst, p) memcpy(&(dst), (p), sizeof(v4f))
+
+static inline float reduce(const v4f *lo, const v4f *hi, float tail) {
+  v4f s = *lo + *hi;
+  return ((s[0] + s[2]) + (s[1] + s[3])) + tail;
+}
+
+static inline float tail_dot(const float *a, const float *b, size_t from, size_t dim) {
+  float t = 0.0f;
+  for (size_t i = from; i < dim; i++) t += a[i] * b[i];
+  return t;
+}
+
+static float sim1(const float *sig, const float *c, size_t dim) {
+  v4f lo = {0}, hi = {0};
   size_t i = 0;
-  for (; i + 16 <= dim; i += 16)
-    for (size_t j = 0; j < 16; j++) acc[j] += a[i + j] * b[i + j];
-  float tail = 0.0f;
-  for (; i < dim; i++) tail += a[i] * b[i];
-  for (size_t j = 0; j < 8; j++) acc[j] += acc[j + 8];
-  for (size_t j = 0; j < 4; j++) acc[j] += acc[j + 4];
-  return ((acc[0] + acc[2]) + (acc[1] + acc[3])) + tail;
+  for (; i + 8 <= dim; i += 8) {
+    v4f x0, x1, y0, y1;
+    LOAD4(x0, sig + i);
+    LOAD4(x1, sig + i + 4);
+    LOAD4(y0, c + i);
+    LOAD4(y1, c + i + 4);
+    lo += x0 * y0;
+    hi += x1 * y1;
+  }
+  return reduce(&lo, &hi, tail_dot(sig, c, i, dim));
+}
+
+static void sim4(const float *sig, const float *c, size_t dim, float *out) {
+  const float *c0 = c, *c1 = c + dim, *c2 = c + 2 * dim, *c3 = c + 3 * dim;
+  v4f l0 = {0}, h0 = {0}, l1 = {0}, h1 = {0}, l2 = {0}, h2 = {0}, l3 = {0}, h3 = {0};
+  size_t i = 0;
+  for (; i + 8 <= dim; i += 8) {
+    v4f x0, x1, y0, y1;
+    LOAD4(x0, sig + i);
+    LOAD4(x1, sig + i + 4);
+    LOAD4(y0, c0 + i);
+    LOAD4(y1, c0 + i + 4);
+    l0 += x0 * y0;
+    h0 += x1 * y1;
+    LOAD4(y0, c1 + i);
+    LOAD4(y1, c1 + i + 4);
+    l1 += x0 * y0;
+    h1 += x1 * y1;
+    LOAD4(y0, c2 + i);
+    LOAD4(y1, c2 + i + 4);
+    l2 += x0 * y0;
+    h2 += x1 * y1;
+    LOAD4(y0, c3 + i);
+    LOAD4(y1, c3 + i + 4);
+    l3 += x0 * y0;
+    h3 += x1 * y1;
+  }
+  out[0] = reduce(&l0, &h0, tail_dot(sig, c0, i, dim));
+  out[1] = reduce(&l1, &h1, tail_dot(sig, c1, i, dim));
+  out[2] = reduce(&l2, &h2, tail_dot(sig, c2, i, dim));
+  out[3] = reduce(&l3, &h3, tail_dot(sig, c3, i, dim));
 }
 
 static int decide_domain(const eldr_policy *p, const uint32_t *loads, const uint8_t *healthy,
@@ -143,13 +201,15 @@ static int decide_eldr(const eldr_policy *p, const uint32_t *loads, const uint8_
   const size_t nsim = n < nc ? n : nc;
   float cache[ELDR_SIM_CACHE];
   const size_t ncache = nsim < ELDR_SIM_CACHE ? nsim : ELDR_SIM_CACHE;
-  for (size_t c = 0; c < ncache; c++) cache[c] = dot_f(req->sig, p->centroids + c * dim, dim);
+  size_t c0 = 0;
+  for (; c0 + 4 <= ncache; c0 += 4) sim4(req->sig, p->centroids + c0 * dim, dim, cache + c0);
+  for (; c0 < ncache; c0++) cache[c0] = sim1(req->sig, p->centroids + c0 * dim, dim);
 
   float best = -INFINITY;
   for (size_t k = 0; k < n; k++) {
     if (!is_up(healthy, k)) continue;
     size_t c = k % nc;
-    float s = c < ncache ? cache[c] : dot_f(req->sig, p->centroids + c * dim, dim);
+    float s = c < ncache ? cache[c] : sim1(req->sig, p->centroids + c * dim, dim);
     if (s > best) best = s;
   }
   if (!(best > -INFINITY)) { /* NaN / -inf similarities: an unusable signature */
@@ -163,7 +223,7 @@ static int decide_eldr(const eldr_policy *p, const uint32_t *loads, const uint8_
   for (size_t k = 0; k < n; k++) {
     if (!is_up(healthy, k)) continue;
     size_t c = k % nc;
-    float s = c < ncache ? cache[c] : dot_f(req->sig, p->centroids + c * dim, dim);
+    float s = c < ncache ? cache[c] : sim1(req->sig, p->centroids + c * dim, dim);
     if (!((double)s >= edge)) continue;
     band++;
     if (choice < 0 || loads[k] < cload || (loads[k] == cload && s > csim)) {

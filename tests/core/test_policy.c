@@ -239,6 +239,52 @@ static void test_eldr_band_reference(void **state) {
   assert_true(nontrivial > 20); /* the band mattered in many trials */
 }
 
+/* Many decoders (beyond the policy's on-stack similarity cache of 256), an
+ * odd dimension (kernel tail), and a centroid duplicated at indices 3 and
+ * 299: both copies must get bit-identical similarities whichever kernel
+ * computes them, so the tie goes to the lower index. */
+static void test_eldr_many_decoders(void **state) {
+  (void)state;
+  enum { D = 37, NC = 300 };
+  static float cent[NC * D];
+  static uint32_t loads[NC];
+  float sig[D];
+  eldr_rng r;
+  eldr_rng_seed(&r, 77);
+  for (int k = 0; k < NC; k++) random_unit_nonneg(&r, cent + k * D, D, 0);
+  random_unit_nonneg(&r, sig, D, 0);
+  memcpy(cent + 3 * D, sig, sizeof sig);
+  memcpy(cent + 299 * D, sig, sizeof sig);
+  eldr_policy p;
+  eldr_decision dec;
+  assert_int_equal(eldr_policy_init(&p, ELDR_POLICY_ELDR, 0.0, 1, cent, NC, D, 0), 0);
+  for (int i = 0; i < NC; i++) loads[i] = 5;
+  assert_int_equal(decode(&p, loads, NULL, NC, sig, -1, &dec), 3);
+  assert_int_equal(dec.band_size, 2);
+  loads[299] = 4;
+  assert_int_equal(decode(&p, loads, NULL, NC, sig, -1, &dec), 299);
+  /* the reference over all 300 for a few taus */
+  random_unit_nonneg(&r, sig, D, 0);
+  for (int i = 0; i < NC; i++) loads[i] = (uint32_t)eldr_rng_below(&r, 50);
+  for (double tau = 0.0; tau < 0.5; tau += 0.05) {
+    double best = -1, sims[NC];
+    for (int k = 0; k < NC; k++) {
+      double d = 0;
+      for (int j = 0; j < D; j++) d += (double)sig[j] * cent[k * D + j];
+      sims[k] = d;
+      if (d > best) best = d;
+    }
+    int want = -1;
+    for (int k = 0; k < NC; k++) {
+      if (sims[k] < best - tau - 1e-6) continue;
+      if (want < 0 || loads[k] < loads[want] || (loads[k] == loads[want] && sims[k] > sims[want]))
+        want = k;
+    }
+    assert_int_equal(eldr_policy_init(&p, ELDR_POLICY_ELDR, tau, 1, cent, NC, D, 0), 0);
+    assert_int_equal(decode(&p, loads, NULL, NC, sig, -1, &dec), want);
+  }
+}
+
 static void test_eldr_fallbacks(void **state) {
   (void)state;
   eldr_policy p;
@@ -490,6 +536,7 @@ int main(void) {
       cmocka_unit_test(test_eldr_tau1_is_jsq),
       cmocka_unit_test(test_eldr_band),
       cmocka_unit_test(test_eldr_band_reference),
+      cmocka_unit_test(test_eldr_many_decoders),
       cmocka_unit_test(test_eldr_fallbacks),
       cmocka_unit_test(test_unhealthy_all_policies),
       cmocka_unit_test(test_rr_cycles),
