@@ -112,7 +112,12 @@ int eldr_cmd_worker(int argc, char **argv) {
     cfg.trace = trace;
   }
   signal(SIGPIPE, SIG_IGN);
-  struct event_base *base = event_base_new();
+  /* precise timers (timerfd): decode steps last a few milliseconds */
+  struct event_config *ecfg = event_config_new();
+  if (ecfg) event_config_set_flag(ecfg, EVENT_BASE_FLAG_PRECISE_TIMER);
+  struct event_base *base = ecfg ? event_base_new_with_config(ecfg) : NULL;
+  if (ecfg) event_config_free(ecfg);
+  if (!base) base = event_base_new();
   if (!base) cli_fail(CMD, "cannot create the event loop");
   eldr_worker *w = NULL;
   int rc = eldr_worker_new(base, &cfg, &w, &d);
