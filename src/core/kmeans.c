@@ -48,28 +48,53 @@ typedef struct {
   unsigned char *used;
 } kwork;
 
-/* acc[0..kp) = sum_j x_ij * CT[j][.] (unscaled). */
+/* out[c0 .. c0+W) = sum_e val[e] * CT[idx[e]][c0 ..] (idx NULL: e itself)
+ * for one block of W lanes; the accumulators stay in registers. Every lane
+ * sums in the order of e whatever the blocking, so results do not depend on
+ * it. */
+#define KM_BLOCK_FN(NAME, WIDTH)                                                               \
+  static inline void NAME(const unsigned *restrict idx, const float *restrict val, size_t m,   \
+                          const float *restrict ct, size_t kp, size_t c0, float *restrict out) { \
+    float a[WIDTH];                                                                            \
+    for (size_t t = 0; t < WIDTH; t++) a[t] = 0.0f;                                            \
+    const float *base = ct + c0;                                                               \
+    if (idx) {                                                                                 \
+      for (size_t e = 0; e < m; e++) {                                                         \
+        const float v = val[e];                                                                \
+        const float *restrict row = base + (size_t)idx[e] * kp;                                \
+        for (size_t t = 0; t < WIDTH; t++) a[t] += v * row[t];                                 \
+      }                                                                                        \
+    } else {                                                                                   \
+      for (size_t e = 0; e < m; e++) {                                                         \
+        const float v = val[e];                                                                \
+        const float *restrict row = base + e * kp;                                             \
+        for (size_t t = 0; t < WIDTH; t++) a[t] += v * row[t];                                 \
+      }                                                                                        \
+    }                                                                                          \
+    for (size_t t = 0; t < WIDTH; t++) out[c0 + t] = a[t];                                     \
+  }
+KM_BLOCK_FN(score_block16, 16)
+KM_BLOCK_FN(score_block8, 8)
+
+/* acc[0..kp) = sum_j x_ij * CT[j][.] (unscaled). Dense rows are not tested
+ * for zeros: a zero adds an exact 0, and a data-dependent branch costs more
+ * than the multiply. */
 static void scores_row(const kdata *X, size_t i, const float *restrict ct, size_t kp,
                        float *restrict acc) {
-  for (size_t c = 0; c < kp; c++) acc[c] = 0.0f;
+  const unsigned *idx = NULL;
+  const float *val;
+  size_t m;
   if (X->csr) {
-    for (size_t e = X->rowptr[i]; e < X->rowptr[i + 1]; e++) {
-      const float v = X->val[e];
-      const float *restrict row = ct + (size_t)X->idx[e] * kp;
-      for (size_t c0 = 0; c0 < kp; c0 += KM_LANES)
-        for (size_t t = 0; t < KM_LANES; t++) acc[c0 + t] += v * row[c0 + t];
-    }
+    idx = X->idx + X->rowptr[i];
+    val = X->val + X->rowptr[i];
+    m = X->rowptr[i + 1] - X->rowptr[i];
   } else {
-    /* Dense rows: no test for zero (a zero adds an exact 0 and a
-     * data-dependent branch costs more than the multiply). */
-    const float *xi = X->x + i * X->dim;
-    for (size_t j = 0; j < X->dim; j++) {
-      const float v = xi[j];
-      const float *restrict row = ct + j * kp;
-      for (size_t c0 = 0; c0 < kp; c0 += KM_LANES)
-        for (size_t t = 0; t < KM_LANES; t++) acc[c0 + t] += v * row[c0 + t];
-    }
+    val = X->x + i * X->dim;
+    m = X->dim;
   }
+  size_t c0 = 0;
+  for (; c0 + 16 <= kp; c0 += 16) score_block16(idx, val, m, ct, kp, c0, acc);
+  for (; c0 < kp; c0 += 8) score_block8(idx, val, m, ct, kp, c0, acc);
 }
 
 /* cos(x_i, c) for one dense unit vector c. */
