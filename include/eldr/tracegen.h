@@ -6,8 +6,21 @@
  * of chat serving. Presets: workload "task" (sharp domains) and "language"
  * (soft domains, heavy traffic skew). Deterministic for a seed.
  *
+ * The model (docs/trace.md has the calibration and the sources):
+ *   logit(d, l, e)   = pop_sd * G(l, e) + boost * [e generalist at l]
+ *                      + domain_sd * D(d, l, e)            (G, D ~ N(0, 1))
+ *   request r of d:  R(l, e) = logit(d, l, e) + request_sd * N(0, 1)
+ *   prefill:         P = R + prefill_sd * N(0, 1)     decode: Q = R + decode_sd * N(0, 1)
+ *   every token and layer picks top_k distinct experts by sampling without
+ *   replacement from softmax(P) (prefill) or softmax(Q) (decode).
+ * Prompt / output lengths are log-normal (median, sigma), clipped to [min, max].
+ * Request i depends only on (seed, i): generating a prefix of a trace gives
+ * the same first requests.
+ *
  * Ownership: eldr_tracegen objects own their tables; traces produced are
- * new eldr_trace objects owned by the caller.
+ * new eldr_trace objects owned by the caller. A generator is not
+ * thread-safe for eldr_tracegen_request/generate (it uses scratch space);
+ * eldr_tracegen_from_text is const and allocates its own scratch.
  */
 #ifndef ELDR_TRACEGEN_H
 #define ELDR_TRACEGEN_H
@@ -20,24 +33,115 @@
 #include "eldr/trace.h"
 
 /* Model shape preset: "qwen3-30b-a3b", "gpt-oss-120b", "qwen3-235b-a22b",
- * "llama4-maverick", "olmoe-1b-7b", or "custom:L,E,K". */
+ * "llama4-maverick", "olmoe-1b-7b", or "custom:L,E,K".
+ * canonical (optional, canonical_cap bytes) receives the model name written
+ * into traces: the Hugging Face name of the preset (e.g. "Qwen3-30B-A3B"),
+ * or "custom-L-E-K". Unknown name / bad custom shape: ELDR_EINVAL /
+ * ELDR_ERANGE with a message. */
 int eldr_tracegen_model_shape(const char *name, eldr_shape *shape, char *canonical,
                               size_t canonical_cap, eldr_diag *d);
+
+/* MoE layer ids of a preset (e.g. Llama-4-Maverick: odd layers 1..47);
+ * 0..L-1 for the others and for custom shapes. ids has shape->num_layers
+ * entries. model_name may be a preset key or a canonical name. */
+void eldr_tracegen_layer_ids(const char *model_name, const eldr_shape *shape, uint32_t *ids);
+
+#define ELDR_TRACEGEN_MAX_DOMAINS 64
+#define ELDR_TRACEGEN_NAME_MAX 48
+
+/* Log-normal length distribution, clipped to [min, max]. */
+typedef struct eldr_tracegen_length {
+  double median; /* exp(mu) */
+  double sigma;  /* sd of log length */
+  uint32_t min, max;
+} eldr_tracegen_length;
+
+/* A workload: the parameters of the model above. */
+typedef struct eldr_tracegen_workload {
+  char name[ELDR_TRACEGEN_NAME_MAX];
+  size_t n_domains; /* 1..ELDR_TRACEGEN_MAX_DOMAINS */
+  char domain_names[ELDR_TRACEGEN_MAX_DOMAINS][ELDR_TRACEGEN_NAME_MAX];
+  double domain_weight[ELDR_TRACEGEN_MAX_DOMAINS]; /* traffic share (normalised on use) */
+  double pop_sd;           /* global popularity logit sd */
+  uint32_t generalists;    /* generalist experts per layer */
+  double generalist_boost; /* logit added to them */
+  double domain_sd;        /* domain preference logit sd */
+  double request_sd;       /* request variation logit sd */
+  double prefill_sd;       /* prefill-only noise */
+  double decode_sd;        /* decode-only noise (prefill->decode drift) */
+  eldr_tracegen_length prompt, output;
+} eldr_tracegen_workload;
+
+/* Fill a preset workload ("task" or "language"). ELDR_ENOTFOUND if unknown. */
+int eldr_tracegen_workload_preset(const char *name, eldr_tracegen_workload *w, eldr_diag *d);
+
+/* Parse a JSON workload description (see docs/trace.md): every field of
+ * eldr_tracegen_workload, optional fields default to the "task" preset;
+ * "base": "task"|"language" picks the defaults. Errors name the field. */
+int eldr_tracegen_workload_parse(const char *json, size_t len, eldr_tracegen_workload *w,
+                                 eldr_diag *d);
+
+/* Check ranges (sd >= 0 and finite, weights > 0, lengths 1 <= min <= max,
+ * generalists < E given; names non-empty and distinct). */
+int eldr_tracegen_workload_validate(const eldr_tracegen_workload *w, eldr_diag *d);
 
 typedef struct eldr_tracegen eldr_tracegen;
 
 /* Build a generator for a model shape and workload ("task", "language", or
- * "custom:FILE" with a JSON workload description). */
+ * "custom:FILE" with a JSON workload description). model_name is written
+ * into traces (NULL: "custom"); layer ids follow eldr_tracegen_layer_ids. */
 int eldr_tracegen_new(const eldr_shape *shape, const char *model_name, const char *workload,
                       uint64_t seed, eldr_tracegen **out, eldr_diag *d);
+/* Same with an explicit workload (copied). */
+int eldr_tracegen_new_workload(const eldr_shape *shape, const char *model_name,
+                               const eldr_tracegen_workload *w, uint64_t seed,
+                               eldr_tracegen **out, eldr_diag *d);
 void eldr_tracegen_free(eldr_tracegen *g);
+
+/* Length overrides: force_decode > 0 makes every output exactly that long;
+ * max_decode / max_prompt > 0 cap the drawn lengths. 0 = off. */
+void eldr_tracegen_set_lengths(eldr_tracegen *g, uint32_t force_decode, uint32_t max_decode,
+                               uint32_t max_prompt);
 
 /* Number of domains and a domain's name (owned by g). */
 size_t eldr_tracegen_domains(const eldr_tracegen *g);
 const char *eldr_tracegen_domain_name(const eldr_tracegen *g, size_t i);
+const eldr_tracegen_workload *eldr_tracegen_get_workload(const eldr_tracegen *g);
+const eldr_shape *eldr_tracegen_shape(const eldr_tracegen *g);
+const char *eldr_tracegen_model(const eldr_tracegen *g);
+const uint32_t *eldr_tracegen_layer_ids_of(const eldr_tracegen *g);
+
+/* One generated request; the arrays are owned by the generator and valid
+ * until the next call on g. */
+typedef struct eldr_tracegen_req {
+  int domain;
+  uint32_t n_prefill, n_decode;
+  const uint16_t *prefill; /* n_prefill * L * K */
+  const uint16_t *decode;  /* n_decode * L * K */
+} eldr_tracegen_req;
+
+/* Generate request number index (a pure function of seed and index). */
+int eldr_tracegen_request(eldr_tracegen *g, size_t index, eldr_tracegen_req *out, eldr_diag *d);
+
+/* An empty trace with g's model, shape, layer ids and every domain label
+ * interned in order (for streaming writes with eldr_trace_write_request).
+ * NULL on allocation failure. */
+eldr_trace *eldr_tracegen_trace_header(const eldr_tracegen *g);
+
+/* Request id written for request index of domain: "<domain>/<index>". */
+void eldr_tracegen_request_id(const eldr_tracegen *g, size_t index, int domain, char *buf,
+                              size_t cap);
 
 /* Generate n requests into a new trace. */
 int eldr_tracegen_generate(eldr_tracegen *g, size_t n, eldr_trace **out, eldr_diag *d);
+
+/* Domain chosen for a text by the built-in stable classifier: hand-written
+ * scores (keyword lists and character classes) for seven style archetypes
+ * - 0 code, 1 maths/LaTeX, 2 narrative prose, 3 web text (the default),
+ * 4 encyclopedic, 5 chat questions, 6 non-English script - the highest
+ * wins, folded onto n_domains as archetype % n_domains. Deterministic;
+ * depends on nothing but the text (no training data). */
+int eldr_tracegen_text_domain(const char *text, size_t len, size_t n_domains);
 
 /* Generate one request's selections deterministically from a prompt text
  * (domain chosen from the text's hash / content), with n_prefill prompt

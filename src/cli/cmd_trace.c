@@ -1,0 +1,505 @@
+/* cmd_trace.c — `eldr trace gen` (synthetic traces) and `eldr trace stats`. */
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "eldr/artifact.h"
+#include "eldr/fit.h"
+#include "eldr/signature.h"
+#include "eldr/trace.h"
+#include "eldr/tracegen.h"
+#include "eldr/tracestats.h"
+
+static const char TRACE_HELP[] =
+    "usage: eldr trace <gen|stats> [options]   (eldr trace <sub> --help)\n"
+    "\n"
+    "  gen     write a synthetic expert trace (JSONL) for a model shape and workload\n"
+    "  stats   prefill->decode correlation, distinct experts per batching rule,\n"
+    "          domain mix and lengths of a trace\n";
+
+static const char GEN_HELP[] =
+    "usage: eldr trace gen --requests N -o FILE [options]\n"
+    "\n"
+    "Generate a synthetic expert-selection trace in the JSONL trace format.\n"
+    "\n"
+    "  -m, --model M             qwen3-30b-a3b | gpt-oss-120b | qwen3-235b-a22b |\n"
+    "                            llama4-maverick | olmoe-1b-7b | custom:L,E,K\n"
+    "                                                               [qwen3-30b-a3b]\n"
+    "  -w, --workload W          task | language | custom:FILE (JSON) [task]\n"
+    "  -n, --requests N          requests to generate (>= 1)         (required)\n"
+    "  -s, --seed S              seed; the same seed gives the same bytes [0]\n"
+    "  -o, --output FILE         trace to write ('-' = stdout)        (required)\n"
+    "      --decode-tokens T     every request generates exactly T tokens\n"
+    "      --max-decode-tokens T cap the drawn output lengths at T\n"
+    "      --max-prompt-tokens T cap the drawn prompt lengths at T\n"
+    "  -q, --quiet               no progress on stderr\n"
+    "  -h, --help                this help\n"
+    "\n"
+    "The model and the presets are documented in docs/trace.md.\n";
+
+static const char STATS_HELP[] =
+    "usage: eldr trace stats TRACE.jsonl [options]\n"
+    "\n"
+    "(a) median per-request Pearson correlation of prefill vs decode per-expert counts;\n"
+    "(b) mean distinct experts per layer per decode step for batches drawn at random,\n"
+    "    from one domain, and from one artifact cluster, and the reduction vs random;\n"
+    "(c) domain mix, prompt and output lengths, popularity skew.\n"
+    "\n"
+    "  -a, --artifact FILE   cluster = nearest centroid of the request's signature\n"
+    "  -b, --batch LIST      batch sizes                                [8,16,32,64]\n"
+    "      --batches N       batches drawn per size and rule            [64]\n"
+    "      --steps N         decode steps per batch (0 = median output length) [0]\n"
+    "  -s, --seed S          batch sampling seed                        [0]\n"
+    "  -j, --json            JSON instead of a table\n"
+    "  -p, --plot FILE       distinct experts vs batch size, per rule (.png or .svg;\n"
+    "                        needs gnuplot)\n"
+    "      --olmoe-counts F  also report the popularity skew of a per-domain counts\n"
+    "                        file (e.g. olmoe-domain-expert-counts.json) for comparison\n"
+    "  -h, --help            this help\n"
+    "\n"
+    "Batches are decode batches of B slots under continuous batching: at every step each\n"
+    "slot contributes its request's next decode token; a finished request is replaced by\n"
+    "the next one drawn by the same rule (random / same domain / same cluster). See\n"
+    "docs/trace.md.\n";
+
+/* ------------------------------------------------------------------------ */
+
+static int trace_gen(int argc, char **argv) {
+  const char *cmd = "trace gen";
+  const char *model = "qwen3-30b-a3b", *workload = "task", *out_path = NULL;
+  long requests = -1, force_dec = 0, max_dec = 0, max_pre = 0;
+  uint64_t seed = 0;
+  int quiet = 0;
+  static const struct option lo[] = {
+      {"model", required_argument, 0, 'm'},    {"workload", required_argument, 0, 'w'},
+      {"requests", required_argument, 0, 'n'}, {"seed", required_argument, 0, 's'},
+      {"output", required_argument, 0, 'o'},   {"decode-tokens", required_argument, 0, 1},
+      {"max-decode-tokens", required_argument, 0, 2},
+      {"max-prompt-tokens", required_argument, 0, 3},
+      {"quiet", no_argument, 0, 'q'},          {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
+  cli_getopt_reset();
+  int c;
+  while ((c = getopt_long(argc, argv, ":m:w:n:s:o:qh", lo, NULL)) != -1) {
+    switch (c) {
+    case 'm': model = optarg; break;
+    case 'w': workload = optarg; break;
+    case 'n': requests = cli_parse_long(cmd, "--requests", optarg, 1, 100000000L); break;
+    case 's': seed = cli_parse_u64(cmd, "--seed", optarg); break;
+    case 'o': out_path = optarg; break;
+    case 1: force_dec = cli_parse_long(cmd, "--decode-tokens", optarg, 1, 1000000); break;
+    case 2: max_dec = cli_parse_long(cmd, "--max-decode-tokens", optarg, 1, 1000000); break;
+    case 3: max_pre = cli_parse_long(cmd, "--max-prompt-tokens", optarg, 1, 1000000); break;
+    case 'q': quiet = 1; break;
+    case 'h': fputs(GEN_HELP, stdout); return 0;
+    default: cli_bad_option(cmd, argc, argv, c);
+    }
+  }
+  if (optind < argc) cli_usage_error(cmd, "unexpected argument '%s' (see --help)", argv[optind]);
+  if (requests < 0) cli_usage_error(cmd, "--requests is required (see --help)");
+  if (!out_path) cli_usage_error(cmd, "--output is required (see --help)");
+
+  eldr_diag d = {{0}};
+  eldr_shape shape;
+  char canon[128];
+  if (eldr_tracegen_model_shape(model, &shape, canon, sizeof canon, &d))
+    cli_usage_error(cmd, "--model: %s", d.msg);
+  eldr_tracegen *g = NULL;
+  int rc = eldr_tracegen_new(&shape, canon, workload, seed, &g, &d);
+  if (rc) cli_usage_error(cmd, "--workload: %s", d.msg);
+  eldr_tracegen_set_lengths(g, (uint32_t)force_dec, (uint32_t)max_dec, (uint32_t)max_pre);
+  eldr_trace *hdr = eldr_tracegen_trace_header(g);
+  if (!hdr) cli_fail(cmd, "out of memory");
+
+  /* write to a temporary file next to the output, then rename */
+  int to_stdout = !strcmp(out_path, "-");
+  char *tmp = NULL;
+  FILE *f = stdout;
+  if (!to_stdout) {
+    size_t tl = strlen(out_path) + 32;
+    tmp = malloc(tl);
+    if (!tmp) cli_fail(cmd, "out of memory");
+    snprintf(tmp, tl, "%s.tmp.%ld", out_path, (long)getpid());
+    f = fopen(tmp, "wb");
+    if (!f) cli_fail(cmd, "cannot write '%s': %s", out_path, strerror(errno));
+  }
+  static char iobuf[1 << 20];
+  setvbuf(f, iobuf, _IOFBF, sizeof iobuf);
+  const int progress = !quiet && requests >= 200;
+  for (long i = 0; i < requests; i++) {
+    eldr_tracegen_req q;
+    if ((rc = eldr_tracegen_request(g, (size_t)i, &q, &d))) {
+      if (tmp) remove(tmp);
+      cli_fail(cmd, "%s", d.msg);
+    }
+    char id[96];
+    eldr_tracegen_request_id(g, (size_t)i, q.domain, id, sizeof id);
+    eldr_request r = {.id = id,
+                      .domain = q.domain,
+                      .prompt = NULL,
+                      .arrival = -1.0,
+                      .n_prefill = q.n_prefill,
+                      .n_decode = q.n_decode,
+                      .prefill = (uint16_t *)q.prefill,
+                      .decode = (uint16_t *)q.decode,
+                      .prefill_gates = NULL};
+    if ((rc = eldr_trace_write_request(f, hdr, &r)) < 0 || ferror(f)) {
+      int e = errno;
+      if (tmp) {
+        fclose(f);
+        remove(tmp);
+      }
+      cli_fail(cmd, "writing '%s': %s", out_path, rc < 0 ? eldr_strerror(rc) : strerror(e));
+    }
+    if (progress) cli_progress("trace gen: requests", (size_t)i + 1, (size_t)requests, 0);
+  }
+  if (progress) cli_progress("trace gen: requests", (size_t)requests, (size_t)requests, 1);
+  if (to_stdout) {
+    if (fflush(stdout)) cli_fail(cmd, "writing stdout: %s", strerror(errno));
+    setvbuf(stdout, NULL, _IOLBF, 0);
+  } else {
+    if (fclose(f)) {
+      int e = errno;
+      remove(tmp);
+      cli_fail(cmd, "writing '%s': %s", out_path, strerror(e));
+    }
+    if (rename(tmp, out_path)) {
+      int e = errno;
+      remove(tmp);
+      cli_fail(cmd, "cannot write '%s': %s", out_path, strerror(e));
+    }
+    free(tmp);
+  }
+  if (!quiet)
+    fprintf(stderr, "eldr trace gen: wrote %ld requests (%s, workload %s, seed %llu) to %s\n",
+            requests, canon, workload, (unsigned long long)seed, out_path);
+  eldr_trace_free(hdr);
+  eldr_tracegen_free(g);
+  return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+
+static void fmt_num(char *buf, size_t cap, double v, const char *f) {
+  if (isnan(v))
+    snprintf(buf, cap, "-");
+  else
+    snprintf(buf, cap, f, v);
+}
+
+static void print_table(const char *path, const eldr_trace *t, const eldr_tracestats *s,
+                        size_t batches) {
+  printf("trace %s: model %s, %u MoE layers, %u experts, top-%u, %zu requests\n", path,
+         t->model ? t->model : "?", t->shape.num_layers, t->shape.num_experts, t->shape.top_k,
+         s->n_requests);
+  char a[32], b[32], c[32], e[32];
+  fmt_num(a, sizeof a, s->corr_median, "%.3f");
+  fmt_num(b, sizeof b, s->corr_p10, "%.3f");
+  fmt_num(c, sizeof c, s->corr_p90, "%.3f");
+  fmt_num(e, sizeof e, s->corr_mean, "%.3f");
+  printf("\n(a) prefill->decode per-expert Pearson correlation: median %s (p10 %s, p90 %s, "
+         "mean %s; %zu requests)\n",
+         a, b, c, e, s->n_corr);
+  printf("\n(b) distinct experts per layer per decode step (%zu batches of %zu steps per cell%s)\n",
+         batches, s->steps, s->n_clusters ? "" : "; no --artifact: no cluster rule");
+  printf("  %6s %9s %9s %8s %9s %8s\n", "batch", "random", "domain", "fewer", "cluster",
+         "fewer");
+  for (size_t i = 0; i < s->n_batch; i++) {
+    const eldr_tracestats_batch *x = &s->batch[i];
+    char r0[32], r1[32], p1[32], r2[32], p2[32];
+    fmt_num(r0, sizeof r0, x->distinct[ELDR_BATCH_RANDOM], "%.2f");
+    fmt_num(r1, sizeof r1, x->distinct[ELDR_BATCH_DOMAIN], "%.2f");
+    fmt_num(p1, sizeof p1, 100 * x->reduction[ELDR_BATCH_DOMAIN], "%.1f%%");
+    fmt_num(r2, sizeof r2, x->distinct[ELDR_BATCH_CLUSTER], "%.2f");
+    fmt_num(p2, sizeof p2, 100 * x->reduction[ELDR_BATCH_CLUSTER], "%.1f%%");
+    printf("  %6zu %9s %9s %8s %9s %8s\n", x->size, r0, r1, p1, r2, p2);
+  }
+  size_t labelled = s->n_requests - s->n_unlabelled;
+  fmt_num(a, sizeof a, 100 * s->domain_top2, "%.1f%%");
+  fmt_num(b, sizeof b, 100 * s->domain_top4, "%.1f%%");
+  fmt_num(c, sizeof c, s->domain_skew, "%.2fx");
+  printf("\n(c) domains: %zu (%zu unlabelled requests); top-2 share %s, top-4 share %s, "
+         "largest/smallest %s\n",
+         s->n_domains, s->n_unlabelled, a, b, c);
+  for (size_t g = 0; g < s->n_domains; g++)
+    printf("  %-24s %8zu  %5.1f%%\n", t->domains[g], s->domain_count[g],
+           labelled ? 100.0 * (double)s->domain_count[g] / (double)labelled : 0.0);
+  const struct {
+    const char *n;
+    const eldr_tracestats_lens *l;
+  } ls[] = {{"prompt tokens", &s->prompt}, {"output tokens", &s->output}};
+  for (int i = 0; i < 2; i++)
+    printf("  %-14s mean %.1f, median %.0f, p10 %.0f, p90 %.0f, min %u, max %u\n", ls[i].n,
+           ls[i].l->mean, ls[i].l->median, ls[i].l->p10, ls[i].l->p90, ls[i].l->min,
+           ls[i].l->max);
+  fmt_num(a, sizeof a, s->top10_share, "%.3f");
+  fmt_num(b, sizeof b, s->top10_share_domain, "%.3f");
+  printf("  popularity: the top 10%% of experts take %s of a layer's selections (whole trace), "
+         "%s (per domain, mean)\n",
+         a, b);
+}
+
+typedef struct ref_skew {
+  char model[128];
+  char names[64][48];
+  double shares[64];
+  size_t n;
+  double mean_domain, overall;
+} ref_skew;
+
+static void load_ref(const char *cmd, const char *path, ref_skew *r) {
+  FILE *f = fopen(path, "rb");
+  if (!f) cli_fail(cmd, "--olmoe-counts: cannot open '%s': %s", path, strerror(errno));
+  size_t cap = 1 << 16, n = 0;
+  char *buf = malloc(cap);
+  if (!buf) cli_fail(cmd, "out of memory");
+  size_t got;
+  while ((got = fread(buf + n, 1, cap - n, f)) > 0) {
+    n += got;
+    if (n == cap) {
+      if (cap >= (64u << 20)) cli_fail(cmd, "--olmoe-counts: '%s' is larger than 64 MiB", path);
+      char *nb = realloc(buf, cap * 2);
+      if (!nb) cli_fail(cmd, "out of memory");
+      buf = nb;
+      cap *= 2;
+    }
+  }
+  fclose(f);
+  eldr_diag d = {{0}};
+  memset(r, 0, sizeof *r);
+  if (eldr_tracestats_domain_counts_skew(buf, n, NULL, r->model, sizeof r->model, r->names,
+                                         r->shares, 64, &r->n, &r->mean_domain, &r->overall, &d))
+    cli_fail(cmd, "--olmoe-counts: %s: %s", path, d.msg);
+  if (r->n > 64) r->n = 64;
+  free(buf);
+}
+
+/* Run gnuplot with the script on its stdin. */
+static void plot(const char *cmd, const char *out, const eldr_tracestats *s) {
+  const char *dot = strrchr(out, '.');
+  const char *term = NULL;
+  if (dot && !strcmp(dot, ".png")) term = "pngcairo size 900,600";
+  if (dot && !strcmp(dot, ".svg")) term = "svg size 900,600";
+  if (!term) cli_usage_error(cmd, "--plot: '%s' must end in .png or .svg", out);
+  int fd[2];
+  if (pipe(fd)) cli_fail(cmd, "--plot: pipe: %s", strerror(errno));
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid < 0) cli_fail(cmd, "--plot: fork: %s", strerror(errno));
+  if (pid == 0) {
+    dup2(fd[0], 0);
+    close(fd[0]);
+    close(fd[1]);
+    execlp("gnuplot", "gnuplot", (char *)NULL);
+    _exit(127);
+  }
+  close(fd[0]);
+  FILE *p = fdopen(fd[1], "w");
+  if (!p) cli_fail(cmd, "--plot: fdopen: %s", strerror(errno));
+  fprintf(p, "set terminal %s\nset output '", term);
+  for (const char *c = out; *c; c++) {
+    if (*c == '\'') fputc('\'', p); /* gnuplot: '' inside single quotes */
+    fputc(*c, p);
+  }
+  fprintf(p, "'\nset title 'Distinct experts per layer per decode step'\n"
+             "set xlabel 'batch size'\nset ylabel 'distinct experts (mean)'\n"
+             "set logscale x 2\nset key top left\nset grid\n");
+  for (int rule = 0; rule < ELDR_BATCH__COUNT; rule++) {
+    fprintf(p, "$%s << EOD\n", eldr_tracestats_rule_name(rule));
+    for (size_t i = 0; i < s->n_batch; i++)
+      if (!isnan(s->batch[i].distinct[rule]))
+        fprintf(p, "%zu %.6f\n", s->batch[i].size, s->batch[i].distinct[rule]);
+    fprintf(p, "EOD\n");
+  }
+  fprintf(p, "plot $random using 1:2 with linespoints title 'random'");
+  for (int rule = 1; rule < ELDR_BATCH__COUNT; rule++) {
+    int any = 0;
+    for (size_t i = 0; i < s->n_batch; i++) any |= !isnan(s->batch[i].distinct[rule]);
+    if (any)
+      fprintf(p, ", $%s using 1:2 with linespoints title 'same %s'",
+              eldr_tracestats_rule_name(rule), eldr_tracestats_rule_name(rule));
+  }
+  fprintf(p, "\n");
+  int werr = ferror(p);
+  fclose(p);
+  int status = 0;
+  if (waitpid(pid, &status, 0) < 0) cli_fail(cmd, "--plot: waitpid: %s", strerror(errno));
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 127)
+    cli_fail(cmd, "--plot: gnuplot not found (install the gnuplot package)");
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || werr)
+    cli_fail(cmd, "--plot: gnuplot failed writing '%s'", out);
+}
+
+static int trace_stats(int argc, char **argv) {
+  const char *cmd = "trace stats";
+  const char *art_path = NULL, *plot_path = NULL, *ref_path = NULL;
+  long *sizes_l = NULL;
+  size_t n_sizes = 0;
+  long batches = 64, max_steps = 0;
+  uint64_t seed = 0;
+  int json = 0;
+  static const struct option lo[] = {
+      {"artifact", required_argument, 0, 'a'}, {"batch", required_argument, 0, 'b'},
+      {"batches", required_argument, 0, 1},    {"steps", required_argument, 0, 2},
+      {"seed", required_argument, 0, 's'},     {"json", no_argument, 0, 'j'},
+      {"plot", required_argument, 0, 'p'},     {"olmoe-counts", required_argument, 0, 3},
+      {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
+  cli_getopt_reset();
+  int c;
+  while ((c = getopt_long(argc, argv, ":a:b:s:jp:h", lo, NULL)) != -1) {
+    switch (c) {
+    case 'a': art_path = optarg; break;
+    case 'b':
+      free(sizes_l);
+      n_sizes = cli_parse_long_list(cmd, "--batch", optarg, 1, 100000, &sizes_l);
+      break;
+    case 1: batches = cli_parse_long(cmd, "--batches", optarg, 1, 1000000); break;
+    case 2: max_steps = cli_parse_long(cmd, "--steps", optarg, 0, 100000000L); break;
+    case 's': seed = cli_parse_u64(cmd, "--seed", optarg); break;
+    case 'j': json = 1; break;
+    case 'p': plot_path = optarg; break;
+    case 3: ref_path = optarg; break;
+    case 'h': fputs(STATS_HELP, stdout); return 0;
+    default: cli_bad_option(cmd, argc, argv, c);
+    }
+  }
+  if (optind >= argc) cli_usage_error(cmd, "a trace file is required (see --help)");
+  if (optind + 1 < argc)
+    cli_usage_error(cmd, "unexpected argument '%s' (see --help)", argv[optind + 1]);
+  const char *path = argv[optind];
+  if (plot_path) {
+    const char *dot = strrchr(plot_path, '.');
+    if (!dot || (strcmp(dot, ".png") && strcmp(dot, ".svg")))
+      cli_usage_error(cmd, "--plot: '%s' must end in .png or .svg", plot_path);
+  }
+  ref_skew ref;
+  if (ref_path) load_ref(cmd, ref_path, &ref);
+
+  eldr_diag d = {{0}};
+  eldr_trace *t = NULL;
+  int rc = eldr_trace_load(path, &t, &d);
+  if (rc) cli_fail(cmd, "%s", eldr_diag_msg(&d, rc));
+
+  int *cluster = NULL;
+  eldr_artifact *a = NULL;
+  if (art_path) {
+    if ((rc = eldr_artifact_load(art_path, &a, &d)))
+      cli_fail(cmd, "--artifact: %s", eldr_diag_msg(&d, rc));
+    if (a->shape.num_layers != t->shape.num_layers ||
+        a->shape.num_experts != t->shape.num_experts || a->shape.top_k != t->shape.top_k)
+      cli_fail(cmd,
+               "--artifact: model shape %u layers/%u experts/top-%u does not match the trace's "
+               "%u/%u/%u",
+               a->shape.num_layers, a->shape.num_experts, a->shape.top_k, t->shape.num_layers,
+               t->shape.num_experts, t->shape.top_k);
+    const size_t cells = eldr_shape_cells(&t->shape);
+    uint32_t *cs = malloc(cells * sizeof *cs);
+    float *gs = malloc(cells * sizeof *gs);
+    float *sig = malloc((a->dim ? a->dim : 1) * sizeof *sig);
+    cluster = malloc(t->n * sizeof *cluster);
+    if (!cs || !gs || !sig || !cluster) cli_fail(cmd, "out of memory");
+    for (size_t i = 0; i < t->n; i++) {
+      cluster[i] = -1;
+      if (eldr_fit_request_signature(a, t, &t->req[i], cs, gs, sig)) continue;
+      double best = -INFINITY;
+      for (size_t k = 0; k < a->k; k++) {
+        double v = eldr_dot(sig, a->centroids + k * a->dim, a->dim);
+        if (v > best) {
+          best = v;
+          cluster[i] = (int)k;
+        }
+      }
+    }
+    free(sig);
+    free(gs);
+    free(cs);
+  }
+
+  size_t *sizes = NULL;
+  if (n_sizes) {
+    sizes = malloc(n_sizes * sizeof *sizes);
+    if (!sizes) cli_fail(cmd, "out of memory");
+    for (size_t i = 0; i < n_sizes; i++) sizes[i] = (size_t)sizes_l[i];
+  }
+  eldr_tracestats_opts o;
+  eldr_tracestats_opts_default(&o);
+  if (sizes) {
+    o.batch_sizes = sizes;
+    o.n_batch_sizes = n_sizes;
+  }
+  o.batches = (size_t)batches;
+  o.seed = seed;
+  o.cluster = cluster;
+  o.steps = (size_t)max_steps;
+  eldr_tracestats s;
+  if ((rc = eldr_tracestats_compute(t, &o, &s, &d))) cli_fail(cmd, "%s", eldr_diag_msg(&d, rc));
+
+  if (json) {
+    char *txt = eldr_tracestats_json(&s, t);
+    if (!txt) cli_fail(cmd, "out of memory");
+    if (ref_path) {
+      /* add the reference as one more top-level field */
+      json_t *root = json_loads(txt, 0, NULL);
+      if (!root) cli_fail(cmd, "internal error: stats JSON");
+      json_t *shares = json_object();
+      for (size_t i = 0; i < ref.n; i++)
+        json_object_set_new(shares, ref.names[i],
+                            isfinite(ref.shares[i]) ? json_real(ref.shares[i]) : json_null());
+      json_object_set_new(
+          root, "reference",
+          json_pack("{s:s,s:s,s:o,s:o,s:o}", "file", ref_path, "model", ref.model,
+                    "top10_share_overall",
+                    isfinite(ref.overall) ? json_real(ref.overall) : json_null(),
+                    "top10_share_per_domain",
+                    isfinite(ref.mean_domain) ? json_real(ref.mean_domain) : json_null(),
+                    "top10_share_by_domain", shares));
+      free(txt);
+      txt = json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
+      json_decref(root);
+      if (!txt) cli_fail(cmd, "out of memory");
+    }
+    printf("%s\n", txt);
+    free(txt);
+  } else {
+    print_table(path, t, &s, (size_t)batches);
+    if (ref_path) {
+      printf("  reference %s (%s): top-10%% share %.3f (all domains summed), %.3f (per domain, "
+             "mean);",
+             ref_path, ref.model, ref.overall, ref.mean_domain);
+      for (size_t i = 0; i < ref.n; i++) printf(" %s %.3f", ref.names[i], ref.shares[i]);
+      printf("\n");
+    }
+  }
+  if (plot_path) plot(cmd, plot_path, &s);
+  eldr_tracestats_free(&s);
+  free(sizes);
+  free(sizes_l);
+  free(cluster);
+  eldr_artifact_free(a);
+  eldr_trace_free(t);
+  return 0;
+}
+
+int eldr_cmd_trace(int argc, char **argv) {
+  if (argc < 2) {
+    fputs(TRACE_HELP, stderr);
+    return 2;
+  }
+  if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+    fputs(TRACE_HELP, stdout);
+    return 0;
+  }
+  if (!strcmp(argv[1], "gen")) return trace_gen(argc - 1, argv + 1);
+  if (!strcmp(argv[1], "stats")) return trace_stats(argc - 1, argv + 1);
+  cli_usage_error("trace", "unknown subcommand '%s' (gen, stats; see eldr trace --help)",
+                  argv[1]);
+}

@@ -1,0 +1,390 @@
+/* test_tracegen.c — synthetic trace generator: shapes, workloads,
+ * determinism, validity of selections, calibration bands of the presets
+ * (measured with the statistics module), text -> selections. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "eldr/trace.h"
+#include "eldr/tracegen.h"
+#include "eldr/tracestats.h"
+
+static void test_model_shapes(void **state) {
+  (void)state;
+  const struct {
+    const char *name;
+    uint32_t L, E, K;
+    const char *canon;
+  } cases[] = {
+      {"qwen3-30b-a3b", 48, 128, 8, "Qwen3-30B-A3B"},
+      {"gpt-oss-120b", 36, 128, 4, "gpt-oss-120b"},
+      {"qwen3-235b-a22b", 94, 128, 8, "Qwen3-235B-A22B"},
+      {"llama4-maverick", 24, 128, 1, "Llama-4-Maverick-17B-128E-Instruct"},
+      {"olmoe-1b-7b", 16, 64, 8, "OLMoE-1B-7B-0924"},
+      {"custom:4,16,2", 4, 16, 2, "custom-4-16-2"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    eldr_shape s;
+    char canon[64];
+    eldr_diag d = {{0}};
+    assert_int_equal(eldr_tracegen_model_shape(cases[i].name, &s, canon, sizeof canon, &d), 0);
+    assert_int_equal(s.num_layers, cases[i].L);
+    assert_int_equal(s.num_experts, cases[i].E);
+    assert_int_equal(s.top_k, cases[i].K);
+    assert_string_equal(canon, cases[i].canon);
+  }
+  /* Llama 4 Maverick: MoE layers are the odd layers 1..47 */
+  eldr_shape s;
+  assert_int_equal(eldr_tracegen_model_shape("llama4-maverick", &s, NULL, 0, NULL), 0);
+  uint32_t ids[24];
+  eldr_tracegen_layer_ids("Llama-4-Maverick-17B-128E-Instruct", &s, ids);
+  for (uint32_t l = 0; l < 24; l++) assert_int_equal(ids[l], 2 * l + 1);
+  assert_int_equal(eldr_tracegen_model_shape("qwen3-30b-a3b", &s, NULL, 0, NULL), 0);
+  uint32_t q[48];
+  eldr_tracegen_layer_ids("qwen3-30b-a3b", &s, q);
+  assert_int_equal(q[0], 0);
+  assert_int_equal(q[47], 47);
+}
+
+static void test_model_shape_errors(void **state) {
+  (void)state;
+  eldr_shape s;
+  eldr_diag d = {{0}};
+  assert_int_equal(eldr_tracegen_model_shape("gpt-5", &s, NULL, 0, &d), ELDR_EINVAL);
+  assert_non_null(strstr(d.msg, "unknown model 'gpt-5'"));
+  assert_int_equal(eldr_tracegen_model_shape("custom:4,8,9", &s, NULL, 0, &d), ELDR_ERANGE);
+  assert_non_null(strstr(d.msg, "top_k"));
+  assert_int_equal(eldr_tracegen_model_shape("custom:4,8", &s, NULL, 0, &d), ELDR_EINVAL);
+  assert_int_equal(eldr_tracegen_model_shape("custom:4,8,2x", &s, NULL, 0, &d), ELDR_EINVAL);
+  assert_int_equal(eldr_tracegen_model_shape("custom:0,8,2", &s, NULL, 0, &d), ELDR_ERANGE);
+  assert_int_equal(eldr_tracegen_model_shape("custom:-1,8,2", &s, NULL, 0, &d), ELDR_EINVAL);
+  assert_int_equal(eldr_tracegen_model_shape("custom:99999999999,8,2", &s, NULL, 0, &d),
+                   ELDR_EINVAL);
+}
+
+static void test_workloads(void **state) {
+  (void)state;
+  eldr_tracegen_workload w;
+  eldr_diag d = {{0}};
+  assert_int_equal(eldr_tracegen_workload_preset("task", &w, &d), 0);
+  assert_true(w.n_domains >= 6 && w.n_domains <= 8);
+  double mx = 0, mn = 1e9;
+  for (size_t i = 0; i < w.n_domains; i++) {
+    if (w.domain_weight[i] > mx) mx = w.domain_weight[i];
+    if (w.domain_weight[i] < mn) mn = w.domain_weight[i];
+  }
+  assert_true(fabs(mx / mn - 1.4) < 0.01);
+  assert_int_equal(eldr_tracegen_workload_preset("language", &w, &d), 0);
+  double tot = 0;
+  for (size_t i = 0; i < w.n_domains; i++) tot += w.domain_weight[i];
+  assert_true(fabs((w.domain_weight[0] + w.domain_weight[1]) / tot - 0.75) < 0.01);
+  assert_int_equal(eldr_tracegen_workload_preset("chat", &w, &d), ELDR_ENOTFOUND);
+  assert_non_null(strstr(d.msg, "chat"));
+
+  const char *ok = "{\"base\": \"language\", \"name\": \"two\", \"domains\": [{\"name\": \"a\", "
+                   "\"weight\": 3}, {\"name\": \"b\"}], \"domain_sd\": 2.0, "
+                   "\"output\": {\"median\": 10, \"sigma\": 0, \"min\": 10, \"max\": 10}}";
+  assert_int_equal(eldr_tracegen_workload_parse(ok, strlen(ok), &w, &d), 0);
+  assert_string_equal(w.name, "two");
+  assert_int_equal(w.n_domains, 2);
+  assert_string_equal(w.domain_names[1], "b");
+  assert_true(w.domain_weight[0] == 3.0 && w.domain_weight[1] == 1.0);
+  assert_true(w.domain_sd == 2.0);
+  assert_true(w.output.median == 10 && w.output.max == 10);
+
+  const struct {
+    const char *json, *needle;
+  } bad[] = {
+      {"{\"domian_sd\": 1}", "domian_sd"},
+      {"{\"domain_sd\": \"x\"}", "domain_sd"},
+      {"{\"domain_sd\": -1}", "domain_sd"},
+      {"{\"domains\": [{\"name\": \"a\"}, {\"name\": \"a\"}]}", "duplicate"},
+      {"{\"domains\": []}", "domains"},
+      {"{\"domains\": [{\"name\": \"a\", \"weight\": 0}]}", "weight"},
+      {"{\"prompt\": {\"min\": 5, \"max\": 2}}", "prompt"},
+      {"{\"prompt\": {\"mean\": 5}}", "prompt.mean"},
+      {"{\"base\": \"nope\"}", "base"},
+      {"[1, 2]", "object"},
+      {"{\"pop_sd\": 1", "line"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    memset(&d, 0, sizeof d);
+    assert_true(eldr_tracegen_workload_parse(bad[i].json, strlen(bad[i].json), &w, &d) < 0);
+    if (!strstr(d.msg, bad[i].needle)) fail_msg("'%s' -> '%s'", bad[i].json, d.msg);
+  }
+  eldr_shape s = {4, 8, 2};
+  eldr_tracegen *g = NULL;
+  assert_int_equal(eldr_tracegen_new(&s, "x", "custom:/nonexistent/w.json", 1, &g, &d), ELDR_EIO);
+  assert_null(g);
+  assert_int_equal(eldr_tracegen_new(&s, "x", "nope", 1, &g, &d), ELDR_ENOTFOUND);
+  /* more generalists than experts */
+  eldr_tracegen_workload_preset("task", &w, NULL);
+  w.generalists = 8;
+  assert_int_equal(eldr_tracegen_new_workload(&s, "x", &w, 1, &g, &d), ELDR_ERANGE);
+}
+
+/* Every selection < E and distinct inside a (token, layer). */
+static void check_valid(const eldr_shape *s, const uint16_t *sel, uint32_t ntok) {
+  for (uint32_t t = 0; t < ntok; t++)
+    for (uint32_t l = 0; l < s->num_layers; l++) {
+      const uint16_t *o = sel + ((size_t)t * s->num_layers + l) * s->top_k;
+      for (uint32_t k = 0; k < s->top_k; k++) {
+        assert_true(o[k] < s->num_experts);
+        for (uint32_t j = 0; j < k; j++) assert_int_not_equal(o[j], o[k]);
+      }
+    }
+}
+
+static void test_determinism_and_validity(void **state) {
+  (void)state;
+  eldr_shape s;
+  assert_int_equal(eldr_tracegen_model_shape("olmoe-1b-7b", &s, NULL, 0, NULL), 0);
+  eldr_tracegen *a = NULL, *b = NULL, *c = NULL;
+  assert_int_equal(eldr_tracegen_new(&s, "OLMoE-1B-7B-0924", "task", 42, &a, NULL), 0);
+  assert_int_equal(eldr_tracegen_new(&s, "OLMoE-1B-7B-0924", "task", 42, &b, NULL), 0);
+  assert_int_equal(eldr_tracegen_new(&s, "OLMoE-1B-7B-0924", "task", 43, &c, NULL), 0);
+  eldr_tracegen_set_lengths(a, 0, 16, 24);
+  eldr_tracegen_set_lengths(b, 0, 16, 24);
+  eldr_tracegen_set_lengths(c, 0, 16, 24);
+  eldr_trace *ta = NULL, *tb = NULL, *tc = NULL;
+  assert_int_equal(eldr_tracegen_generate(a, 20, &ta, NULL), 0);
+  assert_int_equal(eldr_tracegen_generate(b, 20, &tb, NULL), 0);
+  assert_int_equal(eldr_tracegen_generate(c, 20, &tc, NULL), 0);
+  assert_int_equal(ta->n, 20);
+  size_t differ = 0;
+  const size_t per = (size_t)s.num_layers * s.top_k;
+  for (size_t i = 0; i < 20; i++) {
+    const eldr_request *x = &ta->req[i], *y = &tb->req[i], *z = &tc->req[i];
+    assert_string_equal(x->id, y->id);
+    assert_int_equal(x->n_prefill, y->n_prefill);
+    assert_int_equal(x->n_decode, y->n_decode);
+    assert_true(x->n_prefill >= 1 && x->n_prefill <= 24);
+    assert_true(x->n_decode >= 1 && x->n_decode <= 16);
+    assert_memory_equal(x->prefill, y->prefill, x->n_prefill * per * sizeof(uint16_t));
+    assert_memory_equal(x->decode, y->decode, x->n_decode * per * sizeof(uint16_t));
+    check_valid(&s, x->prefill, x->n_prefill);
+    check_valid(&s, x->decode, x->n_decode);
+    if (x->n_prefill != z->n_prefill ||
+        memcmp(x->prefill, z->prefill, x->n_prefill * per * sizeof(uint16_t)))
+      differ++;
+    assert_true(x->domain >= 0 && (size_t)x->domain < eldr_tracegen_domains(a));
+    assert_string_equal(ta->domains[x->domain], tb->domains[y->domain]);
+  }
+  assert_true(differ >= 18);
+  assert_string_equal(ta->model, "OLMoE-1B-7B-0924");
+  /* request i depends only on (seed, i): a shorter trace is a prefix */
+  eldr_tracegen_req rq;
+  assert_int_equal(eldr_tracegen_request(b, 7, &rq, NULL), 0);
+  assert_int_equal(rq.n_prefill, ta->req[7].n_prefill);
+  assert_memory_equal(rq.decode, ta->req[7].decode, rq.n_decode * per * sizeof(uint16_t));
+  /* forcing the output length */
+  eldr_tracegen_set_lengths(b, 5, 0, 0);
+  assert_int_equal(eldr_tracegen_request(b, 3, &rq, NULL), 0);
+  assert_int_equal(rq.n_decode, 5);
+  eldr_diag d = {{0}};
+  eldr_trace *t0 = NULL;
+  assert_int_equal(eldr_tracegen_generate(b, 0, &t0, &d), ELDR_EINVAL);
+  assert_null(t0);
+  eldr_trace_free(ta);
+  eldr_trace_free(tb);
+  eldr_trace_free(tc);
+  eldr_tracegen_free(a);
+  eldr_tracegen_free(b);
+  eldr_tracegen_free(c);
+}
+
+/* Top-k equal to E: every token takes every expert once. */
+static void test_k_equals_e(void **state) {
+  (void)state;
+  eldr_shape s = {3, 6, 6};
+  eldr_tracegen *g = NULL;
+  assert_int_equal(eldr_tracegen_new(&s, NULL, "task", 1, &g, NULL), 0);
+  eldr_tracegen_set_lengths(g, 4, 0, 4);
+  eldr_tracegen_req rq;
+  for (size_t i = 0; i < 5; i++) {
+    assert_int_equal(eldr_tracegen_request(g, i, &rq, NULL), 0);
+    check_valid(&s, rq.prefill, rq.n_prefill);
+    check_valid(&s, rq.decode, rq.n_decode);
+  }
+  eldr_tracegen_free(g);
+}
+
+typedef struct band_result {
+  double corr, red16, red32;
+} band_result;
+
+static band_result measure(const char *model, const char *workload, uint64_t seed, size_t n,
+                           uint32_t dec) {
+  eldr_shape s;
+  char canon[64];
+  assert_int_equal(eldr_tracegen_model_shape(model, &s, canon, sizeof canon, NULL), 0);
+  eldr_tracegen *g = NULL;
+  assert_int_equal(eldr_tracegen_new(&s, canon, workload, seed, &g, NULL), 0);
+  eldr_tracegen_set_lengths(g, dec, 0, 0);
+  eldr_trace *t = NULL;
+  assert_int_equal(eldr_tracegen_generate(g, n, &t, NULL), 0);
+  eldr_tracestats_opts o;
+  eldr_tracestats_opts_default(&o);
+  const size_t sizes[] = {16, 32};
+  o.batch_sizes = sizes;
+  o.n_batch_sizes = 2;
+  o.batches = 64;
+  o.seed = seed;
+  eldr_tracestats st;
+  assert_int_equal(eldr_tracestats_compute(t, &o, &st, NULL), 0);
+  band_result r = {st.corr_median, st.batch[0].reduction[ELDR_BATCH_DOMAIN],
+                   st.batch[1].reduction[ELDR_BATCH_DOMAIN]};
+  print_message("%s %s seed %llu: corr %.3f, reduction %.1f%% @16, %.1f%% @32\n", model,
+                workload, (unsigned long long)seed, r.corr, 100 * r.red16, 100 * r.red32);
+  eldr_tracestats_free(&st);
+  eldr_trace_free(t);
+  eldr_tracegen_free(g);
+  return r;
+}
+
+static void test_band_task(void **state) {
+  (void)state;
+  for (uint64_t seed = 1; seed <= 2; seed++) {
+    band_result r = measure("qwen3-30b-a3b", "task", seed, 300, 32);
+    assert_true(r.corr >= 0.70 && r.corr <= 0.92);
+    assert_true(r.red16 >= 0.17 && r.red16 <= 0.21);
+    assert_true(r.red32 >= 0.17 && r.red32 <= 0.21);
+  }
+}
+
+static void test_band_language(void **state) {
+  (void)state;
+  for (uint64_t seed = 1; seed <= 2; seed++) {
+    band_result r = measure("qwen3-30b-a3b", "language", seed, 300, 32);
+    assert_true(r.corr >= 0.70 && r.corr <= 0.92);
+    assert_true(r.red16 >= 0.03 && r.red16 <= 0.10);
+    assert_true(r.red32 >= 0.03 && r.red32 <= 0.10);
+  }
+}
+
+/* Traffic mix of the presets on many one-token requests. */
+static void test_traffic_mix(void **state) {
+  (void)state;
+  eldr_shape s = {2, 16, 2};
+  const char *wl[] = {"task", "language"};
+  for (int i = 0; i < 2; i++) {
+    eldr_tracegen *g = NULL;
+    assert_int_equal(eldr_tracegen_new(&s, NULL, wl[i], 5, &g, NULL), 0);
+    eldr_tracegen_set_lengths(g, 1, 0, 1);
+    eldr_trace *t = NULL;
+    assert_int_equal(eldr_tracegen_generate(g, 8000, &t, NULL), 0);
+    eldr_tracestats_opts o;
+    eldr_tracestats_opts_default(&o);
+    const size_t sizes[] = {4};
+    o.batch_sizes = sizes;
+    o.n_batch_sizes = 1;
+    o.batches = 4;
+    eldr_tracestats st;
+    assert_int_equal(eldr_tracestats_compute(t, &o, &st, NULL), 0);
+    print_message("%s: top2 %.3f top4 %.3f skew %.2f\n", wl[i], st.domain_top2, st.domain_top4,
+                  st.domain_skew);
+    if (i == 0) {
+      assert_true(st.n_domains >= 6 && st.n_domains <= 8);
+      assert_true(st.domain_skew > 1.25 && st.domain_skew < 1.6);
+    } else {
+      assert_true(fabs(st.domain_top2 - 0.75) < 0.03);
+      assert_true(fabs(st.domain_top4 - 0.88) < 0.03);
+    }
+    eldr_tracestats_free(&st);
+    eldr_trace_free(t);
+    eldr_tracegen_free(g);
+  }
+}
+
+static void test_from_text(void **state) {
+  (void)state;
+  eldr_shape s;
+  assert_int_equal(eldr_tracegen_model_shape("qwen3-30b-a3b", &s, NULL, 0, NULL), 0);
+  eldr_tracegen *g = NULL;
+  assert_int_equal(eldr_tracegen_new(&s, "Qwen3-30B-A3B", "task", 9, &g, NULL), 0);
+  const char *t1 = "int main(void) { return 0; }";
+  const char *t2 = "Why is the sky blue? Please explain it to me.";
+  uint16_t *p1 = NULL, *d1 = NULL, *p2 = NULL, *d2 = NULL, *p3 = NULL, *d3 = NULL;
+  int dm1 = -1, dm2 = -1, dm3 = -1;
+  assert_int_equal(eldr_tracegen_from_text(g, t1, strlen(t1), 12, 7, &p1, &d1, &dm1, NULL), 0);
+  assert_int_equal(eldr_tracegen_from_text(g, t1, strlen(t1), 12, 7, &p2, &d2, &dm2, NULL), 0);
+  assert_int_equal(eldr_tracegen_from_text(g, t2, strlen(t2), 12, 7, &p3, &d3, &dm3, NULL), 0);
+  const size_t per = (size_t)s.num_layers * s.top_k;
+  assert_int_equal(dm1, dm2);
+  assert_memory_equal(p1, p2, 12 * per * sizeof *p1);
+  assert_memory_equal(d1, d2, 7 * per * sizeof *d1);
+  assert_memory_not_equal(p1, p3, 12 * per * sizeof *p1);
+  check_valid(&s, p1, 12);
+  check_valid(&s, d3, 7);
+  /* code and a chat question land in different archetypes */
+  assert_int_equal(dm1, eldr_tracegen_text_domain(t1, strlen(t1), 7));
+  assert_int_not_equal(dm1, dm3);
+  free(p1);
+  free(d1);
+  free(p2);
+  free(d2);
+  free(p3);
+  free(d3);
+  /* empty text and zero tokens are fine */
+  assert_int_equal(eldr_tracegen_from_text(g, "", 0, 0, 0, &p1, &d1, &dm1, NULL), 0);
+  free(p1);
+  free(d1);
+  eldr_tracegen_free(g);
+  assert_int_equal(eldr_tracegen_text_domain("anything", 8, 1), 0);
+}
+
+/* Texts of one corpus file tend to land in one domain (needs ../shared). */
+static void test_corpus_domains(void **state) {
+  (void)state;
+  const char *files[] = {"arxiv_texts.txt", "b3g_texts.txt", "c4_texts.txt",
+                         "github_oss_with_stack_texts.txt", "wikipedia_texts.txt"};
+  char path[1024];
+  snprintf(path, sizeof path, "%s/corpus/%s", ELDR_SHARED_DIR, files[0]);
+  FILE *probe = fopen(path, "rb");
+  if (!probe) skip();
+  fclose(probe);
+  int modal[5];
+  for (int f = 0; f < 5; f++) {
+    snprintf(path, sizeof path, "%s/corpus/%s", ELDR_SHARED_DIR, files[f]);
+    FILE *fp = fopen(path, "rb");
+    assert_non_null(fp);
+    static char buf[600 * 300];
+    size_t n = fread(buf, 1, sizeof buf, fp);
+    fclose(fp);
+    size_t hist[7] = {0}, chunks = n / 600;
+    for (size_t c = 0; c < chunks; c++) hist[eldr_tracegen_text_domain(buf + c * 600, 600, 7)]++;
+    size_t best = 0;
+    for (int k = 1; k < 7; k++)
+      if (hist[k] > hist[best]) best = (size_t)k;
+    modal[f] = (int)best;
+    print_message("%s: modal domain %zu with %zu/%zu chunks\n", files[f], best, hist[best],
+                  chunks);
+    assert_true(hist[best] * 100 >= chunks * 45);
+  }
+  /* the five corpora land in five different domains */
+  for (int f = 0; f < 5; f++)
+    for (int g = 0; g < f; g++) assert_int_not_equal(modal[f], modal[g]);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_model_shapes),
+      cmocka_unit_test(test_model_shape_errors),
+      cmocka_unit_test(test_workloads),
+      cmocka_unit_test(test_determinism_and_validity),
+      cmocka_unit_test(test_k_equals_e),
+      cmocka_unit_test(test_band_task),
+      cmocka_unit_test(test_band_language),
+      cmocka_unit_test(test_traffic_mix),
+      cmocka_unit_test(test_from_text),
+      cmocka_unit_test(test_corpus_domains),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
