@@ -62,4 +62,23 @@ typedef struct eldr_sigcache_stats {
 } eldr_sigcache_stats;
 void eldr_sigcache_stats_get(const eldr_sigcache *c, eldr_sigcache_stats *s);
 
+/* The shape the cache was created with. */
+const eldr_shape *eldr_sigcache_shape(const eldr_sigcache *c);
+
+/* Add the rows of blocks hashes[0..nblocks) into counts (L*E, accumulated).
+ * Returns the number of blocks whose row was missing (0 = exact). */
+size_t eldr_sigcache_add_blocks(eldr_sigcache *c, const uint64_t *hashes, size_t nblocks,
+                                uint32_t *counts);
+
+/* Store the rows of every block fully covered by a selection array.
+ * raw: nrows * L * K selections of dtype (as in eldr_counts_accumulate),
+ * holding the prompt tokens [first_token, first_token + nrows). hashes:
+ * the prompt's nblocks block hashes. scratch: L*E uint32 (caller's buffer,
+ * contents ignored, left zeroed). Writes the number of rows stored in
+ * *stored (may be NULL). Returns 0, or ELDR_ERANGE for an expert id >= E
+ * (rows stored before it are kept). Allocates nothing. */
+int eldr_sigcache_store_blocks(eldr_sigcache *c, const uint64_t *hashes, size_t nblocks,
+                               size_t first_token, const void *raw, eldr_sel_dtype dtype,
+                               size_t nrows, uint32_t *scratch, size_t *stored);
+
 #endif

@@ -1,0 +1,287 @@
+/* sigcache.c — stand-in tokenizer, block hash chain and the block-granular
+ * signature cache (DESIGN.md item 5). See include/eldr/sigcache.h. */
+#include "eldr/sigcache.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+/* ---- tokenizer ------------------------------------------------------------
+ * Tokens: runs of "word" bytes (ASCII letters/digits, '_' and any byte >=
+ * 0x80, i.e. UTF-8 sequences) cut into pieces of at most 4 bytes; every other
+ * non-space byte (punctuation) is a token of its own. Whitespace is not a
+ * token, but a token that follows whitespace hashes differently (like the
+ * leading-space tokens of BPE vocabularies). ids are in [0, 2^17). */
+#define TOK_PIECE 4
+#define TOK_VOCAB (1u << 17)
+
+static inline int is_word(unsigned char c) {
+  return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' ||
+         c >= 0x80;
+}
+static inline int is_space(unsigned char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+
+static uint32_t tok_id(const unsigned char *p, size_t n, int after_space) {
+  return (uint32_t)(XXH64(p, n, after_space ? 0x9e3779b97f4a7c15ull : 0x2545f4914f6cdd1dull) %
+                    TOK_VOCAB);
+}
+
+size_t eldr_tokenize(const char *text, size_t len, uint32_t *ids, size_t cap) {
+  const unsigned char *s = (const unsigned char *)text;
+  size_t i = 0, n = 0;
+  int after_space = 0;
+  if (!s) return 0;
+  while (i < len) {
+    unsigned char c = s[i];
+    if (is_space(c)) {
+      after_space = 1;
+      i++;
+      continue;
+    }
+    size_t piece = 1;
+    if (is_word(c)) {
+      while (piece < TOK_PIECE && i + piece < len && is_word(s[i + piece])) piece++;
+    }
+    if (ids && n < cap) ids[n] = tok_id(s + i, piece, after_space);
+    n++;
+    i += piece;
+    after_space = 0;
+  }
+  return n;
+}
+
+size_t eldr_block_hashes(const uint32_t *ids, size_t n, uint64_t seed, uint64_t *hashes) {
+  size_t nb = n / ELDR_BLOCK_TOKENS;
+  uint64_t h = seed;
+  unsigned char buf[ELDR_BLOCK_TOKENS * 4];
+  for (size_t b = 0; b < nb; b++) {
+    const uint32_t *blk = ids + b * ELDR_BLOCK_TOKENS;
+    for (size_t t = 0; t < ELDR_BLOCK_TOKENS; t++) { /* little-endian, host independent */
+      buf[4 * t] = (unsigned char)(blk[t]);
+      buf[4 * t + 1] = (unsigned char)(blk[t] >> 8);
+      buf[4 * t + 2] = (unsigned char)(blk[t] >> 16);
+      buf[4 * t + 3] = (unsigned char)(blk[t] >> 24);
+    }
+    h = XXH64(buf, sizeof buf, h);
+    hashes[b] = h;
+  }
+  return nb;
+}
+
+/* ---- cache ----------------------------------------------------------------
+ * Fixed arrays: rows (capacity * cells int8), per-slot key and LRU links,
+ * and an open-addressing index (linear probing, backward-shift deletion)
+ * of 2^k >= 2 * capacity entries holding slot + 1 (0 = empty). */
+#define NIL UINT32_MAX
+
+struct eldr_sigcache {
+  eldr_shape shape;
+  size_t cells;
+  size_t capacity;
+  size_t used; /* slots handed out so far (never shrinks; free list for removed) */
+  int8_t *rows;
+  uint64_t *keys;
+  uint32_t *prev, *next; /* LRU: head = most recent */
+  uint32_t head, tail;
+  uint32_t free_head; /* removed slots, chained through next */
+  uint32_t *index;
+  size_t index_mask;
+  eldr_sigcache_stats st;
+};
+
+static inline size_t home_of(const eldr_sigcache *c, uint64_t h) {
+  return (size_t)(h ^ (h >> 29) ^ (h >> 47)) & c->index_mask;
+}
+
+eldr_sigcache *eldr_sigcache_new(const eldr_shape *shape, size_t capacity) {
+  if (!shape || eldr_shape_validate(shape, NULL) != 0 || capacity == 0 || capacity >= NIL / 4)
+    return NULL;
+  eldr_sigcache *c = calloc(1, sizeof *c);
+  if (!c) return NULL;
+  c->shape = *shape;
+  c->cells = eldr_shape_cells(shape);
+  c->capacity = capacity;
+  size_t isz = 1;
+  while (isz < 2 * capacity) isz <<= 1;
+  c->index_mask = isz - 1;
+  if (capacity > SIZE_MAX / c->cells) goto fail;
+  c->rows = malloc(capacity * c->cells);
+  c->keys = malloc(capacity * sizeof *c->keys);
+  c->prev = malloc(capacity * sizeof *c->prev);
+  c->next = malloc(capacity * sizeof *c->next);
+  c->index = calloc(isz, sizeof *c->index);
+  if (!c->rows || !c->keys || !c->prev || !c->next || !c->index) goto fail;
+  c->head = c->tail = c->free_head = NIL;
+  c->st.capacity = capacity;
+  return c;
+fail:
+  eldr_sigcache_free(c);
+  return NULL;
+}
+
+void eldr_sigcache_free(eldr_sigcache *c) {
+  if (!c) return;
+  free(c->index);
+  free(c->next);
+  free(c->prev);
+  free(c->keys);
+  free(c->rows);
+  free(c);
+}
+
+/* Index position of hash, or SIZE_MAX. */
+static size_t find_pos(const eldr_sigcache *c, uint64_t h) {
+  size_t i = home_of(c, h);
+  for (;;) {
+    uint32_t v = c->index[i];
+    if (v == 0) return SIZE_MAX;
+    if (c->keys[v - 1] == h) return i;
+    i = (i + 1) & c->index_mask;
+  }
+}
+
+static void index_delete_at(eldr_sigcache *c, size_t i) {
+  /* backward-shift deletion keeps every probe chain unbroken */
+  size_t j = i;
+  for (;;) {
+    c->index[i] = 0;
+    for (;;) {
+      j = (j + 1) & c->index_mask;
+      uint32_t v = c->index[j];
+      if (v == 0) return;
+      size_t k = home_of(c, c->keys[v - 1]);
+      /* move v to i if its home k is cyclically outside (i, j] */
+      if ((i <= j) ? (i < k && k <= j) : (i < k || k <= j)) continue;
+      c->index[i] = v;
+      i = j;
+      break;
+    }
+  }
+}
+
+static void lru_unlink(eldr_sigcache *c, uint32_t s) {
+  if (c->prev[s] != NIL) c->next[c->prev[s]] = c->next[s];
+  else c->head = c->next[s];
+  if (c->next[s] != NIL) c->prev[c->next[s]] = c->prev[s];
+  else c->tail = c->prev[s];
+}
+
+static void lru_push_front(eldr_sigcache *c, uint32_t s) {
+  c->prev[s] = NIL;
+  c->next[s] = c->head;
+  if (c->head != NIL) c->prev[c->head] = s;
+  c->head = s;
+  if (c->tail == NIL) c->tail = s;
+}
+
+int eldr_sigcache_put(eldr_sigcache *c, uint64_t hash, const uint32_t *block_counts) {
+  if (!c || !block_counts) return ELDR_EINVAL;
+  for (size_t i = 0; i < c->cells; i++)
+    if (block_counts[i] > 127) return ELDR_ERANGE;
+  uint32_t s;
+  size_t pos = find_pos(c, hash);
+  if (pos != SIZE_MAX) {
+    s = c->index[pos] - 1;
+    lru_unlink(c, s);
+  } else {
+    if (c->free_head != NIL) {
+      s = c->free_head;
+      c->free_head = c->next[s];
+    } else if (c->used < c->capacity) {
+      s = (uint32_t)c->used++;
+    } else { /* evict the least recently used row */
+      s = c->tail;
+      lru_unlink(c, s);
+      index_delete_at(c, find_pos(c, c->keys[s]));
+      c->st.evictions++;
+      c->st.rows--;
+    }
+    c->keys[s] = hash;
+    size_t i = home_of(c, hash);
+    while (c->index[i] != 0) i = (i + 1) & c->index_mask;
+    c->index[i] = s + 1;
+    c->st.rows++;
+  }
+  int8_t *row = c->rows + (size_t)s * c->cells;
+  for (size_t i = 0; i < c->cells; i++) row[i] = (int8_t)block_counts[i];
+  lru_push_front(c, s);
+  return ELDR_OK;
+}
+
+int eldr_sigcache_add(eldr_sigcache *c, uint64_t hash, uint32_t *counts) {
+  if (!c || !counts) return ELDR_EINVAL;
+  size_t pos = find_pos(c, hash);
+  if (pos == SIZE_MAX) {
+    c->st.misses++;
+    return ELDR_ENOTFOUND;
+  }
+  uint32_t s = c->index[pos] - 1;
+  const int8_t *row = c->rows + (size_t)s * c->cells;
+  for (size_t i = 0; i < c->cells; i++) counts[i] += (uint32_t)row[i];
+  lru_unlink(c, s);
+  lru_push_front(c, s);
+  c->st.hits++;
+  return ELDR_OK;
+}
+
+int eldr_sigcache_remove(eldr_sigcache *c, uint64_t hash) {
+  if (!c) return ELDR_EINVAL;
+  size_t pos = find_pos(c, hash);
+  if (pos == SIZE_MAX) return ELDR_ENOTFOUND;
+  uint32_t s = c->index[pos] - 1;
+  index_delete_at(c, pos);
+  lru_unlink(c, s);
+  c->next[s] = c->free_head;
+  c->free_head = s;
+  c->st.rows--;
+  return ELDR_OK;
+}
+
+void eldr_sigcache_stats_get(const eldr_sigcache *c, eldr_sigcache_stats *s) {
+  if (!s) return;
+  if (!c) {
+    memset(s, 0, sizeof *s);
+    return;
+  }
+  *s = c->st;
+}
+
+const eldr_shape *eldr_sigcache_shape(const eldr_sigcache *c) { return c ? &c->shape : NULL; }
+
+size_t eldr_sigcache_add_blocks(eldr_sigcache *c, const uint64_t *hashes, size_t nblocks,
+                                uint32_t *counts) {
+  size_t missing = 0;
+  for (size_t b = 0; b < nblocks; b++)
+    if (eldr_sigcache_add(c, hashes[b], counts) != 0) missing++;
+  return missing;
+}
+
+int eldr_sigcache_store_blocks(eldr_sigcache *c, const uint64_t *hashes, size_t nblocks,
+                               size_t first_token, const void *raw, eldr_sel_dtype dtype,
+                               size_t nrows, uint32_t *scratch, size_t *stored) {
+  size_t n = 0;
+  if (stored) *stored = 0;
+  if (!c || (!hashes && nblocks) || (!raw && nrows) || !scratch) return ELDR_EINVAL;
+  const size_t L = c->shape.num_layers, K = c->shape.top_k;
+  const size_t esz = eldr_sel_dtype_size(dtype);
+  const size_t row_bytes = L * K * esz;
+  size_t b = (first_token + ELDR_BLOCK_TOKENS - 1) / ELDR_BLOCK_TOKENS;
+  memset(scratch, 0, c->cells * sizeof *scratch);
+  for (; b < nblocks; b++) {
+    size_t t0 = b * ELDR_BLOCK_TOKENS;
+    if (t0 + ELDR_BLOCK_TOKENS > first_token + nrows) break;
+    const unsigned char *p = (const unsigned char *)raw + (t0 - first_token) * row_bytes;
+    int rc = eldr_counts_accumulate(&c->shape, p, dtype, ELDR_BLOCK_TOKENS, scratch, NULL);
+    if (rc == 0) rc = eldr_sigcache_put(c, hashes[b], scratch);
+    memset(scratch, 0, c->cells * sizeof *scratch);
+    if (rc != 0) {
+      if (stored) *stored = n;
+      return rc;
+    }
+    n++;
+  }
+  if (stored) *stored = n;
+  return ELDR_OK;
+}

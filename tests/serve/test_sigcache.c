@@ -1,0 +1,280 @@
+/* test_sigcache.c — tokenizer, block hash chain and the block-granular
+ * signature cache: signatures completed from the cache equal the signature
+ * computed from all rows, under partial prefix hits, eviction and reuse. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "eldr/rng.h"
+#include "eldr/sigcache.h"
+#include "eldr/signature.h"
+
+static const eldr_shape SH = {6, 16, 2};
+
+static void test_tokenize(void **st) {
+  (void)st;
+  uint32_t a[64], b[64];
+  const char *t = "Hello, world! The quick brown fox_jumps over\tthe lazy dog.";
+  size_t n = eldr_tokenize(t, strlen(t), a, 64);
+  assert_true(n > 10);
+  assert_int_equal(eldr_tokenize(t, strlen(t), b, 64), n);
+  assert_memory_equal(a, b, n * sizeof *a);
+  /* count is reported even when cap is smaller, and the prefix agrees */
+  uint32_t c[3];
+  assert_int_equal(eldr_tokenize(t, strlen(t), c, 3), n);
+  assert_memory_equal(a, c, sizeof c);
+  assert_int_equal(eldr_tokenize(t, strlen(t), NULL, 0), n);
+  /* leading space changes the id; punctuation is its own token */
+  uint32_t x[4], y[4];
+  assert_int_equal(eldr_tokenize("a b", 3, x, 4), 2);
+  assert_int_equal(eldr_tokenize("ab", 2, y, 4), 1);
+  assert_int_equal(eldr_tokenize("a,b", 3, y, 4), 3);
+  uint32_t p[2], q[2];
+  eldr_tokenize("x word", 6, p, 2);
+  eldr_tokenize("xword", 5, q, 2);
+  assert_int_not_equal(p[1], q[1]);
+  assert_int_equal(eldr_tokenize("", 0, x, 4), 0);
+  assert_int_equal(eldr_tokenize("   \n\t", 5, x, 4), 0);
+  for (size_t i = 0; i < n; i++) assert_true(a[i] < (1u << 17));
+}
+
+static void test_block_hashes(void **st) {
+  (void)st;
+  uint32_t ids[70];
+  for (int i = 0; i < 70; i++) ids[i] = (uint32_t)(i * 7 + 3);
+  uint64_t h[5], h2[5];
+  assert_int_equal(eldr_block_hashes(ids, 70, 0, h), 4);
+  assert_int_equal(eldr_block_hashes(ids, 15, 0, h2), 0);
+  /* a prefix gives the same first hashes (chain) */
+  assert_int_equal(eldr_block_hashes(ids, 40, 0, h2), 2);
+  assert_memory_equal(h, h2, 2 * sizeof *h);
+  /* changing block 1 changes hashes 1.. but not 0 */
+  ids[20] ^= 1;
+  eldr_block_hashes(ids, 70, 0, h2);
+  assert_true(h[0] == h2[0]);
+  assert_true(h[1] != h2[1] && h[2] != h2[2] && h[3] != h2[3]);
+  /* the seed matters */
+  eldr_block_hashes(ids, 70, 1, h2);
+  assert_true(h[0] != h2[0]);
+}
+
+static void block_counts(const uint16_t *sel, size_t t0, size_t n, uint32_t *out) {
+  memset(out, 0, eldr_shape_cells(&SH) * sizeof *out);
+  assert_int_equal(eldr_counts_accumulate(&SH, sel + t0 * SH.num_layers * SH.top_k, ELDR_SEL_U16, n, out, NULL), 0);
+}
+
+static void test_put_add_remove(void **st) {
+  (void)st;
+  size_t cells = eldr_shape_cells(&SH);
+  eldr_sigcache *c = eldr_sigcache_new(&SH, 3);
+  assert_non_null(c);
+  uint32_t row[96], acc[96];
+  assert_int_equal(cells, 96);
+  for (size_t i = 0; i < cells; i++) row[i] = (uint32_t)(i % 5);
+  assert_int_equal(eldr_sigcache_put(c, 11, row), 0);
+  memset(acc, 0, sizeof acc);
+  assert_int_equal(eldr_sigcache_add(c, 11, acc), 0);
+  assert_int_equal(eldr_sigcache_add(c, 11, acc), 0);
+  for (size_t i = 0; i < cells; i++) assert_int_equal(acc[i], 2 * row[i]);
+  assert_int_equal(eldr_sigcache_add(c, 12, acc), ELDR_ENOTFOUND);
+  row[3] = 128;
+  assert_int_equal(eldr_sigcache_put(c, 13, row), ELDR_ERANGE);
+  row[3] = 127;
+  assert_int_equal(eldr_sigcache_put(c, 13, row), 0);
+  assert_int_equal(eldr_sigcache_put(c, 14, row), 0);
+  /* LRU: 11 used most recently before 13, 14 were put; touching 11 makes 13 the oldest */
+  assert_int_equal(eldr_sigcache_add(c, 11, acc), 0);
+  assert_int_equal(eldr_sigcache_put(c, 15, row), 0); /* evicts 13 */
+  assert_int_equal(eldr_sigcache_add(c, 13, acc), ELDR_ENOTFOUND);
+  assert_int_equal(eldr_sigcache_add(c, 14, acc), 0);
+  assert_int_equal(eldr_sigcache_add(c, 15, acc), 0);
+  assert_int_equal(eldr_sigcache_remove(c, 14), 0);
+  assert_int_equal(eldr_sigcache_remove(c, 14), ELDR_ENOTFOUND);
+  assert_int_equal(eldr_sigcache_put(c, 16, row), 0); /* reuses the removed slot, no eviction */
+  eldr_sigcache_stats s;
+  eldr_sigcache_stats_get(c, &s);
+  assert_int_equal(s.rows, 3);
+  assert_int_equal(s.capacity, 3);
+  assert_int_equal(s.evictions, 1);
+  assert_int_equal(s.hits, 5);
+  assert_int_equal(s.misses, 2);
+  /* replacing a row keeps one copy */
+  row[0] = 9;
+  assert_int_equal(eldr_sigcache_put(c, 16, row), 0);
+  memset(acc, 0, sizeof acc);
+  assert_int_equal(eldr_sigcache_add(c, 16, acc), 0);
+  assert_int_equal(acc[0], 9);
+  eldr_sigcache_stats_get(c, &s);
+  assert_int_equal(s.rows, 3);
+  eldr_sigcache_free(c);
+  assert_null(eldr_sigcache_new(&SH, 0));
+  eldr_shape bad = {0, 4, 1};
+  assert_null(eldr_sigcache_new(&bad, 4));
+}
+
+/* Many random keys through a small cache: the index (linear probing with
+ * backward-shift deletion) must always find exactly the live rows. */
+static void test_index_churn(void **st) {
+  (void)st;
+  eldr_shape s1 = {1, 4, 1};
+  eldr_sigcache *c = eldr_sigcache_new(&s1, 64);
+  uint64_t keys[64];
+  int live[64];
+  memset(live, 0, sizeof live);
+  eldr_rng r;
+  eldr_rng_seed(&r, 7);
+  uint32_t row[4] = {1, 0, 0, 0}, acc[4];
+  for (int it = 0; it < 20000; it++) {
+    int slot = (int)eldr_rng_below(&r, 64);
+    if (live[slot] && eldr_rng_below(&r, 3) == 0) {
+      assert_int_equal(eldr_sigcache_remove(c, keys[slot]), 0);
+      live[slot] = 0;
+    } else if (!live[slot]) {
+      keys[slot] = eldr_rng_next(&r) & 0xffff; /* collisions of low bits on purpose */
+      int dup = 0;
+      for (int j = 0; j < 64; j++) dup |= live[j] && keys[j] == keys[slot];
+      if (dup) continue;
+      assert_int_equal(eldr_sigcache_put(c, keys[slot], row), 0);
+      live[slot] = 1;
+    }
+    if (it % 97 == 0)
+      for (int j = 0; j < 64; j++)
+        if (live[j]) assert_int_equal(eldr_sigcache_add(c, keys[j], acc), 0);
+  }
+  eldr_sigcache_stats s;
+  eldr_sigcache_stats_get(c, &s);
+  size_t n = 0;
+  for (int j = 0; j < 64; j++) n += live[j];
+  assert_int_equal(s.rows, n);
+  assert_int_equal(s.evictions, 0);
+  eldr_sigcache_free(c);
+}
+
+/* A prompt of 5 full blocks + 7 tokens. Full counts vs counts assembled from
+ * cached block rows + the computed rows, for every prefix-hit length. */
+static void test_signature_partial_hits(void **st) {
+  (void)st;
+  const size_t T = 5 * ELDR_BLOCK_TOKENS + 7, LK = SH.num_layers * SH.top_k, cells = eldr_shape_cells(&SH);
+  uint16_t *sel = malloc(T * LK * sizeof *sel);
+  eldr_rng r;
+  eldr_rng_seed(&r, 42);
+  for (size_t i = 0; i < T * LK; i++) sel[i] = (uint16_t)eldr_rng_below(&r, SH.num_experts);
+  uint32_t ids[5 * ELDR_BLOCK_TOKENS + 7];
+  for (size_t i = 0; i < T; i++) ids[i] = (uint32_t)eldr_rng_below(&r, 1000);
+  uint64_t h[6];
+  size_t nb = eldr_block_hashes(ids, T, 0, h);
+  assert_int_equal(nb, 5);
+  uint32_t full[96], got[96], scratch[96];
+  block_counts(sel, 0, T, full);
+  eldr_sigspec spec = {SH, ELDR_REPR_COUNT, NULL, NULL};
+  float sfull[96], sgot[96];
+  assert_int_equal(eldr_signature_build(&spec, full, NULL, sfull), 0);
+
+  eldr_sigcache *c = eldr_sigcache_new(&SH, 16);
+  /* first request: nothing cached, every row computed; store all full blocks */
+  size_t stored = 0;
+  assert_int_equal(eldr_sigcache_store_blocks(c, h, nb, 0, sel, ELDR_SEL_U16, T, scratch, &stored), 0);
+  assert_int_equal(stored, 5);
+  for (size_t i = 0; i < cells; i++) assert_int_equal(scratch[i], 0);
+  for (size_t hit = 0; hit <= nb; hit++) {
+    size_t first = hit * ELDR_BLOCK_TOKENS; /* engine computed tokens [first, T) */
+    memset(got, 0, sizeof got);
+    assert_int_equal(eldr_counts_accumulate(&SH, sel + first * LK, ELDR_SEL_U16, T - first, got, NULL), 0);
+    assert_int_equal(eldr_sigcache_add_blocks(c, h, hit, got), 0);
+    assert_memory_equal(got, full, sizeof full);
+    assert_int_equal(eldr_signature_build(&spec, got, NULL, sgot), 0);
+    assert_memory_equal(sgot, sfull, sizeof sfull);
+  }
+  /* after eviction of block 2 the miss is reported, the rest still adds up */
+  assert_int_equal(eldr_sigcache_remove(c, h[2]), 0);
+  memset(got, 0, sizeof got);
+  size_t first = 4 * ELDR_BLOCK_TOKENS;
+  eldr_counts_accumulate(&SH, sel + first * LK, ELDR_SEL_U16, T - first, got, NULL);
+  assert_int_equal(eldr_sigcache_add_blocks(c, h, 4, got), 1);
+  uint32_t b2[96];
+  block_counts(sel, 2 * ELDR_BLOCK_TOKENS, ELDR_BLOCK_TOKENS, b2);
+  for (size_t i = 0; i < cells; i++) assert_int_equal(got[i] + b2[i], full[i]);
+  /* the next request recomputes blocks 2.. and stores them again: exact once more */
+  assert_int_equal(eldr_sigcache_store_blocks(c, h, nb, 2 * ELDR_BLOCK_TOKENS, sel + 2 * ELDR_BLOCK_TOKENS * LK,
+                                              ELDR_SEL_U16, T - 2 * ELDR_BLOCK_TOKENS, scratch, &stored), 0);
+  assert_int_equal(stored, 3);
+  memset(got, 0, sizeof got);
+  eldr_counts_accumulate(&SH, sel + first * LK, ELDR_SEL_U16, T - first, got, NULL);
+  assert_int_equal(eldr_sigcache_add_blocks(c, h, 4, got), 0);
+  assert_memory_equal(got, full, sizeof full);
+  /* storing from a non-block-aligned first token skips the partial block */
+  eldr_sigcache *c2 = eldr_sigcache_new(&SH, 16);
+  assert_int_equal(eldr_sigcache_store_blocks(c2, h, nb, 5, sel + 5 * LK, ELDR_SEL_U16, T - 5, scratch, &stored), 0);
+  assert_int_equal(stored, 4);
+  memset(got, 0, sizeof got);
+  assert_int_equal(eldr_sigcache_add(c2, h[0], got), ELDR_ENOTFOUND);
+  assert_int_equal(eldr_sigcache_add(c2, h[1], got), 0);
+  block_counts(sel, ELDR_BLOCK_TOKENS, ELDR_BLOCK_TOKENS, b2);
+  assert_memory_equal(got, b2, sizeof b2);
+  /* a bad expert id stops storing with ERANGE */
+  sel[3 * ELDR_BLOCK_TOKENS * LK] = 99;
+  assert_int_equal(eldr_sigcache_store_blocks(c2, h, nb, 0, sel, ELDR_SEL_U16, T, scratch, &stored), ELDR_ERANGE);
+  assert_int_equal(stored, 3);
+  eldr_sigcache_free(c2);
+  eldr_sigcache_free(c);
+  free(sel);
+}
+
+/* Two prompts share their first two blocks: the second prompt's signature
+ * from cache (shared blocks) + its own computed rows is exact, and a capacity
+ * that forces LRU eviction only ever costs misses, never wrong sums. */
+static void test_block_reuse_and_lru(void **st) {
+  (void)st;
+  const size_t T = 4 * ELDR_BLOCK_TOKENS, LK = SH.num_layers * SH.top_k;
+  uint16_t *a = malloc(T * LK * sizeof *a), *b = malloc(T * LK * sizeof *b);
+  uint32_t ia[64], ib[64];
+  eldr_rng r;
+  eldr_rng_seed(&r, 3);
+  for (size_t i = 0; i < T * LK; i++) a[i] = b[i] = (uint16_t)eldr_rng_below(&r, SH.num_experts);
+  for (size_t i = 0; i < T; i++) ia[i] = ib[i] = (uint32_t)eldr_rng_below(&r, 5000);
+  for (size_t i = 2 * ELDR_BLOCK_TOKENS * LK; i < T * LK; i++) b[i] = (uint16_t)eldr_rng_below(&r, SH.num_experts);
+  for (size_t i = 2 * ELDR_BLOCK_TOKENS; i < T; i++) ib[i] = 7000 + (uint32_t)i;
+  uint64_t ha[4], hb[4];
+  eldr_block_hashes(ia, T, 0, ha);
+  eldr_block_hashes(ib, T, 0, hb);
+  assert_true(ha[0] == hb[0] && ha[1] == hb[1] && ha[2] != hb[2]);
+  uint32_t scratch[96], got[96], full[96];
+  for (size_t cap = 1; cap <= 8; cap++) {
+    eldr_sigcache *c = eldr_sigcache_new(&SH, cap);
+    eldr_sigcache_store_blocks(c, ha, 4, 0, a, ELDR_SEL_U16, T, scratch, NULL);
+    /* b: engine reports 2 cached blocks, computes tokens [32, 64) */
+    size_t first = 2 * ELDR_BLOCK_TOKENS;
+    memset(got, 0, sizeof got);
+    eldr_counts_accumulate(&SH, b + first * LK, ELDR_SEL_U16, T - first, got, NULL);
+    size_t missing = eldr_sigcache_add_blocks(c, hb, 2, got);
+    block_counts(b, 0, T, full);
+    if (missing == 0) assert_memory_equal(got, full, sizeof full);
+    else
+      for (size_t i = 0; i < 96; i++) assert_true(got[i] <= full[i]);
+    /* with capacity >= 4 both shared blocks survive */
+    if (cap >= 4) assert_int_equal(missing, 0);
+    eldr_sigcache_stats s;
+    eldr_sigcache_stats_get(c, &s);
+    assert_true(s.rows <= cap);
+    eldr_sigcache_free(c);
+  }
+  free(a);
+  free(b);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_tokenize),
+      cmocka_unit_test(test_block_hashes),
+      cmocka_unit_test(test_put_add_remove),
+      cmocka_unit_test(test_index_churn),
+      cmocka_unit_test(test_signature_partial_hits),
+      cmocka_unit_test(test_block_reuse_and_lru),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
