@@ -273,6 +273,74 @@ static void test_errors(void **state) {
   assert_int_equal(eldr_assign_hungarian(cost, 2, 3, assign, NULL), 0);
 }
 
+/* Optimality certificate for a capacitated assignment, independent of the
+ * solver: with w(a, b) = min over q in bin a of cost[q][b] - cost[q][a]
+ * (moving one point from a to b), an assignment is optimal iff the bin graph
+ * has no negative cycle and no negative path from a bin to a bin with free
+ * capacity. Floyd-Warshall over the k bins; a relaxation must gain more
+ * than 1e-9, so that rounding-level cycles (exact ties, about -1e-16) do
+ * not compound. */
+static int optimal_certificate(const double *cost, size_t n, size_t k, size_t cap,
+                               const int *assign) {
+  double *dist = malloc(k * k * sizeof *dist);
+  size_t *cnt = calloc(k, sizeof *cnt);
+  assert_non_null(dist);
+  assert_non_null(cnt);
+  for (size_t i = 0; i < k * k; i++) dist[i] = INFINITY;
+  for (size_t q = 0; q < n; q++) {
+    size_t a = (size_t)assign[q];
+    cnt[a]++;
+    for (size_t b = 0; b < k; b++) {
+      if (b == a) continue;
+      double w = cost[q * k + b] - cost[q * k + a];
+      if (w < dist[a * k + b]) dist[a * k + b] = w;
+    }
+  }
+  for (size_t m = 0; m < k; m++)
+    for (size_t a = 0; a < k; a++)
+      for (size_t b = 0; b < k; b++)
+        if (dist[a * k + m] + dist[m * k + b] < dist[a * k + b] - 1e-9)
+          dist[a * k + b] = dist[a * k + m] + dist[m * k + b];
+  int ok = 1;
+  for (size_t a = 0; a < k; a++) {
+    if (dist[a * k + a] < -1e-9) ok = 0; /* a negative cycle */
+    for (size_t b = 0; b < k; b++)
+      if (b != a && cnt[b] < cap && dist[a * k + b] < -1e-9) ok = 0; /* a negative path */
+  }
+  free(cnt);
+  free(dist);
+  return ok;
+}
+
+static void test_certificate_large(void **state) {
+  (void)state;
+  eldr_rng r;
+  eldr_rng_seed(&r, 4242);
+  const size_t shapes[][3] = {{3000, 16, 188}, {3000, 32, 94}, {2000, 64, 32},
+                              {2500, 24, 120}, {1000, 8, 200}};
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+    size_t n = shapes[s][0], k = shapes[s][1], cap = shapes[s][2];
+    double *cost = malloc(n * k * sizeof *cost);
+    int *assign = malloc(n * sizeof *assign);
+    assert_non_null(cost);
+    assert_non_null(assign);
+    for (size_t i = 0; i < n; i++)
+      for (size_t b = 0; b < k; b++)
+        cost[i * k + b] = s % 2 ? (double)eldr_rng_below(&r, 5) + 0.05 * (double)b
+                                : eldr_rng_uniform(&r) + 0.5 * (double)b / (double)k;
+    double total;
+    assert_int_equal(eldr_assign_capacitated(cost, n, k, cap, assign, &total), 0);
+    check_valid(cost, n, k, cap, assign);
+    assert_true(optimal_certificate(cost, n, k, cap, assign));
+    /* The checker is not vacuous: round robin is valid but not optimal. */
+    for (size_t i = 0; i < n; i++) assign[i] = (int)(i % k);
+    check_valid(cost, n, k, cap, assign);
+    assert_false(optimal_certificate(cost, n, k, cap, assign));
+    free(assign);
+    free(cost);
+  }
+}
+
 static void test_larger_balanced(void **state) {
   (void)state;
   /* n = 2000, k = 16, cap = ceil(n/k): valid, and at least as good as a
@@ -329,6 +397,7 @@ int main(void) {
       cmocka_unit_test(test_against_hungarian),  cmocka_unit_test(test_hungarian_brute_small),
       cmocka_unit_test(test_hand_case),          cmocka_unit_test(test_degenerate),
       cmocka_unit_test(test_errors),             cmocka_unit_test(test_larger_balanced),
+      cmocka_unit_test(test_certificate_large),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
