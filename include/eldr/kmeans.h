@@ -8,6 +8,21 @@
  * Same seed, same input => identical output.
  *
  * Ownership: caller owns x, centroids (k*dim), labels (n), sizes (k).
+ *
+ * Details: rows are used by direction (a non-unit row is normalised on the
+ * fly); a zero row costs exactly 1 to every centroid and is never a seed.
+ * Seeding is greedy k-means++ (2 + floor(ln k) distance-weighted candidates
+ * per step, the best kept); restart r uses the r-th splitmix64 output of
+ * opts->seed, so restart 0 is the same run whatever opts->restarts is. A
+ * run stops when the labels stop changing or after max_iter assignment
+ * steps. A cluster left empty by an assignment step (vanilla, or balanced
+ * when (k-1)*cap >= n) takes the point farthest from its centroid among
+ * clusters with two or more members. Output centroids are unit norm (a
+ * cluster whose members are all zero rows keeps its previous centroid; with
+ * no non-zero row at all the centroids are unit basis vectors). When at
+ * most half of all entries of x are non-zero, rows are scored through an
+ * internal CSR copy (extra memory 8 bytes per non-zero). max_iter < 1, dim == 0, a
+ * NULL buffer (other than sizes/res) or a non-finite entry: ELDR_EINVAL.
  */
 #ifndef ELDR_KMEANS_H
 #define ELDR_KMEANS_H

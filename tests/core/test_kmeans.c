@@ -349,6 +349,63 @@ static void test_zero_rows_and_degenerate(void **state) {
   free(x);
 }
 
+static void test_direction_and_empty_balanced(void **state) {
+  (void)state;
+  /* Rows are used by direction: scaling each row by a positive factor
+   * keeps the (well-separated) partition. */
+  eldr_rng r;
+  eldr_rng_seed(&r, 17);
+  const size_t counts[4] = {30, 30, 30, 30};
+  size_t n;
+  int *truth;
+  float *x = separated(&r, counts, 4, 5, &n, &truth);
+  size_t dim = 20;
+  float *y = malloc(n * dim * sizeof *y);
+  float cent[4 * 20];
+  int *l1 = malloc(n * sizeof *l1), *l2 = malloc(n * sizeof *l2);
+  size_t sizes[4];
+  assert_non_null(y);
+  assert_non_null(l1);
+  assert_non_null(l2);
+  for (size_t i = 0; i < n; i++) {
+    float f = (float)(0.1 + 5.0 * eldr_rng_uniform(&r));
+    for (size_t j = 0; j < dim; j++) y[i * dim + j] = x[i * dim + j] * f;
+  }
+  eldr_kmeans_opts o = {.k = 4, .balanced = 1, .restarts = 2, .max_iter = 50, .seed = 3};
+  eldr_kmeans_result res;
+  assert_int_equal(eldr_kmeans_fit(x, n, dim, &o, cent, l1, sizes, &res), 0);
+  assert_int_equal(eldr_kmeans_fit(y, n, dim, &o, cent, l2, sizes, &res), 0);
+  assert_same_partition(l1, truth, n, 4);
+  assert_same_partition(l2, truth, n, 4);
+  for (size_t c = 0; c < 4; c++) {
+    double nn = 0;
+    for (size_t j = 0; j < dim; j++) nn += (double)cent[c * dim + j] * cent[c * dim + j];
+    assert_true(fabs(sqrt(nn) - 1.0) < 1e-5);
+  }
+  free(l2);
+  free(l1);
+  free(y);
+  free(x);
+  free(truth);
+
+  /* n = 9, k = 4, cap = 3: three groups of three identical points. After
+   * three seeds every distance is 0, so the fourth centroid duplicates one
+   * of them, and the exact assignment may fill three clusters and leave
+   * the fourth empty; it must be refilled without breaking the capacity. */
+  for (uint64_t seed = 0; seed < 20; seed++) {
+    float z[9 * 3] = {0};
+    for (size_t i = 0; i < 9; i++) z[i * 3 + (i + seed) % 3] = 1.0f;
+    float cz[4 * 3];
+    int lz[9];
+    size_t sz[4];
+    eldr_kmeans_opts oz = {.k = 4, .balanced = 1, .restarts = 1, .max_iter = 20, .seed = seed};
+    assert_int_equal(eldr_kmeans_fit(z, 9, 3, &oz, cz, lz, sz, &res), 0);
+    check_output(z, 9, 3, 4, 1, cz, lz, sz, &res);
+    for (size_t c = 0; c < 4; c++) assert_true(sz[c] >= 1 && sz[c] <= 3);
+    assert_true(fabs(res.objective) < 1e-6);
+  }
+}
+
 static void test_errors(void **state) {
   (void)state;
   float x[4 * 2] = {1, 0, 0, 1, 1, 0, 0, 1};
@@ -390,6 +447,7 @@ int main(void) {
       cmocka_unit_test(test_imbalanced),
       cmocka_unit_test(test_restarts_monotone),
       cmocka_unit_test(test_zero_rows_and_degenerate),
+      cmocka_unit_test(test_direction_and_empty_balanced),
       cmocka_unit_test(test_errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
