@@ -1,0 +1,242 @@
+/* test_cmd_sim.c — `eldr sim` and `eldr bench moe-layer` as a user runs
+ * them: errors, a small generated run (JSON, CSV), determinism, trace
+ * arrivals on a hand-made trace file. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "eldr/rng.h"
+#include "eldr/trace.h"
+
+static char g_dir[256];
+static char g_trace[512];
+static char g_out[1 << 20], g_err[1 << 16];
+
+static int run(const char *const *args) {
+  char ofile[512], efile[512];
+  snprintf(ofile, sizeof ofile, "%s/stdout", g_dir);
+  snprintf(efile, sizeof efile, "%s/stderr", g_dir);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    if (!freopen(ofile, "w", stdout) || !freopen(efile, "w", stderr)) _exit(127);
+    const char *argv[48];
+    size_t n = 0;
+    argv[n++] = ELDR_BINARY;
+    for (; args[n - 1] && n < 47; n++) argv[n] = args[n - 1];
+    argv[n] = NULL;
+    execv(ELDR_BINARY, (char *const *)argv);
+    _exit(127);
+  }
+  int st = 0;
+  waitpid(pid, &st, 0);
+  FILE *f = fopen(ofile, "r");
+  size_t k = f ? fread(g_out, 1, sizeof g_out - 1, f) : 0;
+  g_out[k] = 0;
+  if (f) fclose(f);
+  f = fopen(efile, "r");
+  k = f ? fread(g_err, 1, sizeof g_err - 1, f) : 0;
+  g_err[k] = 0;
+  if (f) fclose(f);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+/* OLMoE-shaped (16 layers, 64 experts, top-8) trace: 2 domains, arrivals 10 ms apart. */
+static int setup(void **state) {
+  (void)state;
+  snprintf(g_dir, sizeof g_dir, "/tmp/eldr-test-cmd-sim-XXXXXX");
+  assert_non_null(mkdtemp(g_dir));
+  snprintf(g_trace, sizeof g_trace, "%s/t.jsonl", g_dir);
+  eldr_shape s = {16, 64, 8};
+  eldr_trace *t = eldr_trace_new("OLMoE-1B-7B-0924", &s, NULL);
+  assert_non_null(t);
+  eldr_rng r;
+  eldr_rng_seed(&r, 5);
+  uint16_t pre[4 * 16 * 8], dec[20 * 16 * 8];
+  for (int i = 0; i < 80; i++) {
+    int dom = i % 2;
+    for (size_t x = 0; x < 4 * 16; x++) {
+      uint32_t s0 = (uint32_t)eldr_rng_below(&r, 32);
+      for (int k = 0; k < 8; k++) pre[x * 8 + k] = (uint16_t)(dom * 32 + (s0 + k) % 32);
+    }
+    for (size_t x = 0; x < 20 * 16; x++) {
+      uint32_t s0 = (uint32_t)eldr_rng_below(&r, 32);
+      for (int k = 0; k < 8; k++) dec[x * 8 + k] = (uint16_t)(dom * 32 + (s0 + k) % 32);
+    }
+    char id[32];
+    snprintf(id, sizeof id, "q%d", i);
+    assert_true(eldr_trace_append(t, id, dom ? "b" : "a", NULL, 0.01 * i, pre, 4, dec, 5 + (uint32_t)(i % 15), NULL) >= 0);
+  }
+  assert_int_equal(eldr_trace_save(g_trace, t, NULL), 0);
+  eldr_trace_free(t);
+  return 0;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+  return system(cmd) == 0 ? 0 : -1;
+}
+
+static void test_help_and_errors(void **st) {
+  (void)st;
+  assert_int_equal(run((const char *[]){"sim", "--help", NULL}), 0);
+  assert_non_null(strstr(g_out, "--rates"));
+  assert_int_equal(run((const char *[]){"sim", NULL}), 2);
+  assert_non_null(strstr(g_err, "--trace"));
+  assert_int_equal(run((const char *[]){"sim", "--trace", g_trace, "--policies", "fastest", NULL}), 2);
+  assert_non_null(strstr(g_err, "fastest"));
+  assert_int_equal(run((const char *[]){"sim", "--trace", g_trace, "--rates", "10,x", NULL}), 2);
+  assert_non_null(strstr(g_err, "--rates"));
+  assert_int_equal(run((const char *[]){"sim", "--trace", g_trace, "--decode", "0", NULL}), 2);
+  assert_int_equal(run((const char *[]){"sim", "--trace", g_trace, "--bogus", NULL}), 2);
+  assert_int_equal(run((const char *[]){"sim", "--trace", "/nonexistent/t.jsonl", NULL}), 1);
+  assert_non_null(strstr(g_err, "/nonexistent/t.jsonl"));
+  /* a latency preset of another shape */
+  assert_int_equal(run((const char *[]){"sim", "--trace", g_trace, "--model", "qwen3-30b-a3b", NULL}), 2);
+  assert_non_null(strstr(g_err, "layers"));
+  assert_int_equal(run((const char *[]){"sim", "--trace", g_trace, "--hardware", "tpu", NULL}), 2);
+  assert_non_null(strstr(g_err, "tpu"));
+  char bad[600];
+  snprintf(bad, sizeof bad, "%s/bad.json", g_dir);
+  FILE *f = fopen(bad, "w");
+  fputs("{\"hbm_bw\": -3}", f);
+  fclose(f);
+  assert_int_equal(run((const char *[]){"sim", "--trace", g_trace, "--latency", bad, NULL}), 1);
+  assert_non_null(strstr(g_err, "hbm_bw"));
+  assert_int_equal(run((const char *[]){"bench", "moe-layer", "--experts", "4", NULL}), 2);
+  assert_int_equal(run((const char *[]){"bench", "moe-layer", "--help", NULL}), 0);
+}
+
+static json_t *rows_of(const char *out) {
+  json_error_t e;
+  json_t *root = json_loads(out, 0, &e);
+  assert_non_null(root);
+  return root;
+}
+
+static void test_run_json_csv_deterministic(void **st) {
+  (void)st;
+  char csv[600];
+  snprintf(csv, sizeof csv, "%s/out.csv", g_dir);
+  const char *args[] = {"sim", "--trace", g_trace, "--prefill", "2", "--decode", "4", "--rates", "40,400",
+                        "--requests", "400", "--policies", "all", "--json", "--csv", csv, "-q", NULL};
+  assert_int_equal(run(args), 0);
+  json_t *a = rows_of(g_out);
+  json_t *rows = json_object_get(a, "rows");
+  assert_int_equal(json_array_size(rows), 2 * 7); /* 4 baselines, domain, eldr, eldr-permuted */
+  json_t *cfg = json_object_get(a, "config");
+  assert_int_equal(json_integer_value(json_object_get(cfg, "fit_requests")) +
+                       json_integer_value(json_object_get(cfg, "pool_size")),
+                   80);
+  for (size_t i = 0; i < json_array_size(rows); i++) {
+    json_t *r = json_array_get(rows, i);
+    assert_int_equal(json_integer_value(json_object_get(r, "completed")), 400);
+    assert_true(json_real_value(json_object_get(r, "tpot_p50_ms")) > 0);
+    assert_true(json_real_value(json_object_get(r, "tpot_p99_ms")) >=
+                json_real_value(json_object_get(r, "tpot_p50_ms")));
+  }
+  assert_int_equal(json_array_size(json_object_get(a, "eldr_vs_best_baseline")), 2);
+  /* same seed, same rows */
+  char first[1 << 16];
+  char *s1 = json_dumps(rows, JSON_SORT_KEYS);
+  snprintf(first, sizeof first, "%s", s1);
+  free(s1);
+  json_decref(a);
+  assert_int_equal(run(args), 0);
+  a = rows_of(g_out);
+  char *s2 = json_dumps(json_object_get(a, "rows"), JSON_SORT_KEYS);
+  assert_string_equal(first, s2);
+  free(s2);
+  json_decref(a);
+  /* CSV: header + one line per row */
+  FILE *f = fopen(csv, "r");
+  assert_non_null(f);
+  char line[1024];
+  size_t n = 0;
+  while (fgets(line, sizeof line, f)) n++;
+  fclose(f);
+  assert_int_equal(n, 1 + 14);
+  /* another seed, another result */
+  const char *args2[] = {"sim", "--trace", g_trace, "--prefill", "2", "--decode", "4", "--rates", "400",
+                         "--requests", "400", "--policies", "p2c", "--json", "-q", "--seed", "9", NULL};
+  assert_int_equal(run(args2), 0);
+  a = rows_of(g_out);
+  char *s3 = json_dumps(json_object_get(a, "rows"), JSON_SORT_KEYS);
+  assert_true(strstr(first, s3) == NULL);
+  free(s3);
+  json_decref(a);
+}
+
+static void test_table_ablation_trace_arrivals(void **st) {
+  (void)st;
+  assert_int_equal(run((const char *[]){"sim", "--trace", g_trace, "--prefill", "2", "--decode", "4",
+                                        "--arrivals", "trace", "--policies", "jsq,eldr", "--ablation",
+                                        "--decorrelated-rows", "-q", NULL}),
+                   0);
+  assert_non_null(strstr(g_out, "eldr(tau=0.05)"));
+  assert_non_null(strstr(g_out, "eldr-vanilla"));
+  assert_non_null(strstr(g_out, "jsq+decor"));
+  assert_non_null(strstr(g_out, "trace arrivals"));
+  /* the default sweep: five rates from the capacity estimate */
+  assert_int_equal(run((const char *[]){"sim", "--trace", g_trace, "--prefill", "2", "--decode", "4",
+                                        "--requests", "100", "--policies", "rr", "--json", "-q", NULL}),
+                   0);
+  json_t *a = rows_of(g_out);
+  assert_int_equal(json_array_size(json_object_get(a, "rows")), 5);
+  json_decref(a);
+}
+
+static void test_plot(void **st) {
+  (void)st;
+  if (system("command -v gnuplot >/dev/null 2>&1") != 0) skip();
+  char dir[600], png[700];
+  snprintf(dir, sizeof dir, "%s/plots", g_dir);
+  assert_int_equal(run((const char *[]){"sim", "--trace", g_trace, "--prefill", "2", "--decode", "4",
+                                        "--rates", "50,200", "--requests", "200", "--taus", "0,1",
+                                        "--vanilla", "--plot", dir, "-q", NULL}),
+                   0);
+  struct stat sb;
+  const char *files[] = {"tpot_p50_vs_rate.png", "tpot_p99_vs_rate.png", "tau_sweep.png",
+                         "balanced_vs_vanilla.png"};
+  for (size_t i = 0; i < 4; i++) {
+    snprintf(png, sizeof png, "%s/%s", dir, files[i]);
+    assert_int_equal(stat(png, &sb), 0);
+    assert_true(sb.st_size > 1000);
+  }
+}
+
+static void test_bench_moe_layer(void **st) {
+  (void)st;
+  assert_int_equal(run((const char *[]){"bench", "moe-layer", "--hidden", "64", "--inter", "32",
+                                        "--experts-max", "16", "--experts", "8,16", "--batches",
+                                        "1,4", "--min-time", "0", "--json", NULL}),
+                   0);
+  json_t *a = rows_of(g_out);
+  json_t *pts = json_object_get(a, "points");
+  assert_int_equal(json_array_size(pts), 3); /* batch 1 cannot touch 16 experts */
+  for (size_t i = 0; i < 3; i++)
+    assert_true(json_real_value(json_object_get(json_array_get(pts, i), "ms")) > 0);
+  json_decref(a);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_help_and_errors),
+      cmocka_unit_test(test_run_json_csv_deterministic),
+      cmocka_unit_test(test_table_ablation_trace_arrivals),
+      cmocka_unit_test(test_plot),
+      cmocka_unit_test(test_bench_moe_layer),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
