@@ -199,7 +199,9 @@ void eldr__kv_register(eldr__kv *kv, const int32_t *ids, const uint64_t *hashes,
 }
 
 void eldr__kv_release(eldr__kv *kv, const int32_t *ids, size_t n) {
-  for (size_t i = 0; i < n; i++) {
+  /* last block first, so that (like vLLM) a sequence's tail is evicted
+   * before its prefix, which other requests are more likely to share */
+  for (size_t i = n; i-- > 0;) {
     int32_t b = ids[i];
     if (b < 0 || (size_t)b >= kv->n || kv->ref[b] == 0) continue;
     if (--kv->ref[b] == 0) {

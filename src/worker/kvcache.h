@@ -49,7 +49,8 @@ int eldr__kv_alloc(eldr__kv *kv, const uint64_t *hashes, size_t hit, size_t tota
 void eldr__kv_register(eldr__kv *kv, const int32_t *ids, const uint64_t *hashes, size_t from,
                        size_t n, const uint32_t *rows, size_t row_stride);
 
-/* Drop one reference on each of ids[0..n). */
+/* Drop one reference on each of ids[0..n), last first: blocks that become
+ * unreferenced join the LRU in reverse order, so a prefix outlives its tail. */
 void eldr__kv_release(eldr__kv *kv, const int32_t *ids, size_t n);
 
 /* Blocks with a reference, total blocks, evictions so far. */
