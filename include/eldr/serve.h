@@ -1,0 +1,102 @@
+/* eldr/serve.h — `eldr serve`: the HTTP router in front of vLLM prefill and
+ * decode workers (PD disaggregation with pull-style NIXL KV handoff; wire
+ * protocol in DESIGN.md and docs/serve.md).
+ *
+ * Per request: prefill worker by prefix hash with a load guard
+ * (eldr_policy_prefill); the prefill leg is the client's body rewritten to
+ * stream=false / max_tokens=1 / kv_transfer_params{do_remote_decode: true};
+ * its reply's routed_experts give the expert signature (completed from the
+ * block-granular signature cache for prefix-cached tokens); the decode worker
+ * is chosen by eldr_policy_decode over the router's in-flight counts; the
+ * decode leg is the original body plus the prefill's kv_transfer_params,
+ * relayed to the client byte for byte (SSE when streaming).
+ *
+ * Threading: one libevent loop runs the whole server (eldr_server_run).
+ * eldr_server_stop() and eldr_server_reload() may be called from any thread.
+ *
+ * Ownership: eldr_serve_config owns its strings (init/free);
+ * eldr_server_new copies the config; eldr_server_free releases everything.
+ */
+#ifndef ELDR_SERVE_H
+#define ELDR_SERVE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "eldr/error.h"
+#include "eldr/policy.h"
+
+/* One log line (no trailing newline). Called on the server's loop thread. */
+typedef void (*eldr_serve_log_fn)(void *ctx, const char *line);
+
+typedef struct eldr_serve_config {
+  char *host;                /* listen address (default "127.0.0.1") */
+  int port;                  /* listen port; 0 = any free port (eldr_server_port) */
+  char **prefill;            /* worker base URLs "http://host:port" */
+  size_t n_prefill;
+  char **decode;
+  size_t n_decode;
+  char *artifact;            /* routing artifact path, or NULL (load-only routing) */
+  eldr_policy_kind policy;   /* decode policy (default ELDR) */
+  double tau;                /* band width; < 0 = the artifact's tau (0.1 without one) */
+  uint64_t seed;             /* for RANDOM / P2C and generated request ids */
+  uint32_t prefill_guard;    /* prefill load guard (in-flight requests), default 4 */
+  double connect_timeout_s;  /* upstream connect + inactivity timeout (default 10) */
+  double prefill_timeout_s;  /* whole prefill leg (default 120) */
+  double decode_timeout_s;   /* whole decode leg (default 1800) */
+  double header_timeout_s;   /* client must send head and body within (default 15) */
+  double idle_timeout_s;     /* idle keep-alive client connections closed after (default 120) */
+  int retries;               /* extra attempts per leg on another worker (default 2) */
+  size_t max_body;           /* client body limit in bytes (default 16 MiB) */
+  size_t max_header;         /* client request head limit in bytes (default 32 KiB) */
+  double health_interval_s;  /* active health checks (GET /health); 0 = off (default 2) */
+  int eject_after;           /* consecutive failures that eject a worker (default 3) */
+  size_t sigcache_rows;      /* signature cache capacity in blocks; 0 = off (default 65536) */
+  size_t pool_size;          /* idle upstream connections kept per worker (default 256) */
+  int handle_signals;        /* SIGHUP reloads, SIGINT/SIGTERM stop (for the CLI) */
+  char *config_path;         /* JSON config re-read on reload (NULL: reload artifact only) */
+  eldr_serve_log_fn log;     /* NULL = silent */
+  void *log_ctx;
+} eldr_serve_config;
+
+/* Defaults (no workers). */
+void eldr_serve_config_init(eldr_serve_config *c);
+void eldr_serve_config_free(eldr_serve_config *c);
+/* Deep copy (dst is overwritten, not freed first). 0 or ELDR_ENOMEM. */
+int eldr_serve_config_copy(eldr_serve_config *dst, const eldr_serve_config *src);
+/* Append a worker URL (validated: http://host[:port][/], port 1..65535). */
+int eldr_serve_config_add_worker(eldr_serve_config *c, int decode, const char *url, eldr_diag *d);
+/* Apply a JSON config document over c. Keys (all optional):
+ *   host, port, prefill [urls], decode [urls], artifact, policy, tau, seed,
+ *   prefill_guard, connect_timeout, prefill_timeout, decode_timeout,
+ *   header_timeout, idle_timeout, retries, max_body, max_header,
+ *   health_interval, eject_after, sigcache_rows, pool_size.
+ * A "prefill"/"decode" list replaces the current one. Unknown keys and
+ * wrong types are errors naming the key. */
+int eldr_serve_config_parse(eldr_serve_config *c, const char *json, size_t len, eldr_diag *d);
+int eldr_serve_config_load(eldr_serve_config *c, const char *path, eldr_diag *d);
+/* At least one prefill and one decode worker, sane limits. */
+int eldr_serve_config_validate(const eldr_serve_config *c, eldr_diag *d);
+
+/* Split "http://host:port/..." into host (cap bytes) and port (default 80). */
+int eldr_serve_parse_url(const char *url, char *host, size_t cap, int *port, eldr_diag *d);
+
+typedef struct eldr_server eldr_server;
+
+/* Create the server: loads the artifact (refused with a message when it is
+ * invalid or its shape does not match), binds the listening socket.
+ * Errors: ELDR_EINVAL (config), artifact load errors, ELDR_EIO (bind). */
+int eldr_server_new(const eldr_serve_config *cfg, eldr_server **out, eldr_diag *d);
+/* The bound port. */
+int eldr_server_port(const eldr_server *s);
+/* Run the event loop until eldr_server_stop. 0, or ELDR_EIO. */
+int eldr_server_run(eldr_server *s);
+/* Ask the loop to exit (any thread). */
+void eldr_server_stop(eldr_server *s);
+/* Ask the loop to reload the config file (if any) and the artifact (any
+ * thread); in-flight requests continue. A failed reload keeps the old state
+ * and is logged and counted (eldr_reloads_total{result="error"}). */
+void eldr_server_reload(eldr_server *s);
+void eldr_server_free(eldr_server *s);
+
+#endif

@@ -1,0 +1,169 @@
+/* cmd_serve.c — `eldr serve`: the HTTP router in front of prefill and decode
+ * workers. Flags override the config file; SIGHUP re-reads the config file
+ * and the artifact; SIGINT/SIGTERM stop. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+#include "eldr/serve.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: eldr serve --prefill URL --decode URL [options]\n"
+          "\n"
+          "The ELDR router: an OpenAI-compatible HTTP endpoint (POST /v1/completions,\n"
+          "/v1/chat/completions; GET /health, /metrics, /v1/models) in front of vLLM prefill\n"
+          "and decode workers with pull-style (NIXL) KV handoff. See docs/serve.md.\n"
+          "\n"
+          "  --prefill URL         prefill worker http://host:port (repeatable)\n"
+          "  --decode URL          decode worker http://host:port (repeatable)\n"
+          "  --artifact FILE       routing artifact from `eldr fit` (without: load-only routing)\n"
+          "  --policy NAME         decode policy: eldr (default), jsq, p2c, rr, random\n"
+          "  --tau X               locality band width in [0, 2] (default: the artifact's)\n"
+          "  --host ADDR           listen address (default 127.0.0.1)\n"
+          "  --port N              listen port (default 8000; 0 = any free port)\n"
+          "  --config FILE         JSON config (keys as in docs/serve.md); flags override it;\n"
+          "                        re-read on SIGHUP together with the artifact\n"
+          "  --prefill-timeout S   whole prefill leg (default 120)\n"
+          "  --decode-timeout S    whole decode leg (default 1800)\n"
+          "  --header-timeout S    client must send its request within (default 15)\n"
+          "  --connect-timeout S   health check timeout (default 10)\n"
+          "  --health-interval S   active health checks, 0 = off (default 2)\n"
+          "  --eject-after N       consecutive failures that eject a worker (default 3)\n"
+          "  --retries N           extra attempts of a leg on another worker (default 2)\n"
+          "  --max-body BYTES      client body limit (default 16777216)\n"
+          "  --prefill-guard N     prefill load guard in requests (default 4)\n"
+          "  --sigcache-rows N     signature cache capacity in KV blocks, 0 = off (default 65536)\n"
+          "  --seed N              seed for random/p2c and request ids (default 1)\n"
+          "  --quiet               no log lines on stderr\n"
+          "  --help                this text\n");
+}
+
+static void log_stderr(void *ctx, const char *line) {
+  (void)ctx;
+  time_t t = time(NULL);
+  struct tm tm;
+  gmtime_r(&t, &tm);
+  char ts[32];
+  strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  fprintf(stderr, "%s eldr serve: %s\n", ts, line);
+}
+
+int eldr_cmd_serve(int argc, char **argv) {
+  const char *cmd = "serve";
+  enum {
+    O_PREFILL = 256, O_DECODE, O_ARTIFACT, O_POLICY, O_TAU, O_HOST, O_PORT, O_CONFIG, O_PT, O_DT,
+    O_HT, O_CT, O_HI, O_EJ, O_RETRIES, O_MAXBODY, O_GUARD, O_SCR, O_SEED, O_QUIET, O_HELP
+  };
+  static const struct option opts[] = {
+      {"prefill", required_argument, 0, O_PREFILL}, {"decode", required_argument, 0, O_DECODE},
+      {"artifact", required_argument, 0, O_ARTIFACT}, {"policy", required_argument, 0, O_POLICY},
+      {"tau", required_argument, 0, O_TAU}, {"host", required_argument, 0, O_HOST},
+      {"port", required_argument, 0, O_PORT}, {"config", required_argument, 0, O_CONFIG},
+      {"prefill-timeout", required_argument, 0, O_PT}, {"decode-timeout", required_argument, 0, O_DT},
+      {"header-timeout", required_argument, 0, O_HT}, {"connect-timeout", required_argument, 0, O_CT},
+      {"health-interval", required_argument, 0, O_HI}, {"eject-after", required_argument, 0, O_EJ},
+      {"retries", required_argument, 0, O_RETRIES}, {"max-body", required_argument, 0, O_MAXBODY},
+      {"prefill-guard", required_argument, 0, O_GUARD}, {"sigcache-rows", required_argument, 0, O_SCR},
+      {"seed", required_argument, 0, O_SEED}, {"quiet", no_argument, 0, O_QUIET},
+      {"help", no_argument, 0, O_HELP}, {0, 0, 0, 0}};
+  /* pass 1: --help and --config (the file is applied before the other flags) */
+  const char *config = NULL;
+  cli_getopt_reset();
+  int o;
+  while ((o = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+    if (o == O_HELP) {
+      usage(stdout);
+      return 0;
+    }
+    if (o == O_CONFIG) config = optarg;
+    if (o == '?' || o == ':') cli_bad_option(cmd, argc, argv, o);
+  }
+  eldr_serve_config c;
+  eldr_serve_config_init(&c);
+  eldr_diag d = {{0}};
+  if (config) {
+    int rc = eldr_serve_config_load(&c, config, &d);
+    if (rc) cli_usage_error(cmd, "%s", eldr_diag_msg(&d, rc));
+    c.config_path = strdup(config);
+  }
+  int quiet = 0, cli_prefill = 0, cli_decode = 0;
+  cli_getopt_reset();
+  while ((o = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+    int rc = 0;
+    switch (o) {
+    case O_PREFILL:
+    case O_DECODE: {
+      int dec = o == O_DECODE;
+      int *first = dec ? &cli_decode : &cli_prefill;
+      if (!*first) { /* flags replace the config file's list */
+        char ***v = dec ? &c.decode : &c.prefill;
+        size_t *n = dec ? &c.n_decode : &c.n_prefill;
+        for (size_t i = 0; i < *n; i++) free((*v)[i]);
+        free(*v);
+        *v = NULL;
+        *n = 0;
+        *first = 1;
+      }
+      rc = eldr_serve_config_add_worker(&c, dec, optarg, &d);
+      if (rc) cli_usage_error(cmd, "--%s: %s", dec ? "decode" : "prefill", eldr_diag_msg(&d, rc));
+      break;
+    }
+    case O_ARTIFACT:
+      free(c.artifact);
+      c.artifact = strdup(optarg);
+      break;
+    case O_POLICY: {
+      eldr_policy_kind k;
+      if (eldr_policy_parse(optarg, &k) || k == ELDR_POLICY_DOMAIN)
+        cli_usage_error(cmd, "--policy: '%s' is not one of eldr, jsq, p2c, rr, random", optarg);
+      c.policy = k;
+      break;
+    }
+    case O_TAU: c.tau = cli_parse_double(cmd, "--tau", optarg, 0, 2); break;
+    case O_HOST:
+      free(c.host);
+      c.host = strdup(optarg);
+      break;
+    case O_PORT: c.port = (int)cli_parse_long(cmd, "--port", optarg, 0, 65535); break;
+    case O_CONFIG: break;
+    case O_PT: c.prefill_timeout_s = cli_parse_double(cmd, "--prefill-timeout", optarg, 0.001, 86400); break;
+    case O_DT: c.decode_timeout_s = cli_parse_double(cmd, "--decode-timeout", optarg, 0.001, 86400); break;
+    case O_HT: c.header_timeout_s = cli_parse_double(cmd, "--header-timeout", optarg, 0.001, 86400); break;
+    case O_CT: c.connect_timeout_s = cli_parse_double(cmd, "--connect-timeout", optarg, 0.001, 86400); break;
+    case O_HI: c.health_interval_s = cli_parse_double(cmd, "--health-interval", optarg, 0, 86400); break;
+    case O_EJ: c.eject_after = (int)cli_parse_long(cmd, "--eject-after", optarg, 1, 1000); break;
+    case O_RETRIES: c.retries = (int)cli_parse_long(cmd, "--retries", optarg, 0, 16); break;
+    case O_MAXBODY: c.max_body = (size_t)cli_parse_long(cmd, "--max-body", optarg, 1, 1l << 34); break;
+    case O_GUARD: c.prefill_guard = (uint32_t)cli_parse_long(cmd, "--prefill-guard", optarg, 0, 1000000); break;
+    case O_SCR: c.sigcache_rows = (size_t)cli_parse_long(cmd, "--sigcache-rows", optarg, 0, 1l << 26); break;
+    case O_SEED: c.seed = cli_parse_u64(cmd, "--seed", optarg); break;
+    case O_QUIET: quiet = 1; break;
+    default: cli_bad_option(cmd, argc, argv, o);
+    }
+    (void)rc;
+  }
+  if (optind < argc) cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+  if (!c.host) cli_fail(cmd, "out of memory");
+  int rc = eldr_serve_config_validate(&c, &d);
+  if (rc) cli_usage_error(cmd, "%s", eldr_diag_msg(&d, rc));
+  c.handle_signals = 1;
+  if (!quiet) c.log = log_stderr;
+  eldr_server *s = NULL;
+  rc = eldr_server_new(&c, &s, &d);
+  if (rc) {
+    eldr_serve_config_free(&c);
+    cli_fail(cmd, "%s", eldr_diag_msg(&d, rc));
+  }
+  /* the bound port on stdout, for scripts that start the router on port 0 */
+  printf("listening on %s:%d\n", c.host, eldr_server_port(s));
+  fflush(stdout);
+  rc = eldr_server_run(s);
+  eldr_server_free(s);
+  eldr_serve_config_free(&c);
+  if (rc) cli_fail(cmd, "event loop failed");
+  return 0;
+}

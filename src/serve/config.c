@@ -1,0 +1,301 @@
+/* config.c — eldr serve configuration: defaults, worker URLs, JSON file. */
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "eldr/serve.h"
+
+static char *xstrdup(const char *s) {
+  if (!s) return NULL;
+  size_t n = strlen(s) + 1;
+  char *p = malloc(n);
+  if (p) memcpy(p, s, n);
+  return p;
+}
+
+void eldr_serve_config_init(eldr_serve_config *c) {
+  memset(c, 0, sizeof *c);
+  c->host = xstrdup("127.0.0.1");
+  c->port = 8000;
+  c->policy = ELDR_POLICY_ELDR;
+  c->tau = -1;
+  c->seed = 1;
+  c->prefill_guard = 4;
+  c->connect_timeout_s = 10;
+  c->prefill_timeout_s = 120;
+  c->decode_timeout_s = 1800;
+  c->header_timeout_s = 15;
+  c->idle_timeout_s = 120;
+  c->retries = 2;
+  c->max_body = 16u << 20;
+  c->max_header = 32u << 10;
+  c->health_interval_s = 2;
+  c->eject_after = 3;
+  c->sigcache_rows = 65536;
+  c->pool_size = 256;
+}
+
+static void free_list(char **v, size_t n) {
+  for (size_t i = 0; i < n; i++) free(v[i]);
+  free(v);
+}
+
+void eldr_serve_config_free(eldr_serve_config *c) {
+  if (!c) return;
+  free(c->host);
+  free_list(c->prefill, c->n_prefill);
+  free_list(c->decode, c->n_decode);
+  free(c->artifact);
+  free(c->config_path);
+  memset(c, 0, sizeof *c);
+}
+
+static int copy_list(char ***dst, char **src, size_t n) {
+  *dst = NULL;
+  if (!n) return 0;
+  *dst = calloc(n, sizeof **dst);
+  if (!*dst) return -1;
+  for (size_t i = 0; i < n; i++)
+    if (!((*dst)[i] = xstrdup(src[i]))) return -1;
+  return 0;
+}
+
+int eldr_serve_config_copy(eldr_serve_config *dst, const eldr_serve_config *src) {
+  *dst = *src;
+  dst->host = xstrdup(src->host);
+  dst->artifact = xstrdup(src->artifact);
+  dst->config_path = xstrdup(src->config_path);
+  dst->prefill = dst->decode = NULL;
+  int bad = (src->host && !dst->host) || (src->artifact && !dst->artifact) ||
+            (src->config_path && !dst->config_path);
+  bad |= copy_list(&dst->prefill, src->prefill, src->n_prefill);
+  bad |= copy_list(&dst->decode, src->decode, src->n_decode);
+  if (bad) {
+    eldr_serve_config_free(dst);
+    return ELDR_ENOMEM;
+  }
+  return 0;
+}
+
+int eldr_serve_parse_url(const char *url, char *host, size_t cap, int *port, eldr_diag *d) {
+  if (!url || strncasecmp(url, "http://", 7))
+    return eldr_diag_fail(d, ELDR_EINVAL, "worker URL '%s' must start with http://",
+                          url ? url : "(null)");
+  const char *h = url + 7, *e = h;
+  if (*h == '[') { /* [v6]:port */
+    e = strchr(h, ']');
+    if (!e) return eldr_diag_fail(d, ELDR_EINVAL, "worker URL '%s': unterminated IPv6 address", url);
+    h++;
+  } else {
+    while (*e && *e != ':' && *e != '/') e++;
+  }
+  size_t hl = (size_t)(e - h);
+  if (hl == 0 || hl >= cap)
+    return eldr_diag_fail(d, ELDR_EINVAL, "worker URL '%s': bad host", url);
+  memcpy(host, h, hl);
+  host[hl] = 0;
+  if (*e == ']') e++;
+  *port = 80;
+  if (*e == ':') {
+    char *end;
+    errno = 0;
+    long p = strtol(e + 1, &end, 10);
+    if (errno || end == e + 1 || p < 1 || p > 65535 || (*end && *end != '/'))
+      return eldr_diag_fail(d, ELDR_EINVAL, "worker URL '%s': bad port", url);
+    *port = (int)p;
+    e = end;
+  }
+  if (*e && strcmp(e, "/"))
+    return eldr_diag_fail(d, ELDR_EINVAL, "worker URL '%s' must not have a path", url);
+  return 0;
+}
+
+int eldr_serve_config_add_worker(eldr_serve_config *c, int decode, const char *url,
+                                 eldr_diag *d) {
+  char host[256];
+  int port, rc = eldr_serve_parse_url(url, host, sizeof host, &port, d);
+  if (rc) return rc;
+  char ***v = decode ? &c->decode : &c->prefill;
+  size_t *n = decode ? &c->n_decode : &c->n_prefill;
+  char **nv = realloc(*v, (*n + 1) * sizeof **v);
+  if (!nv) return ELDR_ENOMEM;
+  *v = nv;
+  size_t ul = strlen(url);
+  if (!(nv[*n] = xstrdup(url))) return ELDR_ENOMEM;
+  if (ul > 7 && nv[*n][ul - 1] == '/') nv[*n][ul - 1] = 0;
+  (*n)++;
+  return 0;
+}
+
+static int get_num(json_t *v, const char *key, double lo, double hi, double *out, eldr_diag *d) {
+  if (!json_is_number(v))
+    return eldr_diag_fail(d, ELDR_EINVAL, "config: '%s' must be a number", key);
+  double x = json_number_value(v);
+  if (!(x >= lo && x <= hi))
+    return eldr_diag_fail(d, ELDR_ERANGE, "config: '%s' = %g out of range [%g, %g]", key, x, lo, hi);
+  *out = x;
+  return 0;
+}
+
+static int get_int(json_t *v, const char *key, long long lo, long long hi, long long *out,
+                   eldr_diag *d) {
+  if (!json_is_integer(v))
+    return eldr_diag_fail(d, ELDR_EINVAL, "config: '%s' must be an integer", key);
+  long long x = json_integer_value(v);
+  if (x < lo || x > hi)
+    return eldr_diag_fail(d, ELDR_ERANGE, "config: '%s' = %lld out of range [%lld, %lld]", key, x,
+                          lo, hi);
+  *out = x;
+  return 0;
+}
+
+static int set_str(char **dst, json_t *v, const char *key, eldr_diag *d) {
+  if (!json_is_string(v))
+    return eldr_diag_fail(d, ELDR_EINVAL, "config: '%s' must be a string", key);
+  char *s = xstrdup(json_string_value(v));
+  if (!s) return ELDR_ENOMEM;
+  free(*dst);
+  *dst = s;
+  return 0;
+}
+
+int eldr_serve_config_parse(eldr_serve_config *c, const char *json, size_t len, eldr_diag *d) {
+  json_error_t je;
+  json_t *root = json_loadb(json, len, 0, &je);
+  if (!root)
+    return eldr_diag_fail(d, ELDR_EPARSE, "config: invalid JSON at line %d: %s", je.line, je.text);
+  int rc = 0;
+  if (!json_is_object(root)) {
+    rc = eldr_diag_fail(d, ELDR_EPARSE, "config: top level must be an object");
+    goto out;
+  }
+  const char *key;
+  json_t *v;
+  json_object_foreach(root, key, v) {
+    double x;
+    long long n;
+    if (!strcmp(key, "host")) rc = set_str(&c->host, v, key, d);
+    else if (!strcmp(key, "artifact")) rc = json_is_null(v) ? (free(c->artifact), c->artifact = NULL, 0) : set_str(&c->artifact, v, key, d);
+    else if (!strcmp(key, "port")) { if (!(rc = get_int(v, key, 0, 65535, &n, d))) c->port = (int)n; }
+    else if (!strcmp(key, "prefill") || !strcmp(key, "decode")) {
+      int dec = key[0] == 'd';
+      if (!json_is_array(v)) {
+        rc = eldr_diag_fail(d, ELDR_EINVAL, "config: '%s' must be an array of URLs", key);
+        break;
+      }
+      eldr_serve_config tmp;
+      memset(&tmp, 0, sizeof tmp);
+      size_t i;
+      json_t *u;
+      json_array_foreach(v, i, u) {
+        if (!json_is_string(u)) {
+          rc = eldr_diag_fail(d, ELDR_EINVAL, "config: '%s[%zu]' must be a string", key, i);
+          break;
+        }
+        if ((rc = eldr_serve_config_add_worker(&tmp, dec, json_string_value(u), d))) {
+          eldr_diag_prefix(d, "config: '%s[%zu]'", key, i);
+          break;
+        }
+      }
+      if (rc) {
+        free_list(tmp.prefill, tmp.n_prefill);
+        free_list(tmp.decode, tmp.n_decode);
+        break;
+      }
+      if (dec) {
+        free_list(c->decode, c->n_decode);
+        c->decode = tmp.decode;
+        c->n_decode = tmp.n_decode;
+      } else {
+        free_list(c->prefill, c->n_prefill);
+        c->prefill = tmp.prefill;
+        c->n_prefill = tmp.n_prefill;
+      }
+    } else if (!strcmp(key, "policy")) {
+      eldr_policy_kind k;
+      if (!json_is_string(v) || eldr_policy_parse(json_string_value(v), &k) ||
+          k == ELDR_POLICY_DOMAIN)
+        rc = eldr_diag_fail(d, ELDR_EINVAL, "config: 'policy' must be one of eldr, jsq, p2c, rr, random");
+      else c->policy = k;
+    } else if (!strcmp(key, "tau")) { if (!(rc = get_num(v, key, 0, 2, &x, d))) c->tau = x; }
+    else if (!strcmp(key, "seed")) { if (!(rc = get_int(v, key, 0, INT64_MAX, &n, d))) c->seed = (uint64_t)n; }
+    else if (!strcmp(key, "prefill_guard")) { if (!(rc = get_int(v, key, 0, 1000000, &n, d))) c->prefill_guard = (uint32_t)n; }
+    else if (!strcmp(key, "connect_timeout")) { if (!(rc = get_num(v, key, 0.001, 86400, &x, d))) c->connect_timeout_s = x; }
+    else if (!strcmp(key, "prefill_timeout")) { if (!(rc = get_num(v, key, 0.001, 86400, &x, d))) c->prefill_timeout_s = x; }
+    else if (!strcmp(key, "decode_timeout")) { if (!(rc = get_num(v, key, 0.001, 86400, &x, d))) c->decode_timeout_s = x; }
+    else if (!strcmp(key, "header_timeout")) { if (!(rc = get_num(v, key, 0.001, 86400, &x, d))) c->header_timeout_s = x; }
+    else if (!strcmp(key, "idle_timeout")) { if (!(rc = get_num(v, key, 0.001, 86400, &x, d))) c->idle_timeout_s = x; }
+    else if (!strcmp(key, "health_interval")) { if (!(rc = get_num(v, key, 0, 86400, &x, d))) c->health_interval_s = x; }
+    else if (!strcmp(key, "retries")) { if (!(rc = get_int(v, key, 0, 16, &n, d))) c->retries = (int)n; }
+    else if (!strcmp(key, "eject_after")) { if (!(rc = get_int(v, key, 1, 1000, &n, d))) c->eject_after = (int)n; }
+    else if (!strcmp(key, "max_body")) { if (!(rc = get_int(v, key, 1, 1ll << 34, &n, d))) c->max_body = (size_t)n; }
+    else if (!strcmp(key, "max_header")) { if (!(rc = get_int(v, key, 256, 1 << 24, &n, d))) c->max_header = (size_t)n; }
+    else if (!strcmp(key, "sigcache_rows")) { if (!(rc = get_int(v, key, 0, 1 << 26, &n, d))) c->sigcache_rows = (size_t)n; }
+    else if (!strcmp(key, "pool_size")) { if (!(rc = get_int(v, key, 0, 1 << 16, &n, d))) c->pool_size = (size_t)n; }
+    else rc = eldr_diag_fail(d, ELDR_EINVAL, "config: unknown key '%s'", key);
+    if (rc) break;
+  }
+out:
+  json_decref(root);
+  return rc;
+}
+
+int eldr_serve_config_load(eldr_serve_config *c, const char *path, eldr_diag *d) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return eldr_diag_fail(d, ELDR_EIO, "config: cannot open %s: %s", path, strerror(errno));
+  char *buf = NULL;
+  size_t n = 0, cap = 0;
+  for (;;) {
+    if (n + 4096 > cap) {
+      cap = cap ? cap * 2 : 8192;
+      if (cap > (64u << 20)) {
+        fclose(f);
+        free(buf);
+        return eldr_diag_fail(d, ELDR_ERANGE, "config: %s is too large", path);
+      }
+      char *p = realloc(buf, cap);
+      if (!p) {
+        fclose(f);
+        free(buf);
+        return ELDR_ENOMEM;
+      }
+      buf = p;
+    }
+    size_t r = fread(buf + n, 1, cap - n, f);
+    n += r;
+    if (r == 0) break;
+  }
+  int err = ferror(f);
+  fclose(f);
+  if (err) {
+    free(buf);
+    return eldr_diag_fail(d, ELDR_EIO, "config: cannot read %s", path);
+  }
+  int rc = eldr_serve_config_parse(c, buf, n, d);
+  free(buf);
+  if (rc) eldr_diag_prefix(d, "%s", path);
+  return rc;
+}
+
+int eldr_serve_config_validate(const eldr_serve_config *c, eldr_diag *d) {
+  if (c->n_prefill == 0) return eldr_diag_fail(d, ELDR_EINVAL, "no prefill worker (--prefill URL)");
+  if (c->n_decode == 0) return eldr_diag_fail(d, ELDR_EINVAL, "no decode worker (--decode URL)");
+  if (c->port < 0 || c->port > 65535) return eldr_diag_fail(d, ELDR_ERANGE, "port %d out of range", c->port);
+  if (!c->host || !*c->host) return eldr_diag_fail(d, ELDR_EINVAL, "no listen host");
+  if (c->policy == ELDR_POLICY_DOMAIN || c->policy >= ELDR_POLICY__COUNT)
+    return eldr_diag_fail(d, ELDR_EINVAL, "policy must be one of eldr, jsq, p2c, rr, random");
+  if (!(c->tau < 0 || (c->tau >= 0 && c->tau <= 2)) || isnan(c->tau))
+    return eldr_diag_fail(d, ELDR_ERANGE, "tau out of range [0, 2]");
+  if (c->max_body == 0 || c->max_header < 256)
+    return eldr_diag_fail(d, ELDR_ERANGE, "max_body must be > 0 and max_header >= 256");
+  if (c->retries < 0 || c->eject_after < 1)
+    return eldr_diag_fail(d, ELDR_ERANGE, "retries must be >= 0 and eject_after >= 1");
+  if (!(c->connect_timeout_s > 0 && c->prefill_timeout_s > 0 && c->decode_timeout_s > 0 &&
+        c->header_timeout_s > 0 && c->idle_timeout_s > 0 && c->health_interval_s >= 0))
+    return eldr_diag_fail(d, ELDR_ERANGE, "timeouts must be > 0");
+  return 0;
+}

@@ -1,0 +1,409 @@
+/* rewrite.c — the JSON of both PD legs: client request validation, the
+ * prefill-leg rewrite, the decode-leg body, prefill reply reading and the
+ * routed_experts splice (DESIGN.md, wire protocol). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "eldr/routed_experts.h"
+#include "serve_internal.h"
+
+#define DUMP_FLAGS (JSON_COMPACT | JSON_PRESERVE_ORDER)
+
+static int bad(eldr_diag *d, const char *fmt, const char *field) {
+  return eldr_diag_fail(d, ELDR_EINVAL, fmt, field);
+}
+
+/* Append s[0..n) to a growing buffer. */
+typedef struct sbuf {
+  char *p;
+  size_t n, cap;
+} sbuf;
+
+static int sb_add(sbuf *b, const char *s, size_t n) {
+  if (b->n + n + 1 > b->cap) {
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->n + n + 1) cap *= 2;
+    char *q = realloc(b->p, cap);
+    if (!q) return -1;
+    b->p = q;
+    b->cap = cap;
+  }
+  memcpy(b->p + b->n, s, n);
+  b->n += n;
+  b->p[b->n] = 0;
+  return 0;
+}
+
+static int optional_int(json_t *root, const char *key, eldr_diag *d) {
+  json_t *v = json_object_get(root, key);
+  if (!v || json_is_null(v)) return 0;
+  if (!json_is_integer(v) || json_integer_value(v) < 0)
+    return bad(d, "field '%s' must be a non-negative integer", key);
+  return 0;
+}
+
+/* Text of a chat message's content: a string, null, or an array of parts
+ * ({"type": "text", "text": str} contribute their text; other parts must
+ * be objects with a string "type"). */
+static int content_text(json_t *content, sbuf *b, eldr_diag *d) {
+  if (!content || json_is_null(content)) return 0;
+  if (json_is_string(content))
+    return sb_add(b, json_string_value(content), json_string_length(content)) ? ELDR_ENOMEM : 0;
+  if (!json_is_array(content))
+    return bad(d, "field '%s' must be a string, an array of parts or null", "messages[].content");
+  size_t i;
+  json_t *part;
+  json_array_foreach(content, i, part) {
+    if (!json_is_object(part) || !json_is_string(json_object_get(part, "type")))
+      return bad(d, "field '%s' must be an object with a string 'type'", "messages[].content[]");
+    json_t *t = json_object_get(part, "text");
+    if (t && !json_is_string(t)) return bad(d, "field '%s' must be a string", "messages[].content[].text");
+    if (t && sb_add(b, json_string_value(t), json_string_length(t))) return ELDR_ENOMEM;
+  }
+  return 0;
+}
+
+void eldr__req_free(eldr__req *r) {
+  if (!r) return;
+  json_decref(r->root);
+  free(r->text);
+  free(r->ids);
+  memset(r, 0, sizeof *r);
+}
+
+int eldr__req_parse(const char *body, size_t len, eldr__api api, eldr__req *out,
+                    eldr_diag *d) {
+  memset(out, 0, sizeof *out);
+  out->api = api;
+  json_error_t je;
+  json_t *root = json_loadb(body, len, 0, &je);
+  if (!root)
+    return eldr_diag_fail(d, ELDR_EPARSE, "invalid JSON body: %s (line %d, column %d)", je.text,
+                          je.line, je.column);
+  out->root = root;
+  sbuf b = {0};
+  int rc;
+  if (!json_is_object(root)) {
+    rc = eldr_diag_fail(d, ELDR_EINVAL, "request body must be a JSON object");
+    goto fail;
+  }
+  json_t *v = json_object_get(root, "stream");
+  if (v && !json_is_null(v) && !json_is_boolean(v)) {
+    rc = bad(d, "field '%s' must be a boolean", "stream");
+    goto fail;
+  }
+  out->stream = v && json_is_true(v);
+  v = json_object_get(root, "return_routed_experts");
+  if (v && !json_is_null(v) && !json_is_boolean(v)) {
+    rc = bad(d, "field '%s' must be a boolean", "return_routed_experts");
+    goto fail;
+  }
+  out->want_routed_experts = v && json_is_true(v);
+  v = json_object_get(root, "model");
+  if (v && !json_is_null(v) && !json_is_string(v)) {
+    rc = bad(d, "field '%s' must be a string", "model");
+    goto fail;
+  }
+  v = json_object_get(root, "stream_options");
+  if (v && !json_is_null(v) && !json_is_object(v)) {
+    rc = bad(d, "field '%s' must be an object", "stream_options");
+    goto fail;
+  }
+  v = json_object_get(root, "kv_transfer_params");
+  if (v && !json_is_null(v) && !json_is_object(v)) {
+    rc = bad(d, "field '%s' must be an object", "kv_transfer_params");
+    goto fail;
+  }
+  if ((rc = optional_int(root, "max_tokens", d)) || (rc = optional_int(root, "max_completion_tokens", d)) ||
+      (rc = optional_int(root, "min_tokens", d)) || (rc = optional_int(root, "n", d)))
+    goto fail;
+  if (api == ELDR__API_COMPLETIONS) {
+    json_t *p = json_object_get(root, "prompt");
+    if (!p) {
+      rc = eldr_diag_fail(d, ELDR_EINVAL, "missing field 'prompt'");
+      goto fail;
+    }
+    if (json_is_string(p)) {
+      if (sb_add(&b, json_string_value(p), json_string_length(p))) goto nomem;
+    } else if (json_is_array(p) && json_array_size(p) > 0) {
+      size_t i, n = json_array_size(p);
+      json_t *e;
+      if (json_is_integer(json_array_get(p, 0))) { /* token ids */
+        out->ids = malloc(n * sizeof *out->ids);
+        if (!out->ids) goto nomem;
+        json_array_foreach(p, i, e) {
+          if (!json_is_integer(e) || json_integer_value(e) < 0 ||
+              json_integer_value(e) > (json_int_t)UINT32_MAX) {
+            rc = bad(d, "field '%s' must be a string, strings or token ids", "prompt");
+            goto fail;
+          }
+          out->ids[i] = (uint32_t)json_integer_value(e);
+        }
+        out->n_ids = n;
+      } else {
+        json_array_foreach(p, i, e) {
+          if (json_is_string(e)) {
+            if ((i && sb_add(&b, "\n", 1)) || sb_add(&b, json_string_value(e), json_string_length(e)))
+              goto nomem;
+          } else if (json_is_array(e)) { /* batch of token-id prompts: validate only */
+            size_t j;
+            json_t *x;
+            json_array_foreach(e, j, x) {
+              if (!json_is_integer(x)) {
+                rc = bad(d, "field '%s' must be a string, strings or token ids", "prompt");
+                goto fail;
+              }
+            }
+          } else {
+            rc = bad(d, "field '%s' must be a string, strings or token ids", "prompt");
+            goto fail;
+          }
+        }
+      }
+    } else {
+      rc = bad(d, "field '%s' must be a non-empty string, strings or token ids", "prompt");
+      goto fail;
+    }
+  } else {
+    json_t *m = json_object_get(root, "messages");
+    if (!m) {
+      rc = eldr_diag_fail(d, ELDR_EINVAL, "missing field 'messages'");
+      goto fail;
+    }
+    if (!json_is_array(m) || json_array_size(m) == 0) {
+      rc = bad(d, "field '%s' must be a non-empty array", "messages");
+      goto fail;
+    }
+    size_t i;
+    json_t *msg;
+    json_array_foreach(m, i, msg) {
+      if (!json_is_object(msg) || !json_is_string(json_object_get(msg, "role"))) {
+        rc = bad(d, "field '%s' must be an object with a string 'role'", "messages[]");
+        goto fail;
+      }
+      /* "role: content\n" per message, as the emulated worker tokenizes it */
+      json_t *role = json_object_get(msg, "role");
+      if (sb_add(&b, json_string_value(role), json_string_length(role)) || sb_add(&b, ": ", 2))
+        goto nomem;
+      if ((rc = content_text(json_object_get(msg, "content"), &b, d))) goto fail;
+      if (sb_add(&b, "\n", 1)) goto nomem;
+    }
+  }
+  if (!b.p && sb_add(&b, "", 0)) goto nomem;
+  out->text = b.p;
+  out->text_len = b.n;
+  return 0;
+nomem:
+  rc = eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
+fail:
+  free(b.p);
+  eldr__req_free(out);
+  return rc;
+}
+
+static char *dump(json_t *o, size_t *len) {
+  char *s = json_dumps(o, DUMP_FLAGS);
+  if (s && len) *len = strlen(s);
+  return s;
+}
+
+char *eldr__prefill_body(const eldr__req *r, size_t *len) {
+  json_t *o = json_copy(r->root); /* shallow: only top-level keys change */
+  if (!o) return NULL;
+  json_t *kv = json_pack("{s:b,s:b,s:n,s:n,s:n,s:n}", "do_remote_decode", 1, "do_remote_prefill", 0,
+                         "remote_engine_id", "remote_block_ids", "remote_host", "remote_port");
+  int bad_set = !kv;
+  bad_set |= json_object_set_new(o, "stream", json_false());
+  bad_set |= json_object_set_new(o, "max_tokens", json_integer(1));
+  if (json_object_get(o, "max_completion_tokens"))
+    bad_set |= json_object_set_new(o, "max_completion_tokens", json_integer(1));
+  json_object_del(o, "stream_options");
+  json_object_del(o, "min_tokens");
+  if (kv) bad_set |= json_object_set_new(o, "kv_transfer_params", kv);
+  char *s = bad_set ? NULL : dump(o, len);
+  json_decref(o);
+  return s;
+}
+
+char *eldr__decode_body(const eldr__req *r, json_t *kvp, size_t *len) {
+  json_t *o = json_copy(r->root);
+  if (!o) return NULL;
+  if (kvp && json_object_set(o, "kv_transfer_params", kvp)) {
+    json_decref(o);
+    return NULL;
+  }
+  char *s = dump(o, len);
+  json_decref(o);
+  return s;
+}
+
+void eldr__prefill_reply_free(eldr__prefill_reply *p) {
+  if (!p) return;
+  json_decref(p->root);
+  memset(p, 0, sizeof *p);
+}
+
+int eldr__prefill_reply_parse(const char *body, size_t len, eldr__prefill_reply *out,
+                              eldr_diag *d) {
+  memset(out, 0, sizeof *out);
+  out->prompt_tokens = -1;
+  json_error_t je;
+  json_t *root = json_loadb(body, len, 0, &je);
+  if (!root)
+    return eldr_diag_fail(d, ELDR_EPARSE, "prefill reply is not JSON: %s (column %d)", je.text,
+                          je.column);
+  if (!json_is_object(root)) {
+    json_decref(root);
+    return eldr_diag_fail(d, ELDR_EPARSE, "prefill reply is not a JSON object");
+  }
+  out->root = root;
+  json_t *kv = json_object_get(root, "kv_transfer_params");
+  if (json_is_object(kv)) out->kv_transfer_params = kv;
+  json_t *ch = json_object_get(root, "choices");
+  json_t *c0 = json_is_array(ch) ? json_array_get(ch, 0) : NULL;
+  json_t *re = json_is_object(c0) ? json_object_get(c0, "routed_experts") : NULL;
+  if (json_is_string(re)) {
+    out->routed_experts = json_string_value(re);
+    out->routed_experts_len = json_string_length(re);
+  }
+  json_t *u = json_object_get(root, "usage");
+  if (json_is_object(u)) {
+    json_t *pt = json_object_get(u, "prompt_tokens");
+    if (json_is_integer(pt) && json_integer_value(pt) >= 0) out->prompt_tokens = json_integer_value(pt);
+    json_t *det = json_object_get(u, "prompt_tokens_details");
+    json_t *ct = json_is_object(det) ? json_object_get(det, "cached_tokens") : NULL;
+    if (json_is_integer(ct) && json_integer_value(ct) >= 0) out->cached_tokens = json_integer_value(ct);
+  }
+  return 0;
+}
+
+int eldr__routed_experts_view(const char *b64, size_t len, const eldr_shape *shape,
+                              uint8_t **buf, size_t *cap, eldr__npy_view *v, eldr_diag *d) {
+  size_t need = eldr_b64_decoded_max(len);
+  if (need > *cap) {
+    uint8_t *p = realloc(*buf, need);
+    if (!p) return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory for routed_experts");
+    *buf = p;
+    *cap = need;
+  }
+  size_t n = 0;
+  int rc = eldr_b64_decode(b64, len, *buf, *cap, &n, d);
+  if (rc) return rc;
+  eldr_npy_info info;
+  if ((rc = eldr_npy_parse_header(*buf, n, &info, d))) return rc;
+  if (info.ndim != 3)
+    return eldr_diag_fail(d, ELDR_ESHAPE, "routed_experts has %u dimensions, expected 3", info.ndim);
+  if (shape && (info.shape[1] != shape->num_layers || info.shape[2] != shape->top_k))
+    return eldr_diag_fail(d, ELDR_ESHAPE,
+                          "routed_experts shape (%zu, %zu, %zu) does not match the artifact's "
+                          "%u layers x top-%u",
+                          info.shape[0], info.shape[1], info.shape[2], shape->num_layers,
+                          shape->top_k);
+  size_t esz = eldr_sel_dtype_size(info.dtype);
+  if (info.shape[1] && info.shape[2] &&
+      info.shape[0] > (SIZE_MAX / info.shape[1]) / info.shape[2] / (esz ? esz : 1))
+    return eldr_diag_fail(d, ELDR_ESHAPE, "routed_experts shape too large");
+  size_t payload = info.shape[0] * info.shape[1] * info.shape[2] * esz;
+  if (info.data_offset > n || n - info.data_offset != payload)
+    return eldr_diag_fail(d, ELDR_EPARSE, "routed_experts payload is %zu bytes, shape needs %zu",
+                          info.data_offset > n ? 0 : n - info.data_offset, payload);
+  v->data = *buf + info.data_offset;
+  v->dtype = info.dtype;
+  v->rows = info.shape[0];
+  v->layers = info.shape[1];
+  v->top_k = info.shape[2];
+  return 0;
+}
+
+/* dtype of a base64 npy blob from its header. */
+static int blob_dtype(const char *b64, size_t len, eldr_sel_dtype *dt, eldr_diag *d) {
+  uint8_t hdr[1024];
+  size_t take = len < 1024 ? len : 1024; /* multiple of 4 when truncated */
+  size_t n = 0;
+  int rc = eldr_b64_decode(b64, take, hdr, sizeof hdr, &n, d);
+  if (rc) return rc;
+  eldr_npy_info info;
+  if ((rc = eldr_npy_parse_header(hdr, n, &info, d))) return rc;
+  *dt = info.dtype;
+  return 0;
+}
+
+int eldr__splice_routed_experts(const char *decode_body, size_t len, const char *pb64,
+                                size_t plen, int64_t prompt_tokens, char **out, size_t *out_len,
+                                eldr_diag *d) {
+  *out = NULL;
+  json_error_t je;
+  json_t *root = json_loadb(decode_body, len, 0, &je);
+  if (!root) return eldr_diag_fail(d, ELDR_EPARSE, "decode reply is not JSON: %s", je.text);
+  uint16_t *psel = NULL, *dsel = NULL;
+  char *enc = NULL;
+  int rc = 0;
+  eldr_shape any = {0, 0, 0}, pshape, dshape;
+  size_t prow = 0, drow = 0;
+  json_t *ch = json_object_get(root, "choices");
+  if (!json_is_array(ch) || json_array_size(ch) == 0) {
+    rc = eldr_diag_fail(d, ELDR_EPARSE, "decode reply has no choices");
+    goto out;
+  }
+  if ((rc = eldr_routed_experts_decode(pb64, plen, &any, &psel, &prow, &pshape, d))) goto out;
+  int spliced = 0;
+  size_t i;
+  json_t *c;
+  json_array_foreach(ch, i, c) {
+    json_t *re = json_is_object(c) ? json_object_get(c, "routed_experts") : NULL;
+    if (!json_is_string(re)) continue;
+    const char *db = json_string_value(re);
+    size_t dl = json_string_length(re);
+    eldr_sel_dtype dt;
+    if ((rc = blob_dtype(db, dl, &dt, d))) goto out;
+    if ((rc = eldr_routed_experts_decode(db, dl, &any, &dsel, &drow, &dshape, d))) goto out;
+    if (dshape.num_layers != pshape.num_layers || dshape.top_k != pshape.top_k) {
+      rc = eldr_diag_fail(d, ELDR_ESHAPE, "prefill and decode routed_experts differ in shape");
+      goto out;
+    }
+    size_t P = prompt_tokens >= 0 ? (size_t)prompt_tokens : prow;
+    size_t off = P >= prow ? P - prow : 0;
+    size_t rowlen = (size_t)pshape.num_layers * pshape.top_k;
+    for (size_t r = 0; r < prow && off + r < drow; r++)
+      memcpy(dsel + (off + r) * rowlen, psel + r * rowlen, rowlen * sizeof *dsel);
+    eldr_shape es = dshape;
+    uint32_t maxid = 0;
+    for (size_t k = 0; k < drow * rowlen; k++)
+      if (dsel[k] > maxid) maxid = dsel[k];
+    if (es.num_experts <= maxid) es.num_experts = maxid + 1;
+    /* the expert count only bounds the ids here; dt fixes the wire dtype */
+    size_t el = 0;
+    if ((rc = eldr_routed_experts_encode(dsel, drow, &es, dt, &enc, &el))) goto out;
+    if (json_object_set_new(c, "routed_experts", json_stringn(enc, el))) {
+      rc = ELDR_ENOMEM;
+      goto out;
+    }
+    free(enc);
+    enc = NULL;
+    free(dsel);
+    dsel = NULL;
+    spliced++;
+  }
+  if (!spliced) {
+    rc = eldr_diag_fail(d, ELDR_ENOTFOUND, "decode reply carries no routed_experts");
+    goto out;
+  }
+  *out = dump(root, out_len);
+  if (!*out) rc = ELDR_ENOMEM;
+out:
+  free(enc);
+  free(dsel);
+  free(psel);
+  json_decref(root);
+  return rc;
+}
+
+char *eldr__error_json(int status, const char *type, const char *msg, size_t *len) {
+  json_t *o = json_pack("{s:{s:s,s:s,s:i}}", "error", "message", msg ? msg : "", "type",
+                        type ? type : "error", "code", status);
+  if (!o) return NULL;
+  char *s = dump(o, len);
+  json_decref(o);
+  return s;
+}

@@ -1,0 +1,111 @@
+/* serve_internal.h — pieces of the router that are pure functions (HTTP
+ * request-head parsing, the JSON of both legs, routed_experts splicing),
+ * exposed for unit tests and fuzz targets. Names are eldr__ (internal). */
+#ifndef ELDR_SERVE_INTERNAL_H
+#define ELDR_SERVE_INTERNAL_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "eldr/counts.h"
+#include "eldr/error.h"
+
+/* ---- HTTP/1.x request head ------------------------------------------------ */
+
+#define ELDR__HTTP_PATH_MAX 2048
+#define ELDR__HTTP_REQID_MAX 256
+#define ELDR__HTTP_AUTH_MAX 8192
+
+typedef enum eldr__method {
+  ELDR__M_OTHER = 0,
+  ELDR__M_GET,
+  ELDR__M_POST,
+  ELDR__M_HEAD,
+} eldr__method;
+
+typedef struct eldr__http_head {
+  eldr__method method;
+  char method_name[16];
+  char path[ELDR__HTTP_PATH_MAX]; /* without the query string */
+  int minor;                      /* HTTP/1.<minor> */
+  int keep_alive;                 /* after Connection header and version */
+  int64_t content_length;         /* -1 when absent */
+  int chunked;                    /* Transfer-Encoding: chunked */
+  int expect_continue;
+  char request_id[ELDR__HTTP_REQID_MAX]; /* X-Request-Id, "" when absent */
+  char authorization[ELDR__HTTP_AUTH_MAX];
+  int status;                     /* on error: the HTTP status to answer */
+  char error[160];                /* on error: message */
+} eldr__http_head;
+
+/* Parse a request head from buf[0..len). Returns the head's length in bytes
+ * (through the blank line) when complete, 0 when more bytes are needed (and
+ * len <= max_header), or -1 with h->status (400, 414, 431, 501, 505) and
+ * h->error set. Never reads past len. */
+long eldr__http_parse_head(const char *buf, size_t len, size_t max_header, eldr__http_head *h);
+
+/* ---- client request --------------------------------------------------------- */
+
+typedef enum eldr__api { ELDR__API_COMPLETIONS = 0, ELDR__API_CHAT } eldr__api;
+
+typedef struct eldr__req {
+  json_t *root;     /* owned: the client's body */
+  eldr__api api;
+  int stream;
+  int want_routed_experts; /* "return_routed_experts": true */
+  char *text;       /* owned: prompt text (chat: "role: content\n" per message) */
+  size_t text_len;
+  uint32_t *ids;    /* owned: prompt token ids when the client sent ids, else NULL */
+  size_t n_ids;
+} eldr__req;
+
+/* Parse and validate a client body. Errors (ELDR_EPARSE for bad JSON,
+ * ELDR_EINVAL for a wrong field) carry a message naming the field. */
+int eldr__req_parse(const char *body, size_t len, eldr__api api, eldr__req *out, eldr_diag *d);
+void eldr__req_free(eldr__req *r);
+
+/* The prefill leg's body (malloc'd, NUL-terminated). NULL on ENOMEM. */
+char *eldr__prefill_body(const eldr__req *r, size_t *len);
+/* The decode leg's body: the original plus kv_transfer_params (borrowed;
+ * NULL leaves the body as the client sent it). */
+char *eldr__decode_body(const eldr__req *r, json_t *kv_transfer_params, size_t *len);
+
+/* What the router reads from a prefill reply (pointers borrow from root). */
+typedef struct eldr__prefill_reply {
+  json_t *root;                 /* owned */
+  json_t *kv_transfer_params;   /* borrowed, NULL when absent */
+  const char *routed_experts;   /* borrowed base64, NULL when absent */
+  size_t routed_experts_len;
+  int64_t prompt_tokens;        /* -1 when absent */
+  int64_t cached_tokens;        /* 0 when absent */
+} eldr__prefill_reply;
+
+int eldr__prefill_reply_parse(const char *body, size_t len, eldr__prefill_reply *out,
+                              eldr_diag *d);
+void eldr__prefill_reply_free(eldr__prefill_reply *p);
+
+/* Splice the prefill's routed_experts rows over the prompt rows of every
+ * choice of a (non-streaming) decode reply. prompt_tokens: from the prefill
+ * usage (-1 = the prefill rows are the whole prompt). The prefill rows cover
+ * tokens [prompt_tokens - rows, prompt_tokens). Returns 0 and a new body in
+ * *out (malloc'd), or an error (the caller then relays the reply unchanged). */
+int eldr__splice_routed_experts(const char *decode_body, size_t len, const char *prefill_b64,
+                                size_t prefill_b64_len, int64_t prompt_tokens, char **out,
+                                size_t *out_len, eldr_diag *d);
+
+/* Decode a routed_experts blob into a byte buffer owned by the caller
+ * (buf and cap grown with realloc as needed) and locate its payload.
+ * Checks layers/top_k against shape and the payload length. */
+typedef struct eldr__npy_view {
+  const void *data;
+  eldr_sel_dtype dtype;
+  size_t rows, layers, top_k;
+} eldr__npy_view;
+int eldr__routed_experts_view(const char *b64, size_t len, const eldr_shape *shape,
+                              uint8_t **buf, size_t *cap, eldr__npy_view *v, eldr_diag *d);
+
+/* JSON error body {"error":{"message":..,"type":..,"code":status}} (malloc'd). */
+char *eldr__error_json(int status, const char *type, const char *msg, size_t *len);
+
+#endif

@@ -1,0 +1,1664 @@
+/* server.c — the eldr router: client-facing HTTP/1.1 on bufferevents (own
+ * bounded parser, so that every malformed, oversized or slow request gets a
+ * JSON 4xx), upstream legs as evhttp client requests over per-worker pools
+ * of keep-alive connections, health checks, metrics, reload. One event loop.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <event2/listener.h>
+#include <event2/thread.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <xxhash.h>
+
+#include "eldr/artifact.h"
+#include "eldr/policy.h"
+#include "eldr/routed_experts.h"
+#include "eldr/serve.h"
+#include "eldr/sigcache.h"
+#include "eldr/signature.h"
+#include "serve_internal.h"
+
+/* ---- metrics -------------------------------------------------------------- */
+
+enum { DEC_LOCALITY, DEC_LOAD, DEC_NONE, DEC__N };
+static const char *const dec_name[DEC__N] = {"locality", "load", "none"};
+enum { OUT_OK, OUT_CLIENT_ERROR, OUT_UPSTREAM_ERROR, OUT_TIMEOUT, OUT_CANCELLED, OUT_STREAM_ABORTED, OUT__N };
+static const char *const out_name[OUT__N] = {"ok", "client_error", "upstream_error",
+                                             "timeout", "cancelled", "stream_aborted"};
+enum { FB_NONE = -1, FB_NO_ROUTED_EXPERTS = 0, FB_MALFORMED, FB_NO_ARTIFACT, FB_SHAPE_MISMATCH,
+       FB_EMPTY_SIGNATURE, FB__N };
+static const char *const fb_name[FB__N] = {"no_routed_experts", "malformed", "no_artifact",
+                                           "shape_mismatch", "empty_signature"};
+enum { BAD_JSON, BAD_FIELD, BAD_TOO_LARGE, BAD_HEAD, BAD_TIMEOUT, BAD_PATH, BAD_METHOD, BAD_LENGTH, BAD__N };
+static const char *const bad_name[BAD__N] = {"malformed_json", "invalid_field", "body_too_large",
+                                             "malformed_head", "timeout", "unknown_path",
+                                             "method_not_allowed", "length_required"};
+
+#define HB 14
+typedef struct histo {
+  double bound[HB];
+  uint64_t n[HB + 1];
+  double sum;
+  uint64_t count;
+} histo;
+
+static void histo_init(histo *h, const double *b) {
+  memset(h, 0, sizeof *h);
+  memcpy(h->bound, b, sizeof h->bound);
+}
+static void histo_add(histo *h, double x) {
+  int i = 0;
+  while (i < HB && x > h->bound[i]) i++;
+  h->n[i]++;
+  h->sum += x;
+  h->count++;
+}
+
+typedef struct metrics {
+  uint64_t requests[DEC__N][OUT__N];
+  uint64_t fallback[FB__N];
+  uint64_t bad[BAD__N];
+  uint64_t retries[2];
+  uint64_t disconnects;
+  uint64_t no_kv_params;
+  uint64_t tokenizer_mismatch;
+  uint64_t sig_blocks_missing;
+  uint64_t reloads_ok, reloads_err;
+  histo sig, decision, request;
+} metrics;
+
+/* ---- types ---------------------------------------------------------------- */
+
+enum { ROLE_PREFILL = 0, ROLE_DECODE = 1 };
+static const char *const role_name[2] = {"prefill", "decode"};
+
+typedef struct worker worker;
+typedef struct hconn hconn;
+typedef struct rq rq;
+
+struct worker {
+  eldr_server *s;
+  char *url;
+  char host[256];
+  char hosthdr[300];
+  int port;
+  int role;
+  uint32_t inflight;
+  int healthy, fails, retired;
+  uint64_t ejections, requests, err_connect, err_status, err_timeout;
+  struct evhttp_connection **pool;
+  size_t npool;
+  struct evhttp_connection *hc_conn;
+  struct evhttp_request *hc_req;
+  worker *next_all;
+};
+
+enum { LEG_PREFILL, LEG_DECODE, LEG_MODELS };
+
+typedef struct leg {
+  worker *w;
+  struct evhttp_connection *conn;
+  struct evhttp_request *req;
+  struct event *deadline;
+  int kind;
+  int streaming, started;
+  int err;                 /* enum evhttp_request_error + 1, 0 = none */
+  struct evbuffer *hold;   /* non-200 body while streaming */
+} leg;
+
+#define MAX_TRIED 17
+
+struct rq {
+  eldr_server *s;
+  hconn *c; /* NULL once the client is gone */
+  int is_models;
+  eldr__req req;
+  uint64_t prefix_hash;
+  char reqid[ELDR__HTTP_REQID_MAX + 32];
+  char *auth;
+  char *pbody, *dbody;
+  size_t plen, dlen;
+  eldr__prefill_reply pr;
+  worker *tried[MAX_TRIED];
+  int ntried;
+  leg L;
+  int decision;
+  double t0;
+  char last_err[200];
+};
+
+enum { C_HEAD, C_BODY, C_BUSY, C_CLOSING };
+
+struct hconn {
+  eldr_server *s;
+  struct bufferevent *bev;
+  struct event *deadline;
+  int state;
+  int in_process;
+  int keep_alive;
+  int head_only;
+  int resp_chunked; /* 1 = chunked, 2 = raw until close (HTTP/1.0) */
+  size_t body_need;
+  rq *r;
+  hconn *prev, *next;
+  eldr__http_head head;
+};
+
+struct eldr_server {
+  eldr_serve_config cfg;
+  struct event_base *base;
+  struct evconnlistener *lis;
+  struct event *ev_stop, *ev_reload, *ev_health, *sig_hup, *sig_int, *sig_term;
+  int port;
+  worker **w[2];
+  size_t nw[2];
+  worker *all_workers;
+  hconn *conns;
+  eldr_artifact *art;
+  eldr_sigspec spec;
+  eldr_policy pol, jsq;
+  eldr_sigcache *cache;
+  /* scratch (single loop thread) */
+  uint32_t *counts, *blockscratch;
+  float *sig;
+  uint8_t *npy;
+  size_t npycap;
+  uint32_t *ids;
+  size_t idscap;
+  uint64_t *hashes;
+  size_t hashcap;
+  uint32_t *loads;
+  uint8_t *healthy;
+  size_t loadcap;
+  uint64_t idstate;
+  int observed_L, observed_K;
+  int logged_shape_mismatch, logged_k_mismatch;
+  metrics m;
+};
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static struct timeval tv_of(double s) {
+  struct timeval tv;
+  tv.tv_sec = (time_t)s;
+  tv.tv_usec = (suseconds_t)((s - (double)tv.tv_sec) * 1e6);
+  return tv;
+}
+
+__attribute__((format(printf, 2, 3))) static void logf_(eldr_server *s, const char *fmt, ...) {
+  if (!s->cfg.log) return;
+  char line[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  s->cfg.log(s->cfg.log_ctx, line);
+}
+
+/* ---- client responses ----------------------------------------------------- */
+
+static void conn_free(hconn *c);
+static void conn_process(hconn *c);
+static void rq_free(rq *r);
+static void rq_abort(rq *r);
+
+static const char *reason(int st) {
+  switch (st) {
+  case 200: return "OK";
+  case 400: return "Bad Request";
+  case 404: return "Not Found";
+  case 405: return "Method Not Allowed";
+  case 408: return "Request Timeout";
+  case 411: return "Length Required";
+  case 413: return "Payload Too Large";
+  case 414: return "URI Too Long";
+  case 417: return "Expectation Failed";
+  case 429: return "Too Many Requests";
+  case 431: return "Request Header Fields Too Large";
+  case 500: return "Internal Server Error";
+  case 501: return "Not Implemented";
+  case 502: return "Bad Gateway";
+  case 503: return "Service Unavailable";
+  case 504: return "Gateway Timeout";
+  case 505: return "HTTP Version Not Supported";
+  default: return st < 300 ? "OK" : st < 500 ? "Client Error" : "Server Error";
+  }
+}
+
+static void write_head(hconn *c, int status, const char *ctype, long long clen,
+                       const char *extra) {
+  struct evbuffer *o = bufferevent_get_output(c->bev);
+  evbuffer_add_printf(o, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\n", status, reason(status),
+                      ctype ? ctype : "application/json");
+  if (clen >= 0) evbuffer_add_printf(o, "Content-Length: %lld\r\n", clen);
+  if (c->r && c->r->reqid[0]) evbuffer_add_printf(o, "X-Request-Id: %s\r\n", c->r->reqid);
+  if (extra) evbuffer_add(o, extra, strlen(extra));
+  evbuffer_add_printf(o, "Connection: %s\r\n\r\n", c->keep_alive ? "keep-alive" : "close");
+}
+
+/* The response is complete: next request or close. */
+static void conn_finish(hconn *c) {
+  if (c->r) {
+    rq *r = c->r;
+    c->r = NULL;
+    r->c = NULL;
+    rq_free(r);
+  }
+  if (!c->keep_alive) {
+    c->state = C_CLOSING;
+    bufferevent_disable(c->bev, EV_READ);
+    if (!c->in_process && evbuffer_get_length(bufferevent_get_output(c->bev)) == 0) conn_free(c);
+    return; /* write callback frees once flushed */
+  }
+  c->state = C_HEAD;
+  c->resp_chunked = 0;
+  struct timeval idle = tv_of(c->s->cfg.idle_timeout_s);
+  bufferevent_set_timeouts(c->bev, &idle, NULL);
+  bufferevent_enable(c->bev, EV_READ);
+  if (!c->in_process && evbuffer_get_length(bufferevent_get_input(c->bev)) > 0) conn_process(c);
+}
+
+static void send_body(hconn *c, int status, const char *ctype, const void *body, size_t len,
+                      const char *extra) {
+  write_head(c, status, ctype, (long long)len, extra);
+  if (!c->head_only && len) bufferevent_write(c->bev, body, len);
+  conn_finish(c);
+}
+
+static void send_error(hconn *c, int status, const char *type, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void send_error(hconn *c, int status, const char *type, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  size_t len = 0;
+  char *j = eldr__error_json(status, type, msg, &len);
+  send_body(c, status, "application/json", j ? j : "{}", j ? len : 2,
+            status == 405 ? (c->head.path[0] && !strcmp(c->head.path, "/health")
+                                 ? "Allow: GET, HEAD\r\n"
+                                 : (!strcmp(c->head.path, "/metrics") || !strcmp(c->head.path, "/v1/models"))
+                                       ? "Allow: GET\r\n"
+                                       : "Allow: POST\r\n")
+                          : NULL);
+  free(j);
+}
+
+static void start_stream(hconn *c, int status, const char *ctype) {
+  if (c->head.minor >= 1) {
+    c->resp_chunked = 1;
+    write_head(c, status, ctype, -1, "Transfer-Encoding: chunked\r\nCache-Control: no-cache\r\n");
+  } else {
+    c->resp_chunked = 2;
+    c->keep_alive = 0;
+    write_head(c, status, ctype, -1, "Cache-Control: no-cache\r\n");
+  }
+}
+
+static void stream_chunk_buf(hconn *c, struct evbuffer *data) {
+  size_t n = evbuffer_get_length(data);
+  if (!n) return;
+  struct evbuffer *o = bufferevent_get_output(c->bev);
+  if (c->resp_chunked == 1) evbuffer_add_printf(o, "%zx\r\n", n);
+  evbuffer_add_buffer(o, data);
+  if (c->resp_chunked == 1) evbuffer_add(o, "\r\n", 2);
+}
+
+static void stream_chunk(hconn *c, const char *p, size_t n) {
+  if (!n) return;
+  struct evbuffer *o = bufferevent_get_output(c->bev);
+  if (c->resp_chunked == 1) evbuffer_add_printf(o, "%zx\r\n", n);
+  evbuffer_add(o, p, n);
+  if (c->resp_chunked == 1) evbuffer_add(o, "\r\n", 2);
+}
+
+static void stream_end(hconn *c) {
+  if (c->resp_chunked == 1) bufferevent_write(c->bev, "0\r\n\r\n", 5);
+  conn_finish(c);
+}
+
+/* ---- workers ----------------------------------------------------------------- */
+
+static worker *worker_new(eldr_server *s, const char *url, int role) {
+  worker *w = calloc(1, sizeof *w);
+  if (!w) return NULL;
+  w->s = s;
+  w->role = role;
+  w->healthy = 1;
+  w->url = strdup(url);
+  w->pool = calloc(s->cfg.pool_size ? s->cfg.pool_size : 1, sizeof *w->pool);
+  if (!w->url || !w->pool || eldr_serve_parse_url(url, w->host, sizeof w->host, &w->port, NULL)) {
+    free(w->url);
+    free(w->pool);
+    free(w);
+    return NULL;
+  }
+  snprintf(w->hosthdr, sizeof w->hosthdr, strchr(w->host, ':') ? "[%s]:%d" : "%s:%d", w->host, w->port);
+  w->next_all = s->all_workers;
+  s->all_workers = w;
+  return w;
+}
+
+static void worker_free(worker *w) {
+  for (size_t i = 0; i < w->npool; i++) evhttp_connection_free(w->pool[i]);
+  if (w->hc_req) evhttp_cancel_request(w->hc_req);
+  if (w->hc_conn) evhttp_connection_free(w->hc_conn);
+  free(w->pool);
+  free(w->url);
+  free(w);
+}
+
+static struct evhttp_connection *pool_take(worker *w) {
+  if (w->npool) return w->pool[--w->npool];
+  struct evhttp_connection *c = evhttp_connection_base_new(w->s->base, NULL, w->host, (ev_uint16_t)w->port);
+  if (!c) return NULL;
+  double t = w->role == ROLE_PREFILL ? w->s->cfg.prefill_timeout_s : w->s->cfg.decode_timeout_s;
+  struct timeval tv = tv_of(t);
+  evhttp_connection_set_timeout_tv(c, &tv);
+  evhttp_connection_set_retries(c, 0);
+  return c;
+}
+
+static void free_conn_cb(evutil_socket_t fd, short ev, void *arg) {
+  (void)fd;
+  (void)ev;
+  evhttp_connection_free(arg);
+}
+
+static void pool_give(worker *w, struct evhttp_connection *c, int reusable) {
+  if (!c) return;
+  if (reusable && !w->retired && w->npool < w->s->cfg.pool_size) {
+    w->pool[w->npool++] = c;
+    return;
+  }
+  /* never free a connection inside its own callback: defer */
+  event_base_once(w->s->base, -1, EV_TIMEOUT, free_conn_cb, c, NULL);
+}
+
+static void worker_failed(worker *w, const char *why) {
+  w->fails++;
+  if (w->s->cfg.health_interval_s > 0 && w->healthy && w->fails >= w->s->cfg.eject_after) {
+    w->healthy = 0;
+    w->ejections++;
+    logf_(w->s, "%s worker %s ejected after %d consecutive failures (%s)", role_name[w->role],
+          w->url, w->fails, why);
+  }
+}
+
+static void health_done_cb(struct evhttp_request *req, void *arg) {
+  worker *w = arg;
+  w->hc_req = NULL;
+  int ok = req && evhttp_request_get_response_code(req) == 200;
+  if (ok) {
+    w->fails = 0;
+    if (!w->healthy && !w->retired) {
+      w->healthy = 1;
+      logf_(w->s, "%s worker %s re-admitted", role_name[w->role], w->url);
+    }
+  } else {
+    worker_failed(w, req ? "health check status" : "health check failed");
+  }
+}
+
+static void health_tick(evutil_socket_t fd, short ev, void *arg) {
+  (void)fd;
+  (void)ev;
+  eldr_server *s = arg;
+  for (int role = 0; role < 2; role++)
+    for (size_t i = 0; i < s->nw[role]; i++) {
+      worker *w = s->w[role][i];
+      if (w->hc_req) continue;
+      if (!w->hc_conn) {
+        w->hc_conn = evhttp_connection_base_new(s->base, NULL, w->host, (ev_uint16_t)w->port);
+        if (!w->hc_conn) continue;
+        struct timeval tv = tv_of(s->cfg.connect_timeout_s);
+        evhttp_connection_set_timeout_tv(w->hc_conn, &tv);
+      }
+      struct evhttp_request *req = evhttp_request_new(health_done_cb, w);
+      if (!req) continue;
+      evhttp_add_header(evhttp_request_get_output_headers(req), "Host", w->hosthdr);
+      if (evhttp_make_request(w->hc_conn, req, EVHTTP_REQ_GET, "/health") == 0) w->hc_req = req;
+      else worker_failed(w, "health check could not be sent");
+    }
+}
+
+/* ---- request lifecycle ---------------------------------------------------- */
+
+static void rq_finish_metrics(rq *r, int outcome) {
+  r->s->m.requests[r->decision][outcome]++;
+  histo_add(&r->s->m.request, now_s() - r->t0);
+}
+
+static void leg_release(rq *r, int reusable) {
+  leg *L = &r->L;
+  if (L->deadline) event_del(L->deadline);
+  if (L->w) {
+    L->w->inflight--;
+    pool_give(L->w, L->conn, reusable);
+  }
+  L->w = NULL;
+  L->conn = NULL;
+  L->req = NULL;
+  if (L->hold) evbuffer_drain(L->hold, evbuffer_get_length(L->hold));
+}
+
+static void rq_free(rq *r) {
+  if (!r) return;
+  if (r->L.req) { /* still running upstream: cancel (client disconnect / shutdown) */
+    evhttp_cancel_request(r->L.req);
+    r->L.req = NULL;
+  }
+  leg_release(r, 1);
+  if (r->L.deadline) event_free(r->L.deadline);
+  if (r->L.hold) evbuffer_free(r->L.hold);
+  eldr__req_free(&r->req);
+  eldr__prefill_reply_free(&r->pr);
+  free(r->auth);
+  free(r->pbody);
+  free(r->dbody);
+  free(r);
+}
+
+/* Client went away while the request was in flight. */
+static void rq_abort(rq *r) {
+  r->s->m.disconnects++;
+  rq_finish_metrics(r, OUT_CANCELLED);
+  r->c = NULL;
+  rq_free(r);
+}
+
+static int was_tried(const rq *r, const worker *w) {
+  for (int i = 0; i < r->ntried; i++)
+    if (r->tried[i] == w) return 1;
+  return 0;
+}
+
+/* loads / healthy arrays of a role, tried workers excluded. */
+static int fill_loads(eldr_server *s, int role, rq *r, size_t *n) {
+  size_t k = s->nw[role];
+  if (k > s->loadcap) {
+    uint32_t *l = realloc(s->loads, k * sizeof *l);
+    if (l) s->loads = l;
+    uint8_t *h = realloc(s->healthy, k);
+    if (h) s->healthy = h;
+    if (!l || !h) return ELDR_ENOMEM;
+    s->loadcap = k;
+  }
+  for (size_t i = 0; i < k; i++) {
+    worker *w = s->w[role][i];
+    s->loads[i] = w->inflight;
+    s->healthy[i] = (uint8_t)(w->healthy && !was_tried(r, w));
+  }
+  *n = k;
+  return 0;
+}
+
+static void leg_done_cb(struct evhttp_request *req, void *arg);
+static void leg_chunk_cb(struct evhttp_request *req, void *arg);
+static void leg_error_cb(enum evhttp_request_error err, void *arg);
+static void leg_deadline_cb(evutil_socket_t fd, short ev, void *arg);
+static void start_prefill(rq *r);
+static void start_decode(rq *r, int retry);
+
+static int leg_start(rq *r, worker *w, int kind, enum evhttp_cmd_type method, const char *path,
+                     const char *body, size_t len) {
+  leg *L = &r->L;
+  eldr_server *s = r->s;
+  L->kind = kind;
+  L->err = 0;
+  L->started = 0;
+  L->streaming = kind == LEG_DECODE && r->req.stream;
+  struct evhttp_connection *conn = pool_take(w);
+  if (!conn) return ELDR_ENOMEM;
+  struct evhttp_request *req = evhttp_request_new(leg_done_cb, r);
+  if (!req) {
+    pool_give(w, conn, 1);
+    return ELDR_ENOMEM;
+  }
+  if (L->streaming) evhttp_request_set_chunked_cb(req, leg_chunk_cb);
+  evhttp_request_set_error_cb(req, leg_error_cb);
+  struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+  evhttp_add_header(h, "Host", w->hosthdr);
+  if (body) evhttp_add_header(h, "Content-Type", "application/json");
+  if (r->reqid[0]) evhttp_add_header(h, "X-Request-Id", r->reqid);
+  if (r->auth) evhttp_add_header(h, "Authorization", r->auth);
+  if (body) evbuffer_add(evhttp_request_get_output_buffer(req), body, len);
+  L->w = w;
+  L->conn = conn;
+  L->req = req;
+  w->inflight++;
+  w->requests++;
+  if (r->ntried < MAX_TRIED) r->tried[r->ntried++] = w;
+  double t = kind == LEG_PREFILL ? s->cfg.prefill_timeout_s
+             : kind == LEG_DECODE ? s->cfg.decode_timeout_s
+                                  : s->cfg.connect_timeout_s;
+  struct timeval tv = tv_of(t);
+  event_add(L->deadline, &tv);
+  if (evhttp_make_request(conn, req, method, path) != 0) {
+    /* libevent has freed req */
+    L->req = NULL;
+    leg_release(r, 0);
+    return ELDR_EIO;
+  }
+  return 0;
+}
+
+static void leg_error_cb(enum evhttp_request_error err, void *arg) {
+  rq *r = arg;
+  r->L.err = (int)err + 1;
+}
+
+static void client_upstream_error(rq *r, int status, int outcome, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void client_upstream_error(rq *r, int status, int outcome, const char *fmt, ...) {
+  char msg[400];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  rq_finish_metrics(r, outcome);
+  send_error(r->c, status, status == 504 ? "timeout" : "upstream_error", "%s", msg);
+}
+
+/* The current leg failed (connect, reset, 5xx, bad reply or timeout). */
+static void leg_failed(rq *r, int timeout, const char *why) {
+  eldr_server *s = r->s;
+  int kind = r->L.kind;
+  snprintf(r->last_err, sizeof r->last_err, "%s", why);
+  if (kind == LEG_MODELS) {
+    client_upstream_error(r, timeout ? 504 : 502, timeout ? OUT_TIMEOUT : OUT_UPSTREAM_ERROR,
+                          "model list: %s", why);
+    return;
+  }
+  int attempts = r->ntried;
+  if (attempts <= s->cfg.retries) {
+    s->m.retries[kind == LEG_DECODE]++;
+    logf_(s, "request %s: %s leg failed (%s), retrying on another worker", r->reqid,
+          role_name[kind == LEG_DECODE], why);
+    if (kind == LEG_PREFILL) start_prefill(r);
+    else start_decode(r, 1);
+    return;
+  }
+  client_upstream_error(r, timeout ? 504 : 502, timeout ? OUT_TIMEOUT : OUT_UPSTREAM_ERROR,
+                        "%s failed after %d attempt%s: %s", role_name[kind == LEG_DECODE],
+                        attempts, attempts == 1 ? "" : "s", why);
+}
+
+static void leg_deadline_cb(evutil_socket_t fd, short ev, void *arg) {
+  (void)fd;
+  (void)ev;
+  rq *r = arg;
+  leg *L = &r->L;
+  worker *w = L->w;
+  if (L->req) {
+    evhttp_cancel_request(L->req);
+    L->req = NULL;
+  }
+  if (w) {
+    w->err_timeout++;
+    worker_failed(w, "timeout");
+  }
+  int started = L->started;
+  leg_release(r, 1);
+  if (started) { /* streaming already begun: end it with an error event */
+    static const char ev_msg[] =
+        "data: {\"error\":{\"message\":\"decode timed out\",\"type\":\"timeout\",\"code\":504}}\n\n";
+    stream_chunk(r->c, ev_msg, sizeof ev_msg - 1);
+    rq_finish_metrics(r, OUT_STREAM_ABORTED);
+    stream_end(r->c);
+    return;
+  }
+  leg_failed(r, 1, "timed out");
+}
+
+static void leg_chunk_cb(struct evhttp_request *req, void *arg) {
+  rq *r = arg;
+  leg *L = &r->L;
+  struct evbuffer *in = evhttp_request_get_input_buffer(req);
+  if (evhttp_request_get_response_code(req) != 200 || !r->c) {
+    if (!L->hold) L->hold = evbuffer_new();
+    if (L->hold) evbuffer_add_buffer(L->hold, in);
+    else evbuffer_drain(in, evbuffer_get_length(in));
+    return;
+  }
+  if (!L->started) {
+    const char *ct = evhttp_find_header(evhttp_request_get_input_headers(req), "Content-Type");
+    start_stream(r->c, 200, ct ? ct : "text/event-stream");
+    L->started = 1;
+  }
+  stream_chunk_buf(r->c, in);
+}
+
+/* Relay a buffered upstream reply to the client. */
+static void relay(rq *r, struct evhttp_request *req, struct evbuffer *body) {
+  int code = evhttp_request_get_response_code(req);
+  const char *ct = evhttp_find_header(evhttp_request_get_input_headers(req), "Content-Type");
+  size_t n = evbuffer_get_length(body);
+  const char *p = n ? (const char *)evbuffer_pullup(body, -1) : "";
+  rq_finish_metrics(r, code < 400 ? OUT_OK : code < 500 ? OUT_CLIENT_ERROR : OUT_UPSTREAM_ERROR);
+  send_body(r->c, code, ct ? ct : "application/json", p, n, NULL);
+}
+
+static void on_prefill_reply(rq *r, struct evhttp_request *req);
+static void on_decode_reply(rq *r, struct evhttp_request *req);
+
+static void leg_done_cb(struct evhttp_request *req, void *arg) {
+  rq *r = arg;
+  leg *L = &r->L;
+  worker *w = L->w;
+  int code = req ? evhttp_request_get_response_code(req) : 0;
+  int started = L->started;
+  L->req = NULL; /* libevent frees it after this callback */
+  if (code == 0 || L->err) {
+    /* connection refused / reset / EOF mid-body / upstream timeout */
+    int timeout = L->err == EVREQ_HTTP_TIMEOUT + 1;
+    if (w) {
+      if (timeout) w->err_timeout++;
+      else w->err_connect++;
+      worker_failed(w, timeout ? "timeout" : "connection failed");
+    }
+    leg_release(r, 0);
+    if (!r->c) { /* client already gone */
+      rq_free(r);
+      return;
+    }
+    if (started) {
+      static const char ev_msg[] =
+          "data: {\"error\":{\"message\":\"decode worker failed mid-stream\",\"type\":"
+          "\"upstream_error\",\"code\":502}}\n\n";
+      stream_chunk(r->c, ev_msg, sizeof ev_msg - 1);
+      rq_finish_metrics(r, OUT_STREAM_ABORTED);
+      stream_end(r->c);
+      return;
+    }
+    leg_failed(r, timeout, timeout ? "upstream timed out" : "connection to worker failed");
+    return;
+  }
+  if (code >= 500) {
+    w->err_status++;
+    worker_failed(w, "5xx reply");
+  } else {
+    w->fails = 0;
+  }
+  if (L->kind == LEG_MODELS) {
+    struct evbuffer *b = evhttp_request_get_input_buffer(req);
+    relay(r, req, b);
+    leg_release(r, 1);
+    return;
+  }
+  if (L->kind == LEG_PREFILL) {
+    on_prefill_reply(r, req);
+    return;
+  }
+  on_decode_reply(r, req);
+}
+
+static void on_decode_reply(rq *r, struct evhttp_request *req) {
+  leg *L = &r->L;
+  eldr_server *s = r->s;
+  int code = evhttp_request_get_response_code(req);
+  if (L->started) { /* streaming relay done */
+    leg_release(r, 1);
+    rq_finish_metrics(r, OUT_OK);
+    stream_end(r->c);
+    return;
+  }
+  struct evbuffer *body =
+      L->streaming ? (L->hold ? L->hold : evhttp_request_get_input_buffer(req))
+                   : evhttp_request_get_input_buffer(req);
+  if (code >= 500) {
+    char why[64];
+    snprintf(why, sizeof why, "worker answered HTTP %d", code);
+    leg_release(r, 1);
+    leg_failed(r, 0, why);
+    return;
+  }
+  if (code == 200 && L->streaming) { /* empty streaming body */
+    start_stream(r->c, 200, "text/event-stream");
+    leg_release(r, 1);
+    rq_finish_metrics(r, OUT_OK);
+    stream_end(r->c);
+    return;
+  }
+  if (code == 200 && r->req.want_routed_experts && r->pr.routed_experts) {
+    size_t n = evbuffer_get_length(body);
+    const char *p = (const char *)evbuffer_pullup(body, -1);
+    char *spliced = NULL;
+    size_t sl = 0;
+    eldr_diag d = {{0}};
+    if (eldr__splice_routed_experts(p ? p : "", n, r->pr.routed_experts, r->pr.routed_experts_len,
+                                    r->pr.prompt_tokens, &spliced, &sl, &d) == 0) {
+      rq_finish_metrics(r, OUT_OK);
+      send_body(r->c, 200, "application/json", spliced, sl, NULL);
+      free(spliced);
+      leg_release(r, 1);
+      return;
+    }
+    logf_(s, "request %s: routed_experts not spliced: %s", r->reqid, d.msg);
+  }
+  relay(r, req, body);
+  leg_release(r, 1);
+}
+
+/* ---- signature and decision ----------------------------------------------- */
+
+static int grow(void **p, size_t *cap, size_t n, size_t elem) {
+  if (n <= *cap) return 0;
+  size_t c = *cap ? *cap : 1024;
+  while (c < n) c *= 2;
+  void *q = realloc(*p, c * elem);
+  if (!q) return -1;
+  *p = q;
+  *cap = c;
+  return 0;
+}
+
+/* Tokens and block hashes of the request's prompt into server scratch. */
+static size_t prompt_blocks(eldr_server *s, rq *r, size_t *ntok) {
+  const uint32_t *ids = r->req.ids;
+  size_t n = r->req.n_ids;
+  if (!ids) {
+    n = eldr_tokenize(r->req.text, r->req.text_len, NULL, 0);
+    if (grow((void **)&s->ids, &s->idscap, n + 1, sizeof *s->ids)) return 0;
+    eldr_tokenize(r->req.text, r->req.text_len, s->ids, n);
+    ids = s->ids;
+  }
+  *ntok = n;
+  size_t nb = n / ELDR_BLOCK_TOKENS;
+  if (grow((void **)&s->hashes, &s->hashcap, nb + 1, sizeof *s->hashes)) return 0;
+  return eldr_block_hashes(ids, n, 0, s->hashes);
+}
+
+static int decide(rq *r, int *fallback) {
+  eldr_server *s = r->s;
+  *fallback = FB_NONE;
+  const float *sig = NULL;
+  eldr__npy_view v;
+  int have_view = 0;
+  size_t nb = 0, ntok = 0;
+  if (s->cfg.policy == ELDR_POLICY_ELDR) {
+    double t0 = now_s();
+    if (!s->art) *fallback = FB_NO_ARTIFACT;
+    else if (!r->pr.routed_experts) *fallback = FB_NO_ROUTED_EXPERTS;
+    else {
+      eldr_diag d = {{0}};
+      const eldr_shape *sh = &s->art->shape;
+      int rc = eldr__routed_experts_view(r->pr.routed_experts, r->pr.routed_experts_len, NULL,
+                                         &s->npy, &s->npycap, &v, &d);
+      if (rc == 0) {
+        s->observed_L = (int)v.layers;
+        s->observed_K = (int)v.top_k;
+        if (v.layers != sh->num_layers || v.top_k != sh->top_k) {
+          *fallback = FB_SHAPE_MISMATCH;
+          if (!s->logged_shape_mismatch++)
+            logf_(s, "routed_experts are %zu layers x top-%zu but the artifact is %u x top-%u: "
+                  "routing by load only (logged once)", v.layers, v.top_k, sh->num_layers, sh->top_k);
+        }
+      } else {
+        *fallback = FB_MALFORMED;
+        logf_(s, "request %s: malformed routed_experts: %s", r->reqid, d.msg);
+      }
+      if (*fallback == FB_NONE) {
+        memset(s->counts, 0, eldr_shape_cells(sh) * sizeof *s->counts);
+        if (eldr_counts_accumulate(sh, v.data, v.dtype, v.rows, s->counts, NULL)) {
+          *fallback = FB_MALFORMED;
+          logf_(s, "request %s: routed_experts expert id out of range", r->reqid);
+        }
+      }
+      if (*fallback == FB_NONE) {
+        have_view = 1;
+        size_t P = r->pr.prompt_tokens >= 0 ? (size_t)r->pr.prompt_tokens : v.rows;
+        size_t first = P > v.rows ? P - v.rows : 0;
+        if (s->cache) {
+          nb = prompt_blocks(s, r, &ntok);
+          if (ntok != P) {
+            s->m.tokenizer_mismatch++;
+            nb = 0;
+          } else if (first > 0) {
+            size_t full = first / ELDR_BLOCK_TOKENS;
+            s->m.sig_blocks_missing += eldr_sigcache_add_blocks(s->cache, s->hashes, full, s->counts);
+            if (first % ELDR_BLOCK_TOKENS) s->m.sig_blocks_missing++;
+          }
+        } else if (first > 0) {
+          s->m.sig_blocks_missing += (first + ELDR_BLOCK_TOKENS - 1) / ELDR_BLOCK_TOKENS;
+        }
+        if (eldr_signature_build(&s->spec, s->counts, NULL, s->sig) != 0) *fallback = FB_EMPTY_SIGNATURE;
+        else sig = s->sig;
+      }
+    }
+    if (*fallback != FB_NONE) s->m.fallback[*fallback]++;
+    histo_add(&s->m.sig, now_s() - t0);
+  }
+  size_t n;
+  if (fill_loads(s, ROLE_DECODE, r, &n)) return ELDR_ENOMEM;
+  double t1 = now_s();
+  eldr_route_req rr = {sig, -1};
+  eldr_decision dec;
+  int k = eldr_policy_decode(&s->pol, s->loads, s->healthy, n, &rr, &dec);
+  histo_add(&s->m.decision, now_s() - t1);
+  r->decision = (s->cfg.policy == ELDR_POLICY_ELDR && sig && k >= 0 && dec.fallback == ELDR_FALLBACK_NONE)
+                    ? DEC_LOCALITY
+                    : DEC_LOAD;
+  /* remember the rows of the blocks this prefill computed */
+  if (have_view && nb > 0) {
+    size_t P = (size_t)ntok;
+    size_t first = P > v.rows ? P - v.rows : 0;
+    eldr_sigcache_store_blocks(s->cache, s->hashes, nb, first, v.data, v.dtype, v.rows,
+                               s->blockscratch, NULL);
+  }
+  return k;
+}
+
+static void on_prefill_reply(rq *r, struct evhttp_request *req) {
+  eldr_server *s = r->s;
+  int code = evhttp_request_get_response_code(req);
+  struct evbuffer *body = evhttp_request_get_input_buffer(req);
+  if (code >= 500) {
+    char why[64];
+    snprintf(why, sizeof why, "worker answered HTTP %d", code);
+    leg_release(r, 1);
+    leg_failed(r, 0, why);
+    return;
+  }
+  if (code != 200) { /* the worker refused the request itself: relay */
+    relay(r, req, body);
+    leg_release(r, 1);
+    return;
+  }
+  size_t n = evbuffer_get_length(body);
+  const char *p = (const char *)evbuffer_pullup(body, -1);
+  eldr_diag d = {{0}};
+  if (eldr__prefill_reply_parse(p ? p : "", n, &r->pr, &d) != 0) {
+    worker *w = r->L.w;
+    w->err_status++;
+    worker_failed(w, "bad reply");
+    leg_release(r, 1);
+    leg_failed(r, 0, d.msg);
+    return;
+  }
+  leg_release(r, 1);
+  if (!r->pr.kv_transfer_params) s->m.no_kv_params++;
+  start_decode(r, 0);
+}
+
+static void start_decode(rq *r, int retry) {
+  eldr_server *s = r->s;
+  if (!retry) {
+    r->ntried = 0;
+    int fb;
+    int k = decide(r, &fb);
+    r->dbody = eldr__decode_body(&r->req, r->pr.kv_transfer_params, &r->dlen);
+    if (!r->dbody) {
+      client_upstream_error(r, 500, OUT_UPSTREAM_ERROR, "out of memory");
+      return;
+    }
+    if (k < 0) {
+      r->decision = DEC_NONE;
+      client_upstream_error(r, 503, OUT_UPSTREAM_ERROR, "no healthy decode worker");
+      return;
+    }
+    if (leg_start(r, s->w[ROLE_DECODE][k], LEG_DECODE, EVHTTP_REQ_POST, r->req.api == ELDR__API_CHAT ? "/v1/chat/completions" : "/v1/completions", r->dbody, r->dlen) == 0)
+      return;
+    leg_failed(r, 0, "could not send to decode worker");
+    return;
+  }
+  /* retry: shortest queue among the untried healthy decoders, same kv_transfer_params */
+  size_t n;
+  if (fill_loads(s, ROLE_DECODE, r, &n)) {
+    client_upstream_error(r, 500, OUT_UPSTREAM_ERROR, "out of memory");
+    return;
+  }
+  eldr_route_req rr = {NULL, -1};
+  int k = eldr_policy_decode(&s->jsq, s->loads, s->healthy, n, &rr, NULL);
+  if (k < 0) {
+    client_upstream_error(r, 502, OUT_UPSTREAM_ERROR, "decode failed (%s) and no other healthy decode worker",
+                          r->last_err);
+    return;
+  }
+  if (leg_start(r, s->w[ROLE_DECODE][k], LEG_DECODE, EVHTTP_REQ_POST,
+                r->req.api == ELDR__API_CHAT ? "/v1/chat/completions" : "/v1/completions",
+                r->dbody, r->dlen) != 0)
+    leg_failed(r, 0, "could not send to decode worker");
+}
+
+static void start_prefill(rq *r) {
+  eldr_server *s = r->s;
+  size_t n;
+  if (fill_loads(s, ROLE_PREFILL, r, &n)) {
+    client_upstream_error(r, 500, OUT_UPSTREAM_ERROR, "out of memory");
+    return;
+  }
+  int k = eldr_policy_prefill(r->prefix_hash, s->loads, s->healthy, n, s->cfg.prefill_guard);
+  if (k < 0) {
+    if (r->ntried == 0) client_upstream_error(r, 503, OUT_UPSTREAM_ERROR, "no healthy prefill worker");
+    else client_upstream_error(r, 502, OUT_UPSTREAM_ERROR, "prefill failed (%s) and no other healthy prefill worker", r->last_err);
+    return;
+  }
+  if (leg_start(r, s->w[ROLE_PREFILL][k], LEG_PREFILL, EVHTTP_REQ_POST,
+                r->req.api == ELDR__API_CHAT ? "/v1/chat/completions" : "/v1/completions",
+                r->pbody, r->plen) != 0)
+    leg_failed(r, 0, "could not send to prefill worker");
+}
+
+static rq *rq_new(hconn *c) {
+  rq *r = calloc(1, sizeof *r);
+  if (!r) return NULL;
+  r->s = c->s;
+  r->c = c;
+  r->t0 = now_s();
+  r->decision = DEC_NONE;
+  r->L.deadline = evtimer_new(c->s->base, leg_deadline_cb, r);
+  if (!r->L.deadline) {
+    free(r);
+    return NULL;
+  }
+  if (c->head.request_id[0]) snprintf(r->reqid, sizeof r->reqid, "%s", c->head.request_id);
+  else snprintf(r->reqid, sizeof r->reqid, "eldr-%016llx",
+                (unsigned long long)eldr_splitmix64(&c->s->idstate));
+  if (c->head.authorization[0]) r->auth = strdup(c->head.authorization);
+  c->r = r;
+  return r;
+}
+
+static void handle_completion(hconn *c, eldr__api api, const char *body, size_t len) {
+  eldr_server *s = c->s;
+  rq *r = rq_new(c);
+  if (!r) {
+    send_error(c, 500, "internal_error", "out of memory");
+    return;
+  }
+  eldr_diag d = {{0}};
+  int rc = eldr__req_parse(body, len, api, &r->req, &d);
+  if (rc) {
+    s->m.bad[rc == ELDR_EPARSE ? BAD_JSON : BAD_FIELD]++;
+    rq_finish_metrics(r, OUT_CLIENT_ERROR);
+    send_error(c, rc == ELDR_ENOMEM ? 500 : 400, "invalid_request_error", "%s", eldr_diag_msg(&d, rc));
+    return;
+  }
+  /* prefix hash: the first block of the prompt's tokens (cache affinity) */
+  size_t ntok = r->req.n_ids;
+  const uint32_t *ids = r->req.ids;
+  if (!ids) {
+    uint32_t first[ELDR_BLOCK_TOKENS];
+    ntok = eldr_tokenize(r->req.text, r->req.text_len, first, ELDR_BLOCK_TOKENS);
+    if (ntok >= ELDR_BLOCK_TOKENS) eldr_block_hashes(first, ELDR_BLOCK_TOKENS, 0, &r->prefix_hash);
+    else r->prefix_hash = XXH64(r->req.text, r->req.text_len, 0);
+  } else if (ntok >= ELDR_BLOCK_TOKENS) {
+    eldr_block_hashes(ids, ELDR_BLOCK_TOKENS, 0, &r->prefix_hash);
+  } else {
+    r->prefix_hash = XXH64(ids, ntok * sizeof *ids, 0);
+  }
+  r->pbody = eldr__prefill_body(&r->req, &r->plen);
+  if (!r->pbody) {
+    rq_finish_metrics(r, OUT_UPSTREAM_ERROR);
+    send_error(c, 500, "internal_error", "out of memory");
+    return;
+  }
+  start_prefill(r);
+}
+
+/* ---- metrics and health endpoints ----------------------------------------- */
+
+static void render_histo(struct evbuffer *o, const char *name, const char *help, const histo *h) {
+  evbuffer_add_printf(o, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+  uint64_t cum = 0;
+  for (int i = 0; i < HB; i++) {
+    cum += h->n[i];
+    evbuffer_add_printf(o, "%s_bucket{le=\"%g\"} %llu\n", name, h->bound[i], (unsigned long long)cum);
+  }
+  cum += h->n[HB];
+  evbuffer_add_printf(o, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.9g\n%s_count %llu\n", name,
+                      (unsigned long long)cum, name, h->sum, name, (unsigned long long)h->count);
+}
+
+static void handle_metrics(hconn *c) {
+  eldr_server *s = c->s;
+  metrics *m = &s->m;
+  struct evbuffer *o = evbuffer_new();
+  if (!o) {
+    send_error(c, 500, "internal_error", "out of memory");
+    return;
+  }
+  evbuffer_add_printf(o, "# HELP eldr_requests_total Completion requests by decode decision and outcome.\n"
+                         "# TYPE eldr_requests_total counter\n");
+  for (int d = 0; d < DEC__N; d++)
+    for (int k = 0; k < OUT__N; k++)
+      evbuffer_add_printf(o, "eldr_requests_total{policy=\"%s\",decision=\"%s\",outcome=\"%s\"} %llu\n",
+                          eldr_policy_name(s->cfg.policy), dec_name[d], out_name[k],
+                          (unsigned long long)m->requests[d][k]);
+  evbuffer_add_printf(o, "# HELP eldr_fallback_total Decisions made by load only, by reason.\n"
+                         "# TYPE eldr_fallback_total counter\n");
+  for (int f = 0; f < FB__N; f++)
+    evbuffer_add_printf(o, "eldr_fallback_total{reason=\"%s\"} %llu\n", fb_name[f],
+                        (unsigned long long)m->fallback[f]);
+  evbuffer_add_printf(o, "# HELP eldr_bad_requests_total Client requests refused, by reason.\n"
+                         "# TYPE eldr_bad_requests_total counter\n");
+  for (int b = 0; b < BAD__N; b++)
+    evbuffer_add_printf(o, "eldr_bad_requests_total{reason=\"%s\"} %llu\n", bad_name[b],
+                        (unsigned long long)m->bad[b]);
+  evbuffer_add_printf(o, "# HELP eldr_retries_total Upstream legs retried on another worker.\n"
+                         "# TYPE eldr_retries_total counter\n"
+                         "eldr_retries_total{leg=\"prefill\"} %llu\neldr_retries_total{leg=\"decode\"} %llu\n",
+                      (unsigned long long)m->retries[0], (unsigned long long)m->retries[1]);
+  evbuffer_add_printf(o, "# HELP eldr_client_disconnects_total Clients gone before their response.\n"
+                         "# TYPE eldr_client_disconnects_total counter\neldr_client_disconnects_total %llu\n",
+                      (unsigned long long)m->disconnects);
+  evbuffer_add_printf(o, "# HELP eldr_prefill_without_kv_params_total Prefill replies without kv_transfer_params.\n"
+                         "# TYPE eldr_prefill_without_kv_params_total counter\neldr_prefill_without_kv_params_total %llu\n",
+                      (unsigned long long)m->no_kv_params);
+  evbuffer_add_printf(o, "# HELP eldr_sigcache_tokenizer_mismatch_total Prompts whose token count differs from the engine's.\n"
+                         "# TYPE eldr_sigcache_tokenizer_mismatch_total counter\neldr_sigcache_tokenizer_mismatch_total %llu\n",
+                      (unsigned long long)m->tokenizer_mismatch);
+  evbuffer_add_printf(o, "# HELP eldr_signature_blocks_missing_total Prefix-cached blocks whose row was not in the signature cache.\n"
+                         "# TYPE eldr_signature_blocks_missing_total counter\neldr_signature_blocks_missing_total %llu\n",
+                      (unsigned long long)m->sig_blocks_missing);
+  eldr_sigcache_stats cs;
+  eldr_sigcache_stats_get(s->cache, &cs);
+  evbuffer_add_printf(o, "# HELP eldr_sigcache_rows Block rows held by the signature cache.\n"
+                         "# TYPE eldr_sigcache_rows gauge\neldr_sigcache_rows %zu\n"
+                         "# TYPE eldr_sigcache_hits_total counter\neldr_sigcache_hits_total %llu\n"
+                         "# TYPE eldr_sigcache_misses_total counter\neldr_sigcache_misses_total %llu\n"
+                         "# TYPE eldr_sigcache_evictions_total counter\neldr_sigcache_evictions_total %llu\n",
+                      cs.rows, (unsigned long long)cs.hits, (unsigned long long)cs.misses,
+                      (unsigned long long)cs.evictions);
+  evbuffer_add_printf(o, "# HELP eldr_reloads_total Configuration/artifact reloads.\n"
+                         "# TYPE eldr_reloads_total counter\neldr_reloads_total{result=\"ok\"} %llu\n"
+                         "eldr_reloads_total{result=\"error\"} %llu\n",
+                      (unsigned long long)m->reloads_ok, (unsigned long long)m->reloads_err);
+  evbuffer_add_printf(o, "# HELP eldr_artifact_loaded Whether a routing artifact is loaded.\n"
+                         "# TYPE eldr_artifact_loaded gauge\neldr_artifact_loaded %d\n", s->art != NULL);
+  static const char *const wm[][3] = {
+      {"eldr_worker_inflight", "gauge", "Requests in flight per worker (router-tracked)."},
+      {"eldr_worker_healthy", "gauge", "1 when the worker is admitted, 0 when ejected."},
+      {"eldr_worker_requests_total", "counter", "Upstream legs sent per worker."},
+      {"eldr_worker_ejections_total", "counter", "Times the worker was ejected."},
+  };
+  for (int q = 0; q < 4; q++) {
+    evbuffer_add_printf(o, "# HELP %s %s\n# TYPE %s %s\n", wm[q][0], wm[q][2], wm[q][0], wm[q][1]);
+    for (int role = 0; role < 2; role++)
+      for (size_t i = 0; i < s->nw[role]; i++) {
+        worker *w = s->w[role][i];
+        unsigned long long v = q == 0 ? w->inflight : q == 1 ? (unsigned long long)w->healthy
+                               : q == 2 ? w->requests : w->ejections;
+        evbuffer_add_printf(o, "%s{role=\"%s\",worker=\"%s\"} %llu\n", wm[q][0], role_name[role], w->url, v);
+      }
+  }
+  evbuffer_add_printf(o, "# HELP eldr_upstream_errors_total Failed upstream legs by worker and kind.\n"
+                         "# TYPE eldr_upstream_errors_total counter\n");
+  for (int role = 0; role < 2; role++)
+    for (size_t i = 0; i < s->nw[role]; i++) {
+      worker *w = s->w[role][i];
+      evbuffer_add_printf(o, "eldr_upstream_errors_total{role=\"%s\",worker=\"%s\",kind=\"connect\"} %llu\n"
+                             "eldr_upstream_errors_total{role=\"%s\",worker=\"%s\",kind=\"status\"} %llu\n"
+                             "eldr_upstream_errors_total{role=\"%s\",worker=\"%s\",kind=\"timeout\"} %llu\n",
+                          role_name[role], w->url, (unsigned long long)w->err_connect, role_name[role],
+                          w->url, (unsigned long long)w->err_status, role_name[role], w->url,
+                          (unsigned long long)w->err_timeout);
+    }
+  render_histo(o, "eldr_signature_seconds", "Signature extraction (decode, counts, cache, build).", &m->sig);
+  render_histo(o, "eldr_decision_seconds", "Decode routing decision.", &m->decision);
+  render_histo(o, "eldr_request_seconds", "Completion request latency at the router.", &m->request);
+  size_t n = evbuffer_get_length(o);
+  send_body(c, 200, "text/plain; version=0.0.4; charset=utf-8", evbuffer_pullup(o, -1), n, NULL);
+  evbuffer_free(o);
+}
+
+static void handle_health(hconn *c) {
+  eldr_server *s = c->s;
+  size_t h[2] = {0, 0};
+  for (int role = 0; role < 2; role++)
+    for (size_t i = 0; i < s->nw[role]; i++) h[role] += s->w[role][i]->healthy != 0;
+  int ok = h[0] > 0 && h[1] > 0;
+  char b[256];
+  int n = snprintf(b, sizeof b,
+                   "{\"status\":\"%s\",\"prefill_healthy\":%zu,\"prefill_total\":%zu,"
+                   "\"decode_healthy\":%zu,\"decode_total\":%zu,\"artifact\":%s}",
+                   ok ? "ok" : "unavailable", h[0], s->nw[0], h[1], s->nw[1], s->art ? "true" : "false");
+  send_body(c, ok ? 200 : 503, "application/json", b, (size_t)n, NULL);
+}
+
+static void handle_models(hconn *c) {
+  eldr_server *s = c->s;
+  rq *r = rq_new(c);
+  if (!r) {
+    send_error(c, 500, "internal_error", "out of memory");
+    return;
+  }
+  r->is_models = 1;
+  for (int role = 1; role >= 0; role--)
+    for (size_t i = 0; i < s->nw[role]; i++)
+      if (s->w[role][i]->healthy) {
+        if (leg_start(r, s->w[role][i], LEG_MODELS, EVHTTP_REQ_GET, "/v1/models", NULL, 0) == 0) return;
+      }
+  client_upstream_error(r, 503, OUT_UPSTREAM_ERROR, "no healthy worker to list models");
+}
+
+/* ---- client connections --------------------------------------------------- */
+
+static void conn_free(hconn *c) {
+  eldr_server *s = c->s;
+  if (c->r) {
+    rq *r = c->r;
+    c->r = NULL;
+    rq_abort(r);
+  }
+  if (c->prev) c->prev->next = c->next;
+  else s->conns = c->next;
+  if (c->next) c->next->prev = c->prev;
+  if (c->deadline) event_free(c->deadline);
+  bufferevent_free(c->bev);
+  free(c);
+}
+
+static void dispatch(hconn *c, const char *body, size_t len) {
+  eldr_server *s = c->s;
+  const char *p = c->head.path;
+  eldr__method m = c->head.method;
+  int known = 1;
+  c->state = C_BUSY;
+  c->head_only = m == ELDR__M_HEAD;
+  if (!strcmp(p, "/v1/completions") || !strcmp(p, "/v1/chat/completions")) {
+    if (m != ELDR__M_POST) goto bad_method;
+    handle_completion(c, p[4] == 'c' && p[5] == 'h' ? ELDR__API_CHAT : ELDR__API_COMPLETIONS, body, len);
+    return;
+  }
+  if (!strcmp(p, "/health")) {
+    if (m != ELDR__M_GET && m != ELDR__M_HEAD) goto bad_method;
+    handle_health(c);
+    return;
+  }
+  if (!strcmp(p, "/metrics")) {
+    if (m != ELDR__M_GET) goto bad_method;
+    handle_metrics(c);
+    return;
+  }
+  if (!strcmp(p, "/v1/models")) {
+    if (m != ELDR__M_GET) goto bad_method;
+    handle_models(c);
+    return;
+  }
+  known = 0;
+bad_method:
+  s->m.bad[known ? BAD_METHOD : BAD_PATH]++;
+  c->head_only = 0;
+  if (known) send_error(c, 405, "invalid_request_error", "method %s not allowed on %s", c->head.method_name, p);
+  else send_error(c, 404, "invalid_request_error", "unknown path %s", p);
+}
+
+static void conn_deadline_cb(evutil_socket_t fd, short ev, void *arg) {
+  (void)fd;
+  (void)ev;
+  hconn *c = arg;
+  if (c->state != C_HEAD && c->state != C_BODY) return;
+  c->s->m.bad[BAD_TIMEOUT]++;
+  c->keep_alive = 0;
+  c->state = C_BUSY;
+  send_error(c, 408, "invalid_request_error", "request not received within %g s",
+             c->s->cfg.header_timeout_s);
+}
+
+static void conn_process(hconn *c) {
+  eldr_server *s = c->s;
+  struct evbuffer *in = bufferevent_get_input(c->bev);
+  c->in_process = 1;
+  while (c->state == C_HEAD || c->state == C_BODY) {
+    size_t avail = evbuffer_get_length(in);
+    if (c->state == C_HEAD) {
+      if (avail == 0) break;
+      if (!evtimer_pending(c->deadline, NULL)) {
+        struct timeval tv = tv_of(s->cfg.header_timeout_s);
+        evtimer_add(c->deadline, &tv);
+        bufferevent_set_timeouts(c->bev, NULL, NULL);
+      }
+      size_t look = avail < s->cfg.max_header + 1 ? avail : s->cfg.max_header + 1;
+      const char *buf = (const char *)evbuffer_pullup(in, (ev_ssize_t)look);
+      long hl = eldr__http_parse_head(buf, look, s->cfg.max_header, &c->head);
+      if (hl == 0) break;
+      if (hl < 0) {
+        evtimer_del(c->deadline);
+        s->m.bad[c->head.status == 431 ? BAD_TOO_LARGE : BAD_HEAD]++;
+        c->keep_alive = 0;
+        c->state = C_BUSY;
+        send_error(c, c->head.status, "invalid_request_error", "%s", c->head.error);
+        break;
+      }
+      evbuffer_drain(in, (size_t)hl);
+      c->keep_alive = c->head.keep_alive;
+      if (c->head.chunked) {
+        evtimer_del(c->deadline);
+        s->m.bad[BAD_LENGTH]++;
+        c->keep_alive = 0;
+        c->state = C_BUSY;
+        send_error(c, 411, "invalid_request_error", "chunked request bodies are not supported: send Content-Length");
+        break;
+      }
+      int64_t cl = c->head.content_length;
+      if (c->head.method == ELDR__M_POST && cl < 0) {
+        evtimer_del(c->deadline);
+        s->m.bad[BAD_LENGTH]++;
+        c->keep_alive = 0;
+        c->state = C_BUSY;
+        send_error(c, 411, "invalid_request_error", "Content-Length required");
+        break;
+      }
+      if (cl > 0 && (uint64_t)cl > s->cfg.max_body) {
+        evtimer_del(c->deadline);
+        s->m.bad[BAD_TOO_LARGE]++;
+        c->keep_alive = 0;
+        c->state = C_BUSY;
+        send_error(c, 413, "invalid_request_error", "request body of %lld bytes exceeds the limit of %zu",
+                   (long long)cl, s->cfg.max_body);
+        break;
+      }
+      c->body_need = cl > 0 ? (size_t)cl : 0;
+      if (c->head.expect_continue && c->body_need)
+        bufferevent_write(c->bev, "HTTP/1.1 100 Continue\r\n\r\n", 25);
+      c->state = C_BODY;
+      continue;
+    }
+    /* C_BODY */
+    if (avail < c->body_need) break;
+    evtimer_del(c->deadline);
+    const char *body = c->body_need ? (const char *)evbuffer_pullup(in, (ev_ssize_t)c->body_need) : "";
+    /* the body stays in the input buffer until dispatch has parsed it */
+    size_t blen = c->body_need;
+    dispatch(c, body, blen);
+    evbuffer_drain(in, blen);
+    /* dispatch either answered (state back to C_HEAD / C_CLOSING) or is
+     * waiting for upstream (C_BUSY) */
+  }
+  c->in_process = 0;
+  if (c->state == C_CLOSING && evbuffer_get_length(bufferevent_get_output(c->bev)) == 0) conn_free(c);
+}
+
+static void conn_read_cb(struct bufferevent *bev, void *arg) {
+  (void)bev;
+  hconn *c = arg;
+  if (c->state == C_HEAD || c->state == C_BODY) conn_process(c);
+}
+
+static void conn_write_cb(struct bufferevent *bev, void *arg) {
+  (void)bev;
+  hconn *c = arg;
+  if (c->state == C_CLOSING && !c->in_process) conn_free(c);
+}
+
+static void conn_event_cb(struct bufferevent *bev, short what, void *arg) {
+  (void)bev;
+  hconn *c = arg;
+  if (what & BEV_EVENT_TIMEOUT) { /* idle keep-alive connection */
+    if (c->state == C_HEAD && evbuffer_get_length(bufferevent_get_input(c->bev)) == 0) {
+      conn_free(c);
+      return;
+    }
+    bufferevent_enable(c->bev, EV_READ);
+    return;
+  }
+  if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
+    if (c->state == C_HEAD || c->state == C_BODY) {
+      /* a complete request may still sit in the buffer without an answer
+       * only if it arrived with the FIN; a half-close client gets nothing */
+    }
+    conn_free(c);
+  }
+}
+
+static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen,
+                      void *arg) {
+  (void)l;
+  (void)sa;
+  (void)salen;
+  eldr_server *s = arg;
+  hconn *c = calloc(1, sizeof *c);
+  if (!c) {
+    evutil_closesocket(fd);
+    return;
+  }
+  c->s = s;
+  c->bev = bufferevent_socket_new(s->base, fd, BEV_OPT_CLOSE_ON_FREE);
+  c->deadline = evtimer_new(s->base, conn_deadline_cb, c);
+  if (!c->bev || !c->deadline) {
+    if (c->bev) bufferevent_free(c->bev);
+    else evutil_closesocket(fd);
+    if (c->deadline) event_free(c->deadline);
+    free(c);
+    return;
+  }
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  c->state = C_HEAD;
+  c->next = s->conns;
+  if (s->conns) s->conns->prev = c;
+  s->conns = c;
+  bufferevent_setcb(c->bev, conn_read_cb, conn_write_cb, conn_event_cb, c);
+  bufferevent_setwatermark(c->bev, EV_READ, 0, s->cfg.max_header + s->cfg.max_body + 65536);
+  struct timeval idle = tv_of(s->cfg.idle_timeout_s);
+  bufferevent_set_timeouts(c->bev, &idle, NULL);
+  bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+}
+
+/* ---- artifact, workers, reload --------------------------------------------- */
+
+static int set_workers(eldr_server *s, const eldr_serve_config *cfg) {
+  worker **nv[2] = {NULL, NULL};
+  size_t nn[2] = {cfg->n_prefill, cfg->n_decode};
+  char **urls[2] = {cfg->prefill, cfg->decode};
+  for (int role = 0; role < 2; role++) {
+    nv[role] = calloc(nn[role] ? nn[role] : 1, sizeof *nv[role]);
+    if (!nv[role]) goto fail;
+    for (size_t i = 0; i < nn[role]; i++) {
+      worker *w = NULL;
+      for (size_t j = 0; j < s->nw[role] && !w; j++)
+        if (!strcmp(s->w[role][j]->url, urls[role][i])) w = s->w[role][j];
+      for (size_t j = 0; j < i && w; j++) /* a URL listed twice gets two workers */
+        if (nv[role][j] == w) w = NULL;
+      if (!w) w = worker_new(s, urls[role][i], role);
+      if (!w) goto fail;
+      w->retired = 0;
+      nv[role][i] = w;
+    }
+  }
+  for (int role = 0; role < 2; role++) {
+    for (size_t j = 0; j < s->nw[role]; j++) {
+      worker *w = s->w[role][j];
+      int kept = 0;
+      for (size_t i = 0; i < nn[role]; i++) kept |= nv[role][i] == w;
+      if (!kept) {
+        w->retired = 1;
+        w->healthy = 0;
+        for (size_t i = 0; i < w->npool; i++) evhttp_connection_free(w->pool[i]);
+        w->npool = 0;
+      }
+    }
+    free(s->w[role]);
+    s->w[role] = nv[role];
+    s->nw[role] = nn[role];
+  }
+  return 0;
+fail:
+  free(nv[0]);
+  free(nv[1]);
+  return ELDR_ENOMEM;
+}
+
+/* Load and check an artifact against what the server knows. */
+static int load_artifact(eldr_server *s, const char *path, eldr_artifact **out, eldr_diag *d) {
+  *out = NULL;
+  if (!path) return 0;
+  eldr_artifact *a = NULL;
+  int rc = eldr_artifact_load(path, &a, d);
+  if (rc) return rc;
+  if (a->repr == ELDR_REPR_GATE || a->repr == ELDR_REPR_LOGIT) {
+    rc = eldr_diag_fail(d, ELDR_EUNSUPPORTED,
+                        "artifact %s uses the '%s' representation, which needs gate scores; vLLM's "
+                        "routed_experts carry expert ids only (refit with count or binary)",
+                        path, eldr_repr_name(a->repr));
+    eldr_artifact_free(a);
+    return rc;
+  }
+  if (s->observed_L && ((int)a->shape.num_layers != s->observed_L || (int)a->shape.top_k != s->observed_K)) {
+    rc = eldr_diag_fail(d, ELDR_ESHAPE,
+                        "artifact %s is for %u MoE layers x top-%u but the workers' routed_experts "
+                        "are %d layers x top-%d: refused",
+                        path, a->shape.num_layers, a->shape.top_k, s->observed_L, s->observed_K);
+    eldr_artifact_free(a);
+    return rc;
+  }
+  *out = a;
+  return 0;
+}
+
+/* Install artifact a (may be NULL) and the policy. */
+static int install(eldr_server *s, eldr_artifact *a, const eldr_serve_config *cfg, eldr_diag *d) {
+  double tau = cfg->tau >= 0 ? cfg->tau : a ? a->tau : 0.1;
+  eldr_policy np;
+  int rc = eldr_policy_init(&np, cfg->policy, tau, cfg->seed, a ? a->centroids : NULL, a ? a->k : 0,
+                            a ? a->dim : 0, 1);
+  if (rc) return eldr_diag_fail(d, rc, "policy %s cannot be initialised (tau %g)", eldr_policy_name(cfg->policy), tau);
+  uint32_t *counts = NULL, *bs = NULL;
+  float *sig = NULL;
+  eldr_sigcache *cache = NULL;
+  if (a) {
+    size_t cells = eldr_shape_cells(&a->shape);
+    counts = malloc(cells * sizeof *counts);
+    bs = malloc(cells * sizeof *bs);
+    sig = malloc((a->dim ? a->dim : 1) * sizeof *sig);
+    if (cfg->sigcache_rows) {
+      if (s->cache && !memcmp(eldr_sigcache_shape(s->cache), &a->shape, sizeof a->shape)) {
+        cache = s->cache;
+      } else {
+        cache = eldr_sigcache_new(&a->shape, cfg->sigcache_rows);
+      }
+    }
+    if (!counts || !bs || !sig || (cfg->sigcache_rows && !cache)) {
+      free(counts);
+      free(bs);
+      free(sig);
+      if (cache != s->cache) eldr_sigcache_free(cache);
+      return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory for the artifact's buffers");
+    }
+  }
+  if (s->cache != cache) eldr_sigcache_free(s->cache);
+  s->cache = cache;
+  free(s->counts);
+  free(s->blockscratch);
+  free(s->sig);
+  s->counts = counts;
+  s->blockscratch = bs;
+  s->sig = sig;
+  eldr_artifact_free(s->art);
+  s->art = a;
+  if (a) eldr_artifact_sigspec(a, &s->spec);
+  s->pol = np;
+  s->logged_shape_mismatch = 0;
+  if (a && a->k != cfg->n_decode)
+    logf_(s, "artifact has %zu centroids for %zu decode workers: decoder i uses centroid i %% %zu",
+          a->k, cfg->n_decode, a->k);
+  return 0;
+}
+
+static void do_reload(eldr_server *s) {
+  eldr_serve_config nc;
+  eldr_diag d = {{0}};
+  eldr_artifact *a = NULL;
+  int rc = eldr_serve_config_copy(&nc, &s->cfg);
+  if (rc) goto fail_nocfg;
+  if (nc.config_path && (rc = eldr_serve_config_load(&nc, nc.config_path, &d))) goto fail;
+  if ((rc = eldr_serve_config_validate(&nc, &d))) goto fail;
+  if ((rc = load_artifact(s, nc.artifact, &a, &d))) goto fail;
+  if ((rc = install(s, a, &nc, &d))) {
+    eldr_artifact_free(a);
+    goto fail;
+  }
+  if ((rc = set_workers(s, &nc))) goto fail;
+  if (nc.port != s->cfg.port || strcmp(nc.host, s->cfg.host))
+    logf_(s, "reload: listen address changes need a restart (still %s:%d)", s->cfg.host, s->port);
+  nc.log = s->cfg.log;
+  nc.log_ctx = s->cfg.log_ctx;
+  eldr_serve_config_free(&s->cfg);
+  s->cfg = nc;
+  s->m.reloads_ok++;
+  logf_(s, "reloaded: %zu prefill, %zu decode workers, artifact %s, policy %s", s->nw[0], s->nw[1],
+        s->art ? s->cfg.artifact : "none", eldr_policy_name(s->cfg.policy));
+  return;
+fail:
+  eldr_serve_config_free(&nc);
+fail_nocfg:
+  s->m.reloads_err++;
+  logf_(s, "reload failed, keeping the running configuration: %s", eldr_diag_msg(&d, rc));
+}
+
+static void reload_cb(evutil_socket_t fd, short ev, void *arg) {
+  (void)fd;
+  (void)ev;
+  do_reload(arg);
+}
+
+static void stop_cb(evutil_socket_t fd, short ev, void *arg) {
+  (void)fd;
+  (void)ev;
+  eldr_server *s = arg;
+  event_base_loopexit(s->base, NULL);
+}
+
+/* ---- public API ------------------------------------------------------------ */
+
+int eldr_server_new(const eldr_serve_config *cfg, eldr_server **out, eldr_diag *d) {
+  *out = NULL;
+  int rc = eldr_serve_config_validate(cfg, d);
+  if (rc) return rc;
+  static int threads_on;
+  if (!threads_on) {
+    evthread_use_pthreads();
+    threads_on = 1;
+  }
+  signal(SIGPIPE, SIG_IGN);
+  eldr_server *s = calloc(1, sizeof *s);
+  if (!s) return ELDR_ENOMEM;
+  if ((rc = eldr_serve_config_copy(&s->cfg, cfg))) {
+    free(s);
+    return rc;
+  }
+  s->idstate = cfg->seed ^ 0x5eed0fe1d7ull;
+  static const double sig_b[HB] = {1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 1e-1};
+  static const double req_b[HB] = {1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.5, 1, 5, 30};
+  histo_init(&s->m.sig, sig_b);
+  histo_init(&s->m.decision, sig_b);
+  histo_init(&s->m.request, req_b);
+  s->base = event_base_new();
+  if (!s->base) {
+    rc = eldr_diag_fail(d, ELDR_ENOMEM, "cannot create the event loop");
+    goto fail;
+  }
+  eldr_artifact *a = NULL;
+  if ((rc = load_artifact(s, cfg->artifact, &a, d))) goto fail;
+  if ((rc = set_workers(s, cfg))) goto fail;
+  if ((rc = install(s, a, cfg, d))) {
+    eldr_artifact_free(a);
+    goto fail;
+  }
+  eldr_policy_init(&s->jsq, ELDR_POLICY_JSQ, 0, cfg->seed, NULL, 0, 0, 1);
+  /* listen */
+  struct evutil_addrinfo hints, *ai = NULL;
+  memset(&hints, 0, sizeof hints);
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = EVUTIL_AI_PASSIVE | EVUTIL_AI_NUMERICSERV;
+  char portstr[16];
+  snprintf(portstr, sizeof portstr, "%d", cfg->port);
+  if (evutil_getaddrinfo(cfg->host, portstr, &hints, &ai) != 0 || !ai) {
+    rc = eldr_diag_fail(d, ELDR_EINVAL, "cannot resolve listen address %s", cfg->host);
+    goto fail;
+  }
+  s->lis = evconnlistener_new_bind(s->base, accept_cb, s,
+                                   LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC,
+                                   1024, ai->ai_addr, (int)ai->ai_addrlen);
+  evutil_freeaddrinfo(ai);
+  if (!s->lis) {
+    rc = eldr_diag_fail(d, ELDR_EIO, "cannot listen on %s:%d: %s", cfg->host, cfg->port, strerror(errno));
+    goto fail;
+  }
+  struct sockaddr_storage ss;
+  socklen_t sl = sizeof ss;
+  getsockname(evconnlistener_get_fd(s->lis), (struct sockaddr *)&ss, &sl);
+  s->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                           : ((struct sockaddr_in *)&ss)->sin_port);
+  s->ev_stop = event_new(s->base, -1, 0, stop_cb, s);
+  s->ev_reload = event_new(s->base, -1, 0, reload_cb, s);
+  if (!s->ev_stop || !s->ev_reload) {
+    rc = ELDR_ENOMEM;
+    goto fail;
+  }
+  if (cfg->health_interval_s > 0) {
+    s->ev_health = event_new(s->base, -1, EV_PERSIST, health_tick, s);
+    struct timeval tv = tv_of(cfg->health_interval_s);
+    if (!s->ev_health || event_add(s->ev_health, &tv)) {
+      rc = ELDR_ENOMEM;
+      goto fail;
+    }
+  }
+  if (cfg->handle_signals) {
+    s->sig_hup = evsignal_new(s->base, SIGHUP, reload_cb, s);
+    s->sig_int = evsignal_new(s->base, SIGINT, stop_cb, s);
+    s->sig_term = evsignal_new(s->base, SIGTERM, stop_cb, s);
+    if (!s->sig_hup || !s->sig_int || !s->sig_term || event_add(s->sig_hup, NULL) ||
+        event_add(s->sig_int, NULL) || event_add(s->sig_term, NULL)) {
+      rc = ELDR_ENOMEM;
+      goto fail;
+    }
+  }
+  *out = s;
+  return 0;
+fail:
+  eldr_server_free(s);
+  return rc;
+}
+
+int eldr_server_port(const eldr_server *s) { return s ? s->port : -1; }
+
+int eldr_server_run(eldr_server *s) {
+  logf_(s, "eldr serve listening on %s:%d (%zu prefill, %zu decode workers, policy %s, artifact %s)",
+        s->cfg.host, s->port, s->nw[0], s->nw[1], eldr_policy_name(s->cfg.policy),
+        s->art ? s->cfg.artifact : "none");
+  return event_base_dispatch(s->base) < 0 ? ELDR_EIO : 0;
+}
+
+void eldr_server_stop(eldr_server *s) {
+  if (s && s->ev_stop) event_active(s->ev_stop, EV_TIMEOUT, 0);
+}
+
+void eldr_server_reload(eldr_server *s) {
+  if (s && s->ev_reload) event_active(s->ev_reload, EV_TIMEOUT, 0);
+}
+
+void eldr_server_free(eldr_server *s) {
+  if (!s) return;
+  while (s->conns) conn_free(s->conns);
+  if (s->lis) evconnlistener_free(s->lis);
+  struct event *evs[] = {s->ev_stop, s->ev_reload, s->ev_health, s->sig_hup, s->sig_int, s->sig_term};
+  for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)
+    if (evs[i]) event_free(evs[i]);
+  while (s->all_workers) {
+    worker *w = s->all_workers;
+    s->all_workers = w->next_all;
+    worker_free(w);
+  }
+  free(s->w[0]);
+  free(s->w[1]);
+  /* run deferred connection frees */
+  if (s->base) {
+    for (int i = 0; i < 4; i++) event_base_loop(s->base, EVLOOP_NONBLOCK);
+    event_base_free(s->base);
+  }
+  eldr_sigcache_free(s->cache);
+  eldr_artifact_free(s->art);
+  free(s->counts);
+  free(s->blockscratch);
+  free(s->sig);
+  free(s->npy);
+  free(s->ids);
+  free(s->hashes);
+  free(s->loads);
+  free(s->healthy);
+  eldr_serve_config_free(&s->cfg);
+  free(s);
+}

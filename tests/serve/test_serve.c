@@ -1,0 +1,915 @@
+/* test_serve.c — eldr serve end to end over real loopback sockets, against
+ * fixture workers (tests/support) that speak vLLM's PD protocol and record
+ * what they receive. Waits are on conditions with deadlines. */
+#include <arpa/inet.h>
+#include <jansson.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <math.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "eldr/artifact.h"
+#include "eldr/routed_experts.h"
+#include "eldr/serve.h"
+#include "eldr/sigcache.h"
+#include "support/fixture.h"
+
+static const eldr_shape SH = {4, 8, 2};
+
+/* routed_experts of n tokens all choosing experts {e0, e0+1} on every layer */
+static char *routed(size_t n, const eldr_shape *s, int e0) {
+  size_t LK = (size_t)s->num_layers * s->top_k;
+  uint16_t *sel = malloc((n ? n : 1) * LK * sizeof *sel);
+  for (size_t t = 0; t < n; t++)
+    for (size_t i = 0; i < LK; i++) sel[t * LK + i] = (uint16_t)(e0 + (int)(i % s->top_k));
+  char *out = NULL;
+  size_t len;
+  assert_int_equal(eldr_routed_experts_encode(sel, n, s, ELDR_SEL_U8, &out, &len), 0);
+  free(sel);
+  return out;
+}
+
+/* Artifact with 2 centroids: experts 0-3 and experts 4-7 of every layer. */
+static char *make_artifact(const eldr_shape *s, const char *tag) {
+  eldr_artifact *a = eldr_artifact_new("fixture", s, NULL, ELDR_REPR_COUNT, 0, NULL, 2);
+  assert_non_null(a);
+  for (size_t c = 0; c < 2; c++)
+    for (size_t l = 0; l < s->num_layers; l++)
+      for (size_t e = 0; e < s->num_experts; e++)
+        a->centroids[c * a->dim + l * s->num_experts + e] = (e / (s->num_experts / 2) == c) ? 1.0f : 0.0f;
+  for (size_t c = 0; c < 2; c++) {
+    double n = 0;
+    for (size_t j = 0; j < a->dim; j++) n += a->centroids[c * a->dim + j] * a->centroids[c * a->dim + j];
+    for (size_t j = 0; j < a->dim; j++) a->centroids[c * a->dim + j] /= (float)sqrt(n);
+    a->cluster_sizes[c] = 1;
+  }
+  a->tau = 0.1;
+  a->fit_n = 2;
+  a->fit_balanced = 1;
+  char *path = malloc(256);
+  snprintf(path, 256, "/tmp/eldr_test_serve_%d_%s.json", (int)getpid(), tag);
+  eldr_diag d = {{0}};
+  assert_int_equal(eldr_artifact_save(path, a, &d), 0);
+  eldr_artifact_free(a);
+  return path;
+}
+
+static void base_cfg(eldr_serve_config *c) {
+  eldr_serve_config_init(c);
+  c->health_interval_s = 0;
+  c->header_timeout_s = 2;
+  c->retries = 2;
+  c->policy = ELDR_POLICY_JSQ;
+}
+
+static void add(eldr_serve_config *c, int decode, fx_worker *w) {
+  assert_int_equal(eldr_serve_config_add_worker(c, decode, fx_url(w), NULL), 0);
+}
+
+static json_t *jbody(const tc_resp *r) {
+  json_t *j = json_loadb(r->body, r->body_len, 0, NULL);
+  if (!j) fail_msg("not JSON (status %d): %s", r->status, r->body);
+  return j;
+}
+
+static json_t *jrec(fx_worker *w, const char *path, long i, fx_record *rec) {
+  assert_int_equal(fx_get(w, path, i, rec), 0);
+  json_t *j = json_loadb(rec->body, rec->body_len, 0, NULL);
+  assert_non_null(j);
+  return j;
+}
+
+static void expect_error(const tc_resp *r, int status, const char *word) {
+  if (r->status != status) fail_msg("status %d, expected %d: %s", r->status, status, r->body);
+  json_t *j = jbody(r);
+  json_t *e = json_object_get(j, "error");
+  assert_true(json_is_object(e));
+  const char *msg = json_string_value(json_object_get(e, "message"));
+  assert_non_null(msg);
+  if (word && !strstr(msg, word)) fail_msg("message '%s' lacks '%s'", msg, word);
+  assert_int_equal(json_integer_value(json_object_get(e, "code")), status);
+  json_decref(j);
+}
+
+#define SERIES(...) (snprintf(series, sizeof series, __VA_ARGS__), series)
+
+/* ---- the two-leg flow ------------------------------------------------------ */
+
+static void test_two_leg_flow(void **st) {
+  (void)st;
+  fx_worker *p = fx_start(NULL), *d = fx_start(NULL);
+  eldr_serve_config c;
+  base_cfg(&c);
+  add(&c, 0, p);
+  add(&c, 1, d);
+  rt_router r;
+  assert_int_equal(rt_start(&r, &c), 0);
+  const char *body = "{\"model\":\"m\",\"prompt\":\"Tell me about the moon\",\"max_tokens\":20,\"min_tokens\":3,"
+                     "\"stream\":false,\"stream_options\":{\"include_usage\":true},\"temperature\":0.5}";
+  tc_resp resp;
+  assert_int_equal(tc_post(r.port, "/v1/completions", body, "X-Request-Id: req-42\r\nAuthorization: Bearer sekret\r\n", &resp), 0);
+  assert_int_equal(resp.status, 200);
+  json_t *j = jbody(&resp);
+  assert_string_equal(json_string_value(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "text")), "Hello world!");
+  json_decref(j);
+  char v[128];
+  assert_int_equal(tc_header(&resp, "X-Request-Id", v, sizeof v), 0);
+  assert_string_equal(v, "req-42");
+  tc_free(&resp);
+  /* prefill leg: exact rewrite */
+  fx_record pr, dr;
+  json_t *pj = jrec(p, "/v1/completions", 0, &pr);
+  json_t *want = json_loads("{\"model\":\"m\",\"prompt\":\"Tell me about the moon\",\"max_tokens\":1,\"stream\":false,"
+                            "\"temperature\":0.5,\"kv_transfer_params\":{\"do_remote_decode\":true,"
+                            "\"do_remote_prefill\":false,\"remote_engine_id\":null,\"remote_block_ids\":null,"
+                            "\"remote_host\":null,\"remote_port\":null}}", 0, NULL);
+  if (!json_equal(pj, want)) fail_msg("prefill body: %s", pr.body);
+  assert_string_equal(pr.request_id, "req-42");
+  assert_string_equal(pr.authorization, "Bearer sekret");
+  assert_string_equal(pr.method, "POST");
+  /* decode leg: the original body plus the prefill's kv_transfer_params verbatim */
+  json_t *dj = jrec(d, "/v1/completions", 0, &dr);
+  json_t *orig = json_loads(body, 0, NULL);
+  char kv[512];
+  snprintf(kv, sizeof kv, "{\"do_remote_prefill\":true,\"do_remote_decode\":false,\"remote_engine_id\":\"%s\","
+           "\"remote_block_ids\":[3,5,8],\"remote_host\":\"127.0.0.1\",\"remote_port\":%d,\"tp_size\":1}",
+           fx_url(p), fx_port(p));
+  json_object_set_new(orig, "kv_transfer_params", json_loads(kv, 0, NULL));
+  if (!json_equal(dj, orig)) fail_msg("decode body: %s", dr.body);
+  assert_string_equal(dr.request_id, "req-42");
+  assert_string_equal(dr.authorization, "Bearer sekret");
+  assert_int_equal(fx_count(p, "/v1/completions"), 1);
+  assert_int_equal(fx_count(d, "/v1/completions"), 1);
+  json_decref(pj);
+  json_decref(dj);
+  json_decref(want);
+  json_decref(orig);
+  fx_record_free(&pr);
+  fx_record_free(&dr);
+  /* chat, max_completion_tokens, generated request id shared by both legs */
+  const char *chat = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_completion_tokens\":9}";
+  assert_int_equal(tc_post(r.port, "/v1/chat/completions", chat, NULL, &resp), 0);
+  assert_int_equal(resp.status, 200);
+  assert_int_equal(tc_header(&resp, "X-Request-Id", v, sizeof v), 0);
+  assert_true(strncmp(v, "eldr-", 5) == 0);
+  tc_free(&resp);
+  pj = jrec(p, "/v1/chat/completions", 0, &pr);
+  dj = jrec(d, "/v1/chat/completions", 0, &dr);
+  assert_int_equal(json_integer_value(json_object_get(pj, "max_completion_tokens")), 1);
+  assert_int_equal(json_integer_value(json_object_get(pj, "max_tokens")), 1);
+  assert_int_equal(json_integer_value(json_object_get(dj, "max_completion_tokens")), 9);
+  assert_null(json_object_get(dj, "max_tokens"));
+  assert_string_equal(pr.request_id, v);
+  assert_string_equal(dr.request_id, v);
+  assert_string_equal(pr.authorization, "");
+  json_decref(pj);
+  json_decref(dj);
+  fx_record_free(&pr);
+  fx_record_free(&dr);
+  /* /v1/models passes through; /health is ready */
+  assert_int_equal(tc_get(r.port, "/v1/models", &resp), 0);
+  assert_int_equal(resp.status, 200);
+  assert_non_null(strstr(resp.body, "fixture-model"));
+  tc_free(&resp);
+  assert_int_equal(tc_get(r.port, "/health", &resp), 0);
+  assert_int_equal(resp.status, 200);
+  assert_non_null(strstr(resp.body, "\"status\":\"ok\""));
+  tc_free(&resp);
+  char series[256];
+  assert_int_equal(rt_metric(r.port, "eldr_requests_total{policy=\"jsq\",decision=\"load\",outcome=\"ok\"}"), 2);
+  assert_int_equal(rt_metric(r.port, SERIES("eldr_worker_requests_total{role=\"decode\",worker=\"%s\"}", fx_url(d))), 3); /* 2 decode legs + /v1/models */
+  assert_int_equal(rt_metric(r.port, SERIES("eldr_worker_inflight{role=\"decode\",worker=\"%s\"}", fx_url(d))), 0);
+  assert_true(rt_metric(r.port, "eldr_request_seconds_count") >= 2);
+  rt_stop(&r);
+  eldr_serve_config_free(&c);
+  fx_free(p);
+  fx_free(d);
+}
+
+/* ---- streaming ------------------------------------------------------------- */
+
+static void test_streaming_relay(void **st) {
+  (void)st;
+  static const char *const chunks[] = {"data: {\"a\":", "1}\n\n", "data: {\"b\":\"\xc3\xa9\\n\"}\n\n: comment\n\n", "data: [DONE]\n\n"};
+  fx_behaviour db = fx_defaults();
+  db.chunks = chunks;
+  db.n_chunks = 4;
+  fx_worker *p = fx_start(NULL), *d = fx_start(&db);
+  eldr_serve_config c;
+  base_cfg(&c);
+  add(&c, 0, p);
+  add(&c, 1, d);
+  rt_router r;
+  assert_int_equal(rt_start(&r, &c), 0);
+  tc_resp resp;
+  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"x\",\"stream\":true,\"max_tokens\":5}", NULL, &resp), 0);
+  assert_int_equal(resp.status, 200);
+  assert_true(resp.chunked);
+  char v[128];
+  assert_int_equal(tc_header(&resp, "Content-Type", v, sizeof v), 0);
+  assert_string_equal(v, "text/event-stream");
+  char want[512] = "";
+  for (int i = 0; i < 4; i++) strcat(want, chunks[i]);
+  assert_int_equal(resp.body_len, strlen(want));
+  assert_memory_equal(resp.body, want, resp.body_len);
+  tc_free(&resp);
+  /* the prefill leg was non-streaming; the decode leg kept stream=true */
+  fx_record rec;
+  json_t *pj = jrec(p, "/v1/completions", 0, &rec);
+  assert_true(json_is_false(json_object_get(pj, "stream")));
+  json_decref(pj);
+  fx_record_free(&rec);
+  pj = jrec(d, "/v1/completions", 0, &rec);
+  assert_true(json_is_true(json_object_get(pj, "stream")));
+  json_decref(pj);
+  fx_record_free(&rec);
+  /* HTTP/1.0 client: raw stream until close */
+  const char *b = "{\"prompt\":\"x\",\"stream\":true}";
+  char raw[512];
+  int n = snprintf(raw, sizeof raw, "POST /v1/completions HTTP/1.0\r\nContent-Length: %zu\r\n\r\n%s", strlen(b), b);
+  assert_int_equal(tc_raw(r.port, raw, (size_t)n, 10, &resp), 0);
+  assert_int_equal(resp.status, 200);
+  assert_false(resp.chunked);
+  assert_memory_equal(resp.body, want, strlen(want));
+  tc_free(&resp);
+  /* mid-stream failure: the stream ends with an SSE error event */
+  db.die_after_chunks = 2;
+  fx_set(d, &db);
+  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"y\",\"stream\":true}", NULL, &resp), 0);
+  assert_int_equal(resp.status, 200);
+  assert_true(resp.chunked);
+  char part[128];
+  snprintf(part, sizeof part, "%s%s", chunks[0], chunks[1]);
+  assert_memory_equal(resp.body, part, strlen(part));
+  assert_non_null(strstr(resp.body + strlen(part), "data: {\"error\":"));
+  tc_free(&resp);
+  assert_int_equal(rt_metric(r.port, "eldr_requests_total{policy=\"jsq\",decision=\"load\",outcome=\"stream_aborted\"}"), 1);
+  rt_stop(&r);
+  eldr_serve_config_free(&c);
+  fx_free(p);
+  fx_free(d);
+}
+
+/* ---- decisions and fallbacks ---------------------------------------------- */
+
+static int served_by(const tc_resp *r) {
+  json_t *j = jbody(r);
+  int port = (int)json_integer_value(json_object_get(j, "served_by"));
+  json_decref(j);
+  return port;
+}
+
+static void test_locality_and_fallbacks(void **st) {
+  (void)st;
+  char *art = make_artifact(&SH, "loc");
+  char *lo = routed(5, &SH, 0), *hi = routed(5, &SH, 6);
+  eldr_shape other = {5, 8, 2};
+  char *wrong = routed(5, &other, 0);
+  fx_behaviour pb = fx_defaults();
+  pb.routed_experts = hi;
+  fx_worker *p = fx_start(&pb), *d0 = fx_start(NULL), *d1 = fx_start(NULL);
+  eldr_serve_config c;
+  base_cfg(&c);
+  c.policy = ELDR_POLICY_ELDR;
+  c.artifact = strdup(art);
+  add(&c, 0, p);
+  add(&c, 1, d0);
+  add(&c, 1, d1);
+  rt_router r;
+  assert_int_equal(rt_start(&r, &c), 0);
+  tc_resp resp;
+  /* experts 6,7 -> centroid 1 -> decoder 1, although decoder 0 is the JSQ choice */
+  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
+  assert_int_equal(resp.status, 200);
+  assert_int_equal(served_by(&resp), fx_port(d1));
+  tc_free(&resp);
+  pb.routed_experts = lo;
+  fx_set(p, &pb);
+  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
+  assert_int_equal(served_by(&resp), fx_port(d0));
+  tc_free(&resp);
+  assert_int_equal(rt_metric(r.port, "eldr_requests_total{policy=\"eldr\",decision=\"locality\",outcome=\"ok\"}"), 2);
+  /* fallbacks: each request still served, counted by reason */
+  const char *bad_b64 = "!!not base64!!";
+  struct {
+    const char *re;
+    const char *reason;
+  } fb[] = {{NULL, "no_routed_experts"}, {bad_b64, "malformed"}, {wrong, "shape_mismatch"}, {"", "malformed"}};
+  for (size_t i = 0; i < 4; i++) {
+    pb.routed_experts = fb[i].re;
+    fx_set(p, &pb);
+    assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
+    assert_int_equal(resp.status, 200);
+    tc_free(&resp);
+  }
+  assert_int_equal(rt_metric(r.port, "eldr_fallback_total{reason=\"no_routed_experts\"}"), 1);
+  assert_int_equal(rt_metric(r.port, "eldr_fallback_total{reason=\"malformed\"}"), 2);
+  assert_int_equal(rt_metric(r.port, "eldr_fallback_total{reason=\"shape_mismatch\"}"), 1);
+  assert_int_equal(rt_metric(r.port, "eldr_requests_total{policy=\"eldr\",decision=\"load\",outcome=\"ok\"}"), 4);
+  /* prefill reply without kv_transfer_params: decode leg as the client sent it */
+  pb.routed_experts = lo;
+  pb.no_kv_params = 1;
+  fx_set(p, &pb);
+  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
+  assert_int_equal(resp.status, 200);
+  tc_free(&resp);
+  assert_int_equal(rt_metric(r.port, "eldr_prefill_without_kv_params_total"), 1);
+  /* a prefill reply that is not JSON is an upstream failure (retried, then 502) */
+  pb.raw_reply = "not json";
+  fx_set(p, &pb);
+  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
+  expect_error(&resp, 502, "prefill");
+  tc_free(&resp);
+  rt_stop(&r);
+  assert_non_null(strstr(r.log, "logged once"));
+  eldr_serve_config_free(&c);
+  /* no artifact: load-only, counted */
+  pb = fx_defaults();
+  pb.routed_experts = lo;
+  fx_set(p, &pb);
+  base_cfg(&c);
+  c.policy = ELDR_POLICY_ELDR;
+  add(&c, 0, p);
+  add(&c, 1, d0);
+  assert_int_equal(rt_start(&r, &c), 0);
+  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
+  assert_int_equal(resp.status, 200);
+  tc_free(&resp);
+  assert_int_equal(rt_metric(r.port, "eldr_fallback_total{reason=\"no_artifact\"}"), 1);
+  assert_int_equal(rt_metric(r.port, "eldr_artifact_loaded"), 0);
+  rt_stop(&r);
+  eldr_serve_config_free(&c);
+  /* artifact that cannot be used: refused at start with a message */
+  base_cfg(&c);
+  add(&c, 0, p);
+  add(&c, 1, d0);
+  c.artifact = strdup("/nonexistent/artifact.json");
+  eldr_server *s = NULL;
+  eldr_diag dg = {{0}};
+  assert_true(eldr_server_new(&c, &s, &dg) < 0);
+  assert_null(s);
+  assert_true(dg.msg[0] != 0);
+  eldr_serve_config_free(&c);
+  fx_free(p);
+  fx_free(d0);
+  fx_free(d1);
+  unlink(art);
+  free(art);
+  free(lo);
+  free(hi);
+  free(wrong);
+}
+
+/* The router completes a signature from its block cache when the engine
+ * leaves prefix-cached tokens out, and decides exactly as without cache. */
+static void test_sigcache_completion(void **st) {
+  (void)st;
+  char *art = make_artifact(&SH, "cache");
+  /* a 48-token prompt: 3 blocks */
+  char prompt[1024] = "";
+  for (int i = 0; i < 48; i++) {
+    char w[16];
+    snprintf(w, sizeof w, "w%d ", i);
+    strcat(prompt, w);
+  }
+  size_t P = eldr_tokenize(prompt, strlen(prompt), NULL, 0);
+  assert_int_equal(P, 48);
+  /* first request: all 48 rows, the first 32 tokens on experts 6,7, the last 16 on 0,1 */
+  size_t LK = SH.num_layers * SH.top_k;
+  uint16_t sel[48 * 8];
+  for (size_t t = 0; t < 48; t++)
+    for (size_t i = 0; i < LK; i++) sel[t * LK + i] = (uint16_t)((t < 32 ? 6 : 0) + (int)(i % 2));
+  char *all = NULL, *tail = NULL;
+  size_t len;
+  assert_int_equal(eldr_routed_experts_encode(sel, 48, &SH, ELDR_SEL_U8, &all, &len), 0);
+  assert_int_equal(eldr_routed_experts_encode(sel + 32 * LK, 16, &SH, ELDR_SEL_U8, &tail, &len), 0);
+  fx_behaviour pb = fx_defaults();
+  pb.routed_experts = all;
+  pb.prompt_tokens = 48;
+  pb.cached_tokens = 0;
+  fx_worker *p = fx_start(&pb), *d0 = fx_start(NULL), *d1 = fx_start(NULL);
+  eldr_serve_config c;
+  base_cfg(&c);
+  c.policy = ELDR_POLICY_ELDR;
+  c.artifact = strdup(art);
+  add(&c, 0, p);
+  add(&c, 1, d0);
+  add(&c, 1, d1);
+  rt_router r;
+  assert_int_equal(rt_start(&r, &c), 0);
+  json_t *b = json_pack("{s:s}", "prompt", prompt);
+  char *body = json_dumps(b, JSON_COMPACT);
+  json_decref(b);
+  tc_resp resp;
+  assert_int_equal(tc_post(r.port, "/v1/completions", body, NULL, &resp), 0);
+  assert_int_equal(served_by(&resp), fx_port(d1)); /* 32 of 48 tokens on experts 6,7 */
+  tc_free(&resp);
+  assert_int_equal(rt_metric(r.port, "eldr_sigcache_rows"), 3);
+  /* second request: the engine cached 32 tokens and returns only the 16 on experts 0,1.
+   * Without the cache the router would see only experts 0,1 and pick decoder 0. */
+  pb.routed_experts = tail;
+  pb.cached_tokens = 32;
+  fx_set(p, &pb);
+  assert_int_equal(tc_post(r.port, "/v1/completions", body, NULL, &resp), 0);
+  assert_int_equal(served_by(&resp), fx_port(d1));
+  tc_free(&resp);
+  assert_int_equal(rt_metric(r.port, "eldr_sigcache_hits_total"), 2);
+  assert_int_equal(rt_metric(r.port, "eldr_signature_blocks_missing_total"), 0);
+  rt_stop(&r);
+  eldr_serve_config_free(&c);
+  /* with the cache off the same reply routes by the partial signature (decoder 0) */
+  base_cfg(&c);
+  c.policy = ELDR_POLICY_ELDR;
+  c.artifact = strdup(art);
+  c.sigcache_rows = 0;
+  add(&c, 0, p);
+  add(&c, 1, d0);
+  add(&c, 1, d1);
+  assert_int_equal(rt_start(&r, &c), 0);
+  assert_int_equal(tc_post(r.port, "/v1/completions", body, NULL, &resp), 0);
+  assert_int_equal(served_by(&resp), fx_port(d0));
+  tc_free(&resp);
+  assert_int_equal(rt_metric(r.port, "eldr_signature_blocks_missing_total"), 2);
+  rt_stop(&r);
+  eldr_serve_config_free(&c);
+  free(body);
+  free(all);
+  free(tail);
+  fx_free(p);
+  fx_free(d0);
+  fx_free(d1);
+  unlink(art);
+  free(art);
+}
+
+static void test_splice(void **st) {
+  (void)st;
+  uint16_t pre[3 * 8], dec[5 * 8];
+  for (int i = 0; i < 24; i++) pre[i] = (uint16_t)(i % 8);
+  for (int i = 0; i < 40; i++) dec[i] = 5;
+  char *pb64 = NULL, *db64 = NULL;
+  size_t len;
+  assert_int_equal(eldr_routed_experts_encode(pre, 3, &SH, ELDR_SEL_U8, &pb64, &len), 0);
+  assert_int_equal(eldr_routed_experts_encode(dec, 5, &SH, ELDR_SEL_U8, &db64, &len), 0);
+  fx_behaviour pb = fx_defaults(), db = fx_defaults();
+  pb.routed_experts = pb64;
+  pb.prompt_tokens = 3;
+  db.decode_routed_experts = db64;
+  fx_worker *p = fx_start(&pb), *d = fx_start(&db);
+  eldr_serve_config c;
+  base_cfg(&c);
+  add(&c, 0, p);
+  add(&c, 1, d);
+  rt_router r;
+  assert_int_equal(rt_start(&r, &c), 0);
+  tc_resp resp;
+  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a b c\",\"return_routed_experts\":true}", NULL, &resp), 0);
+  assert_int_equal(resp.status, 200);
+  json_t *j = jbody(&resp);
+  const char *re = json_string_value(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "routed_experts"));
+  assert_non_null(re);
+  uint16_t *sel = NULL;
+  size_t nt;
+  eldr_shape os;
+  assert_int_equal(eldr_routed_experts_decode(re, strlen(re), &SH, &sel, &nt, &os, NULL), 0);
+  assert_int_equal(nt, 5);
+  assert_memory_equal(sel, pre, sizeof pre);
+  assert_memory_equal(sel + 24, dec + 24, 16 * sizeof *sel);
+  free(sel);
+  json_decref(j);
+  tc_free(&resp);
+  /* not asked: relayed unchanged */
+  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a b c\"}", NULL, &resp), 0);
+  j = jbody(&resp);
+  re = json_string_value(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "routed_experts"));
+  assert_string_equal(re, db64);
+  json_decref(j);
+  tc_free(&resp);
+  rt_stop(&r);
+  eldr_serve_config_free(&c);
+  fx_free(p);
+  fx_free(d);
+  free(pb64);
+  free(db64);
+}
+
+/* ---- faults ---------------------------------------------------------------- */
+
+static void test_retries(void **st) {
+  (void)st;
+  fx_behaviour bad = fx_defaults();
+  bad.status = 500;
+  fx_worker *pa = fx_start(&bad), *pbw = fx_start(NULL);
+  fx_behaviour dead = fx_defaults();
+  dead.close_without_reply = 1;
+  fx_worker *d0 = fx_start(&dead), *d1 = fx_start(NULL);
+  eldr_serve_config c;
+  base_cfg(&c);
+  add(&c, 0, pa);
+  add(&c, 0, pbw);
+  add(&c, 1, d0);
+  add(&c, 1, d1);
+  rt_router r;
+  assert_int_equal(rt_start(&r, &c), 0);
+  tc_resp resp;
+  for (int i = 0; i < 8; i++) {
+    char b[64];
+    snprintf(b, sizeof b, "{\"prompt\":\"prompt number %d\"}", i);
+    assert_int_equal(tc_post(r.port, "/v1/completions", b, NULL, &resp), 0);
+    assert_int_equal(resp.status, 200);
+    assert_int_equal(served_by(&resp), fx_port(d1));
+    tc_free(&resp);
+  }
+  /* every prefill that hit the failing worker was retried on the other */
+  size_t fails = fx_count(pa, "/v1/completions");
+  assert_int_equal(rt_metric(r.port, "eldr_retries_total{leg=\"prefill\"}"), (double)fails);
+  assert_int_equal(fx_count(pbw, "/v1/completions"), 8);
+  /* JSQ picks decoder 0 first (index tie-break): all 8 retried on decoder 1 with the same kv_transfer_params */
+  assert_int_equal(rt_metric(r.port, "eldr_retries_total{leg=\"decode\"}"), 8);
+  fx_record a, b;
+  json_t *ja = jrec(d0, "/v1/completions", -1, &a), *jb = jrec(d1, "/v1/completions", -1, &b);
+  assert_true(json_equal(json_object_get(ja, "kv_transfer_params"), json_object_get(jb, "kv_transfer_params")));
+  assert_string_equal(a.request_id, b.request_id);
+  json_decref(ja);
+  json_decref(jb);
+  fx_record_free(&a);
+  fx_record_free(&b);
+  /* every decoder failing: 502 with a clear message */
+  fx_set(d1, &bad);
+  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"z\"}", NULL, &resp), 0);
+  expect_error(&resp, 502, "decode");
+  tc_free(&resp);
+  /* a 4xx from the worker is the client's error: relayed, not retried */
+  fx_behaviour four = fx_defaults();
+  four.status = 400;
+  fx_set(pa, &four);
+  fx_set(pbw, &four);
+  double before = rt_metric(r.port, "eldr_retries_total{leg=\"prefill\"}");
+  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"z\"}", NULL, &resp), 0);
+  assert_int_equal(resp.status, 400);
+  assert_non_null(strstr(resp.body, "fixture failure"));
+  tc_free(&resp);
+  assert_int_equal(rt_metric(r.port, "eldr_retries_total{leg=\"prefill\"}"), before);
+  rt_stop(&r);
+  eldr_serve_config_free(&c);
+  fx_free(pa);
+  fx_free(pbw);
+  fx_free(d0);
+  fx_free(d1);
+}
+
+static void test_timeouts_and_disconnect(void **st) {
+  (void)st;
+  fx_behaviour hang = fx_defaults();
+  hang.hang = 1;
+  fx_worker *p = fx_start(&hang), *d = fx_start(&hang);
+  eldr_serve_config c;
+  base_cfg(&c);
+  c.prefill_timeout_s = 0.3;
+  c.decode_timeout_s = 0.3;
+  c.retries = 0;
+  add(&c, 0, p);
+  add(&c, 1, d);
+  rt_router r;
+  assert_int_equal(rt_start(&r, &c), 0);
+  tc_resp resp;
+  double t0 = fx_now();
+  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
+  expect_error(&resp, 504, "timed out");
+  assert_true(fx_now() - t0 < 5);
+  tc_free(&resp);
+  /* decode leg timeout */
+  fx_set(p, &(fx_behaviour){.prompt_tokens = -1, .cached_tokens = -1});
+  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
+  expect_error(&resp, 504, "decode");
+  tc_free(&resp);
+  assert_int_equal(rt_metric(r.port, "eldr_requests_total{policy=\"jsq\",decision=\"load\",outcome=\"timeout\"}"), 1);
+  assert_int_equal(rt_metric(r.port, "eldr_requests_total{policy=\"jsq\",decision=\"none\",outcome=\"timeout\"}"), 1);
+  rt_stop(&r);
+  eldr_serve_config_free(&c);
+  /* client disconnect cancels the upstream leg */
+  base_cfg(&c);
+  c.decode_timeout_s = 60;
+  add(&c, 0, p);
+  add(&c, 1, d);
+  assert_int_equal(rt_start(&r, &c), 0);
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in sa = {0};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons((uint16_t)r.port);
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+  const char *req = "POST /v1/completions HTTP/1.1\r\nContent-Length: 14\r\n\r\n{\"prompt\":\"a\"}";
+  assert_int_equal(send(fd, req, strlen(req), 0), (ssize_t)strlen(req));
+  size_t before = fx_count(d, "/v1/completions");
+  assert_int_equal(fx_wait(d, "/v1/completions", before + 1, 10), 0);
+  char series[256];
+  assert_int_equal(rt_metric(r.port, SERIES("eldr_worker_inflight{role=\"decode\",worker=\"%s\"}", fx_url(d))), 1);
+  close(fd);
+  assert_int_equal(rt_wait_metric(r.port, "eldr_client_disconnects_total", 1, 10), 0);
+  assert_int_equal(rt_wait_metric_le(r.port, SERIES("eldr_worker_inflight{role=\"decode\",worker=\"%s\"}", fx_url(d)), 0, 10), 0);
+  assert_int_equal(rt_metric(r.port, "eldr_requests_total{policy=\"jsq\",decision=\"load\",outcome=\"cancelled\"}"), 1);
+  rt_stop(&r);
+  eldr_serve_config_free(&c);
+  fx_free(p);
+  fx_free(d);
+}
+
+static void test_worker_killed_and_health(void **st) {
+  (void)st;
+  fx_worker *p = fx_start(NULL), *d0 = fx_start(NULL), *d1 = fx_start(NULL);
+  eldr_serve_config c;
+  base_cfg(&c);
+  c.policy = ELDR_POLICY_RR;
+  c.health_interval_s = 0.05;
+  c.eject_after = 2;
+  c.connect_timeout_s = 1;
+  add(&c, 0, p);
+  add(&c, 1, d0);
+  add(&c, 1, d1);
+  rt_router r;
+  assert_int_equal(rt_start(&r, &c), 0);
+  tc_resp resp;
+  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
+  assert_int_equal(resp.status, 200);
+  tc_free(&resp);
+  int port1 = fx_port(d1);
+  char url1[64];
+  snprintf(url1, sizeof url1, "%s", fx_url(d1));
+  fx_stop(d1); /* killed mid-run */
+  for (int i = 0; i < 6; i++) {
+    assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
+    assert_int_equal(resp.status, 200);
+    assert_int_equal(served_by(&resp), fx_port(d0));
+    tc_free(&resp);
+  }
+  char series[256];
+  assert_int_equal(rt_wait_metric(r.port, SERIES("eldr_worker_ejections_total{role=\"decode\",worker=\"%s\"}", url1), 1, 10), 0);
+  assert_int_equal(rt_wait_metric_le(r.port, SERIES("eldr_worker_healthy{role=\"decode\",worker=\"%s\"}", url1), 0, 10), 0);
+  /* the worker comes back on the same port: re-admitted by the health checks */
+  fx_worker *d1b = fx_start_port(NULL, port1);
+  assert_non_null(d1b);
+  assert_int_equal(rt_wait_metric(r.port, SERIES("eldr_worker_healthy{role=\"decode\",worker=\"%s\"}", url1), 1, 10), 0);
+  int seen1 = 0;
+  for (int i = 0; i < 4; i++) {
+    assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
+    assert_int_equal(resp.status, 200);
+    seen1 |= served_by(&resp) == port1;
+    tc_free(&resp);
+  }
+  assert_true(seen1);
+  assert_non_null(strstr(r.log, "re-admitted"));
+  /* every decoder down: /health says so */
+  fx_behaviour sick = fx_defaults();
+  sick.health_status = 503;
+  fx_set(d0, &sick);
+  fx_set(d1b, &sick);
+  assert_int_equal(rt_wait_metric_le(r.port, SERIES("eldr_worker_healthy{role=\"decode\",worker=\"%s\"}", fx_url(d0)), 0, 10), 0);
+  assert_int_equal(rt_wait_metric_le(r.port, SERIES("eldr_worker_healthy{role=\"decode\",worker=\"%s\"}", url1), 0, 10), 0);
+  assert_int_equal(tc_get(r.port, "/health", &resp), 0);
+  assert_int_equal(resp.status, 503);
+  assert_non_null(strstr(resp.body, "unavailable"));
+  tc_free(&resp);
+  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
+  expect_error(&resp, 503, "decode");
+  tc_free(&resp);
+  rt_stop(&r);
+  eldr_serve_config_free(&c);
+  fx_free(p);
+  fx_free(d0);
+  fx_free(d1);
+  fx_free(d1b);
+}
+
+/* ---- bad input ------------------------------------------------------------- */
+
+static void test_bad_input(void **st) {
+  (void)st;
+  fx_worker *p = fx_start(NULL), *d = fx_start(NULL);
+  eldr_serve_config c;
+  base_cfg(&c);
+  c.max_body = 4096;
+  c.max_header = 1024;
+  c.header_timeout_s = 0.3;
+  add(&c, 0, p);
+  add(&c, 1, d);
+  rt_router r;
+  assert_int_equal(rt_start(&r, &c), 0);
+  tc_resp resp;
+  /* a slow client holds its connection open while everyone else is served */
+  int slow = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in sa = {0};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons((uint16_t)r.port);
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  assert_int_equal(connect(slow, (struct sockaddr *)&sa, sizeof sa), 0);
+  assert_int_equal(send(slow, "POST /v1/compl", 14, 0), 14);
+  struct {
+    const char *body;
+    const char *path;
+    int status;
+    const char *word;
+  } js[] = {
+      {"{not json", "/v1/completions", 400, "invalid JSON"},
+      {"{\"prompt\":\"a\",\"stream\":\"yes\"}", "/v1/completions", 400, "stream"},
+      {"{\"prompt\":7}", "/v1/completions", 400, "prompt"},
+      {"{\"messages\":{}}", "/v1/chat/completions", 400, "messages"},
+      {"[]", "/v1/chat/completions", 400, "object"},
+      {"", "/v1/completions", 400, "JSON"},
+      {"{\"prompt\":\"a\"}", "/v2/nothing", 404, "unknown path"},
+  };
+  for (size_t i = 0; i < sizeof js / sizeof js[0]; i++) {
+    assert_int_equal(tc_post(r.port, js[i].path, js[i].body, NULL, &resp), 0);
+    expect_error(&resp, js[i].status, js[i].word);
+    assert_false(resp.closed); /* application errors keep the connection */
+    tc_free(&resp);
+  }
+  assert_int_equal(tc_get(r.port, "/v1/completions", &resp), 0);
+  expect_error(&resp, 405, "not allowed");
+  char v[64];
+  assert_int_equal(tc_header(&resp, "Allow", v, sizeof v), 0);
+  assert_string_equal(v, "POST");
+  tc_free(&resp);
+  struct {
+    const char *raw;
+    int status;
+  } raw[] = {
+      {"BLAH\r\n\r\n", 400},
+      {"GET / HTTP/3.0\r\n\r\n", 505},
+      {"POST /v1/completions HTTP/1.1\r\n\r\n", 411},
+      {"POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", 411},
+      {"POST /v1/completions HTTP/1.1\r\nContent-Length: 99999999\r\n\r\n{", 413},
+      {"DELETE /health HTTP/1.1\r\n\r\n", 405},
+      {"GET /health HTTP/1.1\r\nContent-Length: x\r\n\r\n", 400},
+  };
+  for (size_t i = 0; i < sizeof raw / sizeof raw[0]; i++) {
+    assert_int_equal(tc_raw(r.port, raw[i].raw, strlen(raw[i].raw), 10, &resp), 0);
+    expect_error(&resp, raw[i].status, NULL);
+    tc_free(&resp);
+  }
+  /* endless headers */
+  char big[4096];
+  int n = snprintf(big, sizeof big, "GET /health HTTP/1.1\r\n");
+  while (n < 3000) n += snprintf(big + n, sizeof big - (size_t)n, "X-Pad: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n");
+  assert_int_equal(tc_raw(r.port, big, (size_t)n, 10, &resp), 0);
+  expect_error(&resp, 431, "too large");
+  assert_true(resp.closed);
+  tc_free(&resp);
+  /* a body over the limit with a correct Content-Length */
+  char *large = malloc(8192);
+  memset(large, ' ', 8191);
+  large[8191] = 0;
+  large[0] = '{';
+  large[8190] = '}';
+  assert_int_equal(tc_post(r.port, "/v1/completions", large, NULL, &resp), 0);
+  expect_error(&resp, 413, "exceeds");
+  tc_free(&resp);
+  free(large);
+  /* slow headers: 408 after header_timeout; the slow client got its answer */
+  char buf[1024];
+  struct pollfd pf = {slow, POLLIN, 0};
+  assert_int_equal(poll(&pf, 1, 10000), 1);
+  ssize_t got = recv(slow, buf, sizeof buf - 1, 0);
+  assert_true(got > 0);
+  buf[got] = 0;
+  assert_non_null(strstr(buf, "HTTP/1.1 408"));
+  assert_non_null(strstr(buf, "\"error\""));
+  close(slow);
+  /* a body that never completes: 408 too */
+  const char *partial = "POST /v1/completions HTTP/1.1\r\nContent-Length: 100\r\n\r\n{\"pro";
+  assert_int_equal(tc_raw(r.port, partial, strlen(partial), 10, &resp), 0);
+  expect_error(&resp, 408, "not received");
+  tc_free(&resp);
+  /* pipelined requests on one connection are answered in order */
+  const char *pipe2 = "GET /health HTTP/1.1\r\n\r\nGET /nope HTTP/1.1\r\n\r\n";
+  assert_int_equal(tc_raw(r.port, pipe2, strlen(pipe2), 10, &resp), 0);
+  assert_int_equal(resp.status, 200);
+  tc_free(&resp);
+  /* and the server still serves */
+  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"fine\"}", NULL, &resp), 0);
+  assert_int_equal(resp.status, 200);
+  tc_free(&resp);
+  assert_true(rt_metric(r.port, "eldr_bad_requests_total{reason=\"malformed_json\"}") >= 2);
+  assert_int_equal(rt_metric(r.port, "eldr_bad_requests_total{reason=\"timeout\"}"), 2);
+  assert_int_equal(rt_metric(r.port, "eldr_bad_requests_total{reason=\"body_too_large\"}"), 3);
+  rt_stop(&r);
+  eldr_serve_config_free(&c);
+  fx_free(p);
+  fx_free(d);
+}
+
+/* ---- reload ---------------------------------------------------------------- */
+
+static void write_file(const char *path, const char *s) {
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs(s, f);
+  fclose(f);
+}
+
+static void test_reload(void **st) {
+  (void)st;
+  char *art = make_artifact(&SH, "reload");
+  eldr_shape big = {6, 8, 2};
+  char *art_big = make_artifact(&big, "reload_big");
+  char *lo = routed(3, &SH, 0);
+  fx_behaviour pb = fx_defaults();
+  pb.routed_experts = lo;
+  fx_worker *p = fx_start(&pb), *d0 = fx_start(NULL), *d1 = fx_start(NULL);
+  char cfgpath[256], doc[1024];
+  snprintf(cfgpath, sizeof cfgpath, "/tmp/eldr_test_serve_%d_cfg.json", (int)getpid());
+  snprintf(doc, sizeof doc, "{\"prefill\":[\"%s\"],\"decode\":[\"%s\"],\"policy\":\"eldr\",\"artifact\":\"%s\"}",
+           fx_url(p), fx_url(d0), art);
+  write_file(cfgpath, doc);
+  eldr_serve_config c;
+  base_cfg(&c);
+  eldr_diag dg = {{0}};
+  assert_int_equal(eldr_serve_config_load(&c, cfgpath, &dg), 0);
+  c.config_path = strdup(cfgpath);
+  rt_router r;
+  assert_int_equal(rt_start(&r, &c), 0);
+  tc_resp resp;
+  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
+  assert_int_equal(served_by(&resp), fx_port(d0));
+  tc_free(&resp);
+  /* new decode list: d1 only */
+  snprintf(doc, sizeof doc, "{\"decode\":[\"%s\"]}", fx_url(d1));
+  write_file(cfgpath, doc);
+  eldr_server_reload(r.srv);
+  assert_int_equal(rt_wait_metric(r.port, "eldr_reloads_total{result=\"ok\"}", 1, 10), 0);
+  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
+  assert_int_equal(served_by(&resp), fx_port(d1));
+  tc_free(&resp);
+  assert_int_equal(rt_metric(r.port, "eldr_requests_total{policy=\"eldr\",decision=\"locality\",outcome=\"ok\"}"), 2);
+  /* an artifact whose shape does not match the observed routed_experts is refused */
+  snprintf(doc, sizeof doc, "{\"artifact\":\"%s\"}", art_big);
+  write_file(cfgpath, doc);
+  eldr_server_reload(r.srv);
+  assert_int_equal(rt_wait_metric(r.port, "eldr_reloads_total{result=\"error\"}", 1, 10), 0);
+  /* a broken config file is refused too, the running state stays */
+  write_file(cfgpath, "{\"decode\": 5}");
+  eldr_server_reload(r.srv);
+  assert_int_equal(rt_wait_metric(r.port, "eldr_reloads_total{result=\"error\"}", 2, 10), 0);
+  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
+  assert_int_equal(resp.status, 200);
+  assert_int_equal(served_by(&resp), fx_port(d1));
+  tc_free(&resp);
+  assert_int_equal(rt_metric(r.port, "eldr_requests_total{policy=\"eldr\",decision=\"locality\",outcome=\"ok\"}"), 3);
+  rt_stop(&r);
+  assert_non_null(strstr(r.log, "refused"));
+  eldr_serve_config_free(&c);
+  fx_free(p);
+  fx_free(d0);
+  fx_free(d1);
+  unlink(cfgpath);
+  unlink(art);
+  unlink(art_big);
+  free(art);
+  free(art_big);
+  free(lo);
+}
+
+/* ---- the CLI ---------------------------------------------------------------- */
+
+static void test_cli(void **st) {
+  (void)st;
+  char cmd[512];
+  snprintf(cmd, sizeof cmd, "%s serve --help >/dev/null 2>&1", ELDR_BINARY);
+  assert_int_equal(WEXITSTATUS(system(cmd)), 0);
+  snprintf(cmd, sizeof cmd, "%s serve --port 0 2>/dev/null", ELDR_BINARY);
+  assert_int_equal(WEXITSTATUS(system(cmd)), 2); /* no workers */
+  snprintf(cmd, sizeof cmd, "%s serve --prefill ftp://x --decode http://a:1 2>/dev/null", ELDR_BINARY);
+  assert_int_equal(WEXITSTATUS(system(cmd)), 2);
+  snprintf(cmd, sizeof cmd, "%s serve --prefill http://127.0.0.1:1 --decode http://127.0.0.1:2 --policy best 2>/dev/null", ELDR_BINARY);
+  assert_int_equal(WEXITSTATUS(system(cmd)), 2);
+  snprintf(cmd, sizeof cmd, "%s serve --prefill http://127.0.0.1:1 --decode http://127.0.0.1:2 --artifact /nonexistent --port 0 2>/dev/null", ELDR_BINARY);
+  assert_int_equal(WEXITSTATUS(system(cmd)), 1);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_two_leg_flow),
+      cmocka_unit_test(test_streaming_relay),
+      cmocka_unit_test(test_locality_and_fallbacks),
+      cmocka_unit_test(test_sigcache_completion),
+      cmocka_unit_test(test_splice),
+      cmocka_unit_test(test_retries),
+      cmocka_unit_test(test_timeouts_and_disconnect),
+      cmocka_unit_test(test_worker_killed_and_health),
+      cmocka_unit_test(test_bad_input),
+      cmocka_unit_test(test_reload),
+      cmocka_unit_test(test_cli),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,109 @@
+/* fixture.h — test support for the router's integration tests:
+ *  - fx_worker: a small vLLM-PD-speaking HTTP server (libevent, own thread,
+ *    loopback, port 0) that records every request it receives and whose
+ *    behaviour the test sets (status, routed_experts, SSE chunks, faults);
+ *  - tc_*: a blocking HTTP/1.1 test client over a real socket;
+ *  - rt_*: the router (eldr_server) running in a thread.
+ * Waiting is on conditions with deadlines, never on sleeps. */
+#ifndef ELDR_TEST_FIXTURE_H
+#define ELDR_TEST_FIXTURE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "eldr/serve.h"
+
+typedef struct fx_behaviour {
+  int status;              /* completions status (0 = 200) */
+  int close_without_reply; /* drop the connection instead of answering */
+  int hang;                /* never answer completions */
+  int health_status;       /* /health status (0 = 200) */
+  const char *routed_experts; /* prefill reply choices[0].routed_experts (NULL: omitted) */
+  const char *decode_routed_experts; /* decode reply choices[0].routed_experts */
+  long long prompt_tokens; /* usage.prompt_tokens (-1: no usage) */
+  long long cached_tokens; /* usage.prompt_tokens_details.cached_tokens (-1: omitted) */
+  int no_kv_params;        /* prefill reply without kv_transfer_params */
+  const char *const *chunks; /* decode streaming body pieces (NULL: a default stream) */
+  size_t n_chunks;
+  int die_after_chunks;    /* > 0: streaming decode: reset the connection after that many */
+  const char *raw_reply;   /* completions reply body verbatim (status from .status) */
+} fx_behaviour;
+
+/* Defaults: 200, no routed_experts, no usage. */
+static inline fx_behaviour fx_defaults(void) {
+  fx_behaviour b = {0};
+  b.prompt_tokens = -1;
+  b.cached_tokens = -1;
+  return b;
+}
+
+typedef struct fx_record {
+  char method[8];
+  char path[128];
+  char request_id[256];
+  char authorization[256];
+  char *body;
+  size_t body_len;
+} fx_record;
+
+typedef struct fx_worker fx_worker;
+
+fx_worker *fx_start(const fx_behaviour *b);
+/* Same on a given port (e.g. to bring a killed worker back). NULL if busy. */
+fx_worker *fx_start_port(const fx_behaviour *b, int port);
+void fx_stop(fx_worker *w); /* closes the socket and joins; records stay readable */
+void fx_free(fx_worker *w);
+int fx_port(const fx_worker *w);
+const char *fx_url(const fx_worker *w);
+void fx_set(fx_worker *w, const fx_behaviour *b); /* replace the behaviour (thread-safe) */
+size_t fx_count(fx_worker *w, const char *path); /* requests received on path (NULL: all) */
+/* Wait until fx_count(w, path) >= n; 0 or -1 after timeout_s. */
+int fx_wait(fx_worker *w, const char *path, size_t n, double timeout_s);
+/* Copy of the i-th record on path (i < 0: the last); 0 or -1. Free with fx_record_free. */
+int fx_get(fx_worker *w, const char *path, long i, fx_record *out);
+void fx_record_free(fx_record *r);
+
+/* The default streaming decode body the fixture sends (concatenated). */
+extern const char *const fx_default_chunks[];
+extern const size_t fx_default_n_chunks;
+
+typedef struct tc_resp {
+  int status;
+  char *head;    /* status line and headers */
+  char *body;    /* de-chunked body, NUL-terminated */
+  size_t body_len;
+  int chunked;
+  int closed;    /* the server closed the connection after the response */
+} tc_resp;
+
+/* Send raw bytes to 127.0.0.1:port and read one response. 0, or -1 on
+ * connection failure / timeout / malformed response. */
+int tc_raw(int port, const char *raw, size_t len, double timeout_s, tc_resp *out);
+/* POST path with a JSON body (extra: additional header lines, each ending CRLF, or NULL). */
+int tc_post(int port, const char *path, const char *body, const char *extra, tc_resp *out);
+int tc_get(int port, const char *path, tc_resp *out);
+void tc_free(tc_resp *r);
+/* Value of a response header (case-insensitive) copied into buf; 0 or -1. */
+int tc_header(const tc_resp *r, const char *name, char *buf, size_t cap);
+
+/* Router in a thread. */
+typedef struct rt_router {
+  eldr_server *srv;
+  int port;
+  void *thread;
+  char log[8192];
+  size_t loglen;
+} rt_router;
+/* Start with cfg (port forced to 0); 0 or error. */
+int rt_start(rt_router *r, eldr_serve_config *cfg);
+void rt_stop(rt_router *r);
+/* Value of one metric line (exact series text before the value) from GET /metrics; -1 if absent. */
+double rt_metric(int port, const char *series);
+/* Wait until rt_metric(port, series) >= v. */
+int rt_wait_metric(int port, const char *series, double v, double timeout_s);
+/* Wait until rt_metric(port, series) <= v (and present). */
+int rt_wait_metric_le(int port, const char *series, double v, double timeout_s);
+
+double fx_now(void);
+
+#endif
