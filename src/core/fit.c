@@ -252,17 +252,8 @@ int eldr_fit(const eldr_trace *t, const eldr_fit_opts *o, eldr_artifact **out,
   rc = eldr_artifact_validate(a, d);
   if (rc) { eldr_diag_prefix(d, "fitted artifact invalid"); goto fail; }
 
-  free(labels);
-  free(sizes);
-  free(sigs);
-  free(gates);
-  free(idf);
-  free(decpat);
-  free(dec);
-  free(pre);
-  free(idx);
   *out = a;
-  return ELDR_OK;
+  a = NULL;
 
 fail:
   eldr_artifact_free(a);
@@ -275,7 +266,9 @@ fail:
   free(dec);
   free(pre);
   free(idx);
-  eldr_fit_report_free(report);
-  if (rc == ELDR_ENOMEM && d && !d->msg[0]) eldr_diag_fail(d, rc, "out of memory");
+  if (rc) {
+    eldr_fit_report_free(report);
+    if (rc == ELDR_ENOMEM && d && !d->msg[0]) eldr_diag_fail(d, rc, "out of memory");
+  }
   return rc;
 }
