@@ -1,0 +1,198 @@
+/* bench_codec.c — routed_experts decoding throughput on the router's path.
+ *
+ * Usage: bench_codec [iterations]   (default 400)
+ * Builds a vLLM-like routed_experts blob (base64 of a .npy, uint8, shape
+ * (T, 48, 8), 128 experts, skewed expert choice) for T = 1k and 4k tokens and
+ * reports the median time of
+ *   decode+count  eldr_routed_experts_count (the hot path: base64 -> counts)
+ *   b64 only      eldr_b64_decode of the same text into a buffer
+ *   count only    eldr_counts_accumulate over the decoded uint8 payload
+ *   decode alloc  eldr_routed_experts_decode (allocating uint16 array)
+ *   encode        eldr_routed_experts_encode
+ * in microseconds and MB/s of base64 text (MB = 1e6 bytes).
+ * Also the JSONL trace writer/reader on a generated 48x8 trace.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "eldr/counts.h"
+#include "eldr/rng.h"
+#include "eldr/routed_experts.h"
+#include "eldr/trace.h"
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return v[n / 2];
+}
+
+/* Skewed ids: a quarter of the experts take most of the traffic. */
+static void fill_sel(uint16_t *sel, size_t n, uint32_t E, uint64_t seed) {
+  eldr_rng r;
+  eldr_rng_seed(&r, seed);
+  for (size_t i = 0; i < n; i++) {
+    uint64_t x = eldr_rng_next(&r);
+    sel[i] = (uint16_t)((x & 3) ? (x >> 8) % (E / 4) : (x >> 8) % E);
+  }
+}
+
+static volatile uint32_t sink;
+
+static void bench_blob(size_t T, int iters) {
+  const eldr_shape s = {48, 128, 8};
+  const size_t n = T * s.num_layers * s.top_k;
+  uint16_t *sel = malloc(n * sizeof *sel);
+  fill_sel(sel, n, s.num_experts, 42 + T);
+  char *txt = NULL;
+  size_t len = 0;
+  if (eldr_routed_experts_encode(sel, T, &s, ELDR_SEL_U8, &txt, &len)) {
+    fprintf(stderr, "encode failed\n");
+    exit(1);
+  }
+  uint32_t *counts = malloc(eldr_shape_cells(&s) * sizeof *counts);
+  uint8_t *raw = malloc(eldr_b64_decoded_max(len));
+  double *tm = malloc(sizeof(double) * (size_t)iters);
+  eldr_diag d = {{0}};
+  size_t nt = 0, got = 0;
+
+  /* decode + count (counts zeroed per request, as the router does) */
+  for (int i = 0; i < iters; i++) {
+    double t0 = now_s();
+    memset(counts, 0, eldr_shape_cells(&s) * sizeof *counts);
+    int rc = eldr_routed_experts_count(txt, len, &s, counts, &nt, &d);
+    tm[i] = now_s() - t0;
+    if (rc || nt != T) {
+      fprintf(stderr, "count failed: %s\n", d.msg);
+      exit(1);
+    }
+  }
+  sink = counts[0];
+  double t_count = median(tm, iters);
+
+  for (int i = 0; i < iters; i++) {
+    double t0 = now_s();
+    int rc = eldr_b64_decode(txt, len, raw, eldr_b64_decoded_max(len), &got, &d);
+    tm[i] = now_s() - t0;
+    if (rc) exit(1);
+  }
+  double t_b64 = median(tm, iters);
+  sink = raw[got - 1];
+
+  eldr_npy_info h;
+  if (eldr_npy_parse_header(raw, got, &h, NULL)) exit(1);
+  for (int i = 0; i < iters; i++) {
+    double t0 = now_s();
+    memset(counts, 0, eldr_shape_cells(&s) * sizeof *counts);
+    int rc = eldr_counts_accumulate(&s, raw + h.data_offset, ELDR_SEL_U8, T, counts, NULL);
+    tm[i] = now_s() - t0;
+    if (rc) exit(1);
+  }
+  double t_acc = median(tm, iters);
+  sink = counts[1];
+
+  int it2 = iters / 4 > 10 ? iters / 4 : 10;
+  for (int i = 0; i < it2; i++) {
+    uint16_t *out = NULL;
+    double t0 = now_s();
+    int rc = eldr_routed_experts_decode(txt, len, &s, &out, &nt, NULL, NULL);
+    tm[i] = now_s() - t0;
+    if (rc) exit(1);
+    sink = out[0];
+    free(out);
+  }
+  double t_dec = median(tm, it2);
+
+  for (int i = 0; i < it2; i++) {
+    char *o = NULL;
+    size_t ol;
+    double t0 = now_s();
+    int rc = eldr_routed_experts_encode(sel, T, &s, ELDR_SEL_U8, &o, &ol);
+    tm[i] = now_s() - t0;
+    if (rc) exit(1);
+    sink = (uint32_t)o[0];
+    free(o);
+  }
+  double t_enc = median(tm, it2);
+
+  const double mb = (double)len / 1e6;
+  printf("T=%zu tokens (48 layers, top 8, 128 experts, uint8): %zu ids, %.2f MB base64\n", T, n, mb);
+  printf("  %-14s %9.1f us  %7.0f MB/s\n", "decode+count", t_count * 1e6, mb / t_count);
+  printf("  %-14s %9.1f us  %7.0f MB/s\n", "b64 only", t_b64 * 1e6, mb / t_b64);
+  printf("  %-14s %9.1f us  %7.0f Mids/s\n", "count only", t_acc * 1e6, (double)n / 1e6 / t_acc);
+  printf("  %-14s %9.1f us  %7.0f MB/s\n", "decode alloc", t_dec * 1e6, mb / t_dec);
+  printf("  %-14s %9.1f us  %7.0f MB/s\n", "encode", t_enc * 1e6, mb / t_enc);
+  free(tm);
+  free(raw);
+  free(counts);
+  free(txt);
+  free(sel);
+}
+
+static void bench_trace(void) {
+  const eldr_shape s = {48, 128, 8};
+  eldr_trace *t = eldr_trace_new("bench", &s, NULL);
+  const size_t R = 200, P = 64, D = 128, re = 48 * 8;
+  uint16_t *pre = malloc(P * re * sizeof *pre), *dec = malloc(D * re * sizeof *dec);
+  for (size_t r = 0; r < R; r++) {
+    fill_sel(pre, P * re, 128, r);
+    fill_sel(dec, D * re, 128, r + 1000);
+    char id[32];
+    snprintf(id, sizeof id, "r%zu", r);
+    eldr_trace_append(t, id, "d", NULL, -1, pre, (uint32_t)P, dec, (uint32_t)D, NULL);
+  }
+  char path[64];
+  snprintf(path, sizeof path, "/tmp/bench_codec_%ld.jsonl", (long)getpid());
+  eldr_diag d = {{0}};
+  double ts[3], tl[3];
+  for (int i = 0; i < 3; i++) {
+    double t0 = now_s();
+    if (eldr_trace_save(path, t, &d)) {
+      fprintf(stderr, "%s\n", d.msg);
+      exit(1);
+    }
+    ts[i] = now_s() - t0;
+    eldr_trace *b = NULL;
+    t0 = now_s();
+    if (eldr_trace_load(path, &b, &d)) {
+      fprintf(stderr, "%s\n", d.msg);
+      exit(1);
+    }
+    tl[i] = now_s() - t0;
+    eldr_trace_free(b);
+  }
+  FILE *f = fopen(path, "rb");
+  fseek(f, 0, SEEK_END);
+  double mb = (double)ftell(f) / 1e6;
+  fclose(f);
+  unlink(path);
+  double ms = median(ts, 3), ml = median(tl, 3);
+  printf("trace JSONL, %zu requests x (%zu prefill + %zu decode) tokens x 48 x 8: %.1f MB\n", R, P,
+         D, mb);
+  printf("  %-14s %9.1f ms  %7.0f MB/s\n", "save", ms * 1e3, mb / ms);
+  printf("  %-14s %9.1f ms  %7.0f MB/s\n", "load", ml * 1e3, mb / ml);
+  free(pre);
+  free(dec);
+  eldr_trace_free(t);
+}
+
+int main(int argc, char **argv) {
+  int iters = argc > 1 ? atoi(argv[1]) : 400;
+  if (iters < 3) iters = 3;
+  bench_blob(1024, iters);
+  bench_blob(4096, iters);
+  bench_trace();
+  return 0;
+}
