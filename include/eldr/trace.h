@@ -10,6 +10,19 @@
  *   representations).
  * Every line of a file must agree on model, num_experts, top_k and layers.
  *
+ * Reader details: blank lines are skipped; a missing final newline is fine;
+ * fields may come in any order; unknown fields are ignored (but must be
+ * valid JSON); a JSON null optional field counts as absent; a duplicated
+ * known field, an empty "layers", a repeated layer id, a negative arrival,
+ * non-finite gates and strings with \u0000 or invalid UTF-8 are errors.
+ * Keys are matched literally (a key spelled with \u escapes is unknown).
+ * Expert ids must be JSON integers (no fraction or exponent), 0 <= id < E.
+ * The writer emits compact JSON in the field order id, domain, model,
+ * num_experts, top_k, layers, arrival, prompt, prefill, decode,
+ * prefill_gates (arrival "%.17g", gates "%.9g": both read back bit-exact),
+ * so a file in that compact form (like the real llama4 trace) round-trips
+ * byte for byte.
+ *
  * Ownership: an eldr_trace owns all its requests and strings; free it with
  * eldr_trace_free(). Errors name the line number (1-based) and the field.
  */
@@ -78,7 +91,8 @@ int eldr_trace_append(eldr_trace *t, const char *id, const char *domain_name,
 /* Index of a domain label, adding it if new. < 0 on allocation failure. */
 int eldr_trace_domain_intern(eldr_trace *t, const char *name);
 
-/* Write one request as a single JSONL line (with '\n'). */
+/* Write one request as a single JSONL line (with '\n'). Returns 0,
+ * ELDR_EINVAL, ELDR_ERANGE (a non-finite gate), ELDR_ENOMEM or ELDR_EIO. */
 int eldr_trace_write_request(FILE *f, const eldr_trace *t, const eldr_request *r);
 
 /* Write the whole trace. Writes to path via a temp file + rename. */

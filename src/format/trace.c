@@ -805,6 +805,21 @@ static int parse_line_impl(eldr_trace *t, const char *line, size_t len, lctx *c)
     }
   }
 
+  /* give back the growth slack of the id arrays (a failed shrink keeps the
+   * larger block, which is harmless) */
+  if (pre.p && pre.n < pre.cap) {
+    void *q = realloc(pre.p, (pre.n ? pre.n : 1) * pre.esz);
+    if (q) pre.p = q;
+  }
+  if (dec.p && dec.n < dec.cap) {
+    void *q = realloc(dec.p, (dec.n ? dec.n : 1) * dec.esz);
+    if (q) dec.p = q;
+  }
+  if (gat.p && gat.n < gat.cap) {
+    void *q = realloc(gat.p, (gat.n ? gat.n : 1) * gat.esz);
+    if (q) gat.p = q;
+  }
+
   /* commit: every allocation first, then nothing can fail */
   const bool has_gates = f[F_GATES].p && !is_null(f[F_GATES]);
   if (has_gates && !gat.p && !(gat.p = malloc(sizeof(float)))) {

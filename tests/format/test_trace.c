@@ -120,6 +120,23 @@ static void test_real_llama4(void **state) {
   eldr_trace *back = roundtrip(t);
   assert_traces_equal(t, back);
   eldr_trace_free(back);
+  /* the writer reproduces the file byte for byte (same compact form) */
+  char *p = tmp_path("llama");
+  assert_int_equal(eldr_trace_save(p, t, &d), 0);
+  FILE *a = fopen(path, "rb"), *b = fopen(p, "rb");
+  assert_non_null(a);
+  assert_non_null(b);
+  int ca, cb;
+  size_t pos = 0;
+  do {
+    ca = fgetc(a);
+    cb = fgetc(b);
+    if (ca != cb) fail_msg("saved trace differs from the original at byte %zu", pos);
+    pos++;
+  } while (ca != EOF);
+  fclose(a);
+  fclose(b);
+  unlink(p);
   eldr_trace_free(t);
 }
 
