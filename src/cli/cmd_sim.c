@@ -3,6 +3,8 @@
  * control. Fits the routing artifact in-process on a split of the trace
  * (the served requests are never the fitted ones) unless one is given. */
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <math.h>
@@ -58,6 +60,7 @@ static const char SIM_HELP[] =
     "                          decode sequence (wrapping); default off\n"
     "      --decorrelated-rows also run eldr and the best baselines decorrelated\n"
     "      --seed S            seed of arrivals, split, fit and policies [1]\n"
+    "      --jobs N            simulations run in parallel threads       [1]\n"
     "output\n"
     "      --json              JSON on stdout instead of the table\n"
     "      --csv FILE          one row per (policy, rate)\n"
@@ -147,9 +150,68 @@ static int compute_sigs(const eldr_trace *t, const size_t *idx, size_t n, eldr_a
   return 0;
 }
 
+static pthread_mutex_t g_progress_lock = PTHREAD_MUTEX_INITIALIZER;
+
 static void sim_progress(void *ctx, size_t done, size_t total) {
   const char *label = ctx;
+  pthread_mutex_lock(&g_progress_lock);
   cli_progress(label, done, total, 0);
+  pthread_mutex_unlock(&g_progress_lock);
+}
+
+/* The (rate, variant) runs of a sweep, shared by --jobs worker threads. */
+typedef struct sweep {
+  row *rows;
+  size_t nrows, nv;
+  const variant *vs;
+  const double *rates;
+  const eldr_sim_pool *pool, *pool_v;
+  const eldr_latency_model *lm;
+  const eldr_sim_config *cfg;
+  int quiet;
+  atomic_size_t next;
+  atomic_int failed;
+  eldr_diag diag;
+  const char *fail_label;
+  pthread_mutex_t lock;
+} sweep;
+
+static void *sweep_worker(void *arg) {
+  sweep *sw = arg;
+  for (;;) {
+    size_t i = atomic_fetch_add(&sw->next, 1);
+    if (i >= sw->nrows || atomic_load(&sw->failed)) break;
+    size_t ri = i / sw->nv, vi = i % sw->nv;
+    const variant *v = &sw->vs[vi];
+    row *rw = &sw->rows[i];
+    rw->v = v;
+    rw->rate = sw->rates[ri];
+    eldr_sim_config c2 = *sw->cfg;
+    c2.rate = sw->rates[ri];
+    c2.policy = v->kind;
+    c2.tau = v->tau;
+    c2.permute_signatures = v->permute;
+    c2.decorrelate = v->decorrelate;
+    char label[192];
+    snprintf(label, sizeof label, "sim: run %zu/%zu %.47s @ %g/s", i + 1, sw->nrows, v->label, sw->rates[ri]);
+    if (!sw->quiet) {
+      c2.progress = sim_progress;
+      c2.progress_ctx = label;
+    }
+    eldr_diag d = {{0}};
+    int rc = eldr_sim_run(v->vanilla ? sw->pool_v : sw->pool, sw->lm, &c2, &rw->r, &d);
+    if (rc) {
+      pthread_mutex_lock(&sw->lock);
+      if (!atomic_load(&sw->failed)) {
+        sw->diag = d;
+        sw->fail_label = v->label;
+        atomic_store(&sw->failed, rc);
+      }
+      pthread_mutex_unlock(&sw->lock);
+      break;
+    }
+  }
+  return NULL;
 }
 
 static double ms(double s) { return s * 1e3; }
@@ -263,7 +325,7 @@ int eldr_cmd_sim(int argc, char **argv) {
   const char *trace_path = NULL, *serve_path = NULL, *gen = NULL, *art_path = NULL;
   const char *model = NULL, *hardware = NULL, *lat_path = NULL, *csv_path = NULL, *plot_dir = NULL;
   const char *policies = "all";
-  size_t gen_n = 1000, P = 8, D = 16, B = 64, nreq = 5000;
+  size_t gen_n = 1000, P = 8, D = 16, B = 64, nreq = 5000, jobs = 1;
   double frac = -1, tau = -1;
   double *rates = NULL, *taus = NULL;
   size_t nrates = 0, ntaus = 0;
@@ -283,7 +345,8 @@ int eldr_cmd_sim(int argc, char **argv) {
       {"decorrelate", no_argument, 0, 18},       {"decorrelated-rows", no_argument, 0, 19},
       {"seed", required_argument, 0, 20},        {"json", no_argument, 0, 21},
       {"csv", required_argument, 0, 22},         {"plot", required_argument, 0, 23},
-      {"quiet", no_argument, 0, 'q'},            {"help", no_argument, 0, 'h'},
+      {"jobs", required_argument, 0, 24},        {"quiet", no_argument, 0, 'q'},
+      {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   cli_getopt_reset();
   int c;
@@ -322,6 +385,7 @@ int eldr_cmd_sim(int argc, char **argv) {
     case 21: json = 1; break;
     case 22: csv_path = optarg; break;
     case 23: plot_dir = optarg; break;
+    case 24: jobs = (size_t)cli_parse_long(cmd, "--jobs", optarg, 1, 64); break;
     case 'q': quiet = 1; break;
     case 'h': fputs(SIM_HELP, stdout); return 0;
     default: cli_bad_option(cmd, argc, argv, c);
@@ -547,28 +611,25 @@ int eldr_cmd_sim(int argc, char **argv) {
   if (!rows) cli_fail(cmd, "out of memory");
   double t_run0 = cli_now();
   uint64_t total_token_steps = 0;
-  for (size_t ri = 0; ri < nrates; ri++) {
-    for (size_t vi = 0; vi < nv; vi++) {
-      row *rw = &rows[ri * nv + vi];
-      rw->v = &vs[vi];
-      rw->rate = rates[ri];
-      eldr_sim_config c2 = cfg;
-      c2.rate = rates[ri];
-      c2.policy = vs[vi].kind;
-      c2.tau = vs[vi].tau;
-      c2.permute_signatures = vs[vi].permute;
-      c2.decorrelate = vs[vi].decorrelate;
-      char label[192];
-      snprintf(label, sizeof label, "sim: run %zu/%zu %.47s @ %g/s", ri * nv + vi + 1, nrows, vs[vi].label,
-               rates[ri]);
-      if (!quiet) {
-        c2.progress = sim_progress;
-        c2.progress_ctx = label;
-      }
-      rc = eldr_sim_run(vs[vi].vanilla ? &pool_v : &pool, &lm, &c2, &rw->r, &d);
-      if (rc) cli_fail(cmd, "%s: %s", vs[vi].label, eldr_diag_msg(&d, rc));
-      total_token_steps += rw->r.token_steps;
+  {
+    sweep sw = {.rows = rows, .nrows = nrows, .nv = nv, .vs = vs, .rates = rates, .pool = &pool,
+                .pool_v = &pool_v, .lm = &lm, .cfg = &cfg, .quiet = quiet};
+    atomic_init(&sw.next, 0);
+    atomic_init(&sw.failed, 0);
+    pthread_mutex_init(&sw.lock, NULL);
+    size_t nj = jobs < nrows ? jobs : nrows;
+    pthread_t th[64];
+    size_t started = 0;
+    for (size_t j = 1; j < nj; j++) {
+      if (pthread_create(&th[started], NULL, sweep_worker, &sw) != 0) break;
+      started++;
     }
+    sweep_worker(&sw);
+    for (size_t j = 0; j < started; j++) pthread_join(th[j], NULL);
+    pthread_mutex_destroy(&sw.lock);
+    int frc = atomic_load(&sw.failed);
+    if (frc) cli_fail(cmd, "%s: %s", sw.fail_label, eldr_diag_msg(&sw.diag, frc));
+    for (size_t i = 0; i < nrows; i++) total_token_steps += rows[i].r.token_steps;
   }
   double t_run = cli_now() - t_run0;
   if (!quiet) {

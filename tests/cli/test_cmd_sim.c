@@ -159,6 +159,15 @@ static void test_run_json_csv_deterministic(void **st) {
   assert_string_equal(first, s2);
   free(s2);
   json_decref(a);
+  /* parallel runs give the very same rows */
+  const char *argsj[] = {"sim", "--trace", g_trace, "--prefill", "2", "--decode", "4", "--rates", "40,400",
+                         "--requests", "400", "--policies", "all", "--json", "-q", "--jobs", "3", NULL};
+  assert_int_equal(run(argsj), 0);
+  a = rows_of(g_out);
+  s2 = json_dumps(json_object_get(a, "rows"), JSON_SORT_KEYS);
+  assert_string_equal(first, s2);
+  free(s2);
+  json_decref(a);
   /* CSV: header + one line per row */
   FILE *f = fopen(csv, "r");
   assert_non_null(f);
