@@ -701,8 +701,7 @@ static void leg_done_cb(struct evhttp_request *req, void *arg) {
   }
   if (L->kind == LEG_MODELS) {
     struct evbuffer *b = evhttp_request_get_input_buffer(req);
-    relay(r, req, b);
-    leg_release(r, 1);
+    relay(r, req, b); /* the response frees r (and releases the leg) */
     return;
   }
   if (L->kind == LEG_PREFILL) {
@@ -748,15 +747,13 @@ static void on_decode_reply(rq *r, struct evhttp_request *req) {
     if (eldr__splice_routed_experts(p ? p : "", n, r->pr.routed_experts, r->pr.routed_experts_len,
                                     r->pr.prompt_tokens, &spliced, &sl, &d) == 0) {
       rq_finish_metrics(r, OUT_OK);
-      send_body(r->c, 200, "application/json", spliced, sl, NULL);
+      send_body(r->c, 200, "application/json", spliced, sl, NULL); /* frees r */
       free(spliced);
-      leg_release(r, 1);
       return;
     }
     logf_(s, "request %s: routed_experts not spliced: %s", r->reqid, d.msg);
   }
-  relay(r, req, body);
-  leg_release(r, 1);
+  relay(r, req, body); /* frees r */
 }
 
 /* ---- signature and decision ----------------------------------------------- */
@@ -880,8 +877,7 @@ static void on_prefill_reply(rq *r, struct evhttp_request *req) {
     return;
   }
   if (code != 200) { /* the worker refused the request itself: relay */
-    relay(r, req, body);
-    leg_release(r, 1);
+    relay(r, req, body); /* frees r */
     return;
   }
   size_t n = evbuffer_get_length(body);

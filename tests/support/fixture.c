@@ -48,6 +48,8 @@ struct fx_worker {
   fx_behaviour b;
   fx_record *rec;
   size_t nrec, caprec;
+  struct evhttp_request **hung; /* loop thread only */
+  size_t nhung, caphung;
   int stopped;
 };
 
@@ -103,6 +105,7 @@ static void kill_cb(evutil_socket_t fd, short ev, void *arg) {
   struct linger lg = {1, 0};
   setsockopt(bufferevent_getfd(bev), SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
   shutdown(bufferevent_getfd(bev), SHUT_RDWR);
+  evhttp_send_reply_end(st->req); /* lets libevent notice and free the request */
   event_free(st->ev);
   free(st);
 }
@@ -130,12 +133,20 @@ static void handle(struct evhttp_request *req, void *arg) {
     evhttp_send_reply(req, 404, "Not Found", NULL);
     return;
   }
-  if (b.hang) return; /* never answered; freed with the server */
+  if (b.hang) { /* answered only when the fixture stops */
+    if (w->nhung == w->caphung) {
+      w->caphung = w->caphung ? 2 * w->caphung : 16;
+      w->hung = realloc(w->hung, w->caphung * sizeof *w->hung);
+    }
+    w->hung[w->nhung++] = req;
+    return;
+  }
   if (b.close_without_reply) {
     struct bufferevent *bev = evhttp_connection_get_bufferevent(evhttp_request_get_connection(req));
     struct linger lg = {1, 0};
     setsockopt(bufferevent_getfd(bev), SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
     shutdown(bufferevent_getfd(bev), SHUT_RDWR);
+    evhttp_send_reply(req, 500, "X", NULL); /* fails on the dead socket; frees req */
     return;
   }
   if (b.raw_reply) {
@@ -210,6 +221,10 @@ static void stop_cb(evutil_socket_t fd, short ev, void *arg) {
   (void)fd;
   (void)ev;
   fx_worker *w = arg;
+  /* a request whose client left is detached by libevent but still ours: a
+   * reply frees it (and is sent if the client is still there) */
+  for (size_t i = 0; i < w->nhung; i++) evhttp_send_reply(w->hung[i], 503, "Stopping", NULL);
+  w->nhung = 0;
   event_base_loopexit(w->base, NULL);
 }
 
@@ -271,6 +286,7 @@ void fx_free(fx_worker *w) {
   event_base_free(w->base);
   for (size_t i = 0; i < w->nrec; i++) free(w->rec[i].body);
   free(w->rec);
+  free(w->hung);
   pthread_mutex_destroy(&w->mu);
   pthread_cond_destroy(&w->cv);
   free(w);
