@@ -131,6 +131,17 @@ static void bin_remove(flow *f, int q, size_t a) {
   f->bin_of[q] = -1;
 }
 
+typedef struct {
+  double regret;
+  int p;
+} order_ent;
+
+static int cmp_order(const void *x, const void *y) {
+  const order_ent *a = x, *b = y;
+  if (a->regret != b->regret) return a->regret > b->regret ? -1 : 1;
+  return (a->p > b->p) - (a->p < b->p);
+}
+
 static int check_costs(const double *cost, size_t count) {
   for (size_t i = 0; i < count; i++)
     if (!isfinite(cost[i]) || fabs(cost[i]) > ASSIGN_COST_LIMIT) return ELDR_EINVAL;
@@ -154,6 +165,7 @@ int eldr_assign_capacitated(const double *cost, size_t n, size_t k, size_t cap, 
   double *pi = NULL, *d = NULL;
   int *size = NULL, *pred = NULL, *mv_q = NULL, *mv_to = NULL;
   unsigned char *done = NULL;
+  order_ent *order = NULL;
   f.h = calloc(kk, sizeof *f.h);
   f.pos = malloc(n * k * sizeof *f.pos);
   f.bin_of = malloc(n * sizeof *f.bin_of);
@@ -165,13 +177,33 @@ int eldr_assign_capacitated(const double *cost, size_t n, size_t k, size_t cap, 
   mv_q = malloc(k * sizeof *mv_q);
   mv_to = malloc(k * sizeof *mv_to);
   done = malloc(k + 1);
+  order = malloc(n * sizeof *order);
   if (!f.h || !f.pos || !f.bin_of || !f.w || !pi || !d || !size || !pred || !mv_q || !mv_to ||
-      !done)
+      !done || !order)
     goto out;
+  /* Any order gives the optimum; placing the points with the largest regret
+   * (second-best minus best cost) first means later points rarely displace
+   * earlier ones, so augmenting paths stay short. */
+  for (size_t p = 0; p < n; p++) {
+    const double *cp = cost + p * k;
+    double b1 = INFINITY, b2 = INFINITY;
+    for (size_t b = 0; b < k; b++) {
+      if (cp[b] < b1) {
+        b2 = b1;
+        b1 = cp[b];
+      } else if (cp[b] < b2) {
+        b2 = cp[b];
+      }
+    }
+    order[p].regret = k > 1 ? b2 - b1 : 0.0;
+    order[p].p = (int)p;
+  }
+  qsort(order, n, sizeof *order, cmp_order);
   for (size_t i = 0; i < kk; i++) f.w[i] = INFINITY;
 
   const size_t T = k; /* sink node */
-  for (size_t p = 0; p < n; p++) {
+  for (size_t o = 0; o < n; o++) {
+    const size_t p = (size_t)order[o].p;
     const double *cp = cost + p * k;
     /* Dijkstra on reduced costs from the new point p. */
     for (size_t b = 0; b < k; b++) {
@@ -246,6 +278,7 @@ int eldr_assign_capacitated(const double *cost, size_t n, size_t k, size_t cap, 
 out:
   if (f.h)
     for (size_t i = 0; i < kk; i++) free(f.h[i].e);
+  free(order);
   free(done);
   free(mv_to);
   free(mv_q);
