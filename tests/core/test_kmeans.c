@@ -298,6 +298,36 @@ static void test_restarts_monotone(void **state) {
   free(x);
 }
 
+static void test_objective_monotone_in_iterations(void **state) {
+  (void)state;
+  /* A run with max_iter m + 1 extends the run with max_iter m by one
+   * assignment step (exact: optimal for the current centroids) and one
+   * centroid update (optimal for the labels), so its objective is not
+   * higher (up to float scoring error). */
+  eldr_rng r;
+  eldr_rng_seed(&r, 21);
+  const size_t n = 400, dim = 48, k = 9;
+  float *x = random_rows(&r, n, dim, 0.25, 13);
+  float cent[9 * 48];
+  int lab[400];
+  size_t sizes[9];
+  for (int bal = 0; bal < 2; bal++) {
+    double prev = INFINITY;
+    int converged_at = 0;
+    for (int m = 1; m <= 25; m++) {
+      eldr_kmeans_opts o = {.k = k, .balanced = bal, .restarts = 1, .max_iter = m, .seed = 8};
+      eldr_kmeans_result res;
+      assert_int_equal(eldr_kmeans_fit(x, n, dim, &o, cent, lab, sizes, &res), 0);
+      assert_true(res.objective <= prev + 1e-4);
+      assert_true(res.iterations <= m);
+      if (res.iterations < m && !converged_at) converged_at = m;
+      prev = res.objective;
+    }
+    assert_true(converged_at > 2); /* it did iterate, and it converged */
+  }
+  free(x);
+}
+
 static void test_zero_rows_and_degenerate(void **state) {
   (void)state;
   /* All-zero input: every cost is 1, centroids still unit. */
@@ -446,6 +476,7 @@ int main(void) {
       cmocka_unit_test(test_separated_recovered),
       cmocka_unit_test(test_imbalanced),
       cmocka_unit_test(test_restarts_monotone),
+      cmocka_unit_test(test_objective_monotone_in_iterations),
       cmocka_unit_test(test_zero_rows_and_degenerate),
       cmocka_unit_test(test_direction_and_empty_balanced),
       cmocka_unit_test(test_errors),
