@@ -81,88 +81,71 @@ int eldr_spearman(const double *x, const double *y, size_t n, double *rho) {
   return rc;
 }
 
-/* ---- radix sort of packed (key << 32 | index) items ---------------------- */
-
-/* LSD radix sort of n uint64 items by bits [lo, 64), 11-bit digits; passes
- * whose digit is the same for every item are skipped. Returns the buffer
- * (a or tmp) that holds the sorted items. */
-static uint64_t *radix_sort_u64(uint64_t *a, uint64_t *tmp, size_t n, unsigned lo) {
-  enum { BITS = 11, RADIX = 1 << BITS };
-  const unsigned npass = (64 - lo + BITS - 1) / BITS;
-  size_t(*hist)[RADIX] = calloc(npass, sizeof *hist);
-  if (!hist) return NULL;
-  for (size_t i = 0; i < n; i++) {
-    const uint64_t v = a[i];
-    for (unsigned p = 0; p < npass; p++) hist[p][(v >> (lo + p * BITS)) & (RADIX - 1)]++;
-  }
-  uint64_t *src = a, *dst = tmp;
-  for (unsigned p = 0; p < npass; p++) {
-    const unsigned shift = lo + p * BITS;
-    size_t *h = hist[p];
-    if (n > 0 && h[(src[0] >> shift) & (RADIX - 1)] == n) continue; /* trivial digit */
-    size_t sum = 0;
-    for (unsigned d = 0; d < RADIX; d++) {
-      const size_t c = h[d];
-      h[d] = sum;
-      sum += c;
-    }
-    for (size_t i = 0; i < n; i++) {
-      const uint64_t v = src[i];
-      dst[h[(v >> shift) & (RADIX - 1)]++] = v;
-    }
-    uint64_t *t = src;
-    src = dst;
-    dst = t;
-  }
-  free(hist);
-  return src;
-}
+/* ---- distance keys and their ranks (counting sort) ----------------------- */
 
 #define DIST_GRID_BITS 16
-/* Sort key of a cosine distance: 1 - dot / sqrt(na * nb), 1 when either side
- * is a zero vector, clamped to [0, 2], rounded to the grid (< 2^18). */
-static inline uint32_t dist_key(double dot, double na, double nb) {
-  double d = 1.0;
-  if (na > 0.0 && nb > 0.0) d = 1.0 - dot / sqrt(na * nb);
+#define NKEYS ((2u << DIST_GRID_BITS) + 1) /* keys 0 .. 2 * 2^16 */
+
+/* Sort key of a cosine similarity: the distance 1 - cos clamped to [0, 2]
+ * and rounded to the grid. */
+static inline uint32_t key_of_cos(double cos) {
+  double d = 1.0 - cos;
   if (!(d > 0.0)) d = 0.0;
   if (d > 2.0) d = 2.0;
   return (uint32_t)(d * (double)(1u << DIST_GRID_BITS) + 0.5);
 }
 
-/* Walk sorted items in tie groups; for each item call the group's mean rank.
- * Sets sxx = sum (r - m)^2 and sxy = sum (r - m) * cy[index]. */
-static void rank_sums(const uint64_t *s, size_t n, const double *cy, double *sxx, double *sxy) {
-  const double m = 0.5 * ((double)n + 1.0);
-  double xx = 0.0, xy = 0.0;
-  for (size_t a = 0; a < n;) {
-    const uint32_t key = (uint32_t)(s[a] >> 32);
-    size_t b = a + 1;
-    while (b < n && (uint32_t)(s[b] >> 32) == key) b++;
-    const double dr = 0.5 * ((double)(a + 1) + (double)b) - m;
-    double cs = 0.0;
-    for (size_t k = a; k < b; k++) cs += cy[(uint32_t)s[k]];
-    xx += (double)(b - a) * dr * dr;
-    xy += dr * cs;
-    a = b;
-  }
-  *sxx = xx;
-  *sxy = xy;
+/* Cosine from a dot and two squared norms; 0 when either is a zero vector. */
+static inline double cos_of(double dot, double na, double nb) {
+  return (na > 0.0 && nb > 0.0) ? dot / sqrt(na * nb) : 0.0;
 }
 
-/* Centred average ranks of sorted items: cy[index] = rank - (n+1)/2. */
-static void centred_ranks(const uint64_t *s, size_t n, double *cy, double *syy) {
-  const double m = 0.5 * ((double)n + 1.0);
-  double yy = 0.0;
-  for (size_t a = 0; a < n;) {
-    const uint32_t key = (uint32_t)(s[a] >> 32);
-    size_t b = a + 1;
-    while (b < n && (uint32_t)(s[b] >> 32) == key) b++;
-    const double dr = 0.5 * ((double)(a + 1) + (double)b) - m;
-    for (size_t k = a; k < b; k++) cy[(uint32_t)s[k]] = dr;
-    yy += (double)(b - a) * dr * dr;
-    a = b;
+/* Average ranks of grid keys without sorting: a histogram of the keys, then
+ * one pass over the key range gives each key's tie group its mean position. */
+typedef struct ranker {
+  uint32_t *hist;  /* NKEYS counters, all zero between uses */
+  double *table;   /* NKEYS centred mean ranks (valid for present keys) */
+} ranker;
+
+static int ranker_init(ranker *rk) {
+  rk->hist = calloc(NKEYS, sizeof *rk->hist);
+  rk->table = malloc(NKEYS * sizeof *rk->table);
+  return rk->hist && rk->table ? ELDR_OK : ELDR_ENOMEM;
+}
+
+static void ranker_free(ranker *rk) {
+  free(rk->table);
+  free(rk->hist);
+}
+
+/* After hist holds the keys of P items: table[k] = mean 1-based position of
+ * key k's group minus (P+1)/2; hist is cleared; returns sum (rank - m)^2. */
+static double ranker_table(ranker *rk, size_t P) {
+  const double m = 0.5 * ((double)P + 1.0);
+  double pos = 0.0, ss = 0.0;
+  for (uint32_t k = 0; k < NKEYS; k++) {
+    const uint32_t c = rk->hist[k];
+    if (!c) continue;
+    rk->hist[k] = 0;
+    const double dr = pos + 0.5 * ((double)c + 1.0) - m;
+    rk->table[k] = dr;
+    ss += (double)c * dr * dr;
+    pos += c;
   }
-  *syy = yy;
+  return ss;
+}
+
+/* rho of P keys (already counted into rk->hist) against centred decode ranks
+ * cy with sum of squares syy. ELDR_EEMPTY when all keys are equal. */
+static int ranker_rho(ranker *rk, const uint32_t *keys, size_t P, const double *cy, double syy,
+                      double *rho) {
+  const double sxx = ranker_table(rk, P);
+  if (!(sxx > 0.0)) return ELDR_EEMPTY;
+  const double *t = rk->table;
+  double sxy = 0.0;
+  for (size_t p = 0; p < P; p++) sxy += t[keys[p]] * cy[p];
+  *rho = sxy / sqrt(sxx * syy);
+  return ELDR_OK;
 }
 
 /* ---- request pairs ---------------------------------------------------------- */
@@ -280,49 +263,37 @@ static int row_norms(const float *m, size_t dim, size_t n, double *out) {
   return ELDR_OK;
 }
 
-/* Sorted distance keys of dense rows over the pairs into items/tmp;
- * returns the sorted buffer or NULL (ENOMEM / ERANGE in *rc). */
-static uint64_t *dense_sorted_keys(const float *m, size_t dim, size_t n, const pairs *pp,
-                                   uint64_t *items, uint64_t *tmp, int *rc) {
+/* Distance keys of dense rows over the pairs, counted into rk->hist. */
+static int dense_keys(const float *m, size_t dim, size_t n, const pairs *pp, ranker *rk,
+                      uint32_t *keys) {
   double *nr = malloc(n * sizeof *nr);
-  if (!nr) {
-    *rc = ELDR_ENOMEM;
-    return NULL;
-  }
-  *rc = row_norms(m, dim, n, nr);
-  if (*rc) {
-    free(nr);
-    return NULL;
-  }
-  for (size_t p = 0; p < pp->n; p++) {
-    const uint32_t a = pp->i[p], b = pp->j[p];
-    const double dot = eldr_dot(m + (size_t)a * dim, m + (size_t)b * dim, dim);
-    items[p] = (uint64_t)dist_key(dot, nr[a], nr[b]) << 32 | (uint32_t)p;
+  if (!nr) return ELDR_ENOMEM;
+  int rc = row_norms(m, dim, n, nr);
+  if (rc == 0) {
+    for (size_t p = 0; p < pp->n; p++) {
+      const uint32_t a = pp->i[p], b = pp->j[p];
+      const double dot = eldr_dot(m + (size_t)a * dim, m + (size_t)b * dim, dim);
+      const uint32_t k = key_of_cos(cos_of(dot, nr[a], nr[b]));
+      keys[p] = k;
+      rk->hist[k]++;
+    }
   }
   free(nr);
-  uint64_t *s = radix_sort_u64(items, tmp, pp->n, 32);
-  if (!s) *rc = ELDR_ENOMEM;
-  return s;
+  return rc;
 }
 
 /* cy (pp->n, centred decode ranks) and syy; ELDR_EEMPTY if all decode
- * distances are equal. */
-static int decode_side(const float *dec, size_t ddim, size_t n, const pairs *pp, uint64_t *items,
-                       uint64_t *tmp, double *cy, double *syy) {
-  int rc = 0;
-  const uint64_t *s = dense_sorted_keys(dec, ddim, n, pp, items, tmp, &rc);
-  if (!s) return rc;
-  centred_ranks(s, pp->n, cy, syy);
+ * distances are equal. keys: pp->n scratch. */
+static int decode_side(const float *dec, size_t ddim, size_t n, const pairs *pp, ranker *rk,
+                       uint32_t *keys, double *cy, double *syy) {
+  int rc = dense_keys(dec, ddim, n, pp, rk, keys);
+  if (rc) {
+    memset(rk->hist, 0, NKEYS * sizeof *rk->hist);
+    return rc;
+  }
+  *syy = ranker_table(rk, pp->n);
+  for (size_t p = 0; p < pp->n; p++) cy[p] = rk->table[keys[p]];
   return *syy > 0.0 ? ELDR_OK : ELDR_EEMPTY;
-}
-
-static int rho_of_sorted(const uint64_t *s, size_t n, const double *cy, double syy,
-                         double *rho) {
-  double sxx, sxy;
-  rank_sums(s, n, cy, &sxx, &sxy);
-  if (!(sxx > 0.0)) return ELDR_EEMPTY;
-  *rho = sxy / sqrt(sxx * syy);
-  return ELDR_OK;
 }
 
 /* ---- public: rho of built signatures ---------------------------------------- */
@@ -334,21 +305,23 @@ int eldr_quality_rho(const float *sigs, size_t sdim, const float *dec, size_t dd
   int rc = pairs_make(n, po, &pp);
   if (rc) return rc;
   const size_t P = pp.n;
-  uint64_t *items = malloc(2 * P * sizeof *items);
+  ranker rk = {0};
+  uint32_t *keys = malloc(P * sizeof *keys);
   double *cy = malloc(P * sizeof *cy);
-  if (!items || !cy) {
+  if (!keys || !cy || ranker_init(&rk) != 0) {
     rc = ELDR_ENOMEM;
     goto out;
   }
   double syy;
-  rc = decode_side(dec, ddim, n, &pp, items, items + P, cy, &syy);
+  rc = decode_side(dec, ddim, n, &pp, &rk, keys, cy, &syy);
   if (rc) goto out;
-  const uint64_t *s = dense_sorted_keys(sigs, sdim, n, &pp, items, items + P, &rc);
-  if (!s) goto out;
-  rc = rho_of_sorted(s, P, cy, syy, rho);
+  rc = dense_keys(sigs, sdim, n, &pp, &rk, keys);
+  if (rc) goto out;
+  rc = ranker_rho(&rk, keys, P, cy, syy, rho);
 out:
+  ranker_free(&rk);
   free(cy);
-  free(items);
+  free(keys);
   pairs_free(&pp);
   return rc;
 }
@@ -366,96 +339,119 @@ void eldr_quality_decode_patterns(const eldr_shape *s, const uint32_t *dec_count
 
 /* ---- greedy forward layer selection (fast path) -------------------------- */
 
-/* Per (request, layer) nonzero entries of the weighted representation. */
-typedef struct sparse_rows {
-  size_t *off;  /* n*L + 1 offsets into e/v */
-  uint16_t *e;  /* expert index */
-  float *v;     /* value */
-  size_t cap;
-} sparse_rows;
+/* The weighted prefill rows (representation and IDF applied, not
+ * normalised), stored densely (n * L * E floats) when more than a quarter of
+ * the cells can be nonzero, else as per-(request, layer) nonzero lists. */
+typedef struct prows {
+  int dense;
+  float *v;    /* dense: n*L*E values; sparse: the nonzero values */
+  uint16_t *e; /* sparse: expert index of each value */
+  size_t *off; /* sparse: n*L + 1 offsets into e/v */
+} prows;
 
-static int sparse_push(sparse_rows *sr, size_t at, uint16_t e, float v) {
-  if (at == sr->cap) {
-    const size_t nc = sr->cap ? 2 * sr->cap : 4096;
-    uint16_t *ne = realloc(sr->e, nc * sizeof *ne);
-    if (!ne) return ELDR_ENOMEM;
-    sr->e = ne;
-    float *nv = realloc(sr->v, nc * sizeof *nv);
-    if (!nv) return ELDR_ENOMEM;
-    sr->v = nv;
-    sr->cap = nc;
-  }
-  sr->e[at] = e;
-  sr->v[at] = v;
-  return ELDR_OK;
+static void prows_free(prows *pr) {
+  free(pr->off);
+  free(pr->e);
+  free(pr->v);
 }
 
-/* Build sparse rows and per-layer squared norms nl[l * n + i] (rounded to
- * float, like the pair dots, so identical rows give distance exactly 0). */
-static int build_sparse(const eldr_shape *s, eldr_repr repr, const float *idf,
-                        const uint32_t *counts, const float *gates, size_t n, sparse_rows *sr,
-                        double *nl) {
+/* Dot of a dense row with a nonzero list; four chains to hide add latency. */
+static double sparse_dot(const float *dense, const uint16_t *e, const float *v, size_t cnt) {
+  double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+  size_t x = 0;
+  for (; x + 4 <= cnt; x += 4) {
+    a0 += (double)dense[e[x]] * v[x];
+    a1 += (double)dense[e[x + 1]] * v[x + 1];
+    a2 += (double)dense[e[x + 2]] * v[x + 2];
+    a3 += (double)dense[e[x + 3]] * v[x + 3];
+  }
+  for (; x < cnt; x++) a0 += (double)dense[e[x]] * v[x];
+  return (a0 + a1) + (a2 + a3);
+}
+
+/* Build the rows and per-layer squared norms nl[l * n + i], computed with
+ * the same kernel as the pair dots. ELDR_ERANGE on a non-finite value. */
+static int build_rows(const eldr_shape *s, eldr_repr repr, const float *idf,
+                      const uint32_t *counts, const float *gates, size_t n, prows *pr,
+                      double *nl) {
   const size_t L = s->num_layers, E = s->num_experts, cells = L * E;
+  const int use_gates = repr == ELDR_REPR_GATE || repr == ELDR_REPR_LOGIT;
+  /* Upper bound of the nonzeros: the nonzero inputs. */
+  size_t ub = 0;
+  for (size_t x = 0; x < n * cells; x++) ub += use_gates ? gates[x] != 0.0f : counts[x] != 0;
+  memset(pr, 0, sizeof *pr);
+  pr->dense = ub > n * cells / 4;
   float *row = malloc(E * sizeof *row);
-  sr->off = malloc((n * L + 1) * sizeof *sr->off);
-  if (!row || !sr->off) {
+  if (pr->dense) {
+    pr->v = malloc(n * cells * sizeof *pr->v);
+  } else {
+    pr->v = malloc((ub ? ub : 1) * sizeof *pr->v);
+    pr->e = malloc((ub ? ub : 1) * sizeof *pr->e);
+    pr->off = malloc((n * L + 1) * sizeof *pr->off);
+  }
+  if (!row || !pr->v || (!pr->dense && (!pr->e || !pr->off))) {
     free(row);
     return ELDR_ENOMEM;
   }
   size_t at = 0;
-  int rc = ELDR_OK;
-  sr->off[0] = 0;
-  for (size_t i = 0; i < n && rc == 0; i++) {
-    for (size_t l = 0; l < L && rc == 0; l++) {
-      eldr__signature_layer_values(repr, counts + i * cells + l * E,
-                                   gates ? gates + i * cells + l * E : NULL,
-                                   idf ? idf + l * E : NULL, E, row);
-      double ss = 0.0;
-      for (size_t e = 0; e < E && rc == 0; e++) {
-        if (row[e] == 0.0f) continue;
-        if (!isfinite(row[e])) {
-          rc = ELDR_ERANGE;
-          break;
+  if (!pr->dense) pr->off[0] = 0;
+  for (size_t i = 0; i < n; i++) {
+    for (size_t l = 0; l < L; l++) {
+      const size_t base = i * cells + l * E;
+      float *o = pr->dense ? pr->v + base : row;
+      eldr__signature_layer_values(repr, counts + base, use_gates ? gates + base : NULL,
+                                   idf ? idf + l * E : NULL, E, o);
+      for (size_t e = 0; e < E; e++) {
+        if (o[e] == 0.0f) continue;
+        if (!isfinite(o[e])) {
+          free(row);
+          return ELDR_ERANGE;
         }
-        ss += (double)row[e] * row[e];
-        rc = sparse_push(sr, at++, (uint16_t)e, row[e]);
+        if (!pr->dense) {
+          pr->e[at] = (uint16_t)e;
+          pr->v[at++] = o[e];
+        }
       }
-      nl[l * n + i] = (double)(float)ss;
-      sr->off[i * L + l + 1] = at;
+      if (pr->dense) {
+        nl[l * n + i] = (double)(float)eldr_dot(o, o, E);
+      } else {
+        pr->off[i * L + l + 1] = at;
+        const size_t b0 = pr->off[i * L + l];
+        nl[l * n + i] = (double)(float)sparse_dot(row, pr->e + b0, pr->v + b0, at - b0);
+      }
     }
   }
   free(row);
-  return rc;
+  return ELDR_OK;
 }
 
-/* D[l * P + p] = dot of pair p's layer-l rows (double sum, stored as float).
- * Pairs are grouped by i: scatter row i densely once, gather for each j. */
-static int pair_layer_dots(const eldr_shape *s, const sparse_rows *sr, size_t n, const pairs *pp,
-                           float *D) {
-  const size_t L = s->num_layers, E = s->num_experts, P = pp->n;
-  float *dense = calloc(L * E, sizeof *dense);
+/* D[l * P + p] = dot of pair p's layer-l rows (stored as float, like nl).
+ * Sparse rows: pairs are grouped by i, so row i is scattered densely once
+ * and each j's nonzero list is gathered against it. */
+static int pair_layer_dots(const eldr_shape *s, const prows *pr, const pairs *pp, float *D) {
+  const size_t L = s->num_layers, E = s->num_experts, cells = L * E, P = pp->n;
+  if (pr->dense) {
+    for (size_t p = 0; p < P; p++) {
+      const float *vi = pr->v + pp->i[p] * cells, *vj = pr->v + pp->j[p] * cells;
+      for (size_t l = 0; l < L; l++) D[l * P + p] = (float)eldr_dot(vi + l * E, vj + l * E, E);
+    }
+    return ELDR_OK;
+  }
+  float *dense = calloc(cells, sizeof *dense);
   if (!dense) return ELDR_ENOMEM;
-  size_t p = 0;
-  while (p < P) {
+  for (size_t p = 0; p < P;) {
     const uint32_t i = pp->i[p];
+    const size_t *oi = pr->off + (size_t)i * L;
     for (size_t l = 0; l < L; l++)
-      for (size_t x = sr->off[i * L + l]; x < sr->off[i * L + l + 1]; x++)
-        dense[l * E + sr->e[x]] = sr->v[x];
+      for (size_t x = oi[l]; x < oi[l + 1]; x++) dense[l * E + pr->e[x]] = pr->v[x];
     for (; p < P && pp->i[p] == i; p++) {
-      const uint32_t j = pp->j[p];
-      for (size_t l = 0; l < L; l++) {
-        const float *di = dense + l * E;
-        double acc = 0.0;
-        for (size_t x = sr->off[j * L + l]; x < sr->off[j * L + l + 1]; x++)
-          acc += (double)di[sr->e[x]] * sr->v[x];
-        D[l * P + p] = (float)acc;
-      }
+      const size_t *oj = pr->off + (size_t)pp->j[p] * L;
+      for (size_t l = 0; l < L; l++)
+        D[l * P + p] = (float)sparse_dot(dense + l * E, pr->e + oj[l], pr->v + oj[l], oj[l + 1] - oj[l]);
     }
     for (size_t l = 0; l < L; l++)
-      for (size_t x = sr->off[i * L + l]; x < sr->off[i * L + l + 1]; x++)
-        dense[l * E + sr->e[x]] = 0.0f;
+      for (size_t x = oi[l]; x < oi[l + 1]; x++) dense[l * E + pr->e[x]] = 0.0f;
   }
-  (void)n;
   free(dense);
   return ELDR_OK;
 }
@@ -484,24 +480,26 @@ int eldr_quality_greedy_mask(const eldr_shape *s, eldr_repr repr, const float *i
   int rc = pairs_make(n, po, &pp);
   if (rc) return rc;
   const size_t P = pp.n;
-  sparse_rows sr = {0};
-  uint64_t *items = malloc(2 * P * sizeof *items);
-  double *cy = malloc(P * sizeof *cy);
+  prows pr = {0};
+  ranker rk = {0};
+  uint32_t *keys = malloc(P * sizeof *keys);
+  double *cy = malloc(P * sizeof *cy);       /* centred decode ranks */
   double *R = calloc(P, sizeof *R);          /* running pair dots of the mask */
   double *Nrun = calloc(n, sizeof *Nrun);    /* running squared norms */
+  double *q = malloc(n * sizeof *q);         /* 1/norm of a candidate mask */
   double *nl = malloc(L * n * sizeof *nl);   /* per-layer squared norms */
   float *D = malloc(L * P * sizeof *D);      /* per-layer pair dots */
   uint8_t *in = calloc(L, 1);
-  if (!items || !cy || !R || !Nrun || !nl || !D || !in) {
+  if (!keys || !cy || !R || !Nrun || !q || !nl || !D || !in || ranker_init(&rk) != 0) {
     rc = ELDR_ENOMEM;
     goto out;
   }
   double syy;
-  rc = decode_side(dec, ddim, n, &pp, items, items + P, cy, &syy);
+  rc = decode_side(dec, ddim, n, &pp, &rk, keys, cy, &syy);
   if (rc) goto out;
-  rc = build_sparse(s, repr, idf, prefill_counts, gate_sums, n, &sr, nl);
+  rc = build_rows(s, repr, idf, prefill_counts, gate_sums, n, &pr, nl);
   if (rc) goto out;
-  rc = pair_layer_dots(s, &sr, n, &pp, D);
+  rc = pair_layer_dots(s, &pr, &pp, D);
   if (rc) goto out;
 
   for (size_t step = 0; step < L; step++) {
@@ -511,18 +509,19 @@ int eldr_quality_greedy_mask(const eldr_shape *s, eldr_repr repr, const float *i
       if (in[l]) continue;
       const float *Dl = D + l * P;
       const double *nll = nl + l * n;
-      for (size_t p = 0; p < P; p++) {
-        const uint32_t a = pp.i[p], b = pp.j[p];
-        items[p] = (uint64_t)dist_key(R[p] + Dl[p], Nrun[a] + nll[a], Nrun[b] + nll[b]) << 32 |
-                   (uint32_t)p;
+      /* cos = dot / sqrt(na * nb) as dot * q[a] * q[b]: n square roots per
+       * mask instead of P; q = 0 for a zero row gives cos 0, distance 1. */
+      for (size_t i = 0; i < n; i++) {
+        const double na = Nrun[i] + nll[i];
+        q[i] = na > 0.0 ? 1.0 / sqrt(na) : 0.0;
       }
-      const uint64_t *sorted = radix_sort_u64(items, items + P, P, 32);
-      if (!sorted) {
-        rc = ELDR_ENOMEM;
-        goto out;
+      for (size_t p = 0; p < P; p++) {
+        const uint32_t k = key_of_cos((R[p] + Dl[p]) * q[pp.i[p]] * q[pp.j[p]]);
+        keys[p] = k;
+        rk.hist[k]++;
       }
       double r = NAN;
-      if (rho_of_sorted(sorted, P, cy, syy, &r) != 0) r = NAN;
+      if (ranker_rho(&rk, keys, P, cy, syy, &r) != 0) r = NAN;
       if (best_l < 0 || rho_better(r, best_r)) {
         best_l = (int)l;
         best_r = r;
@@ -545,16 +544,16 @@ int eldr_quality_greedy_mask(const eldr_shape *s, eldr_repr repr, const float *i
   if (all_rho) *all_rho = steps[L - 1].rho;
   if (isnan(*best_rho)) rc = ELDR_EEMPTY;
 out:
-  free(sr.off);
-  free(sr.e);
-  free(sr.v);
+  prows_free(&pr);
   free(in);
   free(D);
   free(nl);
+  free(q);
   free(Nrun);
   free(R);
   free(cy);
-  free(items);
+  free(keys);
+  ranker_free(&rk);
   pairs_free(&pp);
   return rc;
 }

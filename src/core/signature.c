@@ -1,8 +1,10 @@
 /* signature.c — expert signatures (see include/eldr/signature.h).
  *
- * The build is on the router's hot path: it allocates nothing and is written
- * as flat loops over one layer row (E entries) at a time, with independent
- * partial sums so the compiler can keep them in vector registers.
+ * The build is on the router's hot path: it allocates nothing and runs three
+ * flat passes over the output (values per layer row, sum of squares, scale),
+ * each written with 4-wide generic vectors (GCC/clang vector extensions,
+ * portable across targets) because neither compiler vectorises these loops
+ * reliably at -O2; a plain C fallback computes identical values.
  */
 #include "eldr/signature.h"
 
@@ -37,49 +39,127 @@ size_t eldr_signature_dim(const eldr_sigspec *spec) {
   return layers * spec->shape.num_experts;
 }
 
-/* Sum of squares with 8 independent float lanes (vectorisable without
- * reassociation flags), combined in double. */
+#if defined(__GNUC__) && !defined(ELDR_NO_VECTOR_EXT) /* GCC and clang: generic vectors */
+#define SIG_VEC 1
+typedef float v4f __attribute__((vector_size(16)));
+typedef int32_t v4i __attribute__((vector_size(16)));
+static inline v4f ld4f(const float *p) {
+  v4f v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+static inline v4i ld4i(const uint32_t *p) {
+  v4i v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+static inline void st4f(float *p, v4f v) { memcpy(p, &v, sizeof v); }
+#endif
+
+/* Sum of squares and dot product with 8 independent float lanes (two
+ * 4-wide vectors; GCC and clang vectorise neither the plain reduction nor,
+ * reliably, an 8-lane array at -O2), combined in double. The fallback
+ * without vector extensions computes the same lanes in the same order. */
 static double sumsq8(const float *v, size_t n) {
   float acc[8] = {0};
   size_t i = 0;
+#ifdef SIG_VEC
+  v4f a0 = {0, 0, 0, 0}, a1 = {0, 0, 0, 0};
+  for (; i + 8 <= n; i += 8) {
+    const v4f x = ld4f(v + i), y = ld4f(v + i + 4);
+    a0 += x * x;
+    a1 += y * y;
+  }
+  memcpy(acc, &a0, sizeof a0);
+  memcpy(acc + 4, &a1, sizeof a1);
+#else
   for (; i + 8 <= n; i += 8)
     for (int k = 0; k < 8; k++) acc[k] += v[i + k] * v[i + k];
+#endif
   double s = 0.0;
   for (; i < n; i++) s += (double)v[i] * v[i];
   for (int k = 0; k < 8; k++) s += acc[k];
   return s;
 }
 
-static void scale(float *v, size_t n, float f) {
-  for (size_t i = 0; i < n; i++) v[i] *= f;
+static void scale_by(float *v, const float *w, size_t n) {
+  size_t i = 0;
+#ifdef SIG_VEC
+  for (; i + 4 <= n; i += 4) st4f(v + i, ld4f(v + i) * ld4f(w + i));
+#endif
+  for (; i < n; i++) v[i] *= w[i];
 }
 
-/* One layer row of the representation, IDF applied (w may be NULL). */
+static void scale(float *v, size_t n, float f) {
+  size_t i = 0;
+#ifdef SIG_VEC
+  const v4f fv = {f, f, f, f};
+  for (; i + 4 <= n; i += 4) st4f(v + i, ld4f(v + i) * fv);
+#endif
+  for (; i < n; i++) v[i] *= f;
+}
+
+/* Whether every count is < 2^31 (OR-reduction, vectorised). */
+static int fits_int32(const uint32_t *c, size_t n) {
+  uint32_t acc[8] = {0};
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; k++) acc[k] |= c[i + k];
+  uint32_t all = 0;
+  for (; i < n; i++) all |= c[i];
+  for (int k = 0; k < 8; k++) all |= acc[k];
+  return (all >> 31) == 0;
+}
+
+/* One layer row of the representation, IDF applied (w may be NULL).
+ * GCC at -O2 does not vectorise loops of unknown length, so the common
+ * cases use 4-wide generic vectors explicitly; the scalar tails (and the
+ * fallback without vector extensions) compute the very same values. */
 static void layer_values(eldr_repr repr, const uint32_t *c, const float *g, const float *w,
                          size_t E, float *o) {
+  size_t e = 0;
   switch (repr) {
   case ELDR_REPR_COUNT:
+    /* Signed conversion vectorises on every x86-64 (unsigned does not);
+     * counts >= 2^31 (impossible in practice) take the exact scalar path. */
+    if (!fits_int32(c, E)) {
+      for (; e < E; e++) o[e] = (float)c[e] * (w ? w[e] : 1.0f);
+      break;
+    }
+#ifdef SIG_VEC
     if (w)
-      for (size_t e = 0; e < E; e++) o[e] = (float)c[e] * w[e];
+      for (; e + 4 <= E; e += 4) st4f(o + e, __builtin_convertvector(ld4i(c + e), v4f) * ld4f(w + e));
     else
-      for (size_t e = 0; e < E; e++) o[e] = (float)c[e];
+      for (; e + 4 <= E; e += 4) st4f(o + e, __builtin_convertvector(ld4i(c + e), v4f));
+#endif
+    for (; e < E; e++) o[e] = (float)(int32_t)c[e] * (w ? w[e] : 1.0f);
     break;
-  case ELDR_REPR_BINARY:
-    if (w)
-      for (size_t e = 0; e < E; e++) o[e] = c[e] ? w[e] : 0.0f;
-    else
-      for (size_t e = 0; e < E; e++) o[e] = c[e] ? 1.0f : 0.0f;
+  case ELDR_REPR_BINARY: {
+#ifdef SIG_VEC
+    const v4i zero = {0, 0, 0, 0};
+    const v4f one = {1.0f, 1.0f, 1.0f, 1.0f};
+    for (; e + 4 <= E; e += 4) {
+      const v4i nz = ld4i(c + e) != zero; /* -1 where c != 0 */
+      const v4f v = w ? ld4f(w + e) : one;
+      st4f(o + e, (v4f)((v4i)v & nz));
+    }
+#endif
+    for (; e < E; e++) o[e] = c[e] ? (w ? w[e] : 1.0f) : 0.0f;
     break;
+  }
   case ELDR_REPR_GATE:
-    if (w)
-      for (size_t e = 0; e < E; e++) o[e] = g[e] * w[e];
-    else
+    if (w) {
+#ifdef SIG_VEC
+      for (; e + 4 <= E; e += 4) st4f(o + e, ld4f(g + e) * ld4f(w + e));
+#endif
+      for (; e < E; e++) o[e] = g[e] * w[e];
+    } else {
       memcpy(o, g, E * sizeof *o);
+    }
     break;
   case ELDR_REPR_LOGIT:
-    for (size_t e = 0; e < E; e++) o[e] = g[e] > 0.0f ? log1pf(g[e]) : 0.0f;
-    if (w)
-      for (size_t e = 0; e < E; e++) o[e] *= w[e];
+    for (e = 0; e < E; e++) o[e] = g[e] > 0.0f ? log1pf(g[e]) : 0.0f;
+    if (w) scale_by(o, w, E);
     break;
   }
 }
@@ -146,8 +226,18 @@ void eldr_idf_compute(const eldr_shape *s, const uint32_t *counts, size_t n, flo
 double eldr_dot(const float *a, const float *b, size_t dim) {
   float acc[8] = {0};
   size_t i = 0;
+#ifdef SIG_VEC
+  v4f a0 = {0, 0, 0, 0}, a1 = {0, 0, 0, 0};
+  for (; i + 8 <= dim; i += 8) {
+    a0 += ld4f(a + i) * ld4f(b + i);
+    a1 += ld4f(a + i + 4) * ld4f(b + i + 4);
+  }
+  memcpy(acc, &a0, sizeof a0);
+  memcpy(acc + 4, &a1, sizeof a1);
+#else
   for (; i + 8 <= dim; i += 8)
     for (int k = 0; k < 8; k++) acc[k] += a[i + k] * b[i + k];
+#endif
   double s = 0.0;
   for (; i < dim; i++) s += (double)a[i] * b[i];
   for (int k = 0; k < 8; k++) s += acc[k];

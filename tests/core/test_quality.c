@@ -201,6 +201,7 @@ static void test_rho_hand_worked(void **state) {
   /* Bad input. */
   const float nan_row[6] = {1, 0, NAN, 0, 0, 1};
   assert_int_equal(eldr_quality_rho(nan_row, 2, dec, 2, 3, NULL, &rho), ELDR_ERANGE);
+  assert_int_equal(eldr_quality_rho(sigs, 2, nan_row, 2, 3, NULL, &rho), ELDR_ERANGE);
   assert_int_equal(eldr_quality_rho(sigs, 2, dec, 2, 1, NULL, &rho), ELDR_EINVAL);
   assert_int_equal(eldr_quality_rho(sigs, 0, dec, 2, 3, NULL, &rho), ELDR_EINVAL);
   assert_int_equal(eldr_quality_rho(NULL, 2, dec, 2, 3, NULL, &rho), ELDR_EINVAL);
@@ -440,11 +441,14 @@ static void check_consistency(const crafted *c, eldr_repr repr, const float *idf
  * rule) moves it by far more than 1e-4. */
 static void test_greedy_consistent_with_slow_path(void **state) {
   (void)state;
-  const uint64_t seeds[3] = {123, 27, 5};
+  /* E = 16 with 6 prefill tokens per layer: > 1/4 of the cells nonzero,
+   * the dense path; E = 64: the sparse path. */
+  const uint64_t seeds[4] = {123, 27, 5, 8};
+  const uint32_t experts[4] = {16, 16, 16, 64};
   double max_diff = 0;
-  for (int sd = 0; sd < 3; sd++) {
+  for (int sd = 0; sd < 4; sd++) {
     crafted c;
-    crafted_make(&c, 70, 6, 16, 2, 4, seeds[sd]);
+    crafted_make(&c, 70, 6, experts[sd], 2, 4, seeds[sd]);
     const size_t cells = eldr_shape_cells(&c.s);
     float *idf = malloc(cells * sizeof *idf);
     assert_non_null(idf);
@@ -459,7 +463,7 @@ static void test_greedy_consistent_with_slow_path(void **state) {
     free(idf);
     crafted_free(&c);
   }
-  print_message("max |greedy rho - slow rho| over 3 data sets x 4 repr x IDF on/off x 3 pair "
+  print_message("max |greedy rho - slow rho| over 4 data sets x 4 repr x IDF on/off x 3 pair "
                 "modes x every mask size = %.3g\n",
                 max_diff);
 }
