@@ -180,8 +180,8 @@ int eldr_latency_validate(const eldr_latency_model *m, eldr_diag *d) {
   if (rc < 0) return rc;
   for (size_t i = 0; i < N_FIELDS; i++) {
     double v = *(const double *)((const char *)m + FIELDS[i].off);
-    if (!isfinite(v) || v < 0)
-      return eldr_diag_fail(d, ELDR_ERANGE, "latency model: field '%s' = %g must be finite and >= 0",
+    if (!isfinite(v) || v < 0 || v > 1e30)
+      return eldr_diag_fail(d, ELDR_ERANGE, "latency model: field '%s' = %g must be in [0, 1e30]",
                             FIELDS[i].name, v);
   }
   if (m->hbm_bw <= 0) return eldr_diag_fail(d, ELDR_ERANGE, "latency model: hbm_bw must be > 0");

@@ -132,7 +132,8 @@ static void test_overrides(void **st) {
   assert_int_equal(m.shape.top_k, 4);
   m = m0;
   const char *bad[] = {"{\"hbm_bw\": -1}", "{\"nope\": 1}", "{\"hbm_bw\": \"x\"}", "[1]", "{",
-                       "{\"hbm_bw\": 0}", "{\"top_k\": 1.5}", "{\"top_k\": 1000}"};
+                       "{\"hbm_bw\": 0}", "{\"top_k\": 1.5}", "{\"top_k\": 1000}",
+                       "{\"kv_bytes_per_token_total\": 1e300}"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     memset(&d, 0, sizeof d);
     assert_true(eldr_latency_parse_overrides(bad[i], strlen(bad[i]), &m, &d) < 0);
