@@ -9,7 +9,9 @@
  *   count only    eldr_counts_accumulate over the decoded uint8 payload
  *   decode alloc  eldr_routed_experts_decode (allocating uint16 array)
  *   encode        eldr_routed_experts_encode
- * in microseconds and MB/s of base64 text (MB = 1e6 bytes).
+ * as medians of wall-clock and of thread CPU time (the latter is less
+ * disturbed by other load on the machine), in microseconds, and MB/s of
+ * base64 text (MB = 1e6 bytes) over the CPU time.
  * Also the JSONL trace writer/reader on a generated 48x8 trace.
  */
 #include <stdio.h>
@@ -26,6 +28,12 @@
 static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static double cpu_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
@@ -65,75 +73,86 @@ static void bench_blob(size_t T, int iters) {
   uint32_t *counts = malloc(eldr_shape_cells(&s) * sizeof *counts);
   uint8_t *raw = malloc(eldr_b64_decoded_max(len));
   double *tm = malloc(sizeof(double) * (size_t)iters);
+  double *cm = malloc(sizeof(double) * (size_t)iters);
   eldr_diag d = {{0}};
   size_t nt = 0, got = 0;
 
   /* decode + count (counts zeroed per request, as the router does) */
   for (int i = 0; i < iters; i++) {
-    double t0 = now_s();
+    double t0 = now_s(), c0 = cpu_s();
     memset(counts, 0, eldr_shape_cells(&s) * sizeof *counts);
     int rc = eldr_routed_experts_count(txt, len, &s, counts, &nt, &d);
     tm[i] = now_s() - t0;
+    cm[i] = cpu_s() - c0;
     if (rc || nt != T) {
       fprintf(stderr, "count failed: %s\n", d.msg);
       exit(1);
     }
   }
   sink = counts[0];
-  double t_count = median(tm, iters);
+  double t_count = median(tm, iters), c_count = median(cm, iters);
 
   for (int i = 0; i < iters; i++) {
-    double t0 = now_s();
+    double t0 = now_s(), c0 = cpu_s();
     int rc = eldr_b64_decode(txt, len, raw, eldr_b64_decoded_max(len), &got, &d);
     tm[i] = now_s() - t0;
+    cm[i] = cpu_s() - c0;
     if (rc) exit(1);
   }
-  double t_b64 = median(tm, iters);
+  double t_b64 = median(tm, iters), c_b64 = median(cm, iters);
   sink = raw[got - 1];
 
   eldr_npy_info h;
   if (eldr_npy_parse_header(raw, got, &h, NULL)) exit(1);
   for (int i = 0; i < iters; i++) {
-    double t0 = now_s();
+    double t0 = now_s(), c0 = cpu_s();
     memset(counts, 0, eldr_shape_cells(&s) * sizeof *counts);
     int rc = eldr_counts_accumulate(&s, raw + h.data_offset, ELDR_SEL_U8, T, counts, NULL);
     tm[i] = now_s() - t0;
+    cm[i] = cpu_s() - c0;
     if (rc) exit(1);
   }
-  double t_acc = median(tm, iters);
+  double t_acc = median(tm, iters), c_acc = median(cm, iters);
   sink = counts[1];
 
   int it2 = iters / 4 > 10 ? iters / 4 : 10;
   for (int i = 0; i < it2; i++) {
     uint16_t *out = NULL;
-    double t0 = now_s();
+    double t0 = now_s(), c0 = cpu_s();
     int rc = eldr_routed_experts_decode(txt, len, &s, &out, &nt, NULL, NULL);
     tm[i] = now_s() - t0;
+    cm[i] = cpu_s() - c0;
     if (rc) exit(1);
     sink = out[0];
     free(out);
   }
-  double t_dec = median(tm, it2);
+  double t_dec = median(tm, it2), c_dec = median(cm, it2);
 
   for (int i = 0; i < it2; i++) {
     char *o = NULL;
     size_t ol;
-    double t0 = now_s();
+    double t0 = now_s(), c0 = cpu_s();
     int rc = eldr_routed_experts_encode(sel, T, &s, ELDR_SEL_U8, &o, &ol);
     tm[i] = now_s() - t0;
+    cm[i] = cpu_s() - c0;
     if (rc) exit(1);
     sink = (uint32_t)o[0];
     free(o);
   }
-  double t_enc = median(tm, it2);
+  double t_enc = median(tm, it2), c_enc = median(cm, it2);
 
   const double mb = (double)len / 1e6;
   printf("T=%zu tokens (48 layers, top 8, 128 experts, uint8): %zu ids, %.2f MB base64\n", T, n, mb);
-  printf("  %-14s %9.1f us  %7.0f MB/s\n", "decode+count", t_count * 1e6, mb / t_count);
-  printf("  %-14s %9.1f us  %7.0f MB/s\n", "b64 only", t_b64 * 1e6, mb / t_b64);
-  printf("  %-14s %9.1f us  %7.0f Mids/s\n", "count only", t_acc * 1e6, (double)n / 1e6 / t_acc);
-  printf("  %-14s %9.1f us  %7.0f MB/s\n", "decode alloc", t_dec * 1e6, mb / t_dec);
-  printf("  %-14s %9.1f us  %7.0f MB/s\n", "encode", t_enc * 1e6, mb / t_enc);
+  printf("  %-14s %9s %9s  %s\n", "", "wall us", "cpu us", "throughput (cpu time)");
+  printf("  %-14s %9.1f %9.1f  %7.0f MB/s\n", "decode+count", t_count * 1e6, c_count * 1e6,
+         mb / c_count);
+  printf("  %-14s %9.1f %9.1f  %7.0f MB/s\n", "b64 only", t_b64 * 1e6, c_b64 * 1e6, mb / c_b64);
+  printf("  %-14s %9.1f %9.1f  %7.0f M ids/s\n", "count only", t_acc * 1e6, c_acc * 1e6,
+         (double)n / 1e6 / c_acc);
+  printf("  %-14s %9.1f %9.1f  %7.0f MB/s\n", "decode alloc", t_dec * 1e6, c_dec * 1e6,
+         mb / c_dec);
+  printf("  %-14s %9.1f %9.1f  %7.0f MB/s\n", "encode", t_enc * 1e6, c_enc * 1e6, mb / c_enc);
+  free(cm);
   free(tm);
   free(raw);
   free(counts);

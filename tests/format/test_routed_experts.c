@@ -153,7 +153,9 @@ static void test_b64_vectors(void **state) {
 
 static void test_b64_random_roundtrip(void **state) {
   (void)state;
-  for (size_t n = 0; n < 300; n++) {
+  const size_t big[] = {3071, 3072, 3073, 3074, 5000, 10001, 65536};
+  for (size_t j = 0; j < 300 + sizeof big / sizeof big[0]; j++) {
+    size_t n = j < 300 ? j : big[j - 300]; /* the large ones take the table encoder */
     uint8_t *in = malloc(n + 1);
     for (size_t i = 0; i < n; i++) in[i] = (uint8_t)rnd();
     char *ref = ref_b64(in, n);
@@ -203,6 +205,49 @@ static void test_b64_errors(void **state) {
   /* empty is fine for plain base64 */
   assert_int_equal(eldr_b64_decode("", 0, out, 0, &got, &d), 0);
   assert_int_equal(got, 0);
+}
+
+/* Every byte value at every position of a long text (SIMD blocks and the
+ * scalar tail): accepted exactly when it is in the alphabet, and an invalid
+ * one is reported at its offset. */
+static void test_b64_every_byte_every_position(void **state) {
+  (void)state;
+  static const char *A = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  enum { N = 150 }; /* 600 chars: SIMD blocks of 32 chars plus a scalar tail */
+  uint8_t raw[N];
+  for (int i = 0; i < N; i++) raw[i] = (uint8_t)(i * 7 + 3);
+  char *txt = ref_b64(raw, N);
+  size_t len = strlen(txt);
+  uint8_t out[N + 8];
+  size_t got;
+  eldr_diag d = {{0}};
+  for (size_t pos = 0; pos < len; pos += (pos < 80 ? 1 : 13)) {
+    char saved = txt[pos];
+    for (int c = 0; c < 256; c++) {
+      txt[pos] = (char)c;
+      int rc = eldr_b64_decode(txt, len, out, sizeof out, &got, &d);
+      int valid = c != 0 && strchr(A, c) != NULL;
+      if (valid != (rc == 0)) fail_msg("byte 0x%02x at %zu: rc %d", c, pos, rc);
+      if (!valid) {
+        char want[32];
+        snprintf(want, sizeof want, "offset %zu", pos);
+        ASSERT_MSG(d, want);
+      } else {
+        /* the decoded value of that character lands in the right bits */
+        uint8_t ref[N];
+        size_t rl;
+        char *p = strdup(txt);
+        assert_int_equal(eldr_b64_decode(p, len, ref, sizeof ref, &rl, NULL), 0);
+        free(p);
+        uint32_t v = (uint32_t)(strchr(A, c) - A);
+        size_t q = pos / 4, r = pos % 4;
+        uint32_t x = (uint32_t)out[3 * q] << 16 | (uint32_t)out[3 * q + 1] << 8 | out[3 * q + 2];
+        assert_int_equal((x >> (18 - 6 * r)) & 63, v);
+      }
+    }
+    txt[pos] = saved;
+  }
+  free(txt);
 }
 
 /* ---- npy header --------------------------------------------------------- */
@@ -648,6 +693,7 @@ int main(void) {
       cmocka_unit_test(test_b64_vectors),
       cmocka_unit_test(test_b64_random_roundtrip),
       cmocka_unit_test(test_b64_errors),
+      cmocka_unit_test(test_b64_every_byte_every_position),
       cmocka_unit_test(test_npy_versions_dtypes),
       cmocka_unit_test(test_npy_dict_variants),
       cmocka_unit_test(test_npy_header_errors),
