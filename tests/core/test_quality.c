@@ -16,6 +16,7 @@
 #include "eldr/quality.h"
 #include "eldr/rng.h"
 #include "eldr/signature.h"
+#include "eldr/trace.h"
 
 static void assert_close(double got, double want, double tol) {
   if (!(fabs(got - want) <= tol)) fail_msg("got %.12g, want %.12g (tol %g)", got, want, tol);
@@ -502,6 +503,85 @@ static void test_greedy_errors(void **state) {
   crafted_free(&c);
 }
 
+/* The real Llama-4 MMLU trace (259 requests, 24 MoE layers, 128 experts,
+ * top-1), when ../shared is there: greedy for count and binary, with and
+ * without IDF, over 10,000 of the 33,411 pairs (keeps the test quick under
+ * ASan); its rho for the best mask and for all layers must match the slow
+ * path on built signatures. */
+static void test_real_trace(void **state) {
+  (void)state;
+  char path[1024];
+  snprintf(path, sizeof path, "%s/traces/llama4-mmlu-dev.jsonl", ELDR_SHARED_DIR);
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    skip();
+    return;
+  }
+  fclose(f);
+  eldr_trace *t = NULL;
+  eldr_diag d = {{0}};
+  const int lrc = eldr_trace_load(path, &t, &d);
+  if (lrc != 0) fail_msg("%s", eldr_diag_msg(&d, lrc));
+  const eldr_shape *s = &t->shape;
+  const size_t n = t->n, L = s->num_layers, cells = eldr_shape_cells(s);
+  assert_int_equal(n, 259);
+  assert_int_equal(L, 24);
+  uint32_t *pre = malloc(n * cells * sizeof *pre), *dc = malloc(n * cells * sizeof *dc);
+  float *dec = malloc(n * cells * sizeof *dec), *idf = malloc(cells * sizeof *idf);
+  float *sigs = malloc(n * cells * sizeof *sigs);
+  eldr_mask_step *steps = malloc(L * sizeof *steps);
+  uint8_t *best = malloc(L);
+  assert_true(pre && dc && dec && idf && sigs && steps && best);
+  for (size_t i = 0; i < n; i++) {
+    eldr_trace_request_counts(t, &t->req[i], 0, pre + i * cells);
+    eldr_trace_request_counts(t, &t->req[i], 1, dc + i * cells);
+  }
+  eldr_quality_decode_patterns(s, dc, n, dec);
+  eldr_idf_compute(s, pre, n, idf);
+  const eldr_pairs_opts po = {10000, 42};
+  for (int repr = ELDR_REPR_COUNT; repr <= ELDR_REPR_BINARY; repr++) {
+    for (int use_idf = 0; use_idf <= 1; use_idf++) {
+      const float *w = use_idf ? idf : NULL;
+      double best_rho = 0, all_rho = 0;
+      assert_int_equal(eldr_quality_greedy_mask(s, (eldr_repr)repr, w, pre, NULL, dec, cells, n,
+                                                &po, steps, best, &best_rho, &all_rho),
+                       0);
+      size_t nb = 0;
+      for (size_t l = 0; l < L; l++) nb += best[l];
+      /* Slow path: all layers, then the best mask. */
+      double slow_all = 0, slow_best = 0;
+      for (int which = 0; which < 2; which++) {
+        eldr_sigspec sp = {.shape = *s, .repr = (eldr_repr)repr, .idf = w,
+                           .mask = which ? best : NULL};
+        const size_t dim = eldr_signature_dim(&sp);
+        for (size_t i = 0; i < n; i++) {
+          const int rc = eldr_signature_build(&sp, pre + i * cells, NULL, sigs + i * dim);
+          assert_true(rc == 0 || rc == ELDR_EEMPTY);
+        }
+        assert_int_equal(eldr_quality_rho(sigs, dim, dec, cells, n, &po,
+                                          which ? &slow_best : &slow_all),
+                         0);
+      }
+      print_message("llama4-mmlu-dev %s%s: rho all layers %.4f, greedy best %zu layers %.4f "
+                    "(|greedy - slow path| %.1e, %.1e)\n",
+                    eldr_repr_name((eldr_repr)repr), use_idf ? "-idf" : "", all_rho, nb, best_rho,
+                    fabs(all_rho - slow_all), fabs(best_rho - slow_best));
+      assert_close(all_rho, slow_all, 1e-4);
+      assert_close(best_rho, slow_best, 1e-4);
+      assert_true(all_rho > 0.1);
+      assert_true(best_rho >= all_rho);
+    }
+  }
+  free(best);
+  free(steps);
+  free(sigs);
+  free(idf);
+  free(dec);
+  free(dc);
+  free(pre);
+  eldr_trace_free(t);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_rank_average),
@@ -513,6 +593,7 @@ int main(void) {
       cmocka_unit_test(test_greedy_picks_signal_layer),
       cmocka_unit_test(test_greedy_consistent_with_slow_path),
       cmocka_unit_test(test_greedy_errors),
+      cmocka_unit_test(test_real_trace),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
