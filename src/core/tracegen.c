@@ -647,13 +647,23 @@ static void sample_tokens(const eldr_shape *sh, scratch *s, eldr_rng *r, uint32_
       }
       const uint32_t st = s->stamp;
       double taken = 0;
+      uint64_t bits = 0;
+      int nbits = 0; /* 32-bit halves left in bits */
       for (uint32_t k = 0; k < K; k++) {
         uint32_t e = 0;
         int found = 0;
         for (int tries = 0; tries < 64; tries++) {
-          uint64_t u = eldr_rng_next(r);
-          uint32_t i = (uint32_t)(((u >> 32) * (uint64_t)E) >> 32);
-          float f = (float)(uint32_t)u * (1.0f / 4294967296.0f);
+          /* one alias draw per 32 random bits: 16 for the column (E <=
+           * 65536), 16 for the acceptance test */
+          if (!nbits) {
+            bits = eldr_rng_next(r);
+            nbits = 2;
+          }
+          uint32_t u = (uint32_t)bits;
+          bits >>= 32;
+          nbits--;
+          uint32_t i = (uint32_t)(((u >> 16) * E) >> 16);
+          float f = (float)(u & 0xffffu) * (1.0f / 65536.0f);
           e = f < ap[i] ? i : al[i];
           if (s->mark[e] != st) {
             found = 1;
