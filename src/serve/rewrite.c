@@ -244,29 +244,55 @@ void eldr__prefill_reply_free(eldr__prefill_reply *p) {
   memset(p, 0, sizeof *p);
 }
 
-int eldr__prefill_reply_parse(const char *body, size_t len, eldr__prefill_reply *out,
-                              eldr_diag *d) {
-  memset(out, 0, sizeof *out);
-  out->prompt_tokens = -1;
-  json_error_t je;
-  json_t *root = json_loadb(body, len, 0, &je);
-  if (!root)
-    return eldr_diag_fail(d, ELDR_EPARSE, "prefill reply is not JSON: %s (column %d)", je.text,
-                          je.column);
-  if (!json_is_object(root)) {
-    json_decref(root);
-    return eldr_diag_fail(d, ELDR_EPARSE, "prefill reply is not a JSON object");
+/* End of the JSON string whose opening quote is at o (index of the closing
+ * quote), or NULL. */
+static const char *string_end(const char *o, const char *end) {
+  const char *e = o + 1;
+  for (;;) {
+    const char *q = memchr(e, '"', (size_t)(end - e));
+    if (!q) return NULL;
+    size_t bs = 0;
+    while (q - bs > o + 1 && q[-1 - (long)bs] == '\\') bs++;
+    if (!(bs & 1)) return q;
+    e = q + 1;
   }
-  out->root = root;
+}
+
+/* Locate the value of the first "routed_experts" key whose value is a plain
+ * string (no escapes) by walking the string tokens of the document (every
+ * '"' outside a string opens one). On success vs and ve point at the value's
+ * opening and closing quotes. Only a fast path: the caller verifies the
+ * result with a real parse of the rest. */
+static int find_routed_experts(const char *b, size_t len, const char **vs, const char **ve) {
+  static const char key[] = "routed_experts";
+  const char *p = b, *end = b + len;
+  for (;;) {
+    const char *o = memchr(p, '"', (size_t)(end - p));
+    if (!o) return -1;
+    const char *c = string_end(o, end);
+    if (!c) return -1;
+    p = c + 1;
+    if ((size_t)(c - o - 1) != sizeof key - 1 || memcmp(o + 1, key, sizeof key - 1)) continue;
+    const char *q = p;
+    while (q < end && (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r')) q++;
+    if (q >= end || *q != ':') continue;
+    q++;
+    while (q < end && (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r')) q++;
+    if (q >= end || *q != '"') continue;
+    const char *e = string_end(q, end);
+    if (!e) return -1;
+    if (memchr(q + 1, '\\', (size_t)(e - q - 1))) return -1; /* escapes: not a plain blob */
+    *vs = q;
+    *ve = e;
+    return 0;
+  }
+}
+
+#define RE_MARKER "\"\\u0001eldr:routed_experts\""
+
+static void reply_fields(json_t *root, eldr__prefill_reply *out) {
   json_t *kv = json_object_get(root, "kv_transfer_params");
   if (json_is_object(kv)) out->kv_transfer_params = kv;
-  json_t *ch = json_object_get(root, "choices");
-  json_t *c0 = json_is_array(ch) ? json_array_get(ch, 0) : NULL;
-  json_t *re = json_is_object(c0) ? json_object_get(c0, "routed_experts") : NULL;
-  if (json_is_string(re)) {
-    out->routed_experts = json_string_value(re);
-    out->routed_experts_len = json_string_length(re);
-  }
   json_t *u = json_object_get(root, "usage");
   if (json_is_object(u)) {
     json_t *pt = json_object_get(u, "prompt_tokens");
@@ -275,6 +301,59 @@ int eldr__prefill_reply_parse(const char *body, size_t len, eldr__prefill_reply 
     json_t *ct = json_is_object(det) ? json_object_get(det, "cached_tokens") : NULL;
     if (json_is_integer(ct) && json_integer_value(ct) >= 0) out->cached_tokens = json_integer_value(ct);
   }
+}
+
+static json_t *choice0_re(json_t *root) {
+  json_t *ch = json_object_get(root, "choices");
+  json_t *c0 = json_is_array(ch) ? json_array_get(ch, 0) : NULL;
+  return json_is_object(c0) ? json_object_get(c0, "routed_experts") : NULL;
+}
+
+int eldr__prefill_reply_parse(const char *body, size_t len, eldr__prefill_reply *out,
+                              eldr_diag *d) {
+  memset(out, 0, sizeof *out);
+  out->prompt_tokens = -1;
+  json_error_t je;
+  json_t *root = NULL;
+  /* Fast path: the base64 blob (MBs at long prompts) is cut out before the
+   * JSON parser sees the document and borrowed from body directly. */
+  const char *vs, *ve;
+  if (find_routed_experts(body, len, &vs, &ve) == 0) {
+    size_t pre = (size_t)(vs - body), post = len - (size_t)(ve + 1 - body);
+    size_t ml = sizeof RE_MARKER - 1;
+    char *small = malloc(pre + ml + post + 1);
+    if (!small) return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
+    memcpy(small, body, pre);
+    memcpy(small + pre, RE_MARKER, ml);
+    memcpy(small + pre + ml, ve + 1, post);
+    root = json_loadb(small, pre + ml + post, 0, &je);
+    free(small);
+    json_t *re = root ? choice0_re(root) : NULL;
+    if (json_is_object(root) && json_is_string(re) && json_string_length(re) == 20 &&
+        !memcmp(json_string_value(re), "\001eldr:routed_experts", 20)) {
+      out->root = root;
+      out->routed_experts = vs + 1;
+      out->routed_experts_len = (size_t)(ve - vs - 1);
+      reply_fields(root, out);
+      return 0;
+    }
+    json_decref(root); /* not what it seemed: parse it the ordinary way */
+  }
+  root = json_loadb(body, len, 0, &je);
+  if (!root)
+    return eldr_diag_fail(d, ELDR_EPARSE, "prefill reply is not JSON: %s (column %d)", je.text,
+                          je.column);
+  if (!json_is_object(root)) {
+    json_decref(root);
+    return eldr_diag_fail(d, ELDR_EPARSE, "prefill reply is not a JSON object");
+  }
+  out->root = root;
+  json_t *re = choice0_re(root);
+  if (json_is_string(re)) {
+    out->routed_experts = json_string_value(re);
+    out->routed_experts_len = json_string_length(re);
+  }
+  reply_fields(root, out);
   return 0;
 }
 

@@ -39,8 +39,7 @@ static const char *const dec_name[DEC__N] = {"locality", "load", "none"};
 enum { OUT_OK, OUT_CLIENT_ERROR, OUT_UPSTREAM_ERROR, OUT_TIMEOUT, OUT_CANCELLED, OUT_STREAM_ABORTED, OUT__N };
 static const char *const out_name[OUT__N] = {"ok", "client_error", "upstream_error",
                                              "timeout", "cancelled", "stream_aborted"};
-enum { FB_NONE = -1, FB_NO_ROUTED_EXPERTS = 0, FB_MALFORMED, FB_NO_ARTIFACT, FB_SHAPE_MISMATCH,
-       FB_EMPTY_SIGNATURE, FB__N };
+enum { FB_NONE = ELDR__FB_NONE, FB_SHAPE_MISMATCH = ELDR__FB_SHAPE_MISMATCH, FB__N = ELDR__FB__COUNT };
 static const char *const fb_name[FB__N] = {"no_routed_experts", "malformed", "no_artifact",
                                            "shape_mismatch", "empty_signature"};
 enum { BAD_JSON, BAD_FIELD, BAD_TOO_LARGE, BAD_HEAD, BAD_TIMEOUT, BAD_PATH, BAD_METHOD, BAD_LENGTH, BAD__N };
@@ -75,8 +74,6 @@ typedef struct metrics {
   uint64_t retries[2];
   uint64_t disconnects;
   uint64_t no_kv_params;
-  uint64_t tokenizer_mismatch;
-  uint64_t sig_blocks_missing;
   uint64_t reloads_ok, reloads_err;
   histo sig, decision, request;
 } metrics;
@@ -133,6 +130,7 @@ struct rq {
   char *pbody, *dbody;
   size_t plen, dlen;
   eldr__prefill_reply pr;
+  char *re_copy; /* owned copy of pr.routed_experts for the splice */
   worker *tried[MAX_TRIED];
   int ntried;
   leg L;
@@ -169,24 +167,17 @@ struct eldr_server {
   worker *all_workers;
   hconn *conns;
   eldr_artifact *art;
-  eldr_sigspec spec;
   eldr_policy pol, jsq;
   eldr_sigcache *cache;
-  /* scratch (single loop thread) */
-  uint32_t *counts, *blockscratch;
-  float *sig;
-  uint8_t *npy;
-  size_t npycap;
-  uint32_t *ids;
-  size_t idscap;
-  uint64_t *hashes;
-  size_t hashcap;
+  eldr__sigctx sc; /* signature extraction state and scratch (loop thread) */
+  eldr__sigres pend; /* block rows to store once the decode leg is sent */
+  int pend_on;
+  struct event *ev_store;
   uint32_t *loads;
   uint8_t *healthy;
   size_t loadcap;
   uint64_t idstate;
-  int observed_L, observed_K;
-  int logged_shape_mismatch, logged_k_mismatch;
+  int logged_shape_mismatch;
   metrics m;
 };
 
@@ -472,6 +463,7 @@ static void rq_free(rq *r) {
   if (r->L.hold) evbuffer_free(r->L.hold);
   eldr__req_free(&r->req);
   eldr__prefill_reply_free(&r->pr);
+  free(r->re_copy);
   free(r->auth);
   free(r->pbody);
   free(r->dbody);
@@ -758,109 +750,59 @@ static void on_decode_reply(rq *r, struct evhttp_request *req) {
 
 /* ---- signature and decision ----------------------------------------------- */
 
-static int grow(void **p, size_t *cap, size_t n, size_t elem) {
-  if (n <= *cap) return 0;
-  size_t c = *cap ? *cap : 1024;
-  while (c < n) c *= 2;
-  void *q = realloc(*p, c * elem);
-  if (!q) return -1;
-  *p = q;
-  *cap = c;
-  return 0;
+static void flush_store(eldr_server *s) {
+  if (!s->pend_on) return;
+  s->pend_on = 0;
+  eldr__sig_store(&s->sc, &s->pend);
 }
 
-/* Tokens and block hashes of the request's prompt into server scratch. */
-static size_t prompt_blocks(eldr_server *s, rq *r, size_t *ntok) {
-  const uint32_t *ids = r->req.ids;
-  size_t n = r->req.n_ids;
-  if (!ids) {
-    n = eldr_tokenize(r->req.text, r->req.text_len, NULL, 0);
-    if (grow((void **)&s->ids, &s->idscap, n + 1, sizeof *s->ids)) return 0;
-    eldr_tokenize(r->req.text, r->req.text_len, s->ids, n);
-    ids = s->ids;
-  }
-  *ntok = n;
-  size_t nb = n / ELDR_BLOCK_TOKENS;
-  if (grow((void **)&s->hashes, &s->hashcap, nb + 1, sizeof *s->hashes)) return 0;
-  return eldr_block_hashes(ids, n, 0, s->hashes);
+static void store_cb(evutil_socket_t fd, short ev, void *arg) {
+  (void)fd;
+  (void)ev;
+  flush_store(arg);
 }
 
 static int decide(rq *r, int *fallback) {
   eldr_server *s = r->s;
   *fallback = FB_NONE;
-  const float *sig = NULL;
-  eldr__npy_view v;
-  int have_view = 0;
-  size_t nb = 0, ntok = 0;
+  eldr__sigres res;
+  int have = 0;
   if (s->cfg.policy == ELDR_POLICY_ELDR) {
+    flush_store(s);
     double t0 = now_s();
-    if (!s->art) *fallback = FB_NO_ARTIFACT;
-    else if (!r->pr.routed_experts) *fallback = FB_NO_ROUTED_EXPERTS;
-    else {
-      eldr_diag d = {{0}};
-      const eldr_shape *sh = &s->art->shape;
-      int rc = eldr__routed_experts_view(r->pr.routed_experts, r->pr.routed_experts_len, NULL,
-                                         &s->npy, &s->npycap, &v, &d);
-      if (rc == 0) {
-        s->observed_L = (int)v.layers;
-        s->observed_K = (int)v.top_k;
-        if (v.layers != sh->num_layers || v.top_k != sh->top_k) {
-          *fallback = FB_SHAPE_MISMATCH;
-          if (!s->logged_shape_mismatch++)
-            logf_(s, "routed_experts are %zu layers x top-%zu but the artifact is %u x top-%u: "
-                  "routing by load only (logged once)", v.layers, v.top_k, sh->num_layers, sh->top_k);
-        }
-      } else {
-        *fallback = FB_MALFORMED;
-        logf_(s, "request %s: malformed routed_experts: %s", r->reqid, d.msg);
-      }
-      if (*fallback == FB_NONE) {
-        memset(s->counts, 0, eldr_shape_cells(sh) * sizeof *s->counts);
-        if (eldr_counts_accumulate(sh, v.data, v.dtype, v.rows, s->counts, NULL)) {
-          *fallback = FB_MALFORMED;
-          logf_(s, "request %s: routed_experts expert id out of range", r->reqid);
-        }
-      }
-      if (*fallback == FB_NONE) {
-        have_view = 1;
-        size_t P = r->pr.prompt_tokens >= 0 ? (size_t)r->pr.prompt_tokens : v.rows;
-        size_t first = P > v.rows ? P - v.rows : 0;
-        if (s->cache) {
-          nb = prompt_blocks(s, r, &ntok);
-          if (ntok != P) {
-            s->m.tokenizer_mismatch++;
-            nb = 0;
-          } else if (first > 0) {
-            size_t full = first / ELDR_BLOCK_TOKENS;
-            s->m.sig_blocks_missing += eldr_sigcache_add_blocks(s->cache, s->hashes, full, s->counts);
-            if (first % ELDR_BLOCK_TOKENS) s->m.sig_blocks_missing++;
-          }
-        } else if (first > 0) {
-          s->m.sig_blocks_missing += (first + ELDR_BLOCK_TOKENS - 1) / ELDR_BLOCK_TOKENS;
-        }
-        if (eldr_signature_build(&s->spec, s->counts, NULL, s->sig) != 0) *fallback = FB_EMPTY_SIGNATURE;
-        else sig = s->sig;
+    eldr__sig_extract(&s->sc, r->pr.routed_experts, r->pr.routed_experts_len, r->pr.prompt_tokens,
+                      r->req.text, r->req.text_len, r->req.ids, r->req.n_ids, &res);
+    histo_add(&s->m.sig, now_s() - t0);
+    have = 1;
+    *fallback = res.fallback;
+    if (res.fallback != FB_NONE) {
+      s->m.fallback[res.fallback]++;
+      if (res.fallback == FB_SHAPE_MISMATCH) {
+        if (!s->logged_shape_mismatch++) logf_(s, "%s: routing by load only (logged once)", res.diag.msg);
+      } else if (res.diag.msg[0]) {
+        logf_(s, "request %s: %s", r->reqid, res.diag.msg);
       }
     }
-    if (*fallback != FB_NONE) s->m.fallback[*fallback]++;
-    histo_add(&s->m.sig, now_s() - t0);
   }
   size_t n;
   if (fill_loads(s, ROLE_DECODE, r, &n)) return ELDR_ENOMEM;
   double t1 = now_s();
-  eldr_route_req rr = {sig, -1};
+  eldr_route_req rr = {have ? res.sig : NULL, -1};
   eldr_decision dec;
   int k = eldr_policy_decode(&s->pol, s->loads, s->healthy, n, &rr, &dec);
   histo_add(&s->m.decision, now_s() - t1);
-  r->decision = (s->cfg.policy == ELDR_POLICY_ELDR && sig && k >= 0 && dec.fallback == ELDR_FALLBACK_NONE)
-                    ? DEC_LOCALITY
-                    : DEC_LOAD;
-  /* remember the rows of the blocks this prefill computed */
-  if (have_view && nb > 0) {
-    size_t P = (size_t)ntok;
-    size_t first = P > v.rows ? P - v.rows : 0;
-    eldr_sigcache_store_blocks(s->cache, s->hashes, nb, first, v.data, v.dtype, v.rows,
-                               s->blockscratch, NULL);
+  r->decision = (have && res.sig && k >= 0 && dec.fallback == ELDR_FALLBACK_NONE) ? DEC_LOCALITY : DEC_LOAD;
+  /* remember the rows of the blocks this prefill computed: deferred until the
+   * decode leg is on its way (flushed first if another extraction comes) */
+  if (have && res.fallback == FB_NONE && res.nblocks > 0) {
+    s->pend = res;
+    s->pend_on = 1;
+    static const struct timeval zero = {0, 0};
+    event_add(s->ev_store, &zero);
+  }
+  if (!r->re_copy) { /* borrowed from the prefill reply's buffer: gone after this callback */
+    r->pr.routed_experts = NULL;
+    r->pr.routed_experts_len = 0;
   }
   return k;
 }
@@ -890,6 +832,14 @@ static void on_prefill_reply(rq *r, struct evhttp_request *req) {
     leg_release(r, 1);
     leg_failed(r, 0, d.msg);
     return;
+  }
+  /* routed_experts may borrow from this callback's buffer: the splice of the
+   * decode reply needs its own copy; the decision (below, synchronous) not */
+  if (r->req.want_routed_experts && r->pr.routed_experts) {
+    r->re_copy = malloc(r->pr.routed_experts_len + 1);
+    if (r->re_copy) memcpy(r->re_copy, r->pr.routed_experts, r->pr.routed_experts_len);
+    r->pr.routed_experts = r->re_copy;
+    if (!r->re_copy) r->pr.routed_experts_len = 0;
   }
   leg_release(r, 1);
   if (!r->pr.kv_transfer_params) s->m.no_kv_params++;
@@ -1063,10 +1013,10 @@ static void handle_metrics(hconn *c) {
                       (unsigned long long)m->no_kv_params);
   evbuffer_add_printf(o, "# HELP eldr_sigcache_tokenizer_mismatch_total Prompts whose token count differs from the engine's.\n"
                          "# TYPE eldr_sigcache_tokenizer_mismatch_total counter\neldr_sigcache_tokenizer_mismatch_total %llu\n",
-                      (unsigned long long)m->tokenizer_mismatch);
+                      (unsigned long long)s->sc.tokenizer_mismatch);
   evbuffer_add_printf(o, "# HELP eldr_signature_blocks_missing_total Prefix-cached blocks whose row was not in the signature cache.\n"
                          "# TYPE eldr_signature_blocks_missing_total counter\neldr_signature_blocks_missing_total %llu\n",
-                      (unsigned long long)m->sig_blocks_missing);
+                      (unsigned long long)s->sc.blocks_missing);
   eldr_sigcache_stats cs;
   eldr_sigcache_stats_get(s->cache, &cs);
   evbuffer_add_printf(o, "# HELP eldr_sigcache_rows Block rows held by the signature cache.\n"
@@ -1411,11 +1361,11 @@ static int load_artifact(eldr_server *s, const char *path, eldr_artifact **out, 
     eldr_artifact_free(a);
     return rc;
   }
-  if (s->observed_L && ((int)a->shape.num_layers != s->observed_L || (int)a->shape.top_k != s->observed_K)) {
+  if (s->sc.observed_L && ((int)a->shape.num_layers != s->sc.observed_L || (int)a->shape.top_k != s->sc.observed_K)) {
     rc = eldr_diag_fail(d, ELDR_ESHAPE,
                         "artifact %s is for %u MoE layers x top-%u but the workers' routed_experts "
                         "are %d layers x top-%d: refused",
-                        path, a->shape.num_layers, a->shape.top_k, s->observed_L, s->observed_K);
+                        path, a->shape.num_layers, a->shape.top_k, s->sc.observed_L, s->sc.observed_K);
     eldr_artifact_free(a);
     return rc;
   }
@@ -1453,17 +1403,20 @@ static int install(eldr_server *s, eldr_artifact *a, const eldr_serve_config *cf
       return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory for the artifact's buffers");
     }
   }
+  s->pend_on = 0; /* rows of the old shape: drop */
   if (s->cache != cache) eldr_sigcache_free(s->cache);
   s->cache = cache;
-  free(s->counts);
-  free(s->blockscratch);
-  free(s->sig);
-  s->counts = counts;
-  s->blockscratch = bs;
-  s->sig = sig;
+  free(s->sc.counts);
+  free(s->sc.scratch);
+  free(s->sc.sig);
+  s->sc.counts = counts;
+  s->sc.scratch = bs;
+  s->sc.sig = sig;
+  s->sc.cache = cache;
   eldr_artifact_free(s->art);
   s->art = a;
-  if (a) eldr_artifact_sigspec(a, &s->spec);
+  s->sc.shape = a ? &a->shape : NULL;
+  if (a) eldr_artifact_sigspec(a, &s->sc.spec);
   s->pol = np;
   s->logged_shape_mismatch = 0;
   if (a && a->k != cfg->n_decode)
@@ -1580,7 +1533,8 @@ int eldr_server_new(const eldr_serve_config *cfg, eldr_server **out, eldr_diag *
                                            : ((struct sockaddr_in *)&ss)->sin_port);
   s->ev_stop = event_new(s->base, -1, 0, stop_cb, s);
   s->ev_reload = event_new(s->base, -1, 0, reload_cb, s);
-  if (!s->ev_stop || !s->ev_reload) {
+  s->ev_store = evtimer_new(s->base, store_cb, s);
+  if (!s->ev_stop || !s->ev_reload || !s->ev_store) {
     rc = ELDR_ENOMEM;
     goto fail;
   }
@@ -1630,7 +1584,7 @@ void eldr_server_free(eldr_server *s) {
   if (!s) return;
   while (s->conns) conn_free(s->conns);
   if (s->lis) evconnlistener_free(s->lis);
-  struct event *evs[] = {s->ev_stop, s->ev_reload, s->ev_health, s->sig_hup, s->sig_int, s->sig_term};
+  struct event *evs[] = {s->ev_stop, s->ev_reload, s->ev_health, s->sig_hup, s->sig_int, s->sig_term, s->ev_store};
   for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)
     if (evs[i]) event_free(evs[i]);
   while (s->all_workers) {
@@ -1647,12 +1601,10 @@ void eldr_server_free(eldr_server *s) {
   }
   eldr_sigcache_free(s->cache);
   eldr_artifact_free(s->art);
-  free(s->counts);
-  free(s->blockscratch);
-  free(s->sig);
-  free(s->npy);
-  free(s->ids);
-  free(s->hashes);
+  free(s->sc.counts);
+  free(s->sc.scratch);
+  free(s->sc.sig);
+  eldr__sigctx_free_scratch(&s->sc);
   free(s->loads);
   free(s->healthy);
   eldr_serve_config_free(&s->cfg);

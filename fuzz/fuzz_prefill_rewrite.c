@@ -1,0 +1,89 @@
+/* fuzz_prefill_rewrite.c — the JSON rewriting of the PD legs. Input: a
+ * client body (first byte picks completions/chat). For every body the
+ * router accepts, the prefill leg must be the same object with exactly:
+ * stream=false, max_tokens=1, max_completion_tokens=1 iff present,
+ * stream_options and min_tokens removed, kv_transfer_params =
+ * {do_remote_decode: true, do_remote_prefill: false, remote_*: null}; the
+ * decode leg must be the original plus the given kv_transfer_params. Also
+ * feeds the input to the prefill-reply reader and the routed_experts splice. */
+#include <jansson.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "serve/serve_internal.h"
+
+static const char *const dropped[] = {"stream", "max_tokens", "max_completion_tokens",
+                                      "stream_options", "min_tokens", "kv_transfer_params"};
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  if (size < 1) return 0;
+  eldr__api api = (data[0] & 1) ? ELDR__API_CHAT : ELDR__API_COMPLETIONS;
+  const char *body = (const char *)data + 1;
+  size_t len = size - 1;
+  eldr__req r;
+  if (eldr__req_parse(body, len, api, &r, NULL) == 0) {
+    size_t pl = 0;
+    char *p = eldr__prefill_body(&r, &pl);
+    if (!p) abort();
+    json_t *pj = json_loadb(p, pl, 0, NULL);
+    if (!pj) abort();
+    if (!json_is_false(json_object_get(pj, "stream"))) abort();
+    if (json_integer_value(json_object_get(pj, "max_tokens")) != 1) abort();
+    json_t *mct = json_object_get(r.root, "max_completion_tokens");
+    json_t *pmct = json_object_get(pj, "max_completion_tokens");
+    if (mct ? json_integer_value(pmct) != 1 : pmct != NULL) abort();
+    if (json_object_get(pj, "stream_options") || json_object_get(pj, "min_tokens")) abort();
+    json_t *want_kv = json_pack("{s:b,s:b,s:n,s:n,s:n,s:n}", "do_remote_decode", 1, "do_remote_prefill", 0,
+                                "remote_engine_id", "remote_block_ids", "remote_host", "remote_port");
+    if (!json_equal(json_object_get(pj, "kv_transfer_params"), want_kv)) abort();
+    /* every other key unchanged */
+    const char *k;
+    json_t *v;
+    json_object_foreach(r.root, k, v) {
+      int skip = 0;
+      for (size_t i = 0; i < sizeof dropped / sizeof *dropped; i++) skip |= !strcmp(k, dropped[i]);
+      if (!skip && !json_equal(v, json_object_get(pj, k))) abort();
+    }
+    json_object_foreach(pj, k, v) {
+      int skip = 0;
+      for (size_t i = 0; i < sizeof dropped / sizeof *dropped; i++) skip |= !strcmp(k, dropped[i]);
+      if (!skip && !json_object_get(r.root, k)) abort();
+    }
+    /* decode leg */
+    size_t dl = 0;
+    char *q = eldr__decode_body(&r, want_kv, &dl);
+    json_t *dj = q ? json_loadb(q, dl, 0, NULL) : NULL;
+    if (!dj) abort();
+    json_t *orig = json_deep_copy(r.root);
+    json_object_set(orig, "kv_transfer_params", want_kv);
+    if (!json_equal(dj, orig)) abort();
+    json_decref(orig);
+    json_decref(dj);
+    json_decref(want_kv);
+    json_decref(pj);
+    free(q);
+    free(p);
+    eldr__req_free(&r);
+  }
+  /* the same bytes as a prefill reply and as a decode reply to splice */
+  eldr__prefill_reply pr;
+  if (eldr__prefill_reply_parse(body, len, &pr, NULL) == 0) {
+    if (pr.routed_experts) {
+      char *out = NULL;
+      size_t ol = 0;
+      if (eldr__splice_routed_experts(body, len, pr.routed_experts, pr.routed_experts_len,
+                                      pr.prompt_tokens, &out, &ol, NULL) == 0 && !out)
+        abort();
+      free(out);
+      uint8_t *buf = NULL;
+      size_t cap = 0;
+      eldr__npy_view v;
+      eldr_shape sh = {2, 8, 2};
+      eldr__routed_experts_view(pr.routed_experts, pr.routed_experts_len, &sh, &buf, &cap, &v, NULL);
+      free(buf);
+    }
+    eldr__prefill_reply_free(&pr);
+  }
+  return 0;
+}

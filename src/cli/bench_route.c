@@ -1,0 +1,244 @@
+/* bench_route.c — `eldr bench route`: the router-side cost of signature
+ * extraction plus the decode decision, measured on the exact code the server
+ * runs (src/serve/sigpath.c + eldr_policy_decode), for prompts of given
+ * token counts on a model shape (default 48 MoE layers, 128 experts, top-8).
+ * Also reports the JSON parse of the prefill reply that carries the
+ * routed_experts (the rest of the router's per-request work on it) and the
+ * signature-cache path (prompt with a prefix-cache hit). */
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "eldr/artifact.h"
+#include "eldr/policy.h"
+#include "eldr/rng.h"
+#include "eldr/routed_experts.h"
+#include "eldr/sigcache.h"
+#include "serve/serve_internal.h"
+
+static int cmp_d(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: eldr bench route [options]\n\n"
+          "Router-side cost per request: routed_experts (base64 .npy) -> counts -> (+ signature\n"
+          "cache rows) -> signature -> locality-band decision, on the server's own code.\n\n"
+          "  --tokens LIST    prompt lengths (default 1024,4096)\n"
+          "  --layers N       MoE layers (default 48)\n"
+          "  --experts N      experts per layer (default 128)\n"
+          "  --topk N         experts per token (default 8)\n"
+          "  --decoders N     decode workers = centroids (default 8)\n"
+          "  --iters N        timed repetitions (default 200)\n"
+          "  --seed N         (default 1)\n");
+}
+
+typedef struct stats {
+  double p50, p99, mean;
+} stats;
+
+static stats summarize(double *v, size_t n) {
+  stats s = {0, 0, 0};
+  for (size_t i = 0; i < n; i++) s.mean += v[i];
+  s.mean /= (double)n;
+  qsort(v, n, sizeof *v, cmp_d);
+  s.p50 = v[n / 2];
+  s.p99 = v[(size_t)((double)(n - 1) * 0.99)];
+  return s;
+}
+
+int eldr_bench_route(int argc, char **argv) {
+  const char *cmd = "bench route";
+  long *tokens = NULL;
+  size_t ntok = 0;
+  long L = 48, E = 128, K = 8, D = 8, iters = 200;
+  uint64_t seed = 1;
+  static const struct option opts[] = {{"tokens", required_argument, 0, 't'}, {"layers", required_argument, 0, 'l'},
+                                       {"experts", required_argument, 0, 'e'}, {"topk", required_argument, 0, 'k'},
+                                       {"decoders", required_argument, 0, 'd'}, {"iters", required_argument, 0, 'i'},
+                                       {"seed", required_argument, 0, 's'}, {"help", no_argument, 0, 'h'},
+                                       {0, 0, 0, 0}};
+  cli_getopt_reset();
+  int o;
+  while ((o = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+    switch (o) {
+    case 't': free(tokens); ntok = cli_parse_long_list(cmd, "--tokens", optarg, 1, 1 << 20, &tokens); break;
+    case 'l': L = cli_parse_long(cmd, "--layers", optarg, 1, ELDR_MAX_LAYERS); break;
+    case 'e': E = cli_parse_long(cmd, "--experts", optarg, 1, 65535); break;
+    case 'k': K = cli_parse_long(cmd, "--topk", optarg, 1, ELDR_MAX_TOPK); break;
+    case 'd': D = cli_parse_long(cmd, "--decoders", optarg, 1, 4096); break;
+    case 'i': iters = cli_parse_long(cmd, "--iters", optarg, 1, 1000000); break;
+    case 's': seed = cli_parse_u64(cmd, "--seed", optarg); break;
+    case 'h': usage(stdout); free(tokens); return 0;
+    default: cli_bad_option(cmd, argc, argv, o);
+    }
+  }
+  if (optind < argc) cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+  if (K > E) cli_usage_error(cmd, "--topk %ld exceeds --experts %ld", K, E);
+  if (!tokens) {
+    ntok = 2;
+    tokens = malloc(2 * sizeof *tokens);
+    tokens[0] = 1024;
+    tokens[1] = 4096;
+  }
+  eldr_shape sh = {(uint32_t)L, (uint32_t)E, (uint32_t)K};
+  eldr_diag d = {{0}};
+  if (eldr_shape_validate(&sh, &d)) cli_usage_error(cmd, "%s", d.msg);
+  eldr_rng rng;
+  eldr_rng_seed(&rng, seed);
+  /* artifact: IDF on, all layers, D random unit centroids (non-negative) */
+  eldr_artifact *a = eldr_artifact_new("bench", &sh, NULL, ELDR_REPR_COUNT, 1, NULL, (size_t)D);
+  if (!a) cli_fail(cmd, "out of memory");
+  for (size_t i = 0; i < (size_t)(L * E); i++) a->idf[i] = (float)(0.1 + 2 * eldr_rng_uniform(&rng));
+  for (size_t c = 0; c < (size_t)D; c++) {
+    float *v = a->centroids + c * a->dim;
+    for (size_t j = 0; j < a->dim; j++) v[j] = (float)eldr_rng_uniform(&rng);
+    eldr_l2_normalize(v, a->dim);
+  }
+  a->tau = 0.1;
+  eldr_policy pol;
+  if (eldr_policy_init(&pol, ELDR_POLICY_ELDR, 0.1, seed, a->centroids, a->k, a->dim, 1))
+    cli_fail(cmd, "policy init failed");
+  size_t cells = eldr_shape_cells(&sh);
+  eldr__sigctx sc;
+  memset(&sc, 0, sizeof sc);
+  sc.shape = &a->shape;
+  eldr_artifact_sigspec(a, &sc.spec);
+  sc.counts = malloc(cells * sizeof *sc.counts);
+  sc.scratch = malloc(cells * sizeof *sc.scratch);
+  sc.sig = malloc(a->dim * sizeof *sc.sig);
+  uint32_t *loads = calloc((size_t)D, sizeof *loads);
+  double *t_parse = malloc((size_t)iters * sizeof(double)), *t_sig = malloc((size_t)iters * sizeof(double)),
+         *t_dec = malloc((size_t)iters * sizeof(double)), *t_store = malloc((size_t)iters * sizeof(double)),
+         *t_hit = malloc((size_t)iters * sizeof(double));
+  if (!sc.counts || !sc.scratch || !sc.sig || !loads || !t_parse || !t_sig || !t_dec || !t_store || !t_hit)
+    cli_fail(cmd, "out of memory");
+  printf("# eldr bench route: %ld layers x %ld experts, top-%ld, %ld decoders, %ld iterations\n", L, E, K, D, iters);
+  printf("%-7s %-9s %-26s %10s %10s %10s\n", "tokens", "b64_KiB", "stage", "p50_us", "p99_us", "mean_us");
+  for (size_t ti = 0; ti < ntok; ti++) {
+    size_t T = (size_t)tokens[ti];
+    /* selections: each token draws from a skewed per-layer popularity */
+    uint16_t *sel = malloc(T * (size_t)(L * K) * sizeof *sel);
+    if (!sel) cli_fail(cmd, "out of memory");
+    for (size_t t = 0; t < T; t++)
+      for (size_t l = 0; l < (size_t)L; l++) {
+        uint16_t *row = sel + (t * (size_t)L + l) * (size_t)K;
+        for (size_t k = 0; k < (size_t)K; k++) {
+          uint16_t e;
+          int dup;
+          do {
+            double u = eldr_rng_uniform(&rng);
+            e = (uint16_t)((double)E * u * u);
+            dup = 0;
+            for (size_t j = 0; j < k; j++) dup |= row[j] == e;
+          } while (dup);
+          row[k] = e;
+        }
+      }
+    char *b64 = NULL;
+    size_t blen = 0;
+    if (eldr_routed_experts_encode(sel, T, &sh, E > 256 ? ELDR_SEL_U16LE : ELDR_SEL_U8, &b64, &blen))
+      cli_fail(cmd, "encode failed");
+    /* a prompt of exactly T stand-in tokens ("w0 w1 ...": one token per word) */
+    size_t tl = 0, tcap = T * 9 + 16;
+    char *text = malloc(tcap);
+    for (size_t t = 0; t < T; t++) tl += (size_t)snprintf(text + tl, tcap - tl, "w%zx ", t % 0xfff);
+    if (eldr_tokenize(text, tl, NULL, 0) != T) cli_fail(cmd, "stand-in prompt is not %zu tokens", T);
+    /* the prefill reply that carries it */
+    size_t rcap = blen + 512;
+    char *reply = malloc(rcap);
+    int rl = snprintf(reply, rcap,
+                      "{\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"choices\":[{\"index\":0,\"text\":\"x\","
+                      "\"finish_reason\":\"length\",\"routed_experts\":\"%s\"}],\"usage\":{\"prompt_tokens\":%zu,"
+                      "\"completion_tokens\":1},\"kv_transfer_params\":{\"do_remote_prefill\":true,"
+                      "\"remote_engine_id\":\"e\",\"remote_block_ids\":[1,2],\"remote_host\":\"h\",\"remote_port\":1}}",
+                      b64, T);
+    eldr_sigcache *cache = eldr_sigcache_new(&sh, 1 << 14);
+    /* the prefix-hit variant: the engine computed only the last 25% (rounded to blocks) */
+    size_t first = (T * 3 / 4) / ELDR_BLOCK_TOKENS * ELDR_BLOCK_TOKENS;
+    char *b64tail = NULL;
+    size_t tlen = 0;
+    eldr_routed_experts_encode(sel + first * (size_t)(L * K), T - first, &sh,
+                               E > 256 ? ELDR_SEL_U16LE : ELDR_SEL_U8, &b64tail, &tlen);
+    uint64_t sink = 0;
+    for (long it = -5; it < iters; it++) { /* 5 warm-up rounds */
+      double t0 = cli_now();
+      eldr__prefill_reply pr;
+      if (eldr__prefill_reply_parse(reply, (size_t)rl, &pr, &d)) cli_fail(cmd, "reply parse: %s", d.msg);
+      double t1 = cli_now();
+      sc.cache = NULL;
+      eldr__sigres res;
+      eldr__sig_extract(&sc, pr.routed_experts, pr.routed_experts_len, pr.prompt_tokens, text, tl, NULL, 0, &res);
+      if (res.fallback != ELDR__FB_NONE) cli_fail(cmd, "extraction fell back (%d): %s", res.fallback, res.diag.msg);
+      double t2 = cli_now();
+      eldr_route_req rr = {res.sig, -1};
+      eldr_decision dec;
+      int k = eldr_policy_decode(&pol, loads, NULL, (size_t)D, &rr, &dec);
+      double t3 = cli_now();
+      loads[k] = (loads[k] + 1) % 4;
+      sink += (uint64_t)k;
+      /* with the cache: full extraction + storing every block (first request of a prefix) */
+      sc.cache = cache;
+      eldr__sig_extract(&sc, pr.routed_experts, pr.routed_experts_len, pr.prompt_tokens, text, tl, NULL, 0, &res);
+      double t4 = cli_now();
+      eldr__sig_store(&sc, &res);
+      double t5 = cli_now();
+      /* a later request with 75% prefix hit: tail rows + cached rows */
+      eldr__sig_extract(&sc, b64tail, tlen, (int64_t)T, text, tl, NULL, 0, &res);
+      double t6 = cli_now();
+      if (res.fallback != ELDR__FB_NONE) cli_fail(cmd, "cached extraction fell back");
+      eldr__prefill_reply_free(&pr);
+      if (it >= 0) {
+        t_parse[it] = t1 - t0;
+        t_sig[it] = t2 - t1;
+        t_dec[it] = t3 - t2;
+        t_store[it] = (t5 - t4);
+        t_hit[it] = t6 - t5;
+      }
+    }
+    if (sc.blocks_missing) cli_fail(cmd, "signature cache missed %llu blocks", (unsigned long long)sc.blocks_missing);
+    double *tot = malloc((size_t)iters * sizeof(double));
+    for (long i = 0; i < iters; i++) tot[i] = t_sig[i] + t_dec[i];
+    struct {
+      const char *name;
+      double *v;
+    } rows[] = {{"signature (no cache)", t_sig},
+                {"decision", t_dec},
+                {"signature+decision", tot},
+                {"signature, 75% prefix hit", t_hit},
+                {"store block rows", t_store},
+                {"prefill reply JSON parse", t_parse}};
+    for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+      stats s = summarize(rows[r].v, (size_t)iters);
+      printf("%-7zu %-9.0f %-26s %10.1f %10.1f %10.1f\n", T, (double)blen / 1024, rows[r].name, s.p50 * 1e6,
+             s.p99 * 1e6, s.mean * 1e6);
+    }
+    fflush(stdout);
+    (void)sink;
+    free(tot);
+    free(b64tail);
+    eldr_sigcache_free(cache);
+    free(reply);
+    free(text);
+    free(b64);
+    free(sel);
+  }
+  eldr__sigctx_free_scratch(&sc);
+  free(sc.counts);
+  free(sc.scratch);
+  free(sc.sig);
+  free(loads);
+  free(t_parse);
+  free(t_sig);
+  free(t_dec);
+  free(t_store);
+  free(t_hit);
+  free(tokens);
+  eldr_artifact_free(a);
+  return 0;
+}
