@@ -49,6 +49,11 @@ typedef struct eldr_sim_pool {
   size_t dim;
   const float *centroids;    /* n_centroids * dim, or NULL (ELDR falls back to JSQ) */
   size_t n_centroids;
+  /* Optional, from eldr_sim_bitsets_build (borrowed, read-only, may be shared
+   * by concurrent runs): per-token expert bitsets of the pool's decode
+   * selections. NULL: each run builds its own when worthwhile. */
+  const uint64_t *tokbits;
+  const size_t *tokoff;
 } eldr_sim_pool;
 
 /* One request's history (optional, for tests and per-request output). */
@@ -104,6 +109,13 @@ typedef struct eldr_sim_result {
  * ELDR_ESHAPE (model shape differs from the trace's), ELDR_ENOMEM. */
 int eldr_sim_run(const eldr_sim_pool *pool, const eldr_latency_model *m, const eldr_sim_config *c,
                  eldr_sim_result *r, eldr_diag *d);
+
+/* Build the per-token expert bitsets of a pool (L * ceil(E/64) words per
+ * decode token; token rows of pool request i start at row (*off)[i]) when
+ * they take at most twice the memory of the selections and under 1 GiB;
+ * otherwise returns 0 with *bits = *off = NULL (the direct path is used).
+ * The caller owns and frees both. ELDR_ENOMEM on allocation failure. */
+int eldr_sim_bitsets_build(const eldr_sim_pool *pool, uint64_t **bits, size_t **off, eldr_diag *d);
 
 /* Capacity estimate (requests/s) of a configuration for the pool: the lower
  * of decode (D full batches at the expected uniform union) and prefill

@@ -285,11 +285,11 @@ static int write_plots(const char *cmd, const char *dir, const row *rows, size_t
     }
     fclose(g);
     fprintf(f, "set output '%s/tau_sweep.png'\nset xlabel 'tau'\nset ylabel 'median TPOT (ms)'\n"
-               "set title 'ELDR locality band tau'\nplot ", dir);
+               "set title 'ELDR locality band tau'\nset key outside right\nplot ", dir);
     for (size_t i = 0; i < nr; i++)
       fprintf(f, "%s'%s' index %zu using 1:2 with linespoints title 'rate %g'", i ? ", " : "", tp, i,
               rates[i]);
-    fprintf(f, "\nset xlabel 'arrival rate (requests/s)'\n");
+    fprintf(f, "\nset xlabel 'arrival rate (requests/s)'\nset key left top\n");
   }
   if (vanilla) {
     fprintf(f, "set output '%s/balanced_vs_vanilla.png'\nset ylabel 'TPOT (ms)'\n"
@@ -574,6 +574,12 @@ int eldr_cmd_sim(int argc, char **argv) {
 
   eldr_sim_pool pool = {.trace = st, .idx = serve_idx, .n = n_serve, .sigs = ps.sigs, .sig_ok = ps.ok,
                         .dim = art->dim, .centroids = art->centroids, .n_centroids = art->k};
+  uint64_t *tokbits = NULL;
+  size_t *tokoff = NULL;
+  rc = eldr_sim_bitsets_build(&pool, &tokbits, &tokoff, &d);
+  if (rc) cli_fail(cmd, "%s", eldr_diag_msg(&d, rc));
+  pool.tokbits = tokbits;
+  pool.tokoff = tokoff;
   eldr_sim_pool pool_v = pool;
   if (art_v) {
     pool_v.sigs = ps_v.sigs;
@@ -766,6 +772,8 @@ int eldr_cmd_sim(int argc, char **argv) {
   }
 
   free(rows);
+  free(tokbits);
+  free(tokoff);
   free(ps.sigs);
   free(ps.ok);
   free(ps_v.sigs);

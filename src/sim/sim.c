@@ -8,7 +8,7 @@
 
 #include "eldr/rng.h"
 
-enum { EV_ARRIVAL = 0, EV_PREFILL_DONE, EV_KV_ARRIVE, EV_STEP_DONE, EV_WAKE };
+enum { EV_ARRIVAL = 0, EV_PREFILL_DONE, EV_KV_ARRIVE, EV_STEP_DONE, EV_WAKE, EV_PREFILL_WAKE };
 
 typedef struct event {
   double t;
@@ -149,6 +149,45 @@ static int cmp_arrival(const void *a, const void *b) {
   const arr_key *x = a, *y = b;
   if (x->t != y->t) return x->t < y->t ? -1 : 1;
   return (x->i > y->i) - (x->i < y->i);
+}
+
+int eldr_sim_bitsets_build(const eldr_sim_pool *pool, uint64_t **bits, size_t **off, eldr_diag *d) {
+  *bits = NULL;
+  *off = NULL;
+  if (!pool || !pool->trace || !pool->idx) return eldr_diag_fail(d, ELDR_EINVAL, "sim: NULL pool");
+  /* Per-token bitsets make a step's union a few word ORs per member instead
+   * of L*K scattered bit sets. Used when they take at most twice the memory
+   * of the selections themselves (e.g. 128 experts top-8) and under 1 GiB. */
+  const eldr_trace *tr = pool->trace;
+  const size_t L = tr->shape.num_layers, K = tr->shape.top_k, W = (tr->shape.num_experts + 63) / 64;
+  if (W * 8 > 2 * K * 2) return 0;
+  size_t ntok = 0;
+  for (size_t i = 0; i < pool->n; i++) ntok += tr->req[pool->idx[i]].n_decode;
+  if (ntok * L * W * sizeof(uint64_t) > ((size_t)1 << 30)) return 0;
+  size_t *o = malloc((pool->n ? pool->n : 1) * sizeof *o);
+  uint64_t *b = calloc(ntok ? ntok * L * W : 1, sizeof *b);
+  if (!o || !b) {
+    free(o);
+    free(b);
+    return eldr_diag_fail(d, ELDR_ENOMEM, "sim: out of memory (expert bitsets)");
+  }
+  size_t row = 0;
+  for (size_t i = 0; i < pool->n; i++) {
+    const eldr_request *r = &tr->req[pool->idx[i]];
+    o[i] = row;
+    for (uint32_t tk = 0; tk < r->n_decode; tk++, row++) {
+      uint64_t *tb = b + row * L * W;
+      const uint16_t *sel = r->decode + (size_t)tk * L * K;
+      for (size_t l = 0; l < L; l++)
+        for (size_t kk = 0; kk < K; kk++) {
+          uint16_t ex = sel[l * K + kk];
+          tb[l * W + (ex >> 6)] |= 1ULL << (ex & 63);
+        }
+    }
+  }
+  *bits = b;
+  *off = o;
+  return 0;
 }
 
 double eldr_sim_capacity(const eldr_sim_pool *pool, const eldr_latency_model *m,
@@ -450,7 +489,7 @@ int eldr_sim_run(const eldr_sim_pool *pool, const eldr_latency_model *m, const e
   st->first_arrival = -1;
   st->tpot_min = INFINITY;
   const size_t P = st->P, D = st->D, B = st->B;
-  int rc = 0;
+  int rc = 0, own_bits = 0;
   st->rq = calloc(N, sizeof *st->rq);
   st->pw = calloc(P, sizeof *st->pw);
   st->dw = calloc(D, sizeof *st->dw);
@@ -483,39 +522,13 @@ int eldr_sim_run(const eldr_sim_pool *pool, const eldr_latency_model *m, const e
     shuffle_pool(st->perm, pool->n, &rp);
   }
   for (size_t i = 0; i < pool->n; i++) st->phash[i] = prefix_hash(&tr->req[pool->idx[i]]);
-  /* Per-token bitsets make a step's union a few word ORs per member instead
-   * of L*K scattered bit sets. Used when they take at most twice the memory
-   * of the selections themselves (e.g. 128 experts top-8) and under 1 GiB. */
-  if (st->W * 8 <= 2 * st->K * 2) {
-    size_t ntok = 0;
-    for (size_t i = 0; i < pool->n; i++) ntok += tr->req[pool->idx[i]].n_decode;
-    size_t bytes = ntok * st->L * st->W * sizeof(uint64_t);
-    if (bytes <= ((size_t)1 << 30)) {
-      st->tokoff = malloc(pool->n * sizeof *st->tokoff);
-      st->tokbits = calloc(ntok ? ntok * st->L * st->W : 1, sizeof *st->tokbits);
-      if (!st->tokoff || !st->tokbits) { /* fall back to the direct path */
-        free(st->tokoff);
-        free(st->tokbits);
-        st->tokoff = NULL;
-        st->tokbits = NULL;
-      } else {
-        size_t row = 0;
-        const size_t Lc = st->L, Kc = st->K, Wc = st->W;
-        for (size_t i = 0; i < pool->n; i++) {
-          const eldr_request *r = &tr->req[pool->idx[i]];
-          st->tokoff[i] = row;
-          for (uint32_t tk = 0; tk < r->n_decode; tk++, row++) {
-            uint64_t *tb = st->tokbits + row * Lc * Wc;
-            const uint16_t *sel = r->decode + (size_t)tk * Lc * Kc;
-            for (size_t l = 0; l < Lc; l++)
-              for (size_t kk = 0; kk < Kc; kk++) {
-                uint16_t ex = sel[l * Kc + kk];
-                tb[l * Wc + (ex >> 6)] |= 1ULL << (ex & 63);
-              }
-          }
-        }
-      }
-    }
+  if (pool->tokbits && pool->tokoff) {
+    st->tokbits = (uint64_t *)pool->tokbits; /* borrowed: never freed or written here */
+    st->tokoff = (size_t *)pool->tokoff;
+  } else if ((rc = eldr_sim_bitsets_build(pool, &st->tokbits, &st->tokoff, d)) < 0) {
+    goto out;
+  } else {
+    own_bits = 1;
   }
   for (size_t p = 0; p < P; p++) st->pw[p].qhead = st->pw[p].qtail = st->pw[p].bhead = -1;
   for (size_t k = 0; k < D; k++) {
@@ -585,7 +598,10 @@ int eldr_sim_run(const eldr_sim_pool *pool, const eldr_latency_model *m, const e
         if (tn < now) tn = now;
         if ((rc = heap_push(&st->h, tn, EV_ARRIVAL, 0)) < 0) goto nomem;
       }
-      if (!pp->busy && (rc = start_prefill(st, (uint32_t)w, now)) < 0) goto nomem;
+      if (!pp->busy) { /* start at the end of this instant: simultaneous arrivals share the batch */
+        pp->busy = 1;
+        if ((rc = heap_push(&st->h, now, EV_PREFILL_WAKE, (uint32_t)w)) < 0) goto nomem;
+      }
       break;
     }
     case EV_PREFILL_DONE:
@@ -596,6 +612,10 @@ int eldr_sim_run(const eldr_sim_pool *pool, const eldr_latency_model *m, const e
       break;
     case EV_STEP_DONE:
       if ((rc = step_done(st, e.id, now)) < 0) goto nomem;
+      break;
+    case EV_PREFILL_WAKE:
+      st->pw[e.id].busy = 0;
+      if ((rc = start_prefill(st, e.id, now)) < 0) goto nomem;
       break;
     case EV_WAKE:
       st->dw[e.id].busy = 0;
@@ -654,8 +674,10 @@ nomem:
   rc = eldr_diag_fail(d, ELDR_ENOMEM, "sim: out of memory");
 out:
   free(shuffle);
-  free(st->tokbits);
-  free(st->tokoff);
+  if (own_bits) {
+    free(st->tokbits);
+    free(st->tokoff);
+  }
   free(st->ttft);
   free(st->tpot);
   free(st->phash);
