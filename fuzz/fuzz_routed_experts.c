@@ -3,7 +3,8 @@
  * The input is used three ways: as raw bytes for eldr_npy_parse_header, as
  * base64 text for count/decode with a fixed small model shape (L=3, E=16,
  * K=2), and base64-encoded (so the fuzzer reaches the npy header and the
- * payload directly) for count/decode again. Count and decode must agree on
+ * payload directly) for count/decode again. The SIMD and the scalar base64
+ * decoders must agree. Count and decode must agree on
  * success, counts must equal a naive count of the decoded ids, and an
  * accepted array must survive encode -> decode; otherwise the target
  * aborts. */
@@ -65,6 +66,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (d.msg[0] == '\0') abort();
   } else if (info.data_offset > size || info.ndim > 3) {
     abort();
+  }
+  /* SIMD and scalar base64 decoders agree on the result and the message */
+  {
+    size_t cap = eldr_b64_decoded_max(size) + 1;
+    uint8_t *o1 = malloc(cap), *o2 = malloc(cap);
+    if (!o1 || !o2) abort();
+    size_t n1 = 0, n2 = 0;
+    eldr_diag d1, d2;
+    d1.msg[0] = d2.msg[0] = '\0';
+    int r1 = eldr_b64_decode((const char *)data, size, o1, cap, &n1, &d1);
+    eldr__b64_set_simd(0);
+    int r2 = eldr_b64_decode((const char *)data, size, o2, cap, &n2, &d2);
+    eldr__b64_set_simd(1);
+    if (r1 != r2 || strcmp(d1.msg, d2.msg) || n1 != n2 || (r1 == 0 && n1 && memcmp(o1, o2, n1)))
+      abort();
+    free(o1);
+    free(o2);
   }
   check((const char *)data, size);
   char *b64 = malloc(eldr_b64_encoded_len(size) + 1);

@@ -140,10 +140,23 @@ static int have_avx2(void) {
 }
 #endif
 
+static int simd_off; /* testing hook: eldr__b64_set_simd(0) */
+
+int eldr__b64_set_simd(int enable) {
+  int was = !__atomic_load_n(&simd_off, __ATOMIC_RELAXED);
+  __atomic_store_n(&simd_off, !enable, __ATOMIC_RELAXED);
+#ifdef ELDR_B64_AVX2
+  return was && have_avx2();
+#else
+  (void)was;
+  return 0;
+#endif
+}
+
 /* Decode nq full quads with the fastest available loop. */
 static uint32_t dec_quads_any(const unsigned char *in, size_t nq, uint8_t *out) {
 #ifdef ELDR_B64_AVX2
-  if (nq >= 8 && have_avx2()) {
+  if (nq >= 8 && !__atomic_load_n(&simd_off, __ATOMIC_RELAXED) && have_avx2()) {
     uint32_t bad = 0;
     size_t done = dec_quads_avx2(in, nq, out, &bad);
     if (bad) return 0x100;

@@ -688,7 +688,27 @@ static void test_encode_errors(void **state) {
                    ELDR_EINVAL);
 }
 
+/* The same base64 and codec tests with the SIMD decoder switched off. */
+static int scalar_setup(void **state) {
+  (void)state;
+  eldr__b64_set_simd(0);
+  return 0;
+}
+static int scalar_teardown(void **state) {
+  (void)state;
+  eldr__b64_set_simd(1);
+  return 0;
+}
+
 int main(void) {
+  const struct CMUnitTest scalar[] = {
+      cmocka_unit_test(test_b64_vectors),
+      cmocka_unit_test(test_b64_random_roundtrip),
+      cmocka_unit_test(test_b64_errors),
+      cmocka_unit_test(test_b64_every_byte_every_position),
+      cmocka_unit_test(test_count_chunk_boundaries),
+      cmocka_unit_test(test_count_errors),
+  };
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_b64_vectors),
       cmocka_unit_test(test_b64_random_roundtrip),
@@ -704,5 +724,6 @@ int main(void) {
       cmocka_unit_test(test_encode_roundtrip),
       cmocka_unit_test(test_encode_errors),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  int failed = cmocka_run_group_tests_name("scalar base64", scalar, scalar_setup, scalar_teardown);
+  return failed + cmocka_run_group_tests_name("default (SIMD where available)", tests, NULL, NULL);
 }
