@@ -4,7 +4,9 @@
  *   greedy: eldr_quality_greedy_mask vs the slow path (build every
  *           signature + eldr_quality_rho) timed on a few masks and scaled to
  *           the L(L+1)/2 masks greedy evaluates.
- * Usage: bench_signature [--quick]   (--quick: skips the n=10000 case)
+ * Usage: bench_signature [--quick] [--trace T.jsonl]
+ *   --quick: skip the n=10000 case; --trace: also time the greedy search on a
+ *   real trace (all pairs), e.g. ../shared/traces/llama4-mmlu-dev.jsonl.
  * Times are thread CPU time (see now_s).
  */
 #include <math.h>
@@ -16,6 +18,7 @@
 #include "eldr/quality.h"
 #include "eldr/rng.h"
 #include "eldr/signature.h"
+#include "eldr/trace.h"
 
 /* Thread CPU time: all of this is single-threaded, and on a shared machine
  * CPU time is far steadier than wall time (it excludes time descheduled). */
@@ -228,13 +231,71 @@ static void bench_greedy(size_t n, uint32_t L, uint32_t K, int tp, int td, size_
   synth_free(&sy);
 }
 
+static void bench_trace(const char *path) {
+  eldr_trace *t = NULL;
+  eldr_diag d = {{0}};
+  const int lrc = eldr_trace_load(path, &t, &d);
+  if (lrc != 0) {
+    fprintf(stderr, "bench_signature: %s\n", eldr_diag_msg(&d, lrc));
+    exit(1);
+  }
+  const eldr_shape *s = &t->shape;
+  const size_t n = t->n, L = s->num_layers, cells = eldr_shape_cells(s);
+  uint32_t *pre = xmalloc(n * cells * sizeof *pre), *dc = xmalloc(n * cells * sizeof *dc);
+  float *dec = xmalloc(n * cells * sizeof *dec), *idf = xmalloc(cells * sizeof *idf);
+  eldr_mask_step *steps = xmalloc(L * sizeof *steps);
+  uint8_t *best = xmalloc(L);
+  for (size_t i = 0; i < n; i++) {
+    eldr_trace_request_counts(t, &t->req[i], 0, pre + i * cells);
+    eldr_trace_request_counts(t, &t->req[i], 1, dc + i * cells);
+  }
+  eldr_quality_decode_patterns(s, dc, n, dec);
+  eldr_idf_compute(s, pre, n, idf);
+  printf("greedy mask on %s: n=%zu L=%zu E=%u top-%u, all %zu pairs:\n", path, n, L,
+         s->num_experts, s->top_k, n * (n - 1) / 2);
+  for (int repr = ELDR_REPR_COUNT; repr <= ELDR_REPR_BINARY; repr++)
+    for (int use_idf = 0; use_idf <= 1; use_idf++) {
+      double best_rho = 0, all_rho = 0;
+      const double t0 = now_s();
+      const int rc = eldr_quality_greedy_mask(s, (eldr_repr)repr, use_idf ? idf : NULL, pre, NULL,
+                                              dec, cells, n, NULL, steps, best, &best_rho,
+                                              &all_rho);
+      const double el = now_s() - t0;
+      if (rc) {
+        fprintf(stderr, "greedy failed: %s\n", eldr_strerror(rc));
+        exit(1);
+      }
+      size_t nb = 0;
+      for (size_t l = 0; l < L; l++) nb += best[l];
+      printf("  %-10s %.3f s   rho all layers %.4f, best mask (%2zu layers) %.4f\n",
+             use_idf ? (repr == ELDR_REPR_COUNT ? "count-idf" : "binary-idf")
+                     : eldr_repr_name((eldr_repr)repr),
+             el, all_rho, nb, best_rho);
+    }
+  free(best);
+  free(steps);
+  free(idf);
+  free(dec);
+  free(dc);
+  free(pre);
+  eldr_trace_free(t);
+}
+
 int main(int argc, char **argv) {
-  const int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
-  if (argc > 1 && !quick) {
-    fprintf(stderr, "usage: bench_signature [--quick]\n");
-    return 2;
+  int quick = 0;
+  const char *trace = NULL;
+  for (int a = 1; a < argc; a++) {
+    if (strcmp(argv[a], "--quick") == 0) {
+      quick = 1;
+    } else if (strcmp(argv[a], "--trace") == 0 && a + 1 < argc) {
+      trace = argv[++a];
+    } else {
+      fprintf(stderr, "usage: bench_signature [--quick] [--trace T.jsonl]\n");
+      return 2;
+    }
   }
   bench_build();
+  if (trace) bench_trace(trace);
   bench_greedy(259, 24, 1, 16, 128, 0, 4);
   bench_greedy(5000, 48, 8, 32, 32, 200000, 3);
   if (!quick) bench_greedy(10000, 48, 8, 32, 32, 200000, 2);
