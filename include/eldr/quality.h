@@ -73,10 +73,15 @@ typedef struct eldr_mask_step {
  * best_mask (L flags) receives the prefix of steps with the highest rho;
  * *best_rho its value; *all_rho (optional) rho with all layers.
  * prefill_counts: n * L*E, gate_sums: n * L*E or NULL, dec: n * ddim unit rows.
- * idf: L*E or NULL. Complexity: precomputes per-layer pairwise dots (sparse:
- * O(P * nonzeros per request)), then each candidate mask costs O(P) for its
- * distances (running sums) plus an O(P) radix sort: O(L^2 * P) in all.
- * Scratch memory: about P * (4 L + 40) + 8 n L bytes plus the nonzeros. */
+ * idf: L*E or NULL. Complexity: precomputes the decode distances and the
+ * per-layer dot of every pair (dense rows, or nonzero lists when fewer than
+ * a quarter of the prefill cells are nonzero), then each candidate mask
+ * costs O(P) for its distances (running sums over the chosen layers) plus a
+ * counting sort of the grid keys: O(L^2 * P) in all. Measured (2-core VM,
+ * gcc -O2, one thread): 259 requests x 24 layers, 33k pairs: 0.08 s;
+ * 5000 x 48 layers, 200k pairs: 2.4 s.
+ * Scratch memory: about P * (4 L + 36) + 8 n L bytes + 1.5 MB, plus the
+ * prefill rows: 4 n L E bytes when dense, 6 bytes per nonzero when sparse. */
 int eldr_quality_greedy_mask(const eldr_shape *s, eldr_repr repr, const float *idf,
                              const uint32_t *prefill_counts, const float *gate_sums,
                              const float *dec, size_t ddim, size_t n, const eldr_pairs_opts *po,
