@@ -7,7 +7,7 @@
  * the k bins (plus a sink T): moving one point q from bin a to bin b costs
  * cost[q][b] - cost[q][a], so the arc a -> b weighs the minimum of that over
  * the points in a. Those minima live in one indexed binary heap per ordered
- * pair (a, b); a shortest augmenting path is then a Dijkstra over k+1 nodes
+ * pair (a, b) (stored slot-major per bin, see binheaps); a shortest augmenting path is then a Dijkstra over k+1 nodes
  * with bin potentials (Johnson), O(k^2) per point, and each point moved along
  * the path costs O(k log n) heap updates.
  *
@@ -35,76 +35,86 @@ typedef struct {
   int q;
 } hent;
 
+/* The k-1 heaps of one bin a all hold the same points, so they have the
+ * same length: they are stored slot-major, entry i of heap (a, b) at
+ * e[i*k + b]. An insertion appends at the same slot of every heap, which
+ * touches one contiguous run of memory instead of k-1 scattered ones. */
 typedef struct {
   hent *e;
-  int len, capa;
-} heap;
+  int len, capa; /* points in the bin, slots allocated */
+} binheaps;
 
 typedef struct {
   const double *cost;
   size_t n, k;
-  heap *h;       /* k*k heaps, h[a*k+b]: points in bin a keyed by cost[q][b]-cost[q][a] */
-  int *pos;      /* pos[q*k+b]: index of q in heap (bin_of[q], b) */
+  binheaps *h;   /* k bins; heap (a, b): points in bin a keyed by cost[q][b]-cost[q][a] */
+  int *pos;      /* pos[q*k+b]: slot of q in heap (bin_of[q], b) */
   int *bin_of;   /* n */
-  double *w;     /* k*k: top key of h[a*k+b], or INFINITY */
+  double *w;     /* k*k: top key of heap (a, b), or INFINITY */
 } flow;
+
+#define HE(bh, i, b, k) ((bh)->e[(size_t)(i) * (k) + (b)])
 
 static inline int hless(const hent *x, const hent *y) {
   return x->key < y->key || (x->key == y->key && x->q < y->q);
 }
 
-static void hswap_pos(flow *f, heap *hp, int i, size_t b) {
-  f->pos[(size_t)hp->e[i].q * f->k + b] = i;
-}
-
-static void sift_up(flow *f, heap *hp, int i, size_t b) {
-  hent x = hp->e[i];
+static void sift_up(flow *f, binheaps *bh, int i, size_t b) {
+  const size_t k = f->k;
+  hent x = HE(bh, i, b, k);
   while (i > 0) {
     int par = (i - 1) / 2;
-    if (!hless(&x, &hp->e[par])) break;
-    hp->e[i] = hp->e[par];
-    hswap_pos(f, hp, i, b);
+    const hent *pe = &HE(bh, par, b, k);
+    if (!hless(&x, pe)) break;
+    HE(bh, i, b, k) = *pe;
+    f->pos[(size_t)pe->q * k + b] = i;
     i = par;
   }
-  hp->e[i] = x;
-  hswap_pos(f, hp, i, b);
+  HE(bh, i, b, k) = x;
+  f->pos[(size_t)x.q * k + b] = i;
 }
 
-static void sift_down(flow *f, heap *hp, int i, size_t b) {
-  hent x = hp->e[i];
+static void sift_down(flow *f, binheaps *bh, int i, size_t b) {
+  const size_t k = f->k;
+  const int len = bh->len;
+  hent x = HE(bh, i, b, k);
   for (;;) {
     int l = 2 * i + 1;
-    if (l >= hp->len) break;
+    if (l >= len) break;
     int m = l;
-    if (l + 1 < hp->len && hless(&hp->e[l + 1], &hp->e[l])) m = l + 1;
-    if (!hless(&hp->e[m], &x)) break;
-    hp->e[i] = hp->e[m];
-    hswap_pos(f, hp, i, b);
+    if (l + 1 < len && hless(&HE(bh, l + 1, b, k), &HE(bh, l, b, k))) m = l + 1;
+    const hent *me = &HE(bh, m, b, k);
+    if (!hless(me, &x)) break;
+    HE(bh, i, b, k) = *me;
+    f->pos[(size_t)me->q * k + b] = i;
     i = m;
   }
-  hp->e[i] = x;
-  hswap_pos(f, hp, i, b);
+  HE(bh, i, b, k) = x;
+  f->pos[(size_t)x.q * k + b] = i;
 }
 
 /* Put point q into bin a: one entry in each heap (a, b), b != a. */
 static int bin_insert(flow *f, int q, size_t a) {
-  size_t k = f->k;
+  const size_t k = f->k;
   const double *c = f->cost + (size_t)q * k;
+  binheaps *bh = &f->h[a];
+  if (bh->len == bh->capa) {
+    int nc = bh->capa ? bh->capa + bh->capa / 2 + 8 : 8;
+    hent *ne = realloc(bh->e, (size_t)nc * k * sizeof *ne);
+    if (!ne) return ELDR_ENOMEM;
+    bh->e = ne;
+    bh->capa = nc;
+  }
+  const int i = bh->len++;
+  hent *slot = bh->e + (size_t)i * k;
+  for (size_t b = 0; b < k; b++) {
+    slot[b].key = c[b] - c[a];
+    slot[b].q = q;
+  }
   for (size_t b = 0; b < k; b++) {
     if (b == a) continue;
-    heap *hp = &f->h[a * k + b];
-    if (hp->len == hp->capa) {
-      int nc = hp->capa ? hp->capa * 2 : 8;
-      hent *ne = realloc(hp->e, (size_t)nc * sizeof *ne);
-      if (!ne) return ELDR_ENOMEM;
-      hp->e = ne;
-      hp->capa = nc;
-    }
-    hp->e[hp->len].key = c[b] - c[a];
-    hp->e[hp->len].q = q;
-    hp->len++;
-    sift_up(f, hp, hp->len - 1, b);
-    f->w[a * k + b] = hp->e[0].key;
+    sift_up(f, bh, i, b);
+    f->w[a * k + b] = HE(bh, 0, b, k).key;
   }
   f->bin_of[q] = (int)a;
   return 0;
@@ -112,21 +122,21 @@ static int bin_insert(flow *f, int q, size_t a) {
 
 /* Take point q out of its bin a. */
 static void bin_remove(flow *f, int q, size_t a) {
-  size_t k = f->k;
+  const size_t k = f->k;
+  binheaps *bh = &f->h[a];
+  const int last = --bh->len;
   for (size_t b = 0; b < k; b++) {
     if (b == a) continue;
-    heap *hp = &f->h[a * k + b];
     int i = f->pos[(size_t)q * k + b];
-    hp->len--;
-    if (i != hp->len) {
-      hp->e[i] = hp->e[hp->len];
-      hswap_pos(f, hp, i, b);
-      if (i > 0 && hless(&hp->e[i], &hp->e[(i - 1) / 2]))
-        sift_up(f, hp, i, b);
+    if (i != last) {
+      HE(bh, i, b, k) = HE(bh, last, b, k);
+      f->pos[(size_t)HE(bh, i, b, k).q * k + b] = i;
+      if (i > 0 && hless(&HE(bh, i, b, k), &HE(bh, (i - 1) / 2, b, k)))
+        sift_up(f, bh, i, b);
       else
-        sift_down(f, hp, i, b);
+        sift_down(f, bh, i, b);
     }
-    f->w[a * k + b] = hp->len ? hp->e[0].key : INFINITY;
+    f->w[a * k + b] = last ? HE(bh, 0, b, k).key : INFINITY;
   }
   f->bin_of[q] = -1;
 }
@@ -166,7 +176,7 @@ int eldr_assign_capacitated(const double *cost, size_t n, size_t k, size_t cap, 
   int *size = NULL, *pred = NULL, *mv_q = NULL, *mv_to = NULL;
   unsigned char *done = NULL;
   order_ent *order = NULL;
-  f.h = calloc(kk, sizeof *f.h);
+  f.h = calloc(k, sizeof *f.h);
   f.pos = malloc(n * k * sizeof *f.pos);
   f.bin_of = malloc(n * sizeof *f.bin_of);
   f.w = malloc(kk * sizeof *f.w);
@@ -254,7 +264,7 @@ int eldr_assign_capacitated(const double *cost, size_t n, size_t k, size_t cap, 
     int cur = pred[T];
     while (pred[cur] != -1) {
       int a = pred[cur];
-      mv_q[nmv] = f.h[(size_t)a * k + (size_t)cur].e[0].q;
+      mv_q[nmv] = HE(&f.h[a], 0, (size_t)cur, k).q;
       mv_to[nmv] = cur;
       nmv++;
       cur = a;
@@ -277,7 +287,7 @@ int eldr_assign_capacitated(const double *cost, size_t n, size_t k, size_t cap, 
   rc = 0;
 out:
   if (f.h)
-    for (size_t i = 0; i < kk; i++) free(f.h[i].e);
+    for (size_t a = 0; a < k; a++) free(f.h[a].e);
   free(order);
   free(done);
   free(mv_to);
