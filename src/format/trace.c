@@ -611,7 +611,9 @@ static int parse_sel(const lctx *c, const char *field, span s, const eldr_shape 
   return ELDR_OK;
 }
 
-static int parse_layers(const lctx *c, span s, uint32_t **out, uint32_t *n) {
+/* Layer ids. check_dups: the line defines the trace's layers (later lines
+ * are compared with them instead, which makes repeats impossible there). */
+static int parse_layers(const lctx *c, span s, bool check_dups, uint32_t **out, uint32_t *n) {
   const char *f = "layers";
   const char *p = s.p, *e = s.e;
   if (*p != '[') return lfail(c, ELDR_EPARSE, f, "expected an array of layer ids");
@@ -637,7 +639,7 @@ static int parse_layers(const lctx *c, span s, uint32_t **out, uint32_t *n) {
     uint64_t v;
     rc = parse_uint(c, f, (span){p, q}, 1000000, &v);
     if (rc) goto fail;
-    for (uint32_t i = 0; i < cnt; i++)
+    for (uint32_t i = 0; check_dups && i < cnt; i++)
       if (ids[i] == v) {
         rc = lfail(c, ELDR_EPARSE, f, "layer id %llu repeated", (unsigned long long)v);
         goto fail;
@@ -746,9 +748,9 @@ static int parse_line_impl(eldr_trace *t, const char *line, size_t len, lctx *c)
                (unsigned long long)tk, (unsigned long long)ne);
     goto out;
   }
-  if ((rc = parse_layers(c, f[F_LAYERS], &layers, &nl))) goto out;
-  eldr_shape sh = {nl, (uint32_t)ne, (uint32_t)tk};
   const bool defines = t->n == 0 && t->shape.num_layers == 0;
+  if ((rc = parse_layers(c, f[F_LAYERS], defines, &layers, &nl))) goto out;
+  eldr_shape sh = {nl, (uint32_t)ne, (uint32_t)tk};
   if (!defines) {
     if (t->model && t->model[0] && strcmp(t->model, model)) {
       rc = lfail(c, ELDR_ESHAPE, "model", "'%.60s' disagrees with the trace's model '%.60s'", model,
