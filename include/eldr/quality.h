@@ -16,11 +16,15 @@
 #include "eldr/counts.h"
 #include "eldr/signature.h"
 
-/* Average ranks (1-based; ties get the mean of their positions). */
+/* Average ranks (1-based; ties get the mean of their positions) into ranks
+ * (n, caller's). Exact comparison of the doubles. Returns 0, ELDR_EINVAL
+ * (NULL, or a NaN in x), ELDR_ENOMEM. */
 int eldr_rank_average(const double *x, size_t n, double *ranks);
 
-/* Spearman correlation of x and y (n >= 2). Returns 0 and *rho, or
- * ELDR_EINVAL (n < 2) / ELDR_EEMPTY (a constant vector: rho undefined). */
+/* Spearman correlation of x and y (n >= 2): Pearson correlation of their
+ * average ranks. Returns 0 and *rho, or ELDR_EINVAL (n < 2, NULL, NaN) /
+ * ELDR_EEMPTY (a constant vector: rho undefined; *rho untouched) /
+ * ELDR_ENOMEM. */
 int eldr_spearman(const double *x, const double *y, size_t n, double *rho);
 
 /* Which request pairs rho is computed over: all pairs when
