@@ -245,6 +245,15 @@ static void write_head(hconn *c, int status, const char *ctype, long long clen,
   evbuffer_add_printf(o, "Connection: %s\r\n\r\n", c->keep_alive ? "keep-alive" : "close");
 }
 
+/* Write queued output now: saves a loop round and an epoll_ctl pair per
+ * response. EV_WRITE stays disabled unless the socket did not take it all. */
+static void conn_flush(hconn *c) {
+  struct evbuffer *o = bufferevent_get_output(c->bev);
+  while (evbuffer_get_length(o) > 0)
+    if (evbuffer_write(o, bufferevent_getfd(c->bev)) <= 0) break;
+  if (evbuffer_get_length(o) > 0) bufferevent_enable(c->bev, EV_WRITE);
+}
+
 /* The response is complete: next request or close. */
 static void conn_finish(hconn *c) {
   if (c->r) {
@@ -271,6 +280,7 @@ static void send_body(hconn *c, int status, const char *ctype, const void *body,
                       const char *extra) {
   write_head(c, status, ctype, (long long)len, extra);
   if (!c->head_only && len) bufferevent_write(c->bev, body, len);
+  conn_flush(c);
   conn_finish(c);
 }
 
@@ -312,6 +322,7 @@ static void stream_chunk_buf(hconn *c, struct evbuffer *data) {
   if (c->resp_chunked == 1) evbuffer_add_printf(o, "%zx\r\n", n);
   evbuffer_add_buffer(o, data);
   if (c->resp_chunked == 1) evbuffer_add(o, "\r\n", 2);
+  conn_flush(c);
 }
 
 static void stream_chunk(hconn *c, const char *p, size_t n) {
@@ -320,10 +331,12 @@ static void stream_chunk(hconn *c, const char *p, size_t n) {
   if (c->resp_chunked == 1) evbuffer_add_printf(o, "%zx\r\n", n);
   evbuffer_add(o, p, n);
   if (c->resp_chunked == 1) evbuffer_add(o, "\r\n", 2);
+  conn_flush(c);
 }
 
 static void stream_end(hconn *c) {
   if (c->resp_chunked == 1) bufferevent_write(c->bev, "0\r\n\r\n", 5);
+  conn_flush(c);
   conn_finish(c);
 }
 
@@ -1216,8 +1229,10 @@ static void conn_process(hconn *c) {
         break;
       }
       c->body_need = cl > 0 ? (size_t)cl : 0;
-      if (c->head.expect_continue && c->body_need)
+      if (c->head.expect_continue && c->body_need) {
         bufferevent_write(c->bev, "HTTP/1.1 100 Continue\r\n\r\n", 25);
+        conn_flush(c);
+      }
       c->state = C_BODY;
       continue;
     }
@@ -1245,6 +1260,7 @@ static void conn_read_cb(struct bufferevent *bev, void *arg) {
 static void conn_write_cb(struct bufferevent *bev, void *arg) {
   (void)bev;
   hconn *c = arg;
+  bufferevent_disable(c->bev, EV_WRITE); /* drained: back to direct writes */
   if (c->state == C_CLOSING && !c->in_process) conn_free(c);
 }
 
@@ -1299,7 +1315,7 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
   bufferevent_setwatermark(c->bev, EV_READ, 0, s->cfg.max_header + s->cfg.max_body + 65536);
   struct timeval idle = tv_of(s->cfg.idle_timeout_s);
   bufferevent_set_timeouts(c->bev, &idle, NULL);
-  bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+  bufferevent_enable(c->bev, EV_READ); /* EV_WRITE only while output is pending */
 }
 
 /* ---- artifact, workers, reload --------------------------------------------- */
@@ -1493,7 +1509,15 @@ int eldr_server_new(const eldr_serve_config *cfg, eldr_server **out, eldr_diag *
   histo_init(&s->m.sig, sig_b);
   histo_init(&s->m.decision, sig_b);
   histo_init(&s->m.request, req_b);
-  s->base = event_base_new();
+  /* the changelist coalesces the EV_WRITE add/delete pairs of a loop
+   * iteration into at most one epoll_ctl */
+  struct event_config *ec = event_config_new();
+  if (ec) {
+    event_config_set_flag(ec, EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST);
+    s->base = event_base_new_with_config(ec);
+    event_config_free(ec);
+  }
+  if (!s->base) s->base = event_base_new();
   if (!s->base) {
     rc = eldr_diag_fail(d, ELDR_ENOMEM, "cannot create the event loop");
     goto fail;

@@ -1,0 +1,342 @@
+/* bench_proxy.c — eldr serve throughput and added latency, measured in one
+ * run against the same fast fixture worker:
+ *   direct-1   client -> worker, one request (a plain completion)
+ *   direct-2   client -> worker prefill leg, then decode leg (what a PD
+ *              client does without a router, sequentially on one connection)
+ *   router     client -> eldr serve -> prefill worker -> decode worker
+ * Small non-streaming bodies. The fixture worker is a libevent HTTP server in
+ * its own thread (answers a prefill leg with kv_transfer_params, anything
+ * else with a short completion); the router runs in-process in its own
+ * thread; the load generator is closed-loop over N keep-alive connections.
+ *
+ * usage: bench_proxy [--duration S] [--conns N] [--policy jsq|eldr|rr]
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/thread.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "eldr/serve.h"
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* ---- fixture worker ------------------------------------------------------- */
+
+static const char PREFILL_REPLY[] =
+    "{\"id\":\"cmpl-p\",\"object\":\"text_completion\",\"choices\":[{\"index\":0,\"text\":\"x\","
+    "\"finish_reason\":\"length\"}],\"usage\":{\"prompt_tokens\":12,\"completion_tokens\":1},"
+    "\"kv_transfer_params\":{\"do_remote_prefill\":true,\"do_remote_decode\":false,"
+    "\"remote_engine_id\":\"e0\",\"remote_block_ids\":[1,2,3],\"remote_host\":\"127.0.0.1\","
+    "\"remote_port\":5600}}";
+static const char DECODE_REPLY[] =
+    "{\"id\":\"cmpl-d\",\"object\":\"text_completion\",\"choices\":[{\"index\":0,\"text\":\" a short "
+    "answer of a few words\",\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":12,"
+    "\"completion_tokens\":8}}";
+
+typedef struct fixture {
+  struct event_base *base;
+  struct evhttp *http;
+  int port;
+  pthread_t th;
+} fixture;
+
+static void fx_handle(struct evhttp_request *req, void *arg) {
+  (void)arg;
+  struct evbuffer *in = evhttp_request_get_input_buffer(req);
+  size_t n = evbuffer_get_length(in);
+  const char *b = n ? (const char *)evbuffer_pullup(in, -1) : "";
+  int prefill = n && memmem(b, n, "\"do_remote_decode\":true", 23) != NULL;
+  struct evbuffer *o = evbuffer_new();
+  if (!strcmp(evhttp_request_get_uri(req), "/health")) {
+    evhttp_send_reply(req, 200, "OK", o);
+  } else {
+    if (prefill) evbuffer_add(o, PREFILL_REPLY, sizeof PREFILL_REPLY - 1);
+    else evbuffer_add(o, DECODE_REPLY, sizeof DECODE_REPLY - 1);
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/json");
+    evhttp_send_reply(req, 200, "OK", o);
+  }
+  evbuffer_free(o);
+}
+
+static void *fx_run(void *arg) {
+  event_base_dispatch(((fixture *)arg)->base);
+  return NULL;
+}
+
+static int fx_start(fixture *f) {
+  f->base = event_base_new();
+  f->http = evhttp_new(f->base);
+  evhttp_set_gencb(f->http, fx_handle, f);
+  struct evhttp_bound_socket *bs = evhttp_bind_socket_with_handle(f->http, "127.0.0.1", 0);
+  if (!bs) return -1;
+  struct sockaddr_in sa;
+  socklen_t sl = sizeof sa;
+  getsockname(evhttp_bound_socket_get_fd(bs), (struct sockaddr *)&sa, &sl);
+  f->port = ntohs(sa.sin_port);
+  return pthread_create(&f->th, NULL, fx_run, f);
+}
+
+/* ---- router --------------------------------------------------------------- */
+
+typedef struct router {
+  eldr_server *s;
+  pthread_t th;
+} router;
+
+static void *rt_run(void *arg) {
+  eldr_server_run(((router *)arg)->s);
+  return NULL;
+}
+
+/* ---- load generator ------------------------------------------------------- */
+
+typedef struct conn {
+  int fd;
+  int step;      /* mode 2: 0 = prefill leg, 1 = decode leg */
+  double t0;
+  char buf[8192];
+  size_t len;
+} conn;
+
+static int connect_to(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in sa = {0};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons((uint16_t)port);
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, (struct sockaddr *)&sa, sizeof sa)) {
+    close(fd);
+    return -1;
+  }
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  return fd;
+}
+
+static const char BODY[] = "{\"model\":\"m\",\"prompt\":\"What is the capital of France? Answer briefly.\",\"max_tokens\":16,\"temperature\":0}";
+static const char BODY_PREFILL[] =
+    "{\"model\":\"m\",\"prompt\":\"What is the capital of France? Answer briefly.\",\"max_tokens\":1,"
+    "\"temperature\":0,\"stream\":false,\"kv_transfer_params\":{\"do_remote_decode\":true,"
+    "\"do_remote_prefill\":false,\"remote_engine_id\":null,\"remote_block_ids\":null,\"remote_host\":null,"
+    "\"remote_port\":null}}";
+
+static char req_plain[1024], req_prefill[1024];
+static size_t req_plain_len, req_prefill_len;
+
+static void send_req(conn *c, int mode) {
+  const char *r = (mode == 2 && c->step == 0) ? req_prefill : req_plain;
+  size_t n = (mode == 2 && c->step == 0) ? req_prefill_len : req_plain_len;
+  size_t off = 0;
+  while (off < n) {
+    ssize_t w = send(c->fd, r + off, n - off, MSG_NOSIGNAL);
+    if (w <= 0) {
+      if (errno == EINTR) continue;
+      perror("send");
+      exit(1);
+    }
+    off += (size_t)w;
+  }
+}
+
+/* One complete response in c->buf? Returns its length or 0. */
+static size_t complete(conn *c, int *status) {
+  c->buf[c->len] = 0;
+  char *he = strstr(c->buf, "\r\n\r\n");
+  if (!he) return 0;
+  char *cl = strcasestr(c->buf, "Content-Length:");
+  if (!cl || cl > he) {
+    fprintf(stderr, "response without Content-Length\n");
+    exit(1);
+  }
+  size_t total = (size_t)(he - c->buf) + 4 + strtoul(cl + 15, NULL, 10);
+  if (c->len < total) return 0;
+  *status = atoi(c->buf + 9);
+  return total;
+}
+
+typedef struct result {
+  double rps, p50, p99, p999;
+  size_t n, errors;
+} result;
+
+static int cmpd(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* mode 1: one request per exchange; mode 2: prefill leg then decode leg */
+static result load(int port, int nconn, double duration, int mode) {
+  conn *cs = calloc((size_t)nconn, sizeof *cs);
+  struct pollfd *pf = calloc((size_t)nconn, sizeof *pf);
+  size_t cap = 1 << 22, n = 0, errors = 0;
+  double *lat = malloc(cap * sizeof *lat);
+  for (int i = 0; i < nconn; i++) {
+    cs[i].fd = connect_to(port);
+    if (cs[i].fd < 0) {
+      perror("connect");
+      exit(1);
+    }
+    pf[i].fd = cs[i].fd;
+    pf[i].events = POLLIN;
+  }
+  double start = now(), end = start + duration, warm = start + duration * 0.1;
+  size_t n_warm = 0;
+  for (int i = 0; i < nconn; i++) {
+    cs[i].t0 = now();
+    send_req(&cs[i], mode);
+  }
+  while (now() < end) {
+    int pr = poll(pf, (nfds_t)nconn, 100);
+    if (pr <= 0) continue;
+    for (int i = 0; i < nconn; i++) {
+      if (!(pf[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      conn *c = &cs[i];
+      ssize_t r = recv(c->fd, c->buf + c->len, sizeof c->buf - c->len - 1, 0);
+      if (r <= 0) {
+        fprintf(stderr, "connection closed by the server\n");
+        exit(1);
+      }
+      c->len += (size_t)r;
+      int status;
+      size_t used;
+      while ((used = complete(c, &status)) > 0) {
+        memmove(c->buf, c->buf + used, c->len - used);
+        c->len -= used;
+        if (status != 200) errors++;
+        if (mode == 2 && c->step == 0) {
+          c->step = 1;
+          send_req(c, mode);
+          continue;
+        }
+        double t = now();
+        if (t >= warm) {
+          if (!n_warm) n_warm = n;
+          if (n < cap) lat[n++] = t - c->t0;
+        } else {
+          n++;
+        }
+        c->step = 0;
+        c->t0 = t;
+        send_req(c, mode);
+      }
+    }
+  }
+  double el = now() - warm;
+  result res = {0};
+  size_t m = n - n_warm;
+  res.rps = (double)m / el;
+  qsort(lat + n_warm, m, sizeof *lat, cmpd);
+  res.p50 = lat[n_warm + m / 2];
+  res.p99 = lat[n_warm + (size_t)((double)(m - 1) * 0.99)];
+  res.p999 = lat[n_warm + (size_t)((double)(m - 1) * 0.999)];
+  res.n = m;
+  res.errors = errors;
+  for (int i = 0; i < nconn; i++) close(cs[i].fd);
+  free(cs);
+  free(pf);
+  free(lat);
+  return res;
+}
+
+static void row(const char *name, int conns, result r, const result *base) {
+  printf("%-9s %5d %10.0f %9.1f %9.1f %9.1f %8zu %6zu", name, conns, r.rps, r.p50 * 1e6, r.p99 * 1e6,
+         r.p999 * 1e6, r.n, r.errors);
+  if (base) printf("   %5.2fx rps  +%.1f us p50  +%.1f us p99", r.rps / base->rps, (r.p50 - base->p50) * 1e6,
+                   (r.p99 - base->p99) * 1e6);
+  printf("\n");
+  fflush(stdout);
+}
+
+int main(int argc, char **argv) {
+  double duration = 3;
+  int conns = 32;
+  eldr_policy_kind policy = ELDR_POLICY_JSQ;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--duration") && i + 1 < argc) duration = atof(argv[++i]);
+    else if (!strcmp(argv[i], "--conns") && i + 1 < argc) conns = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--policy") && i + 1 < argc) {
+      if (eldr_policy_parse(argv[++i], &policy)) {
+        fprintf(stderr, "bench_proxy: unknown policy %s\n", argv[i]);
+        return 2;
+      }
+    } else {
+      fprintf(stderr, "usage: bench_proxy [--duration S] [--conns N] [--policy NAME]\n");
+      return 2;
+    }
+  }
+  if (duration <= 0 || conns < 1 || conns > 1000) {
+    fprintf(stderr, "bench_proxy: bad --duration or --conns\n");
+    return 2;
+  }
+  evthread_use_pthreads();
+  req_plain_len = (size_t)snprintf(req_plain, sizeof req_plain,
+                                   "POST /v1/completions HTTP/1.1\r\nHost: b\r\nContent-Type: application/json\r\n"
+                                   "Content-Length: %zu\r\n\r\n%s", sizeof BODY - 1, BODY);
+  req_prefill_len = (size_t)snprintf(req_prefill, sizeof req_prefill,
+                                     "POST /v1/completions HTTP/1.1\r\nHost: b\r\nContent-Type: application/json\r\n"
+                                     "Content-Length: %zu\r\n\r\n%s", sizeof BODY_PREFILL - 1, BODY_PREFILL);
+  fixture f;
+  if (fx_start(&f)) {
+    fprintf(stderr, "bench_proxy: cannot start the fixture worker\n");
+    return 1;
+  }
+  char url[64];
+  snprintf(url, sizeof url, "http://127.0.0.1:%d", f.port);
+  eldr_serve_config c;
+  eldr_serve_config_init(&c);
+  c.port = 0;
+  c.policy = policy;
+  c.health_interval_s = 0;
+  eldr_serve_config_add_worker(&c, 0, url, NULL);
+  eldr_serve_config_add_worker(&c, 1, url, NULL);
+  router r;
+  eldr_diag d = {{0}};
+  if (eldr_server_new(&c, &r.s, &d)) {
+    fprintf(stderr, "bench_proxy: %s\n", d.msg);
+    return 1;
+  }
+  int rport = eldr_server_port(r.s);
+  pthread_create(&r.th, NULL, rt_run, &r);
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  printf("# bench_proxy: %ld CPUs, %.1f s per run (first 10%% warm-up), small non-streaming bodies, policy %s\n",
+         ncpu, duration, eldr_policy_name(policy));
+  printf("# router threads: 1 event loop; fixture worker: 1 event loop; load generator: 1 thread\n");
+  printf("%-9s %5s %10s %9s %9s %9s %8s %6s\n", "target", "conns", "req/s", "p50_us", "p99_us", "p99.9_us", "n", "errors");
+  int levels[] = {1, conns};
+  for (int li = 0; li < 2; li++) {
+    int nc = levels[li];
+    result d1 = load(f.port, nc, duration, 1);
+    row("direct-1", nc, d1, NULL);
+    result d2 = load(f.port, nc, duration, 2);
+    row("direct-2", nc, d2, NULL);
+    result rr = load(rport, nc, duration, 1);
+    row("router", nc, rr, &d2);
+    printf("%-9s %5s  router vs direct-1: %.2fx rps, +%.1f us p50\n", "", "", rr.rps / d1.rps, (rr.p50 - d1.p50) * 1e6);
+  }
+  eldr_server_stop(r.s);
+  pthread_join(r.th, NULL);
+  eldr_server_free(r.s);
+  eldr_serve_config_free(&c);
+  event_base_loopbreak(f.base);
+  pthread_join(f.th, NULL);
+  evhttp_free(f.http);
+  event_base_free(f.base);
+  return 0;
+}
