@@ -52,6 +52,8 @@ typedef struct eldr_loadgen_config {
   uint32_t max_tokens;      /* > 0: cap every request's max_tokens */
   eldr_loadgen_progress_fn progress; /* called about once a second, may be NULL */
   void *progress_ctx;
+  const volatile int *stop;  /* when non-NULL and set (e.g. by a signal handler), the run
+                                ends within 0.1 s: open requests are cancelled */
 } eldr_loadgen_config;
 
 void eldr_loadgen_config_default(eldr_loadgen_config *c);

@@ -99,6 +99,9 @@ typedef struct eldr_worker_stats {
   uint64_t steps;               /* decode steps run */
   double step_seconds;          /* sum of emulated step durations (scaled) */
   double union_sum;             /* sum over steps of the mean per-layer union */
+  uint64_t batch_sum;           /* sum over steps of the batch size */
+  double token_seconds;         /* sum over steps of batch x step duration (scaled):
+                                   / batch_sum = the mean time per token the model gave */
   uint64_t prefix_queries, prefix_hits; /* in blocks */
 } eldr_worker_stats;
 void eldr_worker_stats_get(const eldr_worker *w, eldr_worker_stats *s);

@@ -76,6 +76,7 @@ struct lg {
   int port;
   eldr_rng rng;
   struct event *arrival_ev, *tick_ev, *drain_ev;
+  double last_progress;
   double t0, next_arrival;
   size_t next_rec, range_first, range_n;
   size_t sent, completed, open;
@@ -467,7 +468,15 @@ static void on_tick(evutil_socket_t fd, short what, void *arg) {
   (void)fd;
   (void)what;
   lg *g = arg;
-  if (g->c->progress) g->c->progress(g->c->progress_ctx, g->sent, g->completed, mono() - g->t0);
+  double now = mono();
+  if (g->c->stop && *g->c->stop) {
+    event_base_loopexit(g->base, NULL); /* the open requests are cancelled after the loop */
+    return;
+  }
+  if (g->c->progress && now - g->last_progress >= 1.0) {
+    g->last_progress = now;
+    g->c->progress(g->c->progress_ctx, g->sent, g->completed, now - g->t0);
+  }
 }
 
 int eldr_loadgen_run(const eldr_loadgen_config *c, eldr_loadgen_result *res, eldr_diag *d) {
@@ -527,11 +536,12 @@ int eldr_loadgen_run(const eldr_loadgen_config *c, eldr_loadgen_result *res, eld
     rc = ELDR_ENOMEM;
     goto out;
   }
-  if (c->progress) {
-    struct timeval one = {1, 0};
-    event_add(g.tick_ev, &one);
-  }
   g.t0 = mono();
+  g.last_progress = g.t0;
+  if (c->progress || c->stop) {
+    struct timeval tick = {0, 100000};
+    event_add(g.tick_ev, &tick);
+  }
   g.next_arrival = eldr_rng_exponential(&g.rng, c->rate);
   if (n_arr == 0) {
     g.arrivals_over = 1;

@@ -669,6 +669,8 @@ static void step_start(eldr_worker *w) {
   double mean_union = 0;
   for (uint32_t l = 0; l < L; l++) mean_union += w->unions[l];
   w->st.union_sum += mean_union / L;
+  w->st.batch_sum += w->n_running;
+  w->st.token_seconds += dur * (double)w->n_running;
   w->st.steps++;
   w->st.step_seconds += dur;
   /* back-to-back steps are timed from the previous step's planned end, so
@@ -1179,6 +1181,10 @@ static void handle_metrics(eldr_worker *w, struct evhttp_request *req) {
                "Emulated decode step time (scaled).", s.step_seconds);
   metrics_line(b, w, "eldr_worker_decode_union_experts_sum", "counter",
                "Sum over steps of the mean per-layer expert union.", s.union_sum);
+  metrics_line(b, w, "eldr_worker_decode_batch_sum", "counter",
+               "Sum over steps of the decode batch size.", (double)s.batch_sum);
+  metrics_line(b, w, "eldr_worker_decode_token_seconds_sum", "counter",
+               "Sum over steps of batch size x step time (scaled).", s.token_seconds);
   metrics_line(b, w, "eldr_worker_time_scale", "gauge", "Emulated durations are model time x this.",
                w->scale);
   struct evkeyvalq *h = evhttp_request_get_output_headers(req);
