@@ -3,6 +3,7 @@
 #include <getopt.h>
 #include <jansson.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +73,82 @@ static const char STATS_HELP[] =
 
 /* ------------------------------------------------------------------------ */
 
+/* Generation pipeline: one thread generates requests into a ring of slots,
+ * the command's thread writes them in order (same bytes as one thread). */
+#define GEN_RING 32
+
+typedef struct gen_slot {
+  int ready; /* 1: filled by the producer, not yet written */
+  int rc;
+  int domain;
+  uint32_t n_pre, n_dec;
+  uint16_t *pre, *dec;
+  size_t pre_cap, dec_cap; /* elements */
+} gen_slot;
+
+typedef struct gen_pipe {
+  eldr_tracegen *g;
+  size_t n, per;
+  gen_slot slot[GEN_RING];
+  pthread_mutex_t mu;
+  pthread_cond_t cv_ready, cv_free;
+  int stop;
+  eldr_diag d;
+} gen_pipe;
+
+static int grow(uint16_t **buf, size_t *cap, size_t need) {
+  if (need <= *cap) return 0;
+  uint16_t *nb = realloc(*buf, (need ? need : 1) * sizeof *nb);
+  if (!nb) return ELDR_ENOMEM;
+  *buf = nb;
+  *cap = need;
+  return 0;
+}
+
+static void *gen_producer(void *arg) {
+  gen_pipe *p = arg;
+  for (size_t i = 0; i < p->n; i++) {
+    gen_slot *s = &p->slot[i % GEN_RING];
+    pthread_mutex_lock(&p->mu);
+    while (s->ready && !p->stop) pthread_cond_wait(&p->cv_free, &p->mu);
+    int stop = p->stop;
+    pthread_mutex_unlock(&p->mu);
+    if (stop) break;
+    eldr_tracegen_req q;
+    int rc = eldr_tracegen_request(p->g, i, &q, &p->d);
+    if (!rc) {
+      if (grow(&s->pre, &s->pre_cap, (size_t)q.n_prefill * p->per) ||
+          grow(&s->dec, &s->dec_cap, (size_t)q.n_decode * p->per)) {
+        rc = eldr_diag_fail(&p->d, ELDR_ENOMEM, "out of memory");
+      } else {
+        memcpy(s->pre, q.prefill, (size_t)q.n_prefill * p->per * sizeof *s->pre);
+        memcpy(s->dec, q.decode, (size_t)q.n_decode * p->per * sizeof *s->dec);
+        s->domain = q.domain;
+        s->n_pre = q.n_prefill;
+        s->n_dec = q.n_decode;
+      }
+    }
+    pthread_mutex_lock(&p->mu);
+    s->rc = rc;
+    s->ready = 1;
+    pthread_cond_signal(&p->cv_ready);
+    pthread_mutex_unlock(&p->mu);
+    if (rc) break;
+  }
+  return NULL;
+}
+
+static void gen_pipe_free(gen_pipe *p) {
+  for (size_t i = 0; i < GEN_RING; i++) {
+    free(p->slot[i].pre);
+    free(p->slot[i].dec);
+  }
+  pthread_cond_destroy(&p->cv_free);
+  pthread_cond_destroy(&p->cv_ready);
+  pthread_mutex_destroy(&p->mu);
+  free(p);
+}
+
 static int trace_gen(int argc, char **argv) {
   const char *cmd = "trace gen";
   const char *model = "qwen3-30b-a3b", *workload = "task", *out_path = NULL;
@@ -134,32 +211,66 @@ static int trace_gen(int argc, char **argv) {
   static char iobuf[1 << 20];
   setvbuf(f, iobuf, _IOFBF, sizeof iobuf);
   const int progress = !quiet && requests >= 200;
-  for (long i = 0; i < requests; i++) {
-    eldr_tracegen_req q;
-    if ((rc = eldr_tracegen_request(g, (size_t)i, &q, &d))) {
-      if (tmp) remove(tmp);
-      cli_fail(cmd, "%s", d.msg);
+  /* a generator thread fills a ring of requests while this thread writes */
+  gen_pipe *pp = calloc(1, sizeof *pp);
+  if (!pp) cli_fail(cmd, "out of memory");
+  pp->g = g;
+  pp->n = (size_t)requests;
+  pp->per = (size_t)shape.num_layers * shape.top_k;
+  pthread_mutex_init(&pp->mu, NULL);
+  pthread_cond_init(&pp->cv_ready, NULL);
+  pthread_cond_init(&pp->cv_free, NULL);
+  pthread_t th;
+  if (pthread_create(&th, NULL, gen_producer, pp)) cli_fail(cmd, "cannot start a thread");
+  const char *fail_msg = NULL;
+  int fail_errno = 0, write_failed = 0;
+  for (long i = 0; i < requests && !fail_msg; i++) {
+    gen_slot *sl = &pp->slot[(size_t)i % GEN_RING];
+    pthread_mutex_lock(&pp->mu);
+    while (!sl->ready) pthread_cond_wait(&pp->cv_ready, &pp->mu);
+    pthread_mutex_unlock(&pp->mu);
+    if (sl->rc) {
+      fail_msg = pp->d.msg[0] ? pp->d.msg : eldr_strerror(sl->rc);
+      break;
     }
     char id[96];
-    eldr_tracegen_request_id(g, (size_t)i, q.domain, id, sizeof id);
+    eldr_tracegen_request_id(g, (size_t)i, sl->domain, id, sizeof id);
     eldr_request r = {.id = id,
-                      .domain = q.domain,
+                      .domain = sl->domain,
                       .prompt = NULL,
                       .arrival = -1.0,
-                      .n_prefill = q.n_prefill,
-                      .n_decode = q.n_decode,
-                      .prefill = (uint16_t *)q.prefill,
-                      .decode = (uint16_t *)q.decode,
+                      .n_prefill = sl->n_pre,
+                      .n_decode = sl->n_dec,
+                      .prefill = sl->pre,
+                      .decode = sl->dec,
                       .prefill_gates = NULL};
     if ((rc = eldr_trace_write_request(f, hdr, &r)) < 0 || ferror(f)) {
-      int e = errno;
-      if (tmp) {
-        fclose(f);
-        remove(tmp);
-      }
-      cli_fail(cmd, "writing '%s': %s", out_path, rc < 0 ? eldr_strerror(rc) : strerror(e));
+      fail_errno = errno;
+      write_failed = 1;
+      fail_msg = rc < 0 ? eldr_strerror(rc) : "write error";
+      break;
     }
+    pthread_mutex_lock(&pp->mu);
+    sl->ready = 0;
+    pthread_cond_signal(&pp->cv_free);
+    pthread_mutex_unlock(&pp->mu);
     if (progress) cli_progress("trace gen: requests", (size_t)i + 1, (size_t)requests, 0);
+  }
+  pthread_mutex_lock(&pp->mu);
+  pp->stop = 1;
+  pthread_cond_broadcast(&pp->cv_free);
+  pthread_mutex_unlock(&pp->mu);
+  pthread_join(th, NULL);
+  gen_pipe_free(pp);
+  if (fail_msg) {
+    if (tmp) {
+      fclose(f);
+      remove(tmp);
+    }
+    if (fail_errno && !strcmp(fail_msg, "write error"))
+      cli_fail(cmd, "writing '%s': %s", out_path, strerror(fail_errno));
+    if (write_failed) cli_fail(cmd, "writing '%s': %s", to_stdout ? "stdout" : out_path, fail_msg);
+    cli_fail(cmd, "%s", fail_msg);
   }
   if (progress) cli_progress("trace gen: requests", (size_t)requests, (size_t)requests, 1);
   if (to_stdout) {
