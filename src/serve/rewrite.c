@@ -359,7 +359,9 @@ int eldr__prefill_reply_parse(const char *body, size_t len, eldr__prefill_reply 
 
 int eldr__routed_experts_view(const char *b64, size_t len, const eldr_shape *shape,
                               uint8_t **buf, size_t *cap, eldr__npy_view *v, eldr_diag *d) {
+  if (len == 0) return eldr_diag_fail(d, ELDR_EPARSE, "routed_experts is an empty string");
   size_t need = eldr_b64_decoded_max(len);
+  if (need < 64) need = 64;
   if (need > *cap) {
     uint8_t *p = realloc(*buf, need);
     if (!p) return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory for routed_experts");
