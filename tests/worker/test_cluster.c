@@ -1,0 +1,385 @@
+/* test_cluster.c — integration over real sockets and real processes: the
+ * `eldr serve` router in front of 2 prefill and 4 decode `eldr worker`
+ * processes (ELDR_BINARY, ephemeral ports, all killed at the end).
+ *  1. sequential requests (load allows): every decode choice is the
+ *     artifact's nearest centroid for the request's prefill signature;
+ *  2. a few seconds of Poisson load: every request completes, every stream
+ *     is well-formed SSE with the trace's decode length;
+ *  3. fault: a decode worker is SIGKILLed mid-run: every request completes
+ *     or ends with a clear error (none hangs), the router ejects the worker
+ *     and re-admits it once it is restarted on the same port. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "eldr/artifact.h"
+#include "eldr/loadgen.h"
+#include "eldr/signature.h"
+#include "eldr/tracegen.h"
+#include "worker/wtest.h"
+
+#define NP 2
+#define ND 4
+#define MODEL "olmoe-1b-7b"
+
+typedef struct cluster {
+  char dir[256], fit[300], eval[300], art[300];
+  pid_t pw[NP], dw[ND], router;
+  int pport[NP], dport[ND], rport;
+  eldr_trace *trace; /* eval split */
+  eldr_artifact *art_obj;
+} cluster;
+
+static cluster C;
+
+static const char *bin(void) {
+  const char *b = getenv("ELDR_BINARY");
+  return b && *b ? b : ELDR_BINARY;
+}
+
+static pid_t start_worker(const char *role, int port, int *port_out) {
+  char portbuf[16], line[512];
+  snprintf(portbuf, sizeof portbuf, "%d", port);
+  char *argv[] = {(char *)bin(), "worker", "--role", (char *)role, "--model", MODEL, "--hardware",
+                  "h200", "--trace", C.eval, "--port", portbuf, "--time-scale", "1", NULL};
+  pid_t pid = wt_spawn(argv, line, sizeof line, 20);
+  int p = wt_port_of(line);
+  if (p <= 0) {
+    wt_kill(pid);
+    return -1;
+  }
+  *port_out = p;
+  return pid;
+}
+
+static int run_fit(void) {
+  char *argv[] = {(char *)bin(), "fit", "--trace", C.fit, "--decoders", "4", "-o", C.art, "-q",
+                  "--restarts", "2", NULL};
+  pid_t pid = wt_spawn(argv, NULL, 0, 0);
+  int st = 0;
+  if (pid < 0 || waitpid(pid, &st, 0) != pid) return -1;
+  return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+}
+
+static int cluster_setup(void **state) {
+  (void)state;
+  memset(&C, 0, sizeof C);
+  signal(SIGPIPE, SIG_IGN);
+  snprintf(C.dir, sizeof C.dir, "/tmp/eldr-test-cluster-XXXXXX");
+  if (!mkdtemp(C.dir)) return -1;
+  snprintf(C.fit, sizeof C.fit, "%s/fit.jsonl", C.dir);
+  snprintf(C.eval, sizeof C.eval, "%s/eval.jsonl", C.dir);
+  snprintf(C.art, sizeof C.art, "%s/art.json", C.dir);
+  /* a small synthetic workload: 160 fit + 64 served requests */
+  eldr_shape sh;
+  char canon[64];
+  eldr_tracegen *g = NULL;
+  eldr_trace *all = NULL;
+  if (eldr_tracegen_model_shape(MODEL, &sh, canon, sizeof canon, NULL) < 0 ||
+      eldr_tracegen_new(&sh, canon, "task", 11, &g, NULL) < 0)
+    return -1;
+  eldr_tracegen_set_lengths(g, 0, 24, 96);
+  if (eldr_tracegen_generate(g, 224, &all, NULL) < 0) return -1;
+  eldr_tracegen_free(g);
+  eldr_trace *fit = eldr_trace_new(all->model, &all->shape, all->layer_ids);
+  eldr_trace *ev = eldr_trace_new(all->model, &all->shape, all->layer_ids);
+  for (size_t i = 0; i < all->n; i++) {
+    const eldr_request *q = &all->req[i];
+    if (eldr_trace_append(i < 160 ? fit : ev, q->id, all->domains[q->domain], NULL, -1, q->prefill,
+                          q->n_prefill, q->decode, q->n_decode, NULL) < 0)
+      return -1;
+  }
+  eldr_trace_free(all);
+  if (eldr_trace_save(C.fit, fit, NULL) < 0 || eldr_trace_save(C.eval, ev, NULL) < 0) return -1;
+  eldr_trace_free(fit);
+  C.trace = ev;
+  if (run_fit() < 0) {
+    fprintf(stderr, "eldr fit failed\n");
+    return -1;
+  }
+  if (eldr_artifact_load(C.art, &C.art_obj, NULL) < 0) return -1;
+  for (int i = 0; i < NP; i++)
+    if ((C.pw[i] = start_worker("prefill", 0, &C.pport[i])) < 0) return -1;
+  for (int i = 0; i < ND; i++)
+    if ((C.dw[i] = start_worker("decode", 0, &C.dport[i])) < 0) return -1;
+  char urls[NP + ND][64];
+  char *argv[32];
+  int n = 0;
+  argv[n++] = (char *)bin();
+  argv[n++] = "serve";
+  for (int i = 0; i < NP; i++) {
+    snprintf(urls[i], sizeof urls[i], "http://127.0.0.1:%d", C.pport[i]);
+    argv[n++] = "--prefill";
+    argv[n++] = urls[i];
+  }
+  for (int i = 0; i < ND; i++) {
+    snprintf(urls[NP + i], sizeof urls[NP + i], "http://127.0.0.1:%d", C.dport[i]);
+    argv[n++] = "--decode";
+    argv[n++] = urls[NP + i];
+  }
+  const char *rest[] = {"--artifact", C.art, "--policy", "eldr", "--port", "0", "--health-interval",
+                        "0.2", "--eject-after", "2", "--quiet", NULL};
+  for (int i = 0; rest[i]; i++) argv[n++] = (char *)rest[i];
+  argv[n] = NULL;
+  char line[512];
+  C.router = wt_spawn(argv, line, sizeof line, 20);
+  C.rport = wt_port_of(line);
+  if (C.rport <= 0) {
+    fprintf(stderr, "router did not start: '%s'\n", line);
+    return -1;
+  }
+  return wt_wait_ready(C.rport, "/health", 10);
+}
+
+static int cluster_teardown(void **state) {
+  (void)state;
+  wt_kill(C.router);
+  for (int i = 0; i < ND; i++) wt_kill(C.dw[i]);
+  for (int i = 0; i < NP; i++) wt_kill(C.pw[i]);
+  eldr_trace_free(C.trace);
+  eldr_artifact_free(C.art_obj);
+  unlink(C.fit);
+  unlink(C.eval);
+  unlink(C.art);
+  rmdir(C.dir);
+  return 0;
+}
+
+/* Router /metrics value of a line that starts with prefix, or NAN. */
+static double router_metric(const char *prefix) {
+  wt_resp r;
+  double v = NAN;
+  if (wt_http(C.rport, "GET", "/metrics", NULL, 5, &r) == 0 && r.status == 200) {
+    const char *p = strstr(r.body, prefix);
+    if (p) {
+      const char *sp = strchr(p + strlen(prefix), ' ');
+      if (sp) v = strtod(sp + 1, NULL);
+    }
+  }
+  wt_resp_free(&r);
+  return v;
+}
+
+static int wait_metric(const char *prefix, double want, double timeout_s) {
+  double deadline = wt_now() + timeout_s;
+  while (wt_now() < deadline) {
+    if (router_metric(prefix) == want) return 0;
+    struct timespec ts = {0, 20 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  return -1;
+}
+
+static int all_decoders_idle(double timeout_s) {
+  double deadline = wt_now() + timeout_s;
+  while (wt_now() < deadline) {
+    int idle = 1;
+    for (int i = 0; i < ND && idle; i++) {
+      char pre[128];
+      snprintf(pre, sizeof pre, "eldr_worker_inflight{role=\"decode\",worker=\"http://127.0.0.1:%d\"}",
+               C.dport[i]);
+      idle = router_metric(pre) == 0;
+    }
+    if (idle) return 0;
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  return -1;
+}
+
+/* The decoder the artifact assigns record i to when loads are equal. */
+static int nearest_decoder(size_t i) {
+  const eldr_artifact *a = C.art_obj;
+  eldr_sigspec spec = {a->shape, a->repr, a->idf_enabled ? a->idf : NULL, a->mask};
+  uint32_t *counts = calloc(eldr_shape_cells(&a->shape), sizeof *counts);
+  float *sig = calloc(a->dim, sizeof *sig);
+  const eldr_request *q = &C.trace->req[i];
+  eldr_counts_accumulate(&a->shape, q->prefill, ELDR_SEL_U16, q->n_prefill, counts, NULL);
+  int best = -1;
+  if (eldr_signature_build(&spec, counts, NULL, sig) == 0) {
+    double bs = -2;
+    for (size_t k = 0; k < a->k; k++) {
+      double s = eldr_dot(sig, a->centroids + k * a->dim, a->dim);
+      if (s > bs) bs = s, best = (int)k;
+    }
+  }
+  free(sig);
+  free(counts);
+  return best;
+}
+
+static int decoder_of_engine(const char *eng) {
+  const char *p = strrchr(eng, '-');
+  int port = p ? atoi(p + 1) : -1;
+  for (int i = 0; i < ND; i++)
+    if (C.dport[i] == port) return i;
+  return -1;
+}
+
+/* One streamed request through the router for record i. */
+static int one_request(size_t i, char *engine) {
+  char *prompt = eldr_loadgen_prompt(C.trace, i);
+  json_t *b = json_pack("{s:s,s:i,s:b,s:s}", "prompt", prompt, "max_tokens",
+                        (int)C.trace->req[i].n_decode, "stream", 1, "eldr_trace_id", C.trace->req[i].id);
+  char *s = json_dumps(b, JSON_COMPACT);
+  json_decref(b);
+  free(prompt);
+  wt_resp r;
+  int rc = wt_http(C.rport, "POST", "/v1/completions", s, 20, &r);
+  free(s);
+  if (rc != 0 || r.status != 200) {
+    fprintf(stderr, "record %zu: rc %d status %d: %s\n", i, rc, r.status, r.body ? r.body : "");
+    wt_resp_free(&r);
+    return -1;
+  }
+  char err[160];
+  int tok = wt_sse_check(r.body, err, sizeof err, engine, NULL);
+  if (tok < 0) fprintf(stderr, "record %zu: %s\n", i, err);
+  wt_resp_free(&r);
+  return tok;
+}
+
+static void test_decode_choices_follow_artifact(void **state) {
+  (void)state;
+  int hits[ND] = {0}, n = 0;
+  for (size_t i = 0; i < 32; i++) {
+    assert_int_equal(all_decoders_idle(10), 0); /* equal (zero) loads: pure locality */
+    char eng[48];
+    int tok = one_request(i, eng);
+    assert_int_equal(tok, C.trace->req[i].n_decode);
+    int got = decoder_of_engine(eng), want = nearest_decoder(i);
+    assert_true(want >= 0);
+    if (got != want) fail_msg("record %zu went to decoder %d, the artifact says %d", i, got, want);
+    hits[got]++;
+    n++;
+  }
+  int used = 0;
+  for (int k = 0; k < ND; k++) used += hits[k] > 0;
+  assert_true(used >= 2); /* the choices are not trivially one decoder */
+  assert_int_equal(router_metric("eldr_requests_total{policy=\"eldr\",decision=\"locality\",outcome=\"ok\"}"),
+                   n);
+}
+
+static void test_load_every_request_completes(void **state) {
+  (void)state;
+  eldr_loadgen_config c;
+  eldr_loadgen_config_default(&c);
+  char target[64];
+  snprintf(target, sizeof target, "http://127.0.0.1:%d", C.rport);
+  c.target = target;
+  c.trace = C.trace;
+  c.rate = 25;
+  c.duration_s = 3;
+  c.drain_s = 20;
+  c.timeout_s = 20;
+  c.seed = 5;
+  eldr_loadgen_result r;
+  eldr_diag d = {{0}};
+  assert_int_equal(eldr_loadgen_run(&c, &r, &d), 0);
+  assert_true(r.n >= 30);
+  for (size_t i = 0; i < r.n; i++) {
+    const eldr_loadgen_rec *q = &r.recs[i];
+    if (!q->ok) fail_msg("request %zu (record %zu): %s", i, q->trace_index, q->error);
+    assert_int_equal(q->tokens, C.trace->req[q->trace_index].n_decode);
+    assert_true(decoder_of_engine(q->engine) >= 0);
+  }
+  assert_int_equal(r.malformed, 0);
+  eldr_loadgen_result_free(&r);
+}
+
+typedef struct lg_thread {
+  eldr_loadgen_config c;
+  eldr_loadgen_result r;
+  int rc;
+} lg_thread;
+
+static void *lg_main(void *arg) {
+  lg_thread *t = arg;
+  t->rc = eldr_loadgen_run(&t->c, &t->r, NULL);
+  return NULL;
+}
+
+static void test_fault_decoder_killed_ejected_readmitted(void **state) {
+  (void)state;
+  const int victim = 1;
+  char url[64], healthy[160];
+  snprintf(url, sizeof url, "http://127.0.0.1:%d", C.dport[victim]);
+  snprintf(healthy, sizeof healthy, "eldr_worker_healthy{role=\"decode\",worker=\"%s\"}", url);
+  assert_int_equal(router_metric(healthy), 1);
+  lg_thread t;
+  memset(&t, 0, sizeof t);
+  eldr_loadgen_config_default(&t.c);
+  char target[64];
+  snprintf(target, sizeof target, "http://127.0.0.1:%d", C.rport);
+  t.c.target = target;
+  t.c.trace = C.trace;
+  t.c.rate = 25;
+  t.c.duration_s = 4;
+  t.c.drain_s = 20;
+  t.c.timeout_s = 20;
+  t.c.seed = 9;
+  pthread_t th;
+  pthread_create(&th, NULL, lg_main, &t);
+  /* kill the victim while it is serving (wait until the router has a
+   * decode leg in flight on it) */
+  char inflight[160];
+  snprintf(inflight, sizeof inflight, "eldr_worker_inflight{role=\"decode\",worker=\"%s\"}", url);
+  double deadline = wt_now() + 4;
+  while (wt_now() < deadline && !(router_metric(inflight) > 0)) {
+    struct timespec ts = {0, 5 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  kill(C.dw[victim], SIGKILL);
+  waitpid(C.dw[victim], NULL, 0);
+  C.dw[victim] = -1;
+  /* ejected */
+  if (wait_metric(healthy, 0, 10) < 0) fail_msg("the router did not eject %s", url);
+  /* restarted on the same port: re-admitted */
+  int port = 0;
+  C.dw[victim] = start_worker("decode", C.dport[victim], &port);
+  assert_true(C.dw[victim] > 0);
+  assert_int_equal(port, C.dport[victim]);
+  if (wait_metric(healthy, 1, 10) < 0) fail_msg("the router did not re-admit %s", url);
+  pthread_join(th, NULL);
+  assert_int_equal(t.rc, 0);
+  size_t ok = 0;
+  for (size_t i = 0; i < t.r.n; i++) {
+    const eldr_loadgen_rec *q = &t.r.recs[i];
+    if (q->ok) {
+      ok++;
+      continue;
+    }
+    /* not ok: a clear error, never a hang */
+    if (q->timed_out) fail_msg("request %zu hung: %s", i, q->error);
+    assert_true(q->error[0] != 0);
+  }
+  const char *first_err = "";
+  for (size_t i = 0; i < t.r.n && !first_err[0]; i++) first_err = t.r.recs[i].error;
+  fprintf(stderr, "  fault run: %zu requests, %zu ok, %zu ended with an error (first: %s)\n", t.r.n,
+          ok, t.r.n - ok, first_err);
+  assert_true(t.r.n >= 40);
+  assert_true(ok * 2 >= t.r.n);
+  eldr_loadgen_result_free(&t.r);
+  /* the re-admitted worker serves again: records the artifact gives it */
+  int served = 0;
+  for (size_t i = 0; i < C.trace->n && !served; i++) {
+    if (nearest_decoder(i) != victim) continue;
+    assert_int_equal(all_decoders_idle(10), 0);
+    char eng[48];
+    assert_int_equal(one_request(i, eng), C.trace->req[i].n_decode);
+    served = decoder_of_engine(eng) == victim;
+  }
+  assert_true(served);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_decode_choices_follow_artifact),
+      cmocka_unit_test(test_load_every_request_completes),
+      cmocka_unit_test(test_fault_decoder_killed_ejected_readmitted),
+  };
+  return cmocka_run_group_tests(tests, cluster_setup, cluster_teardown);
+}
