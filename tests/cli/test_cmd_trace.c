@@ -291,6 +291,25 @@ static void test_stats_table_plot_errors(void **state) {
   fputs("{\"m\": 3}", f);
   fclose(f);
   expect_error(run("trace", "stats", t, "--olmoe-counts", refbad, NULL), 1, "--olmoe-counts");
+  /* without gnuplot on PATH: a clear one-line error */
+  {
+    char png[512];
+    path_in(png, sizeof png, "p.png");
+    const char *old_path = getenv("PATH");
+    char *saved = old_path ? strdup(old_path) : NULL;
+    setenv("PATH", g_dir, 1);
+    int rc = run("trace", "stats", t, "--batch", "4", "--batches", "2", "--plot", png, NULL);
+    if (saved) {
+      setenv("PATH", saved, 1);
+      free(saved);
+    } else {
+      unsetenv("PATH");
+    }
+    char *e = slurp(g_err, NULL);
+    if (rc != 1 || lines_of(g_err) != 1 || !strstr(e, "gnuplot not found"))
+      fail_msg("exit %d, stderr '%s'", rc, e);
+    free(e);
+  }
   if (access("/usr/bin/gnuplot", X_OK) == 0 || access("/usr/local/bin/gnuplot", X_OK) == 0) {
     char svg[512];
     path_in(svg, sizeof svg, "p.svg");
