@@ -58,4 +58,12 @@ size_t eldr_sel_dtype_size(eldr_sel_dtype t);
 int eldr_counts_accumulate(const eldr_shape *s, const void *raw, eldr_sel_dtype dtype,
                            size_t ntokens, uint32_t *counts, size_t *bad_index);
 
+/* As eldr_counts_accumulate, but only layers l with mask[l] != 0 are counted
+ * (and range-checked); the rows of other layers are skipped unread. mask
+ * (L flags) may be NULL for all layers. Used on the router's hot path, where
+ * the signature needs only the artifact's layer mask. */
+int eldr_counts_accumulate_masked(const eldr_shape *s, const void *raw, eldr_sel_dtype dtype,
+                                  size_t ntokens, const uint8_t *mask, uint32_t *counts,
+                                  size_t *bad_index);
+
 #endif

@@ -60,6 +60,14 @@ int eldr_npy_parse_header(const uint8_t *buf, size_t len, eldr_npy_info *info, e
 int eldr_routed_experts_count(const char *b64, size_t len, const eldr_shape *shape,
                               uint32_t *counts, size_t *ntokens, eldr_diag *d);
 
+/* As eldr_routed_experts_count, counting only the layers with mask[l] != 0
+ * (L flags; NULL = all). The base64 payload and the .npy structure are still
+ * fully validated; ids of unmasked layers are not read. The router passes the
+ * artifact's layer mask here: the signature needs nothing else. */
+int eldr_routed_experts_count_masked(const char *b64, size_t len, const eldr_shape *shape,
+                                     const uint8_t *mask, uint32_t *counts, size_t *ntokens,
+                                     eldr_diag *d);
+
 /* Decode into a newly allocated host-order selection array (caller frees
  * *sel with free()). If shape->num_experts is 0, ids are not range-checked;
  * likewise num_layers/top_k == 0 accept any (reported in *out_shape).

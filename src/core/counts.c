@@ -33,6 +33,10 @@ size_t eldr_sel_dtype_size(eldr_sel_dtype t) {
     size_t idx = 0;                                                             \
     for (size_t t = 0; t < ntokens; t++) {                                      \
       for (size_t l = 0; l < L; l++) {                                          \
+        if (mask && !mask[l]) {                                                 \
+          idx += K;                                                             \
+          continue;                                                             \
+        }                                                                       \
         uint32_t *row = counts + l * E;                                         \
         for (size_t k = 0; k < K; k++, idx++) {                                 \
           int64_t e = (LOAD);                                                   \
@@ -60,6 +64,12 @@ static inline int64_t load_i32le(const unsigned char *p, size_t i) {
 
 int eldr_counts_accumulate(const eldr_shape *s, const void *raw, eldr_sel_dtype dtype,
                            size_t ntokens, uint32_t *counts, size_t *bad_index) {
+  return eldr_counts_accumulate_masked(s, raw, dtype, ntokens, NULL, counts, bad_index);
+}
+
+int eldr_counts_accumulate_masked(const eldr_shape *s, const void *raw, eldr_sel_dtype dtype,
+                                  size_t ntokens, const uint8_t *mask, uint32_t *counts,
+                                  size_t *bad_index) {
   const size_t L = s->num_layers, E = s->num_experts, K = s->top_k;
   const unsigned char *p = raw;
   switch (dtype) {

@@ -575,6 +575,7 @@ typedef struct counter {
   size_t lpos;   /* layer of the next row within its token */
   size_t rows;   /* layer rows consumed so far */
   uint32_t *counts;
+  const uint8_t *mask; /* L layer flags, or NULL for all layers */
 } counter;
 
 /* Count nrows whole layer rows at p. */
@@ -587,13 +588,13 @@ static int count_rows(counter *c, const uint8_t *p, size_t nrows, eldr_diag *d) 
     if (c->lpos == 0 && nrows >= L) {
       size_t nt = nrows / L;
       take = nt * L;
-      rc = eldr_counts_accumulate(c->s, p, c->dt, nt, c->counts, &bad);
+      rc = eldr_counts_accumulate_masked(c->s, p, c->dt, nt, c->mask, c->counts, &bad);
     } else {
       take = L - c->lpos;
       if (take > nrows) take = nrows;
       eldr_shape sub = {(uint32_t)take, c->s->num_experts, c->s->top_k};
-      rc = eldr_counts_accumulate(&sub, p, c->dt, 1, c->counts + c->lpos * c->s->num_experts,
-                                  &bad);
+      rc = eldr_counts_accumulate_masked(&sub, p, c->dt, 1, c->mask ? c->mask + c->lpos : NULL,
+                                         c->counts + c->lpos * c->s->num_experts, &bad);
     }
     if (rc == ELDR_ERANGE) {
       eldr_shape full = *c->s;
@@ -610,6 +611,12 @@ static int count_rows(counter *c, const uint8_t *p, size_t nrows, eldr_diag *d) 
 
 int eldr_routed_experts_count(const char *b64, size_t len, const eldr_shape *shape,
                               uint32_t *counts, size_t *ntokens, eldr_diag *d) {
+  return eldr_routed_experts_count_masked(b64, len, shape, NULL, counts, ntokens, d);
+}
+
+int eldr_routed_experts_count_masked(const char *b64, size_t len, const eldr_shape *shape,
+                                     const uint8_t *mask, uint32_t *counts, size_t *ntokens,
+                                     eldr_diag *d) {
   if ((!b64 && len) || !counts) return eldr_diag_fail(d, ELDR_EINVAL, "routed_experts: argument missing");
   if (ntokens) *ntokens = 0;
   int rc = eldr_shape_validate(shape, d);
@@ -628,7 +635,8 @@ int eldr_routed_experts_count(const char *b64, size_t len, const eldr_shape *sha
   }
   size_t payload;
   if ((rc = check_array(&h, s.total, shape->num_layers, shape->top_k, &payload, d))) return rc;
-  counter c = {shape, h.dtype, (size_t)shape->top_k * eldr_sel_dtype_size(h.dtype), 0, 0, counts};
+  counter c = {shape, h.dtype, (size_t)shape->top_k * eldr_sel_dtype_size(h.dtype), 0, 0, counts,
+               mask};
   /* payload bytes in buf: [data_offset, got) */
   size_t start = h.data_offset, avail = got - h.data_offset;
   for (;;) {
