@@ -119,8 +119,7 @@ static void lens_summary(double *v, size_t n, eldr_tracestats_lens *out) {
 /* Batch sampler state shared by the rules. */
 typedef struct batcher {
   const eldr_trace *t;
-  uint32_t *mark; /* L*E stamps */
-  uint32_t stamp;
+  uint64_t *mark; /* L*W bitmap words (W = ceil(E/64)): experts seen this step */
   size_t steps;   /* decode steps per batch */
   size_t *cur;    /* per slot: request index (SIZE_MAX = idle) */
   uint32_t *pos;  /* per slot: next decode token */
@@ -159,13 +158,9 @@ static void batch_measure(batcher *b, size_t *pool, size_t n, size_t *used, size
     b->cur[j] = pool[j];
     b->pos[j] = 0;
   }
+  const size_t W = (E + 63) / 64;
   for (size_t s = 0; s < b->steps; s++) {
-    if (++b->stamp == 0) {
-      memset(b->mark, 0, L * E * sizeof *b->mark);
-      b->stamp = 1;
-    }
-    const uint32_t st = b->stamp;
-    size_t distinct = 0;
+    memset(b->mark, 0, L * W * sizeof *b->mark);
     for (size_t j = 0; j < B; j++) {
       if (b->cur[j] == SIZE_MAX) continue;
       const eldr_request *q = &t->req[b->cur[j]];
@@ -177,14 +172,15 @@ static void batch_measure(batcher *b, size_t *pool, size_t n, size_t *used, size
       }
       const uint16_t *sel = q->decode + (size_t)b->pos[j]++ * L * K;
       for (size_t l = 0; l < L; l++) {
-        uint32_t *mk = b->mark + l * E;
+        uint64_t *mk = b->mark + l * W;
         for (size_t k = 0; k < K; k++) {
           uint16_t e = sel[l * K + k];
-          distinct += mk[e] != st;
-          mk[e] = st;
+          mk[e >> 6] |= 1ULL << (e & 63);
         }
       }
     }
+    size_t distinct = 0;
+    for (size_t w = 0; w < L * W; w++) distinct += (size_t)__builtin_popcountll(b->mark[w]);
     b->sum += (double)distinct;
     b->samples += (double)L;
   }
@@ -302,7 +298,7 @@ int eldr_tracestats_compute(const eldr_trace *t, const eldr_tracestats_opts *opt
   double *dom = calloc((D ? D : 1) * cells, sizeof *dom);
   size_t *members = malloc(n * sizeof *members);
   int *dom_labels = malloc(n * sizeof *dom_labels);
-  uint32_t *mark = calloc(cells, sizeof *mark);
+  uint64_t *mark = calloc(L * ((E + 63) / 64), sizeof *mark);
   size_t **groups = NULL, *gsize = NULL;
   out->domain_count = calloc(D ? D : 1, sizeof *out->domain_count);
   out->batch = calloc(o.n_batch_sizes, sizeof *out->batch);
@@ -405,7 +401,7 @@ int eldr_tracestats_compute(const eldr_trace *t, const eldr_tracestats_opts *opt
   size_t max_b = 1;
   for (size_t bi = 0; bi < o.n_batch_sizes; bi++)
     if (o.batch_sizes[bi] > max_b) max_b = o.batch_sizes[bi];
-  batcher b = {.t = t, .mark = mark, .stamp = 0, .steps = o.steps};
+  batcher b = {.t = t, .mark = mark, .steps = o.steps};
   if (!b.steps) b.steps = (size_t)llround(out->output.median);
   if (!b.steps) b.steps = 1;
   out->steps = b.steps;
