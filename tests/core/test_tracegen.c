@@ -321,6 +321,20 @@ static void test_from_text(void **state) {
   assert_memory_equal(p1, p2, 12 * per * sizeof *p1);
   assert_memory_equal(d1, d2, 7 * per * sizeof *d1);
   assert_memory_not_equal(p1, p3, 12 * per * sizeof *p1);
+  /* another generator with the same seed gives the same selections */
+  {
+    eldr_tracegen *g2 = NULL;
+    assert_int_equal(eldr_tracegen_new(&s, "Qwen3-30B-A3B", "task", 9, &g2, NULL), 0);
+    uint16_t *p4 = NULL, *d4 = NULL;
+    int dm4 = -1;
+    assert_int_equal(eldr_tracegen_from_text(g2, t1, strlen(t1), 12, 7, &p4, &d4, &dm4, NULL), 0);
+    assert_int_equal(dm4, dm1);
+    assert_memory_equal(p4, p1, 12 * per * sizeof *p1);
+    assert_memory_equal(d4, d1, 7 * per * sizeof *d1);
+    free(p4);
+    free(d4);
+    eldr_tracegen_free(g2);
+  }
   check_valid(&s, p1, 12);
   check_valid(&s, d3, 7);
   /* code and a chat question land in different archetypes */
