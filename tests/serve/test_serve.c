@@ -843,15 +843,46 @@ static void test_reload(void **st) {
   assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
   assert_int_equal(served_by(&resp), fx_port(d0));
   tc_free(&resp);
-  /* new decode list: d1 only */
+  /* a request in flight on d0 while the decode list changes to d1 only */
+  fx_behaviour hang = fx_defaults();
+  hang.hang = 1;
+  fx_set(d0, &hang);
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in sa = {0};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons((uint16_t)r.port);
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+  const char *req = "POST /v1/completions HTTP/1.1\r\nContent-Length: 14\r\n\r\n{\"prompt\":\"b\"}";
+  assert_int_equal(send(fd, req, strlen(req), 0), (ssize_t)strlen(req));
+  assert_int_equal(fx_wait(d0, "/v1/completions", 2, 10), 0);
   snprintf(doc, sizeof doc, "{\"decode\":[\"%s\"]}", fx_url(d1));
   write_file(cfgpath, doc);
   eldr_server_reload(r.srv);
   assert_int_equal(rt_wait_metric(r.port, "eldr_reloads_total{result=\"ok\"}", 1, 10), 0);
+  /* the old decoder goes away (its held request fails with 503): retried on d1 */
+  fx_stop(d0);
+  char buf[2048] = "";
+  size_t got = 0;
+  double dl = fx_now() + 10;
+  while (!strstr(buf, "served_by") && fx_now() < dl) {
+    struct pollfd pf = {fd, POLLIN, 0};
+    if (poll(&pf, 1, 1000) <= 0) continue;
+    ssize_t k = recv(fd, buf + got, sizeof buf - 1 - got, 0);
+    if (k <= 0) break;
+    got += (size_t)k;
+    buf[got] = 0;
+  }
+  close(fd);
+  assert_true(got > 0);
+  assert_true(strncmp(buf, "HTTP/1.1 200", 12) == 0);
+  char sb[32];
+  snprintf(sb, sizeof sb, "\"served_by\":%d", fx_port(d1));
+  assert_non_null(strstr(buf, sb));
   assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
   assert_int_equal(served_by(&resp), fx_port(d1));
   tc_free(&resp);
-  assert_int_equal(rt_metric(r.port, "eldr_requests_total{policy=\"eldr\",decision=\"locality\",outcome=\"ok\"}"), 2);
+  assert_int_equal(rt_metric(r.port, "eldr_requests_total{policy=\"eldr\",decision=\"locality\",outcome=\"ok\"}"), 3);
   /* an artifact whose shape does not match the observed routed_experts is refused */
   snprintf(doc, sizeof doc, "{\"artifact\":\"%s\"}", art_big);
   write_file(cfgpath, doc);
@@ -865,7 +896,8 @@ static void test_reload(void **st) {
   assert_int_equal(resp.status, 200);
   assert_int_equal(served_by(&resp), fx_port(d1));
   tc_free(&resp);
-  assert_int_equal(rt_metric(r.port, "eldr_requests_total{policy=\"eldr\",decision=\"locality\",outcome=\"ok\"}"), 3);
+  assert_int_equal(rt_metric(r.port, "eldr_requests_total{policy=\"eldr\",decision=\"locality\",outcome=\"ok\"}"), 4);
+  assert_int_equal(rt_metric(r.port, "eldr_retries_total{leg=\"decode\"}"), 1);
   rt_stop(&r);
   assert_non_null(strstr(r.log, "refused"));
   eldr_serve_config_free(&c);
