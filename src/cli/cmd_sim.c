@@ -616,7 +616,7 @@ int eldr_cmd_sim(int argc, char **argv) {
   row *rows = calloc(nrows, sizeof *rows);
   if (!rows) cli_fail(cmd, "out of memory");
   double t_run0 = cli_now();
-  uint64_t total_token_steps = 0;
+  uint64_t total_token_steps = 0, total_steps = 0;
   {
     sweep sw = {.rows = rows, .nrows = nrows, .nv = nv, .vs = vs, .rates = rates, .pool = &pool,
                 .pool_v = &pool_v, .lm = &lm, .cfg = &cfg, .quiet = quiet};
@@ -635,12 +635,16 @@ int eldr_cmd_sim(int argc, char **argv) {
     pthread_mutex_destroy(&sw.lock);
     int frc = atomic_load(&sw.failed);
     if (frc) cli_fail(cmd, "%s: %s", sw.fail_label, eldr_diag_msg(&sw.diag, frc));
-    for (size_t i = 0; i < nrows; i++) total_token_steps += rows[i].r.token_steps;
+    for (size_t i = 0; i < nrows; i++) {
+      total_token_steps += rows[i].r.token_steps;
+      total_steps += rows[i].r.steps;
+    }
   }
   double t_run = cli_now() - t_run0;
   if (!quiet) {
-    fprintf(stderr, "\nsim: %zu runs in %.1f s (%.2fM decode token-steps/s)\n", nrows, t_run,
-            t_run > 0 ? (double)total_token_steps / t_run / 1e6 : 0);
+    fprintf(stderr, "\nsim: %zu runs in %.1f s (%.2fM decode token-steps/s, %.2fM batch steps/s)\n",
+            nrows, t_run, t_run > 0 ? (double)total_token_steps / t_run / 1e6 : 0,
+            t_run > 0 ? (double)total_steps / t_run / 1e6 : 0);
   }
 
   /* ---- output ---- */
