@@ -128,13 +128,13 @@ int eldr_tracegen_workload_preset(const char *name, eldr_tracegen_workload *w, e
     static const double weights[] = {1.4, 1.3333, 1.2667, 1.2, 1.1333, 1.0667, 1.0};
     copy_str(w->name, sizeof w->name, "task");
     set_domains(w, 7, names, weights);
-    w->pop_sd = 0.6;
+    w->pop_sd = 0.3;
     w->generalists = 2;
-    w->generalist_boost = 2.5;
-    w->domain_sd = 1.15;
-    w->request_sd = 0.55;
+    w->generalist_boost = 1.5;
+    w->domain_sd = 1.1;
+    w->request_sd = 0.6;
     w->prefill_sd = 0.25;
-    w->decode_sd = 0.5;
+    w->decode_sd = 0.35;
     return ELDR_OK;
   }
   if (!strcmp(name, "language")) {
@@ -143,13 +143,13 @@ int eldr_tracegen_workload_preset(const char *name, eldr_tracegen_workload *w, e
     static const double weights[] = {0.50, 0.25, 0.08, 0.05, 0.04, 0.035, 0.025, 0.02};
     copy_str(w->name, sizeof w->name, "language");
     set_domains(w, 8, names, weights);
-    w->pop_sd = 1.0;
+    w->pop_sd = 0.6;
     w->generalists = 2;
-    w->generalist_boost = 2.5;
+    w->generalist_boost = 1.5;
     w->domain_sd = 0.75;
     w->request_sd = 0.7;
     w->prefill_sd = 0.25;
-    w->decode_sd = 0.5;
+    w->decode_sd = 0.35;
     return ELDR_OK;
   }
   return eldr_diag_fail(d, ELDR_ENOTFOUND,
