@@ -6,10 +6,12 @@
  * Hungarian method). Because k << n, the residual network is collapsed onto
  * the k bins (plus a sink T): moving one point q from bin a to bin b costs
  * cost[q][b] - cost[q][a], so the arc a -> b weighs the minimum of that over
- * the points in a. Those minima live in one indexed binary heap per ordered
- * pair (a, b) (stored slot-major per bin, see binheaps); a shortest augmenting path is then a Dijkstra over k+1 nodes
- * with bin potentials (Johnson), O(k^2) per point, and each point moved along
- * the path costs O(k log n) heap updates.
+ * the points in a. Those minima live in one binary heap per ordered pair
+ * (a, b), with lazy insertion and removal (see hent). A shortest augmenting
+ * path is then a Dijkstra over k+1 nodes with bin potentials (Johnson),
+ * O(k^2) per point; a point joining or leaving a bin costs O(k) plus the
+ * heaps whose minimum it was (O(log n) amortised each). Points are placed in
+ * order of decreasing regret, which keeps augmenting paths short.
  *
  * Invariant (dual feasibility): every assigned point q sits in a bin that
  * minimises cost[q][b] - pi[b]; this makes all reduced arc costs >= 0, and
@@ -30,113 +32,112 @@
  * along a path; they are rejected like non-finite costs. */
 #define ASSIGN_COST_LIMIT 1e150
 
+/* Heap entry: the key of point q for one pair, valid while the point has
+ * not left the bin since (stamp == the point's current stamp). Both
+ * removal and insertion are lazy:
+ * - a point leaving a bin only bumps its stamp; its stale entries are
+ *   dropped when they reach the top of a heap;
+ * - a new entry is appended unsorted (entries [hlen, len) of the heap) and
+ *   only compared with the current minimum (w, topq); the pending entries
+ *   are sifted into the heap when the heap's minimum leaves the bin.
+ * Invariant: w/topq of each pair is the minimum of all its entries, and it
+ * is valid. Most heaps never lose their minimum, so most insertions cost
+ * O(1) instead of a sift through a large heap. */
 typedef struct {
   double key;
   int q;
+  unsigned stamp;
 } hent;
 
-/* The k-1 heaps of one bin a all hold the same points, so they have the
- * same length: they are stored slot-major, entry i of heap (a, b) at
- * e[i*k + b]. An insertion appends at the same slot of every heap, which
- * touches one contiguous run of memory instead of k-1 scattered ones. */
 typedef struct {
   hent *e;
-  int len, capa; /* points in the bin, slots allocated */
-} binheaps;
+  int len, hlen, capa; /* entries, heap-ordered prefix, allocated */
+} heap;
 
 typedef struct {
   const double *cost;
   size_t n, k;
-  binheaps *h;   /* k bins; heap (a, b): points in bin a keyed by cost[q][b]-cost[q][a] */
-  int *pos;      /* pos[q*k+b]: slot of q in heap (bin_of[q], b) */
-  int *bin_of;   /* n */
-  double *w;     /* k*k: top key of heap (a, b), or INFINITY */
+  heap *h;          /* k*k heaps, h[a*k+b]: points in bin a keyed by cost[q][b]-cost[q][a] */
+  unsigned *stamp;  /* n */
+  int *bin_of;      /* n */
+  int *topq;        /* k*k: point at the top of heap (a, b), or -1 */
+  double *w;        /* k*k: top key of heap (a, b), or INFINITY */
 } flow;
-
-#define HE(bh, i, b, k) ((bh)->e[(size_t)(i) * (k) + (b)])
 
 static inline int hless(const hent *x, const hent *y) {
   return x->key < y->key || (x->key == y->key && x->q < y->q);
 }
 
-static void sift_up(flow *f, binheaps *bh, int i, size_t b) {
-  const size_t k = f->k;
-  hent x = HE(bh, i, b, k);
+static void sift_up(heap *hp, int i) {
+  hent x = hp->e[i];
   while (i > 0) {
     int par = (i - 1) / 2;
-    const hent *pe = &HE(bh, par, b, k);
-    if (!hless(&x, pe)) break;
-    HE(bh, i, b, k) = *pe;
-    f->pos[(size_t)pe->q * k + b] = i;
+    if (!hless(&x, &hp->e[par])) break;
+    hp->e[i] = hp->e[par];
     i = par;
   }
-  HE(bh, i, b, k) = x;
-  f->pos[(size_t)x.q * k + b] = i;
+  hp->e[i] = x;
 }
 
-static void sift_down(flow *f, binheaps *bh, int i, size_t b) {
-  const size_t k = f->k;
-  const int len = bh->len;
-  hent x = HE(bh, i, b, k);
+static void pop_top(heap *hp) {
+  hent x = hp->e[--hp->len];
+  hp->hlen = hp->len;
+  int i = 0;
   for (;;) {
     int l = 2 * i + 1;
-    if (l >= len) break;
+    if (l >= hp->len) break;
     int m = l;
-    if (l + 1 < len && hless(&HE(bh, l + 1, b, k), &HE(bh, l, b, k))) m = l + 1;
-    const hent *me = &HE(bh, m, b, k);
-    if (!hless(me, &x)) break;
-    HE(bh, i, b, k) = *me;
-    f->pos[(size_t)me->q * k + b] = i;
+    if (l + 1 < hp->len && hless(&hp->e[l + 1], &hp->e[l])) m = l + 1;
+    if (!hless(&hp->e[m], &x)) break;
+    hp->e[i] = hp->e[m];
     i = m;
   }
-  HE(bh, i, b, k) = x;
-  f->pos[(size_t)x.q * k + b] = i;
+  if (hp->len > 0) hp->e[i] = x;
 }
 
 /* Put point q into bin a: one entry in each heap (a, b), b != a. */
 static int bin_insert(flow *f, int q, size_t a) {
   const size_t k = f->k;
   const double *c = f->cost + (size_t)q * k;
-  binheaps *bh = &f->h[a];
-  if (bh->len == bh->capa) {
-    int nc = bh->capa ? bh->capa + bh->capa / 2 + 8 : 8;
-    hent *ne = realloc(bh->e, (size_t)nc * k * sizeof *ne);
-    if (!ne) return ELDR_ENOMEM;
-    bh->e = ne;
-    bh->capa = nc;
-  }
-  const int i = bh->len++;
-  hent *slot = bh->e + (size_t)i * k;
-  for (size_t b = 0; b < k; b++) {
-    slot[b].key = c[b] - c[a];
-    slot[b].q = q;
-  }
+  const unsigned st = f->stamp[q];
+  double *wa = f->w + a * k;
+  int *ta = f->topq + a * k;
   for (size_t b = 0; b < k; b++) {
     if (b == a) continue;
-    sift_up(f, bh, i, b);
-    f->w[a * k + b] = HE(bh, 0, b, k).key;
+    heap *hp = &f->h[a * k + b];
+    if (hp->len == hp->capa) {
+      int nc = hp->capa ? hp->capa * 2 : 8;
+      hent *ne = realloc(hp->e, (size_t)nc * sizeof *ne);
+      if (!ne) return ELDR_ENOMEM;
+      hp->e = ne;
+      hp->capa = nc;
+    }
+    const double key = c[b] - c[a];
+    hent *x = &hp->e[hp->len++];
+    x->key = key;
+    x->q = q;
+    x->stamp = st;
+    if (ta[b] < 0 || key < wa[b] || (key == wa[b] && q < ta[b])) {
+      wa[b] = key;
+      ta[b] = q;
+    }
   }
   f->bin_of[q] = (int)a;
   return 0;
 }
 
-/* Take point q out of its bin a. */
+/* Take point q out of its bin a: invalidate its entries, and rebuild the
+ * minimum of the heaps whose minimum it was. */
 static void bin_remove(flow *f, int q, size_t a) {
   const size_t k = f->k;
-  binheaps *bh = &f->h[a];
-  const int last = --bh->len;
+  f->stamp[q]++;
   for (size_t b = 0; b < k; b++) {
-    if (b == a) continue;
-    int i = f->pos[(size_t)q * k + b];
-    if (i != last) {
-      HE(bh, i, b, k) = HE(bh, last, b, k);
-      f->pos[(size_t)HE(bh, i, b, k).q * k + b] = i;
-      if (i > 0 && hless(&HE(bh, i, b, k), &HE(bh, (i - 1) / 2, b, k)))
-        sift_up(f, bh, i, b);
-      else
-        sift_down(f, bh, i, b);
-    }
-    f->w[a * k + b] = last ? HE(bh, 0, b, k).key : INFINITY;
+    if (f->topq[a * k + b] != q) continue;
+    heap *hp = &f->h[a * k + b];
+    while (hp->hlen < hp->len) sift_up(hp, hp->hlen++);
+    while (hp->len > 0 && hp->e[0].stamp != f->stamp[hp->e[0].q]) pop_top(hp);
+    f->w[a * k + b] = hp->len ? hp->e[0].key : INFINITY;
+    f->topq[a * k + b] = hp->len ? hp->e[0].q : -1;
   }
   f->bin_of[q] = -1;
 }
@@ -176,8 +177,9 @@ int eldr_assign_capacitated(const double *cost, size_t n, size_t k, size_t cap, 
   int *size = NULL, *pred = NULL, *mv_q = NULL, *mv_to = NULL;
   unsigned char *done = NULL;
   order_ent *order = NULL;
-  f.h = calloc(k, sizeof *f.h);
-  f.pos = malloc(n * k * sizeof *f.pos);
+  f.h = calloc(kk, sizeof *f.h);
+  f.stamp = calloc(n, sizeof *f.stamp);
+  f.topq = malloc(kk * sizeof *f.topq);
   f.bin_of = malloc(n * sizeof *f.bin_of);
   f.w = malloc(kk * sizeof *f.w);
   pi = calloc(k + 1, sizeof *pi);
@@ -188,7 +190,7 @@ int eldr_assign_capacitated(const double *cost, size_t n, size_t k, size_t cap, 
   mv_to = malloc(k * sizeof *mv_to);
   done = malloc(k + 1);
   order = malloc(n * sizeof *order);
-  if (!f.h || !f.pos || !f.bin_of || !f.w || !pi || !d || !size || !pred || !mv_q || !mv_to ||
+  if (!f.h || !f.stamp || !f.topq || !f.bin_of || !f.w || !pi || !d || !size || !pred || !mv_q || !mv_to ||
       !done || !order)
     goto out;
   /* Any order gives the optimum; placing the points with the largest regret
@@ -209,7 +211,10 @@ int eldr_assign_capacitated(const double *cost, size_t n, size_t k, size_t cap, 
     order[p].p = (int)p;
   }
   qsort(order, n, sizeof *order, cmp_order);
-  for (size_t i = 0; i < kk; i++) f.w[i] = INFINITY;
+  for (size_t i = 0; i < kk; i++) {
+    f.w[i] = INFINITY;
+    f.topq[i] = -1;
+  }
 
   const size_t T = k; /* sink node */
   for (size_t o = 0; o < n; o++) {
@@ -264,7 +269,7 @@ int eldr_assign_capacitated(const double *cost, size_t n, size_t k, size_t cap, 
     int cur = pred[T];
     while (pred[cur] != -1) {
       int a = pred[cur];
-      mv_q[nmv] = HE(&f.h[a], 0, (size_t)cur, k).q;
+      mv_q[nmv] = f.topq[(size_t)a * k + (size_t)cur];
       mv_to[nmv] = cur;
       nmv++;
       cur = a;
@@ -287,7 +292,7 @@ int eldr_assign_capacitated(const double *cost, size_t n, size_t k, size_t cap, 
   rc = 0;
 out:
   if (f.h)
-    for (size_t a = 0; a < k; a++) free(f.h[a].e);
+    for (size_t i = 0; i < kk; i++) free(f.h[i].e);
   free(order);
   free(done);
   free(mv_to);
@@ -298,7 +303,8 @@ out:
   free(pi);
   free(f.w);
   free(f.bin_of);
-  free(f.pos);
+  free(f.topq);
+  free(f.stamp);
   free(f.h);
   return rc;
 }
