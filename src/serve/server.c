@@ -1,6 +1,6 @@
 /* server.c — the eldr router: client-facing HTTP/1.1 on bufferevents (own
  * bounded parser, so that every malformed, oversized or slow request gets a
- * JSON 4xx), upstream legs as evhttp client requests over per-worker pools
+ * JSON 4xx), upstream legs over eldr's own HTTP/1.1 client (upstream.c) on per-worker pools
  * of keep-alive connections, health checks, metrics, reload. One event loop.
  */
 #include <arpa/inet.h>
@@ -8,11 +8,10 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
-#include <event2/http.h>
-#include <event2/keyvalq_struct.h>
 #include <event2/listener.h>
 #include <event2/thread.h>
 #include <math.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
@@ -31,6 +30,7 @@
 #include "eldr/sigcache.h"
 #include "eldr/signature.h"
 #include "serve_internal.h"
+#include "upstream.h"
 
 /* ---- metrics -------------------------------------------------------------- */
 
@@ -97,10 +97,13 @@ struct worker {
   uint32_t inflight;
   int healthy, fails, retired;
   uint64_t ejections, requests, err_connect, err_status, err_timeout;
-  struct evhttp_connection **pool;
+  struct sockaddr_storage addr;
+  socklen_t addrlen;
+  eldr__up **pool;
   size_t npool;
-  struct evhttp_connection *hc_conn;
-  struct evhttp_request *hc_req;
+  eldr__up *hc;        /* health check connection */
+  struct event *hc_timer;
+  int hc_status;
   worker *next_all;
 };
 
@@ -108,13 +111,14 @@ enum { LEG_PREFILL, LEG_DECODE, LEG_MODELS };
 
 typedef struct leg {
   worker *w;
-  struct evhttp_connection *conn;
-  struct evhttp_request *req;
+  eldr__up *up;            /* connection of the exchange in flight, or NULL */
   struct event *deadline;
   int kind;
   int streaming, started;
-  int err;                 /* enum evhttp_request_error + 1, 0 = none */
-  struct evbuffer *hold;   /* non-200 body while streaming */
+  int status;              /* reply status (0 until the head arrived) */
+  char ctype[128];
+  char *buf;               /* reply body (not relayed while streaming) */
+  size_t n, cap;
 } leg;
 
 #define MAX_TRIED 17
@@ -315,16 +319,6 @@ static void start_stream(hconn *c, int status, const char *ctype) {
   }
 }
 
-static void stream_chunk_buf(hconn *c, struct evbuffer *data) {
-  size_t n = evbuffer_get_length(data);
-  if (!n) return;
-  struct evbuffer *o = bufferevent_get_output(c->bev);
-  if (c->resp_chunked == 1) evbuffer_add_printf(o, "%zx\r\n", n);
-  evbuffer_add_buffer(o, data);
-  if (c->resp_chunked == 1) evbuffer_add(o, "\r\n", 2);
-  conn_flush(c);
-}
-
 static void stream_chunk(hconn *c, const char *p, size_t n) {
   if (!n) return;
   struct evbuffer *o = bufferevent_get_output(c->bev);
@@ -342,6 +336,8 @@ static void stream_end(hconn *c) {
 
 /* ---- workers ----------------------------------------------------------------- */
 
+static void health_timeout_cb(evutil_socket_t fd, short ev, void *arg);
+
 static worker *worker_new(eldr_server *s, const char *url, int role) {
   worker *w = calloc(1, sizeof *w);
   if (!w) return NULL;
@@ -350,12 +346,26 @@ static worker *worker_new(eldr_server *s, const char *url, int role) {
   w->healthy = 1;
   w->url = strdup(url);
   w->pool = calloc(s->cfg.pool_size ? s->cfg.pool_size : 1, sizeof *w->pool);
-  if (!w->url || !w->pool || eldr_serve_parse_url(url, w->host, sizeof w->host, &w->port, NULL)) {
+  w->hc_timer = evtimer_new(s->base, health_timeout_cb, w);
+  struct addrinfo hints, *ai = NULL;
+  memset(&hints, 0, sizeof hints);
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  char port[16];
+  if (!w->url || !w->pool || !w->hc_timer ||
+      eldr_serve_parse_url(url, w->host, sizeof w->host, &w->port, NULL) ||
+      (snprintf(port, sizeof port, "%d", w->port), getaddrinfo(w->host, port, &hints, &ai)) || !ai ||
+      ai->ai_addrlen > sizeof w->addr) {
+    if (ai) freeaddrinfo(ai);
+    if (w->hc_timer) event_free(w->hc_timer);
     free(w->url);
     free(w->pool);
     free(w);
     return NULL;
   }
+  memcpy(&w->addr, ai->ai_addr, ai->ai_addrlen);
+  w->addrlen = (socklen_t)ai->ai_addrlen;
+  freeaddrinfo(ai);
   snprintf(w->hosthdr, sizeof w->hosthdr, strchr(w->host, ':') ? "[%s]:%d" : "%s:%d", w->host, w->port);
   w->next_all = s->all_workers;
   s->all_workers = w;
@@ -363,39 +373,26 @@ static worker *worker_new(eldr_server *s, const char *url, int role) {
 }
 
 static void worker_free(worker *w) {
-  for (size_t i = 0; i < w->npool; i++) evhttp_connection_free(w->pool[i]);
-  if (w->hc_req) evhttp_cancel_request(w->hc_req);
-  if (w->hc_conn) evhttp_connection_free(w->hc_conn);
+  for (size_t i = 0; i < w->npool; i++) eldr__up_free(w->pool[i]);
+  eldr__up_free(w->hc);
+  event_free(w->hc_timer);
   free(w->pool);
   free(w->url);
   free(w);
 }
 
-static struct evhttp_connection *pool_take(worker *w) {
+static eldr__up *pool_take(worker *w) {
   if (w->npool) return w->pool[--w->npool];
-  struct evhttp_connection *c = evhttp_connection_base_new(w->s->base, NULL, w->host, (ev_uint16_t)w->port);
-  if (!c) return NULL;
-  double t = w->role == ROLE_PREFILL ? w->s->cfg.prefill_timeout_s : w->s->cfg.decode_timeout_s;
-  struct timeval tv = tv_of(t);
-  evhttp_connection_set_timeout_tv(c, &tv);
-  evhttp_connection_set_retries(c, 0);
-  return c;
+  return eldr__up_new(w->s->base, (struct sockaddr *)&w->addr, w->addrlen);
 }
 
-static void free_conn_cb(evutil_socket_t fd, short ev, void *arg) {
-  (void)fd;
-  (void)ev;
-  evhttp_connection_free(arg);
-}
-
-static void pool_give(worker *w, struct evhttp_connection *c, int reusable) {
-  if (!c) return;
-  if (reusable && !w->retired && w->npool < w->s->cfg.pool_size) {
-    w->pool[w->npool++] = c;
+static void pool_give(worker *w, eldr__up *u) {
+  if (!u) return;
+  if (!w->retired && w->npool < w->s->cfg.pool_size && !eldr__up_active(u)) {
+    w->pool[w->npool++] = u;
     return;
   }
-  /* never free a connection inside its own callback: defer */
-  event_base_once(w->s->base, -1, EV_TIMEOUT, free_conn_cb, c, NULL);
+  eldr__up_free(u); /* deferred by the connection itself inside its callbacks */
 }
 
 static void worker_failed(worker *w, const char *why) {
@@ -408,10 +405,8 @@ static void worker_failed(worker *w, const char *why) {
   }
 }
 
-static void health_done_cb(struct evhttp_request *req, void *arg) {
-  worker *w = arg;
-  w->hc_req = NULL;
-  int ok = req && evhttp_request_get_response_code(req) == 200;
+static void health_result(worker *w, int ok, const char *why) {
+  evtimer_del(w->hc_timer);
   if (ok) {
     w->fails = 0;
     if (!w->healthy && !w->retired) {
@@ -419,8 +414,32 @@ static void health_done_cb(struct evhttp_request *req, void *arg) {
       logf_(w->s, "%s worker %s re-admitted", role_name[w->role], w->url);
     }
   } else {
-    worker_failed(w, req ? "health check status" : "health check failed");
+    worker_failed(w, why);
   }
+}
+
+static void hc_head(void *arg, int status, const char *ctype) {
+  (void)ctype;
+  ((worker *)arg)->hc_status = status;
+}
+static void hc_data(void *arg, const char *p, size_t n) {
+  (void)arg;
+  (void)p;
+  (void)n;
+}
+static void hc_done(void *arg, int err) {
+  worker *w = arg;
+  health_result(w, err == 0 && w->hc_status == 200, err ? "health check failed" : "health check status");
+}
+static const eldr__up_cbs hc_cbs = {hc_head, hc_data, hc_done};
+
+static void health_timeout_cb(evutil_socket_t fd, short ev, void *arg) {
+  (void)fd;
+  (void)ev;
+  worker *w = arg;
+  if (!w->hc || !eldr__up_active(w->hc)) return;
+  eldr__up_abort(w->hc);
+  health_result(w, 0, "health check timed out");
 }
 
 static void health_tick(evutil_socket_t fd, short ev, void *arg) {
@@ -430,18 +449,16 @@ static void health_tick(evutil_socket_t fd, short ev, void *arg) {
   for (int role = 0; role < 2; role++)
     for (size_t i = 0; i < s->nw[role]; i++) {
       worker *w = s->w[role][i];
-      if (w->hc_req) continue;
-      if (!w->hc_conn) {
-        w->hc_conn = evhttp_connection_base_new(s->base, NULL, w->host, (ev_uint16_t)w->port);
-        if (!w->hc_conn) continue;
+      if (!w->hc) w->hc = eldr__up_new(s->base, (struct sockaddr *)&w->addr, w->addrlen);
+      if (!w->hc || eldr__up_active(w->hc)) continue;
+      char req[400];
+      int n = snprintf(req, sizeof req, "GET /health HTTP/1.1\r\nHost: %s\r\n\r\n", w->hosthdr);
+      struct iovec iov = {req, (size_t)n};
+      w->hc_status = 0;
+      if (eldr__up_request(w->hc, &iov, 1, &hc_cbs, w) == 0) {
         struct timeval tv = tv_of(s->cfg.connect_timeout_s);
-        evhttp_connection_set_timeout_tv(w->hc_conn, &tv);
+        evtimer_add(w->hc_timer, &tv);
       }
-      struct evhttp_request *req = evhttp_request_new(health_done_cb, w);
-      if (!req) continue;
-      evhttp_add_header(evhttp_request_get_output_headers(req), "Host", w->hosthdr);
-      if (evhttp_make_request(w->hc_conn, req, EVHTTP_REQ_GET, "/health") == 0) w->hc_req = req;
-      else worker_failed(w, "health check could not be sent");
     }
 }
 
@@ -452,28 +469,24 @@ static void rq_finish_metrics(rq *r, int outcome) {
   histo_add(&r->s->m.request, now_s() - r->t0);
 }
 
-static void leg_release(rq *r, int reusable) {
+/* The leg's exchange is over (or is dropped): connection back to the pool. */
+static void leg_release(rq *r) {
   leg *L = &r->L;
   if (L->deadline) event_del(L->deadline);
+  if (L->up && eldr__up_active(L->up)) eldr__up_abort(L->up); /* the worker sees us leave */
   if (L->w) {
     L->w->inflight--;
-    pool_give(L->w, L->conn, reusable);
+    pool_give(L->w, L->up);
   }
   L->w = NULL;
-  L->conn = NULL;
-  L->req = NULL;
-  if (L->hold) evbuffer_drain(L->hold, evbuffer_get_length(L->hold));
+  L->up = NULL;
 }
 
 static void rq_free(rq *r) {
   if (!r) return;
-  if (r->L.req) { /* still running upstream: cancel (client disconnect / shutdown) */
-    evhttp_cancel_request(r->L.req);
-    r->L.req = NULL;
-  }
-  leg_release(r, 1);
+  leg_release(r);
   if (r->L.deadline) event_free(r->L.deadline);
-  if (r->L.hold) evbuffer_free(r->L.hold);
+  free(r->L.buf);
   eldr__req_free(&r->req);
   eldr__prefill_reply_free(&r->pr);
   free(r->re_copy);
@@ -517,39 +530,41 @@ static int fill_loads(eldr_server *s, int role, rq *r, size_t *n) {
   return 0;
 }
 
-static void leg_done_cb(struct evhttp_request *req, void *arg);
-static void leg_chunk_cb(struct evhttp_request *req, void *arg);
-static void leg_error_cb(enum evhttp_request_error err, void *arg);
+static void leg_head_cb(void *arg, int status, const char *ctype);
+static void leg_data_cb(void *arg, const char *p, size_t n);
+static void leg_done_cb(void *arg, int err);
+static const eldr__up_cbs leg_cbs = {leg_head_cb, leg_data_cb, leg_done_cb};
 static void leg_deadline_cb(evutil_socket_t fd, short ev, void *arg);
 static void start_prefill(rq *r);
 static void start_decode(rq *r, int retry);
 
-static int leg_start(rq *r, worker *w, int kind, enum evhttp_cmd_type method, const char *path,
+static int leg_start(rq *r, worker *w, int kind, const char *method, const char *path,
                      const char *body, size_t len) {
   leg *L = &r->L;
   eldr_server *s = r->s;
   L->kind = kind;
-  L->err = 0;
   L->started = 0;
+  L->status = 0;
+  L->ctype[0] = 0;
+  L->n = 0;
   L->streaming = kind == LEG_DECODE && r->req.stream;
-  struct evhttp_connection *conn = pool_take(w);
-  if (!conn) return ELDR_ENOMEM;
-  struct evhttp_request *req = evhttp_request_new(leg_done_cb, r);
-  if (!req) {
-    pool_give(w, conn, 1);
-    return ELDR_ENOMEM;
+  eldr__up *up = pool_take(w);
+  if (!up) return ELDR_ENOMEM;
+  char head[ELDR__HTTP_AUTH_MAX + ELDR__HTTP_REQID_MAX + 512];
+  int hn = snprintf(head, sizeof head, "%s %s HTTP/1.1\r\nHost: %s\r\n", method, path, w->hosthdr);
+  if (body)
+    hn += snprintf(head + hn, sizeof head - (size_t)hn,
+                   "Content-Type: application/json\r\nContent-Length: %zu\r\n", len);
+  if (r->reqid[0]) hn += snprintf(head + hn, sizeof head - (size_t)hn, "X-Request-Id: %s\r\n", r->reqid);
+  if (r->auth) hn += snprintf(head + hn, sizeof head - (size_t)hn, "Authorization: %s\r\n", r->auth);
+  hn += snprintf(head + hn, sizeof head - (size_t)hn, "\r\n");
+  struct iovec iov[2] = {{head, (size_t)hn}, {(void *)body, body ? len : 0}};
+  if (eldr__up_request(up, iov, body ? 2 : 1, &leg_cbs, r) != 0) {
+    pool_give(w, up);
+    return ELDR_EIO;
   }
-  if (L->streaming) evhttp_request_set_chunked_cb(req, leg_chunk_cb);
-  evhttp_request_set_error_cb(req, leg_error_cb);
-  struct evkeyvalq *h = evhttp_request_get_output_headers(req);
-  evhttp_add_header(h, "Host", w->hosthdr);
-  if (body) evhttp_add_header(h, "Content-Type", "application/json");
-  if (r->reqid[0]) evhttp_add_header(h, "X-Request-Id", r->reqid);
-  if (r->auth) evhttp_add_header(h, "Authorization", r->auth);
-  if (body) evbuffer_add(evhttp_request_get_output_buffer(req), body, len);
   L->w = w;
-  L->conn = conn;
-  L->req = req;
+  L->up = up;
   w->inflight++;
   w->requests++;
   if (r->ntried < MAX_TRIED) r->tried[r->ntried++] = w;
@@ -558,18 +573,7 @@ static int leg_start(rq *r, worker *w, int kind, enum evhttp_cmd_type method, co
                                   : s->cfg.connect_timeout_s;
   struct timeval tv = tv_of(t);
   event_add(L->deadline, &tv);
-  if (evhttp_make_request(conn, req, method, path) != 0) {
-    /* libevent has freed req */
-    L->req = NULL;
-    leg_release(r, 0);
-    return ELDR_EIO;
-  }
   return 0;
-}
-
-static void leg_error_cb(enum evhttp_request_error err, void *arg) {
-  rq *r = arg;
-  r->L.err = (int)err + 1;
 }
 
 static void client_upstream_error(rq *r, int status, int outcome, const char *fmt, ...)
@@ -608,148 +612,144 @@ static void leg_failed(rq *r, int timeout, const char *why) {
                         attempts, attempts == 1 ? "" : "s", why);
 }
 
+/* A started stream cannot be retried: end it with an SSE error event. */
+static void abort_stream(rq *r, int code, const char *type, const char *msg) {
+  char ev[256];
+  int n = snprintf(ev, sizeof ev, "data: {\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"code\":%d}}\n\n",
+                   msg, type, code);
+  stream_chunk(r->c, ev, (size_t)n);
+  rq_finish_metrics(r, OUT_STREAM_ABORTED);
+  stream_end(r->c);
+}
+
 static void leg_deadline_cb(evutil_socket_t fd, short ev, void *arg) {
   (void)fd;
   (void)ev;
   rq *r = arg;
   leg *L = &r->L;
   worker *w = L->w;
-  if (L->req) {
-    evhttp_cancel_request(L->req);
-    L->req = NULL;
-  }
   if (w) {
     w->err_timeout++;
     worker_failed(w, "timeout");
   }
   int started = L->started;
-  leg_release(r, 1);
-  if (started) { /* streaming already begun: end it with an error event */
-    static const char ev_msg[] =
-        "data: {\"error\":{\"message\":\"decode timed out\",\"type\":\"timeout\",\"code\":504}}\n\n";
-    stream_chunk(r->c, ev_msg, sizeof ev_msg - 1);
-    rq_finish_metrics(r, OUT_STREAM_ABORTED);
-    stream_end(r->c);
+  leg_release(r); /* aborts the exchange */
+  if (started) {
+    abort_stream(r, 504, "timeout", "decode timed out");
     return;
   }
   leg_failed(r, 1, "timed out");
 }
 
-static void leg_chunk_cb(struct evhttp_request *req, void *arg) {
+static void leg_head_cb(void *arg, int status, const char *ctype) {
+  rq *r = arg;
+  r->L.status = status;
+  snprintf(r->L.ctype, sizeof r->L.ctype, "%s", ctype);
+}
+
+static void leg_data_cb(void *arg, const char *p, size_t n) {
   rq *r = arg;
   leg *L = &r->L;
-  struct evbuffer *in = evhttp_request_get_input_buffer(req);
-  if (evhttp_request_get_response_code(req) != 200 || !r->c) {
-    if (!L->hold) L->hold = evbuffer_new();
-    if (L->hold) evbuffer_add_buffer(L->hold, in);
-    else evbuffer_drain(in, evbuffer_get_length(in));
+  if (L->streaming && L->status == 200) { /* relay as it arrives */
+    if (!L->started) {
+      start_stream(r->c, 200, L->ctype[0] ? L->ctype : "text/event-stream");
+      L->started = 1;
+    }
+    stream_chunk(r->c, p, n);
     return;
   }
-  if (!L->started) {
-    const char *ct = evhttp_find_header(evhttp_request_get_input_headers(req), "Content-Type");
-    start_stream(r->c, 200, ct ? ct : "text/event-stream");
-    L->started = 1;
+  if (L->n + n + 1 > L->cap) {
+    size_t cap = L->cap ? L->cap : 4096;
+    while (cap < L->n + n + 1) cap *= 2;
+    char *q = realloc(L->buf, cap);
+    if (!q) {
+      leg_release(r);
+      client_upstream_error(r, 502, OUT_UPSTREAM_ERROR, "out of memory for the worker's reply");
+      return;
+    }
+    L->buf = q;
+    L->cap = cap;
   }
-  stream_chunk_buf(r->c, in);
+  memcpy(L->buf + L->n, p, n);
+  L->n += n;
+  L->buf[L->n] = 0;
 }
 
-/* Relay a buffered upstream reply to the client. */
-static void relay(rq *r, struct evhttp_request *req, struct evbuffer *body) {
-  int code = evhttp_request_get_response_code(req);
-  const char *ct = evhttp_find_header(evhttp_request_get_input_headers(req), "Content-Type");
-  size_t n = evbuffer_get_length(body);
-  const char *p = n ? (const char *)evbuffer_pullup(body, -1) : "";
+/* Relay the buffered upstream reply to the client (frees r). */
+static void relay(rq *r) {
+  leg *L = &r->L;
+  int code = L->status;
   rq_finish_metrics(r, code < 400 ? OUT_OK : code < 500 ? OUT_CLIENT_ERROR : OUT_UPSTREAM_ERROR);
-  send_body(r->c, code, ct ? ct : "application/json", p, n, NULL);
+  send_body(r->c, code, L->ctype[0] ? L->ctype : "application/json", L->n ? L->buf : "", L->n, NULL);
 }
 
-static void on_prefill_reply(rq *r, struct evhttp_request *req);
-static void on_decode_reply(rq *r, struct evhttp_request *req);
+static void on_prefill_reply(rq *r);
+static void on_decode_reply(rq *r);
 
-static void leg_done_cb(struct evhttp_request *req, void *arg) {
+static void leg_done_cb(void *arg, int err) {
   rq *r = arg;
   leg *L = &r->L;
   worker *w = L->w;
-  int code = req ? evhttp_request_get_response_code(req) : 0;
-  int started = L->started;
-  L->req = NULL; /* libevent frees it after this callback */
-  if (code == 0 || L->err) {
-    /* connection refused / reset / EOF mid-body / upstream timeout */
-    int timeout = L->err == EVREQ_HTTP_TIMEOUT + 1;
+  if (L->deadline) event_del(L->deadline);
+  if (err) { /* connection refused / reset / EOF mid-reply / not HTTP */
     if (w) {
-      if (timeout) w->err_timeout++;
-      else w->err_connect++;
-      worker_failed(w, timeout ? "timeout" : "connection failed");
+      w->err_connect++;
+      worker_failed(w, err == ELDR_EPARSE ? "malformed reply" : "connection failed");
     }
-    leg_release(r, 0);
-    if (!r->c) { /* client already gone */
-      rq_free(r);
-      return;
-    }
+    int started = L->started;
+    leg_release(r);
     if (started) {
-      static const char ev_msg[] =
-          "data: {\"error\":{\"message\":\"decode worker failed mid-stream\",\"type\":"
-          "\"upstream_error\",\"code\":502}}\n\n";
-      stream_chunk(r->c, ev_msg, sizeof ev_msg - 1);
-      rq_finish_metrics(r, OUT_STREAM_ABORTED);
-      stream_end(r->c);
+      abort_stream(r, 502, "upstream_error", "decode worker failed mid-stream");
       return;
     }
-    leg_failed(r, timeout, timeout ? "upstream timed out" : "connection to worker failed");
+    leg_failed(r, 0, err == ELDR_EPARSE ? "malformed HTTP reply from worker" : "connection to worker failed");
     return;
   }
-  if (code >= 500) {
+  if (L->status >= 500) {
     w->err_status++;
     worker_failed(w, "5xx reply");
   } else {
     w->fails = 0;
   }
   if (L->kind == LEG_MODELS) {
-    struct evbuffer *b = evhttp_request_get_input_buffer(req);
-    relay(r, req, b); /* the response frees r (and releases the leg) */
+    leg_release(r);
+    relay(r);
     return;
   }
   if (L->kind == LEG_PREFILL) {
-    on_prefill_reply(r, req);
+    on_prefill_reply(r);
     return;
   }
-  on_decode_reply(r, req);
+  on_decode_reply(r);
 }
 
-static void on_decode_reply(rq *r, struct evhttp_request *req) {
+static void on_decode_reply(rq *r) {
   leg *L = &r->L;
   eldr_server *s = r->s;
-  int code = evhttp_request_get_response_code(req);
+  int code = L->status;
+  leg_release(r);
   if (L->started) { /* streaming relay done */
-    leg_release(r, 1);
     rq_finish_metrics(r, OUT_OK);
     stream_end(r->c);
     return;
   }
-  struct evbuffer *body =
-      L->streaming ? (L->hold ? L->hold : evhttp_request_get_input_buffer(req))
-                   : evhttp_request_get_input_buffer(req);
   if (code >= 500) {
     char why[64];
     snprintf(why, sizeof why, "worker answered HTTP %d", code);
-    leg_release(r, 1);
     leg_failed(r, 0, why);
     return;
   }
   if (code == 200 && L->streaming) { /* empty streaming body */
-    start_stream(r->c, 200, "text/event-stream");
-    leg_release(r, 1);
+    start_stream(r->c, 200, L->ctype[0] ? L->ctype : "text/event-stream");
     rq_finish_metrics(r, OUT_OK);
     stream_end(r->c);
     return;
   }
   if (code == 200 && r->req.want_routed_experts && r->pr.routed_experts) {
-    size_t n = evbuffer_get_length(body);
-    const char *p = (const char *)evbuffer_pullup(body, -1);
     char *spliced = NULL;
     size_t sl = 0;
     eldr_diag d = {{0}};
-    if (eldr__splice_routed_experts(p ? p : "", n, r->pr.routed_experts, r->pr.routed_experts_len,
+    if (eldr__splice_routed_experts(L->n ? L->buf : "", L->n, r->pr.routed_experts, r->pr.routed_experts_len,
                                     r->pr.prompt_tokens, &spliced, &sl, &d) == 0) {
       rq_finish_metrics(r, OUT_OK);
       send_body(r->c, 200, "application/json", spliced, sl, NULL); /* frees r */
@@ -758,7 +758,7 @@ static void on_decode_reply(rq *r, struct evhttp_request *req) {
     }
     logf_(s, "request %s: routed_experts not spliced: %s", r->reqid, d.msg);
   }
-  relay(r, req, body); /* frees r */
+  relay(r); /* frees r */
 }
 
 /* ---- signature and decision ----------------------------------------------- */
@@ -820,41 +820,40 @@ static int decide(rq *r, int *fallback) {
   return k;
 }
 
-static void on_prefill_reply(rq *r, struct evhttp_request *req) {
+static void on_prefill_reply(rq *r) {
   eldr_server *s = r->s;
-  int code = evhttp_request_get_response_code(req);
-  struct evbuffer *body = evhttp_request_get_input_buffer(req);
+  leg *L = &r->L;
+  int code = L->status;
   if (code >= 500) {
     char why[64];
     snprintf(why, sizeof why, "worker answered HTTP %d", code);
-    leg_release(r, 1);
+    leg_release(r);
     leg_failed(r, 0, why);
     return;
   }
   if (code != 200) { /* the worker refused the request itself: relay */
-    relay(r, req, body); /* frees r */
+    leg_release(r);
+    relay(r); /* frees r */
     return;
   }
-  size_t n = evbuffer_get_length(body);
-  const char *p = (const char *)evbuffer_pullup(body, -1);
   eldr_diag d = {{0}};
-  if (eldr__prefill_reply_parse(p ? p : "", n, &r->pr, &d) != 0) {
-    worker *w = r->L.w;
+  if (eldr__prefill_reply_parse(L->n ? L->buf : "", L->n, &r->pr, &d) != 0) {
+    worker *w = L->w;
     w->err_status++;
     worker_failed(w, "bad reply");
-    leg_release(r, 1);
+    leg_release(r);
     leg_failed(r, 0, d.msg);
     return;
   }
-  /* routed_experts may borrow from this callback's buffer: the splice of the
-   * decode reply needs its own copy; the decision (below, synchronous) not */
+  /* routed_experts may borrow from the leg's buffer, which the decode reply
+   * reuses: the splice needs its own copy; the decision (below, synchronous) not */
   if (r->req.want_routed_experts && r->pr.routed_experts) {
     r->re_copy = malloc(r->pr.routed_experts_len + 1);
     if (r->re_copy) memcpy(r->re_copy, r->pr.routed_experts, r->pr.routed_experts_len);
     r->pr.routed_experts = r->re_copy;
     if (!r->re_copy) r->pr.routed_experts_len = 0;
   }
-  leg_release(r, 1);
+  leg_release(r);
   if (!r->pr.kv_transfer_params) s->m.no_kv_params++;
   start_decode(r, 0);
 }
@@ -875,7 +874,7 @@ static void start_decode(rq *r, int retry) {
       client_upstream_error(r, 503, OUT_UPSTREAM_ERROR, "no healthy decode worker");
       return;
     }
-    if (leg_start(r, s->w[ROLE_DECODE][k], LEG_DECODE, EVHTTP_REQ_POST, r->req.api == ELDR__API_CHAT ? "/v1/chat/completions" : "/v1/completions", r->dbody, r->dlen) == 0)
+    if (leg_start(r, s->w[ROLE_DECODE][k], LEG_DECODE, "POST", r->req.api == ELDR__API_CHAT ? "/v1/chat/completions" : "/v1/completions", r->dbody, r->dlen) == 0)
       return;
     leg_failed(r, 0, "could not send to decode worker");
     return;
@@ -893,7 +892,7 @@ static void start_decode(rq *r, int retry) {
                           r->last_err);
     return;
   }
-  if (leg_start(r, s->w[ROLE_DECODE][k], LEG_DECODE, EVHTTP_REQ_POST,
+  if (leg_start(r, s->w[ROLE_DECODE][k], LEG_DECODE, "POST",
                 r->req.api == ELDR__API_CHAT ? "/v1/chat/completions" : "/v1/completions",
                 r->dbody, r->dlen) != 0)
     leg_failed(r, 0, "could not send to decode worker");
@@ -912,7 +911,7 @@ static void start_prefill(rq *r) {
     else client_upstream_error(r, 502, OUT_UPSTREAM_ERROR, "prefill failed (%s) and no other healthy prefill worker", r->last_err);
     return;
   }
-  if (leg_start(r, s->w[ROLE_PREFILL][k], LEG_PREFILL, EVHTTP_REQ_POST,
+  if (leg_start(r, s->w[ROLE_PREFILL][k], LEG_PREFILL, "POST",
                 r->req.api == ELDR__API_CHAT ? "/v1/chat/completions" : "/v1/completions",
                 r->pbody, r->plen) != 0)
     leg_failed(r, 0, "could not send to prefill worker");
@@ -1106,7 +1105,7 @@ static void handle_models(hconn *c) {
   for (int role = 1; role >= 0; role--)
     for (size_t i = 0; i < s->nw[role]; i++)
       if (s->w[role][i]->healthy) {
-        if (leg_start(r, s->w[role][i], LEG_MODELS, EVHTTP_REQ_GET, "/v1/models", NULL, 0) == 0) return;
+        if (leg_start(r, s->w[role][i], LEG_MODELS, "GET", "/v1/models", NULL, 0) == 0) return;
       }
   client_upstream_error(r, 503, OUT_UPSTREAM_ERROR, "no healthy worker to list models");
 }
@@ -1347,7 +1346,7 @@ static int set_workers(eldr_server *s, const eldr_serve_config *cfg) {
       if (!kept) {
         w->retired = 1;
         w->healthy = 0;
-        for (size_t i = 0; i < w->npool; i++) evhttp_connection_free(w->pool[i]);
+        for (size_t i = 0; i < w->npool; i++) eldr__up_free(w->pool[i]);
         w->npool = 0;
       }
     }

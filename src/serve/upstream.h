@@ -1,0 +1,44 @@
+/* upstream.h — the router's HTTP/1.1 client connection to one worker: one
+ * exchange at a time over a keep-alive socket, the request written straight
+ * to the socket, the reply parsed incrementally (Content-Length, chunked or
+ * until close) and handed over as it arrives. Replaces evhttp's client for
+ * the upstream legs: no per-request header lists, no epoll_ctl churn.
+ *
+ * Callbacks run on the loop thread. From inside a callback the caller may
+ * start the next exchange, abort, or free the connection. After done() the
+ * connection is idle (or closed) and reusable.
+ */
+#ifndef ELDR_SERVE_UPSTREAM_H
+#define ELDR_SERVE_UPSTREAM_H
+
+#include <event2/event.h>
+#include <stddef.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+typedef struct eldr__up eldr__up;
+
+typedef struct eldr__up_cbs {
+  /* status line and headers read; ctype = Content-Type or "" */
+  void (*head)(void *arg, int status, const char *ctype);
+  /* body bytes (de-chunked), in order */
+  void (*data)(void *arg, const char *p, size_t n);
+  /* 0: reply complete; ELDR_EIO: connect/reset/EOF mid-reply; ELDR_EPARSE: not HTTP */
+  void (*done)(void *arg, int err);
+} eldr__up_cbs;
+
+/* A connection to addr (copied); connects lazily. NULL on ENOMEM. */
+eldr__up *eldr__up_new(struct event_base *base, const struct sockaddr *addr, socklen_t len);
+/* Close and release (deferred when called from inside a callback). */
+void eldr__up_free(eldr__up *u);
+/* Start an exchange: the request bytes are the concatenation of iov. Returns
+ * 0 (callbacks follow, never synchronously) or ELDR_EINVAL (one is active). */
+int eldr__up_request(eldr__up *u, const struct iovec *iov, int iovcnt, const eldr__up_cbs *cbs,
+                     void *arg);
+/* Drop the exchange in flight: closes the socket (the worker sees the client
+ * leave), no further callbacks. No-op when idle. */
+void eldr__up_abort(eldr__up *u);
+/* An exchange is in flight. */
+int eldr__up_active(const eldr__up *u);
+
+#endif
