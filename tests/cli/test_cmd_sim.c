@@ -206,6 +206,36 @@ static void test_table_ablation_trace_arrivals(void **st) {
   json_decref(a);
 }
 
+/* an artifact fitted by `eldr fit`, and a separate serve trace */
+static void test_artifact_and_serve_trace(void **st) {
+  (void)st;
+  char art[600];
+  snprintf(art, sizeof art, "%s/art.json", g_dir);
+  assert_int_equal(run((const char *[]){"fit", "--trace", g_trace, "-k", "4", "-o", art, "-q", NULL}), 0);
+  assert_int_equal(run((const char *[]){"sim", "--trace", g_trace, "--artifact", art, "--fit-fraction", "0.5",
+                                        "--prefill", "2", "--decode", "4", "--rates", "100", "--requests",
+                                        "200", "--policies", "eldr", "--json", "-q", NULL}),
+                   0);
+  json_t *a = rows_of(g_out);
+  json_t *cfg = json_object_get(a, "config");
+  assert_int_equal(json_integer_value(json_object_get(cfg, "pool_size")), 40);
+  json_t *r0 = json_array_get(json_object_get(a, "rows"), 0);
+  assert_int_equal(json_integer_value(json_object_get(r0, "fallbacks")), 0);
+  assert_int_equal(json_integer_value(json_object_get(r0, "completed")), 200);
+  json_decref(a);
+  assert_int_equal(run((const char *[]){"sim", "--trace", g_trace, "--serve-trace", g_trace, "--prefill", "2",
+                                        "--decode", "4", "--rates", "100", "--requests", "200", "--policies",
+                                        "eldr", "--json", "-q", NULL}),
+                   0);
+  a = rows_of(g_out);
+  assert_int_equal(json_integer_value(json_object_get(json_object_get(a, "config"), "pool_size")), 80);
+  json_decref(a);
+  /* --vanilla needs an in-process fit */
+  assert_int_equal(run((const char *[]){"sim", "--trace", g_trace, "--artifact", art, "--vanilla", NULL}), 2);
+  /* a shape-mismatched artifact */
+  assert_int_equal(run((const char *[]){"sim", "--trace", g_trace, "--artifact", g_trace, NULL}), 1);
+}
+
 static void test_plot(void **st) {
   (void)st;
   if (system("command -v gnuplot >/dev/null 2>&1") != 0) skip();
@@ -244,6 +274,7 @@ int main(void) {
       cmocka_unit_test(test_help_and_errors),
       cmocka_unit_test(test_run_json_csv_deterministic),
       cmocka_unit_test(test_table_ablation_trace_arrivals),
+      cmocka_unit_test(test_artifact_and_serve_trace),
       cmocka_unit_test(test_plot),
       cmocka_unit_test(test_bench_moe_layer),
   };
