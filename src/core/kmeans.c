@@ -353,7 +353,9 @@ static void kdata_free(kdata *X) {
   free(X->rowptr);
 }
 
-/* Norms, validation and (when sparse enough) the CSR copy. */
+/* Norms, validation and (when at most half of the entries are non-zero)
+ * the CSR copy, in one pass over x; the CSR arrays grow by doubling and are
+ * dropped for the dense path as soon as they would pass half of n*dim. */
 static int kdata_init(kdata *X, const float *x, size_t n, size_t dim) {
   memset(X, 0, sizeof *X);
   X->x = x;
@@ -361,36 +363,63 @@ static int kdata_init(kdata *X, const float *x, size_t n, size_t dim) {
   X->dim = dim;
   X->scale = malloc(n * sizeof *X->scale);
   if (!X->scale) return ELDR_ENOMEM;
-  size_t nnz = 0;
+  const size_t limit = n * dim / 2;
+  int build = dim <= 0xffffffffu;
+  size_t capa = 0, e = 0;
+  if (build) {
+    X->rowptr = malloc((n + 1) * sizeof *X->rowptr);
+    if (!X->rowptr) return ELDR_ENOMEM;
+  }
   for (size_t i = 0; i < n; i++) {
     const float *xi = x + i * dim;
     double nn = 0.0;
+    if (build) {
+      X->rowptr[i] = e;
+      if (capa - e < dim && capa < limit) {
+        size_t nc = capa ? 2 * capa : (dim > 1024 ? dim : 1024);
+        if (nc - e < dim) nc = e + dim;
+        if (nc > limit) nc = limit;
+        unsigned *ni = realloc(X->idx, nc * sizeof *ni);
+        if (ni) X->idx = ni;
+        float *nv = ni ? realloc(X->val, nc * sizeof *nv) : NULL;
+        if (nv) X->val = nv;
+        if (!ni || !nv) return ELDR_ENOMEM;
+        capa = nc;
+      }
+    }
     for (size_t j = 0; j < dim; j++) {
-      if (!isfinite(xi[j])) return ELDR_EINVAL;
-      if (xi[j] != 0.0f) {
-        nnz++;
-        nn += (double)xi[j] * (double)xi[j];
+      const float v = xi[j];
+      if (!isfinite(v)) return ELDR_EINVAL;
+      if (v != 0.0f) {
+        nn += (double)v * (double)v;
+        if (build) {
+          if (e == capa) { /* past half of n*dim: dense path */
+            build = 0;
+            continue;
+          }
+          X->idx[e] = (unsigned)j;
+          X->val[e] = v;
+          e++;
+        }
       }
     }
     X->scale[i] = nn > 0.0 ? (float)(1.0 / sqrt(nn)) : 0.0f;
     if (X->scale[i] > 0.0f && isfinite(X->scale[i])) X->nonzero_rows++;
     else X->scale[i] = 0.0f;
   }
-  if (dim > 0xffffffffu || nnz > n * dim / 2) return 0; /* dense path */
-  X->rowptr = malloc((n + 1) * sizeof *X->rowptr);
-  X->idx = malloc((nnz ? nnz : 1) * sizeof *X->idx);
-  X->val = malloc((nnz ? nnz : 1) * sizeof *X->val);
-  if (!X->rowptr || !X->idx || !X->val) return ELDR_ENOMEM;
-  size_t e = 0;
-  for (size_t i = 0; i < n; i++) {
-    X->rowptr[i] = e;
-    const float *xi = x + i * dim;
-    for (size_t j = 0; j < dim; j++)
-      if (xi[j] != 0.0f) {
-        X->idx[e] = (unsigned)j;
-        X->val[e] = xi[j];
-        e++;
-      }
+  if (!build) {
+    free(X->rowptr);
+    free(X->idx);
+    free(X->val);
+    X->rowptr = NULL;
+    X->idx = NULL;
+    X->val = NULL;
+    return 0;
+  }
+  if (!X->idx) { /* no entry at all: keep the pointers non-NULL */
+    X->idx = malloc(sizeof *X->idx);
+    X->val = malloc(sizeof *X->val);
+    if (!X->idx || !X->val) return ELDR_ENOMEM;
   }
   X->rowptr[n] = e;
   X->csr = 1;
