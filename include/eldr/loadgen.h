@@ -99,6 +99,22 @@ int eldr_loadgen_summarize(const eldr_loadgen_result *r, eldr_loadgen_summary *s
 /* p-th percentile (0..100) of v[0..n) (v is sorted in place). NaN if n == 0. */
 double eldr_percentile_sorted_inplace(double *v, size_t n, double p);
 
+/* The SSE checker used on every stream: one event (the bytes between two
+ * blank lines, without them) at a time. A well-formed stream is events of
+ * one "data: <JSON object>" line (comment lines ':' allowed) and a final
+ * "data: [DONE]". Token events are chunks whose choices[0].text or
+ * choices[0].delta.content is a non-empty string; an "error" object marks
+ * the stream malformed. The first problem is kept in error. Never reads out
+ * of bounds; allocates only inside jansson. */
+typedef struct eldr_sse_state {
+  int done;           /* [DONE] seen */
+  int malformed;      /* a problem was found (see error) */
+  uint32_t tokens;    /* token events */
+  char engine[48];    /* "eldr_engine_id" of the first event carrying one */
+  char error[160];
+} eldr_sse_state;
+void eldr_sse_event(eldr_sse_state *st, const char *ev, size_t len);
+
 /* The prompt text sent for trace record i (the record's prompt, or
  * "r<i>" followed by n_prefill - 1 placeholder words). malloc'd. */
 char *eldr_loadgen_prompt(const eldr_trace *t, size_t i);

@@ -8,6 +8,7 @@
 #include <event2/keyvalq_struct.h>
 #include <jansson.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,6 +65,7 @@ typedef struct lreq {
   struct evbuffer *buf; /* SSE bytes not yet parsed */
   double t_send, t_first, t_last;
   int done_seen, finished, malformed;
+  eldr_sse_state sse;
   size_t nbody;
   char *body; /* non-stream body */
   size_t body_cap;
@@ -128,10 +130,17 @@ static void lreq_close(lreq *q) {
   maybe_finish_loop(g);
 }
 
-/* Handle one SSE event (the bytes between blank lines). */
-static void sse_event(lreq *q, const char *ev, size_t len) {
-  eldr_loadgen_rec *r = &q->g->res->recs[q->idx];
-  /* strip a trailing '\r' per line; we accept "data:" with or without space */
+static void sse_fail(eldr_sse_state *st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sse_fail(eldr_sse_state *st, const char *fmt, ...) {
+  st->malformed = 1;
+  if (st->error[0]) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(st->error, sizeof st->error, fmt, ap);
+  va_end(ap);
+}
+
+void eldr_sse_event(eldr_sse_state *st, const char *ev, size_t len) {
   const char *data = NULL;
   size_t dlen = 0;
   const char *p = ev, *end = ev + len;
@@ -142,61 +151,68 @@ static void sse_event(lreq *q, const char *ev, size_t len) {
     if (ll && p[ll - 1] == '\r') ll--;
     if (ll >= 5 && !memcmp(p, "data:", 5)) {
       if (data) { /* multi-line data is legal SSE but never sent by vLLM */
-        q->malformed = 1;
-        set_error(r, "SSE event with several data lines");
+        sse_fail(st, "SSE event with several data lines");
         return;
       }
       data = p + 5;
       dlen = ll - 5;
       if (dlen && *data == ' ') data++, dlen--;
     } else if (ll && p[0] != ':') {
-      q->malformed = 1;
-      set_error(r, "SSE line is not 'data:' (%.40s)", p);
+      sse_fail(st, "SSE line is not 'data:' (%.40s)", p);
       return;
     }
     p = nl ? nl + 1 : end;
   }
   if (!data) return; /* comment-only event */
-  if (q->done_seen) {
-    q->malformed = 1;
-    set_error(r, "SSE data after [DONE]");
+  if (st->done) {
+    sse_fail(st, "SSE data after [DONE]");
     return;
   }
   if (dlen == 6 && !memcmp(data, "[DONE]", 6)) {
-    q->done_seen = 1;
+    st->done = 1;
     return;
   }
   json_error_t jerr;
   json_t *j = json_loadb(data, dlen, 0, &jerr);
   if (!json_is_object(j)) {
-    q->malformed = 1;
-    set_error(r, "SSE data is not a JSON object: %s", j ? "wrong type" : jerr.text);
+    sse_fail(st, "SSE data is not a JSON object: %.100s", j ? "wrong type" : jerr.text);
     json_decref(j);
     return;
   }
   json_t *err = json_object_get(j, "error");
   if (err) {
     json_t *m = json_is_object(err) ? json_object_get(err, "message") : err;
-    set_error(r, "error event: %s", json_is_string(m) ? json_string_value(m) : "(no message)");
-    q->malformed = 1; /* an error mid-stream is not a completed request */
+    sse_fail(st, "error event: %.120s", json_is_string(m) ? json_string_value(m) : "(no message)");
   }
   json_t *eng = json_object_get(j, "eldr_engine_id");
-  if (json_is_string(eng) && !r->engine[0])
-    snprintf(r->engine, sizeof r->engine, "%s", json_string_value(eng));
+  if (json_is_string(eng) && !st->engine[0])
+    snprintf(st->engine, sizeof st->engine, "%s", json_string_value(eng));
   json_t *ch = json_object_get(j, "choices");
   if (json_is_array(ch) && json_array_size(ch) > 0) {
     json_t *c0 = json_array_get(ch, 0);
     json_t *text = json_object_get(c0, "text");
     json_t *delta = json_object_get(c0, "delta");
     if (!text && json_is_object(delta)) text = json_object_get(delta, "content");
-    if (json_is_string(text) && json_string_length(text) > 0) {
-      double now = mono();
-      if (!r->tokens) q->t_first = now;
-      q->t_last = now;
-      r->tokens++;
-    }
+    if (json_is_string(text) && json_string_length(text) > 0) st->tokens++;
   }
   json_decref(j);
+}
+
+/* Handle one SSE event of request q: check it, time its tokens. */
+static void sse_event(lreq *q, const char *ev, size_t len) {
+  eldr_loadgen_rec *r = &q->g->res->recs[q->idx];
+  uint32_t before = q->sse.tokens;
+  eldr_sse_event(&q->sse, ev, len);
+  if (q->sse.tokens > before) {
+    double now = mono();
+    if (!before) q->t_first = now;
+    q->t_last = now;
+  }
+  r->tokens = q->sse.tokens;
+  if (q->sse.engine[0] && !r->engine[0]) snprintf(r->engine, sizeof r->engine, "%s", q->sse.engine);
+  if (q->sse.malformed && !r->error[0]) set_error(r, "%s", q->sse.error);
+  q->malformed = q->sse.malformed;
+  q->done_seen = q->sse.done;
 }
 
 static void on_chunk(struct evhttp_request *req, void *arg) {

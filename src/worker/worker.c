@@ -31,6 +31,7 @@
 #include "eldr/sigcache.h"
 #include "eldr/tracegen.h"
 #include "worker/kvcache.h"
+#include "worker/worker_internal.h"
 
 #define DEFAULT_KV_BLOCKS 4096
 #define DEFAULT_MAX_SEQS 256
@@ -873,76 +874,81 @@ static int get_bool(json_t *o, const char *key, int dflt, int *out) {
   return 0;
 }
 
-static void handle_completion(eldr_worker *w, struct evhttp_request *req, int chat) {
-  struct evbuffer *in = evhttp_request_get_input_buffer(req);
-  size_t blen = evbuffer_get_length(in);
-  char *body = malloc(blen + 1);
-  if (!body) {
-    send_error(req, 500, NULL, "out of memory");
-    return;
-  }
-  evbuffer_copyout(in, body, blen);
-  body[blen] = 0;
+/* A parsed completion request (prompt malloc'd, owned by the caller). */
+typedef struct preq {
+  char *prompt;
+  size_t plen;
+  int stream, include_usage, remote_decode, remote_prefill;
+  json_int_t max_tokens; /* -1 = not given */
+  long rec;              /* trace record, -1 = derive from the text */
+} preq;
+
+#define FAIL(code, prm, ...)                                                                       \
+  do {                                                                                             \
+    snprintf(err, errcap, __VA_ARGS__);                                                            \
+    *param = (prm);                                                                                \
+    status = (code);                                                                               \
+    goto done;                                                                                     \
+  } while (0)
+
+/* Parse and check a /v1/completions (chat = 0) or /v1/chat/completions body.
+ * Returns 0 with *o filled, or an HTTP status (4xx, 500 for memory) with the
+ * message in err and the offending field in *param (may be NULL). */
+static int parse_body(const eldr_worker *w, const char *body, size_t blen, int chat, preq *o,
+                      char *err, size_t errcap, const char **param) {
+  int status = 0;
+  memset(o, 0, sizeof *o);
+  o->max_tokens = -1;
+  o->rec = -1;
+  *param = NULL;
+  err[0] = 0;
   json_error_t jerr;
   json_t *j = json_loadb(body, blen, 0, &jerr);
-  free(body);
-  if (!j) {
-    send_error(req, 400, NULL, "request body is not valid JSON: %s (line %d, column %d)",
-               jerr.text, jerr.line, jerr.column);
-    return;
-  }
   char *prompt = NULL;
   size_t plen = 0;
-  wreq *r = NULL;
-  char err[320] = "";
-  if (!json_is_object(j)) {
-    send_error(req, 400, NULL, "request body must be a JSON object");
-    goto out;
-  }
+  if (!j)
+    FAIL(400, NULL, "request body is not valid JSON: %s (line %d, column %d)", jerr.text, jerr.line,
+         jerr.column);
+  if (!json_is_object(j)) FAIL(400, NULL, "request body must be a JSON object");
   json_t *model = json_object_get(j, "model");
   if (model && !json_is_null(model)) {
     if (!json_is_string(model)) {
-      send_error(req, 400, "model", "'model' must be a string");
-      goto out;
+      FAIL(400, "model", "'model' must be a string");
     }
     if (strcmp(json_string_value(model), w->served)) {
-      send_error(req, 404, "model", "The model `%s` does not exist.", json_string_value(model));
-      goto out;
+      FAIL(404, "model", "The model `%s` does not exist.", json_string_value(model));
     }
   }
   if (chat) {
-    if (chat_prompt(json_object_get(j, "messages"), &prompt, &plen, err, sizeof err) < 0) {
-      send_error(req, 400, "messages", "%s", err[0] ? err : "out of memory");
-      goto out;
+    if (chat_prompt(json_object_get(j, "messages"), &prompt, &plen, err, errcap) < 0) {
+      if (!err[0]) snprintf(err, errcap, "out of memory");
+      *param = "messages";
+      status = 400;
+      goto done;
     }
   } else {
     json_t *p = json_object_get(j, "prompt");
     if (json_is_array(p) && json_array_size(p) == 1 && json_is_string(json_array_get(p, 0)))
       p = json_array_get(p, 0);
     if (!json_is_string(p)) {
-      send_error(req, 400, "prompt",
-                 "'prompt' must be a string (or an array of one string; token-id prompts and "
+      FAIL(400, "prompt", "'prompt' must be a string (or an array of one string; token-id prompts and "
                  "batched prompts are not supported by the emulator)");
-      goto out;
     }
     plen = json_string_length(p);
     prompt = malloc(plen + 1);
     if (!prompt) {
-      send_error(req, 500, NULL, "out of memory");
-      goto out;
+      FAIL(500, NULL, "out of memory");
     }
     memcpy(prompt, json_string_value(p), plen + 1);
   }
   int stream = 0, include_usage = 0;
   if (get_bool(j, "stream", 0, &stream) < 0) {
-    send_error(req, 400, "stream", "'stream' must be a boolean");
-    goto out;
+    FAIL(400, "stream", "'stream' must be a boolean");
   }
   json_t *so = json_object_get(j, "stream_options");
   if (so && !json_is_null(so)) {
     if (!json_is_object(so) || get_bool(so, "include_usage", 0, &include_usage) < 0) {
-      send_error(req, 400, "stream_options", "'stream_options' must be an object with a boolean 'include_usage'");
-      goto out;
+      FAIL(400, "stream_options", "'stream_options' must be an object with a boolean 'include_usage'");
     }
   }
   json_int_t max_tokens = -1;
@@ -951,33 +957,27 @@ static void handle_completion(eldr_worker *w, struct evhttp_request *req, int ch
     json_t *mt = json_object_get(j, mt_keys[k]);
     if (!mt || json_is_null(mt)) continue;
     if (!json_is_integer(mt) || json_integer_value(mt) < 1) {
-      send_error(req, 400, mt_keys[k], "'%s' must be an integer >= 1", mt_keys[k]);
-      goto out;
+      FAIL(400, mt_keys[k], "'%s' must be an integer >= 1", mt_keys[k]);
     }
     if (max_tokens < 0) max_tokens = json_integer_value(mt);
   }
   json_t *n = json_object_get(j, "n");
   if (n && !json_is_null(n) && (!json_is_integer(n) || json_integer_value(n) != 1)) {
-    send_error(req, 400, "n", "'n' must be 1 (the emulator returns one choice)");
-    goto out;
+    FAIL(400, "n", "'n' must be 1 (the emulator returns one choice)");
   }
   long rec = -1;
   json_t *tid = json_object_get(j, "eldr_trace_id");
   if (tid && !json_is_null(tid)) {
     if (!json_is_string(tid)) {
-      send_error(req, 400, "eldr_trace_id", "'eldr_trace_id' must be a string");
-      goto out;
+      FAIL(400, "eldr_trace_id", "'eldr_trace_id' must be a string");
     }
     if (!w->trace) {
-      send_error(req, 400, "eldr_trace_id",
-                 "'eldr_trace_id' given but this worker was started without --trace");
-      goto out;
+      FAIL(400, "eldr_trace_id", "'eldr_trace_id' given but this worker was started without --trace");
     }
     rec = trace_find(w, json_string_value(tid));
     if (rec < 0) {
-      send_error(req, 404, "eldr_trace_id", "unknown eldr_trace_id '%s' (not in the worker's trace)",
+      FAIL(404, "eldr_trace_id", "unknown eldr_trace_id '%s' (not in the worker's trace)",
                  json_string_value(tid));
-      goto out;
     }
   }
   int remote_decode = 0, remote_prefill = 0;
@@ -985,25 +985,17 @@ static void handle_completion(eldr_worker *w, struct evhttp_request *req, int ch
   if (kvp && !json_is_null(kvp)) {
     if (!json_is_object(kvp) || get_bool(kvp, "do_remote_decode", 0, &remote_decode) < 0 ||
         get_bool(kvp, "do_remote_prefill", 0, &remote_prefill) < 0) {
-      send_error(req, 400, "kv_transfer_params",
-                 "'kv_transfer_params' must be an object with boolean do_remote_decode / do_remote_prefill");
-      goto out;
+      FAIL(400, "kv_transfer_params", "'kv_transfer_params' must be an object with boolean do_remote_decode / do_remote_prefill");
     }
     if (remote_decode && remote_prefill) {
-      send_error(req, 400, "kv_transfer_params",
-                 "do_remote_decode and do_remote_prefill cannot both be true");
-      goto out;
+      FAIL(400, "kv_transfer_params", "do_remote_decode and do_remote_prefill cannot both be true");
     }
     if (remote_decode && w->role == ELDR_WORKER_DECODE) {
-      send_error(req, 400, "kv_transfer_params",
-                 "do_remote_decode: this worker has role decode and does not produce KV for others");
-      goto out;
+      FAIL(400, "kv_transfer_params", "do_remote_decode: this worker has role decode and does not produce KV for others");
     }
     if (remote_prefill) {
       if (w->role == ELDR_WORKER_PREFILL) {
-        send_error(req, 400, "kv_transfer_params",
-                   "do_remote_prefill: this worker has role prefill and does not pull KV");
-        goto out;
+        FAIL(400, "kv_transfer_params", "do_remote_prefill: this worker has role prefill and does not pull KV");
       }
       json_t *ids = json_object_get(kvp, "remote_block_ids");
       json_t *eng = json_object_get(kvp, "remote_engine_id");
@@ -1016,13 +1008,63 @@ static void handle_completion(eldr_worker *w, struct evhttp_request *req, int ch
       json_t *v;
       if (ok) json_array_foreach(ids, i, v) if (!json_is_integer(v) || json_integer_value(v) < 0) ok = 0;
       if (!ok) {
-        send_error(req, 400, "kv_transfer_params",
-                   "do_remote_prefill needs remote_engine_id (string), remote_block_ids (array "
+        FAIL(400, "kv_transfer_params", "do_remote_prefill needs remote_engine_id (string), remote_block_ids (array "
                    "of non-negative integers), remote_host (string) and remote_port (1..65535)");
-        goto out;
       }
     }
   }
+
+  o->prompt = prompt;
+  o->plen = plen;
+  o->stream = stream;
+  o->include_usage = include_usage;
+  o->remote_decode = remote_decode;
+  o->remote_prefill = remote_prefill;
+  o->max_tokens = max_tokens;
+  o->rec = rec;
+  prompt = NULL;
+done:
+  free(prompt);
+  json_decref(j);
+  return status;
+}
+#undef FAIL
+
+int eldr__worker_check_request(const eldr_worker *w, const char *body, size_t len, int chat,
+                               char *err, size_t errcap) {
+  preq pq;
+  const char *param = NULL;
+  int st = parse_body(w, body, len, chat, &pq, err, errcap, &param);
+  free(pq.prompt);
+  return st;
+}
+
+static void handle_completion(eldr_worker *w, struct evhttp_request *req, int chat) {
+  struct evbuffer *in = evhttp_request_get_input_buffer(req);
+  size_t blen = evbuffer_get_length(in);
+  char *body = malloc(blen + 1);
+  if (!body) {
+    send_error(req, 500, NULL, "out of memory");
+    return;
+  }
+  evbuffer_copyout(in, body, blen);
+  body[blen] = 0;
+  preq pq;
+  const char *param = NULL;
+  char err[320];
+  int status = parse_body(w, body, blen, chat, &pq, err, sizeof err, &param);
+  free(body);
+  if (status) {
+    send_error(req, status, param, "%s", err);
+    return;
+  }
+  char *prompt = pq.prompt;
+  size_t plen = pq.plen;
+  const int stream = pq.stream, include_usage = pq.include_usage;
+  const int remote_decode = pq.remote_decode, remote_prefill = pq.remote_prefill;
+  const json_int_t max_tokens = pq.max_tokens;
+  const long rec = pq.rec;
+  wreq *r = NULL;
 
   r = calloc(1, sizeof *r);
   if (!r) {
@@ -1136,7 +1178,6 @@ fail:
   req_free(r);
 out:
   free(prompt);
-  json_decref(j);
 }
 
 /* --------------------------------------------------------------- endpoints */

@@ -1,0 +1,18 @@
+/* worker_internal.h — internals of the emulated worker exposed to tests and
+ * fuzz targets (not a public API). */
+#ifndef ELDR_WORKER_INTERNAL_H
+#define ELDR_WORKER_INTERNAL_H
+
+#include <stddef.h>
+
+#include "eldr/worker.h"
+
+/* Parse and check a completion request body exactly as the HTTP handler
+ * does (chat = 1 for /v1/chat/completions). Returns 0 when the request is
+ * acceptable, else the HTTP status it would get (4xx; 500 for memory) with
+ * the message in err. Allocates only temporarily; never crashes on any
+ * input. */
+int eldr__worker_check_request(const eldr_worker *w, const char *body, size_t len, int chat,
+                               char *err, size_t errcap);
+
+#endif
