@@ -216,6 +216,9 @@ static void *sweep_worker(void *arg) {
 
 static double ms(double s) { return s * 1e3; }
 
+/* A JSON number, or null for NaN/inf (e.g. TPOT when no request has two tokens). */
+static json_t *jnum(double x) { return isfinite(x) ? json_real(x) : json_null(); }
+
 /* Best (lowest median TPOT) baseline row at a rate, or NULL. */
 static const row *best_baseline(const row *rows, size_t nrows, double rate, int decor, int p99) {
   const row *b = NULL;
@@ -537,14 +540,15 @@ int eldr_cmd_sim(int argc, char **argv) {
   /* ---- artifacts ---- */
   eldr_artifact *art = NULL, *art_v = NULL;
   eldr_fit_report rep = {0}, rep_v = {0};
-  int have_rep = 0;
+  int have_rep = 0, need_art = 0;
+  for (size_t i = 0; i < nv; i++) need_art |= vs[i].kind == ELDR_POLICY_ELDR;
   if (art_path) {
     rc = eldr_artifact_load(art_path, &art, &d);
     if (rc) cli_fail(cmd, "%s", eldr_diag_msg(&d, rc));
     if (art->shape.num_layers != st->shape.num_layers || art->shape.num_experts != st->shape.num_experts ||
         art->shape.top_k != st->shape.top_k)
       cli_fail(cmd, "--artifact: model shape differs from the trace's");
-  } else {
+  } else if (need_art) { /* no ELDR variant requested: no fit */
     for (int pass = 0; pass < 1 + vanilla; pass++) {
       eldr_fit_opts o;
       eldr_fit_opts_default(&o);
@@ -564,16 +568,17 @@ int eldr_cmd_sim(int argc, char **argv) {
     }
     have_rep = 1;
   }
-  double tau_eff = tau >= 0 ? tau : art->tau;
+  double tau_eff = tau >= 0 ? tau : art ? art->tau : 0.1;
   for (size_t i = 0; i < nv; i++)
     if (vs[i].tau < 0) vs[i].tau = tau_eff;
 
   pool_sigs ps = {0}, ps_v = {0};
-  if (compute_sigs(st, serve_idx, n_serve, art, &ps)) cli_fail(cmd, "out of memory");
+  if (art && compute_sigs(st, serve_idx, n_serve, art, &ps)) cli_fail(cmd, "out of memory");
   if (art_v && compute_sigs(st, serve_idx, n_serve, art_v, &ps_v)) cli_fail(cmd, "out of memory");
 
   eldr_sim_pool pool = {.trace = st, .idx = serve_idx, .n = n_serve, .sigs = ps.sigs, .sig_ok = ps.ok,
-                        .dim = art->dim, .centroids = art->centroids, .n_centroids = art->k};
+                        .dim = art ? art->dim : 0, .centroids = art ? art->centroids : NULL,
+                        .n_centroids = art ? art->k : 0};
   uint64_t *tokbits = NULL;
   size_t *tokoff = NULL;
   rc = eldr_sim_bitsets_build(&pool, &tokbits, &tokoff, &d);
@@ -677,18 +682,18 @@ int eldr_cmd_sim(int argc, char **argv) {
     json_object_set_new(cj, "max_batch", json_integer((json_int_t)B));
     json_object_set_new(cj, "requests_per_run", json_integer((json_int_t)(trace_arrivals ? n_serve : nreq)));
     json_object_set_new(cj, "seed", json_integer((json_int_t)seed));
-    json_object_set_new(cj, "tau", json_real(tau_eff));
+    json_object_set_new(cj, "tau", jnum(tau_eff));
     json_object_set_new(cj, "fit_requests", json_integer((json_int_t)n_fit));
     json_object_set_new(cj, "pool_size", json_integer((json_int_t)n_serve));
     json_object_set_new(cj, "pool_signatures", json_integer((json_int_t)ps.n_ok));
-    json_object_set_new(cj, "capacity_estimate_rps", json_real(capacity));
+    json_object_set_new(cj, "capacity_estimate_rps", jnum(capacity));
     json_object_set_new(cj, "decorrelate", json_boolean(decor));
     if (art_path) json_object_set_new(cj, "artifact", json_string(art_path));
     if (have_rep) {
       const eldr_fit_candidate *ch = &rep.cand[rep.chosen];
       json_object_set_new(cj, "representation", json_string(eldr_repr_name(ch->repr)));
       json_object_set_new(cj, "idf", json_boolean(ch->idf));
-      json_object_set_new(cj, "rho", json_real(ch->rho_mask));
+      json_object_set_new(cj, "rho", jnum(ch->rho_mask));
       json_object_set_new(cj, "mask_size", json_integer((json_int_t)ch->mask_size));
     }
     json_object_set_new(root, "config", cj);
@@ -697,20 +702,20 @@ int eldr_cmd_sim(int argc, char **argv) {
       const row *r = &rows[i];
       json_t *o = json_object();
       json_object_set_new(o, "policy", json_string(r->v->label));
-      json_object_set_new(o, "rate", json_real(r->rate));
-      json_object_set_new(o, "tau", json_real(r->v->tau));
+      json_object_set_new(o, "rate", jnum(r->rate));
+      json_object_set_new(o, "tau", jnum(r->v->tau));
       json_object_set_new(o, "decorrelate", json_boolean(r->v->decorrelate));
-      json_object_set_new(o, "tpot_p50_ms", json_real(ms(r->r.tpot_p50)));
-      json_object_set_new(o, "tpot_p99_ms", json_real(ms(r->r.tpot_p99)));
-      json_object_set_new(o, "tpot_mean_ms", json_real(ms(r->r.tpot_mean)));
-      json_object_set_new(o, "ttft_p50_ms", json_real(ms(r->r.ttft_p50)));
-      json_object_set_new(o, "ttft_p99_ms", json_real(ms(r->r.ttft_p99)));
-      json_object_set_new(o, "throughput_tok_s", json_real(r->r.throughput_tok_s));
-      json_object_set_new(o, "throughput_req_s", json_real(r->r.throughput_req_s));
-      json_object_set_new(o, "mean_batch", json_real(r->r.mean_batch));
-      json_object_set_new(o, "mean_union", json_real(r->r.mean_union));
-      json_object_set_new(o, "copies_in_flight", json_real(r->r.copies_in_flight));
-      json_object_set_new(o, "batch_dup_frac", json_real(r->r.batch_dup_frac));
+      json_object_set_new(o, "tpot_p50_ms", jnum(ms(r->r.tpot_p50)));
+      json_object_set_new(o, "tpot_p99_ms", jnum(ms(r->r.tpot_p99)));
+      json_object_set_new(o, "tpot_mean_ms", jnum(ms(r->r.tpot_mean)));
+      json_object_set_new(o, "ttft_p50_ms", jnum(ms(r->r.ttft_p50)));
+      json_object_set_new(o, "ttft_p99_ms", jnum(ms(r->r.ttft_p99)));
+      json_object_set_new(o, "throughput_tok_s", jnum(r->r.throughput_tok_s));
+      json_object_set_new(o, "throughput_req_s", jnum(r->r.throughput_req_s));
+      json_object_set_new(o, "mean_batch", jnum(r->r.mean_batch));
+      json_object_set_new(o, "mean_union", jnum(r->r.mean_union));
+      json_object_set_new(o, "copies_in_flight", jnum(r->r.copies_in_flight));
+      json_object_set_new(o, "batch_dup_frac", jnum(r->r.batch_dup_frac));
       json_object_set_new(o, "fallbacks", json_integer((json_int_t)r->r.fallbacks));
       json_object_set_new(o, "completed", json_integer((json_int_t)r->r.completed));
       json_object_set_new(o, "decode_steps", json_integer((json_int_t)r->r.steps));
@@ -724,15 +729,15 @@ int eldr_cmd_sim(int argc, char **argv) {
       const row *b99 = best_baseline(rows, nrows, rates[ri], decor, 1);
       if (!e || !b50) continue;
       json_t *o = json_object();
-      json_object_set_new(o, "rate", json_real(rates[ri]));
+      json_object_set_new(o, "rate", jnum(rates[ri]));
       json_object_set_new(o, "best_baseline_p50", json_string(b50->v->label));
-      json_object_set_new(o, "gain_p50_pct", json_real(100.0 * (e->r.tpot_p50 / b50->r.tpot_p50 - 1)));
+      json_object_set_new(o, "gain_p50_pct", jnum(100.0 * (e->r.tpot_p50 / b50->r.tpot_p50 - 1)));
       json_object_set_new(o, "best_baseline_p99", json_string(b99->v->label));
-      json_object_set_new(o, "gain_p99_pct", json_real(100.0 * (e->r.tpot_p99 / b99->r.tpot_p99 - 1)));
+      json_object_set_new(o, "gain_p99_pct", jnum(100.0 * (e->r.tpot_p99 / b99->r.tpot_p99 - 1)));
       json_array_append_new(ga, o);
     }
     json_object_set_new(root, "eldr_vs_best_baseline", ga);
-    json_object_set_new(root, "wall_seconds", json_real(t_run));
+    json_object_set_new(root, "wall_seconds", jnum(t_run));
     char *s = json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
     if (!s) cli_fail(cmd, "out of memory");
     puts(s);
@@ -746,8 +751,10 @@ int eldr_cmd_sim(int argc, char **argv) {
       const eldr_fit_candidate *ch = &rep.cand[rep.chosen];
       printf("artifact: fitted in-process: %s%s, %zu layers in mask, rho %.3f, tau %g; capacity est. %.1f req/s\n",
              eldr_repr_name(ch->repr), ch->idf ? "-idf" : "", ch->mask_size, ch->rho_mask, tau_eff, capacity);
-    } else {
+    } else if (art_path) {
       printf("artifact: %s, tau %g; capacity est. %.1f req/s\n", art_path, tau_eff, capacity);
+    } else {
+      printf("artifact: none (no ELDR policy requested, nothing fitted); capacity est. %.1f req/s\n", capacity);
     }
     printf("%-22s %8s %9s %9s %9s %10s %7s %7s %7s %6s\n", "policy", "rate", "TPOT p50", "TPOT p99",
            "TTFT p50", "tok/s", "batch", "union", "copies", "dup%");
