@@ -744,7 +744,7 @@ int eldr_cmd_sim(int argc, char **argv) {
     free(s);
     json_decref(root);
   } else {
-    printf("workload %s%s%s | %s on %s | %zuP%zuD batch %zu | pool %zu served, %zu fitted | %s\n",
+    printf("workload %s%s%s | %s on %s | %zuP%zuD batch %zu | pool %zu served, %zu in the fit split | %s\n",
            src_name, serve_path ? " -> " : "", serve_path ? serve_path : "", lm.model, lm.hardware, P, D, B,
            n_serve, n_fit, trace_arrivals ? "trace arrivals" : "Poisson arrivals");
     if (have_rep) {
