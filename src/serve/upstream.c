@@ -464,3 +464,46 @@ static void on_read(evutil_socket_t fd, short ev, void *arg) {
   u->in_cb--;
   if (u->dead && !u->in_cb) really_free(u);
 }
+
+void eldr__up_test_begin(eldr__up *u, const eldr__up_cbs *cbs, void *arg) {
+  u->active = 1;
+  u->cbs = cbs;
+  u->arg = arg;
+  u->st = S_HEAD;
+  u->status = 0;
+  u->conn_close = 0;
+  u->remain = 0;
+  u->inn = u->inoff = 0;
+}
+
+void eldr__up_test_feed(eldr__up *u, const char *p, size_t n, int eof) {
+  if (!u->active) return;
+  if (u->inoff == u->inn) u->inn = u->inoff = 0;
+  if (u->incap - u->inn < n + 1) {
+    if (u->inoff) {
+      memmove(u->in, u->in + u->inoff, u->inn - u->inoff);
+      u->inn -= u->inoff;
+      u->inoff = 0;
+    }
+    size_t cap = u->incap ? u->incap : 1024;
+    while (cap - u->inn < n + 1) cap *= 2;
+    char *q = realloc(u->in, cap);
+    if (!q) return;
+    u->in = q;
+    u->incap = cap;
+  }
+  memcpy(u->in + u->inn, p, n);
+  u->inn += n;
+  u->in_cb++;
+  parse(u);
+  if (eof && u->active && !u->dead) {
+    if (u->st == S_UNTIL_CLOSE) {
+      u->conn_close = 1;
+      complete(u);
+    } else {
+      fail(u, ELDR_EIO);
+    }
+  }
+  u->in_cb--;
+  if (u->dead && !u->in_cb) really_free(u);
+}

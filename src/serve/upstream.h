@@ -41,4 +41,9 @@ void eldr__up_abort(eldr__up *u);
 /* An exchange is in flight. */
 int eldr__up_active(const eldr__up *u);
 
+/* For tests and fuzzing: start an exchange without any socket, then feed
+ * reply bytes as if read from one (eof: the peer closed). */
+void eldr__up_test_begin(eldr__up *u, const eldr__up_cbs *cbs, void *arg);
+void eldr__up_test_feed(eldr__up *u, const char *p, size_t n, int eof);
+
 #endif
