@@ -13,8 +13,9 @@
  * Details of eldr_assign_capacitated: the residual network is collapsed onto
  * the k bins (the cheapest way to move a point from bin a to bin b is kept
  * in one lazy heap per ordered pair), so one augmentation is a Dijkstra
- * over k+1 nodes: about O(n k^2 + moves * k log n) time, O((n + moves) k)
- * memory (16 bytes per entry). Measured on the 2-core dev machine
+ * over k+1 nodes: about O(n k^2 + moves * k log n) time, O((n + moves) k
+ * + k^2) memory (16 bytes per entry). Built for k << n; for k > n the
+ * k^2 terms dominate. Measured on the 2-core dev machine
  * (bench_assign): n = 10k, k = 64 in about 60 ms; n = 100k, k = 64 in
  * about 1 s. Errors:
  * ELDR_EINVAL for k == 0, k * cap < n, a NULL cost or assign with n > 0, a
