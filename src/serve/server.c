@@ -383,7 +383,9 @@ static void worker_free(worker *w) {
 
 static eldr__up *pool_take(worker *w) {
   if (w->npool) return w->pool[--w->npool];
-  return eldr__up_new(w->s->base, (struct sockaddr *)&w->addr, w->addrlen);
+  eldr__up *u = eldr__up_new(w->s->base, (struct sockaddr *)&w->addr, w->addrlen);
+  if (u) eldr__up_set_connect_timeout(u, w->s->cfg.connect_timeout_s);
+  return u;
 }
 
 static void pool_give(worker *w, eldr__up *u) {
@@ -691,10 +693,11 @@ static void leg_done_cb(void *arg, int err) {
   leg *L = &r->L;
   worker *w = L->w;
   if (L->deadline) event_del(L->deadline);
-  if (err) { /* connection refused / reset / EOF mid-reply / not HTTP */
+  if (err) { /* connection refused / reset / EOF mid-reply / not HTTP / connect timeout */
     if (w) {
-      w->err_connect++;
-      worker_failed(w, err == ELDR_EPARSE ? "malformed reply" : "connection failed");
+      if (err == ELDR_ETIMEOUT) w->err_timeout++;
+      else w->err_connect++;
+      worker_failed(w, err == ELDR_EPARSE ? "malformed reply" : err == ELDR_ETIMEOUT ? "connect timeout" : "connection failed");
     }
     int started = L->started;
     leg_release(r);
@@ -702,7 +705,10 @@ static void leg_done_cb(void *arg, int err) {
       abort_stream(r, 502, "upstream_error", "decode worker failed mid-stream");
       return;
     }
-    leg_failed(r, 0, err == ELDR_EPARSE ? "malformed HTTP reply from worker" : "connection to worker failed");
+    leg_failed(r, err == ELDR_ETIMEOUT,
+               err == ELDR_EPARSE     ? "malformed HTTP reply from worker"
+               : err == ELDR_ETIMEOUT ? "connect to worker timed out"
+                                      : "connection to worker failed");
     return;
   }
   if (L->status >= 500) {

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "eldr/error.h"
@@ -21,7 +22,8 @@ struct eldr__up {
   struct sockaddr_storage addr;
   socklen_t addrlen;
   int fd;
-  struct event *rev, *wev, *fail_ev;
+  struct event *rev, *wev, *fail_ev, *cto_ev;
+  struct timeval cto; /* connect timeout; 0 = none */
   int connecting;
   char *out;
   size_t outn, outoff, outcap;
@@ -42,6 +44,12 @@ struct eldr__up {
 static void on_read(evutil_socket_t fd, short ev, void *arg);
 static void on_write(evutil_socket_t fd, short ev, void *arg);
 static void on_fail(evutil_socket_t fd, short ev, void *arg);
+static void on_connect_timeout(evutil_socket_t fd, short ev, void *arg);
+
+void eldr__up_set_connect_timeout(eldr__up *u, double seconds) {
+  u->cto.tv_sec = (time_t)seconds;
+  u->cto.tv_usec = (suseconds_t)((seconds - (double)u->cto.tv_sec) * 1e6);
+}
 
 eldr__up *eldr__up_new(struct event_base *base, const struct sockaddr *addr, socklen_t len) {
   if (len > sizeof(struct sockaddr_storage)) return NULL;
@@ -52,7 +60,10 @@ eldr__up *eldr__up_new(struct event_base *base, const struct sockaddr *addr, soc
   u->addrlen = len;
   u->fd = -1;
   u->fail_ev = evtimer_new(base, on_fail, u);
-  if (!u->fail_ev) {
+  u->cto_ev = evtimer_new(base, on_connect_timeout, u);
+  if (!u->fail_ev || !u->cto_ev) {
+    if (u->fail_ev) event_free(u->fail_ev);
+    if (u->cto_ev) event_free(u->cto_ev);
     free(u);
     return NULL;
   }
@@ -66,6 +77,7 @@ static void close_fd(eldr__up *u) {
   if (u->fd >= 0) close(u->fd);
   u->fd = -1;
   u->connecting = 0;
+  event_del(u->cto_ev);
   u->outn = u->outoff = 0;
   u->inn = u->inoff = 0;
 }
@@ -73,6 +85,7 @@ static void close_fd(eldr__up *u) {
 static void really_free(eldr__up *u) {
   close_fd(u);
   event_free(u->fail_ev);
+  event_free(u->cto_ev);
   free(u->out);
   free(u->in);
   free(u);
@@ -108,6 +121,15 @@ static void fail(eldr__up *u, int err) {
   u->in_cb--;
 }
 
+static void on_connect_timeout(evutil_socket_t fd, short ev, void *arg) {
+  (void)fd;
+  (void)ev;
+  eldr__up *u = arg;
+  if (!u->connecting) return;
+  fail(u, ELDR_ETIMEOUT);
+  if (u->dead && !u->in_cb) really_free(u);
+}
+
 static void on_fail(evutil_socket_t fd, short ev, void *arg) {
   (void)fd;
   (void)ev;
@@ -136,6 +158,7 @@ static int open_socket(eldr__up *u) {
     if (errno != EINPROGRESS) return -1;
     u->connecting = 1;
     event_add(u->wev, NULL);
+    if (u->cto.tv_sec || u->cto.tv_usec) event_add(u->cto_ev, &u->cto);
   }
   event_add(u->rev, NULL);
   return 0;
@@ -208,6 +231,7 @@ static void on_write(evutil_socket_t fd, short ev, void *arg) {
       return;
     }
     u->connecting = 0;
+    event_del(u->cto_ev);
   }
   if (flush_out(u) != 0) {
     fail(u, ELDR_EIO);

@@ -23,12 +23,16 @@ typedef struct eldr__up_cbs {
   void (*head)(void *arg, int status, const char *ctype);
   /* body bytes (de-chunked), in order */
   void (*data)(void *arg, const char *p, size_t n);
-  /* 0: reply complete; ELDR_EIO: connect/reset/EOF mid-reply; ELDR_EPARSE: not HTTP */
+  /* 0: reply complete; ELDR_EIO: connect/reset/EOF mid-reply; ELDR_EPARSE: not
+   * HTTP; ELDR_ETIMEOUT: connect timeout */
   void (*done)(void *arg, int err);
 } eldr__up_cbs;
 
 /* A connection to addr (copied); connects lazily. NULL on ENOMEM. */
 eldr__up *eldr__up_new(struct event_base *base, const struct sockaddr *addr, socklen_t len);
+/* Fail an exchange whose TCP connect takes longer than this (ELDR_ETIMEOUT);
+ * 0 = no limit (default). */
+void eldr__up_set_connect_timeout(eldr__up *u, double seconds);
 /* Close and release (deferred when called from inside a callback). */
 void eldr__up_free(eldr__up *u);
 /* Start an exchange: the request bytes are the concatenation of iov. Returns

@@ -598,6 +598,37 @@ static void test_timeouts_and_disconnect(void **st) {
   assert_int_equal(rt_metric(r.port, "eldr_requests_total{policy=\"jsq\",decision=\"none\",outcome=\"timeout\"}"), 1);
   rt_stop(&r);
   eldr_serve_config_free(&c);
+  /* a worker that never completes the TCP handshake: the connect timeout */
+  int lfd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in la = {0};
+  la.sin_family = AF_INET;
+  la.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  assert_int_equal(bind(lfd, (struct sockaddr *)&la, sizeof la), 0);
+  socklen_t ll = sizeof la;
+  getsockname(lfd, (struct sockaddr *)&la, &ll);
+  assert_int_equal(listen(lfd, 0), 0);
+  int fill[4];
+  for (int i = 0; i < 4; i++) { /* fill the accept queue; later SYNs are dropped */
+    fill[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    connect(fill[i], (struct sockaddr *)&la, sizeof la);
+  }
+  char bh[64];
+  snprintf(bh, sizeof bh, "http://127.0.0.1:%d", ntohs(la.sin_port));
+  base_cfg(&c);
+  c.connect_timeout_s = 0.2;
+  c.retries = 0;
+  assert_int_equal(eldr_serve_config_add_worker(&c, 0, bh, NULL), 0);
+  add(&c, 1, d);
+  assert_int_equal(rt_start(&r, &c), 0);
+  t0 = fx_now();
+  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
+  expect_error(&resp, 504, "connect");
+  assert_true(fx_now() - t0 < 5);
+  tc_free(&resp);
+  rt_stop(&r);
+  eldr_serve_config_free(&c);
+  for (int i = 0; i < 4; i++) close(fill[i]);
+  close(lfd);
   /* client disconnect cancels the upstream leg */
   base_cfg(&c);
   c.decode_timeout_s = 60;

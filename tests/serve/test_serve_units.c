@@ -14,6 +14,10 @@
 #include "eldr/routed_experts.h"
 #include "eldr/serve.h"
 #include "serve/serve_internal.h"
+#include "serve/upstream.h"
+
+#include <event2/event.h>
+#include <netinet/in.h>
 
 static long parse(const char *s, eldr__http_head *h) {
   return eldr__http_parse_head(s, strlen(s), 4096, h);
@@ -347,6 +351,94 @@ static void test_config(void **st) {
   eldr_serve_config_free(&c);
 }
 
+
+typedef struct upst {
+  int heads, dones, status, err;
+  char ctype[128];
+  char body[4096];
+  size_t n;
+} upst;
+static void u_head(void *a, int status, const char *ct) {
+  upst *s = a;
+  s->heads++;
+  s->status = status;
+  snprintf(s->ctype, sizeof s->ctype, "%s", ct);
+}
+static void u_data(void *a, const char *p, size_t n) {
+  upst *s = a;
+  assert_true(s->n + n < sizeof s->body);
+  memcpy(s->body + s->n, p, n);
+  s->n += n;
+}
+static void u_done(void *a, int err) {
+  upst *s = a;
+  s->dones++;
+  s->err = err;
+}
+static const eldr__up_cbs ucbs = {u_head, u_data, u_done};
+
+/* Feed a reply in pieces of every size 1..len; the result must not depend on it. */
+static void feed_all(const char *reply, int eof, upst *want) {
+  struct event_base *b = event_base_new();
+  struct sockaddr_in sa = {0};
+  sa.sin_family = AF_INET;
+  size_t len = strlen(reply);
+  for (size_t step = 1; step <= len; step++) {
+    eldr__up *u = eldr__up_new(b, (struct sockaddr *)&sa, sizeof sa);
+    upst s;
+    memset(&s, 0, sizeof s);
+    eldr__up_test_begin(u, &ucbs, &s);
+    for (size_t off = 0; off < len && eldr__up_active(u); off += step)
+      eldr__up_test_feed(u, reply + off, len - off < step ? len - off : step, 0);
+    if (eof && eldr__up_active(u)) eldr__up_test_feed(u, "", 0, 1);
+    if (step == 1) *want = s;
+    assert_int_equal(s.dones, 1);
+    assert_int_equal(s.err, want->err);
+    assert_int_equal(s.status, want->status);
+    assert_int_equal(s.n, want->n);
+    assert_memory_equal(s.body, want->body, s.n);
+    eldr__up_free(u);
+  }
+  event_base_free(b);
+}
+
+static void test_upstream_parser(void **st) {
+  (void)st;
+  upst w;
+  feed_all("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{\"a\":\"bcd\"}", 0, &w);
+  assert_int_equal(w.err, 0);
+  assert_int_equal(w.status, 200);
+  assert_string_equal(w.ctype, "application/json");
+  assert_int_equal(w.n, 11);
+  feed_all("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Type: text/event-stream\r\n\r\n"
+           "7\r\ndata: 1\r\nA;x=y\r\n\n\ndata: [D\r\n0\r\nTrailer: t\r\n\r\n", 0, &w);
+  assert_int_equal(w.err, 0);
+  assert_int_equal(w.n, 17);
+  assert_memory_equal(w.body, "data: 1\n\ndata: [D", 17);
+  feed_all("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 503 Busy\r\nContent-Length: 2\r\n\r\n{}", 0, &w);
+  assert_int_equal(w.status, 503);
+  assert_int_equal(w.n, 2);
+  feed_all("HTTP/1.0 200 OK\r\n\r\nuntil close", 1, &w);
+  assert_int_equal(w.err, 0);
+  assert_int_equal(w.n, 11);
+  feed_all("HTTP/1.1 204 No Content\r\n\r\n", 0, &w);
+  assert_int_equal(w.err, 0);
+  assert_int_equal(w.n, 0);
+  /* truncated bodies and garbage are errors */
+  feed_all("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort", 1, &w);
+  assert_int_equal(w.err, ELDR_EIO);
+  feed_all("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab", 1, &w);
+  assert_int_equal(w.err, ELDR_EIO);
+  feed_all("SMTP ready\r\n\r\n", 0, &w);
+  assert_int_equal(w.err, ELDR_EPARSE);
+  feed_all("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 0, &w);
+  assert_int_equal(w.err, ELDR_EPARSE);
+  feed_all("HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n", 0, &w);
+  assert_int_equal(w.err, ELDR_EPARSE);
+  feed_all("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", 0, &w);
+  assert_int_equal(w.err, ELDR_EPARSE);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_http_head),
@@ -355,6 +447,7 @@ int main(void) {
       cmocka_unit_test(test_prefill_reply),
       cmocka_unit_test(test_splice_and_view),
       cmocka_unit_test(test_config),
+      cmocka_unit_test(test_upstream_parser),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
