@@ -41,7 +41,7 @@ typedef struct eldr_serve_config {
   double tau;                /* band width; < 0 = the artifact's tau (0.1 without one) */
   uint64_t seed;             /* for RANDOM / P2C and generated request ids */
   uint32_t prefill_guard;    /* prefill load guard (in-flight requests), default 4 */
-  double connect_timeout_s;  /* upstream connect + inactivity timeout (default 10) */
+  double connect_timeout_s;  /* TCP connect to a worker; one health check (default 10) */
   double prefill_timeout_s;  /* whole prefill leg (default 120) */
   double decode_timeout_s;   /* whole decode leg (default 1800) */
   double header_timeout_s;   /* client must send head and body within (default 15) */

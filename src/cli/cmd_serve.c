@@ -30,7 +30,7 @@ static void usage(FILE *f) {
           "  --prefill-timeout S   whole prefill leg (default 120)\n"
           "  --decode-timeout S    whole decode leg (default 1800)\n"
           "  --header-timeout S    client must send its request within (default 15)\n"
-          "  --connect-timeout S   health check timeout (default 10)\n"
+          "  --connect-timeout S   TCP connect to a worker and one health check (default 10)\n"
           "  --health-interval S   active health checks, 0 = off (default 2)\n"
           "  --eject-after N       consecutive failures that eject a worker (default 3)\n"
           "  --retries N           extra attempts of a leg on another worker (default 2)\n"
