@@ -5,7 +5,10 @@
  * (count, count-IDF, binary, binary-IDF; gate/logit when the trace carries
  * gates) scored by rho with all layers and with the greedy mask; pick the
  * best (or the forced choice); balanced (or vanilla) K-means with k
- * centroids on the chosen signatures.
+ * centroids on the chosen signatures. When rho is undefined for every
+ * candidate (constant distances, e.g. one decode token per request), the fit
+ * still succeeds with the count representation (IDF as allowed), all layers,
+ * and rho = NaN (written as null).
  *
  * Ownership: *out is a new artifact owned by the caller; the report is
  * caller-owned and released with eldr_fit_report_free().
@@ -61,6 +64,8 @@ typedef struct eldr_fit_report {
   size_t chosen;            /* index into cand */
   size_t n;                 /* requests fitted */
   size_t skipped_empty;     /* requests with no prefill selections */
+  size_t rho_undefined;     /* candidates whose rho is undefined (NaN): constant
+                               distances, e.g. no decode selections */
   double kmeans_objective;
   size_t capacity;          /* ceil(n / k) (balanced) */
   double seconds_rho, seconds_kmeans;
@@ -75,5 +80,11 @@ void eldr_fit_report_free(eldr_fit_report *r);
 int eldr_fit_request_signature(const eldr_artifact *a, const eldr_trace *t,
                                const eldr_request *r, uint32_t *counts_scratch,
                                float *gates_scratch, float *out);
+
+/* The seeded random split used by `eldr fit --fit-fraction`, `eldr sim` and
+ * `eldr demo`: perm (n entries, caller's) receives a permutation of 0..n-1
+ * (Fisher-Yates, a fixed function of seed); the first part fits, the rest is
+ * served. A random split matters: trace files are often sorted by domain. */
+void eldr_fit_shuffle(size_t *perm, size_t n, uint64_t seed);
 
 #endif

@@ -32,10 +32,14 @@ static const char FIT_HELP[] =
     "      --restarts N        K-means restarts                           [8]\n"
     "      --max-pairs N       request pairs for rho (0 = all)            [200000]\n"
     "      --vanilla           unbalanced K-means (ablation only)\n"
-    "      --fit-fraction F    fit on the first F of the trace's requests [1]\n"
+    "      --fit-fraction F    fit on a random F of the requests (seeded by --seed,\n"
+    "                          the split eldr sim uses)                   [1]\n"
     "      --json              print the report as JSON\n"
     "  -q, --quiet             no progress on stderr\n"
     "  -h, --help              this help\n";
+
+/* JSON number, or null for NaN (an undefined rho). */
+static json_t *jreal(double v) { return isfinite(v) ? json_real(v) : json_null(); }
 
 static void fit_progress(void *ctx, const char *stage, size_t done, size_t total) {
   (void)ctx;
@@ -143,9 +147,9 @@ int eldr_cmd_fit(int argc, char **argv) {
   if (frac < 1.0) {
     size_t m = (size_t)floor(frac * (double)t->n);
     if (m < 1) m = 1;
-    subset = malloc(m * sizeof *subset);
+    subset = malloc(t->n * sizeof *subset);
     if (!subset) cli_fail(cmd, "out of memory");
-    for (size_t i = 0; i < m; i++) subset[i] = i;
+    eldr_fit_shuffle(subset, t->n, o.seed); /* seeded random split: files are often sorted */
     o.subset = subset;
     o.n_subset = m;
   }
@@ -185,14 +189,14 @@ int eldr_cmd_fit(int argc, char **argv) {
       json_t *cj = json_object();
       json_object_set_new(cj, "representation", json_string(eldr_repr_name(cd->repr)));
       json_object_set_new(cj, "idf", json_boolean(cd->idf));
-      json_object_set_new(cj, "rho_all_layers", json_real(cd->rho_all));
-      json_object_set_new(cj, "rho_mask", json_real(cd->rho_mask));
+      json_object_set_new(cj, "rho_all_layers", jreal(cd->rho_all));
+      json_object_set_new(cj, "rho_mask", jreal(cd->rho_mask));
       json_object_set_new(cj, "mask_size", json_integer((json_int_t)cd->mask_size));
       json_t *steps = json_array();
       for (size_t l = 0; l < t->shape.num_layers; l++) {
         json_t *sj = json_object();
         json_object_set_new(sj, "layer", json_integer(t->layer_ids[cd->steps[l].layer]));
-        json_object_set_new(sj, "rho", json_real(cd->steps[l].rho));
+        json_object_set_new(sj, "rho", jreal(cd->steps[l].rho));
         json_array_append_new(steps, sj);
       }
       json_object_set_new(cj, "greedy", steps);
@@ -200,7 +204,7 @@ int eldr_cmd_fit(int argc, char **argv) {
     }
     json_object_set_new(root, "candidates", cands);
     json_object_set_new(root, "chosen", json_integer((json_int_t)rep.chosen));
-    json_object_set_new(root, "rho", json_real(a->fit_rho));
+    json_object_set_new(root, "rho", jreal(a->fit_rho));
     json_t *mask = json_array();
     for (size_t l = 0; l < t->shape.num_layers; l++)
       if (a->mask[l]) json_array_append_new(mask, json_integer(t->layer_ids[l]));
@@ -234,6 +238,9 @@ int eldr_cmd_fit(int argc, char **argv) {
     for (size_t l = 0; l < t->shape.num_layers; l++)
       if (a->mask[l]) printf(" %u", t->layer_ids[l]);
     printf("\nrho        %.4f\n", a->fit_rho);
+    if (rep.rho_undefined)
+      printf("note       rho is undefined for %zu of %zu candidates (constant distances: do the\n"
+             "           requests carry decode selections?)\n", rep.rho_undefined, rep.n_cand);
     printf("k-means    %s, k=%zu, capacity ceil(N/K)=%zu, objective %.4f\n",
            o.balanced ? "balanced" : "vanilla", a->k, rep.capacity, rep.kmeans_objective);
     printf("clusters  ");

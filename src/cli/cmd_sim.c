@@ -505,14 +505,7 @@ int eldr_cmd_sim(int argc, char **argv) {
     size_t n = t->n;
     size_t *perm = malloc(n * sizeof *perm);
     if (!perm) cli_fail(cmd, "out of memory");
-    for (size_t i = 0; i < n; i++) perm[i] = i;
-    eldr_rng r;
-    eldr_rng_seed(&r, seed ^ 0x5b117ULL);
-    for (size_t i = n; i > 1; i--) {
-      size_t j = (size_t)eldr_rng_below(&r, i), x = perm[i - 1];
-      perm[i - 1] = perm[j];
-      perm[j] = x;
-    }
+    eldr_fit_shuffle(perm, n, seed);
     if (ts) { /* fit on all of --trace, serve all of --serve-trace */
       fit_idx = perm;
       n_fit = n;

@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "eldr/kmeans.h"
+#include "eldr/rng.h"
 #include "eldr/signature.h"
 
 void eldr_fit_opts_default(eldr_fit_opts *o) {
@@ -26,6 +27,17 @@ void eldr_fit_report_free(eldr_fit_report *r) {
   for (size_t i = 0; i < r->n_cand; i++) free(r->cand[i].steps);
   free(r->cand);
   memset(r, 0, sizeof *r);
+}
+
+void eldr_fit_shuffle(size_t *perm, size_t n, uint64_t seed) {
+  for (size_t i = 0; i < n; i++) perm[i] = i;
+  eldr_rng r;
+  eldr_rng_seed(&r, seed ^ 0x5b117ULL);
+  for (size_t i = n; i > 1; i--) {
+    size_t j = (size_t)eldr_rng_below(&r, i), x = perm[i - 1];
+    perm[i - 1] = perm[j];
+    perm[j] = x;
+  }
 }
 
 static double now_s(void) {
@@ -168,13 +180,21 @@ int eldr_fit(const eldr_trace *t, const eldr_fit_opts *o, eldr_artifact **out,
       progress(o, "rho", c, n_repr * n_idf);
       rc = eldr_quality_greedy_mask(s, cd->repr, cd->idf ? idf : NULL, pre, gates, decpat, LE, n,
                                     &po, cd->steps, masks + c * L, &cd->rho_mask, &cd->rho_all);
-      if (rc) {
+      uint8_t *m = masks + c * L;
+      if (rc == ELDR_EEMPTY) {
+        /* rho is undefined (e.g. every decode pattern or every signature
+         * distance is equal): keep all layers, rank this candidate last */
+        cd->rho_all = cd->rho_mask = NAN;
+        for (size_t l = 0; l < L; l++) cd->steps[l] = (eldr_mask_step){.layer = (int)l, .rho = NAN};
+        memset(m, 1, L);
+        report->rho_undefined++;
+        rc = ELDR_OK;
+      } else if (rc) {
         free(masks);
         eldr_diag_fail(d, rc, "rho of %s%s: %s", eldr_repr_name(cd->repr), cd->idf ? "-idf" : "",
                        eldr_strerror(rc));
         goto fail;
       }
-      uint8_t *m = masks + c * L;
       if (o->layers == ELDR_FIT_LAYERS_ALL) {
         memset(m, 1, L);
       } else if (o->layers == ELDR_FIT_LAYERS_LIST) {
@@ -189,7 +209,10 @@ int eldr_fit(const eldr_trace *t, const eldr_fit_opts *o, eldr_artifact **out,
   report->seconds_rho = now_s() - t0;
 
   /* rho of the mask the fit will actually use (all / list) */
+  /* without any defined rho: the count representation, IDF as allowed */
   size_t best = 0;
+  for (size_t c = 0; c < report->n_cand; c++)
+    if (report->cand[c].repr == ELDR_REPR_COUNT && report->cand[c].idf) best = c;
   double best_rho = -2.0;
   for (size_t c = 0; c < report->n_cand; c++) {
     eldr_fit_candidate *cd = &report->cand[c];
@@ -198,7 +221,7 @@ int eldr_fit(const eldr_trace *t, const eldr_fit_opts *o, eldr_artifact **out,
       /* measured below for the chosen candidate only; rank by all-layer rho */
       r = cd->rho_all;
     }
-    if (r > best_rho + 1e-12) {
+    if (isfinite(r) && r > best_rho + 1e-12) {
       best_rho = r;
       best = c;
     }

@@ -183,6 +183,56 @@ static void test_fit_subset(void **state) {
   eldr_trace_free(t);
 }
 
+/* No decode selections: rho is undefined, the fit still produces an artifact. */
+static void test_fit_without_decode(void **state) {
+  (void)state;
+  eldr_shape s = {.num_layers = 2, .num_experts = 8, .top_k = 1};
+  eldr_trace *t = eldr_trace_new("m", &s, NULL);
+  uint16_t pre[4 * 2];
+  for (size_t i = 0; i < 12; i++) {
+    for (size_t x = 0; x < 8; x++) pre[x] = (uint16_t)((i % 3) * 2 + x % 2);
+    char id[8];
+    snprintf(id, sizeof id, "r%zu", i);
+    assert_true(eldr_trace_append(t, id, NULL, NULL, -1, pre, 4, NULL, 0, NULL) >= 0);
+  }
+  eldr_fit_opts o;
+  eldr_fit_opts_default(&o);
+  o.k = 3;
+  eldr_artifact *a = NULL;
+  eldr_fit_report rep;
+  eldr_diag d = {{0}};
+  assert_int_equal(eldr_fit(t, &o, &a, &rep, &d), 0);
+  assert_int_equal(rep.rho_undefined, rep.n_cand);
+  assert_true(isnan(a->fit_rho));
+  assert_int_equal(a->repr, ELDR_REPR_COUNT);
+  assert_int_equal(a->idf_enabled, 1);
+  for (size_t c = 0; c < 3; c++) assert_true(a->cluster_sizes[c] <= 4);
+  /* the artifact survives a save/load round trip (rho written as null) */
+  char *js = eldr_artifact_dump(a);
+  assert_non_null(js);
+  eldr_artifact *b = NULL;
+  assert_int_equal(eldr_artifact_parse(js, strlen(js), &b, &d), 0);
+  assert_true(isnan(b->fit_rho));
+  eldr_artifact_free(b);
+  free(js);
+  eldr_fit_report_free(&rep);
+  eldr_artifact_free(a);
+  eldr_trace_free(t);
+}
+
+/* The split is a seeded permutation. */
+static void test_fit_shuffle(void **state) {
+  (void)state;
+  size_t a[50], b[50], seen[50] = {0};
+  eldr_fit_shuffle(a, 50, 9);
+  eldr_fit_shuffle(b, 50, 9);
+  assert_memory_equal(a, b, sizeof a);
+  for (size_t i = 0; i < 50; i++) seen[a[i]]++;
+  for (size_t i = 0; i < 50; i++) assert_int_equal(seen[i], 1);
+  eldr_fit_shuffle(b, 50, 10);
+  assert_memory_not_equal(a, b, sizeof a);
+}
+
 /* Acceptance on the real Llama-4 trace: K = 16, no cluster above ceil(N/K). */
 static void test_fit_real_llama4(void **state) {
   (void)state;
@@ -216,6 +266,8 @@ int main(void) {
       cmocka_unit_test(test_fit_forced_choices),
       cmocka_unit_test(test_fit_errors),
       cmocka_unit_test(test_fit_subset),
+      cmocka_unit_test(test_fit_without_decode),
+      cmocka_unit_test(test_fit_shuffle),
       cmocka_unit_test(test_fit_real_llama4),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
