@@ -48,7 +48,7 @@ static const char SIM_HELP[] =
     "      --hardware H        mi300x | h200 | h100   [mi300x; h200 for llama4-maverick]\n"
     "      --latency FILE      JSON overrides of the latency model's fields\n"
     "runs\n"
-    "      --rates LIST        requests/s  [sweep 20..95%% of estimated capacity]\n"
+    "      --rates LIST        requests/s  [sweep 20..95% of estimated capacity]\n"
     "      --requests N        arrivals per run                          [5000]\n"
     "      --policies LIST     all | comma list of random rr jsq p2c domain eldr\n"
     "                          eldr-permuted                             [all]\n"
