@@ -62,6 +62,13 @@ typedef struct eldr_sigcache_stats {
 } eldr_sigcache_stats;
 void eldr_sigcache_stats_get(const eldr_sigcache *c, eldr_sigcache_stats *s);
 
+/* Restrict the cache to the layers with mask[l] != 0 (L flags, copied; NULL
+ * = all layers, the default): eldr_sigcache_store_blocks counts only those
+ * layers, put stores zeros for the others, add adds only those. For a router
+ * whose signature uses the artifact's layer mask; drop the cache's rows
+ * (create a new cache) when the mask changes. 0, or ELDR_ENOMEM. */
+int eldr_sigcache_set_layer_mask(eldr_sigcache *c, const uint8_t *mask);
+
 /* The shape the cache was created with. */
 const eldr_shape *eldr_sigcache_shape(const eldr_sigcache *c);
 

@@ -34,6 +34,7 @@ static void usage(FILE *f) {
           "  --experts N      experts per layer (default 128)\n"
           "  --topk N         experts per token (default 8)\n"
           "  --decoders N     decode workers = centroids (default 8)\n"
+          "  --mask-layers N  layers in the artifact's layer mask, evenly spread (default: all)\n"
           "  --iters N        timed repetitions (default 200)\n"
           "  --seed N         (default 1)\n");
 }
@@ -56,11 +57,12 @@ int eldr_bench_route(int argc, char **argv) {
   const char *cmd = "bench route";
   long *tokens = NULL;
   size_t ntok = 0;
-  long L = 48, E = 128, K = 8, D = 8, iters = 200;
+  long L = 48, E = 128, K = 8, D = 8, iters = 200, M = -1;
   uint64_t seed = 1;
   static const struct option opts[] = {{"tokens", required_argument, 0, 't'}, {"layers", required_argument, 0, 'l'},
                                        {"experts", required_argument, 0, 'e'}, {"topk", required_argument, 0, 'k'},
                                        {"decoders", required_argument, 0, 'd'}, {"iters", required_argument, 0, 'i'},
+                                       {"mask-layers", required_argument, 0, 'm'},
                                        {"seed", required_argument, 0, 's'}, {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
   cli_getopt_reset();
@@ -73,6 +75,7 @@ int eldr_bench_route(int argc, char **argv) {
     case 'k': K = cli_parse_long(cmd, "--topk", optarg, 1, ELDR_MAX_TOPK); break;
     case 'd': D = cli_parse_long(cmd, "--decoders", optarg, 1, 4096); break;
     case 'i': iters = cli_parse_long(cmd, "--iters", optarg, 1, 1000000); break;
+    case 'm': M = cli_parse_long(cmd, "--mask-layers", optarg, 1, ELDR_MAX_LAYERS); break;
     case 's': seed = cli_parse_u64(cmd, "--seed", optarg); break;
     case 'h': usage(stdout); free(tokens); return 0;
     default: cli_bad_option(cmd, argc, argv, o);
@@ -80,6 +83,8 @@ int eldr_bench_route(int argc, char **argv) {
   }
   if (optind < argc) cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
   if (K > E) cli_usage_error(cmd, "--topk %ld exceeds --experts %ld", K, E);
+  if (M > L) cli_usage_error(cmd, "--mask-layers %ld exceeds --layers %ld", M, L);
+  if (M < 0) M = L;
   if (!tokens) {
     ntok = 2;
     tokens = malloc(2 * sizeof *tokens);
@@ -91,8 +96,12 @@ int eldr_bench_route(int argc, char **argv) {
   if (eldr_shape_validate(&sh, &d)) cli_usage_error(cmd, "%s", d.msg);
   eldr_rng rng;
   eldr_rng_seed(&rng, seed);
-  /* artifact: IDF on, all layers, D random unit centroids (non-negative) */
-  eldr_artifact *a = eldr_artifact_new("bench", &sh, NULL, ELDR_REPR_COUNT, 1, NULL, (size_t)D);
+  /* artifact: IDF on, M of L layers in the mask, D random unit centroids (non-negative) */
+  uint8_t *mask = calloc((size_t)L, 1);
+  if (!mask) cli_fail(cmd, "out of memory");
+  for (long j = 0; j < M; j++) mask[(size_t)(j * L / M)] = 1;
+  eldr_artifact *a = eldr_artifact_new("bench", &sh, NULL, ELDR_REPR_COUNT, 1, mask, (size_t)D);
+  free(mask);
   if (!a) cli_fail(cmd, "out of memory");
   for (size_t i = 0; i < (size_t)(L * E); i++) a->idf[i] = (float)(0.1 + 2 * eldr_rng_uniform(&rng));
   for (size_t c = 0; c < (size_t)D; c++) {
@@ -118,7 +127,8 @@ int eldr_bench_route(int argc, char **argv) {
          *t_hit = malloc((size_t)iters * sizeof(double));
   if (!sc.counts || !sc.scratch || !sc.sig || !loads || !t_parse || !t_sig || !t_dec || !t_store || !t_hit)
     cli_fail(cmd, "out of memory");
-  printf("# eldr bench route: %ld layers x %ld experts, top-%ld, %ld decoders, %ld iterations\n", L, E, K, D, iters);
+  printf("# eldr bench route: %ld layers x %ld experts, top-%ld, %ld of %ld layers in the mask, %ld decoders, "
+         "%ld iterations\n", L, E, K, M, L, D, iters);
   printf("%-7s %-9s %-26s %10s %10s %10s\n", "tokens", "b64_KiB", "stage", "p50_us", "p99_us", "mean_us");
   for (size_t ti = 0; ti < ntok; ti++) {
     size_t T = (size_t)tokens[ti];
@@ -159,6 +169,7 @@ int eldr_bench_route(int argc, char **argv) {
                       "\"remote_engine_id\":\"e\",\"remote_block_ids\":[1,2],\"remote_host\":\"h\",\"remote_port\":1}}",
                       b64, T);
     eldr_sigcache *cache = eldr_sigcache_new(&sh, 1 << 14);
+    if (!cache || eldr_sigcache_set_layer_mask(cache, a->mask)) cli_fail(cmd, "out of memory");
     /* the prefix-hit variant: the engine computed only the last 25% (rounded to blocks) */
     size_t first = (T * 3 / 4) / ELDR_BLOCK_TOKENS * ELDR_BLOCK_TOKENS;
     char *b64tail = NULL;

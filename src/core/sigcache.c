@@ -2,6 +2,12 @@
  * signature cache (DESIGN.md item 5). See include/eldr/sigcache.h. */
 #include "eldr/sigcache.h"
 
+/* The row loops (check, convert, add) are plain array loops: let GCC
+ * vectorize them at -O2 too (clang does by default). */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("tree-vectorize")
+#endif
+
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
@@ -88,8 +94,11 @@ struct eldr_sigcache {
   uint32_t free_head; /* removed slots, chained through next */
   uint32_t *index;
   size_t index_mask;
+  uint8_t *mask;     /* L flags, or NULL = all layers */
   eldr_sigcache_stats st;
 };
+
+
 
 static inline size_t home_of(const eldr_sigcache *c, uint64_t h) {
   return (size_t)(h ^ (h >> 29) ^ (h >> 47)) & c->index_mask;
@@ -123,6 +132,7 @@ fail:
 
 void eldr_sigcache_free(eldr_sigcache *c) {
   if (!c) return;
+  free(c->mask);
   free(c->index);
   free(c->next);
   free(c->prev);
@@ -178,8 +188,15 @@ static void lru_push_front(eldr_sigcache *c, uint32_t s) {
 
 int eldr_sigcache_put(eldr_sigcache *c, uint64_t hash, const uint32_t *block_counts) {
   if (!c || !block_counts) return ELDR_EINVAL;
-  for (size_t i = 0; i < c->cells; i++)
-    if (block_counts[i] > 127) return ELDR_ERANGE;
+  const size_t L = c->shape.num_layers, E = c->shape.num_experts;
+  const uint8_t *mask = c->mask;
+  uint32_t any = 0; /* OR of all values: some value > 127 iff a bit above 127 is set */
+  for (size_t l = 0; l < L; l++) {
+    if (mask && !mask[l]) continue;
+    const uint32_t *restrict src = block_counts + l * E;
+    for (size_t e = 0; e < E; e++) any |= src[e];
+  }
+  if (any & ~(uint32_t)127) return ELDR_ERANGE;
   uint32_t s;
   size_t pos = find_pos(c, hash);
   if (pos != SIZE_MAX) {
@@ -205,7 +222,13 @@ int eldr_sigcache_put(eldr_sigcache *c, uint64_t hash, const uint32_t *block_cou
     c->st.rows++;
   }
   int8_t *row = c->rows + (size_t)s * c->cells;
-  for (size_t i = 0; i < c->cells; i++) row[i] = (int8_t)block_counts[i];
+  if (mask) memset(row, 0, c->cells);
+  for (size_t l = 0; l < L; l++) {
+    if (mask && !mask[l]) continue;
+    int8_t *restrict dst = row + l * E;
+    const uint32_t *restrict src = block_counts + l * E;
+    for (size_t e = 0; e < E; e++) dst[e] = (int8_t)src[e];
+  }
   lru_push_front(c, s);
   return ELDR_OK;
 }
@@ -219,7 +242,14 @@ int eldr_sigcache_add(eldr_sigcache *c, uint64_t hash, uint32_t *counts) {
   }
   uint32_t s = c->index[pos] - 1;
   const int8_t *row = c->rows + (size_t)s * c->cells;
-  for (size_t i = 0; i < c->cells; i++) counts[i] += (uint32_t)row[i];
+  const size_t L = c->shape.num_layers, E = c->shape.num_experts;
+  const uint8_t *mask = c->mask;
+  for (size_t l = 0; l < L; l++) {
+    if (mask && !mask[l]) continue;
+    uint32_t *restrict dst = counts + l * E;
+    const int8_t *restrict src = row + l * E;
+    for (size_t e = 0; e < E; e++) dst[e] += (uint32_t)src[e];
+  }
   lru_unlink(c, s);
   lru_push_front(c, s);
   c->st.hits++;
@@ -250,6 +280,21 @@ void eldr_sigcache_stats_get(const eldr_sigcache *c, eldr_sigcache_stats *s) {
 
 const eldr_shape *eldr_sigcache_shape(const eldr_sigcache *c) { return c ? &c->shape : NULL; }
 
+int eldr_sigcache_set_layer_mask(eldr_sigcache *c, const uint8_t *mask) {
+  if (!c) return ELDR_EINVAL;
+  uint8_t *m = NULL;
+  size_t l = 0;
+  while (mask && l < c->shape.num_layers && mask[l]) l++;
+  if (mask && l < c->shape.num_layers) { /* a mask of every layer is no mask */
+    m = malloc(c->shape.num_layers);
+    if (!m) return ELDR_ENOMEM;
+    memcpy(m, mask, c->shape.num_layers);
+  }
+  free(c->mask);
+  c->mask = m;
+  return ELDR_OK;
+}
+
 size_t eldr_sigcache_add_blocks(eldr_sigcache *c, const uint64_t *hashes, size_t nblocks,
                                 uint32_t *counts) {
   size_t missing = 0;
@@ -273,9 +318,12 @@ int eldr_sigcache_store_blocks(eldr_sigcache *c, const uint64_t *hashes, size_t 
     size_t t0 = b * ELDR_BLOCK_TOKENS;
     if (t0 + ELDR_BLOCK_TOKENS > first_token + nrows) break;
     const unsigned char *p = (const unsigned char *)raw + (t0 - first_token) * row_bytes;
-    int rc = eldr_counts_accumulate(&c->shape, p, dtype, ELDR_BLOCK_TOKENS, scratch, NULL);
+    int rc = eldr_counts_accumulate_masked(&c->shape, p, dtype, ELDR_BLOCK_TOKENS, c->mask, scratch, NULL);
     if (rc == 0) rc = eldr_sigcache_put(c, hashes[b], scratch);
-    memset(scratch, 0, c->cells * sizeof *scratch);
+    if (!c->mask) memset(scratch, 0, c->cells * sizeof *scratch);
+    else
+      for (size_t l = 0; l < L; l++)
+        if (c->mask[l]) memset(scratch + l * c->shape.num_experts, 0, c->shape.num_experts * sizeof *scratch);
     if (rc != 0) {
       if (stored) *stored = n;
       return rc;

@@ -1410,10 +1410,16 @@ static int install(eldr_server *s, eldr_artifact *a, const eldr_serve_config *cf
     bs = malloc(cells * sizeof *bs);
     sig = malloc((a->dim ? a->dim : 1) * sizeof *sig);
     if (cfg->sigcache_rows) {
-      if (s->cache && !memcmp(eldr_sigcache_shape(s->cache), &a->shape, sizeof a->shape)) {
+      /* rows hold the masked layers only: keep them while shape and mask stay */
+      if (s->cache && s->art && !memcmp(eldr_sigcache_shape(s->cache), &a->shape, sizeof a->shape) &&
+          !memcmp(s->art->mask, a->mask, a->shape.num_layers)) {
         cache = s->cache;
       } else {
         cache = eldr_sigcache_new(&a->shape, cfg->sigcache_rows);
+        if (cache && eldr_sigcache_set_layer_mask(cache, a->mask)) {
+          eldr_sigcache_free(cache);
+          cache = NULL;
+        }
       }
     }
     if (!counts || !bs || !sig || (cfg->sigcache_rows && !cache)) {

@@ -63,7 +63,15 @@ void eldr__sig_extract(eldr__sigctx *c, const char *b64, size_t b64_len, int64_t
   }
   memset(c->counts, 0, eldr_shape_cells(sh) * sizeof *c->counts);
   size_t bad = 0;
-  if (eldr_counts_accumulate(sh, v->data, v->dtype, v->rows, c->counts, &bad) != 0) {
+  /* only the layers of the artifact's mask enter the signature (NULL when
+   * that is every layer: the unmasked loop is the faster one) */
+  const uint8_t *mask = c->spec.mask;
+  if (mask) {
+    size_t l = 0;
+    while (l < sh->num_layers && mask[l]) l++;
+    if (l == sh->num_layers) mask = NULL;
+  }
+  if (eldr_counts_accumulate_masked(sh, v->data, v->dtype, v->rows, mask, c->counts, &bad) != 0) {
     eldr_diag_fail(&res->diag, ELDR_ERANGE, "routed_experts: expert id out of range at element %zu", bad);
     res->fallback = ELDR__FB_MALFORMED;
     return;

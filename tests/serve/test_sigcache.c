@@ -267,6 +267,47 @@ static void test_block_reuse_and_lru(void **st) {
   free(b);
 }
 
+
+/* With a layer mask the cache counts, stores and adds only those layers:
+ * the masked part of the completed counts equals the masked full counts. */
+static void test_layer_mask(void **st) {
+  (void)st;
+  const size_t T = 3 * ELDR_BLOCK_TOKENS, LK = SH.num_layers * SH.top_k, E = SH.num_experts;
+  uint16_t *sel = malloc(T * LK * sizeof *sel);
+  eldr_rng r;
+  eldr_rng_seed(&r, 11);
+  for (size_t i = 0; i < T * LK; i++) sel[i] = (uint16_t)eldr_rng_below(&r, SH.num_experts);
+  uint32_t ids[48];
+  for (size_t i = 0; i < T; i++) ids[i] = (uint32_t)i * 31;
+  uint64_t h[3];
+  eldr_block_hashes(ids, T, 0, h);
+  uint8_t mask[6] = {1, 0, 0, 1, 1, 0};
+  eldr_sigcache *c = eldr_sigcache_new(&SH, 8);
+  assert_int_equal(eldr_sigcache_set_layer_mask(c, mask), 0);
+  uint32_t scratch[96], got[96], full[96];
+  size_t stored;
+  /* an id out of range in an unmasked layer is not even read */
+  uint16_t keep = sel[1 * SH.top_k];
+  sel[1 * SH.top_k] = 999;
+  assert_int_equal(eldr_sigcache_store_blocks(c, h, 3, 0, sel, ELDR_SEL_U16, T, scratch, &stored), 0);
+  assert_int_equal(stored, 3);
+  sel[1 * SH.top_k] = keep;
+  block_counts(sel, 0, T, full);
+  memset(got, 0, sizeof got);
+  assert_int_equal(eldr_sigcache_add_blocks(c, h, 3, got), 0);
+  for (size_t l = 0; l < SH.num_layers; l++)
+    for (size_t e = 0; e < E; e++) assert_int_equal(got[l * E + e], mask[l] ? full[l * E + e] : 0);
+  /* put() ignores (and does not range-check) unmasked layers */
+  uint32_t row[96] = {0};
+  row[1 * E] = 500;
+  assert_int_equal(eldr_sigcache_put(c, 77, row), 0);
+  row[0] = 500;
+  assert_int_equal(eldr_sigcache_put(c, 78, row), ELDR_ERANGE);
+  assert_int_equal(eldr_sigcache_set_layer_mask(c, NULL), 0);
+  eldr_sigcache_free(c);
+  free(sel);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_tokenize),
@@ -275,6 +316,7 @@ int main(void) {
       cmocka_unit_test(test_index_churn),
       cmocka_unit_test(test_signature_partial_hits),
       cmocka_unit_test(test_block_reuse_and_lru),
+      cmocka_unit_test(test_layer_mask),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
