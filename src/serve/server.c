@@ -122,6 +122,7 @@ typedef struct leg {
 } leg;
 
 #define MAX_TRIED 17
+#define MAX_REPLY (512u << 20) /* largest buffered worker reply */
 
 struct rq {
   eldr_server *s;
@@ -467,6 +468,7 @@ static void health_tick(evutil_socket_t fd, short ev, void *arg) {
 /* ---- request lifecycle ---------------------------------------------------- */
 
 static void rq_finish_metrics(rq *r, int outcome) {
+  if (r->is_models) return; /* completions only */
   r->s->m.requests[r->decision][outcome]++;
   histo_add(&r->s->m.request, now_s() - r->t0);
 }
@@ -658,6 +660,14 @@ static void leg_data_cb(void *arg, const char *p, size_t n) {
       L->started = 1;
     }
     stream_chunk(r->c, p, n);
+    return;
+  }
+  if (L->n + n > MAX_REPLY) { /* a worker gone mad: not buffered without end */
+    worker *w = L->w;
+    w->err_status++;
+    worker_failed(w, "reply too large");
+    leg_release(r);
+    client_upstream_error(r, 502, OUT_UPSTREAM_ERROR, "worker reply exceeds %u MiB", MAX_REPLY >> 20);
     return;
   }
   if (L->n + n + 1 > L->cap) {

@@ -25,8 +25,10 @@ struct eldr__up {
   struct event *rev, *wev, *fail_ev, *cto_ev;
   struct timeval cto; /* connect timeout; 0 = none */
   int connecting;
-  char *out;
+  char *out;               /* the request of the exchange (kept for a resend) */
   size_t outn, outoff, outcap;
+  int reused;              /* the exchange started on an already open connection */
+  int resent;              /* ... and was sent again on a fresh one */
   char *in;
   size_t inn, inoff, incap;
   /* exchange */
@@ -78,7 +80,7 @@ static void close_fd(eldr__up *u) {
   u->fd = -1;
   u->connecting = 0;
   event_del(u->cto_ev);
-  u->outn = u->outoff = 0;
+  u->outoff = 0;
   u->inn = u->inoff = 0;
 }
 
@@ -179,8 +181,23 @@ static int flush_out(eldr__up *u) {
     }
     return -1;
   }
-  u->outn = u->outoff = 0;
   return 0;
+}
+
+/* A kept-alive connection that the worker closed just as the request went
+ * out (no reply byte yet): send the request once more on a fresh
+ * connection, as HTTP clients do. 1 if resent (or its failure reported). */
+static int try_resend(eldr__up *u) {
+  if (!u->active || !u->reused || u->resent || u->inn != 0 || u->st != S_HEAD) return 0;
+  close_fd(u);
+  u->resent = 1;
+  u->reused = 0;
+  if (open_socket(u) != 0) {
+    fail(u, ELDR_EIO);
+    return 1;
+  }
+  if (!u->connecting && flush_out(u) != 0) fail(u, ELDR_EIO);
+  return 1;
 }
 
 int eldr__up_request(eldr__up *u, const struct iovec *iov, int iovcnt, const eldr__up_cbs *cbs,
@@ -208,13 +225,22 @@ int eldr__up_request(eldr__up *u, const struct iovec *iov, int iovcnt, const eld
   u->conn_close = 0;
   u->remain = 0;
   u->inn = u->inoff = 0;
-  size_t keep = u->outn;
+  u->reused = u->fd >= 0;
+  u->resent = 0;
   if (u->fd < 0 && open_socket(u) != 0) {
     fail_later(u, ELDR_EIO);
     return 0;
   }
-  u->outn = keep; /* open_socket may not touch it; close_fd would */
-  if (!u->connecting && flush_out(u) != 0) fail_later(u, ELDR_EIO);
+  if (!u->connecting && flush_out(u) != 0) {
+    /* a stale kept-alive socket: resend on a fresh one (reported later if that fails too) */
+    if (u->reused) {
+      close_fd(u);
+      u->reused = 0;
+      u->resent = 1;
+      if (open_socket(u) == 0 && (u->connecting || flush_out(u) == 0)) return 0;
+    }
+    fail_later(u, ELDR_EIO);
+  }
   return 0;
 }
 
@@ -234,7 +260,7 @@ static void on_write(evutil_socket_t fd, short ev, void *arg) {
     event_del(u->cto_ev);
   }
   if (flush_out(u) != 0) {
-    fail(u, ELDR_EIO);
+    if (!try_resend(u)) fail(u, ELDR_EIO);
     if (u->dead && !u->in_cb) really_free(u);
   }
 }
@@ -476,7 +502,7 @@ static void on_read(evutil_socket_t fd, short ev, void *arg) {
     if (n == 0 && u->st == S_UNTIL_CLOSE) {
       u->conn_close = 1;
       complete(u);
-    } else {
+    } else if (!try_resend(u)) {
       fail(u, ELDR_EIO);
     }
     if (u->dead && !u->in_cb) really_free(u);

@@ -18,6 +18,9 @@
 
 #include <event2/event.h>
 #include <netinet/in.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 static long parse(const char *s, eldr__http_head *h) {
   return eldr__http_parse_head(s, strlen(s), 4096, h);
@@ -439,6 +442,98 @@ static void test_upstream_parser(void **st) {
   assert_int_equal(w.err, ELDR_EPARSE);
 }
 
+
+/* A kept-alive connection that the worker closes when the next request
+ * arrives: the request is sent again on a fresh connection, once. */
+typedef struct stale_srv {
+  int lfd;
+  int served, dropped;
+} stale_srv;
+
+static size_t read_request(int fd, char *buf, size_t cap) {
+  size_t n = 0;
+  while (n < cap - 1) {
+    ssize_t k = recv(fd, buf + n, cap - 1 - n, 0);
+    if (k <= 0) return 0;
+    n += (size_t)k;
+    buf[n] = 0;
+    if (strstr(buf, "\r\n\r\n")) return n;
+  }
+  return n;
+}
+
+static void *stale_thread(void *arg) {
+  stale_srv *s = arg;
+  static const char ok[] = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+  char buf[4096];
+  int c1 = accept(s->lfd, NULL, NULL);
+  if (read_request(c1, buf, sizeof buf)) { /* first request: answered, kept alive */
+    send(c1, ok, sizeof ok - 1, 0);
+    s->served++;
+  }
+  if (read_request(c1, buf, sizeof buf)) s->dropped++; /* second: dropped unanswered */
+  struct linger lg = {1, 0};
+  setsockopt(c1, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+  close(c1);
+  int c2 = accept(s->lfd, NULL, NULL); /* the resend */
+  if (read_request(c2, buf, sizeof buf)) {
+    send(c2, ok, sizeof ok - 1, 0);
+    s->served++;
+  }
+  read_request(c2, buf, sizeof buf); /* until the client closes */
+  close(c2);
+  return NULL;
+}
+
+static void stop_loop(void *a, int err) {
+  upst *s = a;
+  s->dones++;
+  s->err = err;
+}
+static const eldr__up_cbs loop_cbs = {u_head, u_data, stop_loop};
+
+static void run_until_done(struct event_base *b, upst *s, int want) {
+  for (int i = 0; i < 100000 && s->dones < want; i++) event_base_loop(b, EVLOOP_ONCE);
+}
+
+static void test_upstream_stale_resend(void **st) {
+  (void)st;
+  stale_srv srv = {0};
+  srv.lfd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in sa = {0};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  assert_int_equal(bind(srv.lfd, (struct sockaddr *)&sa, sizeof sa), 0);
+  socklen_t sl = sizeof sa;
+  getsockname(srv.lfd, (struct sockaddr *)&sa, &sl);
+  assert_int_equal(listen(srv.lfd, 4), 0);
+  pthread_t th;
+  pthread_create(&th, NULL, stale_thread, &srv);
+  struct event_base *b = event_base_new();
+  eldr__up *u = eldr__up_new(b, (struct sockaddr *)&sa, sizeof sa);
+  upst s;
+  memset(&s, 0, sizeof s);
+  static const char req[] = "GET /x HTTP/1.1\r\nHost: h\r\n\r\n";
+  struct iovec iov = {(void *)req, sizeof req - 1};
+  assert_int_equal(eldr__up_request(u, &iov, 1, &loop_cbs, &s), 0);
+  run_until_done(b, &s, 1);
+  assert_int_equal(s.err, 0);
+  assert_int_equal(s.status, 200);
+  s.n = 0;
+  assert_int_equal(eldr__up_request(u, &iov, 1, &loop_cbs, &s), 0);
+  run_until_done(b, &s, 2);
+  assert_int_equal(s.dones, 2);
+  assert_int_equal(s.err, 0);
+  assert_int_equal(s.n, 2);
+  assert_memory_equal(s.body, "ok", 2);
+  eldr__up_free(u);
+  pthread_join(th, NULL);
+  assert_int_equal(srv.served, 2);
+  assert_int_equal(srv.dropped, 1);
+  close(srv.lfd);
+  event_base_free(b);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_http_head),
@@ -448,6 +543,7 @@ int main(void) {
       cmocka_unit_test(test_splice_and_view),
       cmocka_unit_test(test_config),
       cmocka_unit_test(test_upstream_parser),
+      cmocka_unit_test(test_upstream_stale_resend),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
