@@ -182,7 +182,7 @@ struct eldr_server {
   uint8_t *healthy;
   size_t loadcap;
   uint64_t idstate;
-  int logged_shape_mismatch;
+  int logged_shape_mismatch, logged_splice;
   metrics m;
 };
 
@@ -772,7 +772,9 @@ static void on_decode_reply(rq *r) {
       free(spliced);
       return;
     }
-    logf_(s, "request %s: routed_experts not spliced: %s", r->reqid, d.msg);
+    if (!s->logged_splice++)
+      logf_(s, "request %s: routed_experts not spliced (relayed as the decoder sent them; logged once): %s",
+            r->reqid, d.msg);
   }
   relay(r); /* frees r */
 }
