@@ -255,6 +255,34 @@ static void test_streaming_relay(void **st) {
   assert_non_null(strstr(resp.body + strlen(part), "data: {\"error\":"));
   tc_free(&resp);
   assert_int_equal(rt_metric(r.port, "eldr_requests_total{policy=\"jsq\",decision=\"load\",outcome=\"stream_aborted\"}"), 1);
+  /* the client leaves in the middle of a stream: the decode leg is closed too */
+  db.die_after_chunks = 0;
+  db.stall_after_chunks = 1;
+  fx_set(d, &db);
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in sa = {0};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons((uint16_t)r.port);
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+  const char *sreq = "POST /v1/completions HTTP/1.1\r\nContent-Length: 28\r\n\r\n{\"prompt\":\"z\",\"stream\":true}";
+  assert_int_equal(send(fd, sreq, strlen(sreq), 0), (ssize_t)strlen(sreq));
+  char buf[1024] = "";
+  size_t got = 0;
+  double dl = fx_now() + 10; /* read until the first relayed chunk */
+  while (!strstr(buf, chunks[0]) && fx_now() < dl) {
+    struct pollfd pf = {fd, POLLIN, 0};
+    if (poll(&pf, 1, 1000) <= 0) continue;
+    ssize_t k = recv(fd, buf + got, sizeof buf - 1 - got, 0);
+    if (k <= 0) break;
+    got += (size_t)k;
+    buf[got] = 0;
+  }
+  assert_non_null(strstr(buf, chunks[0]));
+  close(fd);
+  assert_int_equal(rt_wait_metric(r.port, "eldr_client_disconnects_total", 1, 10), 0);
+  char series[256];
+  assert_int_equal(rt_wait_metric_le(r.port, SERIES("eldr_worker_inflight{role=\"decode\",worker=\"%s\"}", fx_url(d)), 0, 10), 0);
   rt_stop(&r);
   eldr_serve_config_free(&c);
   fx_free(p);

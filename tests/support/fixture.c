@@ -14,6 +14,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +51,8 @@ struct fx_worker {
   size_t nrec, caprec;
   struct evhttp_request **hung; /* loop thread only */
   size_t nhung, caphung;
+  struct evhttp_request **stall; /* streams held open (loop thread only) */
+  size_t nstall, capstall;
   int stopped;
 };
 
@@ -200,6 +203,22 @@ static void handle(struct evhttp_request *req, void *arg) {
       evhttp_send_reply_chunk(req, o);
       evbuffer_free(o);
     }
+    if (b.stall_after_chunks > 0 && (size_t)b.stall_after_chunks < nc) {
+      for (size_t i = 0; i < (size_t)b.stall_after_chunks; i++) {
+        struct evbuffer *o = evbuffer_new();
+        evbuffer_add(o, ch[i], strlen(ch[i]));
+        evhttp_send_reply_chunk(req, o);
+        evbuffer_free(o);
+      }
+      /* held: ended when the fixture stops (libevent detaches it from its
+       * connection if the client leaves; ending it then frees it) */
+      if (w->nstall == w->capstall) {
+        w->capstall = w->capstall ? 2 * w->capstall : 16;
+        w->stall = realloc(w->stall, w->capstall * sizeof *w->stall);
+      }
+      w->stall[w->nstall++] = req;
+      return;
+    }
     if (upto < nc) { /* die once the chunks are on the wire */
       stream_state *st = calloc(1, sizeof *st);
       st->req = req;
@@ -225,6 +244,8 @@ static void stop_cb(evutil_socket_t fd, short ev, void *arg) {
    * reply frees it (and is sent if the client is still there) */
   for (size_t i = 0; i < w->nhung; i++) evhttp_send_reply(w->hung[i], 503, "Stopping", NULL);
   w->nhung = 0;
+  for (size_t i = 0; i < w->nstall; i++) evhttp_send_reply_end(w->stall[i]);
+  w->nstall = 0;
   event_base_loopexit(w->base, NULL);
 }
 
@@ -240,6 +261,7 @@ fx_worker *fx_start_port(const fx_behaviour *b, int port) {
   static int threads_on;
   if (!threads_on) {
     evthread_use_pthreads();
+    signal(SIGPIPE, SIG_IGN); /* libevent's writes to a client that left */
     threads_on = 1;
   }
   fx_worker *w = calloc(1, sizeof *w);
@@ -287,6 +309,7 @@ void fx_free(fx_worker *w) {
   for (size_t i = 0; i < w->nrec; i++) free(w->rec[i].body);
   free(w->rec);
   free(w->hung);
+  free(w->stall);
   pthread_mutex_destroy(&w->mu);
   pthread_cond_destroy(&w->cv);
   free(w);

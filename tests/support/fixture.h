@@ -26,6 +26,7 @@ typedef struct fx_behaviour {
   const char *const *chunks; /* decode streaming body pieces (NULL: a default stream) */
   size_t n_chunks;
   int die_after_chunks;    /* > 0: streaming decode: reset the connection after that many */
+  int stall_after_chunks;  /* > 0: streaming decode: send that many, then hold the rest */
   const char *raw_reply;   /* completions reply body verbatim (status from .status) */
 } fx_behaviour;
 
