@@ -84,7 +84,9 @@ int eldr_serve_parse_url(const char *url, char *host, size_t cap, int *port, eld
 typedef struct eldr_server eldr_server;
 
 /* Create the server: loads the artifact (refused with a message when it is
- * invalid or its shape does not match), binds the listening socket.
+ * invalid or its shape does not match), binds the listening socket. Sets
+ * SIGPIPE to ignored for the process (a write to a client that left must not
+ * kill it) and enables libevent's pthread locking.
  * Errors: ELDR_EINVAL (config), artifact load errors, ELDR_EIO (bind). */
 int eldr_server_new(const eldr_serve_config *cfg, eldr_server **out, eldr_diag *d);
 /* The bound port. */
