@@ -254,6 +254,7 @@ int eldr_b64_decode(const char *in, size_t len, uint8_t *out, size_t cap, size_t
     return eldr_diag_fail(d, ELDR_ERANGE, "base64: %zu decoded bytes exceed the buffer (%zu)",
                           s.total, cap);
   if (s.total && !out) return eldr_diag_fail(d, ELDR_EINVAL, "base64: output missing");
+  if (s.total == 0) return ELDR_OK; /* nothing to write (out may be NULL) */
   size_t n = 0;
   for (;;) {
     size_t got;
