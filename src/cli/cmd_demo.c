@@ -332,7 +332,7 @@ static void usage(FILE *f) {
           "  --max-num-seqs B   decode batch limit per worker (default 64)\n"
           "  --rate R           arrivals per second of model time (default 100)\n"
           "  --time-scale S     emulated durations = model time x S (default 8)\n"
-          "  --duration S       wall seconds of arrivals per policy (default 16)\n"
+          "  --duration S       wall seconds of arrivals per policy (default 20)\n"
           "  --policies LIST    comma list of eldr, random, rr, jsq, p2c (default all five)\n"
           "  --seed N           seed of the trace, split, fit and arrivals (default 1)\n"
           "  --no-sim           do not run `eldr sim` for comparison\n"
@@ -385,7 +385,7 @@ int eldr_cmd_demo(int argc, char **argv) {
   const char *model = NULL, *hardware = "h200", *workload = "task", *trace_path = NULL;
   const char *plot = NULL, *policies_arg = "eldr,random,rr,jsq,p2c";
   long n_fit = 400, n_eval = 200, max_decode = 64, P = 2, D = 4, max_seqs = 64;
-  double fit_fraction = 0.6, rate = 100, scale = 8, duration = 16;
+  double fit_fraction = 0.6, rate = 100, scale = 8, duration = 20;
   uint64_t seed = 1;
   int do_sim = 1;
   static const struct option opts[] = {

@@ -158,7 +158,7 @@ void eldr_sse_event(eldr_sse_state *st, const char *ev, size_t len) {
       dlen = ll - 5;
       if (dlen && *data == ' ') data++, dlen--;
     } else if (ll && p[0] != ':') {
-      sse_fail(st, "SSE line is not 'data:' (%.40s)", p);
+      sse_fail(st, "SSE line is not 'data:' (%.*s)", (int)(ll < 40 ? ll : 40), p);
       return;
     }
     p = nl ? nl + 1 : end;

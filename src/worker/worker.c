@@ -366,7 +366,10 @@ static int selections(const eldr_worker *w, const char *text, size_t len, const 
   size_t seed_len = first_block_len(text, len, ids, n_tok);
   uint16_t *p = NULL, *dd = NULL;
   int dom = -1;
+  /* decode rows are used cyclically (row = token % rows): at most 512 are
+   * generated, which bounds the memory of a long max_tokens */
   uint32_t nd = want_decode ? want_decode : 1;
+  if (nd > 512) nd = 512;
   int rc = eldr_tracegen_from_text(w->gen, text, seed_len, (uint32_t)n_tok, nd, &p, &dd, &dom, d);
   if (rc < 0) return rc;
   *psel = p;
