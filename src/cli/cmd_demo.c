@@ -129,6 +129,11 @@ static void demo_fail(const char *fmt, ...) {
   vfprintf(stderr, fmt, ap);
   fputc('\n', stderr);
   va_end(ap);
+  /* a failure keeps the work directory (its processes.log says why) */
+  if (!g_stop && g_tmp[0] && !g_keep) {
+    g_keep = 1;
+    fprintf(stderr, "eldr demo: work directory kept for inspection: %s\n", g_tmp);
+  }
   cleanup();
   exit(g_stop ? 128 + g_stop : 1);
 }
@@ -551,6 +556,8 @@ int eldr_cmd_demo(int argc, char **argv) {
           P, D, model, hardware, scale, rate, lg_rate, duration);
   prow rows[8];
   memset(rows, 0, sizeof rows);
+  size_t sched_n = 0, *sched_idx = NULL;
+  double *sched_t = NULL;
   char scalebuf[32], seqbuf[32];
   snprintf(scalebuf, sizeof scalebuf, "%g", scale);
   snprintf(seqbuf, sizeof seqbuf, "%ld", max_seqs);
@@ -615,6 +622,16 @@ int eldr_cmd_demo(int argc, char **argv) {
     if (cli_stderr_tty()) fprintf(stderr, "\r%60s\r", "");
     if (rc < 0) demo_fail("load generator: %s", eldr_diag_msg(&d, rc));
     eldr_loadgen_summarize(&r, &rows[pi].s);
+    if (pi == 0 && r.n) { /* the schedule the simulator replays */
+      sched_n = r.n;
+      sched_idx = malloc(r.n * sizeof *sched_idx);
+      sched_t = malloc(r.n * sizeof *sched_t);
+      if (!sched_idx || !sched_t) demo_fail("out of memory");
+      for (size_t i = 0; i < r.n; i++) {
+        sched_idx[i] = r.recs[i].trace_index;
+        sched_t[i] = r.recs[i].send_s / scale;
+      }
+    }
     rows[pi].sent = r.n;
     rows[pi].ok = r.ok;
     rows[pi].failed = r.n - r.ok;
@@ -645,22 +662,35 @@ int eldr_cmd_demo(int argc, char **argv) {
 
   /* 4. the simulator on the same configuration */
   int have_sim = 0;
-  if (do_sim && sent_per_policy > 0) {
-    /* the same load as the demo realised: its arrivals per second of model time */
-    double sim_rate = (double)sent_per_policy / (duration / scale);
+  if (do_sim && sched_n > 0) {
+    /* the same load as the demo: the requests it sent, in its order, at the
+     * times it sent them (model time), replayed with --arrivals trace */
+    char sent_path[PATH_MAX + 32];
+    snprintf(sent_path, sizeof sent_path, "%s/sent.jsonl", g_tmp);
+    eldr_trace *sent = eldr_trace_new(eval->model, &eval->shape, eval->layer_ids);
+    if (!sent) demo_fail("out of memory");
+    for (size_t i = 0; i < sched_n; i++) {
+      const eldr_request *q = &eval->req[sched_idx[i]];
+      char id[360];
+      snprintf(id, sizeof id, "%.300s#%zu", q->id, i);
+      const char *dom = q->domain >= 0 ? eval->domains[q->domain] : NULL;
+      if (eldr_trace_append(sent, id, dom, NULL, sched_t[i], q->prefill, q->n_prefill, q->decode,
+                            q->n_decode, q->prefill_gates) < 0)
+        demo_fail("out of memory");
+    }
+    if (eldr_trace_save(sent_path, sent, &d) < 0) demo_fail("cannot write %s: %s", sent_path, d.msg);
+    eldr_trace_free(sent);
     fprintf(stderr,
-            "eldr demo: [4/4] eldr sim on the same configuration (%zu requests at %.4g req/s, the "
-            "demo's realised arrival rate)\n",
-            sent_per_policy, sim_rate);
-    char pbuf[16], ratebuf[32], nbuf[32], polbuf[128];
+            "eldr demo: [4/4] eldr sim on the same configuration and the same %zu arrivals "
+            "(request and time)\n",
+            sched_n);
+    char pbuf[16], polbuf[128];
     snprintf(pbuf, sizeof pbuf, "%ld", P);
-    snprintf(ratebuf, sizeof ratebuf, "%.6g", sim_rate);
-    snprintf(nbuf, sizeof nbuf, "%zu", sent_per_policy);
     snprintf(polbuf, sizeof polbuf, "%s", policies_arg);
-    char *args[] = {"sim", "--trace", eval_path, "--artifact", art_path, "--prefill", pbuf,
-                    "--decode", dbuf, "--max-batch", seqbuf, "--model", (char *)model,
-                    "--hardware", (char *)hardware, "--rates", ratebuf, "--requests", nbuf,
-                    "--policies", polbuf, "--seed", seedbuf, "--json", "-q", NULL};
+    char *args[] = {"sim", "--trace", sent_path, "--artifact", art_path, "--arrivals", "trace",
+                    "--prefill", pbuf, "--decode", dbuf, "--max-batch", seqbuf, "--model",
+                    (char *)model, "--hardware", (char *)hardware, "--policies", polbuf, "--seed",
+                    seedbuf, "--json", "-q", NULL};
     int rc = run_child(args, sim_path, log_path);
     if (g_stop) demo_fail("interrupted");
     json_t *j = rc == 0 ? json_load_file(sim_path, 0, NULL) : NULL;
@@ -772,6 +802,8 @@ int eldr_cmd_demo(int argc, char **argv) {
     else
       fprintf(stderr, "eldr demo: plot written to %s\n", plot);
   }
+  free(sched_idx);
+  free(sched_t);
   eldr_trace_free(eval);
   cleanup();
   return 0;
