@@ -784,7 +784,7 @@ int eldr_cmd_demo(int argc, char **argv) {
             "set title 'eldr demo: %ldP%ldD %s on %s, %g req/s (model time, scale %g)'\n"
             "set style data histograms\nset style histogram clustered gap 1\n"
             "set style fill solid 0.8 border -1\nset ylabel 'TPOT (ms, model time)'\n"
-            "set yrange [0:*]\nset grid ytics\n"
+            "set yrange [0:*]\nset grid ytics\nset key outside bottom center horizontal\n"
             "plot '%s' using 2:xtic(1) title 'TPOT p50', '' using 5 title 'TPOT mean', '' using 3 "
             "title 'TPOT p99'\n",
             plot, P, D, model, hardware, rate, scale, dat);
