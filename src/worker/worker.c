@@ -220,7 +220,8 @@ static void send_json(struct evhttp_request *req, int code, const char *reason, 
   free(s);
 }
 
-/* OpenAI-style error body: {"error": {"message", "type", "param", "code"}}. */
+/* OpenAI-style error body, as the router sends:
+ * {"error": {"message", "type", "param", "code"}}. */
 static void send_error(struct evhttp_request *req, int code, const char *param, const char *fmt,
                        ...) __attribute__((format(printf, 4, 5)));
 static void send_error(struct evhttp_request *req, int code, const char *param, const char *fmt,
@@ -230,11 +231,8 @@ static void send_error(struct evhttp_request *req, int code, const char *param, 
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  const char *type = code == 404   ? "NotFoundError"
-                     : code == 405 ? "MethodNotAllowed"
-                     : code == 503 ? "ServiceUnavailableError"
-                     : code >= 500 ? "InternalServerError"
-                                   : "BadRequestError";
+  /* the same types as the router's errors (OpenAI's names) */
+  const char *type = code >= 500 ? "internal_error" : "invalid_request_error";
   const char *reason = code == 404   ? "Not Found"
                        : code == 405 ? "Method Not Allowed"
                        : code == 413 ? "Payload Too Large"
