@@ -67,7 +67,7 @@ static int setup(void **state) {
     size_t dom = i % 3;
     for (size_t x = 0; x < 8 * 3 * 2; x++) pre[x] = (uint16_t)((dom * 5 + eldr_rng_below(&r, 5)) % 16);
     for (size_t x = 0; x < 10 * 3 * 2; x++) dec[x] = (uint16_t)((dom * 5 + eldr_rng_below(&r, 5)) % 16);
-    char id[16];
+    char id[32];
     snprintf(id, sizeof id, "q%zu", i);
     assert_true(eldr_trace_append(t, id, dom ? "b" : "a", NULL, -1, pre, 8, dec, 10, NULL) >= 0);
   }

@@ -33,7 +33,7 @@ static eldr_trace *make_trace(size_t n, size_t domains, uint64_t seed) {
       uint64_t e = eldr_rng_uniform(&r) < 0.85 ? (dom * 8 + eldr_rng_below(&r, 8)) % E : eldr_rng_below(&r, E);
       dec[x] = (uint16_t)e;
     }
-    char id[32], dn[16];
+    char id[32], dn[32];
     snprintf(id, sizeof id, "r%zu", i);
     snprintf(dn, sizeof dn, "d%zu", dom);
     assert_true(eldr_trace_append(t, id, dn, NULL, -1.0, pre, (uint32_t)np, dec, (uint32_t)nd, NULL) >= 0);
@@ -191,7 +191,7 @@ static void test_fit_without_decode(void **state) {
   uint16_t pre[4 * 2];
   for (size_t i = 0; i < 12; i++) {
     for (size_t x = 0; x < 8; x++) pre[x] = (uint16_t)((i % 3) * 2 + x % 2);
-    char id[8];
+    char id[32];
     snprintf(id, sizeof id, "r%zu", i);
     assert_true(eldr_trace_append(t, id, NULL, NULL, -1, pre, 4, NULL, 0, NULL) >= 0);
   }
