@@ -7,44 +7,30 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "eldr/artifact.h"
 #include "eldr/rng.h"
 #include "eldr/trace.h"
+#include "support/proc.h"
 
 static char g_dir[256];
 static char g_trace[512];
 
-/* Run the eldr binary with a shell-free argv; capture stdout/stderr. */
+/* Run the eldr binary with args (NULL-terminated); capture stdout/stderr. */
 static int run(char *out, size_t outcap, char *err, size_t errcap, const char *const *args) {
   char ofile[512], efile[512];
   snprintf(ofile, sizeof ofile, "%s/stdout", g_dir);
   snprintf(efile, sizeof efile, "%s/stderr", g_dir);
-  pid_t pid = fork();
-  assert_true(pid >= 0);
-  if (pid == 0) {
-    if (!freopen(ofile, "w", stdout) || !freopen(efile, "w", stderr)) _exit(127);
-    const char *argv[32];
-    size_t n = 0;
-    argv[n++] = ELDR_BINARY;
-    for (; args[n - 1] && n < 31; n++) argv[n] = args[n - 1];
-    argv[n] = NULL;
-    execv(ELDR_BINARY, (char *const *)argv);
-    _exit(127);
-  }
-  int st = 0;
-  waitpid(pid, &st, 0);
-  FILE *f = fopen(ofile, "r");
-  size_t k = f ? fread(out, 1, outcap - 1, f) : 0;
-  out[k] = 0;
-  if (f) fclose(f);
-  f = fopen(efile, "r");
-  k = f ? fread(err, 1, errcap - 1, f) : 0;
-  err[k] = 0;
-  if (f) fclose(f);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+  const char *argv[32];
+  size_t n = 0;
+  argv[n++] = ELDR_BINARY;
+  for (; args[n - 1] && n < 31; n++) argv[n] = args[n - 1];
+  argv[n] = NULL;
+  int rc = eldr_test_run(argv, ofile, efile);
+  eldr_test_read_into(ofile, out, outcap);
+  eldr_test_read_into(efile, err, errcap);
+  return rc;
 }
 
 static size_t lines(const char *s) {

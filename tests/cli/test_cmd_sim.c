@@ -16,6 +16,7 @@
 
 #include "eldr/rng.h"
 #include "eldr/trace.h"
+#include "support/proc.h"
 
 static char g_dir[256];
 static char g_trace[512];
@@ -25,29 +26,15 @@ static int run(const char *const *args) {
   char ofile[512], efile[512];
   snprintf(ofile, sizeof ofile, "%s/stdout", g_dir);
   snprintf(efile, sizeof efile, "%s/stderr", g_dir);
-  pid_t pid = fork();
-  assert_true(pid >= 0);
-  if (pid == 0) {
-    if (!freopen(ofile, "w", stdout) || !freopen(efile, "w", stderr)) _exit(127);
-    const char *argv[48];
-    size_t n = 0;
-    argv[n++] = ELDR_BINARY;
-    for (; args[n - 1] && n < 47; n++) argv[n] = args[n - 1];
-    argv[n] = NULL;
-    execv(ELDR_BINARY, (char *const *)argv);
-    _exit(127);
-  }
-  int st = 0;
-  waitpid(pid, &st, 0);
-  FILE *f = fopen(ofile, "r");
-  size_t k = f ? fread(g_out, 1, sizeof g_out - 1, f) : 0;
-  g_out[k] = 0;
-  if (f) fclose(f);
-  f = fopen(efile, "r");
-  k = f ? fread(g_err, 1, sizeof g_err - 1, f) : 0;
-  g_err[k] = 0;
-  if (f) fclose(f);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+  const char *argv[48];
+  size_t n = 0;
+  argv[n++] = ELDR_BINARY;
+  for (; args[n - 1] && n < 47; n++) argv[n] = args[n - 1];
+  argv[n] = NULL;
+  int rc = eldr_test_run(argv, ofile, efile);
+  eldr_test_read_into(ofile, g_out, sizeof g_out);
+  eldr_test_read_into(efile, g_err, sizeof g_err);
+  return rc;
 }
 
 /* OLMoE-shaped (16 layers, 64 experts, top-8) trace: 2 domains, arrivals 10 ms apart. */

@@ -12,10 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
+
+#include "support/proc.h"
 
 static char g_dir[256];
 static char g_out[512], g_err[512];
@@ -36,40 +37,11 @@ static int run(const char *first, ...) {
   for (const char *a = first; a && n < 63; a = va_arg(ap, const char *)) argv[n++] = a;
   va_end(ap);
   argv[n] = NULL;
-  pid_t pid = fork();
-  assert_true(pid >= 0);
-  if (pid == 0) {
-    int o = open(g_out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    int e = open(g_err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (o < 0 || e < 0) _exit(126);
-    dup2(o, 1);
-    dup2(e, 2);
-    execv(argv[0], (char *const *)argv);
-    _exit(127);
-  }
-  int st = 0;
-  assert_true(waitpid(pid, &st, 0) == pid);
-  if (WIFSIGNALED(st)) return 128 + WTERMSIG(st);
-  return WEXITSTATUS(st);
-}
-
-static char *slurp(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *b = malloc((size_t)n + 1);
-  assert_non_null(b);
-  size_t got = fread(b, 1, (size_t)n, f);
-  fclose(f);
-  b[got] = 0;
-  if (len) *len = got;
-  return b;
+  return eldr_test_run(argv, g_out, g_err);
 }
 
 static int lines_of(const char *path) {
-  char *b = slurp(path, NULL);
+  char *b = eldr_test_slurp(path, NULL);
   int n = 0;
   for (char *p = b; p && *p; p++) n += *p == '\n';
   free(b);
@@ -78,7 +50,7 @@ static int lines_of(const char *path) {
 
 /* Expect a failure with exactly one line on stderr containing needle. */
 static void expect_error(int rc, int want, const char *needle) {
-  char *e = slurp(g_err, NULL);
+  char *e = eldr_test_slurp(g_err, NULL);
   if (rc != want || lines_of(g_err) != 1 || !strstr(e, needle))
     fail_msg("exit %d (want %d), stderr: '%s' (want one line with '%s')", rc, want, e, needle);
   free(e);
@@ -108,7 +80,7 @@ static void test_help(void **state) {
   (void)state;
   assert_int_equal(run("trace", "--help", NULL), 0);
   assert_int_equal(run("trace", "gen", "--help", NULL), 0);
-  char *o = slurp(g_out, NULL);
+  char *o = eldr_test_slurp(g_out, NULL);
   assert_non_null(strstr(o, "--workload"));
   free(o);
   assert_int_equal(run("trace", "stats", "--help", NULL), 0);
@@ -170,7 +142,7 @@ static void test_gen_deterministic(void **state) {
                        "-q", "-o", c, NULL),
                    0);
   size_t la, lb, lc;
-  char *xa = slurp(a, &la), *xb = slurp(b, &lb), *xc = slurp(c, &lc);
+  char *xa = eldr_test_slurp(a, &la), *xb = eldr_test_slurp(b, &lb), *xc = eldr_test_slurp(c, &lc);
   assert_non_null(xa);
   assert_true(la > 0 && la == lb);
   assert_memory_equal(xa, xb, la);
@@ -196,8 +168,8 @@ static void test_gen_deterministic(void **state) {
                        "-q", "-o", "-", NULL),
                    0);
   size_t lo;
-  char *xo = slurp(g_out, &lo);
-  xa = slurp(a, &la);
+  char *xo = eldr_test_slurp(g_out, &lo);
+  xa = eldr_test_slurp(a, &la);
   assert_int_equal(lo, la);
   assert_memory_equal(xo, xa, la);
   free(xo);
@@ -206,7 +178,7 @@ static void test_gen_deterministic(void **state) {
 
 /* Parse the stats JSON printed by the last run. */
 static json_t *stats_json(void) {
-  char *o = slurp(g_out, NULL);
+  char *o = eldr_test_slurp(g_out, NULL);
   json_error_t je;
   json_t *r = json_loads(o, 0, &je);
   if (!r) fail_msg("stats JSON: %s: %.200s", je.text, o);
@@ -266,7 +238,7 @@ static void test_stats_table_plot_errors(void **state) {
                        "--max-prompt-tokens", "32", "-q", "-o", t, NULL),
                    0);
   assert_int_equal(run("trace", "stats", t, "--batch", "4,8", "--batches", "8", NULL), 0);
-  char *o = slurp(g_out, NULL);
+  char *o = eldr_test_slurp(g_out, NULL);
   assert_non_null(strstr(o, "(a) prefill->decode"));
   assert_non_null(strstr(o, "(b) distinct experts"));
   assert_non_null(strstr(o, "(c) domains"));
@@ -305,7 +277,7 @@ static void test_stats_table_plot_errors(void **state) {
     } else {
       unsetenv("PATH");
     }
-    char *e = slurp(g_err, NULL);
+    char *e = eldr_test_slurp(g_err, NULL);
     if (rc != 1 || lines_of(g_err) != 1 || !strstr(e, "gnuplot not found"))
       fail_msg("exit %d, stderr '%s'", rc, e);
     free(e);
@@ -316,7 +288,7 @@ static void test_stats_table_plot_errors(void **state) {
     assert_int_equal(run("trace", "stats", t, "--batch", "4,8", "--batches", "4", "--plot", svg,
                          NULL),
                      0);
-    char *s = slurp(svg, NULL);
+    char *s = eldr_test_slurp(svg, NULL);
     assert_non_null(s);
     assert_non_null(strstr(s, "<svg"));
     free(s);
@@ -335,7 +307,7 @@ static void test_stats_artifact(void **state) {
   int rc = run("fit", "--trace", t, "--decoders", "4", "-o", a, "--layers", "all", "--restarts",
                "1", "-q", NULL);
   if (rc != 0) {
-    char *e = slurp(g_err, NULL);
+    char *e = eldr_test_slurp(g_err, NULL);
     print_message("eldr fit unavailable (%d): %s\n", rc, e);
     free(e);
     skip();

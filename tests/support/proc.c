@@ -1,0 +1,69 @@
+#include "support/proc.h"
+
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static int open_out(const char *path) {
+  return open(path ? path : "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+}
+
+int eldr_test_run(const char *const *argv, const char *out_path, const char *err_path) {
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    int o = open_out(out_path), e = open_out(err_path);
+    if (o < 0 || e < 0) _exit(126);
+    dup2(o, 1);
+    dup2(e, 2);
+    execv(argv[0], (char *const *)argv);
+    _exit(127);
+  }
+  int st = 0;
+  assert_true(waitpid(pid, &st, 0) == pid);
+  if (WIFSIGNALED(st)) return 128 + WTERMSIG(st);
+  return WEXITSTATUS(st);
+}
+
+char *eldr_test_slurp(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  size_t cap = 4096, n = 0;
+  char *buf = malloc(cap);
+  for (;;) {
+    if (!buf) break;
+    if (n + 1 >= cap) {
+      char *nb = realloc(buf, cap * 2);
+      if (!nb) {
+        free(buf);
+        buf = NULL;
+        break;
+      }
+      buf = nb;
+      cap *= 2;
+    }
+    size_t k = fread(buf + n, 1, cap - 1 - n, f);
+    if (!k) break;
+    n += k;
+  }
+  fclose(f);
+  if (!buf) return NULL;
+  buf[n] = '\0';
+  if (len) *len = n;
+  return buf;
+}
+
+void eldr_test_read_into(const char *path, char *buf, size_t cap) {
+  FILE *f = fopen(path, "rb");
+  size_t k = f ? fread(buf, 1, cap - 1, f) : 0;
+  buf[k] = '\0';
+  if (f) fclose(f);
+}

@@ -1,0 +1,23 @@
+/* proc.h — run a program (usually the eldr binary) from a test, as a user
+ * would: stdout and stderr to files, exit status back.
+ *
+ * Ownership: paths and argv are the caller's; eldr_test_slurp returns a
+ * malloc'd NUL-terminated buffer the caller frees. Failures to spawn or to
+ * wait abort the test through cmocka. */
+#ifndef ELDR_TEST_PROC_H
+#define ELDR_TEST_PROC_H
+
+#include <stddef.h>
+
+/* Run argv[0] with argv (NULL-terminated) and stdout/stderr written to
+ * out_path/err_path (truncated; NULL = /dev/null). Returns the exit status,
+ * or 128 + signal number when it was killed. */
+int eldr_test_run(const char *const *argv, const char *out_path, const char *err_path);
+
+/* Read a whole file; NULL when it cannot be read. *len (optional) = bytes. */
+char *eldr_test_slurp(const char *path, size_t *len);
+
+/* Read a file into buf (cap bytes, NUL-terminated, truncated); "" on error. */
+void eldr_test_read_into(const char *path, char *buf, size_t cap);
+
+#endif
