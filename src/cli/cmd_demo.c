@@ -32,8 +32,8 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "eldr/fit.h"
 #include "eldr/loadgen.h"
-#include "eldr/rng.h"
 #include "eldr/trace.h"
 #include "eldr/tracegen.h"
 
@@ -138,13 +138,12 @@ static void demo_fail(const char *fmt, ...) {
   exit(g_stop ? 128 + g_stop : 1);
 }
 
-/* Start `eldr <args...>` in the demo's process group. With line != NULL its
- * stdout is a pipe and the first line containing "listening on" is returned
- * (within timeout_s); stderr goes to log_path (or is inherited). */
-static pid_t spawn(char *const args[], const char *log_path, char *line, size_t cap,
-                   double timeout_s) {
-  int pfd[2] = {-1, -1};
-  if (line && pipe(pfd) < 0) return -1;
+/* Fork `eldr <args...>` into the demo's process group (parent-death signal,
+ * default signal dispositions) and register it. Its stdout goes to out_fd
+ * when >= 0 (other_fd, if >= 0, is closed in the child), else to out_path
+ * (or /dev/null); its stderr is appended to log_path (or inherited). */
+static pid_t fork_child(char *const args[], int out_fd, int other_fd, const char *out_path,
+                        const char *log_path) {
   if (g_nchildren == MAX_CHILDREN) return -1;
   pid_t pid = fork();
   if (pid < 0) return -1;
@@ -154,13 +153,13 @@ static pid_t spawn(char *const args[], const char *log_path, char *line, size_t 
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
     signal(SIGHUP, SIG_DFL);
-    if (line) {
-      dup2(pfd[1], 1);
-      close(pfd[0]);
-      close(pfd[1]);
+    if (out_fd >= 0) {
+      dup2(out_fd, 1);
+      close(out_fd);
+      if (other_fd >= 0) close(other_fd);
     } else {
-      int dn = open("/dev/null", O_WRONLY);
-      if (dn >= 0) dup2(dn, 1);
+      int of = open(out_path ? out_path : "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (of >= 0) dup2(of, 1);
     }
     if (log_path) {
       int lf = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
@@ -178,6 +177,24 @@ static pid_t spawn(char *const args[], const char *log_path, char *line, size_t 
   if (g_pgid <= 0) g_pgid = pid;
   setpgid(pid, g_pgid);
   g_children[g_nchildren++] = pid;
+  return pid;
+}
+
+/* Start `eldr <args...>` in the demo's process group. With line != NULL its
+ * stdout is a pipe and the first line containing "listening on" is returned
+ * (within timeout_s); stderr goes to log_path (or is inherited). */
+static pid_t spawn(char *const args[], const char *log_path, char *line, size_t cap,
+                   double timeout_s) {
+  int pfd[2] = {-1, -1};
+  if (line && pipe(pfd) < 0) return -1;
+  pid_t pid = fork_child(args, pfd[1], pfd[0], NULL, log_path);
+  if (pid < 0) {
+    if (line) {
+      close(pfd[0]);
+      close(pfd[1]);
+    }
+    return -1;
+  }
   if (!line) return pid;
   close(pfd[1]);
   size_t n = 0;
@@ -217,32 +234,8 @@ static pid_t spawn(char *const args[], const char *log_path, char *line, size_t 
 
 /* Run `eldr <args...>` to completion; its stdout into out_path (or /dev/null). */
 static int run_child(char *const args[], const char *out_path, const char *log_path) {
-  if (g_nchildren == MAX_CHILDREN) return -1;
-  pid_t pid = fork();
+  pid_t pid = fork_child(args, -1, -1, out_path, log_path);
   if (pid < 0) return -1;
-  if (pid == 0) {
-    setpgid(0, g_pgid > 0 ? g_pgid : 0);
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
-    int of = open(out_path ? out_path : "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (of >= 0) dup2(of, 1);
-    if (log_path) {
-      int lf = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
-      if (lf >= 0) dup2(lf, 2);
-    }
-    size_t n = 0;
-    while (args[n]) n++;
-    char **argv = calloc(n + 2, sizeof *argv);
-    if (!argv) _exit(127);
-    argv[0] = g_exe;
-    for (size_t i = 0; i < n; i++) argv[i + 1] = args[i];
-    execv(g_exe, argv);
-    _exit(127);
-  }
-  if (g_pgid <= 0) g_pgid = pid;
-  setpgid(pid, g_pgid);
-  g_children[g_nchildren++] = pid;
   int st = 0;
   while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
   }
@@ -495,14 +488,7 @@ int eldr_cmd_demo(int argc, char **argv) {
     /* seeded random split */
     idx = malloc(all->n * sizeof *idx);
     if (!idx) demo_fail("out of memory");
-    for (size_t i = 0; i < all->n; i++) idx[i] = i;
-    eldr_rng r;
-    eldr_rng_seed(&r, seed);
-    for (size_t i = all->n - 1; i > 0; i--) {
-      size_t j = (size_t)eldr_rng_below(&r, i + 1), t = idx[i];
-      idx[i] = idx[j];
-      idx[j] = t;
-    }
+    eldr_fit_shuffle(idx, all->n, seed); /* the split eldr fit and eldr sim use */
     nfit = (size_t)(fit_fraction * (double)all->n);
     if (nfit < 2) nfit = 2;
     if (nfit > all->n - 1) nfit = all->n - 1;
