@@ -22,12 +22,7 @@ static int run(char *out, size_t outcap, char *err, size_t errcap, const char *c
   char ofile[512], efile[512];
   snprintf(ofile, sizeof ofile, "%s/stdout", g_dir);
   snprintf(efile, sizeof efile, "%s/stderr", g_dir);
-  const char *argv[32];
-  size_t n = 0;
-  argv[n++] = ELDR_BINARY;
-  for (; args[n - 1] && n < 31; n++) argv[n] = args[n - 1];
-  argv[n] = NULL;
-  int rc = eldr_test_run(argv, ofile, efile);
+  int rc = eldr_test_run_args(ELDR_BINARY, args, ofile, efile);
   eldr_test_read_into(ofile, out, outcap);
   eldr_test_read_into(efile, err, errcap);
   return rc;

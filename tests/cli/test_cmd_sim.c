@@ -26,12 +26,7 @@ static int run(const char *const *args) {
   char ofile[512], efile[512];
   snprintf(ofile, sizeof ofile, "%s/stdout", g_dir);
   snprintf(efile, sizeof efile, "%s/stderr", g_dir);
-  const char *argv[48];
-  size_t n = 0;
-  argv[n++] = ELDR_BINARY;
-  for (; args[n - 1] && n < 47; n++) argv[n] = args[n - 1];
-  argv[n] = NULL;
-  int rc = eldr_test_run(argv, ofile, efile);
+  int rc = eldr_test_run_args(ELDR_BINARY, args, ofile, efile);
   eldr_test_read_into(ofile, g_out, sizeof g_out);
   eldr_test_read_into(efile, g_err, sizeof g_err);
   return rc;

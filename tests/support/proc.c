@@ -33,6 +33,20 @@ int eldr_test_run(const char *const *argv, const char *out_path, const char *err
   return WEXITSTATUS(st);
 }
 
+int eldr_test_run_args(const char *binary, const char *const *args, const char *out_path,
+                       const char *err_path) {
+  const char *argv[64];
+  size_t n = 0;
+  argv[n++] = binary;
+  while (args[n - 1]) {
+    assert_true(n < 63);
+    argv[n] = args[n - 1];
+    n++;
+  }
+  argv[n] = NULL;
+  return eldr_test_run(argv, out_path, err_path);
+}
+
 char *eldr_test_slurp(const char *path, size_t *len) {
   FILE *f = fopen(path, "rb");
   if (!f) return NULL;

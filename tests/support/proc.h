@@ -14,6 +14,11 @@
  * or 128 + signal number when it was killed. */
 int eldr_test_run(const char *const *argv, const char *out_path, const char *err_path);
 
+/* eldr_test_run with argv = {binary, args[0], args[1], ...} (args
+ * NULL-terminated, at most 62 entries). */
+int eldr_test_run_args(const char *binary, const char *const *args, const char *out_path,
+                       const char *err_path);
+
 /* Read a whole file; NULL when it cannot be read. *len (optional) = bytes. */
 char *eldr_test_slurp(const char *path, size_t *len);
 
