@@ -5,7 +5,10 @@
  * top-level object, validates every value's syntax and records where the
  * known fields' values are; pass 2 interprets the fields in a fixed order
  * (shape first, so that expert ids can be range-checked while the id arrays
- * are read straight into uint16_t buffers). Strings are decoded by jansson
+ * are read straight into uint16_t buffers). The prefill/decode arrays in the
+ * writer's compact form are parsed once, in pass 1 (parse_sel_compact), and
+ * the result is kept when it fits the line's shape; anything else is parsed
+ * in pass 2 by the general parse_sel. Strings are decoded by jansson
  * (escapes, \u sequences, UTF-8 validation). jansson's json_loadb on whole
  * lines was measured at ~39 MB/s on 48-layer top-8 lines (one json_t
  * allocation per expert id); the direct array walk is an order of
@@ -611,6 +614,139 @@ static int parse_sel(const lctx *c, const char *field, span s, const eldr_shape 
   return ELDR_OK;
 }
 
+/* Fast path for the id arrays (prefill, decode) in the exact compact form
+ * the writer produces: "[[[1,2],[3,4]],[[5,6],[7,8]]]" (no whitespace,
+ * plain non-negative integers without leading zeros, at most 65535). It runs
+ * in pass 1, before the shape is known: the layer and top-k counts are taken
+ * from the first token and every later token must repeat them exactly. The
+ * result is used in pass 2 only when it matches the line's shape and every id
+ * is below num_experts; in every other case -- including any input the fast
+ * path does not accept, which it simply declines (NULL) -- the general
+ * skip_num_array + parse_sel path runs exactly as before, so errors and
+ * results are unchanged. When it succeeds, the value holds only digits,
+ * commas and balanced brackets, so its end is the one skip_num_array finds. */
+typedef struct fast_sel {
+  bool ok;
+  uint32_t L, K, ntok; /* L = K = 0 when ntok == 0 */
+  uint32_t maxid;
+} fast_sel;
+
+/* One layer's ids after its '[': "1,22,333]". Returns the position after
+ * the ']' or NULL. With checked false the caller guarantees 7 * kmax
+ * readable bytes: at most kmax ids are read, each of at most 6 digits (the
+ * 6th exceeds 0xffff) and its separator. */
+static inline __attribute__((always_inline)) const char *
+compact_ids(const char *p, const char *e, const bool checked, uint16_t *ids, uint32_t kmax,
+            uint32_t *kout, uint32_t *maxid) {
+  uint32_t k = 0, mx = *maxid;
+  for (;;) {
+    if (k >= kmax || (checked && p >= e)) return NULL;
+    uint32_t v = (uint32_t)(unsigned char)*p - '0';
+    if (v > 9) return NULL;
+    p++;
+    bool more = true;
+    if (!checked) { /* unrolled for 1-3 digits */
+      more = false;
+      const uint32_t d1 = (uint32_t)(unsigned char)p[0] - '0';
+      if (d1 <= 9) {
+        if (!v) return NULL; /* leading zero */
+        v = v * 10 + d1;
+        const uint32_t d2 = (uint32_t)(unsigned char)p[1] - '0';
+        if (d2 <= 9) {
+          v = v * 10 + d2;
+          p += 2;
+          more = true;
+        } else {
+          p += 1;
+        }
+      }
+    }
+    if (v && more) {
+      for (;;) {
+        if (checked && p >= e) return NULL;
+        uint32_t dg = (uint32_t)(unsigned char)*p - '0';
+        if (dg > 9) break;
+        v = v * 10 + dg;
+        if (v > 0xffff) return NULL;
+        p++;
+      }
+    }
+    ids[k++] = (uint16_t)v;
+    if (v > mx) mx = v;
+    if (checked && p >= e) return NULL;
+    const char ch = *p++;
+    if (ch == ',') continue;
+    if (ch == ']') break;
+    return NULL; /* "0" followed by a digit, '.', 'e', whitespace... */
+  }
+  *kout = k;
+  *maxid = mx;
+  return p;
+}
+
+static const char *parse_sel_compact(const char *p, const char *e, gbuf *out, fast_sel *r) {
+  r->ok = false;
+  out->n = 0;
+  if (e - p < 2 || p[0] != '[') return NULL;
+  p++;
+  if (*p == ']') {
+    *r = (fast_sel){true, 0, 0, 0, 0};
+    return p + 1;
+  }
+  uint32_t L = 0, K = 0, ntok = 0, maxid = 0;
+  for (;;) { /* tokens */
+    if (p >= e || *p != '[') return NULL;
+    p++;
+    uint32_t l = 0;
+    for (;;) { /* layers */
+      if (p >= e || *p != '[') return NULL;
+      p++;
+      const uint32_t kmax = K ? K : ELDR_MAX_TOPK;
+      if (out->n + kmax > out->cap && gbuf_reserve(out, kmax)) return NULL;
+      uint16_t *ids = (uint16_t *)out->p + out->n;
+      uint32_t k = 0;
+      /* at most 7 bytes are read per id (6 digits at most, then the separator) */
+      p = (size_t)(e - p) >= 7 * (size_t)kmax ? compact_ids(p, e, false, ids, kmax, &k, &maxid)
+                                               : compact_ids(p, e, true, ids, kmax, &k, &maxid);
+      if (!p) return NULL;
+      if (!K) K = k;
+      else if (k != K) return NULL;
+      out->n += k;
+      l++;
+      if (p >= e) return NULL;
+      const char ch = *p++;
+      if (ch == ',') {
+        if ((L && l >= L) || l >= ELDR_MAX_LAYERS) return NULL;
+        continue;
+      }
+      if (ch == ']') break;
+      return NULL;
+    }
+    if (!L) L = l;
+    else if (l != L) return NULL;
+    if (++ntok >= UINT32_MAX) return NULL;
+    if (p >= e) return NULL;
+    const char ch = *p++;
+    if (ch == ',') continue;
+    if (ch == ']') break;
+    return NULL;
+  }
+  *r = (fast_sel){true, L, K, ntok, maxid};
+  return p;
+}
+
+/* parse_sel for an id field, reusing pass 1's compact parse when it applies. */
+static int parse_ids(const lctx *c, const char *field, span s, const eldr_shape *sh,
+                     const fast_sel *fs, gbuf *out, uint32_t *ntok) {
+  if (fs->ok && (fs->ntok == 0 || (fs->L == sh->num_layers && fs->K == sh->top_k &&
+                                   fs->maxid < sh->num_experts))) {
+    *ntok = fs->ntok;
+    return ELDR_OK;
+  }
+  out->n = 0;
+  return parse_sel(c, field, s, sh, false, out, ntok);
+}
+
 /* Layer ids. check_dups: the line defines the trace's layers (later lines
  * are compared with them instead, which makes repeats impossible there). */
 static int parse_layers(const lctx *c, span s, bool check_dups, uint32_t **out, uint32_t *n) {
@@ -664,9 +800,13 @@ fail:
 
 static bool is_null(span s) { return s.p && s.e - s.p == 4 && !memcmp(s.p, "null", 4); }
 
-static int parse_line_impl(eldr_trace *t, const char *line, size_t len, lctx *c) {
+/* pre, dec: empty buffers for the id arrays; on success they are handed to
+ * the trace (p set to NULL), otherwise the caller frees them. */
+static int parse_line_body(eldr_trace *t, const char *line, size_t len, lctx *c, gbuf *pre_,
+                           gbuf *dec_) {
   const char *p = line, *e = line + len;
   span f[F_COUNT] = {{0}};
+  fast_sel fs_pre = {0}, fs_dec = {0};
   const char *why = NULL;
   c->base = line;
 
@@ -694,7 +834,9 @@ static int parse_line_impl(eldr_trace *t, const char *line, size_t len, lctx *c)
       for (int i = 0; i < F_COUNT; i++)
         if (strlen(field_names[i]) == kn && !memcmp(ks + 1, field_names[i], kn)) fi = i;
       const char *ve = NULL;
-      if (fi == F_PREFILL || fi == F_DECODE || fi == F_GATES) ve = skip_num_array(p, e);
+      if (fi == F_PREFILL && !f[fi].p) ve = parse_sel_compact(p, e, pre_, &fs_pre);
+      else if (fi == F_DECODE && !f[fi].p) ve = parse_sel_compact(p, e, dec_, &fs_dec);
+      if (!ve && (fi == F_PREFILL || fi == F_DECODE || fi == F_GATES)) ve = skip_num_array(p, e);
       if (!ve) ve = scan_value(p, e, &why);
       if (!ve) {
         if (fi >= 0) return lfail(c, ELDR_EPARSE, field_names[fi], "invalid JSON: %s", why);
@@ -730,8 +872,9 @@ static int parse_line_impl(eldr_trace *t, const char *line, size_t len, lctx *c)
   int rc;
   char *model = NULL, *id = NULL, *domain = NULL, *prompt = NULL;
   uint32_t *layers = NULL, nl = 0;
-  gbuf pre = {.esz = sizeof(uint16_t)}, dec = {.esz = sizeof(uint16_t)},
-       gat = {.esz = sizeof(float)};
+  gbuf pre = *pre_, dec = *dec_, gat = {.esz = sizeof(float)};
+  *pre_ = (gbuf){.esz = sizeof(uint16_t)};
+  *dec_ = (gbuf){.esz = sizeof(uint16_t)};
   uint32_t n_pre = 0, n_dec = 0, n_gat = 0;
   double arrival = -1.0;
   uint64_t ne, tk;
@@ -797,8 +940,8 @@ static int parse_line_impl(eldr_trace *t, const char *line, size_t len, lctx *c)
       goto out;
     }
   }
-  if ((rc = parse_sel(c, "prefill", f[F_PREFILL], &sh, false, &pre, &n_pre))) goto out;
-  if ((rc = parse_sel(c, "decode", f[F_DECODE], &sh, false, &dec, &n_dec))) goto out;
+  if ((rc = parse_ids(c, "prefill", f[F_PREFILL], &sh, &fs_pre, &pre, &n_pre))) goto out;
+  if ((rc = parse_ids(c, "decode", f[F_DECODE], &sh, &fs_dec, &dec, &n_dec))) goto out;
   if (f[F_GATES].p && !is_null(f[F_GATES])) {
     if ((rc = parse_sel(c, "prefill_gates", f[F_GATES], &sh, true, &gat, &n_gat))) goto out;
     if (n_gat != n_pre) {
@@ -874,6 +1017,14 @@ out:
   free(pre.p);
   free(dec.p);
   free(gat.p);
+  return rc;
+}
+
+static int parse_line_impl(eldr_trace *t, const char *line, size_t len, lctx *c) {
+  gbuf pre = {.esz = sizeof(uint16_t)}, dec = {.esz = sizeof(uint16_t)};
+  int rc = parse_line_body(t, line, len, c, &pre, &dec);
+  free(pre.p);
+  free(dec.p);
   return rc;
 }
 

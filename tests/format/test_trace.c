@@ -503,6 +503,163 @@ static void test_load_errors(void **state) {
   eldr_trace_free(e);
 }
 
+/* ---- the compact fast path ----------------------------------------------- */
+
+/* The reader has a fast path for id arrays in the writer's compact form
+ * ("[[[1,2],[3,4]]]", no whitespace); any other spelling takes the general
+ * path. Both must give identical traces and identical errors. */
+
+#define C_HEAD "\"id\":\"c\",\"model\":\"m\",\"num_experts\":300,\"top_k\":3,\"layers\":[4,5,6]"
+
+/* v with a space after every '[' and ',' and before every ']' (malloc'd). */
+static char *spaced(const char *v) {
+  char *o = malloc(strlen(v) * 3 + 1), *q = o;
+  assert_non_null(o);
+  for (; *v; v++) {
+    if (*v == ']') *q++ = ' ';
+    *q++ = *v;
+    if (*v == '[' || *v == ',') *q++ = ' ';
+  }
+  *q = '\0';
+  return o;
+}
+
+static char *line_with(const char *prefill, const char *decode) {
+  char *o = malloc(strlen(prefill) + strlen(decode) + 256);
+  assert_non_null(o);
+  sprintf(o, "{" C_HEAD ",\"prefill\":%s,\"decode\":%s}\n", prefill, decode);
+  return o;
+}
+
+static void test_compact_vs_spaced(void **state) {
+  (void)state;
+  const char *pre[] = {
+      "[[[0,10,299],[128,7,65],[1,2,3]],[[9,99,100],[0,0,0],[299,298,297]]]",
+      "[]",
+      "[[[1,2,3],[4,5,6],[7,8,9]]]",
+  };
+  const char *dec[] = {
+      "[[[100,200,255],[9,99,199],[0,1,2]]]",
+      "[[[1,2,3],[4,5,6],[7,8,9]],[[10,20,30],[40,50,60],[70,80,90]]]",
+      "[]",
+  };
+  /* compact; everything spaced; only decode spaced; fields in another order */
+  size_t cap = 4096;
+  char *txt[4];
+  for (int v = 0; v < 4; v++) {
+    txt[v] = calloc(1, cap);
+    assert_non_null(txt[v]);
+  }
+  for (int i = 0; i < 3; i++) {
+    char *sp = spaced(pre[i]), *sd = spaced(dec[i]);
+    char *l0 = line_with(pre[i], dec[i]), *l1 = line_with(sp, sd), *l2 = line_with(pre[i], sd);
+    char l3[2048];
+    snprintf(l3, sizeof l3, "{\"decode\":%s,\"prefill\":%s," C_HEAD "}\n", dec[i], pre[i]);
+    strcat(txt[0], l0);
+    strcat(txt[1], l1);
+    strcat(txt[2], l2);
+    strcat(txt[3], l3);
+    free(sp), free(sd), free(l0), free(l1), free(l2);
+  }
+  eldr_trace *t[4];
+  eldr_diag d = {{0}};
+  for (int v = 0; v < 4; v++) {
+    if (eldr_trace_parse(txt[v], strlen(txt[v]), &t[v], &d)) fail_msg("variant %d: %s", v, d.msg);
+  }
+  assert_int_equal(t[0]->n, 3);
+  assert_int_equal(t[0]->req[0].n_prefill, 2);
+  assert_int_equal(t[0]->req[0].prefill[2], 299);
+  assert_int_equal(t[0]->req[0].prefill[3], 128);
+  assert_int_equal(t[0]->req[0].prefill[17], 297);
+  assert_int_equal(t[0]->req[1].n_prefill, 0);
+  assert_int_equal(t[0]->req[1].decode[17], 90);
+  assert_int_equal(t[0]->req[2].n_decode, 0);
+  for (int v = 1; v < 4; v++) assert_traces_equal(t[0], t[v]);
+  /* and the writer's output reads back to the same */
+  eldr_trace *back = roundtrip(t[0]);
+  assert_traces_equal(t[0], back);
+  eldr_trace_free(back);
+  for (int v = 0; v < 4; v++) {
+    eldr_trace_free(t[v]);
+    free(txt[v]);
+  }
+}
+
+static void test_compact_errors(void **state) {
+  (void)state;
+  static const struct {
+    const char *pre;
+    int err;
+    const char *sub;
+  } cases[] = {
+      {"[[[1,2,3],[4,5,6],[7,8,9]],[[1,2,3],[4,5],[7,8,9]]]", ELDR_ESHAPE,
+       "token 1 layer 1: 2 entries, expected top_k 3"},
+      {"[[[1,2,3],[4,5,6],[7,8,300]]]", ELDR_ERANGE,
+       "token 0 layer 2 slot 2: expert id 300 >= num_experts 300"},
+      {"[[[1,2,3],[4,5,6],[7,8,9]],[[1,2,3],[4,5,6],[7,8,9],[1,1,1]]]", ELDR_ESHAPE,
+       "token 1: more than 3 layers"},
+      {"[[[1,2],[4,5],[7,8]]]", ELDR_ESHAPE, "token 0 layer 0: 2 entries, expected top_k 3"},
+      {"[[[1,2,3,4],[4,5,6],[7,8,9]]]", ELDR_ESHAPE, "token 0 layer 0: more than top_k 3"},
+      {"[[[1,2,3],[4,5,6]]]", ELDR_ESHAPE, "token 0: 2 layers, expected 3"},
+      {"[[[1,2,3],[4,5,6],[7,8,9]],[[1,2,3],[4,5,6],[7,8,9]],[[1,2,3],[4,5,6]]]", ELDR_ESHAPE,
+       "token 2: 2 layers, expected 3"},
+      {"[[[1,2,3],[4,5,6],[7,8,09]]]", ELDR_EPARSE, "token 0 layer 2 slot 2: invalid number"},
+      {"[[[1,2,3],[4,5,6],[7,8,70000]]]", ELDR_ERANGE, "expert id 70000 >= num_experts 300"},
+      {"[[[1,2,3],[4,5,6],[7,8,9.0]]]", ELDR_EPARSE, "slot 2: expert id is not an integer"},
+      {"[[[1,2,3],[4,5,6],[7,8,9e0]]]", ELDR_EPARSE, "slot 2: expert id is not an integer"},
+      {"[[[1,2,3],[4,5,6],[7,8,-9]]]", ELDR_ERANGE, "slot 2: negative expert id -9"},
+      {"[[[1,2,3],[4,5,6],[7,8,9]],]", ELDR_EPARSE, "token 1: expected an array of 3 layers"},
+      {"[[[1,2,3],[4,5,6],[7,8,9],]]", ELDR_ESHAPE, "token 0: more than 3 layers"},
+      {"[[[1,2,3],[4,5,6],[7,8,9]],[[1,2,3],[4,5,6],]]", ELDR_EPARSE,
+       "token 1 layer 2: expected an array of 3 expert ids"},
+      {"[[[1,2,3],[4,5,6],[7,8,]]]", ELDR_EPARSE, "slot 2: expected an integer expert id"},
+      {"[[[1,2,3],[4,5,6],[7,8,9]]", ELDR_EPARSE, "invalid JSON: expected ',' or ']'"},
+      {"[[[1,2,3],[4,5,6],[7,8,9]]]]", ELDR_EPARSE, "invalid JSON: expected ',' or '}'"},
+      {"[[[1,2,3],[4,5,6],[7,8,\"9\"]]]", ELDR_EPARSE, "slot 2: expected an integer expert id"},
+  };
+  const char *good = "[[[1,2,3],[4,5,6],[7,8,9]]]";
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char *sp = spaced(cases[i].pre);
+    for (int form = 0; form < 4; form++) {
+      /* 0/1: compact/spaced prefill on line 2; 2/3: the same as decode on line 1 */
+      const char *v = form & 1 ? sp : cases[i].pre;
+      char *l1 = line_with(good, good);
+      char *bad = form < 2 ? line_with(v, good) : line_with(good, v);
+      char *text = malloc(strlen(l1) + strlen(bad) + 1);
+      assert_non_null(text);
+      strcpy(text, form < 2 ? l1 : "");
+      strcat(text, bad);
+      eldr_trace *t = (eldr_trace *)0x1;
+      eldr_diag d = {{0}};
+      int rc = eldr_trace_parse(text, strlen(text), &t, &d);
+      if (rc != cases[i].err)
+        fail_msg("case %zu form %d: rc %d (%s), want %d", i, form, rc, d.msg, cases[i].err);
+      assert_null(t);
+      const char *where = form < 2 ? "line 2: field 'prefill'" : "line 1: field 'decode'";
+      if (!strstr(cases[i].sub, "expected ',' or '}'")) ASSERT_MSG(d, where);
+      ASSERT_MSG(d, cases[i].sub);
+      /* the spaced form (general path) gives the very same message */
+      if (form & 1) {
+        eldr_diag d0 = {{0}};
+        char *bad0 = form < 2 ? line_with(cases[i].pre, good) : line_with(good, cases[i].pre);
+        char *text0 = malloc(strlen(l1) + strlen(bad0) + 1);
+        assert_non_null(text0);
+        strcpy(text0, form < 2 ? l1 : "");
+        strcat(text0, bad0);
+        eldr_trace *t0 = NULL;
+        assert_int_equal(eldr_trace_parse(text0, strlen(text0), &t0, &d0), rc);
+        assert_string_equal(d0.msg, d.msg);
+        free(text0);
+        free(bad0);
+      }
+      free(text);
+      free(bad);
+      free(l1);
+    }
+    free(sp);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_real_llama4),
@@ -516,6 +673,8 @@ int main(void) {
       cmocka_unit_test(test_errors_json),
       cmocka_unit_test(test_parse_line_atomic),
       cmocka_unit_test(test_load_errors),
+      cmocka_unit_test(test_compact_vs_spaced),
+      cmocka_unit_test(test_compact_errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
