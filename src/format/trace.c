@@ -1,6 +1,8 @@
 /* trace.c — the JSONL expert-selection trace format (see eldr/trace.h).
  *
- * Reading: the whole file is mapped (or read) once and parsed line by line.
+ * Reading: the whole file is mapped (or read) once and parsed line by line
+ * (inputs of 64 MiB and more in two halves on two threads, joined into the
+ * trace a sequential parse gives; see parse_buffer).
  * Each line is scanned by a small strict JSON scanner: pass 1 walks the
  * top-level object, validates every value's syntax and records where the
  * known fields' values are; pass 2 interprets the fields in a fixed order
@@ -24,6 +26,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -1035,29 +1038,141 @@ int eldr_trace_parse_line(eldr_trace *t, const char *line, size_t len, size_t li
   return parse_line_impl(t, line ? line : "", len, &c);
 }
 
-static int parse_buffer(const char *buf, size_t len, const char *src, eldr_trace **out,
-                        eldr_diag *d) {
-  *out = NULL;
-  eldr_trace *t = trace_alloc_empty();
-  if (!t) return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
-  const char *p = buf, *e = buf + len;
-  size_t lineno = 0;
-  int rc;
+/* Parse the lines of [p, e) into t; lineno: the number of lines before p. */
+static int parse_range(eldr_trace *t, const char *p, const char *e, size_t lineno,
+                       const char *src, eldr_diag *d) {
   while (p < e) {
     lineno++;
     const char *nl = memchr(p, '\n', (size_t)(e - p));
     const char *le = nl ? nl : e;
     if (skip_ws(p, le) != le) {
       lctx c = {d, src, lineno, p};
-      rc = parse_line_impl(t, p, (size_t)(le - p), &c);
+      int rc = parse_line_impl(t, p, (size_t)(le - p), &c);
       if (rc) {
         if (rc == ELDR_ENOMEM) eldr_diag_fail(d, rc, "%s%sline %zu: out of memory", src ? src : "",
                                               src ? ": " : "", lineno);
-        eldr_trace_free(t);
         return rc;
       }
     }
     p = nl ? nl + 1 : e;
+  }
+  return ELDR_OK;
+}
+
+/* Large inputs are parsed in two halves on two threads. The second half's
+ * trace first parses the file's first request line (which defines the
+ * model, shape and layers every later line is checked against, exactly as
+ * in a sequential parse) and drops it again; its line numbers start after a
+ * count of the first half's newlines. The halves are then joined in file
+ * order, the second half's domains re-interned in their order of first
+ * appearance, so the trace is the one a sequential parse gives. An error in
+ * the first half wins over one in the second, so the message names the
+ * first bad line, as sequentially. */
+#ifndef ELDR_TRACE_SPLIT_MIN
+#define ELDR_TRACE_SPLIT_MIN ((size_t)64 << 20)
+#endif
+
+typedef struct half_job {
+  const char *buf, *split, *e; /* whole input; the second half is [split, e) */
+  const char *first, *first_e; /* the first request line */
+  size_t first_lineno;
+  const char *src;
+  eldr_trace *t;
+  eldr_diag d;
+  int rc;
+} half_job;
+
+static void *parse_second_half(void *arg) {
+  half_job *j = arg;
+  j->d.msg[0] = '\0';
+  size_t lines = 0;
+  for (const char *p = j->buf; (p = memchr(p, '\n', (size_t)(j->split - p))) != NULL; p++)
+    lines++;
+  lctx c = {NULL, j->src, j->first_lineno, j->first};
+  j->rc = parse_line_impl(j->t, j->first, (size_t)(j->first_e - j->first), &c);
+  if (j->rc == ELDR_OK) j->rc = parse_range(j->t, j->split, j->e, lines, j->src, &j->d);
+  return NULL;
+}
+
+/* Append b's requests after its first (the repeated first line) to a. */
+static int join_halves(eldr_trace *a, eldr_trace *b) {
+  int *map = malloc((b->n_domains ? b->n_domains : 1) * sizeof *map);
+  if (!map) return ELDR_ENOMEM;
+  for (size_t i = 0; i < b->n_domains; i++) {
+    map[i] = eldr_trace_domain_intern(a, b->domains[i]);
+    if (map[i] < 0) {
+      free(map);
+      return ELDR_ENOMEM;
+    }
+  }
+  const size_t need = a->n + b->n - 1;
+  if (need > a->cap) {
+    eldr_request *r = realloc(a->req, need * sizeof *r);
+    if (!r) {
+      free(map);
+      return ELDR_ENOMEM;
+    }
+    a->req = r;
+    a->cap = need;
+  }
+  for (size_t i = 1; i < b->n; i++) {
+    eldr_request r = b->req[i];
+    if (r.domain >= 0) r.domain = map[r.domain];
+    a->req[a->n++] = r;
+  }
+  b->n = 1; /* the moved requests now belong to a */
+  free(map);
+  return ELDR_OK;
+}
+
+static int parse_buffer(const char *buf, size_t len, const char *src, eldr_trace **out,
+                        eldr_diag *d) {
+  *out = NULL;
+  eldr_trace *t = trace_alloc_empty();
+  if (!t) return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
+  const char *e = buf + len;
+  int rc;
+  half_job j = {.buf = buf, .e = e, .src = src};
+  if (len >= ELDR_TRACE_SPLIT_MIN) {
+    const char *nl = memchr(buf + len / 2, '\n', len - len / 2);
+    j.split = nl && nl + 1 < e ? nl + 1 : NULL;
+    /* the first request line, which must lie in the first half */
+    size_t lineno = 0;
+    for (const char *p = buf; j.split && p < j.split;) {
+      lineno++;
+      const char *le = memchr(p, '\n', (size_t)(j.split - p));
+      if (skip_ws(p, le) != le) {
+        j.first = p;
+        j.first_e = le;
+        j.first_lineno = lineno;
+        break;
+      }
+      p = le + 1;
+    }
+  }
+  if (j.first && (j.t = trace_alloc_empty()) != NULL) {
+    pthread_t th;
+    const bool threaded = pthread_create(&th, NULL, parse_second_half, &j) == 0;
+    rc = parse_range(t, buf, j.split, 0, src, d);
+    if (threaded)
+      pthread_join(th, NULL);
+    else if (rc == ELDR_OK)
+      parse_second_half(&j);
+    if (rc == ELDR_OK && j.rc != ELDR_OK) {
+      rc = j.rc;
+      if (d) *d = j.d;
+      if (rc == ELDR_ENOMEM && !j.d.msg[0])
+        eldr_diag_fail(d, rc, "%s%sout of memory", src ? src : "", src ? ": " : "");
+    }
+    if (rc == ELDR_OK && (rc = join_halves(t, j.t)) != ELDR_OK)
+      eldr_diag_fail(d, rc, "%s%sout of memory", src ? src : "", src ? ": " : "");
+    eldr_trace_free(j.t);
+  } else {
+    rc = parse_range(t, buf, e, 0, src, d);
+  }
+  if (rc) {
+    eldr_trace_free(t);
+    return rc;
   }
   if (t->n == 0) {
     eldr_trace_free(t);

@@ -660,6 +660,102 @@ static void test_compact_errors(void **state) {
   }
 }
 
+static void expect_err_n(const char *text, size_t len, int err, const char *sub) {
+  eldr_trace *t = (eldr_trace *)0x1;
+  eldr_diag d = {{0}};
+  int rc = eldr_trace_parse(text, len, &t, &d);
+  if (rc != err) fail_msg("rc %d (%s), want %d", rc, d.msg, err);
+  assert_null(t);
+  ASSERT_MSG(d, sub);
+}
+
+/* ---- large inputs: parsed in two halves ---------------------------------- */
+
+/* Inputs of 64 MiB and more are parsed on two threads; the trace, its domain
+ * table and the first bad line's message must be those of a sequential,
+ * line-by-line parse. */
+static void test_large_split(void **state) {
+  (void)state;
+  const size_t want = ((size_t)64 << 20) + ((size_t)2 << 20);
+  size_t cap = want + (1 << 16), n = 0;
+  char *text = malloc(cap);
+  assert_non_null(text);
+  n += (size_t)sprintf(text, "\n \n"); /* blank lines before the first request */
+  size_t nlines = 2, bad1 = 0, bad2 = 0, half_line = 0;
+  uint32_t x = 12345;
+  for (size_t i = 0; n < want; i++) {
+    const int second = n > want / 2;
+    if (second && !half_line) half_line = nlines + 1;
+    char dom[32] = "";
+    if (i % 7 == 3) { /* no domain */
+    } else if (second && i % 3 == 0) {
+      snprintf(dom, sizeof dom, "\"domain\":\"late%zu\",", i % 5);
+    } else {
+      snprintf(dom, sizeof dom, "\"domain\":\"d%zu\",", i % 4);
+    }
+    n += (size_t)sprintf(text + n,
+                         "{\"id\":\"r%zu\",%s\"model\":\"m\",\"num_experts\":64,\"top_k\":2,"
+                         "\"layers\":[0,1,2,3],\"prefill\":[",
+                         i, dom);
+    for (int tk = 0; tk < 100; tk++) {
+      text[n++] = tk ? ',' : '[';
+      if (tk) text[n++] = '[';
+      for (int l = 0; l < 4; l++) {
+        x = x * 1103515245u + 12345u;
+        n += (size_t)sprintf(text + n, "%s[%u,%u]", l ? "," : "", (x >> 8) % 64, (x >> 20) % 64);
+      }
+      text[n++] = ']';
+    }
+    n += (size_t)sprintf(text + n, "],\"decode\":[[[1,2],[3,4],[5,6],[7,%zu]]]}\n", i % 64);
+    nlines++;
+    if (i % 1000 == 999) {
+      n += (size_t)sprintf(text + n, "\n"); /* a blank line now and then */
+      nlines++;
+    }
+  }
+  assert_true(half_line > 3);
+  /* sequential reference: line by line */
+  eldr_shape sh = {4, 64, 2};
+  eldr_trace *ref = eldr_trace_new("m", &sh, NULL);
+  assert_non_null(ref);
+  eldr_diag d = {{0}};
+  size_t ln = 0;
+  for (const char *p = text, *e = text + n; p < e;) {
+    const char *nl = memchr(p, '\n', (size_t)(e - p));
+    ln++;
+    if (nl - p > 1 || (nl - p == 1 && *p != ' ')) {
+      if (eldr_trace_parse_line(ref, p, (size_t)(nl - p), ln, &d)) fail_msg("%s", d.msg);
+      if (ln == half_line + 5) bad2 = (size_t)(strstr(p, "\"decode\":[[[1,") - text) + 12;
+      if (ln == 100) bad1 = (size_t)(strstr(p, "\"decode\":[[[1,") - text) + 12;
+    }
+    p = nl + 1;
+  }
+  assert_true(bad1 && bad2);
+  eldr_trace *t = NULL;
+  if (eldr_trace_parse(text, n, &t, &d)) fail_msg("%s", d.msg);
+  assert_traces_equal(ref, t);
+  assert_true(t->n_domains > 4);
+  eldr_trace_free(t);
+  /* an error in the second half names its line */
+  assert_int_equal(text[bad2], '1');
+  text[bad2] = 'x';
+  char where[64];
+  snprintf(where, sizeof where, "line %zu: field 'decode'", half_line + 5);
+  expect_err_n(text, n, ELDR_EPARSE, where);
+  /* with another in the first half too, the first one is reported */
+  text[bad1] = 'x';
+  expect_err_n(text, n, ELDR_EPARSE, "line 100: field 'decode'");
+  text[bad2] = '1';
+  expect_err_n(text, n, ELDR_EPARSE, "line 100: field 'decode'");
+  text[bad1] = '1';
+  /* the last line truncated */
+  expect_err_n(text, n - 3, ELDR_EPARSE, "truncated");
+  snprintf(where, sizeof where, "line %zu:", nlines);
+  expect_err_n(text, n - 3, ELDR_EPARSE, where);
+  eldr_trace_free(ref);
+  free(text);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_real_llama4),
@@ -675,6 +771,7 @@ int main(void) {
       cmocka_unit_test(test_load_errors),
       cmocka_unit_test(test_compact_vs_spaced),
       cmocka_unit_test(test_compact_errors),
+      cmocka_unit_test(test_large_split),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
