@@ -4,7 +4,9 @@
  * L2-normalised means of their members. Balanced: every assignment step is
  * an exact capacitated assignment (eldr_assign_capacitated) with
  * cap = ceil(n/k). Vanilla (the ablation): nearest centroid. k-means++
- * initialisation, `restarts` independent runs, the lowest objective wins.
+ * initialisation, `restarts` independent runs, the lowest objective wins
+ * (ties: the lowest restart index). Restarts run on up to 2 threads, each
+ * with its own workspace; the result is bit-identical to a sequential run.
  * Same seed, same input => identical output.
  *
  * Ownership: caller owns x, centroids (k*dim), labels (n), sizes (k).

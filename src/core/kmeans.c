@@ -13,6 +13,7 @@
 #include "eldr/kmeans.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -426,6 +427,85 @@ static int kdata_init(kdata *X, const float *x, size_t n, size_t dim) {
   return 0;
 }
 
+static int kwork_alloc(kwork *W, size_t n, size_t k, size_t dim, int balanced) {
+  memset(W, 0, sizeof *W);
+  W->k = k;
+  W->kp = (k + KM_LANES - 1) / KM_LANES * KM_LANES;
+  W->dim = dim;
+  W->cent = malloc(k * dim * sizeof *W->cent);
+  W->ct = malloc(dim * W->kp * sizeof *W->ct); /* kp >= KM_LANES: also the seeding CT */
+  W->sum = malloc(k * dim * sizeof *W->sum);
+  W->acc = malloc(W->kp * sizeof *W->acc);
+  W->score = malloc(n * k * sizeof *W->score);
+  W->cost = balanced ? malloc(n * k * sizeof *W->cost) : NULL;
+  W->lab = malloc(n * sizeof *W->lab);
+  W->newlab = malloc(n * sizeof *W->newlab);
+  W->size = malloc(k * sizeof *W->size);
+  W->dmin = malloc(n * sizeof *W->dmin);
+  W->cscore = malloc(n * KM_LANES * sizeof *W->cscore);
+  W->used = malloc(n);
+  if (!W->cent || !W->ct || !W->sum || !W->acc || !W->score || (balanced && !W->cost) ||
+      !W->lab || !W->newlab || !W->size || !W->dmin || !W->cscore || !W->used)
+    return ELDR_ENOMEM;
+  return 0;
+}
+
+/* One thread's share of the restarts: r = first, first + step, ... Keeps
+ * its best run (lowest objective; on ties the lowest r, as a sequential
+ * loop would) in best_cent / best_lab. */
+typedef struct restart_job {
+  const kdata *X;
+  kwork W;
+  const eldr_kmeans_opts *opts;
+  const uint64_t *seeds;
+  size_t cap;
+  int first, step;
+  float *best_cent;
+  int *best_lab;
+  double best_obj;
+  int best_r, best_iters;
+  int rc;
+} restart_job;
+
+static void *run_restarts(void *arg) {
+  restart_job *j = arg;
+  const kdata *X = j->X;
+  kwork *W = &j->W;
+  const size_t n = X->n, k = W->k, dim = W->dim;
+  j->best_obj = INFINITY;
+  j->best_r = -1;
+  for (int r = j->first; r < j->opts->restarts; r += j->step) {
+    eldr_rng rng;
+    eldr_rng_seed(&rng, j->seeds[r]);
+    seed_plusplus(X, W, &rng);
+    for (size_t i = 0; i < n; i++) W->lab[i] = -1;
+    int iters = 0;
+    for (int it = 1; it <= j->opts->max_iter; it++) {
+      j->rc = assign_step(X, W, j->opts->balanced, j->cap);
+      if (j->rc) return NULL;
+      int changed = 0;
+      for (size_t i = 0; i < n; i++)
+        if (W->newlab[i] != W->lab[i]) {
+          changed = 1;
+          break;
+        }
+      memcpy(W->lab, W->newlab, n * sizeof *W->lab);
+      iters = it;
+      if (!changed) break; /* centroids already are the means of these labels */
+      update_centroids(X, W);
+    }
+    double obj = objective(X, W);
+    if (obj < j->best_obj) {
+      j->best_obj = obj;
+      j->best_r = r;
+      j->best_iters = iters;
+      memcpy(j->best_cent, W->cent, k * dim * sizeof *j->best_cent);
+      memcpy(j->best_lab, W->lab, n * sizeof *j->best_lab);
+    }
+  }
+  return NULL;
+}
+
 int eldr_kmeans_fit(const float *x, size_t n, size_t dim, const eldr_kmeans_opts *opts,
                     float *centroids, int *labels, size_t *sizes, eldr_kmeans_result *res) {
   if (!opts || !x || !centroids || !labels || dim == 0) return ELDR_EINVAL;
@@ -433,73 +513,75 @@ int eldr_kmeans_fit(const float *x, size_t n, size_t dim, const eldr_kmeans_opts
   if (k == 0 || k > n || opts->restarts < 1 || opts->max_iter < 1) return ELDR_EINVAL;
   if (n > (size_t)0x3fffffff || k > (size_t)0x7fffffff - KM_LANES) return ELDR_EINVAL;
 
+  /* Restarts are independent: up to KM_THREADS run at once, each thread with
+   * its own workspace; restart r's seed is the r-th splitmix64 output of the
+   * seed whatever the thread count, and the merge keeps the lowest objective
+   * with ties to the lowest r, so the result is that of a sequential loop. */
+  enum { KM_THREADS = 2 };
+  const int nt = opts->restarts < KM_THREADS ? opts->restarts : KM_THREADS;
   kdata X;
-  kwork W;
-  memset(&W, 0, sizeof W);
+  restart_job jobs[KM_THREADS];
+  memset(jobs, 0, sizeof jobs);
+  uint64_t *seeds = NULL;
   int rc = kdata_init(&X, x, n, dim);
   if (rc) goto out;
   rc = ELDR_ENOMEM;
-  W.k = k;
-  W.kp = (k + KM_LANES - 1) / KM_LANES * KM_LANES;
-  W.dim = dim;
-  W.cent = malloc(k * dim * sizeof *W.cent);
-  W.ct = malloc(dim * W.kp * sizeof *W.ct); /* kp >= KM_LANES: also the seeding CT */
-  W.sum = malloc(k * dim * sizeof *W.sum);
-  W.acc = malloc(W.kp * sizeof *W.acc);
-  W.score = malloc(n * k * sizeof *W.score);
-  W.cost = opts->balanced ? malloc(n * k * sizeof *W.cost) : NULL;
-  W.lab = malloc(n * sizeof *W.lab);
-  W.newlab = malloc(n * sizeof *W.newlab);
-  W.size = malloc(k * sizeof *W.size);
-  W.dmin = malloc(n * sizeof *W.dmin);
-  W.cscore = malloc(n * KM_LANES * sizeof *W.cscore);
-  W.used = malloc(n);
-  if (!W.cent || !W.ct || !W.sum || !W.acc || !W.score || (opts->balanced && !W.cost) ||
-      !W.lab || !W.newlab || !W.size || !W.dmin || !W.cscore || !W.used)
-    goto out;
-
-  const size_t cap = (n + k - 1) / k;
-  double best_obj = INFINITY;
+  seeds = malloc((size_t)opts->restarts * sizeof *seeds);
+  if (!seeds) goto out;
   uint64_t st = opts->seed;
-  for (int r = 0; r < opts->restarts; r++) {
-    eldr_rng rng;
-    eldr_rng_seed(&rng, eldr_splitmix64(&st));
-    seed_plusplus(&X, &W, &rng);
-    for (size_t i = 0; i < n; i++) W.lab[i] = -1;
-    int iters = 0;
-    for (int it = 1; it <= opts->max_iter; it++) {
-      rc = assign_step(&X, &W, opts->balanced, cap);
-      if (rc) goto out;
-      int changed = 0;
-      for (size_t i = 0; i < n; i++)
-        if (W.newlab[i] != W.lab[i]) {
-          changed = 1;
-          break;
-        }
-      memcpy(W.lab, W.newlab, n * sizeof *W.lab);
-      iters = it;
-      if (!changed) break; /* centroids already are the means of these labels */
-      update_centroids(&X, &W);
-    }
-    double obj = objective(&X, &W);
-    if (obj < best_obj) {
-      best_obj = obj;
-      memcpy(centroids, W.cent, k * dim * sizeof *centroids);
-      memcpy(labels, W.lab, n * sizeof *labels);
-      if (res) {
-        res->objective = obj;
-        res->iterations = iters;
-        res->restart = r;
-      }
-    }
+  for (int r = 0; r < opts->restarts; r++) seeds[r] = eldr_splitmix64(&st);
+  for (int t = 0; t < nt; t++) {
+    restart_job *j = &jobs[t];
+    if (kwork_alloc(&j->W, n, k, dim, opts->balanced)) goto out;
+    j->best_cent = t == 0 ? centroids : malloc(k * dim * sizeof *j->best_cent);
+    j->best_lab = t == 0 ? labels : malloc(n * sizeof *j->best_lab);
+    if (!j->best_cent || !j->best_lab) goto out;
+    j->X = &X;
+    j->opts = opts;
+    j->seeds = seeds;
+    j->cap = (n + k - 1) / k;
+    j->first = t;
+    j->step = nt;
+  }
+  pthread_t tid[KM_THREADS];
+  int started[KM_THREADS] = {0};
+  for (int t = 1; t < nt; t++) started[t] = pthread_create(&tid[t], NULL, run_restarts, &jobs[t]) == 0;
+  run_restarts(&jobs[0]);
+  for (int t = 1; t < nt; t++) {
+    if (started[t]) pthread_join(tid[t], NULL);
+    else run_restarts(&jobs[t]); /* no thread: run its share here */
+  }
+  rc = 0;
+  for (int t = 0; t < nt; t++)
+    if (jobs[t].rc) rc = jobs[t].rc;
+  if (rc) goto out;
+  int win = 0;
+  for (int t = 1; t < nt; t++)
+    if (jobs[t].best_obj < jobs[win].best_obj ||
+        (jobs[t].best_obj == jobs[win].best_obj && jobs[t].best_r < jobs[win].best_r))
+      win = t;
+  if (win != 0) {
+    memcpy(centroids, jobs[win].best_cent, k * dim * sizeof *centroids);
+    memcpy(labels, jobs[win].best_lab, n * sizeof *labels);
+  }
+  if (res) {
+    res->objective = jobs[win].best_obj;
+    res->iterations = jobs[win].best_iters;
+    res->restart = jobs[win].best_r;
   }
   if (sizes) {
     memset(sizes, 0, k * sizeof *sizes);
     for (size_t i = 0; i < n; i++) sizes[labels[i]]++;
   }
-  rc = 0;
 out:
-  kwork_free(&W);
+  for (int t = 0; t < nt; t++) {
+    kwork_free(&jobs[t].W);
+    if (t > 0) {
+      free(jobs[t].best_cent);
+      free(jobs[t].best_lab);
+    }
+  }
+  free(seeds);
   kdata_free(&X);
   return rc;
 }

@@ -298,6 +298,46 @@ static void test_restarts_monotone(void **state) {
   free(x);
 }
 
+/* Restart r runs from the r-th splitmix64 output of the seed, i.e. exactly
+ * restart 0 of seed + r * golden gamma. However the restarts are spread over
+ * threads, the result must be the best single restart, ties to the lowest r. */
+static void test_restarts_equal_best_single_run(void **state) {
+  (void)state;
+  eldr_rng r;
+  eldr_rng_seed(&r, 9);
+  const size_t n = 240, dim = 24, k = 6;
+  float *x = random_rows(&r, n, dim, 0.25, 0);
+  float cent[6 * 24], one[6 * 24], best_cent[6 * 24];
+  int lab[240], one_lab[240], best_lab[240];
+  for (int bal = 0; bal < 2; bal++) {
+    for (int restarts = 1; restarts <= 5; restarts++) {
+      const uint64_t seed = 1234 + (uint64_t)restarts;
+      double best = INFINITY;
+      int best_r = -1;
+      for (int rr = 0; rr < restarts; rr++) {
+        eldr_kmeans_opts o1 = {.k = k, .balanced = bal, .restarts = 1, .max_iter = 100,
+                               .seed = seed + (uint64_t)rr * 0x9e3779b97f4a7c15ULL};
+        eldr_kmeans_result r1;
+        assert_int_equal(eldr_kmeans_fit(x, n, dim, &o1, one, one_lab, NULL, &r1), 0);
+        if (r1.objective < best) {
+          best = r1.objective;
+          best_r = rr;
+          memcpy(best_cent, one, sizeof one);
+          memcpy(best_lab, one_lab, sizeof one_lab);
+        }
+      }
+      eldr_kmeans_opts o = {.k = k, .balanced = bal, .restarts = restarts, .max_iter = 100, .seed = seed};
+      eldr_kmeans_result rn;
+      assert_int_equal(eldr_kmeans_fit(x, n, dim, &o, cent, lab, NULL, &rn), 0);
+      assert_true(rn.objective == best);
+      assert_int_equal(rn.restart, best_r);
+      assert_memory_equal(cent, best_cent, sizeof cent);
+      assert_memory_equal(lab, best_lab, sizeof lab);
+    }
+  }
+  free(x);
+}
+
 static void test_objective_monotone_in_iterations(void **state) {
   (void)state;
   /* A run with max_iter m + 1 extends the run with max_iter m by one
@@ -476,6 +516,7 @@ int main(void) {
       cmocka_unit_test(test_separated_recovered),
       cmocka_unit_test(test_imbalanced),
       cmocka_unit_test(test_restarts_monotone),
+      cmocka_unit_test(test_restarts_equal_best_single_run),
       cmocka_unit_test(test_objective_monotone_in_iterations),
       cmocka_unit_test(test_zero_rows_and_degenerate),
       cmocka_unit_test(test_direction_and_empty_balanced),
