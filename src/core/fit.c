@@ -2,6 +2,7 @@
 #include "eldr/fit.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -76,6 +77,69 @@ int eldr_fit_request_signature(const eldr_artifact *a, const eldr_trace *t,
 
 static void progress(const eldr_fit_opts *o, const char *stage, size_t done, size_t total) {
   if (o->progress) o->progress(o->progress_ctx, stage, done, total);
+}
+
+/* Scoring the candidate representations (greedy mask + rho): independent
+ * pure computations, spread over up to 2 threads; each candidate's result
+ * depends only on its inputs, so the report is the same on any schedule. */
+typedef struct rho_jobs {
+  const eldr_shape *s;
+  const float *idf;
+  const uint32_t *pre;
+  const float *gates, *decpat;
+  size_t n;
+  const eldr_pairs_opts *po;
+  eldr_fit_candidate *cand;
+  size_t n_cand;
+  uint8_t *masks;
+  const eldr_fit_opts *o;
+  pthread_mutex_t lock;
+  size_t next, done;
+  int rc;        /* first failure by candidate index */
+  size_t failed; /* that candidate */
+} rho_jobs;
+
+static void *rho_worker(void *arg) {
+  rho_jobs *j = arg;
+  const size_t L = j->s->num_layers, LE = eldr_shape_cells(j->s);
+  for (;;) {
+    pthread_mutex_lock(&j->lock);
+    size_t c = j->next < j->n_cand ? j->next++ : j->n_cand;
+    pthread_mutex_unlock(&j->lock);
+    if (c == j->n_cand) return NULL;
+    eldr_fit_candidate *cd = &j->cand[c];
+    uint8_t *m = j->masks + c * L;
+    int rc = eldr_quality_greedy_mask(j->s, cd->repr, cd->idf ? j->idf : NULL, j->pre, j->gates,
+                                      j->decpat, LE, j->n, j->po, cd->steps, m, &cd->rho_mask,
+                                      &cd->rho_all);
+    if (rc == ELDR_EEMPTY) {
+      /* rho is undefined (e.g. every decode pattern or every signature
+       * distance is equal): keep all layers, rank this candidate last */
+      cd->rho_all = cd->rho_mask = NAN;
+      for (size_t l = 0; l < L; l++) cd->steps[l] = (eldr_mask_step){.layer = (int)l, .rho = NAN};
+      memset(m, 1, L);
+      rc = ELDR_OK;
+    }
+    pthread_mutex_lock(&j->lock);
+    if (rc && (!j->rc || c < j->failed)) {
+      j->rc = rc;
+      j->failed = c;
+    }
+    j->done++;
+    progress(j->o, "rho", j->done, j->n_cand);
+    pthread_mutex_unlock(&j->lock);
+  }
+}
+
+static int score_candidates(rho_jobs *j) {
+  pthread_mutex_init(&j->lock, NULL);
+  progress(j->o, "rho", 0, j->n_cand);
+  pthread_t tid;
+  int started = j->n_cand > 1 && pthread_create(&tid, NULL, rho_worker, j) == 0;
+  rho_worker(j);
+  if (started) pthread_join(tid, NULL);
+  pthread_mutex_destroy(&j->lock);
+  return j->rc;
 }
 
 int eldr_fit(const eldr_trace *t, const eldr_fit_opts *o, eldr_artifact **out,
@@ -170,42 +234,39 @@ int eldr_fit(const eldr_trace *t, const eldr_fit_opts *o, eldr_artifact **out,
   double t0 = now_s();
   for (size_t ri = 0; ri < n_repr; ri++) {
     for (size_t ii = 0; ii < n_idf; ii++) {
-      size_t c = report->n_cand;
-      eldr_fit_candidate *cd = &report->cand[c];
+      eldr_fit_candidate *cd = &report->cand[report->n_cand];
       cd->repr = reprs[ri];
       cd->idf = idfs[ii];
       cd->steps = calloc(L, sizeof *cd->steps);
       if (!cd->steps) { free(masks); rc = ELDR_ENOMEM; goto fail; }
       report->n_cand++;
-      progress(o, "rho", c, n_repr * n_idf);
-      rc = eldr_quality_greedy_mask(s, cd->repr, cd->idf ? idf : NULL, pre, gates, decpat, LE, n,
-                                    &po, cd->steps, masks + c * L, &cd->rho_mask, &cd->rho_all);
-      uint8_t *m = masks + c * L;
-      if (rc == ELDR_EEMPTY) {
-        /* rho is undefined (e.g. every decode pattern or every signature
-         * distance is equal): keep all layers, rank this candidate last */
-        cd->rho_all = cd->rho_mask = NAN;
-        for (size_t l = 0; l < L; l++) cd->steps[l] = (eldr_mask_step){.layer = (int)l, .rho = NAN};
-        memset(m, 1, L);
-        report->rho_undefined++;
-        rc = ELDR_OK;
-      } else if (rc) {
-        free(masks);
-        eldr_diag_fail(d, rc, "rho of %s%s: %s", eldr_repr_name(cd->repr), cd->idf ? "-idf" : "",
-                       eldr_strerror(rc));
-        goto fail;
-      }
-      if (o->layers == ELDR_FIT_LAYERS_ALL) {
-        memset(m, 1, L);
-      } else if (o->layers == ELDR_FIT_LAYERS_LIST) {
-        memcpy(m, o->layer_list_mask, L);
-      }
-      size_t ms = 0;
-      for (size_t l = 0; l < L; l++) ms += m[l] != 0;
-      cd->mask_size = ms;
     }
   }
-  progress(o, "rho", report->n_cand, report->n_cand);
+  /* the candidates are independent: score them on up to 2 threads */
+  rho_jobs rj = {.s = s, .idf = idf, .pre = pre, .gates = gates, .decpat = decpat, .n = n,
+                 .po = &po, .cand = report->cand, .n_cand = report->n_cand, .masks = masks,
+                 .o = o};
+  rc = score_candidates(&rj);
+  if (rc) {
+    free(masks);
+    const eldr_fit_candidate *cd = &report->cand[rj.failed];
+    eldr_diag_fail(d, rc, "rho of %s%s: %s", eldr_repr_name(cd->repr), cd->idf ? "-idf" : "",
+                   eldr_strerror(rc));
+    goto fail;
+  }
+  for (size_t c = 0; c < report->n_cand; c++) {
+    eldr_fit_candidate *cd = &report->cand[c];
+    uint8_t *m = masks + c * L;
+    if (isnan(cd->rho_all)) report->rho_undefined++;
+    if (o->layers == ELDR_FIT_LAYERS_ALL) {
+      memset(m, 1, L);
+    } else if (o->layers == ELDR_FIT_LAYERS_LIST) {
+      memcpy(m, o->layer_list_mask, L);
+    }
+    size_t ms = 0;
+    for (size_t l = 0; l < L; l++) ms += m[l] != 0;
+    cd->mask_size = ms;
+  }
   report->seconds_rho = now_s() - t0;
 
   /* rho of the mask the fit will actually use (all / list) */
