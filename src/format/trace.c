@@ -259,6 +259,21 @@ static const char *scan_literal(const char *p, const char *e, const char *lit) {
   return p + n;
 }
 
+/* An object key and its ':' at p (after '{' or ','); returns the position
+ * after ':' or NULL with *why set. */
+static const char *scan_key_colon(const char *p, const char *e, const char **why) {
+  if (p >= e || *p != '"' || !(p = scan_string(p, e))) {
+    *why = p && p >= e ? "unexpected end of line (truncated JSON?)" : "expected a string key";
+    return NULL;
+  }
+  p = skip_ws(p, e);
+  if (p >= e || *p != ':') {
+    *why = p >= e ? "unexpected end of line (truncated JSON?)" : "expected ':'";
+    return NULL;
+  }
+  return p + 1;
+}
+
 /* Scan any JSON value (iteratively for containers, depth-limited).
  * Returns the end, or NULL with *why set. */
 static const char *scan_value(const char *p, const char *e, const char **why) {
@@ -291,18 +306,7 @@ static const char *scan_value(const char *p, const char *e, const char **why) {
         q = p + 1;
         break;
       }
-      if (open == '{') {
-        if (p >= e || *p != '"' || !(p = scan_string(p, e))) {
-          *why = p && p >= e ? "unexpected end of line (truncated JSON?)" : "expected a string key";
-          return NULL;
-        }
-        p = skip_ws(p, e);
-        if (p >= e || *p != ':') {
-          *why = p >= e ? "unexpected end of line (truncated JSON?)" : "expected ':'";
-          return NULL;
-        }
-        p++;
-      }
+      if (open == '{' && !(p = scan_key_colon(p, e, why))) return NULL;
       continue; /* parse the first element */
     }
     default: q = scan_number(p, e); if (!q) *why = "invalid value"; break;
@@ -329,18 +333,7 @@ static const char *scan_value(const char *p, const char *e, const char **why) {
         return NULL;
       }
       p = skip_ws(p + 1, e);
-      if (open == '{') {
-        if (p >= e || *p != '"' || !(p = scan_string(p, e))) {
-          *why = p && p >= e ? "unexpected end of line (truncated JSON?)" : "expected a string key";
-          return NULL;
-        }
-        p = skip_ws(p, e);
-        if (p >= e || *p != ':') {
-          *why = p >= e ? "unexpected end of line (truncated JSON?)" : "expected ':'";
-          return NULL;
-        }
-        p++;
-      }
+      if (open == '{' && !(p = scan_key_colon(p, e, why))) return NULL;
       break; /* parse the next value */
     }
   }
