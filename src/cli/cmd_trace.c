@@ -4,6 +4,7 @@
 #include <jansson.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -414,6 +415,10 @@ static void plot(const char *cmd, const char *out, const eldr_tracestats *s) {
     _exit(127);
   }
   close(fd[0]);
+  /* gnuplot may be gone (not installed: exec fails) before the script is
+   * written: take EPIPE as an error instead of dying of SIGPIPE, and let the
+   * child's exit status say what happened */
+  void (*old_pipe)(int) = signal(SIGPIPE, SIG_IGN);
   FILE *p = fdopen(fd[1], "w");
   if (!p) cli_fail(cmd, "--plot: fdopen: %s", strerror(errno));
   fprintf(p, "set terminal %s\nset output '", term);
@@ -441,7 +446,8 @@ static void plot(const char *cmd, const char *out, const eldr_tracestats *s) {
   }
   fprintf(p, "\n");
   int werr = ferror(p);
-  fclose(p);
+  werr |= fclose(p) != 0;
+  signal(SIGPIPE, old_pipe);
   int status = 0;
   if (waitpid(pid, &status, 0) < 0) cli_fail(cmd, "--plot: waitpid: %s", strerror(errno));
   if (WIFEXITED(status) && WEXITSTATUS(status) == 127)
