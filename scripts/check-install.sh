@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Install the build in BUILD_DIR into a scratch prefix and check the result:
+# the binary runs, the docs and the deployment examples are where the
+# Dockerfile and the systemd unit expect them. Usage: check-install.sh BUILD_DIR
+set -euo pipefail
+build=${1:?usage: check-install.sh BUILD_DIR}
+prefix=$(mktemp -d)
+trap 'rm -rf "$prefix"' EXIT
+cmake --install "$build" --prefix "$prefix" --component runtime >/dev/null
+for f in bin/eldr share/doc/eldr/README.md share/doc/eldr/docs/serve.md \
+         share/doc/eldr/examples/eldr.json share/doc/eldr/examples/eldr.service \
+         share/doc/eldr/examples/eldr.yaml; do
+  [ -e "$prefix/$f" ] || { echo "check-install: $f is not installed" >&2; exit 1; }
+done
+"$prefix/bin/eldr" --help >/dev/null
+echo "check-install: ok ($prefix)"
