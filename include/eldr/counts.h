@@ -39,12 +39,14 @@ static inline size_t eldr_shape_cells(const eldr_shape *s) {
 }
 
 /* Element type of a raw selection array. U16 is host order (traces in
- * memory); U8/U16LE/I32LE are the little-endian wire dtypes of .npy. */
+ * memory); U8/U16LE/I16LE/I32LE/I64LE are the little-endian wire dtypes. */
 typedef enum eldr_sel_dtype {
   ELDR_SEL_U8 = 0,
   ELDR_SEL_U16LE,
   ELDR_SEL_I32LE,
   ELDR_SEL_U16, /* host-order uint16_t, as stored in eldr_request */
+  ELDR_SEL_I16LE, /* '<i2': vLLM's compact int16 routed_experts */
+  ELDR_SEL_I64LE, /* '<i8': numpy's default integer */
 } eldr_sel_dtype;
 
 /* Bytes per element of a dtype. */

@@ -1,6 +1,6 @@
 /* eldr/routed_experts.h — the routed_experts codec: base64 of a NumPy .npy
- * file (format 1.0/2.0/3.0 header, C order, little-endian uint8, uint16 or
- * int32; shape (tokens, layers, top_k)), as vLLM returns per choice with
+ * file (format 1.0/2.0/3.0 header, C order, little-endian uint8, uint16,
+ * int16, int32 or int64; shape (tokens, layers, top_k)), as vLLM returns per choice with
  * --enable-return-routed-experts.
  *
  * Decoding never reads out of bounds and never crashes on malformed input:
@@ -37,7 +37,7 @@ void eldr_b64_encode(const uint8_t *in, size_t n, char *out);
 
 /* ---- npy header */
 typedef struct eldr_npy_info {
-  eldr_sel_dtype dtype; /* U8, U16LE or I32LE */
+  eldr_sel_dtype dtype; /* U8, U16LE, I16LE, I32LE or I64LE */
   uint32_t ndim;        /* always 3 for routed_experts */
   size_t shape[3];
   size_t data_offset;   /* byte offset of the payload in the .npy */

@@ -42,6 +42,7 @@
 
 #include "eldr/counts.h"
 #include "eldr/error.h"
+#include "eldr/reply_experts.h"
 #include "eldr/trace.h"
 
 struct event_base;
@@ -71,6 +72,7 @@ typedef struct eldr_worker_config {
   uint64_t seed;            /* tracegen seed for text-derived selections */
   const char *engine_id;    /* remote_engine_id it reports; NULL = derived from port */
   int return_routed_experts;/* 1: prefill replies carry routed_experts (vLLM flag) */
+  eldr_re_layout routed_experts_layout; /* wire layout of them (default npy, vLLM main) */
 } eldr_worker_config;
 
 /* Defaults: role BOTH, qwen3-30b-a3b on h200, time_scale 1, routed experts on. */

@@ -41,6 +41,11 @@ static void usage(FILE *f) {
           "  --served-model-name S model name in replies (default: the preset)\n"
           "  --engine-id S         remote_engine_id reported (default eldr-<role>-<port>)\n"
           "  --no-routed-experts   do not return routed_experts on prefill replies\n"
+          "  --routed-experts-layout L  their wire layout, as vLLM shipped it (docs/vllm.md):\n"
+          "                        npy (default; vLLM main: base64 .npy per choice),\n"
+          "                        v021-lists (vLLM 0.21: prompt_routed_experts + per-choice\n"
+          "                        nested lists) or v021-base64 (the same split, each an\n"
+          "                        {encoding,dtype,shape,data} int16 object)\n"
           "  --help                this text\n\n"
           "On start it prints one line \"eldr worker: listening on http://HOST:PORT ...\" on\n"
           "stdout. SIGINT / SIGTERM stop it.\n");
@@ -72,6 +77,7 @@ int eldr_cmd_worker(int argc, char **argv) {
       {"served-model-name", required_argument, 0, 'M'},
       {"engine-id", required_argument, 0, 'e'},
       {"no-routed-experts", no_argument, 0, 'R'},
+      {"routed-experts-layout", required_argument, 0, 'L'},
       {"help", no_argument, 0, '?' + 256},
       {0, 0, 0, 0},
   };
@@ -98,6 +104,11 @@ int eldr_cmd_worker(int argc, char **argv) {
     case 'M': cfg.served_model_name = optarg; break;
     case 'e': cfg.engine_id = optarg; break;
     case 'R': cfg.return_routed_experts = 0; break;
+    case 'L':
+      if (eldr_re_layout_parse(optarg, &cfg.routed_experts_layout) < 0)
+        cli_usage_error(CMD, "--routed-experts-layout: '%s' is not npy, v021-lists or v021-base64",
+                        optarg);
+      break;
     case '?' + 256: usage(stdout); return 0;
     default: cli_bad_option(CMD, argc, argv, c);
     }

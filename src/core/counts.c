@@ -22,6 +22,8 @@ size_t eldr_sel_dtype_size(eldr_sel_dtype t) {
   case ELDR_SEL_U16LE: return 2;
   case ELDR_SEL_U16: return 2;
   case ELDR_SEL_I32LE: return 4;
+  case ELDR_SEL_I16LE: return 2;
+  case ELDR_SEL_I64LE: return 8;
   }
   return 0;
 }
@@ -62,6 +64,16 @@ static inline int64_t load_i32le(const unsigned char *p, size_t i) {
   return (int32_t)u;
 }
 
+static inline int64_t load_i16le(const unsigned char *p, size_t i) {
+  return (int16_t)(uint16_t)((uint16_t)p[2 * i] | (uint16_t)(p[2 * i + 1] << 8));
+}
+
+static inline int64_t load_i64le(const unsigned char *p, size_t i) {
+  uint64_t u = 0;
+  for (int b = 7; b >= 0; b--) u = u << 8 | p[8 * i + (size_t)b];
+  return (int64_t)u;
+}
+
 int eldr_counts_accumulate(const eldr_shape *s, const void *raw, eldr_sel_dtype dtype,
                            size_t ntokens, uint32_t *counts, size_t *bad_index) {
   return eldr_counts_accumulate_masked(s, raw, dtype, ntokens, NULL, counts, bad_index);
@@ -77,6 +89,8 @@ int eldr_counts_accumulate_masked(const eldr_shape *s, const void *raw, eldr_sel
   case ELDR_SEL_U16LE: ELDR_COUNT_LOOP((int64_t)p[2 * idx] | ((int64_t)p[2 * idx + 1] << 8)); break;
   case ELDR_SEL_U16: ELDR_COUNT_LOOP(load_u16(p, idx)); break;
   case ELDR_SEL_I32LE: ELDR_COUNT_LOOP(load_i32le(p, idx)); break;
+  case ELDR_SEL_I16LE: ELDR_COUNT_LOOP(load_i16le(p, idx)); break;
+  case ELDR_SEL_I64LE: ELDR_COUNT_LOOP(load_i64le(p, idx)); break;
   default: return ELDR_EINVAL;
   }
   return ELDR_OK;

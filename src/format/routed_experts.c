@@ -373,9 +373,17 @@ static int hdtype(const char *s, eldr_sel_dtype *t, eldr_diag *d) {
     *t = ELDR_SEL_I32LE;
     return ELDR_OK;
   }
+  if (!strcmp(s, "<i2")) {
+    *t = ELDR_SEL_I16LE;
+    return ELDR_OK;
+  }
+  if (!strcmp(s, "<i8")) {
+    *t = ELDR_SEL_I64LE;
+    return ELDR_OK;
+  }
   return eldr_diag_fail(d, ELDR_EUNSUPPORTED,
                         "npy header: dtype '%s' unsupported (need uint8 '|u1', little-endian "
-                        "uint16 '<u2' or int32 '<i4')",
+                        "uint16 '<u2', int16 '<i2', int32 '<i4' or int64 '<i8')",
                         s);
 }
 
@@ -502,7 +510,7 @@ int eldr_npy_parse_header(const uint8_t *buf, size_t len, eldr_npy_info *info, e
 /* routed_experts                                                            */
 
 #define CHUNK_Q 4096               /* quads per chunk: 16 KiB of text, 12 KiB decoded */
-#define MAX_UNIT (ELDR_MAX_TOPK * 4) /* bytes of one (token, layer) row */
+#define MAX_UNIT (ELDR_MAX_TOPK * 8) /* bytes of one (token, layer) row */
 
 /* Checks shared by count and decode: ndim, dims against the model (0 =
  * accept any), payload length against the decoded length. */
@@ -553,6 +561,12 @@ static int64_t read_elem(const uint8_t *p, eldr_sel_dtype t) {
     uint16_t v;
     memcpy(&v, p, 2);
     return v;
+  }
+  case ELDR_SEL_I16LE: return (int16_t)(uint16_t)((uint16_t)p[0] | (uint16_t)(p[1] << 8));
+  case ELDR_SEL_I64LE: {
+    uint64_t u = 0;
+    for (int b = 7; b >= 0; b--) u = u << 8 | p[b];
+    return (int64_t)u;
   }
   }
   return -1;
@@ -715,6 +729,17 @@ int eldr_routed_experts_decode(const char *b64, size_t len, const eldr_shape *sh
     if (maxv >= lim)
       for (bad = 0; bad < cnt && out[bad] < lim; bad++) {
       }
+    break;
+  case ELDR_SEL_I16LE:
+  case ELDR_SEL_I64LE:
+    /* rare wire dtypes: one generic loop; negative ids fail the limit */
+    for (size_t i = 0; i < cnt; i++) {
+      int64_t v = read_elem(p + i * isz, h.dtype);
+      uint32_t u = v < 0 || v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
+      maxv = u > maxv ? u : maxv;
+      out[i] = (uint16_t)u;
+      if (u >= lim && bad == cnt) bad = i;
+    }
     break;
   default: /* I32LE */
     for (size_t i = 0; i < cnt; i++) {

@@ -89,6 +89,7 @@ struct eldr_worker {
   double scale;
   size_t max_seqs, max_batched_tokens;
   int return_re;
+  eldr_re_layout re_layout;
   eldr__kv *pkv, *dkv; /* prefill-side (prefix caching) and decode-side pools */
   /* prefill engine */
   rqueue prefill_q;
@@ -152,6 +153,7 @@ void eldr_worker_config_default(eldr_worker_config *c) {
   c->hardware = "h200";
   c->time_scale = 1.0;
   c->return_routed_experts = 1;
+  c->routed_experts_layout = ELDR_RE_LAYOUT_NPY;
 }
 
 static char *json_quote(const char *s) {
@@ -519,21 +521,15 @@ static void reply_done(wreq *r) {
     choice = json_pack("{s:i,s:s,s:n,s:s,s:n}", "index", 0, "text", text, "logprobs",
                        "finish_reason", finish_reason(r), "stop_reason");
   free(text);
-  if (choice && r->remote_decode && w->return_re && r->psel) {
-    /* vLLM covers the tokens it computed: prompt rows after the cached prefix */
-    char *b64 = NULL;
-    size_t blen = 0;
-    size_t rows = r->n_prompt - r->cached;
-    if (eldr_routed_experts_encode(r->psel + (size_t)r->cached * w->LK, rows, &w->shape,
-                                   w->shape.num_experts > 256 ? ELDR_SEL_U16LE : ELDR_SEL_U8,
-                                   &b64, &blen) == 0)
-      json_object_set_new(choice, "routed_experts", json_stringn(b64, blen));
-    free(b64);
-  }
   json_t *body = json_pack("{s:s,s:s,s:I,s:s,s:s,s:[o],s:o}", "id", r->rid, "object",
                            r->chat ? "chat.completion" : "text_completion", "created",
                            (json_int_t)w->created, "model", w->served, "eldr_engine_id",
                            w->engine_id, "choices", choice, "usage", usage_json(r));
+  if (body && r->remote_decode && w->return_re && r->psel)
+    /* vLLM covers the tokens it computed: prompt rows after the cached prefix
+     * (the one generated token was never forwarded: no generated rows) */
+    (void)eldr_reply_experts_emit(body, choice, w->re_layout, r->psel + (size_t)r->cached * w->LK,
+                                  r->n_prompt - r->cached, NULL, 0, &w->shape);
   if (body && r->remote_decode) json_object_set_new(body, "kv_transfer_params", kv_params_json(r));
   if (!body) {
     send_error(r->http, 500, NULL, "cannot build the reply");
@@ -1287,6 +1283,7 @@ int eldr_worker_new(struct event_base *base, const eldr_worker_config *cfg, eldr
   w->role = cfg->role;
   w->scale = cfg->time_scale;
   w->return_re = cfg->return_routed_experts;
+  w->re_layout = cfg->routed_experts_layout ? cfg->routed_experts_layout : ELDR_RE_LAYOUT_NPY;
   w->max_seqs = cfg->max_num_seqs ? cfg->max_num_seqs : DEFAULT_MAX_SEQS;
   w->max_batched_tokens = cfg->max_batched_tokens ? cfg->max_batched_tokens : DEFAULT_BATCH_TOKENS;
   w->created = (time_t)now_wall();

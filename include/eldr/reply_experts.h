@@ -1,0 +1,141 @@
+/* eldr/reply_experts.h — routed_experts out of a whole vLLM reply body, in
+ * every layout vLLM has shipped (docs/vllm.md, "Layouts"):
+ *
+ *   npy         vLLM main (vllm/entrypoints/openai/completion/protocol.py,
+ *               CompletionResponseChoice.routed_experts): per choice a base64
+ *               .npy string, shape (rows, layers, top_k), dtype u1/u2/i2/i4/i8.
+ *               The rows cover the sequence (prompt + generated - 1), less
+ *               the prompt rows a request skipped (routed_experts_prompt_start)
+ *               or, in eldr's emulator, the prefix-cached ones: the split into
+ *               prompt and generated rows uses usage.prompt_tokens and the
+ *               choice's generated token count (below).
+ *   v021-lists  vLLM 0.21: the prompt's rows in a top-level
+ *               `prompt_routed_experts`, the generated rows in
+ *               `choices[i].routed_experts`, both nested JSON lists [n][L][K].
+ *   v021-base64 the same split, each value a compact object
+ *               {"encoding":"base64","dtype":"int16","shape":[n,L,K],"data":..}
+ *               (dtype one of uint8 uint16 int16 int32 int64, little-endian).
+ *
+ * The shape is taken from the payload (npy header, "shape", list lengths)
+ * and checked against what the caller expects (the artifact's layers and
+ * top_k; 0 = any). Every rejection carries one counted reason
+ * (eldr_re_reason, with a stable metric label) and a message.
+ *
+ * Safety: any byte string is accepted as input; nothing is read out of
+ * bounds; sizes are overflow-checked; ids are range-checked (negative, or
+ * >= num_experts) in the layers of the mask before a view is returned, so a
+ * view's ids can be counted without further checks.
+ *
+ * Ownership: the result owns every buffer its views point into (decoded
+ * base64, converted lists); eldr_reply_experts_free releases them. The body
+ * is not referenced after the call returns. Threads: no global state; one
+ * result per thread.
+ */
+#ifndef ELDR_REPLY_EXPERTS_H
+#define ELDR_REPLY_EXPERTS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "eldr/counts.h"
+#include "eldr/error.h"
+
+/* Which OpenAI endpoint produced the reply: checked against "object". */
+typedef enum eldr_re_api { ELDR_RE_COMPLETIONS = 0, ELDR_RE_CHAT } eldr_re_api;
+
+typedef enum eldr_re_layout {
+  ELDR_RE_LAYOUT_NONE = 0, /* the reply carries no routed_experts at all */
+  ELDR_RE_LAYOUT_NPY,
+  ELDR_RE_LAYOUT_V021_LISTS,
+  ELDR_RE_LAYOUT_V021_BASE64,
+} eldr_re_layout;
+
+/* "npy", "v021-lists", "v021-base64" ("none" for NONE). */
+const char *eldr_re_layout_name(eldr_re_layout l);
+/* Parse a layout name (not "none"); -1 when unknown. */
+int eldr_re_layout_parse(const char *s, eldr_re_layout *out);
+
+/* Why a reply was rejected. The labels are stable metric label values. */
+typedef enum eldr_re_reason {
+  ELDR_RE_OK = 0,
+  ELDR_RE_NOT_JSON,           /* not_json: not a JSON object */
+  ELDR_RE_WRONG_OBJECT,       /* wrong_object: "object" is not this endpoint's */
+  ELDR_RE_NO_CHOICES,         /* no_choices: choices missing or not an array */
+  ELDR_RE_BAD_TYPE,           /* bad_type: a value of the wrong JSON type */
+  ELDR_RE_BAD_BASE64,         /* bad_base64 */
+  ELDR_RE_BAD_NPY,            /* bad_npy: magic, header dict, fortran order */
+  ELDR_RE_UNKNOWN_DTYPE,      /* unknown_dtype */
+  ELDR_RE_UNKNOWN_ENCODING,   /* unknown_encoding */
+  ELDR_RE_BAD_SHAPE,          /* bad_shape: not 3-d, ragged, layers/top_k out of bounds */
+  ELDR_RE_SHAPE_MISMATCH,     /* shape_mismatch: layers/top_k differ from the expected */
+  ELDR_RE_LENGTH_MISMATCH,    /* length_mismatch: data length != shape */
+  ELDR_RE_ROWS_EXCEED_TOKENS, /* rows_exceed_tokens: more rows than the usage's tokens */
+  ELDR_RE_NEGATIVE_ID,        /* negative_id */
+  ELDR_RE_ID_OUT_OF_RANGE,    /* id_out_of_range: id >= num_experts */
+  ELDR_RE_TOO_LARGE,          /* too_large: sizes overflow */
+  ELDR_RE_NO_MEMORY,          /* out_of_memory */
+  ELDR_RE__N
+} eldr_re_reason;
+
+const char *eldr_re_reason_name(eldr_re_reason r);
+
+/* What the caller expects; 0 / NULL = accept any. */
+typedef struct eldr_re_opts {
+  eldr_re_api api;
+  uint32_t num_layers;       /* the artifact's L */
+  uint32_t top_k;            /* the artifact's K */
+  uint32_t num_experts;      /* ids must be < this (0: < ELDR_MAX_EXPERTS) */
+  const uint8_t *layer_mask; /* num_layers flags: ids are checked only in these
+                                layers (the ones the caller will read) */
+} eldr_re_opts;
+
+/* Rows of one (tokens, layers, top_k) array, row-major, in the wire dtype
+ * (U8/U16LE/I16LE/I32LE/I64LE) or host-order U16 (converted lists). */
+typedef struct eldr_re_view {
+  const void *data;   /* NULL when absent */
+  eldr_sel_dtype dtype;
+  size_t rows, layers, top_k;
+  size_t first_token; /* prompt views: prompt position of row 0 (rows of
+                         [0, first_token) are not in the reply: prefix cache
+                         or routed_experts_prompt_start); 0 for generated */
+} eldr_re_view;
+
+typedef struct eldr_re_choice {
+  int64_t index;         /* choices[i].index (i when absent) */
+  eldr_re_view prompt;   /* prompt rows */
+  eldr_re_view generated;/* generated-token rows */
+} eldr_re_choice;
+
+typedef struct eldr_reply_experts {
+  eldr_re_layout layout;
+  int64_t prompt_tokens; /* usage.prompt_tokens, -1 when absent */
+  size_t nchoices;
+  eldr_re_choice *choices; /* owned */
+  void **bufs;             /* owned buffers the views point into */
+  size_t nbufs;
+} eldr_reply_experts;
+
+/* Read a whole non-streaming reply body. Returns 0 (out filled; a reply
+ * without routed_experts gives layout NONE and absent views), or an
+ * ELDR_E* code with *why (may be NULL) set to the reason and a message in d;
+ * out is then empty (safe to free). opts may be NULL (accept any). */
+int eldr_reply_experts_read(const char *body, size_t len, const eldr_re_opts *opts,
+                            eldr_reply_experts *out, eldr_re_reason *why, eldr_diag *d);
+void eldr_reply_experts_free(eldr_reply_experts *r);
+
+/* ---- emitting (the emulated worker) ------------------------------------- */
+
+/* Attach routed_experts in the given layout to a reply being built:
+ * prompt_rows rows of the prompt and gen_rows of generated tokens, each row
+ * L*K host-order ids < shape->num_experts. npy: one string in choice
+ * (prompt rows then generated rows, '|u1' when E <= 256 else '<u2');
+ * v021-*: body["prompt_routed_experts"] (once per body; pass body NULL for
+ * the second and later choices) and choice["routed_experts"] (int16 for
+ * v021-base64). body and choice are jansson json_t objects (void* here so
+ * this header does not need jansson). Returns 0, ELDR_EINVAL or
+ * ELDR_ENOMEM. */
+int eldr_reply_experts_emit(void *body, void *choice, eldr_re_layout layout,
+                            const uint16_t *prompt, size_t prompt_rows, const uint16_t *gen,
+                            size_t gen_rows, const eldr_shape *shape);
+
+#endif
