@@ -15,6 +15,9 @@
  *   v021-base64 the same split, each value a compact object
  *               {"encoding":"base64","dtype":"int16","shape":[n,L,K],"data":..}
  *               (dtype one of uint8 uint16 int16 int32 int64, little-endian).
+ *   lists       vLLM PR #38939, the first OpenAI form: per choice nested lists
+ *               of the whole sequence, no `prompt_routed_experts` key; split
+ *               like npy. (Any per-choice value without that key is.)
  *
  * The shape is taken from the payload (npy header, "shape", list lengths)
  * and checked against what the caller expects (the artifact's layers and
@@ -48,9 +51,11 @@ typedef enum eldr_re_layout {
   ELDR_RE_LAYOUT_NPY,
   ELDR_RE_LAYOUT_V021_LISTS,
   ELDR_RE_LAYOUT_V021_BASE64,
+  ELDR_RE_LAYOUT_LISTS, /* vLLM PR #38939 (first OpenAI form): per choice nested
+                           lists of the whole sequence, no prompt_routed_experts */
 } eldr_re_layout;
 
-/* "npy", "v021-lists", "v021-base64" ("none" for NONE). */
+/* "npy", "v021-lists", "v021-base64", "lists" ("none" for NONE). */
 const char *eldr_re_layout_name(eldr_re_layout l);
 /* Parse a layout name (not "none"); -1 when unknown. */
 int eldr_re_layout_parse(const char *s, eldr_re_layout *out);
@@ -129,6 +134,7 @@ void eldr_reply_experts_free(eldr_reply_experts *r);
  * prompt_rows rows of the prompt and gen_rows of generated tokens, each row
  * L*K host-order ids < shape->num_experts. npy: one string in choice
  * (prompt rows then generated rows, '|u1' when E <= 256 else '<u2');
+ * lists: the same rows as one nested list in choice;
  * v021-*: body["prompt_routed_experts"] (once per body; pass body NULL for
  * the second and later choices) and choice["routed_experts"] (int16 for
  * v021-base64). body and choice are jansson json_t objects (void* here so

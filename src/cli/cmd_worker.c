@@ -45,7 +45,8 @@ static void usage(FILE *f) {
           "                        npy (default; vLLM main: base64 .npy per choice),\n"
           "                        v021-lists (vLLM 0.21: prompt_routed_experts + per-choice\n"
           "                        nested lists) or v021-base64 (the same split, each an\n"
-          "                        {encoding,dtype,shape,data} int16 object)\n"
+          "                        {encoding,dtype,shape,data} int16 object) or lists\n"
+          "                        (vLLM PR #38939: whole sequence as nested lists)\n"
           "  --help                this text\n\n"
           "On start it prints one line \"eldr worker: listening on http://HOST:PORT ...\" on\n"
           "stdout. SIGINT / SIGTERM stop it.\n");
@@ -106,7 +107,7 @@ int eldr_cmd_worker(int argc, char **argv) {
     case 'R': cfg.return_routed_experts = 0; break;
     case 'L':
       if (eldr_re_layout_parse(optarg, &cfg.routed_experts_layout) < 0)
-        cli_usage_error(CMD, "--routed-experts-layout: '%s' is not npy, v021-lists or v021-base64",
+        cli_usage_error(CMD, "--routed-experts-layout: '%s' is not npy, v021-lists, v021-base64 or lists",
                         optarg);
       break;
     case '?' + 256: usage(stdout); return 0;

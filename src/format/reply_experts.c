@@ -13,7 +13,7 @@
 
 #include "eldr/routed_experts.h"
 
-static const char *const layout_names[] = {"none", "npy", "v021-lists", "v021-base64"};
+static const char *const layout_names[] = {"none", "npy", "v021-lists", "v021-base64", "lists"};
 
 const char *eldr_re_layout_name(eldr_re_layout l) {
   return (unsigned)l < sizeof layout_names / sizeof *layout_names ? layout_names[l] : "unknown";
@@ -359,6 +359,7 @@ static int read_body(rctx *c, json_t *root) {
   eldr_re_layout lay = ELDR_RE_LAYOUT_NONE, vl = ELDR_RE_LAYOUT_NONE;
   /* the split layouts: the prompt's rows, shared by every choice */
   eldr_re_view prompt;
+  const bool has_prompt_key = json_object_get(root, "prompt_routed_experts") != NULL;
   int rc = read_value(c, "prompt_routed_experts", json_object_get(root, "prompt_routed_experts"),
                       &prompt, &vl);
   if (rc) return rc;
@@ -391,7 +392,10 @@ static int read_body(rctx *c, json_t *root) {
       return FAILF(c, ELDR_RE_BAD_TYPE, ELDR_EPARSE,
                    "%s is %s but the reply's other routed_experts are %s", what,
                    eldr_re_layout_name(vl), eldr_re_layout_name(lay));
-    if (vl == ELDR_RE_LAYOUT_NPY) {
+    /* without a prompt_routed_experts key (npy, or the lists of vLLM PR
+     * #38939) the choice's array covers the whole sequence */
+    if (vl == ELDR_RE_LAYOUT_V021_LISTS && !has_prompt_key) vl = ELDR_RE_LAYOUT_LISTS;
+    if (vl != ELDR_RE_LAYOUT_NONE && (vl == ELDR_RE_LAYOUT_NPY || !has_prompt_key)) {
       if ((rc = split_npy(c, &v, P, gen_tokens(root, ch, nc), oc))) return rc;
     } else {
       oc->prompt = prompt;
@@ -507,6 +511,16 @@ int eldr_reply_experts_emit(void *body, void *choice, eldr_re_layout layout,
     rc = json_object_set_new(c, "routed_experts", json_stringn(b64, blen)) ? ELDR_ENOMEM : 0;
     free(b64);
     return rc;
+  }
+  if (layout == ELDR_RE_LAYOUT_LISTS) { /* the whole sequence, one list */
+    json_t *a = lists_json(prompt, prompt_rows, shape), *g = lists_json(gen, gen_rows, shape);
+    if (!a || !g || json_array_extend(a, g)) {
+      json_decref(a);
+      json_decref(g);
+      return ELDR_ENOMEM;
+    }
+    json_decref(g);
+    return json_object_set_new(c, "routed_experts", a) ? ELDR_ENOMEM : 0;
   }
   if (layout != ELDR_RE_LAYOUT_V021_LISTS && layout != ELDR_RE_LAYOUT_V021_BASE64)
     return ELDR_EINVAL;

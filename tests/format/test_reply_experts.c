@@ -96,6 +96,7 @@ static const fx FIXTURES[] = {
     {"v021_lists_completions_n2.json", ELDR_RE_COMPLETIONS, ELDR_RE_LAYOUT_V021_LISTS, ELDR_SEL_U16, 2, {2, 0}},
     {"v021_base64_int16_completions.json", ELDR_RE_COMPLETIONS, ELDR_RE_LAYOUT_V021_BASE64, ELDR_SEL_I16LE, 1, {3}},
     {"v021_base64_int16_chat_prefill.json", ELDR_RE_CHAT, ELDR_RE_LAYOUT_V021_BASE64, ELDR_SEL_I16LE, 1, {0}},
+    {"pr38939_lists_completions.json", ELDR_RE_COMPLETIONS, ELDR_RE_LAYOUT_LISTS, ELDR_SEL_U16, 1, {3}},
 };
 
 static void test_fixtures(void **state) {
@@ -297,8 +298,9 @@ static void test_emit_roundtrip(void **state) {
   uint16_t p[PR * 12], g[GR * 12];
   for (size_t i = 0; i < PR * 12; i++) p[i] = (uint16_t)(i * 37 % 300);
   for (size_t i = 0; i < GR * 12; i++) g[i] = (uint16_t)(i * 11 % 300);
-  const eldr_re_layout lays[] = {ELDR_RE_LAYOUT_NPY, ELDR_RE_LAYOUT_V021_LISTS, ELDR_RE_LAYOUT_V021_BASE64};
-  for (size_t li = 0; li < 3; li++) {
+  const eldr_re_layout lays[] = {ELDR_RE_LAYOUT_NPY, ELDR_RE_LAYOUT_V021_LISTS, ELDR_RE_LAYOUT_V021_BASE64,
+                                 ELDR_RE_LAYOUT_LISTS};
+  for (size_t li = 0; li < 4; li++) {
     json_t *body = json_pack("{s:s,s:{s:i,s:i}}", "object", "chat.completion", "usage",
                              "prompt_tokens", PR + 1, "completion_tokens", GR + 1);
     json_t *choice = json_pack("{s:i}", "index", 0);

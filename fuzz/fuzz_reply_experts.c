@@ -1,0 +1,109 @@
+/* fuzz_reply_experts.c — libFuzzer target for the routed_experts reply
+ * reader (eldr/reply_experts.h).
+ *
+ * The input is read three ways: as a whole reply body (completions and
+ * chat, expecting L=2 K=2 E=8, with and without a layer mask, and with no
+ * expectation), and wrapped so the fuzzer reaches the payload decoders
+ * directly: base64 of the input as a choice's npy string and as the data of
+ * a compact {"encoding","dtype","shape","data"} object. On success every id
+ * of every view (in the mask's layers) must be in [0, E) and every view must
+ * lie inside what the reader owns (ASan checks the reads); on failure the
+ * reason and the message are set and the result is empty. Else abort. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "eldr/reply_experts.h"
+#include "eldr/routed_experts.h"
+
+static int64_t elem(const eldr_re_view *v, size_t i) {
+  const uint8_t *q = (const uint8_t *)v->data + i * eldr_sel_dtype_size(v->dtype);
+  switch (v->dtype) {
+  case ELDR_SEL_U8: return q[0];
+  case ELDR_SEL_U16LE: return q[0] | q[1] << 8;
+  case ELDR_SEL_I16LE: return (int16_t)(uint16_t)(q[0] | q[1] << 8);
+  case ELDR_SEL_I32LE:
+    return (int32_t)((uint32_t)q[0] | (uint32_t)q[1] << 8 | (uint32_t)q[2] << 16 | (uint32_t)q[3] << 24);
+  case ELDR_SEL_I64LE: {
+    uint64_t u = 0;
+    for (int b = 7; b >= 0; b--) u = u << 8 | q[b];
+    return (int64_t)u;
+  }
+  default: {
+    uint16_t h;
+    memcpy(&h, q, 2);
+    return h;
+  }
+  }
+}
+
+static void check_view(const eldr_re_view *v, const eldr_re_opts *o) {
+  if (!v->data) {
+    if (v->rows) abort();
+    return;
+  }
+  if (!v->rows || v->layers < 1 || v->layers > ELDR_MAX_LAYERS || v->top_k < 1 || v->top_k > ELDR_MAX_TOPK)
+    abort();
+  if ((o->num_layers && v->layers != o->num_layers) || (o->top_k && v->top_k != o->top_k)) abort();
+  const int64_t lim = o->num_experts ? o->num_experts : ELDR_MAX_EXPERTS;
+  for (size_t t = 0; t < v->rows; t++)
+    for (size_t l = 0; l < v->layers; l++) {
+      if (o->layer_mask && !o->layer_mask[l]) continue;
+      for (size_t k = 0; k < v->top_k; k++) {
+        int64_t e = elem(v, (t * v->layers + l) * v->top_k + k);
+        if (e < 0 || e >= lim) abort();
+      }
+    }
+}
+
+static void one(const char *body, size_t len, const eldr_re_opts *o) {
+  eldr_reply_experts r;
+  eldr_re_reason why = ELDR_RE__N;
+  eldr_diag d;
+  d.msg[0] = '\0';
+  int rc = eldr_reply_experts_read(body, len, o, &r, &why, &d);
+  if (rc) {
+    if (why == ELDR_RE_OK || why >= ELDR_RE__N || d.msg[0] == '\0' || r.choices || r.nchoices) abort();
+    eldr_reply_experts_free(&r);
+    return;
+  }
+  if (why != ELDR_RE_OK) abort();
+  for (size_t i = 0; i < r.nchoices; i++) {
+    check_view(&r.choices[i].prompt, o);
+    check_view(&r.choices[i].generated, o);
+  }
+  eldr_reply_experts_free(&r);
+}
+
+static void all(const char *body, size_t len) {
+  static const uint8_t mask[2] = {0, 1};
+  const eldr_re_opts os[] = {
+      {ELDR_RE_COMPLETIONS, 2, 2, 8, NULL},
+      {ELDR_RE_CHAT, 2, 2, 8, mask},
+      {ELDR_RE_COMPLETIONS, 0, 0, 0, NULL},
+  };
+  for (size_t i = 0; i < sizeof os / sizeof *os; i++) one(body, len, &os[i]);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  all((const char *)data, size);
+  if (size > (1u << 20)) return 0;
+  char *b64 = malloc(eldr_b64_encoded_len(size) + 1);
+  char *wrap = malloc(eldr_b64_encoded_len(size) + 512);
+  if (!b64 || !wrap) abort();
+  eldr_b64_encode(data, size, b64);
+  int n = sprintf(wrap, "{\"usage\":{\"prompt_tokens\":3},\"choices\":[{\"routed_experts\":\"%s\"}]}", b64);
+  all(wrap, (size_t)n);
+  /* shape from the first bytes so that lengths sometimes agree */
+  unsigned rows = size ? data[0] % 5 : 0, L = size > 1 ? data[1] % 3 : 2, K = size > 2 ? data[2] % 3 : 2;
+  const char *dt[] = {"int16", "uint8", "int32", "int64", "uint16"};
+  n = sprintf(wrap,
+              "{\"usage\":{\"prompt_tokens\":4},\"choices\":[{}],\"prompt_routed_experts\":"
+              "{\"encoding\":\"base64\",\"dtype\":\"%s\",\"shape\":[%u,%u,%u],\"data\":\"%s\"}}",
+              dt[size % 5], rows, L, K, b64);
+  all(wrap, (size_t)n);
+  free(b64);
+  free(wrap);
+  return 0;
+}
