@@ -73,10 +73,10 @@ static bytes npy_make(int major, const char *dict, const void *payload, size_t p
 
 /* Serialise host ids as a dtype's little-endian bytes. */
 static uint8_t *to_wire(const int32_t *ids, size_t n, const char *descr, size_t *plen) {
-  size_t isz = strstr(descr, "u1") ? 1 : strstr(descr, "u2") ? 2 : 4;
+  size_t isz = strstr(descr, "u1") ? 1 : strstr(descr, "2") ? 2 : strstr(descr, "8") ? 8 : 4;
   uint8_t *p = malloc(n * isz + 1);
   for (size_t i = 0; i < n; i++) {
-    uint32_t v = (uint32_t)ids[i];
+    uint64_t v = (uint64_t)(int64_t)ids[i]; /* sign-extended for i8 */
     for (size_t k = 0; k < isz; k++) p[i * isz + k] = (uint8_t)(v >> (8 * k));
   }
   *plen = n * isz;
@@ -254,11 +254,11 @@ static void test_b64_every_byte_every_position(void **state) {
 
 static void test_npy_versions_dtypes(void **state) {
   (void)state;
-  const char *descr[] = {"|u1", "<u1", "u1", "<u2", "<i4"};
+  const char *descr[] = {"|u1", "<u1", "u1", "<u2", "<i4", "<i2", "<i8"};
   const eldr_sel_dtype want[] = {ELDR_SEL_U8, ELDR_SEL_U8, ELDR_SEL_U8, ELDR_SEL_U16LE,
-                                 ELDR_SEL_I32LE};
+                                 ELDR_SEL_I32LE, ELDR_SEL_I16LE, ELDR_SEL_I64LE};
   for (int major = 1; major <= 3; major++)
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < 7; i++) {
       char dict[200];
       snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (7, 3, 2), }",
                descr[i]);
@@ -389,7 +389,7 @@ static void test_npy_header_errors(void **state) {
                  ELDR_ERANGE, "too large");
   expect_hdr_err("{'descr': '|u1', 'fortran_order': True, 'shape': (1, 2, 3)}", ELDR_EUNSUPPORTED,
                  "fortran_order True");
-  const char *bad_dtypes[] = {"<f4", ">u2", "|i1", "<i8", "<u4", "|b1", "O"};
+  const char *bad_dtypes[] = {"<f4", ">u2", "|i1", ">i8", "<u4", "|b1", "O"};
   for (size_t i = 0; i < sizeof bad_dtypes / sizeof bad_dtypes[0]; i++) {
     char dict[200], want[40];
     snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (1, 2, 3)}",
@@ -700,6 +700,38 @@ static int scalar_teardown(void **state) {
   return 0;
 }
 
+/* int16 and int64 arrays (numpy's '<i2', '<i8'): counted and decoded like
+ * the others; a negative id is an error naming it. */
+static void test_count_decode_i2_i8(void **state) {
+  (void)state;
+  const eldr_shape s = {2, 300, 2};
+  const char *descr[] = {"<i2", "<i8"};
+  for (int i = 0; i < 2; i++) {
+    const int32_t ids[8] = {0, 299, 7, 8, 150, 151, 2, 1};
+    char *b = blob(1, descr[i], 2, 2, 2, ids);
+    uint32_t counts[2 * 300] = {0};
+    size_t nt = 0;
+    eldr_diag d = {{0}};
+    if (eldr_routed_experts_count(b, strlen(b), &s, counts, &nt, &d)) fail_msg("%s: %s", descr[i], d.msg);
+    assert_int_equal(nt, 2);
+    assert_int_equal(counts[299], 1);
+    assert_int_equal(counts[300 + 8], 1);
+    uint16_t *sel = NULL;
+    assert_int_equal(eldr_routed_experts_decode(b, strlen(b), &s, &sel, &nt, NULL, &d), 0);
+    for (int k = 0; k < 8; k++) assert_int_equal(sel[k], ids[k]);
+    free(sel);
+    free(b);
+    const int32_t neg[8] = {0, 1, 2, -3, 4, 5, 6, 7};
+    b = blob(1, descr[i], 2, 2, 2, neg);
+    memset(counts, 0, sizeof counts);
+    assert_int_equal(eldr_routed_experts_count(b, strlen(b), &s, counts, &nt, &d), ELDR_ERANGE);
+    assert_non_null(strstr(d.msg, "-3 is negative"));
+    assert_int_equal(eldr_routed_experts_decode(b, strlen(b), &s, &sel, &nt, NULL, &d), ELDR_ERANGE);
+    assert_null(sel);
+    free(b);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest scalar[] = {
       cmocka_unit_test(test_b64_vectors),
@@ -718,6 +750,7 @@ int main(void) {
       cmocka_unit_test(test_npy_dict_variants),
       cmocka_unit_test(test_npy_header_errors),
       cmocka_unit_test(test_count_all_dtypes_versions),
+      cmocka_unit_test(test_count_decode_i2_i8),
       cmocka_unit_test(test_count_chunk_boundaries),
       cmocka_unit_test(test_count_errors),
       cmocka_unit_test(test_decode_errors_and_any_shape),
