@@ -14,6 +14,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "eldr/error.h"
 
@@ -51,6 +52,32 @@ typedef enum eldr_sel_dtype {
 
 /* Bytes per element of a dtype. */
 size_t eldr_sel_dtype_size(eldr_sel_dtype t);
+
+/* Element i of a raw selection array of that dtype (any alignment), as a
+ * signed value (negative ids of signed dtypes stay negative). Inline: with a
+ * constant dtype the switch folds away. */
+static inline int64_t eldr_sel_load(const void *raw, eldr_sel_dtype t, size_t i) {
+  const unsigned char *p = (const unsigned char *)raw;
+  switch (t) {
+  case ELDR_SEL_U8: return p[i];
+  case ELDR_SEL_U16LE: return (int64_t)p[2 * i] | (int64_t)p[2 * i + 1] << 8;
+  case ELDR_SEL_U16: {
+    uint16_t v;
+    memcpy(&v, p + 2 * i, 2);
+    return v;
+  }
+  case ELDR_SEL_I16LE: return (int16_t)(uint16_t)((unsigned)p[2 * i] | (unsigned)p[2 * i + 1] << 8);
+  case ELDR_SEL_I32LE:
+    return (int32_t)((uint32_t)p[4 * i] | (uint32_t)p[4 * i + 1] << 8 |
+                     (uint32_t)p[4 * i + 2] << 16 | (uint32_t)p[4 * i + 3] << 24);
+  case ELDR_SEL_I64LE: {
+    uint64_t u = 0;
+    for (int b = 7; b >= 0; b--) u = u << 8 | p[8 * i + (size_t)b];
+    return (int64_t)u;
+  }
+  }
+  return -1;
+}
 
 /* Add the selections of ntokens tokens (raw points at ntokens * L * K
  * elements of the given dtype, any alignment) into counts (L * E, caller's

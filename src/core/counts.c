@@ -52,28 +52,6 @@ size_t eldr_sel_dtype_size(eldr_sel_dtype t) {
     }                                                                           \
   } while (0)
 
-static inline int64_t load_u16(const unsigned char *p, size_t i) {
-  uint16_t v;
-  memcpy(&v, p + 2 * i, 2);
-  return v;
-}
-
-static inline int64_t load_i32le(const unsigned char *p, size_t i) {
-  uint32_t u = (uint32_t)p[4 * i] | ((uint32_t)p[4 * i + 1] << 8) | ((uint32_t)p[4 * i + 2] << 16) |
-               ((uint32_t)p[4 * i + 3] << 24);
-  return (int32_t)u;
-}
-
-static inline int64_t load_i16le(const unsigned char *p, size_t i) {
-  return (int16_t)(uint16_t)((uint16_t)p[2 * i] | (uint16_t)(p[2 * i + 1] << 8));
-}
-
-static inline int64_t load_i64le(const unsigned char *p, size_t i) {
-  uint64_t u = 0;
-  for (int b = 7; b >= 0; b--) u = u << 8 | p[8 * i + (size_t)b];
-  return (int64_t)u;
-}
-
 int eldr_counts_accumulate(const eldr_shape *s, const void *raw, eldr_sel_dtype dtype,
                            size_t ntokens, uint32_t *counts, size_t *bad_index) {
   return eldr_counts_accumulate_masked(s, raw, dtype, ntokens, NULL, counts, bad_index);
@@ -85,12 +63,12 @@ int eldr_counts_accumulate_masked(const eldr_shape *s, const void *raw, eldr_sel
   const size_t L = s->num_layers, E = s->num_experts, K = s->top_k;
   const unsigned char *p = raw;
   switch (dtype) {
-  case ELDR_SEL_U8: ELDR_COUNT_LOOP((int64_t)p[idx]); break;
-  case ELDR_SEL_U16LE: ELDR_COUNT_LOOP((int64_t)p[2 * idx] | ((int64_t)p[2 * idx + 1] << 8)); break;
-  case ELDR_SEL_U16: ELDR_COUNT_LOOP(load_u16(p, idx)); break;
-  case ELDR_SEL_I32LE: ELDR_COUNT_LOOP(load_i32le(p, idx)); break;
-  case ELDR_SEL_I16LE: ELDR_COUNT_LOOP(load_i16le(p, idx)); break;
-  case ELDR_SEL_I64LE: ELDR_COUNT_LOOP(load_i64le(p, idx)); break;
+  case ELDR_SEL_U8: ELDR_COUNT_LOOP(eldr_sel_load(p, ELDR_SEL_U8, idx)); break;
+  case ELDR_SEL_U16LE: ELDR_COUNT_LOOP(eldr_sel_load(p, ELDR_SEL_U16LE, idx)); break;
+  case ELDR_SEL_U16: ELDR_COUNT_LOOP(eldr_sel_load(p, ELDR_SEL_U16, idx)); break;
+  case ELDR_SEL_I32LE: ELDR_COUNT_LOOP(eldr_sel_load(p, ELDR_SEL_I32LE, idx)); break;
+  case ELDR_SEL_I16LE: ELDR_COUNT_LOOP(eldr_sel_load(p, ELDR_SEL_I16LE, idx)); break;
+  case ELDR_SEL_I64LE: ELDR_COUNT_LOOP(eldr_sel_load(p, ELDR_SEL_I64LE, idx)); break;
   default: return ELDR_EINVAL;
   }
   return ELDR_OK;

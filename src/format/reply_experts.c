@@ -88,6 +88,19 @@ static int check_dims(rctx *c, const char *what, size_t rows, size_t L, size_t K
   return 0;
 }
 
+/* One id: in [0, lim), else the reason and a message naming it. */
+static int id_ok(rctx *c, const char *what, size_t t, size_t l, size_t k, int64_t e, uint64_t lim) {
+  if (e < 0)
+    return FAILF(c, ELDR_RE_NEGATIVE_ID, ELDR_ERANGE,
+                 "%s: row %zu layer %zu slot %zu: expert id %lld is negative", what, t, l, k,
+                 (long long)e);
+  if ((uint64_t)e >= lim)
+    return FAILF(c, ELDR_RE_ID_OUT_OF_RANGE, ELDR_ERANGE,
+                 "%s: row %zu layer %zu slot %zu: expert id %lld >= %llu experts", what, t, l, k,
+                 (long long)e, (unsigned long long)lim);
+  return 0;
+}
+
 /* Every id of the view in the mask's layers must be in [0, lim). */
 static int check_ids(rctx *c, const char *what, const eldr_re_view *v) {
   const size_t L = v->layers, K = v->top_k, isz = eldr_sel_dtype_size(v->dtype);
@@ -99,36 +112,8 @@ static int check_ids(rctx *c, const char *what, const eldr_re_view *v) {
       if (mask && !mask[l]) continue;
       const uint8_t *row = p + ((t * L + l) * K) * isz;
       for (size_t k = 0; k < K; k++) {
-        const uint8_t *q = row + k * isz;
-        int64_t e;
-        switch (v->dtype) {
-        case ELDR_SEL_U8: e = q[0]; break;
-        case ELDR_SEL_U16LE: e = (int64_t)q[0] | (int64_t)q[1] << 8; break;
-        case ELDR_SEL_I16LE: e = (int16_t)(uint16_t)((uint16_t)q[0] | (uint16_t)(q[1] << 8)); break;
-        case ELDR_SEL_I32LE:
-          e = (int32_t)((uint32_t)q[0] | (uint32_t)q[1] << 8 | (uint32_t)q[2] << 16 |
-                        (uint32_t)q[3] << 24);
-          break;
-        case ELDR_SEL_I64LE: {
-          uint64_t u = 0;
-          for (int b = 7; b >= 0; b--) u = u << 8 | q[b];
-          e = (int64_t)u;
-          break;
-        }
-        default: {
-          uint16_t h;
-          memcpy(&h, q, 2);
-          e = h;
-        }
-        }
-        if (e < 0)
-          return FAILF(c, ELDR_RE_NEGATIVE_ID, ELDR_ERANGE,
-                       "%s: row %zu layer %zu slot %zu: expert id %lld is negative", what, t, l, k,
-                       (long long)e);
-        if ((uint64_t)e >= lim)
-          return FAILF(c, ELDR_RE_ID_OUT_OF_RANGE, ELDR_ERANGE,
-                       "%s: row %zu layer %zu slot %zu: expert id %lld >= %llu experts", what, t,
-                       l, k, (long long)e, (unsigned long long)lim);
+        int rc = id_ok(c, what, t, l, k, eldr_sel_load(row, v->dtype, k), lim);
+        if (rc) return rc;
       }
     }
   return 0;
@@ -261,14 +246,7 @@ static int read_lists(rctx *c, const char *what, json_t *v, eldr_re_view *out) {
           return FAILF(c, ELDR_RE_BAD_TYPE, ELDR_EPARSE,
                        "%s: row %zu layer %zu slot %zu is not an integer", what, t, l, k);
         json_int_t e = json_integer_value(x);
-        if (e < 0)
-          return FAILF(c, ELDR_RE_NEGATIVE_ID, ELDR_ERANGE,
-                       "%s: row %zu layer %zu slot %zu: expert id %lld is negative", what, t, l, k,
-                       (long long)e);
-        if ((uint64_t)e >= lim)
-          return FAILF(c, ELDR_RE_ID_OUT_OF_RANGE, ELDR_ERANGE,
-                       "%s: row %zu layer %zu slot %zu: expert id %lld >= %llu experts", what, t,
-                       l, k, (long long)e, (unsigned long long)lim);
+        if ((rc = id_ok(c, what, t, l, k, (int64_t)e, lim))) return rc;
         sel[i] = (uint16_t)e;
       }
     }

@@ -550,27 +550,7 @@ static int check_array(const eldr_npy_info *h, size_t total, uint32_t L, uint32_
   return ELDR_OK;
 }
 
-static int64_t read_elem(const uint8_t *p, eldr_sel_dtype t) {
-  switch (t) {
-  case ELDR_SEL_U8: return p[0];
-  case ELDR_SEL_U16LE: return (int64_t)p[0] | (int64_t)p[1] << 8;
-  case ELDR_SEL_I32LE:
-    return (int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-                     (uint32_t)p[3] << 24);
-  case ELDR_SEL_U16: {
-    uint16_t v;
-    memcpy(&v, p, 2);
-    return v;
-  }
-  case ELDR_SEL_I16LE: return (int16_t)(uint16_t)((uint16_t)p[0] | (uint16_t)(p[1] << 8));
-  case ELDR_SEL_I64LE: {
-    uint64_t u = 0;
-    for (int b = 7; b >= 0; b--) u = u << 8 | p[b];
-    return (int64_t)u;
-  }
-  }
-  return -1;
-}
+static int64_t read_elem(const uint8_t *p, eldr_sel_dtype t) { return eldr_sel_load(p, t, 0); }
 
 static int range_error(const uint8_t *raw, size_t bad, size_t elem0, const eldr_shape *s,
                        eldr_sel_dtype t, eldr_diag *d) {

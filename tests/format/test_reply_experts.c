@@ -37,24 +37,7 @@ static char *slurp(const char *name, size_t *len) {
 }
 
 static int64_t id_at(const eldr_re_view *v, size_t t, size_t l, size_t k) {
-  size_t i = (t * v->layers + l) * v->top_k + k, isz = eldr_sel_dtype_size(v->dtype);
-  const uint8_t *q = (const uint8_t *)v->data + i * isz;
-  switch (v->dtype) {
-  case ELDR_SEL_U8: return q[0];
-  case ELDR_SEL_U16LE: return q[0] | q[1] << 8;
-  case ELDR_SEL_I16LE: return (int16_t)(uint16_t)(q[0] | q[1] << 8);
-  case ELDR_SEL_I32LE: return (int32_t)((uint32_t)q[0] | (uint32_t)q[1] << 8 | (uint32_t)q[2] << 16 | (uint32_t)q[3] << 24);
-  case ELDR_SEL_I64LE: {
-    uint64_t u = 0;
-    for (int b = 7; b >= 0; b--) u = u << 8 | q[b];
-    return (int64_t)u;
-  }
-  default: {
-    uint16_t h;
-    memcpy(&h, q, 2);
-    return h;
-  }
-  }
+  return eldr_sel_load(v->data, v->dtype, (t * v->layers + l) * v->top_k + k);
 }
 
 /* every row of v holds the ids of sequence positions first.. */
