@@ -126,6 +126,11 @@ typedef struct eldr_reply_experts {
  * out is then empty (safe to free). opts may be NULL (accept any). */
 int eldr_reply_experts_read(const char *body, size_t len, const eldr_re_opts *opts,
                             eldr_reply_experts *out, eldr_re_reason *why, eldr_diag *d);
+/* The same on a reply the caller already parsed with jansson (root is a
+ * json_t *, borrowed; the views do not point into it, so it may be freed
+ * right after). For a router that parses the prefill reply once. */
+int eldr_reply_experts_from_json(const void *root, const eldr_re_opts *opts,
+                                 eldr_reply_experts *out, eldr_re_reason *why, eldr_diag *d);
 void eldr_reply_experts_free(eldr_reply_experts *r);
 
 /* ---- emitting (the emulated worker) ------------------------------------- */

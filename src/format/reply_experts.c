@@ -394,25 +394,34 @@ static int read_body(rctx *c, json_t *root) {
 
 int eldr_reply_experts_read(const char *body, size_t len, const eldr_re_opts *opts,
                             eldr_reply_experts *out, eldr_re_reason *why, eldr_diag *d) {
+  json_error_t je;
+  memset(&je, 0, sizeof je);
+  json_t *root = body || !len ? json_loadb(body ? body : "", len, 0, &je) : NULL;
+  if (!root) {
+    if (out) {
+      memset(out, 0, sizeof *out);
+      out->prompt_tokens = -1;
+    }
+    if (why) *why = ELDR_RE_NOT_JSON;
+    return eldr_diag_fail(d, ELDR_EPARSE, "reply is not JSON: %s (column %d)",
+                          je.text[0] ? je.text : "body missing", je.column);
+  }
+  int rc = eldr_reply_experts_from_json(root, opts, out, why, d);
+  json_decref(root);
+  return rc;
+}
+
+int eldr_reply_experts_from_json(const void *root, const eldr_re_opts *opts,
+                                 eldr_reply_experts *out, eldr_re_reason *why, eldr_diag *d) {
   if (why) *why = ELDR_RE_OK;
   if (!out) return eldr_diag_fail(d, ELDR_EINVAL, "reply_experts: argument missing");
   memset(out, 0, sizeof *out);
   out->prompt_tokens = -1;
   rctx c = {.out = out, .why = ELDR_RE_OK, .d = d};
   if (opts) c.o = *opts;
-  if (!body && len) return fail(&c, ELDR_RE_NOT_JSON, ELDR_EINVAL, "reply", "body missing");
-  json_error_t je;
-  json_t *root = json_loadb(body ? body : "", len, 0, &je);
-  int rc;
-  if (!root) {
-    rc = FAILF(&c, ELDR_RE_NOT_JSON, ELDR_EPARSE, "reply is not JSON: %s (column %d)", je.text,
-               je.column);
-  } else if (!json_is_object(root)) {
-    rc = fail(&c, ELDR_RE_NOT_JSON, ELDR_EPARSE, "reply", "not a JSON object");
-  } else {
-    rc = read_body(&c, root);
-  }
-  json_decref(root);
+  int rc = json_is_object((const json_t *)root)
+               ? read_body(&c, (json_t *)root)
+               : fail(&c, ELDR_RE_NOT_JSON, ELDR_EPARSE, "reply", "not a JSON object");
   if (rc) {
     eldr_reply_experts_free(out);
     out->prompt_tokens = -1;

@@ -307,6 +307,27 @@ static void test_emit_roundtrip(void **state) {
     eldr_reply_experts_free(&r);
     free(txt);
   }
+  /* a reply parsed by the caller reads the same; the root may go right after */
+  {
+    size_t len;
+    char *b = slurp("v021_base64_int16_completions.json", &len);
+    json_t *root = json_loadb(b, len, 0, NULL);
+    eldr_re_opts o = {ELDR_RE_COMPLETIONS, FL, FK, FE, NULL};
+    eldr_reply_experts r;
+    assert_int_equal(eldr_reply_experts_from_json(root, &o, &r, NULL, NULL), 0);
+    json_decref(root);
+    free(b);
+    expect_rows(&r.choices[0].prompt, FP, 0, ELDR_SEL_I16LE);
+    expect_rows(&r.choices[0].generated, 3, FP, ELDR_SEL_I16LE);
+    eldr_reply_experts_free(&r);
+    json_t *arr = json_array();
+    eldr_re_reason why;
+    assert_int_not_equal(eldr_reply_experts_from_json(arr, &o, &r, &why, NULL), 0);
+    assert_int_equal(why, ELDR_RE_NOT_JSON);
+    json_decref(arr);
+    assert_int_not_equal(eldr_reply_experts_read(NULL, 5, &o, &r, &why, NULL), 0);
+    assert_int_equal(why, ELDR_RE_NOT_JSON);
+  }
   eldr_re_layout l;
   assert_int_equal(eldr_re_layout_parse("v021-base64", &l), 0);
   assert_int_equal(l, ELDR_RE_LAYOUT_V021_BASE64);
