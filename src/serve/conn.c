@@ -1,0 +1,343 @@
+/* conn.c — the router's client side: connections accepted on the listening
+ * socket, HTTP/1.1 request heads and bodies read with eldr's own bounded
+ * parser (every malformed, oversized or slow request gets a JSON 4xx),
+ * dispatch by path, and responses written straight to the socket (whole, or
+ * streamed chunked). Keep-alive and pipelining. Loop thread only. */
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/listener.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "serve_types.h"
+
+/* ---- client responses ----------------------------------------------------- */
+
+static void conn_process(hconn *c);
+
+static const char *reason(int st) {
+  switch (st) {
+  case 200: return "OK";
+  case 400: return "Bad Request";
+  case 404: return "Not Found";
+  case 405: return "Method Not Allowed";
+  case 408: return "Request Timeout";
+  case 411: return "Length Required";
+  case 413: return "Payload Too Large";
+  case 414: return "URI Too Long";
+  case 417: return "Expectation Failed";
+  case 429: return "Too Many Requests";
+  case 431: return "Request Header Fields Too Large";
+  case 500: return "Internal Server Error";
+  case 501: return "Not Implemented";
+  case 502: return "Bad Gateway";
+  case 503: return "Service Unavailable";
+  case 504: return "Gateway Timeout";
+  case 505: return "HTTP Version Not Supported";
+  default: return st < 300 ? "OK" : st < 500 ? "Client Error" : "Server Error";
+  }
+}
+
+static void write_head(hconn *c, int status, const char *ctype, long long clen,
+                       const char *extra) {
+  struct evbuffer *o = bufferevent_get_output(c->bev);
+  evbuffer_add_printf(o, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\n", status, reason(status),
+                      ctype ? ctype : "application/json");
+  if (clen >= 0) evbuffer_add_printf(o, "Content-Length: %lld\r\n", clen);
+  if (c->r && c->r->reqid[0]) evbuffer_add_printf(o, "X-Request-Id: %s\r\n", c->r->reqid);
+  if (extra) evbuffer_add(o, extra, strlen(extra));
+  evbuffer_add_printf(o, "Connection: %s\r\n\r\n", c->keep_alive ? "keep-alive" : "close");
+}
+
+/* Write queued output now: saves a loop round and an epoll_ctl pair per
+ * response. EV_WRITE stays disabled unless the socket did not take it all. */
+static void conn_flush(hconn *c) {
+  struct evbuffer *o = bufferevent_get_output(c->bev);
+  while (evbuffer_get_length(o) > 0)
+    if (evbuffer_write(o, bufferevent_getfd(c->bev)) <= 0) break;
+  if (evbuffer_get_length(o) > 0) bufferevent_enable(c->bev, EV_WRITE);
+}
+
+/* The response is complete: next request or close. */
+static void conn_finish(hconn *c) {
+  if (c->r) {
+    rq *r = c->r;
+    c->r = NULL;
+    r->c = NULL;
+    eldr__rq_free(r);
+  }
+  if (!c->keep_alive) {
+    c->state = C_CLOSING;
+    bufferevent_disable(c->bev, EV_READ);
+    if (!c->in_process && evbuffer_get_length(bufferevent_get_output(c->bev)) == 0) eldr__conn_free(c);
+    return; /* write callback frees once flushed */
+  }
+  c->state = C_HEAD;
+  c->resp_chunked = 0;
+  struct timeval idle = eldr__tv_of(c->s->cfg.idle_timeout_s);
+  bufferevent_set_timeouts(c->bev, &idle, NULL);
+  bufferevent_enable(c->bev, EV_READ);
+  if (!c->in_process && evbuffer_get_length(bufferevent_get_input(c->bev)) > 0) conn_process(c);
+}
+
+void eldr__send_body(hconn *c, int status, const char *ctype, const void *body, size_t len,
+                      const char *extra) {
+  write_head(c, status, ctype, (long long)len, extra);
+  if (!c->head_only && len) bufferevent_write(c->bev, body, len);
+  conn_flush(c);
+  conn_finish(c);
+}
+
+void eldr__send_error(hconn *c, int status, const char *type, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  size_t len = 0;
+  char *j = eldr__error_json(status, type, msg, &len);
+  eldr__send_body(c, status, "application/json", j ? j : "{}", j ? len : 2,
+            status == 405 ? (c->head.path[0] && !strcmp(c->head.path, "/health")
+                                 ? "Allow: GET, HEAD\r\n"
+                                 : (!strcmp(c->head.path, "/metrics") || !strcmp(c->head.path, "/v1/models"))
+                                       ? "Allow: GET\r\n"
+                                       : "Allow: POST\r\n")
+                          : NULL);
+  free(j);
+}
+
+void eldr__stream_start(hconn *c, int status, const char *ctype) {
+  if (c->head.minor >= 1) {
+    c->resp_chunked = 1;
+    write_head(c, status, ctype, -1, "Transfer-Encoding: chunked\r\nCache-Control: no-cache\r\n");
+  } else {
+    c->resp_chunked = 2;
+    c->keep_alive = 0;
+    write_head(c, status, ctype, -1, "Cache-Control: no-cache\r\n");
+  }
+}
+
+void eldr__stream_chunk(hconn *c, const char *p, size_t n) {
+  if (!n) return;
+  struct evbuffer *o = bufferevent_get_output(c->bev);
+  if (c->resp_chunked == 1) evbuffer_add_printf(o, "%zx\r\n", n);
+  evbuffer_add(o, p, n);
+  if (c->resp_chunked == 1) evbuffer_add(o, "\r\n", 2);
+  conn_flush(c);
+}
+
+void eldr__stream_end(hconn *c) {
+  if (c->resp_chunked == 1) bufferevent_write(c->bev, "0\r\n\r\n", 5);
+  conn_flush(c);
+  conn_finish(c);
+}
+
+/* ---- client connections --------------------------------------------------- */
+
+void eldr__conn_free(hconn *c) {
+  eldr_server *s = c->s;
+  if (c->r) {
+    rq *r = c->r;
+    c->r = NULL;
+    eldr__rq_abort(r);
+  }
+  if (c->prev) c->prev->next = c->next;
+  else s->conns = c->next;
+  if (c->next) c->next->prev = c->prev;
+  if (c->deadline) event_free(c->deadline);
+  bufferevent_free(c->bev);
+  free(c);
+}
+
+static void dispatch(hconn *c, const char *body, size_t len) {
+  eldr_server *s = c->s;
+  const char *p = c->head.path;
+  eldr__method m = c->head.method;
+  int known = 1;
+  c->state = C_BUSY;
+  c->head_only = m == ELDR__M_HEAD;
+  if (!strcmp(p, "/v1/completions") || !strcmp(p, "/v1/chat/completions")) {
+    if (m != ELDR__M_POST) goto bad_method;
+    eldr__handle_completion(c, p[4] == 'c' && p[5] == 'h' ? ELDR__API_CHAT : ELDR__API_COMPLETIONS, body, len);
+    return;
+  }
+  if (!strcmp(p, "/health")) {
+    if (m != ELDR__M_GET && m != ELDR__M_HEAD) goto bad_method;
+    eldr__handle_health(c);
+    return;
+  }
+  if (!strcmp(p, "/metrics")) {
+    if (m != ELDR__M_GET) goto bad_method;
+    eldr__handle_metrics(c);
+    return;
+  }
+  if (!strcmp(p, "/v1/models")) {
+    if (m != ELDR__M_GET) goto bad_method;
+    eldr__handle_models(c);
+    return;
+  }
+  known = 0;
+bad_method:
+  s->m.bad[known ? BAD_METHOD : BAD_PATH]++;
+  c->head_only = 0;
+  if (known) eldr__send_error(c, 405, "invalid_request_error", "method %s not allowed on %s", c->head.method_name, p);
+  else eldr__send_error(c, 404, "invalid_request_error", "unknown path %s", p);
+}
+
+static void conn_deadline_cb(evutil_socket_t fd, short ev, void *arg) {
+  (void)fd;
+  (void)ev;
+  hconn *c = arg;
+  if (c->state != C_HEAD && c->state != C_BODY) return;
+  c->s->m.bad[BAD_TIMEOUT]++;
+  c->keep_alive = 0;
+  c->state = C_BUSY;
+  eldr__send_error(c, 408, "invalid_request_error", "request not received within %g s",
+             c->s->cfg.header_timeout_s);
+}
+
+static void conn_process(hconn *c) {
+  eldr_server *s = c->s;
+  struct evbuffer *in = bufferevent_get_input(c->bev);
+  c->in_process = 1;
+  while (c->state == C_HEAD || c->state == C_BODY) {
+    size_t avail = evbuffer_get_length(in);
+    if (c->state == C_HEAD) {
+      if (avail == 0) break;
+      if (!evtimer_pending(c->deadline, NULL)) {
+        struct timeval tv = eldr__tv_of(s->cfg.header_timeout_s);
+        evtimer_add(c->deadline, &tv);
+        bufferevent_set_timeouts(c->bev, NULL, NULL);
+      }
+      size_t look = avail < s->cfg.max_header + 1 ? avail : s->cfg.max_header + 1;
+      const char *buf = (const char *)evbuffer_pullup(in, (ev_ssize_t)look);
+      long hl = eldr__http_parse_head(buf, look, s->cfg.max_header, &c->head);
+      if (hl == 0) break;
+      if (hl < 0) {
+        evtimer_del(c->deadline);
+        s->m.bad[c->head.status == 431 ? BAD_TOO_LARGE : BAD_HEAD]++;
+        c->keep_alive = 0;
+        c->state = C_BUSY;
+        eldr__send_error(c, c->head.status, "invalid_request_error", "%s", c->head.error);
+        break;
+      }
+      evbuffer_drain(in, (size_t)hl);
+      c->keep_alive = c->head.keep_alive;
+      if (c->head.chunked) {
+        evtimer_del(c->deadline);
+        s->m.bad[BAD_LENGTH]++;
+        c->keep_alive = 0;
+        c->state = C_BUSY;
+        eldr__send_error(c, 411, "invalid_request_error", "chunked request bodies are not supported: send Content-Length");
+        break;
+      }
+      int64_t cl = c->head.content_length;
+      if (c->head.method == ELDR__M_POST && cl < 0) {
+        evtimer_del(c->deadline);
+        s->m.bad[BAD_LENGTH]++;
+        c->keep_alive = 0;
+        c->state = C_BUSY;
+        eldr__send_error(c, 411, "invalid_request_error", "Content-Length required");
+        break;
+      }
+      if (cl > 0 && (uint64_t)cl > s->cfg.max_body) {
+        evtimer_del(c->deadline);
+        s->m.bad[BAD_TOO_LARGE]++;
+        c->keep_alive = 0;
+        c->state = C_BUSY;
+        eldr__send_error(c, 413, "invalid_request_error", "request body of %lld bytes exceeds the limit of %zu",
+                   (long long)cl, s->cfg.max_body);
+        break;
+      }
+      c->body_need = cl > 0 ? (size_t)cl : 0;
+      if (c->head.expect_continue && c->body_need) {
+        bufferevent_write(c->bev, "HTTP/1.1 100 Continue\r\n\r\n", 25);
+        conn_flush(c);
+      }
+      c->state = C_BODY;
+      continue;
+    }
+    /* C_BODY */
+    if (avail < c->body_need) break;
+    evtimer_del(c->deadline);
+    const char *body = c->body_need ? (const char *)evbuffer_pullup(in, (ev_ssize_t)c->body_need) : "";
+    /* the body stays in the input buffer until dispatch has parsed it */
+    size_t blen = c->body_need;
+    dispatch(c, body, blen);
+    evbuffer_drain(in, blen);
+    /* dispatch either answered (state back to C_HEAD / C_CLOSING) or is
+     * waiting for upstream (C_BUSY) */
+  }
+  c->in_process = 0;
+  if (c->state == C_CLOSING && evbuffer_get_length(bufferevent_get_output(c->bev)) == 0) eldr__conn_free(c);
+}
+
+static void conn_read_cb(struct bufferevent *bev, void *arg) {
+  (void)bev;
+  hconn *c = arg;
+  if (c->state == C_HEAD || c->state == C_BODY) conn_process(c);
+}
+
+static void conn_write_cb(struct bufferevent *bev, void *arg) {
+  (void)bev;
+  hconn *c = arg;
+  bufferevent_disable(c->bev, EV_WRITE); /* drained: back to direct writes */
+  if (c->state == C_CLOSING && !c->in_process) eldr__conn_free(c);
+}
+
+static void conn_event_cb(struct bufferevent *bev, short what, void *arg) {
+  (void)bev;
+  hconn *c = arg;
+  if (what & BEV_EVENT_TIMEOUT) { /* idle keep-alive connection */
+    if (c->state == C_HEAD && evbuffer_get_length(bufferevent_get_input(c->bev)) == 0) {
+      eldr__conn_free(c);
+      return;
+    }
+    bufferevent_enable(c->bev, EV_READ);
+    return;
+  }
+  if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
+    if (c->state == C_HEAD || c->state == C_BODY) {
+      /* a complete request may still sit in the buffer without an answer
+       * only if it arrived with the FIN; a half-close client gets nothing */
+    }
+    eldr__conn_free(c);
+  }
+}
+
+void eldr__accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen,
+                      void *arg) {
+  (void)l;
+  (void)sa;
+  (void)salen;
+  eldr_server *s = arg;
+  hconn *c = calloc(1, sizeof *c);
+  if (!c) {
+    evutil_closesocket(fd);
+    return;
+  }
+  c->s = s;
+  c->bev = bufferevent_socket_new(s->base, fd, BEV_OPT_CLOSE_ON_FREE);
+  c->deadline = evtimer_new(s->base, conn_deadline_cb, c);
+  if (!c->bev || !c->deadline) {
+    if (c->bev) bufferevent_free(c->bev);
+    else evutil_closesocket(fd);
+    if (c->deadline) event_free(c->deadline);
+    free(c);
+    return;
+  }
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  c->state = C_HEAD;
+  c->next = s->conns;
+  if (s->conns) s->conns->prev = c;
+  s->conns = c;
+  bufferevent_setcb(c->bev, conn_read_cb, conn_write_cb, conn_event_cb, c);
+  bufferevent_setwatermark(c->bev, EV_READ, 0, s->cfg.max_header + s->cfg.max_body + 65536);
+  struct timeval idle = eldr__tv_of(s->cfg.idle_timeout_s);
+  bufferevent_set_timeouts(c->bev, &idle, NULL);
+  bufferevent_enable(c->bev, EV_READ); /* EV_WRITE only while output is pending */
+}

@@ -1,0 +1,159 @@
+/* metrics.c — the router's counters and histograms, rendered as
+ * Prometheus text on GET /metrics, and GET /health. Loop thread only. */
+#include <event2/buffer.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "eldr/sigcache.h"
+#include "serve_types.h"
+
+static const char *const dec_name[DEC__N] = {"locality", "load", "none"};
+static const char *const out_name[OUT__N] = {"ok", "client_error", "upstream_error",
+                                             "timeout", "cancelled", "stream_aborted"};
+static const char *const fb_name[FB__N] = {"no_routed_experts", "malformed", "no_artifact",
+                                           "shape_mismatch", "empty_signature"};
+static const char *const bad_name[BAD__N] = {"malformed_json", "invalid_field", "body_too_large",
+                                             "malformed_head", "timeout", "unknown_path",
+                                             "method_not_allowed", "length_required"};
+
+static void histo_init(histo *h, const double *b) {
+  memset(h, 0, sizeof *h);
+  memcpy(h->bound, b, sizeof h->bound);
+}
+
+void eldr__histo_add(histo *h, double x) {
+  int i = 0;
+  while (i < HB && x > h->bound[i]) i++;
+  h->n[i]++;
+  h->sum += x;
+  h->count++;
+}
+
+void eldr__metrics_init(metrics *m) {
+  static const double sig_b[HB] = {1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 1e-1};
+  static const double req_b[HB] = {1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.5, 1, 5, 30};
+  memset(m, 0, sizeof *m);
+  histo_init(&m->sig, sig_b);
+  histo_init(&m->decision, sig_b);
+  histo_init(&m->request, req_b);
+}
+
+/* ---- metrics and health endpoints ----------------------------------------- */
+
+static void render_histo(struct evbuffer *o, const char *name, const char *help, const histo *h) {
+  evbuffer_add_printf(o, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+  uint64_t cum = 0;
+  for (int i = 0; i < HB; i++) {
+    cum += h->n[i];
+    evbuffer_add_printf(o, "%s_bucket{le=\"%g\"} %llu\n", name, h->bound[i], (unsigned long long)cum);
+  }
+  cum += h->n[HB];
+  evbuffer_add_printf(o, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.9g\n%s_count %llu\n", name,
+                      (unsigned long long)cum, name, h->sum, name, (unsigned long long)h->count);
+}
+
+void eldr__handle_metrics(hconn *c) {
+  eldr_server *s = c->s;
+  metrics *m = &s->m;
+  struct evbuffer *o = evbuffer_new();
+  if (!o) {
+    eldr__send_error(c, 500, "internal_error", "out of memory");
+    return;
+  }
+  evbuffer_add_printf(o, "# HELP eldr_requests_total Completion requests by decode decision and outcome.\n"
+                         "# TYPE eldr_requests_total counter\n");
+  for (int d = 0; d < DEC__N; d++)
+    for (int k = 0; k < OUT__N; k++)
+      evbuffer_add_printf(o, "eldr_requests_total{policy=\"%s\",decision=\"%s\",outcome=\"%s\"} %llu\n",
+                          eldr_policy_name(s->cfg.policy), dec_name[d], out_name[k],
+                          (unsigned long long)m->requests[d][k]);
+  evbuffer_add_printf(o, "# HELP eldr_fallback_total Decisions made by load only, by reason.\n"
+                         "# TYPE eldr_fallback_total counter\n");
+  for (int f = 0; f < FB__N; f++)
+    evbuffer_add_printf(o, "eldr_fallback_total{reason=\"%s\"} %llu\n", fb_name[f],
+                        (unsigned long long)m->fallback[f]);
+  evbuffer_add_printf(o, "# HELP eldr_bad_requests_total Client requests refused, by reason.\n"
+                         "# TYPE eldr_bad_requests_total counter\n");
+  for (int b = 0; b < BAD__N; b++)
+    evbuffer_add_printf(o, "eldr_bad_requests_total{reason=\"%s\"} %llu\n", bad_name[b],
+                        (unsigned long long)m->bad[b]);
+  evbuffer_add_printf(o, "# HELP eldr_retries_total Upstream legs retried on another worker.\n"
+                         "# TYPE eldr_retries_total counter\n"
+                         "eldr_retries_total{leg=\"prefill\"} %llu\neldr_retries_total{leg=\"decode\"} %llu\n",
+                      (unsigned long long)m->retries[0], (unsigned long long)m->retries[1]);
+  evbuffer_add_printf(o, "# HELP eldr_client_disconnects_total Clients gone before their response.\n"
+                         "# TYPE eldr_client_disconnects_total counter\neldr_client_disconnects_total %llu\n",
+                      (unsigned long long)m->disconnects);
+  evbuffer_add_printf(o, "# HELP eldr_prefill_without_kv_params_total Prefill replies without kv_transfer_params.\n"
+                         "# TYPE eldr_prefill_without_kv_params_total counter\neldr_prefill_without_kv_params_total %llu\n",
+                      (unsigned long long)m->no_kv_params);
+  evbuffer_add_printf(o, "# HELP eldr_sigcache_tokenizer_mismatch_total Prompts whose token count differs from the engine's.\n"
+                         "# TYPE eldr_sigcache_tokenizer_mismatch_total counter\neldr_sigcache_tokenizer_mismatch_total %llu\n",
+                      (unsigned long long)s->sc.tokenizer_mismatch);
+  evbuffer_add_printf(o, "# HELP eldr_signature_blocks_missing_total Prefix-cached blocks whose row was not in the signature cache.\n"
+                         "# TYPE eldr_signature_blocks_missing_total counter\neldr_signature_blocks_missing_total %llu\n",
+                      (unsigned long long)s->sc.blocks_missing);
+  eldr_sigcache_stats cs;
+  eldr_sigcache_stats_get(s->cache, &cs);
+  evbuffer_add_printf(o, "# HELP eldr_sigcache_rows Block rows held by the signature cache.\n"
+                         "# TYPE eldr_sigcache_rows gauge\neldr_sigcache_rows %zu\n"
+                         "# TYPE eldr_sigcache_hits_total counter\neldr_sigcache_hits_total %llu\n"
+                         "# TYPE eldr_sigcache_misses_total counter\neldr_sigcache_misses_total %llu\n"
+                         "# TYPE eldr_sigcache_evictions_total counter\neldr_sigcache_evictions_total %llu\n",
+                      cs.rows, (unsigned long long)cs.hits, (unsigned long long)cs.misses,
+                      (unsigned long long)cs.evictions);
+  evbuffer_add_printf(o, "# HELP eldr_reloads_total Configuration/artifact reloads.\n"
+                         "# TYPE eldr_reloads_total counter\neldr_reloads_total{result=\"ok\"} %llu\n"
+                         "eldr_reloads_total{result=\"error\"} %llu\n",
+                      (unsigned long long)m->reloads_ok, (unsigned long long)m->reloads_err);
+  evbuffer_add_printf(o, "# HELP eldr_artifact_loaded Whether a routing artifact is loaded.\n"
+                         "# TYPE eldr_artifact_loaded gauge\neldr_artifact_loaded %d\n", s->art != NULL);
+  static const char *const wm[][3] = {
+      {"eldr_worker_inflight", "gauge", "Requests in flight per worker (router-tracked)."},
+      {"eldr_worker_healthy", "gauge", "1 when the worker is admitted, 0 when ejected."},
+      {"eldr_worker_requests_total", "counter", "Upstream legs sent per worker."},
+      {"eldr_worker_ejections_total", "counter", "Times the worker was ejected."},
+  };
+  for (int q = 0; q < 4; q++) {
+    evbuffer_add_printf(o, "# HELP %s %s\n# TYPE %s %s\n", wm[q][0], wm[q][2], wm[q][0], wm[q][1]);
+    for (int role = 0; role < 2; role++)
+      for (size_t i = 0; i < s->nw[role]; i++) {
+        worker *w = s->w[role][i];
+        unsigned long long v = q == 0 ? w->inflight : q == 1 ? (unsigned long long)w->healthy
+                               : q == 2 ? w->requests : w->ejections;
+        evbuffer_add_printf(o, "%s{role=\"%s\",worker=\"%s\"} %llu\n", wm[q][0], eldr__role_name[role], w->url, v);
+      }
+  }
+  evbuffer_add_printf(o, "# HELP eldr_upstream_errors_total Failed upstream legs by worker and kind.\n"
+                         "# TYPE eldr_upstream_errors_total counter\n");
+  for (int role = 0; role < 2; role++)
+    for (size_t i = 0; i < s->nw[role]; i++) {
+      worker *w = s->w[role][i];
+      evbuffer_add_printf(o, "eldr_upstream_errors_total{role=\"%s\",worker=\"%s\",kind=\"connect\"} %llu\n"
+                             "eldr_upstream_errors_total{role=\"%s\",worker=\"%s\",kind=\"status\"} %llu\n"
+                             "eldr_upstream_errors_total{role=\"%s\",worker=\"%s\",kind=\"timeout\"} %llu\n",
+                          eldr__role_name[role], w->url, (unsigned long long)w->err_connect, eldr__role_name[role],
+                          w->url, (unsigned long long)w->err_status, eldr__role_name[role], w->url,
+                          (unsigned long long)w->err_timeout);
+    }
+  render_histo(o, "eldr_signature_seconds", "Signature extraction (decode, counts, cache, build).", &m->sig);
+  render_histo(o, "eldr_decision_seconds", "Decode routing decision.", &m->decision);
+  render_histo(o, "eldr_request_seconds", "Completion request latency at the router.", &m->request);
+  size_t n = evbuffer_get_length(o);
+  eldr__send_body(c, 200, "text/plain; version=0.0.4; charset=utf-8", evbuffer_pullup(o, -1), n, NULL);
+  evbuffer_free(o);
+}
+
+void eldr__handle_health(hconn *c) {
+  eldr_server *s = c->s;
+  size_t h[2] = {0, 0};
+  for (int role = 0; role < 2; role++)
+    for (size_t i = 0; i < s->nw[role]; i++) h[role] += s->w[role][i]->healthy != 0;
+  int ok = h[0] > 0 && h[1] > 0;
+  char b[256];
+  int n = snprintf(b, sizeof b,
+                   "{\"status\":\"%s\",\"prefill_healthy\":%zu,\"prefill_total\":%zu,"
+                   "\"decode_healthy\":%zu,\"decode_total\":%zu,\"artifact\":%s}",
+                   ok ? "ok" : "unavailable", h[0], s->nw[0], h[1], s->nw[1], s->art ? "true" : "false");
+  eldr__send_body(c, ok ? 200 : 503, "application/json", b, (size_t)n, NULL);
+}

@@ -1,0 +1,556 @@
+/* proxy.c — one completion request through the two legs: the prefill leg
+ * (the client's body rewritten for a KV-producing prefill), the signature of
+ * its routed_experts and the decode decision, the decode leg (the original
+ * body plus kv_transfer_params) relayed to the client, retries on other
+ * workers, deadlines; GET /v1/models passes through the same leg machinery.
+ * Loop thread only. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "eldr/sigcache.h"
+#include "serve_types.h"
+
+/* ---- request lifecycle ---------------------------------------------------- */
+
+static void rq_finish_metrics(rq *r, int outcome) {
+  if (r->is_models) return; /* completions only */
+  r->s->m.requests[r->decision][outcome]++;
+  eldr__histo_add(&r->s->m.request, eldr__now_s() - r->t0);
+}
+
+/* The leg's exchange is over (or is dropped): connection back to the pool. */
+static void leg_release(rq *r) {
+  leg *L = &r->L;
+  if (L->deadline) event_del(L->deadline);
+  if (L->up && eldr__up_active(L->up)) eldr__up_abort(L->up); /* the worker sees us leave */
+  if (L->w) {
+    L->w->inflight--;
+    eldr__pool_give(L->w, L->up);
+  }
+  L->w = NULL;
+  L->up = NULL;
+}
+
+void eldr__rq_free(rq *r) {
+  if (!r) return;
+  leg_release(r);
+  if (r->L.deadline) event_free(r->L.deadline);
+  free(r->L.buf);
+  eldr__req_free(&r->req);
+  eldr__prefill_reply_free(&r->pr);
+  free(r->re_copy);
+  free(r->auth);
+  free(r->pbody);
+  free(r->dbody);
+  free(r);
+}
+
+/* Client went away while the request was in flight. */
+void eldr__rq_abort(rq *r) {
+  r->s->m.disconnects++;
+  rq_finish_metrics(r, OUT_CANCELLED);
+  r->c = NULL;
+  eldr__rq_free(r);
+}
+
+static int was_tried(const rq *r, const worker *w) {
+  for (int i = 0; i < r->ntried; i++)
+    if (r->tried[i] == w) return 1;
+  return 0;
+}
+
+/* loads / healthy arrays of a role, tried workers excluded. */
+static int fill_loads(eldr_server *s, int role, rq *r, size_t *n) {
+  size_t k = s->nw[role];
+  if (k > s->loadcap) {
+    uint32_t *l = realloc(s->loads, k * sizeof *l);
+    if (l) s->loads = l;
+    uint8_t *h = realloc(s->healthy, k);
+    if (h) s->healthy = h;
+    if (!l || !h) return ELDR_ENOMEM;
+    s->loadcap = k;
+  }
+  for (size_t i = 0; i < k; i++) {
+    worker *w = s->w[role][i];
+    s->loads[i] = w->inflight;
+    s->healthy[i] = (uint8_t)(w->healthy && !was_tried(r, w));
+  }
+  *n = k;
+  return 0;
+}
+
+static void leg_head_cb(void *arg, int status, const char *ctype);
+static void leg_data_cb(void *arg, const char *p, size_t n);
+static void leg_done_cb(void *arg, int err);
+static const eldr__up_cbs leg_cbs = {leg_head_cb, leg_data_cb, leg_done_cb};
+static void leg_deadline_cb(evutil_socket_t fd, short ev, void *arg);
+static void start_prefill(rq *r);
+static void start_decode(rq *r, int retry);
+
+static int leg_start(rq *r, worker *w, int kind, const char *method, const char *path,
+                     const char *body, size_t len) {
+  leg *L = &r->L;
+  eldr_server *s = r->s;
+  L->kind = kind;
+  L->started = 0;
+  L->status = 0;
+  L->ctype[0] = 0;
+  L->n = 0;
+  L->streaming = kind == LEG_DECODE && r->req.stream;
+  eldr__up *up = eldr__pool_take(w);
+  if (!up) return ELDR_ENOMEM;
+  char head[ELDR__HTTP_AUTH_MAX + ELDR__HTTP_REQID_MAX + 512];
+  int hn = snprintf(head, sizeof head, "%s %s HTTP/1.1\r\nHost: %s\r\n", method, path, w->hosthdr);
+  if (body)
+    hn += snprintf(head + hn, sizeof head - (size_t)hn,
+                   "Content-Type: application/json\r\nContent-Length: %zu\r\n", len);
+  if (r->reqid[0]) hn += snprintf(head + hn, sizeof head - (size_t)hn, "X-Request-Id: %s\r\n", r->reqid);
+  if (r->auth) hn += snprintf(head + hn, sizeof head - (size_t)hn, "Authorization: %s\r\n", r->auth);
+  hn += snprintf(head + hn, sizeof head - (size_t)hn, "\r\n");
+  struct iovec iov[2] = {{head, (size_t)hn}, {(void *)body, body ? len : 0}};
+  if (eldr__up_request(up, iov, body ? 2 : 1, &leg_cbs, r) != 0) {
+    eldr__pool_give(w, up);
+    return ELDR_EIO;
+  }
+  L->w = w;
+  L->up = up;
+  w->inflight++;
+  w->requests++;
+  if (r->ntried < MAX_TRIED) r->tried[r->ntried++] = w;
+  double t = kind == LEG_PREFILL ? s->cfg.prefill_timeout_s
+             : kind == LEG_DECODE ? s->cfg.decode_timeout_s
+                                  : s->cfg.connect_timeout_s;
+  struct timeval tv = eldr__tv_of(t);
+  event_add(L->deadline, &tv);
+  return 0;
+}
+
+static void client_upstream_error(rq *r, int status, int outcome, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void client_upstream_error(rq *r, int status, int outcome, const char *fmt, ...) {
+  char msg[400];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  rq_finish_metrics(r, outcome);
+  eldr__send_error(r->c, status, status == 504 ? "timeout" : "upstream_error", "%s", msg);
+}
+
+/* The current leg failed (connect, reset, 5xx, bad reply or timeout). */
+static void leg_failed(rq *r, int timeout, const char *why) {
+  eldr_server *s = r->s;
+  int kind = r->L.kind;
+  snprintf(r->last_err, sizeof r->last_err, "%s", why);
+  if (kind == LEG_MODELS) {
+    client_upstream_error(r, timeout ? 504 : 502, timeout ? OUT_TIMEOUT : OUT_UPSTREAM_ERROR,
+                          "model list: %s", why);
+    return;
+  }
+  int attempts = r->ntried;
+  if (attempts <= s->cfg.retries) {
+    s->m.retries[kind == LEG_DECODE]++;
+    eldr__logf(s, "request %s: %s leg failed (%s), retrying on another worker", r->reqid,
+          eldr__role_name[kind == LEG_DECODE], why);
+    if (kind == LEG_PREFILL) start_prefill(r);
+    else start_decode(r, 1);
+    return;
+  }
+  client_upstream_error(r, timeout ? 504 : 502, timeout ? OUT_TIMEOUT : OUT_UPSTREAM_ERROR,
+                        "%s failed after %d attempt%s: %s", eldr__role_name[kind == LEG_DECODE],
+                        attempts, attempts == 1 ? "" : "s", why);
+}
+
+/* A started stream cannot be retried: end it with an SSE error event. */
+static void abort_stream(rq *r, int code, const char *type, const char *msg) {
+  char ev[256];
+  int n = snprintf(ev, sizeof ev, "data: {\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"code\":%d}}\n\n",
+                   msg, type, code);
+  eldr__stream_chunk(r->c, ev, (size_t)n);
+  rq_finish_metrics(r, OUT_STREAM_ABORTED);
+  eldr__stream_end(r->c);
+}
+
+static void leg_deadline_cb(evutil_socket_t fd, short ev, void *arg) {
+  (void)fd;
+  (void)ev;
+  rq *r = arg;
+  leg *L = &r->L;
+  worker *w = L->w;
+  if (w) {
+    w->err_timeout++;
+    eldr__worker_failed(w, "timeout");
+  }
+  int started = L->started;
+  leg_release(r); /* aborts the exchange */
+  if (started) {
+    abort_stream(r, 504, "timeout", "decode timed out");
+    return;
+  }
+  leg_failed(r, 1, "timed out");
+}
+
+static void leg_head_cb(void *arg, int status, const char *ctype) {
+  rq *r = arg;
+  r->L.status = status;
+  snprintf(r->L.ctype, sizeof r->L.ctype, "%s", ctype);
+}
+
+static void leg_data_cb(void *arg, const char *p, size_t n) {
+  rq *r = arg;
+  leg *L = &r->L;
+  if (L->streaming && L->status == 200) { /* relay as it arrives */
+    if (!L->started) {
+      eldr__stream_start(r->c, 200, L->ctype[0] ? L->ctype : "text/event-stream");
+      L->started = 1;
+    }
+    eldr__stream_chunk(r->c, p, n);
+    return;
+  }
+  if (L->n + n > MAX_REPLY) { /* a worker gone mad: not buffered without end */
+    worker *w = L->w;
+    w->err_status++;
+    eldr__worker_failed(w, "reply too large");
+    leg_release(r);
+    client_upstream_error(r, 502, OUT_UPSTREAM_ERROR, "worker reply exceeds %u MiB", MAX_REPLY >> 20);
+    return;
+  }
+  if (L->n + n + 1 > L->cap) {
+    size_t cap = L->cap ? L->cap : 4096;
+    while (cap < L->n + n + 1) cap *= 2;
+    char *q = realloc(L->buf, cap);
+    if (!q) {
+      leg_release(r);
+      client_upstream_error(r, 502, OUT_UPSTREAM_ERROR, "out of memory for the worker's reply");
+      return;
+    }
+    L->buf = q;
+    L->cap = cap;
+  }
+  memcpy(L->buf + L->n, p, n);
+  L->n += n;
+  L->buf[L->n] = 0;
+}
+
+/* Relay the buffered upstream reply to the client (frees r). */
+static void relay(rq *r) {
+  leg *L = &r->L;
+  int code = L->status;
+  rq_finish_metrics(r, code < 400 ? OUT_OK : code < 500 ? OUT_CLIENT_ERROR : OUT_UPSTREAM_ERROR);
+  eldr__send_body(r->c, code, L->ctype[0] ? L->ctype : "application/json", L->n ? L->buf : "", L->n, NULL);
+}
+
+static void on_prefill_reply(rq *r);
+static void on_decode_reply(rq *r);
+
+static void leg_done_cb(void *arg, int err) {
+  rq *r = arg;
+  leg *L = &r->L;
+  worker *w = L->w;
+  if (L->deadline) event_del(L->deadline);
+  if (err) { /* connection refused / reset / EOF mid-reply / not HTTP / connect timeout */
+    if (w) {
+      if (err == ELDR_ETIMEOUT) w->err_timeout++;
+      else w->err_connect++;
+      eldr__worker_failed(w, err == ELDR_EPARSE ? "malformed reply" : err == ELDR_ETIMEOUT ? "connect timeout" : "connection failed");
+    }
+    int started = L->started;
+    leg_release(r);
+    if (started) {
+      abort_stream(r, 502, "upstream_error", "decode worker failed mid-stream");
+      return;
+    }
+    leg_failed(r, err == ELDR_ETIMEOUT,
+               err == ELDR_EPARSE     ? "malformed HTTP reply from worker"
+               : err == ELDR_ETIMEOUT ? "connect to worker timed out"
+                                      : "connection to worker failed");
+    return;
+  }
+  if (L->status >= 500) {
+    w->err_status++;
+    eldr__worker_failed(w, "5xx reply");
+  } else {
+    w->fails = 0;
+  }
+  if (L->kind == LEG_MODELS) {
+    leg_release(r);
+    relay(r);
+    return;
+  }
+  if (L->kind == LEG_PREFILL) {
+    on_prefill_reply(r);
+    return;
+  }
+  on_decode_reply(r);
+}
+
+static void on_decode_reply(rq *r) {
+  leg *L = &r->L;
+  eldr_server *s = r->s;
+  int code = L->status;
+  leg_release(r);
+  if (L->started) { /* streaming relay done */
+    rq_finish_metrics(r, OUT_OK);
+    eldr__stream_end(r->c);
+    return;
+  }
+  if (code >= 500) {
+    char why[64];
+    snprintf(why, sizeof why, "worker answered HTTP %d", code);
+    leg_failed(r, 0, why);
+    return;
+  }
+  if (code == 200 && L->streaming) { /* empty streaming body */
+    eldr__stream_start(r->c, 200, L->ctype[0] ? L->ctype : "text/event-stream");
+    rq_finish_metrics(r, OUT_OK);
+    eldr__stream_end(r->c);
+    return;
+  }
+  if (code == 200 && r->req.want_routed_experts && r->pr.routed_experts) {
+    char *spliced = NULL;
+    size_t sl = 0;
+    eldr_diag d = {{0}};
+    if (eldr__splice_routed_experts(L->n ? L->buf : "", L->n, r->pr.routed_experts, r->pr.routed_experts_len,
+                                    r->pr.prompt_tokens, &spliced, &sl, &d) == 0) {
+      rq_finish_metrics(r, OUT_OK);
+      eldr__send_body(r->c, 200, "application/json", spliced, sl, NULL); /* frees r */
+      free(spliced);
+      return;
+    }
+    if (!s->logged_splice++)
+      eldr__logf(s, "request %s: routed_experts not spliced (relayed as the decoder sent them; logged once): %s",
+            r->reqid, d.msg);
+  }
+  relay(r); /* frees r */
+}
+
+/* ---- signature and decision ----------------------------------------------- */
+
+static void flush_store(eldr_server *s) {
+  if (!s->pend_on) return;
+  s->pend_on = 0;
+  eldr__sig_store(&s->sc, &s->pend);
+}
+
+void eldr__store_cb(evutil_socket_t fd, short ev, void *arg) {
+  (void)fd;
+  (void)ev;
+  flush_store(arg);
+}
+
+static int decide(rq *r, int *fallback) {
+  eldr_server *s = r->s;
+  *fallback = FB_NONE;
+  eldr__sigres res;
+  int have = 0;
+  if (s->cfg.policy == ELDR_POLICY_ELDR) {
+    flush_store(s);
+    double t0 = eldr__now_s();
+    eldr__sig_extract(&s->sc, r->pr.routed_experts, r->pr.routed_experts_len, r->pr.prompt_tokens,
+                      r->req.text, r->req.text_len, r->req.ids, r->req.n_ids, &res);
+    eldr__histo_add(&s->m.sig, eldr__now_s() - t0);
+    have = 1;
+    *fallback = res.fallback;
+    if (res.fallback != FB_NONE) {
+      s->m.fallback[res.fallback]++;
+      if (res.fallback == FB_SHAPE_MISMATCH) {
+        if (!s->logged_shape_mismatch++) eldr__logf(s, "%s: routing by load only (logged once)", res.diag.msg);
+      } else if (res.diag.msg[0]) {
+        eldr__logf(s, "request %s: %s", r->reqid, res.diag.msg);
+      }
+    }
+  }
+  size_t n;
+  if (fill_loads(s, ROLE_DECODE, r, &n)) return ELDR_ENOMEM;
+  double t1 = eldr__now_s();
+  eldr_route_req rr = {have ? res.sig : NULL, -1};
+  eldr_decision dec;
+  int k = eldr_policy_decode(&s->pol, s->loads, s->healthy, n, &rr, &dec);
+  eldr__histo_add(&s->m.decision, eldr__now_s() - t1);
+  r->decision = (have && res.sig && k >= 0 && dec.fallback == ELDR_FALLBACK_NONE) ? DEC_LOCALITY : DEC_LOAD;
+  /* remember the rows of the blocks this prefill computed: deferred until the
+   * decode leg is on its way (flushed first if another extraction comes) */
+  if (have && res.fallback == FB_NONE && res.nblocks > 0) {
+    s->pend = res;
+    s->pend_on = 1;
+    static const struct timeval zero = {0, 0};
+    event_add(s->ev_store, &zero);
+  }
+  if (!r->re_copy) { /* borrowed from the prefill reply's buffer: gone after this callback */
+    r->pr.routed_experts = NULL;
+    r->pr.routed_experts_len = 0;
+  }
+  return k;
+}
+
+static void on_prefill_reply(rq *r) {
+  eldr_server *s = r->s;
+  leg *L = &r->L;
+  int code = L->status;
+  if (code >= 500) {
+    char why[64];
+    snprintf(why, sizeof why, "worker answered HTTP %d", code);
+    leg_release(r);
+    leg_failed(r, 0, why);
+    return;
+  }
+  if (code != 200) { /* the worker refused the request itself: relay */
+    leg_release(r);
+    relay(r); /* frees r */
+    return;
+  }
+  eldr_diag d = {{0}};
+  if (eldr__prefill_reply_parse(L->n ? L->buf : "", L->n, &r->pr, &d) != 0) {
+    worker *w = L->w;
+    w->err_status++;
+    eldr__worker_failed(w, "bad reply");
+    leg_release(r);
+    leg_failed(r, 0, d.msg);
+    return;
+  }
+  /* routed_experts may borrow from the leg's buffer, which the decode reply
+   * reuses: the splice needs its own copy; the decision (below, synchronous) not */
+  if (r->req.want_routed_experts && r->pr.routed_experts) {
+    r->re_copy = malloc(r->pr.routed_experts_len + 1);
+    if (r->re_copy) memcpy(r->re_copy, r->pr.routed_experts, r->pr.routed_experts_len);
+    r->pr.routed_experts = r->re_copy;
+    if (!r->re_copy) r->pr.routed_experts_len = 0;
+  }
+  leg_release(r);
+  if (!r->pr.kv_transfer_params) s->m.no_kv_params++;
+  start_decode(r, 0);
+}
+
+static void start_decode(rq *r, int retry) {
+  eldr_server *s = r->s;
+  if (!retry) {
+    r->ntried = 0;
+    int fb;
+    int k = decide(r, &fb);
+    r->dbody = eldr__decode_body(&r->req, r->pr.kv_transfer_params, &r->dlen);
+    if (!r->dbody) {
+      client_upstream_error(r, 500, OUT_UPSTREAM_ERROR, "out of memory");
+      return;
+    }
+    if (k < 0) {
+      r->decision = DEC_NONE;
+      client_upstream_error(r, 503, OUT_UPSTREAM_ERROR, "no healthy decode worker");
+      return;
+    }
+    if (leg_start(r, s->w[ROLE_DECODE][k], LEG_DECODE, "POST", r->req.api == ELDR__API_CHAT ? "/v1/chat/completions" : "/v1/completions", r->dbody, r->dlen) == 0)
+      return;
+    leg_failed(r, 0, "could not send to decode worker");
+    return;
+  }
+  /* retry: shortest queue among the untried healthy decoders, same kv_transfer_params */
+  size_t n;
+  if (fill_loads(s, ROLE_DECODE, r, &n)) {
+    client_upstream_error(r, 500, OUT_UPSTREAM_ERROR, "out of memory");
+    return;
+  }
+  eldr_route_req rr = {NULL, -1};
+  int k = eldr_policy_decode(&s->jsq, s->loads, s->healthy, n, &rr, NULL);
+  if (k < 0) {
+    client_upstream_error(r, 502, OUT_UPSTREAM_ERROR, "decode failed (%s) and no other healthy decode worker",
+                          r->last_err);
+    return;
+  }
+  if (leg_start(r, s->w[ROLE_DECODE][k], LEG_DECODE, "POST",
+                r->req.api == ELDR__API_CHAT ? "/v1/chat/completions" : "/v1/completions",
+                r->dbody, r->dlen) != 0)
+    leg_failed(r, 0, "could not send to decode worker");
+}
+
+static void start_prefill(rq *r) {
+  eldr_server *s = r->s;
+  size_t n;
+  if (fill_loads(s, ROLE_PREFILL, r, &n)) {
+    client_upstream_error(r, 500, OUT_UPSTREAM_ERROR, "out of memory");
+    return;
+  }
+  int k = eldr_policy_prefill(r->prefix_hash, s->loads, s->healthy, n, s->cfg.prefill_guard);
+  if (k < 0) {
+    if (r->ntried == 0) client_upstream_error(r, 503, OUT_UPSTREAM_ERROR, "no healthy prefill worker");
+    else client_upstream_error(r, 502, OUT_UPSTREAM_ERROR, "prefill failed (%s) and no other healthy prefill worker", r->last_err);
+    return;
+  }
+  if (leg_start(r, s->w[ROLE_PREFILL][k], LEG_PREFILL, "POST",
+                r->req.api == ELDR__API_CHAT ? "/v1/chat/completions" : "/v1/completions",
+                r->pbody, r->plen) != 0)
+    leg_failed(r, 0, "could not send to prefill worker");
+}
+
+static rq *rq_new(hconn *c) {
+  rq *r = calloc(1, sizeof *r);
+  if (!r) return NULL;
+  r->s = c->s;
+  r->c = c;
+  r->t0 = eldr__now_s();
+  r->decision = DEC_NONE;
+  r->L.deadline = evtimer_new(c->s->base, leg_deadline_cb, r);
+  if (!r->L.deadline) {
+    free(r);
+    return NULL;
+  }
+  if (c->head.request_id[0]) snprintf(r->reqid, sizeof r->reqid, "%s", c->head.request_id);
+  else snprintf(r->reqid, sizeof r->reqid, "eldr-%016llx",
+                (unsigned long long)eldr_splitmix64(&c->s->idstate));
+  if (c->head.authorization[0]) r->auth = strdup(c->head.authorization);
+  c->r = r;
+  return r;
+}
+
+void eldr__handle_completion(hconn *c, eldr__api api, const char *body, size_t len) {
+  eldr_server *s = c->s;
+  rq *r = rq_new(c);
+  if (!r) {
+    eldr__send_error(c, 500, "internal_error", "out of memory");
+    return;
+  }
+  eldr_diag d = {{0}};
+  int rc = eldr__req_parse(body, len, api, &r->req, &d);
+  if (rc) {
+    s->m.bad[rc == ELDR_EPARSE ? BAD_JSON : BAD_FIELD]++;
+    rq_finish_metrics(r, OUT_CLIENT_ERROR);
+    eldr__send_error(c, rc == ELDR_ENOMEM ? 500 : 400, "invalid_request_error", "%s", eldr_diag_msg(&d, rc));
+    return;
+  }
+  /* prefix hash: the first block of the prompt's tokens (cache affinity) */
+  size_t ntok = r->req.n_ids;
+  const uint32_t *ids = r->req.ids;
+  if (!ids) {
+    uint32_t first[ELDR_BLOCK_TOKENS];
+    ntok = eldr_tokenize(r->req.text, r->req.text_len, first, ELDR_BLOCK_TOKENS);
+    if (ntok >= ELDR_BLOCK_TOKENS) eldr_block_hashes(first, ELDR_BLOCK_TOKENS, 0, &r->prefix_hash);
+    else r->prefix_hash = XXH64(r->req.text, r->req.text_len, 0);
+  } else if (ntok >= ELDR_BLOCK_TOKENS) {
+    eldr_block_hashes(ids, ELDR_BLOCK_TOKENS, 0, &r->prefix_hash);
+  } else {
+    r->prefix_hash = XXH64(ids, ntok * sizeof *ids, 0);
+  }
+  r->pbody = eldr__prefill_body(&r->req, &r->plen);
+  if (!r->pbody) {
+    rq_finish_metrics(r, OUT_UPSTREAM_ERROR);
+    eldr__send_error(c, 500, "internal_error", "out of memory");
+    return;
+  }
+  start_prefill(r);
+}
+
+void eldr__handle_models(hconn *c) {
+  eldr_server *s = c->s;
+  rq *r = rq_new(c);
+  if (!r) {
+    eldr__send_error(c, 500, "internal_error", "out of memory");
+    return;
+  }
+  r->is_models = 1;
+  for (int role = 1; role >= 0; role--)
+    for (size_t i = 0; i < s->nw[role]; i++)
+      if (s->w[role][i]->healthy) {
+        if (leg_start(r, s->w[role][i], LEG_MODELS, "GET", "/v1/models", NULL, 0) == 0) return;
+      }
+  client_upstream_error(r, 503, OUT_UPSTREAM_ERROR, "no healthy worker to list models");
+}

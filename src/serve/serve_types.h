@@ -1,0 +1,244 @@
+/* serve_types.h — the router's private types and the seams between its
+ * files (serve-private; include only from the .c files of src/serve).
+ *
+ *   conn.c      client connections: HTTP/1.1 request heads and bodies in,
+ *               responses (whole, or streamed) out, dispatch by path
+ *   proxy.c     one completion request: the prefill leg, the signature and
+ *               the decode decision, the decode leg, retries, the relay;
+ *               /v1/models passes through the same leg machinery
+ *   workers.c   workers: address, idle connection pool, health checks,
+ *               ejection, the worker lists a reload swaps
+ *   metrics.c   counters and histograms, GET /metrics and GET /health
+ *   server.c    lifecycle: create, run, stop, reload (all or nothing), free
+ *   sigpath.c   the signature path (sigpath.h)
+ *
+ * The seams form one circle by nature — a connection that ends frees its
+ * request (eldr__rq_free / eldr__rq_abort) and a request answers through its
+ * connection (eldr__send_*) — so every type and every cross-file function is
+ * declared here, once, and no .c file includes another's header.
+ *
+ * Threads: everything here runs on the server's one event-loop thread.
+ * Ownership: eldr_server owns its workers (all_workers), connections (conns),
+ * artifact, policy, signature path; a connection owns its request (c->r); a
+ * request owns its buffers and holds one in-flight reference on the worker
+ * of its current leg (worker.inflight).
+ */
+#ifndef ELDR_SERVE_TYPES_H
+#define ELDR_SERVE_TYPES_H
+
+#include <event2/event.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "eldr/artifact.h"
+#include "eldr/policy.h"
+#include "eldr/serve.h"
+#include "serve_internal.h"
+#include "upstream.h"
+
+/* ---- metrics ---------------------------------------------------------------- */
+
+enum { DEC_LOCALITY, DEC_LOAD, DEC_NONE, DEC__N };
+enum { OUT_OK, OUT_CLIENT_ERROR, OUT_UPSTREAM_ERROR, OUT_TIMEOUT, OUT_CANCELLED, OUT_STREAM_ABORTED, OUT__N };
+enum { FB_NONE = ELDR__FB_NONE, FB_SHAPE_MISMATCH = ELDR__FB_SHAPE_MISMATCH, FB__N = ELDR__FB__COUNT };
+enum { BAD_JSON, BAD_FIELD, BAD_TOO_LARGE, BAD_HEAD, BAD_TIMEOUT, BAD_PATH, BAD_METHOD, BAD_LENGTH, BAD__N };
+
+#define HB 14
+typedef struct histo {
+  double bound[HB];
+  uint64_t n[HB + 1];
+  double sum;
+  uint64_t count;
+} histo;
+
+typedef struct metrics {
+  uint64_t requests[DEC__N][OUT__N];
+  uint64_t fallback[FB__N];
+  uint64_t bad[BAD__N];
+  uint64_t retries[2];
+  uint64_t disconnects;
+  uint64_t no_kv_params;
+  uint64_t reloads_ok, reloads_err;
+  histo sig, decision, request;
+} metrics;
+
+/* ---- types ---------------------------------------------------------------- */
+
+enum { ROLE_PREFILL = 0, ROLE_DECODE = 1 };
+extern const char *const eldr__role_name[2];
+
+typedef struct worker worker;
+typedef struct hconn hconn;
+typedef struct rq rq;
+
+struct worker {
+  eldr_server *s;
+  char *url;
+  char host[256];
+  char hosthdr[300];
+  int port;
+  int role;
+  uint32_t inflight;
+  int healthy, fails, retired;
+  uint64_t ejections, requests, err_connect, err_status, err_timeout;
+  struct sockaddr_storage addr;
+  socklen_t addrlen;
+  eldr__up **pool;     /* idle keep-alive connections */
+  size_t npool;
+  eldr__up *hc;        /* health check connection */
+  struct event *hc_timer;
+  int hc_status;
+  worker *next_all;
+};
+
+enum { LEG_PREFILL, LEG_DECODE, LEG_MODELS };
+
+typedef struct leg {
+  worker *w;
+  eldr__up *up;            /* connection of the exchange in flight, or NULL */
+  struct event *deadline;
+  int kind;
+  int streaming, started;
+  int status;              /* reply status (0 until the head arrived) */
+  char ctype[128];
+  char *buf;               /* reply body (not relayed while streaming) */
+  size_t n, cap;
+} leg;
+
+#define MAX_TRIED 17
+#define MAX_REPLY (512u << 20) /* largest buffered worker reply */
+
+struct rq {
+  eldr_server *s;
+  hconn *c; /* NULL once the client is gone */
+  int is_models;
+  eldr__req req;
+  uint64_t prefix_hash;
+  char reqid[ELDR__HTTP_REQID_MAX + 32];
+  char *auth;
+  char *pbody, *dbody;
+  size_t plen, dlen;
+  eldr__prefill_reply pr;
+  char *re_copy; /* owned copy of pr.routed_experts for the splice */
+  worker *tried[MAX_TRIED];
+  int ntried;
+  leg L;
+  int decision;
+  double t0;
+  char last_err[200];
+};
+
+enum { C_HEAD, C_BODY, C_BUSY, C_CLOSING };
+
+struct hconn {
+  eldr_server *s;
+  struct bufferevent *bev;
+  struct event *deadline;
+  int state;
+  int in_process;
+  int keep_alive;
+  int head_only;
+  int resp_chunked; /* 1 = chunked, 2 = raw until close (HTTP/1.0) */
+  size_t body_need;
+  rq *r;
+  hconn *prev, *next;
+  eldr__http_head head;
+};
+
+struct eldr_server {
+  eldr_serve_config cfg;
+  struct event_base *base;
+  struct evconnlistener *lis;
+  struct event *ev_stop, *ev_reload, *ev_health, *sig_hup, *sig_int, *sig_term;
+  int port;
+  worker **w[2];
+  size_t nw[2];
+  worker *all_workers;
+  hconn *conns;
+  eldr_artifact *art;
+  eldr_policy pol, jsq;
+  eldr_sigcache *cache;
+  eldr__sigctx sc;   /* signature extraction state and scratch (loop thread) */
+  eldr__sigres pend; /* block rows to store once the decode leg is sent */
+  int pend_on;
+  struct event *ev_store;
+  uint32_t *loads;
+  uint8_t *healthy;
+  size_t loadcap;
+  uint64_t idstate;
+  int logged_shape_mismatch, logged_splice;
+  metrics m;
+};
+
+/* ---- small helpers (every file) -------------------------------------------- */
+
+static inline double eldr__now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static inline struct timeval eldr__tv_of(double s) {
+  struct timeval tv;
+  tv.tv_sec = (time_t)s;
+  tv.tv_usec = (suseconds_t)((s - (double)tv.tv_sec) * 1e6);
+  return tv;
+}
+
+/* One log line through cfg.log (no-op without one). */
+void eldr__logf(eldr_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- conn.c: client connections and responses ------------------------------ */
+
+void eldr__accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen,
+                     void *arg);
+/* Close the connection; a request still in flight is aborted (eldr__rq_abort). */
+void eldr__conn_free(hconn *c);
+/* Whole responses; the connection then reads its next request or closes
+ * (and frees c->r through eldr__rq_free). */
+void eldr__send_body(hconn *c, int status, const char *ctype, const void *body, size_t len,
+                     const char *extra);
+void eldr__send_error(hconn *c, int status, const char *type, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* A streamed response: head, chunks, end (which finishes as send_body does). */
+void eldr__stream_start(hconn *c, int status, const char *ctype);
+void eldr__stream_chunk(hconn *c, const char *p, size_t n);
+void eldr__stream_end(hconn *c);
+
+/* ---- proxy.c: requests ------------------------------------------------------ */
+
+/* POST /v1/completions and /v1/chat/completions; GET /v1/models. */
+void eldr__handle_completion(hconn *c, eldr__api api, const char *body, size_t len);
+void eldr__handle_models(hconn *c);
+/* Release a request (its leg's worker reference and connection included). */
+void eldr__rq_free(rq *r);
+/* The client left while the request was in flight: count it, free it. */
+void eldr__rq_abort(rq *r);
+/* Store the block rows of the last extraction (timer callback; arg = s). */
+void eldr__store_cb(evutil_socket_t fd, short ev, void *arg);
+
+/* ---- workers.c --------------------------------------------------------------- */
+
+/* A worker for url, resolved, linked into s->all_workers; NULL on failure. */
+worker *eldr__worker_new(eldr_server *s, const char *url, int role);
+void eldr__worker_free(worker *w);
+/* Replace the worker lists with cfg's (workers kept by URL). */
+int eldr__set_workers(eldr_server *s, const eldr_serve_config *cfg);
+/* A connection for a new leg (idle one, or a new one); NULL on ENOMEM. */
+eldr__up *eldr__pool_take(worker *w);
+void eldr__pool_give(worker *w, eldr__up *u);
+/* Count one failure; ejects after eject_after of them (health checks on). */
+void eldr__worker_failed(worker *w, const char *why);
+/* Active health checks of every listed worker (timer callback; arg = s). */
+void eldr__health_tick(evutil_socket_t fd, short ev, void *arg);
+
+/* ---- metrics.c -------------------------------------------------------------- */
+
+void eldr__metrics_init(metrics *m);
+void eldr__histo_add(histo *h, double x);
+void eldr__handle_metrics(hconn *c);
+void eldr__handle_health(hconn *c);
+
+#endif
