@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "eldr/routed_experts.h"
 #include "serve/serve_internal.h"
 
 static const char *const dropped[] = {"stream", "max_tokens", "max_completion_tokens",
@@ -78,7 +79,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       free(out);
       uint8_t *buf = NULL;
       size_t cap = 0;
-      eldr__npy_view v;
+      eldr__re_view v;
       eldr_shape sh = {2, 8, 2};
       eldr__routed_experts_view(pr.routed_experts, pr.routed_experts_len, &sh, &buf, &cap, &v, NULL);
       free(buf);

@@ -86,4 +86,25 @@ int eldr_routed_experts_decode(const char *b64, size_t len, const eldr_shape *sh
 int eldr_routed_experts_encode(const uint16_t *sel, size_t ntokens, const eldr_shape *shape,
                                eldr_sel_dtype dtype, char **out, size_t *out_len);
 
+/* ---- a view of routed_experts rows (internal, eldr__) */
+
+/* rows x layers x top_k expert ids of dtype, C order, at data (borrowed from
+ * whoever filled the view). Any decoder of a routed_experts layout may fill
+ * one; the router's signature path reads nothing else. */
+typedef struct eldr__re_view {
+  const void *data;
+  eldr_sel_dtype dtype;
+  size_t rows, layers, top_k;
+} eldr__re_view;
+
+/* Decode base64 .npy routed_experts into a byte buffer owned by the caller
+ * (*buf, *cap grown with realloc as needed; reused across calls) and view
+ * its payload. The array goes through the same check as the decoders above
+ * (3 dimensions, layers in [1, ELDR_MAX_LAYERS], top_k in [1, ELDR_MAX_TOPK],
+ * no size overflow, payload exactly the shape's), plus layers/top_k equal
+ * to shape's when shape is not NULL. Expert ids are not range-checked here
+ * (eldr_counts_accumulate does, when counting). Errors as the decoders'. */
+int eldr__routed_experts_view(const char *b64, size_t len, const eldr_shape *shape, uint8_t **buf,
+                              size_t *cap, eldr__re_view *v, eldr_diag *d);
+
 #endif

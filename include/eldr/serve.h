@@ -55,6 +55,9 @@ typedef struct eldr_serve_config {
   size_t pool_size;          /* idle upstream connections kept per worker (default 256) */
   int handle_signals;        /* SIGHUP reloads, SIGINT/SIGTERM stop (for the CLI) */
   char *config_path;         /* JSON config re-read on reload (NULL: reload artifact only) */
+  char *overrides;           /* JSON object in the config file's syntax applied over the
+                              * file on every reload: the command-line flags, which
+                              * override the file (NULL: none) */
   eldr_serve_log_fn log;     /* NULL = silent */
   void *log_ctx;
 } eldr_serve_config;
@@ -95,9 +98,14 @@ int eldr_server_port(const eldr_server *s);
 int eldr_server_run(eldr_server *s);
 /* Ask the loop to exit (any thread). */
 void eldr_server_stop(eldr_server *s);
-/* Ask the loop to reload the config file (if any) and the artifact (any
- * thread); in-flight requests continue. A failed reload keeps the old state
- * and is logged and counted (eldr_reloads_total{result="error"}). */
+/* Ask the loop to reload the config file (if any; then overrides over it)
+ * and the artifact (any thread). The new state (configuration, artifact,
+ * policy, signature buffers, worker list with resolved addresses, pool
+ * sizes, health-check timer) is built and checked first and then swapped
+ * in whole; a reload that fails changes nothing, is logged with the reason
+ * and counted (eldr_reloads_total{result="error"}). In-flight requests
+ * continue; a worker dropped from the list finishes its legs, then is
+ * freed. */
 void eldr_server_reload(eldr_server *s);
 void eldr_server_free(eldr_server *s);
 

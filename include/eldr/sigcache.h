@@ -1,20 +1,12 @@
-/* eldr/sigcache.h — block-granular signature cache (DESIGN.md item 5) and
- * the prompt block-hash chain it is keyed by.
+/* eldr/sigcache.h — block-granular signature cache (DESIGN.md item 5),
+ * keyed by the prompt block-hash chain of eldr/tokenize.h.
  *
- * Prompts are cut into blocks of ELDR_BLOCK_TOKENS tokens (16, like vLLM's
- * paged KV cache). Block i's hash chains the previous block's hash with the
- * block's token ids (xxhash64), so a block hash identifies the whole prefix up
- * to and including that block — the same key the KV prefix cache uses.
  * The cache stores, per block hash, one row of int8 per-(layer, expert)
  * counts of that block's tokens (saturating at 127; a block of 16 tokens
  * selects at most 16 times any expert of a layer, so the row is exact).
  * A request's prefill counts = sum of its cached blocks' rows + counts of
  * the tokens the engine computed; exact under partial prefix hits and
  * evictions as long as each used block's row is present.
- *
- * Tokenisation: eldr_tokenize() is eldr's deterministic stand-in tokenizer
- * (shared by the emulated worker and the router, so both see the same block
- * boundaries). Against a real engine, feed the engine's token ids instead.
  *
  * Ownership: eldr_sigcache is created by _new and released by _free; it is
  * not thread-safe. Lookups and inserts allocate nothing (fixed capacity,
@@ -28,16 +20,7 @@
 
 #include "eldr/counts.h"
 #include "eldr/error.h"
-
-#define ELDR_BLOCK_TOKENS 16
-
-/* Deterministic stand-in tokenizer: writes up to cap token ids of text[0..len)
- * into ids and returns the number of tokens the text has (may exceed cap). */
-size_t eldr_tokenize(const char *text, size_t len, uint32_t *ids, size_t cap);
-
-/* Hash chain of the full blocks of ids[0..n): writes n / ELDR_BLOCK_TOKENS
- * hashes (caller's buffer) and returns that count. seed = hash of "no parent". */
-size_t eldr_block_hashes(const uint32_t *ids, size_t n, uint64_t seed, uint64_t *hashes);
+#include "eldr/tokenize.h" /* ELDR_BLOCK_TOKENS, the block hashes */
 
 typedef struct eldr_sigcache eldr_sigcache;
 

@@ -18,6 +18,7 @@
 #include "eldr/routed_experts.h"
 #include "eldr/sigcache.h"
 #include "serve/serve_internal.h"
+#include "serve/sigpath.h"
 
 static int cmp_d(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -113,19 +114,18 @@ int eldr_bench_route(int argc, char **argv) {
   eldr_policy pol;
   if (eldr_policy_init(&pol, ELDR_POLICY_ELDR, 0.1, seed, a->centroids, a->k, a->dim, 1))
     cli_fail(cmd, "policy init failed");
-  size_t cells = eldr_shape_cells(&sh);
-  eldr__sigctx sc;
-  memset(&sc, 0, sizeof sc);
-  sc.shape = &a->shape;
-  eldr_artifact_sigspec(a, &sc.spec);
-  sc.counts = malloc(cells * sizeof *sc.counts);
-  sc.scratch = malloc(cells * sizeof *sc.scratch);
-  sc.sig = malloc(a->dim * sizeof *sc.sig);
+  /* the server's signature path, without and with a signature cache */
+  eldr__sigpath sp_nc, sp_c;
+  eldr__sigconf conf;
+  if (eldr__sigpath_init(&sp_nc, NULL) || eldr__sigpath_init(&sp_c, NULL) ||
+      eldr__sigconf_build(&sp_nc, a, 0, &conf, &d))
+    cli_fail(cmd, "out of memory");
+  eldr__sigpath_commit(&sp_nc, &conf);
   uint32_t *loads = calloc((size_t)D, sizeof *loads);
   double *t_parse = malloc((size_t)iters * sizeof(double)), *t_sig = malloc((size_t)iters * sizeof(double)),
          *t_dec = malloc((size_t)iters * sizeof(double)), *t_store = malloc((size_t)iters * sizeof(double)),
          *t_hit = malloc((size_t)iters * sizeof(double));
-  if (!sc.counts || !sc.scratch || !sc.sig || !loads || !t_parse || !t_sig || !t_dec || !t_store || !t_hit)
+  if (!loads || !t_parse || !t_sig || !t_dec || !t_store || !t_hit)
     cli_fail(cmd, "out of memory");
   printf("# eldr bench route: %ld layers x %ld experts, top-%ld, %ld of %ld layers in the mask, %ld decoders, "
          "%ld iterations\n", L, E, K, M, L, D, iters);
@@ -168,8 +168,11 @@ int eldr_bench_route(int argc, char **argv) {
                       "\"completion_tokens\":1},\"kv_transfer_params\":{\"do_remote_prefill\":true,"
                       "\"remote_engine_id\":\"e\",\"remote_block_ids\":[1,2],\"remote_host\":\"h\",\"remote_port\":1}}",
                       b64, T);
-    eldr_sigcache *cache = eldr_sigcache_new(&sh, 1 << 14);
-    if (!cache || eldr_sigcache_set_layer_mask(cache, a->mask)) cli_fail(cmd, "out of memory");
+    /* a fresh cache per prompt length: drop the last one, build anew */
+    eldr__sigconf_build(&sp_c, NULL, 0, &conf, NULL);
+    eldr__sigpath_commit(&sp_c, &conf);
+    if (eldr__sigconf_build(&sp_c, a, 1 << 14, &conf, &d)) cli_fail(cmd, "%s", d.msg);
+    eldr__sigpath_commit(&sp_c, &conf);
     /* the prefix-hit variant: the engine computed only the last 25% (rounded to blocks) */
     size_t first = (T * 3 / 4) / ELDR_BLOCK_TOKENS * ELDR_BLOCK_TOKENS;
     char *b64tail = NULL;
@@ -182,9 +185,8 @@ int eldr_bench_route(int argc, char **argv) {
       eldr__prefill_reply pr;
       if (eldr__prefill_reply_parse(reply, (size_t)rl, &pr, &d)) cli_fail(cmd, "reply parse: %s", d.msg);
       double t1 = cli_now();
-      sc.cache = NULL;
       eldr__sigres res;
-      eldr__sig_extract(&sc, pr.routed_experts, pr.routed_experts_len, pr.prompt_tokens, text, tl, NULL, 0, &res);
+      eldr__sigpath_extract(&sp_nc, pr.routed_experts, pr.routed_experts_len, pr.prompt_tokens, NULL, &res);
       if (res.fallback != ELDR__FB_NONE) cli_fail(cmd, "extraction fell back (%d): %s", res.fallback, res.diag.msg);
       double t2 = cli_now();
       eldr_route_req rr = {res.sig, -1};
@@ -194,13 +196,18 @@ int eldr_bench_route(int argc, char **argv) {
       loads[k] = (loads[k] + 1) % 4;
       sink += (uint64_t)k;
       /* with the cache: full extraction + storing every block (first request of a prefix) */
-      sc.cache = cache;
-      eldr__sig_extract(&sc, pr.routed_experts, pr.routed_experts_len, pr.prompt_tokens, text, tl, NULL, 0, &res);
+      eldr__prompt prompt;
+      if (eldr__prompt_init(&sp_c, &prompt, text, tl, NULL, 0)) cli_fail(cmd, "out of memory");
+      eldr__sigpath_extract(&sp_c, pr.routed_experts, pr.routed_experts_len, pr.prompt_tokens, &prompt, &res);
+      eldr__prompt_free(&prompt);
       double t4 = cli_now();
-      eldr__sig_store(&sc, &res);
+      eldr__sigpath_store(&sp_c, &res);
       double t5 = cli_now();
-      /* a later request with 75% prefix hit: tail rows + cached rows */
-      eldr__sig_extract(&sc, b64tail, tlen, (int64_t)T, text, tl, NULL, 0, &res);
+      /* a later request with 75% prefix hit: its prompt's blocks (tokenised
+       * once, as at the request's arrival), tail rows + cached rows */
+      if (eldr__prompt_init(&sp_c, &prompt, text, tl, NULL, 0)) cli_fail(cmd, "out of memory");
+      eldr__sigpath_extract(&sp_c, b64tail, tlen, (int64_t)T, &prompt, &res);
+      eldr__prompt_free(&prompt);
       double t6 = cli_now();
       if (res.fallback != ELDR__FB_NONE) cli_fail(cmd, "cached extraction fell back");
       eldr__prefill_reply_free(&pr);
@@ -212,7 +219,8 @@ int eldr_bench_route(int argc, char **argv) {
         t_hit[it] = t6 - t5;
       }
     }
-    if (sc.blocks_missing) cli_fail(cmd, "signature cache missed %llu blocks", (unsigned long long)sc.blocks_missing);
+    if (sp_c.blocks_missing)
+      cli_fail(cmd, "signature cache missed %llu blocks", (unsigned long long)sp_c.blocks_missing);
     double *tot = malloc((size_t)iters * sizeof(double));
     for (long i = 0; i < iters; i++) tot[i] = t_sig[i] + t_dec[i];
     struct {
@@ -233,16 +241,13 @@ int eldr_bench_route(int argc, char **argv) {
     (void)sink;
     free(tot);
     free(b64tail);
-    eldr_sigcache_free(cache);
     free(reply);
     free(text);
     free(b64);
     free(sel);
   }
-  eldr__sigctx_free_scratch(&sc);
-  free(sc.counts);
-  free(sc.scratch);
-  free(sc.sig);
+  eldr__sigpath_free(&sp_nc);
+  eldr__sigpath_free(&sp_c);
   free(loads);
   free(t_parse);
   free(t_sig);

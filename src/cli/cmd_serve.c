@@ -1,7 +1,9 @@
 /* cmd_serve.c — `eldr serve`: the HTTP router in front of prefill and decode
- * workers. Flags override the config file; SIGHUP re-reads the config file
+ * workers. Flags override the config file, also when SIGHUP re-reads it
+ * (they travel as the config's overrides); SIGHUP re-reads the config file
  * and the artifact; SIGINT/SIGTERM stop. */
 #include <getopt.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,6 +93,11 @@ int eldr_cmd_serve(int argc, char **argv) {
     c.config_path = strdup(config);
   }
   int quiet = 0, cli_prefill = 0, cli_decode = 0;
+  /* every flag also goes into ov, in the config file's syntax: re-applied
+   * over the file on each reload */
+  json_t *ov = json_object();
+  if (!ov) cli_fail(cmd, "out of memory");
+#define OV(key, value) json_object_set_new(ov, key, value)
   cli_getopt_reset();
   while ((o = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
     int rc = 0;
@@ -110,42 +117,55 @@ int eldr_cmd_serve(int argc, char **argv) {
       }
       rc = eldr_serve_config_add_worker(&c, dec, optarg, &d);
       if (rc) cli_usage_error(cmd, "--%s: %s", dec ? "decode" : "prefill", eldr_diag_msg(&d, rc));
+      const char *k = dec ? "decode" : "prefill";
+      if (!json_object_get(ov, k)) json_object_set_new(ov, k, json_array());
+      json_array_append_new(json_object_get(ov, k), json_string(optarg));
       break;
     }
     case O_ARTIFACT:
       free(c.artifact);
       c.artifact = strdup(optarg);
+      OV("artifact", json_string(optarg));
       break;
     case O_POLICY: {
       eldr_policy_kind k;
       if (eldr_policy_parse(optarg, &k) || k == ELDR_POLICY_DOMAIN)
         cli_usage_error(cmd, "--policy: '%s' is not one of eldr, jsq, p2c, rr, random", optarg);
       c.policy = k;
+      OV("policy", json_string(optarg));
       break;
     }
-    case O_TAU: c.tau = cli_parse_double(cmd, "--tau", optarg, 0, 2); break;
+    case O_TAU: c.tau = cli_parse_double(cmd, "--tau", optarg, 0, 2); OV("tau", json_real(c.tau)); break;
     case O_HOST:
       free(c.host);
       c.host = strdup(optarg);
+      OV("host", json_string(optarg));
       break;
-    case O_PORT: c.port = (int)cli_parse_long(cmd, "--port", optarg, 0, 65535); break;
+    case O_PORT: c.port = (int)cli_parse_long(cmd, "--port", optarg, 0, 65535); OV("port", json_integer((json_int_t)c.port)); break;
     case O_CONFIG: break;
-    case O_PT: c.prefill_timeout_s = cli_parse_double(cmd, "--prefill-timeout", optarg, 0.001, 86400); break;
-    case O_DT: c.decode_timeout_s = cli_parse_double(cmd, "--decode-timeout", optarg, 0.001, 86400); break;
-    case O_HT: c.header_timeout_s = cli_parse_double(cmd, "--header-timeout", optarg, 0.001, 86400); break;
-    case O_CT: c.connect_timeout_s = cli_parse_double(cmd, "--connect-timeout", optarg, 0.001, 86400); break;
-    case O_HI: c.health_interval_s = cli_parse_double(cmd, "--health-interval", optarg, 0, 86400); break;
-    case O_EJ: c.eject_after = (int)cli_parse_long(cmd, "--eject-after", optarg, 1, 1000); break;
-    case O_RETRIES: c.retries = (int)cli_parse_long(cmd, "--retries", optarg, 0, 16); break;
-    case O_MAXBODY: c.max_body = (size_t)cli_parse_long(cmd, "--max-body", optarg, 1, 1l << 34); break;
-    case O_GUARD: c.prefill_guard = (uint32_t)cli_parse_long(cmd, "--prefill-guard", optarg, 0, 1000000); break;
-    case O_SCR: c.sigcache_rows = (size_t)cli_parse_long(cmd, "--sigcache-rows", optarg, 0, 1l << 26); break;
-    case O_SEED: c.seed = cli_parse_u64(cmd, "--seed", optarg); break;
+    case O_PT: c.prefill_timeout_s = cli_parse_double(cmd, "--prefill-timeout", optarg, 0.001, 86400); OV("prefill_timeout", json_real(c.prefill_timeout_s)); break;
+    case O_DT: c.decode_timeout_s = cli_parse_double(cmd, "--decode-timeout", optarg, 0.001, 86400); OV("decode_timeout", json_real(c.decode_timeout_s)); break;
+    case O_HT: c.header_timeout_s = cli_parse_double(cmd, "--header-timeout", optarg, 0.001, 86400); OV("header_timeout", json_real(c.header_timeout_s)); break;
+    case O_CT: c.connect_timeout_s = cli_parse_double(cmd, "--connect-timeout", optarg, 0.001, 86400); OV("connect_timeout", json_real(c.connect_timeout_s)); break;
+    case O_HI: c.health_interval_s = cli_parse_double(cmd, "--health-interval", optarg, 0, 86400); OV("health_interval", json_real(c.health_interval_s)); break;
+    case O_EJ: c.eject_after = (int)cli_parse_long(cmd, "--eject-after", optarg, 1, 1000); OV("eject_after", json_integer((json_int_t)c.eject_after)); break;
+    case O_RETRIES: c.retries = (int)cli_parse_long(cmd, "--retries", optarg, 0, 16); OV("retries", json_integer((json_int_t)c.retries)); break;
+    case O_MAXBODY: c.max_body = (size_t)cli_parse_long(cmd, "--max-body", optarg, 1, 1l << 34); OV("max_body", json_integer((json_int_t)c.max_body)); break;
+    case O_GUARD: c.prefill_guard = (uint32_t)cli_parse_long(cmd, "--prefill-guard", optarg, 0, 1000000); OV("prefill_guard", json_integer((json_int_t)c.prefill_guard)); break;
+    case O_SCR: c.sigcache_rows = (size_t)cli_parse_long(cmd, "--sigcache-rows", optarg, 0, 1l << 26); OV("sigcache_rows", json_integer((json_int_t)c.sigcache_rows)); break;
+    case O_SEED:
+      c.seed = cli_parse_u64(cmd, "--seed", optarg);
+      if (config && c.seed > INT64_MAX) cli_usage_error(cmd, "--seed: with --config at most %lld", (long long)INT64_MAX);
+      OV("seed", json_integer((json_int_t)c.seed));
+      break;
     case O_QUIET: quiet = 1; break;
     default: cli_bad_option(cmd, argc, argv, o);
     }
     (void)rc;
   }
+  if (json_object_size(ov) && !(c.overrides = json_dumps(ov, JSON_COMPACT))) cli_fail(cmd, "out of memory");
+  json_decref(ov);
+#undef OV
   if (optind < argc) cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
   if (!c.host) cli_fail(cmd, "out of memory");
   int rc = eldr_serve_config_validate(&c, &d);

@@ -833,3 +833,30 @@ int eldr_routed_experts_encode(const uint16_t *sel, size_t ntokens, const eldr_s
   if (out_len) *out_len = elen;
   return ELDR_OK;
 }
+
+int eldr__routed_experts_view(const char *b64, size_t len, const eldr_shape *shape, uint8_t **buf,
+                              size_t *cap, eldr__re_view *v, eldr_diag *d) {
+  if ((!b64 && len) || !buf || !cap || !v)
+    return eldr_diag_fail(d, ELDR_EINVAL, "routed_experts: argument missing");
+  if (len == 0) return eldr_diag_fail(d, ELDR_EEMPTY, "routed_experts: empty");
+  size_t need = eldr_b64_decoded_max(len);
+  if (need < 64) need = 64;
+  if (need > *cap) {
+    uint8_t *p = realloc(*buf, need);
+    if (!p) return eldr_diag_fail(d, ELDR_ENOMEM, "routed_experts: out of memory");
+    *buf = p;
+    *cap = need;
+  }
+  size_t n = 0, payload;
+  eldr_npy_info h;
+  int rc = eldr_b64_decode(b64, len, *buf, *cap, &n, d);
+  if (!rc) rc = eldr_npy_parse_header(*buf, n, &h, d);
+  if (!rc) rc = check_array(&h, n, shape ? shape->num_layers : 0, shape ? shape->top_k : 0, &payload, d);
+  if (rc) return rc;
+  v->data = *buf + h.data_offset;
+  v->dtype = h.dtype;
+  v->rows = h.shape[0];
+  v->layers = h.shape[1];
+  v->top_k = h.shape[2];
+  return ELDR_OK;
+}

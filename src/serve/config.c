@@ -51,6 +51,7 @@ void eldr_serve_config_free(eldr_serve_config *c) {
   free_list(c->decode, c->n_decode);
   free(c->artifact);
   free(c->config_path);
+  free(c->overrides);
   memset(c, 0, sizeof *c);
 }
 
@@ -69,9 +70,10 @@ int eldr_serve_config_copy(eldr_serve_config *dst, const eldr_serve_config *src)
   dst->host = xstrdup(src->host);
   dst->artifact = xstrdup(src->artifact);
   dst->config_path = xstrdup(src->config_path);
+  dst->overrides = xstrdup(src->overrides);
   dst->prefill = dst->decode = NULL;
   int bad = (src->host && !dst->host) || (src->artifact && !dst->artifact) ||
-            (src->config_path && !dst->config_path);
+            (src->config_path && !dst->config_path) || (src->overrides && !dst->overrides);
   bad |= copy_list(&dst->prefill, src->prefill, src->n_prefill);
   bad |= copy_list(&dst->decode, src->decode, src->n_decode);
   if (bad) {

@@ -89,12 +89,12 @@ void eldr__handle_metrics(hconn *c) {
                       (unsigned long long)m->no_kv_params);
   evbuffer_add_printf(o, "# HELP eldr_sigcache_tokenizer_mismatch_total Prompts whose token count differs from the engine's.\n"
                          "# TYPE eldr_sigcache_tokenizer_mismatch_total counter\neldr_sigcache_tokenizer_mismatch_total %llu\n",
-                      (unsigned long long)s->sc.tokenizer_mismatch);
+                      (unsigned long long)s->sp.tokenizer_mismatch);
   evbuffer_add_printf(o, "# HELP eldr_signature_blocks_missing_total Prefix-cached blocks whose row was not in the signature cache.\n"
                          "# TYPE eldr_signature_blocks_missing_total counter\neldr_signature_blocks_missing_total %llu\n",
-                      (unsigned long long)s->sc.blocks_missing);
+                      (unsigned long long)s->sp.blocks_missing);
   eldr_sigcache_stats cs;
-  eldr_sigcache_stats_get(s->cache, &cs);
+  eldr_sigcache_stats_get(s->sp.conf.cache, &cs);
   evbuffer_add_printf(o, "# HELP eldr_sigcache_rows Block rows held by the signature cache.\n"
                          "# TYPE eldr_sigcache_rows gauge\neldr_sigcache_rows %zu\n"
                          "# TYPE eldr_sigcache_hits_total counter\neldr_sigcache_hits_total %llu\n"
@@ -106,6 +106,10 @@ void eldr__handle_metrics(hconn *c) {
                          "# TYPE eldr_reloads_total counter\neldr_reloads_total{result=\"ok\"} %llu\n"
                          "eldr_reloads_total{result=\"error\"} %llu\n",
                       (unsigned long long)m->reloads_ok, (unsigned long long)m->reloads_err);
+  size_t draining = 0;
+  for (const worker *w = s->all_workers; w; w = w->next_all) draining += w->retired != 0;
+  evbuffer_add_printf(o, "# HELP eldr_workers_draining Workers dropped by a reload still finishing their legs.\n"
+                         "# TYPE eldr_workers_draining gauge\neldr_workers_draining %zu\n", draining);
   evbuffer_add_printf(o, "# HELP eldr_artifact_loaded Whether a routing artifact is loaded.\n"
                          "# TYPE eldr_artifact_loaded gauge\neldr_artifact_loaded %d\n", s->art != NULL);
   static const char *const wm[][3] = {

@@ -7,9 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
 
-#include "eldr/sigcache.h"
 #include "serve_types.h"
 
 /* ---- request lifecycle ---------------------------------------------------- */
@@ -25,10 +23,7 @@ static void leg_release(rq *r) {
   leg *L = &r->L;
   if (L->deadline) event_del(L->deadline);
   if (L->up && eldr__up_active(L->up)) eldr__up_abort(L->up); /* the worker sees us leave */
-  if (L->w) {
-    L->w->inflight--;
-    eldr__pool_give(L->w, L->up);
-  }
+  if (L->w) eldr__worker_put(L->w, L->up); /* may free a retired worker */
   L->w = NULL;
   L->up = NULL;
 }
@@ -39,6 +34,7 @@ void eldr__rq_free(rq *r) {
   if (r->L.deadline) event_free(r->L.deadline);
   free(r->L.buf);
   eldr__req_free(&r->req);
+  eldr__prompt_free(&r->prompt);
   eldr__prefill_reply_free(&r->pr);
   free(r->re_copy);
   free(r->auth);
@@ -57,7 +53,7 @@ void eldr__rq_abort(rq *r) {
 
 static int was_tried(const rq *r, const worker *w) {
   for (int i = 0; i < r->ntried; i++)
-    if (r->tried[i] == w) return 1;
+    if (r->tried[i] == w->id) return 1;
   return 0;
 }
 
@@ -118,7 +114,7 @@ static int leg_start(rq *r, worker *w, int kind, const char *method, const char 
   L->up = up;
   w->inflight++;
   w->requests++;
-  if (r->ntried < MAX_TRIED) r->tried[r->ntried++] = w;
+  if (r->ntried < MAX_TRIED) r->tried[r->ntried++] = w->id;
   double t = kind == LEG_PREFILL ? s->cfg.prefill_timeout_s
              : kind == LEG_DECODE ? s->cfg.decode_timeout_s
                                   : s->cfg.connect_timeout_s;
@@ -328,28 +324,15 @@ static void on_decode_reply(rq *r) {
 
 /* ---- signature and decision ----------------------------------------------- */
 
-static void flush_store(eldr_server *s) {
-  if (!s->pend_on) return;
-  s->pend_on = 0;
-  eldr__sig_store(&s->sc, &s->pend);
-}
-
-void eldr__store_cb(evutil_socket_t fd, short ev, void *arg) {
-  (void)fd;
-  (void)ev;
-  flush_store(arg);
-}
-
 static int decide(rq *r, int *fallback) {
   eldr_server *s = r->s;
   *fallback = FB_NONE;
   eldr__sigres res;
   int have = 0;
   if (s->cfg.policy == ELDR_POLICY_ELDR) {
-    flush_store(s);
     double t0 = eldr__now_s();
-    eldr__sig_extract(&s->sc, r->pr.routed_experts, r->pr.routed_experts_len, r->pr.prompt_tokens,
-                      r->req.text, r->req.text_len, r->req.ids, r->req.n_ids, &res);
+    eldr__sigpath_extract(&s->sp, r->pr.routed_experts, r->pr.routed_experts_len, r->pr.prompt_tokens,
+                          &r->prompt, &res);
     eldr__histo_add(&s->m.sig, eldr__now_s() - t0);
     have = 1;
     *fallback = res.fallback;
@@ -372,12 +355,7 @@ static int decide(rq *r, int *fallback) {
   r->decision = (have && res.sig && k >= 0 && dec.fallback == ELDR_FALLBACK_NONE) ? DEC_LOCALITY : DEC_LOAD;
   /* remember the rows of the blocks this prefill computed: deferred until the
    * decode leg is on its way (flushed first if another extraction comes) */
-  if (have && res.fallback == FB_NONE && res.nblocks > 0) {
-    s->pend = res;
-    s->pend_on = 1;
-    static const struct timeval zero = {0, 0};
-    event_add(s->ev_store, &zero);
-  }
+  if (have) eldr__sigpath_defer(&s->sp, &res);
   if (!r->re_copy) { /* borrowed from the prefill reply's buffer: gone after this callback */
     r->pr.routed_experts = NULL;
     r->pr.routed_experts_len = 0;
@@ -470,7 +448,7 @@ static void start_prefill(rq *r) {
     client_upstream_error(r, 500, OUT_UPSTREAM_ERROR, "out of memory");
     return;
   }
-  int k = eldr_policy_prefill(r->prefix_hash, s->loads, s->healthy, n, s->cfg.prefill_guard);
+  int k = eldr_policy_prefill(r->prompt.prefix_hash, s->loads, s->healthy, n, s->cfg.prefill_guard);
   if (k < 0) {
     if (r->ntried == 0) client_upstream_error(r, 503, OUT_UPSTREAM_ERROR, "no healthy prefill worker");
     else client_upstream_error(r, 502, OUT_UPSTREAM_ERROR, "prefill failed (%s) and no other healthy prefill worker", r->last_err);
@@ -517,21 +495,11 @@ void eldr__handle_completion(hconn *c, eldr__api api, const char *body, size_t l
     eldr__send_error(c, rc == ELDR_ENOMEM ? 500 : 400, "invalid_request_error", "%s", eldr_diag_msg(&d, rc));
     return;
   }
-  /* prefix hash: the first block of the prompt's tokens (cache affinity) */
-  size_t ntok = r->req.n_ids;
-  const uint32_t *ids = r->req.ids;
-  if (!ids) {
-    uint32_t first[ELDR_BLOCK_TOKENS];
-    ntok = eldr_tokenize(r->req.text, r->req.text_len, first, ELDR_BLOCK_TOKENS);
-    if (ntok >= ELDR_BLOCK_TOKENS) eldr_block_hashes(first, ELDR_BLOCK_TOKENS, 0, &r->prefix_hash);
-    else r->prefix_hash = XXH64(r->req.text, r->req.text_len, 0);
-  } else if (ntok >= ELDR_BLOCK_TOKENS) {
-    eldr_block_hashes(ids, ELDR_BLOCK_TOKENS, 0, &r->prefix_hash);
-  } else {
-    r->prefix_hash = XXH64(ids, ntok * sizeof *ids, 0);
-  }
-  r->pbody = eldr__prefill_body(&r->req, &r->plen);
-  if (!r->pbody) {
+  /* the prompt's blocks, once: the prefix hash (cache affinity) and the
+   * signature cache's keys */
+  rc = eldr__prompt_init(&s->sp, &r->prompt, r->req.text, r->req.text_len, r->req.ids, r->req.n_ids);
+  if (!rc) r->pbody = eldr__prefill_body(&r->req, &r->plen);
+  if (rc || !r->pbody) {
     rq_finish_metrics(r, OUT_UPSTREAM_ERROR);
     eldr__send_error(c, 500, "internal_error", "out of memory");
     return;

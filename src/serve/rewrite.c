@@ -357,46 +357,6 @@ int eldr__prefill_reply_parse(const char *body, size_t len, eldr__prefill_reply 
   return 0;
 }
 
-int eldr__routed_experts_view(const char *b64, size_t len, const eldr_shape *shape,
-                              uint8_t **buf, size_t *cap, eldr__npy_view *v, eldr_diag *d) {
-  if (len == 0) return eldr_diag_fail(d, ELDR_EPARSE, "routed_experts is an empty string");
-  size_t need = eldr_b64_decoded_max(len);
-  if (need < 64) need = 64;
-  if (need > *cap) {
-    uint8_t *p = realloc(*buf, need);
-    if (!p) return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory for routed_experts");
-    *buf = p;
-    *cap = need;
-  }
-  size_t n = 0;
-  int rc = eldr_b64_decode(b64, len, *buf, *cap, &n, d);
-  if (rc) return rc;
-  eldr_npy_info info;
-  if ((rc = eldr_npy_parse_header(*buf, n, &info, d))) return rc;
-  if (info.ndim != 3)
-    return eldr_diag_fail(d, ELDR_ESHAPE, "routed_experts has %u dimensions, expected 3", info.ndim);
-  if (shape && (info.shape[1] != shape->num_layers || info.shape[2] != shape->top_k))
-    return eldr_diag_fail(d, ELDR_ESHAPE,
-                          "routed_experts shape (%zu, %zu, %zu) does not match the artifact's "
-                          "%u layers x top-%u",
-                          info.shape[0], info.shape[1], info.shape[2], shape->num_layers,
-                          shape->top_k);
-  size_t esz = eldr_sel_dtype_size(info.dtype);
-  if (info.shape[1] && info.shape[2] &&
-      info.shape[0] > (SIZE_MAX / info.shape[1]) / info.shape[2] / (esz ? esz : 1))
-    return eldr_diag_fail(d, ELDR_ESHAPE, "routed_experts shape too large");
-  size_t payload = info.shape[0] * info.shape[1] * info.shape[2] * esz;
-  if (info.data_offset > n || n - info.data_offset != payload)
-    return eldr_diag_fail(d, ELDR_EPARSE, "routed_experts payload is %zu bytes, shape needs %zu",
-                          info.data_offset > n ? 0 : n - info.data_offset, payload);
-  v->data = *buf + info.data_offset;
-  v->dtype = info.dtype;
-  v->rows = info.shape[0];
-  v->layers = info.shape[1];
-  v->top_k = info.shape[2];
-  return 0;
-}
-
 /* dtype of a base64 npy blob from its header. */
 static int blob_dtype(const char *b64, size_t len, eldr_sel_dtype *dt, eldr_diag *d) {
   uint8_t hdr[1024];

@@ -96,73 +96,7 @@ int eldr__splice_routed_experts(const char *decode_body, size_t len, const char 
                                 size_t prefill_b64_len, int64_t prompt_tokens, char **out,
                                 size_t *out_len, eldr_diag *d);
 
-/* Decode a routed_experts blob into a byte buffer owned by the caller
- * (buf and cap grown with realloc as needed) and locate its payload.
- * Checks layers/top_k against shape and the payload length. */
-typedef struct eldr__npy_view {
-  const void *data;
-  eldr_sel_dtype dtype;
-  size_t rows, layers, top_k;
-} eldr__npy_view;
-int eldr__routed_experts_view(const char *b64, size_t len, const eldr_shape *shape,
-                              uint8_t **buf, size_t *cap, eldr__npy_view *v, eldr_diag *d);
-
 /* JSON error body {"error":{"message":..,"type":..,"code":status}} (malloc'd). */
 char *eldr__error_json(int status, const char *type, const char *msg, size_t *len);
-
-/* ---- signature extraction (the router's hot path) ------------------------- */
-
-#include "eldr/sigcache.h"
-#include "eldr/signature.h"
-
-/* Why a request's decode decision fell back to load-only routing. */
-typedef enum eldr__fallback {
-  ELDR__FB_NONE = -1,
-  ELDR__FB_NO_ROUTED_EXPERTS = 0,
-  ELDR__FB_MALFORMED,
-  ELDR__FB_NO_ARTIFACT,
-  ELDR__FB_SHAPE_MISMATCH,
-  ELDR__FB_EMPTY_SIGNATURE,
-  ELDR__FB__COUNT
-} eldr__fallback;
-
-/* Scratch and state of signature extraction; buffers grow once and are then
- * reused (no allocation per request in steady state). Not thread-safe. */
-typedef struct eldr__sigctx {
-  const eldr_shape *shape; /* the artifact's; NULL = no artifact */
-  eldr_sigspec spec;
-  eldr_sigcache *cache;    /* borrowed, may be NULL */
-  uint32_t *counts, *scratch; /* L*E each, caller-allocated */
-  float *sig;              /* eldr_signature_dim floats, caller-allocated */
-  uint8_t *npy;            /* grown */
-  size_t npycap;
-  uint32_t *ids;           /* grown */
-  size_t idscap;
-  uint64_t *hashes;        /* grown */
-  size_t hashcap;
-  /* observations */
-  int observed_L, observed_K;
-  uint64_t tokenizer_mismatch, blocks_missing;
-} eldr__sigctx;
-
-/* One request's extraction result, valid until the next call on ctx. */
-typedef struct eldr__sigres {
-  int fallback;          /* eldr__fallback */
-  const float *sig;      /* ctx->sig, or NULL on fallback */
-  eldr__npy_view view;   /* the computed rows (for eldr__sig_store) */
-  size_t first_token;    /* prompt position of view's first row */
-  size_t nblocks;        /* prompt block hashes in ctx->hashes (0: cache unusable) */
-  eldr_diag diag;        /* why, for MALFORMED / SHAPE_MISMATCH */
-} eldr__sigres;
-
-/* Signature of a prefill reply: routed_experts rows (+ cached blocks' rows
- * from ctx->cache when the engine left prefix-cached tokens out, identified
- * by tokenizing text or using ids). prompt_tokens: usage.prompt_tokens or -1. */
-void eldr__sig_extract(eldr__sigctx *ctx, const char *b64, size_t b64_len, int64_t prompt_tokens,
-                       const char *text, size_t text_len, const uint32_t *ids, size_t n_ids,
-                       eldr__sigres *res);
-/* Store the rows of the fully computed blocks of the last extraction. */
-void eldr__sig_store(eldr__sigctx *ctx, const eldr__sigres *res);
-void eldr__sigctx_free_scratch(eldr__sigctx *ctx); /* npy, ids, hashes */
 
 #endif

@@ -36,6 +36,7 @@
 #include "eldr/policy.h"
 #include "eldr/serve.h"
 #include "serve_internal.h"
+#include "sigpath.h"
 #include "upstream.h"
 
 /* ---- metrics ---------------------------------------------------------------- */
@@ -80,13 +81,14 @@ struct worker {
   char hosthdr[300];
   int port;
   int role;
-  uint32_t inflight;
+  uint64_t id;         /* unique per server (a retry's "tried" list holds ids) */
+  uint32_t inflight;   /* legs in flight; each keeps a retired worker alive */
   int healthy, fails, retired;
   uint64_t ejections, requests, err_connect, err_status, err_timeout;
   struct sockaddr_storage addr;
   socklen_t addrlen;
   eldr__up **pool;     /* idle keep-alive connections */
-  size_t npool;
+  size_t npool, poolcap;
   eldr__up *hc;        /* health check connection */
   struct event *hc_timer;
   int hc_status;
@@ -115,14 +117,14 @@ struct rq {
   hconn *c; /* NULL once the client is gone */
   int is_models;
   eldr__req req;
-  uint64_t prefix_hash;
+  eldr__prompt prompt; /* the prompt's block hashes, computed once */
   char reqid[ELDR__HTTP_REQID_MAX + 32];
   char *auth;
   char *pbody, *dbody;
   size_t plen, dlen;
   eldr__prefill_reply pr;
   char *re_copy; /* owned copy of pr.routed_experts for the splice */
-  worker *tried[MAX_TRIED];
+  uint64_t tried[MAX_TRIED]; /* worker ids */
   int ntried;
   leg L;
   int decision;
@@ -155,15 +157,12 @@ struct eldr_server {
   int port;
   worker **w[2];
   size_t nw[2];
-  worker *all_workers;
+  worker *all_workers;    /* every worker alive: listed, or retired and draining */
+  uint64_t next_worker_id;
   hconn *conns;
   eldr_artifact *art;
   eldr_policy pol, jsq;
-  eldr_sigcache *cache;
-  eldr__sigctx sc;   /* signature extraction state and scratch (loop thread) */
-  eldr__sigres pend; /* block rows to store once the decode leg is sent */
-  int pend_on;
-  struct event *ev_store;
+  eldr__sigpath sp;       /* signature extraction, cache, deferred store */
   uint32_t *loads;
   uint8_t *healthy;
   size_t loadcap;
@@ -216,16 +215,40 @@ void eldr__handle_models(hconn *c);
 void eldr__rq_free(rq *r);
 /* The client left while the request was in flight: count it, free it. */
 void eldr__rq_abort(rq *r);
-/* Store the block rows of the last extraction (timer callback; arg = s). */
-void eldr__store_cb(evutil_socket_t fd, short ev, void *arg);
 
 /* ---- workers.c --------------------------------------------------------------- */
 
-/* A worker for url, resolved, linked into s->all_workers; NULL on failure. */
-worker *eldr__worker_new(eldr_server *s, const char *url, int role);
+/* A worker for url, resolved, with an idle pool of pool_size; not listed in
+ * s->all_workers (eldr__workers_commit lists it). Errors name the URL:
+ * ELDR_EINVAL (bad URL, does not resolve), ELDR_ENOMEM. */
+int eldr__worker_new(eldr_server *s, const char *url, int role, size_t pool_size, worker **out,
+                     eldr_diag *d);
+/* Unlink from s->all_workers (when listed) and free: connections, timer. */
 void eldr__worker_free(worker *w);
-/* Replace the worker lists with cfg's (workers kept by URL). */
-int eldr__set_workers(eldr_server *s, const eldr_serve_config *cfg);
+/* Out of service (a reload dropped it): no new legs; idle connections and
+ * the health check closed; freed now when no leg is in flight, else by the
+ * eldr__worker_put of its last leg. */
+void eldr__worker_retire(worker *w);
+/* A leg on w is over: its connection back to the pool (or closed); frees a
+ * retired worker whose last leg this was. */
+void eldr__worker_put(worker *w, eldr__up *u);
+
+/* The worker lists a reload installs, built off to the side: listed workers
+ * kept by URL (health, counters, in-flight legs and idle connections
+ * stay), new ones created and resolved but not listed, larger idle-pool
+ * arrays allocated. */
+typedef struct worker_plan {
+  worker **w[2];
+  size_t nw[2];
+  worker *fresh;         /* new workers, chained through next_all */
+  eldr__up ***grown[2];  /* per planned worker: its larger pool array, or NULL */
+} worker_plan;
+int eldr__workers_plan(eldr_server *s, const eldr_serve_config *cfg, worker_plan *p, eldr_diag *d);
+void eldr__workers_drop(worker_plan *p);
+/* Swap the plan in (cannot fail; s->cfg must already be the new one): new
+ * workers listed, pools resized to s->cfg.pool_size, dropped workers
+ * retired. p is emptied. */
+void eldr__workers_commit(eldr_server *s, worker_plan *p);
 /* A connection for a new leg (idle one, or a new one); NULL on ENOMEM. */
 eldr__up *eldr__pool_take(worker *w);
 void eldr__pool_give(worker *w, eldr__up *u);

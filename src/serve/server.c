@@ -13,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "eldr/sigcache.h"
 #include "serve_types.h"
 
 void eldr__logf(eldr_server *s, const char *fmt, ...) {
@@ -27,7 +26,6 @@ void eldr__logf(eldr_server *s, const char *fmt, ...) {
 }
 
 /* ---- artifact, workers, reload --------------------------------------------- */
-
 
 /* Load and check an artifact against what the server knows. */
 static int load_artifact(eldr_server *s, const char *path, eldr_artifact **out, eldr_diag *d) {
@@ -44,11 +42,12 @@ static int load_artifact(eldr_server *s, const char *path, eldr_artifact **out, 
     eldr_artifact_free(a);
     return rc;
   }
-  if (s->sc.observed_L && ((int)a->shape.num_layers != s->sc.observed_L || (int)a->shape.top_k != s->sc.observed_K)) {
+  const eldr__sigpath *sp = &s->sp;
+  if (sp->observed_L && ((int)a->shape.num_layers != sp->observed_L || (int)a->shape.top_k != sp->observed_K)) {
     rc = eldr_diag_fail(d, ELDR_ESHAPE,
                         "artifact %s is for %u MoE layers x top-%u but the workers' routed_experts "
                         "are %d layers x top-%d: refused",
-                        path, a->shape.num_layers, a->shape.top_k, s->sc.observed_L, s->sc.observed_K);
+                        path, a->shape.num_layers, a->shape.top_k, sp->observed_L, sp->observed_K);
     eldr_artifact_free(a);
     return rc;
   }
@@ -56,93 +55,99 @@ static int load_artifact(eldr_server *s, const char *path, eldr_artifact **out, 
   return 0;
 }
 
-/* Install artifact a (may be NULL) and the policy. */
-static int install(eldr_server *s, eldr_artifact *a, const eldr_serve_config *cfg, eldr_diag *d) {
-  double tau = cfg->tau >= 0 ? cfg->tau : a ? a->tau : 0.1;
-  eldr_policy np;
-  int rc = eldr_policy_init(&np, cfg->policy, tau, cfg->seed, a ? a->centroids : NULL, a ? a->k : 0,
-                            a ? a->dim : 0, 1);
-  if (rc) return eldr_diag_fail(d, rc, "policy %s cannot be initialised (tau %g)", eldr_policy_name(cfg->policy), tau);
-  uint32_t *counts = NULL, *bs = NULL;
-  float *sig = NULL;
-  eldr_sigcache *cache = NULL;
-  if (a) {
-    size_t cells = eldr_shape_cells(&a->shape);
-    counts = malloc(cells * sizeof *counts);
-    bs = malloc(cells * sizeof *bs);
-    sig = malloc((a->dim ? a->dim : 1) * sizeof *sig);
-    if (cfg->sigcache_rows) {
-      /* rows hold the masked layers only: keep them while shape and mask stay */
-      if (s->cache && s->art && !memcmp(eldr_sigcache_shape(s->cache), &a->shape, sizeof a->shape) &&
-          !memcmp(s->art->mask, a->mask, a->shape.num_layers)) {
-        cache = s->cache;
-      } else {
-        cache = eldr_sigcache_new(&a->shape, cfg->sigcache_rows);
-        if (cache && eldr_sigcache_set_layer_mask(cache, a->mask)) {
-          eldr_sigcache_free(cache);
-          cache = NULL;
-        }
-      }
-    }
-    if (!counts || !bs || !sig || (cfg->sigcache_rows && !cache)) {
-      free(counts);
-      free(bs);
-      free(sig);
-      if (cache != s->cache) eldr_sigcache_free(cache);
-      return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory for the artifact's buffers");
-    }
+/* Everything a reload replaces, built off to the side (stage_build), then
+ * swapped in by stage_commit, which cannot fail, or dropped. */
+typedef struct stage {
+  eldr_serve_config cfg;
+  eldr_artifact *art;
+  eldr_policy pol;
+  eldr__sigconf sig;
+  worker_plan wp;
+} stage;
+
+static void stage_drop(eldr_server *s, stage *st) {
+  eldr__workers_drop(&st->wp);
+  eldr__sigconf_drop(&s->sp, &st->sig);
+  eldr_artifact_free(st->art);
+  eldr_serve_config_free(&st->cfg);
+}
+
+/* base: the configuration to start from; reread: apply the config file
+ * (cfg.config_path) and then the command-line overrides over it. */
+static int stage_build(eldr_server *s, const eldr_serve_config *base, int reread, stage *st, eldr_diag *d) {
+  memset(st, 0, sizeof *st);
+  int rc = eldr_serve_config_copy(&st->cfg, base);
+  if (rc) return eldr_diag_fail(d, rc, "out of memory for the configuration");
+  eldr_serve_config *c = &st->cfg;
+  if (reread && c->config_path && (rc = eldr_serve_config_load(c, c->config_path, d))) goto fail;
+  if (reread && c->overrides && (rc = eldr_serve_config_parse(c, c->overrides, strlen(c->overrides), d))) {
+    eldr_diag_prefix(d, "command-line flags");
+    goto fail;
   }
-  s->pend_on = 0; /* rows of the old shape: drop */
-  if (s->cache != cache) eldr_sigcache_free(s->cache);
-  s->cache = cache;
-  free(s->sc.counts);
-  free(s->sc.scratch);
-  free(s->sc.sig);
-  s->sc.counts = counts;
-  s->sc.scratch = bs;
-  s->sc.sig = sig;
-  s->sc.cache = cache;
-  eldr_artifact_free(s->art);
-  s->art = a;
-  s->sc.shape = a ? &a->shape : NULL;
-  if (a) eldr_artifact_sigspec(a, &s->sc.spec);
-  s->pol = np;
-  s->logged_shape_mismatch = 0;
-  if (a && a->k != cfg->n_decode)
-    eldr__logf(s, "artifact has %zu centroids for %zu decode workers: decoder i uses centroid i %% %zu",
-          a->k, cfg->n_decode, a->k);
+  if ((rc = eldr_serve_config_validate(c, d))) goto fail;
+  if ((rc = load_artifact(s, c->artifact, &st->art, d))) goto fail;
+  const eldr_artifact *a = st->art;
+  double tau = c->tau >= 0 ? c->tau : a ? a->tau : 0.1;
+  if ((rc = eldr_policy_init(&st->pol, c->policy, tau, c->seed, a ? a->centroids : NULL, a ? a->k : 0,
+                             a ? a->dim : 0, 1))) {
+    rc = eldr_diag_fail(d, rc, "policy %s cannot be initialised (tau %g)", eldr_policy_name(c->policy), tau);
+    goto fail;
+  }
+  if ((rc = eldr__sigconf_build(&s->sp, a, c->sigcache_rows, &st->sig, d))) goto fail;
+  if ((rc = eldr__workers_plan(s, c, &st->wp, d))) goto fail;
   return 0;
+fail:
+  stage_drop(s, st);
+  return rc;
+}
+
+static void stage_commit(eldr_server *s, stage *st) {
+  double old_health = s->cfg.health_interval_s;
+  eldr_serve_config_free(&s->cfg);
+  s->cfg = st->cfg;
+  eldr__sigpath_commit(&s->sp, &st->sig);
+  eldr_artifact_free(s->art);
+  s->art = st->art;
+  s->pol = st->pol;
+  eldr__workers_commit(s, &st->wp);
+  s->logged_shape_mismatch = 0;
+  /* health checks at the new interval; without them nothing re-admits an
+   * ejected worker (and nothing ejects one): re-admit them all */
+  double hi = s->cfg.health_interval_s;
+  if (hi != old_health || !evtimer_pending(s->ev_health, NULL)) {
+    event_del(s->ev_health);
+    struct timeval tv = eldr__tv_of(hi);
+    if (hi > 0 && event_add(s->ev_health, &tv))
+      eldr__logf(s, "health checks could not be scheduled (every %g s)", hi);
+  }
+  if (!(hi > 0))
+    for (int role = 0; role < 2; role++)
+      for (size_t i = 0; i < s->nw[role]; i++) {
+        s->w[role][i]->healthy = 1;
+        s->w[role][i]->fails = 0;
+      }
+  memset(st, 0, sizeof *st);
+  const eldr_artifact *a = s->art;
+  if (a && a->k != s->cfg.n_decode)
+    eldr__logf(s, "artifact has %zu centroids for %zu decode workers: decoder i uses centroid i %% %zu",
+               a->k, s->cfg.n_decode, a->k);
 }
 
 static void do_reload(eldr_server *s) {
-  eldr_serve_config nc;
   eldr_diag d = {{0}};
-  eldr_artifact *a = NULL;
-  int rc = eldr_serve_config_copy(&nc, &s->cfg);
-  if (rc) goto fail_nocfg;
-  if (nc.config_path && (rc = eldr_serve_config_load(&nc, nc.config_path, &d))) goto fail;
-  if ((rc = eldr_serve_config_validate(&nc, &d))) goto fail;
-  if ((rc = load_artifact(s, nc.artifact, &a, &d))) goto fail;
-  if ((rc = install(s, a, &nc, &d))) {
-    eldr_artifact_free(a);
-    goto fail;
+  stage st;
+  int rc = stage_build(s, &s->cfg, 1, &st, &d);
+  if (rc) {
+    s->m.reloads_err++;
+    eldr__logf(s, "reload failed, keeping the running configuration: %s", eldr_diag_msg(&d, rc));
+    return;
   }
-  if ((rc = eldr__set_workers(s, &nc))) goto fail;
-  if (nc.port != s->cfg.port || strcmp(nc.host, s->cfg.host))
+  if (st.cfg.port != s->cfg.port || strcmp(st.cfg.host, s->cfg.host))
     eldr__logf(s, "reload: listen address changes need a restart (still %s:%d)", s->cfg.host, s->port);
-  nc.log = s->cfg.log;
-  nc.log_ctx = s->cfg.log_ctx;
-  eldr_serve_config_free(&s->cfg);
-  s->cfg = nc;
+  stage_commit(s, &st);
   s->m.reloads_ok++;
   eldr__logf(s, "reloaded: %zu prefill, %zu decode workers, artifact %s, policy %s", s->nw[0], s->nw[1],
-        s->art ? s->cfg.artifact : "none", eldr_policy_name(s->cfg.policy));
-  return;
-fail:
-  eldr_serve_config_free(&nc);
-fail_nocfg:
-  s->m.reloads_err++;
-  eldr__logf(s, "reload failed, keeping the running configuration: %s", eldr_diag_msg(&d, rc));
+             s->art ? s->cfg.artifact : "none", eldr_policy_name(s->cfg.policy));
 }
 
 static void reload_cb(evutil_socket_t fd, short ev, void *arg) {
@@ -191,13 +196,14 @@ int eldr_server_new(const eldr_serve_config *cfg, eldr_server **out, eldr_diag *
     rc = eldr_diag_fail(d, ELDR_ENOMEM, "cannot create the event loop");
     goto fail;
   }
-  eldr_artifact *a = NULL;
-  if ((rc = load_artifact(s, cfg->artifact, &a, d))) goto fail;
-  if ((rc = eldr__set_workers(s, cfg))) goto fail;
-  if ((rc = install(s, a, cfg, d))) {
-    eldr_artifact_free(a);
+  s->ev_health = event_new(s->base, -1, EV_PERSIST, eldr__health_tick, s);
+  if (!s->ev_health || (rc = eldr__sigpath_init(&s->sp, s->base))) {
+    rc = eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
     goto fail;
   }
+  stage st;
+  if ((rc = stage_build(s, cfg, 0, &st, d))) goto fail;
+  stage_commit(s, &st); /* starts the health checks */
   eldr_policy_init(&s->jsq, ELDR_POLICY_JSQ, 0, cfg->seed, NULL, 0, 0, 1);
   /* listen */
   struct evutil_addrinfo hints, *ai = NULL;
@@ -226,18 +232,9 @@ int eldr_server_new(const eldr_serve_config *cfg, eldr_server **out, eldr_diag *
                                            : ((struct sockaddr_in *)&ss)->sin_port);
   s->ev_stop = event_new(s->base, -1, 0, stop_cb, s);
   s->ev_reload = event_new(s->base, -1, 0, reload_cb, s);
-  s->ev_store = evtimer_new(s->base, eldr__store_cb, s);
-  if (!s->ev_stop || !s->ev_reload || !s->ev_store) {
+  if (!s->ev_stop || !s->ev_reload) {
     rc = ELDR_ENOMEM;
     goto fail;
-  }
-  if (cfg->health_interval_s > 0) {
-    s->ev_health = event_new(s->base, -1, EV_PERSIST, eldr__health_tick, s);
-    struct timeval tv = eldr__tv_of(cfg->health_interval_s);
-    if (!s->ev_health || event_add(s->ev_health, &tv)) {
-      rc = ELDR_ENOMEM;
-      goto fail;
-    }
   }
   if (cfg->handle_signals) {
     s->sig_hup = evsignal_new(s->base, SIGHUP, reload_cb, s);
@@ -277,14 +274,11 @@ void eldr_server_free(eldr_server *s) {
   if (!s) return;
   while (s->conns) eldr__conn_free(s->conns);
   if (s->lis) evconnlistener_free(s->lis);
-  struct event *evs[] = {s->ev_stop, s->ev_reload, s->ev_health, s->sig_hup, s->sig_int, s->sig_term, s->ev_store};
+  struct event *evs[] = {s->ev_stop, s->ev_reload, s->ev_health, s->sig_hup, s->sig_int, s->sig_term};
   for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)
     if (evs[i]) event_free(evs[i]);
-  while (s->all_workers) {
-    worker *w = s->all_workers;
-    s->all_workers = w->next_all;
-    eldr__worker_free(w);
-  }
+  while (s->all_workers) eldr__worker_free(s->all_workers);
+  eldr__sigpath_free(&s->sp);
   free(s->w[0]);
   free(s->w[1]);
   /* run deferred connection frees */
@@ -292,12 +286,7 @@ void eldr_server_free(eldr_server *s) {
     for (int i = 0; i < 4; i++) event_base_loop(s->base, EVLOOP_NONBLOCK);
     event_base_free(s->base);
   }
-  eldr_sigcache_free(s->cache);
   eldr_artifact_free(s->art);
-  free(s->sc.counts);
-  free(s->sc.scratch);
-  free(s->sc.sig);
-  eldr__sigctx_free_scratch(&s->sc);
   free(s->loads);
   free(s->healthy);
   eldr_serve_config_free(&s->cfg);

@@ -1,11 +1,14 @@
-/* sigpath.c — the router's signature extraction: base64 npy routed_experts
- * decoded once into reusable scratch, counted, completed from the
- * block-granular signature cache for prefix-cached tokens, built into a
- * unit signature. Shared by the server and `eldr bench route`. */
+/* sigpath.c — the router's signature path (sigpath.h): prompt blocks at
+ * arrival, routed_experts decoded once into reusable scratch, counted,
+ * completed from the block-granular signature cache for prefix-cached
+ * tokens, built into a unit signature; the computed blocks' rows stored
+ * back once the decode leg is on its way. Shared by the server and
+ * `eldr bench route`. */
+#include "sigpath.h"
+
 #include <stdlib.h>
 #include <string.h>
-
-#include "serve_internal.h"
+#include <xxhash.h>
 
 static int grow(void **p, size_t *cap, size_t n, size_t elem) {
   if (n <= *cap) return 0;
@@ -18,27 +21,117 @@ static int grow(void **p, size_t *cap, size_t n, size_t elem) {
   return 0;
 }
 
-/* Tokens and block hashes of the prompt into ctx; returns the block count
- * (0 on allocation failure) and the token count in *ntok. */
-static size_t prompt_blocks(eldr__sigctx *c, const char *text, size_t text_len,
-                            const uint32_t *ids, size_t n, size_t *ntok) {
-  if (!ids) {
-    n = eldr_tokenize(text, text_len, NULL, 0);
-    if (grow((void **)&c->ids, &c->idscap, n + 1, sizeof *c->ids)) return 0;
-    eldr_tokenize(text, text_len, c->ids, n);
-    ids = c->ids;
-  }
-  *ntok = n;
-  if (grow((void **)&c->hashes, &c->hashcap, n / ELDR_BLOCK_TOKENS + 1, sizeof *c->hashes)) return 0;
-  return eldr_block_hashes(ids, n, 0, c->hashes);
+static void store_cb(evutil_socket_t fd, short ev, void *arg) {
+  (void)fd;
+  (void)ev;
+  eldr__sigpath *sp = arg;
+  if (!sp->pend_on) return;
+  sp->pend_on = 0;
+  eldr__sigpath_store(sp, &sp->pend);
 }
 
-void eldr__sig_extract(eldr__sigctx *c, const char *b64, size_t b64_len, int64_t prompt_tokens,
-                       const char *text, size_t text_len, const uint32_t *ids, size_t n_ids,
-                       eldr__sigres *res) {
+static void flush(eldr__sigpath *sp) { store_cb(-1, 0, sp); }
+
+int eldr__sigpath_init(eldr__sigpath *sp, struct event_base *base) {
+  memset(sp, 0, sizeof *sp);
+  if (base && !(sp->ev_store = evtimer_new(base, store_cb, sp))) return ELDR_ENOMEM;
+  return 0;
+}
+
+static void conf_free(eldr__sigconf *c, const eldr_sigcache *keep) {
+  if (c->cache != keep) eldr_sigcache_free(c->cache);
+  free(c->counts);
+  free(c->scratch);
+  free(c->sig);
+  memset(c, 0, sizeof *c);
+}
+
+void eldr__sigpath_free(eldr__sigpath *sp) {
+  if (!sp) return;
+  if (sp->ev_store) event_free(sp->ev_store);
+  conf_free(&sp->conf, NULL);
+  free(sp->npy);
+  free(sp->ids);
+  free(sp->hashes);
+  memset(sp, 0, sizeof *sp);
+}
+
+int eldr__sigconf_build(const eldr__sigpath *sp, const eldr_artifact *a, size_t cache_rows,
+                        eldr__sigconf *out, eldr_diag *d) {
+  memset(out, 0, sizeof *out);
+  out->art = a;
+  if (!a) return 0;
+  size_t cells = eldr_shape_cells(&a->shape);
+  out->counts = malloc(cells * sizeof *out->counts);
+  out->scratch = malloc(cells * sizeof *out->scratch);
+  out->sig = malloc((a->dim ? a->dim : 1) * sizeof *out->sig);
+  if (cache_rows) {
+    /* rows hold the masked layers only: keep them while shape and mask stay */
+    const eldr_artifact *old = sp->conf.art;
+    if (sp->conf.cache && old && !memcmp(eldr_sigcache_shape(sp->conf.cache), &a->shape, sizeof a->shape) &&
+        !memcmp(old->mask, a->mask, a->shape.num_layers)) {
+      out->cache = sp->conf.cache;
+    } else {
+      out->cache = eldr_sigcache_new(&a->shape, cache_rows);
+      if (out->cache && eldr_sigcache_set_layer_mask(out->cache, a->mask)) {
+        eldr_sigcache_free(out->cache);
+        out->cache = NULL;
+      }
+    }
+  }
+  if (!out->counts || !out->scratch || !out->sig || (cache_rows && !out->cache)) {
+    conf_free(out, sp->conf.cache);
+    return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory for the artifact's buffers");
+  }
+  return 0;
+}
+
+void eldr__sigconf_drop(const eldr__sigpath *sp, eldr__sigconf *c) { conf_free(c, sp->conf.cache); }
+
+void eldr__sigpath_commit(eldr__sigpath *sp, eldr__sigconf *c) {
+  sp->pend_on = 0; /* rows of the old shape: drop */
+  conf_free(&sp->conf, c->cache);
+  sp->conf = *c;
+  memset(c, 0, sizeof *c);
+  memset(&sp->spec, 0, sizeof sp->spec);
+  if (sp->conf.art) eldr_artifact_sigspec(sp->conf.art, &sp->spec);
+}
+
+int eldr__prompt_init(eldr__sigpath *sp, eldr__prompt *p, const char *text, size_t text_len,
+                      const uint32_t *ids, size_t n) {
+  memset(p, 0, sizeof *p);
+  if (!ids) { /* a text has at most one token per byte: one pass takes them all */
+    if (grow((void **)&sp->ids, &sp->idscap, text_len + 1, sizeof *sp->ids)) return ELDR_ENOMEM;
+    n = eldr_tokenize(text, text_len, sp->ids, text_len);
+    ids = sp->ids;
+  }
+  p->ntok = n;
+  size_t nb = n / ELDR_BLOCK_TOKENS;
+  if (nb) {
+    if (!(p->hashes = malloc(nb * sizeof *p->hashes))) return ELDR_ENOMEM;
+    p->nblocks = eldr_block_hashes(ids, n, ELDR_BLOCK_HASH_SEED, p->hashes);
+    p->prefix_hash = p->hashes[0];
+  } else if (ids == sp->ids) {
+    p->prefix_hash = XXH64(text, text_len, 0);
+  } else {
+    p->prefix_hash = XXH64(ids, n * sizeof *ids, 0);
+  }
+  return 0;
+}
+
+void eldr__prompt_free(eldr__prompt *p) {
+  if (!p) return;
+  free(p->hashes);
+  memset(p, 0, sizeof *p);
+}
+
+void eldr__sigpath_extract(eldr__sigpath *sp, const char *b64, size_t b64_len, int64_t prompt_tokens,
+                           const eldr__prompt *p, eldr__sigres *res) {
+  flush(sp); /* the pending rows live in the buffers this call reuses */
   memset(res, 0, sizeof *res);
   res->fallback = ELDR__FB_NONE;
-  if (!c->shape) {
+  const eldr__sigconf *c = &sp->conf;
+  if (!c->art) {
     res->fallback = ELDR__FB_NO_ARTIFACT;
     return;
   }
@@ -46,14 +139,14 @@ void eldr__sig_extract(eldr__sigctx *c, const char *b64, size_t b64_len, int64_t
     res->fallback = ELDR__FB_NO_ROUTED_EXPERTS;
     return;
   }
-  const eldr_shape *sh = c->shape;
-  eldr__npy_view *v = &res->view;
-  if (eldr__routed_experts_view(b64, b64_len, NULL, &c->npy, &c->npycap, v, &res->diag) != 0) {
+  const eldr_shape *sh = &c->art->shape;
+  eldr__re_view *v = &res->view;
+  if (eldr__routed_experts_view(b64, b64_len, NULL, &sp->npy, &sp->npycap, v, &res->diag) != 0) {
     res->fallback = ELDR__FB_MALFORMED;
     return;
   }
-  c->observed_L = (int)v->layers;
-  c->observed_K = (int)v->top_k;
+  sp->observed_L = (int)v->layers;
+  sp->observed_K = (int)v->top_k;
   if (v->layers != sh->num_layers || v->top_k != sh->top_k) {
     eldr_diag_fail(&res->diag, ELDR_ESHAPE,
                    "routed_experts are %zu layers x top-%zu but the artifact is %u x top-%u",
@@ -65,7 +158,7 @@ void eldr__sig_extract(eldr__sigctx *c, const char *b64, size_t b64_len, int64_t
   size_t bad = 0;
   /* only the layers of the artifact's mask enter the signature (NULL when
    * that is every layer: the unmasked loop is the faster one) */
-  const uint8_t *mask = c->spec.mask;
+  const uint8_t *mask = sp->spec.mask;
   if (mask) {
     size_t l = 0;
     while (l < sh->num_layers && mask[l]) l++;
@@ -79,38 +172,38 @@ void eldr__sig_extract(eldr__sigctx *c, const char *b64, size_t b64_len, int64_t
   size_t P = prompt_tokens >= 0 ? (size_t)prompt_tokens : v->rows;
   size_t first = P > v->rows ? P - v->rows : 0;
   res->first_token = first;
-  if (c->cache) {
-    size_t ntok = 0;
-    size_t nb = prompt_blocks(c, text, text_len, ids, n_ids, &ntok);
-    if (ntok != P) {
-      c->tokenizer_mismatch++;
-    } else {
-      res->nblocks = nb;
-      if (first > 0) c->blocks_missing += eldr_sigcache_add_blocks(c->cache, c->hashes, first / ELDR_BLOCK_TOKENS, c->counts);
-      if (first % ELDR_BLOCK_TOKENS) c->blocks_missing++;
+  if (c->cache && p) {
+    if (p->ntok != P) {
+      sp->tokenizer_mismatch++;
+    } else if (grow((void **)&sp->hashes, &sp->hashcap, p->nblocks + 1, sizeof *sp->hashes) == 0) {
+      /* the store may run after the request is gone: keep the hashes here */
+      memcpy(sp->hashes, p->hashes, p->nblocks * sizeof *sp->hashes);
+      res->nblocks = p->nblocks;
+      if (first > 0)
+        sp->blocks_missing += eldr_sigcache_add_blocks(c->cache, sp->hashes, first / ELDR_BLOCK_TOKENS, c->counts);
+      if (first % ELDR_BLOCK_TOKENS) sp->blocks_missing++;
     }
   } else if (first > 0) {
-    c->blocks_missing += (first + ELDR_BLOCK_TOKENS - 1) / ELDR_BLOCK_TOKENS;
+    sp->blocks_missing += (first + ELDR_BLOCK_TOKENS - 1) / ELDR_BLOCK_TOKENS;
   }
-  if (eldr_signature_build(&c->spec, c->counts, NULL, c->sig) != 0) {
+  if (eldr_signature_build(&sp->spec, c->counts, NULL, c->sig) != 0) {
     res->fallback = ELDR__FB_EMPTY_SIGNATURE;
     return;
   }
   res->sig = c->sig;
 }
 
-void eldr__sig_store(eldr__sigctx *c, const eldr__sigres *res) {
+void eldr__sigpath_store(eldr__sigpath *sp, const eldr__sigres *res) {
+  const eldr__sigconf *c = &sp->conf;
   if (!c->cache || res->nblocks == 0 || res->fallback != ELDR__FB_NONE) return;
-  eldr_sigcache_store_blocks(c->cache, c->hashes, res->nblocks, res->first_token, res->view.data,
+  eldr_sigcache_store_blocks(c->cache, sp->hashes, res->nblocks, res->first_token, res->view.data,
                              res->view.dtype, res->view.rows, c->scratch, NULL);
 }
 
-void eldr__sigctx_free_scratch(eldr__sigctx *c) {
-  free(c->npy);
-  free(c->ids);
-  free(c->hashes);
-  c->npy = NULL;
-  c->ids = NULL;
-  c->hashes = NULL;
-  c->npycap = c->idscap = c->hashcap = 0;
+void eldr__sigpath_defer(eldr__sigpath *sp, const eldr__sigres *res) {
+  if (!sp->conf.cache || res->nblocks == 0 || res->fallback != ELDR__FB_NONE) return;
+  sp->pend = *res;
+  sp->pend_on = 1;
+  static const struct timeval zero = {0, 0};
+  if (sp->ev_store) event_add(sp->ev_store, &zero);
 }

@@ -14,47 +14,83 @@ const char *const eldr__role_name[2] = {"prefill", "decode"};
 
 static void health_timeout_cb(evutil_socket_t fd, short ev, void *arg);
 
-worker *eldr__worker_new(eldr_server *s, const char *url, int role) {
+int eldr__worker_new(eldr_server *s, const char *url, int role, size_t pool_size, worker **out,
+                     eldr_diag *d) {
+  *out = NULL;
   worker *w = calloc(1, sizeof *w);
-  if (!w) return NULL;
+  if (!w) return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory for worker %s", url);
   w->s = s;
+  w->id = ++s->next_worker_id;
   w->role = role;
   w->healthy = 1;
   w->url = strdup(url);
-  w->pool = calloc(s->cfg.pool_size ? s->cfg.pool_size : 1, sizeof *w->pool);
+  w->poolcap = pool_size ? pool_size : 1;
+  w->pool = calloc(w->poolcap, sizeof *w->pool);
   w->hc_timer = evtimer_new(s->base, health_timeout_cb, w);
   struct addrinfo hints, *ai = NULL;
   memset(&hints, 0, sizeof hints);
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_NUMERICSERV;
   char port[16];
-  if (!w->url || !w->pool || !w->hc_timer ||
-      eldr_serve_parse_url(url, w->host, sizeof w->host, &w->port, NULL) ||
-      (snprintf(port, sizeof port, "%d", w->port), getaddrinfo(w->host, port, &hints, &ai)) || !ai ||
-      ai->ai_addrlen > sizeof w->addr) {
+  int rc = 0, grc = 0;
+  if (!w->url || !w->pool || !w->hc_timer) rc = eldr_diag_fail(d, ELDR_ENOMEM, "out of memory for worker %s", url);
+  else if ((rc = eldr_serve_parse_url(url, w->host, sizeof w->host, &w->port, d))) {
+  } else if ((snprintf(port, sizeof port, "%d", w->port), grc = getaddrinfo(w->host, port, &hints, &ai)) || !ai ||
+             ai->ai_addrlen > sizeof w->addr) {
+    rc = eldr_diag_fail(d, ELDR_EINVAL, "%s worker %s: cannot resolve '%s': %s", eldr__role_name[role], url,
+                        w->host, grc ? gai_strerror(grc) : "no usable address");
+  }
+  if (rc) {
     if (ai) freeaddrinfo(ai);
     if (w->hc_timer) event_free(w->hc_timer);
     free(w->url);
     free(w->pool);
     free(w);
-    return NULL;
+    return rc;
   }
   memcpy(&w->addr, ai->ai_addr, ai->ai_addrlen);
   w->addrlen = (socklen_t)ai->ai_addrlen;
   freeaddrinfo(ai);
   snprintf(w->hosthdr, sizeof w->hosthdr, strchr(w->host, ':') ? "[%s]:%d" : "%s:%d", w->host, w->port);
-  w->next_all = s->all_workers;
-  s->all_workers = w;
-  return w;
+  *out = w;
+  return 0;
+}
+
+static void unlink_worker(worker *w) {
+  for (worker **p = &w->s->all_workers; *p; p = &(*p)->next_all)
+    if (*p == w) {
+      *p = w->next_all;
+      break;
+    }
+  w->next_all = NULL;
 }
 
 void eldr__worker_free(worker *w) {
+  if (!w) return;
+  unlink_worker(w);
   for (size_t i = 0; i < w->npool; i++) eldr__up_free(w->pool[i]);
   eldr__up_free(w->hc);
   event_free(w->hc_timer);
   free(w->pool);
   free(w->url);
   free(w);
+}
+
+void eldr__worker_retire(worker *w) {
+  w->retired = 1;
+  w->healthy = 0;
+  for (size_t i = 0; i < w->npool; i++) eldr__up_free(w->pool[i]);
+  w->npool = 0;
+  evtimer_del(w->hc_timer);
+  eldr__up_free(w->hc); /* a health check in flight ends without a callback */
+  w->hc = NULL;
+  if (!w->inflight) eldr__worker_free(w);
+}
+
+void eldr__worker_put(worker *w, eldr__up *u) {
+  w->inflight--;
+  eldr__pool_give(w, u);
+  if (w->retired && !w->inflight) eldr__worker_free(w);
 }
 
 eldr__up *eldr__pool_take(worker *w) {
@@ -66,7 +102,7 @@ eldr__up *eldr__pool_take(worker *w) {
 
 void eldr__pool_give(worker *w, eldr__up *u) {
   if (!u) return;
-  if (!w->retired && w->npool < w->s->cfg.pool_size && !eldr__up_active(u)) {
+  if (!w->retired && w->npool < w->s->cfg.pool_size && w->npool < w->poolcap && !eldr__up_active(u)) {
     w->pool[w->npool++] = u;
     return;
   }
@@ -140,44 +176,87 @@ void eldr__health_tick(evutil_socket_t fd, short ev, void *arg) {
     }
 }
 
-int eldr__set_workers(eldr_server *s, const eldr_serve_config *cfg) {
-  worker **nv[2] = {NULL, NULL};
+void eldr__workers_drop(worker_plan *p) {
+  for (int role = 0; role < 2; role++) {
+    for (size_t i = 0; p->grown[role] && i < p->nw[role]; i++) free(p->grown[role][i]);
+    free(p->grown[role]);
+    free(p->w[role]);
+  }
+  while (p->fresh) {
+    worker *w = p->fresh;
+    p->fresh = w->next_all;
+    w->next_all = NULL;
+    eldr__worker_free(w);
+  }
+  memset(p, 0, sizeof *p);
+}
+
+int eldr__workers_plan(eldr_server *s, const eldr_serve_config *cfg, worker_plan *p, eldr_diag *d) {
+  memset(p, 0, sizeof *p);
   size_t nn[2] = {cfg->n_prefill, cfg->n_decode};
   char **urls[2] = {cfg->prefill, cfg->decode};
+  size_t cap = cfg->pool_size ? cfg->pool_size : 1;
   for (int role = 0; role < 2; role++) {
-    nv[role] = calloc(nn[role] ? nn[role] : 1, sizeof *nv[role]);
-    if (!nv[role]) goto fail;
+    p->nw[role] = nn[role];
+    p->w[role] = calloc(nn[role] ? nn[role] : 1, sizeof *p->w[role]);
+    p->grown[role] = calloc(nn[role] ? nn[role] : 1, sizeof *p->grown[role]);
+    if (!p->w[role] || !p->grown[role]) goto nomem;
     for (size_t i = 0; i < nn[role]; i++) {
       worker *w = NULL;
       for (size_t j = 0; j < s->nw[role] && !w; j++)
         if (!strcmp(s->w[role][j]->url, urls[role][i])) w = s->w[role][j];
       for (size_t j = 0; j < i && w; j++) /* a URL listed twice gets two workers */
-        if (nv[role][j] == w) w = NULL;
-      if (!w) w = eldr__worker_new(s, urls[role][i], role);
-      if (!w) goto fail;
-      w->retired = 0;
-      nv[role][i] = w;
-    }
-  }
-  for (int role = 0; role < 2; role++) {
-    for (size_t j = 0; j < s->nw[role]; j++) {
-      worker *w = s->w[role][j];
-      int kept = 0;
-      for (size_t i = 0; i < nn[role]; i++) kept |= nv[role][i] == w;
-      if (!kept) {
-        w->retired = 1;
-        w->healthy = 0;
-        for (size_t i = 0; i < w->npool; i++) eldr__up_free(w->pool[i]);
-        w->npool = 0;
+        if (p->w[role][j] == w) w = NULL;
+      if (!w) {
+        int rc = eldr__worker_new(s, urls[role][i], role, cfg->pool_size, &w, d);
+        if (rc) {
+          eldr__workers_drop(p);
+          return rc;
+        }
+        w->next_all = p->fresh;
+        p->fresh = w;
+      } else if (w->poolcap < cap && !(p->grown[role][i] = calloc(cap, sizeof *w->pool))) {
+        goto nomem;
       }
+      p->w[role][i] = w;
     }
-    free(s->w[role]);
-    s->w[role] = nv[role];
-    s->nw[role] = nn[role];
   }
   return 0;
-fail:
-  free(nv[0]);
-  free(nv[1]);
-  return ELDR_ENOMEM;
+nomem:
+  eldr__workers_drop(p);
+  return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory for the worker lists");
+}
+
+void eldr__workers_commit(eldr_server *s, worker_plan *p) {
+  size_t cap = s->cfg.pool_size; /* the committed configuration's */
+  while (p->fresh) { /* list the new workers */
+    worker *w = p->fresh;
+    p->fresh = w->next_all;
+    w->next_all = s->all_workers;
+    s->all_workers = w;
+  }
+  for (int role = 0; role < 2; role++) {
+    for (size_t i = 0; i < p->nw[role]; i++) { /* idle pools to the new size */
+      worker *w = p->w[role][i];
+      if (p->grown[role][i]) {
+        memcpy(p->grown[role][i], w->pool, w->npool * sizeof *w->pool);
+        free(w->pool);
+        w->pool = p->grown[role][i];
+        w->poolcap = cap ? cap : 1;
+      }
+      while (w->npool > cap) eldr__up_free(w->pool[--w->npool]);
+    }
+    worker **old = s->w[role];
+    size_t nold = s->nw[role];
+    s->w[role] = p->w[role];
+    s->nw[role] = p->nw[role];
+    for (size_t j = 0; j < nold; j++) {
+      int kept = 0;
+      for (size_t i = 0; i < p->nw[role]; i++) kept |= p->w[role][i] == old[j];
+      if (!kept) eldr__worker_retire(old[j]);
+    }
+    free(old);
+    free(p->grown[role]);
+  }
+  memset(p, 0, sizeof *p);
 }

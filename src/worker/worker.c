@@ -37,7 +37,6 @@
 #define DEFAULT_MAX_SEQS 256
 #define DEFAULT_BATCH_TOKENS 8192
 #define DEFAULT_MAX_TOKENS 16
-#define BLOCK_HASH_SEED 0 /* the router's sigcache uses the same chain seed */
 #define MAX_BODY (32 * 1024 * 1024)
 
 enum rstate { RS_NEW, RS_PREFILL_Q, RS_PREFILLING, RS_DECODE_Q, RS_PULLING, RS_READY,
@@ -1121,7 +1120,7 @@ static void handle_completion(eldr_worker *w, struct evhttp_request *req, int ch
     send_error(req, 500, NULL, "out of memory");
     goto fail;
   }
-  (void)eldr_block_hashes(r->ids, ntok, BLOCK_HASH_SEED, r->hashes);
+  (void)eldr_block_hashes(r->ids, ntok, ELDR_BLOCK_HASH_SEED, r->hashes);
   eldr_diag d = {{0}};
   if (selections(w, prompt, plen, r->ids, ntok, rec, r->n_out, &r->psel,
                  remote_decode ? NULL : &r->dsel, &r->n_dsel, &d) < 0) {

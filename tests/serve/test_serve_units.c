@@ -288,7 +288,7 @@ static void test_splice_and_view(void **st) {
   /* view */
   uint8_t *buf = NULL;
   size_t cap = 0;
-  eldr__npy_view v;
+  eldr__re_view v;
   assert_int_equal(eldr__routed_experts_view(pb, strlen(pb), &s, &buf, &cap, &v, &d), 0);
   assert_int_equal(v.rows, 3);
   assert_int_equal(v.dtype, ELDR_SEL_U8);

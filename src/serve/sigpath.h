@@ -1,0 +1,126 @@
+/* sigpath.h — the router's signature path, one owner from prompt to cache
+ * store (serve-private; also used by `eldr bench route`, which measures the
+ * server's own code):
+ *
+ *   eldr__prompt_init     at request arrival: the prompt tokenised once, its
+ *                         block hashes and prefix hash (the request owns them)
+ *   eldr__sigpath_extract after the prefill: routed_experts viewed through
+ *                         the codec (eldr__routed_experts_view), counted over
+ *                         the artifact's layer mask, completed from the
+ *                         signature cache for prefix-cached blocks, built
+ *                         into a unit signature
+ *   eldr__sigpath_defer   the rows of the blocks this prefill computed are
+ *                         stored in the cache once the decode leg is on its
+ *                         way (next loop turn), or before the next extraction
+ *
+ * Configuration (artifact, cache) is built off to the side with
+ * eldr__sigconf_build and swapped in with eldr__sigpath_commit (cannot fail),
+ * so a reload replaces all of it or none.
+ *
+ * Ownership: eldr__sigpath owns its buffers (npy decode, token ids, the
+ * pending store's block hashes), the committed configuration's buffers and
+ * cache, and its timer; the artifact is borrowed (the server owns it and
+ * swaps it together with the configuration). eldr__sigpath_free releases
+ * everything. Errors: extraction never fails, it reports a fallback reason.
+ * Threads: not thread-safe; the server's loop thread only.
+ */
+#ifndef ELDR_SERVE_SIGPATH_H
+#define ELDR_SERVE_SIGPATH_H
+
+#include <event2/event.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "eldr/artifact.h"
+#include "eldr/error.h"
+#include "eldr/routed_experts.h"
+#include "eldr/sigcache.h"
+#include "eldr/signature.h"
+
+/* Why a request's decode decision fell back to load-only routing. */
+typedef enum eldr__fallback {
+  ELDR__FB_NONE = -1,
+  ELDR__FB_NO_ROUTED_EXPERTS = 0,
+  ELDR__FB_MALFORMED,
+  ELDR__FB_NO_ARTIFACT,
+  ELDR__FB_SHAPE_MISMATCH,
+  ELDR__FB_EMPTY_SIGNATURE,
+  ELDR__FB__COUNT
+} eldr__fallback;
+
+/* A request's prompt, as blocks: tokenised once at arrival. */
+typedef struct eldr__prompt {
+  size_t ntok;          /* tokens */
+  uint64_t *hashes;     /* owned: block hashes of the full blocks */
+  size_t nblocks;
+  uint64_t prefix_hash; /* first block's hash; a hash of the text/ids when shorter */
+} eldr__prompt;
+
+/* The artifact-dependent part, built off to the side. */
+typedef struct eldr__sigconf {
+  const eldr_artifact *art; /* borrowed; NULL = no artifact */
+  eldr_sigcache *cache;     /* NULL = no cache; may be the running one, kept */
+  uint32_t *counts, *scratch; /* L*E each */
+  float *sig;               /* signature dim */
+} eldr__sigconf;
+
+/* One extraction's result, valid until the next extraction. */
+typedef struct eldr__sigres {
+  int fallback;         /* eldr__fallback */
+  const float *sig;     /* the signature, or NULL on fallback */
+  eldr__re_view view;   /* the computed rows */
+  size_t first_token;   /* prompt position of view's first row */
+  size_t nblocks;       /* prompt blocks usable for the cache (0: cache unusable) */
+  eldr_diag diag;       /* why, for MALFORMED / SHAPE_MISMATCH */
+} eldr__sigres;
+
+typedef struct eldr__sigpath {
+  eldr__sigconf conf;        /* committed */
+  eldr_sigspec spec;         /* of conf.art */
+  uint8_t *npy;              /* decoded routed_experts (grown) */
+  size_t npycap;
+  uint32_t *ids;             /* token ids of the prompt being tokenised (grown) */
+  size_t idscap;
+  uint64_t *hashes;          /* block hashes of the last extraction (grown) */
+  size_t hashcap;
+  eldr__sigres pend;         /* deferred store */
+  int pend_on;
+  struct event *ev_store;    /* NULL without a loop: defer stores at the next extraction */
+  /* observations */
+  int observed_L, observed_K;  /* routed_experts shape seen last (0: none yet) */
+  uint64_t tokenizer_mismatch, blocks_missing;
+} eldr__sigpath;
+
+/* base: the loop whose next turn runs deferred stores (NULL: none). 0 or
+ * ELDR_ENOMEM. */
+int eldr__sigpath_init(eldr__sigpath *sp, struct event_base *base);
+void eldr__sigpath_free(eldr__sigpath *sp);
+
+/* Build the configuration for artifact a (NULL: none) with a cache of
+ * cache_rows blocks (0: none). The running cache is kept when shape and
+ * layer mask are the same as the committed artifact's. 0 or ELDR_ENOMEM
+ * (with d); on error nothing is left allocated. */
+int eldr__sigconf_build(const eldr__sigpath *sp, const eldr_artifact *a, size_t cache_rows,
+                        eldr__sigconf *out, eldr_diag *d);
+/* Drop a built configuration that was not committed. */
+void eldr__sigconf_drop(const eldr__sigpath *sp, eldr__sigconf *c);
+/* Swap c in (cannot fail); the previous configuration is freed and a
+ * pending store of its shape dropped. c is emptied. */
+void eldr__sigpath_commit(eldr__sigpath *sp, eldr__sigconf *c);
+
+/* Tokenise (when ids is NULL) and hash the prompt: 0 or ELDR_ENOMEM. */
+int eldr__prompt_init(eldr__sigpath *sp, eldr__prompt *p, const char *text, size_t text_len,
+                      const uint32_t *ids, size_t n_ids);
+void eldr__prompt_free(eldr__prompt *p);
+
+/* Signature of a prefill reply's routed_experts (b64 NULL: absent);
+ * prompt_tokens: usage.prompt_tokens or -1; p: the request's prompt (NULL:
+ * the cache is not used). Runs a pending store first. */
+void eldr__sigpath_extract(eldr__sigpath *sp, const char *b64, size_t b64_len, int64_t prompt_tokens,
+                           const eldr__prompt *p, eldr__sigres *res);
+/* Store the rows of the fully computed blocks of the last extraction now. */
+void eldr__sigpath_store(eldr__sigpath *sp, const eldr__sigres *res);
+/* The same, on the next loop turn (or before the next extraction). */
+void eldr__sigpath_defer(eldr__sigpath *sp, const eldr__sigres *res);
+
+#endif
