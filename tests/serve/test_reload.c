@@ -1,0 +1,388 @@
+/* test_reload.c — eldr serve reloads all or nothing, over real loopback
+ * sockets against fixture workers (tests/support): a failed reload changes
+ * nothing, a larger pool_size is honoured (and does not overflow the pool),
+ * a changed health_interval takes effect, command-line flags survive
+ * SIGHUP, and workers dropped by a reload finish their legs and are freed.
+ * Waits are on conditions with deadlines. */
+#include <jansson.h>
+#include <poll.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "eldr/serve.h"
+#include "support/fixture.h"
+
+#define SERIES(...) (snprintf(series, sizeof series, __VA_ARGS__), series)
+
+/* A router config read from a file at path (re-read on reload). */
+static void file_cfg(eldr_serve_config *c, const char *path, const char *doc) {
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs(doc, f);
+  fclose(f);
+  eldr_serve_config_init(c);
+  c->header_timeout_s = 2;
+  eldr_diag d = {{0}};
+  if (eldr_serve_config_load(c, path, &d)) fail_msg("%s", d.msg);
+  c->config_path = strdup(path);
+}
+
+static void rewrite(const char *path, const char *doc) {
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs(doc, f);
+  fclose(f);
+}
+
+static void cfg_path(char *buf, size_t cap, const char *tag) {
+  snprintf(buf, cap, "/tmp/eldr_test_reload_%d_%s.json", (int)getpid(), tag);
+}
+
+/* A router on a config file: one prefill worker, nd decoders (behaviour b,
+ * NULL = default), policy and extra config keys ("" or ",\"key\":value"). */
+typedef struct rig {
+  fx_worker *p, *d[3];
+  int nd;
+  char path[256];
+  eldr_serve_config c;
+  rt_router r;
+} rig;
+
+static void rig_start(rig *g, const char *tag, int nd, const fx_behaviour *b, const char *policy,
+                      const char *extra) {
+  memset(g, 0, sizeof *g);
+  g->p = fx_start(NULL);
+  g->nd = nd;
+  char doc[1024], list[512] = "";
+  for (int i = 0; i < nd; i++) {
+    g->d[i] = fx_start(b);
+    snprintf(list + strlen(list), sizeof list - strlen(list), "%s\"%s\"", i ? "," : "", fx_url(g->d[i]));
+  }
+  cfg_path(g->path, sizeof g->path, tag);
+  snprintf(doc, sizeof doc, "{\"prefill\":[\"%s\"],\"decode\":[%s],\"policy\":\"%s\",\"health_interval\":0%s}",
+           fx_url(g->p), list, policy, extra);
+  file_cfg(&g->c, g->path, doc);
+}
+
+static void rig_run(rig *g) { assert_int_equal(rt_start(&g->r, &g->c), 0); }
+
+static void rig_stop(rig *g) {
+  rt_stop(&g->r);
+  eldr_serve_config_free(&g->c);
+  unlink(g->path);
+  fx_free(g->p);
+  for (int i = 0; i < g->nd; i++) fx_free(g->d[i]);
+}
+
+/* The decode worker that served a non-streaming completion (its port). */
+static int post_served_by(int port) {
+  tc_resp r;
+  assert_int_equal(tc_post(port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &r), 0);
+  if (r.status != 200) fail_msg("status %d: %s", r.status, r.body);
+  json_t *j = json_loadb(r.body, r.body_len, 0, NULL);
+  assert_non_null(j);
+  int by = (int)json_integer_value(json_object_get(j, "served_by"));
+  json_decref(j);
+  tc_free(&r);
+  return by;
+}
+
+static void reload_and_wait(rt_router *r, const char *result, double n) {
+  char series[128];
+  eldr_server_reload(r->srv);
+  assert_int_equal(rt_wait_metric(r->port, SERIES("eldr_reloads_total{result=\"%s\"}", result), n, 10), 0);
+}
+
+/* A raw client connection with a request already sent. */
+static int send_raw(int port, const char *req) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  assert_true(fd >= 0);
+  struct sockaddr_in sa = {0};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons((uint16_t)port);
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+  assert_int_equal(send(fd, req, strlen(req), 0), (ssize_t)strlen(req));
+  return fd;
+}
+
+/* Read until the text contains `until` or the peer closes (deadline 10 s). */
+static void read_until(int fd, char *buf, size_t cap, const char *until) {
+  size_t got = 0;
+  buf[0] = 0;
+  double dl = fx_now() + 10;
+  while (!strstr(buf, until) && fx_now() < dl) {
+    struct pollfd pf = {fd, POLLIN, 0};
+    if (poll(&pf, 1, 200) <= 0) continue;
+    ssize_t k = recv(fd, buf + got, cap - 1 - got, 0);
+    if (k <= 0) break;
+    got += (size_t)k;
+    buf[got] = 0;
+  }
+}
+
+/* ---- a failed reload changes nothing ----------------------------------------- */
+
+static void test_failed_reload_changes_nothing(void **st) {
+  (void)st;
+  rig g;
+  rig_start(&g, "fail", 2, NULL, "jsq", "");
+  rig_run(&g);
+  int port = g.r.port;
+  /* jsq over idle decoders: always the first */
+  for (int i = 0; i < 3; i++) assert_int_equal(post_served_by(port), fx_port(g.d[0]));
+  /* a new policy and a worker list with a host that does not resolve */
+  char doc[1024], series[256];
+  snprintf(doc, sizeof doc, "{\"policy\":\"rr\",\"decode\":[\"%s\",\"%s\",\"http://eldr-test.invalid:1\"]}",
+           fx_url(g.d[0]), fx_url(g.d[1]));
+  rewrite(g.path, doc);
+  reload_and_wait(&g.r, "error", 1);
+  assert_int_equal(rt_metric(port, "eldr_reloads_total{result=\"ok\"}"), 0);
+  /* still jsq (round robin would alternate), still two decoders */
+  for (int i = 0; i < 4; i++) assert_int_equal(post_served_by(port), fx_port(g.d[0]));
+  assert_int_equal(rt_metric(port, "eldr_requests_total{policy=\"jsq\",decision=\"load\",outcome=\"ok\"}"), 7);
+  assert_int_equal(rt_metric(port, "eldr_worker_healthy{role=\"decode\",worker=\"http://eldr-test.invalid:1\"}"), -1);
+  assert_int_equal(rt_metric(port, SERIES("eldr_worker_healthy{role=\"decode\",worker=\"%s\"}", fx_url(g.d[1]))), 1);
+  rt_stop(&g.r);
+  /* the log says what was wrong */
+  assert_non_null(strstr(g.r.log, "reload failed"));
+  assert_non_null(strstr(g.r.log, "eldr-test.invalid"));
+  assert_null(strstr(g.r.log, "reloaded:"));
+  rig_stop(&g);
+}
+
+/* ---- pool_size raised on reload ------------------------------------------------ */
+
+static void test_reload_raises_pool_size(void **st) {
+  (void)st;
+  /* streaming decodes held open after their first chunk: four legs in
+   * flight on one decoder, whose connections all come back to its idle
+   * pool at once when the streams end */
+  fx_behaviour hold = fx_defaults();
+  hold.stall_after_chunks = 1;
+  rig g;
+  rig_start(&g, "pool", 1, &hold, "jsq", ",\"pool_size\":1");
+  rig_run(&g);
+  int port = g.r.port;
+  rewrite(g.path, "{\"pool_size\":8}");
+  reload_and_wait(&g.r, "ok", 1);
+  enum { N = 4 };
+  int fd[N];
+  const char *req = "POST /v1/completions HTTP/1.1\r\nContent-Length: 28\r\n\r\n{\"prompt\":\"a\",\"stream\":true}";
+  for (int i = 0; i < N; i++) fd[i] = send_raw(port, req);
+  char buf[N][8192];
+  for (int i = 0; i < N; i++) { /* every stream has started */
+    read_until(fd[i], buf[i], sizeof buf[i], "data:");
+    if (strncmp(buf[i], "HTTP/1.1 200", 12) || !strstr(buf[i], "data:")) fail_msg("response %d: [%s]", i, buf[i]);
+  }
+  fx_stop(g.d[0]); /* the held streams end (the worker goes away): all four
+                    * legs give their connections back to the idle pool */
+  for (int i = 0; i < N; i++) {
+    read_until(fd[i], buf[i], sizeof buf[i], "0\r\n\r\n");
+    assert_non_null(strstr(buf[i], "0\r\n\r\n"));
+    close(fd[i]);
+  }
+  const char *ok = "eldr_requests_total{policy=\"jsq\",decision=\"load\",outcome=\"ok\"}";
+  const char *ab = "eldr_requests_total{policy=\"jsq\",decision=\"load\",outcome=\"stream_aborted\"}";
+  double dl = fx_now() + 10;
+  while (rt_metric(port, ok) + rt_metric(port, ab) < N && fx_now() < dl) {
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  assert_int_equal(rt_metric(port, ok) + rt_metric(port, ab), N);
+  /* and back down: the extra idle connections are closed, requests go on */
+  fx_worker *d2 = fx_start(NULL);
+  char doc[256];
+  snprintf(doc, sizeof doc, "{\"pool_size\":1,\"decode\":[\"%s\"]}", fx_url(d2));
+  rewrite(g.path, doc);
+  reload_and_wait(&g.r, "ok", 2);
+  assert_int_equal(post_served_by(port), fx_port(d2));
+  rig_stop(&g);
+  fx_free(d2);
+}
+
+/* ---- health_interval changed on reload ------------------------------------------- */
+
+static void test_reload_health_interval(void **st) {
+  (void)st;
+  rig g;
+  rig_start(&g, "health", 2, NULL, "rr", ",\"eject_after\":1,\"connect_timeout\":1");
+  rig_run(&g);
+  int port = g.r.port;
+  rewrite(g.path, "{\"health_interval\":0.05}"); /* 0 -> 0.05: health checks start */
+  reload_and_wait(&g.r, "ok", 1);
+  int port1 = fx_port(g.d[1]);
+  char h1[256];
+  snprintf(h1, sizeof h1, "eldr_worker_healthy{role=\"decode\",worker=\"%s\"}", fx_url(g.d[1]));
+  fx_stop(g.d[1]);
+  assert_int_equal(rt_wait_metric_le(port, h1, 0, 10), 0); /* ejected */
+  fx_worker *back = fx_start_port(NULL, port1);
+  assert_non_null(back);
+  assert_int_equal(rt_wait_metric(port, h1, 1, 10), 0); /* re-admitted by the checks */
+  /* ejected again, then health checks turned off: nothing would re-admit
+   * it, so the reload does */
+  fx_stop(back);
+  assert_int_equal(rt_wait_metric_le(port, h1, 0, 10), 0);
+  fx_worker *again = fx_start_port(NULL, port1);
+  assert_non_null(again);
+  rewrite(g.path, "{\"health_interval\":0}");
+  reload_and_wait(&g.r, "ok", 2);
+  assert_int_equal(rt_metric(port, h1), 1);
+  int seen1 = 0;
+  for (int i = 0; i < 4; i++) seen1 |= post_served_by(port) == port1;
+  assert_true(seen1);
+  rt_stop(&g.r);
+  assert_non_null(strstr(g.r.log, "re-admitted"));
+  rig_stop(&g);
+  fx_free(back);
+  fx_free(again);
+}
+
+/* ---- command-line flags survive a reload ------------------------------------------- */
+
+static void test_reload_keeps_overrides(void **st) {
+  (void)st;
+  rig g;
+  rig_start(&g, "ovr", 2, NULL, "rr", "");
+  g.c.policy = ELDR_POLICY_JSQ; /* as `--policy jsq` would */
+  g.c.overrides = strdup("{\"policy\":\"jsq\"}");
+  rig_run(&g);
+  reload_and_wait(&g.r, "ok", 1);
+  for (int i = 0; i < 3; i++) assert_int_equal(post_served_by(g.r.port), fx_port(g.d[0]));
+  assert_int_equal(rt_metric(g.r.port, "eldr_requests_total{policy=\"jsq\",decision=\"load\",outcome=\"ok\"}"), 3);
+  rig_stop(&g);
+}
+
+/* The router process of the CLI test: killed by the teardown when an
+ * assertion left it running. */
+static pid_t cli_child;
+
+static int kill_cli_child(void **st) {
+  (void)st;
+  if (cli_child > 0) {
+    kill(cli_child, SIGKILL);
+    waitpid(cli_child, NULL, 0);
+  }
+  cli_child = 0;
+  return 0;
+}
+
+/* The CLI: `eldr serve --config F --policy jsq`, SIGHUP, still jsq. */
+static void test_cli_flags_survive_sighup(void **st) {
+  (void)st;
+  fx_worker *p = fx_start(NULL), *d0 = fx_start(NULL), *d1 = fx_start(NULL);
+  char path[256], doc[1024];
+  cfg_path(path, sizeof path, "cli");
+  snprintf(doc, sizeof doc, "{\"prefill\":[\"%s\"],\"decode\":[\"%s\",\"%s\"],\"policy\":\"rr\"}", fx_url(p),
+           fx_url(d0), fx_url(d1));
+  rewrite(path, doc);
+  int out[2];
+  assert_int_equal(pipe(out), 0);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid > 0) cli_child = pid;
+  if (pid == 0) {
+    dup2(out[1], 1);
+    close(out[0]);
+    close(out[1]);
+    execl(ELDR_BINARY, ELDR_BINARY, "serve", "--config", path, "--policy", "jsq", "--port", "0",
+          "--health-interval", "0", "--quiet", (char *)NULL);
+    _exit(127);
+  }
+  close(out[1]);
+  char line[256] = "";
+  size_t got = 0;
+  double dl = fx_now() + 10;
+  while (!strchr(line, '\n') && fx_now() < dl && got < sizeof line - 1) {
+    struct pollfd pf = {out[0], POLLIN, 0};
+    if (poll(&pf, 1, 200) <= 0) continue;
+    ssize_t k = read(out[0], line + got, sizeof line - 1 - got);
+    if (k <= 0) break;
+    got += (size_t)k;
+    line[got] = 0;
+  }
+  const char *colon = strrchr(line, ':');
+  if (!colon) fail_msg("no 'listening on' line: '%s'", line);
+  int port = atoi(colon + 1);
+  assert_int_equal(post_served_by(port), fx_port(d0));
+  kill(pid, SIGHUP);
+  assert_int_equal(rt_wait_metric(port, "eldr_reloads_total{result=\"ok\"}", 1, 10), 0);
+  for (int i = 0; i < 3; i++) assert_int_equal(post_served_by(port), fx_port(d0));
+  assert_int_equal(rt_metric(port, "eldr_requests_total{policy=\"jsq\",decision=\"load\",outcome=\"ok\"}"), 4);
+  kill(pid, SIGTERM);
+  int status = 0;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  cli_child = 0;
+  assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  close(out[0]);
+  unlink(path);
+  fx_free(p);
+  fx_free(d0);
+  fx_free(d1);
+}
+
+/* ---- workers removed by a reload are freed ------------------------------------------ */
+
+static void test_removed_workers_drain_and_free(void **st) {
+  (void)st;
+  rig g;
+  rig_start(&g, "drain", 1, NULL, "jsq", "");
+  fx_worker *d0 = g.d[0], *d1 = fx_start(NULL), *d2 = fx_start(NULL); /* d1, d2: later */
+  char doc[1024];
+  rig_run(&g);
+  int port = g.r.port;
+  assert_int_equal(rt_metric(port, "eldr_workers_draining"), 0);
+  /* a leg in flight on d0 while d0 leaves the list */
+  fx_behaviour hang = fx_defaults();
+  hang.hang = 1;
+  fx_set(d0, &hang);
+  int fd = send_raw(port, "POST /v1/completions HTTP/1.1\r\nContent-Length: 14\r\n\r\n{\"prompt\":\"b\"}");
+  assert_int_equal(fx_wait(d0, "/v1/completions", 1, 10), 0);
+  snprintf(doc, sizeof doc, "{\"decode\":[\"%s\"]}", fx_url(d1));
+  rewrite(g.path, doc);
+  reload_and_wait(&g.r, "ok", 1);
+  assert_int_equal(rt_metric(port, "eldr_workers_draining"), 1);
+  assert_int_equal(post_served_by(port), fx_port(d1)); /* no new legs on d0 */
+  /* d0 answers its held leg (503): the leg ends, retried on d1, d0 freed */
+  fx_stop(d0);
+  char buf[4096];
+  read_until(fd, buf, sizeof buf, "served_by");
+  close(fd);
+  assert_true(strncmp(buf, "HTTP/1.1 200", 12) == 0);
+  assert_int_equal(rt_wait_metric_le(port, "eldr_workers_draining", 0, 10), 0);
+  /* a worker removed with nothing in flight is freed at once */
+  snprintf(doc, sizeof doc, "{\"decode\":[\"%s\"]}", fx_url(d2));
+  rewrite(g.path, doc);
+  reload_and_wait(&g.r, "ok", 2);
+  assert_int_equal(rt_metric(port, "eldr_workers_draining"), 0);
+  assert_int_equal(post_served_by(port), fx_port(d2));
+  rig_stop(&g);
+  fx_free(d1);
+  fx_free(d2);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_failed_reload_changes_nothing),
+      cmocka_unit_test(test_reload_raises_pool_size),
+      cmocka_unit_test(test_reload_health_interval),
+      cmocka_unit_test(test_reload_keeps_overrides),
+      cmocka_unit_test_teardown(test_cli_flags_survive_sighup, kill_cli_child),
+      cmocka_unit_test(test_removed_workers_drain_and_free),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
