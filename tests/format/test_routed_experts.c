@@ -610,6 +610,49 @@ static void test_decode_errors_and_any_shape(void **state) {
   assert_int_equal(eldr_routed_experts_decode("QUJD", 4, NULL, &sel, &nt, &os, &d), ELDR_EPARSE);
 }
 
+/* ---- view (the router's path: one decode into a reused buffer) ------------- */
+
+static void test_view_bounds(void **state) {
+  (void)state;
+  eldr_diag d = {{0}};
+  uint8_t *buf = NULL;
+  size_t cap = 0;
+  eldr__re_view v;
+  int32_t ids[2 * 3 * 2] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 299};
+  char *b = blob(2, "<u2", 2, 3, 2, ids);
+  assert_int_equal(eldr__routed_experts_view(b, strlen(b), NULL, &buf, &cap, &v, &d), 0);
+  assert_int_equal(v.rows, 2);
+  assert_int_equal(v.layers, 3);
+  assert_int_equal(v.top_k, 2);
+  assert_int_equal(v.dtype, ELDR_SEL_U16LE);
+  const uint8_t *p = v.data;
+  assert_int_equal(p[22] | p[23] << 8, 299);
+  eldr_shape s = {3, 300, 2}, other = {4, 300, 2};
+  assert_int_equal(eldr__routed_experts_view(b, strlen(b), &s, &buf, &cap, &v, &d), 0);
+  assert_int_equal(eldr__routed_experts_view(b, strlen(b), &other, &buf, &cap, &v, &d), ELDR_ESHAPE);
+  free(b);
+  /* the codec's array check, bounds included: top_k 0, layers beyond the
+   * limit, a byte count that overflows, a payload one byte long */
+  uint8_t pl[8] = {0};
+  const char *bad[] = {
+      "{'descr': '|u1', 'fortran_order': False, 'shape': (2, 3, 0), }",
+      "{'descr': '|u1', 'fortran_order': False, 'shape': (1, 100000, 1), }",
+      "{'descr': '<i4', 'fortran_order': False, 'shape': (2814749767106560, 512, 64), }",
+      "{'descr': '|u1', 'fortran_order': False, 'shape': (2, 3, 2), }",
+  };
+  size_t plen[] = {0, 0, 8, 13};
+  uint8_t big[16] = {0};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    b = blob_dict(1, bad[i], i == 3 ? big : pl, plen[i]);
+    int rc = eldr__routed_experts_view(b, strlen(b), NULL, &buf, &cap, &v, &d);
+    if (rc != (i == 3 ? ELDR_EPARSE : ELDR_ESHAPE)) fail_msg("case %zu: rc %d (%s)", i, rc, d.msg);
+    free(b);
+  }
+  assert_int_equal(eldr__routed_experts_view("", 0, NULL, &buf, &cap, &v, &d), ELDR_EEMPTY);
+  assert_true(eldr__routed_experts_view("!!!!", 4, NULL, &buf, &cap, &v, &d) < 0);
+  free(buf);
+}
+
 /* ---- encode -------------------------------------------------------------- */
 
 static int has_sub(const uint8_t *h, size_t n, const char *sub) {
@@ -754,6 +797,7 @@ int main(void) {
       cmocka_unit_test(test_count_chunk_boundaries),
       cmocka_unit_test(test_count_errors),
       cmocka_unit_test(test_decode_errors_and_any_shape),
+      cmocka_unit_test(test_view_bounds),
       cmocka_unit_test(test_encode_roundtrip),
       cmocka_unit_test(test_encode_errors),
   };

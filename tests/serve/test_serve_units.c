@@ -14,6 +14,7 @@
 #include "eldr/routed_experts.h"
 #include "eldr/serve.h"
 #include "serve/serve_internal.h"
+#include "serve/sigpath.h"
 #include "serve/upstream.h"
 
 #include <event2/event.h>
@@ -534,6 +535,46 @@ static void test_upstream_stale_resend(void **st) {
   event_base_free(b);
 }
 
+/* The prompt's blocks: one tokenisation, the same chain as the tokenizer
+ * and block hashes give, the prefix hash as before (first block, or the
+ * text / ids when shorter than a block). */
+static void test_prompt_blocks(void **st) {
+  (void)st;
+  eldr__sigpath sp;
+  assert_int_equal(eldr__sigpath_init(&sp, NULL), 0);
+  const char *text = "the quick brown fox jumps over the lazy dog, again and again, 1234567 times; "
+                     "a prompt of more than two blocks of stand-in tokens";
+  size_t len = strlen(text);
+  uint32_t ids[256];
+  size_t n = eldr_tokenize(text, len, ids, 256);
+  assert_true(n >= 2 * ELDR_BLOCK_TOKENS && n < 256);
+  uint64_t h[16];
+  size_t nb = eldr_block_hashes(ids, n, ELDR_BLOCK_HASH_SEED, h);
+  eldr__prompt p;
+  assert_int_equal(eldr__prompt_init(&sp, &p, text, len, NULL, 0), 0);
+  assert_int_equal(p.ntok, n);
+  assert_int_equal(p.nblocks, nb);
+  assert_memory_equal(p.hashes, h, nb * sizeof *h);
+  assert_true(p.prefix_hash == h[0]);
+  eldr__prompt_free(&p);
+  /* the same prompt as token ids */
+  assert_int_equal(eldr__prompt_init(&sp, &p, NULL, 0, ids, n), 0);
+  assert_int_equal(p.nblocks, nb);
+  assert_memory_equal(p.hashes, h, nb * sizeof *h);
+  eldr__prompt_free(&p);
+  /* shorter than a block: no blocks; text and ids hash differently */
+  eldr__prompt q;
+  assert_int_equal(eldr__prompt_init(&sp, &p, "short", 5, NULL, 0), 0);
+  assert_int_equal(eldr__prompt_init(&sp, &q, NULL, 0, ids, 3), 0);
+  assert_int_equal(p.nblocks, 0);
+  assert_null(p.hashes);
+  assert_int_equal(q.ntok, 3);
+  assert_true(p.prefix_hash != q.prefix_hash);
+  eldr__prompt_free(&p);
+  eldr__prompt_free(&q);
+  eldr__sigpath_free(&sp);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_http_head),
@@ -541,6 +582,7 @@ int main(void) {
       cmocka_unit_test(test_prefill_and_decode_bodies),
       cmocka_unit_test(test_prefill_reply),
       cmocka_unit_test(test_splice_and_view),
+      cmocka_unit_test(test_prompt_blocks),
       cmocka_unit_test(test_config),
       cmocka_unit_test(test_upstream_parser),
       cmocka_unit_test(test_upstream_stale_resend),
