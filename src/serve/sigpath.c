@@ -177,7 +177,7 @@ void eldr__sigpath_extract(eldr__sigpath *sp, const char *b64, size_t b64_len, i
       sp->tokenizer_mismatch++;
     } else if (grow((void **)&sp->hashes, &sp->hashcap, p->nblocks + 1, sizeof *sp->hashes) == 0) {
       /* the store may run after the request is gone: keep the hashes here */
-      memcpy(sp->hashes, p->hashes, p->nblocks * sizeof *sp->hashes);
+      if (p->nblocks) memcpy(sp->hashes, p->hashes, p->nblocks * sizeof *sp->hashes);
       res->nblocks = p->nblocks;
       if (first > 0)
         sp->blocks_missing += eldr_sigcache_add_blocks(c->cache, sp->hashes, first / ELDR_BLOCK_TOKENS, c->counts);
