@@ -3,8 +3,6 @@
  * control. Fits the routing artifact in-process on a split of the trace
  * (the served requests are never the fitted ones) unless one is given. */
 #include <errno.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <math.h>
@@ -20,6 +18,7 @@
 #include "eldr/policy.h"
 #include "eldr/rng.h"
 #include "eldr/sim.h"
+#include "eldr/sweep.h"
 #include "eldr/trace.h"
 #include "eldr/tracegen.h"
 
@@ -68,27 +67,30 @@ static const char SIM_HELP[] =
     "  -q, --quiet             no progress on stderr\n"
     "  -h, --help              this help\n";
 
-typedef struct variant {
-  char label[48];
-  eldr_policy_kind kind;
-  double tau;
-  int permute, decorrelate, vanilla;
-  int is_baseline; /* random/rr/jsq/p2c */
-  int is_headline; /* plotted in the main figure */
-} variant;
+/* The flags of one run. */
+typedef struct sim_args {
+  const char *trace_path, *serve_path, *gen, *art_path;
+  const char *model, *hardware, *lat_path, *csv_path, *plot_dir, *policies;
+  size_t gen_n, P, D, B, nreq, jobs;
+  double frac, tau;
+  double *rates, *taus;
+  size_t nrates, ntaus;
+  int vanilla, decor, decor_rows, json, quiet, trace_arrivals;
+  uint64_t seed;
+} sim_args;
 
-typedef struct row {
-  const variant *v;
-  double rate;
-  eldr_sim_result r;
-} row;
-
-typedef struct pool_sigs {
-  eldr_artifact *a;
-  float *sigs;
-  uint8_t *ok;
-  size_t n_ok;
-} pool_sigs;
+/* What the run produced, for the table, JSON, CSV and figures. */
+typedef struct sim_out {
+  const sim_args *a;
+  const char *src_name;
+  const eldr_latency_model *lm;
+  const eldr_sweep_row *rows;
+  size_t nrows, nv;
+  const eldr_sweep_variant *vs;
+  size_t n_fit, n_serve, n_sigs;
+  double tau_eff, capacity, wall_s;
+  const eldr_fit_report *rep; /* NULL unless fitted in-process */
+} sim_out;
 
 static void fit_progress(void *ctx, const char *stage, size_t done, size_t total) {
   const char *tag = ctx;
@@ -109,109 +111,9 @@ static const char *preset_for_trace_model(const char *model) {
   return NULL;
 }
 
-static void add_variant(variant *vs, size_t *n, size_t cap, const char *label, eldr_policy_kind k,
-                        double tau, int permute, int decor, int vanilla, int baseline, int headline) {
-  if (*n >= cap) return;
-  for (size_t i = 0; i < *n; i++)
-    if (!strcmp(vs[i].label, label)) return;
-  variant *v = &vs[(*n)++];
-  memset(v, 0, sizeof *v);
-  snprintf(v->label, sizeof v->label, "%s", label);
-  v->kind = k;
-  v->tau = tau;
-  v->permute = permute;
-  v->decorrelate = decor;
-  v->vanilla = vanilla;
-  v->is_baseline = baseline;
-  v->is_headline = headline;
-}
-
-static int compute_sigs(const eldr_trace *t, const size_t *idx, size_t n, eldr_artifact *a,
-                        pool_sigs *ps) {
-  ps->a = a;
-  ps->sigs = calloc(n * a->dim, sizeof *ps->sigs);
-  ps->ok = calloc(n, 1);
-  size_t LE = eldr_shape_cells(&t->shape);
-  uint32_t *counts = calloc(LE, sizeof *counts);
-  float *gates = calloc(LE, sizeof *gates);
-  if (!ps->sigs || !ps->ok || !counts || !gates) {
-    free(counts);
-    free(gates);
-    return ELDR_ENOMEM;
-  }
-  ps->n_ok = 0;
-  for (size_t i = 0; i < n; i++) {
-    int rc = eldr_fit_request_signature(a, t, &t->req[idx[i]], counts, gates, ps->sigs + i * a->dim);
-    ps->ok[i] = rc == 0;
-    ps->n_ok += rc == 0;
-  }
-  free(counts);
-  free(gates);
-  return 0;
-}
-
-static pthread_mutex_t g_progress_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static void sim_progress(void *ctx, size_t done, size_t total) {
-  const char *label = ctx;
-  pthread_mutex_lock(&g_progress_lock);
+static void sweep_progress(void *ctx, const char *label, size_t done, size_t total) {
+  (void)ctx;
   cli_progress(label, done, total, 0);
-  pthread_mutex_unlock(&g_progress_lock);
-}
-
-/* The (rate, variant) runs of a sweep, shared by --jobs worker threads. */
-typedef struct sweep {
-  row *rows;
-  size_t nrows, nv;
-  const variant *vs;
-  const double *rates;
-  const eldr_sim_pool *pool, *pool_v;
-  const eldr_latency_model *lm;
-  const eldr_sim_config *cfg;
-  int quiet;
-  atomic_size_t next;
-  atomic_int failed;
-  eldr_diag diag;
-  const char *fail_label;
-  pthread_mutex_t lock;
-} sweep;
-
-static void *sweep_worker(void *arg) {
-  sweep *sw = arg;
-  for (;;) {
-    size_t i = atomic_fetch_add(&sw->next, 1);
-    if (i >= sw->nrows || atomic_load(&sw->failed)) break;
-    size_t ri = i / sw->nv, vi = i % sw->nv;
-    const variant *v = &sw->vs[vi];
-    row *rw = &sw->rows[i];
-    rw->v = v;
-    rw->rate = sw->rates[ri];
-    eldr_sim_config c2 = *sw->cfg;
-    c2.rate = sw->rates[ri];
-    c2.policy = v->kind;
-    c2.tau = v->tau;
-    c2.permute_signatures = v->permute;
-    c2.decorrelate = v->decorrelate;
-    char label[192];
-    snprintf(label, sizeof label, "sim: run %zu/%zu %.47s @ %g/s", i + 1, sw->nrows, v->label, sw->rates[ri]);
-    if (!sw->quiet) {
-      c2.progress = sim_progress;
-      c2.progress_ctx = label;
-    }
-    eldr_diag d = {{0}};
-    int rc = eldr_sim_run(v->vanilla ? sw->pool_v : sw->pool, sw->lm, &c2, &rw->r, &d);
-    if (rc) {
-      pthread_mutex_lock(&sw->lock);
-      if (!atomic_load(&sw->failed)) {
-        sw->diag = d;
-        sw->fail_label = v->label;
-        atomic_store(&sw->failed, rc);
-      }
-      pthread_mutex_unlock(&sw->lock);
-      break;
-    }
-  }
-  return NULL;
 }
 
 static double ms(double s) { return s * 1e3; }
@@ -219,25 +121,8 @@ static double ms(double s) { return s * 1e3; }
 /* A JSON number, or null for NaN/inf (e.g. TPOT when no request has two tokens). */
 static json_t *jnum(double x) { return isfinite(x) ? json_real(x) : json_null(); }
 
-/* Best (lowest median TPOT) baseline row at a rate, or NULL. */
-static const row *best_baseline(const row *rows, size_t nrows, double rate, int decor, int p99) {
-  const row *b = NULL;
-  for (size_t i = 0; i < nrows; i++) {
-    if (rows[i].rate != rate || !rows[i].v->is_baseline || rows[i].v->decorrelate != decor) continue;
-    double x = p99 ? rows[i].r.tpot_p99 : rows[i].r.tpot_p50;
-    if (!b || x < (p99 ? b->r.tpot_p99 : b->r.tpot_p50)) b = &rows[i];
-  }
-  return b;
-}
-
-static const row *find_row(const row *rows, size_t nrows, double rate, const char *label) {
-  for (size_t i = 0; i < nrows; i++)
-    if (rows[i].rate == rate && !strcmp(rows[i].v->label, label)) return &rows[i];
-  return NULL;
-}
-
-static int write_plots(const char *cmd, const char *dir, const row *rows, size_t nrows,
-                       const variant *vs, size_t nv, const double *rates, size_t nr,
+static int write_plots(const char *cmd, const char *dir, const eldr_sweep_row *rows, size_t nrows,
+                       const eldr_sweep_variant *vs, size_t nv, const double *rates, size_t nr,
                        const double *taus, size_t ntaus, int vanilla, const char *title) {
   if (mkdir(dir, 0777) && errno != EEXIST) cli_fail(cmd, "--plot: cannot create '%s'", dir);
   char path[4096];
@@ -248,7 +133,7 @@ static int write_plots(const char *cmd, const char *dir, const row *rows, size_t
   for (size_t v = 0; v < nv; v++) {
     fprintf(f, "# %s\n", vs[v].label);
     for (size_t i = 0; i < nr; i++) {
-      const row *r = find_row(rows, nrows, rates[i], vs[v].label);
+      const eldr_sweep_row *r = eldr_sweep_find(rows, nrows, rates[i], vs[v].label);
       if (r) fprintf(f, "%g %g %g\n", rates[i], ms(r->r.tpot_p50), ms(r->r.tpot_p99));
     }
     fprintf(f, "\n\n");
@@ -281,7 +166,7 @@ static int write_plots(const char *cmd, const char *dir, const row *rows, size_t
       for (size_t k = 0; k < ntaus; k++) {
         char lab[48];
         snprintf(lab, sizeof lab, "eldr(tau=%g)", taus[k]);
-        const row *r = find_row(rows, nrows, rates[i], lab);
+        const eldr_sweep_row *r = eldr_sweep_find(rows, nrows, rates[i], lab);
         if (r) fprintf(g, "%g %g %g\n", taus[k], ms(r->r.tpot_p50), ms(r->r.tpot_p99));
       }
       fprintf(g, "\n\n");
@@ -323,17 +208,19 @@ static int write_plots(const char *cmd, const char *dir, const row *rows, size_t
   return 0;
 }
 
-int eldr_cmd_sim(int argc, char **argv) {
-  const char *cmd = "sim";
-  const char *trace_path = NULL, *serve_path = NULL, *gen = NULL, *art_path = NULL;
-  const char *model = NULL, *hardware = NULL, *lat_path = NULL, *csv_path = NULL, *plot_dir = NULL;
-  const char *policies = "all";
-  size_t gen_n = 1000, P = 8, D = 16, B = 64, nreq = 5000, jobs = 1;
-  double frac = -1, tau = -1;
-  double *rates = NULL, *taus = NULL;
-  size_t nrates = 0, ntaus = 0;
-  int vanilla = 0, decor = 0, decor_rows = 0, json = 0, quiet = 0, trace_arrivals = 0;
-  uint64_t seed = 1;
+/* Parse argv into a (exit 2 on a bad flag or value; exit 0 after --help). */
+static void parse_args(const char *cmd, int argc, char **argv, sim_args *a) {
+  memset(a, 0, sizeof *a);
+  a->policies = "all";
+  a->gen_n = 1000;
+  a->P = 8;
+  a->D = 16;
+  a->B = 64;
+  a->nreq = 5000;
+  a->jobs = 1;
+  a->frac = -1;
+  a->tau = -1;
+  a->seed = 1;
   static const struct option lo[] = {
       {"trace", required_argument, 0, 't'},      {"generate", required_argument, 0, 1},
       {"gen-requests", required_argument, 0, 2}, {"serve-trace", required_argument, 0, 3},
@@ -355,157 +242,122 @@ int eldr_cmd_sim(int argc, char **argv) {
   int c;
   while ((c = getopt_long(argc, argv, ":t:a:m:qh", lo, NULL)) != -1) {
     switch (c) {
-    case 't': trace_path = optarg; break;
-    case 1: gen = optarg; break;
-    case 2: gen_n = (size_t)cli_parse_long(cmd, "--gen-requests", optarg, 2, 1000000); break;
-    case 3: serve_path = optarg; break;
-    case 4: frac = cli_parse_double(cmd, "--fit-fraction", optarg, 0.01, 0.99); break;
-    case 'a': art_path = optarg; break;
+    case 't': a->trace_path = optarg; break;
+    case 1: a->gen = optarg; break;
+    case 2: a->gen_n = (size_t)cli_parse_long(cmd, "--gen-requests", optarg, 2, 1000000); break;
+    case 3: a->serve_path = optarg; break;
+    case 4: a->frac = cli_parse_double(cmd, "--fit-fraction", optarg, 0.01, 0.99); break;
+    case 'a': a->art_path = optarg; break;
     case 5:
       if (strcmp(optarg, "trace")) cli_usage_error(cmd, "--arrivals: only 'trace' is supported (else use --rates)");
-      trace_arrivals = 1;
+      a->trace_arrivals = 1;
       break;
-    case 6: P = (size_t)cli_parse_long(cmd, "--prefill", optarg, 1, 4096); break;
-    case 7: D = (size_t)cli_parse_long(cmd, "--decode", optarg, 1, 4096); break;
-    case 8: B = (size_t)cli_parse_long(cmd, "--max-batch", optarg, 1, 65536); break;
-    case 'm': model = optarg; break;
-    case 9: hardware = optarg; break;
-    case 10: lat_path = optarg; break;
-    case 11: free(rates); nrates = cli_parse_double_list(cmd, "--rates", optarg, 1e-6, 1e9, &rates); break;
-    case 12: nreq = (size_t)cli_parse_long(cmd, "--requests", optarg, 1, 100000000); break;
-    case 13: policies = optarg; break;
-    case 14: tau = cli_parse_double(cmd, "--tau", optarg, 0.0, 2.0); break;
-    case 15: free(taus); ntaus = cli_parse_double_list(cmd, "--taus", optarg, 0.0, 2.0, &taus); break;
-    case 16: vanilla = 1; break;
+    case 6: a->P = (size_t)cli_parse_long(cmd, "--prefill", optarg, 1, 4096); break;
+    case 7: a->D = (size_t)cli_parse_long(cmd, "--decode", optarg, 1, 4096); break;
+    case 8: a->B = (size_t)cli_parse_long(cmd, "--max-batch", optarg, 1, 65536); break;
+    case 'm': a->model = optarg; break;
+    case 9: a->hardware = optarg; break;
+    case 10: a->lat_path = optarg; break;
+    case 11: free(a->rates); a->nrates = cli_parse_double_list(cmd, "--rates", optarg, 1e-6, 1e9, &a->rates); break;
+    case 12: a->nreq = (size_t)cli_parse_long(cmd, "--requests", optarg, 1, 100000000); break;
+    case 13: a->policies = optarg; break;
+    case 14: a->tau = cli_parse_double(cmd, "--tau", optarg, 0.0, 2.0); break;
+    case 15: free(a->taus); a->ntaus = cli_parse_double_list(cmd, "--taus", optarg, 0.0, 2.0, &a->taus); break;
+    case 16: a->vanilla = 1; break;
     case 17:
-      free(taus);
-      ntaus = cli_parse_double_list(cmd, "--ablation", "0,0.05,0.1,0.2,0.5,1", 0.0, 2.0, &taus);
-      vanilla = 1;
+      free(a->taus);
+      a->ntaus = cli_parse_double_list(cmd, "--ablation", "0,0.05,0.1,0.2,0.5,1", 0.0, 2.0, &a->taus);
+      a->vanilla = 1;
       break;
-    case 18: decor = 1; break;
-    case 19: decor_rows = 1; break;
-    case 20: seed = cli_parse_u64(cmd, "--seed", optarg); break;
-    case 21: json = 1; break;
-    case 22: csv_path = optarg; break;
-    case 23: plot_dir = optarg; break;
-    case 24: jobs = (size_t)cli_parse_long(cmd, "--jobs", optarg, 1, 64); break;
-    case 'q': quiet = 1; break;
-    case 'h': fputs(SIM_HELP, stdout); return 0;
+    case 18: a->decor = 1; break;
+    case 19: a->decor_rows = 1; break;
+    case 20: a->seed = cli_parse_u64(cmd, "--seed", optarg); break;
+    case 21: a->json = 1; break;
+    case 22: a->csv_path = optarg; break;
+    case 23: a->plot_dir = optarg; break;
+    case 24: a->jobs = (size_t)cli_parse_long(cmd, "--jobs", optarg, 1, 64); break;
+    case 'q': a->quiet = 1; break;
+    case 'h': fputs(SIM_HELP, stdout); exit(0);
     default: cli_bad_option(cmd, argc, argv, c);
     }
   }
   if (optind < argc) cli_usage_error(cmd, "unexpected argument '%s' (see --help)", argv[optind]);
-  if (!trace_path && !gen) cli_usage_error(cmd, "--trace or --generate is required (see --help)");
-  if (trace_path && gen) cli_usage_error(cmd, "--trace and --generate are exclusive");
-  if (serve_path && frac > 0) cli_usage_error(cmd, "--serve-trace and --fit-fraction are exclusive");
-  if (trace_arrivals && nrates) cli_usage_error(cmd, "--arrivals trace and --rates are exclusive");
-  if (art_path && vanilla) cli_usage_error(cmd, "--vanilla fits in-process; it cannot be used with --artifact");
+  if (!a->trace_path && !a->gen) cli_usage_error(cmd, "--trace or --generate is required (see --help)");
+  if (a->trace_path && a->gen) cli_usage_error(cmd, "--trace and --generate are exclusive");
+  if (a->serve_path && a->frac > 0) cli_usage_error(cmd, "--serve-trace and --fit-fraction are exclusive");
+  if (a->trace_arrivals && a->nrates) cli_usage_error(cmd, "--arrivals trace and --rates are exclusive");
+  if (a->art_path && a->vanilla) cli_usage_error(cmd, "--vanilla fits in-process; it cannot be used with --artifact");
+}
 
-  /* ---- policies ---- */
-  variant vs[64];
-  size_t nv = 0;
-  const char *base_names[] = {"random", "rr", "jsq", "p2c"};
-  {
-    char *copy = strdup(policies), *save = NULL;
-    if (!copy) cli_fail(cmd, "out of memory");
-    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-      if (!strcmp(tok, "all")) {
-        for (size_t i = 0; i < 4; i++) {
-          eldr_policy_kind k;
-          eldr_policy_parse(base_names[i], &k);
-          add_variant(vs, &nv, 64, base_names[i], k, 0, 0, decor, 0, 1, 1);
-        }
-        add_variant(vs, &nv, 64, "domain", ELDR_POLICY_DOMAIN, 0, 0, decor, 0, 0, 1);
-        add_variant(vs, &nv, 64, "eldr", ELDR_POLICY_ELDR, -1, 0, decor, 0, 0, 1);
-        add_variant(vs, &nv, 64, "eldr-permuted", ELDR_POLICY_ELDR, -1, 1, decor, 0, 0, 1);
-        continue;
-      }
-      if (!strcmp(tok, "eldr-permuted")) {
-        add_variant(vs, &nv, 64, tok, ELDR_POLICY_ELDR, -1, 1, decor, 0, 0, 1);
-        continue;
-      }
-      eldr_policy_kind k;
-      if (eldr_policy_parse(tok, &k))
-        cli_usage_error(cmd, "--policies: unknown policy '%s' (random rr jsq p2c domain eldr eldr-permuted all)", tok);
-      add_variant(vs, &nv, 64, eldr_policy_name(k), k, k == ELDR_POLICY_ELDR ? -1 : 0, 0, decor, 0,
-                  k <= ELDR_POLICY_P2C, 1);
-    }
-    free(copy);
-  }
-  for (size_t i = 0; i < ntaus; i++) {
-    char lab[48];
-    snprintf(lab, sizeof lab, "eldr(tau=%g)", taus[i]);
-    add_variant(vs, &nv, 64, lab, ELDR_POLICY_ELDR, taus[i], 0, decor, 0, 0, 0);
-  }
-  if (vanilla) add_variant(vs, &nv, 64, "eldr-vanilla", ELDR_POLICY_ELDR, -1, 0, decor, 1, 0, 0);
-  if (decor_rows && !decor) {
-    size_t n0 = nv;
-    for (size_t i = 0; i < n0; i++) {
-      if (!vs[i].is_headline) continue;
-      char lab[48];
-      snprintf(lab, sizeof lab, "%.36s+decor", vs[i].label);
-      add_variant(vs, &nv, 64, lab, vs[i].kind, vs[i].tau, vs[i].permute, 1, 0, vs[i].is_baseline, 0);
-    }
-  }
-
-  /* ---- workload ---- */
+/* The trace to fit on (*t) and, with --serve-trace, the one to serve (*ts). */
+static void load_workload(const char *cmd, const sim_args *a, eldr_trace **t_out, eldr_trace **ts_out) {
   eldr_diag d = {{0}};
   int rc;
   eldr_trace *t = NULL, *ts = NULL;
   char canon[128] = "";
-  if (trace_path) {
-    if (!quiet) fprintf(stderr, "sim: loading %s\n", trace_path);
-    rc = eldr_trace_load(trace_path, &t, &d);
+  if (a->trace_path) {
+    if (!a->quiet) fprintf(stderr, "sim: loading %s\n", a->trace_path);
+    rc = eldr_trace_load(a->trace_path, &t, &d);
     if (rc) cli_fail(cmd, "%s", eldr_diag_msg(&d, rc));
   } else {
-    const char *mname = model ? model : "qwen3-30b-a3b";
+    const char *mname = a->model ? a->model : "qwen3-30b-a3b";
     eldr_shape s;
     rc = eldr_tracegen_model_shape(mname, &s, canon, sizeof canon, &d);
     if (rc) cli_usage_error(cmd, "--model: %s", eldr_diag_msg(&d, rc));
     eldr_tracegen *g = NULL;
-    rc = eldr_tracegen_new(&s, canon, gen, seed, &g, &d);
+    rc = eldr_tracegen_new(&s, canon, a->gen, a->seed, &g, &d);
     if (rc) cli_usage_error(cmd, "--generate: %s", eldr_diag_msg(&d, rc));
-    if (!quiet) fprintf(stderr, "sim: generating %zu %s requests for %s\n", gen_n, gen, canon);
-    rc = eldr_tracegen_generate(g, gen_n, &t, &d);
+    if (!a->quiet) fprintf(stderr, "sim: generating %zu %s requests for %s\n", a->gen_n, a->gen, canon);
+    rc = eldr_tracegen_generate(g, a->gen_n, &t, &d);
     eldr_tracegen_free(g);
     if (rc) cli_fail(cmd, "--generate: %s", eldr_diag_msg(&d, rc));
   }
-  if (serve_path) {
-    rc = eldr_trace_load(serve_path, &ts, &d);
+  if (a->serve_path) {
+    rc = eldr_trace_load(a->serve_path, &ts, &d);
     if (rc) cli_fail(cmd, "%s", eldr_diag_msg(&d, rc));
     if (ts->shape.num_layers != t->shape.num_layers || ts->shape.num_experts != t->shape.num_experts ||
         ts->shape.top_k != t->shape.top_k)
       cli_fail(cmd, "--serve-trace: shape differs from --trace");
   }
-  const eldr_trace *st = ts ? ts : t;
+  *t_out = t;
+  *ts_out = ts;
+}
 
-  /* ---- latency model ---- */
+/* The latency model: --model (else the trace's) on --hardware, overrides from --latency. */
+static void latency_model(const char *cmd, const sim_args *a, const eldr_trace *t,
+                          const eldr_trace *st, eldr_latency_model *out) {
+  eldr_diag d = {{0}};
+  int rc;
+  const char *model = a->model, *hardware = a->hardware;
   if (!model) {
     model = preset_for_trace_model(t->model);
     if (!model)
       cli_usage_error(cmd, "--model is required: no latency preset for the trace's model '%s'", t->model);
   }
   if (!hardware) hardware = !strcmp(model, "llama4-maverick") ? "h200" : "mi300x";
-  eldr_latency_model lm;
-  rc = eldr_latency_preset(model, hardware, &lm, &d);
+  rc = eldr_latency_preset(model, hardware, out, &d);
   if (rc) cli_usage_error(cmd, "%s", eldr_diag_msg(&d, rc));
-  if (lat_path) {
-    rc = eldr_latency_load_overrides(lat_path, &lm, &d);
+  if (a->lat_path) {
+    rc = eldr_latency_load_overrides(a->lat_path, out, &d);
     if (rc) cli_fail(cmd, "--latency: %s", eldr_diag_msg(&d, rc));
   }
-  if (lm.shape.num_layers != st->shape.num_layers || lm.shape.num_experts != st->shape.num_experts ||
-      lm.shape.top_k != st->shape.top_k)
+  if (out->shape.num_layers != st->shape.num_layers || out->shape.num_experts != st->shape.num_experts ||
+      out->shape.top_k != st->shape.top_k)
     cli_usage_error(cmd, "--model %s has %u layers x %u experts top-%u, the trace %u x %u top-%u",
-                    model, lm.shape.num_layers, lm.shape.num_experts, lm.shape.top_k,
+                    model, out->shape.num_layers, out->shape.num_experts, out->shape.top_k,
                     st->shape.num_layers, st->shape.num_experts, st->shape.top_k);
 
-  /* ---- split: fit on one part, serve the other ---- */
+}
+
+/* The split: fit on *fit_idx (n_fit rows of t), serve *serve_idx (rows of the served trace). */
+static void split(const char *cmd, const sim_args *a, const eldr_trace *t, const eldr_trace *ts,
+                  size_t **fit_out, size_t *n_fit_out, size_t **serve_out, size_t *n_serve_out) {
   size_t *fit_idx = NULL, n_fit = 0, *serve_idx = NULL, n_serve = 0;
   {
     size_t n = t->n;
     size_t *perm = malloc(n * sizeof *perm);
     if (!perm) cli_fail(cmd, "out of memory");
-    eldr_fit_shuffle(perm, n, seed);
+    eldr_fit_shuffle(perm, n, a->seed);
     if (ts) { /* fit on all of --trace, serve all of --serve-trace */
       fit_idx = perm;
       n_fit = n;
@@ -513,11 +365,11 @@ int eldr_cmd_sim(int argc, char **argv) {
       if (!serve_idx) cli_fail(cmd, "out of memory");
       for (size_t i = 0; i < ts->n; i++) serve_idx[i] = i;
       n_serve = ts->n;
-    } else if (art_path && frac < 0) { /* artifact fitted elsewhere: serve everything */
+    } else if (a->art_path && a->frac < 0) { /* artifact fitted elsewhere: serve everything */
       serve_idx = perm;
       n_serve = n;
     } else {
-      double f = frac > 0 ? frac : 0.5;
+      double f = a->frac > 0 ? a->frac : 0.5;
       n_fit = (size_t)floor(f * (double)n);
       if (n_fit < 1 || n_fit >= n)
         cli_usage_error(cmd, "--fit-fraction %g leaves no fit or no serve requests (%zu requests)", f, n);
@@ -530,271 +382,304 @@ int eldr_cmd_sim(int argc, char **argv) {
     }
   }
 
-  /* ---- artifacts ---- */
+  *fit_out = fit_idx;
+  *n_fit_out = n_fit;
+  *serve_out = serve_idx;
+  *n_serve_out = n_serve;
+}
+
+static void write_csv(const char *cmd, const char *csv_path, const sim_out *o) {
+  const eldr_sweep_row *rows = o->rows;
+  FILE *f = fopen(csv_path, "w");
+  if (!f) cli_fail(cmd, "--csv: cannot write '%s'", csv_path);
+  fprintf(f, "policy,rate,tpot_p50_ms,tpot_p99_ms,tpot_mean_ms,ttft_p50_ms,ttft_p99_ms,"
+             "throughput_tok_s,throughput_req_s,mean_batch,mean_union,copies_in_flight,"
+             "batch_dup_frac,fallbacks,completed,pool_size,tau,decorrelate\n");
+  for (size_t i = 0; i < o->nrows; i++) {
+    const eldr_sweep_row *r = &rows[i];
+    fprintf(f, "%s,%g,%.4f,%.4f,%.4f,%.4f,%.4f,%.2f,%.3f,%.3f,%.3f,%.4f,%.4f,%zu,%zu,%zu,%g,%d\n",
+            r->v->label, r->rate, ms(r->r.tpot_p50), ms(r->r.tpot_p99), ms(r->r.tpot_mean),
+            ms(r->r.ttft_p50), ms(r->r.ttft_p99), r->r.throughput_tok_s, r->r.throughput_req_s,
+            r->r.mean_batch, r->r.mean_union, r->r.copies_in_flight, r->r.batch_dup_frac,
+            r->r.fallbacks, r->r.completed, r->r.pool_size, r->v->tau, r->v->decorrelate);
+  }
+  if (fclose(f)) cli_fail(cmd, "--csv: write error on '%s'", csv_path);
+}
+
+static void write_json(const char *cmd, const sim_out *o) {
+  json_t *root = json_object();
+  json_t *cj = json_object();
+  json_object_set_new(cj, "workload", json_string(o->src_name));
+  if (o->a->serve_path) json_object_set_new(cj, "serve_trace", json_string(o->a->serve_path));
+  json_object_set_new(cj, "model", json_string(o->lm->model));
+  json_object_set_new(cj, "hardware", json_string(o->lm->hardware));
+  json_object_set_new(cj, "prefill", json_integer((json_int_t)o->a->P));
+  json_object_set_new(cj, "decode", json_integer((json_int_t)o->a->D));
+  json_object_set_new(cj, "max_batch", json_integer((json_int_t)o->a->B));
+  json_object_set_new(cj, "requests_per_run", json_integer((json_int_t)(o->a->trace_arrivals ? o->n_serve : o->a->nreq)));
+  json_object_set_new(cj, "seed", json_integer((json_int_t)o->a->seed));
+  json_object_set_new(cj, "tau", jnum(o->tau_eff));
+  json_object_set_new(cj, "fit_requests", json_integer((json_int_t)o->n_fit));
+  json_object_set_new(cj, "pool_size", json_integer((json_int_t)o->n_serve));
+  json_object_set_new(cj, "pool_signatures", json_integer((json_int_t)o->n_sigs));
+  json_object_set_new(cj, "capacity_estimate_rps", jnum(o->capacity));
+  json_object_set_new(cj, "decorrelate", json_boolean(o->a->decor));
+  if (o->a->art_path) json_object_set_new(cj, "artifact", json_string(o->a->art_path));
+  if (o->rep) {
+    const eldr_fit_candidate *ch = &o->rep->cand[o->rep->chosen];
+    json_object_set_new(cj, "representation", json_string(eldr_repr_name(ch->repr)));
+    json_object_set_new(cj, "idf", json_boolean(ch->idf));
+    json_object_set_new(cj, "rho", jnum(ch->rho_mask));
+    json_object_set_new(cj, "mask_size", json_integer((json_int_t)ch->mask_size));
+  }
+  json_object_set_new(root, "config", cj);
+  json_t *ra = json_array();
+  for (size_t i = 0; i < o->nrows; i++) {
+    const eldr_sweep_row *r = &o->rows[i];
+    json_t *jo = json_object();
+    json_object_set_new(jo, "policy", json_string(r->v->label));
+    json_object_set_new(jo, "rate", jnum(r->rate));
+    json_object_set_new(jo, "tau", jnum(r->v->tau));
+    json_object_set_new(jo, "decorrelate", json_boolean(r->v->decorrelate));
+    json_object_set_new(jo, "tpot_p50_ms", jnum(ms(r->r.tpot_p50)));
+    json_object_set_new(jo, "tpot_p99_ms", jnum(ms(r->r.tpot_p99)));
+    json_object_set_new(jo, "tpot_mean_ms", jnum(ms(r->r.tpot_mean)));
+    json_object_set_new(jo, "ttft_p50_ms", jnum(ms(r->r.ttft_p50)));
+    json_object_set_new(jo, "ttft_p99_ms", jnum(ms(r->r.ttft_p99)));
+    json_object_set_new(jo, "throughput_tok_s", jnum(r->r.throughput_tok_s));
+    json_object_set_new(jo, "throughput_req_s", jnum(r->r.throughput_req_s));
+    json_object_set_new(jo, "mean_batch", jnum(r->r.mean_batch));
+    json_object_set_new(jo, "mean_union", jnum(r->r.mean_union));
+    json_object_set_new(jo, "copies_in_flight", jnum(r->r.copies_in_flight));
+    json_object_set_new(jo, "batch_dup_frac", jnum(r->r.batch_dup_frac));
+    json_object_set_new(jo, "fallbacks", json_integer((json_int_t)r->r.fallbacks));
+    json_object_set_new(jo, "completed", json_integer((json_int_t)r->r.completed));
+    json_object_set_new(jo, "decode_steps", json_integer((json_int_t)r->r.steps));
+    json_array_append_new(ra, jo);
+  }
+  json_object_set_new(root, "rows", ra);
+  json_t *ga = json_array();
+  for (size_t ri = 0; ri < o->a->nrates; ri++) {
+    const eldr_sweep_row *e = eldr_sweep_find(o->rows, o->nrows, o->a->rates[ri], "eldr");
+    const eldr_sweep_row *b50 = eldr_sweep_best_baseline(o->rows, o->nrows, o->a->rates[ri], o->a->decor, 0);
+    const eldr_sweep_row *b99 = eldr_sweep_best_baseline(o->rows, o->nrows, o->a->rates[ri], o->a->decor, 1);
+    if (!e || !b50) continue;
+    json_t *jo = json_object();
+    json_object_set_new(jo, "rate", jnum(o->a->rates[ri]));
+    json_object_set_new(jo, "best_baseline_p50", json_string(b50->v->label));
+    json_object_set_new(jo, "gain_p50_pct", jnum(100.0 * (e->r.tpot_p50 / b50->r.tpot_p50 - 1)));
+    json_object_set_new(jo, "best_baseline_p99", json_string(b99->v->label));
+    json_object_set_new(jo, "gain_p99_pct", jnum(100.0 * (e->r.tpot_p99 / b99->r.tpot_p99 - 1)));
+    json_array_append_new(ga, jo);
+  }
+  json_object_set_new(root, "eldr_vs_best_baseline", ga);
+  json_object_set_new(root, "wall_seconds", jnum(o->wall_s));
+  char *s = json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
+  if (!s) cli_fail(cmd, "out of memory");
+  puts(s);
+  free(s);
+  json_decref(root);
+}
+
+static void print_table(const sim_out *o) {
+  printf("workload %s%s%s | %s on %s | %zuP%zuD batch %zu | pool %zu served, %zu in the fit split | %s\n",
+         o->src_name, o->a->serve_path ? " -> " : "", o->a->serve_path ? o->a->serve_path : "", o->lm->model, o->lm->hardware, o->a->P, o->a->D, o->a->B,
+         o->n_serve, o->n_fit, o->a->trace_arrivals ? "trace arrivals" : "Poisson arrivals");
+  if (o->rep) {
+    const eldr_fit_candidate *ch = &o->rep->cand[o->rep->chosen];
+    printf("artifact: fitted in-process: %s%s, %zu layers in mask, rho %.3f, tau %g; capacity est. %.1f req/s\n",
+           eldr_repr_name(ch->repr), ch->idf ? "-idf" : "", ch->mask_size, ch->rho_mask, o->tau_eff, o->capacity);
+  } else if (o->a->art_path) {
+    printf("artifact: %s, tau %g; capacity est. %.1f req/s\n", o->a->art_path, o->tau_eff, o->capacity);
+  } else {
+    printf("artifact: none (no ELDR policy requested, nothing fitted); capacity est. %.1f req/s\n", o->capacity);
+  }
+  printf("%-22s %8s %9s %9s %9s %10s %7s %7s %7s %6s\n", "policy", "rate", "TPOT p50", "TPOT p99",
+         "TTFT p50", "tok/s", "batch", "union", "copies", "dup%");
+  for (size_t ri = 0; ri < o->a->nrates; ri++) {
+    for (size_t vi = 0; vi < o->nv; vi++) {
+      const eldr_sweep_row *r = &o->rows[ri * o->nv + vi];
+      printf("%-22s %8g %8.2fm %8.2fm %8.1fm %10.0f %7.2f %7.2f %7.3f %6.2f\n", r->v->label, r->rate,
+             ms(r->r.tpot_p50), ms(r->r.tpot_p99), ms(r->r.ttft_p50), r->r.throughput_tok_s,
+             r->r.mean_batch, r->r.mean_union, r->r.copies_in_flight, 100 * r->r.batch_dup_frac);
+    }
+    const eldr_sweep_row *e = eldr_sweep_find(o->rows, o->nrows, o->a->rates[ri], "eldr");
+    const eldr_sweep_row *b50 = eldr_sweep_best_baseline(o->rows, o->nrows, o->a->rates[ri], o->a->decor, 0);
+    const eldr_sweep_row *b99 = eldr_sweep_best_baseline(o->rows, o->nrows, o->a->rates[ri], o->a->decor, 1);
+    if (e && b50 && b99)
+      printf("  -> eldr vs best baseline at %g/s: p50 %+.1f%% (vs %s), p99 %+.1f%% (vs %s)\n", o->a->rates[ri],
+             100.0 * (e->r.tpot_p50 / b50->r.tpot_p50 - 1), b50->v->label,
+             100.0 * (e->r.tpot_p99 / b99->r.tpot_p99 - 1), b99->v->label);
+  }
+}
+
+/* The artifacts the ELDR variants need: --artifact, else fitted in-process on
+ * the fit split (balanced, and with --vanilla unbalanced too). Returns 1 when
+ * fitted (the reports are filled). */
+static int get_artifacts(const char *cmd, const sim_args *a, const eldr_trace *t,
+                         const eldr_trace *st, size_t *fit_idx, size_t n_fit,
+                         const eldr_sweep_variant *vs, size_t nv, eldr_artifact **art,
+                         eldr_artifact **art_v, eldr_fit_report *rep, eldr_fit_report *rep_v) {
+  eldr_diag d = {{0}};
+  int rc, need_art = 0;
+  for (size_t i = 0; i < nv; i++) need_art |= vs[i].kind == ELDR_POLICY_ELDR;
+  if (a->art_path) {
+    rc = eldr_artifact_load(a->art_path, art, &d);
+    if (rc) cli_fail(cmd, "%s", eldr_diag_msg(&d, rc));
+    if ((*art)->shape.num_layers != st->shape.num_layers ||
+        (*art)->shape.num_experts != st->shape.num_experts || (*art)->shape.top_k != st->shape.top_k)
+      cli_fail(cmd, "--artifact: model shape differs from the trace's");
+    return 0;
+  }
+  if (!need_art) return 0; /* no ELDR variant requested: no fit */
+  for (int pass = 0; pass < 1 + a->vanilla; pass++) {
+    eldr_fit_opts o;
+    eldr_fit_opts_default(&o);
+    o.k = a->D;
+    o.tau = a->tau >= 0 ? a->tau : 0.1;
+    o.seed = a->seed;
+    o.balanced = pass == 0;
+    o.subset = fit_idx;
+    o.n_subset = n_fit;
+    if (!a->quiet) {
+      o.progress = fit_progress;
+      o.progress_ctx = (void *)(pass ? "vanilla" : "balanced");
+    }
+    rc = eldr_fit(t, &o, pass ? art_v : art, pass ? rep_v : rep, &d);
+    if (rc) cli_fail(cmd, "fit: %s", eldr_diag_msg(&d, rc));
+  }
+  return 1;
+}
+
+/* The served pool under an artifact (or none). */
+static eldr_sim_pool make_pool(const eldr_sim_pool *base, const eldr_artifact *art,
+                               const eldr_sweep_sigs *ps) {
+  eldr_sim_pool p = *base;
+  if (art) {
+    p.sigs = ps->sigs;
+    p.sig_ok = ps->ok;
+    p.dim = art->dim;
+    p.centroids = art->centroids;
+    p.n_centroids = art->k;
+  }
+  return p;
+}
+
+int eldr_cmd_sim(int argc, char **argv) {
+  const char *cmd = "sim";
+  sim_args a;
+  parse_args(cmd, argc, argv, &a);
+  eldr_diag d = {{0}};
+  eldr_sweep_variant vs[ELDR_SWEEP_MAX_VARIANTS];
+  size_t nv = 0;
+  int rc = eldr_sweep_variants(a.policies, a.taus, a.ntaus, a.vanilla, a.decor, a.decor_rows, vs,
+                               ELDR_SWEEP_MAX_VARIANTS, &nv, &d);
+  if (rc == ELDR_ENOMEM) cli_fail(cmd, "out of memory");
+  if (rc) cli_usage_error(cmd, "--policies: %s", eldr_diag_msg(&d, rc));
+
+  eldr_trace *t = NULL, *ts = NULL;
+  load_workload(cmd, &a, &t, &ts);
+  const eldr_trace *st = ts ? ts : t;
+  eldr_latency_model lm;
+  latency_model(cmd, &a, t, st, &lm);
+  size_t *fit_idx = NULL, n_fit = 0, *serve_idx = NULL, n_serve = 0;
+  split(cmd, &a, t, ts, &fit_idx, &n_fit, &serve_idx, &n_serve);
+
   eldr_artifact *art = NULL, *art_v = NULL;
   eldr_fit_report rep = {0}, rep_v = {0};
-  int have_rep = 0, need_art = 0;
-  for (size_t i = 0; i < nv; i++) need_art |= vs[i].kind == ELDR_POLICY_ELDR;
-  if (art_path) {
-    rc = eldr_artifact_load(art_path, &art, &d);
-    if (rc) cli_fail(cmd, "%s", eldr_diag_msg(&d, rc));
-    if (art->shape.num_layers != st->shape.num_layers || art->shape.num_experts != st->shape.num_experts ||
-        art->shape.top_k != st->shape.top_k)
-      cli_fail(cmd, "--artifact: model shape differs from the trace's");
-  } else if (need_art) { /* no ELDR variant requested: no fit */
-    for (int pass = 0; pass < 1 + vanilla; pass++) {
-      eldr_fit_opts o;
-      eldr_fit_opts_default(&o);
-      o.k = D;
-      o.tau = tau >= 0 ? tau : 0.1;
-      o.seed = seed;
-      o.balanced = pass == 0;
-      o.subset = fit_idx;
-      o.n_subset = n_fit;
-      if (!quiet) {
-        o.progress = fit_progress;
-        o.progress_ctx = (void *)(pass ? "vanilla" : "balanced");
-      }
-      eldr_artifact **dst = pass ? &art_v : &art;
-      rc = eldr_fit(t, &o, dst, pass ? &rep_v : &rep, &d);
-      if (rc) cli_fail(cmd, "fit: %s", eldr_diag_msg(&d, rc));
-    }
-    have_rep = 1;
-  }
-  double tau_eff = tau >= 0 ? tau : art ? art->tau : 0.1;
+  int have_rep = get_artifacts(cmd, &a, t, st, fit_idx, n_fit, vs, nv, &art, &art_v, &rep, &rep_v);
+  double tau_eff = a.tau >= 0 ? a.tau : art ? art->tau : 0.1;
   for (size_t i = 0; i < nv; i++)
     if (vs[i].tau < 0) vs[i].tau = tau_eff;
 
-  pool_sigs ps = {0}, ps_v = {0};
-  if (art && compute_sigs(st, serve_idx, n_serve, art, &ps)) cli_fail(cmd, "out of memory");
-  if (art_v && compute_sigs(st, serve_idx, n_serve, art_v, &ps_v)) cli_fail(cmd, "out of memory");
-
-  eldr_sim_pool pool = {.trace = st, .idx = serve_idx, .n = n_serve, .sigs = ps.sigs, .sig_ok = ps.ok,
-                        .dim = art ? art->dim : 0, .centroids = art ? art->centroids : NULL,
-                        .n_centroids = art ? art->k : 0};
+  eldr_sweep_sigs ps = {0}, ps_v = {0};
+  if (art && eldr_sweep_sigs_compute(st, serve_idx, n_serve, art, &ps)) cli_fail(cmd, "out of memory");
+  if (art_v && eldr_sweep_sigs_compute(st, serve_idx, n_serve, art_v, &ps_v))
+    cli_fail(cmd, "out of memory");
+  eldr_sim_pool base = {.trace = st, .idx = serve_idx, .n = n_serve};
+  eldr_sim_pool pool = make_pool(&base, art, &ps);
   uint64_t *tokbits = NULL;
   size_t *tokoff = NULL;
   rc = eldr_sim_bitsets_build(&pool, &tokbits, &tokoff, &d);
   if (rc) cli_fail(cmd, "%s", eldr_diag_msg(&d, rc));
   pool.tokbits = tokbits;
   pool.tokoff = tokoff;
-  eldr_sim_pool pool_v = pool;
-  if (art_v) {
-    pool_v.sigs = ps_v.sigs;
-    pool_v.sig_ok = ps_v.ok;
-    pool_v.dim = art_v->dim;
-    pool_v.centroids = art_v->centroids;
-    pool_v.n_centroids = art_v->k;
-  }
+  eldr_sim_pool pool_v = art_v ? make_pool(&pool, art_v, &ps_v) : pool;
 
   eldr_sim_config cfg;
   eldr_sim_config_default(&cfg);
-  cfg.n_prefill = P;
-  cfg.n_decode = D;
-  cfg.max_batch = B;
-  cfg.n_requests = nreq;
-  cfg.seed = seed;
+  cfg.n_prefill = a.P;
+  cfg.n_decode = a.D;
+  cfg.max_batch = a.B;
+  cfg.n_requests = a.nreq;
+  cfg.seed = a.seed;
   double capacity = eldr_sim_capacity(&pool, &lm, &cfg);
-  if (trace_arrivals) {
-    free(rates);
-    nrates = 1;
-    rates = calloc(1, sizeof *rates);
-    if (!rates) cli_fail(cmd, "out of memory");
-    rates[0] = 0;
-  } else if (!nrates) {
+  if (a.trace_arrivals || !a.nrates) {
     static const double fr[] = {0.2, 0.4, 0.6, 0.8, 0.95};
-    nrates = 5;
-    rates = calloc(nrates, sizeof *rates);
-    if (!rates) cli_fail(cmd, "out of memory");
-    for (size_t i = 0; i < nrates; i++) rates[i] = round(fr[i] * capacity * 10) / 10;
+    free(a.rates);
+    a.nrates = a.trace_arrivals ? 1 : 5;
+    a.rates = calloc(a.nrates, sizeof *a.rates);
+    if (!a.rates) cli_fail(cmd, "out of memory");
+    for (size_t i = 0; !a.trace_arrivals && i < a.nrates; i++)
+      a.rates[i] = round(fr[i] * capacity * 10) / 10;
   }
 
   /* ---- runs ---- */
-  size_t nrows = nrates * nv;
-  row *rows = calloc(nrows, sizeof *rows);
+  size_t nrows = a.nrates * nv;
+  eldr_sweep_row *rows = calloc(nrows, sizeof *rows);
   if (!rows) cli_fail(cmd, "out of memory");
   double t_run0 = cli_now();
+  eldr_sweep sw = {.vs = vs, .nv = nv, .rates = a.rates, .nrates = a.nrates, .pool = &pool,
+                   .pool_vanilla = &pool_v, .lm = &lm, .cfg = &cfg, .jobs = a.jobs,
+                   .progress = a.quiet ? NULL : sweep_progress};
+  rc = eldr_sweep_run(&sw, rows, &d);
+  if (rc) cli_fail(cmd, "%s", eldr_diag_msg(&d, rc));
   uint64_t total_token_steps = 0, total_steps = 0;
-  {
-    sweep sw = {.rows = rows, .nrows = nrows, .nv = nv, .vs = vs, .rates = rates, .pool = &pool,
-                .pool_v = &pool_v, .lm = &lm, .cfg = &cfg, .quiet = quiet};
-    atomic_init(&sw.next, 0);
-    atomic_init(&sw.failed, 0);
-    pthread_mutex_init(&sw.lock, NULL);
-    size_t nj = jobs < nrows ? jobs : nrows;
-    pthread_t th[64];
-    size_t started = 0;
-    for (size_t j = 1; j < nj; j++) {
-      if (pthread_create(&th[started], NULL, sweep_worker, &sw) != 0) break;
-      started++;
-    }
-    sweep_worker(&sw);
-    for (size_t j = 0; j < started; j++) pthread_join(th[j], NULL);
-    pthread_mutex_destroy(&sw.lock);
-    int frc = atomic_load(&sw.failed);
-    if (frc) cli_fail(cmd, "%s: %s", sw.fail_label, eldr_diag_msg(&sw.diag, frc));
-    for (size_t i = 0; i < nrows; i++) {
-      total_token_steps += rows[i].r.token_steps;
-      total_steps += rows[i].r.steps;
-    }
+  for (size_t i = 0; i < nrows; i++) {
+    total_token_steps += rows[i].r.token_steps;
+    total_steps += rows[i].r.steps;
   }
   double t_run = cli_now() - t_run0;
-  if (!quiet) {
+  if (!a.quiet)
     fprintf(stderr, "\nsim: %zu runs in %.1f s (%.2fM decode token-steps/s, %.2fM batch steps/s)\n",
             nrows, t_run, t_run > 0 ? (double)total_token_steps / t_run / 1e6 : 0,
             t_run > 0 ? (double)total_steps / t_run / 1e6 : 0);
-  }
 
   /* ---- output ---- */
-  const char *src_name = trace_path ? trace_path : gen;
-  if (csv_path) {
-    FILE *f = fopen(csv_path, "w");
-    if (!f) cli_fail(cmd, "--csv: cannot write '%s'", csv_path);
-    fprintf(f, "policy,rate,tpot_p50_ms,tpot_p99_ms,tpot_mean_ms,ttft_p50_ms,ttft_p99_ms,"
-               "throughput_tok_s,throughput_req_s,mean_batch,mean_union,copies_in_flight,"
-               "batch_dup_frac,fallbacks,completed,pool_size,tau,decorrelate\n");
-    for (size_t i = 0; i < nrows; i++) {
-      const row *r = &rows[i];
-      fprintf(f, "%s,%g,%.4f,%.4f,%.4f,%.4f,%.4f,%.2f,%.3f,%.3f,%.3f,%.4f,%.4f,%zu,%zu,%zu,%g,%d\n",
-              r->v->label, r->rate, ms(r->r.tpot_p50), ms(r->r.tpot_p99), ms(r->r.tpot_mean),
-              ms(r->r.ttft_p50), ms(r->r.ttft_p99), r->r.throughput_tok_s, r->r.throughput_req_s,
-              r->r.mean_batch, r->r.mean_union, r->r.copies_in_flight, r->r.batch_dup_frac,
-              r->r.fallbacks, r->r.completed, r->r.pool_size, r->v->tau, r->v->decorrelate);
-    }
-    if (fclose(f)) cli_fail(cmd, "--csv: write error on '%s'", csv_path);
-  }
-  if (json) {
-    json_t *root = json_object();
-    json_t *cj = json_object();
-    json_object_set_new(cj, "workload", json_string(src_name));
-    if (serve_path) json_object_set_new(cj, "serve_trace", json_string(serve_path));
-    json_object_set_new(cj, "model", json_string(lm.model));
-    json_object_set_new(cj, "hardware", json_string(lm.hardware));
-    json_object_set_new(cj, "prefill", json_integer((json_int_t)P));
-    json_object_set_new(cj, "decode", json_integer((json_int_t)D));
-    json_object_set_new(cj, "max_batch", json_integer((json_int_t)B));
-    json_object_set_new(cj, "requests_per_run", json_integer((json_int_t)(trace_arrivals ? n_serve : nreq)));
-    json_object_set_new(cj, "seed", json_integer((json_int_t)seed));
-    json_object_set_new(cj, "tau", jnum(tau_eff));
-    json_object_set_new(cj, "fit_requests", json_integer((json_int_t)n_fit));
-    json_object_set_new(cj, "pool_size", json_integer((json_int_t)n_serve));
-    json_object_set_new(cj, "pool_signatures", json_integer((json_int_t)ps.n_ok));
-    json_object_set_new(cj, "capacity_estimate_rps", jnum(capacity));
-    json_object_set_new(cj, "decorrelate", json_boolean(decor));
-    if (art_path) json_object_set_new(cj, "artifact", json_string(art_path));
-    if (have_rep) {
-      const eldr_fit_candidate *ch = &rep.cand[rep.chosen];
-      json_object_set_new(cj, "representation", json_string(eldr_repr_name(ch->repr)));
-      json_object_set_new(cj, "idf", json_boolean(ch->idf));
-      json_object_set_new(cj, "rho", jnum(ch->rho_mask));
-      json_object_set_new(cj, "mask_size", json_integer((json_int_t)ch->mask_size));
-    }
-    json_object_set_new(root, "config", cj);
-    json_t *ra = json_array();
-    for (size_t i = 0; i < nrows; i++) {
-      const row *r = &rows[i];
-      json_t *o = json_object();
-      json_object_set_new(o, "policy", json_string(r->v->label));
-      json_object_set_new(o, "rate", jnum(r->rate));
-      json_object_set_new(o, "tau", jnum(r->v->tau));
-      json_object_set_new(o, "decorrelate", json_boolean(r->v->decorrelate));
-      json_object_set_new(o, "tpot_p50_ms", jnum(ms(r->r.tpot_p50)));
-      json_object_set_new(o, "tpot_p99_ms", jnum(ms(r->r.tpot_p99)));
-      json_object_set_new(o, "tpot_mean_ms", jnum(ms(r->r.tpot_mean)));
-      json_object_set_new(o, "ttft_p50_ms", jnum(ms(r->r.ttft_p50)));
-      json_object_set_new(o, "ttft_p99_ms", jnum(ms(r->r.ttft_p99)));
-      json_object_set_new(o, "throughput_tok_s", jnum(r->r.throughput_tok_s));
-      json_object_set_new(o, "throughput_req_s", jnum(r->r.throughput_req_s));
-      json_object_set_new(o, "mean_batch", jnum(r->r.mean_batch));
-      json_object_set_new(o, "mean_union", jnum(r->r.mean_union));
-      json_object_set_new(o, "copies_in_flight", jnum(r->r.copies_in_flight));
-      json_object_set_new(o, "batch_dup_frac", jnum(r->r.batch_dup_frac));
-      json_object_set_new(o, "fallbacks", json_integer((json_int_t)r->r.fallbacks));
-      json_object_set_new(o, "completed", json_integer((json_int_t)r->r.completed));
-      json_object_set_new(o, "decode_steps", json_integer((json_int_t)r->r.steps));
-      json_array_append_new(ra, o);
-    }
-    json_object_set_new(root, "rows", ra);
-    json_t *ga = json_array();
-    for (size_t ri = 0; ri < nrates; ri++) {
-      const row *e = find_row(rows, nrows, rates[ri], decor ? "eldr" : "eldr");
-      const row *b50 = best_baseline(rows, nrows, rates[ri], decor, 0);
-      const row *b99 = best_baseline(rows, nrows, rates[ri], decor, 1);
-      if (!e || !b50) continue;
-      json_t *o = json_object();
-      json_object_set_new(o, "rate", jnum(rates[ri]));
-      json_object_set_new(o, "best_baseline_p50", json_string(b50->v->label));
-      json_object_set_new(o, "gain_p50_pct", jnum(100.0 * (e->r.tpot_p50 / b50->r.tpot_p50 - 1)));
-      json_object_set_new(o, "best_baseline_p99", json_string(b99->v->label));
-      json_object_set_new(o, "gain_p99_pct", jnum(100.0 * (e->r.tpot_p99 / b99->r.tpot_p99 - 1)));
-      json_array_append_new(ga, o);
-    }
-    json_object_set_new(root, "eldr_vs_best_baseline", ga);
-    json_object_set_new(root, "wall_seconds", jnum(t_run));
-    char *s = json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
-    if (!s) cli_fail(cmd, "out of memory");
-    puts(s);
-    free(s);
-    json_decref(root);
-  } else {
-    printf("workload %s%s%s | %s on %s | %zuP%zuD batch %zu | pool %zu served, %zu in the fit split | %s\n",
-           src_name, serve_path ? " -> " : "", serve_path ? serve_path : "", lm.model, lm.hardware, P, D, B,
-           n_serve, n_fit, trace_arrivals ? "trace arrivals" : "Poisson arrivals");
-    if (have_rep) {
-      const eldr_fit_candidate *ch = &rep.cand[rep.chosen];
-      printf("artifact: fitted in-process: %s%s, %zu layers in mask, rho %.3f, tau %g; capacity est. %.1f req/s\n",
-             eldr_repr_name(ch->repr), ch->idf ? "-idf" : "", ch->mask_size, ch->rho_mask, tau_eff, capacity);
-    } else if (art_path) {
-      printf("artifact: %s, tau %g; capacity est. %.1f req/s\n", art_path, tau_eff, capacity);
-    } else {
-      printf("artifact: none (no ELDR policy requested, nothing fitted); capacity est. %.1f req/s\n", capacity);
-    }
-    printf("%-22s %8s %9s %9s %9s %10s %7s %7s %7s %6s\n", "policy", "rate", "TPOT p50", "TPOT p99",
-           "TTFT p50", "tok/s", "batch", "union", "copies", "dup%");
-    for (size_t ri = 0; ri < nrates; ri++) {
-      for (size_t vi = 0; vi < nv; vi++) {
-        const row *r = &rows[ri * nv + vi];
-        printf("%-22s %8g %8.2fm %8.2fm %8.1fm %10.0f %7.2f %7.2f %7.3f %6.2f\n", r->v->label, r->rate,
-               ms(r->r.tpot_p50), ms(r->r.tpot_p99), ms(r->r.ttft_p50), r->r.throughput_tok_s,
-               r->r.mean_batch, r->r.mean_union, r->r.copies_in_flight, 100 * r->r.batch_dup_frac);
-      }
-      const row *e = find_row(rows, nrows, rates[ri], "eldr");
-      const row *b50 = best_baseline(rows, nrows, rates[ri], decor, 0);
-      const row *b99 = best_baseline(rows, nrows, rates[ri], decor, 1);
-      if (e && b50 && b99)
-        printf("  -> eldr vs best baseline at %g/s: p50 %+.1f%% (vs %s), p99 %+.1f%% (vs %s)\n", rates[ri],
-               100.0 * (e->r.tpot_p50 / b50->r.tpot_p50 - 1), b50->v->label,
-               100.0 * (e->r.tpot_p99 / b99->r.tpot_p99 - 1), b99->v->label);
-    }
-  }
-  if (plot_dir) {
+  sim_out o = {.a = &a, .src_name = a.trace_path ? a.trace_path : a.gen, .lm = &lm, .rows = rows,
+               .nrows = nrows, .nv = nv, .vs = vs, .n_fit = n_fit, .n_serve = n_serve,
+               .n_sigs = ps.n_ok, .tau_eff = tau_eff, .capacity = capacity, .wall_s = t_run,
+               .rep = have_rep ? &rep : NULL};
+  if (a.csv_path) write_csv(cmd, a.csv_path, &o);
+  if (a.json)
+    write_json(cmd, &o);
+  else
+    print_table(&o);
+  if (a.plot_dir) {
     char title[256];
-    snprintf(title, sizeof title, "%s, %s on %s, %zuP%zuD", src_name, lm.model, lm.hardware, P, D);
-    if (write_plots(cmd, plot_dir, rows, nrows, vs, nv, rates, nrates, taus, ntaus, vanilla, title) == 0 &&
-        !quiet)
-      fprintf(stderr, "sim: figures written to %s\n", plot_dir);
+    snprintf(title, sizeof title, "%s, %s on %s, %zuP%zuD", o.src_name, lm.model, lm.hardware, a.P, a.D);
+    if (write_plots(cmd, a.plot_dir, rows, nrows, vs, nv, a.rates, a.nrates, a.taus, a.ntaus,
+                    a.vanilla, title) == 0 &&
+        !a.quiet)
+      fprintf(stderr, "sim: figures written to %s\n", a.plot_dir);
   }
 
   free(rows);
   free(tokbits);
   free(tokoff);
-  free(ps.sigs);
-  free(ps.ok);
-  free(ps_v.sigs);
-  free(ps_v.ok);
+  eldr_sweep_sigs_free(&ps);
+  eldr_sweep_sigs_free(&ps_v);
   if (have_rep) {
     eldr_fit_report_free(&rep);
-    if (vanilla) eldr_fit_report_free(&rep_v);
+    if (a.vanilla) eldr_fit_report_free(&rep_v);
   }
   eldr_artifact_free(art_v);
   eldr_artifact_free(art);
   free(serve_idx);
   free(fit_idx);
-  if (fit_idx != serve_idx && !fit_idx) { /* serve_idx was perm */
-  }
   eldr_trace_free(ts);
   eldr_trace_free(t);
-  free(rates);
-  free(taus);
+  free(a.rates);
+  free(a.taus);
   return 0;
 }
