@@ -32,6 +32,8 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "figures.h"
+#include "eldr/plot.h"
 #include "eldr/fit.h"
 #include "eldr/loadgen.h"
 #include "eldr/trace.h"
@@ -334,7 +336,7 @@ static void usage(FILE *f) {
           "  --policies LIST    comma list of eldr, random, rr, jsq, p2c (default all five)\n"
           "  --seed N           seed of the trace, split, fit and arrivals (default 1)\n"
           "  --no-sim           do not run `eldr sim` for comparison\n"
-          "  --plot FILE        write a PNG bar chart with gnuplot\n"
+          "  --plot FILE        write a bar chart with gnuplot (FILE ends in .png or .svg)\n"
           "  --keep             keep the work directory (traces, artifact, logs)\n"
           "  --help             this text\n\n"
           "Ctrl-C stops every process the demo started.\n");
@@ -420,7 +422,10 @@ int eldr_cmd_demo(int argc, char **argv) {
     case 'p': policies_arg = optarg; break;
     case 'S': seed = cli_parse_u64(CMD, "--seed", optarg); break;
     case 'N': do_sim = 0; break;
-    case 'o': plot = optarg; break;
+    case 'o':
+      if (!eldr_plot_terminal(optarg)) cli_usage_error(CMD, "--plot: '%s' must end in .png or .svg", optarg);
+      plot = optarg;
+      break;
     case 'k': g_keep = 1; break;
     case 'h': usage(stdout); return 0;
     default: cli_bad_option(CMD, argc, argv, o);
@@ -754,37 +759,20 @@ int eldr_cmd_demo(int argc, char **argv) {
   printf("(negative = ELDR faster; total %.0f s)\n", now_s() - t_start);
 
   if (plot) {
-    char dat[PATH_MAX + 32], gp[PATH_MAX + 32];
-    snprintf(dat, sizeof dat, "%s/demo.dat", g_tmp);
-    snprintf(gp, sizeof gp, "%s/demo.gp", g_tmp);
-    FILE *f = fopen(dat, "w");
-    FILE *s = fopen(gp, "w");
-    if (!f || !s) demo_fail("cannot write the plot data in %s", g_tmp);
-    for (size_t k = 0; k < npol; k++)
-      fprintf(f, "%s %.4f %.4f %.4f %.4f\n", rows[k].policy, rows[k].s.tpot_p50 / scale * 1e3,
-              rows[k].s.tpot_p99 / scale * 1e3, rows[k].s.ttft_p50 / scale * 1e3,
-              rows[k].s.tpot_mean / scale * 1e3);
-    fclose(f);
-    fprintf(s,
-            "set terminal pngcairo size 900,500\nset output '%s'\n"
-            "set title 'eldr demo: %ldP%ldD %s on %s, %g req/s (model time, scale %g)'\n"
-            "set style data histograms\nset style histogram clustered gap 1\n"
-            "set style fill solid 0.8 border -1\nset ylabel 'TPOT (ms, model time)'\n"
-            "set yrange [0:*]\nset grid ytics\nset key outside bottom center horizontal\n"
-            "plot '%s' using 2:xtic(1) title 'TPOT p50', '' using 5 title 'TPOT mean', '' using 3 "
-            "title 'TPOT p99'\n",
-            plot, P, D, model, hardware, rate, scale, dat);
-    fclose(s);
-    char *args[] = {"gnuplot", gp, NULL};
-    pid_t pid = fork();
-    if (pid == 0) {
-      execvp("gnuplot", args);
-      _exit(127);
+    const char *names[8];
+    double p50[8], mean[8], p99[8];
+    for (size_t k = 0; k < npol; k++) {
+      names[k] = rows[k].policy;
+      p50[k] = rows[k].s.tpot_p50 / scale * 1e3;
+      mean[k] = rows[k].s.tpot_mean / scale * 1e3;
+      p99[k] = rows[k].s.tpot_p99 / scale * 1e3;
     }
-    int st = 0;
-    if (pid > 0) waitpid(pid, &st, 0);
-    if (pid < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
-      fprintf(stderr, "eldr demo: gnuplot failed (is it installed?); data in %s\n", dat);
+    char title[256];
+    snprintf(title, sizeof title, "eldr demo: %ldP%ldD %s on %s, %g req/s (model time, scale %g)", P,
+             D, model, hardware, rate, scale);
+    int rc = fig_demo(plot, title, npol, names, p50, mean, p99, &d);
+    if (rc)
+      fprintf(stderr, "eldr demo: --plot: %s\n", eldr_diag_msg(&d, rc));
     else
       fprintf(stderr, "eldr demo: plot written to %s\n", plot);
   }

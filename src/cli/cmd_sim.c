@@ -9,9 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "cli.h"
+#include "figures.h"
 #include "eldr/artifact.h"
 #include "eldr/fit.h"
 #include "eldr/latency.h"
@@ -120,93 +120,6 @@ static double ms(double s) { return s * 1e3; }
 
 /* A JSON number, or null for NaN/inf (e.g. TPOT when no request has two tokens). */
 static json_t *jnum(double x) { return isfinite(x) ? json_real(x) : json_null(); }
-
-static int write_plots(const char *cmd, const char *dir, const eldr_sweep_row *rows, size_t nrows,
-                       const eldr_sweep_variant *vs, size_t nv, const double *rates, size_t nr,
-                       const double *taus, size_t ntaus, int vanilla, const char *title) {
-  if (mkdir(dir, 0777) && errno != EEXIST) cli_fail(cmd, "--plot: cannot create '%s'", dir);
-  char path[4096];
-  /* data: one file, one block per variant: rate p50 p99 (ms) */
-  snprintf(path, sizeof path, "%s/tpot_vs_rate.dat", dir);
-  FILE *f = fopen(path, "w");
-  if (!f) cli_fail(cmd, "--plot: cannot write '%s'", path);
-  for (size_t v = 0; v < nv; v++) {
-    fprintf(f, "# %s\n", vs[v].label);
-    for (size_t i = 0; i < nr; i++) {
-      const eldr_sweep_row *r = eldr_sweep_find(rows, nrows, rates[i], vs[v].label);
-      if (r) fprintf(f, "%g %g %g\n", rates[i], ms(r->r.tpot_p50), ms(r->r.tpot_p99));
-    }
-    fprintf(f, "\n\n");
-  }
-  fclose(f);
-  snprintf(path, sizeof path, "%s/plot.gp", dir);
-  f = fopen(path, "w");
-  if (!f) cli_fail(cmd, "--plot: cannot write '%s'", path);
-  fprintf(f, "set terminal pngcairo size 900,600 noenhanced\nset grid\nset key left top\n"
-             "set xlabel 'arrival rate (requests/s)'\n");
-  for (int p99 = 0; p99 < 2; p99++) {
-    fprintf(f, "set output '%s/tpot_%s_vs_rate.png'\nset ylabel '%s TPOT (ms)'\nset title '%s'\nplot ",
-            dir, p99 ? "p99" : "p50", p99 ? "p99" : "median", title);
-    int first = 1;
-    for (size_t v = 0; v < nv; v++) {
-      if (!vs[v].is_headline) continue;
-      fprintf(f, "%s'%s/tpot_vs_rate.dat' index %zu using 1:%d with linespoints title '%s'",
-              first ? "" : ", ", dir, v, p99 ? 3 : 2, vs[v].label);
-      first = 0;
-    }
-    fprintf(f, "\n");
-  }
-  if (ntaus) {
-    char tp[4096];
-    snprintf(tp, sizeof tp, "%s/tau_sweep.dat", dir);
-    FILE *g = fopen(tp, "w");
-    if (!g) cli_fail(cmd, "--plot: cannot write '%s'", tp);
-    for (size_t i = 0; i < nr; i++) {
-      fprintf(g, "# rate %g\n", rates[i]);
-      for (size_t k = 0; k < ntaus; k++) {
-        char lab[48];
-        snprintf(lab, sizeof lab, "eldr(tau=%g)", taus[k]);
-        const eldr_sweep_row *r = eldr_sweep_find(rows, nrows, rates[i], lab);
-        if (r) fprintf(g, "%g %g %g\n", taus[k], ms(r->r.tpot_p50), ms(r->r.tpot_p99));
-      }
-      fprintf(g, "\n\n");
-    }
-    fclose(g);
-    fprintf(f, "set output '%s/tau_sweep.png'\nset xlabel 'tau'\nset ylabel 'median TPOT (ms)'\n"
-               "set title 'ELDR locality band tau'\nset key outside right\nplot ", dir);
-    for (size_t i = 0; i < nr; i++)
-      fprintf(f, "%s'%s' index %zu using 1:2 with linespoints title 'rate %g'", i ? ", " : "", tp, i,
-              rates[i]);
-    fprintf(f, "\nset xlabel 'arrival rate (requests/s)'\nset key left top\n");
-  }
-  if (vanilla) {
-    fprintf(f, "set output '%s/balanced_vs_vanilla.png'\nset ylabel 'TPOT (ms)'\n"
-               "set title 'balanced vs vanilla K-means'\nplot ", dir);
-    size_t vb = nv, vv = nv;
-    for (size_t v = 0; v < nv; v++) {
-      if (!strcmp(vs[v].label, "eldr")) vb = v;
-      if (!strcmp(vs[v].label, "eldr-vanilla")) vv = v;
-    }
-    if (vb < nv && vv < nv)
-      fprintf(f,
-              "'%s/tpot_vs_rate.dat' index %zu using 1:2 with linespoints title 'balanced p50', "
-              "'' index %zu using 1:3 with linespoints title 'balanced p99', "
-              "'' index %zu using 1:2 with linespoints title 'vanilla p50', "
-              "'' index %zu using 1:3 with linespoints title 'vanilla p99'\n",
-              dir, vb, vb, vv, vv);
-    else
-      fprintf(f, "NaN notitle\n");
-  }
-  fclose(f);
-  char cmdline[4200];
-  snprintf(cmdline, sizeof cmdline, "gnuplot '%s' 2>&1", path);
-  int rc = system(cmdline);
-  if (rc != 0) {
-    fprintf(stderr, "eldr sim: gnuplot failed (status %d); data and script are in %s\n", rc, dir);
-    return -1;
-  }
-  return 0;
-}
 
 /* Parse argv into a (exit 2 on a bad flag or value; exit 0 after --help). */
 static void parse_args(const char *cmd, int argc, char **argv, sim_args *a) {
@@ -658,9 +571,12 @@ int eldr_cmd_sim(int argc, char **argv) {
   if (a.plot_dir) {
     char title[256];
     snprintf(title, sizeof title, "%s, %s on %s, %zuP%zuD", o.src_name, lm.model, lm.hardware, a.P, a.D);
-    if (write_plots(cmd, a.plot_dir, rows, nrows, vs, nv, a.rates, a.nrates, a.taus, a.ntaus,
-                    a.vanilla, title) == 0 &&
-        !a.quiet)
+    rc = fig_sim(a.plot_dir, rows, nrows, vs, nv, a.rates, a.nrates, a.taus, a.ntaus, a.vanilla,
+                 title, &d);
+    if (rc) /* the table is out: a missing figure does not fail the run */
+      fprintf(stderr, "eldr sim: --plot: %s; data and script are in %s\n", eldr_diag_msg(&d, rc),
+              a.plot_dir);
+    else if (!a.quiet)
       fprintf(stderr, "sim: figures written to %s\n", a.plot_dir);
   }
 

@@ -4,15 +4,14 @@
 #include <jansson.h>
 #include <math.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/types.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cli.h"
+#include "figures.h"
+#include "eldr/plot.h"
 #include "eldr/artifact.h"
 #include "eldr/fit.h"
 #include "eldr/signature.h"
@@ -394,68 +393,6 @@ static void load_ref(const char *cmd, const char *path, ref_skew *r) {
   free(buf);
 }
 
-/* Run gnuplot with the script on its stdin. */
-static void plot(const char *cmd, const char *out, const eldr_tracestats *s) {
-  const char *dot = strrchr(out, '.');
-  const char *term = NULL;
-  if (dot && !strcmp(dot, ".png")) term = "pngcairo size 900,600";
-  if (dot && !strcmp(dot, ".svg")) term = "svg size 900,600";
-  if (!term) cli_usage_error(cmd, "--plot: '%s' must end in .png or .svg", out);
-  int fd[2];
-  if (pipe(fd)) cli_fail(cmd, "--plot: pipe: %s", strerror(errno));
-  fflush(stdout);
-  fflush(stderr);
-  pid_t pid = fork();
-  if (pid < 0) cli_fail(cmd, "--plot: fork: %s", strerror(errno));
-  if (pid == 0) {
-    dup2(fd[0], 0);
-    close(fd[0]);
-    close(fd[1]);
-    execlp("gnuplot", "gnuplot", (char *)NULL);
-    _exit(127);
-  }
-  close(fd[0]);
-  /* gnuplot may be gone (not installed: exec fails) before the script is
-   * written: take EPIPE as an error instead of dying of SIGPIPE, and let the
-   * child's exit status say what happened */
-  void (*old_pipe)(int) = signal(SIGPIPE, SIG_IGN);
-  FILE *p = fdopen(fd[1], "w");
-  if (!p) cli_fail(cmd, "--plot: fdopen: %s", strerror(errno));
-  fprintf(p, "set terminal %s\nset output '", term);
-  for (const char *c = out; *c; c++) {
-    if (*c == '\'') fputc('\'', p); /* gnuplot: '' inside single quotes */
-    fputc(*c, p);
-  }
-  fprintf(p, "'\nset title 'Distinct experts per layer per decode step'\n"
-             "set xlabel 'batch size'\nset ylabel 'distinct experts (mean)'\n"
-             "set logscale x 2\nset key top left\nset grid\n");
-  for (int rule = 0; rule < ELDR_BATCH__COUNT; rule++) {
-    fprintf(p, "$%s << EOD\n", eldr_tracestats_rule_name(rule));
-    for (size_t i = 0; i < s->n_batch; i++)
-      if (!isnan(s->batch[i].distinct[rule]))
-        fprintf(p, "%zu %.6f\n", s->batch[i].size, s->batch[i].distinct[rule]);
-    fprintf(p, "EOD\n");
-  }
-  fprintf(p, "plot $random using 1:2 with linespoints title 'random'");
-  for (int rule = 1; rule < ELDR_BATCH__COUNT; rule++) {
-    int any = 0;
-    for (size_t i = 0; i < s->n_batch; i++) any |= !isnan(s->batch[i].distinct[rule]);
-    if (any)
-      fprintf(p, ", $%s using 1:2 with linespoints title 'same %s'",
-              eldr_tracestats_rule_name(rule), eldr_tracestats_rule_name(rule));
-  }
-  fprintf(p, "\n");
-  int werr = ferror(p);
-  werr |= fclose(p) != 0;
-  signal(SIGPIPE, old_pipe);
-  int status = 0;
-  if (waitpid(pid, &status, 0) < 0) cli_fail(cmd, "--plot: waitpid: %s", strerror(errno));
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 127)
-    cli_fail(cmd, "--plot: gnuplot not found (install the gnuplot package)");
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || werr)
-    cli_fail(cmd, "--plot: gnuplot failed writing '%s'", out);
-}
-
 static int trace_stats(int argc, char **argv) {
   const char *cmd = "trace stats";
   const char *art_path = NULL, *plot_path = NULL, *ref_path = NULL;
@@ -494,8 +431,7 @@ static int trace_stats(int argc, char **argv) {
     cli_usage_error(cmd, "unexpected argument '%s' (see --help)", argv[optind + 1]);
   const char *path = argv[optind];
   if (plot_path) {
-    const char *dot = strrchr(plot_path, '.');
-    if (!dot || (strcmp(dot, ".png") && strcmp(dot, ".svg")))
+    if (!eldr_plot_terminal(plot_path))
       cli_usage_error(cmd, "--plot: '%s' must end in .png or .svg", plot_path);
   }
   ref_skew ref;
@@ -596,7 +532,10 @@ static int trace_stats(int argc, char **argv) {
       printf("\n");
     }
   }
-  if (plot_path) plot(cmd, plot_path, &s);
+  if (plot_path && (rc = fig_trace_stats(plot_path, &s, &d))) {
+    if (rc == ELDR_ENOTFOUND) cli_fail(cmd, "--plot: %s", d.msg);
+    cli_fail(cmd, "--plot: gnuplot failed writing '%s' (%s)", plot_path, eldr_diag_msg(&d, rc));
+  }
   eldr_tracestats_free(&s);
   free(sizes);
   free(sizes_l);

@@ -237,6 +237,26 @@ static void test_plot(void **st) {
   }
 }
 
+/* --plot into a directory whose name holds a quote and a space: the script
+ * goes to gnuplot through a pipe, every path quoted (was system() with the
+ * path pasted into a shell command) */
+static void test_plot_odd_directory_name(void **st) {
+  (void)st;
+  if (system("command -v gnuplot >/dev/null 2>&1") != 0) skip();
+  char dir[600], png[700];
+  snprintf(dir, sizeof dir, "%s/it's a dir", g_dir);
+  assert_int_equal(run((const char *[]){"sim", "--trace", g_trace, "--prefill", "2", "--decode", "4",
+                                        "--rates", "50", "--requests", "100", "--policies", "jsq,eldr",
+                                        "--plot", dir, "-q", NULL}),
+                   0);
+  struct stat sb;
+  snprintf(png, sizeof png, "%s/tpot_p50_vs_rate.png", dir);
+  assert_int_equal(stat(png, &sb), 0);
+  assert_true(sb.st_size > 1000);
+  snprintf(png, sizeof png, "%s/plot.gp", dir);
+  assert_int_equal(stat(png, &sb), 0);
+}
+
 static void test_bench_moe_layer(void **st) {
   (void)st;
   assert_int_equal(run((const char *[]){"bench", "moe-layer", "--hidden", "64", "--inter", "32",
@@ -258,6 +278,7 @@ int main(void) {
       cmocka_unit_test(test_table_ablation_trace_arrivals),
       cmocka_unit_test(test_artifact_and_serve_trace),
       cmocka_unit_test(test_plot),
+      cmocka_unit_test(test_plot_odd_directory_name),
       cmocka_unit_test(test_bench_moe_layer),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
