@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 #include "figures.h"
@@ -571,6 +572,7 @@ int eldr_cmd_sim(int argc, char **argv) {
   if (a.plot_dir) {
     char title[256];
     snprintf(title, sizeof title, "%s, %s on %s, %zuP%zuD", o.src_name, lm.model, lm.hardware, a.P, a.D);
+    if (mkdir(a.plot_dir, 0777) && errno != EEXIST) cli_fail(cmd, "--plot: cannot create '%s'", a.plot_dir);
     rc = fig_sim(a.plot_dir, rows, nrows, vs, nv, a.rates, a.nrates, a.taus, a.ntaus, a.vanilla,
                  title, &d);
     if (rc) /* the table is out: a missing figure does not fail the run */

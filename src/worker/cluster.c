@@ -1,0 +1,370 @@
+/* cluster.c — the local-cluster supervisor of `eldr demo` (see
+ * eldr/cluster.h): children in one process group, readiness by their
+ * "listening on" line, /metrics read with the router's HTTP client. */
+#include "eldr/cluster.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <event2/util.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "eldr/child.h"
+#include "serve/upstream.h"
+
+#define MAX_CHILDREN (2 * ELDR_CLUSTER_MAX_WORKERS + 8)
+
+struct eldr_cluster {
+  char exe[PATH_MAX];
+  char *log_path;
+  const volatile int *stop;
+  volatile pid_t pgid; /* read by eldr_cluster_kill_async */
+  pid_t children[MAX_CHILDREN];
+  size_t n;
+  char urls[2][ELDR_CLUSTER_MAX_WORKERS][48]; /* prefill, decode worker URLs */
+  size_t n_urls[2];
+};
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int stopping(const eldr_cluster *c) { return c->stop && *c->stop; }
+
+int eldr_cluster_new(const char *exe, const char *log_path, const volatile int *stop,
+                     eldr_cluster **out, eldr_diag *d) {
+  eldr_cluster *c = calloc(1, sizeof *c);
+  if (!c) return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
+  if (exe) {
+    if (strlen(exe) >= sizeof c->exe) {
+      free(c);
+      return eldr_diag_fail(d, ELDR_EINVAL, "program path too long");
+    }
+    snprintf(c->exe, sizeof c->exe, "%s", exe);
+  } else {
+    ssize_t el = readlink("/proc/self/exe", c->exe, sizeof c->exe - 1);
+    if (el <= 0) {
+      free(c);
+      return eldr_diag_fail(d, ELDR_EIO, "cannot find this program's path (/proc/self/exe)");
+    }
+    c->exe[el] = 0;
+  }
+  if (log_path && !(c->log_path = strdup(log_path))) {
+    free(c);
+    return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
+  }
+  c->stop = stop;
+  *out = c;
+  return 0;
+}
+
+void eldr_cluster_kill_async(eldr_cluster *c, int sig) {
+  if (c && c->pgid > 0) kill(-c->pgid, sig);
+}
+
+static void forget(eldr_cluster *c, pid_t pid) {
+  for (size_t i = 0; i < c->n; i++)
+    if (c->children[i] == pid) {
+      c->children[i] = c->children[--c->n];
+      break;
+    }
+  if (!c->n) c->pgid = 0; /* the group is gone with its last member */
+}
+
+void eldr_cluster_stop_all(eldr_cluster *c) {
+  if (!c) return;
+  eldr_cluster_kill_async(c, SIGTERM);
+  while (c->n) {
+    pid_t pid = c->children[c->n - 1];
+    eldr_child_stop(pid, 5);
+    forget(c, pid);
+  }
+  c->n_urls[0] = c->n_urls[1] = 0;
+}
+
+void eldr_cluster_free(eldr_cluster *c) {
+  if (!c) return;
+  eldr_cluster_stop_all(c);
+  free(c->log_path);
+  free(c);
+}
+
+/* Fork `eldr <args...>` into the group; stdout to out_fd (>= 0; other_fd
+ * closed in the child) or out_path (NULL: /dev/null). */
+static int fork_child(eldr_cluster *c, char *const args[], int out_fd, int other_fd,
+                      const char *out_path, pid_t *pid, eldr_diag *d) {
+  if (c->n == MAX_CHILDREN) return eldr_diag_fail(d, ELDR_EINVAL, "too many processes");
+  char *argv[64];
+  size_t n = 0;
+  argv[n++] = c->exe;
+  for (size_t i = 0; args[i]; i++) {
+    if (n + 1 >= sizeof argv / sizeof argv[0]) return eldr_diag_fail(d, ELDR_EINVAL, "too many arguments");
+    argv[n++] = args[i];
+  }
+  argv[n] = NULL;
+  eldr_child_opts o;
+  eldr_child_opts_default(&o);
+  o.stdout_fd = out_fd;
+  o.close_fd = other_fd;
+  o.stdout_path = out_path;
+  o.stdout_null = 1;
+  o.stderr_path = c->log_path;
+  o.pgid = c->pgid > 0 ? c->pgid : 0;
+  o.pdeath_signal = SIGTERM;
+  o.default_signals = 1;
+  int rc = eldr_child_spawn(argv, &o, pid, NULL, d);
+  if (rc) return rc;
+  if (c->pgid <= 0) c->pgid = *pid;
+  c->children[c->n++] = *pid;
+  return 0;
+}
+
+int eldr_cluster_spawn(eldr_cluster *c, char *const args[], double timeout_s, char *line,
+                       size_t cap, eldr_diag *d) {
+  int pfd[2];
+  if (pipe(pfd) < 0) return eldr_diag_fail(d, ELDR_EIO, "pipe: %s", strerror(errno));
+  fcntl(pfd[0], F_SETFD, FD_CLOEXEC);
+  fcntl(pfd[1], F_SETFD, FD_CLOEXEC);
+  pid_t pid;
+  int rc = fork_child(c, args, pfd[1], pfd[0], NULL, &pid, d);
+  close(pfd[1]);
+  if (rc) {
+    close(pfd[0]);
+    return rc;
+  }
+  size_t n = 0;
+  char buf[512];
+  line[0] = 0;
+  double deadline = now_s() + timeout_s;
+  int found = 0;
+  while (!found && !stopping(c)) {
+    double left = deadline - now_s();
+    if (left <= 0) break;
+    struct pollfd p = {pfd[0], POLLIN, 0};
+    int pr = poll(&p, 1, (int)(left * 1000) + 1);
+    if (pr < 0 && errno == EINTR) continue;
+    if (pr <= 0) break;
+    char ch;
+    ssize_t k = read(pfd[0], &ch, 1);
+    if (k < 0 && errno == EINTR) continue;
+    if (k != 1) break;
+    if (ch != '\n') {
+      if (n + 1 < sizeof buf) buf[n++] = ch;
+      continue;
+    }
+    buf[n] = 0;
+    if (strstr(buf, "listening on")) {
+      snprintf(line, cap, "%s", buf);
+      found = 1;
+    }
+    n = 0;
+  }
+  close(pfd[0]);
+  if (!found) {
+    eldr_child_stop(pid, 5);
+    forget(c, pid);
+    return eldr_diag_fail(d, ELDR_EIO, "eldr %s did not start (see %s)", args[0],
+                          c->log_path ? c->log_path : "its stderr");
+  }
+  return 0;
+}
+
+int eldr_cluster_run(eldr_cluster *c, char *const args[], const char *out_path, int *code,
+                     eldr_diag *d) {
+  pid_t pid;
+  int rc = fork_child(c, args, -1, -1, out_path, &pid, d);
+  if (rc) return rc;
+  rc = eldr_child_wait(pid, -1, code);
+  forget(c, pid);
+  return rc ? eldr_diag_fail(d, ELDR_EIO, "eldr %s: lost the child", args[0]) : 0;
+}
+
+int eldr_cluster_up(eldr_cluster *c, const eldr_cluster_spec *s, char *target, size_t cap,
+                    eldr_diag *d) {
+  if (s->n_prefill < 1 || s->n_prefill > ELDR_CLUSTER_MAX_WORKERS || s->n_decode < 1 ||
+      s->n_decode > ELDR_CLUSTER_MAX_WORKERS)
+    return eldr_diag_fail(d, ELDR_EINVAL, "1..%d workers of each role", ELDR_CLUSTER_MAX_WORKERS);
+  char scalebuf[32], seqbuf[32], seedbuf[32];
+  snprintf(scalebuf, sizeof scalebuf, "%g", s->time_scale);
+  snprintf(seqbuf, sizeof seqbuf, "%zu", s->max_num_seqs);
+  snprintf(seedbuf, sizeof seedbuf, "%llu", (unsigned long long)s->seed);
+  double wt = s->worker_timeout_s > 0 ? s->worker_timeout_s : 60;
+  double rt = s->router_timeout_s > 0 ? s->router_timeout_s : 30;
+  c->n_urls[0] = c->n_urls[1] = 0;
+  for (int role = 0; role < 2; role++) {
+    size_t n = role ? s->n_decode : s->n_prefill;
+    for (size_t i = 0; i < n; i++) {
+      char line[512];
+      char *args[] = {"worker", "--role", role ? "decode" : "prefill", "--model", (char *)s->model,
+                      "--hardware", (char *)s->hardware, "--trace", (char *)s->trace_path, "--port",
+                      "0", "--time-scale", scalebuf, "--max-num-seqs", seqbuf, NULL};
+      int rc = eldr_cluster_spawn(c, args, wt, line, sizeof line, d);
+      if (rc)
+        return eldr_diag_fail(d, rc, "a %s worker did not start (see %s)",
+                              role ? "decode" : "prefill", c->log_path ? c->log_path : "stderr");
+      const char *u = strstr(line, "http://");
+      if (!u) return eldr_diag_fail(d, ELDR_EPARSE, "unexpected worker output: %s", line);
+      snprintf(c->urls[role][i], sizeof c->urls[role][i], "%.*s", (int)strcspn(u, " "), u);
+      c->n_urls[role] = i + 1;
+    }
+  }
+  char *sargs[2 * 2 * ELDR_CLUSTER_MAX_WORKERS + 16];
+  size_t na = 0;
+  sargs[na++] = "serve";
+  for (size_t i = 0; i < s->n_prefill; i++) sargs[na++] = "--prefill", sargs[na++] = c->urls[0][i];
+  for (size_t i = 0; i < s->n_decode; i++) sargs[na++] = "--decode", sargs[na++] = c->urls[1][i];
+  sargs[na++] = "--artifact";
+  sargs[na++] = (char *)s->artifact_path;
+  sargs[na++] = "--policy";
+  sargs[na++] = (char *)s->policy;
+  sargs[na++] = "--seed";
+  sargs[na++] = seedbuf;
+  sargs[na++] = "--port";
+  sargs[na++] = "0";
+  sargs[na++] = "--quiet";
+  sargs[na] = NULL;
+  char line[512];
+  int rc = eldr_cluster_spawn(c, sargs, rt, line, sizeof line, d);
+  if (rc)
+    return eldr_diag_fail(d, rc, "the router did not start (see %s)",
+                          c->log_path ? c->log_path : "stderr");
+  const char *hp = strstr(line, "127.0.0.1:");
+  if (!hp) return eldr_diag_fail(d, ELDR_EPARSE, "unexpected router output: %s", line);
+  snprintf(target, cap, "http://127.0.0.1:%d", atoi(hp + 10));
+  return 0;
+}
+
+/* ---- /metrics over the router's HTTP client ---------------------------- */
+
+#define SCRAPE_MAX (4u << 20)
+
+typedef struct scrape {
+  struct event_base *base;
+  char *buf;
+  size_t n, cap;
+  int status, done, err, too_big;
+} scrape;
+
+static void on_head(void *arg, int status, const char *ctype) {
+  (void)ctype;
+  ((scrape *)arg)->status = status;
+}
+
+static void on_data(void *arg, const char *p, size_t n) {
+  scrape *s = arg;
+  if (s->too_big) return;
+  if (s->n + n + 1 > s->cap) {
+    size_t nc = s->cap ? s->cap : 1 << 16;
+    while (nc < s->n + n + 1) nc *= 2;
+    char *nb = nc <= SCRAPE_MAX ? realloc(s->buf, nc) : NULL;
+    if (!nb) {
+      s->too_big = 1;
+      return;
+    }
+    s->buf = nb;
+    s->cap = nc;
+  }
+  memcpy(s->buf + s->n, p, n);
+  s->n += n;
+  s->buf[s->n] = 0;
+}
+
+static void on_done(void *arg, int err) {
+  scrape *s = arg;
+  s->done = 1;
+  s->err = err;
+  event_base_loopbreak(s->base);
+}
+
+/* The value after the first sample of metric name (its "{" labels or a space). */
+static int metric_value(const char *text, const char *name, double *v) {
+  size_t ln = strlen(name);
+  for (const char *q = strstr(text, name); q; q = strstr(q + 1, name)) {
+    if (q != text && q[-1] != '\n') continue;
+    if (q[ln] != '{' && q[ln] != ' ') continue;
+    const char *sp = strchr(q + ln, ' ');
+    if (!sp) return -1;
+    char *end = NULL;
+    *v = strtod(sp + 1, &end);
+    return end == sp + 1 ? -1 : 0;
+  }
+  return -1;
+}
+
+int eldr_cluster_scrape(const char *url, double timeout_s, eldr_decode_counters *acc,
+                        eldr_diag *d) {
+  const char *hp = strncmp(url, "http://", 7) ? NULL : url + 7;
+  char hostport[128];
+  if (!hp || (size_t)snprintf(hostport, sizeof hostport, "%.*s", (int)strcspn(hp, "/"), hp) >=
+                 sizeof hostport)
+    return eldr_diag_fail(d, ELDR_EINVAL, "'%s' is not http://host:port", url);
+  struct sockaddr_storage ss;
+  int len = (int)sizeof ss;
+  if (evutil_parse_sockaddr_port(hostport, (struct sockaddr *)&ss, &len) < 0)
+    return eldr_diag_fail(d, ELDR_EINVAL, "'%s' is not http://host:port", url);
+  scrape s = {0};
+  s.base = event_base_new();
+  eldr__up *u = s.base ? eldr__up_new(s.base, (struct sockaddr *)&ss, (socklen_t)len) : NULL;
+  if (!u) {
+    if (s.base) event_base_free(s.base);
+    return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
+  }
+  eldr__up_set_connect_timeout(u, timeout_s);
+  char req[256];
+  int rl = snprintf(req, sizeof req,
+                    "GET /metrics HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", hostport);
+  struct iovec iov = {req, (size_t)rl};
+  const eldr__up_cbs cbs = {on_head, on_data, on_done};
+  int rc = eldr__up_request(u, &iov, 1, &cbs, &s);
+  if (!rc) {
+    struct timeval tv = {(time_t)timeout_s, (suseconds_t)((timeout_s - (double)(time_t)timeout_s) * 1e6)};
+    event_base_loopexit(s.base, &tv);
+    event_base_dispatch(s.base);
+    if (!s.done) {
+      eldr__up_abort(u);
+      rc = eldr_diag_fail(d, ELDR_ETIMEOUT, "%s/metrics: no reply within %g s", url, timeout_s);
+    } else if (s.err) {
+      rc = eldr_diag_fail(d, s.err, "%s/metrics: %s", url, eldr_strerror(s.err));
+    } else if (s.status != 200 || s.too_big || !s.buf) {
+      rc = eldr_diag_fail(d, ELDR_EIO, "%s/metrics: status %d%s", url, s.status,
+                          s.too_big ? ", reply too large" : "");
+    }
+  }
+  eldr__up_free(u);
+  event_base_free(s.base);
+  static const char *names[4] = {"eldr_worker_decode_steps_total", "eldr_worker_decode_batch_sum",
+                                 "eldr_worker_decode_union_experts_sum",
+                                 "eldr_worker_decode_token_seconds_sum"};
+  double v[4];
+  for (int i = 0; !rc && i < 4; i++)
+    if (metric_value(s.buf, names[i], &v[i]))
+      rc = eldr_diag_fail(d, ELDR_EPARSE, "%s/metrics: no %s", url, names[i]);
+  free(s.buf);
+  if (rc) return rc;
+  acc->steps += v[0];
+  acc->batch_sum += v[1];
+  acc->union_sum += v[2];
+  acc->token_s += v[3];
+  return 0;
+}
+
+int eldr_cluster_scrape_decoders(eldr_cluster *c, double timeout_s, eldr_decode_counters *out,
+                                 eldr_diag *d) {
+  memset(out, 0, sizeof *out);
+  int rc = 0;
+  for (size_t i = 0; i < c->n_urls[1]; i++) {
+    int r = eldr_cluster_scrape(c->urls[1][i], timeout_s, out, d);
+    if (r && !rc) rc = r;
+  }
+  return rc;
+}
