@@ -85,6 +85,11 @@ typedef struct eldr_loadgen_result {
 int eldr_loadgen_run(const eldr_loadgen_config *c, eldr_loadgen_result *r, eldr_diag *d);
 void eldr_loadgen_result_free(eldr_loadgen_result *r);
 
+/* Check a target the way eldr_loadgen_run parses it (http://host[:port]
+ * [/prefix]): 0 or ELDR_EINVAL with d naming it. For callers that validate
+ * flags before starting anything. */
+int eldr_loadgen_target_check(const char *target, eldr_diag *d);
+
 /* Summary of the ok requests. Percentiles interpolate linearly between order
  * statistics; NaN when there is no sample. */
 typedef struct eldr_loadgen_summary {

@@ -40,7 +40,7 @@ static void usage(FILE *f) {
           "  --timeout S       per-request inactivity timeout (default 60)\n"
           "  --drain S         wait this long for open requests after the last arrival (default 60)\n"
           "  --json            one JSON object on stdout instead of the table\n"
-          "  --help            this text\n");
+          "  -h, --help        this text\n");
 }
 
 static void progress(void *ctx, size_t sent, size_t done, double el) {
@@ -72,7 +72,7 @@ int eldr_bench_load(int argc, char **argv) {
   };
   cli_getopt_reset();
   int o;
-  while ((o = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+  while ((o = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
     switch (o) {
     case 'u': c.target = optarg; break;
     case 't': trace_path = optarg; break;
@@ -99,6 +99,8 @@ int eldr_bench_load(int argc, char **argv) {
   if (!c.target) cli_usage_error(CMD, "--target is required (e.g. http://127.0.0.1:8000)");
   if (!trace_path) cli_usage_error(CMD, "--trace is required");
   eldr_diag d = {{0}};
+  if (eldr_loadgen_target_check(c.target, NULL))
+    cli_usage_error(CMD, "--target: '%s' is not an http://host[:port] URL", c.target);
   eldr_trace *t = NULL;
   int rc = eldr_trace_load(trace_path, &t, &d);
   if (rc < 0) cli_fail(CMD, "--trace: %s", eldr_diag_msg(&d, rc));

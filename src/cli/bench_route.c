@@ -37,7 +37,8 @@ static void usage(FILE *f) {
           "  --decoders N     decode workers = centroids (default 8)\n"
           "  --mask-layers N  layers in the artifact's layer mask, evenly spread (default: all)\n"
           "  --iters N        timed repetitions (default 200)\n"
-          "  --seed N         (default 1)\n");
+          "  --seed N         (default 1)\n"
+          "  -h, --help       this text\n");
 }
 
 typedef struct stats {
@@ -68,7 +69,7 @@ int eldr_bench_route(int argc, char **argv) {
                                        {0, 0, 0, 0}};
   cli_getopt_reset();
   int o;
-  while ((o = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+  while ((o = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
     switch (o) {
     case 't': free(tokens); ntok = cli_parse_long_list(cmd, "--tokens", optarg, 1, 1 << 20, &tokens); break;
     case 'l': L = cli_parse_long(cmd, "--layers", optarg, 1, ELDR_MAX_LAYERS); break;

@@ -25,6 +25,7 @@
 #include "figures.h"
 #include "eldr/cluster.h"
 #include "eldr/fit.h"
+#include "eldr/latency.h"
 #include "eldr/loadgen.h"
 #include "eldr/plot.h"
 #include "eldr/trace.h"
@@ -147,7 +148,7 @@ static void usage(FILE *f) {
           "  --no-sim           do not run `eldr sim` for comparison\n"
           "  --plot FILE        write a bar chart with gnuplot (FILE ends in .png or .svg)\n"
           "  --keep             keep the work directory (traces, artifact, logs)\n"
-          "  --help             this text\n\n"
+          "  -h, --help         this text\n\n"
           "Ctrl-C stops every process the demo started.\n");
 }
 
@@ -265,6 +266,21 @@ static void parse_args(int argc, char **argv, demo *x) {
     if (x->npol < 8) x->pols[x->npol++] = known[k];
   }
   if (!x->npol) cli_usage_error(CMD, "--policies: empty list");
+  /* presets and the workload are flag values: checked before anything starts */
+  eldr_diag d = {{0}};
+  eldr_latency_model lm;
+  int rc = eldr_latency_preset(x->model ? x->model : "qwen3-30b-a3b", x->hardware, &lm, &d);
+  if (rc) cli_usage_error(CMD, "%s", eldr_diag_msg(&d, rc));
+  if (!x->trace_path) {
+    eldr_shape sh;
+    char canon[64];
+    eldr_tracegen *g = NULL;
+    rc = eldr_tracegen_model_shape(x->model ? x->model : "qwen3-30b-a3b", &sh, canon, sizeof canon, &d);
+    if (rc) cli_usage_error(CMD, "--model: %s", eldr_diag_msg(&d, rc));
+    rc = eldr_tracegen_new(&sh, canon, x->workload, x->seed, &g, &d);
+    if (rc) cli_usage_error(CMD, "--workload: %s", eldr_diag_msg(&d, rc));
+    eldr_tracegen_free(g);
+  }
   snprintf(x->dbuf, sizeof x->dbuf, "%ld", x->D);
   snprintf(x->seedbuf, sizeof x->seedbuf, "%llu", (unsigned long long)x->seed);
   snprintf(x->seqbuf, sizeof x->seqbuf, "%ld", x->max_seqs);

@@ -41,7 +41,7 @@ static void usage(FILE *f) {
           "  --sigcache-rows N     signature cache capacity in KV blocks, 0 = off (default 65536)\n"
           "  --seed N              seed for random/p2c and request ids (default 1)\n"
           "  --quiet               no log lines on stderr\n"
-          "  --help                this text\n");
+          "  -h, --help            this text\n");
 }
 
 static void log_stderr(void *ctx, const char *line) {
@@ -76,8 +76,8 @@ int eldr_cmd_serve(int argc, char **argv) {
   const char *config = NULL;
   cli_getopt_reset();
   int o;
-  while ((o = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
-    if (o == O_HELP) {
+  while ((o = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+    if (o == O_HELP || o == 'h') {
       usage(stdout);
       return 0;
     }
@@ -99,7 +99,7 @@ int eldr_cmd_serve(int argc, char **argv) {
   if (!ov) cli_fail(cmd, "out of memory");
 #define OV(key, value) json_object_set_new(ov, key, value)
   cli_getopt_reset();
-  while ((o = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+  while ((o = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
     int rc = 0;
     switch (o) {
     case O_PREFILL:

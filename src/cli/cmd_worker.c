@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "eldr/latency.h"
 #include "eldr/trace.h"
 #include "eldr/worker.h"
 
@@ -47,7 +48,7 @@ static void usage(FILE *f) {
           "                        nested lists) or v021-base64 (the same split, each an\n"
           "                        {encoding,dtype,shape,data} int16 object) or lists\n"
           "                        (vLLM PR #38939: whole sequence as nested lists)\n"
-          "  --help                this text\n\n"
+          "  -h, --help            this text\n\n"
           "On start it prints one line \"eldr worker: listening on http://HOST:PORT ...\" on\n"
           "stdout. SIGINT / SIGTERM stop it.\n");
 }
@@ -68,7 +69,7 @@ int eldr_cmd_worker(int argc, char **argv) {
       {"model", required_argument, 0, 'm'},
       {"hardware", required_argument, 0, 'H'},
       {"trace", required_argument, 0, 't'},
-      {"host", required_argument, 0, 'h'},
+      {"host", required_argument, 0, 'A'},
       {"port", required_argument, 0, 'p'},
       {"time-scale", required_argument, 0, 's'},
       {"kv-blocks", required_argument, 0, 'k'},
@@ -79,12 +80,12 @@ int eldr_cmd_worker(int argc, char **argv) {
       {"engine-id", required_argument, 0, 'e'},
       {"no-routed-experts", no_argument, 0, 'R'},
       {"routed-experts-layout", required_argument, 0, 'L'},
-      {"help", no_argument, 0, '?' + 256},
+      {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0},
   };
   cli_getopt_reset();
   int c;
-  while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
     switch (c) {
     case 'r':
       if (eldr_worker_role_parse(optarg, &cfg.role) < 0)
@@ -93,7 +94,7 @@ int eldr_cmd_worker(int argc, char **argv) {
     case 'm': cfg.model = optarg; break;
     case 'H': cfg.hardware = optarg; break;
     case 't': trace_path = optarg; break;
-    case 'h': cfg.host = optarg; break;
+    case 'A': cfg.host = optarg; break;
     case 'p': cfg.port = (uint16_t)cli_parse_long(CMD, "--port", optarg, 0, 65535); break;
     case 's': cfg.time_scale = cli_parse_double(CMD, "--time-scale", optarg, 1e-3, 1e4); break;
     case 'k': cfg.kv_blocks = (size_t)cli_parse_long(CMD, "--kv-blocks", optarg, 1, 1L << 24); break;
@@ -110,13 +111,17 @@ int eldr_cmd_worker(int argc, char **argv) {
         cli_usage_error(CMD, "--routed-experts-layout: '%s' is not npy, v021-lists, v021-base64 or lists",
                         optarg);
       break;
-    case '?' + 256: usage(stdout); return 0;
+    case 'h': usage(stdout); return 0;
     default: cli_bad_option(CMD, argc, argv, c);
     }
   }
   if (optind < argc) cli_usage_error(CMD, "unexpected argument '%s' (see --help)", argv[optind]);
 
   eldr_diag d = {{0}};
+  /* a bad --model/--hardware is a bad flag value (exit 2), found before anything starts */
+  eldr_latency_model lm;
+  int prc = eldr_latency_preset(cfg.model, cfg.hardware, &lm, &d);
+  if (prc) cli_usage_error(CMD, "%s", eldr_diag_msg(&d, prc));
   eldr_trace *trace = NULL;
   if (trace_path) {
     int rc = eldr_trace_load(trace_path, &trace, &d);

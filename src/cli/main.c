@@ -22,26 +22,38 @@ typedef struct command {
   const char *name;
   int (*fn)(int, char **);
   const char *summary;
+  const char *subs; /* "name\tsummary\n" lines of its subcommands, or NULL */
 } command;
 
 static void usage(FILE *f, const command *cmds, size_t n) {
   fprintf(f,
           "eldr — expert-locality-aware decode routing for PD-disaggregated MoE serving\n\n"
           "usage: eldr <command> [options]   (eldr <command> --help for details)\n\ncommands:\n");
-  for (size_t i = 0; i < n; i++)
+  for (size_t i = 0; i < n; i++) {
     fprintf(f, "  %-8s %s%s\n", cmds[i].name, cmds[i].summary, cmds[i].fn ? "" : " (not built)");
+    for (const char *p = cmds[i].subs; p && *p;) {
+      size_t tab = strcspn(p, "\t"), eol = strcspn(p, "\n");
+      fprintf(f, "    %s %-10.*s %.*s\n", cmds[i].name, (int)tab, p, (int)(eol - tab - 1), p + tab + 1);
+      p += eol + (p[eol] == '\n');
+    }
+  }
 }
 
 int main(int argc, char **argv) {
   const command cmds[] = {
-      {"fit", eldr_cmd_fit, "fit a routing artifact (signature, layer mask, balanced K-means)"},
-      {"rho", eldr_cmd_rho, "signature quality rho of a representation or artifact on a trace"},
-      {"trace", eldr_cmd_trace, "generate synthetic expert traces; trace statistics"},
-      {"sim", eldr_cmd_sim, "discrete-event xPyD cluster simulation of routing policies"},
-      {"serve", eldr_cmd_serve, "the HTTP router in front of prefill and decode workers"},
-      {"worker", eldr_cmd_worker, "an emulated vLLM-compatible MoE engine"},
-      {"demo", eldr_cmd_demo, "a local cluster: workers, router, load, per-policy results"},
-      {"bench", eldr_cmd_bench, "benchmarks (moe-layer, load)"},
+      {"fit", eldr_cmd_fit, "fit a routing artifact (signature, layer mask, balanced K-means)", NULL},
+      {"rho", eldr_cmd_rho, "signature quality rho of a representation or artifact on a trace", NULL},
+      {"trace", eldr_cmd_trace, "generate synthetic expert traces; trace statistics",
+       "gen\tgenerate a synthetic expert trace (JSONL)\n"
+       "stats\tstatistics of a trace: prefill->decode, distinct experts per batch, domains\n"},
+      {"sim", eldr_cmd_sim, "discrete-event xPyD cluster simulation of routing policies", NULL},
+      {"serve", eldr_cmd_serve, "the HTTP router in front of prefill and decode workers", NULL},
+      {"worker", eldr_cmd_worker, "an emulated vLLM-compatible MoE engine", NULL},
+      {"demo", eldr_cmd_demo, "a local cluster: workers, router, load, per-policy results", NULL},
+      {"bench", eldr_cmd_bench, "benchmarks",
+       "moe-layer\ta real MoE FFN layer on this CPU: latency vs active experts and batch\n"
+       "load\treplay a trace at a Poisson rate against an OpenAI-compatible endpoint\n"
+       "route\trouter-side cost of signature extraction plus decision\n"},
   };
   const size_t n = sizeof cmds / sizeof cmds[0];
   if (argc < 2) {

@@ -495,6 +495,33 @@ static void on_tick(evutil_socket_t fd, short what, void *arg) {
   }
 }
 
+/* "http://host[:port][/prefix]" into its parts (the prefix without trailing '/'). */
+static int parse_target(const char *target, char *host_out, size_t host_cap, int *port,
+                        char *prefix, size_t prefix_cap, eldr_diag *d) {
+  struct evhttp_uri *u = target ? evhttp_uri_parse(target) : NULL;
+  const char *scheme = u ? evhttp_uri_get_scheme(u) : NULL;
+  const char *host = u ? evhttp_uri_get_host(u) : NULL;
+  if (!u || !scheme || strcmp(scheme, "http") || !host || !*host) {
+    if (u) evhttp_uri_free(u);
+    return eldr_diag_fail(d, ELDR_EINVAL, "loadgen: target '%s' is not an http://host[:port] URL",
+                          target ? target : "");
+  }
+  snprintf(host_out, host_cap, "%s", host);
+  *port = evhttp_uri_get_port(u) > 0 ? evhttp_uri_get_port(u) : 80;
+  const char *path = evhttp_uri_get_path(u);
+  snprintf(prefix, prefix_cap, "%s", path ? path : "");
+  size_t pl = strlen(prefix);
+  while (pl && prefix[pl - 1] == '/') prefix[--pl] = 0;
+  evhttp_uri_free(u);
+  return 0;
+}
+
+int eldr_loadgen_target_check(const char *target, eldr_diag *d) {
+  char host[256], prefix[512];
+  int port;
+  return parse_target(target, host, sizeof host, &port, prefix, sizeof prefix, d);
+}
+
 int eldr_loadgen_run(const eldr_loadgen_config *c, eldr_loadgen_result *res, eldr_diag *d) {
   memset(res, 0, sizeof *res);
   if (!c || !c->target || !c->trace || c->trace->n == 0)
@@ -508,21 +535,9 @@ int eldr_loadgen_run(const eldr_loadgen_config *c, eldr_loadgen_result *res, eld
   lg g;
   memset(&g, 0, sizeof g);
   g.c = c;
-  struct evhttp_uri *u = evhttp_uri_parse(c->target);
-  const char *scheme = u ? evhttp_uri_get_scheme(u) : NULL;
-  const char *host = u ? evhttp_uri_get_host(u) : NULL;
-  if (!u || !scheme || strcmp(scheme, "http") || !host || !*host) {
-    if (u) evhttp_uri_free(u);
-    return eldr_diag_fail(d, ELDR_EINVAL, "loadgen: target '%s' is not an http://host[:port] URL",
-                          c->target);
-  }
-  snprintf(g.host, sizeof g.host, "%s", host);
-  g.port = evhttp_uri_get_port(u) > 0 ? evhttp_uri_get_port(u) : 80;
-  const char *path = evhttp_uri_get_path(u);
-  snprintf(g.path_prefix, sizeof g.path_prefix, "%s", path ? path : "");
-  size_t pl = strlen(g.path_prefix);
-  while (pl && g.path_prefix[pl - 1] == '/') g.path_prefix[--pl] = 0;
-  evhttp_uri_free(u);
+  int prc = parse_target(c->target, g.host, sizeof g.host, &g.port, g.path_prefix,
+                         sizeof g.path_prefix, d);
+  if (prc) return prc;
 
   g.range_first = c->first;
   g.range_n = c->count && c->first + c->count <= c->trace->n ? c->count : c->trace->n - c->first;

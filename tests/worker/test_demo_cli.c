@@ -68,7 +68,7 @@ static void test_usage_errors(void **state) {
   } cases[] = {
       {{"worker", "--role", "middle", NULL}, 2, "--role"},
       {{"worker", "--time-scale", "0", NULL}, 2, "--time-scale"},
-      {{"worker", "--model", "gpt-9", "--port", "0", NULL}, 1, "gpt-9"},
+      {{"worker", "--model", "gpt-9", "--port", "0", NULL}, 2, "gpt-9"},
       {{"worker", "--trace", "/nonexistent.jsonl", NULL}, 1, "--trace"},
       {{"worker", "--help", NULL}, 0, "--role"},
       {{"bench", "load", "--trace", "x.jsonl", NULL}, 2, "--target"},
