@@ -19,13 +19,7 @@ static char g_dir[64];
 static char g_out[1 << 16], g_err[1 << 16];
 
 static int run(const char *const *args) {
-  char ofile[128], efile[128];
-  snprintf(ofile, sizeof ofile, "%s/stdout", g_dir);
-  snprintf(efile, sizeof efile, "%s/stderr", g_dir);
-  int rc = eldr_test_run_args(ELDR_BINARY, args, ofile, efile);
-  eldr_test_read_into(ofile, g_out, sizeof g_out);
-  eldr_test_read_into(efile, g_err, sizeof g_err);
-  return rc;
+  return eldr_test_run_captured(ELDR_BINARY, g_dir, args, g_out, sizeof g_out, g_err, sizeof g_err);
 }
 
 static size_t lines(const char *s) {

@@ -23,13 +23,7 @@ static char g_trace[512];
 static char g_out[1 << 20], g_err[1 << 16];
 
 static int run(const char *const *args) {
-  char ofile[512], efile[512];
-  snprintf(ofile, sizeof ofile, "%s/stdout", g_dir);
-  snprintf(efile, sizeof efile, "%s/stderr", g_dir);
-  int rc = eldr_test_run_args(ELDR_BINARY, args, ofile, efile);
-  eldr_test_read_into(ofile, g_out, sizeof g_out);
-  eldr_test_read_into(efile, g_err, sizeof g_err);
-  return rc;
+  return eldr_test_run_captured(ELDR_BINARY, g_dir, args, g_out, sizeof g_out, g_err, sizeof g_err);
 }
 
 /* OLMoE-shaped (16 layers, 64 experts, top-8) trace: 2 domains, arrivals 10 ms apart. */

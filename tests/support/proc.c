@@ -81,3 +81,14 @@ void eldr_test_read_into(const char *path, char *buf, size_t cap) {
   buf[k] = '\0';
   if (f) fclose(f);
 }
+
+int eldr_test_run_captured(const char *binary, const char *dir, const char *const *args, char *out, size_t out_cap,
+                           char *err, size_t err_cap) {
+  char ofile[1024], efile[1024];
+  snprintf(ofile, sizeof ofile, "%s/stdout", dir);
+  snprintf(efile, sizeof efile, "%s/stderr", dir);
+  int rc = eldr_test_run_args(binary, args, ofile, efile);
+  eldr_test_read_into(ofile, out, out_cap);
+  eldr_test_read_into(efile, err, err_cap);
+  return rc;
+}

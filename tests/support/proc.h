@@ -19,6 +19,12 @@ int eldr_test_run(const char *const *argv, const char *out_path, const char *err
 int eldr_test_run_args(const char *binary, const char *const *args, const char *out_path,
                        const char *err_path);
 
+/* Run binary with args, its stdout and stderr through
+ * dir/stdout and dir/stderr (left there), into out and err (NUL-terminated,
+ * truncated). Returns what eldr_test_run returns. */
+int eldr_test_run_captured(const char *binary, const char *dir, const char *const *args, char *out, size_t out_cap,
+                           char *err, size_t err_cap);
+
 /* Read a whole file; NULL when it cannot be read. *len (optional) = bytes. */
 char *eldr_test_slurp(const char *path, size_t *len);
 
