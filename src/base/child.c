@@ -4,6 +4,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -18,7 +20,8 @@ void eldr_child_opts_default(eldr_child_opts *o) {
 }
 
 /* In the child, between fork and exec: async-signal-safe calls only. */
-_Noreturn static void child_exec(char *const argv[], const eldr_child_opts *o, const int in[2]) {
+_Noreturn static void child_exec(const char *path, char *const argv[], const eldr_child_opts *o,
+                                 const int in[2]) {
   if (o->pgid >= 0) setpgid(0, o->pgid);
   if (o->pdeath_signal > 0) prctl(PR_SET_PDEATHSIG, o->pdeath_signal);
   if (o->default_signals) {
@@ -54,8 +57,23 @@ _Noreturn static void child_exec(char *const argv[], const eldr_child_opts *o, c
   } else if (o->stderr_to_stdout) {
     dup2(1, 2);
   }
-  execvp(argv[0], argv);
+  execv(path, argv);
   _exit(127);
+}
+
+/* argv0 looked up on PATH (when it has no '/') into buf, in the parent:
+ * execvp is not async-signal-safe. Not found: argv0 itself (exec fails, 127). */
+static const char *resolve(const char *argv0, char *buf, size_t cap) {
+  if (strchr(argv0, '/')) return argv0;
+  const char *path = getenv("PATH");
+  if (!path) path = "/usr/local/bin:/usr/bin:/bin";
+  for (const char *p = path; *p;) {
+    size_t n = strcspn(p, ":");
+    int k = n ? snprintf(buf, cap, "%.*s/%s", (int)n, p, argv0) : snprintf(buf, cap, "./%s", argv0);
+    if (k > 0 && (size_t)k < cap && access(buf, X_OK) == 0) return buf;
+    p += n + (p[n] == ':');
+  }
+  return argv0;
 }
 
 int eldr_child_spawn(char *const argv[], const eldr_child_opts *o, pid_t *pid, int *stdin_fd,
@@ -67,6 +85,8 @@ int eldr_child_spawn(char *const argv[], const eldr_child_opts *o, pid_t *pid, i
   }
   if (!argv || !argv[0] || !pid || (o->stdin_pipe && !stdin_fd))
     return eldr_diag_fail(d, ELDR_EINVAL, "child: no program given");
+  char buf[4096];
+  const char *path = resolve(argv[0], buf, sizeof buf);
   int in[2] = {-1, -1};
   if (o->stdin_pipe) {
     if (pipe(in) < 0) return eldr_diag_fail(d, ELDR_EIO, "%s: pipe: %s", argv[0], strerror(errno));
@@ -83,7 +103,7 @@ int eldr_child_spawn(char *const argv[], const eldr_child_opts *o, pid_t *pid, i
     }
     return eldr_diag_fail(d, ELDR_EIO, "%s: fork: %s", argv[0], strerror(e));
   }
-  if (p == 0) child_exec(argv, o, in);
+  if (p == 0) child_exec(path, argv, o, in);
   /* both sides set the group, so it exists before either goes on */
   if (o->pgid >= 0) setpgid(p, o->pgid ? o->pgid : p);
   if (in[0] >= 0) {

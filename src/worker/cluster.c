@@ -104,7 +104,7 @@ void eldr_cluster_free(eldr_cluster *c) {
 static int fork_child(eldr_cluster *c, char *const args[], int out_fd, int other_fd,
                       const char *out_path, pid_t *pid, eldr_diag *d) {
   if (c->n == MAX_CHILDREN) return eldr_diag_fail(d, ELDR_EINVAL, "too many processes");
-  char *argv[64];
+  char *argv[4 * ELDR_CLUSTER_MAX_WORKERS + 32]; /* the router's: two per worker, a few more */
   size_t n = 0;
   argv[n++] = c->exe;
   for (size_t i = 0; args[i]; i++) {
