@@ -2,8 +2,12 @@
  * Only src/cli/ prints and exits. Every command is
  *   int eldr_cmd_<name>(int argc, char **argv)   (argv[0] = command name)
  * returning the process exit status. Parse flags with getopt_long after
- * calling cli_getopt_reset(), with an optstring that starts with ':'; report bad flags/values with cli_usage_error()
- * (one line naming the flag, exit status 2).
+ * calling cli_getopt_reset(), with an optstring that starts with ':' and has 'h'
+ * (-h and --help print the usage on stdout and exit 0); report bad flags/values
+ * with cli_usage_error() (one line naming the flag, exit status 2) before
+ * anything starts: no banner, no process, no file first. Library work goes
+ * through the library (sweep, cluster, plot); a command file parses flags,
+ * calls it and prints. tests/cli/test_cli_conventions.c checks every command.
  */
 #ifndef ELDR_CLI_H
 #define ELDR_CLI_H
