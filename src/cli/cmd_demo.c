@@ -34,7 +34,7 @@
 static const char *CMD = "demo";
 
 static volatile int g_stop = 0;
-static eldr_cluster *g_cluster; /* the children, for the signal handler and cleanup */
+static eldr_cluster *volatile g_cluster; /* the children, for the signal handler and cleanup */
 static char g_tmp[PATH_MAX];    /* the work directory */
 static int g_keep = 0;
 
@@ -51,8 +51,9 @@ static void on_signal(int sig) {
 }
 
 static void cleanup(void) {
-  eldr_cluster_free(g_cluster);
-  g_cluster = NULL;
+  eldr_cluster *c = g_cluster;
+  g_cluster = NULL; /* before the free: the signal handler must not see it freed */
+  eldr_cluster_free(c);
   if (!g_tmp[0] || g_keep) return;
   /* the work directory holds only plain files the demo wrote */
   DIR *dir = opendir(g_tmp);
@@ -574,8 +575,10 @@ int eldr_cmd_demo(int argc, char **argv) {
   snprintf(x.sim_path, sizeof x.sim_path, "%s/sim.json", g_tmp);
   fprintf(stderr, "eldr demo: work directory %s%s\n", g_tmp, g_keep ? " (kept)" : "");
   eldr_diag d = {{0}};
-  int rc = eldr_cluster_new(NULL, x.log_path, &g_stop, &g_cluster, &d);
+  eldr_cluster *c = NULL;
+  int rc = eldr_cluster_new(NULL, x.log_path, &g_stop, &c, &d);
   if (rc) demo_fail("%s", eldr_diag_msg(&d, rc));
+  g_cluster = c;
 
   make_splits(&x);
   fit_artifact(&x);
