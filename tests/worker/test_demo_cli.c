@@ -130,9 +130,25 @@ static void test_small_demo_runs_and_cleans_up(void **state) {
   static char out[1 << 16];
   char *argv[] = {(char *)bin(), "demo", "--model", "olmoe-1b-7b", "--fit-requests", "60",
                   "--eval-requests", "24", "--max-decode", "12", "--rate", "40", "--time-scale",
-                  "1", "--duration", "1.5", "--policies", "eldr,jsq", "--seed", "3", NULL};
+                  "1", "--duration", "1.5", "--policies", "eldr,jsq", "--seed", "3", "--plot",
+                  NULL, NULL};
+  /* the figure goes outside the work directory (which is removed) */
+  char fig[64];
+  snprintf(fig, sizeof fig, "/tmp/eldr-test-demo-%d.svg", (int)getpid());
+  argv[21] = fig;
   int st = run_capture(argv, out, sizeof out, 120);
   if (st != 0) fail_msg("demo exit %d: %s", st, out);
+  if (access("/usr/bin/gnuplot", X_OK) == 0 || access("/usr/local/bin/gnuplot", X_OK) == 0) {
+    FILE *ff = fopen(fig, "r");
+    char head[4096] = "";
+    size_t k = ff ? fread(head, 1, sizeof head - 1, ff) : 0;
+    head[k] = 0;
+    if (ff) fclose(ff);
+    unlink(fig);
+    if (!strstr(head, "<svg")) fail_msg("demo --plot %s: no SVG (%s)", fig, out);
+  } else {
+    assert_non_null(strstr(out, "gnuplot not found"));
+  }
   assert_non_null(strstr(out, "ELDR vs the best load balancer: TPOT p50"));
   assert_non_null(strstr(out, "eldr sim, same configuration:"));
   assert_non_null(strstr(out, "\neldr    ")); /* the table rows, not "eldr demo:" lines */
