@@ -98,6 +98,7 @@ static void test_bad_flags_and_values_exit_2(void **st) {
       {{"worker", "--model", "gpt-9"}, "gpt-9"},
       {{"worker", "--hardware", "tpu"}, "tpu"},
       {{"worker", "--role", "middle"}, "--role"},
+      {{"worker", "--routed-experts-layout", "bogus"}, "--routed-experts-layout"},
       {{"demo", "--bogus"}, "--bogus"},
       {{"demo", "--rate", "abc"}, "--rate"},
       {{"demo", "--model", "gpt-9"}, "gpt-9"},
