@@ -358,7 +358,7 @@ int main(int argc, char **argv) {
   char url[64];
   snprintf(url, sizeof url, "http://127.0.0.1:%d", f.port);
   eldr_serve_config c;
-  eldr_serve_config_init(&c);
+  eldr_serve_config_default(&c);
   c.port = 0;
   c.policy = policy;
   c.health_interval_s = 0;

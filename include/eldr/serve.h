@@ -63,7 +63,7 @@ typedef struct eldr_serve_config {
 } eldr_serve_config;
 
 /* Defaults (no workers). */
-void eldr_serve_config_init(eldr_serve_config *c);
+void eldr_serve_config_default(eldr_serve_config *c);
 void eldr_serve_config_free(eldr_serve_config *c);
 /* Deep copy (dst is overwritten, not freed first). 0 or ELDR_ENOMEM. */
 int eldr_serve_config_copy(eldr_serve_config *dst, const eldr_serve_config *src);

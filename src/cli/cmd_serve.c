@@ -85,7 +85,7 @@ int eldr_cmd_serve(int argc, char **argv) {
     if (o == '?' || o == ':') cli_bad_option(cmd, argc, argv, o);
   }
   eldr_serve_config c;
-  eldr_serve_config_init(&c);
+  eldr_serve_config_default(&c);
   eldr_diag d = {{0}};
   if (config) {
     int rc = eldr_serve_config_load(&c, config, &d);

@@ -17,7 +17,7 @@ static char *xstrdup(const char *s) {
   return p;
 }
 
-void eldr_serve_config_init(eldr_serve_config *c) {
+void eldr_serve_config_default(eldr_serve_config *c) {
   memset(c, 0, sizeof *c);
   c->host = xstrdup("127.0.0.1");
   c->port = 8000;

@@ -66,7 +66,7 @@ static char *make_artifact(const eldr_shape *s, const char *tag) {
 }
 
 static void base_cfg(eldr_serve_config *c) {
-  eldr_serve_config_init(c);
+  eldr_serve_config_default(c);
   c->health_interval_s = 0;
   c->header_timeout_s = 2;
   c->retries = 2;

@@ -305,7 +305,7 @@ static void test_splice_and_view(void **st) {
 static void test_config(void **st) {
   (void)st;
   eldr_serve_config c;
-  eldr_serve_config_init(&c);
+  eldr_serve_config_default(&c);
   eldr_diag d = {{0}};
   assert_int_equal(eldr_serve_config_validate(&c, &d), ELDR_EINVAL);
   assert_non_null(strstr(d.msg, "prefill"));
