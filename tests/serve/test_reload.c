@@ -34,7 +34,7 @@ static void file_cfg(eldr_serve_config *c, const char *path, const char *doc) {
   assert_non_null(f);
   fputs(doc, f);
   fclose(f);
-  eldr_serve_config_init(c);
+  eldr_serve_config_default(c);
   c->header_timeout_s = 2;
   eldr_diag d = {{0}};
   if (eldr_serve_config_load(c, path, &d)) fail_msg("%s", d.msg);
