@@ -5,6 +5,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
 scripts/deps.sh
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DELDR_WERROR=ON >/dev/null
 ninja -C "$BUILD"
 ctest --test-dir "$BUILD" --output-on-failure -j2

@@ -178,8 +178,8 @@ int eldr_serve_config_parse(eldr_serve_config *c, const char *json, size_t len, 
   const char *key;
   json_t *v;
   json_object_foreach(root, key, v) {
-    double x;
-    long long n;
+    double x = 0;     /* set by get_num/get_int on success; initialised so */
+    long long n = 0;  /* -O3's inliner sees no maybe-uninitialized path */
     if (!strcmp(key, "host")) rc = set_str(&c->host, v, key, d);
     else if (!strcmp(key, "artifact")) rc = json_is_null(v) ? (free(c->artifact), c->artifact = NULL, 0) : set_str(&c->artifact, v, key, d);
     else if (!strcmp(key, "port")) { if (!(rc = get_int(v, key, 0, 65535, &n, d))) c->port = (int)n; }
