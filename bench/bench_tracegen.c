@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "eldr/trace.h"
+#include "eldr/preset_files.h"
 #include "eldr/tracegen.h"
 #include "eldr/tracestats.h"
 

@@ -1,5 +1,6 @@
-/* eldr/artifact.h — the routing artifact (JSON): everything the online
- * router needs, fitted offline by `eldr fit`.
+/* eldr/artifact.h — the routing artifact file codec (JSON; format layer).
+ * The in-memory artifact and its validator are eldr/artifact_model.h (core
+ * layer), included here.
  *
  * {
  *   "format": "eldr-artifact", "version": 1,
@@ -31,56 +32,16 @@
  * range, NaN/inf, negative IDF, unnormalised centroid, bad mask), ELDR_EIO
  * (file), ELDR_ENOMEM.
  *
- * Ownership: an eldr_artifact owns its arrays; eldr_artifact_free() releases.
+ * Ownership: a parsed or loaded artifact belongs to the caller
+ * (eldr_artifact_free). Threads: any thread; no state.
  */
 #ifndef ELDR_ARTIFACT_H
 #define ELDR_ARTIFACT_H
 
 #include <stddef.h>
-#include <stdint.h>
 
-#include "eldr/counts.h"
+#include "eldr/artifact_model.h"
 #include "eldr/error.h"
-#include "eldr/signature.h"
-
-#define ELDR_ARTIFACT_VERSION 1
-
-typedef struct eldr_artifact {
-  int version;
-  char *model;          /* owned */
-  eldr_shape shape;
-  uint32_t *layer_ids;  /* owned, L entries */
-  eldr_repr repr;
-  int idf_enabled;
-  float *idf;           /* owned, L*E, NULL when IDF is off */
-  uint8_t *mask;        /* owned, L flags */
-  size_t k;             /* centroids = decoders */
-  size_t dim;           /* |mask| * E */
-  float *centroids;     /* owned, k*dim */
-  double tau;
-  /* fit metadata */
-  size_t fit_n;
-  uint64_t fit_seed;
-  double fit_rho;
-  int fit_balanced;
-  size_t *cluster_sizes; /* owned, k entries */
-  char *created;         /* owned, may be NULL */
-  char *trace;           /* owned, may be NULL */
-} eldr_artifact;
-
-/* Allocate an artifact with zeroed arrays for the given shape, k and mask
- * (copied); dim is derived. idf allocated when idf_enabled. NULL on error.
- * model NULL -> ""; layer_ids NULL -> 0..L-1; mask NULL -> all layers.
- * NULL also for an invalid shape, k == 0 or an empty mask. version is
- * ELDR_ARTIFACT_VERSION; tau, rho, seed and sizes start at 0. */
-eldr_artifact *eldr_artifact_new(const char *model, const eldr_shape *shape,
-                                 const uint32_t *layer_ids, eldr_repr repr, int idf_enabled,
-                                 const uint8_t *mask, size_t k);
-void eldr_artifact_free(eldr_artifact *a);
-
-/* Validate an in-memory artifact (same checks as load). Returns 0 or the
- * error of the first problem, with the field named in d. */
-int eldr_artifact_validate(const eldr_artifact *a, eldr_diag *d);
 
 /* Parse len bytes of JSON into a new validated artifact (*out, caller frees
  * with eldr_artifact_free; NULL on error). ELDR_EEMPTY for len == 0. */
@@ -95,8 +56,5 @@ char *eldr_artifact_dump(const eldr_artifact *a);
  * directory, fsync, rename). Validates first (errors as validate); ELDR_EIO
  * with the path and the system error when writing fails. */
 int eldr_artifact_save(const char *path, const eldr_artifact *a, eldr_diag *d);
-
-/* A sigspec borrowing the artifact's idf and mask. */
-void eldr_artifact_sigspec(const eldr_artifact *a, eldr_sigspec *spec);
 
 #endif

@@ -19,9 +19,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "eldr/artifact.h"
+#include "eldr/artifact_model.h"
 #include "eldr/quality.h"
-#include "eldr/trace.h"
+#include "eldr/trace_model.h"
 
 typedef enum { ELDR_FIT_AUTO = -1, ELDR_FIT_OFF = 0, ELDR_FIT_ON = 1 } eldr_fit_tristate;
 typedef enum { ELDR_FIT_LAYERS_AUTO = 0, ELDR_FIT_LAYERS_ALL, ELDR_FIT_LAYERS_LIST } eldr_fit_layers;

@@ -64,12 +64,11 @@ int eldr_latency_preset(const char *model, const char *hardware, eldr_latency_mo
 const char *eldr_latency_model_name(size_t i);
 const char *eldr_latency_hardware_name(size_t i);
 
-/* Override fields from a JSON file of {"field": number, ...} (field names as
+/* Override fields from a JSON text of {"field": number, ...} (field names as
  * in the struct; "model"/"hardware" take strings, "num_layers", "num_experts",
  * "top_k" set the shape). Unknown fields, non-numbers and negative values are
- * errors naming the field; m is unchanged on error. */
-int eldr_latency_load_overrides(const char *path, eldr_latency_model *m, eldr_diag *d);
-/* Same from an in-memory JSON text. */
+ * errors naming the field; m is unchanged on error. (From a file:
+ * eldr_latency_load_overrides, eldr/preset_files.h.) */
 int eldr_latency_parse_overrides(const char *json, size_t len, eldr_latency_model *m,
                                  eldr_diag *d);
 

@@ -101,8 +101,6 @@ typedef struct eldr_loadgen_summary {
 } eldr_loadgen_summary;
 int eldr_loadgen_summarize(const eldr_loadgen_result *r, eldr_loadgen_summary *s);
 
-/* p-th percentile (0..100) of v[0..n) (v is sorted in place). NaN if n == 0. */
-double eldr_percentile_sorted_inplace(double *v, size_t n, double p);
 
 /* The SSE checker used on every stream: one event (the bytes between two
  * blank lines, without them) at a time. A well-formed stream is events of

@@ -37,7 +37,7 @@
 #include "eldr/error.h"
 #include "eldr/latency.h"
 #include "eldr/policy.h"
-#include "eldr/trace.h"
+#include "eldr/trace_model.h"
 
 /* The recorded requests to serve, and what the router knows about them. */
 typedef struct eldr_sim_pool {
@@ -123,7 +123,5 @@ int eldr_sim_bitsets_build(const eldr_sim_pool *pool, uint64_t **bits, size_t **
 double eldr_sim_capacity(const eldr_sim_pool *pool, const eldr_latency_model *m,
                          const eldr_sim_config *c);
 
-/* Quantile q in [0,1] of v (n values, sorted in place), linear interpolation. */
-double eldr_sim_quantile(double *v, size_t n, double q);
 
 #endif

@@ -30,7 +30,7 @@
 
 #include "eldr/counts.h"
 #include "eldr/error.h"
-#include "eldr/trace.h"
+#include "eldr/trace_model.h"
 
 /* Model shape preset: "qwen3-30b-a3b", "gpt-oss-120b", "qwen3-235b-a22b",
  * "llama4-maverick", "olmoe-1b-7b", or "custom:L,E,K".
@@ -87,12 +87,10 @@ int eldr_tracegen_workload_validate(const eldr_tracegen_workload *w, eldr_diag *
 
 typedef struct eldr_tracegen eldr_tracegen;
 
-/* Build a generator for a model shape and workload ("task", "language", or
- * "custom:FILE" with a JSON workload description). model_name is written
- * into traces (NULL: "custom"); layer ids follow eldr_tracegen_layer_ids. */
-int eldr_tracegen_new(const eldr_shape *shape, const char *model_name, const char *workload,
-                      uint64_t seed, eldr_tracegen **out, eldr_diag *d);
-/* Same with an explicit workload (copied). */
+/* Build a generator for a model shape and a workload (copied). model_name
+ * is written into traces (NULL: "custom"); layer ids follow
+ * eldr_tracegen_layer_ids. (By workload name, "custom:FILE" included:
+ * eldr_tracegen_new, eldr/preset_files.h.) */
 int eldr_tracegen_new_workload(const eldr_shape *shape, const char *model_name,
                                const eldr_tracegen_workload *w, uint64_t seed,
                                eldr_tracegen **out, eldr_diag *d);

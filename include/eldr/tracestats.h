@@ -39,7 +39,7 @@
 #include <stdint.h>
 
 #include "eldr/error.h"
-#include "eldr/trace.h"
+#include "eldr/trace_model.h"
 
 enum { ELDR_BATCH_RANDOM = 0, ELDR_BATCH_DOMAIN, ELDR_BATCH_CLUSTER, ELDR_BATCH__COUNT };
 

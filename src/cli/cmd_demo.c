@@ -29,6 +29,7 @@
 #include "eldr/loadgen.h"
 #include "eldr/plot.h"
 #include "eldr/trace.h"
+#include "eldr/preset_files.h"
 #include "eldr/tracegen.h"
 
 static const char *CMD = "demo";

@@ -21,6 +21,7 @@
 #include "eldr/sim.h"
 #include "eldr/sweep.h"
 #include "eldr/trace.h"
+#include "eldr/preset_files.h"
 #include "eldr/tracegen.h"
 
 static const char SIM_HELP[] =

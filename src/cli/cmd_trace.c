@@ -16,6 +16,7 @@
 #include "eldr/fit.h"
 #include "eldr/signature.h"
 #include "eldr/trace.h"
+#include "eldr/preset_files.h"
 #include "eldr/tracegen.h"
 #include "eldr/tracestats.h"
 

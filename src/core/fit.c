@@ -7,7 +7,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "eldr/clock.h"
 #include "eldr/kmeans.h"
+#include "eldr/parallel.h"
 #include "eldr/rng.h"
 #include "eldr/signature.h"
 
@@ -41,11 +43,6 @@ void eldr_fit_shuffle(size_t *perm, size_t n, uint64_t seed) {
   }
 }
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* Gate sums of a request's prefill: out (L*E, zeroed here). */
 static void request_gate_sums(const eldr_trace *t, const eldr_request *r, float *out) {
@@ -93,51 +90,43 @@ typedef struct rho_jobs {
   size_t n_cand;
   uint8_t *masks;
   const eldr_fit_opts *o;
-  pthread_mutex_t lock;
-  size_t next, done;
+  pthread_mutex_t lock; /* guards done, rc, failed and progress */
+  size_t done;
   int rc;        /* first failure by candidate index */
   size_t failed; /* that candidate */
 } rho_jobs;
 
-static void *rho_worker(void *arg) {
+/* Score candidate c (a parallel-for task). */
+static void rho_task(void *arg, size_t c) {
   rho_jobs *j = arg;
   const size_t L = j->s->num_layers, LE = eldr_shape_cells(j->s);
-  for (;;) {
-    pthread_mutex_lock(&j->lock);
-    size_t c = j->next < j->n_cand ? j->next++ : j->n_cand;
-    pthread_mutex_unlock(&j->lock);
-    if (c == j->n_cand) return NULL;
-    eldr_fit_candidate *cd = &j->cand[c];
-    uint8_t *m = j->masks + c * L;
-    int rc = eldr_quality_greedy_mask(j->s, cd->repr, cd->idf ? j->idf : NULL, j->pre, j->gates,
-                                      j->decpat, LE, j->n, j->po, cd->steps, m, &cd->rho_mask,
-                                      &cd->rho_all);
-    if (rc == ELDR_EEMPTY) {
-      /* rho is undefined (e.g. every decode pattern or every signature
-       * distance is equal): keep all layers, rank this candidate last */
-      cd->rho_all = cd->rho_mask = NAN;
-      for (size_t l = 0; l < L; l++) cd->steps[l] = (eldr_mask_step){.layer = (int)l, .rho = NAN};
-      memset(m, 1, L);
-      rc = ELDR_OK;
-    }
-    pthread_mutex_lock(&j->lock);
-    if (rc && (!j->rc || c < j->failed)) {
-      j->rc = rc;
-      j->failed = c;
-    }
-    j->done++;
-    progress(j->o, "rho", j->done, j->n_cand);
-    pthread_mutex_unlock(&j->lock);
+  eldr_fit_candidate *cd = &j->cand[c];
+  uint8_t *m = j->masks + c * L;
+  int rc = eldr_quality_greedy_mask(j->s, cd->repr, cd->idf ? j->idf : NULL, j->pre, j->gates,
+                                    j->decpat, LE, j->n, j->po, cd->steps, m, &cd->rho_mask,
+                                    &cd->rho_all);
+  if (rc == ELDR_EEMPTY) {
+    /* rho is undefined (e.g. every decode pattern or every signature
+     * distance is equal): keep all layers, rank this candidate last */
+    cd->rho_all = cd->rho_mask = NAN;
+    for (size_t l = 0; l < L; l++) cd->steps[l] = (eldr_mask_step){.layer = (int)l, .rho = NAN};
+    memset(m, 1, L);
+    rc = ELDR_OK;
   }
+  pthread_mutex_lock(&j->lock);
+  if (rc && (!j->rc || c < j->failed)) {
+    j->rc = rc;
+    j->failed = c;
+  }
+  j->done++;
+  progress(j->o, "rho", j->done, j->n_cand);
+  pthread_mutex_unlock(&j->lock);
 }
 
 static int score_candidates(rho_jobs *j) {
   pthread_mutex_init(&j->lock, NULL);
   progress(j->o, "rho", 0, j->n_cand);
-  pthread_t tid;
-  int started = j->n_cand > 1 && pthread_create(&tid, NULL, rho_worker, j) == 0;
-  rho_worker(j);
-  if (started) pthread_join(tid, NULL);
+  eldr_parallel_for(j->n_cand, 2, rho_task, j);
   pthread_mutex_destroy(&j->lock);
   return j->rc;
 }
@@ -231,7 +220,7 @@ int eldr_fit(const eldr_trace *t, const eldr_fit_opts *o, eldr_artifact **out,
   eldr_pairs_opts po = {.max_pairs = o->max_pairs, .seed = o->seed ^ 0x5eedf17ULL};
   uint8_t *masks = calloc(n_repr * n_idf * L, 1);
   if (!masks) { rc = ELDR_ENOMEM; goto fail; }
-  double t0 = now_s();
+  double t0 = eldr_clock_now();
   for (size_t ri = 0; ri < n_repr; ri++) {
     for (size_t ii = 0; ii < n_idf; ii++) {
       eldr_fit_candidate *cd = &report->cand[report->n_cand];
@@ -267,7 +256,7 @@ int eldr_fit(const eldr_trace *t, const eldr_fit_opts *o, eldr_artifact **out,
     for (size_t l = 0; l < L; l++) ms += m[l] != 0;
     cd->mask_size = ms;
   }
-  report->seconds_rho = now_s() - t0;
+  report->seconds_rho = eldr_clock_now() - t0;
 
   /* rho of the mask the fit will actually use (all / list) */
   /* without any defined rho: the count representation, IDF as allowed */
@@ -321,9 +310,9 @@ int eldr_fit(const eldr_trace *t, const eldr_fit_opts *o, eldr_artifact **out,
                          .max_iter = o->max_iter, .seed = o->seed};
   eldr_kmeans_result kr;
   progress(o, "kmeans", 0, 1);
-  t0 = now_s();
+  t0 = eldr_clock_now();
   rc = eldr_kmeans_fit(sigs, n, dim, &ko, a->centroids, labels, sizes, &kr);
-  report->seconds_kmeans = now_s() - t0;
+  report->seconds_kmeans = eldr_clock_now() - t0;
   progress(o, "kmeans", 1, 1);
   if (rc) { eldr_diag_fail(d, rc, "K-means: %s", eldr_strerror(rc)); goto fail; }
   report->kmeans_objective = kr.objective;

@@ -13,12 +13,12 @@
 #include "eldr/kmeans.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "eldr/assign.h"
 #include "eldr/error.h"
+#include "eldr/parallel.h"
 #include "eldr/rng.h"
 
 #define KM_LANES 8
@@ -506,6 +506,9 @@ static void *run_restarts(void *arg) {
   return NULL;
 }
 
+/* Parallel-for task t: run restart_job t's share of the restarts. */
+static void restart_task(void *jobs, size_t t) { run_restarts((restart_job *)jobs + t); }
+
 int eldr_kmeans_fit(const float *x, size_t n, size_t dim, const eldr_kmeans_opts *opts,
                     float *centroids, int *labels, size_t *sizes, eldr_kmeans_result *res) {
   if (!opts || !x || !centroids || !labels || dim == 0) return ELDR_EINVAL;
@@ -543,14 +546,7 @@ int eldr_kmeans_fit(const float *x, size_t n, size_t dim, const eldr_kmeans_opts
     j->first = t;
     j->step = nt;
   }
-  pthread_t tid[KM_THREADS];
-  int started[KM_THREADS] = {0};
-  for (int t = 1; t < nt; t++) started[t] = pthread_create(&tid[t], NULL, run_restarts, &jobs[t]) == 0;
-  run_restarts(&jobs[0]);
-  for (int t = 1; t < nt; t++) {
-    if (started[t]) pthread_join(tid[t], NULL);
-    else run_restarts(&jobs[t]); /* no thread: run its share here */
-  }
+  eldr_parallel_for((size_t)nt, KM_THREADS, restart_task, jobs);
   rc = 0;
   for (int t = 0; t < nt; t++)
     if (jobs[t].rc) rc = jobs[t].rc;

@@ -254,43 +254,6 @@ out:
   return rc;
 }
 
-int eldr_latency_load_overrides(const char *path, eldr_latency_model *m, eldr_diag *d) {
-  if (!path) return eldr_diag_fail(d, ELDR_EINVAL, "latency overrides: NULL path");
-  FILE *f = fopen(path, "rb");
-  if (!f) return eldr_diag_fail(d, ELDR_EIO, "%s: cannot open", path);
-  char *buf = NULL;
-  size_t len = 0, cap = 0;
-  int rc = 0;
-  for (;;) {
-    if (len + 4096 > cap) {
-      cap = cap ? cap * 2 : 8192;
-      if (cap > (16u << 20)) {
-        rc = eldr_diag_fail(d, ELDR_ERANGE, "%s: larger than 16 MiB", path);
-        goto out;
-      }
-      char *nb = realloc(buf, cap);
-      if (!nb) {
-        rc = eldr_diag_fail(d, ELDR_ENOMEM, "%s: out of memory", path);
-        goto out;
-      }
-      buf = nb;
-    }
-    size_t got = fread(buf + len, 1, cap - len, f);
-    len += got;
-    if (got == 0) break;
-  }
-  if (ferror(f)) {
-    rc = eldr_diag_fail(d, ELDR_EIO, "%s: read error", path);
-    goto out;
-  }
-  rc = eldr_latency_parse_overrides(buf ? buf : "", len, m, d);
-  if (rc < 0) eldr_diag_prefix(d, "%s", path);
-out:
-  free(buf);
-  fclose(f);
-  return rc;
-}
-
 /* ---- the model ----------------------------------------------------------- */
 static inline double roofline(double bytes, double flops, const eldr_latency_model *m) {
   double tb = bytes / m->hbm_bw, tf = flops / m->peak_flops;

@@ -489,68 +489,6 @@ int eldr_tracegen_new_workload(const eldr_shape *shape, const char *model_name,
   return ELDR_OK;
 }
 
-static int read_file(const char *path, char **buf, size_t *len, eldr_diag *d) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return eldr_diag_fail(d, ELDR_EIO, "workload file '%s': cannot open", path);
-  size_t cap = 4096, n = 0;
-  char *b = malloc(cap);
-  if (!b) {
-    fclose(f);
-    return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
-  }
-  for (;;) {
-    if (n == cap) {
-      if (cap > (64u << 20)) {
-        free(b);
-        fclose(f);
-        return eldr_diag_fail(d, ELDR_ERANGE, "workload file '%s': larger than 64 MiB", path);
-      }
-      char *nb = realloc(b, cap * 2);
-      if (!nb) {
-        free(b);
-        fclose(f);
-        return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
-      }
-      b = nb;
-      cap *= 2;
-    }
-    size_t got = fread(b + n, 1, cap - n, f);
-    n += got;
-    if (got == 0) break;
-  }
-  int err = ferror(f);
-  fclose(f);
-  if (err) {
-    free(b);
-    return eldr_diag_fail(d, ELDR_EIO, "workload file '%s': read error", path);
-  }
-  *buf = b;
-  *len = n;
-  return 0;
-}
-
-int eldr_tracegen_new(const eldr_shape *shape, const char *model_name, const char *workload,
-                      uint64_t seed, eldr_tracegen **out, eldr_diag *d) {
-  if (out) *out = NULL;
-  if (!workload) return eldr_diag_fail(d, ELDR_EINVAL, "workload missing");
-  eldr_tracegen_workload w;
-  int rc;
-  if (!strncmp(workload, "custom:", 7)) {
-    char *buf = NULL;
-    size_t len = 0;
-    if ((rc = read_file(workload + 7, &buf, &len, d))) return rc;
-    rc = eldr_tracegen_workload_parse(buf, len, &w, d);
-    free(buf);
-    if (rc) {
-      eldr_diag_prefix(d, "%s", workload + 7);
-      return rc;
-    }
-  } else if ((rc = eldr_tracegen_workload_preset(workload, &w, d))) {
-    return rc;
-  }
-  return eldr_tracegen_new_workload(shape, model_name, &w, seed, out, d);
-}
-
 void eldr_tracegen_free(eldr_tracegen *g) {
   if (!g) return;
   free(g->dec_buf);

@@ -7,7 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "eldr/batch_union.h"
 #include "eldr/counts.h"
+#include "eldr/quantile.h"
 #include "eldr/rng.h"
 
 static const size_t k_default_sizes[] = {8, 16, 32, 64};
@@ -52,11 +54,6 @@ static int cmp_desc(const void *x, const void *y) {
   return (a < b) - (a > b);
 }
 
-static int cmp_asc(const void *x, const void *y) {
-  double a = *(const double *)x, b = *(const double *)y;
-  return (a > b) - (a < b);
-}
-
 double eldr_tracestats_top_share(const double *counts, size_t n, double frac) {
   if (n == 0) return NAN;
   double *v = malloc(n * sizeof *v);
@@ -89,29 +86,19 @@ static double layer_top10(const double *m, size_t L, size_t E) {
   return n ? acc / (double)n : NAN;
 }
 
-/* Quantile of a sorted array (linear interpolation). */
-static double quantile(const double *v, size_t n, double q) {
-  if (n == 0) return NAN;
-  double pos = q * (double)(n - 1);
-  size_t i = (size_t)pos;
-  if (i + 1 >= n) return v[n - 1];
-  double f = pos - (double)i;
-  return v[i] * (1 - f) + v[i + 1] * f;
-}
-
 static void lens_summary(double *v, size_t n, eldr_tracestats_lens *out) {
   memset(out, 0, sizeof *out);
   if (n == 0) {
     out->mean = out->median = out->p10 = out->p90 = NAN;
     return;
   }
-  qsort(v, n, sizeof *v, cmp_asc);
+  qsort(v, n, sizeof *v, eldr_cmp_double);
   double s = 0;
   for (size_t i = 0; i < n; i++) s += v[i];
   out->mean = s / (double)n;
-  out->median = quantile(v, n, 0.5);
-  out->p10 = quantile(v, n, 0.1);
-  out->p90 = quantile(v, n, 0.9);
+  out->median = eldr_quantile_sorted(v, n, 0.5);
+  out->p10 = eldr_quantile_sorted(v, n, 0.1);
+  out->p90 = eldr_quantile_sorted(v, n, 0.9);
   out->min = (uint32_t)v[0];
   out->max = (uint32_t)v[n - 1];
 }
@@ -119,7 +106,7 @@ static void lens_summary(double *v, size_t n, eldr_tracestats_lens *out) {
 /* Batch sampler state shared by the rules. */
 typedef struct batcher {
   const eldr_trace *t;
-  uint64_t *mark; /* L*W bitmap words (W = ceil(E/64)): experts seen this step */
+  eldr_union *un; /* the step's per-layer expert union */
   size_t steps;   /* decode steps per batch */
   size_t *cur;    /* per slot: request index (SIZE_MAX = idle) */
   uint32_t *pos;  /* per slot: next decode token */
@@ -153,14 +140,13 @@ static size_t pool_next(const eldr_trace *t, size_t *pool, size_t n, size_t *use
 static void batch_measure(batcher *b, size_t *pool, size_t n, size_t *used, size_t B,
                           eldr_rng *r) {
   const eldr_trace *t = b->t;
-  const size_t L = t->shape.num_layers, E = t->shape.num_experts, K = t->shape.top_k;
+  const size_t L = t->shape.num_layers, K = t->shape.top_k;
   for (size_t j = 0; j < B; j++) {
     b->cur[j] = pool[j];
     b->pos[j] = 0;
   }
-  const size_t W = (E + 63) / 64;
   for (size_t s = 0; s < b->steps; s++) {
-    memset(b->mark, 0, L * W * sizeof *b->mark);
+    eldr_union_clear(b->un);
     for (size_t j = 0; j < B; j++) {
       if (b->cur[j] == SIZE_MAX) continue;
       const eldr_request *q = &t->req[b->cur[j]];
@@ -170,18 +156,9 @@ static void batch_measure(batcher *b, size_t *pool, size_t n, size_t *used, size
         if (b->cur[j] == SIZE_MAX) continue;
         q = &t->req[b->cur[j]];
       }
-      const uint16_t *sel = q->decode + (size_t)b->pos[j]++ * L * K;
-      for (size_t l = 0; l < L; l++) {
-        uint64_t *mk = b->mark + l * W;
-        for (size_t k = 0; k < K; k++) {
-          uint16_t e = sel[l * K + k];
-          mk[e >> 6] |= 1ULL << (e & 63);
-        }
-      }
+      eldr_union_add_token(b->un, q->decode + (size_t)b->pos[j]++ * L * K);
     }
-    size_t distinct = 0;
-    for (size_t w = 0; w < L * W; w++) distinct += (size_t)__builtin_popcountll(b->mark[w]);
-    b->sum += (double)distinct;
+    b->sum += (double)eldr_union_count(b->un, NULL);
     b->samples += (double)L;
   }
 }
@@ -298,11 +275,12 @@ int eldr_tracestats_compute(const eldr_trace *t, const eldr_tracestats_opts *opt
   double *dom = calloc((D ? D : 1) * cells, sizeof *dom);
   size_t *members = malloc(n * sizeof *members);
   int *dom_labels = malloc(n * sizeof *dom_labels);
-  uint64_t *mark = calloc(L * ((E + 63) / 64), sizeof *mark);
+  eldr_union un;
+  if (eldr_union_init(&un, &t->shape)) un.bits = NULL;
   size_t **groups = NULL, *gsize = NULL;
   out->domain_count = calloc(D ? D : 1, sizeof *out->domain_count);
   out->batch = calloc(o.n_batch_sizes, sizeof *out->batch);
-  if (!cp || !cd || !corr || !lens || !all || !dom || !members || !dom_labels || !mark ||
+  if (!cp || !cd || !corr || !lens || !all || !dom || !members || !dom_labels || !un.bits ||
       !out->domain_count || !out->batch)
     goto done;
   out->n_requests = n;
@@ -337,13 +315,13 @@ int eldr_tracestats_compute(const eldr_trace *t, const eldr_tracestats_opts *opt
   }
   out->n_corr = nc;
   if (nc) {
-    qsort(corr, nc, sizeof *corr, cmp_asc);
+    qsort(corr, nc, sizeof *corr, eldr_cmp_double);
     double s = 0;
     for (size_t i = 0; i < nc; i++) s += corr[i];
     out->corr_mean = s / (double)nc;
-    out->corr_median = quantile(corr, nc, 0.5);
-    out->corr_p10 = quantile(corr, nc, 0.1);
-    out->corr_p90 = quantile(corr, nc, 0.9);
+    out->corr_median = eldr_quantile_sorted(corr, nc, 0.5);
+    out->corr_p10 = eldr_quantile_sorted(corr, nc, 0.1);
+    out->corr_p90 = eldr_quantile_sorted(corr, nc, 0.9);
   } else {
     out->corr_mean = out->corr_median = out->corr_p10 = out->corr_p90 = NAN;
   }
@@ -401,7 +379,7 @@ int eldr_tracestats_compute(const eldr_trace *t, const eldr_tracestats_opts *opt
   size_t max_b = 1;
   for (size_t bi = 0; bi < o.n_batch_sizes; bi++)
     if (o.batch_sizes[bi] > max_b) max_b = o.batch_sizes[bi];
-  batcher b = {.t = t, .mark = mark, .steps = o.steps};
+  batcher b = {.t = t, .un = &un, .steps = o.steps};
   if (!b.steps) b.steps = (size_t)llround(out->output.median);
   if (!b.steps) b.steps = 1;
   out->steps = b.steps;
@@ -463,7 +441,7 @@ int eldr_tracestats_compute(const eldr_trace *t, const eldr_tracestats_opts *opt
   free(b.pos);
   rc = ELDR_OK;
 done:
-  free(mark);
+  eldr_union_free(&un);
   free(dom_labels);
   free(members);
   free(dom);

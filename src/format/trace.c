@@ -26,7 +26,6 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -35,132 +34,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "eldr/grow.h"
+#include "eldr/parallel.h"
+
 #define MAX_DEPTH 64
 
-/* ------------------------------------------------------------------------ */
-/* trace object                                                              */
-
-static char *dup_str(const char *s) {
-  if (!s) s = "";
-  size_t n = strlen(s);
-  char *p = malloc(n + 1);
-  if (p) memcpy(p, s, n + 1);
-  return p;
-}
-
 static eldr_trace *trace_alloc_empty(void) { return calloc(1, sizeof(eldr_trace)); }
-
-eldr_trace *eldr_trace_new(const char *model, const eldr_shape *shape, const uint32_t *layer_ids) {
-  if (!shape || eldr_shape_validate(shape, NULL) != ELDR_OK) return NULL;
-  eldr_trace *t = trace_alloc_empty();
-  if (!t) return NULL;
-  t->model = dup_str(model);
-  t->layer_ids = malloc(sizeof(uint32_t) * shape->num_layers);
-  if (!t->model || !t->layer_ids) {
-    eldr_trace_free(t);
-    return NULL;
-  }
-  t->shape = *shape;
-  for (uint32_t l = 0; l < shape->num_layers; l++) t->layer_ids[l] = layer_ids ? layer_ids[l] : l;
-  return t;
-}
-
-static void request_release(eldr_request *r) {
-  free(r->id);
-  free(r->prompt);
-  free(r->prefill);
-  free(r->decode);
-  free(r->prefill_gates);
-}
-
-void eldr_trace_free(eldr_trace *t) {
-  if (!t) return;
-  for (size_t i = 0; i < t->n; i++) request_release(&t->req[i]);
-  free(t->req);
-  for (size_t i = 0; i < t->n_domains; i++) free(t->domains[i]);
-  free(t->domains);
-  free(t->layer_ids);
-  free(t->model);
-  free(t);
-}
-
-static int reserve_requests(eldr_trace *t) {
-  if (t->n < t->cap) return ELDR_OK;
-  size_t cap = t->cap ? t->cap * 2 : 16;
-  eldr_request *r = realloc(t->req, cap * sizeof *r);
-  if (!r) return ELDR_ENOMEM;
-  t->req = r;
-  t->cap = cap;
-  return ELDR_OK;
-}
-
-int eldr_trace_domain_intern(eldr_trace *t, const char *name) {
-  if (!t || !name) return ELDR_EINVAL;
-  for (size_t i = 0; i < t->n_domains; i++)
-    if (!strcmp(t->domains[i], name)) return (int)i;
-  if (t->n_domains >= (size_t)0x7fffffff) return ELDR_ERANGE;
-  char **nd = realloc(t->domains, (t->n_domains + 1) * sizeof *nd);
-  if (!nd) return ELDR_ENOMEM;
-  t->domains = nd;
-  char *s = dup_str(name);
-  if (!s) return ELDR_ENOMEM;
-  t->domains[t->n_domains] = s;
-  return (int)t->n_domains++;
-}
-
-static size_t row_elems(const eldr_shape *s) { return (size_t)s->num_layers * s->top_k; }
-
-int eldr_trace_append(eldr_trace *t, const char *id, const char *domain_name, const char *prompt,
-                      double arrival, const uint16_t *prefill, uint32_t n_prefill,
-                      const uint16_t *decode, uint32_t n_decode, const float *prefill_gates) {
-  if (!t || !id || t->shape.num_layers == 0) return ELDR_EINVAL;
-  if ((n_prefill && !prefill) || (n_decode && !decode)) return ELDR_EINVAL;
-  const size_t re = row_elems(&t->shape);
-  const size_t np = (size_t)n_prefill * re, nd = (size_t)n_decode * re;
-  for (size_t i = 0; i < np; i++)
-    if (prefill[i] >= t->shape.num_experts) return ELDR_ERANGE;
-  for (size_t i = 0; i < nd; i++)
-    if (decode[i] >= t->shape.num_experts) return ELDR_ERANGE;
-  if (reserve_requests(t)) return ELDR_ENOMEM;
-  eldr_request r = {0};
-  r.domain = -1;
-  r.arrival = arrival;
-  r.n_prefill = n_prefill;
-  r.n_decode = n_decode;
-  r.id = dup_str(id);
-  if (!r.id) goto oom;
-  if (prompt && !(r.prompt = dup_str(prompt))) goto oom;
-  if (np) {
-    if (!(r.prefill = malloc(np * sizeof(uint16_t)))) goto oom;
-    memcpy(r.prefill, prefill, np * sizeof(uint16_t));
-  }
-  if (nd) {
-    if (!(r.decode = malloc(nd * sizeof(uint16_t)))) goto oom;
-    memcpy(r.decode, decode, nd * sizeof(uint16_t));
-  }
-  if (prefill_gates) {
-    if (!(r.prefill_gates = malloc((np ? np : 1) * sizeof(float)))) goto oom;
-    if (np) memcpy(r.prefill_gates, prefill_gates, np * sizeof(float));
-  }
-  if (domain_name) {
-    int di = eldr_trace_domain_intern(t, domain_name);
-    if (di < 0) goto oom;
-    r.domain = di;
-  }
-  t->req[t->n] = r;
-  return (int)t->n++;
-oom:
-  request_release(&r);
-  return ELDR_ENOMEM;
-}
-
-void eldr_trace_request_counts(const eldr_trace *t, const eldr_request *r, int decode,
-                               uint32_t *out) {
-  memset(out, 0, eldr_shape_cells(&t->shape) * sizeof *out);
-  const uint16_t *sel = decode ? r->decode : r->prefill;
-  size_t n = decode ? r->n_decode : r->n_prefill;
-  if (n && sel) (void)eldr_counts_accumulate(&t->shape, sel, ELDR_SEL_U16, n, out, NULL);
-}
 
 /* ------------------------------------------------------------------------ */
 /* line parser                                                               */
@@ -967,7 +846,7 @@ static int parse_line_body(eldr_trace *t, const char *line, size_t len, lctx *c,
     rc = ELDR_ENOMEM;
     goto out;
   }
-  if ((rc = reserve_requests(t))) goto out;
+  if ((rc = eldr_trace_reserve(t, t->n + 1))) goto out;
   eldr_request r = {0};
   r.domain = -1;
   if (domain) {
@@ -1075,8 +954,7 @@ typedef struct half_job {
   int rc;
 } half_job;
 
-static void *parse_second_half(void *arg) {
-  half_job *j = arg;
+static void parse_second_half(half_job *j) {
   j->d.msg[0] = '\0';
   size_t lines = 0;
   for (const char *p = j->buf; (p = memchr(p, '\n', (size_t)(j->split - p))) != NULL; p++)
@@ -1084,7 +962,23 @@ static void *parse_second_half(void *arg) {
   lctx c = {NULL, j->src, j->first_lineno, j->first};
   j->rc = parse_line_impl(j->t, j->first, (size_t)(j->first_e - j->first), &c);
   if (j->rc == ELDR_OK) j->rc = parse_range(j->t, j->split, j->e, lines, j->src, &j->d);
-  return NULL;
+}
+
+/* The two halves as parallel-for tasks: 0 parses the first into t (errors
+ * in d), 1 the second into j->t (errors in j->d). */
+typedef struct halves {
+  half_job *j;
+  eldr_trace *t;
+  eldr_diag *d;
+  int rc;
+} halves;
+
+static void parse_half(void *arg, size_t i) {
+  halves *h = arg;
+  if (i == 1)
+    parse_second_half(h->j);
+  else
+    h->rc = parse_range(h->t, h->j->buf, h->j->split, 0, h->j->src, h->d);
 }
 
 /* Append b's requests after its first (the repeated first line) to a. */
@@ -1098,15 +992,9 @@ static int join_halves(eldr_trace *a, eldr_trace *b) {
       return ELDR_ENOMEM;
     }
   }
-  const size_t need = a->n + b->n - 1;
-  if (need > a->cap) {
-    eldr_request *r = realloc(a->req, need * sizeof *r);
-    if (!r) {
-      free(map);
-      return ELDR_ENOMEM;
-    }
-    a->req = r;
-    a->cap = need;
+  if (eldr_trace_reserve(a, a->n + b->n - 1)) {
+    free(map);
+    return ELDR_ENOMEM;
   }
   for (size_t i = 1; i < b->n; i++) {
     eldr_request r = b->req[i];
@@ -1144,13 +1032,9 @@ static int parse_buffer(const char *buf, size_t len, const char *src, eldr_trace
     }
   }
   if (j.first && (j.t = trace_alloc_empty()) != NULL) {
-    pthread_t th;
-    const bool threaded = pthread_create(&th, NULL, parse_second_half, &j) == 0;
-    rc = parse_range(t, buf, j.split, 0, src, d);
-    if (threaded)
-      pthread_join(th, NULL);
-    else if (rc == ELDR_OK)
-      parse_second_half(&j);
+    halves h = {.j = &j, .t = t, .d = d};
+    eldr_parallel_for(2, 2, parse_half, &h);
+    rc = h.rc;
     if (rc == ELDR_OK && j.rc != ELDR_OK) {
       rc = j.rc;
       if (d) *d = j.d;

@@ -6,6 +6,9 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "eldr/batch_union.h"
+#include "eldr/grow.h"
+#include "eldr/quantile.h"
 #include "eldr/rng.h"
 
 enum { EV_ARRIVAL = 0, EV_PREFILL_DONE, EV_KV_ARRIVE, EV_STEP_DONE, EV_WAKE, EV_PREFILL_WAKE };
@@ -27,13 +30,7 @@ static inline int ev_less(const event *a, const event *b) {
 }
 
 static int heap_push(heap *h, double t, uint32_t type, uint32_t id) {
-  if (h->n == h->cap) {
-    size_t nc = h->cap ? h->cap * 2 : 256;
-    event *nv = realloc(h->v, nc * sizeof *nv);
-    if (!nv) return ELDR_ENOMEM;
-    h->v = nv;
-    h->cap = nc;
-  }
+  if (h->n == h->cap && eldr_grow(&h->v, &h->cap, h->n + 1, sizeof *h->v, 256)) return ELDR_ENOMEM;
   event e = {t, h->seq++, type, id};
   size_t i = h->n++;
   while (i > 0) {
@@ -102,21 +99,6 @@ void eldr_sim_config_default(eldr_sim_config *c) {
   c->tau = 0.1;
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-double eldr_sim_quantile(double *v, size_t n, double q) {
-  if (n == 0) return NAN;
-  qsort(v, n, sizeof *v, cmp_double);
-  if (q <= 0) return v[0];
-  if (q >= 1) return v[n - 1];
-  double pos = q * (double)(n - 1);
-  size_t i = (size_t)pos;
-  double f = pos - (double)i;
-  return i + 1 < n ? v[i] * (1 - f) + v[i + 1] * f : v[i];
-}
 
 static uint64_t prefix_hash(const eldr_request *r) {
   /* the hash of the request's first block of prompt: the prompt text when the
@@ -177,12 +159,7 @@ int eldr_sim_bitsets_build(const eldr_sim_pool *pool, uint64_t **bits, size_t **
     o[i] = row;
     for (uint32_t tk = 0; tk < r->n_decode; tk++, row++) {
       uint64_t *tb = b + row * L * W;
-      const uint16_t *sel = r->decode + (size_t)tk * L * K;
-      for (size_t l = 0; l < L; l++)
-        for (size_t kk = 0; kk < K; kk++) {
-          uint16_t ex = sel[l * K + kk];
-          tb[l * W + (ex >> 6)] |= 1ULL << (ex & 63);
-        }
+      eldr_union_set_bits(tb, L, K, W, r->decode + (size_t)tk * L * K);
     }
   }
   *bits = b;
@@ -227,7 +204,8 @@ typedef struct simst {
   pworker *pw;
   dworker *dw;
   uint32_t *run_store, *ploads, *dloads, *uni, *perm, *copies, *bcount;
-  uint64_t *bits, *stamp, *phash;
+  eldr_union un;       /* the step's per-layer expert union */
+  uint64_t *stamp, *phash;
   uint64_t *tokbits;   /* precomputed per-token per-layer expert bitsets, or NULL */
   size_t *tokoff;      /* pool index -> first token's row in tokbits */
   double *tpot, *ttft;
@@ -295,28 +273,21 @@ static int start_step(simst *st, uint32_t k, double now) {
     x->run[x->nrun++] = (uint32_t)id;
   }
   if (x->nrun == 0) return 0;
-  const size_t L = st->L, K = st->K, W = st->W;
-  uint64_t *bits = st->bits;
-  memset(bits, 0, L * W * sizeof *bits);
+  const size_t L = st->L, K = st->K;
+  eldr_union_clear(&st->un);
   double ctx = 0;
   uint64_t stp = ++st->steps;
   st->token_steps += x->nrun;
-  const size_t LW = L * W;
+  const size_t LW = L * st->W;
   for (uint32_t j = 0; j < x->nrun; j++) {
     sreq *q = &st->rq[x->run[j]];
     uint32_t tok = q->pos + q->offset;
     if (tok >= q->n_decode) tok -= q->n_decode;
     if (st->tokbits) {
-      const uint64_t *tb = st->tokbits + (st->tokoff[q->pool_i] + tok) * LW;
-      for (size_t i = 0; i < LW; i++) bits[i] |= tb[i];
+      eldr_union_add_bits(&st->un, st->tokbits + (st->tokoff[q->pool_i] + tok) * LW);
     } else {
       const eldr_request *r = &st->tr->req[st->pool->idx[q->pool_i]];
-      const uint16_t *sel = r->decode + (size_t)tok * L * K;
-      for (size_t l = 0; l < L; l++) {
-        uint64_t *bl = bits + l * W;
-        const uint16_t *sl = sel + l * K;
-        for (size_t kk = 0; kk < K; kk++) bl[sl[kk] >> 6] |= 1ULL << (sl[kk] & 63);
-      }
+      eldr_union_add_token(&st->un, r->decode + (size_t)tok * L * K);
     }
     ctx += (double)q->n_prefill + (double)q->pos;
     if (st->stamp[q->pool_i] != stp) {
@@ -327,15 +298,7 @@ static int start_step(simst *st, uint32_t k, double now) {
   }
   for (uint32_t j = 0; j < x->nrun; j++)
     if (st->bcount[st->rq[x->run[j]].pool_i] > 1) st->dup_steps++;
-  uint64_t us = 0;
-  for (size_t l = 0; l < L; l++) {
-    uint32_t cnt = 0;
-    const uint64_t *bl = bits + l * W;
-    for (size_t w = 0; w < W; w++) cnt += (uint32_t)__builtin_popcountll(bl[w]);
-    st->uni[l] = cnt;
-    us += cnt;
-  }
-  st->union_sum += us;
+  st->union_sum += eldr_union_count(&st->un, st->uni);
   double lat = eldr_latency_step(st->m, x->nrun, st->uni, ctx);
   x->busy = 1;
   return heap_push(&st->h, now + lat, EV_STEP_DONE, k);
@@ -496,7 +459,7 @@ int eldr_sim_run(const eldr_sim_pool *pool, const eldr_latency_model *m, const e
   st->run_store = calloc(D * B, sizeof *st->run_store);
   st->ploads = calloc(P, sizeof *st->ploads);
   st->dloads = calloc(D, sizeof *st->dloads);
-  st->bits = calloc(st->L * st->W, sizeof *st->bits);
+  if (eldr_union_init(&st->un, &S)) st->un.bits = NULL;
   st->uni = calloc(st->L, sizeof *st->uni);
   st->perm = calloc(pool->n, sizeof *st->perm);
   st->copies = calloc(pool->n, sizeof *st->copies);
@@ -506,7 +469,7 @@ int eldr_sim_run(const eldr_sim_pool *pool, const eldr_latency_model *m, const e
   st->tpot = calloc(N, sizeof *st->tpot);
   st->ttft = calloc(N, sizeof *st->ttft);
   uint32_t *shuffle = calloc(pool->n, sizeof *shuffle);
-  if (!st->rq || !st->pw || !st->dw || !st->run_store || !st->ploads || !st->dloads || !st->bits ||
+  if (!st->rq || !st->pw || !st->dw || !st->run_store || !st->ploads || !st->dloads || !st->un.bits ||
       !st->uni || !st->perm || !st->copies || !st->bcount || !st->stamp || !st->phash || !st->tpot ||
       !st->ttft || !shuffle) {
     rc = eldr_diag_fail(d, ELDR_ENOMEM, "sim: out of memory");
@@ -644,10 +607,10 @@ int eldr_sim_run(const eldr_sim_pool *pool, const eldr_latency_model *m, const e
   for (size_t i = 0; i < st->n_tpot; i++) sum += st->tpot[i];
   res->tpot_mean = st->n_tpot ? sum / (double)st->n_tpot : NAN;
   res->tpot_min = st->n_tpot ? st->tpot_min : NAN;
-  res->tpot_p50 = eldr_sim_quantile(st->tpot, st->n_tpot, 0.5);
-  res->tpot_p99 = eldr_sim_quantile(st->tpot, st->n_tpot, 0.99);
-  res->ttft_p50 = eldr_sim_quantile(st->ttft, st->completed, 0.5);
-  res->ttft_p99 = eldr_sim_quantile(st->ttft, st->completed, 0.99);
+  res->tpot_p50 = eldr_quantile(st->tpot, st->n_tpot, 0.5);
+  res->tpot_p99 = eldr_quantile(st->tpot, st->n_tpot, 0.99);
+  res->ttft_p50 = eldr_quantile(st->ttft, st->completed, 0.5);
+  res->ttft_p99 = eldr_quantile(st->ttft, st->completed, 0.99);
   res->throughput_tok_s = res->makespan_s > 0 ? (double)st->tokens_out / res->makespan_s : 0;
   res->throughput_req_s = res->makespan_s > 0 ? (double)st->completed / res->makespan_s : 0;
   res->mean_batch = st->steps ? (double)st->token_steps / (double)st->steps : 0;
@@ -686,7 +649,7 @@ out:
   free(st->copies);
   free(st->perm);
   free(st->uni);
-  free(st->bits);
+  eldr_union_free(&st->un);
   free(st->dloads);
   free(st->ploads);
   free(st->run_store);

@@ -14,6 +14,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "eldr/clock.h"
+#include "eldr/grow.h"
+#include "eldr/quantile.h"
 #include "eldr/rng.h"
 
 void eldr_loadgen_config_default(eldr_loadgen_config *c) {
@@ -26,11 +29,6 @@ void eldr_loadgen_config_default(eldr_loadgen_config *c) {
   c->send_trace_id = 1;
 }
 
-static double mono(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 char *eldr_loadgen_prompt(const eldr_trace *t, size_t i) {
   const eldr_request *q = &t->req[i];
@@ -204,7 +202,7 @@ static void sse_event(lreq *q, const char *ev, size_t len) {
   uint32_t before = q->sse.tokens;
   eldr_sse_event(&q->sse, ev, len);
   if (q->sse.tokens > before) {
-    double now = mono();
+    double now = eldr_clock_now();
     if (!before) q->t_first = now;
     q->t_last = now;
   }
@@ -220,13 +218,7 @@ static void on_chunk(struct evhttp_request *req, void *arg) {
   struct evbuffer *in = evhttp_request_get_input_buffer(req);
   if (!q->g->c->stream || evhttp_request_get_response_code(req) != 200) {
     size_t n = evbuffer_get_length(in);
-    if (q->nbody + n + 1 > q->body_cap) {
-      size_t cap = (q->nbody + n + 1) * 2;
-      char *b = realloc(q->body, cap);
-      if (!b) return;
-      q->body = b;
-      q->body_cap = cap;
-    }
+    if (eldr_grow(&q->body, &q->body_cap, q->nbody + n + 1, 1, 256)) return;
     evbuffer_remove(in, q->body + q->nbody, n);
     q->nbody += n;
     q->body[q->nbody] = 0;
@@ -257,7 +249,7 @@ static void on_done(struct evhttp_request *req, void *arg) {
   lreq *q = arg;
   lg *g = q->g;
   eldr_loadgen_rec *r = &g->res->recs[q->idx];
-  double now = mono();
+  double now = eldr_clock_now();
   q->req = NULL;
   if (!req || evhttp_request_get_response_code(req) == 0) {
     if (!r->timed_out) set_error(r, "no response (connection refused, reset or timed out)");
@@ -404,23 +396,17 @@ static void send_one(lg *g) {
   char path[300];
   snprintf(path, sizeof path, "%s%s", g->path_prefix,
            c->chat ? "/v1/chat/completions" : "/v1/completions");
-  q->t_send = mono();
+  q->t_send = eldr_clock_now();
   r->send_s = q->t_send - g->t0;
-  if (g->open == g->open_cap) {
-    size_t cap = g->open_cap ? g->open_cap * 2 : 64;
-    lreq **o = realloc(g->open_reqs, cap * sizeof *o);
-    if (!o) {
-      set_error(r, "out of memory");
-      evhttp_request_free(q->req);
-      evhttp_connection_free(q->conn);
-      evbuffer_free(q->buf);
-      free(q);
-      g->res->failed++;
-      g->completed++;
-      return;
-    }
-    g->open_reqs = o;
-    g->open_cap = cap;
+  if (eldr_grow(&g->open_reqs, &g->open_cap, g->open + 1, sizeof *g->open_reqs, 64)) {
+    set_error(r, "out of memory");
+    evhttp_request_free(q->req);
+    evhttp_connection_free(q->conn);
+    evbuffer_free(q->buf);
+    free(q);
+    g->res->failed++;
+    g->completed++;
+    return;
   }
   g->open_reqs[g->open++] = q;
   if (evhttp_make_request(q->conn, q->req, EVHTTP_REQ_POST, path) != 0) {
@@ -437,7 +423,7 @@ static void on_arrival(evutil_socket_t fd, short what, void *arg) {
   (void)fd;
   (void)what;
   lg *g = arg;
-  double now = mono() - g->t0;
+  double now = eldr_clock_now() - g->t0;
   /* send every arrival that is due (timers may fire late under load) */
   while (!g->arrivals_over && g->next_arrival <= now) {
     send_one(g);
@@ -457,7 +443,7 @@ static void on_arrival(evutil_socket_t fd, short what, void *arg) {
 }
 
 static void schedule_arrival(lg *g) {
-  double wait = g->next_arrival - (mono() - g->t0);
+  double wait = g->next_arrival - (eldr_clock_now() - g->t0);
   if (wait < 0) wait = 0;
   struct timeval tv = {(time_t)wait, (suseconds_t)((wait - floor(wait)) * 1e6)};
   evtimer_add(g->arrival_ev, &tv);
@@ -484,7 +470,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg) {
   (void)fd;
   (void)what;
   lg *g = arg;
-  double now = mono();
+  double now = eldr_clock_now();
   if (g->c->stop && *g->c->stop) {
     event_base_loopexit(g->base, NULL); /* the open requests are cancelled after the loop */
     return;
@@ -567,7 +553,7 @@ int eldr_loadgen_run(const eldr_loadgen_config *c, eldr_loadgen_result *res, eld
     rc = ELDR_ENOMEM;
     goto out;
   }
-  g.t0 = mono();
+  g.t0 = eldr_clock_now();
   g.last_progress = g.t0;
   if (c->progress || c->stop) {
     struct timeval tick = {0, 100000};
@@ -580,7 +566,7 @@ int eldr_loadgen_run(const eldr_loadgen_config *c, eldr_loadgen_result *res, eld
     schedule_arrival(&g);
     event_base_dispatch(g.base);
   }
-  res->wall_s = mono() - g.t0;
+  res->wall_s = eldr_clock_now() - g.t0;
 out:
   /* anything still open (loop ended early) is cancelled */
   while (g.open) {
@@ -616,21 +602,6 @@ void eldr_loadgen_result_free(eldr_loadgen_result *r) {
   memset(r, 0, sizeof *r);
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-double eldr_percentile_sorted_inplace(double *v, size_t n, double p) {
-  if (n == 0) return NAN;
-  qsort(v, n, sizeof *v, cmp_double);
-  if (p <= 0) return v[0];
-  if (p >= 100) return v[n - 1];
-  double pos = p / 100.0 * (double)(n - 1);
-  size_t i = (size_t)pos;
-  double f = pos - (double)i;
-  return i + 1 < n ? v[i] * (1 - f) + v[i + 1] * f : v[i];
-}
 
 int eldr_loadgen_summarize(const eldr_loadgen_result *r, eldr_loadgen_summary *s) {
   memset(s, 0, sizeof *s);
@@ -662,14 +633,14 @@ int eldr_loadgen_summarize(const eldr_loadgen_result *r, eldr_loadgen_summary *s
   s->n_tpot = np;
   s->ttft_mean = nt ? st / (double)nt : NAN;
   s->tpot_mean = np ? sp / (double)np : NAN;
-  s->ttft_p50 = eldr_percentile_sorted_inplace(tt, nt, 50);
-  s->ttft_p90 = eldr_percentile_sorted_inplace(tt, nt, 90);
-  s->ttft_p99 = eldr_percentile_sorted_inplace(tt, nt, 99);
-  s->tpot_p50 = eldr_percentile_sorted_inplace(tp, np, 50);
-  s->tpot_p90 = eldr_percentile_sorted_inplace(tp, np, 90);
-  s->tpot_p99 = eldr_percentile_sorted_inplace(tp, np, 99);
-  s->e2e_p50 = eldr_percentile_sorted_inplace(ee, nt, 50);
-  s->e2e_p99 = eldr_percentile_sorted_inplace(ee, nt, 99);
+  s->ttft_p50 = eldr_quantile(tt, nt, 0.50);
+  s->ttft_p90 = eldr_quantile(tt, nt, 0.90);
+  s->ttft_p99 = eldr_quantile(tt, nt, 0.99);
+  s->tpot_p50 = eldr_quantile(tp, np, 0.50);
+  s->tpot_p90 = eldr_quantile(tp, np, 0.90);
+  s->tpot_p99 = eldr_quantile(tp, np, 0.99);
+  s->e2e_p50 = eldr_quantile(ee, nt, 0.50);
+  s->e2e_p99 = eldr_quantile(ee, nt, 0.99);
   s->throughput_rps = r->wall_s > 0 ? (double)r->ok / r->wall_s : 0;
   s->tokens_per_s = r->wall_s > 0 ? (double)r->tokens / r->wall_s : 0;
   free(tt);

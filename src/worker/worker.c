@@ -26,9 +26,12 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "eldr/batch_union.h"
+#include "eldr/clock.h"
 #include "eldr/latency.h"
 #include "eldr/routed_experts.h"
 #include "eldr/sigcache.h"
+#include "eldr/preset_files.h"
 #include "eldr/tracegen.h"
 #include "worker/kvcache.h"
 #include "worker/worker_internal.h"
@@ -103,8 +106,8 @@ struct eldr_worker {
   size_t n_running;
   struct event *step_ev;
   int stepping;
-  uint32_t *stamp, *unions;
-  uint32_t step_id;
+  eldr_union un;     /* the decode step's per-layer expert union */
+  uint32_t *unions;  /* its per-layer counts */
   uint32_t *rowbuf; /* counts rows for sigcache registration (one block) */
   double step_end;  /* planned end of the current / last decode step (monotonic s) */
   wreq *all;
@@ -112,12 +115,6 @@ struct eldr_worker {
   time_t created;
   eldr_worker_stats st;
 };
-
-static double now_mono(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static double now_wall(void) {
   struct timespec ts;
@@ -642,29 +639,17 @@ static void step_start(eldr_worker *w) {
     w->running[w->n_running++] = r;
   }
   if (!w->n_running) return;
-  const uint32_t L = w->shape.num_layers, E = w->shape.num_experts, K = w->shape.top_k;
-  if (++w->step_id == 0) {
-    memset(w->stamp, 0, (size_t)L * E * sizeof *w->stamp);
-    w->step_id = 1;
-  }
-  memset(w->unions, 0, L * sizeof *w->unions);
+  const uint32_t L = w->shape.num_layers;
+  eldr_union_clear(&w->un);
   double ctx = 0;
   for (size_t i = 0; i < w->n_running; i++) {
     const wreq *r = w->running[i];
     const uint16_t *row = r->dsel + (size_t)(r->emitted % r->n_dsel) * w->LK;
-    for (uint32_t l = 0; l < L; l++)
-      for (uint32_t k = 0; k < K; k++) {
-        size_t cell = (size_t)l * E + row[l * K + k];
-        if (w->stamp[cell] != w->step_id) {
-          w->stamp[cell] = w->step_id;
-          w->unions[l]++;
-        }
-      }
+    eldr_union_add_token(&w->un, row);
     ctx += (double)r->n_prompt + r->emitted;
   }
+  double mean_union = (double)eldr_union_count(&w->un, w->unions);
   double dur = eldr_latency_step(&w->lm, w->n_running, w->unions, ctx) * w->scale;
-  double mean_union = 0;
-  for (uint32_t l = 0; l < L; l++) mean_union += w->unions[l];
   w->st.union_sum += mean_union / L;
   w->st.batch_sum += w->n_running;
   w->st.token_seconds += dur * (double)w->n_running;
@@ -672,7 +657,7 @@ static void step_start(eldr_worker *w) {
   w->st.step_seconds += dur;
   /* back-to-back steps are timed from the previous step's planned end, so
    * event-loop latency does not accumulate into the emulated step times */
-  double now = now_mono();
+  double now = eldr_clock_now();
   double start = (w->step_end > now - dur && w->step_end <= now) ? w->step_end : now;
   w->step_end = start + dur;
   struct timeval tv;
@@ -1336,13 +1321,13 @@ int eldr_worker_new(struct event_base *base, const eldr_worker_config *cfg, eldr
   w->dkv = eldr__kv_new(kvb, NULL);
   w->pbatch = calloc(w->max_seqs, sizeof *w->pbatch);
   w->running = calloc(w->max_seqs, sizeof *w->running);
-  w->stamp = calloc(w->LE, sizeof *w->stamp);
+  if (eldr_union_init(&w->un, &w->shape)) w->un.bits = NULL;
   w->unions = calloc(w->shape.num_layers, sizeof *w->unions);
   w->rowbuf = calloc(w->LE, sizeof *w->rowbuf);
   w->prefill_ev = evtimer_new(base, prefill_done, w);
   w->step_ev = evtimer_new(base, step_done, w);
   w->http = evhttp_new(base);
-  if (!w->pkv || !w->dkv || !w->pbatch || !w->running || !w->stamp || !w->unions || !w->rowbuf ||
+  if (!w->pkv || !w->dkv || !w->pbatch || !w->running || !w->un.bits || !w->unions || !w->rowbuf ||
       !w->prefill_ev || !w->step_ev || !w->http) {
     rc = ELDR_ENOMEM;
     goto fail;
@@ -1392,7 +1377,7 @@ void eldr_worker_free(eldr_worker *w) {
   if (w->prefill_ev) event_free(w->prefill_ev);
   free(w->rowbuf);
   free(w->unions);
-  free(w->stamp);
+  eldr_union_free(&w->un);
   free(w->running);
   free(w->pbatch);
   eldr__kv_free(w->dkv);

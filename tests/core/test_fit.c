@@ -9,7 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "eldr/artifact.h"
 #include "eldr/fit.h"
+#include "eldr/trace.h"
 #include "eldr/rng.h"
 
 /* A trace with `domains` groups: each domain's requests draw their prefill and

@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "eldr/latency.h"
+#include "eldr/preset_files.h"
 
 static void fill(uint32_t *u, size_t L, uint32_t v) {
   for (size_t l = 0; l < L; l++) u[l] = v;

@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "eldr/trace.h"
+#include "eldr/preset_files.h"
 #include "eldr/tracegen.h"
 #include "eldr/tracestats.h"
 

@@ -12,6 +12,7 @@
 
 #include <cmocka.h>
 
+#include "eldr/quantile.h"
 #include "eldr/rng.h"
 #include "eldr/sim.h"
 
@@ -409,7 +410,7 @@ static void test_errors(void **st) {
   assert_int_equal(r.completed, 10);
   assert_true(eldr_sim_capacity(&pool, &m, &c) > 0);
   double v[] = {3, 1, 2, 4};
-  assert_true(fabs(eldr_sim_quantile(v, 4, 0.5) - 2.5) < 1e-12);
+  assert_true(fabs(eldr_quantile(v, 4, 0.5) - 2.5) < 1e-12);
   free(idx);
   eldr_trace_free(t);
 }

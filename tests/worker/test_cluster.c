@@ -18,6 +18,7 @@
 #include "eldr/artifact.h"
 #include "eldr/loadgen.h"
 #include "eldr/signature.h"
+#include "eldr/preset_files.h"
 #include "eldr/tracegen.h"
 #include "worker/wtest.h"
 

@@ -13,6 +13,7 @@
 #include "eldr/routed_experts.h"
 #include "eldr/sigcache.h"
 #include "eldr/signature.h"
+#include "eldr/preset_files.h"
 #include "eldr/tracegen.h"
 #include "worker/kvcache.h"
 #include "worker/wtest.h"

@@ -1,0 +1,68 @@
+/* eldr/artifact_model.h — the routing artifact in memory (core layer):
+ * everything the online router needs, fitted offline by `eldr fit`; its
+ * constructor and validator. The JSON codec (parse, load, dump, save) and
+ * the file layout are eldr/artifact.h in the format layer.
+ *
+ * Validation (eldr_artifact_validate, also run by the codec): unknown
+ * version, wrong dimensions, NaN/inf, negative IDF, centroids with
+ * |norm - 1| > 1e-3, mask out of range or empty, tau outside [0, 2],
+ * fit.rho outside [-1, 1] (NaN: not measured), repeated layer ids.
+ * Errors: ELDR_EVERSION, ELDR_ESHAPE, ELDR_ERANGE, ELDR_EINVAL,
+ * ELDR_EUNSUPPORTED, each naming the field.
+ *
+ * Ownership: an eldr_artifact owns its arrays; eldr_artifact_free() releases.
+ * Threads: not locked; a validated artifact may be read from any thread.
+ */
+#ifndef ELDR_ARTIFACT_MODEL_H
+#define ELDR_ARTIFACT_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "eldr/counts.h"
+#include "eldr/error.h"
+#include "eldr/signature.h"
+
+#define ELDR_ARTIFACT_VERSION 1
+
+typedef struct eldr_artifact {
+  int version;
+  char *model;          /* owned */
+  eldr_shape shape;
+  uint32_t *layer_ids;  /* owned, L entries */
+  eldr_repr repr;
+  int idf_enabled;
+  float *idf;           /* owned, L*E, NULL when IDF is off */
+  uint8_t *mask;        /* owned, L flags */
+  size_t k;             /* centroids = decoders */
+  size_t dim;           /* |mask| * E */
+  float *centroids;     /* owned, k*dim */
+  double tau;
+  /* fit metadata */
+  size_t fit_n;
+  uint64_t fit_seed;
+  double fit_rho;
+  int fit_balanced;
+  size_t *cluster_sizes; /* owned, k entries */
+  char *created;         /* owned, may be NULL */
+  char *trace;           /* owned, may be NULL */
+} eldr_artifact;
+
+/* Allocate an artifact with zeroed arrays for the given shape, k and mask
+ * (copied); dim is derived. idf allocated when idf_enabled. NULL on error.
+ * model NULL -> ""; layer_ids NULL -> 0..L-1; mask NULL -> all layers.
+ * NULL also for an invalid shape, k == 0 or an empty mask. version is
+ * ELDR_ARTIFACT_VERSION; tau, rho, seed and sizes start at 0. */
+eldr_artifact *eldr_artifact_new(const char *model, const eldr_shape *shape,
+                                 const uint32_t *layer_ids, eldr_repr repr, int idf_enabled,
+                                 const uint8_t *mask, size_t k);
+void eldr_artifact_free(eldr_artifact *a);
+
+/* Validate an in-memory artifact (same checks as load). Returns 0 or the
+ * error of the first problem, with the field named in d. */
+int eldr_artifact_validate(const eldr_artifact *a, eldr_diag *d);
+
+/* A sigspec borrowing the artifact's idf and mask. */
+void eldr_artifact_sigspec(const eldr_artifact *a, eldr_sigspec *spec);
+
+#endif

@@ -1,0 +1,78 @@
+/* eldr/batch_union.h — the per-layer union of the experts a decode batch's
+ * current tokens select: the quantity ELDR minimises, and what the latency
+ * model charges a decode step for (eldr_latency_step's union_per_layer).
+ * One kernel for the simulator, the emulated worker and the trace
+ * statistics.
+ *
+ * A step: eldr_union_clear, then eldr_union_add_token (or add_bits with a
+ * token's precomputed bitset) for every batch member, then eldr_union_count.
+ * The set is one bitmap of W = ceil(E / 64) words per layer.
+ *
+ * Ownership: an eldr_union owns its bitmap (eldr_union_free releases it);
+ * token selections and bitsets are borrowed.
+ * Errors: eldr_union_init returns ELDR_EINVAL (invalid shape) or ELDR_ENOMEM.
+ * Expert ids must be < num_experts (the trace validators guarantee it).
+ * Threads: one eldr_union per thread.
+ */
+#ifndef ELDR_BATCH_UNION_H
+#define ELDR_BATCH_UNION_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "eldr/counts.h"
+
+typedef struct eldr_union {
+  size_t L, K, W; /* layers, top-k, words per layer */
+  uint64_t *bits; /* owned, L * W words */
+} eldr_union;
+
+int eldr_union_init(eldr_union *u, const eldr_shape *s);
+void eldr_union_free(eldr_union *u);
+
+/* Words of one token's bitset (L * W) for a shape. */
+static inline size_t eldr_union_token_words(const eldr_shape *s) {
+  return (size_t)s->num_layers * (((size_t)s->num_experts + 63) / 64);
+}
+
+/* Set the bits of one token's selections sel[L * K] in bits[L * W]. */
+static inline void eldr_union_set_bits(uint64_t *bits, size_t L, size_t K, size_t W,
+                                       const uint16_t *sel) {
+  for (size_t l = 0; l < L; l++) {
+    uint64_t *bl = bits + l * W;
+    const uint16_t *sl = sel + l * K;
+    for (size_t k = 0; k < K; k++) bl[sl[k] >> 6] |= 1ULL << (sl[k] & 63);
+  }
+}
+
+static inline void eldr_union_clear(eldr_union *u) {
+  memset(u->bits, 0, u->L * u->W * sizeof *u->bits);
+}
+
+/* Add one token: sel holds its L * K expert ids. */
+static inline void eldr_union_add_token(eldr_union *u, const uint16_t *sel) {
+  eldr_union_set_bits(u->bits, u->L, u->K, u->W, sel);
+}
+
+/* Add one token's precomputed bitset (L * W words, see eldr_union_set_bits). */
+static inline void eldr_union_add_bits(eldr_union *u, const uint64_t *tb) {
+  const size_t n = u->L * u->W;
+  for (size_t i = 0; i < n; i++) u->bits[i] |= tb[i];
+}
+
+/* Distinct experts per layer into per_layer[L] (may be NULL); returns their
+ * sum over the layers. */
+static inline uint64_t eldr_union_count(const eldr_union *u, uint32_t *per_layer) {
+  uint64_t sum = 0;
+  for (size_t l = 0; l < u->L; l++) {
+    uint32_t cnt = 0;
+    const uint64_t *bl = u->bits + l * u->W;
+    for (size_t w = 0; w < u->W; w++) cnt += (uint32_t)__builtin_popcountll(bl[w]);
+    if (per_layer) per_layer[l] = cnt;
+    sum += cnt;
+  }
+  return sum;
+}
+
+#endif

@@ -1,0 +1,116 @@
+/* trace_model.c — the in-memory expert-selection trace (see
+ * eldr/trace_model.h): construction, appends, per-request counts. The JSONL
+ * codec is src/format/trace.c. */
+#include "eldr/trace_model.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "eldr/grow.h"
+
+eldr_trace *eldr_trace_new(const char *model, const eldr_shape *shape, const uint32_t *layer_ids) {
+  if (!shape || eldr_shape_validate(shape, NULL) != ELDR_OK) return NULL;
+  eldr_trace *t = calloc(1, sizeof *t);
+  if (!t) return NULL;
+  t->model = strdup(model ? model : "");
+  t->layer_ids = malloc(sizeof(uint32_t) * shape->num_layers);
+  if (!t->model || !t->layer_ids) {
+    eldr_trace_free(t);
+    return NULL;
+  }
+  t->shape = *shape;
+  for (uint32_t l = 0; l < shape->num_layers; l++) t->layer_ids[l] = layer_ids ? layer_ids[l] : l;
+  return t;
+}
+
+static void request_release(eldr_request *r) {
+  free(r->id);
+  free(r->prompt);
+  free(r->prefill);
+  free(r->decode);
+  free(r->prefill_gates);
+}
+
+void eldr_trace_free(eldr_trace *t) {
+  if (!t) return;
+  for (size_t i = 0; i < t->n; i++) request_release(&t->req[i]);
+  free(t->req);
+  for (size_t i = 0; i < t->n_domains; i++) free(t->domains[i]);
+  free(t->domains);
+  free(t->layer_ids);
+  free(t->model);
+  free(t);
+}
+
+int eldr_trace_reserve(eldr_trace *t, size_t n) {
+  return eldr_grow_array(t->req, t->cap, n);
+}
+
+int eldr_trace_domain_intern(eldr_trace *t, const char *name) {
+  if (!t || !name) return ELDR_EINVAL;
+  for (size_t i = 0; i < t->n_domains; i++)
+    if (!strcmp(t->domains[i], name)) return (int)i;
+  if (t->n_domains >= (size_t)0x7fffffff) return ELDR_ERANGE;
+  char **nd = realloc(t->domains, (t->n_domains + 1) * sizeof *nd);
+  if (!nd) return ELDR_ENOMEM; /* one slot at a time: domains are few */
+  t->domains = nd;
+  char *s = strdup(name);
+  if (!s) return ELDR_ENOMEM;
+  t->domains[t->n_domains] = s;
+  return (int)t->n_domains++;
+}
+
+static size_t row_elems(const eldr_shape *s) { return (size_t)s->num_layers * s->top_k; }
+
+int eldr_trace_append(eldr_trace *t, const char *id, const char *domain_name, const char *prompt,
+                      double arrival, const uint16_t *prefill, uint32_t n_prefill,
+                      const uint16_t *decode, uint32_t n_decode, const float *prefill_gates) {
+  if (!t || !id || t->shape.num_layers == 0) return ELDR_EINVAL;
+  if ((n_prefill && !prefill) || (n_decode && !decode)) return ELDR_EINVAL;
+  const size_t re = row_elems(&t->shape);
+  const size_t np = (size_t)n_prefill * re, nd = (size_t)n_decode * re;
+  for (size_t i = 0; i < np; i++)
+    if (prefill[i] >= t->shape.num_experts) return ELDR_ERANGE;
+  for (size_t i = 0; i < nd; i++)
+    if (decode[i] >= t->shape.num_experts) return ELDR_ERANGE;
+  if (eldr_trace_reserve(t, t->n + 1)) return ELDR_ENOMEM;
+  eldr_request r = {0};
+  r.domain = -1;
+  r.arrival = arrival;
+  r.n_prefill = n_prefill;
+  r.n_decode = n_decode;
+  r.id = strdup(id);
+  if (!r.id) goto oom;
+  if (prompt && !(r.prompt = strdup(prompt))) goto oom;
+  if (np) {
+    if (!(r.prefill = malloc(np * sizeof(uint16_t)))) goto oom;
+    memcpy(r.prefill, prefill, np * sizeof(uint16_t));
+  }
+  if (nd) {
+    if (!(r.decode = malloc(nd * sizeof(uint16_t)))) goto oom;
+    memcpy(r.decode, decode, nd * sizeof(uint16_t));
+  }
+  if (prefill_gates) {
+    if (!(r.prefill_gates = malloc((np ? np : 1) * sizeof(float)))) goto oom;
+    if (np) memcpy(r.prefill_gates, prefill_gates, np * sizeof(float));
+  }
+  if (domain_name) {
+    int di = eldr_trace_domain_intern(t, domain_name);
+    if (di < 0) goto oom;
+    r.domain = di;
+  }
+  t->req[t->n] = r;
+  return (int)t->n++;
+oom:
+  request_release(&r);
+  return ELDR_ENOMEM;
+}
+
+void eldr_trace_request_counts(const eldr_trace *t, const eldr_request *r, int decode,
+                               uint32_t *out) {
+  memset(out, 0, eldr_shape_cells(&t->shape) * sizeof *out);
+  const uint16_t *sel = decode ? r->decode : r->prefill;
+  size_t n = decode ? r->n_decode : r->n_prefill;
+  if (n && sel) (void)eldr_counts_accumulate(&t->shape, sel, ELDR_SEL_U16, n, out, NULL);
+}
+
