@@ -1,11 +1,13 @@
 /* eldr/readfile.h — read a whole file into memory, with a size bound
- * (base layer).
+ * (base layer). The one read-whole-file loop of the project.
  *
- * Ownership: *out is malloc'd, NUL-terminated (not counted in *len), and
- * the caller frees it; on error *out is NULL.
- * Errors: ELDR_EIO (cannot open, or a read error; d names the path and the
- * system error), ELDR_ERANGE (larger than max bytes), ELDR_ENOMEM.
- * Messages start with "<what> '<path>'" (what defaults to "file").
+ * Ownership: *out is malloc'd, NUL-terminated (the NUL is not counted in
+ * *len), and the caller frees it; on error *out is NULL. eldr_read_fd does
+ * not close fd.
+ * Errors: ELDR_EINVAL (no path), ELDR_EIO (cannot open, or a read error;
+ * d names the path and the system error), ELDR_ERANGE (more than max
+ * bytes), ELDR_ENOMEM. Messages read "<what> '<path>': ..." or, with what
+ * NULL, "<path>: ...".
  * Threads: any thread; no state.
  */
 #ifndef ELDR_READFILE_H
@@ -17,5 +19,17 @@
 
 int eldr_read_file(const char *path, size_t max, const char *what, char **out, size_t *len,
                    eldr_diag *d);
+
+/* Read path (as eldr_read_file) and hand its text to parse(text, len, ctx,
+ * d); a parse error's message is prefixed with the file's name as above.
+ * Returns 0, the read error or the parser's. */
+int eldr_parse_file(const char *path, size_t max, const char *what,
+                    int (*parse)(const char *text, size_t len, void *ctx, eldr_diag *d),
+                    void *ctx, eldr_diag *d);
+
+/* The same from an open descriptor (a pipe or special file included); path
+ * only names it in messages. */
+int eldr_read_fd(int fd, const char *path, size_t max, const char *what, char **out, size_t *len,
+                 eldr_diag *d);
 
 #endif

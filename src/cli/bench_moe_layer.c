@@ -173,12 +173,12 @@ int eldr_bench_moe_layer(int argc, char **argv) {
       moe_forward(&L, B, K, sel, x, y, xs, g, u, ys, tok); /* warm-up */
       double times[256];
       size_t n = 0;
-      double start = cli_now();
+      double start = eldr_clock_now();
       do {
-        double t0 = cli_now();
+        double t0 = eldr_clock_now();
         moe_forward(&L, B, K, sel, x, y, xs, g, u, ys, tok);
-        times[n++] = cli_now() - t0;
-      } while (n < 256 && (n < 3 || cli_now() - start < min_time));
+        times[n++] = eldr_clock_now() - t0;
+      } while (n < 256 && (n < 3 || eldr_clock_now() - start < min_time));
       /* median */
       for (size_t i = 1; i < n; i++)
         for (size_t j = i; j > 0 && times[j - 1] > times[j]; j--) {

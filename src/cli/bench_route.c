@@ -182,18 +182,18 @@ int eldr_bench_route(int argc, char **argv) {
                                E > 256 ? ELDR_SEL_U16LE : ELDR_SEL_U8, &b64tail, &tlen);
     uint64_t sink = 0;
     for (long it = -5; it < iters; it++) { /* 5 warm-up rounds */
-      double t0 = cli_now();
+      double t0 = eldr_clock_now();
       eldr__prefill_reply pr;
       if (eldr__prefill_reply_parse(reply, (size_t)rl, &pr, &d)) cli_fail(cmd, "reply parse: %s", d.msg);
-      double t1 = cli_now();
+      double t1 = eldr_clock_now();
       eldr__sigres res;
       eldr__sigpath_extract(&sp_nc, pr.routed_experts, pr.routed_experts_len, pr.prompt_tokens, NULL, &res);
       if (res.fallback != ELDR__FB_NONE) cli_fail(cmd, "extraction fell back (%d): %s", res.fallback, res.diag.msg);
-      double t2 = cli_now();
+      double t2 = eldr_clock_now();
       eldr_route_req rr = {res.sig, -1};
       eldr_decision dec;
       int k = eldr_policy_decode(&pol, loads, NULL, (size_t)D, &rr, &dec);
-      double t3 = cli_now();
+      double t3 = eldr_clock_now();
       loads[k] = (loads[k] + 1) % 4;
       sink += (uint64_t)k;
       /* with the cache: full extraction + storing every block (first request of a prefix) */
@@ -201,15 +201,15 @@ int eldr_bench_route(int argc, char **argv) {
       if (eldr__prompt_init(&sp_c, &prompt, text, tl, NULL, 0)) cli_fail(cmd, "out of memory");
       eldr__sigpath_extract(&sp_c, pr.routed_experts, pr.routed_experts_len, pr.prompt_tokens, &prompt, &res);
       eldr__prompt_free(&prompt);
-      double t4 = cli_now();
+      double t4 = eldr_clock_now();
       eldr__sigpath_store(&sp_c, &res);
-      double t5 = cli_now();
+      double t5 = eldr_clock_now();
       /* a later request with 75% prefix hit: its prompt's blocks (tokenised
        * once, as at the request's arrival), tail rows + cached rows */
       if (eldr__prompt_init(&sp_c, &prompt, text, tl, NULL, 0)) cli_fail(cmd, "out of memory");
       eldr__sigpath_extract(&sp_c, b64tail, tlen, (int64_t)T, &prompt, &res);
       eldr__prompt_free(&prompt);
-      double t6 = cli_now();
+      double t6 = eldr_clock_now();
       if (res.fallback != ELDR__FB_NONE) cli_fail(cmd, "cached extraction fell back");
       eldr__prefill_reply_free(&pr);
       if (it >= 0) {

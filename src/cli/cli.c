@@ -115,17 +115,11 @@ size_t cli_parse_long_list(const char *cmd, const char *flag, const char *val, l
   return n;
 }
 
-double cli_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 int cli_stderr_tty(void) { return isatty(2); }
 
 void cli_progress(const char *label, size_t done, size_t total, int final) {
   static double last = 0;
-  double now = cli_now();
+  double now = eldr_clock_now();
   if (!final && now - last < (cli_stderr_tty() ? 0.2 : 2.0)) return;
   last = now;
   if (total)

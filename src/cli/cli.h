@@ -15,6 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "eldr/clock.h" /* eldr_clock_now: the commands' timing */
+
 /* Prints "eldr <cmd>: <message>\n" to stderr and exits with status 2. */
 _Noreturn void cli_usage_error(const char *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -39,8 +41,6 @@ size_t cli_parse_double_list(const char *cmd, const char *flag, const char *val,
 size_t cli_parse_long_list(const char *cmd, const char *flag, const char *val, long min,
                            long max, long **out);
 
-/* Seconds from a monotonic clock. */
-double cli_now(void);
 /* Is stderr a terminal (for progress lines)? */
 int cli_stderr_tty(void);
 /* Progress line on stderr ("\r<label> done/total"), rate-limited; final=1 ends the line. */

@@ -527,7 +527,7 @@ static void print_table(const demo *x) {
     }
     printf("\n");
   }
-  printf("(negative = ELDR faster; total %.0f s)\n", cli_now() - x->t_start);
+  printf("(negative = ELDR faster; total %.0f s)\n", eldr_clock_now() - x->t_start);
 
 }
 
@@ -563,7 +563,7 @@ int eldr_cmd_demo(int argc, char **argv) {
   sigaction(SIGHUP, &sa, NULL);
   signal(SIGPIPE, SIG_IGN);
 
-  x.t_start = cli_now();
+  x.t_start = eldr_clock_now();
   snprintf(g_tmp, sizeof g_tmp, "%s/eldr-demo-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
   if (!mkdtemp(g_tmp)) {
     g_tmp[0] = 0;

@@ -126,12 +126,12 @@ int eldr_cmd_fit(int argc, char **argv) {
   if (!o.k) cli_usage_error(cmd, "--decoders is required (see --help)");
   if (!out_path) cli_usage_error(cmd, "-o/--output is required (see --help)");
 
-  double t0 = cli_now();
+  double t0 = eldr_clock_now();
   eldr_diag d = {{0}};
   eldr_trace *t = NULL;
   int rc = eldr_trace_load(trace_path, &t, &d);
   if (rc) cli_fail(cmd, "%s", eldr_diag_msg(&d, rc));
-  double t_load = cli_now() - t0;
+  double t_load = eldr_clock_now() - t0;
 
   uint8_t *list_mask = NULL;
   if (!strcmp(layers, "auto")) o.layers = ELDR_FIT_LAYERS_AUTO;
@@ -170,7 +170,7 @@ int eldr_cmd_fit(int argc, char **argv) {
   a->created = strdup(created);
   rc = eldr_artifact_save(out_path, a, &d);
   if (rc) cli_fail(cmd, "%s", eldr_diag_msg(&d, rc));
-  double total = cli_now() - t0;
+  double total = eldr_clock_now() - t0;
 
   size_t maxsz = 0;
   for (size_t i = 0; i < a->k; i++)

@@ -543,7 +543,7 @@ int eldr_cmd_sim(int argc, char **argv) {
   size_t nrows = a.nrates * nv;
   eldr_sweep_row *rows = calloc(nrows, sizeof *rows);
   if (!rows) cli_fail(cmd, "out of memory");
-  double t_run0 = cli_now();
+  double t_run0 = eldr_clock_now();
   eldr_sweep sw = {.vs = vs, .nv = nv, .rates = a.rates, .nrates = a.nrates, .pool = &pool,
                    .pool_vanilla = &pool_v, .lm = &lm, .cfg = &cfg, .jobs = a.jobs,
                    .progress = a.quiet ? NULL : sweep_progress};
@@ -554,7 +554,7 @@ int eldr_cmd_sim(int argc, char **argv) {
     total_token_steps += rows[i].r.token_steps;
     total_steps += rows[i].r.steps;
   }
-  double t_run = cli_now() - t_run0;
+  double t_run = eldr_clock_now() - t_run0;
   if (!a.quiet)
     fprintf(stderr, "\nsim: %zu runs in %.1f s (%.2fM decode token-steps/s, %.2fM batch steps/s)\n",
             nrows, t_run, t_run > 0 ? (double)total_token_steps / t_run / 1e6 : 0,

@@ -14,6 +14,8 @@
 #include "eldr/plot.h"
 #include "eldr/artifact.h"
 #include "eldr/fit.h"
+#include "eldr/grow.h"
+#include "eldr/readfile.h"
 #include "eldr/signature.h"
 #include "eldr/trace.h"
 #include "eldr/preset_files.h"
@@ -98,12 +100,7 @@ typedef struct gen_pipe {
 } gen_pipe;
 
 static int grow(uint16_t **buf, size_t *cap, size_t need) {
-  if (need <= *cap) return 0;
-  uint16_t *nb = realloc(*buf, (need ? need : 1) * sizeof *nb);
-  if (!nb) return ELDR_ENOMEM;
-  *buf = nb;
-  *cap = need;
-  return 0;
+  return eldr_grow(buf, cap, need ? need : 1, sizeof **buf, 1);
 }
 
 static void *gen_producer(void *arg) {
@@ -368,24 +365,11 @@ typedef struct ref_skew {
 } ref_skew;
 
 static void load_ref(const char *cmd, const char *path, ref_skew *r) {
-  FILE *f = fopen(path, "rb");
-  if (!f) cli_fail(cmd, "--olmoe-counts: cannot open '%s': %s", path, strerror(errno));
-  size_t cap = 1 << 16, n = 0;
-  char *buf = malloc(cap);
-  if (!buf) cli_fail(cmd, "out of memory");
-  size_t got;
-  while ((got = fread(buf + n, 1, cap - n, f)) > 0) {
-    n += got;
-    if (n == cap) {
-      if (cap >= (64u << 20)) cli_fail(cmd, "--olmoe-counts: '%s' is larger than 64 MiB", path);
-      char *nb = realloc(buf, cap * 2);
-      if (!nb) cli_fail(cmd, "out of memory");
-      buf = nb;
-      cap *= 2;
-    }
-  }
-  fclose(f);
   eldr_diag d = {{0}};
+  char *buf;
+  size_t n;
+  if (eldr_read_file(path, (size_t)64 << 20, "--olmoe-counts", &buf, &n, &d))
+    cli_fail(cmd, "%s", d.msg);
   memset(r, 0, sizeof *r);
   if (eldr_tracestats_domain_counts_skew(buf, n, NULL, r->model, sizeof r->model, r->names,
                                          r->shares, 64, &r->n, &r->mean_domain, &r->overall, &d))

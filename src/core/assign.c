@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "eldr/error.h"
+#include "eldr/grow.h"
 
 /* Costs beyond this magnitude could overflow when differences are summed
  * along a path; they are rejected like non-finite costs. */
@@ -51,7 +52,8 @@ typedef struct {
 
 typedef struct {
   hent *e;
-  int len, hlen, capa; /* entries, heap-ordered prefix, allocated */
+  int len, hlen;       /* entries, heap-ordered prefix */
+  size_t capa;         /* allocated */
 } heap;
 
 typedef struct {
@@ -105,13 +107,7 @@ static int bin_insert(flow *f, int q, size_t a) {
   for (size_t b = 0; b < k; b++) {
     if (b == a) continue;
     heap *hp = &f->h[a * k + b];
-    if (hp->len == hp->capa) {
-      int nc = hp->capa ? hp->capa * 2 : 8;
-      hent *ne = realloc(hp->e, (size_t)nc * sizeof *ne);
-      if (!ne) return ELDR_ENOMEM;
-      hp->e = ne;
-      hp->capa = nc;
-    }
+    if (eldr_grow(&hp->e, &hp->capa, (size_t)hp->len + 1, sizeof *hp->e, 8)) return ELDR_ENOMEM;
     const double key = c[b] - c[a];
     hent *x = &hp->e[hp->len++];
     x->key = key;

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "eldr/grow.h"
 #include "eldr/rng.h"
 
 /* ------------------------------------------------------------------------ */
@@ -641,13 +642,7 @@ static void gen_core(const eldr_tracegen *g, scratch *s, eldr_rng *r, int dm, ui
 }
 
 static int ensure_buf(uint16_t **buf, size_t *cap, uint32_t ntok, size_t per_tok) {
-  size_t need = ntok ? ntok : 1;
-  if (*cap >= need) return 0;
-  uint16_t *nb = realloc(*buf, need * per_tok * sizeof *nb);
-  if (!nb) return ELDR_ENOMEM;
-  *buf = nb;
-  *cap = need;
-  return 0;
+  return eldr_grow(buf, cap, ntok ? ntok : 1, per_tok * sizeof **buf, 1);
 }
 
 int eldr_tracegen_request(eldr_tracegen *g, size_t index, eldr_tracegen_req *out, eldr_diag *d) {

@@ -86,19 +86,25 @@ static double layer_top10(const double *m, size_t L, size_t E) {
   return n ? acc / (double)n : NAN;
 }
 
+/* Sort v[0..n) (n > 0) and take its mean, median, p10 and p90. */
+static void summarize(double *v, size_t n, double *mean, double *median, double *p10,
+                      double *p90) {
+  qsort(v, n, sizeof *v, eldr_cmp_double);
+  double s = 0;
+  for (size_t i = 0; i < n; i++) s += v[i];
+  *mean = s / (double)n;
+  *median = eldr_quantile_sorted(v, n, 0.5);
+  *p10 = eldr_quantile_sorted(v, n, 0.1);
+  *p90 = eldr_quantile_sorted(v, n, 0.9);
+}
+
 static void lens_summary(double *v, size_t n, eldr_tracestats_lens *out) {
   memset(out, 0, sizeof *out);
   if (n == 0) {
     out->mean = out->median = out->p10 = out->p90 = NAN;
     return;
   }
-  qsort(v, n, sizeof *v, eldr_cmp_double);
-  double s = 0;
-  for (size_t i = 0; i < n; i++) s += v[i];
-  out->mean = s / (double)n;
-  out->median = eldr_quantile_sorted(v, n, 0.5);
-  out->p10 = eldr_quantile_sorted(v, n, 0.1);
-  out->p90 = eldr_quantile_sorted(v, n, 0.9);
+  summarize(v, n, &out->mean, &out->median, &out->p10, &out->p90);
   out->min = (uint32_t)v[0];
   out->max = (uint32_t)v[n - 1];
 }
@@ -315,13 +321,7 @@ int eldr_tracestats_compute(const eldr_trace *t, const eldr_tracestats_opts *opt
   }
   out->n_corr = nc;
   if (nc) {
-    qsort(corr, nc, sizeof *corr, eldr_cmp_double);
-    double s = 0;
-    for (size_t i = 0; i < nc; i++) s += corr[i];
-    out->corr_mean = s / (double)nc;
-    out->corr_median = eldr_quantile_sorted(corr, nc, 0.5);
-    out->corr_p10 = eldr_quantile_sorted(corr, nc, 0.1);
-    out->corr_p90 = eldr_quantile_sorted(corr, nc, 0.9);
+    summarize(corr, nc, &out->corr_mean, &out->corr_median, &out->corr_p10, &out->corr_p90);
   } else {
     out->corr_mean = out->corr_median = out->corr_p10 = out->corr_p90 = NAN;
   }

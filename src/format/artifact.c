@@ -20,6 +20,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "eldr/readfile.h"
+
 #define ARTIFACT_FORMAT "eldr-artifact"
 /* Largest artifact file accepted by eldr_artifact_load. */
 #define ARTIFACT_MAX_BYTES ((size_t)1 << 31)
@@ -340,45 +342,15 @@ int eldr_artifact_parse(const char *json, size_t len, eldr_artifact **out, eldr_
   return rc;
 }
 
+static int parse_text(const char *text, size_t len, void *out, eldr_diag *d) {
+  return eldr_artifact_parse(text, len, out, d);
+}
+
 int eldr_artifact_load(const char *path, eldr_artifact **out, eldr_diag *d) {
   if (!out) return eldr_diag_fail(d, ELDR_EINVAL, "no output pointer");
   *out = NULL;
   if (!path) return eldr_diag_fail(d, ELDR_EINVAL, "no artifact path");
-  FILE *f = fopen(path, "rb");
-  if (!f) return eldr_diag_fail(d, ELDR_EIO, "cannot open artifact '%s': %s", path, strerror(errno));
-  int rc;
-  char *buf = NULL;
-  size_t cap = 0, len = 0;
-  for (;;) {
-    if (len == cap) {
-      if (cap >= ARTIFACT_MAX_BYTES) {
-        rc = eldr_diag_fail(d, ELDR_ERANGE, "artifact '%s': larger than %zu bytes", path,
-                            ARTIFACT_MAX_BYTES);
-        goto done;
-      }
-      size_t ncap = cap ? cap * 2 : 1 << 16;
-      char *nb = realloc(buf, ncap);
-      if (!nb) {
-        rc = eldr_diag_fail(d, ELDR_ENOMEM, "artifact '%s': out of memory", path);
-        goto done;
-      }
-      buf = nb;
-      cap = ncap;
-    }
-    size_t got = fread(buf + len, 1, cap - len, f);
-    len += got;
-    if (got == 0) break;
-  }
-  if (ferror(f)) {
-    rc = eldr_diag_fail(d, ELDR_EIO, "cannot read artifact '%s': %s", path, strerror(errno));
-    goto done;
-  }
-  rc = eldr_artifact_parse(buf, len, out, d);
-  if (rc) eldr_diag_prefix(d, "artifact '%s'", path);
-done:
-  free(buf);
-  fclose(f);
-  return rc;
+  return eldr_parse_file(path, ARTIFACT_MAX_BYTES, "artifact", parse_text, out, d);
 }
 
 /* ---- serialisation ------------------------------------------------------- */

@@ -10,16 +10,17 @@
 #define LATENCY_FILE_MAX ((size_t)16 << 20)
 #define WORKLOAD_FILE_MAX ((size_t)64 << 20)
 
+static int parse_latency(const char *text, size_t len, void *m, eldr_diag *d) {
+  return eldr_latency_parse_overrides(text, len, m, d);
+}
+
+static int parse_workload(const char *text, size_t len, void *w, eldr_diag *d) {
+  return eldr_tracegen_workload_parse(text, len, w, d);
+}
+
 int eldr_latency_load_overrides(const char *path, eldr_latency_model *m, eldr_diag *d) {
   if (!path) return eldr_diag_fail(d, ELDR_EINVAL, "latency overrides: NULL path");
-  char *buf;
-  size_t len;
-  int rc = eldr_read_file(path, LATENCY_FILE_MAX, "latency overrides", &buf, &len, d);
-  if (rc) return rc;
-  rc = eldr_latency_parse_overrides(buf, len, m, d);
-  if (rc < 0) eldr_diag_prefix(d, "%s", path);
-  free(buf);
-  return rc;
+  return eldr_parse_file(path, LATENCY_FILE_MAX, NULL, parse_latency, m, d);
 }
 
 int eldr_tracegen_new(const eldr_shape *shape, const char *model_name, const char *workload,
@@ -28,19 +29,10 @@ int eldr_tracegen_new(const eldr_shape *shape, const char *model_name, const cha
   if (!workload) return eldr_diag_fail(d, ELDR_EINVAL, "workload missing");
   eldr_tracegen_workload w;
   int rc;
-  if (!strncmp(workload, "custom:", 7)) {
-    char *buf;
-    size_t len;
-    const char *path = workload + 7;
-    if ((rc = eldr_read_file(path, WORKLOAD_FILE_MAX, "workload file", &buf, &len, d))) return rc;
-    rc = eldr_tracegen_workload_parse(buf, len, &w, d);
-    free(buf);
-    if (rc) {
-      eldr_diag_prefix(d, "%s", path);
-      return rc;
-    }
-  } else if ((rc = eldr_tracegen_workload_preset(workload, &w, d))) {
-    return rc;
-  }
+  if (!strncmp(workload, "custom:", 7))
+    rc = eldr_parse_file(workload + 7, WORKLOAD_FILE_MAX, "workload file", parse_workload, &w, d);
+  else
+    rc = eldr_tracegen_workload_preset(workload, &w, d);
+  if (rc) return rc;
   return eldr_tracegen_new_workload(shape, model_name, &w, seed, out, d);
 }

@@ -36,6 +36,7 @@
 
 #include "eldr/grow.h"
 #include "eldr/parallel.h"
+#include "eldr/readfile.h"
 
 #define MAX_DEPTH 64
 
@@ -355,17 +356,8 @@ typedef struct gbuf {
 } gbuf;
 
 static int gbuf_reserve(gbuf *b, size_t more) {
-  if (b->n + more <= b->cap) return ELDR_OK;
-  size_t cap = b->cap ? b->cap : 1024;
-  while (cap < b->n + more) {
-    if (cap > SIZE_MAX / 2 / b->esz) return ELDR_ENOMEM;
-    cap *= 2;
-  }
-  void *np = realloc(b->p, cap * b->esz);
-  if (!np) return ELDR_ENOMEM;
-  b->p = np;
-  b->cap = cap;
-  return ELDR_OK;
+  if (more > SIZE_MAX - b->n) return ELDR_ENOMEM;
+  return eldr_grow(&b->p, &b->cap, b->n + more, b->esz, 1024);
 }
 
 /* Parse sel[t][l][k]: ids (uint16) or gates (float). Exactly L layers per
@@ -1094,35 +1086,11 @@ int eldr_trace_load(const char *path, eldr_trace **out, eldr_diag *d) {
     }
   }
   /* not mappable (pipe, empty, special file): read it */
-  size_t cap = 1 << 16, n = 0;
-  char *buf = malloc(cap);
-  if (!buf) {
-    close(fd);
-    return eldr_diag_fail(d, ELDR_ENOMEM, "%s: out of memory", path);
-  }
-  for (;;) {
-    if (n == cap) {
-      char *nb = cap > SIZE_MAX / 2 ? NULL : realloc(buf, cap * 2);
-      if (!nb) {
-        free(buf);
-        close(fd);
-        return eldr_diag_fail(d, ELDR_ENOMEM, "%s: out of memory", path);
-      }
-      buf = nb;
-      cap *= 2;
-    }
-    ssize_t r = read(fd, buf + n, cap - n);
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      int err = errno;
-      free(buf);
-      close(fd);
-      return eldr_diag_fail(d, ELDR_EIO, "%s: read failed: %s", path, strerror(err));
-    }
-    if (r == 0) break;
-    n += (size_t)r;
-  }
+  char *buf;
+  size_t n;
+  rc = eldr_read_fd(fd, path, SIZE_MAX - 1, NULL, &buf, &n, d);
   close(fd);
+  if (rc) return rc;
   rc = parse_buffer(buf, n, path, out, d);
   free(buf);
   return rc;
@@ -1137,14 +1105,8 @@ typedef struct wbuf {
 } wbuf;
 
 static int wb_reserve(wbuf *b, size_t more) {
-  if (b->n + more <= b->cap) return ELDR_OK;
-  size_t cap = b->cap ? b->cap : 4096;
-  while (cap < b->n + more) cap *= 2;
-  char *np = realloc(b->p, cap);
-  if (!np) return ELDR_ENOMEM;
-  b->p = np;
-  b->cap = cap;
-  return ELDR_OK;
+  if (more > SIZE_MAX - b->n) return ELDR_ENOMEM;
+  return eldr_grow(&b->p, &b->cap, b->n + more, 1, 4096);
 }
 
 static int wb_lit(wbuf *b, const char *s) {

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "eldr/child.h"
+#include "eldr/clock.h"
 #include "serve/upstream.h"
 
 #define MAX_CHILDREN (2 * ELDR_CLUSTER_MAX_WORKERS + 8)
@@ -32,12 +33,6 @@ struct eldr_cluster {
   char urls[2][ELDR_CLUSTER_MAX_WORKERS][48]; /* prefill, decode worker URLs */
   size_t n_urls[2];
 };
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static int stopping(const eldr_cluster *c) { return c->stop && *c->stop; }
 
@@ -145,10 +140,10 @@ int eldr_cluster_spawn(eldr_cluster *c, char *const args[], double timeout_s, ch
   size_t n = 0;
   char buf[512];
   line[0] = 0;
-  double deadline = now_s() + timeout_s;
+  double deadline = eldr_clock_now() + timeout_s;
   int found = 0;
   while (!found && !stopping(c)) {
-    double left = deadline - now_s();
+    double left = deadline - eldr_clock_now();
     if (left <= 0) break;
     struct pollfd p = {pfd[0], POLLIN, 0};
     int pr = poll(&p, 1, (int)(left * 1000) + 1);

@@ -28,6 +28,7 @@
 
 #include "eldr/batch_union.h"
 #include "eldr/clock.h"
+#include "eldr/grow.h"
 #include "eldr/latency.h"
 #include "eldr/routed_experts.h"
 #include "eldr/sigcache.h"
@@ -819,14 +820,9 @@ static int chat_prompt(json_t *msgs, char **out, size_t *out_len, char *err, siz
     }
     size_t need = json_string_length(role) + 3;
     for (size_t k = 0; k < np; k++) need += plen[k];
-    if (len + need + 1 > cap) {
-      while (len + need + 1 > cap) cap *= 2;
-      char *t = realloc(s, cap);
-      if (!t) {
-        free(s);
-        return -1;
-      }
-      s = t;
+    if (eldr_grow(&s, &cap, len + need + 1, 1, 256)) {
+      free(s);
+      return -1;
     }
     memcpy(s + len, json_string_value(role), json_string_length(role));
     len += json_string_length(role);
