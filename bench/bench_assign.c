@@ -19,15 +19,10 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "eldr/clock.h"
 #include "eldr/assign.h"
 #include "eldr/kmeans.h"
 #include "eldr/rng.h"
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static double cpu_s(void) {
   struct timespec ts;
@@ -126,9 +121,9 @@ static int bench_kmeans(size_t extra_n) {
           if (!cent || !sizes) return 1;
           eldr_kmeans_opts o = {.k = k, .balanced = bal, .restarts = 1, .max_iter = 30, .seed = 7};
           eldr_kmeans_result res;
-          double t0 = now_s(), c0 = cpu_s();
+          double t0 = eldr_clock_now(), c0 = cpu_s();
           if (eldr_kmeans_fit(x, n, dim, &o, cent, lab, sizes, &res) != 0) return 1;
-          double t = now_s() - t0, tc = cpu_s() - c0;
+          double t = eldr_clock_now() - t0, tc = cpu_s() - c0;
           size_t mx = 0;
           for (size_t c = 0; c < k; c++) mx = sizes[c] > mx ? sizes[c] : mx;
           printf("%-6s %-7zu %-4zu %-8s %8.3f %6d %10.3f %8.3f %10.4f %12.3f  max_size %zu (cap %zu)\n",
@@ -159,9 +154,9 @@ int main(int argc, char **argv) {
       make_costs(cost, n, k, 42 + n + k);
       double total = 0;
       for (int r = 0; r < reps; r++) {
-        double t0 = now_s();
+        double t0 = eldr_clock_now();
         if (eldr_assign_capacitated(cost, n, k, cap, assign, &total) != 0) return 1;
-        t[r] = now_s() - t0;
+        t[r] = eldr_clock_now() - t0;
       }
       qsort(t, (size_t)reps, sizeof *t, cmp_double);
       printf("%-8zu %-4zu %-6zu %12.2f %14.6f\n", n, k, cap, t[reps / 2] * 1e3, total);
@@ -183,11 +178,11 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < n; i++)
       for (size_t c = 0; c < cols; c++) slots[i * cols + c] = cost[i * k + c / cap];
     double tf = 0, th = 0;
-    double t0 = now_s();
+    double t0 = eldr_clock_now();
     if (eldr_assign_capacitated(cost, n, k, cap, assign, &tf) != 0) return 1;
-    double t1 = now_s();
+    double t1 = eldr_clock_now();
     if (eldr_assign_hungarian(slots, n, cols, assign, &th) != 0) return 1;
-    double t2 = now_s();
+    double t2 = eldr_clock_now();
     printf("%-8zu %-4zu %12.3f %12.3f %8.1f %s\n", n, k, (t1 - t0) * 1e3, (t2 - t1) * 1e3,
            (t2 - t1) / (t1 - t0), fabs(tf - th) < 1e-7 ? "yes" : "NO");
     free(assign);

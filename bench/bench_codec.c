@@ -21,16 +21,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "eldr/clock.h"
 #include "eldr/counts.h"
 #include "eldr/rng.h"
 #include "eldr/routed_experts.h"
 #include "eldr/trace.h"
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static double cpu_s(void) {
   struct timespec ts;
@@ -80,10 +75,10 @@ static void bench_blob(size_t T, int iters) {
 
   /* decode + count (counts zeroed per request, as the router does) */
   for (int i = 0; i < iters; i++) {
-    double t0 = now_s(), c0 = cpu_s();
+    double t0 = eldr_clock_now(), c0 = cpu_s();
     memset(counts, 0, eldr_shape_cells(&s) * sizeof *counts);
     int rc = eldr_routed_experts_count(txt, len, &s, counts, &nt, &d);
-    tm[i] = now_s() - t0;
+    tm[i] = eldr_clock_now() - t0;
     cm[i] = cpu_s() - c0;
     if (rc || nt != T) {
       fprintf(stderr, "count failed: %s\n", d.msg);
@@ -97,10 +92,10 @@ static void bench_blob(size_t T, int iters) {
   uint8_t mask[48] = {0};
   for (size_t l = 0; l < 48; l += 4) mask[l] = 1;
   for (int i = 0; i < iters; i++) {
-    double t0 = now_s(), c0 = cpu_s();
+    double t0 = eldr_clock_now(), c0 = cpu_s();
     memset(counts, 0, eldr_shape_cells(&s) * sizeof *counts);
     int rc = eldr_routed_experts_count_masked(txt, len, &s, mask, counts, &nt, &d);
-    tm[i] = now_s() - t0;
+    tm[i] = eldr_clock_now() - t0;
     cm[i] = cpu_s() - c0;
     if (rc || nt != T) {
       fprintf(stderr, "masked count failed: %s\n", d.msg);
@@ -111,9 +106,9 @@ static void bench_blob(size_t T, int iters) {
   double t_mcount = median(tm, iters), c_mcount = median(cm, iters);
 
   for (int i = 0; i < iters; i++) {
-    double t0 = now_s(), c0 = cpu_s();
+    double t0 = eldr_clock_now(), c0 = cpu_s();
     int rc = eldr_b64_decode(txt, len, raw, eldr_b64_decoded_max(len), &got, &d);
-    tm[i] = now_s() - t0;
+    tm[i] = eldr_clock_now() - t0;
     cm[i] = cpu_s() - c0;
     if (rc) exit(1);
   }
@@ -123,10 +118,10 @@ static void bench_blob(size_t T, int iters) {
   eldr_npy_info h;
   if (eldr_npy_parse_header(raw, got, &h, NULL)) exit(1);
   for (int i = 0; i < iters; i++) {
-    double t0 = now_s(), c0 = cpu_s();
+    double t0 = eldr_clock_now(), c0 = cpu_s();
     memset(counts, 0, eldr_shape_cells(&s) * sizeof *counts);
     int rc = eldr_counts_accumulate(&s, raw + h.data_offset, ELDR_SEL_U8, T, counts, NULL);
-    tm[i] = now_s() - t0;
+    tm[i] = eldr_clock_now() - t0;
     cm[i] = cpu_s() - c0;
     if (rc) exit(1);
   }
@@ -136,9 +131,9 @@ static void bench_blob(size_t T, int iters) {
   int it2 = iters / 4 > 10 ? iters / 4 : 10;
   for (int i = 0; i < it2; i++) {
     uint16_t *out = NULL;
-    double t0 = now_s(), c0 = cpu_s();
+    double t0 = eldr_clock_now(), c0 = cpu_s();
     int rc = eldr_routed_experts_decode(txt, len, &s, &out, &nt, NULL, NULL);
-    tm[i] = now_s() - t0;
+    tm[i] = eldr_clock_now() - t0;
     cm[i] = cpu_s() - c0;
     if (rc) exit(1);
     sink = out[0];
@@ -149,9 +144,9 @@ static void bench_blob(size_t T, int iters) {
   for (int i = 0; i < it2; i++) {
     char *o = NULL;
     size_t ol;
-    double t0 = now_s(), c0 = cpu_s();
+    double t0 = eldr_clock_now(), c0 = cpu_s();
     int rc = eldr_routed_experts_encode(sel, T, &s, ELDR_SEL_U8, &o, &ol);
-    tm[i] = now_s() - t0;
+    tm[i] = eldr_clock_now() - t0;
     cm[i] = cpu_s() - c0;
     if (rc) exit(1);
     sink = (uint32_t)o[0];
@@ -197,19 +192,19 @@ static void bench_trace(void) {
   eldr_diag d = {{0}};
   double ts[3], tl[3];
   for (int i = 0; i < 3; i++) {
-    double t0 = now_s();
+    double t0 = eldr_clock_now();
     if (eldr_trace_save(path, t, &d)) {
       fprintf(stderr, "%s\n", d.msg);
       exit(1);
     }
-    ts[i] = now_s() - t0;
+    ts[i] = eldr_clock_now() - t0;
     eldr_trace *b = NULL;
-    t0 = now_s();
+    t0 = eldr_clock_now();
     if (eldr_trace_load(path, &b, &d)) {
       fprintf(stderr, "%s\n", d.msg);
       exit(1);
     }
-    tl[i] = now_s() - t0;
+    tl[i] = eldr_clock_now() - t0;
     eldr_trace_free(b);
   }
   FILE *f = fopen(path, "rb");

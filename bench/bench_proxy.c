@@ -29,13 +29,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "eldr/clock.h"
 #include "eldr/serve.h"
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* ---- fixture worker ------------------------------------------------------- */
 
@@ -254,13 +249,13 @@ static result load(int port, int nconn, double duration, int mode) {
     pf[i].fd = cs[i].fd;
     pf[i].events = POLLIN;
   }
-  double start = now(), end = start + duration, warm = start + duration * 0.1;
+  double start = eldr_clock_now(), end = start + duration, warm = start + duration * 0.1;
   size_t n_warm = 0;
   for (int i = 0; i < nconn; i++) {
-    cs[i].t0 = now();
+    cs[i].t0 = eldr_clock_now();
     send_req(&cs[i], mode);
   }
-  while (now() < end) {
+  while (eldr_clock_now() < end) {
     int pr = poll(pf, (nfds_t)nconn, 100);
     if (pr <= 0) continue;
     for (int i = 0; i < nconn; i++) {
@@ -283,7 +278,7 @@ static result load(int port, int nconn, double duration, int mode) {
           send_req(c, mode);
           continue;
         }
-        double t = now();
+        double t = eldr_clock_now();
         if (t >= warm) {
           if (!n_warm) n_warm = n;
           if (n < cap) lat[n++] = t - c->t0;
@@ -296,7 +291,7 @@ static result load(int port, int nconn, double duration, int mode) {
       }
     }
   }
-  double el = now() - warm;
+  double el = eldr_clock_now() - warm;
   result res = {0};
   size_t m = n - n_warm;
   res.rps = (double)m / el;

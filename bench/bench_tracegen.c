@@ -14,16 +14,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "eldr/clock.h"
 #include "eldr/trace.h"
 #include "eldr/preset_files.h"
 #include "eldr/tracegen.h"
 #include "eldr/tracestats.h"
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void print_stats(const eldr_tracestats *s) {
   printf("  correlation median %.3f (p10 %.3f, p90 %.3f, n %zu)\n", s->corr_median, s->corr_p10,
@@ -73,13 +68,13 @@ int main(int argc, char **argv) {
     return 2;
   }
   eldr_tracegen_set_lengths(g, decode, 0, 0);
-  double t0 = now();
+  double t0 = eldr_clock_now();
   eldr_trace *t = NULL;
   if (eldr_tracegen_generate(g, n, &t, &d)) {
     fprintf(stderr, "bench_tracegen: %s\n", d.msg);
     return 1;
   }
-  double t1 = now();
+  double t1 = eldr_clock_now();
   size_t sel = 0;
   for (size_t i = 0; i < t->n; i++) sel += t->req[i].n_prefill + t->req[i].n_decode;
   sel *= (size_t)shape.num_layers * shape.top_k;
@@ -91,28 +86,28 @@ int main(int argc, char **argv) {
   o.batches = batches;
   o.seed = seed;
   eldr_tracestats s;
-  double t2 = now();
+  double t2 = eldr_clock_now();
   if (eldr_tracestats_compute(t, &o, &s, &d)) {
     fprintf(stderr, "bench_tracegen: %s\n", d.msg);
     return 1;
   }
-  double t3 = now();
+  double t3 = eldr_clock_now();
   printf("stats (in memory): %.2f s\n", t3 - t2);
   print_stats(&s);
   eldr_tracestats_free(&s);
   if (out) {
-    double t4 = now();
+    double t4 = eldr_clock_now();
     if (eldr_trace_save(out, t, &d)) {
       fprintf(stderr, "bench_tracegen: %s\n", d.msg);
       return 1;
     }
-    double t5 = now();
+    double t5 = eldr_clock_now();
     eldr_trace *t2r = NULL;
     if (eldr_trace_load(out, &t2r, &d)) {
       fprintf(stderr, "bench_tracegen: %s\n", d.msg);
       return 1;
     }
-    double t6 = now();
+    double t6 = eldr_clock_now();
     printf("trace save: %.2f s; trace load: %.2f s\n", t5 - t4, t6 - t5);
     eldr_trace_free(t2r);
   }

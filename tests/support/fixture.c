@@ -23,11 +23,9 @@
 #include <time.h>
 #include <unistd.h>
 
-double fx_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+#include "eldr/clock.h"
+
+double fx_now(void) { return eldr_clock_now(); }
 
 const char *const fx_default_chunks[] = {
     "data: {\"id\":\"cmpl-1\",\"choices\":[{\"index\":0,\"text\":\"Hello\"}]}\n\n",

@@ -24,13 +24,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "eldr/clock.h"
 #include "eldr/worker.h"
 
-static __attribute__((unused)) double wt_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+static __attribute__((unused)) double wt_now(void) { return eldr_clock_now(); }
 
 typedef struct wt_resp {
   int status;       /* 0 = no response */
