@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "eldr/fit.h"
+#include "eldr/parallel.h"
 
 static void add_variant(eldr_sweep_variant *vs, size_t *n, size_t cap, const char *label,
                         eldr_policy_kind k, double tau, int permute, int decor, int vanilla,
@@ -117,7 +118,6 @@ typedef struct sweep_state {
   const eldr_sweep *s;
   eldr_sweep_row *rows;
   size_t nrows;
-  atomic_size_t next;
   atomic_int failed;
   eldr_diag diag;
   pthread_mutex_t lock; /* the failure and the progress callback */
@@ -135,49 +135,45 @@ static void on_sim_progress(void *ctx, size_t done, size_t total) {
   pthread_mutex_unlock(&rp->st->lock);
 }
 
-static void *sweep_worker(void *arg) {
+/* Run i of the sweep (a parallel-for task); none after a failure. */
+static void sweep_task(void *arg, size_t i) {
   sweep_state *st = arg;
   const eldr_sweep *s = st->s;
-  for (;;) {
-    size_t i = atomic_fetch_add(&st->next, 1);
-    if (i >= st->nrows || atomic_load(&st->failed)) break;
-    size_t ri = i / s->nv, vi = i % s->nv;
-    const eldr_sweep_variant *v = &s->vs[vi];
-    eldr_sweep_row *rw = &st->rows[i];
-    rw->v = v;
-    rw->rate = s->rates[ri];
-    eldr_sim_config c2 = *s->cfg;
-    c2.rate = s->rates[ri];
-    c2.policy = v->kind;
-    c2.tau = v->tau;
-    c2.permute_signatures = v->permute;
-    c2.decorrelate = v->decorrelate;
-    char label[192];
-    snprintf(label, sizeof label, "sim: run %zu/%zu %.47s @ %g/s", i + 1, st->nrows, v->label,
-             s->rates[ri]);
-    run_progress rp = {st, label};
-    if (s->progress) {
-      c2.progress = on_sim_progress;
-      c2.progress_ctx = &rp;
-    }
-    eldr_diag d = {{0}};
-    int rc = eldr_sim_run(v->vanilla ? s->pool_vanilla : s->pool, s->lm, &c2, &rw->r, &d);
-    if (rc) {
-      pthread_mutex_lock(&st->lock);
-      if (!atomic_load(&st->failed)) {
-        if (d.msg[0]) {
-          st->diag = d;
-          eldr_diag_prefix(&st->diag, "%s", v->label);
-        } else {
-          eldr_diag_fail(&st->diag, rc, "%s: %s", v->label, eldr_strerror(rc));
-        }
-        atomic_store(&st->failed, rc);
-      }
-      pthread_mutex_unlock(&st->lock);
-      break;
-    }
+  if (atomic_load(&st->failed)) return;
+  size_t ri = i / s->nv, vi = i % s->nv;
+  const eldr_sweep_variant *v = &s->vs[vi];
+  eldr_sweep_row *rw = &st->rows[i];
+  rw->v = v;
+  rw->rate = s->rates[ri];
+  eldr_sim_config c2 = *s->cfg;
+  c2.rate = s->rates[ri];
+  c2.policy = v->kind;
+  c2.tau = v->tau;
+  c2.permute_signatures = v->permute;
+  c2.decorrelate = v->decorrelate;
+  char label[192];
+  snprintf(label, sizeof label, "sim: run %zu/%zu %.47s @ %g/s", i + 1, st->nrows, v->label,
+           s->rates[ri]);
+  run_progress rp = {st, label};
+  if (s->progress) {
+    c2.progress = on_sim_progress;
+    c2.progress_ctx = &rp;
   }
-  return NULL;
+  eldr_diag d = {{0}};
+  int rc = eldr_sim_run(v->vanilla ? s->pool_vanilla : s->pool, s->lm, &c2, &rw->r, &d);
+  if (rc) {
+    pthread_mutex_lock(&st->lock);
+    if (!atomic_load(&st->failed)) {
+      if (d.msg[0]) {
+        st->diag = d;
+        eldr_diag_prefix(&st->diag, "%s", v->label);
+      } else {
+        eldr_diag_fail(&st->diag, rc, "%s: %s", v->label, eldr_strerror(rc));
+      }
+      atomic_store(&st->failed, rc);
+    }
+    pthread_mutex_unlock(&st->lock);
+  }
 }
 
 int eldr_sweep_run(const eldr_sweep *s, eldr_sweep_row *rows, eldr_diag *d) {
@@ -185,18 +181,9 @@ int eldr_sweep_run(const eldr_sweep *s, eldr_sweep_row *rows, eldr_diag *d) {
       s->jobs > ELDR_SWEEP_MAX_JOBS)
     return eldr_diag_fail(d, ELDR_EINVAL, "sweep: empty or bad configuration");
   sweep_state st = {.s = s, .rows = rows, .nrows = s->nrates * s->nv};
-  atomic_init(&st.next, 0);
   atomic_init(&st.failed, 0);
   pthread_mutex_init(&st.lock, NULL);
-  size_t nj = s->jobs < st.nrows ? s->jobs : st.nrows;
-  pthread_t th[ELDR_SWEEP_MAX_JOBS];
-  size_t started = 0;
-  for (size_t j = 1; j < nj; j++) {
-    if (pthread_create(&th[started], NULL, sweep_worker, &st) != 0) break;
-    started++;
-  }
-  sweep_worker(&st);
-  for (size_t j = 0; j < started; j++) pthread_join(th[j], NULL);
+  eldr_parallel_for(st.nrows, (unsigned)s->jobs, sweep_task, &st);
   pthread_mutex_destroy(&st.lock);
   int rc = atomic_load(&st.failed);
   if (rc && d) *d = st.diag;
