@@ -52,6 +52,13 @@ typedef struct eldr_latency_model {
   double hbm_bw_peak;              /* descriptive: per-GPU spec-sheet bandwidth, bytes/s */
   double flops_peak;               /* descriptive: per-GPU spec-sheet dense FLOP/s of the dtype */
   double kv_transfer_latency_s;    /* fixed handoff latency added to each KV transfer */
+  /* expert parallelism (eldr_latency_step_ep; 0 in the aggregate presets) */
+  double rank_hbm_bw;              /* bytes/s of one EP rank (one GPU), effective */
+  double rank_flops;               /* FLOP/s of one EP rank, effective */
+  double expert_flops_per_token;   /* FLOPs of one token through one routed expert */
+  double a2a_latency_s;            /* fixed cost of one all-to-all (dispatch or combine) */
+  double a2a_bw;                   /* bytes/s one rank sends during an all-to-all */
+  double a2a_bytes_per_token;      /* dispatch + combine bytes of one token to one rank */
 } eldr_latency_model;
 
 /* Fill m from a model preset ("qwen3-30b-a3b", "gpt-oss-120b",
@@ -59,6 +66,13 @@ typedef struct eldr_latency_model {
  * ("mi300x", "h200", "h100"). ELDR_ENOTFOUND names the unknown preset. */
 int eldr_latency_preset(const char *model, const char *hardware, eldr_latency_model *m,
                         eldr_diag *d);
+
+/* A TP x EP decode worker: the model on max(tp, ep) GPUs of the hardware,
+ * attention (and shared experts) tensor-parallel over tp, routed experts
+ * spread over ep ranks; fills the EP fields for eldr_latency_step_ep.
+ * tp, ep in [1, 64]. Numbers and sources: docs/sim.md. */
+int eldr_latency_preset_ep(const char *model, const char *hardware, uint32_t tp, uint32_t ep,
+                           eldr_latency_model *m, eldr_diag *d);
 
 /* Names of the presets: index i < count, else NULL. */
 const char *eldr_latency_model_name(size_t i);
@@ -85,6 +99,25 @@ double eldr_latency_step(const eldr_latency_model *m, size_t batch,
  * distinct experts, batch tokens and ctx_tokens of context. */
 double eldr_latency_moe_layer(const eldr_latency_model *m, size_t batch, uint32_t n_active,
                               double ctx_tokens);
+
+/* Expert parallelism over R ranks. For one MoE layer, rank_experts[r] =
+ * distinct physical experts the batch touches on rank r and rank_tokens[r] =
+ * token-expert pairs dispatched to it (eldr/placement.h's tally):
+ *   t = roofline(attention/shared bytes + KV reads over the worker, their FLOPs)
+ *     + max_r (rank_experts[r] * expert_bytes / rank_hbm_bw
+ *              + rank_tokens[r] * expert_flops_per_token / rank_flops)
+ *     + eldr_latency_a2a(batch) + layer_overhead_s. */
+double eldr_latency_moe_layer_ep(const eldr_latency_model *m, size_t batch,
+                                 const uint32_t *rank_experts, const uint32_t *rank_tokens,
+                                 uint32_t R, double ctx_tokens);
+/* A whole step: layer l's counters at [l * R, (l + 1) * R); plus the dense
+ * layers, head and step overhead as in eldr_latency_step. */
+double eldr_latency_step_ep(const eldr_latency_model *m, size_t batch, const uint32_t *rank_experts,
+                            const uint32_t *rank_tokens, uint32_t R, double ctx_tokens);
+/* Dispatch + combine of one MoE layer: 2 * a2a_latency_s + each rank's
+ * share of the batch (batch / R tokens) sent to min(top_k, R - 1) other ranks
+ * at a2a_bytes_per_token each, over a2a_bw. 0 when R <= 1. */
+double eldr_latency_a2a(const eldr_latency_model *m, size_t batch, uint32_t R);
 
 /* Expected distinct experts per layer when batch tokens each pick top_k of
  * num_experts uniformly: E * (1 - (1 - K/E)^B). */

@@ -36,6 +36,7 @@
 
 #include "eldr/error.h"
 #include "eldr/latency.h"
+#include "eldr/placement.h"
 #include "eldr/policy.h"
 #include "eldr/trace_model.h"
 
@@ -82,6 +83,12 @@ typedef struct eldr_sim_config {
   eldr_sim_log *log;         /* n_requests entries (or pool size in trace mode), or NULL */
   void (*progress)(void *ctx, size_t done, size_t total);
   void *progress_ctx;
+  /* Expert parallelism: n_decode placements (decoder i uses placements[i];
+   * borrowed), all with the trace's layers/experts and one EP size: steps
+   * are timed by eldr_latency_step_ep from the per-rank tally (the model's
+   * EP fields must be set: eldr_latency_preset_ep). NULL: the aggregate
+   * eldr_latency_step. */
+  const eldr_placement *const *placements;
 } eldr_sim_config;
 
 /* Defaults: 8P16D, batch 64, 8192 prefill tokens, guard 4, rate 10, 1000
@@ -102,6 +109,8 @@ typedef struct eldr_sim_result {
   size_t fallbacks;           /* decisions that did not run as asked */
   size_t pool_size;
   double sim_seconds;         /* simulated time of the last event */
+  double ep_busiest_share;    /* with placements: sum over (step, layer) of the busiest EP
+                                 rank's token-expert pairs / all pairs (1/R = even); else NaN */
 } eldr_sim_result;
 
 /* Run one simulation. Errors: ELDR_EINVAL (bad config: zero workers/batch,

@@ -19,31 +19,45 @@ typedef struct arch {
   double expert_dtype, dense_dtype, head_dtype, kv_dtype; /* bytes per element */
   int fp8;          /* compute runs at the FP8 peak */
   uint32_t gpus;    /* GPUs per worker as deployed */
+  double attn_params;   /* attention params per layer when not q/kv-head shaped (MLA), else 0 */
+  double attn_ctx_flops;/* attention FLOPs per context token per layer (MLA), else 0 */
 } arch;
 
 static const arch ARCHS[] = {
     /* Qwen/Qwen3-30B-A3B: 48 layers all MoE, 128 experts top-8, hidden 2048,
      * moe_intermediate_size 768, 32 q / 4 kv heads x 128, vocab 151936, bf16. */
-    {"qwen3-30b-a3b", 48, 0, 128, 8, 2048, 768, 0, 0, 32, 4, 128, 151936, 2, 2, 2, 2, 0, 1},
+    {"qwen3-30b-a3b", 48, 0, 128, 8, 2048, 768, 0, 0, 32, 4, 128, 151936, 2, 2, 2, 2, 0, 1, 0, 0},
     /* openai/gpt-oss-120b: 36 layers all MoE, 128 experts top-4, hidden 2880,
      * intermediate 2880, 64 q / 8 kv heads x 64, vocab 201088; experts MXFP4
      * (4.25 bits/param incl. scales), rest bf16. */
     {"gpt-oss-120b", 36, 0, 128, 4, 2880, 2880, 0, 0, 64, 8, 64, 201088, 4.25 / 8, 2, 2, 2, 0,
-     1},
+     1, 0, 0},
     /* Qwen/Qwen3-235B-A22B: 94 layers all MoE, 128 experts top-8, hidden 4096,
      * moe_intermediate_size 1536, 64 q / 4 kv heads x 128, vocab 151936,
      * bf16, one worker = 8 GPUs with TP8 attention / EP8 experts. */
-    {"qwen3-235b-a22b", 94, 0, 128, 8, 4096, 1536, 0, 0, 64, 4, 128, 151936, 2, 2, 2, 2, 0, 8},
+    {"qwen3-235b-a22b", 94, 0, 128, 8, 4096, 1536, 0, 0, 64, 4, 128, 151936, 2, 2, 2, 2, 0, 8, 0, 0},
     /* meta-llama/Llama-4-Maverick-17B-128E-Instruct(-FP8): 48 layers, MoE every
      * other layer (24 MoE + 24 dense), 128 routed experts top-1 + 1 shared
      * expert, hidden 5120, intermediate_size 8192 (experts), intermediate_size_mlp
      * 16384 (dense), 40 q / 8 kv heads x 128, vocab 202048; FP8 weights, bf16
      * KV, one worker = 8 GPUs. */
     {"llama4-maverick", 24, 24, 128, 1, 5120, 8192, 16384, 8192, 40, 8, 128, 202048, 1, 1, 2, 2, 1,
-     8},
+     8, 0, 0},
     /* allenai/OLMoE-1B-7B-0924: 16 layers all MoE, 64 experts top-8, hidden
      * 2048, intermediate 1024, 16 q / 16 kv heads x 128, vocab 50304, bf16. */
-    {"olmoe-1b-7b", 16, 0, 64, 8, 2048, 1024, 0, 0, 16, 16, 128, 50304, 2, 2, 2, 2, 0, 1},
+    {"olmoe-1b-7b", 16, 0, 64, 8, 2048, 1024, 0, 0, 16, 16, 128, 50304, 2, 2, 2, 2, 0, 1, 0, 0},
+    /* deepseek-ai/DeepSeek-V3: 61 layers, first_k_dense_replace 3 (58 MoE +
+     * 3 dense), 256 routed experts top-8 + 1 shared expert, hidden 7168,
+     * moe_intermediate_size 2048, intermediate_size 18432 (dense), vocab
+     * 129280, FP8 weights (bf16 head). MLA attention: 128 heads, q_lora_rank
+     * 1536, kv_lora_rank 512, qk_nope 128 + qk_rope 64, v_head 128 ->
+     * params 7168*1536 + 1536*128*192 + 7168*576 + 512*128*256 + 128*128*7168;
+     * KV cache (512 + 64) bf16 per token per layer (kv_heads 1 x head_dim 288
+     * x 2 x 2 bytes); absorbed attention 2*128*(576+512) FLOPs per context
+     * token. One worker = 8 GPUs. */
+    {"deepseek-v3", 58, 3, 256, 8, 7168, 2048, 18432, 2048, 128, 1, 288, 129280, 1, 1, 2, 2, 1, 8,
+     7168.0 * 1536 + 1536.0 * 128 * 192 + 7168.0 * 576 + 512.0 * 128 * 256 + 128.0 * 128 * 7168,
+     2.0 * 128 * (576 + 512)},
 };
 #define N_ARCHS (sizeof ARCHS / sizeof ARCHS[0])
 
@@ -53,16 +67,19 @@ typedef struct hw {
   double bw;          /* HBM bytes/s */
   double bf16, fp8;   /* dense FLOP/s (no sparsity) */
   double layer_overhead_s; /* per transformer layer, single-GPU worker */
+  double link_bw;     /* GPU-to-GPU bytes/s per direction (NVLink / Infinity Fabric) */
 } hw;
 
 static const hw HWS[] = {
-    /* AMD Instinct MI300X: 5.3 TB/s HBM3, 1307.4 TFLOPS bf16, 2614.9 fp8.
+    /* AMD Instinct MI300X: 5.3 TB/s HBM3, 1307.4 TFLOPS bf16, 2614.9 fp8;
+     * 7 Infinity Fabric links, 896 GB/s peer bandwidth (both directions).
      * layer overhead calibrated to the 4.7x ratio (docs/sim.md). */
-    {"mi300x", 5.3e12, 1307.4e12, 2614.9e12, 23e-6},
-    /* NVIDIA H200 SXM: 4.8 TB/s HBM3e, 989.4 TFLOPS bf16, 1978.9 fp8. */
-    {"h200", 4.8e12, 989.4e12, 1978.9e12, 15e-6},
-    /* NVIDIA H100 SXM: 3.35 TB/s HBM3, 989.4 TFLOPS bf16, 1978.9 fp8. */
-    {"h100", 3.35e12, 989.4e12, 1978.9e12, 15e-6},
+    {"mi300x", 5.3e12, 1307.4e12, 2614.9e12, 23e-6, 448e9},
+    /* NVIDIA H200 SXM: 4.8 TB/s HBM3e, 989.4 TFLOPS bf16, 1978.9 fp8;
+     * NVLink 900 GB/s (both directions). */
+    {"h200", 4.8e12, 989.4e12, 1978.9e12, 15e-6, 450e9},
+    /* NVIDIA H100 SXM: 3.35 TB/s HBM3, 989.4 TFLOPS bf16, 1978.9 fp8; NVLink 900 GB/s. */
+    {"h100", 3.35e12, 989.4e12, 1978.9e12, 15e-6, 450e9},
 };
 #define N_HWS (sizeof HWS / sizeof HWS[0])
 
@@ -75,6 +92,8 @@ static const hw HWS[] = {
 #define STEP_OVERHEAD_S 1.0e-3   /* scheduler + sampling per decode step */
 #define NIC_BW 50e9              /* one 400 Gb/s RDMA NIC per GPU */
 #define KV_HANDOFF_S 0.5e-3      /* fixed handoff latency per KV transfer */
+#define A2A_LATENCY_S 15e-6      /* one EP all-to-all (dispatch or combine), fixed part */
+#define A2A_EFFICIENCY 0.80      /* achievable fraction of the link bandwidth in all-to-all */
 
 const char *eldr_latency_model_name(size_t i) { return i < N_ARCHS ? ARCHS[i].name : NULL; }
 const char *eldr_latency_hardware_name(size_t i) { return i < N_HWS ? HWS[i].name : NULL; }
@@ -88,9 +107,9 @@ static void names_list(char *buf, size_t cap, int models) {
   }
 }
 
-int eldr_latency_preset(const char *model, const char *hardware, eldr_latency_model *m,
-                        eldr_diag *d) {
-  if (!model || !hardware || !m) return eldr_diag_fail(d, ELDR_EINVAL, "latency preset: NULL argument");
+static int find_preset(const char *model, const char *hardware, const arch **ap, const hw **hp,
+                       eldr_diag *d) {
+  if (!model || !hardware) return eldr_diag_fail(d, ELDR_EINVAL, "latency preset: NULL argument");
   const arch *a = NULL;
   const hw *h = NULL;
   for (size_t i = 0; i < N_ARCHS; i++)
@@ -107,6 +126,56 @@ int eldr_latency_preset(const char *model, const char *hardware, eldr_latency_mo
     return eldr_diag_fail(d, ELDR_ENOTFOUND, "unknown hardware preset '%s' (known: %s)", hardware,
                           names);
   }
+  *ap = a;
+  *hp = h;
+  return 0;
+}
+
+static void fill_preset(const arch *a, const hw *h, uint32_t gpus, eldr_latency_model *m);
+
+int eldr_latency_preset(const char *model, const char *hardware, eldr_latency_model *m,
+                        eldr_diag *d) {
+  const arch *a;
+  const hw *h;
+  if (!m) return eldr_diag_fail(d, ELDR_EINVAL, "latency preset: NULL argument");
+  int rc = find_preset(model, hardware, &a, &h, d);
+  if (rc < 0) return rc;
+  fill_preset(a, h, a->gpus, m);
+  return 0;
+}
+
+int eldr_latency_preset_ep(const char *model, const char *hardware, uint32_t tp, uint32_t ep,
+                           eldr_latency_model *m, eldr_diag *d) {
+  const arch *a;
+  const hw *h;
+  if (!m) return eldr_diag_fail(d, ELDR_EINVAL, "latency preset: NULL argument");
+  if (tp < 1 || tp > 64 || ep < 1 || ep > 64)
+    return eldr_diag_fail(d, ELDR_ERANGE, "latency preset: TP %u x EP %u: each must be in [1, 64]",
+                          tp, ep);
+  int rc = find_preset(model, hardware, &a, &h, d);
+  if (rc < 0) return rc;
+  if (a->experts % ep)
+    return eldr_diag_fail(d, ELDR_ERANGE, "latency preset: %u experts of '%s' do not split over EP %u",
+                          a->experts, a->name, ep);
+  uint32_t g = tp > ep ? tp : ep;
+  fill_preset(a, h, g, m);
+  /* the TP all-reduce stays in the per-layer overhead; the EP all-to-all is
+   * modelled explicitly (eldr_latency_a2a) */
+  m->layer_overhead_s = h->layer_overhead_s + (tp > 1 ? COLLECTIVE_S / 2 : 0.0);
+  m->tp = tp;
+  m->ep = ep;
+  m->rank_hbm_bw = h->bw * BW_EFFICIENCY;
+  m->rank_flops = (a->fp8 ? h->fp8 : h->bf16) * DECODE_FLOP_EFFICIENCY;
+  m->expert_flops_per_token = 2.0 * 3.0 * a->hidden * a->moe_inter;
+  m->a2a_latency_s = ep > 1 ? A2A_LATENCY_S : 0.0;
+  m->a2a_bw = h->link_bw * A2A_EFFICIENCY;
+  /* dispatch in the weight dtype (FP8 for FP8 models), combine in bf16 */
+  m->a2a_bytes_per_token = a->hidden * ((a->fp8 ? 1.0 : 2.0) + 2.0);
+  return 0;
+}
+
+/* The model a on g GPUs of h, aggregate (no EP fields). */
+static void fill_preset(const arch *a, const hw *h, uint32_t gpus, eldr_latency_model *m) {
   memset(m, 0, sizeof *m);
   snprintf(m->model, sizeof m->model, "%s", a->name);
   snprintf(m->hardware, sizeof m->hardware, "%s", h->name);
@@ -115,8 +184,9 @@ int eldr_latency_preset(const char *model, const char *hardware, eldr_latency_mo
   m->shape.top_k = a->top_k;
 
   double expert_params = 3.0 * a->hidden * a->moe_inter; /* SwiGLU gate, up, down */
-  double attn_params = 2.0 * a->hidden * a->q_heads * a->head_dim +
-                       2.0 * a->hidden * a->kv_heads * a->head_dim;
+  double attn_params = a->attn_params > 0 ? a->attn_params
+                                          : 2.0 * a->hidden * a->q_heads * a->head_dim +
+                                                2.0 * a->hidden * a->kv_heads * a->head_dim;
   double shared_params = 3.0 * a->hidden * a->shared_inter;
   double router_params = a->hidden * a->experts;
   double dense_mlp_params = 3.0 * a->hidden * a->dense_inter;
@@ -130,12 +200,13 @@ int eldr_latency_preset(const char *model, const char *hardware, eldr_latency_mo
   m->kv_bytes_per_token_total = m->kv_bytes_per_token * (a->moe_layers + a->dense_layers);
   m->flops_per_token_per_layer =
       2.0 * (a->top_k * expert_params + attn_params + shared_params + router_params);
-  m->attn_flops_per_ctx_token = 4.0 * a->q_heads * a->head_dim;
+  m->attn_flops_per_ctx_token =
+      a->attn_ctx_flops > 0 ? a->attn_ctx_flops : 4.0 * a->q_heads * a->head_dim;
   m->other_flops_per_token = 2.0 * (a->dense_layers * (attn_params + dense_mlp_params) + head_params);
   m->n_dense_layers = a->dense_layers;
   m->prefill_flops_per_token = a->moe_layers * m->flops_per_token_per_layer + m->other_flops_per_token;
 
-  double g = a->gpus;
+  double g = gpus;
   double par = g > 1 ? MULTI_GPU_EFFICIENCY : 1.0;
   double peak = a->fp8 ? h->fp8 : h->bf16;
   m->hbm_bw_peak = h->bw;
@@ -151,7 +222,6 @@ int eldr_latency_preset(const char *model, const char *hardware, eldr_latency_mo
   m->tp = g;
   m->ep = g;
   m->weight_bytes_per_param = a->expert_dtype;
-  return 0;
 }
 
 /* ---- overrides ----------------------------------------------------------- */
@@ -169,7 +239,9 @@ static const field FIELDS[] = {
     F(kv_bytes_per_token_total), F(other_flops_per_token), F(attn_flops_per_ctx_token),
     F(n_dense_layers),        F(gpus_per_worker),         F(tp),
     F(ep),                    F(weight_bytes_per_param),  F(hbm_bw_peak),
-    F(flops_peak),            F(kv_transfer_latency_s),
+    F(flops_peak),            F(kv_transfer_latency_s),   F(rank_hbm_bw),
+    F(rank_flops),            F(expert_flops_per_token),  F(a2a_latency_s),
+    F(a2a_bw),                F(a2a_bytes_per_token),
 };
 #undef F
 #define N_FIELDS (sizeof FIELDS / sizeof FIELDS[0])
@@ -260,6 +332,18 @@ static inline double roofline(double bytes, double flops, const eldr_latency_mod
   return tb > tf ? tb : tf;
 }
 
+/* Dense layers, embeddings and LM head, their KV reads, their overheads. */
+static double other_layers(const eldr_latency_model *m, size_t batch, double ctx_tokens) {
+  double other_kv =
+      ctx_tokens * (m->kv_bytes_per_token_total - (double)m->shape.num_layers * m->kv_bytes_per_token);
+  if (other_kv < 0) other_kv = 0;
+  double dense_ctx = m->kv_bytes_per_token > 0 ? other_kv / m->kv_bytes_per_token : 0;
+  return roofline(m->other_layer_bytes + other_kv,
+                  (double)batch * m->other_flops_per_token + dense_ctx * m->attn_flops_per_ctx_token,
+                  m) +
+         m->n_dense_layers * m->layer_overhead_s;
+}
+
 double eldr_latency_moe_layer(const eldr_latency_model *m, size_t batch, uint32_t n_active,
                               double ctx_tokens) {
   double bytes = (double)n_active * m->expert_bytes + m->dense_bytes_per_layer +
@@ -281,14 +365,53 @@ double eldr_latency_step(const eldr_latency_model *m, size_t batch,
     double tb = ((double)union_per_layer[l] * m->expert_bytes + base_bytes) * inv_bw;
     t += (tb > tf ? tb : tf) + m->layer_overhead_s;
   }
-  /* dense layers, embeddings and LM head, their KV reads */
-  double other_kv = ctx_tokens * (m->kv_bytes_per_token_total - (double)L * m->kv_bytes_per_token);
-  if (other_kv < 0) other_kv = 0;
-  double dense_ctx = m->kv_bytes_per_token > 0 ? other_kv / m->kv_bytes_per_token : 0;
-  t += roofline(m->other_layer_bytes + other_kv,
-                (double)batch * m->other_flops_per_token + dense_ctx * m->attn_flops_per_ctx_token, m);
-  t += m->n_dense_layers * m->layer_overhead_s;
-  return t;
+  return t + other_layers(m, batch, ctx_tokens);
+}
+
+double eldr_latency_a2a(const eldr_latency_model *m, size_t batch, uint32_t R) {
+  if (R <= 1) return 0.0;
+  double dests = m->shape.top_k < R - 1 ? (double)m->shape.top_k : (double)(R - 1);
+  double bytes = (double)batch / R * dests * m->a2a_bytes_per_token;
+  return 2.0 * m->a2a_latency_s + (m->a2a_bw > 0 ? bytes / m->a2a_bw : 0.0);
+}
+
+/* The non-expert part of one MoE layer (attention, shared expert, router,
+ * KV reads) over the whole worker. */
+static double layer_dense_part(const eldr_latency_model *m, size_t batch, double ctx_tokens) {
+  double routed = (double)m->shape.top_k * m->expert_flops_per_token;
+  double per_tok = m->flops_per_token_per_layer > routed ? m->flops_per_token_per_layer - routed : 0;
+  return roofline(m->dense_bytes_per_layer + ctx_tokens * m->kv_bytes_per_token,
+                  (double)batch * per_tok + ctx_tokens * m->attn_flops_per_ctx_token, m);
+}
+
+static double slowest_rank(const eldr_latency_model *m, const uint32_t *rex, const uint32_t *rtk,
+                           uint32_t R) {
+  double worst = 0;
+  double eb = m->rank_hbm_bw > 0 ? m->expert_bytes / m->rank_hbm_bw : 0;
+  double ef = m->rank_flops > 0 ? m->expert_flops_per_token / m->rank_flops : 0;
+  for (uint32_t r = 0; r < R; r++) {
+    double t = (double)rex[r] * eb + (double)rtk[r] * ef;
+    if (t > worst) worst = t;
+  }
+  return worst;
+}
+
+double eldr_latency_moe_layer_ep(const eldr_latency_model *m, size_t batch,
+                                 const uint32_t *rank_experts, const uint32_t *rank_tokens,
+                                 uint32_t R, double ctx_tokens) {
+  return layer_dense_part(m, batch, ctx_tokens) + slowest_rank(m, rank_experts, rank_tokens, R) +
+         eldr_latency_a2a(m, batch, R) + m->layer_overhead_s;
+}
+
+double eldr_latency_step_ep(const eldr_latency_model *m, size_t batch, const uint32_t *rank_experts,
+                            const uint32_t *rank_tokens, uint32_t R, double ctx_tokens) {
+  const uint32_t L = m->shape.num_layers;
+  double per_layer = layer_dense_part(m, batch, ctx_tokens) + eldr_latency_a2a(m, batch, R) +
+                     m->layer_overhead_s;
+  double t = m->step_overhead_s + (double)L * per_layer;
+  for (uint32_t l = 0; l < L; l++)
+    t += slowest_rank(m, rank_experts + (size_t)l * R, rank_tokens + (size_t)l * R, R);
+  return t + other_layers(m, batch, ctx_tokens);
 }
 
 double eldr_latency_expected_union(const eldr_shape *s, size_t batch) {

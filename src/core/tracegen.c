@@ -27,6 +27,8 @@ static const shape_preset k_shapes[] = {
     {"qwen3-235b-a22b", "Qwen3-235B-A22B", 94, 128, 8, 0, 1},
     {"llama4-maverick", "Llama-4-Maverick-17B-128E-Instruct", 24, 128, 1, 1, 2},
     {"olmoe-1b-7b", "OLMoE-1B-7B-0924", 16, 64, 8, 0, 1},
+    /* deepseek-ai/DeepSeek-V3: 61 layers, the first 3 dense, 256 routed experts top-8 */
+    {"deepseek-v3", "DeepSeek-V3", 58, 256, 8, 3, 1},
 };
 #define N_SHAPES (sizeof k_shapes / sizeof k_shapes[0])
 
@@ -83,7 +85,7 @@ int eldr_tracegen_model_shape(const char *name, eldr_shape *shape, char *canonic
   }
   return eldr_diag_fail(d, ELDR_EINVAL,
                         "unknown model '%s' (qwen3-30b-a3b, gpt-oss-120b, qwen3-235b-a22b, "
-                        "llama4-maverick, olmoe-1b-7b, custom:L,E,K)",
+                        "llama4-maverick, olmoe-1b-7b, deepseek-v3, custom:L,E,K)",
                         name);
 }
 

@@ -213,6 +213,7 @@ typedef struct simst {
   uint64_t steps, token_steps, union_sum, dup_steps, tokens_out;
   double copies_sum, first_arrival, last_finish, tpot_min;
   eldr_policy pol;
+  eldr_ep_tally ep; /* with c->placements */
 } simst;
 
 /* Take queued prompts of prefill worker w into one batch (up to the token
@@ -260,6 +261,23 @@ static void finish_request(simst *st, sreq *q, uint32_t k, double now) {
     st->c->progress(st->c->progress_ctx, st->completed, st->N);
 }
 
+/* EP step time of decoder k's batch: tally each member's current token on
+ * the decoder's placement, then the slowest-rank model. */
+static double ep_step(simst *st, uint32_t k, const dworker *x, double ctx) {
+  const eldr_placement *pl = st->c->placements[k];
+  eldr_ep_tally_begin(&st->ep);
+  for (uint32_t j = 0; j < x->nrun; j++) {
+    const sreq *q = &st->rq[x->run[j]];
+    uint32_t tok = q->pos + q->offset;
+    if (tok >= q->n_decode) tok -= q->n_decode;
+    const eldr_request *r = &st->tr->req[st->pool->idx[q->pool_i]];
+    eldr_ep_tally_add(&st->ep, pl, r->decode + (size_t)tok * st->L * st->K, j);
+  }
+  eldr_ep_tally_end(&st->ep);
+  return eldr_latency_step_ep(st->m, x->nrun, st->ep.rank_experts, st->ep.rank_tokens, pl->ep_size,
+                              ctx);
+}
+
 /* Decoder k: admit waiting requests into the batch and start a step (if any
  * member): latency from the per-layer union of the members' current tokens. */
 static int start_step(simst *st, uint32_t k, double now) {
@@ -299,7 +317,7 @@ static int start_step(simst *st, uint32_t k, double now) {
   for (uint32_t j = 0; j < x->nrun; j++)
     if (st->bcount[st->rq[x->run[j]].pool_i] > 1) st->dup_steps++;
   st->union_sum += eldr_union_count(&st->un, st->uni);
-  double lat = eldr_latency_step(st->m, x->nrun, st->uni, ctx);
+  double lat = st->c->placements ? ep_step(st, k, x, ctx) : eldr_latency_step(st->m, x->nrun, st->uni, ctx);
   x->busy = 1;
   return heap_push(&st->h, now + lat, EV_STEP_DONE, k);
 }
@@ -429,6 +447,22 @@ int eldr_sim_run(const eldr_sim_pool *pool, const eldr_latency_model *m, const e
                               "sim: request '%s' has no arrival timestamp (give a rate instead)",
                               tr->req[pool->idx[i]].id);
   size_t n_dom = tr->n_domains ? tr->n_domains : 1;
+  if (c->placements) {
+    const eldr_placement *p0 = c->placements[0];
+    for (size_t k = 0; k < c->n_decode; k++) {
+      const eldr_placement *p = c->placements[k];
+      if (!p || p->num_layers != S.num_layers || p->num_experts != S.num_experts ||
+          p->ep_size != p0->ep_size || p->num_physical != p0->num_physical || !p->ncopies)
+        return eldr_diag_fail(d, ELDR_ESHAPE,
+                              "sim: placement of decoder %zu is missing or does not match the trace "
+                              "(%u layers x %u experts) and decoder 0's EP size", k, S.num_layers,
+                              S.num_experts);
+    }
+    if (!(m->rank_hbm_bw > 0) || !(m->rank_flops > 0))
+      return eldr_diag_fail(d, ELDR_EINVAL,
+                            "sim: placements given but latency model '%s' has no EP rank bandwidth "
+                            "(use an EP preset)", m->model);
+  }
 
   simst st0 = {0}, *st = &st0;
   uint64_t sm = c->seed ^ 0x5eed5eedULL;
@@ -469,6 +503,10 @@ int eldr_sim_run(const eldr_sim_pool *pool, const eldr_latency_model *m, const e
   st->tpot = calloc(N, sizeof *st->tpot);
   st->ttft = calloc(N, sizeof *st->ttft);
   uint32_t *shuffle = calloc(pool->n, sizeof *shuffle);
+  if (c->placements &&
+      (rc = eldr_ep_tally_init(&st->ep, (uint32_t)st->L, (uint32_t)st->K, c->placements[0]->ep_size,
+                               c->placements[0]->num_physical, d)) < 0)
+    goto out;
   if (!st->rq || !st->pw || !st->dw || !st->run_store || !st->ploads || !st->dloads || !st->un.bits ||
       !st->uni || !st->perm || !st->copies || !st->bcount || !st->stamp || !st->phash || !st->tpot ||
       !st->ttft || !shuffle) {
@@ -617,6 +655,7 @@ int eldr_sim_run(const eldr_sim_pool *pool, const eldr_latency_model *m, const e
   res->mean_union = st->steps ? (double)st->union_sum / ((double)st->steps * (double)st->L) : 0;
   res->copies_in_flight = st->completed ? st->copies_sum / (double)st->completed : 0;
   res->batch_dup_frac = st->token_steps ? (double)st->dup_steps / (double)st->token_steps : 0;
+  res->ep_busiest_share = st->ep.all_tokens > 0 ? st->ep.busiest_tokens / st->ep.all_tokens : NAN;
   if (c->log)
     for (size_t i = 0; i < N; i++) {
       eldr_sim_log *lg = &c->log[i];
@@ -636,6 +675,7 @@ int eldr_sim_run(const eldr_sim_pool *pool, const eldr_latency_model *m, const e
 nomem:
   rc = eldr_diag_fail(d, ELDR_ENOMEM, "sim: out of memory");
 out:
+  eldr_ep_tally_free(&st->ep);
   free(shuffle);
   if (own_bits) {
     free(st->tokbits);
