@@ -27,6 +27,14 @@ static int same(const eldr_artifact *a, const eldr_artifact *b) {
   if (memcmp(a->cluster_sizes, b->cluster_sizes, a->k * sizeof *a->cluster_sizes) != 0) return 0;
   if (!a->created != !b->created || (a->created && strcmp(a->created, b->created) != 0)) return 0;
   if (!a->trace != !b->trace || (a->trace && strcmp(a->trace, b->trace) != 0)) return 0;
+  if (!a->placement != !b->placement) return 0;
+  if (a->placement) {
+    const eldr_artifact_placement *p = a->placement, *q = b->placement;
+    if (p->ep_size != q->ep_size || p->redundant != q->redundant || strcmp(p->global, q->global))
+      return 0;
+    for (size_t i = 0; i < a->k; i++)
+      if (strcmp(p->decoders[i], q->decoders[i])) return 0;
+  }
   return 1;
 }
 

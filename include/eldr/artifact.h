@@ -12,8 +12,17 @@
  *   "centroids": [[dim numbers] x K]   (dim = |mask| * E, unit L2 norm),
  *   "tau": number in [0, 2],
  *   "fit": {"n": int, "k": K, "rho": number, "seed": int, "balanced": bool,
- *           "cluster_sizes": [K ints], "created": str, "trace": str}
+ *           "cluster_sizes": [K ints], "created": str, "trace": str},
+ *   "placement": {"ep_size": R, "redundant_experts": N,           (optional)
+ *                 "format": "sglang-init-expert-location",
+ *                 "global": "FILE", "decoders": [K "FILE"]}
  * }
+ *
+ * "placement" names the expert-parallel placements `eldr fit --ep-size`
+ * wrote next to the artifact (eldr/placement_io.h): file names relative to
+ * the artifact's directory, without '/', one per decoder (decoder i starts
+ * its engine with decoders[i]) plus the all-traffic one
+ * (eldr_artifact_set_placement, eldr_artifact_placement_path).
  *
  * Validated on load: unknown version, missing/mistyped fields, wrong
  * dimensions, NaN/inf, negative IDF, centroids with |norm - 1| > 1e-3, mask

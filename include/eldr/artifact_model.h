@@ -46,7 +46,28 @@ typedef struct eldr_artifact {
   size_t *cluster_sizes; /* owned, k entries */
   char *created;         /* owned, may be NULL */
   char *trace;           /* owned, may be NULL */
+  struct eldr_artifact_placement *placement; /* owned, NULL when absent */
 } eldr_artifact;
+
+/* The expert-parallel placement files an artifact names (its "placement"
+ * section, eldr/artifact.h): file names next to the artifact. */
+typedef struct eldr_artifact_placement {
+  uint32_t ep_size, redundant;
+  char *global;      /* owned file name */
+  char **decoders;   /* owned, k file names */
+} eldr_artifact_placement;
+
+/* Attach (replacing any) placement names: global and k decoder names are
+ * copied. ELDR_ERANGE for ep_size 0, E + redundant not a multiple of
+ * ep_size, an empty name or one with '/' (a is unchanged); ELDR_ENOMEM. */
+int eldr_artifact_set_placement(eldr_artifact *a, uint32_t ep_size, uint32_t redundant,
+                                const char *global, const char *const *decoders, eldr_diag *d);
+
+/* The path of a placement file named by the artifact at artifact_path: the
+ * artifact's directory + name, into out (cap bytes). ELDR_ERANGE when it
+ * does not fit. */
+int eldr_artifact_placement_path(const char *artifact_path, const char *name, char *out,
+                                 size_t cap, eldr_diag *d);
 
 /* Allocate an artifact with zeroed arrays for the given shape, k and mask
  * (copied); dim is derived. idf allocated when idf_enabled. NULL on error.

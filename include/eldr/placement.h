@@ -36,9 +36,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "eldr/artifact.h"
+#include "eldr/artifact_model.h"
 #include "eldr/error.h"
-#include "eldr/trace.h"
+#include "eldr/trace_model.h"
 
 #define ELDR_PLACEMENT_MAX_RANKS 256
 
@@ -98,6 +98,24 @@ double eldr_placement_busiest_share(const eldr_placement *p, const double *act);
  * global block. ELDR_ESHAPE if a's shape differs from t's, ELDR_ENOMEM. */
 int eldr_placement_activation(const eldr_trace *t, const size_t *idx, size_t n,
                               const eldr_artifact *a, double *act, eldr_diag *d);
+
+/* Which placement a decoder runs. */
+typedef enum eldr_placement_kind {
+  ELDR_PLACEMENT_LINEAR = 0,   /* engines' default contiguous layout */
+  ELDR_PLACEMENT_GLOBAL,       /* greedy on all calibration traffic */
+  ELDR_PLACEMENT_PER_DECODER,  /* greedy on the decoder's own cluster */
+} eldr_placement_kind;
+/* "linear", "global", "per-decoder"; parse: ELDR_EINVAL if unknown. */
+const char *eldr_placement_kind_name(eldr_placement_kind k);
+int eldr_placement_kind_parse(const char *s, eldr_placement_kind *out);
+
+/* Greedy placements from eldr_placement_activation's act ((k + 1) blocks of
+ * L * E): out[c] for cluster c < k, out[k] the global one (k + 1 entries,
+ * caller's array; each freed with eldr_placement_free). On error none is
+ * left allocated. */
+int eldr_placement_fit_all(const double *act, size_t k, uint32_t layers, uint32_t experts,
+                           uint32_t ep_size, uint32_t redundant, eldr_placement **out,
+                           eldr_diag *d);
 
 /* ---- EP tally of one decode step --------------------------------------- */
 typedef struct eldr_ep_tally {

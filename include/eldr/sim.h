@@ -128,7 +128,8 @@ int eldr_sim_bitsets_build(const eldr_sim_pool *pool, uint64_t **bits, size_t **
 
 /* Capacity estimate (requests/s) of a configuration for the pool: the lower
  * of decode (D full batches at the expected uniform union) and prefill
- * throughput. Used to choose a rate sweep. */
+ * throughput (with c->placements: the EP step with the union spread evenly
+ * over the ranks). Used to choose a rate sweep. */
 double eldr_sim_capacity(const eldr_sim_pool *pool, const eldr_latency_model *m,
                          const eldr_sim_config *c);
 

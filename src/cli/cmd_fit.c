@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "cli.h"
+#include "cli_ep.h"
 #include "eldr/artifact.h"
 #include "eldr/fit.h"
 #include "eldr/quality.h"
@@ -34,6 +35,12 @@ static const char FIT_HELP[] =
     "      --vanilla           unbalanced K-means (ablation only)\n"
     "      --fit-fraction F    fit on a random F of the requests (seeded by --seed,\n"
     "                          the split eldr sim uses)                   [1]\n"
+    "      --ep-size R         also write expert-parallel placements for R EP ranks:\n"
+    "                          one per decoder (its cluster's decode traffic) and\n"
+    "                          a global one, as SGLang --init-expert-location files\n"
+    "                          next to the artifact, which names them\n"
+    "      --redundant-experts N  replicas of hot experts per layer (E + N must\n"
+    "                          split over R ranks; SGLang --ep-num-redundant-experts) [0]\n"
     "      --json              print the report as JSON\n"
     "  -q, --quiet             no progress on stderr\n"
     "  -h, --help              this help\n";
@@ -77,6 +84,7 @@ int eldr_cmd_fit(int argc, char **argv) {
   eldr_fit_opts_default(&o);
   int json = 0, quiet = 0;
   double frac = 1.0;
+  uint32_t ep_size = 0, redundant = 0;
   static const struct option lo[] = {
       {"trace", required_argument, 0, 't'},   {"decoders", required_argument, 0, 'k'},
       {"output", required_argument, 0, 'o'},  {"tau", required_argument, 0, 1},
@@ -85,6 +93,7 @@ int eldr_cmd_fit(int argc, char **argv) {
       {"restarts", required_argument, 0, 6},  {"max-pairs", required_argument, 0, 7},
       {"vanilla", no_argument, 0, 8},         {"json", no_argument, 0, 9},
       {"fit-fraction", required_argument, 0, 10}, {"quiet", no_argument, 0, 'q'},
+      {"ep-size", required_argument, 0, 11},  {"redundant-experts", required_argument, 0, 12},
       {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
   cli_getopt_reset();
   int c;
@@ -116,6 +125,8 @@ int eldr_cmd_fit(int argc, char **argv) {
     case 8: o.balanced = 0; break;
     case 9: json = 1; break;
     case 10: frac = cli_parse_double(cmd, "--fit-fraction", optarg, 1e-9, 1.0); break;
+    case 11: ep_size = (uint32_t)cli_parse_long(cmd, "--ep-size", optarg, 1, ELDR_PLACEMENT_MAX_RANKS); break;
+    case 12: redundant = (uint32_t)cli_parse_long(cmd, "--redundant-experts", optarg, 0, ELDR_MAX_EXPERTS); break;
     case 'q': quiet = 1; break;
     case 'h': fputs(FIT_HELP, stdout); return 0;
     default: cli_bad_option(cmd, argc, argv, c);
@@ -125,6 +136,7 @@ int eldr_cmd_fit(int argc, char **argv) {
   if (!trace_path) cli_usage_error(cmd, "--trace is required (see --help)");
   if (!o.k) cli_usage_error(cmd, "--decoders is required (see --help)");
   if (!out_path) cli_usage_error(cmd, "-o/--output is required (see --help)");
+  if (redundant && !ep_size) cli_usage_error(cmd, "--redundant-experts needs --ep-size");
 
   double t0 = eldr_clock_now();
   eldr_diag d = {{0}};
@@ -168,6 +180,17 @@ int eldr_cmd_fit(int argc, char **argv) {
   strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
   free(a->created);
   a->created = strdup(created);
+  cli_ep_set eps = {0};
+  if (ep_size) { /* placements from the fitted requests (the split's fit part) */
+    size_t *all = NULL, nidx = o.subset ? o.n_subset : t->n;
+    if (!o.subset) {
+      all = malloc((t->n ? t->n : 1) * sizeof *all);
+      if (!all) cli_fail(cmd, "out of memory");
+      for (size_t i = 0; i < t->n; i++) all[i] = i;
+    }
+    cli_ep_fit_write(cmd, t, o.subset ? o.subset : all, nidx, a, out_path, ep_size, redundant, &eps);
+    free(all);
+  }
   rc = eldr_artifact_save(out_path, a, &d);
   if (rc) cli_fail(cmd, "%s", eldr_diag_msg(&d, rc));
   double total = eldr_clock_now() - t0;
@@ -215,6 +238,19 @@ int eldr_cmd_fit(int argc, char **argv) {
     json_object_set_new(root, "capacity", json_integer((json_int_t)rep.capacity));
     json_object_set_new(root, "balanced", json_boolean(o.balanced));
     json_object_set_new(root, "kmeans_objective", json_real(rep.kmeans_objective));
+    if (ep_size) {
+      json_t *pj = json_object();
+      json_object_set_new(pj, "ep_size", json_integer(ep_size));
+      json_object_set_new(pj, "redundant_experts", json_integer(redundant));
+      json_object_set_new(pj, "busiest_rank_share_linear", jreal(eps.share[0]));
+      json_object_set_new(pj, "busiest_rank_share_global", jreal(eps.share[1]));
+      json_object_set_new(pj, "busiest_rank_share_per_decoder", jreal(eps.share[2]));
+      json_object_set_new(pj, "global", json_string(a->placement->global));
+      json_t *names = json_array();
+      for (size_t i = 0; i < a->k; i++) json_array_append_new(names, json_string(a->placement->decoders[i]));
+      json_object_set_new(pj, "decoders", names);
+      json_object_set_new(root, "placement", pj);
+    }
     json_object_set_new(root, "seconds", json_real(total));
     char *s = json_dumps(root, JSON_INDENT(2));
     puts(s);
@@ -249,7 +285,14 @@ int eldr_cmd_fit(int argc, char **argv) {
     printf("time       %.2fs (load %.2fs, rho %.2fs, k-means %.2fs)\n", total, t_load,
            rep.seconds_rho, rep.seconds_kmeans);
     printf("artifact   %s\n", out_path);
+    if (ep_size)
+      printf("placement  EP %u, %u redundant: %s + %zu per-decoder files; busiest rank's share of\n"
+             "           calibration decode traffic: linear %.3f, global %.3f, per-decoder %.3f "
+             "(even: %.3f)\n",
+             ep_size, redundant, a->placement->global, a->k, eps.share[0], eps.share[1], eps.share[2],
+             1.0 / ep_size);
   }
+  cli_ep_set_free(&eps);
   eldr_fit_report_free(&rep);
   eldr_artifact_free(a);
   eldr_trace_free(t);

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include "cli.h"
+#include "cli_ep.h"
 #include "figures.h"
 #include "eldr/artifact.h"
 #include "eldr/fit.h"
@@ -45,9 +46,16 @@ static const char SIM_HELP[] =
     "      --decode D          decode workers                            [16]\n"
     "      --max-batch B       decode batch limit per worker             [64]\n"
     "  -m, --model M           latency preset: qwen3-30b-a3b gpt-oss-120b qwen3-235b-a22b\n"
-    "                          llama4-maverick olmoe-1b-7b   [from the trace's model]\n"
+    "                          llama4-maverick olmoe-1b-7b deepseek-v3 [from the trace's model]\n"
     "      --hardware H        mi300x | h200 | h100   [mi300x; h200 for llama4-maverick]\n"
     "      --latency FILE      JSON overrides of the latency model's fields\n"
+    "      --ep-size R         decoders run experts over R EP ranks (latency: slowest\n"
+    "                          rank + all-to-all, eldr_latency_preset_ep); also prefill\n"
+    "      --tp T              attention tensor parallelism with --ep-size  [= R]\n"
+    "      --placement K       linear | global | per-decoder expert placement   [linear]\n"
+    "                          (global/per-decoder: the artifact's files, else fitted\n"
+    "                          on the calibration split)\n"
+    "      --redundant-experts N  replicas of hot experts per layer (fitted placements) [0]\n"
     "runs\n"
     "      --rates LIST        requests/s  [sweep 20..95% of estimated capacity]\n"
     "      --requests N        arrivals per run                          [5000]\n"
@@ -79,6 +87,9 @@ typedef struct sim_args {
   size_t nrates, ntaus;
   int vanilla, decor, decor_rows, json, quiet, trace_arrivals;
   uint64_t seed;
+  uint32_t ep_size, ep_tp, ep_redundant; /* expert parallelism (0: off) */
+  eldr_placement_kind ep_kind;
+  int ep_kind_set;
 } sim_args;
 
 /* What the run produced, for the table, JSON, CSV and figures. */
@@ -92,6 +103,7 @@ typedef struct sim_out {
   size_t n_fit, n_serve, n_sigs;
   double tau_eff, capacity, wall_s;
   const eldr_fit_report *rep; /* NULL unless fitted in-process */
+  const cli_ep_set *eps;      /* with --ep-size */
 } sim_out;
 
 static void fit_progress(void *ctx, const char *stage, size_t done, size_t total) {
@@ -151,6 +163,8 @@ static void parse_args(const char *cmd, int argc, char **argv, sim_args *a) {
       {"seed", required_argument, 0, 20},        {"json", no_argument, 0, 21},
       {"csv", required_argument, 0, 22},         {"plot", required_argument, 0, 23},
       {"jobs", required_argument, 0, 24},        {"quiet", no_argument, 0, 'q'},
+      {"ep-size", required_argument, 0, 25},     {"tp", required_argument, 0, 26},
+      {"placement", required_argument, 0, 27},   {"redundant-experts", required_argument, 0, 28},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   cli_getopt_reset();
@@ -191,6 +205,16 @@ static void parse_args(const char *cmd, int argc, char **argv, sim_args *a) {
     case 22: a->csv_path = optarg; break;
     case 23: a->plot_dir = optarg; break;
     case 24: a->jobs = (size_t)cli_parse_long(cmd, "--jobs", optarg, 1, 64); break;
+    case 25: a->ep_size = (uint32_t)cli_parse_long(cmd, "--ep-size", optarg, 1, 64); break;
+    case 26: a->ep_tp = (uint32_t)cli_parse_long(cmd, "--tp", optarg, 1, 64); break;
+    case 27:
+      if (eldr_placement_kind_parse(optarg, &a->ep_kind))
+        cli_usage_error(cmd, "--placement: unknown '%s' (linear|global|per-decoder)", optarg);
+      a->ep_kind_set = 1;
+      break;
+    case 28:
+      a->ep_redundant = (uint32_t)cli_parse_long(cmd, "--redundant-experts", optarg, 0, ELDR_MAX_EXPERTS);
+      break;
     case 'q': a->quiet = 1; break;
     case 'h': fputs(SIM_HELP, stdout); exit(0);
     default: cli_bad_option(cmd, argc, argv, c);
@@ -202,6 +226,8 @@ static void parse_args(const char *cmd, int argc, char **argv, sim_args *a) {
   if (a->serve_path && a->frac > 0) cli_usage_error(cmd, "--serve-trace and --fit-fraction are exclusive");
   if (a->trace_arrivals && a->nrates) cli_usage_error(cmd, "--arrivals trace and --rates are exclusive");
   if (a->art_path && a->vanilla) cli_usage_error(cmd, "--vanilla fits in-process; it cannot be used with --artifact");
+  if ((a->ep_kind_set || a->ep_tp || a->ep_redundant) && !a->ep_size)
+    cli_usage_error(cmd, "--placement, --tp and --redundant-experts need --ep-size");
 }
 
 /* The trace to fit on (*t) and, with --serve-trace, the one to serve (*ts). */
@@ -250,7 +276,9 @@ static void latency_model(const char *cmd, const sim_args *a, const eldr_trace *
       cli_usage_error(cmd, "--model is required: no latency preset for the trace's model '%s'", t->model);
   }
   if (!hardware) hardware = !strcmp(model, "llama4-maverick") ? "h200" : "mi300x";
-  rc = eldr_latency_preset(model, hardware, out, &d);
+  rc = a->ep_size ? eldr_latency_preset_ep(model, hardware, a->ep_tp ? a->ep_tp : a->ep_size,
+                                           a->ep_size, out, &d)
+                  : eldr_latency_preset(model, hardware, out, &d);
   if (rc) cli_usage_error(cmd, "%s", eldr_diag_msg(&d, rc));
   if (a->lat_path) {
     rc = eldr_latency_load_overrides(a->lat_path, out, &d);
@@ -339,6 +367,15 @@ static void write_json(const char *cmd, const sim_out *o) {
   json_object_set_new(cj, "pool_signatures", json_integer((json_int_t)o->n_sigs));
   json_object_set_new(cj, "capacity_estimate_rps", jnum(o->capacity));
   json_object_set_new(cj, "decorrelate", json_boolean(o->a->decor));
+  if (o->eps) {
+    const eldr_placement *p0 = o->eps->dec[0];
+    json_object_set_new(cj, "ep_size", json_integer(o->a->ep_size));
+    json_object_set_new(cj, "tp", json_integer((json_int_t)o->lm->tp));
+    json_object_set_new(cj, "placement", json_string(eldr_placement_kind_name(o->a->ep_kind)));
+    json_object_set_new(cj, "redundant_experts", json_integer(p0->num_physical - p0->num_experts));
+    json_object_set_new(cj, "a2a_latency_s", jnum(o->lm->a2a_latency_s));
+    json_object_set_new(cj, "rank_hbm_bw", jnum(o->lm->rank_hbm_bw));
+  }
   if (o->a->art_path) json_object_set_new(cj, "artifact", json_string(o->a->art_path));
   if (o->rep) {
     const eldr_fit_candidate *ch = &o->rep->cand[o->rep->chosen];
@@ -370,6 +407,7 @@ static void write_json(const char *cmd, const sim_out *o) {
     json_object_set_new(jo, "fallbacks", json_integer((json_int_t)r->r.fallbacks));
     json_object_set_new(jo, "completed", json_integer((json_int_t)r->r.completed));
     json_object_set_new(jo, "decode_steps", json_integer((json_int_t)r->r.steps));
+    if (o->eps) json_object_set_new(jo, "ep_busiest_share", jnum(r->r.ep_busiest_share));
     json_array_append_new(ra, jo);
   }
   json_object_set_new(root, "rows", ra);
@@ -409,14 +447,21 @@ static void print_table(const sim_out *o) {
   } else {
     printf("artifact: none (no ELDR policy requested, nothing fitted); capacity est. %.1f req/s\n", o->capacity);
   }
+  if (o->eps)
+    printf("expert parallelism: TP%g x EP%u, %s placement, %u physical experts per layer; "
+           "busiest EP rank's share of expert traffic per row below (even = %.3f)\n",
+           o->lm->tp, o->a->ep_size, eldr_placement_kind_name(o->a->ep_kind),
+           o->eps->dec[0]->num_physical, 1.0 / o->a->ep_size);
   printf("%-22s %8s %9s %9s %9s %10s %7s %7s %7s %6s\n", "policy", "rate", "TPOT p50", "TPOT p99",
          "TTFT p50", "tok/s", "batch", "union", "copies", "dup%");
   for (size_t ri = 0; ri < o->a->nrates; ri++) {
     for (size_t vi = 0; vi < o->nv; vi++) {
       const eldr_sweep_row *r = &o->rows[ri * o->nv + vi];
-      printf("%-22s %8g %8.2fm %8.2fm %8.1fm %10.0f %7.2f %7.2f %7.3f %6.2f\n", r->v->label, r->rate,
+      printf("%-22s %8g %8.2fm %8.2fm %8.1fm %10.0f %7.2f %7.2f %7.3f %6.2f", r->v->label, r->rate,
              ms(r->r.tpot_p50), ms(r->r.tpot_p99), ms(r->r.ttft_p50), r->r.throughput_tok_s,
              r->r.mean_batch, r->r.mean_union, r->r.copies_in_flight, 100 * r->r.batch_dup_frac);
+      if (o->eps) printf("  rank %.3f", r->r.ep_busiest_share);
+      printf("\n");
     }
     const eldr_sweep_row *e = eldr_sweep_find(o->rows, o->nrows, o->a->rates[ri], "eldr");
     const eldr_sweep_row *b50 = eldr_sweep_best_baseline(o->rows, o->nrows, o->a->rates[ri], o->a->decor, 0);
@@ -438,6 +483,7 @@ static int get_artifacts(const char *cmd, const sim_args *a, const eldr_trace *t
   eldr_diag d = {{0}};
   int rc, need_art = 0;
   for (size_t i = 0; i < nv; i++) need_art |= vs[i].kind == ELDR_POLICY_ELDR;
+  need_art |= a->ep_kind != ELDR_PLACEMENT_LINEAR; /* fitted placements follow the clusters */
   if (a->art_path) {
     rc = eldr_artifact_load(a->art_path, art, &d);
     if (rc) cli_fail(cmd, "%s", eldr_diag_msg(&d, rc));
@@ -521,8 +567,13 @@ int eldr_cmd_sim(int argc, char **argv) {
   pool.tokoff = tokoff;
   eldr_sim_pool pool_v = art_v ? make_pool(&pool, art_v, &ps_v) : pool;
 
+  cli_ep_set eps = {0};
+  if (a.ep_size)
+    cli_ep_sim_placements(cmd, a.ep_kind, t, fit_idx, n_fit, art, a.art_path, a.ep_size,
+                          a.ep_redundant, a.D, &eps);
   eldr_sim_config cfg;
   eldr_sim_config_default(&cfg);
+  cfg.placements = a.ep_size ? eps.dec : NULL;
   cfg.n_prefill = a.P;
   cfg.n_decode = a.D;
   cfg.max_batch = a.B;
@@ -564,7 +615,7 @@ int eldr_cmd_sim(int argc, char **argv) {
   sim_out o = {.a = &a, .src_name = a.trace_path ? a.trace_path : a.gen, .lm = &lm, .rows = rows,
                .nrows = nrows, .nv = nv, .vs = vs, .n_fit = n_fit, .n_serve = n_serve,
                .n_sigs = ps.n_ok, .tau_eff = tau_eff, .capacity = capacity, .wall_s = t_run,
-               .rep = have_rep ? &rep : NULL};
+               .rep = have_rep ? &rep : NULL, .eps = a.ep_size ? &eps : NULL};
   if (a.csv_path) write_csv(cmd, a.csv_path, &o);
   if (a.json)
     write_json(cmd, &o);
@@ -583,6 +634,7 @@ int eldr_cmd_sim(int argc, char **argv) {
       fprintf(stderr, "sim: figures written to %s\n", a.plot_dir);
   }
 
+  cli_ep_set_free(&eps);
   free(rows);
   free(tokbits);
   free(tokoff);

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "artifact_placement_int.h"
+
 /* Largest |L2 norm - 1| of a centroid. */
 #define NORM_TOL 1e-3
 
@@ -50,6 +52,7 @@ eldr_artifact *eldr_artifact_new(const char *model, const eldr_shape *shape,
 
 void eldr_artifact_free(eldr_artifact *a) {
   if (!a) return;
+  eldr__artifact_placement_free(a->placement, a->k);
   free(a->trace);
   free(a->created);
   free(a->cluster_sizes);
@@ -128,7 +131,7 @@ int eldr_artifact_validate(const eldr_artifact *a, eldr_diag *d) {
     if (a->cluster_sizes[c] > (size_t)INT64_MAX)
       return eldr_diag_fail(d, ELDR_ERANGE, "fit.cluster_sizes[%zu]: %zu too large", c,
                             a->cluster_sizes[c]);
-  return ELDR_OK;
+  return eldr__artifact_placement_validate(a, d);
 }
 
 void eldr_artifact_sigspec(const eldr_artifact *a, eldr_sigspec *spec) {

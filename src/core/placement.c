@@ -290,6 +290,39 @@ int eldr_placement_activation(const eldr_trace *t, const size_t *idx, size_t n,
   return 0;
 }
 
+static const char *const KIND_NAMES[] = {"linear", "global", "per-decoder"};
+
+const char *eldr_placement_kind_name(eldr_placement_kind k) {
+  return (unsigned)k < 3 ? KIND_NAMES[k] : "?";
+}
+
+int eldr_placement_kind_parse(const char *s, eldr_placement_kind *out) {
+  for (int i = 0; s && i < 3; i++)
+    if (!strcmp(s, KIND_NAMES[i])) {
+      *out = (eldr_placement_kind)i;
+      return 0;
+    }
+  return ELDR_EINVAL;
+}
+
+int eldr_placement_fit_all(const double *act, size_t k, uint32_t layers, uint32_t experts,
+                           uint32_t ep_size, uint32_t redundant, eldr_placement **out,
+                           eldr_diag *d) {
+  const size_t LE = (size_t)layers * experts;
+  for (size_t c = 0; c <= k; c++) out[c] = NULL;
+  for (size_t c = 0; c <= k; c++) {
+    int rc = eldr_placement_greedy(act + c * LE, layers, experts, ep_size, redundant, &out[c], d);
+    if (rc < 0) {
+      for (size_t j = 0; j < c; j++) {
+        eldr_placement_free(out[j]);
+        out[j] = NULL;
+      }
+      return rc;
+    }
+  }
+  return 0;
+}
+
 /* ---- EP tally ------------------------------------------------------------ */
 int eldr_ep_tally_init(eldr_ep_tally *t, uint32_t L, uint32_t K, uint32_t R, uint32_t P,
                        eldr_diag *d) {

@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "artifact_internal.h"
 #include "eldr/readfile.h"
 
 #define ARTIFACT_FORMAT "eldr-artifact"
@@ -314,6 +315,7 @@ static int parse_root(const json_t *root, eldr_artifact **out, eldr_diag *d) {
     }
   }
 
+  if ((rc = eldr__artifact_placement_parse(root, a, d))) goto fail;
   if ((rc = eldr_artifact_validate(a, d))) goto fail;
   free(mask);
   free(layer_ids);
@@ -434,6 +436,7 @@ char *eldr_artifact_dump(const eldr_artifact *a) {
     if (a->trace) set(fit, "trace", json_string(a->trace), &bad);
   }
   set(root, "fit", fit, &bad);
+  if (!bad && eldr__artifact_placement_dump(root, a) < 0) bad = 1;
 
   char *s = bad ? NULL : json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
   json_decref(root);

@@ -183,7 +183,21 @@ double eldr_sim_capacity(const eldr_sim_pool *pool, const eldr_latency_model *m,
   uint32_t u[ELDR_MAX_LAYERS];
   double eu = eldr_latency_expected_union(&m->shape, c->max_batch);
   for (uint32_t l = 0; l < L && l < ELDR_MAX_LAYERS; l++) u[l] = (uint32_t)(eu + 0.5);
-  double step = eldr_latency_step(m, c->max_batch, u, (double)c->max_batch * (lp + ld / 2));
+  double ctx = (double)c->max_batch * (lp + ld / 2);
+  double step = eldr_latency_step(m, c->max_batch, u, ctx);
+  if (c->placements && c->placements[0] && m->rank_hbm_bw > 0) { /* EP: the union spread evenly */
+    const size_t R = c->placements[0]->ep_size;
+    uint32_t *rx = malloc((size_t)L * R * sizeof *rx), *rt = malloc((size_t)L * R * sizeof *rt);
+    if (rx && rt) {
+      for (size_t i = 0; i < (size_t)L * R; i++) {
+        rx[i] = (uint32_t)ceil(eu / (double)R);
+        rt[i] = (uint32_t)ceil((double)c->max_batch * m->shape.top_k / (double)R);
+      }
+      step = eldr_latency_step_ep(m, c->max_batch, rx, rt, (uint32_t)R, ctx);
+    }
+    free(rx);
+    free(rt);
+  }
   double dec = (double)c->n_decode * (double)c->max_batch / step / ld;
   size_t budget = c->prefill_max_tokens ? c->prefill_max_tokens : 8192;
   double per_batch = lp > 0 ? (double)budget / lp : (double)budget;

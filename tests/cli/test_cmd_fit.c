@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "eldr/artifact.h"
+#include "eldr/placement_io.h"
 #include "eldr/rng.h"
 #include "eldr/trace.h"
 #include "support/proc.h"
@@ -130,8 +131,64 @@ static void test_help(void **state) {
   assert_non_null(strstr(out, "usage: eldr rho"));
 }
 
+static char *slurp(const char *path) {
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  static char buf[1 << 20];
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  return strdup(buf);
+}
+
+/* --ep-size: one SGLang placement per decoder + a global one, named by the
+ * artifact, loadable, identical for the same seed; bad values exit 2. */
+static void test_fit_ep_placements(void **state) {
+  (void)state;
+  static char out[65536], err[65536];
+  char art1[512], art2[512], p1[600], p2[600];
+  snprintf(art1, sizeof art1, "%s/ep1.json", g_dir);
+  snprintf(art2, sizeof art2, "%s/ep2.json", g_dir);
+  for (int i = 0; i < 2; i++) {
+    const char *args[] = {"fit", "--trace", g_trace, "--decoders", "3", "-o", i ? art2 : art1,
+                          "--ep-size", "4", "--redundant-experts", "4", "--seed", "5", "-q", NULL};
+    assert_int_equal(run(out, sizeof out, err, sizeof err, args), 0);
+  }
+  assert_non_null(strstr(out, "placement  EP 4, 4 redundant"));
+  eldr_artifact *a = NULL;
+  eldr_diag d = {{0}};
+  assert_int_equal(eldr_artifact_load(art1, &a, &d), 0);
+  assert_non_null(a->placement);
+  assert_int_equal(a->placement->ep_size, 4);
+  assert_int_equal(a->placement->redundant, 4);
+  assert_string_equal(a->placement->global, "ep1.placement.global.json");
+  for (size_t i = 0; i <= a->k; i++) {
+    const char *name = i < a->k ? a->placement->decoders[i] : a->placement->global;
+    snprintf(p1, sizeof p1, "%s/%s", g_dir, name);
+    snprintf(p2, sizeof p2, "%s/ep2%s", g_dir, name + 3);
+    eldr_placement *p = NULL;
+    assert_int_equal(eldr_placement_load(p1, 16, 4, a->layer_ids, 3, &p, &d), 0);
+    assert_int_equal(p->num_physical, 20);
+    eldr_placement_free(p);
+    char *x = slurp(p1), *y = slurp(p2);
+    assert_string_equal(x, y); /* same seed, same placement */
+    free(x);
+    free(y);
+  }
+  eldr_artifact_free(a);
+  const char *bad[] = {"fit", "--trace", g_trace, "--decoders", "3", "-o", art1, "--ep-size", "3",
+                       "-q", NULL};
+  assert_int_equal(run(out, sizeof out, err, sizeof err, bad), 2);
+  assert_non_null(strstr(err, "multiple of the EP size 3"));
+  const char *bad2[] = {"fit", "--trace", g_trace, "--decoders", "3", "-o", art1,
+                        "--redundant-experts", "4", "-q", NULL};
+  assert_int_equal(run(out, sizeof out, err, sizeof err, bad2), 2);
+  assert_non_null(strstr(err, "--ep-size"));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_fit_ep_placements),
       cmocka_unit_test(test_fit_writes_valid_artifact),
       cmocka_unit_test(test_bad_flags_one_line),
       cmocka_unit_test(test_missing_trace_fails),

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -265,6 +266,84 @@ static void test_bench_moe_layer(void **st) {
   json_decref(a);
 }
 
+static double ep_row(json_t *root, const char *policy, const char *key) {
+  json_t *rows = json_object_get(root, "rows");
+  for (size_t i = 0; i < json_array_size(rows); i++) {
+    json_t *r = json_array_get(rows, i);
+    if (!strcmp(json_string_value(json_object_get(r, "policy")), policy))
+      return json_real_value(json_object_get(r, key));
+  }
+  fail_msg("no row %s", policy);
+  return 0;
+}
+
+/* Expert parallelism on the two-domain trace (domain a uses experts 0..31,
+ * b 32..63, each token 8 consecutive ones): with the linear layout a decoder
+ * that ELDR fills with one domain uses only 2 of its 4 EP ranks and most of a
+ * token's experts sit on one of them; per-decoder placement spreads its
+ * cluster's experts over all ranks and is faster.
+ * The artifact written by `eldr fit --ep-size` gives the same per-decoder
+ * run as fitting in-process on the same split. */
+static void test_expert_parallel(void **st) {
+  (void)st;
+  assert_int_equal(run((const char *[]){"sim", "--trace", g_trace, "--placement", "global", NULL}), 2);
+  assert_non_null(strstr(g_err, "--ep-size"));
+  assert_int_equal(run((const char *[]){"sim", "--trace", g_trace, "--ep-size", "3", NULL}), 2);
+  assert_int_equal(run((const char *[]){"sim", "--trace", g_trace, "--ep-size", "4", "--placement",
+                                        "diagonal", NULL}), 2);
+  assert_non_null(strstr(g_err, "diagonal"));
+  const char *base[] = {"sim", "--trace", g_trace, "--prefill", "1", "--decode", "2", "--rates", "60",
+                        "--requests", "300", "--policies", "jsq,eldr", "--ep-size", "4", "--json",
+                        "-q", "--placement"};
+  const size_t nb = sizeof base / sizeof base[0];
+  json_t *res[3];
+  const char *kinds[3] = {"linear", "global", "per-decoder"};
+  for (int i = 0; i < 3; i++) {
+    const char *args[32];
+    memcpy(args, base, sizeof base);
+    args[nb] = kinds[i];
+    args[nb + 1] = NULL;
+    assert_int_equal(run(args), 0);
+    res[i] = rows_of(g_out);
+    json_t *cfg = json_object_get(res[i], "config");
+    assert_string_equal(json_string_value(json_object_get(cfg, "placement")), kinds[i]);
+    assert_int_equal(json_integer_value(json_object_get(cfg, "ep_size")), 4);
+  }
+  double lin = ep_row(res[0], "eldr", "ep_busiest_share");
+  double per = ep_row(res[2], "eldr", "ep_busiest_share");
+  /* a token's 8 consecutive experts mostly share one linear rank */
+  if (!(lin > 0.6 && per > 0.25 - 1e-9 && per < lin - 0.2))
+    fail_msg("busiest-rank share: linear %g, per-decoder %g", lin, per);
+  assert_true(ep_row(res[0], "jsq", "ep_busiest_share") < lin);
+  assert_true(ep_row(res[2], "eldr", "tpot_p50_ms") < ep_row(res[0], "eldr", "tpot_p50_ms"));
+
+  /* fit --ep-size on the same split, then sim --artifact loads the files */
+  char art[600];
+  snprintf(art, sizeof art, "%s/ep.json", g_dir);
+  assert_int_equal(run((const char *[]){"fit", "--trace", g_trace, "--decoders", "2", "-o", art,
+                                        "--seed", "1", "--fit-fraction", "0.5", "--ep-size", "4",
+                                        "-q", NULL}),
+                   0);
+  const char *args[40];
+  memcpy(args, base, sizeof base);
+  args[nb] = "per-decoder";
+  args[nb + 1] = "--artifact";
+  args[nb + 2] = art;
+  args[nb + 3] = "--fit-fraction";
+  args[nb + 4] = "0.5";
+  args[nb + 5] = NULL;
+  assert_int_equal(run(args), 0);
+  json_t *fromfile = rows_of(g_out);
+  assert_true(fabs(ep_row(fromfile, "eldr", "ep_busiest_share") - per) < 0.03);
+  json_decref(fromfile);
+  args[nb + 5] = "--ep-size";
+  args[nb + 6] = "2";
+  args[nb + 7] = NULL;
+  assert_int_equal(run(args), 2); /* the files are for EP 4 */
+  assert_non_null(strstr(g_err, "EP 4"));
+  for (int i = 0; i < 3; i++) json_decref(res[i]);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_help_and_errors),
@@ -274,6 +353,7 @@ int main(void) {
       cmocka_unit_test(test_plot),
       cmocka_unit_test(test_plot_odd_directory_name),
       cmocka_unit_test(test_bench_moe_layer),
+      cmocka_unit_test(test_expert_parallel),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -418,6 +418,45 @@ static void test_validate(void **state) {
   eldr_artifact_free(a);
 }
 
+/* The optional "placement" section: names round-trip, bad names and shapes
+ * are errors naming the field, paths resolve next to the artifact. */
+static void test_placement_section(void **state) {
+  (void)state;
+  eldr_artifact *a = make_valid(3);
+  eldr_diag d = {{0}};
+  const char *names[K] = {"a.placement.decoder-0.json", "a.placement.decoder-1.json",
+                          "a.placement.decoder-2.json"};
+  assert_int_equal(eldr_artifact_set_placement(a, 2, 0, "a.placement.global.json", names, &d), 0);
+  char *s = eldr_artifact_dump(a);
+  assert_non_null(s);
+  assert_non_null(strstr(s, "\"placement\":{\"ep_size\":2"));
+  eldr_artifact *b = NULL;
+  assert_int_equal(eldr_artifact_parse(s, strlen(s), &b, &d), 0);
+  assert_non_null(b->placement);
+  assert_int_equal(b->placement->ep_size, 2);
+  assert_string_equal(b->placement->global, "a.placement.global.json");
+  assert_string_equal(b->placement->decoders[2], "a.placement.decoder-2.json");
+  eldr_artifact_free(b);
+  /* a decoder name with a slash; E + redundant not a multiple of the ranks */
+  char *bad = strdup(s);
+  char *at = strstr(bad, "a.placement.decoder-1.json");
+  at[1] = '/';
+  assert_int_equal(eldr_artifact_parse(bad, strlen(bad), &b, &d), ELDR_ERANGE);
+  assert_non_null(strstr(d.msg, "placement.decoders[1]"));
+  free(bad);
+  assert_int_equal(eldr_artifact_set_placement(a, 3, 0, "g.json", names, &d), ELDR_ERANGE);
+  assert_non_null(strstr(d.msg, "redundant_experts"));
+  assert_int_equal(a->placement->ep_size, 2); /* unchanged on error */
+  char path[64];
+  assert_int_equal(eldr_artifact_placement_path("dir/x/art.json", "p.json", path, sizeof path, &d), 0);
+  assert_string_equal(path, "dir/x/p.json");
+  assert_int_equal(eldr_artifact_placement_path("art.json", "p.json", path, sizeof path, &d), 0);
+  assert_string_equal(path, "p.json");
+  assert_int_equal(eldr_artifact_placement_path("art.json", "p.json", path, 4, &d), ELDR_ERANGE);
+  free(s);
+  eldr_artifact_free(a);
+}
+
 static void test_files(void **state) {
   (void)state;
   eldr_artifact *a = (eldr_artifact *)1;
@@ -473,6 +512,7 @@ int main(void) {
       cmocka_unit_test(test_parse_errors),
       cmocka_unit_test(test_validate),
       cmocka_unit_test(test_files),
+      cmocka_unit_test(test_placement_section),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
