@@ -43,6 +43,7 @@
 #include "eldr/counts.h"
 #include "eldr/error.h"
 #include "eldr/reply_experts.h"
+#include "eldr/placement.h"
 #include "eldr/trace.h"
 
 struct event_base;
@@ -73,6 +74,13 @@ typedef struct eldr_worker_config {
   const char *engine_id;    /* remote_engine_id it reports; NULL = derived from port */
   int return_routed_experts;/* 1: prefill replies carry routed_experts (vLLM flag) */
   eldr_re_layout routed_experts_layout; /* wire layout of them (default npy, vLLM main) */
+  /* expert parallelism: ep_size > 0 times decode steps with
+   * eldr_latency_step_ep on a TP tp x EP ep_size worker (tp 0 = ep_size),
+   * tallying the batch on placement (borrowed, must outlive the worker; its
+   * layers/experts must match the model and its EP size ep_size); NULL =
+   * the linear layout. */
+  uint32_t ep_size, tp;
+  const eldr_placement *placement;
 } eldr_worker_config;
 
 /* Defaults: role BOTH, qwen3-30b-a3b on h200, time_scale 1, routed experts on. */

@@ -8,7 +8,9 @@
 
 #include "cli.h"
 #include "eldr/latency.h"
+#include "eldr/placement_io.h"
 #include "eldr/trace.h"
+#include "eldr/tracegen.h"
 #include "eldr/worker.h"
 
 static const char *CMD = "worker";
@@ -48,6 +50,11 @@ static void usage(FILE *f) {
           "                        nested lists) or v021-base64 (the same split, each an\n"
           "                        {encoding,dtype,shape,data} int16 object) or lists\n"
           "                        (vLLM PR #38939: whole sequence as nested lists)\n"
+          "  --ep-size R           a TP x EP decode worker: steps last the slowest EP rank's\n"
+          "                        expert time plus the all-to-all (docs/sim.md)\n"
+          "  --tp T                attention tensor parallelism with --ep-size (default R)\n"
+          "  --placement P         linear (default) or an SGLang --init-expert-location JSON\n"
+          "                        file (e.g. one `eldr fit --ep-size` wrote for this decoder)\n"
           "  -h, --help            this text\n\n"
           "On start it prints one line \"eldr worker: listening on http://HOST:PORT ...\" on\n"
           "stdout. SIGINT / SIGTERM stop it.\n");
@@ -63,7 +70,7 @@ int eldr_cmd_worker(int argc, char **argv) {
   eldr_worker_config cfg;
   eldr_worker_config_default(&cfg);
   cfg.port = 8100;
-  const char *trace_path = NULL;
+  const char *trace_path = NULL, *placement_path = NULL;
   static const struct option opts[] = {
       {"role", required_argument, 0, 'r'},
       {"model", required_argument, 0, 'm'},
@@ -80,6 +87,9 @@ int eldr_cmd_worker(int argc, char **argv) {
       {"engine-id", required_argument, 0, 'e'},
       {"no-routed-experts", no_argument, 0, 'R'},
       {"routed-experts-layout", required_argument, 0, 'L'},
+      {"ep-size", required_argument, 0, 'E'},
+      {"tp", required_argument, 0, 'T'},
+      {"placement", required_argument, 0, 'P'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0},
   };
@@ -111,6 +121,9 @@ int eldr_cmd_worker(int argc, char **argv) {
         cli_usage_error(CMD, "--routed-experts-layout: '%s' is not npy, v021-lists, v021-base64 or lists",
                         optarg);
       break;
+    case 'E': cfg.ep_size = (uint32_t)cli_parse_long(CMD, "--ep-size", optarg, 1, 64); break;
+    case 'T': cfg.tp = (uint32_t)cli_parse_long(CMD, "--tp", optarg, 1, 64); break;
+    case 'P': placement_path = strcmp(optarg, "linear") ? optarg : NULL; break;
     case 'h': usage(stdout); return 0;
     default: cli_bad_option(CMD, argc, argv, c);
     }
@@ -122,6 +135,18 @@ int eldr_cmd_worker(int argc, char **argv) {
   eldr_latency_model lm;
   int prc = eldr_latency_preset(cfg.model, cfg.hardware, &lm, &d);
   if (prc) cli_usage_error(CMD, "%s", eldr_diag_msg(&d, prc));
+  if ((cfg.tp || placement_path) && !cfg.ep_size) cli_usage_error(CMD, "--tp and --placement need --ep-size");
+  eldr_placement *placement = NULL;
+  if (placement_path) { /* rows of the file are the model's layer ids */
+    eldr_shape s;
+    int rc = eldr_tracegen_model_shape(cfg.model, &s, NULL, 0, &d);
+    if (rc < 0) cli_usage_error(CMD, "--model: %s", eldr_diag_msg(&d, rc));
+    uint32_t ids[ELDR_MAX_LAYERS];
+    eldr_tracegen_layer_ids(cfg.model, &s, ids);
+    rc = eldr_placement_load(placement_path, s.num_experts, cfg.ep_size, ids, s.num_layers, &placement, &d);
+    if (rc < 0) cli_fail(CMD, "--placement: %s", eldr_diag_msg(&d, rc));
+    cfg.placement = placement;
+  }
   eldr_trace *trace = NULL;
   if (trace_path) {
     int rc = eldr_trace_load(trace_path, &trace, &d);
@@ -141,16 +166,21 @@ int eldr_cmd_worker(int argc, char **argv) {
   if (rc < 0) {
     event_base_free(base);
     eldr_trace_free(trace);
+    eldr_placement_free(placement);
     cli_fail(CMD, "%s", eldr_diag_msg(&d, rc));
   }
   struct event *sint = evsignal_new(base, SIGINT, on_signal, base);
   struct event *sterm = evsignal_new(base, SIGTERM, on_signal, base);
   if (sint) event_add(sint, NULL);
   if (sterm) event_add(sterm, NULL);
-  printf("eldr worker: listening on http://%s:%u role=%s model=%s hardware=%s time_scale=%g%s\n",
+  char epdesc[96] = "";
+  if (cfg.ep_size)
+    snprintf(epdesc, sizeof epdesc, " tp=%u ep=%u placement=%s", cfg.tp ? cfg.tp : cfg.ep_size,
+             cfg.ep_size, placement ? "file" : "linear");
+  printf("eldr worker: listening on http://%s:%u role=%s model=%s hardware=%s time_scale=%g%s%s\n",
          cfg.host ? cfg.host : "127.0.0.1", (unsigned)eldr_worker_port(w),
          eldr_worker_role_name(cfg.role), cfg.model, cfg.hardware, cfg.time_scale,
-         trace ? " trace=yes" : "");
+         trace ? " trace=yes" : "", epdesc);
   fflush(stdout);
   event_base_dispatch(base);
   if (sint) event_free(sint);
@@ -158,5 +188,6 @@ int eldr_cmd_worker(int argc, char **argv) {
   eldr_worker_free(w);
   event_base_free(base);
   eldr_trace_free(trace);
+  eldr_placement_free(placement);
   return 0;
 }

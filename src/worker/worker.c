@@ -83,6 +83,9 @@ struct eldr_worker {
   char model[64], served[128], engine_id[96], host[64];
   char *served_json, *engine_json; /* JSON-escaped, quoted */
   eldr_latency_model lm;
+  const eldr_placement *placement; /* EP: borrowed or own_placement, else NULL */
+  eldr_placement *own_placement;
+  eldr_ep_tally ep;
   eldr_shape shape;
   size_t LK, LE;
   const eldr_trace *trace;
@@ -628,6 +631,19 @@ static void step_done(evutil_socket_t fd, short what, void *arg) {
   step_start(w);
 }
 
+/* EP step time: the batch's current tokens tallied per EP rank. */
+static double ep_step(eldr_worker *w, double ctx) {
+  eldr_ep_tally_begin(&w->ep);
+  for (size_t i = 0; i < w->n_running; i++) {
+    const wreq *r = w->running[i];
+    eldr_ep_tally_add(&w->ep, w->placement, r->dsel + (size_t)(r->emitted % r->n_dsel) * w->LK,
+                      (uint32_t)i);
+  }
+  eldr_ep_tally_end(&w->ep);
+  return eldr_latency_step_ep(&w->lm, w->n_running, w->ep.rank_experts, w->ep.rank_tokens,
+                              w->placement->ep_size, ctx);
+}
+
 static void step_start(eldr_worker *w) {
   if (w->stepping) return;
   while (w->ready_q.head && w->n_running < w->max_seqs) {
@@ -650,7 +666,8 @@ static void step_start(eldr_worker *w) {
     ctx += (double)r->n_prompt + r->emitted;
   }
   double mean_union = (double)eldr_union_count(&w->un, w->unions);
-  double dur = eldr_latency_step(&w->lm, w->n_running, w->unions, ctx) * w->scale;
+  double dur = (w->placement ? ep_step(w, ctx) : eldr_latency_step(&w->lm, w->n_running, w->unions, ctx)) *
+               w->scale;
   w->st.union_sum += mean_union / L;
   w->st.batch_sum += w->n_running;
   w->st.token_seconds += dur * (double)w->n_running;
@@ -1249,6 +1266,28 @@ static void on_request(struct evhttp_request *req, void *arg) {
 
 /* ------------------------------------------------------------- lifecycle */
 
+/* Expert parallelism: the placement (given, else linear) and the tally. */
+static int ep_setup(eldr_worker *w, const eldr_worker_config *cfg, eldr_diag *d) {
+  const eldr_placement *p = cfg->placement;
+  int rc;
+  if (!p) {
+    if ((rc = eldr_placement_linear(w->shape.num_layers, w->shape.num_experts, cfg->ep_size, 0,
+                                    &w->own_placement, d)) < 0)
+      return rc;
+    p = w->own_placement;
+  }
+  if (p->num_layers != w->shape.num_layers || p->num_experts != w->shape.num_experts ||
+      p->ep_size != cfg->ep_size || !p->ncopies)
+    return eldr_diag_fail(d, ELDR_ESHAPE,
+                          "worker: placement of %u layers x %u experts over %u ranks does not fit "
+                          "model '%s' (%u x %u) with EP %u",
+                          p->num_layers, p->num_experts, p->ep_size, cfg->model, w->shape.num_layers,
+                          w->shape.num_experts, cfg->ep_size);
+  w->placement = p;
+  return eldr_ep_tally_init(&w->ep, w->shape.num_layers, w->shape.top_k, p->ep_size,
+                            p->num_physical, d);
+}
+
 int eldr_worker_new(struct event_base *base, const eldr_worker_config *cfg, eldr_worker **out,
                     eldr_diag *d) {
   *out = NULL;
@@ -1271,7 +1310,9 @@ int eldr_worker_new(struct event_base *base, const eldr_worker_config *cfg, eldr
   snprintf(w->served, sizeof w->served, "%s",
            cfg->served_model_name ? cfg->served_model_name : cfg->model);
   snprintf(w->host, sizeof w->host, "%s", cfg->host ? cfg->host : "127.0.0.1");
-  rc = eldr_latency_preset(cfg->model, cfg->hardware, &w->lm, d);
+  rc = cfg->ep_size ? eldr_latency_preset_ep(cfg->model, cfg->hardware,
+                                              cfg->tp ? cfg->tp : cfg->ep_size, cfg->ep_size, &w->lm, d)
+                     : eldr_latency_preset(cfg->model, cfg->hardware, &w->lm, d);
   if (rc < 0) goto fail;
   char canon[64];
   rc = eldr_tracegen_model_shape(cfg->model, &w->shape, canon, sizeof canon, d);
@@ -1312,6 +1353,7 @@ int eldr_worker_new(struct event_base *base, const eldr_worker_config *cfg, eldr
   }
   rc = eldr_tracegen_new(&w->shape, canon, "task", cfg->seed, &w->gen, d);
   if (rc < 0) goto fail;
+  if (cfg->ep_size && (rc = ep_setup(w, cfg, d)) < 0) goto fail;
   size_t kvb = cfg->kv_blocks ? cfg->kv_blocks : DEFAULT_KV_BLOCKS;
   w->pkv = eldr__kv_new(kvb, &w->shape);
   w->dkv = eldr__kv_new(kvb, NULL);
@@ -1371,6 +1413,8 @@ void eldr_worker_free(eldr_worker *w) {
   if (w->http) evhttp_free(w->http);
   if (w->step_ev) event_free(w->step_ev);
   if (w->prefill_ev) event_free(w->prefill_ev);
+  eldr_ep_tally_free(&w->ep);
+  eldr_placement_free(w->own_placement);
   free(w->rowbuf);
   free(w->unions);
   eldr_union_free(&w->un);

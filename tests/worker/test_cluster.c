@@ -58,7 +58,7 @@ static pid_t start_worker(const char *role, int port, int *port_out) {
 
 static int run_fit(void) {
   char *argv[] = {(char *)bin(), "fit", "--trace", C.fit, "--decoders", "4", "-o", C.art, "-q",
-                  "--restarts", "2", NULL};
+                  "--restarts", "2", "--ep-size", "4", NULL};
   pid_t pid = wt_spawn(argv, NULL, 0, 0);
   int st = 0;
   if (pid < 0 || waitpid(pid, &st, 0) != pid) return -1;
@@ -376,8 +376,47 @@ static void test_fault_decoder_killed_ejected_readmitted(void **state) {
   assert_true(served);
 }
 
+/* An expert-parallel worker started with the placement file `eldr fit
+ * --ep-size` wrote for decoder 0 serves a request end to end; an EP size
+ * the file's 64 physical experts do not split over is refused at start. */
+static void test_ep_worker_with_placement(void **state) {
+  (void)state;
+  assert_non_null(C.art_obj->placement);
+  char path[600], line[512];
+  snprintf(path, sizeof path, "%s/%s", C.dir, C.art_obj->placement->decoders[0]);
+  char *argv[] = {(char *)bin(), "worker", "--role", "both", "--model", MODEL, "--hardware", "h200",
+                  "--trace", C.eval, "--port", "0", "--ep-size", "4", "--placement", path, NULL};
+  pid_t pid = wt_spawn(argv, line, sizeof line, 20);
+  int port = wt_port_of(line);
+  assert_true(port > 0);
+  assert_non_null(strstr(line, "ep=4 placement=file"));
+  json_t *b = json_pack("{s:s,s:i,s:s}", "prompt", "hello", "max_tokens", 4, "eldr_trace_id",
+                        C.trace->req[0].id);
+  char *s = json_dumps(b, JSON_COMPACT);
+  json_decref(b);
+  wt_resp r;
+  int rc = wt_http(port, "POST", "/v1/completions", s, 20, &r);
+  free(s);
+  assert_int_equal(rc, 0);
+  assert_int_equal(r.status, 200);
+  assert_non_null(strstr(r.body, "tok0"));
+  wt_resp_free(&r);
+  wt_kill(pid);
+  char *bad[] = {(char *)bin(), "worker", "--model", MODEL, "--port", "0", "--ep-size", "3",
+                 "--placement", path, NULL};
+  pid = wt_spawn(bad, line, sizeof line, 20);
+  if (wt_port_of(line) > 0) { /* it started: never wait on it */
+    wt_kill(pid);
+    fail_msg("worker started with a placement for another EP size: %s", line);
+  }
+  int st = 0;
+  assert_true(pid > 0 && waitpid(pid, &st, 0) == pid);
+  assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_ep_worker_with_placement),
       cmocka_unit_test(test_decode_choices_follow_artifact),
       cmocka_unit_test(test_load_every_request_completes),
       cmocka_unit_test(test_fault_decoder_killed_ejected_readmitted),
