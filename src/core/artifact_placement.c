@@ -39,13 +39,7 @@ int eldr__artifact_placement_validate(const eldr_artifact *a, eldr_diag *d) {
   return 0;
 }
 
-static char *dup_or_null(const char *s) {
-  if (!s) return NULL;
-  size_t n = strlen(s) + 1;
-  char *r = malloc(n);
-  if (r) memcpy(r, s, n);
-  return r;
-}
+static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
 
 int eldr_artifact_set_placement(eldr_artifact *a, uint32_t ep_size, uint32_t redundant,
                                 const char *global, const char *const *decoders, eldr_diag *d) {

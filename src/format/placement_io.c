@@ -9,7 +9,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "eldr/readfile.h"
+
 #define KEY "physical_to_logical_map"
+#define MAX_FILE_BYTES (64 << 20)
 
 char *eldr_placement_dump(const eldr_placement *p, const uint32_t *layer_ids, uint32_t rows) {
   if (!p || !p->phys || rows == 0) return NULL;
@@ -81,15 +84,10 @@ int eldr_placement_save(const char *path, const eldr_placement *p, const uint32_
   return rc;
 }
 
-int eldr_placement_parse(const char *json, size_t len, uint32_t experts, uint32_t ep_size,
-                         const uint32_t *layer_ids, uint32_t layers, eldr_placement **out,
-                         eldr_diag *d) {
-  *out = NULL;
-  if (!json) return eldr_diag_fail(d, ELDR_EINVAL, "placement: NULL input");
-  if (len == 0) return eldr_diag_fail(d, ELDR_EEMPTY, "placement: empty input");
-  json_error_t err;
-  json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &err);
-  if (!root) return eldr_diag_fail(d, ELDR_EPARSE, "placement: line %d: %s", err.line, err.text);
+/* The placement of a parsed document (borrowed root). */
+static int parse_root(const json_t *root, uint32_t experts, uint32_t ep_size,
+                      const uint32_t *layer_ids, uint32_t layers, eldr_placement **out,
+                      eldr_diag *d) {
   int rc = 0;
   eldr_placement *p = NULL;
   json_t *map = json_is_object(root) ? json_object_get(root, KEY) : NULL;
@@ -149,7 +147,6 @@ int eldr_placement_parse(const char *json, size_t len, uint32_t experts, uint32_
   }
   rc = eldr_placement_index(p, d);
 out:
-  json_decref(root);
   if (rc < 0) {
     eldr_placement_free(p);
     return rc;
@@ -158,40 +155,30 @@ out:
   return 0;
 }
 
+int eldr_placement_parse(const char *json, size_t len, uint32_t experts, uint32_t ep_size,
+                         const uint32_t *layer_ids, uint32_t layers, eldr_placement **out,
+                         eldr_diag *d) {
+  *out = NULL;
+  if (!json) return eldr_diag_fail(d, ELDR_EINVAL, "placement: NULL input");
+  if (len == 0) return eldr_diag_fail(d, ELDR_EEMPTY, "placement: empty input");
+  json_error_t err;
+  json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &err);
+  if (!root) return eldr_diag_fail(d, ELDR_EPARSE, "placement: line %d: %s", err.line, err.text);
+  int rc = parse_root(root, experts, ep_size, layer_ids, layers, out, d);
+  json_decref(root);
+  return rc;
+}
+
 int eldr_placement_load(const char *path, uint32_t experts, uint32_t ep_size,
                         const uint32_t *layer_ids, uint32_t layers, eldr_placement **out,
                         eldr_diag *d) {
   *out = NULL;
-  if (!path) return eldr_diag_fail(d, ELDR_EINVAL, "placement: NULL path");
-  FILE *f = fopen(path, "rb");
-  if (!f) return eldr_diag_fail(d, ELDR_EIO, "%s: cannot open: %s", path, strerror(errno));
-  char *buf = NULL;
-  size_t len = 0, cap = 0;
-  int rc = 0;
-  for (;;) {
-    if (len + 4096 > cap) {
-      cap = cap ? cap * 2 : 65536;
-      if (cap > (64u << 20)) {
-        rc = eldr_diag_fail(d, ELDR_ERANGE, "%s: larger than 64 MiB", path);
-        break;
-      }
-      char *nb = realloc(buf, cap);
-      if (!nb) {
-        rc = eldr_diag_fail(d, ELDR_ENOMEM, "%s: out of memory", path);
-        break;
-      }
-      buf = nb;
-    }
-    size_t got = fread(buf + len, 1, cap - len, f);
-    len += got;
-    if (got == 0) break;
-  }
-  if (!rc && ferror(f)) rc = eldr_diag_fail(d, ELDR_EIO, "%s: read error", path);
-  fclose(f);
-  if (!rc) {
-    rc = eldr_placement_parse(buf ? buf : "", len, experts, ep_size, layer_ids, layers, out, d);
-    if (rc < 0) eldr_diag_prefix(d, "%s", path);
-  }
-  free(buf);
+  char *text = NULL;
+  size_t len = 0;
+  int rc = eldr_read_file(path, MAX_FILE_BYTES, NULL, &text, &len, d);
+  if (rc < 0) return rc;
+  rc = eldr_placement_parse(text, len, experts, ep_size, layer_ids, layers, out, d);
+  if (rc < 0) eldr_diag_prefix(d, "%s", path);
+  free(text);
   return rc;
 }
