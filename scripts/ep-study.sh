@@ -11,8 +11,10 @@
 # workload, 900), FIT (fit fraction, 0.33: the served pool is ~600 requests,
 # each served about once, so no replayed copies), REQ (arrivals per run,
 # 600), JOBS (sim threads, 2), HW (hardware preset, mi300x), SENS (1: also the
-# all-to-all / rank-bandwidth sensitivity runs). Sizes are small on purpose:
-# the numbers in docs/sim.md come from a shared 2-core machine.
+# all-to-all / rank-bandwidth sensitivity runs), REAL (the real Llama-4
+# trace, default ../shared/traces/llama4-mmlu-dev.jsonl: run when present).
+# Sizes are small on purpose: the numbers in docs/sim.md come from a shared
+# 2-core machine.
 set -eu
 ELDR=${ELDR:-build/eldr}
 OUT=${1:-ep-study}
@@ -22,6 +24,7 @@ REQ=${REQ:-600}
 JOBS=${JOBS:-2}
 HW=${HW:-mi300x}
 SENS=${SENS:-1}
+REAL=${REAL:-../shared/traces/llama4-mmlu-dev.jsonl}
 POL=random,rr,jsq,p2c,eldr
 mkdir -p "$OUT"
 
@@ -57,6 +60,20 @@ if [ "${2:-}" != summary ]; then
       for pl in linear global per-decoder; do
         run "sens-$s-qwen3-235b-tp4ep4-task-$pl" qwen3-235b-a22b 4 4 task "$pl" --latency "$OUT/$s.json"
       done
+    done
+  fi
+  if [ -r "$REAL" ]; then
+    # the real Llama-4-Maverick trace (top-1, 24 MoE layers) on TP8 EP8 H200
+    # decoders; decorrelated (the pool is ~130 requests, see "replay artifact")
+    for pl in linear global per-decoder; do
+      name="llama4-real-tp8ep8-mmlu-$pl"
+      if [ ! -s "$OUT/$name.json" ]; then
+        echo "ep-study: $name" >&2
+        "$ELDR" sim --trace "$REAL" --prefill 2 --decode 8 --ep-size 8 --placement "$pl" \
+          --policies "$POL" --decorrelate --requests 3000 --jobs "$JOBS" --seed 1 --json -q \
+          >"$OUT/$name.json.tmp"
+        mv "$OUT/$name.json.tmp" "$OUT/$name.json"
+      fi
     done
   fi
 fi

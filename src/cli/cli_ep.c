@@ -37,21 +37,22 @@ static double *fit_set(const char *cmd, const eldr_trace *t, const size_t *idx, 
   if (!rc) rc = eldr_placement_fit_all(act, a->k, L, E, R, N, set->own, &d);
   if (rc) cli_usage_error(cmd, "--ep-size %u --redundant-experts %u: %s", R, N, eldr_diag_msg(&d, rc));
   set->n_own = a->k + 1;
-  /* calibration estimate of the busiest rank's share of traffic */
+  /* calibration estimate of the busiest rank's share of each decoder's own
+   * (cluster's) traffic under each layout, averaged over the clusters */
   eldr_placement *lin = NULL;
   if ((rc = eldr_placement_linear(L, E, R, N, &lin, &d))) cli_fail(cmd, "%s", eldr_diag_msg(&d, rc));
-  double per = 0;
-  size_t nper = 0;
+  double sum[3] = {0, 0, 0};
+  size_t used = 0;
   for (size_t c = 0; c < a->k; c++) {
-    double s = eldr_placement_busiest_share(set->own[c], act + c * LE);
-    if (isfinite(s)) {
-      per += s;
-      nper++;
-    }
+    const double *own = act + c * LE;
+    double s0 = eldr_placement_busiest_share(lin, own);
+    if (!isfinite(s0)) continue; /* an empty cluster */
+    sum[0] += s0;
+    sum[1] += eldr_placement_busiest_share(set->own[a->k], own);
+    sum[2] += eldr_placement_busiest_share(set->own[c], own);
+    used++;
   }
-  set->share[0] = eldr_placement_busiest_share(lin, act + a->k * LE);
-  set->share[1] = eldr_placement_busiest_share(set->own[a->k], act + a->k * LE);
-  set->share[2] = nper ? per / (double)nper : NAN;
+  for (int i = 0; i < 3; i++) set->share[i] = used ? sum[i] / (double)used : NAN;
   eldr_placement_free(lin);
   return act;
 }

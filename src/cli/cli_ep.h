@@ -18,8 +18,9 @@ typedef struct cli_ep_set {
   size_t n_own;
   const eldr_placement **dec;      /* D entries into own (decoder i -> dec[i]) */
   size_t D;
-  double share[3];                 /* calibration busiest-rank share: linear, global,
-                                      per-decoder (mean over clusters, own traffic); NaN unknown */
+  double share[3];                 /* busiest-rank share of each decoder's own cluster's
+                                      calibration traffic under linear, global and
+                                      per-decoder layouts (mean over clusters); NaN unknown */
 } cli_ep_set;
 
 /* `eldr fit`: greedy placements from the calibration requests idx[0..n) per

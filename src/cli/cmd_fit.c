@@ -287,8 +287,8 @@ int eldr_cmd_fit(int argc, char **argv) {
     printf("artifact   %s\n", out_path);
     if (ep_size)
       printf("placement  EP %u, %u redundant: %s + %zu per-decoder files; busiest rank's share of\n"
-             "           calibration decode traffic: linear %.3f, global %.3f, per-decoder %.3f "
-             "(even: %.3f)\n",
+             "           each decoder's own calibration decode traffic (mean over decoders): linear "
+             "%.3f,\n           global %.3f, per-decoder %.3f (even: %.3f; in-sample)\n",
              ep_size, redundant, a->placement->global, a->k, eps.share[0], eps.share[1], eps.share[2],
              1.0 / ep_size);
   }
