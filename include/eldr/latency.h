@@ -62,7 +62,7 @@ typedef struct eldr_latency_model {
 } eldr_latency_model;
 
 /* Fill m from a model preset ("qwen3-30b-a3b", "gpt-oss-120b",
- * "qwen3-235b-a22b", "llama4-maverick", "olmoe-1b-7b") on a hardware preset
+ * "qwen3-235b-a22b", "llama4-maverick", "olmoe-1b-7b", "deepseek-v3") on a hardware preset
  * ("mi300x", "h200", "h100"). ELDR_ENOTFOUND names the unknown preset. */
 int eldr_latency_preset(const char *model, const char *hardware, eldr_latency_model *m,
                         eldr_diag *d);

@@ -33,7 +33,7 @@
 #include "eldr/trace_model.h"
 
 /* Model shape preset: "qwen3-30b-a3b", "gpt-oss-120b", "qwen3-235b-a22b",
- * "llama4-maverick", "olmoe-1b-7b", or "custom:L,E,K".
+ * "llama4-maverick", "olmoe-1b-7b", "deepseek-v3", or "custom:L,E,K".
  * canonical (optional, canonical_cap bytes) receives the model name written
  * into traces: the Hugging Face name of the preset (e.g. "Qwen3-30B-A3B"),
  * or "custom-L-E-K". Unknown name / bad custom shape: ELDR_EINVAL /

@@ -35,7 +35,7 @@ static const char GEN_HELP[] =
     "Generate a synthetic expert-selection trace in the JSONL trace format.\n"
     "\n"
     "  -m, --model M             qwen3-30b-a3b | gpt-oss-120b | qwen3-235b-a22b |\n"
-    "                            llama4-maverick | olmoe-1b-7b | custom:L,E,K\n"
+    "                            llama4-maverick | olmoe-1b-7b | deepseek-v3 | custom:L,E,K\n"
     "                                                               [qwen3-30b-a3b]\n"
     "  -w, --workload W          task | language | custom:FILE (JSON) [task]\n"
     "  -n, --requests N          requests to generate (>= 1)         (required)\n"

@@ -29,7 +29,7 @@ static void usage(FILE *f) {
           "options:\n"
           "  --role R              prefill, decode or both (default both)\n"
           "  --model M             model preset (default qwen3-30b-a3b; also gpt-oss-120b,\n"
-          "                        qwen3-235b-a22b, llama4-maverick, olmoe-1b-7b)\n"
+          "                        qwen3-235b-a22b, llama4-maverick, olmoe-1b-7b, deepseek-v3)\n"
           "  --hardware H          hardware preset: h200 (default), h100, mi300x\n"
           "  --trace T             JSONL trace: a request naming \"eldr_trace_id\" uses that\n"
           "                        record's expert selections; others derive them from the prompt\n"
