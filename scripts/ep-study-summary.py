@@ -68,6 +68,31 @@ def main(out):
                 print(f"  rate {rate:g}: p50 {100 * (e['tpot_p50_ms'] / g50['tpot_p50_ms'] - 1):+.1f}% "
                       f"(vs {g50['policy']}), p99 {100 * (e['tpot_p99_ms'] / g99['tpot_p99_ms'] - 1):+.1f}% "
                       f"(vs {g99['policy']}){rec}")
+    compact(groups)
+
+
+def compact(groups):
+    """One line per (configuration, placement): means over the three highest
+    rates of the sweep (60, 80, 95 % of the estimated capacity)."""
+    print("\n## compact: means over the 3 highest rates")
+    print(f"{'configuration':44} {'placement':12} {'gain p50':>8} {'gain p99':>8} "
+          f"{'rank eldr':>9} {'rank LB':>8}")
+    for g in sorted(groups):
+        for pl in ("linear", "global", "per-decoder"):
+            if pl not in groups[g]:
+                continue
+            t = table(groups[g][pl])
+            rates = sorted(t)[-3:]
+            g50 = g99 = se = sb = 0.0
+            for rate in rates:
+                rs = t[rate]
+                e, b50, b99 = rs["eldr"], best(rs, "tpot_p50_ms"), best(rs, "tpot_p99_ms")
+                g50 += 100 * (e["tpot_p50_ms"] / b50["tpot_p50_ms"] - 1)
+                g99 += 100 * (e["tpot_p99_ms"] / b99["tpot_p99_ms"] - 1)
+                se += e["ep_busiest_share"]
+                sb += b50["ep_busiest_share"]
+            n = len(rates)
+            print(f"{g:44} {pl:12} {g50 / n:+7.1f}% {g99 / n:+7.1f}% {se / n:9.3f} {sb / n:8.3f}")
 
 
 if __name__ == "__main__":
