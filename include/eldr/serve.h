@@ -36,6 +36,14 @@ typedef struct eldr_serve_config {
   size_t n_prefill;
   char **decode;
   size_t n_decode;
+  char **prefill_dns;        /* "NAME:PORT": every A/AAAA address of NAME is a prefill
+                              * worker, re-resolved every dns_interval_s (docs/serve.md) */
+  size_t n_prefill_dns;
+  char **decode_dns;
+  size_t n_decode_dns;
+  double dns_interval_s;     /* re-resolution of *_dns names and retry of names that
+                              * failed to resolve (default 5) */
+  char *dns_server;          /* nameserver "IP[:PORT]" instead of /etc/resolv.conf (NULL) */
   char *artifact;            /* routing artifact path, or NULL (load-only routing) */
   eldr_policy_kind policy;   /* decode policy (default ELDR) */
   double tau;                /* band width; < 0 = the artifact's tau (0.1 without one) */
@@ -69,8 +77,11 @@ void eldr_serve_config_free(eldr_serve_config *c);
 int eldr_serve_config_copy(eldr_serve_config *dst, const eldr_serve_config *src);
 /* Append a worker URL (validated: http://host[:port][/], port 1..65535). */
 int eldr_serve_config_add_worker(eldr_serve_config *c, int decode, const char *url, eldr_diag *d);
+/* Append a DNS-discovered worker group "NAME:PORT" (validated). */
+int eldr_serve_config_add_dns(eldr_serve_config *c, int decode, const char *hostport, eldr_diag *d);
 /* Apply a JSON config document over c. Keys (all optional):
- *   host, port, prefill [urls], decode [urls], artifact, policy, tau, seed,
+ *   host, port, prefill [urls], decode [urls], prefill_dns [NAME:PORT],
+ *   decode_dns [NAME:PORT], dns_interval, dns_server, artifact, policy, tau, seed,
  *   prefill_guard, connect_timeout, prefill_timeout, decode_timeout,
  *   header_timeout, idle_timeout, retries, max_body, max_header,
  *   health_interval, eject_after, sigcache_rows, pool_size.
@@ -78,11 +89,19 @@ int eldr_serve_config_add_worker(eldr_serve_config *c, int decode, const char *u
  * wrong types are errors naming the key. */
 int eldr_serve_config_parse(eldr_serve_config *c, const char *json, size_t len, eldr_diag *d);
 int eldr_serve_config_load(eldr_serve_config *c, const char *path, eldr_diag *d);
-/* At least one prefill and one decode worker, sane limits. */
+/* At least one prefill and one decode worker (URL or DNS name), sane limits. */
 int eldr_serve_config_validate(const eldr_serve_config *c, eldr_diag *d);
+/* What `eldr serve --check-config` checks, without starting anything:
+ * eldr_serve_config_validate, then the artifact (loads, validates, has a
+ * representation the router can serve), then, when resolve is set, every
+ * worker host and DNS name resolves (blocking getaddrinfo: for the CLI, not
+ * for the loop). Errors name the key, file or host that is wrong. */
+int eldr_serve_config_check(const eldr_serve_config *c, int resolve, eldr_diag *d);
 
 /* Split "http://host:port/..." into host (cap bytes) and port (default 80). */
 int eldr_serve_parse_url(const char *url, char *host, size_t cap, int *port, eldr_diag *d);
+/* Split "NAME:PORT" (port 1..65535 required) into name (cap bytes) and port. */
+int eldr_serve_parse_hostport(const char *s, char *host, size_t cap, int *port, eldr_diag *d);
 
 typedef struct eldr_server eldr_server;
 

@@ -22,6 +22,12 @@ static void usage(FILE *f) {
           "\n"
           "  --prefill URL         prefill worker http://host:port (repeatable)\n"
           "  --decode URL          decode worker http://host:port (repeatable)\n"
+          "  --prefill-dns NAME:PORT  every A/AAAA address of NAME is a prefill worker;\n"
+          "                        re-resolved every --dns-interval (repeatable)\n"
+          "  --decode-dns NAME:PORT   the same for decode workers (a headless Service)\n"
+          "  --dns-interval S      re-resolution of --*-dns names and retry of worker names\n"
+          "                        that did not resolve (default 5)\n"
+          "  --dns-server IP[:PORT]  nameserver to use instead of /etc/resolv.conf\n"
           "  --artifact FILE       routing artifact from `eldr fit` (without: load-only routing)\n"
           "  --policy NAME         decode policy: eldr (default), jsq, p2c, rr, random\n"
           "  --tau X               locality band width in [0, 2] (default: the artifact's)\n"
@@ -40,6 +46,9 @@ static void usage(FILE *f) {
           "  --prefill-guard N     prefill load guard in requests (default 4)\n"
           "  --sigcache-rows N     signature cache capacity in KV blocks, 0 = off (default 65536)\n"
           "  --seed N              seed for random/p2c and request ids (default 1)\n"
+          "  --check-config[=resolve]  check the config (file and flags) and the artifact,\n"
+          "                        print a summary and exit 0 (2 naming what is wrong);\n"
+          "                        =resolve also resolves every worker name\n"
           "  --quiet               no log lines on stderr\n"
           "  -h, --help            this text\n");
 }
@@ -58,7 +67,8 @@ int eldr_cmd_serve(int argc, char **argv) {
   const char *cmd = "serve";
   enum {
     O_PREFILL = 256, O_DECODE, O_ARTIFACT, O_POLICY, O_TAU, O_HOST, O_PORT, O_CONFIG, O_PT, O_DT,
-    O_HT, O_CT, O_HI, O_EJ, O_RETRIES, O_MAXBODY, O_GUARD, O_SCR, O_SEED, O_QUIET, O_HELP
+    O_HT, O_CT, O_HI, O_EJ, O_RETRIES, O_MAXBODY, O_GUARD, O_SCR, O_SEED, O_QUIET, O_HELP,
+    O_PDNS, O_DDNS, O_DNSI, O_DNSS, O_CHECK
   };
   static const struct option opts[] = {
       {"prefill", required_argument, 0, O_PREFILL}, {"decode", required_argument, 0, O_DECODE},
@@ -71,7 +81,10 @@ int eldr_cmd_serve(int argc, char **argv) {
       {"retries", required_argument, 0, O_RETRIES}, {"max-body", required_argument, 0, O_MAXBODY},
       {"prefill-guard", required_argument, 0, O_GUARD}, {"sigcache-rows", required_argument, 0, O_SCR},
       {"seed", required_argument, 0, O_SEED}, {"quiet", no_argument, 0, O_QUIET},
-      {"help", no_argument, 0, O_HELP}, {0, 0, 0, 0}};
+      {"help", no_argument, 0, O_HELP}, {"prefill-dns", required_argument, 0, O_PDNS},
+      {"decode-dns", required_argument, 0, O_DDNS}, {"dns-interval", required_argument, 0, O_DNSI},
+      {"dns-server", required_argument, 0, O_DNSS}, {"check-config", optional_argument, 0, O_CHECK},
+      {0, 0, 0, 0}};
   /* pass 1: --help and --config (the file is applied before the other flags) */
   const char *config = NULL;
   cli_getopt_reset();
@@ -92,7 +105,7 @@ int eldr_cmd_serve(int argc, char **argv) {
     if (rc) cli_usage_error(cmd, "%s", eldr_diag_msg(&d, rc));
     c.config_path = strdup(config);
   }
-  int quiet = 0, cli_prefill = 0, cli_decode = 0;
+  int quiet = 0, cli_prefill = 0, cli_decode = 0, cli_pdns = 0, cli_ddns = 0, check = -1;
   /* every flag also goes into ov, in the config file's syntax: re-applied
    * over the file on each reload */
   json_t *ov = json_object();
@@ -122,6 +135,36 @@ int eldr_cmd_serve(int argc, char **argv) {
       json_array_append_new(json_object_get(ov, k), json_string(optarg));
       break;
     }
+    case O_PDNS:
+    case O_DDNS: {
+      int dec = o == O_DDNS;
+      int *first = dec ? &cli_ddns : &cli_pdns;
+      char ***v = dec ? &c.decode_dns : &c.prefill_dns;
+      size_t *n = dec ? &c.n_decode_dns : &c.n_prefill_dns;
+      if (!*first) { /* flags replace the config file's list */
+        for (size_t i = 0; i < *n; i++) free((*v)[i]);
+        free(*v);
+        *v = NULL;
+        *n = 0;
+        *first = 1;
+      }
+      rc = eldr_serve_config_add_dns(&c, dec, optarg, &d);
+      if (rc) cli_usage_error(cmd, "--%s: %s", dec ? "decode-dns" : "prefill-dns", eldr_diag_msg(&d, rc));
+      const char *k = dec ? "decode_dns" : "prefill_dns";
+      if (!json_object_get(ov, k)) json_object_set_new(ov, k, json_array());
+      json_array_append_new(json_object_get(ov, k), json_string(optarg));
+      break;
+    }
+    case O_DNSI: c.dns_interval_s = cli_parse_double(cmd, "--dns-interval", optarg, 0.01, 86400); OV("dns_interval", json_real(c.dns_interval_s)); break;
+    case O_DNSS:
+      free(c.dns_server);
+      c.dns_server = strdup(optarg);
+      OV("dns_server", json_string(optarg));
+      break;
+    case O_CHECK:
+      if (optarg && strcmp(optarg, "resolve")) cli_usage_error(cmd, "--check-config: '%s' is not 'resolve'", optarg);
+      check = optarg != NULL;
+      break;
     case O_ARTIFACT:
       free(c.artifact);
       c.artifact = strdup(optarg);
@@ -170,6 +213,15 @@ int eldr_cmd_serve(int argc, char **argv) {
   if (!c.host) cli_fail(cmd, "out of memory");
   int rc = eldr_serve_config_validate(&c, &d);
   if (rc) cli_usage_error(cmd, "%s", eldr_diag_msg(&d, rc));
+  if (check >= 0) {
+    if ((rc = eldr_serve_config_check(&c, check, &d))) cli_usage_error(cmd, "%s", eldr_diag_msg(&d, rc));
+    printf("config ok: %zu prefill, %zu decode worker URLs; %zu prefill, %zu decode DNS names%s; "
+           "artifact %s; policy %s; listen %s:%d\n",
+           c.n_prefill, c.n_decode, c.n_prefill_dns, c.n_decode_dns, check ? " (all resolve)" : "",
+           c.artifact ? c.artifact : "none", eldr_policy_name(c.policy), c.host, c.port);
+    eldr_serve_config_free(&c);
+    return 0;
+  }
   c.handle_signals = 1;
   if (!quiet) c.log = log_stderr;
   eldr_server *s = NULL;

@@ -37,6 +37,7 @@ void eldr_serve_config_default(eldr_serve_config *c) {
   c->eject_after = 3;
   c->sigcache_rows = 65536;
   c->pool_size = 256;
+  c->dns_interval_s = 5;
 }
 
 static void free_list(char **v, size_t n) {
@@ -49,6 +50,9 @@ void eldr_serve_config_free(eldr_serve_config *c) {
   free(c->host);
   free_list(c->prefill, c->n_prefill);
   free_list(c->decode, c->n_decode);
+  free_list(c->prefill_dns, c->n_prefill_dns);
+  free_list(c->decode_dns, c->n_decode_dns);
+  free(c->dns_server);
   free(c->artifact);
   free(c->config_path);
   free(c->overrides);
@@ -71,11 +75,15 @@ int eldr_serve_config_copy(eldr_serve_config *dst, const eldr_serve_config *src)
   dst->artifact = xstrdup(src->artifact);
   dst->config_path = xstrdup(src->config_path);
   dst->overrides = xstrdup(src->overrides);
-  dst->prefill = dst->decode = NULL;
+  dst->dns_server = xstrdup(src->dns_server);
+  dst->prefill = dst->decode = dst->prefill_dns = dst->decode_dns = NULL;
   int bad = (src->host && !dst->host) || (src->artifact && !dst->artifact) ||
+            (src->dns_server && !dst->dns_server) ||
             (src->config_path && !dst->config_path) || (src->overrides && !dst->overrides);
   bad |= copy_list(&dst->prefill, src->prefill, src->n_prefill);
   bad |= copy_list(&dst->decode, src->decode, src->n_decode);
+  bad |= copy_list(&dst->prefill_dns, src->prefill_dns, src->n_prefill_dns);
+  bad |= copy_list(&dst->decode_dns, src->decode_dns, src->n_decode_dns);
   if (bad) {
     eldr_serve_config_free(dst);
     return ELDR_ENOMEM;
@@ -116,6 +124,33 @@ int eldr_serve_parse_url(const char *url, char *host, size_t cap, int *port, eld
   return 0;
 }
 
+int eldr_serve_parse_hostport(const char *str, char *host, size_t cap, int *port, eldr_diag *d) {
+  const char *colon = str ? strrchr(str, ':') : NULL;
+  if (!colon || colon == str)
+    return eldr_diag_fail(d, ELDR_EINVAL, "DNS name '%s' must be NAME:PORT", str ? str : "(null)");
+  size_t hl = (size_t)(colon - str);
+  if (hl >= cap || memchr(str, '/', hl) || memchr(str, ':', hl))
+    return eldr_diag_fail(d, ELDR_EINVAL, "DNS name '%s': bad name", str);
+  char *end;
+  errno = 0;
+  long p = strtol(colon + 1, &end, 10);
+  if (errno || end == colon + 1 || *end || p < 1 || p > 65535)
+    return eldr_diag_fail(d, ELDR_EINVAL, "DNS name '%s': bad port", str);
+  memcpy(host, str, hl);
+  host[hl] = 0;
+  *port = (int)p;
+  return 0;
+}
+
+static int append(char ***v, size_t *n, const char *s) {
+  char **nv = realloc(*v, (*n + 1) * sizeof **v);
+  if (!nv) return ELDR_ENOMEM;
+  *v = nv;
+  if (!(nv[*n] = xstrdup(s))) return ELDR_ENOMEM;
+  (*n)++;
+  return 0;
+}
+
 int eldr_serve_config_add_worker(eldr_serve_config *c, int decode, const char *url,
                                  eldr_diag *d) {
   char host[256];
@@ -123,14 +158,18 @@ int eldr_serve_config_add_worker(eldr_serve_config *c, int decode, const char *u
   if (rc) return rc;
   char ***v = decode ? &c->decode : &c->prefill;
   size_t *n = decode ? &c->n_decode : &c->n_prefill;
-  char **nv = realloc(*v, (*n + 1) * sizeof **v);
-  if (!nv) return ELDR_ENOMEM;
-  *v = nv;
+  if ((rc = append(v, n, url))) return rc;
   size_t ul = strlen(url);
-  if (!(nv[*n] = xstrdup(url))) return ELDR_ENOMEM;
-  if (ul > 7 && nv[*n][ul - 1] == '/') nv[*n][ul - 1] = 0;
-  (*n)++;
+  if (ul > 7 && (*v)[*n - 1][ul - 1] == '/') (*v)[*n - 1][ul - 1] = 0;
   return 0;
+}
+
+int eldr_serve_config_add_dns(eldr_serve_config *c, int decode, const char *hostport, eldr_diag *d) {
+  char host[256];
+  int port, rc = eldr_serve_parse_hostport(hostport, host, sizeof host, &port, d);
+  if (rc) return rc;
+  return decode ? append(&c->decode_dns, &c->n_decode_dns, hostport)
+                : append(&c->prefill_dns, &c->n_prefill_dns, hostport);
 }
 
 static int get_num(json_t *v, const char *key, double lo, double hi, double *out, eldr_diag *d) {
@@ -165,6 +204,43 @@ static int set_str(char **dst, json_t *v, const char *key, eldr_diag *d) {
   return 0;
 }
 
+/* "prefill", "decode" (URLs), "prefill_dns", "decode_dns" (NAME:PORT):
+ * the list replaces the current one, or nothing changes. */
+static int set_list(eldr_serve_config *c, const char *key, json_t *v, eldr_diag *d) {
+  int dec = key[0] == 'd', dns = strstr(key, "_dns") != NULL, rc = 0;
+  if (!json_is_array(v))
+    return eldr_diag_fail(d, ELDR_EINVAL, "config: '%s' must be an array of %s", key, dns ? "NAME:PORT" : "URLs");
+  eldr_serve_config tmp;
+  memset(&tmp, 0, sizeof tmp);
+  size_t i;
+  json_t *u;
+  json_array_foreach(v, i, u) {
+    if (!json_is_string(u)) {
+      rc = eldr_diag_fail(d, ELDR_EINVAL, "config: '%s[%zu]' must be a string", key, i);
+      break;
+    }
+    rc = dns ? eldr_serve_config_add_dns(&tmp, dec, json_string_value(u), d)
+             : eldr_serve_config_add_worker(&tmp, dec, json_string_value(u), d);
+    if (rc) {
+      eldr_diag_prefix(d, "config: '%s[%zu]'", key, i);
+      break;
+    }
+  }
+  char ***dst = dns ? (dec ? &c->decode_dns : &c->prefill_dns) : (dec ? &c->decode : &c->prefill);
+  size_t *dn = dns ? (dec ? &c->n_decode_dns : &c->n_prefill_dns) : (dec ? &c->n_decode : &c->n_prefill);
+  char ***src = dns ? (dec ? &tmp.decode_dns : &tmp.prefill_dns) : (dec ? &tmp.decode : &tmp.prefill);
+  size_t *sn = dns ? (dec ? &tmp.n_decode_dns : &tmp.n_prefill_dns) : (dec ? &tmp.n_decode : &tmp.n_prefill);
+  if (!rc) {
+    free_list(*dst, *dn);
+    *dst = *src;
+    *dn = *sn;
+    *src = NULL;
+    *sn = 0;
+  }
+  eldr_serve_config_free(&tmp);
+  return rc;
+}
+
 int eldr_serve_config_parse(eldr_serve_config *c, const char *json, size_t len, eldr_diag *d) {
   json_error_t je;
   json_t *root = json_loadb(json, len, 0, &je);
@@ -183,40 +259,9 @@ int eldr_serve_config_parse(eldr_serve_config *c, const char *json, size_t len, 
     if (!strcmp(key, "host")) rc = set_str(&c->host, v, key, d);
     else if (!strcmp(key, "artifact")) rc = json_is_null(v) ? (free(c->artifact), c->artifact = NULL, 0) : set_str(&c->artifact, v, key, d);
     else if (!strcmp(key, "port")) { if (!(rc = get_int(v, key, 0, 65535, &n, d))) c->port = (int)n; }
-    else if (!strcmp(key, "prefill") || !strcmp(key, "decode")) {
-      int dec = key[0] == 'd';
-      if (!json_is_array(v)) {
-        rc = eldr_diag_fail(d, ELDR_EINVAL, "config: '%s' must be an array of URLs", key);
-        break;
-      }
-      eldr_serve_config tmp;
-      memset(&tmp, 0, sizeof tmp);
-      size_t i;
-      json_t *u;
-      json_array_foreach(v, i, u) {
-        if (!json_is_string(u)) {
-          rc = eldr_diag_fail(d, ELDR_EINVAL, "config: '%s[%zu]' must be a string", key, i);
-          break;
-        }
-        if ((rc = eldr_serve_config_add_worker(&tmp, dec, json_string_value(u), d))) {
-          eldr_diag_prefix(d, "config: '%s[%zu]'", key, i);
-          break;
-        }
-      }
-      if (rc) {
-        free_list(tmp.prefill, tmp.n_prefill);
-        free_list(tmp.decode, tmp.n_decode);
-        break;
-      }
-      if (dec) {
-        free_list(c->decode, c->n_decode);
-        c->decode = tmp.decode;
-        c->n_decode = tmp.n_decode;
-      } else {
-        free_list(c->prefill, c->n_prefill);
-        c->prefill = tmp.prefill;
-        c->n_prefill = tmp.n_prefill;
-      }
+    else if (!strcmp(key, "prefill") || !strcmp(key, "decode") || !strcmp(key, "prefill_dns") ||
+             !strcmp(key, "decode_dns")) {
+      if ((rc = set_list(c, key, v, d))) break;
     } else if (!strcmp(key, "policy")) {
       eldr_policy_kind k;
       if (!json_is_string(v) || eldr_policy_parse(json_string_value(v), &k) ||
@@ -237,6 +282,8 @@ int eldr_serve_config_parse(eldr_serve_config *c, const char *json, size_t len, 
     else if (!strcmp(key, "max_body")) { if (!(rc = get_int(v, key, 1, 1ll << 34, &n, d))) c->max_body = (size_t)n; }
     else if (!strcmp(key, "max_header")) { if (!(rc = get_int(v, key, 256, 1 << 24, &n, d))) c->max_header = (size_t)n; }
     else if (!strcmp(key, "sigcache_rows")) { if (!(rc = get_int(v, key, 0, 1 << 26, &n, d))) c->sigcache_rows = (size_t)n; }
+    else if (!strcmp(key, "dns_interval")) { if (!(rc = get_num(v, key, 0.01, 86400, &x, d))) c->dns_interval_s = x; }
+    else if (!strcmp(key, "dns_server")) rc = json_is_null(v) ? (free(c->dns_server), c->dns_server = NULL, 0) : set_str(&c->dns_server, v, key, d);
     else if (!strcmp(key, "pool_size")) { if (!(rc = get_int(v, key, 0, 1 << 16, &n, d))) c->pool_size = (size_t)n; }
     else rc = eldr_diag_fail(d, ELDR_EINVAL, "config: unknown key '%s'", key);
     if (rc) break;
@@ -284,8 +331,11 @@ int eldr_serve_config_load(eldr_serve_config *c, const char *path, eldr_diag *d)
 }
 
 int eldr_serve_config_validate(const eldr_serve_config *c, eldr_diag *d) {
-  if (c->n_prefill == 0) return eldr_diag_fail(d, ELDR_EINVAL, "no prefill worker (--prefill URL)");
-  if (c->n_decode == 0) return eldr_diag_fail(d, ELDR_EINVAL, "no decode worker (--decode URL)");
+  if (c->n_prefill + c->n_prefill_dns == 0)
+    return eldr_diag_fail(d, ELDR_EINVAL, "no prefill worker (--prefill URL or --prefill-dns NAME:PORT)");
+  if (c->n_decode + c->n_decode_dns == 0)
+    return eldr_diag_fail(d, ELDR_EINVAL, "no decode worker (--decode URL or --decode-dns NAME:PORT)");
+  if (!(c->dns_interval_s >= 0.01)) return eldr_diag_fail(d, ELDR_ERANGE, "dns_interval must be >= 0.01 s");
   if (c->port < 0 || c->port > 65535) return eldr_diag_fail(d, ELDR_ERANGE, "port %d out of range", c->port);
   if (!c->host || !*c->host) return eldr_diag_fail(d, ELDR_EINVAL, "no listen host");
   if (c->policy == ELDR_POLICY_DOMAIN || c->policy >= ELDR_POLICY__COUNT)

@@ -216,6 +216,11 @@ void eldr__rq_free(rq *r);
 /* The client left while the request was in flight: count it, free it. */
 void eldr__rq_abort(rq *r);
 
+/* ---- check.c ------------------------------------------------------------------ */
+/* 0, or ELDR_EUNSUPPORTED naming path when the artifact's representation
+ * needs gate scores (vLLM's routed_experts carry expert ids only). */
+int eldr__artifact_servable(const eldr_artifact *a, const char *path, eldr_diag *d);
+
 /* ---- workers.c --------------------------------------------------------------- */
 
 /* A worker for url, resolved, with an idle pool of pool_size; not listed in

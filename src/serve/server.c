@@ -34,11 +34,7 @@ static int load_artifact(eldr_server *s, const char *path, eldr_artifact **out, 
   eldr_artifact *a = NULL;
   int rc = eldr_artifact_load(path, &a, d);
   if (rc) return rc;
-  if (a->repr == ELDR_REPR_GATE || a->repr == ELDR_REPR_LOGIT) {
-    rc = eldr_diag_fail(d, ELDR_EUNSUPPORTED,
-                        "artifact %s uses the '%s' representation, which needs gate scores; vLLM's "
-                        "routed_experts carry expert ids only (refit with count or binary)",
-                        path, eldr_repr_name(a->repr));
+  if ((rc = eldr__artifact_servable(a, path, d))) {
     eldr_artifact_free(a);
     return rc;
   }

@@ -1,0 +1,133 @@
+/* test_check_config.c — `eldr serve --check-config` as CI and the systemd
+ * unit run it: the repository's example config (deploy/eldr.json) with an
+ * artifact passes without resolving its (cluster-internal) names and fails
+ * with =resolve naming the first name; a bad key, a bad value, a missing or
+ * unservable artifact and a bad DNS name each exit 2 naming what is wrong. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "eldr/artifact.h"
+#include "support/proc.h"
+
+static char g_dir[64], g_art[128], g_gate[128], g_cfg[128];
+static char g_out[1 << 14], g_err[1 << 14];
+
+static int run(const char *const *args) {
+  return eldr_test_run_captured(ELDR_BINARY, g_dir, args, g_out, sizeof g_out, g_err, sizeof g_err);
+}
+
+static void save_artifact(const char *path, eldr_repr repr) {
+  eldr_shape s = {.num_layers = 2, .num_experts = 8, .top_k = 2};
+  eldr_artifact *a = eldr_artifact_new("fixture", &s, NULL, repr, 0, NULL, 2);
+  assert_non_null(a);
+  for (size_t c = 0; c < 2; c++) { /* unit centroids: odd and even experts */
+    for (size_t j = 0; j < a->dim; j++) a->centroids[c * a->dim + j] = (j % 2 == c) ? 0.35355339f : 0.0f; /* 8 of 16 */
+    a->cluster_sizes[c] = 1;
+  }
+  a->tau = 0.1;
+  eldr_diag d = {{0}};
+  int rc = eldr_artifact_save(path, a, &d);
+  if (rc) fail_msg("%s", eldr_diag_msg(&d, rc));
+  eldr_artifact_free(a);
+}
+
+static void write_file(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs(text, f);
+  fclose(f);
+}
+
+static int setup(void **state) {
+  (void)state;
+  snprintf(g_dir, sizeof g_dir, "/tmp/eldr_checkcfg_XXXXXX");
+  assert_non_null(mkdtemp(g_dir));
+  snprintf(g_art, sizeof g_art, "%s/routing.json", g_dir);
+  snprintf(g_gate, sizeof g_gate, "%s/gate.json", g_dir);
+  snprintf(g_cfg, sizeof g_cfg, "%s/eldr.json", g_dir);
+  save_artifact(g_art, ELDR_REPR_COUNT);
+  save_artifact(g_gate, ELDR_REPR_GATE);
+  return 0;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  const char *files[] = {"routing.json", "gate.json", "eldr.json", "stdout", "stderr"};
+  char p[256];
+  for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+    snprintf(p, sizeof p, "%s/%s", g_dir, files[i]);
+    unlink(p);
+  }
+  rmdir(g_dir);
+  return 0;
+}
+
+/* The example config CI checks: syntax and values, no resolution. */
+static void test_example_config_passes(void **state) {
+  (void)state;
+  const char *args[] = {"serve", "--config", ELDR_SOURCE_DIR "/deploy/eldr.json", "--artifact", g_art,
+                        "--check-config", NULL};
+  assert_int_equal(run(args), 0);
+  assert_non_null(strstr(g_out, "config ok: 2 prefill, 4 decode worker URLs"));
+  assert_string_equal(g_err, "");
+}
+
+/* =resolve: the example's StatefulSet names do not resolve outside the cluster. */
+static void test_resolve_names_the_host(void **state) {
+  (void)state;
+  const char *args[] = {"serve", "--config", ELDR_SOURCE_DIR "/deploy/eldr.json", "--artifact", g_art,
+                        "--check-config=resolve", NULL};
+  assert_int_equal(run(args), 2);
+  assert_non_null(strstr(g_err, "cannot resolve 'vllm-prefill-0.vllm-prefill'"));
+  const char *ok[] = {"serve", "--prefill", "http://127.0.0.1:8100", "--decode-dns", "localhost:8200",
+                      "--check-config=resolve", NULL};
+  assert_int_equal(run(ok), 0);
+  assert_non_null(strstr(g_out, "1 decode DNS names (all resolve)"));
+  const char *bad[] = {"serve", "--check-config=maybe", NULL};
+  assert_int_equal(run(bad), 2);
+  assert_non_null(strstr(g_err, "--check-config: 'maybe'"));
+}
+
+static void expect_config_error(const char *json, const char *needle) {
+  write_file(g_cfg, json);
+  const char *args[] = {"serve", "--config", g_cfg, "--check-config", NULL};
+  assert_int_equal(run(args), 2);
+  if (!strstr(g_err, needle)) fail_msg("expected '%s' in: %s", needle, g_err);
+}
+
+static void test_bad_configs_name_the_problem(void **state) {
+  (void)state;
+  expect_config_error("{\"prefill\": [\"http://a:1\"], \"decode\": [\"http://b:2\"], \"colour\": 1}",
+                      "unknown key 'colour'");
+  expect_config_error("{\"prefill\": [\"http://a:1\"], \"decode\": [\"http://b:2\"], \"retries\": 99}",
+                      "'retries' = 99 out of range");
+  expect_config_error("{\"prefill\": [\"http://a:1\"], \"decode\": [\"ftp://b:2\"]}", "'decode[0]'");
+  expect_config_error("{\"prefill\": [\"http://a:1\"], \"decode_dns\": [\"svc\"]}", "'svc' must be NAME:PORT");
+  expect_config_error("{\"prefill\": [\"http://a:1\"]}", "no decode worker");
+  expect_config_error("{\"prefill\": [\"http://a:1\"], \"decode\": [\"http://b:2\"], \"artifact\": "
+                      "\"/nonexistent/routing.json\"}",
+                      "/nonexistent/routing.json");
+  expect_config_error("{\"prefill\": [\"http://a:1\"], \"decode\": [\"http://b:2\"], \"dns_server\": \"x\"}",
+                      "dns_server 'x'");
+  expect_config_error("{\"prefill\": [\"http://a:1\"", "invalid JSON at line 1");
+  char json[512];
+  snprintf(json, sizeof json, "{\"prefill\": [\"http://a:1\"], \"decode\": [\"http://b:2\"], \"artifact\": \"%s\"}",
+           g_gate);
+  expect_config_error(json, "needs gate scores");
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_example_config_passes),
+      cmocka_unit_test(test_resolve_names_the_host),
+      cmocka_unit_test(test_bad_configs_name_the_problem),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
