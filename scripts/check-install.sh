@@ -9,7 +9,8 @@ trap 'rm -rf "$prefix"' EXIT
 cmake --install "$build" --prefix "$prefix" --component runtime >/dev/null
 for f in bin/eldr share/doc/eldr/README.md share/doc/eldr/docs/serve.md \
          share/doc/eldr/examples/eldr.json share/doc/eldr/examples/eldr.service \
-         share/doc/eldr/examples/eldr.yaml; do
+         share/doc/eldr/examples/eldr.yaml share/doc/eldr/examples/eldr-dns.json \
+         share/doc/eldr/examples/vllm-headless.yaml; do
   [ -e "$prefix/$f" ] || { echo "check-install: $f is not installed" >&2; exit 1; }
 done
 "$prefix/bin/eldr" --help >/dev/null

@@ -106,6 +106,11 @@ void eldr__handle_metrics(hconn *c) {
                          "# TYPE eldr_reloads_total counter\neldr_reloads_total{result=\"ok\"} %llu\n"
                          "eldr_reloads_total{result=\"error\"} %llu\n",
                       (unsigned long long)m->reloads_ok, (unsigned long long)m->reloads_err);
+  evbuffer_add_printf(o, "# HELP eldr_dns_errors_total Worker names or DNS groups that failed to resolve.\n"
+                         "# TYPE eldr_dns_errors_total counter\neldr_dns_errors_total %llu\n"
+                         "# HELP eldr_dns_updates_total DNS group answers that changed the worker lists.\n"
+                         "# TYPE eldr_dns_updates_total counter\neldr_dns_updates_total %llu\n",
+                      (unsigned long long)m->dns_errors, (unsigned long long)m->dns_updates);
   size_t draining = 0;
   for (const worker *w = s->all_workers; w; w = w->next_all) draining += w->retired != 0;
   evbuffer_add_printf(o, "# HELP eldr_workers_draining Workers dropped by a reload still finishing their legs.\n"

@@ -62,6 +62,7 @@ typedef struct metrics {
   uint64_t disconnects;
   uint64_t no_kv_params;
   uint64_t reloads_ok, reloads_err;
+  uint64_t dns_errors, dns_updates; /* failed lookups; DNS group changes applied */
   histo sig, decision, request;
 } metrics;
 
@@ -73,6 +74,7 @@ extern const char *const eldr__role_name[2];
 typedef struct worker worker;
 typedef struct hconn hconn;
 typedef struct rq rq;
+typedef struct dns_ticket dns_ticket;
 
 struct worker {
   eldr_server *s;
@@ -92,8 +94,25 @@ struct worker {
   eldr__up *hc;        /* health check connection */
   struct event *hc_timer;
   int hc_status;
+  dns_ticket *dns;            /* lookup of host in flight (resolve.c), or NULL */
+  struct event *dns_timer;    /* retry of a host that did not resolve (NULL: numeric host) */
   worker *next_all;
 };
+
+/* A DNS group (--prefill-dns / --decode-dns NAME:PORT): its addresses are
+ * workers "http://IP:PORT" (resolve.c). */
+typedef struct dns_group {
+  eldr_server *s;
+  int role;
+  char *spec;              /* "NAME:PORT" as configured */
+  char host[256];
+  int port;
+  char **urls;             /* current addresses as worker URLs, sorted */
+  size_t n;
+  struct event *timer;     /* re-resolution every dns_interval */
+  dns_ticket *t;           /* lookup in flight, or NULL */
+  struct dns_group *next;
+} dns_group;
 
 enum { LEG_PREFILL, LEG_DECODE, LEG_MODELS };
 
@@ -158,6 +177,8 @@ struct eldr_server {
   worker **w[2];
   size_t nw[2];
   worker *all_workers;    /* every worker alive: listed, or retired and draining */
+  struct evdns_base *dns; /* resolver on the loop (resolve.c) */
+  dns_group *groups;
   uint64_t next_worker_id;
   hconn *conns;
   eldr_artifact *art;
@@ -215,6 +236,23 @@ void eldr__handle_models(hconn *c);
 void eldr__rq_free(rq *r);
 /* The client left while the request was in flight: count it, free it. */
 void eldr__rq_abort(rq *r);
+
+/* ---- resolve.c: names on the loop ------------------------------------------------ */
+/* The resolver: /etc/resolv.conf and /etc/hosts, or only server (IP[:PORT]). */
+int eldr__dns_init(eldr_server *s, const char *server, eldr_diag *d);
+/* Groups and the resolver freed; pending lookups end without effect. */
+void eldr__dns_free(eldr_server *s);
+/* A new worker's address: a numeric host now; a name is looked up on the
+ * loop (the worker stays unhealthy, unlisted in decisions, until it
+ * resolves; failures are logged naming the host and retried every
+ * dns_interval). 0, ELDR_ENOMEM or ELDR_EINVAL. */
+int eldr__worker_resolve_start(worker *w);
+void eldr__worker_resolve_stop(worker *w);
+/* After a commit: groups of s->cfg created (first lookup started) or kept,
+ * the others dropped; timers at s->cfg.dns_interval_s. */
+void eldr__dns_sync(eldr_server *s);
+/* The group of role named spec, or NULL. */
+const dns_group *eldr__dns_group_find(const eldr_server *s, int role, const char *spec);
 
 /* ---- check.c ------------------------------------------------------------------ */
 /* 0, or ELDR_EUNSUPPORTED naming path when the artifact's representation

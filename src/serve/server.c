@@ -119,10 +119,11 @@ static void stage_commit(eldr_server *s, stage *st) {
   if (!(hi > 0))
     for (int role = 0; role < 2; role++)
       for (size_t i = 0; i < s->nw[role]; i++) {
-        s->w[role][i]->healthy = 1;
+        s->w[role][i]->healthy = s->w[role][i]->addrlen != 0; /* resolved */
         s->w[role][i]->fails = 0;
       }
   memset(st, 0, sizeof *st);
+  eldr__dns_sync(s);
   const eldr_artifact *a = s->art;
   if (a && a->k != s->cfg.n_decode)
     eldr__logf(s, "artifact has %zu centroids for %zu decode workers: decoder i uses centroid i %% %zu",
@@ -138,6 +139,9 @@ static void do_reload(eldr_server *s) {
     eldr__logf(s, "reload failed, keeping the running configuration: %s", eldr_diag_msg(&d, rc));
     return;
   }
+  if ((st.cfg.dns_server || s->cfg.dns_server) &&
+      (!st.cfg.dns_server || !s->cfg.dns_server || strcmp(st.cfg.dns_server, s->cfg.dns_server)))
+    eldr__logf(s, "reload: dns_server changes need a restart");
   if (st.cfg.port != s->cfg.port || strcmp(st.cfg.host, s->cfg.host))
     eldr__logf(s, "reload: listen address changes need a restart (still %s:%d)", s->cfg.host, s->port);
   stage_commit(s, &st);
@@ -197,6 +201,7 @@ int eldr_server_new(const eldr_serve_config *cfg, eldr_server **out, eldr_diag *
     rc = eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
     goto fail;
   }
+  if ((rc = eldr__dns_init(s, cfg->dns_server, d))) goto fail;
   stage st;
   if ((rc = stage_build(s, cfg, 0, &st, d))) goto fail;
   stage_commit(s, &st); /* starts the health checks */
@@ -274,6 +279,7 @@ void eldr_server_free(eldr_server *s) {
   for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)
     if (evs[i]) event_free(evs[i]);
   while (s->all_workers) eldr__worker_free(s->all_workers);
+  eldr__dns_free(s);
   eldr__sigpath_free(&s->sp);
   free(s->w[0]);
   free(s->w[1]);

@@ -27,30 +27,20 @@ int eldr__worker_new(eldr_server *s, const char *url, int role, size_t pool_size
   w->poolcap = pool_size ? pool_size : 1;
   w->pool = calloc(w->poolcap, sizeof *w->pool);
   w->hc_timer = evtimer_new(s->base, health_timeout_cb, w);
-  struct addrinfo hints, *ai = NULL;
-  memset(&hints, 0, sizeof hints);
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICSERV;
-  char port[16];
-  int rc = 0, grc = 0;
+  int rc = 0;
   if (!w->url || !w->pool || !w->hc_timer) rc = eldr_diag_fail(d, ELDR_ENOMEM, "out of memory for worker %s", url);
   else if ((rc = eldr_serve_parse_url(url, w->host, sizeof w->host, &w->port, d))) {
-  } else if ((snprintf(port, sizeof port, "%d", w->port), grc = getaddrinfo(w->host, port, &hints, &ai)) || !ai ||
-             ai->ai_addrlen > sizeof w->addr) {
-    rc = eldr_diag_fail(d, ELDR_EINVAL, "%s worker %s: cannot resolve '%s': %s", eldr__role_name[role], url,
-                        w->host, grc ? gai_strerror(grc) : "no usable address");
+  } else if ((rc = eldr__worker_resolve_start(w))) {
+    rc = eldr_diag_fail(d, rc, "%s worker %s: cannot use address '%s'", eldr__role_name[role], url, w->host);
   }
   if (rc) {
-    if (ai) freeaddrinfo(ai);
+    eldr__worker_resolve_stop(w);
     if (w->hc_timer) event_free(w->hc_timer);
     free(w->url);
     free(w->pool);
     free(w);
     return rc;
   }
-  memcpy(&w->addr, ai->ai_addr, ai->ai_addrlen);
-  w->addrlen = (socklen_t)ai->ai_addrlen;
-  freeaddrinfo(ai);
   snprintf(w->hosthdr, sizeof w->hosthdr, strchr(w->host, ':') ? "[%s]:%d" : "%s:%d", w->host, w->port);
   *out = w;
   return 0;
@@ -70,6 +60,7 @@ void eldr__worker_free(worker *w) {
   unlink_worker(w);
   for (size_t i = 0; i < w->npool; i++) eldr__up_free(w->pool[i]);
   eldr__up_free(w->hc);
+  eldr__worker_resolve_stop(w);
   event_free(w->hc_timer);
   free(w->pool);
   free(w->url);
@@ -82,6 +73,7 @@ void eldr__worker_retire(worker *w) {
   for (size_t i = 0; i < w->npool; i++) eldr__up_free(w->pool[i]);
   w->npool = 0;
   evtimer_del(w->hc_timer);
+  eldr__worker_resolve_stop(w);
   eldr__up_free(w->hc); /* a health check in flight ends without a callback */
   w->hc = NULL;
   if (!w->inflight) eldr__worker_free(w);
@@ -95,6 +87,7 @@ void eldr__worker_put(worker *w, eldr__up *u) {
 
 eldr__up *eldr__pool_take(worker *w) {
   if (w->npool) return w->pool[--w->npool];
+  if (!w->addrlen) return NULL; /* not resolved (never chosen: unhealthy) */
   eldr__up *u = eldr__up_new(w->s->base, (struct sockaddr *)&w->addr, w->addrlen);
   if (u) eldr__up_set_connect_timeout(u, w->s->cfg.connect_timeout_s);
   return u;
@@ -163,6 +156,7 @@ void eldr__health_tick(evutil_socket_t fd, short ev, void *arg) {
   for (int role = 0; role < 2; role++)
     for (size_t i = 0; i < s->nw[role]; i++) {
       worker *w = s->w[role][i];
+      if (!w->addrlen) continue; /* still resolving */
       if (!w->hc) w->hc = eldr__up_new(s->base, (struct sockaddr *)&w->addr, w->addrlen);
       if (!w->hc || eldr__up_active(w->hc)) continue;
       char req[400];
@@ -191,11 +185,41 @@ void eldr__workers_drop(worker_plan *p) {
   memset(p, 0, sizeof *p);
 }
 
+static int plan_urls(eldr_server *s, const eldr_serve_config *cfg, char **urls[2], const size_t nn[2],
+                     size_t cap, worker_plan *p, eldr_diag *d);
+
 int eldr__workers_plan(eldr_server *s, const eldr_serve_config *cfg, worker_plan *p, eldr_diag *d) {
   memset(p, 0, sizeof *p);
+  /* the configured URLs, then the current addresses of its DNS groups */
   size_t nn[2] = {cfg->n_prefill, cfg->n_decode};
-  char **urls[2] = {cfg->prefill, cfg->decode};
+  char **urls[2] = {NULL, NULL};
   size_t cap = cfg->pool_size ? cfg->pool_size : 1;
+  for (int role = 0; role < 2; role++) {
+    char **specs = role ? cfg->decode_dns : cfg->prefill_dns;
+    size_t ns = role ? cfg->n_decode_dns : cfg->n_prefill_dns;
+    for (size_t i = 0; i < ns; i++) {
+      const dns_group *g = eldr__dns_group_find(s, role, specs[i]);
+      if (g) nn[role] += g->n;
+    }
+    if (!(urls[role] = malloc((nn[role] ? nn[role] : 1) * sizeof *urls[role]))) {
+      free(urls[0]);
+      return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory for the worker lists");
+    }
+    size_t k = role ? cfg->n_decode : cfg->n_prefill;
+    if (k) memcpy(urls[role], role ? cfg->decode : cfg->prefill, k * sizeof *urls[role]);
+    for (size_t i = 0; i < ns; i++) {
+      const dns_group *g = eldr__dns_group_find(s, role, specs[i]);
+      for (size_t j = 0; g && j < g->n; j++) urls[role][k++] = g->urls[j];
+    }
+  }
+  int rc = plan_urls(s, cfg, urls, nn, cap, p, d);
+  free(urls[0]);
+  free(urls[1]);
+  return rc;
+}
+
+static int plan_urls(eldr_server *s, const eldr_serve_config *cfg, char **urls[2], const size_t nn[2],
+                     size_t cap, worker_plan *p, eldr_diag *d) {
   for (int role = 0; role < 2; role++) {
     p->nw[role] = nn[role];
     p->w[role] = calloc(nn[role] ? nn[role] : 1, sizeof *p->w[role]);

@@ -77,6 +77,10 @@ static void test_example_config_passes(void **state) {
   assert_int_equal(run(args), 0);
   assert_non_null(strstr(g_out, "config ok: 2 prefill, 4 decode worker URLs"));
   assert_string_equal(g_err, "");
+  const char *dns[] = {"serve", "--config", ELDR_SOURCE_DIR "/deploy/eldr-dns.json", "--artifact", g_art,
+                       "--check-config", NULL};
+  assert_int_equal(run(dns), 0);
+  assert_non_null(strstr(g_out, "0 prefill, 0 decode worker URLs; 1 prefill, 1 decode DNS names"));
 }
 
 /* =resolve: the example's StatefulSet names do not resolve outside the cluster. */

@@ -255,7 +255,9 @@ static void *fx_thread(void *arg) {
 
 fx_worker *fx_start(const fx_behaviour *b) { return fx_start_port(b, 0); }
 
-fx_worker *fx_start_port(const fx_behaviour *b, int port) {
+fx_worker *fx_start_port(const fx_behaviour *b, int port) { return fx_start_addr(b, "127.0.0.1", port); }
+
+fx_worker *fx_start_addr(const fx_behaviour *b, const char *addr, int port) {
   static int threads_on;
   if (!threads_on) {
     evthread_use_pthreads();
@@ -274,7 +276,7 @@ fx_worker *fx_start_port(const fx_behaviour *b, int port) {
   w->http = evhttp_new(w->base);
   evhttp_set_gencb(w->http, handle, w);
   evhttp_set_allowed_methods(w->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST);
-  struct evhttp_bound_socket *bs = evhttp_bind_socket_with_handle(w->http, "127.0.0.1", (ev_uint16_t)port);
+  struct evhttp_bound_socket *bs = evhttp_bind_socket_with_handle(w->http, addr, (ev_uint16_t)port);
   if (!bs) {
     fx_free(w);
     return NULL;
@@ -283,7 +285,7 @@ fx_worker *fx_start_port(const fx_behaviour *b, int port) {
   socklen_t sl = sizeof sa;
   getsockname(evhttp_bound_socket_get_fd(bs), (struct sockaddr *)&sa, &sl);
   w->port = ntohs(sa.sin_port);
-  snprintf(w->url, sizeof w->url, "http://127.0.0.1:%d", w->port);
+  snprintf(w->url, sizeof w->url, "http://%s:%d", addr, w->port);
   w->ev_stop = event_new(w->base, -1, 0, stop_cb, w);
   pthread_create(&w->th, NULL, fx_thread, w);
   return w;
@@ -554,6 +556,34 @@ static void *rt_thread(void *arg) {
   rt_router *r = arg;
   eldr_server_run(r->srv);
   return NULL;
+}
+
+int tc_send_raw(int port, const char *req) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  struct sockaddr_in sa = {0};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons((uint16_t)port);
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, (struct sockaddr *)&sa, sizeof sa) || send(fd, req, strlen(req), 0) != (ssize_t)strlen(req)) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+void tc_read_until(int fd, char *buf, size_t cap, const char *until) {
+  size_t got = 0;
+  buf[0] = 0;
+  double dl = fx_now() + 10;
+  while (!strstr(buf, until) && fx_now() < dl) {
+    struct pollfd pf = {fd, POLLIN, 0};
+    if (poll(&pf, 1, 200) <= 0) continue;
+    ssize_t k = recv(fd, buf + got, cap - 1 - got, 0);
+    if (k <= 0) break;
+    got += (size_t)k;
+    buf[got] = 0;
+  }
 }
 
 int rt_start(rt_router *r, eldr_serve_config *cfg) {

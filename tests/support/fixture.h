@@ -52,6 +52,8 @@ typedef struct fx_worker fx_worker;
 fx_worker *fx_start(const fx_behaviour *b);
 /* Same on a given port (e.g. to bring a killed worker back). NULL if busy. */
 fx_worker *fx_start_port(const fx_behaviour *b, int port);
+/* On an IPv4 address of this host (127.0.0.2 is loopback too); NULL when it cannot bind. */
+fx_worker *fx_start_addr(const fx_behaviour *b, const char *addr, int port);
 void fx_stop(fx_worker *w); /* closes the socket and joins; records stay readable */
 void fx_free(fx_worker *w);
 int fx_port(const fx_worker *w);
@@ -86,6 +88,11 @@ int tc_get(int port, const char *path, tc_resp *out);
 void tc_free(tc_resp *r);
 /* Value of a response header (case-insensitive) copied into buf; 0 or -1. */
 int tc_header(const tc_resp *r, const char *name, char *buf, size_t cap);
+
+/* A raw client connection to 127.0.0.1:port with req already sent; -1 on failure. */
+int tc_send_raw(int port, const char *req);
+/* Read until the text contains `until` or the peer closes (deadline 10 s). */
+void tc_read_until(int fd, char *buf, size_t cap, const char *until);
 
 /* Router in a thread. */
 typedef struct rt_router {
