@@ -160,16 +160,18 @@ void eldr__worker_resolve_stop(worker *w) {
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-static void group_tick(evutil_socket_t fd, short ev, void *arg);
+static int listed(char *const *v, size_t n, char *const *x) {
+  return n && bsearch(x, v, n, sizeof *v, cmp_str) != NULL;
+}
 
 /* Install the group's new address list and rebuild the worker lists. */
 static void group_set(dns_group *g, char **urls, size_t n) {
   eldr_server *s = g->s;
   size_t added = 0, removed = 0;
   for (size_t i = 0; i < n; i++)
-    added += !bsearch(&urls[i], g->urls, g->n, sizeof *urls, cmp_str);
+    added += !listed(g->urls, g->n, &urls[i]);
   for (size_t i = 0; i < g->n; i++)
-    removed += !bsearch(&g->urls[i], urls, n, sizeof *urls, cmp_str);
+    removed += !listed(urls, n, &g->urls[i]);
   char **old = g->urls;
   size_t nold = g->n;
   g->urls = urls;
@@ -230,7 +232,7 @@ static void group_resolved(void *owner, int err, struct evutil_addrinfo *ai) {
   }
   if (ai) evutil_freeaddrinfo(ai);
   if (!urls) return;
-  qsort(urls, n, sizeof *urls, cmp_str);
+  if (n) qsort(urls, n, sizeof *urls, cmp_str);
   group_set(g, urls, n);
 }
 
