@@ -58,6 +58,9 @@ typedef struct eldr_serve_config {
   size_t max_body;           /* client body limit in bytes (default 16 MiB) */
   size_t max_header;         /* client request head limit in bytes (default 32 KiB) */
   double health_interval_s;  /* active health checks (GET /health); 0 = off (default 2) */
+  double scrape_interval_s;  /* GET /metrics of every worker: load = the engine's
+                              * running + waiting + this replica's legs since; 0 = off
+                              * (default; only this replica's legs count) */
   int eject_after;           /* consecutive failures that eject a worker (default 3) */
   size_t sigcache_rows;      /* signature cache capacity in blocks; 0 = off (default 65536) */
   size_t pool_size;          /* idle upstream connections kept per worker (default 256) */
@@ -81,7 +84,7 @@ int eldr_serve_config_add_worker(eldr_serve_config *c, int decode, const char *u
 int eldr_serve_config_add_dns(eldr_serve_config *c, int decode, const char *hostport, eldr_diag *d);
 /* Apply a JSON config document over c. Keys (all optional):
  *   host, port, prefill [urls], decode [urls], prefill_dns [NAME:PORT],
- *   decode_dns [NAME:PORT], dns_interval, dns_server, artifact, policy, tau, seed,
+ *   decode_dns [NAME:PORT], dns_interval, dns_server, scrape_interval, artifact, policy, tau, seed,
  *   prefill_guard, connect_timeout, prefill_timeout, decode_timeout,
  *   header_timeout, idle_timeout, retries, max_body, max_header,
  *   health_interval, eject_after, sigcache_rows, pool_size.

@@ -28,6 +28,9 @@ static void usage(FILE *f) {
           "  --dns-interval S      re-resolution of --*-dns names and retry of worker names\n"
           "                        that did not resolve (default 5)\n"
           "  --dns-server IP[:PORT]  nameserver to use instead of /etc/resolv.conf\n"
+          "  --scrape-interval S   read every worker's /metrics (vllm:num_requests_running +\n"
+          "                        waiting) this often and route on it plus this router's own\n"
+          "                        legs since; for replicas sharing workers (0 = off, default)\n"
           "  --artifact FILE       routing artifact from `eldr fit` (without: load-only routing)\n"
           "  --policy NAME         decode policy: eldr (default), jsq, p2c, rr, random\n"
           "  --tau X               locality band width in [0, 2] (default: the artifact's)\n"
@@ -68,7 +71,7 @@ int eldr_cmd_serve(int argc, char **argv) {
   enum {
     O_PREFILL = 256, O_DECODE, O_ARTIFACT, O_POLICY, O_TAU, O_HOST, O_PORT, O_CONFIG, O_PT, O_DT,
     O_HT, O_CT, O_HI, O_EJ, O_RETRIES, O_MAXBODY, O_GUARD, O_SCR, O_SEED, O_QUIET, O_HELP,
-    O_PDNS, O_DDNS, O_DNSI, O_DNSS, O_CHECK
+    O_PDNS, O_DDNS, O_DNSI, O_DNSS, O_CHECK, O_SCRAPE
   };
   static const struct option opts[] = {
       {"prefill", required_argument, 0, O_PREFILL}, {"decode", required_argument, 0, O_DECODE},
@@ -84,6 +87,7 @@ int eldr_cmd_serve(int argc, char **argv) {
       {"help", no_argument, 0, O_HELP}, {"prefill-dns", required_argument, 0, O_PDNS},
       {"decode-dns", required_argument, 0, O_DDNS}, {"dns-interval", required_argument, 0, O_DNSI},
       {"dns-server", required_argument, 0, O_DNSS}, {"check-config", optional_argument, 0, O_CHECK},
+      {"scrape-interval", required_argument, 0, O_SCRAPE},
       {0, 0, 0, 0}};
   /* pass 1: --help and --config (the file is applied before the other flags) */
   const char *config = NULL;
@@ -155,6 +159,11 @@ int eldr_cmd_serve(int argc, char **argv) {
       json_array_append_new(json_object_get(ov, k), json_string(optarg));
       break;
     }
+    case O_SCRAPE:
+      c.scrape_interval_s = cli_parse_double(cmd, "--scrape-interval", optarg, 0, 3600);
+      if (c.scrape_interval_s > 0 && c.scrape_interval_s < 0.01) cli_usage_error(cmd, "--scrape-interval: 0 (off) or >= 0.01");
+      OV("scrape_interval", json_real(c.scrape_interval_s));
+      break;
     case O_DNSI: c.dns_interval_s = cli_parse_double(cmd, "--dns-interval", optarg, 0.01, 86400); OV("dns_interval", json_real(c.dns_interval_s)); break;
     case O_DNSS:
       free(c.dns_server);

@@ -282,6 +282,7 @@ int eldr_serve_config_parse(eldr_serve_config *c, const char *json, size_t len, 
     else if (!strcmp(key, "max_body")) { if (!(rc = get_int(v, key, 1, 1ll << 34, &n, d))) c->max_body = (size_t)n; }
     else if (!strcmp(key, "max_header")) { if (!(rc = get_int(v, key, 256, 1 << 24, &n, d))) c->max_header = (size_t)n; }
     else if (!strcmp(key, "sigcache_rows")) { if (!(rc = get_int(v, key, 0, 1 << 26, &n, d))) c->sigcache_rows = (size_t)n; }
+    else if (!strcmp(key, "scrape_interval")) { if (!(rc = get_num(v, key, 0, 3600, &x, d))) c->scrape_interval_s = x; }
     else if (!strcmp(key, "dns_interval")) { if (!(rc = get_num(v, key, 0.01, 86400, &x, d))) c->dns_interval_s = x; }
     else if (!strcmp(key, "dns_server")) rc = json_is_null(v) ? (free(c->dns_server), c->dns_server = NULL, 0) : set_str(&c->dns_server, v, key, d);
     else if (!strcmp(key, "pool_size")) { if (!(rc = get_int(v, key, 0, 1 << 16, &n, d))) c->pool_size = (size_t)n; }
@@ -335,6 +336,8 @@ int eldr_serve_config_validate(const eldr_serve_config *c, eldr_diag *d) {
     return eldr_diag_fail(d, ELDR_EINVAL, "no prefill worker (--prefill URL or --prefill-dns NAME:PORT)");
   if (c->n_decode + c->n_decode_dns == 0)
     return eldr_diag_fail(d, ELDR_EINVAL, "no decode worker (--decode URL or --decode-dns NAME:PORT)");
+  if (!(c->scrape_interval_s == 0 || (c->scrape_interval_s >= 0.01 && c->scrape_interval_s <= 3600)))
+    return eldr_diag_fail(d, ELDR_ERANGE, "scrape_interval must be 0 (off) or in [0.01, 3600] s");
   if (!(c->dns_interval_s >= 0.01)) return eldr_diag_fail(d, ELDR_ERANGE, "dns_interval must be >= 0.01 s");
   if (c->port < 0 || c->port > 65535) return eldr_diag_fail(d, ELDR_ERANGE, "port %d out of range", c->port);
   if (!c->host || !*c->host) return eldr_diag_fail(d, ELDR_EINVAL, "no listen host");

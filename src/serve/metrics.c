@@ -111,6 +111,10 @@ void eldr__handle_metrics(hconn *c) {
                          "# HELP eldr_dns_updates_total DNS group answers that changed the worker lists.\n"
                          "# TYPE eldr_dns_updates_total counter\neldr_dns_updates_total %llu\n",
                       (unsigned long long)m->dns_errors, (unsigned long long)m->dns_updates);
+  evbuffer_add_printf(o, "# HELP eldr_worker_scrapes_total Reads of the workers' /metrics for their load.\n"
+                         "# TYPE eldr_worker_scrapes_total counter\neldr_worker_scrapes_total{result=\"ok\"} %llu\n"
+                         "eldr_worker_scrapes_total{result=\"error\"} %llu\n",
+                      (unsigned long long)m->scrapes[0], (unsigned long long)m->scrapes[1]);
   size_t draining = 0;
   for (const worker *w = s->all_workers; w; w = w->next_all) draining += w->retired != 0;
   evbuffer_add_printf(o, "# HELP eldr_workers_draining Workers dropped by a reload still finishing their legs.\n"
@@ -122,14 +126,15 @@ void eldr__handle_metrics(hconn *c) {
       {"eldr_worker_healthy", "gauge", "1 when the worker is admitted, 0 when ejected."},
       {"eldr_worker_requests_total", "counter", "Upstream legs sent per worker."},
       {"eldr_worker_ejections_total", "counter", "Times the worker was ejected."},
+      {"eldr_worker_load", "gauge", "Load decisions use: in-flight legs, or scraped running+waiting plus own legs since."},
   };
-  for (int q = 0; q < 4; q++) {
+  for (int q = 0; q < 5; q++) {
     evbuffer_add_printf(o, "# HELP %s %s\n# TYPE %s %s\n", wm[q][0], wm[q][2], wm[q][0], wm[q][1]);
     for (int role = 0; role < 2; role++)
       for (size_t i = 0; i < s->nw[role]; i++) {
         worker *w = s->w[role][i];
         unsigned long long v = q == 0 ? w->inflight : q == 1 ? (unsigned long long)w->healthy
-                               : q == 2 ? w->requests : w->ejections;
+                               : q == 2 ? w->requests : q == 3 ? w->ejections : eldr__worker_load(w);
         evbuffer_add_printf(o, "%s{role=\"%s\",worker=\"%s\"} %llu\n", wm[q][0], eldr__role_name[role], w->url, v);
       }
   }

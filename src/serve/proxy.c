@@ -70,7 +70,7 @@ static int fill_loads(eldr_server *s, int role, rq *r, size_t *n) {
   }
   for (size_t i = 0; i < k; i++) {
     worker *w = s->w[role][i];
-    s->loads[i] = w->inflight;
+    s->loads[i] = eldr__worker_load(w);
     s->healthy[i] = (uint8_t)(w->healthy && !was_tried(r, w));
   }
   *n = k;

@@ -63,6 +63,7 @@ typedef struct metrics {
   uint64_t no_kv_params;
   uint64_t reloads_ok, reloads_err;
   uint64_t dns_errors, dns_updates; /* failed lookups; DNS group changes applied */
+  uint64_t scrapes[2];              /* worker /metrics reads: ok, failed */
   histo sig, decision, request;
 } metrics;
 
@@ -96,6 +97,14 @@ struct worker {
   int hc_status;
   dns_ticket *dns;            /* lookup of host in flight (resolve.c), or NULL */
   struct event *dns_timer;    /* retry of a host that did not resolve (NULL: numeric host) */
+  eldr__up *sc;               /* /metrics scrape connection (scrape.c) */
+  char *sc_buf;
+  size_t sc_n, sc_cap;
+  int sc_status;
+  int scrape_valid;           /* scraped is from the last scrape, which succeeded */
+  uint32_t scraped;           /* vllm:num_requests_running + waiting */
+  double scraped_kv;          /* vllm:kv_cache_usage_perc (-1: absent) */
+  uint32_t inflight_at_scrape; /* this replica's in-flight legs when it was sent */
   worker *next_all;
 };
 
@@ -172,7 +181,7 @@ struct eldr_server {
   eldr_serve_config cfg;
   struct event_base *base;
   struct evconnlistener *lis;
-  struct event *ev_stop, *ev_reload, *ev_health, *sig_hup, *sig_int, *sig_term;
+  struct event *ev_stop, *ev_reload, *ev_health, *ev_scrape, *sig_hup, *sig_int, *sig_term;
   int port;
   worker **w[2];
   size_t nw[2];
@@ -253,6 +262,19 @@ void eldr__worker_resolve_stop(worker *w);
 void eldr__dns_sync(eldr_server *s);
 /* The group of role named spec, or NULL. */
 const dns_group *eldr__dns_group_find(const eldr_server *s, int role, const char *spec);
+
+/* ---- scrape.c: load from the engines' /metrics ------------------------------ */
+/* The load a decision uses: this replica's in-flight legs, or with a valid
+ * scrape, scraped + own legs started - finished since (never less than own). */
+uint32_t eldr__worker_load(const worker *w);
+/* Timer callback (arg = s): one GET /metrics per listed, resolved worker. */
+void eldr__scrape_tick(evutil_socket_t fd, short ev, void *arg);
+/* (Re)arm the timer after a commit at s->cfg.scrape_interval_s (0 = off). */
+void eldr__scrape_schedule(eldr_server *s, double old_interval);
+/* A worker's scrape connection and buffer released. */
+void eldr__scrape_stop(worker *w);
+/* Parse one /metrics reply into w (for tests and fuzzing too). */
+void eldr__scrape_parse(worker *w, const char *text, size_t len);
 
 /* ---- check.c ------------------------------------------------------------------ */
 /* 0, or ELDR_EUNSUPPORTED naming path when the artifact's representation

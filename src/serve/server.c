@@ -98,7 +98,7 @@ fail:
 }
 
 static void stage_commit(eldr_server *s, stage *st) {
-  double old_health = s->cfg.health_interval_s;
+  double old_health = s->cfg.health_interval_s, old_scrape = s->cfg.scrape_interval_s;
   eldr_serve_config_free(&s->cfg);
   s->cfg = st->cfg;
   eldr__sigpath_commit(&s->sp, &st->sig);
@@ -124,6 +124,7 @@ static void stage_commit(eldr_server *s, stage *st) {
       }
   memset(st, 0, sizeof *st);
   eldr__dns_sync(s);
+  eldr__scrape_schedule(s, old_scrape);
   const eldr_artifact *a = s->art;
   if (a && a->k != s->cfg.n_decode)
     eldr__logf(s, "artifact has %zu centroids for %zu decode workers: decoder i uses centroid i %% %zu",
@@ -197,7 +198,8 @@ int eldr_server_new(const eldr_serve_config *cfg, eldr_server **out, eldr_diag *
     goto fail;
   }
   s->ev_health = event_new(s->base, -1, EV_PERSIST, eldr__health_tick, s);
-  if (!s->ev_health || (rc = eldr__sigpath_init(&s->sp, s->base))) {
+  s->ev_scrape = event_new(s->base, -1, EV_PERSIST, eldr__scrape_tick, s);
+  if (!s->ev_health || !s->ev_scrape || (rc = eldr__sigpath_init(&s->sp, s->base))) {
     rc = eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
     goto fail;
   }
@@ -275,7 +277,7 @@ void eldr_server_free(eldr_server *s) {
   if (!s) return;
   while (s->conns) eldr__conn_free(s->conns);
   if (s->lis) evconnlistener_free(s->lis);
-  struct event *evs[] = {s->ev_stop, s->ev_reload, s->ev_health, s->sig_hup, s->sig_int, s->sig_term};
+  struct event *evs[] = {s->ev_stop, s->ev_reload, s->ev_health, s->ev_scrape, s->sig_hup, s->sig_int, s->sig_term};
   for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)
     if (evs[i]) event_free(evs[i]);
   while (s->all_workers) eldr__worker_free(s->all_workers);

@@ -61,6 +61,7 @@ void eldr__worker_free(worker *w) {
   for (size_t i = 0; i < w->npool; i++) eldr__up_free(w->pool[i]);
   eldr__up_free(w->hc);
   eldr__worker_resolve_stop(w);
+  eldr__scrape_stop(w);
   event_free(w->hc_timer);
   free(w->pool);
   free(w->url);
@@ -74,6 +75,7 @@ void eldr__worker_retire(worker *w) {
   w->npool = 0;
   evtimer_del(w->hc_timer);
   eldr__worker_resolve_stop(w);
+  eldr__scrape_stop(w);
   eldr__up_free(w->hc); /* a health check in flight ends without a callback */
   w->hc = NULL;
   if (!w->inflight) eldr__worker_free(w);

@@ -126,6 +126,14 @@ static void handle(struct evhttp_request *req, void *arg) {
     evhttp_send_reply(req, b.health_status ? b.health_status : 200, "X", NULL);
     return;
   }
+  if (!strcmp(path, "/metrics") && b.metrics_text) {
+    struct evbuffer *o = evbuffer_new();
+    evbuffer_add(o, b.metrics_text, strlen(b.metrics_text));
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "text/plain; version=0.0.4");
+    evhttp_send_reply(req, 200, "OK", o);
+    evbuffer_free(o);
+    return;
+  }
   if (!strcmp(path, "/v1/models")) {
     reply_json(req, 200, json_pack("{s:s,s:[{s:s,s:s}]}", "object", "list", "data", "id", "fixture-model", "object", "model"));
     return;

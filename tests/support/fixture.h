@@ -28,6 +28,7 @@ typedef struct fx_behaviour {
   int die_after_chunks;    /* > 0: streaming decode: reset the connection after that many */
   int stall_after_chunks;  /* > 0: streaming decode: send that many, then hold the rest */
   const char *raw_reply;   /* completions reply body verbatim (status from .status) */
+  const char *metrics_text; /* GET /metrics reply (Prometheus text); NULL: 404 */
 } fx_behaviour;
 
 /* Defaults: 200, no routed_experts, no usage. */
