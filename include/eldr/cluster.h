@@ -66,10 +66,20 @@ typedef struct eldr_cluster_spec {
   const char *policy;
   uint64_t seed;
   double worker_timeout_s, router_timeout_s; /* readiness waits (default 60, 30 when 0) */
+  size_t n_routers;             /* router replicas in front of the same workers
+                                 * (0 or 1: one; at most ELDR_CLUSTER_MAX_ROUTERS) */
+  double scrape_interval;       /* the routers' --scrape-interval (0: off) */
 } eldr_cluster_spec;
 
-/* Start the workers, then the router in front of them; target = the
- * router's "http://127.0.0.1:PORT". */
+#define ELDR_CLUSTER_MAX_ROUTERS 8
+
+/* The routers of the running cluster: *urls = their "http://127.0.0.1:PORT"
+ * (valid until the next eldr_cluster_up / eldr_cluster_stop_all); returns
+ * how many. */
+size_t eldr_cluster_routers(const eldr_cluster *c, const char *const **urls);
+
+/* Start the workers, then the router(s) in front of them; target = the
+ * (first) router's "http://127.0.0.1:PORT". */
 int eldr_cluster_up(eldr_cluster *c, const eldr_cluster_spec *s, char *target, size_t cap,
                     eldr_diag *d);
 

@@ -35,8 +35,13 @@
 
 typedef void (*eldr_loadgen_progress_fn)(void *ctx, size_t sent, size_t done, double elapsed_s);
 
+#define ELDR_LOADGEN_MAX_TARGETS 16
+
 typedef struct eldr_loadgen_config {
   const char *target;       /* "http://host:port" (a path prefix is kept) */
+  const char *const *targets; /* n_targets > 0: request i goes to targets[i % n_targets]
+                               * instead (clients spread over router replicas) */
+  size_t n_targets;         /* 0..ELDR_LOADGEN_MAX_TARGETS */
   const eldr_trace *trace;  /* borrowed */
   size_t first, count;      /* records [first, first + count); count 0 = to the end */
   double rate;              /* arrivals per second (> 0) */

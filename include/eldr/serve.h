@@ -44,6 +44,8 @@ typedef struct eldr_serve_config {
   double dns_interval_s;     /* re-resolution of *_dns names and retry of names that
                               * failed to resolve (default 5) */
   char *dns_server;          /* nameserver "IP[:PORT]" instead of /etc/resolv.conf (NULL) */
+  char *access_log;          /* JSON line per request to this file ("-": stdout; NULL: off);
+                              * opened at start (a reload does not reopen it) */
   char *artifact;            /* routing artifact path, or NULL (load-only routing) */
   eldr_policy_kind policy;   /* decode policy (default ELDR) */
   double tau;                /* band width; < 0 = the artifact's tau (0.1 without one) */
@@ -84,7 +86,7 @@ int eldr_serve_config_add_worker(eldr_serve_config *c, int decode, const char *u
 int eldr_serve_config_add_dns(eldr_serve_config *c, int decode, const char *hostport, eldr_diag *d);
 /* Apply a JSON config document over c. Keys (all optional):
  *   host, port, prefill [urls], decode [urls], prefill_dns [NAME:PORT],
- *   decode_dns [NAME:PORT], dns_interval, dns_server, scrape_interval, artifact, policy, tau, seed,
+ *   decode_dns [NAME:PORT], dns_interval, dns_server, scrape_interval, access_log, artifact, policy, tau, seed,
  *   prefill_guard, connect_timeout, prefill_timeout, decode_timeout,
  *   header_timeout, idle_timeout, retries, max_body, max_header,
  *   health_interval, eject_after, sigcache_rows, pool_size.

@@ -101,7 +101,8 @@ typedef struct prow {
 typedef struct demo {
   const char *model, *hardware, *workload, *trace_path, *plot, *policies_arg;
   long n_fit, n_eval, max_decode, P, D, max_seqs;
-  double fit_fraction, rate, scale, duration;
+  double fit_fraction, rate, scale, duration, scrape;
+  long routers;
   uint64_t seed;
   int do_sim;
   const char *pols[8];
@@ -147,6 +148,10 @@ static void usage(FILE *f) {
           "  --duration S       wall seconds of arrivals per policy (default 20)\n"
           "  --policies LIST    comma list of eldr, random, rr, jsq, p2c (default all five)\n"
           "  --seed N           seed of the trace, split, fit and arrivals (default 1)\n"
+          "  --routers N        router replicas in front of the same workers, clients spread\n"
+          "                     over them round robin (default 1, at most 8)\n"
+          "  --scrape-interval S  the routers read the workers' /metrics this often and route\n"
+          "                     on the engines' load (0 = off, default; see docs/serve.md)\n"
           "  --no-sim           do not run `eldr sim` for comparison\n"
           "  --plot FILE        write a bar chart with gnuplot (FILE ends in .png or .svg)\n"
           "  --keep             keep the work directory (traces, artifact, logs)\n"
@@ -211,7 +216,9 @@ static void parse_args(int argc, char **argv, demo *x) {
   x->duration = 20;
   x->seed = 1;
   x->do_sim = 1;
+  x->routers = 1;
   static const struct option opts[] = {
+      {"routers", required_argument, 0, 'R'},     {"scrape-interval", required_argument, 0, 'I'},
       {"model", required_argument, 0, 'm'},       {"hardware", required_argument, 0, 'H'},
       {"workload", required_argument, 0, 'w'},    {"trace", required_argument, 0, 't'},
       {"fit-requests", required_argument, 0, 'f'}, {"eval-requests", required_argument, 0, 'e'},
@@ -245,6 +252,11 @@ static void parse_args(int argc, char **argv, demo *x) {
     case 'p': x->policies_arg = optarg; break;
     case 'S': x->seed = cli_parse_u64(CMD, "--seed", optarg); break;
     case 'N': x->do_sim = 0; break;
+    case 'R': x->routers = cli_parse_long(CMD, "--routers", optarg, 1, ELDR_CLUSTER_MAX_ROUTERS); break;
+    case 'I':
+      x->scrape = cli_parse_double(CMD, "--scrape-interval", optarg, 0, 60);
+      if (x->scrape > 0 && x->scrape < 0.01) cli_usage_error(CMD, "--scrape-interval: 0 (off) or >= 0.01");
+      break;
     case 'o':
       if (!eldr_plot_terminal(optarg)) cli_usage_error(CMD, "--plot: '%s' must end in .png or .svg", optarg);
       x->plot = optarg;
@@ -362,7 +374,8 @@ static void run_policy(demo *x, size_t pi) {
   eldr_cluster_spec cs = {.n_prefill = (size_t)x->P, .n_decode = (size_t)x->D, .model = x->model,
                           .hardware = x->hardware, .trace_path = x->eval_path,
                           .time_scale = x->scale, .max_num_seqs = (size_t)x->max_seqs,
-                          .artifact_path = x->art_path, .policy = x->pols[pi], .seed = x->seed};
+                          .artifact_path = x->art_path, .policy = x->pols[pi], .seed = x->seed,
+                          .n_routers = (size_t)x->routers, .scrape_interval = x->scrape};
   eldr_diag d = {{0}};
   char target[64];
   int rc = eldr_cluster_up(g_cluster, &cs, target, sizeof target, &d);
@@ -370,6 +383,7 @@ static void run_policy(demo *x, size_t pi) {
   eldr_loadgen_config lc;
   eldr_loadgen_config_default(&lc);
   lc.target = target;
+  lc.n_targets = eldr_cluster_routers(g_cluster, &lc.targets); /* clients spread over the replicas */
   lc.trace = x->eval;
   lc.rate = x->rate / x->scale;
   lc.duration_s = x->duration;
@@ -584,9 +598,10 @@ int eldr_cmd_demo(int argc, char **argv) {
   make_splits(&x);
   fit_artifact(&x);
   fprintf(stderr,
-          "eldr demo: [3/4] %ld prefill + %ld decode workers (%s on %s, time scale %g) and the "
-          "router, %.3g req/s of model time (%.3g req/s wall) for %g s per policy\n",
-          x.P, x.D, x.model, x.hardware, x.scale, x.rate, x.rate / x.scale, x.duration);
+          "eldr demo: [3/4] %ld prefill + %ld decode workers (%s on %s, time scale %g) and %ld "
+          "router%s (scrape %s), %.3g req/s of model time (%.3g req/s wall) for %g s per policy\n",
+          x.P, x.D, x.model, x.hardware, x.scale, x.routers, x.routers > 1 ? " replicas" : "",
+          x.scrape > 0 ? "on" : "off", x.rate, x.rate / x.scale, x.duration);
   for (size_t pi = 0; pi < x.npol && !g_stop; pi++) run_policy(&x, pi);
   if (g_stop) demo_fail("interrupted");
   if (x.do_sim && x.sched_n > 0) run_sim(&x);

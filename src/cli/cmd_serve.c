@@ -28,6 +28,8 @@ static void usage(FILE *f) {
           "  --dns-interval S      re-resolution of --*-dns names and retry of worker names\n"
           "                        that did not resolve (default 5)\n"
           "  --dns-server IP[:PORT]  nameserver to use instead of /etc/resolv.conf\n"
+          "  --access-log FILE     one JSON line per request (id, policy, decision, decoder,\n"
+          "                        similarity, ttft_ms, tpot_ms, status) to FILE, or - for stdout\n"
           "  --scrape-interval S   read every worker's /metrics (vllm:num_requests_running +\n"
           "                        waiting) this often and route on it plus this router's own\n"
           "                        legs since; for replicas sharing workers (0 = off, default)\n"
@@ -71,7 +73,7 @@ int eldr_cmd_serve(int argc, char **argv) {
   enum {
     O_PREFILL = 256, O_DECODE, O_ARTIFACT, O_POLICY, O_TAU, O_HOST, O_PORT, O_CONFIG, O_PT, O_DT,
     O_HT, O_CT, O_HI, O_EJ, O_RETRIES, O_MAXBODY, O_GUARD, O_SCR, O_SEED, O_QUIET, O_HELP,
-    O_PDNS, O_DDNS, O_DNSI, O_DNSS, O_CHECK, O_SCRAPE
+    O_PDNS, O_DDNS, O_DNSI, O_DNSS, O_CHECK, O_SCRAPE, O_ALOG
   };
   static const struct option opts[] = {
       {"prefill", required_argument, 0, O_PREFILL}, {"decode", required_argument, 0, O_DECODE},
@@ -87,7 +89,7 @@ int eldr_cmd_serve(int argc, char **argv) {
       {"help", no_argument, 0, O_HELP}, {"prefill-dns", required_argument, 0, O_PDNS},
       {"decode-dns", required_argument, 0, O_DDNS}, {"dns-interval", required_argument, 0, O_DNSI},
       {"dns-server", required_argument, 0, O_DNSS}, {"check-config", optional_argument, 0, O_CHECK},
-      {"scrape-interval", required_argument, 0, O_SCRAPE},
+      {"scrape-interval", required_argument, 0, O_SCRAPE}, {"access-log", required_argument, 0, O_ALOG},
       {0, 0, 0, 0}};
   /* pass 1: --help and --config (the file is applied before the other flags) */
   const char *config = NULL;
@@ -159,6 +161,11 @@ int eldr_cmd_serve(int argc, char **argv) {
       json_array_append_new(json_object_get(ov, k), json_string(optarg));
       break;
     }
+    case O_ALOG:
+      free(c.access_log);
+      c.access_log = strdup(optarg);
+      OV("access_log", json_string(optarg));
+      break;
     case O_SCRAPE:
       c.scrape_interval_s = cli_parse_double(cmd, "--scrape-interval", optarg, 0, 3600);
       if (c.scrape_interval_s > 0 && c.scrape_interval_s < 0.01) cli_usage_error(cmd, "--scrape-interval: 0 (off) or >= 0.01");

@@ -53,6 +53,7 @@ void eldr_serve_config_free(eldr_serve_config *c) {
   free_list(c->prefill_dns, c->n_prefill_dns);
   free_list(c->decode_dns, c->n_decode_dns);
   free(c->dns_server);
+  free(c->access_log);
   free(c->artifact);
   free(c->config_path);
   free(c->overrides);
@@ -76,9 +77,10 @@ int eldr_serve_config_copy(eldr_serve_config *dst, const eldr_serve_config *src)
   dst->config_path = xstrdup(src->config_path);
   dst->overrides = xstrdup(src->overrides);
   dst->dns_server = xstrdup(src->dns_server);
+  dst->access_log = xstrdup(src->access_log);
   dst->prefill = dst->decode = dst->prefill_dns = dst->decode_dns = NULL;
   int bad = (src->host && !dst->host) || (src->artifact && !dst->artifact) ||
-            (src->dns_server && !dst->dns_server) ||
+            (src->dns_server && !dst->dns_server) || (src->access_log && !dst->access_log) ||
             (src->config_path && !dst->config_path) || (src->overrides && !dst->overrides);
   bad |= copy_list(&dst->prefill, src->prefill, src->n_prefill);
   bad |= copy_list(&dst->decode, src->decode, src->n_decode);
@@ -284,6 +286,7 @@ int eldr_serve_config_parse(eldr_serve_config *c, const char *json, size_t len, 
     else if (!strcmp(key, "sigcache_rows")) { if (!(rc = get_int(v, key, 0, 1 << 26, &n, d))) c->sigcache_rows = (size_t)n; }
     else if (!strcmp(key, "scrape_interval")) { if (!(rc = get_num(v, key, 0, 3600, &x, d))) c->scrape_interval_s = x; }
     else if (!strcmp(key, "dns_interval")) { if (!(rc = get_num(v, key, 0.01, 86400, &x, d))) c->dns_interval_s = x; }
+    else if (!strcmp(key, "access_log")) rc = json_is_null(v) ? (free(c->access_log), c->access_log = NULL, 0) : set_str(&c->access_log, v, key, d);
     else if (!strcmp(key, "dns_server")) rc = json_is_null(v) ? (free(c->dns_server), c->dns_server = NULL, 0) : set_str(&c->dns_server, v, key, d);
     else if (!strcmp(key, "pool_size")) { if (!(rc = get_int(v, key, 0, 1 << 16, &n, d))) c->pool_size = (size_t)n; }
     else rc = eldr_diag_fail(d, ELDR_EINVAL, "config: unknown key '%s'", key);

@@ -14,6 +14,7 @@
 
 static void rq_finish_metrics(rq *r, int outcome) {
   if (r->is_models) return; /* completions only */
+  eldr__access_log(r, outcome, r->L.status ? r->L.status : outcome == OUT_OK ? 200 : 0);
   r->s->m.requests[r->decision][outcome]++;
   eldr__histo_add(&r->s->m.request, eldr__now_s() - r->t0);
 }
@@ -131,6 +132,7 @@ static void client_upstream_error(rq *r, int status, int outcome, const char *fm
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  r->L.status = status; /* what the client gets */
   rq_finish_metrics(r, outcome);
   eldr__send_error(r->c, status, status == 504 ? "timeout" : "upstream_error", "%s", msg);
 }
@@ -197,6 +199,7 @@ static void leg_head_cb(void *arg, int status, const char *ctype) {
 static void leg_data_cb(void *arg, const char *p, size_t n) {
   rq *r = arg;
   leg *L = &r->L;
+  if (L->kind == LEG_DECODE && r->s->access_log) eldr__al_data(r, p, n);
   if (L->streaming && L->status == 200) { /* relay as it arrives */
     if (!L->started) {
       eldr__stream_start(r->c, 200, L->ctype[0] ? L->ctype : "text/event-stream");
@@ -353,6 +356,7 @@ static int decide(rq *r, int *fallback) {
   int k = eldr_policy_decode(&s->pol, s->loads, s->healthy, n, &rr, &dec);
   eldr__histo_add(&s->m.decision, eldr__now_s() - t1);
   r->decision = (have && res.sig && k >= 0 && dec.fallback == ELDR_FALLBACK_NONE) ? DEC_LOCALITY : DEC_LOAD;
+  eldr__al_decision(r, k >= 0 ? s->w[ROLE_DECODE][k] : NULL, dec.best_sim);
   /* remember the rows of the blocks this prefill computed: deferred until the
    * decode leg is on its way (flushed first if another extraction comes) */
   if (have) eldr__sigpath_defer(&s->sp, &res);

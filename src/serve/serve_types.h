@@ -29,6 +29,7 @@
 #include <event2/event.h>
 #include <stdarg.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -158,6 +159,10 @@ struct rq {
   int decision;
   double t0;
   char last_err[200];
+  /* access log (accesslog.c) */
+  double al_sim, al_first, al_last; /* similarity; first/last decode byte */
+  uint32_t al_events;               /* SSE events relayed */
+  char al_decoder[128];
 };
 
 enum { C_HEAD, C_BODY, C_BUSY, C_CLOSING };
@@ -188,6 +193,7 @@ struct eldr_server {
   worker *all_workers;    /* every worker alive: listed, or retired and draining */
   struct evdns_base *dns; /* resolver on the loop (resolve.c) */
   dns_group *groups;
+  FILE *access_log;       /* NULL: off (accesslog.c) */
   uint64_t next_worker_id;
   hconn *conns;
   eldr_artifact *art;
@@ -275,6 +281,15 @@ void eldr__scrape_schedule(eldr_server *s, double old_interval);
 void eldr__scrape_stop(worker *w);
 /* Parse one /metrics reply into w (for tests and fuzzing too). */
 void eldr__scrape_parse(worker *w, const char *text, size_t len);
+
+/* ---- accesslog.c ------------------------------------------------------------- */
+int eldr__access_log_open(eldr_server *s, const char *path, eldr_diag *d);
+void eldr__access_log_close(eldr_server *s);
+/* The decode decision (w may be NULL), and decode reply bytes as they come. */
+void eldr__al_decision(rq *r, const worker *w, double similarity);
+void eldr__al_data(rq *r, const char *p, size_t n);
+/* One line for a completion request that ended (status: the client's). */
+void eldr__access_log(rq *r, int outcome, int status);
 
 /* ---- check.c ------------------------------------------------------------------ */
 /* 0, or ELDR_EUNSUPPORTED naming path when the artifact's representation

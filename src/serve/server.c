@@ -204,6 +204,7 @@ int eldr_server_new(const eldr_serve_config *cfg, eldr_server **out, eldr_diag *
     goto fail;
   }
   if ((rc = eldr__dns_init(s, cfg->dns_server, d))) goto fail;
+  if ((rc = eldr__access_log_open(s, cfg->access_log, d))) goto fail;
   stage st;
   if ((rc = stage_build(s, cfg, 0, &st, d))) goto fail;
   stage_commit(s, &st); /* starts the health checks */
@@ -282,6 +283,7 @@ void eldr_server_free(eldr_server *s) {
     if (evs[i]) event_free(evs[i]);
   while (s->all_workers) eldr__worker_free(s->all_workers);
   eldr__dns_free(s);
+  eldr__access_log_close(s);
   eldr__sigpath_free(&s->sp);
   free(s->w[0]);
   free(s->w[1]);

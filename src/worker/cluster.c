@@ -32,7 +32,15 @@ struct eldr_cluster {
   size_t n;
   char urls[2][ELDR_CLUSTER_MAX_WORKERS][48]; /* prefill, decode worker URLs */
   size_t n_urls[2];
+  char routers[ELDR_CLUSTER_MAX_ROUTERS][48]; /* router replica URLs */
+  const char *router_ptrs[ELDR_CLUSTER_MAX_ROUTERS];
+  size_t n_routers;
 };
+
+size_t eldr_cluster_routers(const eldr_cluster *c, const char *const **urls) {
+  *urls = c->router_ptrs;
+  return c->n_routers;
+}
 
 static int stopping(const eldr_cluster *c) { return c->stop && *c->stop; }
 
@@ -196,6 +204,12 @@ int eldr_cluster_up(eldr_cluster *c, const eldr_cluster_spec *s, char *target, s
   double wt = s->worker_timeout_s > 0 ? s->worker_timeout_s : 60;
   double rt = s->router_timeout_s > 0 ? s->router_timeout_s : 30;
   c->n_urls[0] = c->n_urls[1] = 0;
+  c->n_routers = 0;
+  size_t nr = s->n_routers ? s->n_routers : 1;
+  if (nr > ELDR_CLUSTER_MAX_ROUTERS)
+    return eldr_diag_fail(d, ELDR_EINVAL, "1..%d routers", ELDR_CLUSTER_MAX_ROUTERS);
+  char scrapebuf[32];
+  snprintf(scrapebuf, sizeof scrapebuf, "%g", s->scrape_interval);
   for (int role = 0; role < 2; role++) {
     size_t n = role ? s->n_decode : s->n_prefill;
     for (size_t i = 0; i < n; i++) {
@@ -226,16 +240,23 @@ int eldr_cluster_up(eldr_cluster *c, const eldr_cluster_spec *s, char *target, s
   sargs[na++] = seedbuf;
   sargs[na++] = "--port";
   sargs[na++] = "0";
+  sargs[na++] = "--scrape-interval";
+  sargs[na++] = scrapebuf;
   sargs[na++] = "--quiet";
   sargs[na] = NULL;
-  char line[512];
-  int rc = eldr_cluster_spawn(c, sargs, rt, line, sizeof line, d);
-  if (rc)
-    return eldr_diag_fail(d, rc, "the router did not start (see %s)",
-                          c->log_path ? c->log_path : "stderr");
-  const char *hp = strstr(line, "127.0.0.1:");
-  if (!hp) return eldr_diag_fail(d, ELDR_EPARSE, "unexpected router output: %s", line);
-  snprintf(target, cap, "http://127.0.0.1:%d", atoi(hp + 10));
+  for (size_t k = 0; k < nr; k++) { /* replicas: same workers, same flags */
+    char line[512];
+    int rc = eldr_cluster_spawn(c, sargs, rt, line, sizeof line, d);
+    if (rc)
+      return eldr_diag_fail(d, rc, "the router did not start (see %s)",
+                            c->log_path ? c->log_path : "stderr");
+    const char *hp = strstr(line, "127.0.0.1:");
+    if (!hp) return eldr_diag_fail(d, ELDR_EPARSE, "unexpected router output: %s", line);
+    snprintf(c->routers[k], sizeof c->routers[k], "http://127.0.0.1:%d", atoi(hp + 10));
+    c->router_ptrs[k] = c->routers[k];
+    c->n_routers = k + 1;
+  }
+  snprintf(target, cap, "%s", c->routers[0]);
   return 0;
 }
 

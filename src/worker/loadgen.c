@@ -72,8 +72,11 @@ typedef struct lreq {
 struct lg {
   const eldr_loadgen_config *c;
   struct event_base *base;
-  char host[256], path_prefix[256];
-  int port;
+  struct {
+    char host[256], path_prefix[256];
+    int port;
+  } tg[ELDR_LOADGEN_MAX_TARGETS]; /* the targets; request i uses tg[i % ntg] */
+  size_t ntg;
   eldr_rng rng;
   struct event *arrival_ev, *tick_ev, *drain_ev;
   double last_progress;
@@ -362,7 +365,9 @@ static void send_one(lg *g) {
   q->g = g;
   q->idx = idx;
   q->buf = evbuffer_new();
-  q->conn = evhttp_connection_base_new(g->base, NULL, g->host, (unsigned short)g->port);
+  const char *thost = g->tg[idx % g->ntg].host, *tprefix = g->tg[idx % g->ntg].path_prefix;
+  int tport = g->tg[idx % g->ntg].port;
+  q->conn = evhttp_connection_base_new(g->base, NULL, thost, (unsigned short)tport);
   q->req = evhttp_request_new(on_done, q);
   if (!q->buf || !q->conn || !q->req) {
     if (q->req) evhttp_request_free(q->req);
@@ -383,7 +388,7 @@ static void send_one(lg *g) {
   evhttp_request_set_error_cb(q->req, on_error);
   struct evkeyvalq *h = evhttp_request_get_output_headers(q->req);
   char hostport[300];
-  snprintf(hostport, sizeof hostport, "%s:%d", g->host, g->port);
+  snprintf(hostport, sizeof hostport, "%s:%d", thost, tport);
   evhttp_add_header(h, "Host", hostport);
   evhttp_add_header(h, "Content-Type", "application/json");
   evhttp_add_header(h, "Connection", "close");
@@ -394,7 +399,7 @@ static void send_one(lg *g) {
   evbuffer_add(evhttp_request_get_output_buffer(q->req), body, strlen(body));
   free(body);
   char path[300];
-  snprintf(path, sizeof path, "%s%s", g->path_prefix,
+  snprintf(path, sizeof path, "%s%s", tprefix,
            c->chat ? "/v1/chat/completions" : "/v1/completions");
   q->t_send = eldr_clock_now();
   r->send_s = q->t_send - g->t0;
@@ -510,7 +515,8 @@ int eldr_loadgen_target_check(const char *target, eldr_diag *d) {
 
 int eldr_loadgen_run(const eldr_loadgen_config *c, eldr_loadgen_result *res, eldr_diag *d) {
   memset(res, 0, sizeof *res);
-  if (!c || !c->target || !c->trace || c->trace->n == 0)
+  if (!c || (!c->target && !c->n_targets) || !c->trace || c->trace->n == 0 ||
+      c->n_targets > ELDR_LOADGEN_MAX_TARGETS)
     return eldr_diag_fail(d, ELDR_EINVAL, "loadgen: a target and a non-empty trace are required");
   if (!(c->rate > 0) || !isfinite(c->rate) || !(c->duration_s > 0) || !isfinite(c->duration_s) ||
       c->duration_s > 86400)
@@ -521,9 +527,12 @@ int eldr_loadgen_run(const eldr_loadgen_config *c, eldr_loadgen_result *res, eld
   lg g;
   memset(&g, 0, sizeof g);
   g.c = c;
-  int prc = parse_target(c->target, g.host, sizeof g.host, &g.port, g.path_prefix,
-                         sizeof g.path_prefix, d);
-  if (prc) return prc;
+  g.ntg = c->n_targets ? c->n_targets : 1;
+  for (size_t i = 0; i < g.ntg; i++) {
+    int prc = parse_target(c->n_targets ? c->targets[i] : c->target, g.tg[i].host, sizeof g.tg[i].host,
+                           &g.tg[i].port, g.tg[i].path_prefix, sizeof g.tg[i].path_prefix, d);
+    if (prc) return prc;
+  }
 
   g.range_first = c->first;
   g.range_n = c->count && c->first + c->count <= c->trace->n ? c->count : c->trace->n - c->first;
