@@ -70,13 +70,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   /* the same bytes as a prefill reply and as a decode reply to splice */
   eldr__prefill_reply pr;
   if (eldr__prefill_reply_parse(body, len, &pr, NULL) == 0) {
-    if (pr.routed_experts) {
+    {
       char *out = NULL;
       size_t ol = 0;
-      if (eldr__splice_routed_experts(body, len, pr.routed_experts, pr.routed_experts_len,
-                                      pr.prompt_tokens, &out, &ol, NULL) == 0 && !out)
-        abort();
+      if (eldr__splice_routed_experts(body, len, pr.root, &out, &ol, NULL) == 0 && !out) abort();
       free(out);
+    }
+    if (pr.routed_experts) {
       uint8_t *buf = NULL;
       size_t cap = 0;
       eldr__re_view v;

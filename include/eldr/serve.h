@@ -66,6 +66,8 @@ typedef struct eldr_serve_config {
   int eject_after;           /* consecutive failures that eject a worker (default 3) */
   size_t sigcache_rows;      /* signature cache capacity in blocks; 0 = off (default 65536) */
   size_t pool_size;          /* idle upstream connections kept per worker (default 256) */
+  int splice_routed_experts; /* splice the prefill's prompt rows into the decode reply's
+                              * routed_experts when both carry them (default 1) */
   int handle_signals;        /* SIGHUP reloads, SIGINT/SIGTERM stop (for the CLI) */
   char *config_path;         /* JSON config re-read on reload (NULL: reload artifact only) */
   char *overrides;           /* JSON object in the config file's syntax applied over the
@@ -89,7 +91,8 @@ int eldr_serve_config_add_dns(eldr_serve_config *c, int decode, const char *host
  *   decode_dns [NAME:PORT], dns_interval, dns_server, scrape_interval, access_log, artifact, policy, tau, seed,
  *   prefill_guard, connect_timeout, prefill_timeout, decode_timeout,
  *   header_timeout, idle_timeout, retries, max_body, max_header,
- *   health_interval, eject_after, sigcache_rows, pool_size.
+ *   health_interval, eject_after, sigcache_rows, pool_size,
+ *   splice_routed_experts (boolean).
  * A "prefill"/"decode" list replaces the current one. Unknown keys and
  * wrong types are errors naming the key. */
 int eldr_serve_config_parse(eldr_serve_config *c, const char *json, size_t len, eldr_diag *d);

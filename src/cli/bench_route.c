@@ -180,6 +180,15 @@ int eldr_bench_route(int argc, char **argv) {
     size_t tlen = 0;
     eldr_routed_experts_encode(sel + first * (size_t)(L * K), T - first, &sh,
                                E > 256 ? ELDR_SEL_U16LE : ELDR_SEL_U8, &b64tail, &tlen);
+    /* its reply, parsed once here: the loop measures the extraction */
+    size_t rtcap = tlen + 512;
+    char *rtail = malloc(rtcap);
+    if (!rtail) cli_fail(cmd, "out of memory");
+    int rtl = snprintf(rtail, rtcap,
+                       "{\"object\":\"text_completion\",\"choices\":[{\"index\":0,\"routed_experts\":\"%s\"}],"
+                       "\"usage\":{\"prompt_tokens\":%zu,\"completion_tokens\":1}}", b64tail, T);
+    eldr__prefill_reply prt;
+    if (eldr__prefill_reply_parse(rtail, (size_t)rtl, &prt, &d)) cli_fail(cmd, "reply parse: %s", d.msg);
     uint64_t sink = 0;
     for (long it = -5; it < iters; it++) { /* 5 warm-up rounds */
       double t0 = eldr_clock_now();
@@ -187,7 +196,7 @@ int eldr_bench_route(int argc, char **argv) {
       if (eldr__prefill_reply_parse(reply, (size_t)rl, &pr, &d)) cli_fail(cmd, "reply parse: %s", d.msg);
       double t1 = eldr_clock_now();
       eldr__sigres res;
-      eldr__sigpath_extract(&sp_nc, pr.routed_experts, pr.routed_experts_len, pr.prompt_tokens, NULL, &res);
+      eldr__sigpath_extract(&sp_nc, pr.root, 0, NULL, &res);
       if (res.fallback != ELDR__FB_NONE) cli_fail(cmd, "extraction fell back (%d): %s", res.fallback, res.diag.msg);
       double t2 = eldr_clock_now();
       eldr_route_req rr = {res.sig, -1};
@@ -199,7 +208,7 @@ int eldr_bench_route(int argc, char **argv) {
       /* with the cache: full extraction + storing every block (first request of a prefix) */
       eldr__prompt prompt;
       if (eldr__prompt_init(&sp_c, &prompt, text, tl, NULL, 0)) cli_fail(cmd, "out of memory");
-      eldr__sigpath_extract(&sp_c, pr.routed_experts, pr.routed_experts_len, pr.prompt_tokens, &prompt, &res);
+      eldr__sigpath_extract(&sp_c, pr.root, 0, &prompt, &res);
       eldr__prompt_free(&prompt);
       double t4 = eldr_clock_now();
       eldr__sigpath_store(&sp_c, &res);
@@ -207,7 +216,7 @@ int eldr_bench_route(int argc, char **argv) {
       /* a later request with 75% prefix hit: its prompt's blocks (tokenised
        * once, as at the request's arrival), tail rows + cached rows */
       if (eldr__prompt_init(&sp_c, &prompt, text, tl, NULL, 0)) cli_fail(cmd, "out of memory");
-      eldr__sigpath_extract(&sp_c, b64tail, tlen, (int64_t)T, &prompt, &res);
+      eldr__sigpath_extract(&sp_c, prt.root, 0, &prompt, &res);
       eldr__prompt_free(&prompt);
       double t6 = eldr_clock_now();
       if (res.fallback != ELDR__FB_NONE) cli_fail(cmd, "cached extraction fell back");
@@ -241,6 +250,8 @@ int eldr_bench_route(int argc, char **argv) {
     fflush(stdout);
     (void)sink;
     free(tot);
+    eldr__prefill_reply_free(&prt);
+    free(rtail);
     free(b64tail);
     free(reply);
     free(text);

@@ -50,7 +50,9 @@ static void usage(FILE *f) {
           "  --max-body BYTES      client body limit (default 16777216)\n"
           "  --prefill-guard N     prefill load guard in requests (default 4)\n"
           "  --sigcache-rows N     signature cache capacity in KV blocks, 0 = off (default 65536)\n"
-          "  --seed N              seed for random/p2c and request ids (default 1)\n"
+          "  --no-splice           relay the decoder's routed_experts as sent (default: the\n"
+          "                        prefill's prompt rows spliced in when both carry them)\n"
+          "  --seed N              seed for random/p2c (default 1)\n"
           "  --check-config[=resolve]  check the config (file and flags) and the artifact,\n"
           "                        print a summary and exit 0 (2 naming what is wrong);\n"
           "                        =resolve also resolves every worker name\n"
@@ -72,7 +74,7 @@ int eldr_cmd_serve(int argc, char **argv) {
   const char *cmd = "serve";
   enum {
     O_PREFILL = 256, O_DECODE, O_ARTIFACT, O_POLICY, O_TAU, O_HOST, O_PORT, O_CONFIG, O_PT, O_DT,
-    O_HT, O_CT, O_HI, O_EJ, O_RETRIES, O_MAXBODY, O_GUARD, O_SCR, O_SEED, O_QUIET, O_HELP,
+    O_HT, O_CT, O_HI, O_EJ, O_RETRIES, O_MAXBODY, O_GUARD, O_SCR, O_SEED, O_NOSPLICE, O_QUIET, O_HELP,
     O_PDNS, O_DDNS, O_DNSI, O_DNSS, O_CHECK, O_SCRAPE, O_ALOG
   };
   static const struct option opts[] = {
@@ -90,7 +92,7 @@ int eldr_cmd_serve(int argc, char **argv) {
       {"decode-dns", required_argument, 0, O_DDNS}, {"dns-interval", required_argument, 0, O_DNSI},
       {"dns-server", required_argument, 0, O_DNSS}, {"check-config", optional_argument, 0, O_CHECK},
       {"scrape-interval", required_argument, 0, O_SCRAPE}, {"access-log", required_argument, 0, O_ALOG},
-      {0, 0, 0, 0}};
+      {"no-splice", no_argument, 0, O_NOSPLICE}, {0, 0, 0, 0}};
   /* pass 1: --help and --config (the file is applied before the other flags) */
   const char *config = NULL;
   cli_getopt_reset();
@@ -217,6 +219,7 @@ int eldr_cmd_serve(int argc, char **argv) {
       if (config && c.seed > INT64_MAX) cli_usage_error(cmd, "--seed: with --config at most %lld", (long long)INT64_MAX);
       OV("seed", json_integer((json_int_t)c.seed));
       break;
+    case O_NOSPLICE: c.splice_routed_experts = 0; OV("splice_routed_experts", json_false()); break;
     case O_QUIET: quiet = 1; break;
     default: cli_bad_option(cmd, argc, argv, o);
     }

@@ -38,6 +38,7 @@ void eldr_serve_config_default(eldr_serve_config *c) {
   c->sigcache_rows = 65536;
   c->pool_size = 256;
   c->dns_interval_s = 5;
+  c->splice_routed_experts = 1;
 }
 
 static void free_list(char **v, size_t n) {
@@ -289,6 +290,10 @@ int eldr_serve_config_parse(eldr_serve_config *c, const char *json, size_t len, 
     else if (!strcmp(key, "access_log")) rc = json_is_null(v) ? (free(c->access_log), c->access_log = NULL, 0) : set_str(&c->access_log, v, key, d);
     else if (!strcmp(key, "dns_server")) rc = json_is_null(v) ? (free(c->dns_server), c->dns_server = NULL, 0) : set_str(&c->dns_server, v, key, d);
     else if (!strcmp(key, "pool_size")) { if (!(rc = get_int(v, key, 0, 1 << 16, &n, d))) c->pool_size = (size_t)n; }
+    else if (!strcmp(key, "splice_routed_experts")) {
+      if (!json_is_boolean(v)) rc = eldr_diag_fail(d, ELDR_EINVAL, "config: '%s' must be true or false", key);
+      else c->splice_routed_experts = json_is_true(v);
+    }
     else rc = eldr_diag_fail(d, ELDR_EINVAL, "config: unknown key '%s'", key);
     if (rc) break;
   }

@@ -87,6 +87,14 @@ void eldr__handle_metrics(hconn *c) {
   evbuffer_add_printf(o, "# HELP eldr_prefill_without_kv_params_total Prefill replies without kv_transfer_params.\n"
                          "# TYPE eldr_prefill_without_kv_params_total counter\neldr_prefill_without_kv_params_total %llu\n",
                       (unsigned long long)m->no_kv_params);
+  evbuffer_add_printf(o, "# HELP eldr_routed_experts_rejected_total Prefill replies whose routed_experts "
+                         "were rejected, by reason.\n# TYPE eldr_routed_experts_rejected_total counter\n");
+  for (int r = 1; r < ELDR_RE__N; r++)
+    evbuffer_add_printf(o, "eldr_routed_experts_rejected_total{reason=\"%s\"} %llu\n", eldr_re_reason_name((eldr_re_reason)r),
+                        (unsigned long long)m->re_rejected[r]);
+  evbuffer_add_printf(o, "# HELP eldr_routed_experts_spliced_total Decode replies given the prefill's prompt rows.\n"
+                         "# TYPE eldr_routed_experts_spliced_total counter\neldr_routed_experts_spliced_total %llu\n",
+                      (unsigned long long)m->spliced);
   evbuffer_add_printf(o, "# HELP eldr_sigcache_tokenizer_mismatch_total Prompts whose token count differs from the engine's.\n"
                          "# TYPE eldr_sigcache_tokenizer_mismatch_total counter\neldr_sigcache_tokenizer_mismatch_total %llu\n",
                       (unsigned long long)s->sp.tokenizer_mismatch);

@@ -37,7 +37,6 @@ void eldr__rq_free(rq *r) {
   eldr__req_free(&r->req);
   eldr__prompt_free(&r->prompt);
   eldr__prefill_reply_free(&r->pr);
-  free(r->re_copy);
   free(r->auth);
   free(r->pbody);
   free(r->dbody);
@@ -307,18 +306,20 @@ static void on_decode_reply(rq *r) {
     eldr__stream_end(r->c);
     return;
   }
-  if (code == 200 && r->req.want_routed_experts && r->pr.routed_experts) {
+  if (code == 200 && s->cfg.splice_routed_experts && r->pr.root && L->n &&
+      eldr__memmem(L->buf, L->n, "routed_experts", 14)) {
     char *spliced = NULL;
     size_t sl = 0;
     eldr_diag d = {{0}};
-    if (eldr__splice_routed_experts(L->n ? L->buf : "", L->n, r->pr.routed_experts, r->pr.routed_experts_len,
-                                    r->pr.prompt_tokens, &spliced, &sl, &d) == 0) {
+    int rc = eldr__splice_routed_experts(L->buf, L->n, r->pr.root, &spliced, &sl, &d);
+    if (rc == 0) {
+      s->m.spliced++;
       rq_finish_metrics(r, OUT_OK);
       eldr__send_body(r->c, 200, "application/json", spliced, sl, NULL); /* frees r */
       free(spliced);
       return;
     }
-    if (!s->logged_splice++)
+    if (rc != ELDR_ENOTFOUND && !s->logged_splice++)
       eldr__logf(s, "request %s: routed_experts not spliced (relayed as the decoder sent them; logged once): %s",
             r->reqid, d.msg);
   }
@@ -334,13 +335,13 @@ static int decide(rq *r, int *fallback) {
   int have = 0;
   if (s->cfg.policy == ELDR_POLICY_ELDR) {
     double t0 = eldr__now_s();
-    eldr__sigpath_extract(&s->sp, r->pr.routed_experts, r->pr.routed_experts_len, r->pr.prompt_tokens,
-                          &r->prompt, &res);
+    eldr__sigpath_extract(&s->sp, r->pr.root, r->req.api == ELDR__API_CHAT, &r->prompt, &res);
     eldr__histo_add(&s->m.sig, eldr__now_s() - t0);
     have = 1;
     *fallback = res.fallback;
     if (res.fallback != FB_NONE) {
       s->m.fallback[res.fallback]++;
+      if (res.reason > 0 && res.reason < ELDR_RE__N) s->m.re_rejected[res.reason]++;
       if (res.fallback == FB_SHAPE_MISMATCH) {
         if (!s->logged_shape_mismatch++) eldr__logf(s, "%s: routing by load only (logged once)", res.diag.msg);
       } else if (res.diag.msg[0]) {
@@ -360,10 +361,6 @@ static int decide(rq *r, int *fallback) {
   /* remember the rows of the blocks this prefill computed: deferred until the
    * decode leg is on its way (flushed first if another extraction comes) */
   if (have) eldr__sigpath_defer(&s->sp, &res);
-  if (!r->re_copy) { /* borrowed from the prefill reply's buffer: gone after this callback */
-    r->pr.routed_experts = NULL;
-    r->pr.routed_experts_len = 0;
-  }
   return k;
 }
 
@@ -391,14 +388,6 @@ static void on_prefill_reply(rq *r) {
     leg_release(r);
     leg_failed(r, 0, d.msg);
     return;
-  }
-  /* routed_experts may borrow from the leg's buffer, which the decode reply
-   * reuses: the splice needs its own copy; the decision (below, synchronous) not */
-  if (r->req.want_routed_experts && r->pr.routed_experts) {
-    r->re_copy = malloc(r->pr.routed_experts_len + 1);
-    if (r->re_copy) memcpy(r->re_copy, r->pr.routed_experts, r->pr.routed_experts_len);
-    r->pr.routed_experts = r->re_copy;
-    if (!r->re_copy) r->pr.routed_experts_len = 0;
   }
   leg_release(r);
   if (!r->pr.kv_transfer_params) s->m.no_kv_params++;

@@ -290,7 +290,14 @@ static int find_routed_experts(const char *b, size_t len, const char **vs, const
 
 #define RE_MARKER "\"\\u0001eldr:routed_experts\""
 
+static json_t *choice0_re(json_t *root);
+
 static void reply_fields(json_t *root, eldr__prefill_reply *out) {
+  json_t *re = choice0_re(root);
+  if (json_is_string(re)) {
+    out->routed_experts = json_string_value(re);
+    out->routed_experts_len = json_string_length(re);
+  }
   json_t *kv = json_object_get(root, "kv_transfer_params");
   if (json_is_object(kv)) out->kv_transfer_params = kv;
   json_t *u = json_object_get(root, "usage");
@@ -331,9 +338,15 @@ int eldr__prefill_reply_parse(const char *body, size_t len, eldr__prefill_reply 
     json_t *re = root ? choice0_re(root) : NULL;
     if (json_is_object(root) && json_is_string(re) && json_string_length(re) == 20 &&
         !memcmp(json_string_value(re), "\001eldr:routed_experts", 20)) {
+      /* the blob back in its place: a plain copy (no escapes, checked), so
+       * the tree is the whole reply, parsed once, for every reader */
+      json_t *blob = json_stringn_nocheck(vs + 1, (size_t)(ve - vs - 1));
+      json_t *c0 = json_array_get(json_object_get(root, "choices"), 0);
+      if (!blob || json_object_set_new(c0, "routed_experts", blob)) {
+        json_decref(root);
+        return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
+      }
       out->root = root;
-      out->routed_experts = vs + 1;
-      out->routed_experts_len = (size_t)(ve - vs - 1);
       reply_fields(root, out);
       return 0;
     }
@@ -348,11 +361,6 @@ int eldr__prefill_reply_parse(const char *body, size_t len, eldr__prefill_reply 
     return eldr_diag_fail(d, ELDR_EPARSE, "prefill reply is not a JSON object");
   }
   out->root = root;
-  json_t *re = choice0_re(root);
-  if (json_is_string(re)) {
-    out->routed_experts = json_string_value(re);
-    out->routed_experts_len = json_string_length(re);
-  }
   reply_fields(root, out);
   return 0;
 }
@@ -370,72 +378,103 @@ static int blob_dtype(const char *b64, size_t len, eldr_sel_dtype *dt, eldr_diag
   return 0;
 }
 
-int eldr__splice_routed_experts(const char *decode_body, size_t len, const char *pb64,
-                                size_t plen, int64_t prompt_tokens, char **out, size_t *out_len,
-                                eldr_diag *d) {
-  *out = NULL;
-  json_error_t je;
-  json_t *root = json_loadb(decode_body, len, 0, &je);
-  if (!root) return eldr_diag_fail(d, ELDR_EPARSE, "decode reply is not JSON: %s", je.text);
-  uint16_t *psel = NULL, *dsel = NULL;
+/* npy: the prefill rows over the prompt rows of one decode choice's blob. */
+static int splice_npy(json_t *c, json_t *re, const uint16_t *psel, size_t prow, const eldr_shape *pshape,
+                      int64_t prompt_tokens, eldr_diag *d) {
+  const char *db = json_string_value(re);
+  size_t dl = json_string_length(re);
+  eldr_shape any = {0, 0, 0}, dshape;
+  uint16_t *dsel = NULL;
   char *enc = NULL;
-  int rc = 0;
-  eldr_shape any = {0, 0, 0}, pshape, dshape;
-  size_t prow = 0, drow = 0;
-  json_t *ch = json_object_get(root, "choices");
-  if (!json_is_array(ch) || json_array_size(ch) == 0) {
-    rc = eldr_diag_fail(d, ELDR_EPARSE, "decode reply has no choices");
-    goto out;
+  size_t drow = 0, el = 0;
+  eldr_sel_dtype dt;
+  int rc;
+  if ((rc = blob_dtype(db, dl, &dt, d))) return rc;
+  if ((rc = eldr_routed_experts_decode(db, dl, &any, &dsel, &drow, &dshape, d))) return rc;
+  if (dshape.num_layers != pshape->num_layers || dshape.top_k != pshape->top_k) {
+    free(dsel);
+    return eldr_diag_fail(d, ELDR_ESHAPE, "prefill and decode routed_experts differ in shape");
   }
-  if ((rc = eldr_routed_experts_decode(pb64, plen, &any, &psel, &prow, &pshape, d))) goto out;
-  int spliced = 0;
+  size_t P = prompt_tokens >= 0 ? (size_t)prompt_tokens : prow;
+  size_t off = P >= prow ? P - prow : 0;
+  size_t rowlen = (size_t)pshape->num_layers * pshape->top_k;
+  for (size_t r = 0; r < prow && off + r < drow; r++)
+    memcpy(dsel + (off + r) * rowlen, psel + r * rowlen, rowlen * sizeof *dsel);
+  eldr_shape es = dshape;
+  uint32_t maxid = 0;
+  for (size_t k = 0; k < drow * rowlen; k++)
+    if (dsel[k] > maxid) maxid = dsel[k];
+  if (es.num_experts <= maxid) es.num_experts = maxid + 1;
+  /* the expert count only bounds the ids here; dt fixes the wire dtype */
+  rc = eldr_routed_experts_encode(dsel, drow, &es, dt, &enc, &el);
+  free(dsel);
+  if (rc) return rc;
+  rc = json_object_set_new(c, "routed_experts", json_stringn(enc, el)) ? ELDR_ENOMEM : 0;
+  free(enc);
+  return rc;
+}
+
+/* lists (PR #38939): the prefill's rows replace the decode list's rows at
+ * the same prompt positions. */
+static int splice_lists(json_t *dl, json_t *pl, int64_t prompt_tokens, eldr_diag *d) {
+  size_t prow = json_array_size(pl), drow = json_array_size(dl);
+  size_t P = prompt_tokens >= 0 ? (size_t)prompt_tokens : prow;
+  size_t off = P >= prow ? P - prow : 0;
+  for (size_t r = 0; r < prow && off + r < drow; r++) {
+    json_t *row = json_array_get(pl, r);
+    if (!json_is_array(row) || json_array_size(row) != json_array_size(json_array_get(dl, off + r)))
+      return eldr_diag_fail(d, ELDR_ESHAPE, "prefill and decode routed_experts differ in shape");
+    if (json_array_set(dl, off + r, row)) return ELDR_ENOMEM;
+  }
+  return 0;
+}
+
+int eldr__splice_tree(json_t *root, json_t *proot, eldr_diag *d) {
+  json_t *ch = json_object_get(root, "choices");
+  if (!json_is_array(ch) || json_array_size(ch) == 0)
+    return eldr_diag_fail(d, ELDR_EPARSE, "decode reply has no choices");
+  /* vLLM 0.21 and later: the prompt's rows are one top-level value */
+  json_t *ppre = json_object_get(proot, "prompt_routed_experts");
+  if (ppre && !json_is_null(ppre) && json_object_get(root, "prompt_routed_experts"))
+    return json_object_set(root, "prompt_routed_experts", ppre) ? ELDR_ENOMEM : 0;
+  json_t *pre = choice0_re(proot);
+  if (!pre || json_is_null(pre) || ppre)
+    return eldr_diag_fail(d, ELDR_ENOTFOUND, "prefill reply carries no prompt routed_experts to splice");
+  int64_t P = -1;
+  json_t *pt = json_object_get(json_object_get(proot, "usage"), "prompt_tokens");
+  if (json_is_integer(pt) && json_integer_value(pt) >= 0) P = json_integer_value(pt);
+  uint16_t *psel = NULL;
+  size_t prow = 0;
+  eldr_shape any = {0, 0, 0}, pshape;
+  int rc = 0, spliced = 0;
+  if (json_is_string(pre) &&
+      (rc = eldr_routed_experts_decode(json_string_value(pre), json_string_length(pre), &any, &psel, &prow,
+                                       &pshape, d)))
+    return rc;
   size_t i;
   json_t *c;
   json_array_foreach(ch, i, c) {
     json_t *re = json_is_object(c) ? json_object_get(c, "routed_experts") : NULL;
-    if (!json_is_string(re)) continue;
-    const char *db = json_string_value(re);
-    size_t dl = json_string_length(re);
-    eldr_sel_dtype dt;
-    if ((rc = blob_dtype(db, dl, &dt, d))) goto out;
-    if ((rc = eldr_routed_experts_decode(db, dl, &any, &dsel, &drow, &dshape, d))) goto out;
-    if (dshape.num_layers != pshape.num_layers || dshape.top_k != pshape.top_k) {
-      rc = eldr_diag_fail(d, ELDR_ESHAPE, "prefill and decode routed_experts differ in shape");
-      goto out;
-    }
-    size_t P = prompt_tokens >= 0 ? (size_t)prompt_tokens : prow;
-    size_t off = P >= prow ? P - prow : 0;
-    size_t rowlen = (size_t)pshape.num_layers * pshape.top_k;
-    for (size_t r = 0; r < prow && off + r < drow; r++)
-      memcpy(dsel + (off + r) * rowlen, psel + r * rowlen, rowlen * sizeof *dsel);
-    eldr_shape es = dshape;
-    uint32_t maxid = 0;
-    for (size_t k = 0; k < drow * rowlen; k++)
-      if (dsel[k] > maxid) maxid = dsel[k];
-    if (es.num_experts <= maxid) es.num_experts = maxid + 1;
-    /* the expert count only bounds the ids here; dt fixes the wire dtype */
-    size_t el = 0;
-    if ((rc = eldr_routed_experts_encode(dsel, drow, &es, dt, &enc, &el))) goto out;
-    if (json_object_set_new(c, "routed_experts", json_stringn(enc, el))) {
-      rc = ELDR_ENOMEM;
-      goto out;
-    }
-    free(enc);
-    enc = NULL;
-    free(dsel);
-    dsel = NULL;
+    if (json_is_string(re) && psel) rc = splice_npy(c, re, psel, prow, &pshape, P, d);
+    else if (json_is_array(re) && json_is_array(pre)) rc = splice_lists(re, pre, P, d);
+    else if (re && !json_is_null(re)) rc = eldr_diag_fail(d, ELDR_EINVAL, "prefill and decode routed_experts differ in layout");
+    else continue;
+    if (rc) break;
     spliced++;
   }
-  if (!spliced) {
-    rc = eldr_diag_fail(d, ELDR_ENOTFOUND, "decode reply carries no routed_experts");
-    goto out;
-  }
-  *out = dump(root, out_len);
-  if (!*out) rc = ELDR_ENOMEM;
-out:
-  free(enc);
-  free(dsel);
   free(psel);
+  if (!rc && !spliced) rc = eldr_diag_fail(d, ELDR_ENOTFOUND, "decode reply carries no routed_experts");
+  return rc;
+}
+
+int eldr__splice_routed_experts(const char *decode_body, size_t len, json_t *proot, char **out,
+                                size_t *out_len, eldr_diag *d) {
+  *out = NULL;
+  json_error_t je;
+  json_t *root = json_loadb(decode_body, len, 0, &je);
+  if (!root) return eldr_diag_fail(d, ELDR_EPARSE, "decode reply is not JSON: %s", je.text);
+  int rc = eldr__splice_tree(root, proot, d);
+  if (!rc && !(*out = dump(root, out_len))) rc = ELDR_ENOMEM;
   json_decref(root);
   return rc;
 }

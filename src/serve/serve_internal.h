@@ -71,13 +71,13 @@ char *eldr__prefill_body(const eldr__req *r, size_t *len);
  * NULL leaves the body as the client sent it). */
 char *eldr__decode_body(const eldr__req *r, json_t *kv_transfer_params, size_t *len);
 
-/* What the router reads from a prefill reply. routed_experts borrows from
- * the body passed to the parser (large blobs are cut out of the document
- * before the JSON parser sees it) or from root: keep both alive. */
+/* What the router reads from a prefill reply, parsed once (a large base64
+ * blob is cut out of the document before the JSON parser sees it and put
+ * back into the tree as a plain string). routed_experts borrows from root. */
 typedef struct eldr__prefill_reply {
   json_t *root;                 /* owned */
   json_t *kv_transfer_params;   /* borrowed, NULL when absent */
-  const char *routed_experts;   /* borrowed base64, NULL when absent */
+  const char *routed_experts;   /* borrowed: choices[0]'s base64 npy, NULL when absent */
   size_t routed_experts_len;
   int64_t prompt_tokens;        /* -1 when absent */
   int64_t cached_tokens;        /* 0 when absent */
@@ -87,14 +87,19 @@ int eldr__prefill_reply_parse(const char *body, size_t len, eldr__prefill_reply 
                               eldr_diag *d);
 void eldr__prefill_reply_free(eldr__prefill_reply *p);
 
-/* Splice the prefill's routed_experts rows over the prompt rows of every
- * choice of a (non-streaming) decode reply. prompt_tokens: from the prefill
- * usage (-1 = the prefill rows are the whole prompt). The prefill rows cover
- * tokens [prompt_tokens - rows, prompt_tokens). Returns 0 and a new body in
- * *out (malloc'd), or an error (the caller then relays the reply unchanged). */
-int eldr__splice_routed_experts(const char *decode_body, size_t len, const char *prefill_b64,
-                                size_t prefill_b64_len, int64_t prompt_tokens, char **out,
+/* Splice the prefill's prompt rows (proot: the prefill reply, parsed) into
+ * a (non-streaming) decode reply, in the layout both carry: vLLM 0.21 and
+ * later, the prefill's top-level prompt_routed_experts replaces the
+ * decoder's; npy and lists (one array per choice over the whole sequence),
+ * the prefill's rows (prompt tokens [prompt_tokens - rows, prompt_tokens),
+ * prompt_tokens from the prefill's usage, else rows) overwrite the decode
+ * choice's rows at those positions. Returns 0 and a new body in *out
+ * (malloc'd), or an error (ELDR_ENOTFOUND: nothing to splice; the caller
+ * then relays the reply unchanged). proot is borrowed. */
+int eldr__splice_routed_experts(const char *decode_body, size_t len, json_t *proot, char **out,
                                 size_t *out_len, eldr_diag *d);
+/* The same on a decode reply already parsed (root is changed in place). */
+int eldr__splice_tree(json_t *root, json_t *proot, eldr_diag *d);
 
 /* JSON error body {"error":{"message":..,"type":..,"code":status}} (malloc'd). */
 char *eldr__error_json(int status, const char *type, const char *msg, size_t *len);

@@ -30,6 +30,7 @@
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -62,6 +63,8 @@ typedef struct metrics {
   uint64_t retries[2];
   uint64_t disconnects;
   uint64_t no_kv_params;
+  uint64_t re_rejected[ELDR_RE__N]; /* routed_experts rejected, by eldr_re_reason */
+  uint64_t spliced;                 /* decode replies with the prefill's prompt rows spliced in */
   uint64_t reloads_ok, reloads_err;
   uint64_t dns_errors, dns_updates; /* failed lookups; DNS group changes applied */
   uint64_t scrapes[2];              /* worker /metrics reads: ok, failed */
@@ -152,7 +155,6 @@ struct rq {
   char *pbody, *dbody;
   size_t plen, dlen;
   eldr__prefill_reply pr;
-  char *re_copy; /* owned copy of pr.routed_experts for the splice */
   uint64_t tried[MAX_TRIED]; /* worker ids */
   int ntried;
   leg L;
@@ -213,6 +215,16 @@ static inline double eldr__now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static inline const char *eldr__memmem(const char *h, size_t n, const char *k, size_t kn) {
+  for (size_t i = 0; i + kn <= n; i++) {
+    const char *q = memchr(h + i, k[0], n - i - kn + 1);
+    if (!q) return NULL;
+    if (!memcmp(q, k, kn)) return q;
+    i = (size_t)(q - h);
+  }
+  return NULL;
 }
 
 static inline struct timeval eldr__tv_of(double s) {

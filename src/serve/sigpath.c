@@ -50,7 +50,7 @@ void eldr__sigpath_free(eldr__sigpath *sp) {
   if (!sp) return;
   if (sp->ev_store) event_free(sp->ev_store);
   conf_free(&sp->conf, NULL);
-  free(sp->npy);
+  eldr_reply_experts_free(&sp->rex);
   free(sp->ids);
   free(sp->hashes);
   memset(sp, 0, sizeof *sp);
@@ -125,9 +125,24 @@ void eldr__prompt_free(eldr__prompt *p) {
   memset(p, 0, sizeof *p);
 }
 
-void eldr__sigpath_extract(eldr__sigpath *sp, const char *b64, size_t b64_len, int64_t prompt_tokens,
-                           const eldr__prompt *p, eldr__sigres *res) {
-  flush(sp); /* the pending rows live in the buffers this call reuses */
+/* The shape of a reply the artifact does not fit, for the reload check. */
+static void observe_shape(eldr__sigpath *sp, const void *root, eldr_re_api api) {
+  eldr_re_opts any = {api, 0, 0, 0, NULL};
+  eldr_reply_experts r;
+  if (eldr_reply_experts_from_json(root, &any, &r, NULL, NULL) == 0 && r.nchoices) {
+    const eldr_re_view *v = r.choices[0].prompt.data ? &r.choices[0].prompt : &r.choices[0].generated;
+    if (v->data) {
+      sp->observed_L = (int)v->layers;
+      sp->observed_K = (int)v->top_k;
+    }
+  }
+  eldr_reply_experts_free(&r);
+}
+
+void eldr__sigpath_extract(eldr__sigpath *sp, const void *root, int chat, const eldr__prompt *p,
+                           eldr__sigres *res) {
+  flush(sp); /* the pending rows live in the buffers this call frees */
+  eldr_reply_experts_free(&sp->rex);
   memset(res, 0, sizeof *res);
   res->fallback = ELDR__FB_NONE;
   const eldr__sigconf *c = &sp->conf;
@@ -135,25 +150,37 @@ void eldr__sigpath_extract(eldr__sigpath *sp, const char *b64, size_t b64_len, i
     res->fallback = ELDR__FB_NO_ARTIFACT;
     return;
   }
-  if (!b64) {
+  if (!root) {
     res->fallback = ELDR__FB_NO_ROUTED_EXPERTS;
     return;
   }
   const eldr_shape *sh = &c->art->shape;
-  eldr__re_view *v = &res->view;
-  if (eldr__routed_experts_view(b64, b64_len, NULL, &sp->npy, &sp->npycap, v, &res->diag) != 0) {
-    res->fallback = ELDR__FB_MALFORMED;
+  eldr_re_opts o = {chat ? ELDR_RE_CHAT : ELDR_RE_COMPLETIONS, sh->num_layers, sh->top_k, sh->num_experts,
+                    c->art->mask};
+  eldr_re_reason why = ELDR_RE_OK;
+  if (eldr_reply_experts_from_json(root, &o, &sp->rex, &why, &res->diag) != 0) {
+    res->reason = (int)why;
+    if (why == ELDR_RE_SHAPE_MISMATCH) {
+      observe_shape(sp, root, o.api); /* only on this fallback path */
+      res->fallback = ELDR__FB_SHAPE_MISMATCH;
+    } else {
+      res->fallback = ELDR__FB_MALFORMED;
+    }
     return;
   }
+  const eldr_re_view *pv = sp->rex.nchoices ? &sp->rex.choices[0].prompt : NULL;
+  if (!pv || !pv->data || !pv->rows) {
+    res->fallback = ELDR__FB_NO_ROUTED_EXPERTS;
+    return;
+  }
+  eldr__re_view *v = &res->view;
+  v->data = pv->data;
+  v->dtype = pv->dtype;
+  v->rows = pv->rows;
+  v->layers = pv->layers;
+  v->top_k = pv->top_k;
   sp->observed_L = (int)v->layers;
   sp->observed_K = (int)v->top_k;
-  if (v->layers != sh->num_layers || v->top_k != sh->top_k) {
-    eldr_diag_fail(&res->diag, ELDR_ESHAPE,
-                   "routed_experts are %zu layers x top-%zu but the artifact is %u x top-%u",
-                   v->layers, v->top_k, sh->num_layers, sh->top_k);
-    res->fallback = ELDR__FB_SHAPE_MISMATCH;
-    return;
-  }
   memset(c->counts, 0, eldr_shape_cells(sh) * sizeof *c->counts);
   size_t bad = 0;
   /* only the layers of the artifact's mask enter the signature (NULL when
@@ -169,8 +196,7 @@ void eldr__sigpath_extract(eldr__sigpath *sp, const char *b64, size_t b64_len, i
     res->fallback = ELDR__FB_MALFORMED;
     return;
   }
-  size_t P = prompt_tokens >= 0 ? (size_t)prompt_tokens : v->rows;
-  size_t first = P > v->rows ? P - v->rows : 0;
+  size_t first = pv->first_token, P = first + v->rows;
   res->first_token = first;
   if (c->cache && p) {
     if (p->ntok != P) {

@@ -4,8 +4,9 @@
  *
  *   eldr__prompt_init     at request arrival: the prompt tokenised once, its
  *                         block hashes and prefix hash (the request owns them)
- *   eldr__sigpath_extract after the prefill: routed_experts viewed through
- *                         the codec (eldr__routed_experts_view), counted over
+ *   eldr__sigpath_extract after the prefill: routed_experts of the parsed
+ *                         reply read in any layout vLLM ships
+ *                         (eldr_reply_experts_from_json), counted over
  *                         the artifact's layer mask, completed from the
  *                         signature cache for prefix-cached blocks, built
  *                         into a unit signature
@@ -17,7 +18,8 @@
  * eldr__sigconf_build and swapped in with eldr__sigpath_commit (cannot fail),
  * so a reload replaces all of it or none.
  *
- * Ownership: eldr__sigpath owns its buffers (npy decode, token ids, the
+ * Ownership: eldr__sigpath owns its buffers (the last reply's routed_experts
+ * views, token ids, the
  * pending store's block hashes), the committed configuration's buffers and
  * cache, and its timer; the artifact is borrowed (the server owns it and
  * swaps it together with the configuration). eldr__sigpath_free releases
@@ -33,6 +35,7 @@
 
 #include "eldr/artifact.h"
 #include "eldr/error.h"
+#include "eldr/reply_experts.h"
 #include "eldr/routed_experts.h"
 #include "eldr/sigcache.h"
 #include "eldr/signature.h"
@@ -68,8 +71,9 @@ typedef struct eldr__sigconf {
 typedef struct eldr__sigres {
   int fallback;         /* eldr__fallback */
   const float *sig;     /* the signature, or NULL on fallback */
-  eldr__re_view view;   /* the computed rows */
-  size_t first_token;   /* prompt position of view's first row */
+  int reason;           /* eldr_re_reason of a MALFORMED / SHAPE_MISMATCH reply */
+  eldr__re_view view;   /* the computed prompt rows (valid until the next extraction) */
+  size_t first_token;   /* prompt position of view's first row (the reader's first_token) */
   size_t nblocks;       /* prompt blocks usable for the cache (0: cache unusable) */
   eldr_diag diag;       /* why, for MALFORMED / SHAPE_MISMATCH */
 } eldr__sigres;
@@ -77,8 +81,7 @@ typedef struct eldr__sigres {
 typedef struct eldr__sigpath {
   eldr__sigconf conf;        /* committed */
   eldr_sigspec spec;         /* of conf.art */
-  uint8_t *npy;              /* decoded routed_experts (grown) */
-  size_t npycap;
+  eldr_reply_experts rex;    /* the last reply's routed_experts (views into its buffers) */
   uint32_t *ids;             /* token ids of the prompt being tokenised (grown) */
   size_t idscap;
   uint64_t *hashes;          /* block hashes of the last extraction (grown) */
@@ -113,11 +116,14 @@ int eldr__prompt_init(eldr__sigpath *sp, eldr__prompt *p, const char *text, size
                       const uint32_t *ids, size_t n_ids);
 void eldr__prompt_free(eldr__prompt *p);
 
-/* Signature of a prefill reply's routed_experts (b64 NULL: absent);
- * prompt_tokens: usage.prompt_tokens or -1; p: the request's prompt (NULL:
- * the cache is not used). Runs a pending store first. */
-void eldr__sigpath_extract(eldr__sigpath *sp, const char *b64, size_t b64_len, int64_t prompt_tokens,
-                           const eldr__prompt *p, eldr__sigres *res);
+/* Signature of a prefill reply's prompt rows: root is the reply parsed once
+ * (a json_t *, borrowed; NULL: no reply), read in every layout
+ * (eldr/reply_experts.h) against the artifact's shape, experts and layer
+ * mask; chat: the reply of /v1/chat/completions. p: the request's prompt
+ * (NULL: the cache is not used). Runs a pending store first. A rejected
+ * reply gives fallback MALFORMED or SHAPE_MISMATCH with res->reason. */
+void eldr__sigpath_extract(eldr__sigpath *sp, const void *root, int chat, const eldr__prompt *p,
+                           eldr__sigres *res);
 /* Store the rows of the fully computed blocks of the last extraction now. */
 void eldr__sigpath_store(eldr__sigpath *sp, const eldr__sigres *res);
 /* The same, on the next loop turn (or before the next extraction). */

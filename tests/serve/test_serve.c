@@ -41,29 +41,7 @@ static char *routed(size_t n, const eldr_shape *s, int e0) {
 }
 
 /* Artifact with 2 centroids: experts 0-3 and experts 4-7 of every layer. */
-static char *make_artifact(const eldr_shape *s, const char *tag) {
-  eldr_artifact *a = eldr_artifact_new("fixture", s, NULL, ELDR_REPR_COUNT, 0, NULL, 2);
-  assert_non_null(a);
-  for (size_t c = 0; c < 2; c++)
-    for (size_t l = 0; l < s->num_layers; l++)
-      for (size_t e = 0; e < s->num_experts; e++)
-        a->centroids[c * a->dim + l * s->num_experts + e] = (e / (s->num_experts / 2) == c) ? 1.0f : 0.0f;
-  for (size_t c = 0; c < 2; c++) {
-    double n = 0;
-    for (size_t j = 0; j < a->dim; j++) n += a->centroids[c * a->dim + j] * a->centroids[c * a->dim + j];
-    for (size_t j = 0; j < a->dim; j++) a->centroids[c * a->dim + j] /= (float)sqrt(n);
-    a->cluster_sizes[c] = 1;
-  }
-  a->tau = 0.1;
-  a->fit_n = 2;
-  a->fit_balanced = 1;
-  char *path = malloc(256);
-  snprintf(path, 256, "/tmp/eldr_test_serve_%d_%s.json", (int)getpid(), tag);
-  eldr_diag d = {{0}};
-  assert_int_equal(eldr_artifact_save(path, a, &d), 0);
-  eldr_artifact_free(a);
-  return path;
-}
+static char *make_artifact(const eldr_shape *s, const char *tag) { return fx_artifact(s, tag); }
 
 static void base_cfg(eldr_serve_config *c) {
   eldr_serve_config_default(c);
@@ -517,13 +495,29 @@ static void test_splice(void **st) {
   free(sel);
   json_decref(j);
   tc_free(&resp);
-  /* not asked: relayed unchanged */
+  /* vLLM has no per-request switch: spliced whether or not the body asks */
   assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a b c\"}", NULL, &resp), 0);
+  j = jbody(&resp);
+  re = json_string_value(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "routed_experts"));
+  assert_string_not_equal(re, db64);
+  json_decref(j);
+  tc_free(&resp);
+  assert_int_equal(rt_metric(r.port, "eldr_routed_experts_spliced_total"), 2);
+  rt_stop(&r);
+  eldr_serve_config_free(&c);
+  /* turned off (--no-splice): relayed as the decoder sent it */
+  base_cfg(&c);
+  c.splice_routed_experts = 0;
+  add(&c, 0, p);
+  add(&c, 1, d);
+  assert_int_equal(rt_start(&r, &c), 0);
+  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a b c\",\"return_routed_experts\":true}", NULL, &resp), 0);
   j = jbody(&resp);
   re = json_string_value(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "routed_experts"));
   assert_string_equal(re, db64);
   json_decref(j);
   tc_free(&resp);
+  assert_int_equal(rt_metric(r.port, "eldr_routed_experts_spliced_total"), 0);
   rt_stop(&r);
   eldr_serve_config_free(&c);
   fx_free(p);

@@ -240,6 +240,53 @@ static char *enc(const uint16_t *sel, size_t n, const eldr_shape *s) {
   return out;
 }
 
+/* splice against a prefill reply carrying pb (npy) with usage.prompt_tokens P */
+static int splice(const char *body, size_t len, const char *pb, size_t pl, long long P, char **out, size_t *ol,
+                  eldr_diag *d) {
+  json_t *pr = json_pack("{s:[{s:s%}],s:{s:I}}", "choices", "routed_experts", pb, pl, "usage", "prompt_tokens",
+                         (json_int_t)P);
+  assert_non_null(pr);
+  int rc = eldr__splice_routed_experts(body, len, pr, out, ol, d);
+  json_decref(pr);
+  return rc;
+}
+
+/* vLLM 0.21 layouts: the prefill's prompt_routed_experts replaces the
+ * decoder's; lists (PR #38939): rows replaced at their prompt positions. */
+static void test_splice_layouts(void **st) {
+  (void)st;
+  json_t *pr = load("{\"prompt_routed_experts\":[[[1,2]],[[3,4]]],\"choices\":[{\"routed_experts\":[]}]}");
+  const char *db = "{\"prompt_routed_experts\":null,\"choices\":[{\"routed_experts\":[[[5,6]]]}]}";
+  char *out = NULL;
+  size_t ol = 0;
+  eldr_diag d = {{0}};
+  assert_int_equal(eldr__splice_routed_experts(db, strlen(db), pr, &out, &ol, &d), 0);
+  json_t *j = load(out), *want = load("{\"prompt_routed_experts\":[[[1,2]],[[3,4]]],\"choices\":[{\"routed_experts\":[[[5,6]]]}]}");
+  assert_true(json_equal(j, want));
+  json_decref(j);
+  json_decref(want);
+  free(out);
+  /* the decoder carries no prompt_routed_experts key: nothing to splice */
+  const char *db2 = "{\"choices\":[{\"routed_experts\":[[[5,6]]]}]}";
+  assert_int_equal(eldr__splice_routed_experts(db2, strlen(db2), pr, &out, &ol, &d), ELDR_ENOTFOUND);
+  json_decref(pr);
+  /* lists: prefill rows for prompt tokens [1, 3) of 3 */
+  pr = load("{\"choices\":[{\"routed_experts\":[[[1,2]],[[3,4]]]}],\"usage\":{\"prompt_tokens\":3}}");
+  const char *dl = "{\"choices\":[{\"routed_experts\":[[[0,0]],[[0,0]],[[0,0]],[[7,7]]]}]}";
+  assert_int_equal(eldr__splice_routed_experts(dl, strlen(dl), pr, &out, &ol, &d), 0);
+  j = load(out);
+  want = load("{\"choices\":[{\"routed_experts\":[[[0,0]],[[1,2]],[[3,4]],[[7,7]]]}]}");
+  assert_true(json_equal(j, want));
+  json_decref(j);
+  json_decref(want);
+  free(out);
+  /* layouts that differ: an error, the reply relayed unchanged */
+  const char *dn = "{\"choices\":[{\"routed_experts\":\"QUJD\"}]}";
+  assert_true(eldr__splice_routed_experts(dn, strlen(dn), pr, &out, &ol, &d) < 0);
+  assert_null(out);
+  json_decref(pr);
+}
+
 static void test_splice_and_view(void **st) {
   (void)st;
   eldr_shape s = {2, 8, 2};
@@ -253,7 +300,7 @@ static void test_splice_and_view(void **st) {
   char *out = NULL;
   size_t ol = 0;
   eldr_diag d = {{0}};
-  assert_int_equal(eldr__splice_routed_experts(body, strlen(body), pb, strlen(pb), 3, &out, &ol, &d), 0);
+  assert_int_equal(splice(body, strlen(body), pb, strlen(pb), 3, &out, &ol, &d), 0);
   json_t *j = load(out);
   const char *re = json_string_value(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "routed_experts"));
   uint16_t *sel = NULL;
@@ -269,7 +316,7 @@ static void test_splice_and_view(void **st) {
   free(out);
   /* prefill rows covering only the uncached tail [1, 3): spliced at offset 1 */
   char *pb2 = enc(pre + 4, 2, &s);
-  assert_int_equal(eldr__splice_routed_experts(body, strlen(body), pb2, strlen(pb2), 3, &out, &ol, &d), 0);
+  assert_int_equal(splice(body, strlen(body), pb2, strlen(pb2), 3, &out, &ol, &d), 0);
   j = load(out);
   re = json_string_value(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "routed_experts"));
   assert_int_equal(eldr_routed_experts_decode(re, strlen(re), &s, &sel, &nt, &os, &d), 0);
@@ -280,12 +327,12 @@ static void test_splice_and_view(void **st) {
   free(out);
   free(pb2);
   /* errors: no routed_experts in the decode reply, bad JSON, other shape */
-  assert_int_equal(eldr__splice_routed_experts("{\"choices\":[{}]}", 16, pb, strlen(pb), 3, &out, &ol, &d), ELDR_ENOTFOUND);
-  assert_true(eldr__splice_routed_experts("{", 1, pb, strlen(pb), 3, &out, &ol, &d) < 0);
+  assert_int_equal(splice("{\"choices\":[{}]}", 16, pb, strlen(pb), 3, &out, &ol, &d), ELDR_ENOTFOUND);
+  assert_true(splice("{", 1, pb, strlen(pb), 3, &out, &ol, &d) < 0);
   eldr_shape s3 = {3, 8, 2};
   uint16_t z[6] = {0};
   char *other = enc(z, 1, &s3);
-  assert_int_equal(eldr__splice_routed_experts(body, strlen(body), other, strlen(other), 3, &out, &ol, &d), ELDR_ESHAPE);
+  assert_int_equal(splice(body, strlen(body), other, strlen(other), 3, &out, &ol, &d), ELDR_ESHAPE);
   /* view */
   uint8_t *buf = NULL;
   size_t cap = 0;
@@ -582,6 +629,7 @@ int main(void) {
       cmocka_unit_test(test_prefill_and_decode_bodies),
       cmocka_unit_test(test_prefill_reply),
       cmocka_unit_test(test_splice_and_view),
+      cmocka_unit_test(test_splice_layouts),
       cmocka_unit_test(test_prompt_blocks),
       cmocka_unit_test(test_config),
       cmocka_unit_test(test_upstream_parser),

@@ -1,6 +1,10 @@
 /* fixture.c — see fixture.h. */
 #include "support/fixture.h"
 
+#include <math.h>
+
+#include "eldr/artifact.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <event2/buffer.h>
@@ -660,4 +664,29 @@ int rt_wait_metric_le(int port, const char *series, double v, double timeout_s) 
     poll(&none, 0, 5);
   }
   return -1;
+}
+
+char *fx_artifact(const eldr_shape *s, const char *tag) {
+  eldr_artifact *a = eldr_artifact_new("fixture", s, NULL, ELDR_REPR_COUNT, 0, NULL, 2);
+  if (!a) abort();
+  for (size_t c = 0; c < 2; c++)
+    for (size_t l = 0; l < s->num_layers; l++)
+      for (size_t e = 0; e < s->num_experts; e++)
+        a->centroids[c * a->dim + l * s->num_experts + e] = (e / (s->num_experts / 2) == c) ? 1.0f : 0.0f;
+  for (size_t c = 0; c < 2; c++) {
+    double n = 0;
+    for (size_t j = 0; j < a->dim; j++) n += a->centroids[c * a->dim + j] * a->centroids[c * a->dim + j];
+    for (size_t j = 0; j < a->dim; j++) a->centroids[c * a->dim + j] /= (float)sqrt(n);
+    a->cluster_sizes[c] = 1;
+  }
+  a->tau = 0.1;
+  a->fit_n = 2;
+  a->fit_balanced = 1;
+  char *path = malloc(256);
+  if (!path) abort();
+  snprintf(path, 256, "/tmp/eldr_test_%d_%s.json", (int)getpid(), tag);
+  eldr_diag d = {{0}};
+  if (eldr_artifact_save(path, a, &d)) abort();
+  eldr_artifact_free(a);
+  return path;
 }

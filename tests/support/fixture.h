@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "eldr/counts.h"
 #include "eldr/serve.h"
 
 typedef struct fx_behaviour {
@@ -114,5 +115,10 @@ int rt_wait_metric(int port, const char *series, double v, double timeout_s);
 int rt_wait_metric_le(int port, const char *series, double v, double timeout_s);
 
 double fx_now(void);
+
+/* A routing artifact of shape s with 2 centroids (the lower half of every
+ * layer's experts, the upper half), saved under /tmp (tag names the file);
+ * the path (malloc'd). Aborts on failure. */
+char *fx_artifact(const eldr_shape *s, const char *tag);
 
 #endif
