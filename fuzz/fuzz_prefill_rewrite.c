@@ -56,6 +56,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char *q = eldr__decode_body(&r, want_kv, &dl);
     json_t *dj = q ? json_loadb(q, dl, 0, NULL) : NULL;
     if (!dj) abort();
+    /* without the prefill's: none at all (the client's never pass) */
+    size_t dl2 = 0;
+    char *q2 = eldr__decode_body(&r, NULL, &dl2);
+    json_t *dj2 = q2 ? json_loadb(q2, dl2, 0, NULL) : NULL;
+    if (!dj2 || json_object_get(dj2, "kv_transfer_params")) abort();
+    json_decref(dj2);
+    free(q2);
     json_t *orig = json_deep_copy(r.root);
     json_object_set(orig, "kv_transfer_params", want_kv);
     if (!json_equal(dj, orig)) abort();

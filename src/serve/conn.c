@@ -47,7 +47,8 @@ static void write_head(hconn *c, int status, const char *ctype, long long clen,
   evbuffer_add_printf(o, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\n", status, reason(status),
                       ctype ? ctype : "application/json");
   if (clen >= 0) evbuffer_add_printf(o, "Content-Length: %lld\r\n", clen);
-  if (c->r && c->r->reqid[0]) evbuffer_add_printf(o, "X-Request-Id: %s\r\n", c->r->reqid);
+  if (c->r && (c->r->client_reqid[0] || c->r->reqid[0]))
+    evbuffer_add_printf(o, "X-Request-Id: %s\r\n", c->r->client_reqid[0] ? c->r->client_reqid : c->r->reqid);
   if (extra) evbuffer_add(o, extra, strlen(extra));
   evbuffer_add_printf(o, "Connection: %s\r\n\r\n", c->keep_alive ? "keep-alive" : "close");
 }

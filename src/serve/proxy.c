@@ -4,9 +4,12 @@
  * body plus kv_transfer_params) relayed to the client, retries on other
  * workers, deadlines; GET /v1/models passes through the same leg machinery.
  * Loop thread only. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
 
 #include "serve_types.h"
 
@@ -95,6 +98,7 @@ static int leg_start(rq *r, worker *w, int kind, const char *method, const char 
   L->ctype[0] = 0;
   L->n = 0;
   L->streaming = kind == LEG_DECODE && r->req.stream;
+  L->sent = 0;
   eldr__up *up = eldr__pool_take(w);
   if (!up) return ELDR_ENOMEM;
   char head[ELDR__HTTP_AUTH_MAX + ELDR__HTTP_REQID_MAX + 512];
@@ -110,6 +114,7 @@ static int leg_start(rq *r, worker *w, int kind, const char *method, const char 
     eldr__pool_give(w, up);
     return ELDR_EIO;
   }
+  if (kind == LEG_DECODE) eldr__up_once(up); /* a decoder must not see the request twice */
   L->w = w;
   L->up = up;
   w->inflight++;
@@ -147,6 +152,13 @@ static void leg_failed(rq *r, int timeout, const char *why) {
     return;
   }
   int attempts = r->ntried;
+  if (kind == LEG_DECODE && r->L.sent) {
+    /* not retried once sent: the decoder may already have pulled (and the
+     * prefill freed) the KV blocks; only a failure to connect is retried */
+    client_upstream_error(r, timeout ? 504 : 502, timeout ? OUT_TIMEOUT : OUT_UPSTREAM_ERROR,
+                          "decode failed after the request was sent (not retried): %s", why);
+    return;
+  }
   if (attempts <= s->cfg.retries) {
     s->m.retries[kind == LEG_DECODE]++;
     eldr__logf(s, "request %s: %s leg failed (%s), retrying on another worker", r->reqid,
@@ -181,6 +193,7 @@ static void leg_deadline_cb(evutil_socket_t fd, short ev, void *arg) {
     eldr__worker_failed(w, "timeout");
   }
   int started = L->started;
+  L->sent = L->up && eldr__up_sent(L->up);
   leg_release(r); /* aborts the exchange */
   if (started) {
     abort_stream(r, 504, "timeout", "decode timed out");
@@ -248,6 +261,7 @@ static void leg_done_cb(void *arg, int err) {
   leg *L = &r->L;
   worker *w = L->w;
   if (L->deadline) event_del(L->deadline);
+  L->sent = !err || (L->up && eldr__up_sent(L->up));
   if (err) { /* connection refused / reset / EOF mid-reply / not HTTP / connect timeout */
     if (w) {
       if (err == ELDR_ETIMEOUT) w->err_timeout++;
@@ -453,6 +467,28 @@ static void start_prefill(rq *r) {
     leg_failed(r, 0, "could not send to prefill worker");
 }
 
+int eldr__uuid4(char out[37]) {
+  uint8_t b[16];
+  size_t got = 0;
+  while (got < sizeof b) {
+    ssize_t n = getrandom(b + got, sizeof b - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return ELDR_EIO;
+    got += (size_t)n;
+  }
+  b[6] = (uint8_t)((b[6] & 0x0f) | 0x40); /* version 4 */
+  b[8] = (uint8_t)((b[8] & 0x3f) | 0x80); /* RFC 4122 variant */
+  static const char hx[] = "0123456789abcdef";
+  char *o = out;
+  for (int i = 0; i < 16; i++) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) *o++ = '-';
+    *o++ = hx[b[i] >> 4];
+    *o++ = hx[b[i] & 15];
+  }
+  *o = 0;
+  return 0;
+}
+
 static rq *rq_new(hconn *c) {
   rq *r = calloc(1, sizeof *r);
   if (!r) return NULL;
@@ -465,9 +501,14 @@ static rq *rq_new(hconn *c) {
     free(r);
     return NULL;
   }
-  if (c->head.request_id[0]) snprintf(r->reqid, sizeof r->reqid, "%s", c->head.request_id);
-  else snprintf(r->reqid, sizeof r->reqid, "eldr-%016llx",
-                (unsigned long long)eldr_splitmix64(&c->s->idstate));
+  /* the engines' request id: random per request (a client's X-Request-Id is
+   * echoed and logged, never an engine's id: replicas and restarts would
+   * collide on it, and a client could name another request) */
+  if (eldr__uuid4(r->reqid) != 0) {
+    free(r);
+    return NULL;
+  }
+  if (c->head.request_id[0]) snprintf(r->client_reqid, sizeof r->client_reqid, "%s", c->head.request_id);
   if (c->head.authorization[0]) r->auth = strdup(c->head.authorization);
   c->r = r;
   return r;

@@ -43,6 +43,53 @@ static int optional_int(json_t *root, const char *key, eldr_diag *d) {
   return 0;
 }
 
+static int64_t int_or(json_t *root, const char *key, int64_t dflt) {
+  json_t *v = json_object_get(root, key);
+  return json_is_integer(v) ? (int64_t)json_integer_value(v) : dflt;
+}
+
+static int num_field(json_t *root, const char *key, double *x) {
+  json_t *v = json_object_get(root, key);
+  if (!v || json_is_null(v)) return 0;
+  *x = json_number_value(v);
+  return json_is_number(v) ? 1 : -1;
+}
+
+/* What the decode engine would refuse, checked before the prefill leg so
+ * that a refused request never holds prefill KV blocks until vLLM's abort
+ * timeout. After vLLM's request validators (entrypoints/openai protocol:
+ * validate_stream_options, check_logprobs) and SamplingParams._verify_args;
+ * messages follow theirs. Types were checked before. */
+static int decoder_rules(json_t *root, int stream, eldr_diag *d) {
+  json_t *so = json_object_get(root, "stream_options");
+  if (so && !json_is_null(so) && !stream)
+    return eldr_diag_fail(d, ELDR_EINVAL, "Stream options can only be defined when `stream=True`.");
+  json_t *pl = json_object_get(root, "prompt_logprobs");
+  if (pl && !json_is_null(pl) && stream)
+    return eldr_diag_fail(d, ELDR_EINVAL, "`prompt_logprobs` are not available when `stream=True`.");
+  json_t *tl = json_object_get(root, "top_logprobs");
+  if (tl && !json_is_null(tl) && json_integer_value(tl) > 0 && json_object_get(root, "messages") &&
+      !json_is_true(json_object_get(root, "logprobs")))
+    return eldr_diag_fail(d, ELDR_EINVAL, "when using `top_logprobs`, `logprobs` must be set to true.");
+  if (int_or(root, "n", 1) < 1) return eldr_diag_fail(d, ELDR_EINVAL, "n must be at least 1, got %lld.", (long long)int_or(root, "n", 1));
+  int64_t mx = int_or(root, "max_completion_tokens", int_or(root, "max_tokens", -1));
+  if (json_object_get(root, "max_completion_tokens") && json_is_null(json_object_get(root, "max_completion_tokens")))
+    mx = int_or(root, "max_tokens", -1);
+  if (mx == 0) return eldr_diag_fail(d, ELDR_EINVAL, "max_tokens must be at least 1, got 0.");
+  int64_t mn = int_or(root, "min_tokens", 0);
+  if (mx >= 0 && mn > mx)
+    return eldr_diag_fail(d, ELDR_EINVAL, "min_tokens must be less than or equal to max_tokens=%lld, got %lld.",
+                          (long long)mx, (long long)mn);
+  double x = 0;
+  int k = num_field(root, "temperature", &x);
+  if (k < 0 || (k && x < 0))
+    return eldr_diag_fail(d, ELDR_EINVAL, "temperature must be non-negative, got %g.", x);
+  k = num_field(root, "top_p", &x);
+  if (k < 0 || (k && !(x > 0 && x <= 1)))
+    return eldr_diag_fail(d, ELDR_EINVAL, "top_p must be in (0, 1], got %g.", x);
+  return 0;
+}
+
 /* Text of a chat message's content: a string, null, or an array of parts
  * ({"type": "text", "text": str} contribute their text; other parts must
  * be objects with a string "type"). */
@@ -116,7 +163,9 @@ int eldr__req_parse(const char *body, size_t len, eldr__api api, eldr__req *out,
     goto fail;
   }
   if ((rc = optional_int(root, "max_tokens", d)) || (rc = optional_int(root, "max_completion_tokens", d)) ||
-      (rc = optional_int(root, "min_tokens", d)) || (rc = optional_int(root, "n", d)))
+      (rc = optional_int(root, "min_tokens", d)) || (rc = optional_int(root, "n", d)) ||
+      (rc = optional_int(root, "prompt_logprobs", d)) || (rc = optional_int(root, "top_logprobs", d)) ||
+      (rc = decoder_rules(root, out->stream, d)))
     goto fail;
   if (api == ELDR__API_COMPLETIONS) {
     json_t *p = json_object_get(root, "prompt");
@@ -229,6 +278,9 @@ char *eldr__prefill_body(const eldr__req *r, size_t *len) {
 char *eldr__decode_body(const eldr__req *r, json_t *kvp, size_t *len) {
   json_t *o = json_copy(r->root);
   if (!o) return NULL;
+  /* the client's own kv_transfer_params never reach a decoder: with them
+   * it would open its NIXL side channel to a host the client chose */
+  json_object_del(o, "kv_transfer_params");
   if (kvp && json_object_set(o, "kv_transfer_params", kvp)) {
     json_decref(o);
     return NULL;

@@ -60,15 +60,17 @@ typedef struct eldr__req {
   size_t n_ids;
 } eldr__req;
 
-/* Parse and validate a client body. Errors (ELDR_EPARSE for bad JSON,
- * ELDR_EINVAL for a wrong field) carry a message naming the field. */
+/* Parse and validate a client body, including what the decode engine would
+ * refuse (stream_options without stream, min_tokens above max_tokens, ...).
+ * Errors (ELDR_EPARSE for bad JSON, ELDR_EINVAL for a wrong field) carry a
+ * message naming the field. */
 int eldr__req_parse(const char *body, size_t len, eldr__api api, eldr__req *out, eldr_diag *d);
 void eldr__req_free(eldr__req *r);
 
 /* The prefill leg's body (malloc'd, NUL-terminated). NULL on ENOMEM. */
 char *eldr__prefill_body(const eldr__req *r, size_t *len);
-/* The decode leg's body: the original plus kv_transfer_params (borrowed;
- * NULL leaves the body as the client sent it). */
+/* The decode leg's body: the original with the client's kv_transfer_params
+ * removed, plus the prefill's (borrowed; NULL: none). */
 char *eldr__decode_body(const eldr__req *r, json_t *kv_transfer_params, size_t *len);
 
 /* What the router reads from a prefill reply, parsed once (a large base64

@@ -135,6 +135,7 @@ typedef struct leg {
   struct event *deadline;
   int kind;
   int streaming, started;
+  int sent;                /* the worker may have read the request (eldr__up_sent) */
   int status;              /* reply status (0 until the head arrived) */
   char ctype[128];
   char *buf;               /* reply body (not relayed while streaming) */
@@ -150,7 +151,8 @@ struct rq {
   int is_models;
   eldr__req req;
   eldr__prompt prompt; /* the prompt's block hashes, computed once */
-  char reqid[ELDR__HTTP_REQID_MAX + 32];
+  char reqid[40];                       /* the engines' id: a random UUID (both legs) */
+  char client_reqid[ELDR__HTTP_REQID_MAX]; /* the client's X-Request-Id ("": none): echoed, logged */
   char *auth;
   char *pbody, *dbody;
   size_t plen, dlen;
@@ -204,7 +206,6 @@ struct eldr_server {
   uint32_t *loads;
   uint8_t *healthy;
   size_t loadcap;
-  uint64_t idstate;
   int logged_shape_mismatch, logged_splice;
   metrics m;
 };
@@ -256,6 +257,8 @@ void eldr__stream_end(hconn *c);
 
 /* ---- proxy.c: requests ------------------------------------------------------ */
 
+/* A random (version 4) UUID from the OS's randomness (getrandom): 0 or ELDR_EIO. */
+int eldr__uuid4(char out[37]);
 /* POST /v1/completions and /v1/chat/completions; GET /v1/models. */
 void eldr__handle_completion(hconn *c, eldr__api api, const char *body, size_t len);
 void eldr__handle_models(hconn *c);

@@ -182,7 +182,6 @@ int eldr_server_new(const eldr_serve_config *cfg, eldr_server **out, eldr_diag *
     free(s);
     return rc;
   }
-  s->idstate = cfg->seed ^ 0x5eed0fe1d7ull;
   eldr__metrics_init(&s->m);
   /* the changelist coalesces the EV_WRITE add/delete pairs of a loop
    * iteration into at most one epoll_ctl */

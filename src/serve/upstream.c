@@ -29,6 +29,8 @@ struct eldr__up {
   size_t outn, outoff, outcap;
   int reused;              /* the exchange started on an already open connection */
   int resent;              /* ... and was sent again on a fresh one */
+  int once;                /* this exchange is never sent twice (eldr__up_once) */
+  int wrote;               /* request bytes reached a connected socket (not undone by a resend) */
   char *in;
   size_t inn, inoff, incap;
   /* exchange */
@@ -104,6 +106,10 @@ void eldr__up_free(eldr__up *u) {
   really_free(u);
 }
 
+int eldr__up_sent(const eldr__up *u) { return u->wrote; }
+
+void eldr__up_once(eldr__up *u) { u->once = 1; }
+
 int eldr__up_active(const eldr__up *u) { return u->active; }
 
 void eldr__up_abort(eldr__up *u) {
@@ -172,6 +178,7 @@ static int flush_out(eldr__up *u) {
     ssize_t n = send(u->fd, u->out + u->outoff, u->outn - u->outoff, MSG_NOSIGNAL);
     if (n > 0) {
       u->outoff += (size_t)n;
+      u->wrote = 1;
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
@@ -188,10 +195,11 @@ static int flush_out(eldr__up *u) {
  * out (no reply byte yet): send the request once more on a fresh
  * connection, as HTTP clients do. 1 if resent (or its failure reported). */
 static int try_resend(eldr__up *u) {
-  if (!u->active || !u->reused || u->resent || u->inn != 0 || u->st != S_HEAD) return 0;
+  if (!u->active || !u->reused || u->resent || u->once || u->inn != 0 || u->st != S_HEAD) return 0;
   close_fd(u);
   u->resent = 1;
   u->reused = 0;
+  u->wrote = 0; /* the stale socket's worker had closed: it never read them */
   if (open_socket(u) != 0) {
     fail(u, ELDR_EIO);
     return 1;
@@ -225,8 +233,15 @@ int eldr__up_request(eldr__up *u, const struct iovec *iov, int iovcnt, const eld
   u->conn_close = 0;
   u->remain = 0;
   u->inn = u->inoff = 0;
-  u->reused = u->fd >= 0;
   u->resent = 0;
+  u->wrote = 0;
+  u->once = 0;
+  if (u->fd >= 0 && !u->connecting) { /* a kept-alive socket the worker closed meanwhile: not reused */
+    char c;
+    ssize_t n = recv(u->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) close_fd(u);
+  }
+  u->reused = u->fd >= 0;
   if (u->fd < 0 && open_socket(u) != 0) {
     fail_later(u, ELDR_EIO);
     return 0;
@@ -237,6 +252,7 @@ int eldr__up_request(eldr__up *u, const struct iovec *iov, int iovcnt, const eld
       close_fd(u);
       u->reused = 0;
       u->resent = 1;
+      u->wrote = 0;
       if (open_socket(u) == 0 && (u->connecting || flush_out(u) == 0)) return 0;
     }
     fail_later(u, ELDR_EIO);

@@ -42,6 +42,16 @@ int eldr__up_request(eldr__up *u, const struct iovec *iov, int iovcnt, const eld
 /* Drop the exchange in flight: closes the socket (the worker sees the client
  * leave), no further callbacks. No-op when idle. */
 void eldr__up_abort(eldr__up *u);
+/* The exchange just started is not sent again on a fresh connection once
+ * its bytes reached a kept-alive socket (a stale socket is still detected
+ * before the write, and a write the kernel refused at once is still
+ * resent): for requests the worker must not see twice. */
+void eldr__up_once(eldr__up *u);
+/* Bytes of the current (or just failed) exchange's request reached a
+ * connected socket: the worker may have read it. 0 when the connection was
+ * never made (refused, connect timeout), or only a stale kept-alive socket
+ * the worker had closed saw them. Valid until the next eldr__up_request. */
+int eldr__up_sent(const eldr__up *u);
 /* An exchange is in flight. */
 int eldr__up_active(const eldr__up *u);
 

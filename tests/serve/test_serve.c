@@ -94,7 +94,7 @@ static void test_two_leg_flow(void **st) {
   rt_router r;
   assert_int_equal(rt_start(&r, &c), 0);
   const char *body = "{\"model\":\"m\",\"prompt\":\"Tell me about the moon\",\"max_tokens\":20,\"min_tokens\":3,"
-                     "\"stream\":false,\"stream_options\":{\"include_usage\":true},\"temperature\":0.5}";
+                     "\"stream\":false,\"temperature\":0.5}";
   tc_resp resp;
   assert_int_equal(tc_post(r.port, "/v1/completions", body, "X-Request-Id: req-42\r\nAuthorization: Bearer sekret\r\n", &resp), 0);
   assert_int_equal(resp.status, 200);
@@ -113,7 +113,9 @@ static void test_two_leg_flow(void **st) {
                             "\"do_remote_prefill\":false,\"remote_engine_id\":null,\"remote_block_ids\":null,"
                             "\"remote_host\":null,\"remote_port\":null}}", 0, NULL);
   if (!json_equal(pj, want)) fail_msg("prefill body: %s", pr.body);
-  assert_string_equal(pr.request_id, "req-42");
+  /* the engines' id is a random UUID, not the client's X-Request-Id (echoed above) */
+  assert_int_equal(strlen(pr.request_id), 36);
+  assert_int_equal(pr.request_id[14], '4');
   assert_string_equal(pr.authorization, "Bearer sekret");
   assert_string_equal(pr.method, "POST");
   /* decode leg: the original body plus the prefill's kv_transfer_params verbatim */
@@ -125,7 +127,7 @@ static void test_two_leg_flow(void **st) {
            fx_url(p), fx_port(p));
   json_object_set_new(orig, "kv_transfer_params", json_loads(kv, 0, NULL));
   if (!json_equal(dj, orig)) fail_msg("decode body: %s", dr.body);
-  assert_string_equal(dr.request_id, "req-42");
+  assert_string_equal(dr.request_id, pr.request_id);
   assert_string_equal(dr.authorization, "Bearer sekret");
   assert_int_equal(fx_count(p, "/v1/completions"), 1);
   assert_int_equal(fx_count(d, "/v1/completions"), 1);
@@ -140,7 +142,7 @@ static void test_two_leg_flow(void **st) {
   assert_int_equal(tc_post(r.port, "/v1/chat/completions", chat, NULL, &resp), 0);
   assert_int_equal(resp.status, 200);
   assert_int_equal(tc_header(&resp, "X-Request-Id", v, sizeof v), 0);
-  assert_true(strncmp(v, "eldr-", 5) == 0);
+  assert_int_equal(strlen(v), 36);
   tc_free(&resp);
   pj = jrec(p, "/v1/chat/completions", 0, &pr);
   dj = jrec(d, "/v1/chat/completions", 0, &dr);
@@ -535,7 +537,8 @@ static void test_retries(void **st) {
   fx_worker *pa = fx_start(&bad), *pbw = fx_start(NULL);
   fx_behaviour dead = fx_defaults();
   dead.close_without_reply = 1;
-  fx_worker *d0 = fx_start(&dead), *d1 = fx_start(NULL);
+  fx_worker *d0 = fx_start(NULL), *d1 = fx_start(NULL);
+  fx_stop(d0); /* refuses connections: a failure to connect, retried */
   eldr_serve_config c;
   base_cfg(&c);
   add(&c, 0, pa);
@@ -549,7 +552,7 @@ static void test_retries(void **st) {
     char b[64];
     snprintf(b, sizeof b, "{\"prompt\":\"prompt number %d\"}", i);
     assert_int_equal(tc_post(r.port, "/v1/completions", b, NULL, &resp), 0);
-    assert_int_equal(resp.status, 200);
+    if (resp.status != 200) fail_msg("%d: %s", resp.status, resp.body);
     assert_int_equal(served_by(&resp), fx_port(d1));
     tc_free(&resp);
   }
@@ -557,21 +560,17 @@ static void test_retries(void **st) {
   size_t fails = fx_count(pa, "/v1/completions");
   assert_int_equal(rt_metric(r.port, "eldr_retries_total{leg=\"prefill\"}"), (double)fails);
   assert_int_equal(fx_count(pbw, "/v1/completions"), 8);
-  /* JSQ picks decoder 0 first (index tie-break): all 8 retried on decoder 1 with the same kv_transfer_params */
+  /* JSQ picks decoder 0 first (index tie-break): its connect fails, all 8 retried on decoder 1 */
   assert_int_equal(rt_metric(r.port, "eldr_retries_total{leg=\"decode\"}"), 8);
-  fx_record a, b;
-  json_t *ja = jrec(d0, "/v1/completions", -1, &a), *jb = jrec(d1, "/v1/completions", -1, &b);
-  assert_true(json_equal(json_object_get(ja, "kv_transfer_params"), json_object_get(jb, "kv_transfer_params")));
-  assert_string_equal(a.request_id, b.request_id);
-  json_decref(ja);
-  json_decref(jb);
-  fx_record_free(&a);
-  fx_record_free(&b);
-  /* every decoder failing: 502 with a clear message */
-  fx_set(d1, &bad);
+  /* a decoder that fails after the request reached it: not retried (it may
+   * have pulled the KV blocks already), 502 */
+  fx_set(d1, &dead);
+  size_t sent_before = fx_count(d1, "/v1/completions");
   assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"z\"}", NULL, &resp), 0);
-  expect_error(&resp, 502, "decode");
+  expect_error(&resp, 502, "not retried");
   tc_free(&resp);
+  assert_int_equal(fx_count(d1, "/v1/completions"), sent_before + 1);
+  if (rt_metric(r.port, "eldr_retries_total{leg=\"decode\"}") != 9) fail_msg("%s", r.log); /* d0's refusal only */
   /* a 4xx from the worker is the client's error: relayed, not retried */
   fx_behaviour four = fx_defaults();
   four.status = 400;
@@ -589,6 +588,112 @@ static void test_retries(void **st) {
   fx_free(pbw);
   fx_free(d0);
   fx_free(d1);
+}
+
+/* ---- safety of the handoff -------------------------------------------------- */
+
+static void test_handoff_safety(void **st) {
+  (void)st;
+  fx_behaviour nokv = fx_defaults();
+  nokv.no_kv_params = 1;
+  fx_worker *p = fx_start(&nokv), *d = fx_start(NULL);
+  eldr_serve_config c;
+  base_cfg(&c);
+  add(&c, 0, p);
+  add(&c, 1, d);
+  rt_router r, r2;
+  assert_int_equal(rt_start(&r, &c), 0);
+  assert_int_equal(rt_start(&r2, &c), 0); /* a second instance, same seed */
+  const char *evil = "{\"prompt\":\"steal\",\"kv_transfer_params\":{\"do_remote_prefill\":true,"
+                     "\"remote_host\":\"10.6.6.6\",\"remote_port\":6666,\"remote_block_ids\":[1,2,3],"
+                     "\"remote_engine_id\":\"victim\"}}";
+  tc_resp resp;
+  /* the prefill reply carries no kv_transfer_params: the decoder gets none */
+  assert_int_equal(tc_post(r.port, "/v1/completions", evil, NULL, &resp), 0);
+  assert_int_equal(resp.status, 200);
+  tc_free(&resp);
+  fx_record pr, dr;
+  json_t *pj = jrec(p, "/v1/completions", -1, &pr), *dj = jrec(d, "/v1/completions", -1, &dr);
+  assert_null(json_object_get(dj, "kv_transfer_params"));
+  assert_null(strstr(dr.body, "10.6.6.6"));
+  assert_null(strstr(pr.body, "10.6.6.6"));
+  assert_true(json_is_null(json_object_get(json_object_get(pj, "kv_transfer_params"), "remote_host")));
+  json_decref(pj);
+  json_decref(dj);
+  fx_record_free(&pr);
+  fx_record_free(&dr);
+  /* ... and null ones: the same */
+  nokv = fx_defaults();
+  nokv.raw_reply = "{\"object\":\"text_completion\",\"choices\":[{\"index\":0,\"text\":\"x\"}],"
+                   "\"kv_transfer_params\":null}";
+  fx_set(p, &nokv);
+  assert_int_equal(tc_post(r.port, "/v1/completions", evil, NULL, &resp), 0);
+  assert_int_equal(resp.status, 200);
+  tc_free(&resp);
+  dj = jrec(d, "/v1/completions", -1, &dr);
+  assert_null(json_object_get(dj, "kv_transfer_params"));
+  json_decref(dj);
+  fx_record_free(&dr);
+  /* with the prefill's: exactly those, none of the client's */
+  fx_behaviour ok = fx_defaults();
+  fx_set(p, &ok);
+  assert_int_equal(tc_post(r.port, "/v1/completions", evil, NULL, &resp), 0);
+  tc_free(&resp);
+  dj = jrec(d, "/v1/completions", -1, &dr);
+  json_t *kv = json_object_get(dj, "kv_transfer_params");
+  assert_string_equal(json_string_value(json_object_get(kv, "remote_host")), "127.0.0.1");
+  assert_int_equal(json_integer_value(json_object_get(kv, "remote_port")), fx_port(p));
+  assert_null(strstr(dr.body, "victim"));
+  json_decref(dj);
+  fx_record_free(&dr);
+  /* two router instances, same seed, same client X-Request-Id: never the same engine id */
+  size_t base = fx_count(p, "/v1/completions");
+  for (int i = 0; i < 20; i++) {
+    assert_int_equal(tc_post(i % 2 ? r2.port : r.port, "/v1/completions", "{\"prompt\":\"a\"}",
+                             "X-Request-Id: same\r\n", &resp), 0);
+    char v[64];
+    assert_int_equal(tc_header(&resp, "X-Request-Id", v, sizeof v), 0);
+    assert_string_equal(v, "same");
+    tc_free(&resp);
+  }
+  size_t n = fx_count(p, "/v1/completions") - base;
+  assert_int_equal(n, 20);
+  char ids[20][256];
+  for (size_t i = 0; i < n; i++) {
+    assert_int_equal(fx_get(p, "/v1/completions", (long)(base + i), &pr), 0);
+    snprintf(ids[i], sizeof ids[i], "%s", pr.request_id);
+    fx_record_free(&pr);
+    assert_int_equal(strlen(ids[i]), 36);
+    for (size_t j = 0; j < i; j++) assert_string_not_equal(ids[i], ids[j]);
+  }
+  /* what the decoder would refuse is refused before the prefill leg */
+  static const struct {
+    const char *body, *word;
+  } refused[] = {
+      {"{\"prompt\":\"a\",\"stream_options\":{\"include_usage\":true}}", "stream=True"},
+      {"{\"prompt\":\"a\",\"stream\":false,\"stream_options\":{}}", "stream=True"},
+      {"{\"prompt\":\"a\",\"max_tokens\":4,\"min_tokens\":5}", "min_tokens"},
+      {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"max_completion_tokens\":2,\"min_tokens\":3}", "min_tokens"},
+      {"{\"prompt\":\"a\",\"stream\":true,\"prompt_logprobs\":1}", "prompt_logprobs"},
+      {"{\"prompt\":\"a\",\"n\":0}", "n must be"},
+      {"{\"prompt\":\"a\",\"max_tokens\":0}", "max_tokens"},
+      {"{\"prompt\":\"a\",\"top_p\":0}", "top_p"},
+      {"{\"prompt\":\"a\",\"temperature\":-1}", "temperature"},
+      {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"top_logprobs\":2}", "logprobs"},
+  };
+  base = fx_count(p, NULL);
+  for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+    const char *path = strstr(refused[i].body, "messages") ? "/v1/chat/completions" : "/v1/completions";
+    assert_int_equal(tc_post(r.port, path, refused[i].body, NULL, &resp), 0);
+    expect_error(&resp, 400, refused[i].word);
+    tc_free(&resp);
+  }
+  assert_int_equal(fx_count(p, NULL), base); /* no prefill leg was sent */
+  rt_stop(&r);
+  rt_stop(&r2);
+  eldr_serve_config_free(&c);
+  fx_free(p);
+  fx_free(d);
 }
 
 static void test_timeouts_and_disconnect(void **st) {
@@ -913,12 +1018,13 @@ static void test_reload(void **st) {
   write_file(cfgpath, doc);
   eldr_server_reload(r.srv);
   assert_int_equal(rt_wait_metric(r.port, "eldr_reloads_total{result=\"ok\"}", 1, 10), 0);
-  /* the old decoder goes away (its held request fails with 503): retried on d1 */
+  /* the old decoder goes away (its held request fails with 503): not retried
+   * on d1, since d0 had the request (and may have pulled the KV blocks) */
   fx_stop(d0);
   char buf[2048] = "";
   size_t got = 0;
   double dl = fx_now() + 10;
-  while (!strstr(buf, "served_by") && fx_now() < dl) {
+  while (!strstr(buf, "not retried") && fx_now() < dl) {
     struct pollfd pf = {fd, POLLIN, 0};
     if (poll(&pf, 1, 1000) <= 0) continue;
     ssize_t k = recv(fd, buf + got, sizeof buf - 1 - got, 0);
@@ -928,14 +1034,12 @@ static void test_reload(void **st) {
   }
   close(fd);
   assert_true(got > 0);
-  assert_true(strncmp(buf, "HTTP/1.1 200", 12) == 0);
-  char sb[32];
-  snprintf(sb, sizeof sb, "\"served_by\":%d", fx_port(d1));
-  assert_non_null(strstr(buf, sb));
+  if (strncmp(buf, "HTTP/1.1 502", 12) != 0) fail_msg("%s", buf);
   assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
   assert_int_equal(served_by(&resp), fx_port(d1));
   tc_free(&resp);
-  assert_int_equal(rt_metric(r.port, "eldr_requests_total{policy=\"eldr\",decision=\"locality\",outcome=\"ok\"}"), 3);
+  assert_int_equal(rt_metric(r.port, "eldr_requests_total{policy=\"eldr\",decision=\"locality\",outcome=\"ok\"}"), 2);
+  assert_int_equal(rt_metric(r.port, "eldr_requests_total{policy=\"eldr\",decision=\"locality\",outcome=\"upstream_error\"}"), 1);
   /* an artifact whose shape does not match the observed routed_experts is refused */
   snprintf(doc, sizeof doc, "{\"artifact\":\"%s\"}", art_big);
   write_file(cfgpath, doc);
@@ -949,8 +1053,8 @@ static void test_reload(void **st) {
   assert_int_equal(resp.status, 200);
   assert_int_equal(served_by(&resp), fx_port(d1));
   tc_free(&resp);
-  assert_int_equal(rt_metric(r.port, "eldr_requests_total{policy=\"eldr\",decision=\"locality\",outcome=\"ok\"}"), 4);
-  assert_int_equal(rt_metric(r.port, "eldr_retries_total{leg=\"decode\"}"), 1);
+  assert_int_equal(rt_metric(r.port, "eldr_requests_total{policy=\"eldr\",decision=\"locality\",outcome=\"ok\"}"), 3);
+  assert_int_equal(rt_metric(r.port, "eldr_retries_total{leg=\"decode\"}"), 0);
   rt_stop(&r);
   assert_non_null(strstr(r.log, "refused"));
   eldr_serve_config_free(&c);
@@ -990,6 +1094,7 @@ int main(void) {
       cmocka_unit_test(test_sigcache_completion),
       cmocka_unit_test(test_splice),
       cmocka_unit_test(test_retries),
+      cmocka_unit_test(test_handoff_safety),
       cmocka_unit_test(test_timeouts_and_disconnect),
       cmocka_unit_test(test_worker_killed_and_health),
       cmocka_unit_test(test_bad_input),
