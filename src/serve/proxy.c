@@ -320,22 +320,25 @@ static void on_decode_reply(rq *r) {
     eldr__stream_end(r->c);
     return;
   }
-  if (code == 200 && s->cfg.splice_routed_experts && r->pr.root && L->n &&
-      eldr__memmem(L->buf, L->n, "routed_experts", 14)) {
-    char *spliced = NULL;
-    size_t sl = 0;
+  if (code == 200 && r->pr.root && L->n) {
+    json_t *pl = json_object_get(r->req.root, "prompt_logprobs");
+    eldr__fix_opts fo = {s->cfg.splice_routed_experts, 1, pl && !json_is_null(pl)};
+    char *fixed = NULL;
+    size_t fl = 0;
+    int spliced = 0;
     eldr_diag d = {{0}};
-    int rc = eldr__splice_routed_experts(L->buf, L->n, r->pr.root, &spliced, &sl, &d);
+    int rc = eldr__decode_reply_fix(L->buf, L->n, r->pr.root, &fo, &fixed, &fl, &spliced, &d);
+    if (rc == 0 && spliced < 0 && !s->logged_splice++)
+      eldr__logf(s, "request %s: routed_experts not spliced (logged once): %s", r->reqid, d.msg);
     if (rc == 0) {
-      s->m.spliced++;
+      s->m.spliced += spliced > 0;
       rq_finish_metrics(r, OUT_OK);
-      eldr__send_body(r->c, 200, "application/json", spliced, sl, NULL); /* frees r */
-      free(spliced);
+      eldr__send_body(r->c, 200, "application/json", fixed, fl, NULL); /* frees r */
+      free(fixed);
       return;
     }
     if (rc != ELDR_ENOTFOUND && !s->logged_splice++)
-      eldr__logf(s, "request %s: routed_experts not spliced (relayed as the decoder sent them; logged once): %s",
-            r->reqid, d.msg);
+      eldr__logf(s, "request %s: decode reply relayed as the decoder sent it (logged once): %s", r->reqid, d.msg);
   }
   relay(r); /* frees r */
 }

@@ -281,6 +281,7 @@ char *eldr__decode_body(const eldr__req *r, json_t *kvp, size_t *len) {
   /* the client's own kv_transfer_params never reach a decoder: with them
    * it would open its NIXL side channel to a host the client chose */
   json_object_del(o, "kv_transfer_params");
+  json_object_del(o, "prompt_logprobs"); /* the prefill computed them; the decoder has no prompt logits */
   if (kvp && json_object_set(o, "kv_transfer_params", kvp)) {
     json_decref(o);
     return NULL;
@@ -519,15 +520,77 @@ int eldr__splice_tree(json_t *root, json_t *proot, eldr_diag *d) {
   return rc;
 }
 
-int eldr__splice_routed_experts(const char *decode_body, size_t len, json_t *proot, char **out,
-                                size_t *out_len, eldr_diag *d) {
+/* usage as vLLM's router reports a PD request: the prompt's side from the
+ * prefill (the decoder received the KV and counts the prompt as cached),
+ * the completion from the decoder. 1 when changed. */
+static int fix_usage(json_t *root, json_t *proot) {
+  json_t *du = json_object_get(root, "usage"), *pu = json_object_get(proot, "usage");
+  json_t *pt = json_object_get(pu, "prompt_tokens");
+  if (!json_is_object(du) || !json_is_integer(pt)) return 0;
+  json_object_set(du, "prompt_tokens", pt);
+  json_t *det = json_object_get(pu, "prompt_tokens_details");
+  if (json_is_object(det)) json_object_set(du, "prompt_tokens_details", det);
+  else if (json_object_get(du, "prompt_tokens_details")) json_object_set_new(du, "prompt_tokens_details", json_null());
+  json_t *ct = json_object_get(du, "completion_tokens");
+  if (json_is_integer(ct))
+    json_object_set_new(du, "total_tokens", json_integer(json_integer_value(pt) + json_integer_value(ct)));
+  return 1;
+}
+
+/* prompt_logprobs from the prefill (the decoder computed no prompt
+ * logits): top level (chat) or per choice (completions). 1 when changed. */
+static int fix_prompt_logprobs(json_t *root, json_t *proot) {
+  int n = 0;
+  json_t *top = json_object_get(proot, "prompt_logprobs");
+  if (top && !json_is_null(top)) n += !json_object_set(root, "prompt_logprobs", top);
+  json_t *pc = json_object_get(json_array_get(json_object_get(proot, "choices"), 0), "prompt_logprobs");
+  if (pc && !json_is_null(pc)) {
+    size_t i;
+    json_t *c;
+    json_array_foreach(json_object_get(root, "choices"), i, c)
+      if (json_is_object(c)) n += !json_object_set(c, "prompt_logprobs", pc);
+  }
+  return n > 0;
+}
+
+int eldr__decode_reply_fix(const char *decode_body, size_t len, json_t *proot, const eldr__fix_opts *o,
+                           char **out, size_t *out_len, int *spliced, eldr_diag *d) {
   *out = NULL;
+  if (spliced) *spliced = 0;
   json_error_t je;
   json_t *root = json_loadb(decode_body, len, 0, &je);
   if (!root) return eldr_diag_fail(d, ELDR_EPARSE, "decode reply is not JSON: %s", je.text);
-  int rc = eldr__splice_tree(root, proot, d);
-  if (!rc && !(*out = dump(root, out_len))) rc = ELDR_ENOMEM;
+  if (!json_is_object(root) || !json_is_object(proot)) {
+    json_decref(root);
+    return eldr_diag_fail(d, ELDR_EPARSE, "decode or prefill reply is not a JSON object");
+  }
+  int changed = 0, rc = 0;
+  if (o->usage) changed |= fix_usage(root, proot);
+  if (o->prompt_logprobs) changed |= fix_prompt_logprobs(root, proot);
+  if (o->splice && eldr__memmem(decode_body, len, "routed_experts", 14)) {
+    rc = eldr__splice_tree(root, proot, d);
+    if (rc == 0) changed = 1;
+    if (spliced) *spliced = rc == 0 ? 1 : rc == ELDR_ENOTFOUND ? 0 : -1;
+  }
+  if (changed) {
+    rc = (*out = dump(root, out_len)) ? 0 : ELDR_ENOMEM;
+  } else if (!rc || rc == ELDR_ENOTFOUND) {
+    rc = eldr_diag_fail(d, ELDR_ENOTFOUND, "nothing to change in the decode reply");
+  }
   json_decref(root);
+  return rc;
+}
+
+int eldr__splice_routed_experts(const char *decode_body, size_t len, json_t *proot, char **out,
+                                size_t *out_len, eldr_diag *d) {
+  eldr__fix_opts o = {1, 0, 0};
+  int sp = 0;
+  int rc = eldr__decode_reply_fix(decode_body, len, proot, &o, out, out_len, &sp, d);
+  if (rc == 0 && sp < 0) { /* only the splice was asked: its failure is the result */
+    free(*out);
+    *out = NULL;
+    rc = ELDR_EINVAL;
+  }
   return rc;
 }
 

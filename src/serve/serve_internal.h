@@ -7,9 +7,21 @@
 #include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "eldr/counts.h"
 #include "eldr/error.h"
+
+/* First occurrence of k[0..kn) in h[0..n), or NULL. */
+static inline const char *eldr__memmem(const char *h, size_t n, const char *k, size_t kn) {
+  for (size_t i = 0; i + kn <= n; i++) {
+    const char *q = memchr(h + i, k[0], n - i - kn + 1);
+    if (!q) return NULL;
+    if (!memcmp(q, k, kn)) return q;
+    i = (size_t)(q - h);
+  }
+  return NULL;
+}
 
 /* ---- HTTP/1.x request head ------------------------------------------------ */
 
@@ -70,7 +82,8 @@ void eldr__req_free(eldr__req *r);
 /* The prefill leg's body (malloc'd, NUL-terminated). NULL on ENOMEM. */
 char *eldr__prefill_body(const eldr__req *r, size_t *len);
 /* The decode leg's body: the original with the client's kv_transfer_params
- * removed, plus the prefill's (borrowed; NULL: none). */
+ * and prompt_logprobs (the prefill's are used) removed, plus the prefill's
+ * kv_transfer_params (borrowed; NULL: none). */
 char *eldr__decode_body(const eldr__req *r, json_t *kv_transfer_params, size_t *len);
 
 /* What the router reads from a prefill reply, parsed once (a large base64
@@ -102,6 +115,22 @@ int eldr__splice_routed_experts(const char *decode_body, size_t len, json_t *pro
                                 size_t *out_len, eldr_diag *d);
 /* The same on a decode reply already parsed (root is changed in place). */
 int eldr__splice_tree(json_t *root, json_t *proot, eldr_diag *d);
+
+/* What a non-streaming decode reply takes from the prefill reply (proot):
+ *   usage            usage.prompt_tokens and prompt_tokens_details from the
+ *                    prefill, completion_tokens from the decoder,
+ *                    total_tokens their sum;
+ *   prompt_logprobs  the prefill's prompt_logprobs (top level, or choice 0's
+ *                    into every choice);
+ *   splice           eldr__splice_tree.
+ * Returns 0 and the new body in *out (*spliced: the splice happened), or
+ * ELDR_ENOTFOUND when nothing changed, or an error (the caller relays the
+ * reply unchanged). proot is borrowed. */
+typedef struct eldr__fix_opts {
+  int splice, usage, prompt_logprobs;
+} eldr__fix_opts;
+int eldr__decode_reply_fix(const char *decode_body, size_t len, json_t *proot, const eldr__fix_opts *o,
+                           char **out, size_t *out_len, int *spliced, eldr_diag *d);
 
 /* JSON error body {"error":{"message":..,"type":..,"code":status}} (malloc'd). */
 char *eldr__error_json(int status, const char *type, const char *msg, size_t *len);

@@ -218,16 +218,6 @@ static inline double eldr__now_s(void) {
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static inline const char *eldr__memmem(const char *h, size_t n, const char *k, size_t kn) {
-  for (size_t i = 0; i + kn <= n; i++) {
-    const char *q = memchr(h + i, k[0], n - i - kn + 1);
-    if (!q) return NULL;
-    if (!memcmp(q, k, kn)) return q;
-    i = (size_t)(q - h);
-  }
-  return NULL;
-}
-
 static inline struct timeval eldr__tv_of(double s) {
   struct timeval tv;
   tv.tv_sec = (time_t)s;

@@ -696,6 +696,57 @@ static void test_handoff_safety(void **st) {
   fx_free(d);
 }
 
+/* usage and prompt_logprobs as vLLM's router reports a PD request */
+static void test_usage_from_the_right_leg(void **st) {
+  (void)st;
+  fx_behaviour pb = fx_defaults(), db = fx_defaults();
+  pb.raw_reply = "{\"object\":\"text_completion\",\"choices\":[{\"index\":0,\"text\":\"x\","
+                 "\"prompt_logprobs\":[null,{\"7\":{\"logprob\":-1.5}}]}],\"usage\":{\"prompt_tokens\":40,"
+                 "\"completion_tokens\":1,\"total_tokens\":41,\"prompt_tokens_details\":{\"cached_tokens\":16}},"
+                 "\"kv_transfer_params\":{\"remote_block_ids\":[1]}}";
+  /* the decoder counts the whole prompt as cached (it received the KV) */
+  db.raw_reply = "{\"object\":\"text_completion\",\"choices\":[{\"index\":0,\"text\":\"yz\","
+                 "\"prompt_logprobs\":null}],\"usage\":{\"prompt_tokens\":40,\"completion_tokens\":7,"
+                 "\"total_tokens\":47,\"prompt_tokens_details\":{\"cached_tokens\":40}}}";
+  fx_worker *p = fx_start(&pb), *d = fx_start(&db);
+  eldr_serve_config c;
+  base_cfg(&c);
+  add(&c, 0, p);
+  add(&c, 1, d);
+  rt_router r;
+  assert_int_equal(rt_start(&r, &c), 0);
+  tc_resp resp;
+  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":7,\"prompt_logprobs\":1}",
+                           NULL, &resp), 0);
+  assert_int_equal(resp.status, 200);
+  json_t *j = jbody(&resp);
+  json_t *want = json_loads("{\"prompt_tokens\":40,\"completion_tokens\":7,\"total_tokens\":47,"
+                            "\"prompt_tokens_details\":{\"cached_tokens\":16}}", 0, NULL);
+  if (!json_equal(json_object_get(j, "usage"), want)) fail_msg("usage: %s", resp.body);
+  json_t *plp = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "prompt_logprobs");
+  assert_true(json_is_array(plp) && json_array_size(plp) == 2);
+  json_decref(want);
+  json_decref(j);
+  tc_free(&resp);
+  /* the decode leg does not ask the decoder for prompt logprobs */
+  fx_record dr;
+  json_t *dj = jrec(d, "/v1/completions", -1, &dr);
+  assert_null(json_object_get(dj, "prompt_logprobs"));
+  json_decref(dj);
+  fx_record_free(&dr);
+  /* not asked: the prefill's prompt_logprobs are not added */
+  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
+  j = jbody(&resp);
+  assert_true(json_is_null(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "prompt_logprobs")));
+  assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "usage"), "total_tokens")), 47);
+  json_decref(j);
+  tc_free(&resp);
+  rt_stop(&r);
+  eldr_serve_config_free(&c);
+  fx_free(p);
+  fx_free(d);
+}
+
 static void test_timeouts_and_disconnect(void **st) {
   (void)st;
   fx_behaviour hang = fx_defaults();
@@ -1095,6 +1146,7 @@ int main(void) {
       cmocka_unit_test(test_splice),
       cmocka_unit_test(test_retries),
       cmocka_unit_test(test_handoff_safety),
+      cmocka_unit_test(test_usage_from_the_right_leg),
       cmocka_unit_test(test_timeouts_and_disconnect),
       cmocka_unit_test(test_worker_killed_and_health),
       cmocka_unit_test(test_bad_input),
