@@ -54,6 +54,8 @@ typedef struct eldr_serve_config {
   double connect_timeout_s;  /* TCP connect to a worker; one health check (default 10) */
   double prefill_timeout_s;  /* whole prefill leg (default 120) */
   double decode_timeout_s;   /* whole decode leg (default 1800) */
+  double decode_first_byte_timeout_s; /* streaming decode leg: to the reply's head (default 30; 0 = off) */
+  double decode_idle_timeout_s;       /* streaming decode leg: between reads (default 30; 0 = off) */
   double header_timeout_s;   /* client must send head and body within (default 15) */
   double idle_timeout_s;     /* idle keep-alive client connections closed after (default 120) */
   int retries;               /* extra attempts per leg on another worker (default 2) */
@@ -90,6 +92,7 @@ int eldr_serve_config_add_dns(eldr_serve_config *c, int decode, const char *host
  *   host, port, prefill [urls], decode [urls], prefill_dns [NAME:PORT],
  *   decode_dns [NAME:PORT], dns_interval, dns_server, scrape_interval, access_log, artifact, policy, tau, seed,
  *   prefill_guard, connect_timeout, prefill_timeout, decode_timeout,
+ *   decode_first_byte_timeout, decode_idle_timeout,
  *   header_timeout, idle_timeout, retries, max_body, max_header,
  *   health_interval, eject_after, sigcache_rows, pool_size,
  *   splice_routed_experts (boolean).

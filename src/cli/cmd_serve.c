@@ -42,6 +42,9 @@ static void usage(FILE *f) {
           "                        re-read on SIGHUP together with the artifact\n"
           "  --prefill-timeout S   whole prefill leg (default 120)\n"
           "  --decode-timeout S    whole decode leg (default 1800)\n"
+          "  --decode-first-byte-timeout S  streaming decode leg: the reply's head within S,\n"
+          "                        else the decoder is ejected as hung (default 30; 0 = off)\n"
+          "  --decode-idle-timeout S  streaming decode leg: at most S between reads (default 30)\n"
           "  --header-timeout S    client must send its request within (default 15)\n"
           "  --connect-timeout S   TCP connect to a worker and one health check (default 10)\n"
           "  --health-interval S   active health checks, 0 = off (default 2)\n"
@@ -74,7 +77,7 @@ int eldr_cmd_serve(int argc, char **argv) {
   const char *cmd = "serve";
   enum {
     O_PREFILL = 256, O_DECODE, O_ARTIFACT, O_POLICY, O_TAU, O_HOST, O_PORT, O_CONFIG, O_PT, O_DT,
-    O_HT, O_CT, O_HI, O_EJ, O_RETRIES, O_MAXBODY, O_GUARD, O_SCR, O_SEED, O_NOSPLICE, O_QUIET, O_HELP,
+    O_HT, O_CT, O_HI, O_EJ, O_RETRIES, O_MAXBODY, O_GUARD, O_SCR, O_SEED, O_NOSPLICE, O_DFB, O_DIDLE, O_QUIET, O_HELP,
     O_PDNS, O_DDNS, O_DNSI, O_DNSS, O_CHECK, O_SCRAPE, O_ALOG
   };
   static const struct option opts[] = {
@@ -92,7 +95,9 @@ int eldr_cmd_serve(int argc, char **argv) {
       {"decode-dns", required_argument, 0, O_DDNS}, {"dns-interval", required_argument, 0, O_DNSI},
       {"dns-server", required_argument, 0, O_DNSS}, {"check-config", optional_argument, 0, O_CHECK},
       {"scrape-interval", required_argument, 0, O_SCRAPE}, {"access-log", required_argument, 0, O_ALOG},
-      {"no-splice", no_argument, 0, O_NOSPLICE}, {0, 0, 0, 0}};
+      {"no-splice", no_argument, 0, O_NOSPLICE},
+      {"decode-first-byte-timeout", required_argument, 0, O_DFB}, {"decode-idle-timeout", required_argument, 0, O_DIDLE},
+      {0, 0, 0, 0}};
   /* pass 1: --help and --config (the file is applied before the other flags) */
   const char *config = NULL;
   cli_getopt_reset();
@@ -219,6 +224,8 @@ int eldr_cmd_serve(int argc, char **argv) {
       if (config && c.seed > INT64_MAX) cli_usage_error(cmd, "--seed: with --config at most %lld", (long long)INT64_MAX);
       OV("seed", json_integer((json_int_t)c.seed));
       break;
+    case O_DFB: c.decode_first_byte_timeout_s = cli_parse_double(cmd, "--decode-first-byte-timeout", optarg, 0, 86400); OV("decode_first_byte_timeout", json_real(c.decode_first_byte_timeout_s)); break;
+    case O_DIDLE: c.decode_idle_timeout_s = cli_parse_double(cmd, "--decode-idle-timeout", optarg, 0, 86400); OV("decode_idle_timeout", json_real(c.decode_idle_timeout_s)); break;
     case O_NOSPLICE: c.splice_routed_experts = 0; OV("splice_routed_experts", json_false()); break;
     case O_QUIET: quiet = 1; break;
     default: cli_bad_option(cmd, argc, argv, o);

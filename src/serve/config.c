@@ -28,6 +28,8 @@ void eldr_serve_config_default(eldr_serve_config *c) {
   c->connect_timeout_s = 10;
   c->prefill_timeout_s = 120;
   c->decode_timeout_s = 1800;
+  c->decode_first_byte_timeout_s = 30;
+  c->decode_idle_timeout_s = 30;
   c->header_timeout_s = 15;
   c->idle_timeout_s = 120;
   c->retries = 2;
@@ -277,6 +279,8 @@ int eldr_serve_config_parse(eldr_serve_config *c, const char *json, size_t len, 
     else if (!strcmp(key, "connect_timeout")) { if (!(rc = get_num(v, key, 0.001, 86400, &x, d))) c->connect_timeout_s = x; }
     else if (!strcmp(key, "prefill_timeout")) { if (!(rc = get_num(v, key, 0.001, 86400, &x, d))) c->prefill_timeout_s = x; }
     else if (!strcmp(key, "decode_timeout")) { if (!(rc = get_num(v, key, 0.001, 86400, &x, d))) c->decode_timeout_s = x; }
+    else if (!strcmp(key, "decode_first_byte_timeout")) { if (!(rc = get_num(v, key, 0, 86400, &x, d))) c->decode_first_byte_timeout_s = x; }
+    else if (!strcmp(key, "decode_idle_timeout")) { if (!(rc = get_num(v, key, 0, 86400, &x, d))) c->decode_idle_timeout_s = x; }
     else if (!strcmp(key, "header_timeout")) { if (!(rc = get_num(v, key, 0.001, 86400, &x, d))) c->header_timeout_s = x; }
     else if (!strcmp(key, "idle_timeout")) { if (!(rc = get_num(v, key, 0.001, 86400, &x, d))) c->idle_timeout_s = x; }
     else if (!strcmp(key, "health_interval")) { if (!(rc = get_num(v, key, 0, 86400, &x, d))) c->health_interval_s = x; }

@@ -88,6 +88,17 @@ static void leg_deadline_cb(evutil_socket_t fd, short ev, void *arg);
 static void start_prefill(rq *r);
 static void start_decode(rq *r, int retry);
 
+/* Arm the leg's deadline: the first-byte / idle bound `hung` (0: none) or
+ * the whole leg's end, whichever comes first. */
+static void leg_arm(rq *r, double hung) {
+  leg *L = &r->L;
+  double left = L->t_end - eldr__now_s();
+  if (left < 0) left = 0;
+  L->hung_timer = hung > 0 && hung < left;
+  struct timeval tv = eldr__tv_of(L->hung_timer ? hung : left);
+  event_add(L->deadline, &tv);
+}
+
 static int leg_start(rq *r, worker *w, int kind, const char *method, const char *path,
                      const char *body, size_t len) {
   leg *L = &r->L;
@@ -123,8 +134,8 @@ static int leg_start(rq *r, worker *w, int kind, const char *method, const char 
   double t = kind == LEG_PREFILL ? s->cfg.prefill_timeout_s
              : kind == LEG_DECODE ? s->cfg.decode_timeout_s
                                   : s->cfg.connect_timeout_s;
-  struct timeval tv = eldr__tv_of(t);
-  event_add(L->deadline, &tv);
+  L->t_end = eldr__now_s() + t;
+  leg_arm(r, L->streaming ? s->cfg.decode_first_byte_timeout_s : 0);
   return 0;
 }
 
@@ -182,36 +193,80 @@ static void abort_stream(rq *r, int code, const char *type, const char *msg) {
   eldr__stream_end(r->c);
 }
 
+/* The leg ran out of time: its exchange aborted, the client answered 504
+ * (or its stream ended with an error event). */
+static void leg_timed_out(rq *r, const char *why) {
+  leg *L = &r->L;
+  int started = L->started;
+  L->sent = L->up && eldr__up_sent(L->up);
+  leg_release(r); /* aborts the exchange */
+  if (started) {
+    abort_stream(r, 504, "timeout", why);
+    return;
+  }
+  leg_failed(r, 1, why);
+}
+
+/* A decoder that sent nothing within the first-byte / idle bound is hung
+ * (SIGSTOPped, wedged): ejected at once (health checks re-admit it), and
+ * every other decode leg on it ends now with 504 instead of waiting for
+ * the whole leg's timeout. */
+static void decoder_hung(eldr_server *s, worker *w, const rq *except) {
+  if (w->healthy && s->cfg.health_interval_s > 0) {
+    if (w->fails < s->cfg.eject_after - 1) w->fails = s->cfg.eject_after - 1; /* this failure ejects */
+    eldr__worker_failed(w, "hung: no reply byte within the first-byte / idle timeout");
+  }
+  size_t n = 0;
+  for (hconn *c = s->conns; c; c = c->next)
+    if (c->r && c->r != except && c->r->L.w == w && c->r->L.kind == LEG_DECODE) n++;
+  if (!n) return;
+  rq **v = malloc(n * sizeof *v);
+  if (!v) return; /* they end at their own deadlines */
+  size_t k = 0;
+  for (hconn *c = s->conns; c && k < n; c = c->next)
+    if (c->r && c->r != except && c->r->L.w == w && c->r->L.kind == LEG_DECODE) v[k++] = c->r;
+  for (size_t i = 0; i < k; i++) {
+    v[i]->L.w->err_timeout++;
+    leg_timed_out(v[i], "decode worker hung (ejected)");
+  }
+  free(v);
+}
+
 static void leg_deadline_cb(evutil_socket_t fd, short ev, void *arg) {
   (void)fd;
   (void)ev;
   rq *r = arg;
   leg *L = &r->L;
   worker *w = L->w;
+  eldr_server *s = r->s;
+  if (L->hung_timer && w) {
+    w->err_timeout++;
+    char why[96];
+    snprintf(why, sizeof why, L->status ? "decode stream idle for %gs" : "no reply from the decode worker within %gs",
+             L->status ? s->cfg.decode_idle_timeout_s : s->cfg.decode_first_byte_timeout_s);
+    if (!w->retired) decoder_hung(s, w, r); /* first: r's leg keeps w alive */
+    leg_timed_out(r, why);
+    return;
+  }
   if (w) {
     w->err_timeout++;
     eldr__worker_failed(w, "timeout");
   }
-  int started = L->started;
-  L->sent = L->up && eldr__up_sent(L->up);
-  leg_release(r); /* aborts the exchange */
-  if (started) {
-    abort_stream(r, 504, "timeout", "decode timed out");
-    return;
-  }
-  leg_failed(r, 1, "timed out");
+  leg_timed_out(r, L->kind == LEG_DECODE && L->started ? "decode timed out" : "timed out");
 }
 
 static void leg_head_cb(void *arg, int status, const char *ctype) {
   rq *r = arg;
   r->L.status = status;
   snprintf(r->L.ctype, sizeof r->L.ctype, "%s", ctype);
+  if (r->L.streaming) leg_arm(r, r->s->cfg.decode_idle_timeout_s);
 }
 
 static void leg_data_cb(void *arg, const char *p, size_t n) {
   rq *r = arg;
   leg *L = &r->L;
   if (L->kind == LEG_DECODE && r->s->access_log) eldr__al_data(r, p, n);
+  if (L->streaming) leg_arm(r, r->s->cfg.decode_idle_timeout_s);
   if (L->streaming && L->status == 200) { /* relay as it arrives */
     if (!L->started) {
       eldr__stream_start(r->c, 200, L->ctype[0] ? L->ctype : "text/event-stream");

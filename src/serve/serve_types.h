@@ -136,6 +136,8 @@ typedef struct leg {
   int kind;
   int streaming, started;
   int sent;                /* the worker may have read the request (eldr__up_sent) */
+  int hung_timer;          /* the deadline armed is a first-byte / idle one, not the whole leg's */
+  double t_end;            /* the whole leg's deadline (monotonic seconds) */
   int status;              /* reply status (0 until the head arrived) */
   char ctype[128];
   char *buf;               /* reply body (not relayed while streaming) */
