@@ -68,6 +68,11 @@ typedef struct eldr_serve_config {
   int eject_after;           /* consecutive failures that eject a worker (default 3) */
   size_t sigcache_rows;      /* signature cache capacity in blocks; 0 = off (default 65536) */
   size_t pool_size;          /* idle upstream connections kept per worker (default 256) */
+  char *backend_api_key;     /* sent to workers as "Authorization: Bearer <key>" (NULL: none) */
+  int forward_authorization; /* pass the client's Authorization to workers when no
+                              * backend key is set (default 0: never forwarded) */
+  char *cors_origin;         /* CORS: "*" or a comma-separated list of allowed origins;
+                              * answers preflight OPTIONS (NULL: no CORS, default) */
   int splice_routed_experts; /* splice the prefill's prompt rows into the decode reply's
                               * routed_experts when both carry them (default 1) */
   int handle_signals;        /* SIGHUP reloads, SIGINT/SIGTERM stop (for the CLI) */
@@ -95,7 +100,8 @@ int eldr_serve_config_add_dns(eldr_serve_config *c, int decode, const char *host
  *   decode_first_byte_timeout, decode_idle_timeout,
  *   header_timeout, idle_timeout, retries, max_body, max_header,
  *   health_interval, eject_after, sigcache_rows, pool_size,
- *   splice_routed_experts (boolean).
+ *   splice_routed_experts (boolean), backend_api_key (string or null),
+ *   forward_authorization (boolean), cors_origin (string or null).
  * A "prefill"/"decode" list replaces the current one. Unknown keys and
  * wrong types are errors naming the key. */
 int eldr_serve_config_parse(eldr_serve_config *c, const char *json, size_t len, eldr_diag *d);

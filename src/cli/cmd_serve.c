@@ -53,6 +53,12 @@ static void usage(FILE *f) {
           "  --max-body BYTES      client body limit (default 16777216)\n"
           "  --prefill-guard N     prefill load guard in requests (default 4)\n"
           "  --sigcache-rows N     signature cache capacity in KV blocks, 0 = off (default 65536)\n"
+          "  --backend-api-key KEY send \"Authorization: Bearer KEY\" to the workers (vLLM --api-key);\n"
+          "                        also from $ELDR_BACKEND_API_KEY (kept out of the process list)\n"
+          "  --forward-authorization  pass the client's Authorization to the workers when no\n"
+          "                        backend key is set (default: never forwarded)\n"
+          "  --cors-origin O       CORS: '*' or comma-separated allowed origins; answers\n"
+          "                        preflight OPTIONS (default: no CORS)\n"
           "  --no-splice           relay the decoder's routed_experts as sent (default: the\n"
           "                        prefill's prompt rows spliced in when both carry them)\n"
           "  --seed N              seed for random/p2c (default 1)\n"
@@ -77,7 +83,7 @@ int eldr_cmd_serve(int argc, char **argv) {
   const char *cmd = "serve";
   enum {
     O_PREFILL = 256, O_DECODE, O_ARTIFACT, O_POLICY, O_TAU, O_HOST, O_PORT, O_CONFIG, O_PT, O_DT,
-    O_HT, O_CT, O_HI, O_EJ, O_RETRIES, O_MAXBODY, O_GUARD, O_SCR, O_SEED, O_NOSPLICE, O_DFB, O_DIDLE, O_QUIET, O_HELP,
+    O_HT, O_CT, O_HI, O_EJ, O_RETRIES, O_MAXBODY, O_GUARD, O_SCR, O_SEED, O_NOSPLICE, O_DFB, O_DIDLE, O_APIKEY, O_FWDAUTH, O_CORS, O_QUIET, O_HELP,
     O_PDNS, O_DDNS, O_DNSI, O_DNSS, O_CHECK, O_SCRAPE, O_ALOG
   };
   static const struct option opts[] = {
@@ -95,7 +101,8 @@ int eldr_cmd_serve(int argc, char **argv) {
       {"decode-dns", required_argument, 0, O_DDNS}, {"dns-interval", required_argument, 0, O_DNSI},
       {"dns-server", required_argument, 0, O_DNSS}, {"check-config", optional_argument, 0, O_CHECK},
       {"scrape-interval", required_argument, 0, O_SCRAPE}, {"access-log", required_argument, 0, O_ALOG},
-      {"no-splice", no_argument, 0, O_NOSPLICE},
+      {"no-splice", no_argument, 0, O_NOSPLICE}, {"backend-api-key", required_argument, 0, O_APIKEY},
+      {"forward-authorization", no_argument, 0, O_FWDAUTH}, {"cors-origin", required_argument, 0, O_CORS},
       {"decode-first-byte-timeout", required_argument, 0, O_DFB}, {"decode-idle-timeout", required_argument, 0, O_DIDLE},
       {0, 0, 0, 0}};
   /* pass 1: --help and --config (the file is applied before the other flags) */
@@ -226,11 +233,27 @@ int eldr_cmd_serve(int argc, char **argv) {
       break;
     case O_DFB: c.decode_first_byte_timeout_s = cli_parse_double(cmd, "--decode-first-byte-timeout", optarg, 0, 86400); OV("decode_first_byte_timeout", json_real(c.decode_first_byte_timeout_s)); break;
     case O_DIDLE: c.decode_idle_timeout_s = cli_parse_double(cmd, "--decode-idle-timeout", optarg, 0, 86400); OV("decode_idle_timeout", json_real(c.decode_idle_timeout_s)); break;
+    case O_APIKEY: /* also in the overrides: a reload re-applies it over the file */
+      free(c.backend_api_key);
+      c.backend_api_key = strdup(optarg);
+      OV("backend_api_key", json_string(optarg));
+      break;
+    case O_FWDAUTH: c.forward_authorization = 1; OV("forward_authorization", json_true()); break;
+    case O_CORS:
+      free(c.cors_origin);
+      c.cors_origin = strdup(optarg);
+      OV("cors_origin", json_string(optarg));
+      break;
     case O_NOSPLICE: c.splice_routed_experts = 0; OV("splice_routed_experts", json_false()); break;
     case O_QUIET: quiet = 1; break;
     default: cli_bad_option(cmd, argc, argv, o);
     }
     (void)rc;
+  }
+  const char *envkey = getenv("ELDR_BACKEND_API_KEY");
+  if (!c.backend_api_key && envkey && *envkey) {
+    c.backend_api_key = strdup(envkey);
+    OV("backend_api_key", json_string(envkey));
   }
   if (json_object_size(ov) && !(c.overrides = json_dumps(ov, JSON_COMPACT))) cli_fail(cmd, "out of memory");
   json_decref(ov);

@@ -60,6 +60,8 @@ void eldr_serve_config_free(eldr_serve_config *c) {
   free(c->artifact);
   free(c->config_path);
   free(c->overrides);
+  free(c->backend_api_key);
+  free(c->cors_origin);
   memset(c, 0, sizeof *c);
 }
 
@@ -81,10 +83,13 @@ int eldr_serve_config_copy(eldr_serve_config *dst, const eldr_serve_config *src)
   dst->overrides = xstrdup(src->overrides);
   dst->dns_server = xstrdup(src->dns_server);
   dst->access_log = xstrdup(src->access_log);
+  dst->backend_api_key = xstrdup(src->backend_api_key);
+  dst->cors_origin = xstrdup(src->cors_origin);
   dst->prefill = dst->decode = dst->prefill_dns = dst->decode_dns = NULL;
   int bad = (src->host && !dst->host) || (src->artifact && !dst->artifact) ||
             (src->dns_server && !dst->dns_server) || (src->access_log && !dst->access_log) ||
-            (src->config_path && !dst->config_path) || (src->overrides && !dst->overrides);
+            (src->config_path && !dst->config_path) || (src->overrides && !dst->overrides) ||
+            (src->backend_api_key && !dst->backend_api_key) || (src->cors_origin && !dst->cors_origin);
   bad |= copy_list(&dst->prefill, src->prefill, src->n_prefill);
   bad |= copy_list(&dst->decode, src->decode, src->n_decode);
   bad |= copy_list(&dst->prefill_dns, src->prefill_dns, src->n_prefill_dns);
@@ -294,6 +299,12 @@ int eldr_serve_config_parse(eldr_serve_config *c, const char *json, size_t len, 
     else if (!strcmp(key, "access_log")) rc = json_is_null(v) ? (free(c->access_log), c->access_log = NULL, 0) : set_str(&c->access_log, v, key, d);
     else if (!strcmp(key, "dns_server")) rc = json_is_null(v) ? (free(c->dns_server), c->dns_server = NULL, 0) : set_str(&c->dns_server, v, key, d);
     else if (!strcmp(key, "pool_size")) { if (!(rc = get_int(v, key, 0, 1 << 16, &n, d))) c->pool_size = (size_t)n; }
+    else if (!strcmp(key, "backend_api_key")) rc = json_is_null(v) ? (free(c->backend_api_key), c->backend_api_key = NULL, 0) : set_str(&c->backend_api_key, v, key, d);
+    else if (!strcmp(key, "cors_origin")) rc = json_is_null(v) ? (free(c->cors_origin), c->cors_origin = NULL, 0) : set_str(&c->cors_origin, v, key, d);
+    else if (!strcmp(key, "forward_authorization")) {
+      if (!json_is_boolean(v)) rc = eldr_diag_fail(d, ELDR_EINVAL, "config: '%s' must be true or false", key);
+      else c->forward_authorization = json_is_true(v);
+    }
     else if (!strcmp(key, "splice_routed_experts")) {
       if (!json_is_boolean(v)) rc = eldr_diag_fail(d, ELDR_EINVAL, "config: '%s' must be true or false", key);
       else c->splice_routed_experts = json_is_true(v);
@@ -343,6 +354,12 @@ int eldr_serve_config_load(eldr_serve_config *c, const char *path, eldr_diag *d)
   return rc;
 }
 
+static int header_safe(const char *v, int spaces) {
+  for (const unsigned char *p = (const unsigned char *)v; *p; p++)
+    if (*p >= 0x7f || *p < 0x20 || (*p == ' ' && !spaces)) return 0;
+  return 1;
+}
+
 int eldr_serve_config_validate(const eldr_serve_config *c, eldr_diag *d) {
   if (c->n_prefill + c->n_prefill_dns == 0)
     return eldr_diag_fail(d, ELDR_EINVAL, "no prefill worker (--prefill URL or --prefill-dns NAME:PORT)");
@@ -364,5 +381,10 @@ int eldr_serve_config_validate(const eldr_serve_config *c, eldr_diag *d) {
   if (!(c->connect_timeout_s > 0 && c->prefill_timeout_s > 0 && c->decode_timeout_s > 0 &&
         c->header_timeout_s > 0 && c->idle_timeout_s > 0 && c->health_interval_s >= 0))
     return eldr_diag_fail(d, ELDR_ERANGE, "timeouts must be > 0");
+  /* both go into header lines: visible ASCII only (no CR/LF injection) */
+  if (c->backend_api_key && (!header_safe(c->backend_api_key, 0) || !*c->backend_api_key || strlen(c->backend_api_key) > 4096))
+    return eldr_diag_fail(d, ELDR_EINVAL, "backend_api_key must be 1 to 4096 visible ASCII characters");
+  if (c->cors_origin && (!header_safe(c->cors_origin, 1) || !*c->cors_origin || strlen(c->cors_origin) > 1024))
+    return eldr_diag_fail(d, ELDR_EINVAL, "cors_origin must be '*' or comma-separated origins (visible ASCII, at most 1024)");
   return 0;
 }

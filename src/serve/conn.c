@@ -21,6 +21,7 @@ static void conn_process(hconn *c);
 static const char *reason(int st) {
   switch (st) {
   case 200: return "OK";
+  case 204: return "No Content";
   case 400: return "Bad Request";
   case 404: return "Not Found";
   case 405: return "Method Not Allowed";
@@ -41,15 +42,40 @@ static const char *reason(int st) {
   }
 }
 
+/* CORS (cfg.cors_origin): "*" allows any origin; a list allows its
+ * members, echoed with Vary: Origin. Nothing without an Origin header. */
+static int cors_allowed(const hconn *c) {
+  const char *list = c->s->cfg.cors_origin, *o = c->head.origin;
+  if (!list || !o[0]) return 0;
+  if (!strcmp(list, "*")) return 1;
+  size_t ol = strlen(o);
+  for (const char *p = list; *p;) {
+    while (*p == ' ' || *p == ',') p++;
+    const char *e = p;
+    while (*e && *e != ',' && *e != ' ') e++;
+    if ((size_t)(e - p) == ol && !memcmp(p, o, ol)) return 1;
+    p = e;
+  }
+  return 0;
+}
+
+static void cors_headers(hconn *c, struct evbuffer *o) {
+  if (!cors_allowed(c)) return;
+  if (!strcmp(c->s->cfg.cors_origin, "*")) evbuffer_add_printf(o, "Access-Control-Allow-Origin: *\r\n");
+  else evbuffer_add_printf(o, "Access-Control-Allow-Origin: %s\r\nVary: Origin\r\n", c->head.origin);
+  evbuffer_add_printf(o, "Access-Control-Expose-Headers: X-Request-Id\r\n");
+}
+
 static void write_head(hconn *c, int status, const char *ctype, long long clen,
                        const char *extra) {
   struct evbuffer *o = bufferevent_get_output(c->bev);
   evbuffer_add_printf(o, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\n", status, reason(status),
                       ctype ? ctype : "application/json");
-  if (clen >= 0) evbuffer_add_printf(o, "Content-Length: %lld\r\n", clen);
+  if (clen >= 0 && status != 204) evbuffer_add_printf(o, "Content-Length: %lld\r\n", clen);
   if (c->r && (c->r->client_reqid[0] || c->r->reqid[0]))
     evbuffer_add_printf(o, "X-Request-Id: %s\r\n", c->r->client_reqid[0] ? c->r->client_reqid : c->r->reqid);
   if (extra) evbuffer_add(o, extra, strlen(extra));
+  cors_headers(c, o);
   evbuffer_add_printf(o, "Connection: %s\r\n\r\n", c->keep_alive ? "keep-alive" : "close");
 }
 
@@ -182,6 +208,16 @@ static void dispatch(hconn *c, const char *body, size_t len) {
   }
   known = 0;
 bad_method:
+  if (known && m == ELDR__M_OPTIONS && s->cfg.cors_origin) { /* CORS preflight */
+    char extra[768];
+    snprintf(extra, sizeof extra,
+             "Access-Control-Allow-Methods: GET, POST, HEAD, OPTIONS\r\n"
+             "Access-Control-Allow-Headers: %s\r\nAccess-Control-Max-Age: 600\r\n",
+             c->head.acr_headers[0] ? c->head.acr_headers
+                                    : "Authorization, Content-Type, X-Request-Id, traceparent, tracestate, baggage");
+    eldr__send_body(c, 204, "text/plain", "", 0, extra);
+    return;
+  }
   s->m.bad[known ? BAD_METHOD : BAD_PATH]++;
   c->head_only = 0;
   if (known) eldr__send_error(c, 405, "invalid_request_error", "method %s not allowed on %s", c->head.method_name, p);

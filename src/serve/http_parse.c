@@ -78,6 +78,7 @@ long eldr__http_parse_head(const char *buf, size_t len, size_t max_header, eldr_
   if (!strcmp(h->method_name, "GET")) h->method = ELDR__M_GET;
   else if (!strcmp(h->method_name, "POST")) h->method = ELDR__M_POST;
   else if (!strcmp(h->method_name, "HEAD")) h->method = ELDR__M_HEAD;
+  else if (!strcmp(h->method_name, "OPTIONS")) h->method = ELDR__M_OPTIONS;
   else h->method = ELDR__M_OTHER;
   p++;
   /* target */
@@ -171,6 +172,17 @@ long eldr__http_parse_head(const char *buf, size_t len, size_t max_header, eldr_
     } else if (NAME_IS("Authorization")) {
       if (copy_value(h->authorization, sizeof h->authorization, v, vl))
         return fail(h, 431, "Authorization header too large");
+    } else if (NAME_IS("traceparent")) {
+      if (copy_value(h->traceparent, sizeof h->traceparent, v, vl)) return fail(h, 431, "traceparent header too large");
+    } else if (NAME_IS("tracestate")) {
+      if (copy_value(h->tracestate, sizeof h->tracestate, v, vl)) return fail(h, 431, "tracestate header too large");
+    } else if (NAME_IS("baggage")) {
+      if (copy_value(h->baggage, sizeof h->baggage, v, vl)) return fail(h, 431, "baggage header too large");
+    } else if (NAME_IS("Origin")) {
+      if (copy_value(h->origin, sizeof h->origin, v, vl)) return fail(h, 431, "Origin header too large");
+    } else if (NAME_IS("Access-Control-Request-Headers")) {
+      if (copy_value(h->acr_headers, sizeof h->acr_headers, v, vl))
+        return fail(h, 431, "Access-Control-Request-Headers too large");
     }
 #undef NAME_IS
   }

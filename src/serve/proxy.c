@@ -40,7 +40,7 @@ void eldr__rq_free(rq *r) {
   eldr__req_free(&r->req);
   eldr__prompt_free(&r->prompt);
   eldr__prefill_reply_free(&r->pr);
-  free(r->auth);
+  free(r->fwd);
   free(r->pbody);
   free(r->dbody);
   free(r);
@@ -112,16 +112,15 @@ static int leg_start(rq *r, worker *w, int kind, const char *method, const char 
   L->sent = 0;
   eldr__up *up = eldr__pool_take(w);
   if (!up) return ELDR_ENOMEM;
-  char head[ELDR__HTTP_AUTH_MAX + ELDR__HTTP_REQID_MAX + 512];
+  char head[ELDR__HTTP_PATH_MAX + 512];
   int hn = snprintf(head, sizeof head, "%s %s HTTP/1.1\r\nHost: %s\r\n", method, path, w->hosthdr);
   if (body)
     hn += snprintf(head + hn, sizeof head - (size_t)hn,
                    "Content-Type: application/json\r\nContent-Length: %zu\r\n", len);
   if (r->reqid[0]) hn += snprintf(head + hn, sizeof head - (size_t)hn, "X-Request-Id: %s\r\n", r->reqid);
-  if (r->auth) hn += snprintf(head + hn, sizeof head - (size_t)hn, "Authorization: %s\r\n", r->auth);
-  hn += snprintf(head + hn, sizeof head - (size_t)hn, "\r\n");
-  struct iovec iov[2] = {{head, (size_t)hn}, {(void *)body, body ? len : 0}};
-  if (eldr__up_request(up, iov, body ? 2 : 1, &leg_cbs, r) != 0) {
+  /* then the forwarded lines (Authorization, trace context) and the blank line */
+  struct iovec iov[3] = {{head, (size_t)hn}, {r->fwd, strlen(r->fwd)}, {(void *)body, body ? len : 0}};
+  if (eldr__up_request(up, iov, body ? 3 : 2, &leg_cbs, r) != 0) {
     eldr__pool_give(w, up);
     return ELDR_EIO;
   }
@@ -547,6 +546,27 @@ int eldr__uuid4(char out[37]) {
   return 0;
 }
 
+/* The header lines every leg of a request carries after its own, ending
+ * with the blank line: the workers' Authorization (the backend key; the
+ * client's only when configured) and the W3C trace context and baggage, as
+ * the client sent them. */
+static char *forwarded_lines(const eldr_server *s, const eldr__http_head *h) {
+  const char *key = s->cfg.backend_api_key;
+  const char *auth = !key && s->cfg.forward_authorization ? h->authorization : "";
+  size_t cap = (key ? strlen(key) : 0) + strlen(auth) + strlen(h->traceparent) + strlen(h->tracestate) +
+               strlen(h->baggage) + 128;
+  char *o = malloc(cap);
+  if (!o) return NULL;
+  size_t n = 0;
+  if (key) n += (size_t)snprintf(o + n, cap - n, "Authorization: Bearer %s\r\n", key);
+  else if (auth[0]) n += (size_t)snprintf(o + n, cap - n, "Authorization: %s\r\n", auth);
+  if (h->traceparent[0]) n += (size_t)snprintf(o + n, cap - n, "traceparent: %s\r\n", h->traceparent);
+  if (h->tracestate[0]) n += (size_t)snprintf(o + n, cap - n, "tracestate: %s\r\n", h->tracestate);
+  if (h->baggage[0]) n += (size_t)snprintf(o + n, cap - n, "baggage: %s\r\n", h->baggage);
+  snprintf(o + n, cap - n, "\r\n");
+  return o;
+}
+
 static rq *rq_new(hconn *c) {
   rq *r = calloc(1, sizeof *r);
   if (!r) return NULL;
@@ -563,11 +583,16 @@ static rq *rq_new(hconn *c) {
    * echoed and logged, never an engine's id: replicas and restarts would
    * collide on it, and a client could name another request) */
   if (eldr__uuid4(r->reqid) != 0) {
+    event_free(r->L.deadline);
     free(r);
     return NULL;
   }
   if (c->head.request_id[0]) snprintf(r->client_reqid, sizeof r->client_reqid, "%s", c->head.request_id);
-  if (c->head.authorization[0]) r->auth = strdup(c->head.authorization);
+  if (!(r->fwd = forwarded_lines(c->s, &c->head))) {
+    event_free(r->L.deadline);
+    free(r);
+    return NULL;
+  }
   c->r = r;
   return r;
 }

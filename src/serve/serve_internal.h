@@ -28,12 +28,17 @@ static inline const char *eldr__memmem(const char *h, size_t n, const char *k, s
 #define ELDR__HTTP_PATH_MAX 2048
 #define ELDR__HTTP_REQID_MAX 256
 #define ELDR__HTTP_AUTH_MAX 8192
+#define ELDR__HTTP_TRACEPARENT_MAX 128 /* W3C trace context: 55 bytes today */
+#define ELDR__HTTP_TRACESTATE_MAX 544  /* 32 members of at most 512 bytes in all */
+#define ELDR__HTTP_BAGGAGE_MAX 8192    /* W3C baggage: 8192 bytes */
+#define ELDR__HTTP_ORIGIN_MAX 256
 
 typedef enum eldr__method {
   ELDR__M_OTHER = 0,
   ELDR__M_GET,
   ELDR__M_POST,
   ELDR__M_HEAD,
+  ELDR__M_OPTIONS,
 } eldr__method;
 
 typedef struct eldr__http_head {
@@ -47,6 +52,12 @@ typedef struct eldr__http_head {
   int expect_continue;
   char request_id[ELDR__HTTP_REQID_MAX]; /* X-Request-Id, "" when absent */
   char authorization[ELDR__HTTP_AUTH_MAX];
+  /* forwarded to both legs as received (W3C trace context and baggage) */
+  char traceparent[ELDR__HTTP_TRACEPARENT_MAX];
+  char tracestate[ELDR__HTTP_TRACESTATE_MAX];
+  char baggage[ELDR__HTTP_BAGGAGE_MAX];
+  char origin[ELDR__HTTP_ORIGIN_MAX];      /* Origin (CORS), "" when absent */
+  char acr_headers[512];                   /* Access-Control-Request-Headers */
   int status;                     /* on error: the HTTP status to answer */
   char error[160];                /* on error: message */
 } eldr__http_head;

@@ -155,7 +155,7 @@ struct rq {
   eldr__prompt prompt; /* the prompt's block hashes, computed once */
   char reqid[40];                       /* the engines' id: a random UUID (both legs) */
   char client_reqid[ELDR__HTTP_REQID_MAX]; /* the client's X-Request-Id ("": none): echoed, logged */
-  char *auth;
+  char *fwd;  /* header lines every leg carries (forwarded_lines), owned */
   char *pbody, *dbody;
   size_t plen, dlen;
   eldr__prefill_reply pr;

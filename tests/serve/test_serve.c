@@ -116,7 +116,7 @@ static void test_two_leg_flow(void **st) {
   /* the engines' id is a random UUID, not the client's X-Request-Id (echoed above) */
   assert_int_equal(strlen(pr.request_id), 36);
   assert_int_equal(pr.request_id[14], '4');
-  assert_string_equal(pr.authorization, "Bearer sekret");
+  assert_string_equal(pr.authorization, ""); /* the client's key is not the workers' */
   assert_string_equal(pr.method, "POST");
   /* decode leg: the original body plus the prefill's kv_transfer_params verbatim */
   json_t *dj = jrec(d, "/v1/completions", 0, &dr);
@@ -128,7 +128,7 @@ static void test_two_leg_flow(void **st) {
   json_object_set_new(orig, "kv_transfer_params", json_loads(kv, 0, NULL));
   if (!json_equal(dj, orig)) fail_msg("decode body: %s", dr.body);
   assert_string_equal(dr.request_id, pr.request_id);
-  assert_string_equal(dr.authorization, "Bearer sekret");
+  assert_string_equal(dr.authorization, "");
   assert_int_equal(fx_count(p, "/v1/completions"), 1);
   assert_int_equal(fx_count(d, "/v1/completions"), 1);
   json_decref(pj);
@@ -747,6 +747,90 @@ static void test_usage_from_the_right_leg(void **st) {
   fx_free(d);
 }
 
+/* Authorization, trace context and CORS */
+static void test_forwarded_headers_and_cors(void **st) {
+  (void)st;
+  fx_worker *p = fx_start(NULL), *d = fx_start(NULL);
+  eldr_serve_config c;
+  base_cfg(&c);
+  add(&c, 0, p);
+  add(&c, 1, d);
+  c.backend_api_key = strdup("backend-key");
+  c.cors_origin = strdup("https://a.example, https://b.example");
+  rt_router r;
+  assert_int_equal(rt_start(&r, &c), 0);
+  tc_resp resp;
+  const char *hdrs = "Authorization: Bearer client-key\r\n"
+                     "traceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\r\n"
+                     "tracestate: rojo=00f067aa0ba902b7,congo=t61rcWkgMzE\r\n"
+                     "baggage: userId=alice,serverNode=DF%2028\r\nOrigin: https://b.example\r\n";
+  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", hdrs, &resp), 0);
+  assert_int_equal(resp.status, 200);
+  char v[256];
+  assert_int_equal(tc_header(&resp, "Access-Control-Allow-Origin", v, sizeof v), 0);
+  assert_string_equal(v, "https://b.example");
+  tc_free(&resp);
+  fx_worker *legs[2] = {p, d};
+  for (int i = 0; i < 2; i++) {
+    fx_record rec;
+    assert_int_equal(fx_get(legs[i], "/v1/completions", -1, &rec), 0);
+    assert_string_equal(rec.authorization, "Bearer backend-key");
+    assert_string_equal(rec.traceparent, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+    assert_string_equal(rec.tracestate, "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE");
+    assert_string_equal(rec.baggage, "userId=alice,serverNode=DF%2028");
+    fx_record_free(&rec);
+  }
+  /* preflight: 204 with the allowed methods and headers */
+  const char *pre = "OPTIONS /v1/chat/completions HTTP/1.1\r\nHost: x\r\nOrigin: https://a.example\r\n"
+                    "Access-Control-Request-Method: POST\r\n"
+                    "Access-Control-Request-Headers: authorization, content-type\r\n\r\n";
+  assert_int_equal(tc_raw(r.port, pre, strlen(pre), 5, &resp), 0);
+  assert_int_equal(resp.status, 204);
+  assert_int_equal(tc_header(&resp, "Access-Control-Allow-Origin", v, sizeof v), 0);
+  assert_string_equal(v, "https://a.example");
+  assert_int_equal(tc_header(&resp, "Access-Control-Allow-Headers", v, sizeof v), 0);
+  assert_string_equal(v, "authorization, content-type");
+  assert_int_equal(tc_header(&resp, "Access-Control-Allow-Methods", v, sizeof v), 0);
+  assert_non_null(strstr(v, "POST"));
+  tc_free(&resp);
+  /* an origin not in the list gets no CORS header */
+  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", "Origin: https://evil.example\r\n", &resp), 0);
+  assert_int_equal(resp.status, 200);
+  assert_int_equal(tc_header(&resp, "Access-Control-Allow-Origin", v, sizeof v), -1);
+  tc_free(&resp);
+  rt_stop(&r);
+  eldr_serve_config_free(&c);
+  /* no backend key: the client's Authorization only with forward_authorization; no CORS: OPTIONS is 405 */
+  base_cfg(&c);
+  add(&c, 0, p);
+  add(&c, 1, d);
+  c.forward_authorization = 1;
+  assert_int_equal(rt_start(&r, &c), 0);
+  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", "Authorization: Bearer client-key\r\n", &resp), 0);
+  assert_int_equal(resp.status, 200);
+  tc_free(&resp);
+  fx_record rec;
+  assert_int_equal(fx_get(d, "/v1/completions", -1, &rec), 0);
+  assert_string_equal(rec.authorization, "Bearer client-key");
+  fx_record_free(&rec);
+  assert_int_equal(tc_raw(r.port, pre, strlen(pre), 5, &resp), 0);
+  assert_int_equal(resp.status, 405);
+  tc_free(&resp);
+  rt_stop(&r);
+  eldr_serve_config_free(&c);
+  /* a key with a line break is refused (header injection) */
+  base_cfg(&c);
+  add(&c, 0, p);
+  add(&c, 1, d);
+  c.backend_api_key = strdup("k\r\nX-Evil: 1");
+  eldr_diag dg = {{0}};
+  assert_true(eldr_serve_config_validate(&c, &dg) < 0);
+  assert_non_null(strstr(dg.msg, "backend_api_key"));
+  eldr_serve_config_free(&c);
+  fx_free(p);
+  fx_free(d);
+}
+
 static void test_timeouts_and_disconnect(void **st) {
   (void)st;
   fx_behaviour hang = fx_defaults();
@@ -1147,6 +1231,7 @@ int main(void) {
       cmocka_unit_test(test_retries),
       cmocka_unit_test(test_handoff_safety),
       cmocka_unit_test(test_usage_from_the_right_leg),
+      cmocka_unit_test(test_forwarded_headers_and_cors),
       cmocka_unit_test(test_timeouts_and_disconnect),
       cmocka_unit_test(test_worker_killed_and_health),
       cmocka_unit_test(test_bad_input),

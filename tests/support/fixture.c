@@ -69,6 +69,9 @@ static void record(fx_worker *w, struct evhttp_request *req, const char *path) {
   if (v) snprintf(r.request_id, sizeof r.request_id, "%s", v);
   v = evhttp_find_header(h, "Authorization");
   if (v) snprintf(r.authorization, sizeof r.authorization, "%s", v);
+  if ((v = evhttp_find_header(h, "traceparent"))) snprintf(r.traceparent, sizeof r.traceparent, "%s", v);
+  if ((v = evhttp_find_header(h, "tracestate"))) snprintf(r.tracestate, sizeof r.tracestate, "%s", v);
+  if ((v = evhttp_find_header(h, "baggage"))) snprintf(r.baggage, sizeof r.baggage, "%s", v);
   struct evbuffer *in = evhttp_request_get_input_buffer(req);
   r.body_len = evbuffer_get_length(in);
   r.body = malloc(r.body_len + 1);
@@ -477,6 +480,7 @@ int tc_raw(int port, const char *raw, size_t len, double timeout_s, tc_resp *out
   char v[64];
   long long clen = -1;
   if (tc_header(out, "Content-Length", v, sizeof v) == 0) clen = atoll(v);
+  if (out->status == 204 || out->status == 304) clen = 0; /* never a body */
   out->chunked = tc_header(out, "Transfer-Encoding", v, sizeof v) == 0 && !strcasecmp(v, "chunked");
   if (out->chunked) {
     size_t pos = hl;

@@ -45,6 +45,7 @@ typedef struct fx_record {
   char path[128];
   char request_id[256];
   char authorization[256];
+  char traceparent[128], tracestate[600], baggage[1024];
   char *body;
   size_t body_len;
 } fx_record;
