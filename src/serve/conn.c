@@ -175,6 +175,7 @@ void eldr__conn_free(hconn *c) {
   else s->conns = c->next;
   if (c->next) c->next->prev = c->prev;
   if (c->deadline) event_free(c->deadline);
+  if (c->cbody) evbuffer_free(c->cbody);
   bufferevent_free(c->bev);
   free(c);
 }
@@ -236,6 +237,58 @@ static void conn_deadline_cb(evutil_socket_t fd, short ev, void *arg) {
              c->s->cfg.header_timeout_s);
 }
 
+enum { CH_SIZE, CH_DATA, CH_DATA_END, CH_TRAILER };
+#define CH_LINE_MAX 1024 /* a chunk-size line or a trailer line */
+
+/* Move the chunked body's data from in to c->cbody as it arrives: 1 when the
+ * whole body (and its trailer) was read, 0 when more bytes are needed, -413
+ * above max_body, -400 when malformed (the counters are bumped here). */
+static int read_chunked(hconn *c, struct evbuffer *in) {
+  eldr_server *s = c->s;
+  for (;;) {
+    if (c->cst == CH_DATA) {
+      size_t avail = evbuffer_get_length(in);
+      if (!avail) return 0;
+      size_t take = avail < c->cleft ? avail : (size_t)c->cleft;
+      if (evbuffer_remove_buffer(in, c->cbody, take) != (int)take) return -400;
+      c->cleft -= take;
+      if (c->cleft) return 0;
+      c->cst = CH_DATA_END;
+      continue;
+    }
+    size_t eol_len = 0;
+    struct evbuffer_ptr e = evbuffer_search_eol(in, NULL, &eol_len, EVBUFFER_EOL_CRLF_STRICT);
+    if (e.pos < 0) {
+      if (evbuffer_get_length(in) > CH_LINE_MAX) goto bad;
+      return 0;
+    }
+    if ((size_t)e.pos > CH_LINE_MAX) goto bad;
+    const char *line = (const char *)evbuffer_pullup(in, e.pos + (ev_ssize_t)eol_len);
+    size_t n = (size_t)e.pos;
+    if (c->cst == CH_DATA_END) { /* the CRLF after a chunk's data */
+      if (n != 0) goto bad;
+      c->cst = CH_SIZE;
+    } else if (c->cst == CH_SIZE) {
+      uint64_t sz;
+      if (eldr__http_chunk_size(line, n, &sz)) goto bad;
+      if (sz > s->cfg.max_body || evbuffer_get_length(c->cbody) + sz > s->cfg.max_body) {
+        s->m.bad[BAD_TOO_LARGE]++;
+        return -413;
+      }
+      c->cleft = sz;
+      c->cst = sz ? CH_DATA : CH_TRAILER;
+    } else { /* CH_TRAILER: lines until an empty one */
+      evbuffer_drain(in, n + eol_len);
+      if (n == 0) return 1;
+      continue;
+    }
+    evbuffer_drain(in, n + eol_len);
+  }
+bad:
+  s->m.bad[BAD_HEAD]++;
+  return -400;
+}
+
 static void conn_process(hconn *c) {
   eldr_server *s = c->s;
   struct evbuffer *in = bufferevent_get_input(c->bev);
@@ -263,15 +316,25 @@ static void conn_process(hconn *c) {
       }
       evbuffer_drain(in, (size_t)hl);
       c->keep_alive = c->head.keep_alive;
-      if (c->head.chunked) {
-        evtimer_del(c->deadline);
-        s->m.bad[BAD_LENGTH]++;
-        c->keep_alive = 0;
-        c->state = C_BUSY;
-        eldr__send_error(c, 411, "invalid_request_error", "chunked request bodies are not supported: send Content-Length");
-        break;
-      }
       int64_t cl = c->head.content_length;
+      if (c->head.chunked) { /* Node's http, fetch with a stream, requests with a generator, curl -T - */
+        if (!c->cbody && !(c->cbody = evbuffer_new())) {
+          evtimer_del(c->deadline);
+          c->keep_alive = 0;
+          c->state = C_BUSY;
+          eldr__send_error(c, 500, "internal_error", "out of memory");
+          break;
+        }
+        evbuffer_drain(c->cbody, evbuffer_get_length(c->cbody));
+        c->cst = CH_SIZE;
+        c->cleft = 0;
+        if (c->head.expect_continue) {
+          bufferevent_write(c->bev, "HTTP/1.1 100 Continue\r\n\r\n", 25);
+          conn_flush(c);
+        }
+        c->state = C_BODY;
+        continue;
+      }
       if (c->head.method == ELDR__M_POST && cl < 0) {
         evtimer_del(c->deadline);
         s->m.bad[BAD_LENGTH]++;
@@ -298,6 +361,23 @@ static void conn_process(hconn *c) {
       continue;
     }
     /* C_BODY */
+    if (c->head.chunked) {
+      int rc = read_chunked(c, in);
+      if (rc == 0) break; /* more bytes needed */
+      evtimer_del(c->deadline);
+      if (rc < 0) { /* answered */
+        c->keep_alive = 0;
+        c->state = C_BUSY;
+        eldr__send_error(c, rc == -413 ? 413 : 400, "invalid_request_error", "%s",
+                         rc == -413 ? "chunked request body exceeds the limit" : "malformed chunked request body");
+        break;
+      }
+      size_t blen = evbuffer_get_length(c->cbody);
+      const char *body = blen ? (const char *)evbuffer_pullup(c->cbody, -1) : "";
+      dispatch(c, body, blen);
+      evbuffer_drain(c->cbody, blen); /* parsed by now: its memory goes back */
+      continue;
+    }
     if (avail < c->body_need) break;
     evtimer_del(c->deadline);
     const char *body = c->body_need ? (const char *)evbuffer_pullup(in, (ev_ssize_t)c->body_need) : "";

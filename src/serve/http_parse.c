@@ -192,3 +192,22 @@ long eldr__http_parse_head(const char *buf, size_t len, size_t max_header, eldr_
   else if (conn_keep) h->keep_alive = 1;
   return (long)end;
 }
+
+int eldr__http_chunk_size(const char *line, size_t n, uint64_t *size) {
+  uint64_t v = 0;
+  size_t i = 0;
+  for (; i < n; i++) {
+    char ch = line[i];
+    int d = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : -1;
+    if (d < 0) break;
+    if (v > (1ull << 36)) return -1; /* 16 more bits would pass 2^40 */
+    v = v * 16 + (uint64_t)d;
+  }
+  if (i == 0) return -1;
+  while (i < n && (line[i] == ' ' || line[i] == '\t')) i++;
+  if (i < n && line[i] != ';') return -1;
+  for (; i < n; i++)
+    if ((unsigned char)line[i] < 0x20 && line[i] != '\t') return -1;
+  *size = v;
+  return 0;
+}

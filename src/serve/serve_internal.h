@@ -68,6 +68,11 @@ typedef struct eldr__http_head {
  * h->error set. Never reads past len. */
 long eldr__http_parse_head(const char *buf, size_t len, size_t max_header, eldr__http_head *h);
 
+/* The size line of a chunk in a chunked request body: line[0..n) without
+ * its CRLF, hex digits then optional ";extension". 0 with *size set, or -1
+ * (malformed, or a size above 2^40). */
+int eldr__http_chunk_size(const char *line, size_t n, uint64_t *size);
+
 /* ---- client request --------------------------------------------------------- */
 
 typedef enum eldr__api { ELDR__API_COMPLETIONS = 0, ELDR__API_CHAT } eldr__api;

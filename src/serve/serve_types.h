@@ -183,6 +183,10 @@ struct hconn {
   int head_only;
   int resp_chunked; /* 1 = chunked, 2 = raw until close (HTTP/1.0) */
   size_t body_need;
+  /* a chunked request body: decoded into cbody as it arrives */
+  struct evbuffer *cbody;
+  int cst;                /* CH_SIZE, CH_DATA, CH_DATA_END, CH_TRAILER */
+  uint64_t cleft;         /* bytes left in the current chunk */
   rq *r;
   hconn *prev, *next;
   eldr__http_head head;
