@@ -15,7 +15,8 @@
 #include "serve/serve_internal.h"
 
 static const char *const dropped[] = {"stream", "max_tokens", "max_completion_tokens",
-                                      "stream_options", "min_tokens", "kv_transfer_params"};
+                                      "stream_options", "min_tokens", "min_completion_tokens",
+                                      "kv_transfer_params"};
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1) return 0;
@@ -34,7 +35,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     json_t *mct = json_object_get(r.root, "max_completion_tokens");
     json_t *pmct = json_object_get(pj, "max_completion_tokens");
     if (mct ? json_integer_value(pmct) != 1 : pmct != NULL) abort();
-    if (json_object_get(pj, "stream_options") || json_object_get(pj, "min_tokens")) abort();
+    if (json_object_get(pj, "stream_options") || json_object_get(pj, "min_tokens") ||
+        json_object_get(pj, "min_completion_tokens"))
+      abort();
     json_t *want_kv = json_pack("{s:b,s:b,s:n,s:n,s:n,s:n}", "do_remote_decode", 1, "do_remote_prefill", 0,
                                 "remote_engine_id", "remote_block_ids", "remote_host", "remote_port");
     if (!json_equal(json_object_get(pj, "kv_transfer_params"), want_kv)) abort();

@@ -269,6 +269,7 @@ char *eldr__prefill_body(const eldr__req *r, size_t *len) {
     bad_set |= json_object_set_new(o, "max_completion_tokens", json_integer(1));
   json_object_del(o, "stream_options");
   json_object_del(o, "min_tokens");
+  json_object_del(o, "min_completion_tokens"); /* as vLLM's toy_proxy_server.py: not for the prefill */
   if (kv) bad_set |= json_object_set_new(o, "kv_transfer_params", kv);
   char *s = bad_set ? NULL : dump(o, len);
   json_decref(o);
