@@ -58,7 +58,9 @@ void eldr__access_log(rq *r, int outcome, int status) {
   json_t *o = json_object();
   if (!o) return;
   json_object_set_new(o, "ts", json_string(ts));
-  json_object_set_new(o, "id", json_string(r->reqid));
+  /* id: as echoed to the client (its X-Request-Id, else the engines' id) */
+  json_object_set_new(o, "id", json_string(r->client_reqid[0] ? r->client_reqid : r->reqid));
+  json_object_set_new(o, "engine_id", json_string(r->reqid));
   json_object_set_new(o, "policy", json_string(eldr_policy_name(s->cfg.policy)));
   json_object_set_new(o, "decision", json_string(dec_name[r->decision]));
   json_object_set_new(o, "decoder", r->al_decoder[0] ? json_string(r->al_decoder) : json_null());
