@@ -15,7 +15,9 @@
  *           "cluster_sizes": [K ints], "created": str, "trace": str},
  *   "placement": {"ep_size": R, "redundant_experts": N,           (optional)
  *                 "format": "sglang-init-expert-location",
- *                 "global": "FILE", "decoders": [K "FILE"]}
+ *                 "global": "FILE", "decoders": [K "FILE"]},
+ *   "latency": {eldr_latency_dump: every field of the step-latency model}
+ *                                                                 (optional)
  * }
  *
  * "placement" names the expert-parallel placements `eldr fit --ep-size`
@@ -23,6 +25,10 @@
  * the artifact's directory, without '/', one per decoder (decoder i starts
  * its engine with decoders[i]) plus the all-traffic one
  * (eldr_artifact_set_placement, eldr_artifact_placement_path).
+ *
+ * "latency" is optional (absent or null: no coefficients; the footprint
+ * policy then falls back to JSQ and says so). When present it must be
+ * complete (eldr_latency_parse_full), validate, and have the model's shape.
  *
  * Validated on load: unknown version, missing/mistyped fields, wrong
  * dimensions, NaN/inf, negative IDF, centroids with |norm - 1| > 1e-3, mask

@@ -21,6 +21,7 @@
 
 #include "eldr/counts.h"
 #include "eldr/error.h"
+#include "eldr/latency.h"
 #include "eldr/signature.h"
 
 #define ELDR_ARTIFACT_VERSION 1
@@ -47,6 +48,7 @@ typedef struct eldr_artifact {
   char *created;         /* owned, may be NULL */
   char *trace;           /* owned, may be NULL */
   struct eldr_artifact_placement *placement; /* owned, NULL when absent */
+  eldr_latency_model *latency; /* owned, NULL when the artifact carries no coefficients */
 } eldr_artifact;
 
 /* The expert-parallel placement files an artifact names (its "placement"
@@ -82,6 +84,11 @@ void eldr_artifact_free(eldr_artifact *a);
 /* Validate an in-memory artifact (same checks as load). Returns 0 or the
  * error of the first problem, with the field named in d. */
 int eldr_artifact_validate(const eldr_artifact *a, eldr_diag *d);
+
+/* Set (copy) or clear (m NULL) the latency-model section (the footprint
+ * policy's coefficients). Errors as validate (m's own checks, a shape other
+ * than the artifact's); a unchanged on error. */
+int eldr_artifact_set_latency(eldr_artifact *a, const eldr_latency_model *m, eldr_diag *d);
 
 /* A sigspec borrowing the artifact's idf and mask. */
 void eldr_artifact_sigspec(const eldr_artifact *a, eldr_sigspec *spec);

@@ -86,6 +86,14 @@ const char *eldr_latency_hardware_name(size_t i);
 int eldr_latency_parse_overrides(const char *json, size_t len, eldr_latency_model *m,
                                  eldr_diag *d);
 
+/* A complete model from JSON (every field of eldr_latency_dump present; a
+ * missing one is ELDR_EPARSE naming the count), validated. */
+int eldr_latency_parse_full(const char *json, size_t len, eldr_latency_model *m, eldr_diag *d);
+/* The whole model as compact JSON (malloc'd, caller frees; 17 significant
+ * digits, so parse_full gives it back bit-identical). NULL when m does not
+ * validate or on allocation failure. */
+char *eldr_latency_dump(const eldr_latency_model *m);
+
 /* Check the model is usable (shape valid, bandwidths/peaks > 0, finite). */
 int eldr_latency_validate(const eldr_latency_model *m, eldr_diag *d);
 
@@ -94,6 +102,11 @@ int eldr_latency_validate(const eldr_latency_model *m, eldr_diag *d);
  * context tokens of the batch (KV reads). */
 double eldr_latency_step(const eldr_latency_model *m, size_t batch,
                          const uint32_t *union_per_layer, double ctx_tokens);
+/* The same step time with fractional (expected) unions per layer: the one
+ * implementation; eldr_latency_step converts and calls it. The footprint
+ * policy predicts with it. */
+double eldr_latency_step_f(const eldr_latency_model *m, size_t batch, const double *union_per_layer,
+                           double ctx_tokens);
 
 /* Seconds for one MoE layer (roofline + layer overhead) with n_active
  * distinct experts, batch tokens and ctx_tokens of context. */
@@ -111,7 +124,10 @@ double eldr_latency_moe_layer_ep(const eldr_latency_model *m, size_t batch,
                                  const uint32_t *rank_experts, const uint32_t *rank_tokens,
                                  uint32_t R, double ctx_tokens);
 /* A whole step: layer l's counters at [l * R, (l + 1) * R); plus the dense
- * layers, head and step overhead as in eldr_latency_step. */
+ * layers, head and step overhead as in eldr_latency_step. R <= 1 is the
+ * aggregate model: eldr_latency_step_f with union_per_layer[l] =
+ * rank_experts[l] (so EP size 1 and the footprint policy's prediction are
+ * the same step model). */
 double eldr_latency_step_ep(const eldr_latency_model *m, size_t batch, const uint32_t *rank_experts,
                             const uint32_t *rank_tokens, uint32_t R, double ctx_tokens);
 /* Dispatch + combine of one MoE layer: 2 * a2a_latency_s + each rank's

@@ -8,6 +8,11 @@
  * Decoder i uses centroid i % n_centroids. tau = 0 is nearest centroid,
  * Signatures are non-negative, so similarities lie in [0, 1] and tau = 1
  * puts every decoder in the band: pure shortest queue.
+ * FOOTPRINT (ours, not the paper's): the decoder with the lowest predicted
+ * added cost from the decoders' live expert footprints and the latency model
+ * (include/eldr/footprint.h, docs/footprint.md); it needs a footprint state
+ * attached (eldr_policy_attach_footprint) and the on_route / on_end calls,
+ * else it is JSQ with ELDR_FALLBACK_NO_MODEL.
  * Prefill: prefix hash picks a home worker; if its load exceeds the least
  * load + guard, the least-loaded worker takes it (load guard).
  *
@@ -15,8 +20,8 @@
  * similarity, then lower index; P2C by the first drawn. Only RANDOM and P2C
  * draw from the policy's own seeded generator.
  *
- * No allocation, no I/O. The policy borrows the centroids (the caller keeps
- * them alive, e.g. the loaded artifact). Not thread-safe: one policy object
+ * No allocation, no I/O in a decision. The policy borrows the centroids and
+ * the footprint state (the caller keeps them alive, e.g. the loaded artifact). Not thread-safe: one policy object
  * per decision thread, or a lock around eldr_policy_decode.
  */
 #ifndef ELDR_POLICY_H
@@ -25,6 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "eldr/footprint.h"
 #include "eldr/rng.h"
 
 typedef enum eldr_policy_kind {
@@ -34,10 +40,11 @@ typedef enum eldr_policy_kind {
   ELDR_POLICY_P2C,
   ELDR_POLICY_DOMAIN,
   ELDR_POLICY_ELDR,
+  ELDR_POLICY_FOOTPRINT,
   ELDR_POLICY__COUNT
 } eldr_policy_kind;
 
-/* "random", "rr", "jsq", "p2c", "domain", "eldr". */
+/* "random", "rr", "jsq", "p2c", "domain", "eldr", "footprint". */
 const char *eldr_policy_name(eldr_policy_kind k);
 /* Parse a name (also "round-robin", "power-of-two"); ELDR_EINVAL if unknown. */
 int eldr_policy_parse(const char *name, eldr_policy_kind *out);
@@ -48,6 +55,7 @@ typedef enum eldr_fallback {
   ELDR_FALLBACK_NO_SIGNATURE, /* ELDR without a signature (no routed_experts / malformed / empty) */
   ELDR_FALLBACK_NO_ARTIFACT,  /* ELDR without centroids */
   ELDR_FALLBACK_NO_DOMAIN,    /* DOMAIN without a label */
+  ELDR_FALLBACK_NO_MODEL,     /* FOOTPRINT without latency coefficients (no footprint state) */
 } eldr_fallback;
 
 typedef struct eldr_policy {
@@ -59,6 +67,7 @@ typedef struct eldr_policy {
   size_t n_centroids;
   size_t dim;
   size_t n_domains;       /* DOMAIN: number of labels (>= 1) */
+  eldr_footprint *fp;     /* FOOTPRINT: borrowed state, or NULL (JSQ fallback) */
 } eldr_policy;
 
 /* Initialise. centroids may be NULL (ELDR then falls back to JSQ).
@@ -77,6 +86,7 @@ typedef struct eldr_decision {
   eldr_fallback fallback; /* ELDR_FALLBACK_NONE when the policy ran as asked */
   float best_sim;         /* ELDR: max similarity (else 0) */
   int band_size;          /* ELDR: decoders in the band (else 0) */
+  double pred_tpot;       /* FOOTPRINT: predicted time per token on the chosen decoder, s (else 0) */
 } eldr_decision;
 
 /* Choose a decode worker. loads: n in-flight counts; healthy: n flags or
@@ -93,9 +103,31 @@ typedef struct eldr_decision {
  * ELDR: the band edge is max sim - tau - 1e-6, so tau = 0 keeps exact ties.
  * Without centroids: JSQ with ELDR_FALLBACK_NO_ARTIFACT (checked first);
  * without a signature (or one whose similarities are NaN): JSQ with
- * ELDR_FALLBACK_NO_SIGNATURE. */
+ * ELDR_FALLBACK_NO_SIGNATURE.
+ * FOOTPRINT through eldr_policy_decode: no selection counts (the uniform
+ * profile, ELDR_FALLBACK_NO_SIGNATURE); use eldr_policy_decide. */
 int eldr_policy_decode(eldr_policy *p, const uint32_t *loads, const uint8_t *healthy, size_t n,
                        const eldr_route_req *req, eldr_decision *out);
+
+/* eldr_policy_decode plus what FOOTPRINT needs (fr: the request's prefill
+ * selection counts, token count and prompt tokens; NULL = none; ignored by
+ * every other policy). FOOTPRINT runs eldr_footprint_decide: without counts
+ * it uses the uniform profile K/E and reports ELDR_FALLBACK_NO_SIGNATURE;
+ * without an attached footprint it is JSQ with ELDR_FALLBACK_NO_MODEL. */
+int eldr_policy_decide(eldr_policy *p, const uint32_t *loads, const uint8_t *healthy, size_t n,
+                       const eldr_route_req *req, const eldr_fp_request *fr, eldr_decision *out);
+
+/* FOOTPRINT: attach the footprint state (borrowed; NULL detaches). */
+void eldr_policy_attach_footprint(eldr_policy *p, eldr_footprint *fp);
+
+/* The router's two bookkeeping calls around a decision; no-ops returning
+ * ELDR_FP_NO_TICKET / nothing for every policy but an attached FOOTPRINT.
+ * on_route: the request (the same fr given to eldr_policy_decide) was sent
+ * to decoder k; returns the ticket to keep with the request.
+ * on_end: the request's decode leg ended (finished, failed, cancelled, or its
+ * decoder was lost); call exactly once per ticket. Unknown tickets are ignored. */
+uint64_t eldr_policy_on_route(eldr_policy *p, int k, const eldr_fp_request *fr);
+void eldr_policy_on_end(eldr_policy *p, uint64_t ticket);
 
 /* Choose a prefill worker by prefix hash with a load guard: home =
  * hash-ordered healthy worker (rendezvous hashing, stable when workers come
@@ -105,5 +137,10 @@ int eldr_policy_decode(eldr_policy *p, const uint32_t *loads, const uint8_t *hea
  * worker i is XXH64 of (prefix_hash, i), highest wins (lower index on ties). */
 int eldr_policy_prefill(uint64_t prefix_hash, const uint32_t *loads, const uint8_t *healthy,
                         size_t n, uint32_t guard);
+
+/* Internal (shared with footprint.c, so both compute dot products with the
+ * same bits): sum a[i]*b[i] in eight float lanes (lane j: i = j mod 8), lanes
+ * j and j+4 added, reduced as ((0+2)+(1+3)), then the tail in order. */
+float eldr__dot_lanes8(const float *a, const float *b, size_t dim);
 
 #endif

@@ -22,6 +22,8 @@
 
 /* eldr_latency_parse_overrides on the contents of path (at most 16 MiB). */
 int eldr_latency_load_overrides(const char *path, eldr_latency_model *m, eldr_diag *d);
+/* eldr_latency_parse_full (a complete model) on the contents of path. */
+int eldr_latency_load_full(const char *path, eldr_latency_model *m, eldr_diag *d);
 
 /* eldr_tracegen_new_workload for a workload by name: a preset ("task",
  * "language", see eldr_tracegen_workload_preset) or "custom:FILE" with a

@@ -25,6 +25,12 @@
  * offsets use streams derived from the seed independent of the policy, so
  * every policy serves the very same arrival sequence.
  *
+ * FOOTPRINT runs keep an eldr_footprint (include/eldr/footprint.h) for the
+ * run: each decision gets the request's prefill selection counts (decode
+ * counts with footprint_oracle; another pool request's with
+ * permute_signatures), eldr_policy_on_route after it, eldr_policy_on_end when
+ * the request finishes.
+ *
  * Ownership: the pool and model are borrowed for the duration of a call; the
  * result is a plain value; a log (optional) is a caller-owned array.
  */
@@ -55,6 +61,10 @@ typedef struct eldr_sim_pool {
    * selections. NULL: each run builds its own when worthwhile. */
   const uint64_t *tokbits;
   const size_t *tokoff;
+  /* FOOTPRINT: the latency coefficients the policy predicts with (the
+   * artifact's latency section; NULL: the policy falls back to JSQ and every
+   * decision counts as a fallback). Borrowed. */
+  const eldr_latency_model *policy_model;
 } eldr_sim_pool;
 
 /* One request's history (optional, for tests and per-request output). */
@@ -66,6 +76,7 @@ typedef struct eldr_sim_log {
   uint32_t completions;  /* times it finished (must be 1) */
   uint32_t chosen_load, min_load; /* decoder loads at the decision */
   int fallback;          /* eldr_fallback of the decision */
+  double pred_tpot;      /* FOOTPRINT: predicted TPOT at the decision (s), else 0 */
 } eldr_sim_log;
 
 typedef struct eldr_sim_config {
@@ -80,6 +91,8 @@ typedef struct eldr_sim_config {
   double tau;
   int permute_signatures;    /* control "eldr-permuted": signatures shuffled across pool requests */
   int decorrelate;           /* each arrival starts at a random offset of its decode sequence (wraps) */
+  int footprint_oracle;      /* FOOTPRINT fed each request's decode selections, not its prefill's */
+  const uint8_t *footprint_mask; /* FOOTPRINT: L flags of the layers predicted from the footprint (NULL: all) */
   eldr_sim_log *log;         /* n_requests entries (or pool size in trace mode), or NULL */
   void (*progress)(void *ctx, size_t done, size_t total);
   void *progress_ctx;
@@ -107,6 +120,8 @@ typedef struct eldr_sim_result {
   double copies_in_flight;    /* mean other in-flight copies of the same recorded request, at decode routing */
   double batch_dup_frac;      /* fraction of token-steps whose batch holds another copy of the same request */
   size_t fallbacks;           /* decisions that did not run as asked */
+  double pred_rel_err;        /* FOOTPRINT: mean |predicted - actual| / actual TPOT (NaN otherwise) */
+  double pred_corr;           /* FOOTPRINT: Pearson correlation of predicted and actual TPOT */
   size_t pool_size;
   double sim_seconds;         /* simulated time of the last event */
   double ep_busiest_share;    /* with placements: sum over (step, layer) of the busiest EP

@@ -36,6 +36,8 @@ typedef struct eldr_sweep_variant {
   eldr_policy_kind kind;
   double tau;            /* < 0: the artifact's (set by the caller before running) */
   int permute, decorrelate, vanilla;
+  int oracle;            /* footprint-oracle: decode selections */
+  int fp_layers;         /* footprint: 0/1 all MoE layers, 2 the artifact's mask */
   int is_baseline;       /* random/rr/jsq/p2c */
   int is_headline;       /* in the main figure */
 } eldr_sweep_variant;
@@ -78,6 +80,7 @@ typedef struct eldr_sweep {
   const eldr_sim_pool *pool_vanilla; /* for variants with vanilla set (may equal pool) */
   const eldr_latency_model *lm;
   const eldr_sim_config *cfg;        /* base config: workers, batch, requests, seed */
+  const uint8_t *footprint_mask;     /* the artifact's layer mask (footprint-mask rows), or NULL */
   size_t jobs;                       /* threads, 1..ELDR_SWEEP_MAX_JOBS */
   eldr_sweep_progress_fn progress;   /* may be NULL */
   void *progress_ctx;

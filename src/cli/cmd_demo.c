@@ -146,7 +146,7 @@ static void usage(FILE *f) {
           "  --rate R           arrivals per second of model time (default 100)\n"
           "  --time-scale S     emulated durations = model time x S (default 8)\n"
           "  --duration S       wall seconds of arrivals per policy (default 20)\n"
-          "  --policies LIST    comma list of eldr, random, rr, jsq, p2c (default all five)\n"
+          "  --policies LIST    comma list of eldr, footprint, random, rr, jsq, p2c (default all six)\n"
           "  --seed N           seed of the trace, split, fit and arrivals (default 1)\n"
           "  --routers N        router replicas in front of the same workers, clients spread\n"
           "                     over them round robin (default 1, at most 8)\n"
@@ -203,7 +203,7 @@ static void parse_args(int argc, char **argv, demo *x) {
   memset(x, 0, sizeof *x);
   x->hardware = "h200";
   x->workload = "task";
-  x->policies_arg = "eldr,random,rr,jsq,p2c";
+  x->policies_arg = "eldr,footprint,random,rr,jsq,p2c";
   x->n_fit = 400;
   x->n_eval = 200;
   x->max_decode = 64;
@@ -267,14 +267,14 @@ static void parse_args(int argc, char **argv, demo *x) {
     }
   }
   if (optind < argc) cli_usage_error(CMD, "unexpected argument '%s' (see --help)", argv[optind]);
-  static const char *known[] = {"eldr", "random", "rr", "jsq", "p2c"};
+  static const char *known[] = {"eldr", "random", "rr", "jsq", "p2c", "footprint"};
   char buf[256];
   snprintf(buf, sizeof buf, "%s", x->policies_arg);
   char *save = NULL;
   for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
     size_t k = 0;
-    while (k < 5 && strcmp(tok, known[k])) k++;
-    if (k == 5) cli_usage_error(CMD, "--policies: unknown policy '%s' (eldr, random, rr, jsq, p2c)", tok);
+    while (k < 6 && strcmp(tok, known[k])) k++;
+    if (k == 6) cli_usage_error(CMD, "--policies: unknown policy '%s' (eldr, footprint, random, rr, jsq, p2c)", tok);
     for (size_t j = 0; j < x->npol; j++)
       if (x->pols[j] == known[k]) cli_usage_error(CMD, "--policies: '%s' given twice", tok);
     if (x->npol < 8) x->pols[x->npol++] = known[k];
@@ -356,7 +356,8 @@ static void make_splits(demo *x) {
 static void fit_artifact(demo *x) {
   fprintf(stderr, "eldr demo: [2/4] fitting the artifact on %zu requests for %ld decoders\n", x->nfit, x->D);
   char *args[] = {"fit", "--trace", x->fit_path, "--decoders", x->dbuf, "-o", x->art_path, "--seed",
-                  x->seedbuf, "-q", NULL};
+                  x->seedbuf, "-q", x->model ? "--model" : NULL, (char *)x->model, "--hardware",
+                  (char *)x->hardware, NULL}; /* coefficients for footprint, when the model is a preset */
   eldr_diag d = {{0}};
   int code = -1;
   int rc = eldr_cluster_run(g_cluster, args, NULL, &code, &d);

@@ -11,6 +11,8 @@
 #include "cli_ep.h"
 #include "eldr/artifact.h"
 #include "eldr/fit.h"
+#include "eldr/latency.h"
+#include "eldr/preset_files.h"
 #include "eldr/quality.h"
 #include "eldr/signature.h"
 #include "eldr/trace.h"
@@ -41,6 +43,12 @@ static const char FIT_HELP[] =
     "                          next to the artifact, which names them\n"
     "      --redundant-experts N  replicas of hot experts per layer (E + N must\n"
     "                          split over R ranks; SGLang --ep-num-redundant-experts) [0]\n"
+    "      --model M           store this latency preset's coefficients in the artifact\n"
+    "                          (the footprint policy needs them): qwen3-30b-a3b\n"
+    "                          gpt-oss-120b qwen3-235b-a22b llama4-maverick olmoe-1b-7b\n"
+    "      --hardware H        mi300x | h200 | h100 (with --model)         [mi300x]\n"
+    "      --latency FILE      calibration JSON: overrides on --model's preset, or a\n"
+    "                          complete model (every field) without --model\n"
     "      --json              print the report as JSON\n"
     "  -q, --quiet             no progress on stderr\n"
     "  -h, --help              this help\n";
@@ -80,6 +88,7 @@ static void print_steps(const eldr_trace *t, const eldr_fit_candidate *c) {
 int eldr_cmd_fit(int argc, char **argv) {
   const char *cmd = "fit";
   const char *trace_path = NULL, *out_path = NULL, *layers = "auto";
+  const char *lat_model = NULL, *lat_hw = NULL, *lat_path = NULL;
   eldr_fit_opts o;
   eldr_fit_opts_default(&o);
   int json = 0, quiet = 0;
@@ -94,6 +103,8 @@ int eldr_cmd_fit(int argc, char **argv) {
       {"vanilla", no_argument, 0, 8},         {"json", no_argument, 0, 9},
       {"fit-fraction", required_argument, 0, 10}, {"quiet", no_argument, 0, 'q'},
       {"ep-size", required_argument, 0, 11},  {"redundant-experts", required_argument, 0, 12},
+      {"model", required_argument, 0, 13},    {"hardware", required_argument, 0, 14},
+      {"latency", required_argument, 0, 15},
       {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
   cli_getopt_reset();
   int c;
@@ -127,6 +138,9 @@ int eldr_cmd_fit(int argc, char **argv) {
     case 10: frac = cli_parse_double(cmd, "--fit-fraction", optarg, 1e-9, 1.0); break;
     case 11: ep_size = (uint32_t)cli_parse_long(cmd, "--ep-size", optarg, 1, ELDR_PLACEMENT_MAX_RANKS); break;
     case 12: redundant = (uint32_t)cli_parse_long(cmd, "--redundant-experts", optarg, 0, ELDR_MAX_EXPERTS); break;
+    case 13: lat_model = optarg; break;
+    case 14: lat_hw = optarg; break;
+    case 15: lat_path = optarg; break;
     case 'q': quiet = 1; break;
     case 'h': fputs(FIT_HELP, stdout); return 0;
     default: cli_bad_option(cmd, argc, argv, c);
@@ -137,6 +151,24 @@ int eldr_cmd_fit(int argc, char **argv) {
   if (!o.k) cli_usage_error(cmd, "--decoders is required (see --help)");
   if (!out_path) cli_usage_error(cmd, "-o/--output is required (see --help)");
   if (redundant && !ep_size) cli_usage_error(cmd, "--redundant-experts needs --ep-size");
+  if (lat_hw && !lat_model) cli_usage_error(cmd, "--hardware needs --model");
+  eldr_latency_model lm;
+  int have_lm = 0;
+  {
+    eldr_diag ld = {{0}};
+    int lrc = 0;
+    if (lat_model) {
+      lrc = eldr_latency_preset(lat_model, lat_hw ? lat_hw : "mi300x", &lm, &ld);
+      if (lrc) cli_usage_error(cmd, "--model/--hardware: %s", eldr_diag_msg(&ld, lrc));
+      if (lat_path && (lrc = eldr_latency_load_overrides(lat_path, &lm, &ld)))
+        cli_fail(cmd, "--latency: %s", eldr_diag_msg(&ld, lrc));
+      have_lm = 1;
+    } else if (lat_path) {
+      if ((lrc = eldr_latency_load_full(lat_path, &lm, &ld)))
+        cli_fail(cmd, "--latency: %s", eldr_diag_msg(&ld, lrc));
+      have_lm = 1;
+    }
+  }
 
   double t0 = eldr_clock_now();
   eldr_diag d = {{0}};
@@ -144,6 +176,11 @@ int eldr_cmd_fit(int argc, char **argv) {
   int rc = eldr_trace_load(trace_path, &t, &d);
   if (rc) cli_fail(cmd, "%s", eldr_diag_msg(&d, rc));
   double t_load = eldr_clock_now() - t0;
+  if (have_lm && (lm.shape.num_layers != t->shape.num_layers ||
+                  lm.shape.num_experts != t->shape.num_experts || lm.shape.top_k != t->shape.top_k))
+    cli_usage_error(cmd, "--model/--latency: the latency model '%s' has %u layers x %u experts top-%u, "
+                    "the trace %u x %u top-%u", lm.model, lm.shape.num_layers, lm.shape.num_experts,
+                    lm.shape.top_k, t->shape.num_layers, t->shape.num_experts, t->shape.top_k);
 
   uint8_t *list_mask = NULL;
   if (!strcmp(layers, "auto")) o.layers = ELDR_FIT_LAYERS_AUTO;
@@ -191,6 +228,8 @@ int eldr_cmd_fit(int argc, char **argv) {
     cli_ep_fit_write(cmd, t, o.subset ? o.subset : all, nidx, a, out_path, ep_size, redundant, &eps);
     free(all);
   }
+  if (have_lm && (rc = eldr_artifact_set_latency(a, &lm, &d)))
+    cli_fail(cmd, "latency model for the artifact: %s", eldr_diag_msg(&d, rc));
   rc = eldr_artifact_save(out_path, a, &d);
   if (rc) cli_fail(cmd, "%s", eldr_diag_msg(&d, rc));
   double total = eldr_clock_now() - t0;

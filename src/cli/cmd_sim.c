@@ -60,7 +60,8 @@ static const char SIM_HELP[] =
     "      --rates LIST        requests/s  [sweep 20..95% of estimated capacity]\n"
     "      --requests N        arrivals per run                          [5000]\n"
     "      --policies LIST     all | comma list of random rr jsq p2c domain eldr\n"
-    "                          eldr-permuted                             [all]\n"
+    "                          eldr-permuted footprint footprint-oracle footprint-permuted\n"
+    "                          footprint-all footprint-mask    [all: up to footprint]\n"
     "      --tau X             ELDR locality band          [artifact's tau, or 0.1]\n"
     "      --taus LIST         also run ELDR at each tau (ablation)\n"
     "      --vanilla           also fit unbalanced K-means and run it (ablation)\n"
@@ -337,14 +338,15 @@ static void write_csv(const char *cmd, const char *csv_path, const sim_out *o) {
   if (!f) cli_fail(cmd, "--csv: cannot write '%s'", csv_path);
   fprintf(f, "policy,rate,tpot_p50_ms,tpot_p99_ms,tpot_mean_ms,ttft_p50_ms,ttft_p99_ms,"
              "throughput_tok_s,throughput_req_s,mean_batch,mean_union,copies_in_flight,"
-             "batch_dup_frac,fallbacks,completed,pool_size,tau,decorrelate\n");
+             "batch_dup_frac,fallbacks,completed,pool_size,tau,decorrelate,pred_rel_err,pred_corr\n");
   for (size_t i = 0; i < o->nrows; i++) {
     const eldr_sweep_row *r = &rows[i];
-    fprintf(f, "%s,%g,%.4f,%.4f,%.4f,%.4f,%.4f,%.2f,%.3f,%.3f,%.3f,%.4f,%.4f,%zu,%zu,%zu,%g,%d\n",
+    fprintf(f, "%s,%g,%.4f,%.4f,%.4f,%.4f,%.4f,%.2f,%.3f,%.3f,%.3f,%.4f,%.4f,%zu,%zu,%zu,%g,%d,%.4f,%.4f\n",
             r->v->label, r->rate, ms(r->r.tpot_p50), ms(r->r.tpot_p99), ms(r->r.tpot_mean),
             ms(r->r.ttft_p50), ms(r->r.ttft_p99), r->r.throughput_tok_s, r->r.throughput_req_s,
             r->r.mean_batch, r->r.mean_union, r->r.copies_in_flight, r->r.batch_dup_frac,
-            r->r.fallbacks, r->r.completed, r->r.pool_size, r->v->tau, r->v->decorrelate);
+            r->r.fallbacks, r->r.completed, r->r.pool_size, r->v->tau, r->v->decorrelate,
+            r->r.pred_rel_err, r->r.pred_corr);
   }
   if (fclose(f)) cli_fail(cmd, "--csv: write error on '%s'", csv_path);
 }
@@ -408,6 +410,8 @@ static void write_json(const char *cmd, const sim_out *o) {
     json_object_set_new(jo, "completed", json_integer((json_int_t)r->r.completed));
     json_object_set_new(jo, "decode_steps", json_integer((json_int_t)r->r.steps));
     if (o->eps) json_object_set_new(jo, "ep_busiest_share", jnum(r->r.ep_busiest_share));
+    json_object_set_new(jo, "pred_rel_err", jnum(r->r.pred_rel_err));
+    json_object_set_new(jo, "pred_corr", jnum(r->r.pred_corr));
     json_array_append_new(ra, jo);
   }
   json_object_set_new(root, "rows", ra);
@@ -482,7 +486,8 @@ static int get_artifacts(const char *cmd, const sim_args *a, const eldr_trace *t
                          eldr_artifact **art_v, eldr_fit_report *rep, eldr_fit_report *rep_v) {
   eldr_diag d = {{0}};
   int rc, need_art = 0;
-  for (size_t i = 0; i < nv; i++) need_art |= vs[i].kind == ELDR_POLICY_ELDR;
+  for (size_t i = 0; i < nv; i++)
+    need_art |= vs[i].kind == ELDR_POLICY_ELDR || vs[i].kind == ELDR_POLICY_FOOTPRINT;
   need_art |= a->ep_kind != ELDR_PLACEMENT_LINEAR; /* fitted placements follow the clusters */
   if (a->art_path) {
     rc = eldr_artifact_load(a->art_path, art, &d);
@@ -549,6 +554,18 @@ int eldr_cmd_sim(int argc, char **argv) {
   eldr_artifact *art = NULL, *art_v = NULL;
   eldr_fit_report rep = {0}, rep_v = {0};
   int have_rep = get_artifacts(cmd, &a, t, st, fit_idx, n_fit, vs, nv, &art, &art_v, &rep, &rep_v);
+  /* an in-process fit carries the coefficients of the model it is fitted
+   * for, as `eldr fit --model --hardware --latency` does */
+  for (int i = 0; have_rep && i < 2; i++) {
+    eldr_artifact *x = i ? art_v : art;
+    if (x && (rc = eldr_artifact_set_latency(x, &lm, &d)))
+      cli_fail(cmd, "fit: latency model: %s", eldr_diag_msg(&d, rc));
+  }
+  int want_fp = 0;
+  for (size_t i = 0; i < nv; i++) want_fp |= vs[i].kind == ELDR_POLICY_FOOTPRINT;
+  if (want_fp && !(art && art->latency))
+    fprintf(stderr, "eldr sim: footprint: the artifact carries no latency coefficients "
+                    "(refit with `eldr fit --model M --hardware H`); footprint rows are JSQ\n");
   double tau_eff = a.tau >= 0 ? a.tau : art ? art->tau : 0.1;
   for (size_t i = 0; i < nv; i++)
     if (vs[i].tau < 0) vs[i].tau = tau_eff;
@@ -557,7 +574,8 @@ int eldr_cmd_sim(int argc, char **argv) {
   if (art && eldr_sweep_sigs_compute(st, serve_idx, n_serve, art, &ps)) cli_fail(cmd, "out of memory");
   if (art_v && eldr_sweep_sigs_compute(st, serve_idx, n_serve, art_v, &ps_v))
     cli_fail(cmd, "out of memory");
-  eldr_sim_pool base = {.trace = st, .idx = serve_idx, .n = n_serve};
+  eldr_sim_pool base = {.trace = st, .idx = serve_idx, .n = n_serve,
+                        .policy_model = art ? art->latency : NULL};
   eldr_sim_pool pool = make_pool(&base, art, &ps);
   uint64_t *tokbits = NULL;
   size_t *tokoff = NULL;
@@ -597,6 +615,7 @@ int eldr_cmd_sim(int argc, char **argv) {
   double t_run0 = eldr_clock_now();
   eldr_sweep sw = {.vs = vs, .nv = nv, .rates = a.rates, .nrates = a.nrates, .pool = &pool,
                    .pool_vanilla = &pool_v, .lm = &lm, .cfg = &cfg, .jobs = a.jobs,
+                   .footprint_mask = art ? art->mask : NULL,
                    .progress = a.quiet ? NULL : sweep_progress};
   rc = eldr_sweep_run(&sw, rows, &d);
   if (rc) cli_fail(cmd, "%s", eldr_diag_msg(&d, rc));

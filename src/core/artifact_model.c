@@ -53,6 +53,7 @@ eldr_artifact *eldr_artifact_new(const char *model, const eldr_shape *shape,
 void eldr_artifact_free(eldr_artifact *a) {
   if (!a) return;
   eldr__artifact_placement_free(a->placement, a->k);
+  free(a->latency);
   free(a->trace);
   free(a->created);
   free(a->cluster_sizes);
@@ -131,7 +132,21 @@ int eldr_artifact_validate(const eldr_artifact *a, eldr_diag *d) {
     if (a->cluster_sizes[c] > (size_t)INT64_MAX)
       return eldr_diag_fail(d, ELDR_ERANGE, "fit.cluster_sizes[%zu]: %zu too large", c,
                             a->cluster_sizes[c]);
-  return eldr__artifact_placement_validate(a, d);
+  if ((rc = eldr__artifact_placement_validate(a, d))) return rc;
+  if (a->latency) {
+    if ((rc = eldr_latency_validate(a->latency, d))) {
+      eldr_diag_prefix(d, "latency");
+      return rc;
+    }
+    const eldr_shape *ls = &a->latency->shape;
+    if (ls->num_layers != a->shape.num_layers || ls->num_experts != a->shape.num_experts ||
+        ls->top_k != a->shape.top_k)
+      return eldr_diag_fail(d, ELDR_ESHAPE,
+                            "latency: shape %u x %u top-%u differs from the model's %u x %u top-%u",
+                            ls->num_layers, ls->num_experts, ls->top_k, a->shape.num_layers,
+                            a->shape.num_experts, a->shape.top_k);
+  }
+  return ELDR_OK;
 }
 
 void eldr_artifact_sigspec(const eldr_artifact *a, eldr_sigspec *spec) {
@@ -140,4 +155,26 @@ void eldr_artifact_sigspec(const eldr_artifact *a, eldr_sigspec *spec) {
   spec->repr = a->repr;
   spec->idf = a->idf_enabled ? a->idf : NULL;
   spec->mask = a->mask;
+}
+
+int eldr_artifact_set_latency(eldr_artifact *a, const eldr_latency_model *m, eldr_diag *d) {
+  if (!a) return eldr_diag_fail(d, ELDR_EINVAL, "artifact missing");
+  if (!m) {
+    free(a->latency);
+    a->latency = NULL;
+    return ELDR_OK;
+  }
+  eldr_latency_model *c = malloc(sizeof *c);
+  if (!c) return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
+  *c = *m;
+  eldr_latency_model *old = a->latency;
+  a->latency = c;
+  int rc = eldr_artifact_validate(a, d);
+  if (rc) {
+    a->latency = old;
+    free(c);
+    return rc;
+  }
+  free(old);
+  return ELDR_OK;
 }

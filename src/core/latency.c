@@ -265,9 +265,12 @@ int eldr_latency_validate(const eldr_latency_model *m, eldr_diag *d) {
   return 0;
 }
 
-int eldr_latency_parse_overrides(const char *json, size_t len, eldr_latency_model *m,
-                                 eldr_diag *d) {
+/* Parse {"field": value} into *m (unchanged on error). full: every field,
+ * the shape and the names must be present (the artifact's latency section). */
+static int parse_fields(const char *json, size_t len, eldr_latency_model *m, int full,
+                        eldr_diag *d) {
   if (!json || !m) return eldr_diag_fail(d, ELDR_EINVAL, "latency overrides: NULL argument");
+  size_t seen = 0;
   json_error_t err;
   json_t *root = json_loadb(json, len, 0, &err);
   if (!root)
@@ -288,6 +291,7 @@ int eldr_latency_parse_overrides(const char *json, size_t len, eldr_latency_mode
       }
       char *dst = !strcmp(key, "model") ? tmp.model : tmp.hardware;
       snprintf(dst, sizeof tmp.model, "%s", json_string_value(val));
+      seen++;
       continue;
     }
     if (!json_is_number(val)) {
@@ -308,6 +312,7 @@ int eldr_latency_parse_overrides(const char *json, size_t len, eldr_latency_mode
                       : !strcmp(key, "num_experts") ? &tmp.shape.num_experts
                                                     : &tmp.shape.top_k;
       *dst = (uint32_t)v;
+      seen++;
       continue;
     }
     size_t i = 0;
@@ -318,12 +323,50 @@ int eldr_latency_parse_overrides(const char *json, size_t len, eldr_latency_mode
       goto out;
     }
     *(double *)((char *)&tmp + FIELDS[i].off) = v;
+    seen++;
+  }
+  if (full && seen != N_FIELDS + 5) {
+    rc = eldr_diag_fail(d, ELDR_EPARSE,
+                        "latency model: %zu of the %zu fields present (all of model, hardware, "
+                        "num_layers, num_experts, top_k and the %zu numbers are required)",
+                        seen, (size_t)N_FIELDS + 5, (size_t)N_FIELDS);
+    goto out;
   }
   rc = eldr_latency_validate(&tmp, d);
   if (rc == 0) *m = tmp;
 out:
   json_decref(root);
   return rc;
+}
+
+int eldr_latency_parse_overrides(const char *json, size_t len, eldr_latency_model *m,
+                                 eldr_diag *d) {
+  return parse_fields(json, len, m, 0, d);
+}
+
+int eldr_latency_parse_full(const char *json, size_t len, eldr_latency_model *m, eldr_diag *d) {
+  eldr_latency_model tmp;
+  memset(&tmp, 0, sizeof tmp);
+  int rc = parse_fields(json, len, &tmp, 1, d);
+  if (rc == 0 && m) *m = tmp;
+  return rc;
+}
+
+char *eldr_latency_dump(const eldr_latency_model *m) {
+  if (!m || eldr_latency_validate(m, NULL) < 0) return NULL;
+  json_t *o = json_object();
+  if (!o) return NULL;
+  int bad = json_object_set_new(o, "model", json_string(m->model));
+  bad |= json_object_set_new(o, "hardware", json_string(m->hardware));
+  bad |= json_object_set_new(o, "num_layers", json_integer(m->shape.num_layers));
+  bad |= json_object_set_new(o, "num_experts", json_integer(m->shape.num_experts));
+  bad |= json_object_set_new(o, "top_k", json_integer(m->shape.top_k));
+  for (size_t i = 0; i < N_FIELDS; i++)
+    bad |= json_object_set_new(o, FIELDS[i].name,
+                               json_real(*(const double *)((const char *)m + FIELDS[i].off)));
+  char *s = bad ? NULL : json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(17));
+  json_decref(o);
+  return s;
 }
 
 /* ---- the model ----------------------------------------------------------- */
@@ -352,8 +395,8 @@ double eldr_latency_moe_layer(const eldr_latency_model *m, size_t batch, uint32_
   return roofline(bytes, flops, m) + m->layer_overhead_s;
 }
 
-double eldr_latency_step(const eldr_latency_model *m, size_t batch,
-                         const uint32_t *union_per_layer, double ctx_tokens) {
+double eldr_latency_step_f(const eldr_latency_model *m, size_t batch, const double *union_per_layer,
+                           double ctx_tokens) {
   const uint32_t L = m->shape.num_layers;
   double t = m->step_overhead_s;
   double kv = ctx_tokens * m->kv_bytes_per_token;
@@ -362,7 +405,7 @@ double eldr_latency_step(const eldr_latency_model *m, size_t batch,
   double tf = flops / m->peak_flops;
   double inv_bw = 1.0 / m->hbm_bw;
   for (uint32_t l = 0; l < L; l++) {
-    double tb = ((double)union_per_layer[l] * m->expert_bytes + base_bytes) * inv_bw;
+    double tb = (union_per_layer[l] * m->expert_bytes + base_bytes) * inv_bw;
     t += (tb > tf ? tb : tf) + m->layer_overhead_s;
   }
   return t + other_layers(m, batch, ctx_tokens);
@@ -406,12 +449,25 @@ double eldr_latency_moe_layer_ep(const eldr_latency_model *m, size_t batch,
 double eldr_latency_step_ep(const eldr_latency_model *m, size_t batch, const uint32_t *rank_experts,
                             const uint32_t *rank_tokens, uint32_t R, double ctx_tokens) {
   const uint32_t L = m->shape.num_layers;
+  if (R <= 1) { /* one rank: the aggregate step model itself (one model, not two) */
+    double u[ELDR_MAX_LAYERS];
+    for (uint32_t l = 0; l < L && l < ELDR_MAX_LAYERS; l++) u[l] = (double)rank_experts[l];
+    return eldr_latency_step_f(m, batch, u, ctx_tokens);
+  }
   double per_layer = layer_dense_part(m, batch, ctx_tokens) + eldr_latency_a2a(m, batch, R) +
                      m->layer_overhead_s;
   double t = m->step_overhead_s + (double)L * per_layer;
   for (uint32_t l = 0; l < L; l++)
     t += slowest_rank(m, rank_experts + (size_t)l * R, rank_tokens + (size_t)l * R, R);
   return t + other_layers(m, batch, ctx_tokens);
+}
+
+double eldr_latency_step(const eldr_latency_model *m, size_t batch,
+                         const uint32_t *union_per_layer, double ctx_tokens) {
+  double u[ELDR_MAX_LAYERS];
+  const uint32_t L = m->shape.num_layers <= ELDR_MAX_LAYERS ? m->shape.num_layers : ELDR_MAX_LAYERS;
+  for (uint32_t l = 0; l < L; l++) u[l] = (double)union_per_layer[l];
+  return eldr_latency_step_f(m, batch, u, ctx_tokens);
 }
 
 double eldr_latency_expected_union(const eldr_shape *s, size_t batch) {

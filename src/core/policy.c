@@ -22,6 +22,7 @@ static const char *const policy_names[ELDR_POLICY__COUNT] = {
     [ELDR_POLICY_RANDOM] = "random", [ELDR_POLICY_RR] = "rr",
     [ELDR_POLICY_JSQ] = "jsq",       [ELDR_POLICY_P2C] = "p2c",
     [ELDR_POLICY_DOMAIN] = "domain", [ELDR_POLICY_ELDR] = "eldr",
+    [ELDR_POLICY_FOOTPRINT] = "footprint",
 };
 
 const char *eldr_policy_name(eldr_policy_kind k) {
@@ -122,7 +123,7 @@ static inline float tail_dot(const float *a, const float *b, size_t from, size_t
   return t;
 }
 
-static float sim1(const float *sig, const float *c, size_t dim) {
+float eldr__dot_lanes8(const float *sig, const float *c, size_t dim) {
   v4f lo = {0}, hi = {0};
   size_t i = 0;
   for (; i + 8 <= dim; i += 8) {
@@ -203,13 +204,13 @@ static int decide_eldr(const eldr_policy *p, const uint32_t *loads, const uint8_
   const size_t ncache = nsim < ELDR_SIM_CACHE ? nsim : ELDR_SIM_CACHE;
   size_t c0 = 0;
   for (; c0 + 4 <= ncache; c0 += 4) sim4(req->sig, p->centroids + c0 * dim, dim, cache + c0);
-  for (; c0 < ncache; c0++) cache[c0] = sim1(req->sig, p->centroids + c0 * dim, dim);
+  for (; c0 < ncache; c0++) cache[c0] = eldr__dot_lanes8(req->sig, p->centroids + c0 * dim, dim);
 
   float best = -INFINITY;
   for (size_t k = 0; k < n; k++) {
     if (!is_up(healthy, k)) continue;
     size_t c = k % nc;
-    float s = c < ncache ? cache[c] : sim1(req->sig, p->centroids + c * dim, dim);
+    float s = c < ncache ? cache[c] : eldr__dot_lanes8(req->sig, p->centroids + c * dim, dim);
     if (s > best) best = s;
   }
   if (!(best > -INFINITY)) { /* NaN / -inf similarities: an unusable signature */
@@ -223,7 +224,7 @@ static int decide_eldr(const eldr_policy *p, const uint32_t *loads, const uint8_
   for (size_t k = 0; k < n; k++) {
     if (!is_up(healthy, k)) continue;
     size_t c = k % nc;
-    float s = c < ncache ? cache[c] : sim1(req->sig, p->centroids + c * dim, dim);
+    float s = c < ncache ? cache[c] : eldr__dot_lanes8(req->sig, p->centroids + c * dim, dim);
     if (!((double)s >= edge)) continue;
     band++;
     if (choice < 0 || loads[k] < cload || (loads[k] == cload && s > csim)) {
@@ -237,8 +238,43 @@ static int decide_eldr(const eldr_policy *p, const uint32_t *loads, const uint8_
   return choice;
 }
 
+static int decide_footprint(const eldr_policy *p, const uint32_t *loads, const uint8_t *healthy,
+                            size_t n, const eldr_fp_request *fr, eldr_decision *dec) {
+  if (!p->fp) {
+    dec->fallback = ELDR_FALLBACK_NO_MODEL;
+    return jsq_range(loads, healthy, 0, n);
+  }
+  int uniform = 0;
+  int c = eldr_footprint_decide(p->fp, loads, healthy, n, fr, &uniform, &dec->pred_tpot);
+  if (c == ELDR_EINVAL) { /* a state built for another number of decoders */
+    dec->fallback = ELDR_FALLBACK_NO_MODEL;
+    return jsq_range(loads, healthy, 0, n);
+  }
+  if (uniform) dec->fallback = ELDR_FALLBACK_NO_SIGNATURE;
+  return c;
+}
+
+void eldr_policy_attach_footprint(eldr_policy *p, eldr_footprint *fp) {
+  if (p) p->fp = fp;
+}
+
+uint64_t eldr_policy_on_route(eldr_policy *p, int k, const eldr_fp_request *fr) {
+  if (!p || p->kind != ELDR_POLICY_FOOTPRINT || !p->fp || k < 0) return ELDR_FP_NO_TICKET;
+  return eldr_footprint_route(p->fp, (size_t)k, fr, NULL);
+}
+
+void eldr_policy_on_end(eldr_policy *p, uint64_t ticket) {
+  if (!p || !p->fp || ticket == ELDR_FP_NO_TICKET) return;
+  (void)eldr_footprint_end(p->fp, ticket);
+}
+
 int eldr_policy_decode(eldr_policy *p, const uint32_t *loads, const uint8_t *healthy, size_t n,
                        const eldr_route_req *req, eldr_decision *out) {
+  return eldr_policy_decide(p, loads, healthy, n, req, NULL, out);
+}
+
+int eldr_policy_decide(eldr_policy *p, const uint32_t *loads, const uint8_t *healthy, size_t n,
+                       const eldr_route_req *req, const eldr_fp_request *fr, eldr_decision *out) {
   if (!p || !loads || n == 0 || n > (size_t)INT32_MAX) return ELDR_EINVAL;
   size_t up = 0;
   for (size_t i = 0; i < n; i++) up += is_up(healthy, i) ? 1 : 0;
@@ -282,6 +318,9 @@ int eldr_policy_decode(eldr_policy *p, const uint32_t *loads, const uint8_t *hea
     break;
   case ELDR_POLICY_ELDR:
     c = decide_eldr(p, loads, healthy, n, req, &dec);
+    break;
+  case ELDR_POLICY_FOOTPRINT:
+    c = decide_footprint(p, loads, healthy, n, fr, &dec);
     break;
   default:
     return ELDR_EINVAL;

@@ -27,6 +27,8 @@
 /* Largest artifact file accepted by eldr_artifact_load. */
 #define ARTIFACT_MAX_BYTES ((size_t)1 << 31)
 
+static int parse_latency(const json_t *root, eldr_artifact *a, eldr_diag *d);
+static json_t *latency_json(const eldr_artifact *a);
 
 /* ---- parsing ------------------------------------------------------------ */
 
@@ -316,6 +318,7 @@ static int parse_root(const json_t *root, eldr_artifact **out, eldr_diag *d) {
   }
 
   if ((rc = eldr__artifact_placement_parse(root, a, d))) goto fail;
+  if ((rc = parse_latency(root, a, d))) goto fail;
   if ((rc = eldr_artifact_validate(a, d))) goto fail;
   free(mask);
   free(layer_ids);
@@ -437,6 +440,7 @@ char *eldr_artifact_dump(const eldr_artifact *a) {
   }
   set(root, "fit", fit, &bad);
   if (!bad && eldr__artifact_placement_dump(root, a) < 0) bad = 1;
+  if (a->latency) set(root, "latency", latency_json(a), &bad);
 
   char *s = bad ? NULL : json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
   json_decref(root);
@@ -493,4 +497,34 @@ out:
   free(tmp);
   free(text);
   return rc;
+}
+
+/* ---- the latency-model section (the footprint policy's coefficients) ---- */
+
+/* "latency": absent or null (no coefficients), else a complete model
+ * (eldr_latency_parse_full; its messages are prefixed with "latency"). */
+static int parse_latency(const json_t *root, eldr_artifact *a, eldr_diag *d) {
+  const json_t *v = json_object_get(root, "latency");
+  if (!v || json_is_null(v)) return ELDR_OK;
+  if (!json_is_object(v)) return eldr_diag_fail(d, ELDR_EPARSE, "latency: must be an object or null");
+  char *txt = json_dumps(v, JSON_COMPACT);
+  if (!txt) return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
+  eldr_latency_model m;
+  int rc = eldr_latency_parse_full(txt, strlen(txt), &m, d);
+  free(txt);
+  if (rc) {
+    eldr_diag_prefix(d, "latency");
+    return rc;
+  }
+  if (!(a->latency = malloc(sizeof *a->latency))) return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
+  *a->latency = m;
+  return ELDR_OK;
+}
+
+static json_t *latency_json(const eldr_artifact *a) {
+  char *txt = eldr_latency_dump(a->latency);
+  if (!txt) return NULL;
+  json_t *o = json_loads(txt, 0, NULL);
+  free(txt);
+  return o;
 }

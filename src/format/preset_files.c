@@ -14,6 +14,10 @@ static int parse_latency(const char *text, size_t len, void *m, eldr_diag *d) {
   return eldr_latency_parse_overrides(text, len, m, d);
 }
 
+static int parse_latency_full(const char *text, size_t len, void *m, eldr_diag *d) {
+  return eldr_latency_parse_full(text, len, m, d);
+}
+
 static int parse_workload(const char *text, size_t len, void *w, eldr_diag *d) {
   return eldr_tracegen_workload_parse(text, len, w, d);
 }
@@ -21,6 +25,11 @@ static int parse_workload(const char *text, size_t len, void *w, eldr_diag *d) {
 int eldr_latency_load_overrides(const char *path, eldr_latency_model *m, eldr_diag *d) {
   if (!path) return eldr_diag_fail(d, ELDR_EINVAL, "latency overrides: NULL path");
   return eldr_parse_file(path, LATENCY_FILE_MAX, NULL, parse_latency, m, d);
+}
+
+int eldr_latency_load_full(const char *path, eldr_latency_model *m, eldr_diag *d) {
+  if (!path) return eldr_diag_fail(d, ELDR_EINVAL, "latency model: NULL path");
+  return eldr_parse_file(path, LATENCY_FILE_MAX, NULL, parse_latency_full, m, d);
 }
 
 int eldr_tracegen_new(const eldr_shape *shape, const char *model_name, const char *workload,

@@ -68,8 +68,9 @@ typedef struct sreq {
   uint32_t n_prefill, n_decode, pos, offset;
   int32_t next; /* queue / batch link */
   int pw, dec;
-  double arrival, pf_done, first, finish;
+  double arrival, pf_done, first, finish, pred;
   uint32_t done;
+  uint64_t ticket; /* FOOTPRINT */
 } sreq;
 
 typedef struct pworker {
@@ -228,6 +229,10 @@ typedef struct simst {
   double copies_sum, first_arrival, last_finish, tpot_min;
   eldr_policy pol;
   eldr_ep_tally ep; /* with c->placements */
+  eldr_footprint *fp;  /* FOOTPRINT with a policy model, else NULL */
+  uint32_t *counts;    /* L*E scratch (FOOTPRINT) */
+  double pe_sum, pa_sum, pp_sum, aa_sum, ap_sum, rel_sum;
+  size_t n_pred;
 } simst;
 
 /* Take queued prompts of prefill worker w into one batch (up to the token
@@ -267,7 +272,18 @@ static void finish_request(simst *st, sreq *q, uint32_t k, double now) {
     double tp = (q->finish - q->first) / (double)(q->n_decode - 1);
     st->tpot[st->n_tpot++] = tp;
     if (tp < st->tpot_min) st->tpot_min = tp;
+    if (q->pred > 0) {
+      st->n_pred++;
+      st->rel_sum += fabs(q->pred - tp) / tp;
+      st->pe_sum += q->pred;
+      st->pa_sum += tp;
+      st->pp_sum += q->pred * q->pred;
+      st->aa_sum += tp * tp;
+      st->ap_sum += tp * q->pred;
+    }
   }
+  eldr_policy_on_end(&st->pol, q->ticket);
+  q->ticket = ELDR_FP_NO_TICKET;
   st->copies[q->pool_i]--;
   st->dloads[k]--;
   if (now > st->last_finish) st->last_finish = now;
@@ -372,10 +388,23 @@ static int prefill_done(simst *st, uint32_t w, double now, eldr_diag *d) {
       uint32_t si = st->c->permute_signatures ? st->perm[q->pool_i] : q->pool_i;
       if (!pool->sig_ok || pool->sig_ok[si]) rr.sig = pool->sigs + (size_t)si * pool->dim;
     }
+    eldr_fp_request fr = {NULL, 0, q->n_prefill};
+    if (st->counts) { /* FOOTPRINT: the request's selection counts */
+      uint32_t si = st->c->permute_signatures ? st->perm[q->pool_i] : q->pool_i;
+      const eldr_request *src = &st->tr->req[pool->idx[si]];
+      int dec_sel = st->c->footprint_oracle;
+      eldr_trace_request_counts(st->tr, src, dec_sel, st->counts);
+      fr.counts = st->counts;
+      fr.n_tokens = dec_sel ? src->n_decode : src->n_prefill;
+    }
     eldr_decision dec;
-    int k = eldr_policy_decode(&st->pol, st->dloads, NULL, st->D, &rr, &dec);
+    int k = eldr_policy_decide(&st->pol, st->dloads, NULL, st->D, &rr, &fr, &dec);
     if (k < 0) return eldr_diag_fail(d, k, "sim: decode policy failed (%s)", eldr_strerror(k));
     if (dec.fallback != ELDR_FALLBACK_NONE) st->fallbacks++;
+    q->pred = dec.pred_tpot;
+    q->ticket = eldr_policy_on_route(&st->pol, k, &fr);
+    if (st->fp && q->ticket == ELDR_FP_NO_TICKET)
+      return eldr_diag_fail(d, ELDR_ENOMEM, "sim: out of memory (footprint)");
     if (st->c->log) {
       eldr_sim_log *lg = &st->c->log[cur];
       uint32_t mn = UINT32_MAX;
@@ -384,6 +413,7 @@ static int prefill_done(simst *st, uint32_t w, double now, eldr_diag *d) {
       lg->chosen_load = st->dloads[k];
       lg->min_load = mn;
       lg->fallback = (int)dec.fallback;
+      lg->pred_tpot = dec.pred_tpot;
     }
     st->copies_sum += (double)(st->copies[q->pool_i] - 1);
     q->dec = k;
@@ -545,6 +575,19 @@ int eldr_sim_run(const eldr_sim_pool *pool, const eldr_latency_model *m, const e
   } else {
     own_bits = 1;
   }
+  if (c->policy == ELDR_POLICY_FOOTPRINT && pool->policy_model) {
+    eldr_footprint_opts fo = {.n_decoders = D, .max_batch = B, .layer_mask = c->footprint_mask};
+    if (pool->policy_model->shape.num_layers != S.num_layers ||
+        pool->policy_model->shape.num_experts != S.num_experts ||
+        pool->policy_model->shape.top_k != S.top_k) {
+      rc = eldr_diag_fail(d, ELDR_ESHAPE, "sim: the policy's latency model has another shape than the trace");
+      goto out;
+    }
+    if ((rc = eldr_footprint_new(pool->policy_model, &fo, &st->fp, d)) < 0) goto out;
+    st->counts = calloc(eldr_shape_cells(&S), sizeof *st->counts);
+    if (!st->counts) goto nomem;
+    eldr_policy_attach_footprint(&st->pol, st->fp);
+  }
   for (size_t p = 0; p < P; p++) st->pw[p].qhead = st->pw[p].qtail = st->pw[p].bhead = -1;
   for (size_t k = 0; k < D; k++) {
     st->dw[k].whead = st->dw[k].wtail = -1;
@@ -590,6 +633,7 @@ int eldr_sim_run(const eldr_sim_pool *pool, const eldr_latency_model *m, const e
       q->n_decode = r->n_decode;
       q->next = -1;
       q->dec = -1;
+      q->ticket = ELDR_FP_NO_TICKET;
       q->arrival = now;
       q->offset = (c->decorrelate && r->n_decode > 1)
                       ? (uint32_t)eldr_rng_below(&rng_off, r->n_decode)
@@ -651,6 +695,15 @@ int eldr_sim_run(const eldr_sim_pool *pool, const eldr_latency_model *m, const e
   res->decode_requests = st->n_tpot;
   res->pool_size = pool->n;
   res->fallbacks = st->fallbacks;
+  res->pred_rel_err = NAN;
+  res->pred_corr = NAN;
+  if (st->n_pred > 1) {
+    double np = (double)st->n_pred, mp = st->pe_sum / np, ma = st->pa_sum / np;
+    double cov = st->ap_sum / np - mp * ma, vp = st->pp_sum / np - mp * mp,
+           va = st->aa_sum / np - ma * ma;
+    res->pred_rel_err = st->rel_sum / np;
+    res->pred_corr = vp > 0 && va > 0 ? cov / sqrt(vp * va) : NAN;
+  }
   res->steps = st->steps;
   res->token_steps = st->token_steps;
   res->sim_seconds = now;
@@ -690,6 +743,8 @@ nomem:
   rc = eldr_diag_fail(d, ELDR_ENOMEM, "sim: out of memory");
 out:
   eldr_ep_tally_free(&st->ep);
+  free(st->counts);
+  eldr_footprint_free(st->fp);
   free(shuffle);
   if (own_bits) {
     free(st->tokbits);

@@ -29,6 +29,30 @@ static void add_variant(eldr_sweep_variant *vs, size_t *n, size_t cap, const cha
   v->is_headline = headline;
 }
 
+/* The footprint family: footprint, -oracle (decode selections), -permuted
+ * (another request's selections: the replay control), -all / -mask (layers
+ * predicted from the footprint). Returns 1 when tok was one of them. */
+static int add_footprint_variant(eldr_sweep_variant *vs, size_t *n, size_t cap, const char *tok,
+                                 int decor) {
+  static const struct {
+    const char *name;
+    int permute, oracle, layers;
+  } fam[] = {{"footprint", 0, 0, 0},          {"footprint-oracle", 0, 1, 0},
+             {"footprint-permuted", 1, 0, 0}, {"footprint-all", 0, 0, 1},
+             {"footprint-mask", 0, 0, 2}};
+  for (size_t i = 0; i < sizeof fam / sizeof fam[0]; i++) {
+    if (strcmp(tok, fam[i].name)) continue;
+    size_t before = *n;
+    add_variant(vs, n, cap, tok, ELDR_POLICY_FOOTPRINT, 0, fam[i].permute, decor, 0, 0, 1);
+    if (*n > before) {
+      vs[*n - 1].oracle = fam[i].oracle;
+      vs[*n - 1].fp_layers = fam[i].layers;
+    }
+    return 1;
+  }
+  return 0;
+}
+
 int eldr_sweep_variants(const char *policies, const double *taus, size_t ntaus, int vanilla,
                         int decor, int decor_rows, eldr_sweep_variant *vs, size_t cap, size_t *nv,
                         eldr_diag *d) {
@@ -46,8 +70,10 @@ int eldr_sweep_variants(const char *policies, const double *taus, size_t ntaus, 
       add_variant(vs, nv, cap, "domain", ELDR_POLICY_DOMAIN, 0, 0, decor, 0, 0, 1);
       add_variant(vs, nv, cap, "eldr", ELDR_POLICY_ELDR, -1, 0, decor, 0, 0, 1);
       add_variant(vs, nv, cap, "eldr-permuted", ELDR_POLICY_ELDR, -1, 1, decor, 0, 0, 1);
+      add_variant(vs, nv, cap, "footprint", ELDR_POLICY_FOOTPRINT, 0, 0, decor, 0, 0, 1);
       continue;
     }
+    if (add_footprint_variant(vs, nv, cap, tok, decor)) continue;
     if (!strcmp(tok, "eldr-permuted")) {
       add_variant(vs, nv, cap, tok, ELDR_POLICY_ELDR, -1, 1, decor, 0, 0, 1);
       continue;
@@ -56,7 +82,8 @@ int eldr_sweep_variants(const char *policies, const double *taus, size_t ntaus, 
     if (eldr_policy_parse(tok, &k)) {
       int rc = eldr_diag_fail(
           d, ELDR_EINVAL,
-          "unknown policy '%s' (random rr jsq p2c domain eldr eldr-permuted all)", tok);
+          "unknown policy '%s' (random rr jsq p2c domain eldr eldr-permuted footprint "
+          "footprint-oracle footprint-permuted footprint-all footprint-mask all)", tok);
       free(copy);
       return rc;
     }
@@ -78,6 +105,10 @@ int eldr_sweep_variants(const char *policies, const double *taus, size_t ntaus, 
       snprintf(lab, sizeof lab, "%.36s+decor", vs[i].label);
       add_variant(vs, nv, cap, lab, vs[i].kind, vs[i].tau, vs[i].permute, 1, 0, vs[i].is_baseline,
                   0);
+      if (*nv > 0 && !strcmp(vs[*nv - 1].label, lab)) {
+        vs[*nv - 1].oracle = vs[i].oracle;
+        vs[*nv - 1].fp_layers = vs[i].fp_layers;
+      }
     }
   }
   return 0;
@@ -151,6 +182,8 @@ static void sweep_task(void *arg, size_t i) {
   c2.tau = v->tau;
   c2.permute_signatures = v->permute;
   c2.decorrelate = v->decorrelate;
+  c2.footprint_oracle = v->oracle;
+  c2.footprint_mask = v->fp_layers == 2 ? s->footprint_mask : NULL;
   char label[192];
   snprintf(label, sizeof label, "sim: run %zu/%zu %.47s @ %g/s", i + 1, st->nrows, v->label,
            s->rates[ri]);

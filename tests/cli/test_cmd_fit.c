@@ -11,6 +11,7 @@
 
 #include "eldr/artifact.h"
 #include "eldr/placement_io.h"
+#include "eldr/latency.h"
 #include "eldr/rng.h"
 #include "eldr/trace.h"
 #include "support/proc.h"
@@ -88,6 +89,40 @@ static void test_fit_writes_valid_artifact(void **state) {
   assert_non_null(strstr(out, "\"rho\""));
 }
 
+/* --latency FILE alone: a complete model, stored bit-identical in the
+ * artifact's latency section (the footprint policy's coefficients). */
+static void test_fit_latency_section(void **state) {
+  (void)state;
+  static char out[65536], err[65536];
+  eldr_latency_model m;
+  assert_int_equal(eldr_latency_preset("olmoe-1b-7b", "h100", &m, NULL), 0);
+  m.shape = (eldr_shape){3, 16, 2};
+  char lat[512], art[512];
+  snprintf(lat, sizeof lat, "%s/lat.json", g_dir);
+  snprintf(art, sizeof art, "%s/al.json", g_dir);
+  char *txt = eldr_latency_dump(&m);
+  assert_non_null(txt);
+  FILE *f = fopen(lat, "w");
+  assert_non_null(f);
+  fputs(txt, f);
+  fclose(f);
+  free(txt);
+  const char *args[] = {"fit", "--trace", g_trace, "--decoders", "3", "-o", art, "--latency", lat, "-q", NULL};
+  assert_int_equal(run(out, sizeof out, err, sizeof err, args), 0);
+  eldr_artifact *a = NULL;
+  assert_int_equal(eldr_artifact_load(art, &a, NULL), 0);
+  assert_non_null(a->latency);
+  assert_memory_equal(a->latency, &m, sizeof m);
+  eldr_artifact_free(a);
+  /* an incomplete file is refused, naming the file */
+  f = fopen(lat, "w");
+  assert_non_null(f);
+  fputs("{\"hbm_bw\": 1e12}", f);
+  fclose(f);
+  assert_int_equal(run(out, sizeof out, err, sizeof err, args), 1);
+  assert_non_null(strstr(err, "lat.json"));
+}
+
 static void test_bad_flags_one_line(void **state) {
   (void)state;
   static char out[8192], err[8192];
@@ -101,9 +136,13 @@ static void test_bad_flags_one_line(void **state) {
       {"rho", "--trace", g_trace, "--representation", "weird", NULL},
       {"rho", NULL},
       {"fit", "--trace", NULL},
+      {"fit", "--trace", g_trace, "--decoders", "3", "-o", "/tmp/x", "--hardware", "h200", NULL},
+      {"fit", "--trace", g_trace, "--decoders", "3", "-o", "/tmp/x", "--model", "qwen3-30b-a3b", NULL},
+      {"fit", "--trace", g_trace, "--decoders", "3", "-o", "/tmp/x", "--model", "gpt-9", NULL},
   };
   const char *expect[] = {"--decoders", "--bogus", "--idf", "--tau", "--output",
-                          "--layers",   "--representation", "--trace", "--trace"};
+                          "--layers",   "--representation", "--trace", "--trace",
+                          "--hardware", "--model", "gpt-9"};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     int rc = run(out, sizeof out, err, sizeof err, cases[i]);
     if (rc != 2 || lines(err) != 1 || !strstr(err, expect[i]))
@@ -191,6 +230,7 @@ int main(void) {
       cmocka_unit_test(test_fit_ep_placements),
       cmocka_unit_test(test_fit_writes_valid_artifact),
       cmocka_unit_test(test_bad_flags_one_line),
+      cmocka_unit_test(test_fit_latency_section),
       cmocka_unit_test(test_missing_trace_fails),
       cmocka_unit_test(test_help),
   };

@@ -111,7 +111,7 @@ static void test_run_json_csv_deterministic(void **st) {
   assert_int_equal(run(args), 0);
   json_t *a = rows_of(g_out);
   json_t *rows = json_object_get(a, "rows");
-  assert_int_equal(json_array_size(rows), 2 * 7); /* 4 baselines, domain, eldr, eldr-permuted */
+  assert_int_equal(json_array_size(rows), 2 * 8); /* 4 baselines, domain, eldr, eldr-permuted, footprint */
   json_t *cfg = json_object_get(a, "config");
   assert_int_equal(json_integer_value(json_object_get(cfg, "fit_requests")) +
                        json_integer_value(json_object_get(cfg, "pool_size")),
@@ -152,7 +152,7 @@ static void test_run_json_csv_deterministic(void **st) {
   size_t n = 0;
   while (fgets(line, sizeof line, f)) n++;
   fclose(f);
-  assert_int_equal(n, 1 + 14);
+  assert_int_equal(n, 1 + 16);
   /* another seed, another result */
   const char *args2[] = {"sim", "--trace", g_trace, "--prefill", "2", "--decode", "4", "--rates", "400",
                          "--requests", "400", "--policies", "p2c", "--json", "-q", "--seed", "9", NULL};

@@ -104,6 +104,19 @@ static void test_step_properties(void **st) {
   /* expected union */
   assert_true(eldr_latency_expected_union(&m.shape, 1) > 7.99 && eldr_latency_expected_union(&m.shape, 1) < 8.01);
   assert_true(eldr_latency_expected_union(&m.shape, 1000) < 128.0001);
+  /* one step model: EP size 1 is the aggregate step (and its float form) */
+  eldr_latency_model me;
+  assert_int_equal(eldr_latency_preset_ep("qwen3-30b-a3b", "h200", 1, 1, &me, NULL), 0);
+  uint32_t tk[48];
+  double uf[48];
+  for (uint32_t l = 0; l < 48; l++) {
+    u[l] = 20 + l % 7;
+    uf[l] = u[l];
+    tk[l] = 16 * 8;
+  }
+  double agg = eldr_latency_step(&me, 16, u, 8000);
+  assert_true(eldr_latency_step_ep(&me, 16, u, tk, 1, 8000) == agg);
+  assert_true(eldr_latency_step_f(&me, 16, uf, 8000) == agg);
 }
 
 static void test_prefill_transfer(void **st) {

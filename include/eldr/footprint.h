@@ -1,0 +1,100 @@
+/* eldr/footprint.h — the live expert footprint of each decoder and the
+ * predicted cost of adding a request to it: the state behind the `footprint`
+ * decode policy (include/eldr/policy.h; derivation in docs/footprint.md).
+ *
+ * A request's profile: p(l,e) = count(l,e) / tokens, the per-token probability
+ * that it selects expert e at layer l (from its prefill selections; the
+ * simulator's oracle uses its decode selections), clamped to <= 0.999. Each
+ * decoder keeps, per (layer, expert), the fixed-point sum over its in-flight
+ * requests of w = -ln(1 - p) (scale 2^24, 64-bit integers): its footprint.
+ * A request's rounded contributions are stored with its ticket and
+ * subtracted exactly when it ends, so the footprint never drifts: after any
+ * sequence of routes and ends it equals the sum over the requests still in
+ * flight, bit for bit (tests/core/test_footprint.c checks it after a million
+ * requests). From it q(l,e) = exp(-sum w) = prod_r (1 - p_r) (the exact
+ * product form for independent selections) and the expected distinct
+ * experts of layer l, U_l = sum_e (1 - q), are kept per decoder, refreshed
+ * only on the layers a route or an end touches.
+ *
+ * A decision, for each healthy decoder k with n in-flight requests and
+ * prompt context C: U'_l = U_l + sum_e q(l,e) p_new(l,e);
+ * T0 = eldr_latency_step_f(min(n, B), U, C), T1 = step(min(n+1, B), U', C + c);
+ * cost = n (T1 - T0) + T1 * max(1, (n+1)/B): the extra time per token of the
+ * requests already there plus the new request's own time per token. Lowest
+ * cost wins (lower index on ties). Layers outside the optional layer mask use
+ * the uniform expected union E (1 - (1 - K/E)^b) instead of the footprint.
+ * Cost: D * L * E multiply-adds plus 2 D step evaluations, independent of
+ * the number of requests in flight.
+ *
+ * Ownership: eldr_footprint_new copies the latency model and mask; the
+ * object owns its per-ticket storage (allocated on route, freed on end).
+ * Threads: not thread-safe; one object per decision thread (or a lock around
+ * decide / route / end, as around eldr_policy_decode).
+ */
+#ifndef ELDR_FOOTPRINT_H
+#define ELDR_FOOTPRINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "eldr/error.h"
+#include "eldr/latency.h"
+
+typedef struct eldr_footprint eldr_footprint;
+
+/* Returned for "nothing tracked" (other policies, a failed route). */
+#define ELDR_FP_NO_TICKET UINT64_MAX
+
+/* Fixed-point scale of the footprint sums. */
+#define ELDR_FP_SCALE 16777216.0 /* 2^24 */
+/* Largest per-token probability used (w = -ln(1 - p) <= 6.9). */
+#define ELDR_FP_PMAX 0.999
+
+typedef struct eldr_footprint_opts {
+  size_t n_decoders;         /* >= 1 */
+  size_t max_batch;          /* decode batch limit per decoder; 0: 64 */
+  const uint8_t *layer_mask; /* L flags (copied): layers predicted from the footprint; NULL: all */
+} eldr_footprint_opts;
+
+/* What the footprint knows about one request. counts: L*E selection counts
+ * over n_tokens tokens (NULL or n_tokens == 0: the uniform profile K/E,
+ * reported as a fallback); ctx_tokens: its prompt tokens (KV context). */
+typedef struct eldr_fp_request {
+  const uint32_t *counts;
+  uint32_t n_tokens;
+  uint32_t ctx_tokens;
+} eldr_fp_request;
+
+/* Create. m must validate; its shape gives L, E, K. Errors: ELDR_EINVAL
+ * (n_decoders 0 or > 4096, NULL m), the latency model's error, ELDR_ENOMEM. */
+int eldr_footprint_new(const eldr_latency_model *m, const eldr_footprint_opts *o,
+                       eldr_footprint **out, eldr_diag *d);
+void eldr_footprint_free(eldr_footprint *f);
+
+/* Choose a decoder for r: the lowest predicted added cost among healthy
+ * decoders (healthy may be NULL: all). loads: in-flight requests per decoder
+ * (the router's count: the batch term). Returns the index, ELDR_EUNAVAIL when
+ * none is healthy, ELDR_EINVAL on bad arguments (n != n_decoders).
+ * *uniform (if not NULL) is set when r had no counts. *pred_tpot (if not
+ * NULL) gets the chosen decoder's predicted time per token (T1 * queue
+ * factor), seconds. No allocation. */
+int eldr_footprint_decide(eldr_footprint *f, const uint32_t *loads, const uint8_t *healthy,
+                          size_t n, const eldr_fp_request *r, int *uniform, double *pred_tpot);
+
+/* r was routed to decoder k: add its contribution and return a ticket (>= 0)
+ * for eldr_footprint_end, or ELDR_FP_NO_TICKET with *err set (ELDR_EINVAL
+ * for k out of range, ELDR_ENOMEM). Cost O(L*E), independent of in-flight. */
+uint64_t eldr_footprint_route(eldr_footprint *f, size_t k, const eldr_fp_request *r, int *err);
+
+/* The ticket's request ended (finished, failed or cancelled): remove exactly
+ * what route added. An unknown or already-ended ticket is ignored and
+ * returns ELDR_ENOTFOUND (0 otherwise). */
+int eldr_footprint_end(eldr_footprint *f, uint64_t ticket);
+
+/* Inspection (tests, diagnostics). Requests in flight on decoder k; its
+ * expected distinct experts at layer l; its raw fixed-point sum at (l, e). */
+size_t eldr_footprint_inflight(const eldr_footprint *f, size_t k);
+double eldr_footprint_union(const eldr_footprint *f, size_t k, size_t l);
+int64_t eldr_footprint_raw(const eldr_footprint *f, size_t k, size_t l, size_t e);
+
+#endif

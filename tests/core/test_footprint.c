@@ -1,0 +1,402 @@
+/* test_footprint.c — the footprint state (exact add/remove, no drift after a
+ * million requests, product-form unions), its decisions on crafted
+ * footprints, the FOOTPRINT policy's fallbacks and bookkeeping calls, the
+ * artifact's latency section, and the simulator's footprint rows. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "eldr/artifact.h"
+#include "eldr/footprint.h"
+#include "eldr/latency.h"
+#include "eldr/policy.h"
+#include "eldr/rng.h"
+#include "eldr/sim.h"
+#include "eldr/trace.h"
+
+/* A small valid model: L layers x E experts top-K with qwen3-30b-a3b's
+ * per-expert costs on MI300X. */
+static void small_model(eldr_latency_model *m, uint32_t L, uint32_t E, uint32_t K) {
+  assert_int_equal(eldr_latency_preset("qwen3-30b-a3b", "mi300x", m, NULL), 0);
+  m->shape = (eldr_shape){L, E, K};
+}
+
+static eldr_footprint *make(const eldr_latency_model *m, size_t D, const uint8_t *mask) {
+  eldr_footprint_opts o = {.n_decoders = D, .max_batch = 64, .layer_mask = mask};
+  eldr_footprint *f = NULL;
+  assert_int_equal(eldr_footprint_new(m, &o, &f, NULL), 0);
+  assert_non_null(f);
+  return f;
+}
+
+static void test_new_errors(void **st) {
+  (void)st;
+  eldr_latency_model m;
+  small_model(&m, 2, 8, 2);
+  eldr_footprint *f = NULL;
+  eldr_footprint_opts o = {.n_decoders = 0};
+  assert_int_equal(eldr_footprint_new(&m, &o, &f, NULL), ELDR_EINVAL);
+  assert_null(f);
+  o.n_decoders = 4097;
+  assert_int_equal(eldr_footprint_new(&m, &o, &f, NULL), ELDR_EINVAL);
+  o.n_decoders = 2;
+  assert_int_equal(eldr_footprint_new(NULL, &o, &f, NULL), ELDR_EINVAL);
+  m.hbm_bw = 0;
+  eldr_diag d = {{0}};
+  assert_true(eldr_footprint_new(&m, &o, &f, &d) < 0);
+  assert_non_null(strstr(d.msg, "hbm_bw"));
+  eldr_footprint_free(NULL);
+}
+
+/* One request: U_l = sum_e p; two: sum_e 1 - (1-p1)(1-p2) (product form). */
+static void test_union_product_form(void **st) {
+  (void)st;
+  eldr_latency_model m;
+  small_model(&m, 2, 8, 2);
+  eldr_footprint *f = make(&m, 2, NULL);
+  uint32_t c1[16] = {0}, c2[16] = {0};
+  /* 4 tokens; layer 0: expert 0 always, expert 1 twice, expert 2 twice...
+   * K = 2 per token: counts sum to 8 per layer */
+  c1[0] = 4, c1[1] = 2, c1[2] = 2;      /* p = 1 (clamped), .5, .5 */
+  c1[8 + 3] = 4, c1[8 + 4] = 4;         /* layer 1 */
+  c2[1] = 4, c2[5] = 4;                 /* p = 1, 1 */
+  c2[8 + 3] = 2, c2[8 + 6] = 2, c2[8 + 7] = 4;
+  eldr_fp_request r1 = {c1, 4, 100}, r2 = {c2, 4, 50};
+  int err = 1;
+  uint64_t t1 = eldr_footprint_route(f, 1, &r1, &err);
+  assert_int_equal(err, 0);
+  assert_true(t1 != ELDR_FP_NO_TICKET);
+  const double P = ELDR_FP_PMAX;
+  assert_true(fabs(eldr_footprint_union(f, 1, 0) - (P + 0.5 + 0.5)) < 1e-5);
+  assert_true(fabs(eldr_footprint_union(f, 1, 1) - 2 * P) < 1e-5);
+  assert_true(eldr_footprint_union(f, 0, 0) == 0.0);
+  uint64_t t2 = eldr_footprint_route(f, 1, &r2, &err);
+  double want0 = (1 - (1 - P)) + (1 - 0.5 * (1 - P)) + 0.5 + P;
+  double want1 = (1 - (1 - P) * 0.5) + P + 0.5 + P;
+  assert_true(fabs(eldr_footprint_union(f, 1, 0) - want0) < 1e-5);
+  assert_true(fabs(eldr_footprint_union(f, 1, 1) - want1) < 1e-5);
+  assert_int_equal(eldr_footprint_inflight(f, 1), 2);
+  assert_int_equal(eldr_footprint_end(f, t1), 0);
+  assert_int_equal(eldr_footprint_end(f, t1), ELDR_ENOTFOUND); /* twice */
+  assert_true(fabs(eldr_footprint_union(f, 1, 0) - 2 * P) < 1e-5);
+  assert_int_equal(eldr_footprint_end(f, t2), 0);
+  for (size_t l = 0; l < 2; l++) {
+    assert_true(eldr_footprint_union(f, 1, l) == 0.0);
+    for (size_t e = 0; e < 8; e++) assert_true(eldr_footprint_raw(f, 1, l, e) == 0);
+  }
+  /* a stale ticket (slot reused) and bad arguments */
+  uint64_t t3 = eldr_footprint_route(f, 0, &r1, &err);
+  assert_true((t3 & 0xffffffffu) == (t2 & 0xffffffffu) || (t3 & 0xffffffffu) == (t1 & 0xffffffffu));
+  assert_int_equal(eldr_footprint_end(f, t3 == t1 ? t2 : t1), ELDR_ENOTFOUND);
+  assert_int_equal(eldr_footprint_end(f, ELDR_FP_NO_TICKET), ELDR_ENOTFOUND);
+  assert_int_equal(eldr_footprint_end(f, 12345), ELDR_ENOTFOUND);
+  assert_true(eldr_footprint_route(f, 2, &r1, &err) == ELDR_FP_NO_TICKET);
+  assert_int_equal(err, ELDR_EINVAL);
+  assert_int_equal(eldr_footprint_end(f, t3), 0);
+  eldr_footprint_free(f);
+}
+
+static void random_counts(eldr_rng *r, uint32_t *c, size_t L, size_t E, size_t K, uint32_t ntok) {
+  memset(c, 0, L * E * sizeof *c);
+  for (uint32_t t = 0; t < ntok; t++)
+    for (size_t l = 0; l < L; l++) {
+      size_t e0 = (size_t)eldr_rng_below(r, E);
+      for (size_t k = 0; k < K; k++) c[l * E + (e0 + k * 3) % E]++;
+    }
+}
+
+/* A million routes and ends in random order: the live footprint equals,
+ * bit for bit, a fresh footprint holding only the requests still in flight,
+ * and ending them all leaves exactly zero. */
+static void test_no_drift(void **st) {
+  (void)st;
+#if defined(__SANITIZE_ADDRESS__)
+  const size_t N = 100000; /* the sanitizer build checks memory; the release build the million */
+#else
+  const size_t N = 1000000;
+#endif
+  const size_t L = 3, E = 16, K = 2, D = 3, LIVE = 40, NPROF = 64;
+  eldr_latency_model m;
+  small_model(&m, L, E, K);
+  eldr_footprint *f = make(&m, D, NULL);
+  eldr_rng r;
+  eldr_rng_seed(&r, 7);
+  uint32_t *prof = malloc(NPROF * L * E * sizeof *prof);
+  uint32_t ntok[NPROF];
+  for (size_t i = 0; i < NPROF; i++) {
+    ntok[i] = 1 + (uint32_t)eldr_rng_below(&r, 300);
+    random_counts(&r, prof + i * L * E, L, E, K, ntok[i]);
+  }
+  uint64_t tk[LIVE];
+  size_t which[LIVE], dec[LIVE];
+  for (size_t i = 0; i < LIVE; i++) tk[i] = ELDR_FP_NO_TICKET;
+  for (size_t i = 0; i < N; i++) {
+    size_t s = (size_t)eldr_rng_below(&r, LIVE);
+    if (tk[s] != ELDR_FP_NO_TICKET) assert_int_equal(eldr_footprint_end(f, tk[s]), 0);
+    which[s] = (size_t)eldr_rng_below(&r, NPROF);
+    dec[s] = (size_t)eldr_rng_below(&r, D);
+    eldr_fp_request q = {prof + which[s] * L * E, ntok[which[s]], 10};
+    tk[s] = eldr_footprint_route(f, dec[s], &q, NULL);
+    assert_true(tk[s] != ELDR_FP_NO_TICKET);
+  }
+  eldr_footprint *g = make(&m, D, NULL);
+  for (size_t s = 0; s < LIVE; s++) {
+    eldr_fp_request q = {prof + which[s] * L * E, ntok[which[s]], 10};
+    assert_true(eldr_footprint_route(g, dec[s], &q, NULL) != ELDR_FP_NO_TICKET);
+  }
+  for (size_t k = 0; k < D; k++) {
+    assert_int_equal(eldr_footprint_inflight(f, k), eldr_footprint_inflight(g, k));
+    for (size_t l = 0; l < L; l++) {
+      assert_true(eldr_footprint_union(f, k, l) == eldr_footprint_union(g, k, l));
+      for (size_t e = 0; e < E; e++)
+        assert_true(eldr_footprint_raw(f, k, l, e) == eldr_footprint_raw(g, k, l, e));
+    }
+  }
+  for (size_t s = 0; s < LIVE; s++) assert_int_equal(eldr_footprint_end(f, tk[s]), 0);
+  for (size_t k = 0; k < D; k++) {
+    assert_int_equal(eldr_footprint_inflight(f, k), 0);
+    for (size_t l = 0; l < L; l++) {
+      assert_true(eldr_footprint_union(f, k, l) == 0.0);
+      for (size_t e = 0; e < E; e++) assert_true(eldr_footprint_raw(f, k, l, e) == 0);
+    }
+  }
+  eldr_footprint_free(g);
+  eldr_footprint_free(f);
+  free(prof);
+}
+
+/* counts of ntok tokens that each select experts [base, base + K) at every layer */
+static void block_counts(uint32_t *c, size_t L, size_t E, size_t K, size_t base, uint32_t ntok) {
+  memset(c, 0, L * E * sizeof *c);
+  for (size_t l = 0; l < L; l++)
+    for (size_t k = 0; k < K; k++) c[l * E + (base + k) % E] = ntok;
+}
+
+/* Equal loads: the decoder already decoding the same experts is cheaper.
+ * An idle decoder beats one with a few requests of other experts (light
+ * load: the batch and union terms dominate). With an overloaded similar
+ * decoder, a less loaded dissimilar one wins. */
+static void test_decisions(void **st) {
+  (void)st;
+  const size_t L = 48, E = 128, K = 8;
+  eldr_latency_model m;
+  assert_int_equal(eldr_latency_preset("qwen3-30b-a3b", "mi300x", &m, NULL), 0);
+  eldr_footprint *f = make(&m, 3, NULL);
+  uint32_t *a = malloc(L * E * sizeof *a), *b = malloc(L * E * sizeof *b);
+  block_counts(a, L, E, K, 0, 50);
+  block_counts(b, L, E, K, 64, 50);
+  eldr_fp_request ra = {a, 50, 200}, rb = {b, 50, 200};
+  uint64_t t[8];
+  for (int i = 0; i < 4; i++) t[i] = eldr_footprint_route(f, 0, &ra, NULL);
+  for (int i = 4; i < 8; i++) t[i] = eldr_footprint_route(f, 1, &rb, NULL);
+  uint32_t loads[3] = {4, 4, 4};
+  uint8_t healthy[3] = {1, 1, 0};
+  int uni = -1;
+  double pred = 0;
+  assert_int_equal(eldr_footprint_decide(f, loads, healthy, 3, &ra, &uni, &pred), 0);
+  assert_int_equal(uni, 0);
+  assert_true(pred > 0);
+  assert_int_equal(eldr_footprint_decide(f, loads, healthy, 3, &rb, NULL, NULL), 1);
+  healthy[2] = 1;
+  loads[2] = 0; /* idle decoder 2 */
+  assert_int_equal(eldr_footprint_decide(f, loads, healthy, 3, &ra, NULL, NULL), 2);
+  /* no counts: the uniform profile */
+  eldr_fp_request none = {NULL, 0, 0};
+  assert_int_equal(eldr_footprint_decide(f, loads, healthy, 3, &none, &uni, NULL), 2);
+  assert_int_equal(uni, 1);
+  uint8_t down[3] = {0, 0, 0};
+  assert_int_equal(eldr_footprint_decide(f, loads, down, 3, &ra, NULL, NULL), ELDR_EUNAVAIL);
+  assert_int_equal(eldr_footprint_decide(f, loads, NULL, 2, &ra, NULL, NULL), ELDR_EINVAL);
+  /* a layer mask that only sees layer 0 still prefers the similar decoder */
+  uint8_t mask[48] = {1};
+  eldr_footprint *g = make(&m, 2, mask);
+  eldr_footprint_route(g, 0, &ra, NULL);
+  eldr_footprint_route(g, 1, &rb, NULL);
+  uint32_t l2[2] = {1, 1};
+  assert_int_equal(eldr_footprint_decide(g, l2, NULL, 2, &rb, NULL, NULL), 1);
+  assert_true(eldr_footprint_union(g, 0, 1) == 0.0); /* unmasked layers are not tracked */
+  eldr_footprint_free(g);
+  for (int i = 0; i < 8; i++) assert_int_equal(eldr_footprint_end(f, t[i]), 0);
+  eldr_footprint_free(f);
+  free(a);
+  free(b);
+}
+
+/* The policy: without a footprint it is JSQ and says so; with one it runs
+ * the cost model; on_route / on_end are no-ops for other policies. */
+static void test_policy(void **st) {
+  (void)st;
+  const size_t L = 4, E = 16, K = 2;
+  eldr_latency_model m;
+  small_model(&m, L, E, K);
+  eldr_policy p;
+  assert_int_equal(eldr_policy_init(&p, ELDR_POLICY_FOOTPRINT, 0, 1, NULL, 0, 0, 1), 0);
+  eldr_policy_kind k;
+  assert_int_equal(eldr_policy_parse("footprint", &k), 0);
+  assert_int_equal(k, ELDR_POLICY_FOOTPRINT);
+  uint32_t loads[3] = {3, 1, 2};
+  uint32_t c[64];
+  block_counts(c, L, E, K, 0, 10);
+  eldr_fp_request fr = {c, 10, 5};
+  eldr_decision dec;
+  assert_int_equal(eldr_policy_decide(&p, loads, NULL, 3, NULL, &fr, &dec), 1);
+  assert_int_equal(dec.fallback, ELDR_FALLBACK_NO_MODEL);
+  assert_true(eldr_policy_on_route(&p, 1, &fr) == ELDR_FP_NO_TICKET);
+  eldr_footprint *f = make(&m, 3, NULL);
+  eldr_policy_attach_footprint(&p, f);
+  int c0 = eldr_policy_decide(&p, loads, NULL, 3, NULL, &fr, &dec);
+  assert_int_equal(dec.fallback, ELDR_FALLBACK_NONE);
+  assert_true(dec.pred_tpot > 0);
+  uint64_t t = eldr_policy_on_route(&p, c0, &fr);
+  assert_true(t != ELDR_FP_NO_TICKET);
+  assert_int_equal(eldr_footprint_inflight(f, (size_t)c0), 1);
+  eldr_policy_on_end(&p, t);
+  assert_int_equal(eldr_footprint_inflight(f, (size_t)c0), 0);
+  eldr_policy_on_end(&p, t); /* ignored */
+  /* eldr_policy_decode: no counts, the uniform profile */
+  assert_true(eldr_policy_decode(&p, loads, NULL, 3, NULL, &dec) >= 0);
+  assert_int_equal(dec.fallback, ELDR_FALLBACK_NO_SIGNATURE);
+  /* a state for another number of decoders: JSQ, NO_MODEL */
+  uint32_t l4[4] = {2, 2, 0, 2};
+  assert_int_equal(eldr_policy_decide(&p, l4, NULL, 4, NULL, &fr, &dec), 2);
+  assert_int_equal(dec.fallback, ELDR_FALLBACK_NO_MODEL);
+  /* other policies: no tickets */
+  eldr_policy j;
+  assert_int_equal(eldr_policy_init(&j, ELDR_POLICY_JSQ, 0, 1, NULL, 0, 0, 1), 0);
+  eldr_policy_attach_footprint(&j, f);
+  assert_true(eldr_policy_on_route(&j, 0, &fr) == ELDR_FP_NO_TICKET);
+  eldr_policy_on_end(&j, ELDR_FP_NO_TICKET);
+  eldr_footprint_free(f);
+}
+
+/* step_f is the step model: integer unions give eldr_latency_step's bits. */
+static void test_step_f(void **st) {
+  (void)st;
+  eldr_latency_model m;
+  assert_int_equal(eldr_latency_preset("qwen3-30b-a3b", "mi300x", &m, NULL), 0);
+  uint32_t u[48];
+  double uf[48];
+  for (int l = 0; l < 48; l++) u[l] = (uint32_t)(8 + l), uf[l] = 8 + l;
+  assert_true(eldr_latency_step(&m, 16, u, 4000) == eldr_latency_step_f(&m, 16, uf, 4000));
+}
+
+/* The artifact's latency section: round trip bit-identical, optional,
+ * complete when present, same shape as the model. */
+static void test_artifact_latency(void **st) {
+  (void)st;
+  eldr_latency_model m;
+  assert_int_equal(eldr_latency_preset("olmoe-1b-7b", "h100", &m, NULL), 0);
+  eldr_shape s = m.shape;
+  eldr_artifact *a = eldr_artifact_new("olmoe", &s, NULL, ELDR_REPR_COUNT, 0, NULL, 2);
+  assert_non_null(a);
+  for (size_t c = 0; c < 2; c++) a->centroids[c * a->dim + c] = 1.0f;
+  a->tau = 0.1;
+  a->fit_rho = NAN;
+  m.hbm_bw = 1.0 / 3.0 * 1e12; /* not representable in few digits */
+  assert_int_equal(eldr_artifact_set_latency(a, &m, NULL), 0);
+  char *txt = eldr_artifact_dump(a);
+  assert_non_null(txt);
+  eldr_artifact *b = NULL;
+  assert_int_equal(eldr_artifact_parse(txt, strlen(txt), &b, NULL), 0);
+  assert_non_null(b->latency);
+  assert_memory_equal(b->latency, &m, sizeof m);
+  eldr_artifact_free(b);
+  /* a missing field */
+  char *cut = strstr(txt, "\"step_overhead_s\"");
+  assert_non_null(cut);
+  char *bad = malloc(strlen(txt) + 1);
+  size_t pre = (size_t)(cut - txt);
+  memcpy(bad, txt, pre);
+  const char *rest = strchr(cut, ',') + 1;
+  strcpy(bad + pre, rest);
+  eldr_diag d = {{0}};
+  assert_int_equal(eldr_artifact_parse(bad, strlen(bad), &b, &d), ELDR_EPARSE);
+  assert_non_null(strstr(d.msg, "latency"));
+  free(bad);
+  free(txt);
+  /* another shape */
+  eldr_latency_model q;
+  assert_int_equal(eldr_latency_preset("qwen3-30b-a3b", "h100", &q, NULL), 0);
+  assert_int_equal(eldr_artifact_set_latency(a, &q, &d), ELDR_ESHAPE);
+  assert_memory_equal(a->latency, &m, sizeof m); /* unchanged */
+  /* absent: no section */
+  assert_int_equal(eldr_artifact_set_latency(a, NULL, NULL), 0);
+  txt = eldr_artifact_dump(a);
+  assert_null(strstr(txt, "latency"));
+  assert_int_equal(eldr_artifact_parse(txt, strlen(txt), &b, NULL), 0);
+  assert_null(b->latency);
+  eldr_artifact_free(b);
+  free(txt);
+  eldr_artifact_free(a);
+}
+
+/* Simulator rows: footprint, its oracle and its control complete every
+ * request; without coefficients every decision is a (JSQ) fallback. */
+static void test_sim_rows(void **st) {
+  (void)st;
+  const uint32_t L = 4, E = 16, K = 2;
+  eldr_shape s = {L, E, K};
+  eldr_trace *t = eldr_trace_new("toy", &s, NULL);
+  eldr_rng r;
+  eldr_rng_seed(&r, 3);
+  uint16_t pre[20 * 8], dec[30 * 8];
+  for (int i = 0; i < 60; i++) {
+    uint16_t b = (uint16_t)(i % 2 ? 0 : 8);
+    for (int x = 0; x < 20 * 8; x++) pre[x] = (uint16_t)((b + x % 2 + 2 * eldr_rng_below(&r, 2)) % E);
+    for (int x = 0; x < 30 * 8; x++) dec[x] = (uint16_t)((b + x % 2 + 2 * eldr_rng_below(&r, 2)) % E);
+    for (int x = 0; x < 20 * 4; x++) /* distinct per (token, layer) */
+      if (pre[2 * x] == pre[2 * x + 1]) pre[2 * x + 1] = (uint16_t)((pre[2 * x] + 1) % E);
+    for (int x = 0; x < 30 * 4; x++)
+      if (dec[2 * x] == dec[2 * x + 1]) dec[2 * x + 1] = (uint16_t)((dec[2 * x] + 1) % E);
+    char id[16];
+    snprintf(id, sizeof id, "r%d", i);
+    assert_true(eldr_trace_append(t, id, NULL, NULL, -1, pre, 20, dec, 30, NULL) >= 0);
+  }
+  size_t idx[60];
+  for (size_t i = 0; i < 60; i++) idx[i] = i;
+  eldr_latency_model m;
+  small_model(&m, L, E, K);
+  eldr_sim_pool pool = {.trace = t, .idx = idx, .n = 60, .policy_model = &m};
+  for (int variant = 0; variant < 4; variant++) {
+    eldr_sim_config c;
+    eldr_sim_config_default(&c);
+    c.n_prefill = 2;
+    c.n_decode = 4;
+    c.rate = 2000;
+    c.n_requests = 500;
+    c.policy = ELDR_POLICY_FOOTPRINT;
+    c.footprint_oracle = variant == 1;
+    c.permute_signatures = variant == 2;
+    eldr_sim_pool p2 = pool;
+    if (variant == 3) p2.policy_model = NULL;
+    eldr_sim_result res;
+    eldr_diag d = {{0}};
+    assert_int_equal(eldr_sim_run(&p2, &m, &c, &res, &d), 0);
+    assert_int_equal(res.completed, 500);
+    if (variant == 3) {
+      assert_int_equal(res.fallbacks, 500);
+      assert_true(isnan(res.pred_rel_err));
+    } else {
+      assert_int_equal(res.fallbacks, 0);
+      assert_true(res.pred_rel_err >= 0 && isfinite(res.pred_rel_err));
+    }
+  }
+  eldr_trace_free(t);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_new_errors),     cmocka_unit_test(test_union_product_form),
+      cmocka_unit_test(test_no_drift),       cmocka_unit_test(test_decisions),
+      cmocka_unit_test(test_policy),         cmocka_unit_test(test_step_f),
+      cmocka_unit_test(test_artifact_latency), cmocka_unit_test(test_sim_rows),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
