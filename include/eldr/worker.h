@@ -26,7 +26,8 @@
  * (eldr_tracegen_from_text), seeded by the text of the prompt's first KV
  * block so that a block's selections depend only on its prefix (like a real,
  * causal engine; this keeps block signature rows valid under prefix reuse).
- * Generated text is placeholder words (" tok0", " tok1", ...): the number of
+ * Generated text is words of the corpus (corpus_dir), else placeholder words
+ * (" tok0", " tok1", ...); n choices per request (n <= 16): the number of
  * tokens is the request's decode length — the trace record's decode length,
  * or max_tokens (default 16) when derived from text — capped by max_tokens.
  *
@@ -81,6 +82,16 @@ typedef struct eldr_worker_config {
    * the linear layout. */
   uint32_t ep_size, tp;
   const eldr_placement *placement;
+  int routed_experts_computed_only; /* 1: prompt rows of computed tokens only (vLLM before
+                                       PR #39917); 0 (default): every prompt token's row */
+  int enable_prompt_tokens_details; /* 1: usage.prompt_tokens_details (vLLM's
+                                       --enable-prompt-tokens-details); 0 (default): null */
+  double kv_abort_timeout;  /* s a prefill holds a request's KV blocks for the decode
+                               worker's pull (VLLM_NIXL_ABORT_REQUEST_TIMEOUT; 0 = 480) */
+  double kv_pull_timeout;   /* s the decode side waits for the side channel (0 = 30) */
+  const char *corpus_dir;   /* directory of *.txt texts generated words are drawn from;
+                               NULL = placeholder words " tok<i>"; unreadable or
+                               without words = ELDR_EIO from eldr_worker_new */
 } eldr_worker_config;
 
 /* Defaults: role BOTH, qwen3-30b-a3b on h200, time_scale 1, routed experts on. */
@@ -113,6 +124,9 @@ typedef struct eldr_worker_stats {
   double token_seconds;         /* sum over steps of batch x step duration (scaled):
                                    / batch_sum = the mean time per token the model gave */
   uint64_t prefix_queries, prefix_hits; /* in blocks */
+  size_t kv_held;               /* prefill requests whose blocks wait for a pull */
+  uint64_t kv_pulls_served, kv_held_expired; /* side channel: pulls answered, leases expired */
+  uint64_t kv_pulls_failed;     /* decode side: pulls that failed (request answered 500) */
 } eldr_worker_stats;
 void eldr_worker_stats_get(const eldr_worker *w, eldr_worker_stats *s);
 

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 #include "eldr/latency.h"
@@ -23,7 +24,7 @@ static void usage(FILE *f) {
           "metric names) with the PD handoff (kv_transfer_params) and routed_experts, timed in\n"
           "real time by the latency model: prefill batches last the prefill model's time, each\n"
           "decode step lasts the step model's time for the union of experts its batch selects.\n"
-          "Generated text is placeholder words (\" tok0 tok1 ...\"); their number is the\n"
+          "Generated text is words of --corpus (else placeholder words \" tok0 tok1 ...\"); their number is the\n"
           "request's decode length (trace record, else max_tokens, default 16), capped by\n"
           "max_tokens.\n\n"
           "options:\n"
@@ -55,6 +56,15 @@ static void usage(FILE *f) {
           "  --tp T                attention tensor parallelism with --ep-size (default R)\n"
           "  --placement P         linear (default) or an SGLang --init-expert-location JSON\n"
           "                        file (e.g. one `eldr fit --ep-size` wrote for this decoder)\n"
+          "  --routed-experts-prompt full|computed  prompt rows of every token (default, vLLM\n"
+          "                        since PR #39917) or of the computed tokens only\n"
+          "  --enable-prompt-tokens-details  usage.prompt_tokens_details.cached_tokens (as vLLM's\n"
+          "                        flag; default: null)\n"
+          "  --kv-abort-timeout S  a prefill holds a request's KV for the decode pull this long\n"
+          "                        (default 480, vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT)\n"
+          "  --kv-pull-timeout S   the decode side's side-channel timeout (default 30)\n"
+          "  --corpus DIR          draw generated words from DIR/*.txt (default ../shared/corpus\n"
+          "                        when it exists, else placeholder words)\n"
           "  -h, --help            this text\n\n"
           "On start it prints one line \"eldr worker: listening on http://HOST:PORT ...\" on\n"
           "stdout. SIGINT / SIGTERM stop it.\n");
@@ -71,6 +81,7 @@ int eldr_cmd_worker(int argc, char **argv) {
   eldr_worker_config_default(&cfg);
   cfg.port = 8100;
   const char *trace_path = NULL, *placement_path = NULL;
+  const char *corpus = NULL;
   static const struct option opts[] = {
       {"role", required_argument, 0, 'r'},
       {"model", required_argument, 0, 'm'},
@@ -90,6 +101,11 @@ int eldr_cmd_worker(int argc, char **argv) {
       {"ep-size", required_argument, 0, 'E'},
       {"tp", required_argument, 0, 'T'},
       {"placement", required_argument, 0, 'P'},
+      {"routed-experts-prompt", required_argument, 0, 'q'},
+      {"enable-prompt-tokens-details", no_argument, 0, 'D'},
+      {"kv-abort-timeout", required_argument, 0, 'a'},
+      {"kv-pull-timeout", required_argument, 0, 'U'},
+      {"corpus", required_argument, 0, 'C'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0},
   };
@@ -124,12 +140,27 @@ int eldr_cmd_worker(int argc, char **argv) {
     case 'E': cfg.ep_size = (uint32_t)cli_parse_long(CMD, "--ep-size", optarg, 1, 64); break;
     case 'T': cfg.tp = (uint32_t)cli_parse_long(CMD, "--tp", optarg, 1, 64); break;
     case 'P': placement_path = strcmp(optarg, "linear") ? optarg : NULL; break;
+    case 'q':
+      if (!strcmp(optarg, "full")) cfg.routed_experts_computed_only = 0;
+      else if (!strcmp(optarg, "computed")) cfg.routed_experts_computed_only = 1;
+      else cli_usage_error(CMD, "--routed-experts-prompt: '%s' is not full or computed", optarg);
+      break;
+    case 'D': cfg.enable_prompt_tokens_details = 1; break;
+    case 'a': cfg.kv_abort_timeout = cli_parse_double(CMD, "--kv-abort-timeout", optarg, 1e-3, 1e6); break;
+    case 'U': cfg.kv_pull_timeout = cli_parse_double(CMD, "--kv-pull-timeout", optarg, 1e-3, 1e6); break;
+    case 'C': corpus = optarg; break;
     case 'h': usage(stdout); return 0;
     default: cli_bad_option(CMD, argc, argv, c);
     }
   }
   if (optind < argc) cli_usage_error(CMD, "unexpected argument '%s' (see --help)", argv[optind]);
 
+  /* the corpus: the flag (must be readable), else ../shared/corpus when present */
+  struct stat cst;
+  if (corpus && (stat(corpus, &cst) < 0 || !S_ISDIR(cst.st_mode)))
+    cli_usage_error(CMD, "--corpus: '%s' is not a directory", corpus);
+  if (!corpus && stat("../shared/corpus", &cst) == 0 && S_ISDIR(cst.st_mode)) corpus = "../shared/corpus";
+  cfg.corpus_dir = corpus;
   eldr_diag d = {{0}};
   /* a bad --model/--hardware is a bad flag value (exit 2), found before anything starts */
   eldr_latency_model lm;

@@ -216,7 +216,8 @@ int eldr_cluster_up(eldr_cluster *c, const eldr_cluster_spec *s, char *target, s
       char line[512];
       char *args[] = {"worker", "--role", role ? "decode" : "prefill", "--model", (char *)s->model,
                       "--hardware", (char *)s->hardware, "--trace", (char *)s->trace_path, "--port",
-                      "0", "--time-scale", scalebuf, "--max-num-seqs", seqbuf, NULL};
+                      "0", "--time-scale", scalebuf, "--max-num-seqs", seqbuf,
+                      "--enable-prompt-tokens-details", NULL};
       int rc = eldr_cluster_spawn(c, args, wt, line, sizeof line, d);
       if (rc)
         return eldr_diag_fail(d, rc, "a %s worker did not start (see %s)",

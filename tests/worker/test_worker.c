@@ -158,6 +158,9 @@ static void test_signature_exact_under_prefix_hits(void **state) {
   eldr_worker_config_default(&cfg);
   cfg.role = ELDR_WORKER_PREFILL;
   cfg.kv_blocks = 10; /* tiny: forces evictions and block reuse */
+  cfg.kv_abort_timeout = 0.001; /* nobody pulls: free the held blocks at once */
+  cfg.routed_experts_computed_only = 1; /* vLLM before PR #39917 */
+  cfg.enable_prompt_tokens_details = 1;
   cfg.time_scale = 0.01;
   wt_worker ww;
   eldr_diag d = {{0}};
@@ -282,7 +285,8 @@ static void test_http_api_and_errors(void **state) {
   expect_error(port, "/v1/completions", "{\"prompt\":\"hi\",\"model\":\"gpt-9\"}", 404, "gpt-9");
   expect_error(port, "/v1/completions", "{\"prompt\":\"hi\",\"max_tokens\":0}", 400, "max_tokens");
   expect_error(port, "/v1/completions", "{\"prompt\":\"hi\",\"max_tokens\":\"5\"}", 400, "max_tokens");
-  expect_error(port, "/v1/completions", "{\"prompt\":\"hi\",\"n\":2}", 400, "'n'");
+  expect_error(port, "/v1/completions", "{\"prompt\":\"hi\",\"n\":0}", 400, "'n'");
+  expect_error(port, "/v1/completions", "{\"prompt\":\"hi\",\"n\":17}", 400, "'n'");
   expect_error(port, "/v1/completions", "{\"prompt\":\"hi\",\"stream\":\"yes\"}", 400, "stream");
   expect_error(port, "/v1/completions", "{\"prompt\":\"hi\",\"eldr_trace_id\":\"x/1\"}", 400, "--trace");
   expect_error(port, "/v1/completions",
@@ -315,7 +319,7 @@ static void test_http_api_and_errors(void **state) {
                          "vllm:prompt_tokens_total{", "vllm:generation_tokens_total{"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
     if (!strstr(r.body, names[i])) fail_msg("metric %s missing", names[i]);
-  assert_non_null(strstr(r.body, "vllm:generation_tokens_total{model_name=\"qwen3-30b-a3b\"} 17"));
+  assert_non_null(strstr(r.body, "vllm:generation_tokens_total{engine=\"0\",model_name=\"qwen3-30b-a3b\"} 17"));
   wt_resp_free(&r);
   wt_worker_stop(&ww);
 }
@@ -485,7 +489,7 @@ static void test_client_disconnect_mid_stream(void **state) {
     wt_resp r;
     assert_int_equal(wt_http(ww.port, "GET", "/metrics", NULL, 5, &r), 0);
     cancelled = strstr(r.body, "eldr_worker_requests_cancelled_total{model_name=\"qwen3-30b-a3b\"} 1") != NULL &&
-                strstr(r.body, "vllm:num_requests_running{model_name=\"qwen3-30b-a3b\"} 0") != NULL;
+                strstr(r.body, "vllm:num_requests_running{engine=\"0\",model_name=\"qwen3-30b-a3b\"} 0") != NULL;
     wt_resp_free(&r);
     if (!cancelled) {
       struct timespec ts = {0, 50 * 1000 * 1000};
