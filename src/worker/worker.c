@@ -173,10 +173,10 @@ static void pull_done(evutil_socket_t fd, short what, void *arg) {
     evhttp_connection_free(r->pull_conn);
     r->pull_conn = NULL;
   }
-  if (r->pull_body && r->pull_body[0] == '!') { /* failed: the message follows */
+  if (r->pull_failed) {
     w->st.kv_pulls_failed++;
     char msg[768];
-    snprintf(msg, sizeof msg, "%s", r->pull_body + 1);
+    snprintf(msg, sizeof msg, "%s", r->pull_body ? r->pull_body : "KV transfer failed");
     req_abort(r, 500, msg);
     decode_admit(w);
     return;
@@ -191,8 +191,8 @@ static void pull_done(evutil_socket_t fd, short what, void *arg) {
   if (!w->stepping) step_start(w);
 }
 
-/* The prefill worker's answer to the pull: schedule pull_done now (failure,
- * with "!<message>" in pull_body) or after the modelled transfer time. */
+/* The prefill worker's answer to the pull: schedule pull_done now (failure:
+ * pull_failed, the message in pull_body) or after the modelled transfer time. */
 static void pull_reply(struct evhttp_request *req, void *arg) {
   wreq *r = arg;
   eldr_worker *w = r->w;
@@ -205,16 +205,17 @@ static void pull_reply(struct evhttp_request *req, void *arg) {
     char msg[768];
     if (code == 0)
       snprintf(msg, sizeof msg,
-               "!KV transfer failed: the prefill worker %.255s:%u did not answer the pull of "
+               "KV transfer failed: the prefill worker %.255s:%u did not answer the pull of "
                "request %.200s (unreachable, or no answer within %g s)",
                r->remote_host, (unsigned)r->remote_port, r->rid, w->pull_timeout);
     else
       snprintf(msg, sizeof msg,
-               "!KV transfer failed: the prefill worker %.255s:%u answered %d to the pull (its "
+               "KV transfer failed: the prefill worker %.255s:%u answered %d to the pull (its "
                "blocks were freed: expired, already pulled, or the worker restarted)",
                r->remote_host, (unsigned)r->remote_port, code);
     free(r->pull_body);
     r->pull_body = strdup(msg);
+    r->pull_failed = 1;
   }
   evtimer_add(r->pull_ev, &tv);
 }

@@ -76,7 +76,8 @@ struct wreq {
   uint64_t text_seed;  /* where each choice's words start in the corpus */
   double t_arrival, t_first; /* monotonic s */
   /* decode leg: the side-channel pull of the prefill's blocks */
-  char *pull_body;
+  char *pull_body;     /* the pull request; after a failure, the error message */
+  int pull_failed;
   char remote_host[256];
   uint16_t remote_port;
   struct evhttp_connection *pull_conn;
