@@ -33,7 +33,7 @@ struct event_base;
 
 #define ELDR__PULL_MAX_BODY 65536
 #define ELDR__PULL_MAX_IDS 8192
-#define ELDR__PULL_MAX_ID 200
+#define ELDR__PULL_MAX_ID 300
 #define ELDR__PULL_PATH "/eldr/nixl/pull"
 
 typedef struct eldr__pull {

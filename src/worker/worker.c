@@ -589,8 +589,8 @@ static void handle_completion(eldr_worker *w, struct evhttp_request *req, int ch
    * X-Request-Id header when given; the engine refuses an id that is
    * already running (OutputProcessor.add_request: ValueError -> 400) */
   if (xrid && *xrid) {
-    if (strlen(xrid) > 120) {
-      eldr__w_send_error(req, 400, NULL, "X-Request-Id is longer than 120 bytes");
+    if (strlen(xrid) > 256) {
+      eldr__w_send_error(req, 400, NULL, "X-Request-Id is longer than 256 bytes");
       goto fail;
     }
     snprintf(r->rid, sizeof r->rid, "%s-%s", chat ? "chatcmpl" : "cmpl", xrid);

@@ -61,7 +61,7 @@ struct wreq {
   int remote_decode;  /* prefill leg: reply after prefill with kv_transfer_params */
   int remote_prefill; /* decode leg: pull the KV instead of computing it */
   int capped;         /* output length limited by max_tokens */
-  char rid[160];
+  char rid[ELDR__PULL_MAX_ID];
   char *chunk_head;   /* escaped JSON prefix shared by every stream chunk */
   uint32_t n_prompt, n_out, emitted, n_dsel;
   uint32_t *ids;
