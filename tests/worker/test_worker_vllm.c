@@ -329,6 +329,59 @@ static int read_reply(int fd, char *buf, size_t cap) {
   return status;
 }
 
+/* Held blocks count against the pool: a prompt that needs them waits until
+ * the decode side pulls them, then runs. */
+static void test_held_blocks_gate_the_next_prefill(void **state) {
+  (void)state;
+  eldr_worker_config pc;
+  eldr_worker_config_default(&pc);
+  pc.role = ELDR_WORKER_PREFILL;
+  pc.time_scale = 0.01;
+  pc.kv_blocks = 2;
+  wt_worker P;
+  start(&P, &pc);
+  char *A = words("a", 20), *B = words("b", 20); /* 2 blocks each */
+  int st;
+  json_t *b = prefill_body(A);
+  json_t *rep = post(P.port, "/v1/completions", b, &st);
+  json_decref(b);
+  assert_int_equal(st, 200);
+  json_t *kvp = json_object_get(rep, "kv_transfer_params");
+  /* B cannot start while A's blocks are held: send it, see it wait */
+  json_t *bj = prefill_body(B);
+  char *bb = json_dumps(bj, JSON_COMPACT);
+  json_decref(bj);
+  int fd = wt_connect(P.port);
+  char head[512];
+  int hl = snprintf(head, sizeof head,
+                    "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
+                    strlen(bb));
+  assert_int_equal(wt_send_all(fd, head, (size_t)hl), 0);
+  assert_int_equal(wt_send_all(fd, bb, strlen(bb)), 0);
+  struct pollfd p = {fd, POLLIN, 0};
+  assert_int_equal(poll(&p, 1, 300), 0); /* no reply: waiting for blocks */
+  assert_true(metric(P.port, "vllm:num_requests_waiting{engine=\"0\",model_name=\"qwen3-30b-a3b\"}") == 1);
+  /* the decode side pulls A: B runs */
+  json_t *pb = json_pack("{s:O,s:O,s:O}", "remote_request_id", json_object_get(kvp, "remote_request_id"),
+                         "remote_engine_id", json_object_get(kvp, "remote_engine_id"), "remote_block_ids",
+                         json_object_get(kvp, "remote_block_ids"));
+  char *pbs = json_dumps(pb, JSON_COMPACT);
+  wt_resp r;
+  assert_int_equal(wt_http(P.port, "POST", "/eldr/nixl/pull", pbs, 5, &r), 0);
+  assert_int_equal(r.status, 200);
+  wt_resp_free(&r);
+  char buf[65536];
+  assert_int_equal(read_reply(fd, buf, sizeof buf), 200);
+  close(fd);
+  free(pbs);
+  json_decref(pb);
+  free(bb);
+  json_decref(rep);
+  free(A);
+  free(B);
+  wt_worker_stop(&P);
+}
+
 static void test_duplicate_request_id(void **state) {
   (void)state;
   eldr_worker_config cfg;
@@ -508,6 +561,7 @@ int main(void) {
       cmocka_unit_test(test_pd_pull_holds_and_frees),
       cmocka_unit_test(test_abort_timeout_and_dead_prefill),
       cmocka_unit_test(test_duplicate_request_id),
+      cmocka_unit_test(test_held_blocks_gate_the_next_prefill),
       cmocka_unit_test(test_n_choices_and_corpus_text),
       cmocka_unit_test(test_vllm_metrics),
   };
