@@ -75,6 +75,10 @@ typedef struct eldr_serve_config {
                               * answers preflight OPTIONS (NULL: no CORS, default) */
   int splice_routed_experts; /* splice the prefill's prompt rows into the decode reply's
                               * routed_experts when both carry them (default 1) */
+  size_t max_connections;    /* open client connections; more get 503 (0 = half the
+                              * fd limit, RLIMIT_NOFILE, at start; default 0) */
+  size_t stream_buffer;      /* bytes queued to a streaming client above which the
+                              * decode leg is not read (default 256 KiB) */
   int handle_signals;        /* SIGHUP reloads, SIGINT/SIGTERM stop (for the CLI) */
   char *config_path;         /* JSON config re-read on reload (NULL: reload artifact only) */
   char *overrides;           /* JSON object in the config file's syntax applied over the
@@ -99,7 +103,8 @@ int eldr_serve_config_add_dns(eldr_serve_config *c, int decode, const char *host
  *   prefill_guard, connect_timeout, prefill_timeout, decode_timeout,
  *   decode_first_byte_timeout, decode_idle_timeout,
  *   header_timeout, idle_timeout, retries, max_body, max_header,
- *   health_interval, eject_after, sigcache_rows, pool_size,
+ *   health_interval, eject_after, sigcache_rows, pool_size, max_connections,
+ *   stream_buffer,
  *   splice_routed_experts (boolean), backend_api_key (string or null),
  *   forward_authorization (boolean), cors_origin (string or null).
  * A "prefill"/"decode" list replaces the current one. Unknown keys and

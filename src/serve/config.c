@@ -41,6 +41,8 @@ void eldr_serve_config_default(eldr_serve_config *c) {
   c->pool_size = 256;
   c->dns_interval_s = 5;
   c->splice_routed_experts = 1;
+  c->max_connections = 0;
+  c->stream_buffer = 256u << 10;
 }
 
 static void free_list(char **v, size_t n) {
@@ -309,6 +311,8 @@ int eldr_serve_config_parse(eldr_serve_config *c, const char *json, size_t len, 
       if (!json_is_boolean(v)) rc = eldr_diag_fail(d, ELDR_EINVAL, "config: '%s' must be true or false", key);
       else c->splice_routed_experts = json_is_true(v);
     }
+    else if (!strcmp(key, "max_connections")) { if (!(rc = get_int(v, key, 0, 1 << 24, &n, d))) c->max_connections = (size_t)n; }
+    else if (!strcmp(key, "stream_buffer")) { if (!(rc = get_int(v, key, 4096, 1ll << 30, &n, d))) c->stream_buffer = (size_t)n; }
     else rc = eldr_diag_fail(d, ELDR_EINVAL, "config: unknown key '%s'", key);
     if (rc) break;
   }

@@ -6,6 +6,7 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/listener.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
@@ -156,6 +157,8 @@ void eldr__stream_chunk(hconn *c, const char *p, size_t n) {
   conn_flush(c);
 }
 
+size_t eldr__conn_pending(hconn *c) { return evbuffer_get_length(bufferevent_get_output(c->bev)); }
+
 void eldr__stream_end(hconn *c) {
   if (c->resp_chunked == 1) bufferevent_write(c->bev, "0\r\n\r\n", 5);
   conn_flush(c);
@@ -171,6 +174,8 @@ void eldr__conn_free(hconn *c) {
     c->r = NULL;
     eldr__rq_abort(r);
   }
+  if (c->refusing) s->nrefusing--;
+  else s->nconns--;
   if (c->prev) c->prev->next = c->next;
   else s->conns = c->next;
   if (c->next) c->next->prev = c->prev;
@@ -316,6 +321,15 @@ static void conn_process(hconn *c) {
       }
       evbuffer_drain(in, (size_t)hl);
       c->keep_alive = c->head.keep_alive;
+      if (c->refusing) { /* accepted above max_connections: the head read, answered */
+        evtimer_del(c->deadline);
+        s->m.conn_refused++;
+        c->keep_alive = 0;
+        c->state = C_BUSY;
+        eldr__send_error(c, 503, "server_busy", "the router is at its limit of %zu connections: retry later",
+                         s->max_conns);
+        break;
+      }
       int64_t cl = c->head.content_length;
       if (c->head.chunked) { /* Node's http, fetch with a stream, requests with a generator, curl -T - */
         if (!c->cbody && !(c->cbody = evbuffer_new())) {
@@ -402,6 +416,7 @@ static void conn_write_cb(struct bufferevent *bev, void *arg) {
   (void)bev;
   hconn *c = arg;
   bufferevent_disable(c->bev, EV_WRITE); /* drained: back to direct writes */
+  if (c->r && c->r->paused) eldr__rq_drained(c->r); /* a paused stream may go on */
   if (c->state == C_CLOSING && !c->in_process) eldr__conn_free(c);
 }
 
@@ -425,12 +440,24 @@ static void conn_event_cb(struct bufferevent *bev, short what, void *arg) {
   }
 }
 
+/* Connections accepted above max_connections are answered 503 (after their
+ * request head, so the client reads the answer instead of a reset); this
+ * many at a time, beyond that they are closed at once. */
+#define REFUSE_SLACK 64
+
 void eldr__accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen,
                       void *arg) {
   (void)l;
   (void)sa;
   (void)salen;
   eldr_server *s = arg;
+  s->accept_delay_s = 0; /* accept() works again: the next error backs off from the start */
+  int refusing = s->nconns >= s->max_conns;
+  if (refusing && s->nrefusing >= REFUSE_SLACK) {
+    s->m.conn_dropped++;
+    evutil_closesocket(fd);
+    return;
+  }
   hconn *c = calloc(1, sizeof *c);
   if (!c) {
     evutil_closesocket(fd);
@@ -449,12 +476,55 @@ void eldr__accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockad
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   c->state = C_HEAD;
+  c->refusing = refusing;
+  if (refusing) s->nrefusing++;
+  else s->nconns++;
   c->next = s->conns;
   if (s->conns) s->conns->prev = c;
   s->conns = c;
   bufferevent_setcb(c->bev, conn_read_cb, conn_write_cb, conn_event_cb, c);
   bufferevent_setwatermark(c->bev, EV_READ, 0, s->cfg.max_header + s->cfg.max_body + 65536);
-  struct timeval idle = eldr__tv_of(s->cfg.idle_timeout_s);
+  struct timeval idle = eldr__tv_of(refusing ? s->cfg.header_timeout_s : s->cfg.idle_timeout_s);
   bufferevent_set_timeouts(c->bev, &idle, NULL);
   bufferevent_enable(c->bev, EV_READ); /* EV_WRITE only while output is pending */
+}
+
+/* accept() failed with something other than a transient error: typically
+ * EMFILE/ENFILE (fds exhausted), which stays until some connection closes.
+ * Listening on would spin the loop at 100% CPU on the ready socket; so the
+ * listener is off for a delay that doubles from 10 ms to 1 s while the
+ * errors last (the pending connections wait in the kernel's backlog), and
+ * the log says so at most once per ACCEPT_LOG_S with the count in between. */
+#define ACCEPT_DELAY_MIN_S 0.01
+#define ACCEPT_DELAY_MAX_S 1.0
+#define ACCEPT_LOG_S 10.0
+
+void eldr__accept_error_cb(struct evconnlistener *l, void *arg) {
+  eldr_server *s = arg;
+  int err = EVUTIL_SOCKET_ERROR();
+  s->m.accept_errors++;
+  evconnlistener_disable(l);
+  double d = s->accept_delay_s > 0 ? s->accept_delay_s * 2 : ACCEPT_DELAY_MIN_S;
+  if (d > ACCEPT_DELAY_MAX_S) d = ACCEPT_DELAY_MAX_S;
+  s->accept_delay_s = d;
+  struct timeval tv = eldr__tv_of(d);
+  if (evtimer_add(s->ev_accept, &tv)) evconnlistener_enable(l); /* cannot wait: keep accepting */
+  double now = eldr__now_s();
+  if (now - s->accept_log_t >= ACCEPT_LOG_S) {
+    eldr__logf(s, "accept failed: %s (%llu more since the last such line); new connections wait %g s "
+                  "(up to %g s while it lasts)",
+               evutil_socket_error_to_string(err), (unsigned long long)s->accept_suppressed, d,
+               ACCEPT_DELAY_MAX_S);
+    s->accept_log_t = now;
+    s->accept_suppressed = 0;
+  } else {
+    s->accept_suppressed++;
+  }
+}
+
+void eldr__accept_resume(evutil_socket_t fd, short ev, void *arg) {
+  (void)fd;
+  (void)ev;
+  eldr_server *s = arg;
+  if (s->lis) evconnlistener_enable(s->lis);
 }

@@ -60,13 +60,19 @@ void eldr__handle_metrics(hconn *c) {
     eldr__send_error(c, 500, "internal_error", "out of memory");
     return;
   }
-  evbuffer_add_printf(o, "# HELP eldr_requests_total Completion requests by decode decision and outcome.\n"
+  evbuffer_add_printf(o, "# HELP eldr_requests_total Completion requests by the decode policy that served them, decision and outcome.\n"
                          "# TYPE eldr_requests_total counter\n");
-  for (int d = 0; d < DEC__N; d++)
-    for (int k = 0; k < OUT__N; k++)
-      evbuffer_add_printf(o, "eldr_requests_total{policy=\"%s\",decision=\"%s\",outcome=\"%s\"} %llu\n",
-                          eldr_policy_name(s->cfg.policy), dec_name[d], out_name[k],
-                          (unsigned long long)m->requests[d][k]);
+  for (int p = 0; p < ELDR_POLICY__COUNT; p++) {
+    int any = p == (int)s->cfg.policy;
+    for (int d = 0; d < DEC__N && !any; d++)
+      for (int k = 0; k < OUT__N; k++) any |= m->requests[p][d][k] != 0;
+    if (!any) continue; /* policies never used: no series */
+    for (int d = 0; d < DEC__N; d++)
+      for (int k = 0; k < OUT__N; k++)
+        evbuffer_add_printf(o, "eldr_requests_total{policy=\"%s\",decision=\"%s\",outcome=\"%s\"} %llu\n",
+                            eldr_policy_name((eldr_policy_kind)p), dec_name[d], out_name[k],
+                            (unsigned long long)m->requests[p][d][k]);
+  }
   evbuffer_add_printf(o, "# HELP eldr_fallback_total Decisions made by load only, by reason.\n"
                          "# TYPE eldr_fallback_total counter\n");
   for (int f = 0; f < FB__N; f++)
@@ -105,8 +111,11 @@ void eldr__handle_metrics(hconn *c) {
   eldr_sigcache_stats_get(s->sp.conf.cache, &cs);
   evbuffer_add_printf(o, "# HELP eldr_sigcache_rows Block rows held by the signature cache.\n"
                          "# TYPE eldr_sigcache_rows gauge\neldr_sigcache_rows %zu\n"
+                         "# HELP eldr_sigcache_hits_total Prefix-cached blocks whose row the signature cache held.\n"
                          "# TYPE eldr_sigcache_hits_total counter\neldr_sigcache_hits_total %llu\n"
+                         "# HELP eldr_sigcache_misses_total Prefix-cached blocks whose row the signature cache lacked.\n"
                          "# TYPE eldr_sigcache_misses_total counter\neldr_sigcache_misses_total %llu\n"
+                         "# HELP eldr_sigcache_evictions_total Block rows evicted from the signature cache.\n"
                          "# TYPE eldr_sigcache_evictions_total counter\neldr_sigcache_evictions_total %llu\n",
                       cs.rows, (unsigned long long)cs.hits, (unsigned long long)cs.misses,
                       (unsigned long long)cs.evictions);
@@ -129,6 +138,22 @@ void eldr__handle_metrics(hconn *c) {
                          "# TYPE eldr_workers_draining gauge\neldr_workers_draining %zu\n", draining);
   evbuffer_add_printf(o, "# HELP eldr_artifact_loaded Whether a routing artifact is loaded.\n"
                          "# TYPE eldr_artifact_loaded gauge\neldr_artifact_loaded %d\n", s->art != NULL);
+  static const struct {
+    const char *name, *type, *help;
+  } gm[] = {
+      {"eldr_connections_open", "gauge", "Client connections open."},
+      {"eldr_connections_max", "gauge", "Client connection limit (max_connections, resolved)."},
+      {"eldr_connections_refused_total", "counter", "Client connections answered 503 at the connection limit."},
+      {"eldr_connections_dropped_total", "counter", "Client connections closed unanswered far above the limit."},
+      {"eldr_accept_errors_total", "counter", "accept() failures (EMFILE, ENFILE, ENOBUFS); each backs the listener off."},
+      {"eldr_stream_pauses_total", "counter", "Times a decode stream was paused for a slow client."},
+      {"eldr_heap_trims_total", "counter", "Heap trims after large requests ended."},
+  };
+  unsigned long long gv[] = {s->nconns, s->max_conns, m->conn_refused, m->conn_dropped,
+                             m->accept_errors, m->stream_pauses, m->mem_trims};
+  for (size_t q = 0; q < sizeof gv / sizeof gv[0]; q++)
+    evbuffer_add_printf(o, "# HELP %s %s\n# TYPE %s %s\n%s %llu\n", gm[q].name, gm[q].help, gm[q].name, gm[q].type,
+                        gm[q].name, gv[q]);
   static const char *const wm[][3] = {
       {"eldr_worker_inflight", "gauge", "Requests in flight per worker (router-tracked)."},
       {"eldr_worker_healthy", "gauge", "1 when the worker is admitted, 0 when ejected."},
@@ -166,16 +191,50 @@ void eldr__handle_metrics(hconn *c) {
   evbuffer_free(o);
 }
 
+/* Locality routing is "on" when the policy is eldr, an artifact is loaded
+ * whose shape agrees with the routed_experts seen, routed_experts arrived
+ * within this many seconds, and not every recent decision fell back. */
+#define LOCALITY_WINDOW_S 60.0
+
 void eldr__handle_health(hconn *c) {
   eldr_server *s = c->s;
-  size_t h[2] = {0, 0};
+  size_t h[2] = {0, 0}, pr[2] = {0, 0};
   for (int role = 0; role < 2; role++)
-    for (size_t i = 0; i < s->nw[role]; i++) h[role] += s->w[role][i]->healthy != 0;
+    for (size_t i = 0; i < s->nw[role]; i++) {
+      const worker *w = s->w[role][i];
+      pr[role] += w->probed != 0;
+      h[role] += w->healthy && w->probed;
+    }
+  /* ready: a prefill and a decode worker answered (a health check, or a leg) */
   int ok = h[0] > 0 && h[1] > 0;
-  char b[256];
+  const eldr_artifact *a = s->art;
+  int L = s->sp.observed_L, K = s->sp.observed_K;
+  int shape_ok = a && (!L || ((int)a->shape.num_layers == L && (int)a->shape.top_k == K));
+  double now = eldr__now_s();
+  double seen_ago = s->re_seen_t > 0 ? now - s->re_seen_t : -1;
+  size_t nfb = 0;
+  for (size_t i = 0; i < s->nrecent; i++) nfb += s->recent[i];
+  double frac = s->nrecent ? (double)nfb / (double)s->nrecent : 0;
+  int eldr = s->cfg.policy == ELDR_POLICY_ELDR;
+  int on = eldr && a && shape_ok && seen_ago >= 0 && seen_ago <= LOCALITY_WINDOW_S && nfb < s->nrecent;
+  const char *why = !eldr ? "policy is not eldr"
+                    : !a ? "no artifact"
+                    : !shape_ok ? "artifact shape differs from routed_experts"
+                    : seen_ago < 0 ? "no routed_experts seen yet"
+                    : seen_ago > LOCALITY_WINDOW_S ? "no routed_experts seen recently"
+                    : nfb >= s->nrecent ? "every recent decision fell back to load"
+                                        : "";
+  char seen[32] = "null";
+  if (seen_ago >= 0) snprintf(seen, sizeof seen, "%.3f", seen_ago);
+  char b[1024];
   int n = snprintf(b, sizeof b,
-                   "{\"status\":\"%s\",\"prefill_healthy\":%zu,\"prefill_total\":%zu,"
-                   "\"decode_healthy\":%zu,\"decode_total\":%zu,\"artifact\":%s}",
-                   ok ? "ok" : "unavailable", h[0], s->nw[0], h[1], s->nw[1], s->art ? "true" : "false");
+                   "{\"status\":\"%s\",\"prefill_healthy\":%zu,\"prefill_probed\":%zu,\"prefill_total\":%zu,"
+                   "\"decode_healthy\":%zu,\"decode_probed\":%zu,\"decode_total\":%zu,\"artifact\":%s,"
+                   "\"locality\":{\"on\":%s,\"reason\":\"%s\",\"policy\":\"%s\",\"artifact_loaded\":%s,"
+                   "\"shape_match\":%s,\"routed_experts_seen_s_ago\":%s,\"recent_decisions\":%zu,"
+                   "\"recent_fallback_fraction\":%.4f}}",
+                   ok ? "ok" : "unavailable", h[0], pr[0], s->nw[0], h[1], pr[1], s->nw[1], a ? "true" : "false",
+                   on ? "true" : "false", why, eldr_policy_name(s->cfg.policy), a ? "true" : "false",
+                   !a ? "null" : shape_ok ? "true" : "false", seen, s->nrecent, frac);
   eldr__send_body(c, ok ? 200 : 503, "application/json", b, (size_t)n, NULL);
 }

@@ -18,7 +18,7 @@
 static void rq_finish_metrics(rq *r, int outcome) {
   if (r->is_models) return; /* completions only */
   eldr__access_log(r, outcome, r->L.status ? r->L.status : outcome == OUT_OK ? 200 : 0);
-  r->s->m.requests[r->decision][outcome]++;
+  r->s->m.requests[r->policy][r->decision][outcome]++;
   eldr__histo_add(&r->s->m.request, eldr__now_s() - r->t0);
 }
 
@@ -32,8 +32,13 @@ static void leg_release(rq *r) {
   L->up = NULL;
 }
 
+/* Requests that held at least this much trim the heap when they end. */
+#define BIG_REQUEST (1u << 20)
+
 void eldr__rq_free(rq *r) {
   if (!r) return;
+  size_t big = r->L.cap + r->plen + r->dlen + r->req.text_len + (r->re_copy ? r->pr.routed_experts_len : 0);
+  if (big >= BIG_REQUEST) eldr__mem_note(r->s, big);
   leg_release(r);
   if (r->L.deadline) event_free(r->L.deadline);
   free(r->L.buf);
@@ -272,6 +277,13 @@ static void leg_data_cb(void *arg, const char *p, size_t n) {
       L->started = 1;
     }
     eldr__stream_chunk(r->c, p, n);
+    /* backpressure: a client that does not read stops the decode leg
+     * (the decoder's sends then block in TCP) until its output drained */
+    if (!r->paused && L->up && eldr__conn_pending(r->c) > r->s->cfg.stream_buffer) {
+      r->paused = 1;
+      r->s->m.stream_pauses++;
+      eldr__up_pause(L->up, 1);
+    }
     return;
   }
   if (L->n + n > MAX_REPLY) { /* a worker gone mad: not buffered without end */
@@ -297,6 +309,11 @@ static void leg_data_cb(void *arg, const char *p, size_t n) {
   memcpy(L->buf + L->n, p, n);
   L->n += n;
   L->buf[L->n] = 0;
+}
+
+void eldr__rq_drained(rq *r) {
+  r->paused = 0;
+  if (r->L.up && eldr__up_active(r->L.up)) eldr__up_pause(r->L.up, 0);
 }
 
 /* Relay the buffered upstream reply to the client (frees r). */
@@ -339,6 +356,7 @@ static void leg_done_cb(void *arg, int err) {
     eldr__worker_failed(w, "5xx reply");
   } else {
     w->fails = 0;
+    w->probed = 1; /* it answered: /health may say ready even with health checks off */
   }
   if (L->kind == LEG_MODELS) {
     leg_release(r);
@@ -408,6 +426,7 @@ static int decide(rq *r, int *fallback) {
     double t0 = eldr__now_s();
     eldr__sigpath_extract(&s->sp, r->pr.root, r->req.api == ELDR__API_CHAT, &r->prompt, &res);
     eldr__histo_add(&s->m.sig, eldr__now_s() - t0);
+    if (r->pr.routed_experts) s->re_seen_t = t0;
     have = 1;
     *fallback = res.fallback;
     if (res.fallback != FB_NONE) {
@@ -429,6 +448,12 @@ static int decide(rq *r, int *fallback) {
   eldr__histo_add(&s->m.decision, eldr__now_s() - t1);
   r->decision = (have && res.sig && k >= 0 && dec.fallback == ELDR_FALLBACK_NONE) ? DEC_LOCALITY : DEC_LOAD;
   eldr__al_decision(r, k >= 0 ? s->w[ROLE_DECODE][k] : NULL, dec.best_sim);
+  r->policy = (int)s->cfg.policy;
+  if (have) { /* the last decisions, for /health: how many fell back to load */
+    s->recent[s->irecent] = r->decision != DEC_LOCALITY;
+    s->irecent = (s->irecent + 1) % sizeof s->recent;
+    if (s->nrecent < sizeof s->recent) s->nrecent++;
+  }
   /* remember the rows of the blocks this prefill computed: deferred until the
    * decode leg is on its way (flushed first if another extraction comes) */
   if (have) eldr__sigpath_defer(&s->sp, &res);
@@ -574,6 +599,7 @@ static rq *rq_new(hconn *c) {
   r->c = c;
   r->t0 = eldr__now_s();
   r->decision = DEC_NONE;
+  r->policy = (int)c->s->cfg.policy;
   r->L.deadline = evtimer_new(c->s->base, leg_deadline_cb, r);
   if (!r->L.deadline) {
     free(r);

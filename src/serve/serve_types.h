@@ -57,7 +57,8 @@ typedef struct histo {
 } histo;
 
 typedef struct metrics {
-  uint64_t requests[DEC__N][OUT__N];
+  /* by the policy that made the decision (a reload does not relabel them) */
+  uint64_t requests[ELDR_POLICY__COUNT][DEC__N][OUT__N];
   uint64_t fallback[FB__N];
   uint64_t bad[BAD__N];
   uint64_t retries[2];
@@ -68,6 +69,11 @@ typedef struct metrics {
   uint64_t reloads_ok, reloads_err;
   uint64_t dns_errors, dns_updates; /* failed lookups; DNS group changes applied */
   uint64_t scrapes[2];              /* worker /metrics reads: ok, failed */
+  uint64_t conn_refused;   /* connections answered 503: at max_connections */
+  uint64_t conn_dropped;   /* connections closed unanswered: far above it */
+  uint64_t accept_errors;  /* accept() failures (EMFILE, ENFILE, ENOBUFS, ...) */
+  uint64_t stream_pauses;  /* decode legs paused for a slow streaming client */
+  uint64_t mem_trims;      /* heap trims after large requests */
   histo sig, decision, request;
 } metrics;
 
@@ -91,6 +97,7 @@ struct worker {
   uint64_t id;         /* unique per server (a retry's "tried" list holds ids) */
   uint32_t inflight;   /* legs in flight; each keeps a retired worker alive */
   int healthy, fails, retired;
+  int probed;          /* answered a health check or a leg at least once */
   uint64_t ejections, requests, err_connect, err_status, err_timeout;
   struct sockaddr_storage addr;
   socklen_t addrlen;
@@ -163,6 +170,9 @@ struct rq {
   int ntried;
   leg L;
   int decision;
+  int policy;         /* the policy of the decision (metrics label) */
+  int paused;         /* decode leg not read: the client's output is full */
+  size_t big;         /* bytes of large buffers it held (trim the heap after) */
   double t0;
   char last_err[200];
   /* access log (accesslog.c) */
@@ -182,6 +192,7 @@ struct hconn {
   int keep_alive;
   int head_only;
   int resp_chunked; /* 1 = chunked, 2 = raw until close (HTTP/1.0) */
+  int refusing;     /* accepted above max_connections: answered 503 */
   size_t body_need;
   /* a chunked request body: decoded into cbody as it arrives */
   struct evbuffer *cbody;
@@ -206,6 +217,18 @@ struct eldr_server {
   FILE *access_log;       /* NULL: off (accesslog.c) */
   uint64_t next_worker_id;
   hconn *conns;
+  size_t nconns, nrefusing, max_conns;
+  /* accept() failing (EMFILE...): listener off for a growing delay */
+  struct event *ev_accept;
+  double accept_delay_s, accept_log_t;
+  uint64_t accept_suppressed;
+  /* the heap trimmed once after large requests ended */
+  struct event *ev_trim;
+  size_t trim_bytes;
+  /* locality: recent decisions (1 = fell back to load), routed_experts seen */
+  uint8_t recent[256];
+  size_t nrecent, irecent;
+  double re_seen_t;
   eldr_artifact *art;
   eldr_policy pol, jsq;
   eldr__sigpath sp;       /* signature extraction, cache, deferred store */
@@ -238,6 +261,17 @@ void eldr__logf(eldr_server *s, const char *fmt, ...) __attribute__((format(prin
 
 void eldr__accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen,
                      void *arg);
+/* accept() failed: listener off for a bounded, growing delay; rate-limited log. */
+void eldr__accept_error_cb(struct evconnlistener *l, void *arg);
+/* Timer: listener back on (arg = s). */
+void eldr__accept_resume(evutil_socket_t fd, short ev, void *arg);
+/* The client's output drained below the bound: resume a paused decode leg. */
+void eldr__rq_drained(rq *r);
+/* A request that held `bytes` of large buffers ended: trim the heap soon
+ * (coalesced) when they add up above a threshold. */
+void eldr__mem_note(eldr_server *s, size_t bytes);
+/* Timer callback of eldr__mem_note (arg = s). */
+void eldr__mem_trim(evutil_socket_t fd, short ev, void *arg);
 /* Close the connection; a request still in flight is aborted (eldr__rq_abort). */
 void eldr__conn_free(hconn *c);
 /* Whole responses; the connection then reads its next request or closes
@@ -250,6 +284,8 @@ void eldr__send_error(hconn *c, int status, const char *type, const char *fmt, .
 void eldr__stream_start(hconn *c, int status, const char *ctype);
 void eldr__stream_chunk(hconn *c, const char *p, size_t n);
 void eldr__stream_end(hconn *c);
+/* Bytes queued to the client and not yet written. */
+size_t eldr__conn_pending(hconn *c);
 
 /* ---- proxy.c: requests ------------------------------------------------------ */
 

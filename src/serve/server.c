@@ -7,11 +7,13 @@
 #include <event2/event.h>
 #include <event2/listener.h>
 #include <event2/thread.h>
+#include <malloc.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "serve_types.h"
 
@@ -23,6 +25,40 @@ void eldr__logf(eldr_server *s, const char *fmt, ...) {
   vsnprintf(line, sizeof line, fmt, ap);
   va_end(ap);
   s->cfg.log(s->cfg.log_ctx, line);
+}
+
+/* ---- memory ------------------------------------------------------------------ */
+
+/* Large requests that ended add up to this before the heap is trimmed. */
+#define TRIM_AFTER_BYTES (8u << 20)
+#define TRIM_DELAY_S 0.2
+
+void eldr__mem_note(eldr_server *s, size_t bytes) {
+  s->trim_bytes += bytes;
+  if (s->trim_bytes < TRIM_AFTER_BYTES || !s->ev_trim || evtimer_pending(s->ev_trim, NULL)) return;
+  struct timeval tv = eldr__tv_of(TRIM_DELAY_S); /* coalesces a burst of large requests */
+  evtimer_add(s->ev_trim, &tv);
+}
+
+void eldr__mem_trim(evutil_socket_t fd, short ev, void *arg) {
+  (void)fd;
+  (void)ev;
+  eldr_server *s = arg;
+  s->trim_bytes = 0;
+  s->m.mem_trims++;
+  /* glibc keeps freed heap (and raises its mmap threshold after large
+   * frees): hand the free pages back to the OS */
+  malloc_trim(0);
+}
+
+/* max_connections, or half the fd limit when 0. */
+static size_t resolve_max_conns(const eldr_serve_config *c) {
+  if (c->max_connections) return c->max_connections;
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > (1u << 21))
+    return 1u << 20;
+  size_t n = (size_t)rl.rlim_cur / 2;
+  return n ? n : 1;
 }
 
 /* ---- artifact, workers, reload --------------------------------------------- */
@@ -105,6 +141,7 @@ static void stage_commit(eldr_server *s, stage *st) {
   eldr_artifact_free(s->art);
   s->art = st->art;
   s->pol = st->pol;
+  s->max_conns = resolve_max_conns(&s->cfg);
   eldr__workers_commit(s, &st->wp);
   s->logged_shape_mismatch = 0;
   /* health checks at the new interval; without them nothing re-admits an
@@ -198,7 +235,10 @@ int eldr_server_new(const eldr_serve_config *cfg, eldr_server **out, eldr_diag *
   }
   s->ev_health = event_new(s->base, -1, EV_PERSIST, eldr__health_tick, s);
   s->ev_scrape = event_new(s->base, -1, EV_PERSIST, eldr__scrape_tick, s);
-  if (!s->ev_health || !s->ev_scrape || (rc = eldr__sigpath_init(&s->sp, s->base))) {
+  s->ev_accept = evtimer_new(s->base, eldr__accept_resume, s);
+  s->ev_trim = evtimer_new(s->base, eldr__mem_trim, s);
+  s->accept_log_t = -1e9;
+  if (!s->ev_health || !s->ev_scrape || !s->ev_accept || !s->ev_trim || (rc = eldr__sigpath_init(&s->sp, s->base))) {
     rc = eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
     goto fail;
   }
@@ -207,6 +247,7 @@ int eldr_server_new(const eldr_serve_config *cfg, eldr_server **out, eldr_diag *
   stage st;
   if ((rc = stage_build(s, cfg, 0, &st, d))) goto fail;
   stage_commit(s, &st); /* starts the health checks */
+  if (s->cfg.health_interval_s > 0) event_active(s->ev_health, EV_TIMEOUT, 0); /* first probe now */
   eldr_policy_init(&s->jsq, ELDR_POLICY_JSQ, 0, cfg->seed, NULL, 0, 0, 1);
   /* listen */
   struct evutil_addrinfo hints, *ai = NULL;
@@ -228,6 +269,7 @@ int eldr_server_new(const eldr_serve_config *cfg, eldr_server **out, eldr_diag *
     rc = eldr_diag_fail(d, ELDR_EIO, "cannot listen on %s:%d: %s", cfg->host, cfg->port, strerror(errno));
     goto fail;
   }
+  evconnlistener_set_error_cb(s->lis, eldr__accept_error_cb);
   struct sockaddr_storage ss;
   socklen_t sl = sizeof ss;
   getsockname(evconnlistener_get_fd(s->lis), (struct sockaddr *)&ss, &sl);
@@ -277,7 +319,8 @@ void eldr_server_free(eldr_server *s) {
   if (!s) return;
   while (s->conns) eldr__conn_free(s->conns);
   if (s->lis) evconnlistener_free(s->lis);
-  struct event *evs[] = {s->ev_stop, s->ev_reload, s->ev_health, s->ev_scrape, s->sig_hup, s->sig_int, s->sig_term};
+  struct event *evs[] = {s->ev_stop, s->ev_reload, s->ev_health, s->ev_scrape, s->sig_hup,
+                         s->sig_int, s->sig_term, s->ev_accept, s->ev_trim};
   for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)
     if (evs[i]) event_free(evs[i]);
   while (s->all_workers) eldr__worker_free(s->all_workers);

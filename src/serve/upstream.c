@@ -42,6 +42,7 @@ struct eldr__up {
   int conn_close;
   long long remain;
   int pending_err; /* failure to report from fail_ev */
+  int paused;      /* rev not armed: the consumer is full */
   int in_cb, dead;
 };
 
@@ -111,6 +112,32 @@ int eldr__up_sent(const eldr__up *u) { return u->wrote; }
 void eldr__up_once(eldr__up *u) { u->once = 1; }
 
 int eldr__up_active(const eldr__up *u) { return u->active; }
+
+void eldr__up_pause(eldr__up *u, int on) {
+  if (on == u->paused) return;
+  u->paused = on;
+  if (!u->rev) return;
+  if (on) event_del(u->rev);
+  else event_add(u->rev, NULL);
+}
+
+size_t eldr__up_trim(eldr__up *u, size_t keep) {
+  if (u->active) return 0;
+  size_t freed = 0;
+  if (u->outcap > keep) {
+    freed += u->outcap;
+    free(u->out);
+    u->out = NULL;
+    u->outcap = u->outn = u->outoff = 0;
+  }
+  if (u->incap > keep && u->inoff == u->inn) {
+    freed += u->incap;
+    free(u->in);
+    u->in = NULL;
+    u->incap = u->inn = u->inoff = 0;
+  }
+  return freed;
+}
 
 void eldr__up_abort(eldr__up *u) {
   if (!u->active) return;
@@ -233,6 +260,7 @@ int eldr__up_request(eldr__up *u, const struct iovec *iov, int iovcnt, const eld
   u->conn_close = 0;
   u->remain = 0;
   u->inn = u->inoff = 0;
+  if (u->paused) eldr__up_pause(u, 0);
   u->resent = 0;
   u->wrote = 0;
   u->once = 0;
@@ -284,6 +312,7 @@ static void on_write(evutil_socket_t fd, short ev, void *arg) {
 /* The reply is complete: reset to idle, then tell the caller. */
 static void complete(eldr__up *u) {
   if (u->conn_close || u->inoff < u->inn) close_fd(u); /* leftovers: not ours to keep */
+  if (u->paused) eldr__up_pause(u, 0); /* idle: watch for the worker closing it */
   u->inn = u->inoff = 0;
   u->active = 0;
   u->in_cb++;

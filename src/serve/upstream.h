@@ -54,6 +54,14 @@ void eldr__up_once(eldr__up *u);
 int eldr__up_sent(const eldr__up *u);
 /* An exchange is in flight. */
 int eldr__up_active(const eldr__up *u);
+/* Stop (on = 1) or resume (0) reading the reply from the socket: bytes
+ * already read are still delivered; the worker's sends then block in TCP.
+ * A new exchange starts resumed. */
+void eldr__up_pause(eldr__up *u, int on);
+/* Idle connection: release request/reply buffers above keep bytes (a 16 MiB
+ * request body must not stay with a pooled connection). Returns the bytes
+ * released. No-op while an exchange is in flight. */
+size_t eldr__up_trim(eldr__up *u, size_t keep);
 
 /* For tests and fuzzing: start an exchange without any socket, then feed
  * reply bytes as if read from one (eof: the peer closed). */

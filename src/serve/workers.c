@@ -95,8 +95,12 @@ eldr__up *eldr__pool_take(worker *w) {
   return u;
 }
 
+/* A pooled connection keeps at most this much of request/reply buffers. */
+#define POOL_KEEP_BYTES (256u << 10)
+
 void eldr__pool_give(worker *w, eldr__up *u) {
   if (!u) return;
+  eldr__up_trim(u, POOL_KEEP_BYTES); /* no-op while active; a large body's buffer goes */
   if (!w->retired && w->npool < w->s->cfg.pool_size && w->npool < w->poolcap && !eldr__up_active(u)) {
     w->pool[w->npool++] = u;
     return;
@@ -118,6 +122,7 @@ static void health_result(worker *w, int ok, const char *why) {
   evtimer_del(w->hc_timer);
   if (ok) {
     w->fails = 0;
+    w->probed = 1;
     if (!w->healthy && !w->retired) {
       w->healthy = 1;
       eldr__logf(w->s, "%s worker %s re-admitted", eldr__role_name[w->role], w->url);

@@ -1151,7 +1151,7 @@ static void test_bad_input(void **st) {
   expect_error(&resp, 408, "not received");
   tc_free(&resp);
   /* pipelined requests on one connection are answered in order */
-  const char *pipe2 = "GET /health HTTP/1.1\r\n\r\nGET /nope HTTP/1.1\r\n\r\n";
+  const char *pipe2 = "GET /metrics HTTP/1.1\r\n\r\nGET /nope HTTP/1.1\r\n\r\n";
   assert_int_equal(tc_raw(r.port, pipe2, strlen(pipe2), 10, &resp), 0);
   assert_int_equal(resp.status, 200);
   tc_free(&resp);
