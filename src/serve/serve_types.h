@@ -267,8 +267,8 @@ void eldr__accept_error_cb(struct evconnlistener *l, void *arg);
 void eldr__accept_resume(evutil_socket_t fd, short ev, void *arg);
 /* The client's output drained below the bound: resume a paused decode leg. */
 void eldr__rq_drained(rq *r);
-/* A request that held `bytes` of large buffers ended: trim the heap soon
- * (coalesced) when they add up above a threshold. */
+/* A request that held `bytes` (>= 1 MiB) of buffers ended: trim the heap
+ * soon (one trim per burst). */
 void eldr__mem_note(eldr_server *s, size_t bytes);
 /* Timer callback of eldr__mem_note (arg = s). */
 void eldr__mem_trim(evutil_socket_t fd, short ev, void *arg);

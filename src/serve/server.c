@@ -29,13 +29,13 @@ void eldr__logf(eldr_server *s, const char *fmt, ...) {
 
 /* ---- memory ------------------------------------------------------------------ */
 
-/* Large requests that ended add up to this before the heap is trimmed. */
-#define TRIM_AFTER_BYTES (8u << 20)
+/* The heap is trimmed this long after a large request ended: a burst of
+ * them costs one trim (a few ms over a large heap), at most 5 per second. */
 #define TRIM_DELAY_S 0.2
 
 void eldr__mem_note(eldr_server *s, size_t bytes) {
   s->trim_bytes += bytes;
-  if (s->trim_bytes < TRIM_AFTER_BYTES || !s->ev_trim || evtimer_pending(s->ev_trim, NULL)) return;
+  if (!s->ev_trim || evtimer_pending(s->ev_trim, NULL)) return;
   struct timeval tv = eldr__tv_of(TRIM_DELAY_S); /* coalesces a burst of large requests */
   evtimer_add(s->ev_trim, &tv);
 }

@@ -278,6 +278,16 @@ static int served_by(const tc_resp *r) {
   return port;
 }
 
+/* GET /health: its status, and whether its body contains needle. */
+static int health_has(int port, int status, const char *needle) {
+  tc_resp resp;
+  if (tc_get(port, "/health", &resp)) return 0;
+  int ok = resp.status == status && resp.body && strstr(resp.body, needle);
+  if (!ok) fprintf(stderr, "/health %d: %s\n", resp.status, resp.body ? resp.body : "");
+  tc_free(&resp);
+  return ok;
+}
+
 static void test_locality_and_fallbacks(void **st) {
   (void)st;
   char *art = make_artifact(&SH, "loc");
@@ -308,6 +318,9 @@ static void test_locality_and_fallbacks(void **st) {
   assert_int_equal(served_by(&resp), fx_port(d0));
   tc_free(&resp);
   assert_int_equal(rt_metric(r.port, "eldr_requests_total{policy=\"eldr\",decision=\"locality\",outcome=\"ok\"}"), 2);
+  /* /health: ready (both legs answered, health checks off) and locality on */
+  assert_true(health_has(r.port, 200, "\"locality\":{\"on\":true,\"reason\":\"\",\"policy\":\"eldr\",\"artifact_loaded\":true,\"shape_match\":true"));
+  assert_true(health_has(r.port, 200, "\"recent_decisions\":2,\"recent_fallback_fraction\":0.0000"));
   /* fallbacks: each request still served, counted by reason */
   const char *bad_b64 = "!!not base64!!";
   struct {
@@ -325,6 +338,7 @@ static void test_locality_and_fallbacks(void **st) {
   assert_int_equal(rt_metric(r.port, "eldr_fallback_total{reason=\"malformed\"}"), 2);
   assert_int_equal(rt_metric(r.port, "eldr_fallback_total{reason=\"shape_mismatch\"}"), 1);
   assert_int_equal(rt_metric(r.port, "eldr_requests_total{policy=\"eldr\",decision=\"load\",outcome=\"ok\"}"), 4);
+  assert_true(health_has(r.port, 200, "\"recent_decisions\":6,\"recent_fallback_fraction\":0.6667"));
   /* prefill reply without kv_transfer_params: decode leg as the client sent it */
   pb.routed_experts = lo;
   pb.no_kv_params = 1;
@@ -356,6 +370,7 @@ static void test_locality_and_fallbacks(void **st) {
   tc_free(&resp);
   assert_int_equal(rt_metric(r.port, "eldr_fallback_total{reason=\"no_artifact\"}"), 1);
   assert_int_equal(rt_metric(r.port, "eldr_artifact_loaded"), 0);
+  assert_true(health_has(r.port, 200, "\"locality\":{\"on\":false,\"reason\":\"no artifact\""));
   rt_stop(&r);
   eldr_serve_config_free(&c);
   /* artifact that cannot be used: refused at start with a message */

@@ -53,6 +53,9 @@ struct fx_worker {
   size_t nrec, caprec;
   struct evhttp_request **hung; /* loop thread only */
   size_t nhung, caphung;
+  size_t stream_sent;            /* under mu */
+  void **bigs;                   /* big_stream states, freed with the fixture (loop thread) */
+  size_t nbigs, capbigs;
   struct evhttp_request **stall; /* streams held open (loop thread only) */
   size_t nstall, capstall;
   int stopped;
@@ -116,6 +119,48 @@ static void kill_cb(evutil_socket_t fd, short ev, void *arg) {
   evhttp_send_reply_end(st->req); /* lets libevent notice and free the request */
   event_free(st->ev);
   free(st);
+}
+
+/* A stream_bytes stream: the next piece once the previous one was written. */
+typedef struct big_stream {
+  fx_worker *w;
+  struct evhttp_request *req;
+  size_t left;
+} big_stream;
+
+static void big_next(struct evhttp_connection *conn, void *arg) {
+  (void)conn;
+  big_stream *bs = arg;
+  if (!bs->left) {
+    if (bs->req) evhttp_send_reply_end(bs->req);
+    bs->req = NULL; /* the state itself is freed with the fixture */
+    return;
+  }
+  static char piece[65536];
+  if (!piece[0]) { /* SSE events of 64 bytes */
+    for (size_t i = 0; i < sizeof piece; i += 64) {
+      memset(piece + i, 'x', 64);
+      memcpy(piece + i, "data: ", 6);
+      piece[i + 62] = '\n';
+      piece[i + 63] = '\n';
+    }
+  }
+  size_t n = bs->left < sizeof piece ? bs->left : sizeof piece;
+  bs->left -= n;
+  pthread_mutex_lock(&bs->w->mu);
+  bs->w->stream_sent += n;
+  pthread_mutex_unlock(&bs->w->mu);
+  struct evbuffer *o = evbuffer_new();
+  evbuffer_add(o, piece, n);
+  evhttp_send_reply_chunk_with_cb(bs->req, o, big_next, bs);
+  evbuffer_free(o);
+}
+
+size_t fx_stream_sent(fx_worker *w) {
+  pthread_mutex_lock(&w->mu);
+  size_t n = w->stream_sent;
+  pthread_mutex_unlock(&w->mu);
+  return n;
 }
 
 static void handle(struct evhttp_request *req, void *arg) {
@@ -202,6 +247,21 @@ static void handle(struct evhttp_request *req, void *arg) {
                                     "remote_block_ids", 3, 5, 8, "remote_host", "127.0.0.1",
                                     "remote_port", w->port, "tp_size", 1));
     reply_json(req, 200, o);
+    return;
+  }
+  if (stream && b.stream_bytes) {
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "text/event-stream");
+    evhttp_send_reply_start(req, 200, "OK");
+    big_stream *bs = calloc(1, sizeof *bs);
+    if (w->nbigs == w->capbigs) {
+      w->capbigs = w->capbigs ? 2 * w->capbigs : 8;
+      w->bigs = realloc(w->bigs, w->capbigs * sizeof *w->bigs);
+    }
+    w->bigs[w->nbigs++] = bs;
+    bs->w = w;
+    bs->req = req;
+    bs->left = b.stream_bytes;
+    big_next(NULL, bs);
     return;
   }
   if (stream) {
@@ -325,6 +385,8 @@ void fx_free(fx_worker *w) {
   free(w->rec);
   free(w->hung);
   free(w->stall);
+  for (size_t i = 0; i < w->nbigs; i++) free(w->bigs[i]);
+  free(w->bigs);
   pthread_mutex_destroy(&w->mu);
   pthread_cond_destroy(&w->cv);
   free(w);

@@ -30,6 +30,8 @@ typedef struct fx_behaviour {
   int stall_after_chunks;  /* > 0: streaming decode: send that many, then hold the rest */
   const char *raw_reply;   /* completions reply body verbatim (status from .status) */
   const char *metrics_text; /* GET /metrics reply (Prometheus text); NULL: 404 */
+  size_t stream_bytes;     /* > 0: streaming decode: that many bytes of SSE events, each
+                            * 64 KiB piece sent once the previous one was written */
 } fx_behaviour;
 
 /* Defaults: 200, no routed_experts, no usage. */
@@ -63,6 +65,7 @@ int fx_port(const fx_worker *w);
 const char *fx_url(const fx_worker *w);
 void fx_set(fx_worker *w, const fx_behaviour *b); /* replace the behaviour (thread-safe) */
 size_t fx_count(fx_worker *w, const char *path); /* requests received on path (NULL: all) */
+size_t fx_stream_sent(fx_worker *w); /* bytes of stream_bytes streams written so far */
 /* Wait until fx_count(w, path) >= n; 0 or -1 after timeout_s. */
 int fx_wait(fx_worker *w, const char *path, size_t n, double timeout_s);
 /* Copy of the i-th record on path (i < 0: the last); 0 or -1. Free with fx_record_free. */

@@ -1,0 +1,516 @@
+/* test_bounded.c — the router's bounded resources and readiness, with real
+ * sockets and, where memory or file descriptors are measured, the router as
+ * a child process (`eldr serve`, its RSS and CPU read from /proc):
+ *   - a connection limit: 503 JSON when full, served again once below;
+ *   - fd exhaustion (a lowered RLIMIT_NOFILE): the router backs off instead
+ *     of spinning, logs a bounded number of bytes, and serves once fds free;
+ *   - a streaming client that never reads keeps the router's RSS bounded;
+ *   - 20 concurrent 16 MiB bodies: the memory goes back afterwards;
+ *   - /health is 503 until a prefill and a decode worker answered;
+ *   - a reload that changes the policy does not relabel past counts. */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "eldr/serve.h"
+#include "support/fixture.h"
+
+static void add(eldr_serve_config *c, int decode, fx_worker *w) {
+  eldr_diag d = {{0}};
+  assert_int_equal(eldr_serve_config_add_worker(c, decode, fx_url(w), &d), 0);
+}
+
+/* A TCP connection to the router that sends nothing (yet). */
+static int idle_conn(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  assert_true(fd >= 0);
+  struct sockaddr_in sa = {0};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons((uint16_t)port);
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+  return fd;
+}
+
+/* ---- the router as a child process ------------------------------------------ */
+
+typedef struct child {
+  pid_t pid;
+  int port;
+  char errpath[128]; /* its stderr (the log) */
+} child;
+
+/* eldr serve args... with RLIMIT_NOFILE = nofile (0: inherited); waits for
+ * "listening on HOST:PORT" on its stdout. */
+static void child_start(child *ch, long nofile, const char *const *args) {
+  const char *argv[48] = {ELDR_BINARY, "serve"};
+  int n = 2;
+  for (; args[n - 2]; n++) argv[n] = args[n - 2];
+  argv[n] = NULL;
+  snprintf(ch->errpath, sizeof ch->errpath, "/tmp/eldr_test_bounded_%d_%ld.log", (int)getpid(), nofile);
+  int pfd[2];
+  assert_int_equal(pipe(pfd), 0);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    if (nofile > 0) {
+      struct rlimit rl = {(rlim_t)nofile, (rlim_t)nofile};
+      if (setrlimit(RLIMIT_NOFILE, &rl)) _exit(120);
+    }
+    int e = open(ch->errpath, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (e < 0) _exit(121);
+    dup2(pfd[1], 1);
+    dup2(e, 2);
+    close(pfd[0]);
+    close(pfd[1]);
+    close(e);
+    execv(ELDR_BINARY, (char *const *)argv);
+    _exit(122);
+  }
+  close(pfd[1]);
+  ch->pid = pid;
+  ch->port = -1;
+  char buf[256];
+  size_t bl = 0;
+  double deadline = fx_now() + 20;
+  while (ch->port < 0 && fx_now() < deadline) {
+    struct pollfd p = {pfd[0], POLLIN, 0};
+    if (poll(&p, 1, 100) <= 0) continue;
+    ssize_t k = read(pfd[0], buf + bl, sizeof buf - 1 - bl);
+    if (k <= 0) break;
+    bl += (size_t)k;
+    buf[bl] = 0;
+    char *nl = strchr(buf, '\n');
+    char *colon = NULL;
+    for (char *q = buf; nl && q < nl; q++)
+      if (*q == ':') colon = q;
+    if (colon && !strncmp(buf, "listening on ", 13)) ch->port = atoi(colon + 1);
+  }
+  close(pfd[0]);
+  assert_true(ch->port > 0);
+}
+
+static void child_stop(child *ch) {
+  kill(ch->pid, SIGTERM);
+  int st = 0;
+  assert_int_equal(waitpid(ch->pid, &st, 0), ch->pid);
+  assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  unlink(ch->errpath);
+}
+
+/* A field of /proc/PID/status in KiB (VmRSS, VmHWM). */
+static long proc_kb(pid_t pid, const char *field) {
+  char path[64], line[256];
+  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+  FILE *f = fopen(path, "r");
+  assert_non_null(f);
+  long v = -1;
+  size_t fl = strlen(field);
+  while (fgets(line, sizeof line, f))
+    if (!strncmp(line, field, fl) && line[fl] == ':') v = atol(line + fl + 1);
+  fclose(f);
+  assert_true(v >= 0);
+  return v;
+}
+
+/* CPU seconds (user + system) the process used so far. */
+static double proc_cpu_s(pid_t pid) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  FILE *f = fopen(path, "r");
+  assert_non_null(f);
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  char *p = strrchr(buf, ')'); /* fields after the command name */
+  assert_non_null(p);
+  unsigned long ut = 0, stt = 0;
+  assert_int_equal(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &stt), 2);
+  return (double)(ut + stt) / (double)sysconf(_SC_CLK_TCK);
+}
+
+static long file_size(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return -1;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fclose(f);
+  return n;
+}
+
+/* ---- connection limit ---------------------------------------------------------- */
+
+static void test_connection_limit(void **st) {
+  (void)st;
+  fx_worker *p = fx_start(NULL), *d = fx_start(NULL);
+  eldr_serve_config c;
+  eldr_serve_config_default(&c);
+  c.health_interval_s = 0;
+  c.max_connections = 2;
+  add(&c, 0, p);
+  add(&c, 1, d);
+  rt_router r;
+  assert_int_equal(rt_start(&r, &c), 0);
+  int a = idle_conn(r.port);
+  /* A and the scrape itself */
+  assert_int_equal(rt_wait_metric(r.port, "eldr_connections_open", 2, 10), 0);
+  assert_int_equal(rt_metric(r.port, "eldr_connections_max"), 2);
+  int b = idle_conn(r.port); /* accepted before the next one (the backlog is FIFO) */
+  tc_resp resp;
+  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
+  assert_int_equal(resp.status, 503);
+  assert_non_null(strstr(resp.body, "\"error\""));
+  assert_non_null(strstr(resp.body, "limit of 2 connections"));
+  assert_true(resp.closed);
+  tc_free(&resp);
+  assert_int_equal(fx_count(p, "/v1/completions"), 0);
+  close(a);
+  close(b);
+  /* below the limit again once the router saw them close */
+  int served = 0;
+  for (double t = fx_now() + 10; !served && fx_now() < t;) {
+    assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
+    served = resp.status == 200;
+    tc_free(&resp);
+  }
+  assert_true(served);
+  assert_true(rt_metric(r.port, "eldr_connections_refused_total") >= 1);
+  rt_stop(&r);
+  eldr_serve_config_free(&c);
+  fx_free(p);
+  fx_free(d);
+}
+
+/* ---- fd exhaustion -------------------------------------------------------------- */
+
+#define NOFILE 64
+#define HOLD 120 /* connections held open: more than the router has fds */
+
+static void test_fd_exhaustion(void **st) {
+  (void)st;
+  fx_worker *p = fx_start(NULL), *d = fx_start(NULL);
+  const char *args[] = {"--port", "0", "--prefill", fx_url(p), "--decode", fx_url(d), "--health-interval", "0",
+                        "--max-connections", "100000", NULL};
+  child ch;
+  child_start(&ch, NOFILE, args);
+  tc_resp resp;
+  assert_int_equal(tc_post(ch.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
+  assert_int_equal(resp.status, 200);
+  tc_free(&resp);
+  long log0 = file_size(ch.errpath);
+  /* exhaust its fds: the rest wait in the listen backlog */
+  int held[HOLD];
+  for (int i = 0; i < HOLD; i++) held[i] = idle_conn(ch.port);
+  /* a request sent now waits in the backlog too; meanwhile the router must
+   * not spin (CPU) nor flood its log */
+  int waiting = idle_conn(ch.port);
+  const char *req = "POST /v1/completions HTTP/1.1\r\nContent-Length: 14\r\nConnection: close\r\n\r\n{\"prompt\":\"a\"}";
+  assert_int_equal(send(waiting, req, strlen(req), MSG_NOSIGNAL), (ssize_t)strlen(req));
+  double cpu0 = proc_cpu_s(ch.pid);
+  double t0 = fx_now();
+  struct pollfd pw = {waiting, POLLIN, 0};
+  assert_int_equal(poll(&pw, 1, 2000), 0); /* no answer while fds are exhausted */
+  double cpu = proc_cpu_s(ch.pid) - cpu0, wall = fx_now() - t0;
+  long logged = file_size(ch.errpath) - log0;
+  fprintf(stderr, "fd exhaustion (RLIMIT_NOFILE %d, %d connections held): router CPU %.2f s over %.2f s, "
+                  "log %ld bytes\n", NOFILE, HOLD, cpu, wall, logged);
+  assert_true(cpu < 0.5 * wall); /* spinning on accept() would be ~1 s/s */
+  assert_true(logged < 2048);    /* one line per 10 s at most */
+  /* fds free up: the waiting request is answered, new ones are served */
+  for (int i = 0; i < HOLD; i++) close(held[i]);
+  char buf[4096];
+  size_t got = 0;
+  for (double t = fx_now() + 10; fx_now() < t && got < sizeof buf - 1;) {
+    struct pollfd q = {waiting, POLLIN, 0};
+    if (poll(&q, 1, 200) <= 0) continue;
+    ssize_t k = recv(waiting, buf + got, sizeof buf - 1 - got, 0);
+    if (k <= 0) break;
+    got += (size_t)k;
+  }
+  buf[got] = 0;
+  close(waiting);
+  assert_non_null(strstr(buf, "HTTP/1.1 200"));
+  assert_int_equal(tc_post(ch.port, "/v1/completions", "{\"prompt\":\"b\"}", NULL, &resp), 0);
+  assert_int_equal(resp.status, 200);
+  tc_free(&resp);
+  assert_int_equal(tc_get(ch.port, "/metrics", &resp), 0);
+  char *ae = strstr(resp.body, "\neldr_accept_errors_total ");
+  assert_non_null(ae);
+  assert_true(atol(ae + 26) >= 1);
+  tc_free(&resp);
+  char *log = NULL;
+  FILE *f = fopen(ch.errpath, "r");
+  assert_non_null(f);
+  log = calloc(1, 65536);
+  size_t ln = fread(log, 1, 65535, f);
+  fclose(f);
+  log[ln] = 0;
+  assert_non_null(strstr(log, "accept failed: Too many open files"));
+  free(log);
+  child_stop(&ch);
+  fx_free(p);
+  fx_free(d);
+}
+
+/* ---- a streaming client that never reads --------------------------------------- */
+
+#define STREAM_BYTES (1024u << 20) /* what the decoder would send: 1 GiB */
+#define RSS_BOUND_KB (48 * 1024)   /* the router's growth allowed over the test */
+
+static void test_slow_reader_bounded(void **st) {
+  (void)st;
+  fx_behaviour db = fx_defaults();
+  db.stream_bytes = STREAM_BYTES;
+  fx_worker *p = fx_start(NULL), *d = fx_start(&db);
+  const char *args[] = {"--port", "0", "--prefill", fx_url(p), "--decode", fx_url(d), "--health-interval", "0",
+                        "--stream-buffer", "262144", NULL};
+  child ch;
+  child_start(&ch, 0, args);
+  tc_resp resp;
+  assert_int_equal(tc_get(ch.port, "/metrics", &resp), 0); /* warm */
+  tc_free(&resp);
+  long rss0 = proc_kb(ch.pid, "VmRSS");
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  int small = 4096;
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  struct sockaddr_in sa = {0};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons((uint16_t)ch.port);
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+  const char *body = "{\"prompt\":\"a\",\"stream\":true}";
+  char req[256];
+  int n = snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nContent-Length: %zu\r\n\r\n%s", strlen(body),
+                   body);
+  assert_int_equal(send(fd, req, (size_t)n, MSG_NOSIGNAL), n);
+  /* the stream starts and the router pauses it */
+  assert_int_equal(fx_wait(d, "/v1/completions", 1, 10), 0);
+  size_t s0 = 0;
+  for (double t = fx_now() + 10; fx_now() < t && (s0 = fx_stream_sent(d)) < (1u << 20);) usleep(10000);
+  assert_true(s0 >= (1u << 20));
+  /* watch 1 s: at loopback speed an unpaused relay would move hundreds of MB */
+  long peak = 0;
+  for (int i = 0; i < 20; i++) {
+    usleep(50000);
+    long rss = proc_kb(ch.pid, "VmRSS");
+    if (rss > peak) peak = rss;
+  }
+  size_t sent = fx_stream_sent(d);
+  fprintf(stderr, "slow reader: decoder sent %.1f MiB of %u MiB; router RSS %ld KiB before, peak %ld KiB "
+                  "(+%ld KiB, bound %d KiB)\n", sent / 1048576.0, STREAM_BYTES >> 20, rss0, peak, peak - rss0,
+          RSS_BOUND_KB);
+  assert_true(sent < (64u << 20));
+  assert_true(peak - rss0 < RSS_BOUND_KB);
+  close(fd); /* client gone: the decode leg is cancelled */
+  child_stop(&ch);
+  fx_free(p);
+  fx_free(d);
+}
+
+/* ---- memory returns after large bodies --------------------------------------- */
+
+/* 20 concurrent bodies of ELDR_TEST_BIG_KIB KiB (default 512: the test
+ * fixture's evhttp server takes seconds per MiB of body; the issue's case,
+ * 16 MiB, is measured against a faster worker in docs/serve.md). Under ASan
+ * the quarantine holds freed memory: the flow is checked, not the RSS. */
+#define NBIG 20
+
+typedef struct big_arg {
+  int port;
+  const char *body;
+  int status;
+} big_arg;
+
+static void *big_post(void *arg) {
+  big_arg *b = arg;
+  tc_resp resp;
+  b->status = tc_post(b->port, "/v1/completions", b->body, NULL, &resp) ? -1 : resp.status;
+  if (b->status >= 0) tc_free(&resp);
+  return NULL;
+}
+
+static void test_memory_returns(void **st) {
+  (void)st;
+  fx_worker *p = fx_start(NULL), *d = fx_start(NULL);
+  const char *env = getenv("ELDR_TEST_BIG_KIB");
+  size_t kib = env && atoi(env) > 0 ? (size_t)atoi(env) : 512;
+  const size_t BIG_BYTES = kib << 10;
+  char maxb[32];
+  snprintf(maxb, sizeof maxb, "%zu", BIG_BYTES + 1024);
+  const char *args[] = {"--port", "0", "--prefill", fx_url(p), "--decode", fx_url(d), "--health-interval", "0",
+                        "--max-body", maxb, "--sigcache-rows", "0", "--header-timeout", "120",
+                        "--prefill-timeout", "120", NULL};
+  child ch;
+  child_start(&ch, 0, args);
+  tc_resp resp;
+  assert_int_equal(tc_post(ch.port, "/v1/completions", "{\"prompt\":\"warm\"}", NULL, &resp), 0);
+  assert_int_equal(resp.status, 200);
+  tc_free(&resp);
+  long rss0 = proc_kb(ch.pid, "VmRSS");
+  char *body = malloc(BIG_BYTES + 1);
+  memset(body, 'a', BIG_BYTES);
+  memcpy(body, "{\"prompt\":\"", 11);
+  memcpy(body + BIG_BYTES - 2, "\"}", 2);
+  body[BIG_BYTES] = 0;
+  pthread_t th[NBIG];
+  big_arg ba[NBIG];
+  for (int i = 0; i < NBIG; i++) {
+    ba[i] = (big_arg){ch.port, body, 0};
+    assert_int_equal(pthread_create(&th[i], NULL, big_post, &ba[i]), 0);
+  }
+  for (int i = 0; i < NBIG; i++) {
+    pthread_join(th[i], NULL);
+    assert_int_equal(ba[i].status, 200);
+  }
+  free(body);
+  long peak = proc_kb(ch.pid, "VmHWM");
+  /* the heap is trimmed shortly after the last large request ended */
+  long rss = 0;
+  for (double t = fx_now() + 5; fx_now() < t; usleep(20000))
+    if ((rss = proc_kb(ch.pid, "VmRSS")) - rss0 < 16 * 1024) break;
+  fprintf(stderr, "%d concurrent %zu KiB bodies: router RSS %ld KiB before, peak %ld KiB, after %ld KiB\n", NBIG,
+          kib, rss0, peak, rss);
+#if !defined(__SANITIZE_ADDRESS__)
+  assert_true(peak - rss0 > 16 * 1024); /* the bodies were there */
+  assert_true(rss - rss0 < 16 * 1024);  /* and went */
+#endif
+  assert_int_equal(tc_get(ch.port, "/metrics", &resp), 0);
+  char *m = strstr(resp.body, "\neldr_heap_trims_total ");
+  assert_non_null(m);
+  assert_true(atol(m + 23) >= 1);
+  tc_free(&resp);
+  child_stop(&ch);
+  fx_free(p);
+  fx_free(d);
+}
+
+/* ---- readiness and policy labels ----------------------------------------------- */
+
+static void test_health_needs_probe(void **st) {
+  (void)st;
+  fx_worker *p = fx_start(NULL), *d = fx_start(NULL);
+  eldr_serve_config c;
+  eldr_serve_config_default(&c);
+  c.health_interval_s = 0; /* no probes: the first successful legs count */
+  add(&c, 0, p);
+  add(&c, 1, d);
+  rt_router r;
+  assert_int_equal(rt_start(&r, &c), 0);
+  tc_resp resp;
+  assert_int_equal(tc_get(r.port, "/health", &resp), 0);
+  assert_int_equal(resp.status, 503);
+  assert_non_null(strstr(resp.body, "\"prefill_probed\":0"));
+  tc_free(&resp);
+  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
+  assert_int_equal(resp.status, 200);
+  tc_free(&resp);
+  assert_int_equal(tc_get(r.port, "/health", &resp), 0);
+  assert_int_equal(resp.status, 200);
+  assert_non_null(strstr(resp.body, "\"decode_probed\":1"));
+  tc_free(&resp);
+  rt_stop(&r);
+  eldr_serve_config_free(&c);
+  /* with probes: ready once they answered, not before; a decoder whose
+   * probe fails keeps it 503 */
+  fx_behaviour sick = fx_defaults();
+  sick.health_status = 503;
+  fx_set(d, &sick);
+  eldr_serve_config_default(&c);
+  c.health_interval_s = 0.05;
+  add(&c, 0, p);
+  add(&c, 1, d);
+  assert_int_equal(rt_start(&r, &c), 0);
+  assert_int_equal(fx_wait(d, "/health", 2, 10), 0);
+  assert_int_equal(tc_get(r.port, "/health", &resp), 0);
+  assert_int_equal(resp.status, 503);
+  assert_non_null(strstr(resp.body, "\"decode_probed\":0"));
+  tc_free(&resp);
+  fx_behaviour well = fx_defaults();
+  fx_set(d, &well);
+  int ready = 0;
+  for (double t = fx_now() + 10; !ready && fx_now() < t; usleep(20000)) {
+    assert_int_equal(tc_get(r.port, "/health", &resp), 0);
+    ready = resp.status == 200;
+    tc_free(&resp);
+  }
+  assert_true(ready);
+  assert_int_equal(fx_count(p, "/v1/completions"), 1); /* no request needed */
+  rt_stop(&r);
+  eldr_serve_config_free(&c);
+  fx_free(p);
+  fx_free(d);
+}
+
+static void test_reload_keeps_policy_labels(void **st) {
+  (void)st;
+  fx_worker *p = fx_start(NULL), *d = fx_start(NULL);
+  char path[128];
+  snprintf(path, sizeof path, "/tmp/eldr_test_bounded_%d.json", (int)getpid());
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fprintf(f, "{\"policy\":\"jsq\"}");
+  fclose(f);
+  eldr_serve_config c;
+  eldr_serve_config_default(&c);
+  c.health_interval_s = 0;
+  c.policy = ELDR_POLICY_JSQ;
+  c.config_path = strdup(path);
+  add(&c, 0, p);
+  add(&c, 1, d);
+  rt_router r;
+  assert_int_equal(rt_start(&r, &c), 0);
+  tc_resp resp;
+  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
+  assert_int_equal(resp.status, 200);
+  tc_free(&resp);
+  const char *jsq = "eldr_requests_total{policy=\"jsq\",decision=\"load\",outcome=\"ok\"}";
+  const char *rr = "eldr_requests_total{policy=\"rr\",decision=\"load\",outcome=\"ok\"}";
+  assert_int_equal(rt_metric(r.port, jsq), 1);
+  assert_int_equal(rt_metric(r.port, rr), -1); /* never used: no series */
+  f = fopen(path, "w");
+  assert_non_null(f);
+  fprintf(f, "{\"policy\":\"rr\"}");
+  fclose(f);
+  eldr_server_reload(r.srv);
+  assert_int_equal(rt_wait_metric(r.port, "eldr_reloads_total{result=\"ok\"}", 1, 10), 0);
+  assert_int_equal(rt_metric(r.port, jsq), 1); /* still jsq's */
+  assert_int_equal(rt_metric(r.port, rr), 0);
+  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
+  assert_int_equal(resp.status, 200);
+  tc_free(&resp);
+  assert_int_equal(rt_metric(r.port, rr), 1);
+  assert_int_equal(rt_metric(r.port, jsq), 1);
+  rt_stop(&r);
+  eldr_serve_config_free(&c);
+  unlink(path);
+  fx_free(p);
+  fx_free(d);
+}
+
+int main(void) {
+  signal(SIGPIPE, SIG_IGN);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_connection_limit),
+      cmocka_unit_test(test_health_needs_probe),
+      cmocka_unit_test(test_reload_keeps_policy_labels),
+      cmocka_unit_test(test_fd_exhaustion),
+      cmocka_unit_test(test_slow_reader_bounded),
+      cmocka_unit_test(test_memory_returns),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
