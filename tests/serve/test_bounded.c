@@ -270,7 +270,10 @@ static void test_fd_exhaustion(void **st) {
 /* ---- a streaming client that never reads --------------------------------------- */
 
 #define STREAM_BYTES (1024u << 20) /* what the decoder would send: 1 GiB */
-#define RSS_BOUND_KB (48 * 1024)   /* the router's growth allowed over the test */
+#define RSS_BOUND_KB (16 * 1024)   /* the router's growth allowed over the test */
+/* what the kernel's socket buffers on the way may hold (decoder -> router ->
+ * client, autotuned up to a few MiB each) plus the router's stream_buffer */
+#define SENT_BOUND (32u << 20)
 
 static void test_slow_reader_bounded(void **st) {
   (void)st;
@@ -303,9 +306,10 @@ static void test_slow_reader_bounded(void **st) {
   size_t s0 = 0;
   for (double t = fx_now() + 10; fx_now() < t && (s0 = fx_stream_sent(d)) < (1u << 20);) usleep(10000);
   assert_true(s0 >= (1u << 20));
-  /* watch 1 s: at loopback speed an unpaused relay would move hundreds of MB */
+  /* watch 2 s: unpaused, the relay moves > 50 MB/s here even through this
+   * test's slow fixture (measured with --stream-buffer 1073741824) */
   long peak = 0;
-  for (int i = 0; i < 20; i++) {
+  for (int i = 0; i < 40; i++) {
     usleep(50000);
     long rss = proc_kb(ch.pid, "VmRSS");
     if (rss > peak) peak = rss;
@@ -314,7 +318,7 @@ static void test_slow_reader_bounded(void **st) {
   fprintf(stderr, "slow reader: decoder sent %.1f MiB of %u MiB; router RSS %ld KiB before, peak %ld KiB "
                   "(+%ld KiB, bound %d KiB)\n", sent / 1048576.0, STREAM_BYTES >> 20, rss0, peak, peak - rss0,
           RSS_BOUND_KB);
-  assert_true(sent < (64u << 20));
+  assert_true(sent < SENT_BOUND);
   assert_true(peak - rss0 < RSS_BOUND_KB);
   close(fd); /* client gone: the decode leg is cancelled */
   child_stop(&ch);
