@@ -319,6 +319,12 @@ static void stop_cb(evutil_socket_t fd, short ev, void *arg) {
   w->nhung = 0;
   for (size_t i = 0; i < w->nstall; i++) evhttp_send_reply_end(w->stall[i]);
   w->nstall = 0;
+  for (size_t i = 0; i < w->nbigs; i++) { /* stream_bytes streams still going: likewise */
+    big_stream *bs = w->bigs[i];
+    if (bs->req) evhttp_send_reply_end(bs->req);
+    bs->req = NULL;
+    bs->left = 0;
+  }
   event_base_loopexit(w->base, NULL);
 }
 
