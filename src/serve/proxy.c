@@ -334,7 +334,7 @@ static void leg_done_cb(void *arg, int err) {
   if (L->deadline) event_del(L->deadline);
   L->sent = !err || (L->up && eldr__up_sent(L->up));
   if (err) { /* connection refused / reset / EOF mid-reply / not HTTP / connect timeout */
-    if (w) {
+    if (w && err != ELDR_ENOMEM) { /* no socket (fds exhausted) is the router's failure */
       if (err == ELDR_ETIMEOUT) w->err_timeout++;
       else w->err_connect++;
       eldr__worker_failed(w, err == ELDR_EPARSE ? "malformed reply" : err == ELDR_ETIMEOUT ? "connect timeout" : "connection failed");
@@ -346,7 +346,8 @@ static void leg_done_cb(void *arg, int err) {
       return;
     }
     leg_failed(r, err == ELDR_ETIMEOUT,
-               err == ELDR_EPARSE     ? "malformed HTTP reply from worker"
+               err == ELDR_ENOMEM     ? "no socket for the worker (the router is out of file descriptors)"
+               : err == ELDR_EPARSE   ? "malformed HTTP reply from worker"
                : err == ELDR_ETIMEOUT ? "connect to worker timed out"
                                       : "connection to worker failed");
     return;

@@ -180,9 +180,11 @@ static void fail_later(eldr__up *u, int err) {
   event_add(u->fail_ev, &zero);
 }
 
+/* 0, -1 (the connection failed) or -2 (no socket: the router is out of fds
+ * or memory, not the worker's fault). */
 static int open_socket(eldr__up *u) {
   int fd = socket(u->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
+  if (fd < 0) return errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM ? -2 : -1;
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   u->fd = fd;
@@ -270,8 +272,9 @@ int eldr__up_request(eldr__up *u, const struct iovec *iov, int iovcnt, const eld
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) close_fd(u);
   }
   u->reused = u->fd >= 0;
-  if (u->fd < 0 && open_socket(u) != 0) {
-    fail_later(u, ELDR_EIO);
+  int orc;
+  if (u->fd < 0 && (orc = open_socket(u)) != 0) {
+    fail_later(u, orc == -2 ? ELDR_ENOMEM : ELDR_EIO);
     return 0;
   }
   if (!u->connecting && flush_out(u) != 0) {

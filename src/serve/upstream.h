@@ -24,7 +24,8 @@ typedef struct eldr__up_cbs {
   /* body bytes (de-chunked), in order */
   void (*data)(void *arg, const char *p, size_t n);
   /* 0: reply complete; ELDR_EIO: connect/reset/EOF mid-reply; ELDR_EPARSE: not
-   * HTTP; ELDR_ETIMEOUT: connect timeout */
+   * HTTP; ELDR_ETIMEOUT: connect timeout; ELDR_ENOMEM: no socket could be
+   * opened (the router's fds or memory exhausted: not the worker's fault) */
   void (*done)(void *arg, int err);
 } eldr__up_cbs;
 

@@ -143,6 +143,10 @@ static void hc_data(void *arg, const char *p, size_t n) {
 }
 static void hc_done(void *arg, int err) {
   worker *w = arg;
+  if (err == ELDR_ENOMEM) { /* no socket: the router's fds are exhausted, no verdict on w */
+    evtimer_del(w->hc_timer);
+    return;
+  }
   health_result(w, err == 0 && w->hc_status == 200, err ? "health check failed" : "health check status");
 }
 static const eldr__up_cbs hc_cbs = {hc_head, hc_data, hc_done};
