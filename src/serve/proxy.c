@@ -37,7 +37,7 @@ static void leg_release(rq *r) {
 
 void eldr__rq_free(rq *r) {
   if (!r) return;
-  size_t big = r->L.cap + r->plen + r->dlen + r->req.text_len + (r->re_copy ? r->pr.routed_experts_len : 0);
+  size_t big = r->L.cap + r->plen + r->dlen + r->req.text_len + r->pr.routed_experts_len;
   if (big >= BIG_REQUEST) eldr__mem_note(r->s, big);
   leg_release(r);
   if (r->L.deadline) event_free(r->L.deadline);
