@@ -101,7 +101,7 @@ typedef struct eldr_loadgen_summary {
   size_t n_ok, n_tpot;
   double ttft_p50, ttft_p90, ttft_p99, ttft_mean;
   double tpot_p50, tpot_p90, tpot_p99, tpot_mean;
-  double e2e_p50, e2e_p99;
+  double e2e_p50, e2e_p90, e2e_p99, e2e_mean;
   double throughput_rps, tokens_per_s;
 } eldr_loadgen_summary;
 int eldr_loadgen_summarize(const eldr_loadgen_result *r, eldr_loadgen_summary *s);

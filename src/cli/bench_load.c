@@ -43,11 +43,25 @@ static void usage(FILE *f) {
           "  -h, --help        this text\n");
 }
 
+/* A progress line: rewritten in place on a terminal, one line every 5 s
+ * otherwise (logs and CI see the run is alive). */
 static void progress(void *ctx, size_t sent, size_t done, double el) {
+  static double last = -1;
   (void)ctx;
-  if (!cli_stderr_tty()) return;
-  fprintf(stderr, "\r  %.0f s: %zu sent, %zu done   ", el, sent, done);
+  if (cli_stderr_tty()) {
+    fprintf(stderr, "\r  %.0f s: %zu sent, %zu done   ", el, sent, done);
+  } else {
+    if (last >= 0 && el - last < 5) return;
+    last = el;
+    fprintf(stderr, "eldr bench load: %.0f s: %zu sent, %zu done\n", el, sent, done);
+  }
   fflush(stderr);
+}
+
+/* A table cell in ms: "-" when nothing was measured (every request failed). */
+static void cell(const char *fmt, double s) {
+  if (isnan(s)) printf(" %10s", "-");
+  else printf(fmt, s * 1e3);
 }
 
 int eldr_bench_load(int argc, char **argv) {
@@ -128,10 +142,11 @@ int eldr_bench_load(int argc, char **argv) {
                           "malformed", (json_int_t)r.malformed, "tokens", (json_int_t)r.tokens,
                           "wall_s", r.wall_s, "throughput_rps", s.throughput_rps, "tokens_per_s",
                           s.tokens_per_s);
-    const char *names[] = {"ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "ttft_mean_s", "tpot_p50_s",
-                           "tpot_p90_s", "tpot_p99_s", "tpot_mean_s", "e2e_p50_s", "e2e_p99_s"};
-    double vals[] = {s.ttft_p50, s.ttft_p90, s.ttft_p99, s.ttft_mean, s.tpot_p50,
-                     s.tpot_p90, s.tpot_p99, s.tpot_mean, s.e2e_p50,  s.e2e_p99};
+    const char *names[] = {"ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "ttft_mean_s",
+                           "tpot_p50_s", "tpot_p90_s", "tpot_p99_s", "tpot_mean_s",
+                           "e2e_p50_s",  "e2e_p90_s",  "e2e_p99_s",  "e2e_mean_s"};
+    double vals[] = {s.ttft_p50, s.ttft_p90, s.ttft_p99, s.ttft_mean, s.tpot_p50, s.tpot_p90,
+                     s.tpot_p99, s.tpot_mean, s.e2e_p50,  s.e2e_p90,  s.e2e_p99,  s.e2e_mean};
     for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++)
       json_object_set_new(j, names[i], isnan(vals[i]) ? json_null() : json_real(vals[i]));
     json_t *errs = json_array();
@@ -148,12 +163,17 @@ int eldr_bench_load(int argc, char **argv) {
     printf("throughput %.2f req/s, %.1f tokens/s over %.1f s\n", s.throughput_rps, s.tokens_per_s,
            r.wall_s);
     printf("%-6s %10s %10s %10s %10s\n", "(ms)", "p50", "p90", "p99", "mean");
-    printf("%-6s %10.2f %10.2f %10.2f %10.2f\n", "TTFT", s.ttft_p50 * 1e3, s.ttft_p90 * 1e3,
-           s.ttft_p99 * 1e3, s.ttft_mean * 1e3);
-    if (c.stream)
-      printf("%-6s %10.3f %10.3f %10.3f %10.3f\n", "TPOT", s.tpot_p50 * 1e3, s.tpot_p90 * 1e3,
-             s.tpot_p99 * 1e3, s.tpot_mean * 1e3);
-    printf("%-6s %10.2f %10s %10.2f %10s\n", "E2E", s.e2e_p50 * 1e3, "", s.e2e_p99 * 1e3, "");
+    const struct { const char *name, *fmt; double v[4]; int show; } rows[] = {
+        {"TTFT", " %10.2f", {s.ttft_p50, s.ttft_p90, s.ttft_p99, s.ttft_mean}, 1},
+        {"TPOT", " %10.3f", {s.tpot_p50, s.tpot_p90, s.tpot_p99, s.tpot_mean}, c.stream},
+        {"E2E", " %10.2f", {s.e2e_p50, s.e2e_p90, s.e2e_p99, s.e2e_mean}, 1},
+    };
+    for (size_t i = 0; i < 3; i++) {
+      if (!rows[i].show) continue;
+      printf("%-6s", rows[i].name);
+      for (size_t q = 0; q < 4; q++) cell(rows[i].fmt, rows[i].v[q]);
+      printf("\n");
+    }
     size_t shown = 0;
     for (size_t i = 0; i < r.n && shown < 5; i++)
       if (!r.recs[i].ok) {

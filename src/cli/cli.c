@@ -2,12 +2,15 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <libgen.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static void vreport(const char *cmd, const char *fmt, va_list ap) {
@@ -30,6 +33,32 @@ void cli_fail(const char *cmd, const char *fmt, ...) {
   vreport(cmd, fmt, ap);
   va_end(ap);
   exit(1);
+}
+
+void cli_check_output(const char *cmd, const char *flag, const char *path,
+                      const char *const *inputs) {
+  if (!*path) cli_usage_error(cmd, "%s: empty path", flag);
+  struct stat st;
+  int exists = stat(path, &st) == 0;
+  if (exists && S_ISDIR(st.st_mode)) cli_usage_error(cmd, "%s %s: is a directory", flag, path);
+  for (size_t i = 0; exists && inputs && inputs[i]; i++) {
+    struct stat in;
+    if (stat(inputs[i], &in) == 0 && in.st_dev == st.st_dev && in.st_ino == st.st_ino)
+      cli_usage_error(cmd, "%s %s: refusing to write over the input %s", flag, path, inputs[i]);
+  }
+  if (exists) {
+    if (access(path, W_OK))
+      cli_usage_error(cmd, "%s %s: %s", flag, path, strerror(errno));
+    return;
+  }
+  char dir[PATH_MAX];
+  snprintf(dir, sizeof dir, "%s", path);
+  const char *d = dirname(dir);
+  struct stat ds;
+  if (stat(d, &ds)) cli_usage_error(cmd, "%s %s: directory %s: %s", flag, path, d, strerror(errno));
+  if (!S_ISDIR(ds.st_mode)) cli_usage_error(cmd, "%s %s: %s is not a directory", flag, path, d);
+  if (access(d, W_OK | X_OK))
+    cli_usage_error(cmd, "%s %s: directory %s: %s", flag, path, d, strerror(errno));
 }
 
 void cli_getopt_reset(void) {

@@ -41,6 +41,15 @@ size_t cli_parse_double_list(const char *cmd, const char *flag, const char *val,
 size_t cli_parse_long_list(const char *cmd, const char *flag, const char *val, long min,
                            long max, long **out);
 
+/* Check, before any work, that `path` (given with `flag`) can be written as an
+ * output file: not a directory, its directory exists and is writable, an
+ * existing file is writable, and it is not the same file as any of `inputs`
+ * (NULL-terminated; NULL entries before the end are not allowed). Exits with a
+ * usage error (status 2) naming the flag and the cause otherwise. Creates
+ * nothing. */
+void cli_check_output(const char *cmd, const char *flag, const char *path,
+                      const char *const *inputs);
+
 /* Is stderr a terminal (for progress lines)? */
 int cli_stderr_tty(void);
 /* Progress line on stderr ("\r<label> done/total"), rate-limited; final=1 ends the line. */

@@ -280,6 +280,13 @@ static void parse_args(int argc, char **argv, demo *x) {
     if (x->npol < 8) x->pols[x->npol++] = known[k];
   }
   if (!x->npol) cli_usage_error(CMD, "--policies: empty list");
+  /* inputs and outputs are checked before the work directory exists */
+  if (x->trace_path && access(x->trace_path, R_OK))
+    cli_usage_error(CMD, "--trace %s: %s", x->trace_path, strerror(errno));
+  if (x->plot) {
+    const char *inputs[] = {x->trace_path, NULL};
+    cli_check_output(CMD, "--plot", x->plot, inputs);
+  }
   /* presets and the workload are flag values: checked before anything starts */
   eldr_diag d = {{0}};
   eldr_latency_model lm;
@@ -499,21 +506,28 @@ static void print_table(const demo *x) {
   printf("times are model time in ms = wall time / %g (the workers ran %gx slower than the "
          "modelled GPU)\n\n",
          x->scale, x->scale);
-  printf("%-8s %8s %8s %8s %8s %8s %6s %6s |%8s %8s %8s %8s %6s %6s\n", "", "", "demo", "", "", "",
-         "", "", "sim", "", "", "", "", "");
-  printf("%-8s %8s %8s %8s %8s %8s %6s %6s |%8s %8s %8s %8s %6s %6s\n", "policy", "ok/sent",
-         "TPOT p50", "TPOT p99", "mean", "TTFT p50", "batch", "union", "TPOT p50", "TPOT p99", "mean",
-         "TTFT p50", "batch", "union");
+  if (x->have_sim) {
+    printf("%-8s %8s %8s %8s %8s %8s %6s %6s |%8s %8s %8s %8s %6s %6s\n", "", "", "demo", "", "",
+           "", "", "", "sim", "", "", "", "", "");
+    printf("%-8s %8s %8s %8s %8s %8s %6s %6s |%8s %8s %8s %8s %6s %6s\n", "policy", "ok/sent",
+           "TPOT p50", "TPOT p99", "mean", "TTFT p50", "batch", "union", "TPOT p50", "TPOT p99",
+           "mean", "TTFT p50", "batch", "union");
+  } else {
+    printf("%-8s %8s %8s %8s %8s %8s %6s %6s\n", "policy", "ok/sent", "TPOT p50", "TPOT p99",
+           "mean", "TTFT p50", "batch", "union");
+  }
   int eldr_i = -1;
   for (size_t k = 0; k < x->npol; k++) {
     const prow *w = &x->rows[k];
     char okb[32];
     snprintf(okb, sizeof okb, "%zu/%zu", w->ok, w->sent);
-    printf("%-8s %8s %8.3f %8.3f %8.3f %8.2f %6.2f %6.2f |%8.3f %8.3f %8.3f %8.2f %6.2f %6.2f\n",
-           w->policy, okb, w->s.tpot_p50 / x->scale * 1e3, w->s.tpot_p99 / x->scale * 1e3,
-           w->s.tpot_mean / x->scale * 1e3, w->s.ttft_p50 / x->scale * 1e3, w->batch, w->uni,
-           w->sim_tpot_p50, w->sim_tpot_p99, w->sim_tpot_mean, w->sim_ttft_p50, w->sim_batch,
-           w->sim_uni);
+    printf("%-8s %8s %8.3f %8.3f %8.3f %8.2f %6.2f %6.2f", w->policy, okb,
+           w->s.tpot_p50 / x->scale * 1e3, w->s.tpot_p99 / x->scale * 1e3,
+           w->s.tpot_mean / x->scale * 1e3, w->s.ttft_p50 / x->scale * 1e3, w->batch, w->uni);
+    if (x->have_sim)
+      printf(" |%8.3f %8.3f %8.3f %8.2f %6.2f %6.2f", w->sim_tpot_p50, w->sim_tpot_p99,
+             w->sim_tpot_mean, w->sim_ttft_p50, w->sim_batch, w->sim_uni);
+    printf("\n");
     if (!strcmp(w->policy, "eldr")) eldr_i = (int)k;
   }
   /* ELDR against the best load balancer, per metric (smaller is better) */
@@ -546,7 +560,8 @@ static void print_table(const demo *x) {
 
 }
 
-static void plot_figure(const demo *x) {
+/* Returns 0 when the plot was written; otherwise the cause is on stderr. */
+static int plot_figure(const demo *x) {
   const char *names[8];
   double p50[8], mean[8], p99[8];
   for (size_t k = 0; k < x->npol; k++) {
@@ -561,9 +576,10 @@ static void plot_figure(const demo *x) {
   eldr_diag d = {{0}};
   int rc = fig_demo(x->plot, title, x->npol, names, p50, mean, p99, &d);
   if (rc)
-    fprintf(stderr, "eldr demo: --plot: %s\n", eldr_diag_msg(&d, rc));
+    fprintf(stderr, "eldr demo: --plot %s: %s\n", x->plot, eldr_diag_msg(&d, rc));
   else
     fprintf(stderr, "eldr demo: plot written to %s\n", x->plot);
+  return rc;
 }
 
 int eldr_cmd_demo(int argc, char **argv) {
@@ -607,10 +623,10 @@ int eldr_cmd_demo(int argc, char **argv) {
   if (g_stop) demo_fail("interrupted");
   if (x.do_sim && x.sched_n > 0) run_sim(&x);
   print_table(&x);
-  if (x.plot) plot_figure(&x);
+  int plot_rc = x.plot ? plot_figure(&x) : 0;
   free(x.sched_idx);
   free(x.sched_t);
   eldr_trace_free(x.eval);
   cleanup();
-  return 0;
+  return plot_rc ? 1 : 0;
 }

@@ -35,6 +35,8 @@ static const char FIT_HELP[] =
     "      --restarts N        K-means restarts                           [8]\n"
     "      --max-pairs N       request pairs for rho (0 = all)            [200000]\n"
     "      --vanilla           unbalanced K-means (ablation only)\n"
+    "      --created T         fit.created in the artifact (UTC, YYYY-MM-DDTHH:MM:SSZ)\n"
+    "                          instead of now: the same seed and T give the same bytes\n"
     "      --fit-fraction F    fit on a random F of the requests (seeded by --seed,\n"
     "                          the split eldr sim uses)                   [1]\n"
     "      --ep-size R         also write expert-parallel placements for R EP ranks:\n"
@@ -94,6 +96,7 @@ int eldr_cmd_fit(int argc, char **argv) {
   int json = 0, quiet = 0;
   double frac = 1.0;
   uint32_t ep_size = 0, redundant = 0;
+  const char *created_arg = NULL;
   static const struct option lo[] = {
       {"trace", required_argument, 0, 't'},   {"decoders", required_argument, 0, 'k'},
       {"output", required_argument, 0, 'o'},  {"tau", required_argument, 0, 1},
@@ -105,6 +108,7 @@ int eldr_cmd_fit(int argc, char **argv) {
       {"ep-size", required_argument, 0, 11},  {"redundant-experts", required_argument, 0, 12},
       {"model", required_argument, 0, 13},    {"hardware", required_argument, 0, 14},
       {"latency", required_argument, 0, 15},
+      {"created", required_argument, 0, 16},
       {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
   cli_getopt_reset();
   int c;
@@ -141,6 +145,15 @@ int eldr_cmd_fit(int argc, char **argv) {
     case 13: lat_model = optarg; break;
     case 14: lat_hw = optarg; break;
     case 15: lat_path = optarg; break;
+    case 16: {
+      int y, mo, dd, hh, mi, ss, n = 0;
+      if (strlen(optarg) != 20 ||
+          sscanf(optarg, "%4d-%2d-%2dT%2d:%2d:%2dZ%n", &y, &mo, &dd, &hh, &mi, &ss, &n) != 6 ||
+          n != 20 || mo < 1 || mo > 12 || dd < 1 || dd > 31 || hh > 23 || mi > 59 || ss > 60)
+        cli_usage_error(cmd, "--created: '%s' is not a UTC time YYYY-MM-DDTHH:MM:SSZ", optarg);
+      created_arg = optarg;
+      break;
+    }
     case 'q': quiet = 1; break;
     case 'h': fputs(FIT_HELP, stdout); return 0;
     default: cli_bad_option(cmd, argc, argv, c);
@@ -169,6 +182,8 @@ int eldr_cmd_fit(int argc, char **argv) {
       have_lm = 1;
     }
   }
+  const char *inputs[] = {trace_path, NULL};
+  cli_check_output(cmd, "-o", out_path, inputs);
 
   double t0 = eldr_clock_now();
   eldr_diag d = {{0}};
@@ -212,9 +227,13 @@ int eldr_cmd_fit(int argc, char **argv) {
   if (rc) cli_fail(cmd, "%s: %s", trace_path, eldr_diag_msg(&d, rc));
   free(a->trace);
   a->trace = strdup(trace_path);
-  time_t now = time(NULL);
   char created[32];
-  strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+  if (created_arg) {
+    snprintf(created, sizeof created, "%s", created_arg);
+  } else {
+    time_t now = time(NULL);
+    strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+  }
   free(a->created);
   a->created = strdup(created);
   cli_ep_set eps = {0};

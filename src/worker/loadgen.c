@@ -624,12 +624,13 @@ int eldr_loadgen_summarize(const eldr_loadgen_result *r, eldr_loadgen_summary *s
     return ELDR_ENOMEM;
   }
   size_t nt = 0, np = 0;
-  double st = 0, sp = 0;
+  double st = 0, sp = 0, se = 0;
   for (size_t i = 0; i < r->n; i++) {
     const eldr_loadgen_rec *q = &r->recs[i];
     if (!q->ok) continue;
     if (q->ttft_s >= 0) {
       tt[nt] = q->ttft_s;
+      se += q->e2e_s;
       ee[nt++] = q->e2e_s;
       st += q->ttft_s;
     }
@@ -649,7 +650,9 @@ int eldr_loadgen_summarize(const eldr_loadgen_result *r, eldr_loadgen_summary *s
   s->tpot_p90 = eldr_quantile(tp, np, 0.90);
   s->tpot_p99 = eldr_quantile(tp, np, 0.99);
   s->e2e_p50 = eldr_quantile(ee, nt, 0.50);
+  s->e2e_p90 = eldr_quantile(ee, nt, 0.90);
   s->e2e_p99 = eldr_quantile(ee, nt, 0.99);
+  s->e2e_mean = nt ? se / (double)nt : NAN;
   s->throughput_rps = r->wall_s > 0 ? (double)r->ok / r->wall_s : 0;
   s->tokens_per_s = r->wall_s > 0 ? (double)r->tokens / r->wall_s : 0;
   free(tt);

@@ -808,8 +808,9 @@ int eldr_worker_new(struct event_base *base, const eldr_worker_config *cfg, eldr
   evhttp_set_gencb(w->http, on_request, w);
   struct evhttp_bound_socket *bs = evhttp_bind_socket_with_handle(w->http, w->host, cfg->port);
   if (!bs) {
-    rc = eldr_diag_fail(d, ELDR_EIO, "worker: cannot listen on %s:%u (in use or not a local address)",
-                        w->host, (unsigned)cfg->port);
+    int e = errno;
+    rc = eldr_diag_fail(d, ELDR_EIO, "worker: cannot listen on %s:%u: %s", w->host,
+                        (unsigned)cfg->port, e ? strerror(e) : "in use or not a local address");
     goto fail;
   }
   struct sockaddr_storage ss;

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "eldr/artifact.h"
@@ -18,6 +19,7 @@
 
 static char g_dir[256];
 static char g_trace[512];
+static char g_x[600]; /* an output path in g_dir (nothing outside it) */
 
 /* Run the eldr binary with args (NULL-terminated); capture stdout/stderr. */
 static int run(char *out, size_t outcap, char *err, size_t errcap, const char *const *args) {
@@ -41,6 +43,7 @@ static int setup(void **state) {
   snprintf(g_dir, sizeof g_dir, "/tmp/eldr-test-cmd-fit-XXXXXX");
   assert_non_null(mkdtemp(g_dir));
   snprintf(g_trace, sizeof g_trace, "%s/t.jsonl", g_dir);
+  snprintf(g_x, sizeof g_x, "%s/x.json", g_dir);
   eldr_shape s = {.num_layers = 3, .num_experts = 16, .top_k = 2};
   eldr_trace *t = eldr_trace_new("m", &s, NULL);
   eldr_rng r;
@@ -127,12 +130,12 @@ static void test_bad_flags_one_line(void **state) {
   (void)state;
   static char out[8192], err[8192];
   const char *cases[][10] = {
-      {"fit", "--trace", g_trace, "--decoders", "0", "-o", "/tmp/x", NULL},
-      {"fit", "--trace", g_trace, "--decoders", "3", "-o", "/tmp/x", "--bogus", NULL},
-      {"fit", "--trace", g_trace, "--decoders", "3", "-o", "/tmp/x", "--idf", "maybe", NULL},
-      {"fit", "--trace", g_trace, "--decoders", "3", "-o", "/tmp/x", "--tau", "abc", NULL},
+      {"fit", "--trace", g_trace, "--decoders", "0", "-o", g_x, NULL},
+      {"fit", "--trace", g_trace, "--decoders", "3", "-o", g_x, "--bogus", NULL},
+      {"fit", "--trace", g_trace, "--decoders", "3", "-o", g_x, "--idf", "maybe", NULL},
+      {"fit", "--trace", g_trace, "--decoders", "3", "-o", g_x, "--tau", "abc", NULL},
       {"fit", "--trace", g_trace, "--decoders", "3", NULL},
-      {"fit", "--trace", g_trace, "--decoders", "3", "-o", "/tmp/x", "--layers", "7", NULL},
+      {"fit", "--trace", g_trace, "--decoders", "3", "-o", g_x, "--layers", "7", NULL},
       {"rho", "--trace", g_trace, "--representation", "weird", NULL},
       {"rho", NULL},
       {"fit", "--trace", NULL},
@@ -153,7 +156,7 @@ static void test_bad_flags_one_line(void **state) {
 static void test_missing_trace_fails(void **state) {
   (void)state;
   static char out[8192], err[8192];
-  const char *args[] = {"fit", "--trace", "/nonexistent/t.jsonl", "--decoders", "2", "-o", "/tmp/x", NULL};
+  const char *args[] = {"fit", "--trace", "/nonexistent/t.jsonl", "--decoders", "2", "-o", g_x, NULL};
   int rc = run(out, sizeof out, err, sizeof err, args);
   assert_int_equal(rc, 1);
   assert_non_null(strstr(err, "/nonexistent/t.jsonl"));
@@ -223,6 +226,66 @@ static void test_fit_ep_placements(void **state) {
                         "--redundant-experts", "4", "-q", NULL};
   assert_int_equal(run(out, sizeof out, err, sizeof err, bad2), 2);
   assert_non_null(strstr(err, "--ep-size"));
+static int read_all(const char *path, char *buf, size_t cap, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return -1;
+  *len = fread(buf, 1, cap, f);
+  fclose(f);
+  return 0;
+}
+
+/* -o is checked before the trace is even read: a directory, a missing
+ * directory, an unwritable directory and the input trace itself all fail with
+ * status 2 naming -o, and nothing is fitted or written. */
+static void test_output_checked_first(void **state) {
+  (void)state;
+  static char out[8192], err[8192], before[65536], after[65536];
+  size_t nb = 0, na = 0;
+  assert_int_equal(read_all(g_trace, before, sizeof before, &nb), 0);
+  char ro[512], ro_file[600];
+  snprintf(ro, sizeof ro, "%s/ro", g_dir);
+  snprintf(ro_file, sizeof ro_file, "%s/a.json", ro);
+  assert_int_equal(mkdir(ro, 0500), 0);
+  const char *targets[] = {g_dir, "/nonexistent-dir/a.json", g_trace, ro_file};
+  const char *why[] = {"is a directory", "No such file", "refusing to write over", "Permission denied"};
+  for (size_t i = 0; i < 4; i++) {
+    if (i == 3 && geteuid() == 0) continue; /* root writes anywhere */
+    const char *args[] = {"fit", "--trace", g_trace, "--decoders", "3", "-o", targets[i], NULL};
+    int rc = run(out, sizeof out, err, sizeof err, args);
+    if (rc != 2 || lines(err) != 1 || !strstr(err, "-o") || !strstr(err, why[i]) || out[0])
+      fail_msg("case %zu (%s): rc=%d stdout='%s' stderr='%s'", i, targets[i], rc, out, err);
+  }
+  assert_int_equal(read_all(g_trace, after, sizeof after, &na), 0);
+  assert_int_equal(na, nb);
+  assert_memory_equal(before, after, nb);
+  rmdir(ro);
+}
+
+/* fit.md's promise: the same trace, seed and --created give the same bytes. */
+static void test_same_seed_same_bytes(void **state) {
+  (void)state;
+  static char out[65536], err[65536], b1[1 << 16], b2[1 << 16];
+  char p1[512], p2[512];
+  snprintf(p1, sizeof p1, "%s/one.json", g_dir);
+  snprintf(p2, sizeof p2, "%s/two.json", g_dir);
+  const char *a1[] = {"fit", "--trace", g_trace, "--decoders", "3", "--seed", "7", "-q",
+                      "--created", "2026-01-02T03:04:05Z", "-o", p1, NULL};
+  const char *a2[] = {"fit", "--trace", g_trace, "--decoders", "3", "--seed", "7", "-q",
+                      "--created", "2026-01-02T03:04:05Z", "-o", p2, NULL};
+  assert_int_equal(run(out, sizeof out, err, sizeof err, a1), 0);
+  assert_int_equal(run(out, sizeof out, err, sizeof err, a2), 0);
+  size_t n1 = 0, n2 = 0;
+  assert_int_equal(read_all(p1, b1, sizeof b1, &n1), 0);
+  assert_int_equal(read_all(p2, b2, sizeof b2, &n2), 0);
+  assert_true(n1 > 0 && n1 < sizeof b1);
+  assert_int_equal(n1, n2);
+  assert_memory_equal(b1, b2, n1);
+  b1[n1] = 0;
+  assert_non_null(strstr(b1, "2026-01-02T03:04:05Z"));
+  const char *bad[] = {"fit", "--trace", g_trace, "--decoders", "3", "--created", "yesterday",
+                       "-o", p1, NULL};
+  assert_int_equal(run(out, sizeof out, err, sizeof err, bad), 2);
+  assert_non_null(strstr(err, "--created"));
 }
 
 int main(void) {
@@ -233,6 +296,8 @@ int main(void) {
       cmocka_unit_test(test_fit_latency_section),
       cmocka_unit_test(test_missing_trace_fails),
       cmocka_unit_test(test_help),
+      cmocka_unit_test(test_output_checked_first),
+      cmocka_unit_test(test_same_seed_same_bytes),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
