@@ -26,6 +26,9 @@
 #   <!-- doctest: expect-file NAME -->  NAME exists and is not empty afterwards
 #   <!-- doctest: expect-output 'TEXT' -->  stdout+stderr contain TEXT (a fixed
 #                                       string: a number the page quotes)
+#   <!-- doctest: setup 'COMMAND' -->  run COMMAND first (not shown on the page):
+#                                       inputs a page names but does not make,
+#                                       e.g. setup 'eldr trace gen -n 200 -q -o t.jsonl'
 #   <!-- doctest: exit N -->            the block must exit with status N (an
 #                                       error the page documents)
 #   <!-- doctest: timeout SECONDS -->   limit for this block [120]
@@ -110,12 +113,13 @@ run_page() { # page
   pages=$((pages + 1))
   for b in "$blocks"/*.sh; do
     [ -e "$b" ] || continue
-    local line skip="" expect_exit=0 limit=120 files=() outs=() subs=() m
+    local line skip="" expect_exit=0 limit=120 files=() outs=() subs=() setups=() m
     line=$(cat "${b%.sh}.line")
     while IFS= read -r m; do
       case "$m" in
         skip:*) skip=${m#skip:}; skip=${skip# } ;;
         sub\ *) subs+=("$(unquote "${m#sub }")") ;;
+        setup\ *) setups+=("$(unquote "${m#setup }")") ;;
         expect-file\ *) files+=("${m#expect-file }") ;;
         expect-output\ *) outs+=("$(unquote "${m#expect-output }")") ;;
         exit\ *) expect_exit=${m#exit } ;;
@@ -129,6 +133,9 @@ run_page() { # page
     local script="${b%.sh}.run" s
     cp "$b" "$script"
     for s in "${subs[@]+"${subs[@]}"}"; do sed -i -e "$s" "$script"; done
+    if [ "${#setups[@]}" -gt 0 ]; then
+      { printf '%s\n' "${setups[@]}"; cat "$script"; } > "$script.tmp" && mv "$script.tmp" "$script"
+    fi
     if grep -q '\.\./shared' "$script" && [ ! -e "$SCRATCH/shared" ]; then
       echo "skip $page:$line (no ../shared next to the worktree)"; skipped=$((skipped + 1)); continue
     fi
