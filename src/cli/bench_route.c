@@ -6,6 +6,7 @@
  * routed_experts (the rest of the router's per-request work on it) and the
  * signature-cache path (prompt with a prefix-cache hit). */
 #include <getopt.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +39,7 @@ static void usage(FILE *f) {
           "  --mask-layers N  layers in the artifact's layer mask, evenly spread (default: all)\n"
           "  --iters N        timed repetitions (default 200)\n"
           "  --seed N         (default 1)\n"
+          "  --json           one JSON object on stdout instead of the table\n"
           "  -h, --help       this text\n");
 }
 
@@ -61,7 +63,8 @@ int eldr_bench_route(int argc, char **argv) {
   size_t ntok = 0;
   long L = 48, E = 128, K = 8, D = 8, iters = 200, M = -1;
   uint64_t seed = 1;
-  static const struct option opts[] = {{"tokens", required_argument, 0, 't'}, {"layers", required_argument, 0, 'l'},
+  int json = 0;
+  static const struct option opts[] = {{"json", no_argument, 0, 'j'},{"tokens", required_argument, 0, 't'}, {"layers", required_argument, 0, 'l'},
                                        {"experts", required_argument, 0, 'e'}, {"topk", required_argument, 0, 'k'},
                                        {"decoders", required_argument, 0, 'd'}, {"iters", required_argument, 0, 'i'},
                                        {"mask-layers", required_argument, 0, 'm'},
@@ -79,6 +82,7 @@ int eldr_bench_route(int argc, char **argv) {
     case 'i': iters = cli_parse_long(cmd, "--iters", optarg, 1, 1000000); break;
     case 'm': M = cli_parse_long(cmd, "--mask-layers", optarg, 1, ELDR_MAX_LAYERS); break;
     case 's': seed = cli_parse_u64(cmd, "--seed", optarg); break;
+    case 'j': json = 1; break;
     case 'h': usage(stdout); free(tokens); return 0;
     default: cli_bad_option(cmd, argc, argv, o);
     }
@@ -128,9 +132,14 @@ int eldr_bench_route(int argc, char **argv) {
          *t_hit = malloc((size_t)iters * sizeof(double));
   if (!loads || !t_parse || !t_sig || !t_dec || !t_store || !t_hit)
     cli_fail(cmd, "out of memory");
-  printf("# eldr bench route: %ld layers x %ld experts, top-%ld, %ld of %ld layers in the mask, %ld decoders, "
-         "%ld iterations\n", L, E, K, M, L, D, iters);
-  printf("%-7s %-9s %-26s %10s %10s %10s\n", "tokens", "b64_KiB", "stage", "p50_us", "p99_us", "mean_us");
+  json_t *jrows = json ? json_array() : NULL;
+  if (json && !jrows) cli_fail(cmd, "out of memory");
+  if (!json) {
+    printf("# eldr bench route: %ld layers x %ld experts, top-%ld, %ld of %ld layers in the mask, %ld "
+           "decoders, %ld iterations\n", L, E, K, M, L, D, iters);
+    printf("%-7s %-9s %-26s %10s %10s %10s\n", "tokens", "b64_KiB", "stage", "p50_us", "p99_us",
+           "mean_us");
+  }
   for (size_t ti = 0; ti < ntok; ti++) {
     size_t T = (size_t)tokens[ti];
     /* selections: each token draws from a skewed per-layer popularity */
@@ -244,8 +253,14 @@ int eldr_bench_route(int argc, char **argv) {
                 {"prefill reply JSON parse", t_parse}};
     for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
       stats s = summarize(rows[r].v, (size_t)iters);
-      printf("%-7zu %-9.0f %-26s %10.1f %10.1f %10.1f\n", T, (double)blen / 1024, rows[r].name, s.p50 * 1e6,
-             s.p99 * 1e6, s.mean * 1e6);
+      if (json)
+        json_array_append_new(jrows, json_pack("{s:I,s:f,s:s,s:f,s:f,s:f}", "tokens", (json_int_t)T,
+                                               "b64_kib", (double)blen / 1024, "stage", rows[r].name,
+                                               "p50_us", s.p50 * 1e6, "p99_us", s.p99 * 1e6,
+                                               "mean_us", s.mean * 1e6));
+      else
+        printf("%-7zu %-9.0f %-26s %10.1f %10.1f %10.1f\n", T, (double)blen / 1024, rows[r].name,
+               s.p50 * 1e6, s.p99 * 1e6, s.mean * 1e6);
     }
     fflush(stdout);
     (void)sink;
@@ -257,6 +272,16 @@ int eldr_bench_route(int argc, char **argv) {
     free(text);
     free(b64);
     free(sel);
+  }
+  if (json) {
+    json_t *j = json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:o}", "layers", (json_int_t)L, "experts",
+                          (json_int_t)E, "top_k", (json_int_t)K, "mask_layers", (json_int_t)M,
+                          "decoders", (json_int_t)D, "iterations", (json_int_t)iters, "rows", jrows);
+    char *out = j ? json_dumps(j, JSON_INDENT(2) | JSON_REAL_PRECISION(6)) : NULL;
+    if (!out) cli_fail(cmd, "out of memory");
+    printf("%s\n", out);
+    free(out);
+    json_decref(j);
   }
   eldr__sigpath_free(&sp_nc);
   eldr__sigpath_free(&sp_c);

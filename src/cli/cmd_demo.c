@@ -104,7 +104,7 @@ typedef struct demo {
   double fit_fraction, rate, scale, duration, scrape;
   long routers;
   uint64_t seed;
-  int do_sim;
+  int do_sim, json;
   const char *pols[8];
   size_t npol;
   char fit_path[PATH_MAX + 32], eval_path[PATH_MAX + 32], art_path[PATH_MAX + 32],
@@ -153,6 +153,7 @@ static void usage(FILE *f) {
           "  --scrape-interval S  the routers read the workers' /metrics this often and route\n"
           "                     on the engines' load (0 = off, default; see docs/serve.md)\n"
           "  --no-sim           do not run `eldr sim` for comparison\n"
+          "  --json             one JSON object on stdout instead of the table (ms of model time)\n"
           "  --plot FILE        write a bar chart with gnuplot (FILE ends in .png or .svg)\n"
           "  --keep             keep the work directory (traces, artifact, logs)\n"
           "  -h, --help         this text\n\n"
@@ -229,6 +230,7 @@ static void parse_args(int argc, char **argv, demo *x) {
       {"policies", required_argument, 0, 'p'},    {"seed", required_argument, 0, 'S'},
       {"no-sim", no_argument, 0, 'N'},            {"plot", required_argument, 0, 'o'},
       {"keep", no_argument, 0, 'k'},              {"help", no_argument, 0, 'h'},
+      {"json", no_argument, 0, 'j'},
       {0, 0, 0, 0},
   };
   cli_getopt_reset();
@@ -262,6 +264,7 @@ static void parse_args(int argc, char **argv, demo *x) {
       x->plot = optarg;
       break;
     case 'k': g_keep = 1; break;
+    case 'j': x->json = 1; break;
     case 'h': usage(stdout); exit(0);
     default: cli_bad_option(CMD, argc, argv, o);
     }
@@ -560,6 +563,39 @@ static void print_table(const demo *x) {
 
 }
 
+static json_t *jms(double v) { return isnan(v) ? json_null() : json_real(v); }
+
+/* The table as one JSON object: times in ms of model time; "sim" null without it. */
+static void print_json(const demo *x) {
+  json_t *rows = json_array();
+  for (size_t k = 0; k < x->npol; k++) {
+    const prow *w = &x->rows[k];
+    json_t *r = json_pack("{s:s,s:I,s:I,s:o,s:o,s:o,s:o,s:f,s:f}", "policy", w->policy, "sent",
+                          (json_int_t)w->sent, "ok", (json_int_t)w->ok, "tpot_p50_ms",
+                          jms(w->s.tpot_p50 / x->scale * 1e3), "tpot_p99_ms",
+                          jms(w->s.tpot_p99 / x->scale * 1e3), "tpot_mean_ms",
+                          jms(w->s.tpot_mean / x->scale * 1e3), "ttft_p50_ms",
+                          jms(w->s.ttft_p50 / x->scale * 1e3), "mean_batch", w->batch,
+                          "mean_union", w->uni);
+    json_t *sim = x->have_sim
+                      ? json_pack("{s:o,s:o,s:o,s:o,s:o,s:o}", "tpot_p50_ms", jms(w->sim_tpot_p50),
+                                  "tpot_p99_ms", jms(w->sim_tpot_p99), "tpot_mean_ms",
+                                  jms(w->sim_tpot_mean), "ttft_p50_ms", jms(w->sim_ttft_p50),
+                                  "mean_batch", jms(w->sim_batch), "mean_union", jms(w->sim_uni))
+                      : json_null();
+    if (r) json_object_set_new(r, "sim", sim);
+    json_array_append_new(rows, r);
+  }
+  json_t *j = json_pack("{s:s?,s:s?,s:I,s:I,s:f,s:f,s:f,s:I,s:o}", "model", x->model,
+                        "hardware", x->hardware, "prefill", (json_int_t)x->P, "decode",
+                        (json_int_t)x->D, "rate_req_s", x->rate, "time_scale", x->scale,
+                        "duration_s", x->duration, "seed", (json_int_t)x->seed, "rows", rows);
+  char *out = j ? json_dumps(j, JSON_INDENT(2) | JSON_REAL_PRECISION(6)) : NULL;
+  printf("%s\n", out ? out : "{}");
+  free(out);
+  json_decref(j);
+}
+
 /* Returns 0 when the plot was written; otherwise the cause is on stderr. */
 static int plot_figure(const demo *x) {
   const char *names[8];
@@ -622,7 +658,8 @@ int eldr_cmd_demo(int argc, char **argv) {
   for (size_t pi = 0; pi < x.npol && !g_stop; pi++) run_policy(&x, pi);
   if (g_stop) demo_fail("interrupted");
   if (x.do_sim && x.sched_n > 0) run_sim(&x);
-  print_table(&x);
+  if (x.json) print_json(&x);
+  else print_table(&x);
   int plot_rc = x.plot ? plot_figure(&x) : 0;
   free(x.sched_idx);
   free(x.sched_t);

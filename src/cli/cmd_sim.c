@@ -456,12 +456,18 @@ static void print_table(const sim_out *o) {
            "busiest EP rank's share of expert traffic per row below (even = %.3f)\n",
            o->lm->tp, o->a->ep_size, eldr_placement_kind_name(o->a->ep_kind),
            o->eps->dec[0]->num_physical, 1.0 / o->a->ep_size);
-  printf("%-22s %8s %9s %9s %9s %10s %7s %7s %7s %6s\n", "policy", "rate", "TPOT p50", "TPOT p99",
+  /* units in the header; with trace arrivals the rate column says so */
+  printf("%-22s %8s %9s %9s %9s %10s %7s %7s %7s %6s\n", "policy", "req/s", "TPOT p50", "TPOT p99",
          "TTFT p50", "tok/s", "batch", "union", "copies", "dup%");
+  printf("%-22s %8s %9s %9s %9s %10s %7s %7s %7s %6s\n", "", "", "ms", "ms", "ms", "", "seqs",
+         "experts", "", "");
   for (size_t ri = 0; ri < o->a->nrates; ri++) {
     for (size_t vi = 0; vi < o->nv; vi++) {
       const eldr_sweep_row *r = &o->rows[ri * o->nv + vi];
-      printf("%-22s %8g %8.2fm %8.2fm %8.1fm %10.0f %7.2f %7.2f %7.3f %6.2f", r->v->label, r->rate,
+      char rate[32];
+      if (o->a->trace_arrivals) snprintf(rate, sizeof rate, "trace");
+      else snprintf(rate, sizeof rate, "%g", r->rate);
+      printf("%-22s %8s %9.2f %9.2f %9.1f %10.0f %7.2f %7.2f %7.3f %6.2f", r->v->label, rate,
              ms(r->r.tpot_p50), ms(r->r.tpot_p99), ms(r->r.ttft_p50), r->r.throughput_tok_s,
              r->r.mean_batch, r->r.mean_union, r->r.copies_in_flight, 100 * r->r.batch_dup_frac);
       if (o->eps) printf("  rank %.3f", r->r.ep_busiest_share);
@@ -470,7 +476,11 @@ static void print_table(const sim_out *o) {
     const eldr_sweep_row *e = eldr_sweep_find(o->rows, o->nrows, o->a->rates[ri], "eldr");
     const eldr_sweep_row *b50 = eldr_sweep_best_baseline(o->rows, o->nrows, o->a->rates[ri], o->a->decor, 0);
     const eldr_sweep_row *b99 = eldr_sweep_best_baseline(o->rows, o->nrows, o->a->rates[ri], o->a->decor, 1);
-    if (e && b50 && b99)
+    if (e && b50 && b99 && o->a->trace_arrivals)
+      printf("  -> eldr vs best baseline at the trace's arrivals: p50 %+.1f%% (vs %s), p99 %+.1f%% (vs %s)\n",
+             100.0 * (e->r.tpot_p50 / b50->r.tpot_p50 - 1), b50->v->label,
+             100.0 * (e->r.tpot_p99 / b99->r.tpot_p99 - 1), b99->v->label);
+    else if (e && b50 && b99)
       printf("  -> eldr vs best baseline at %g/s: p50 %+.1f%% (vs %s), p99 %+.1f%% (vs %s)\n", o->a->rates[ri],
              100.0 * (e->r.tpot_p50 / b50->r.tpot_p50 - 1), b50->v->label,
              100.0 * (e->r.tpot_p99 / b99->r.tpot_p99 - 1), b99->v->label);

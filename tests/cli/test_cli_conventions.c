@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <jansson.h>
 
 #include "support/proc.h"
 
@@ -126,6 +127,28 @@ static void test_bad_flags_and_values_exit_2(void **st) {
   }
 }
 
+/* every command that prints a table offers --json instead */
+static void test_json_on_every_table(void **st) {
+  (void)st;
+  static const char *const tables[][3] = {{"fit"},  {"rho"},         {"trace", "stats"},
+                                          {"sim"},  {"demo"},        {"bench", "moe-layer"},
+                                          {"bench", "load"}, {"bench", "route"}};
+  for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++) {
+    const char *args[4] = {tables[i][0], tables[i][1] ? tables[i][1] : "--help",
+                           tables[i][1] ? "--help" : NULL, NULL};
+    if (run(args) != 0 || !strstr(g_out, "--json"))
+      fail_msg("eldr %s %s: no --json in its help", tables[i][0], tables[i][1] ? tables[i][1] : "");
+  }
+  const char *route[] = {"bench", "route", "--json", "--iters", "3", "--tokens", "16", NULL};
+  assert_int_equal(run(route), 0);
+  json_error_t e;
+  json_t *j = json_loads(g_out, 0, &e);
+  if (!j) fail_msg("bench route --json: %s in '%.200s'", e.text, g_out);
+  assert_int_equal(json_array_size(json_object_get(j, "rows")), 6);
+  assert_true(json_is_number(json_object_get(json_array_get(json_object_get(j, "rows"), 0), "p50_us")));
+  json_decref(j);
+}
+
 static void test_top_level_help_lists_everything(void **st) {
   (void)st;
   assert_int_equal(run((const char *[]){"--help", NULL}), 0);
@@ -147,6 +170,7 @@ int main(void) {
       cmocka_unit_test(test_help_on_every_command),
       cmocka_unit_test(test_bad_flags_and_values_exit_2),
       cmocka_unit_test(test_top_level_help_lists_everything),
+      cmocka_unit_test(test_json_on_every_table),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -18,6 +18,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "support/proc.h"
 
 static char g_dir[256];
@@ -153,6 +155,26 @@ static void test_demo_no_sim_and_failed_plot(void **state) {
     fail_msg("stdout='%s'", g_out);
 }
 
+/* demo --json: one JSON object, a row per policy, "sim" null with --no-sim. */
+static void test_demo_json(void **state) {
+  (void)state;
+  const char *args[] = {"demo", "--json", "--no-sim", "--policies", "eldr", "--fit-requests", "20",
+                        "--eval-requests", "10", "--duration", "0.5", NULL};
+  int rc = run(args);
+  if (rc != 0) fail_msg("rc=%d stderr='%s'", rc, g_err);
+  json_error_t e;
+  json_t *j = json_loads(g_out, 0, &e);
+  if (!j) fail_msg("%s in '%.300s'", e.text, g_out);
+  json_t *rows = json_object_get(j, "rows");
+  assert_int_equal(json_array_size(rows), 1);
+  json_t *r = json_array_get(rows, 0);
+  assert_string_equal(json_string_value(json_object_get(r, "policy")), "eldr");
+  assert_true(json_is_null(json_object_get(r, "sim")));
+  assert_true(json_integer_value(json_object_get(r, "ok")) > 0);
+  assert_true(json_is_number(json_object_get(r, "tpot_p50_ms")));
+  json_decref(j);
+}
+
 /* Every request fails (nothing listens): exit 1, a dash instead of nan. */
 static void test_bench_load_all_failed(void **state) {
   (void)state;
@@ -178,6 +200,7 @@ int main(void) {
       cmocka_unit_test(test_demo_plot_checked_first),
       cmocka_unit_test(test_demo_no_sim_and_failed_plot),
       cmocka_unit_test(test_bench_load_all_failed),
+      cmocka_unit_test(test_demo_json),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

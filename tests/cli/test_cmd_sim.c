@@ -174,6 +174,12 @@ static void test_table_ablation_trace_arrivals(void **st) {
   assert_non_null(strstr(g_out, "eldr-vanilla"));
   assert_non_null(strstr(g_out, "jsq+decor"));
   assert_non_null(strstr(g_out, "trace arrivals"));
+  /* units in the header, and the rate column names the trace's arrivals (not "0") */
+  assert_non_null(strstr(g_out, "req/s"));
+  assert_non_null(strstr(g_out, "ms"));
+  assert_null(strstr(g_out, "  0 "));
+  assert_null(strstr(g_out, " 0/s"));
+  assert_non_null(strstr(g_out, "   trace "));
   /* the default sweep: five rates from the capacity estimate */
   assert_int_equal(run((const char *[]){"sim", "--trace", g_trace, "--prefill", "2", "--decode", "4",
                                         "--requests", "100", "--policies", "rr", "--json", "-q", NULL}),
