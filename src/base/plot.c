@@ -43,6 +43,14 @@ int eldr_plot_header(FILE *f, const char *out_path, const char *title, eldr_diag
   const char *term = eldr_plot_terminal(out_path);
   if (!term) return eldr_diag_fail(d, ELDR_EINVAL, "'%s' must end in .png or .svg", out_path);
   fprintf(f, "set terminal %s\nset grid\nset key top left\n", term);
+  /* the house palette: dark, distinct colours on white (Okabe-Ito without its
+   * yellow, which gnuplot's default line type 5 is and which is hard to see) */
+  static const char *const colours[] = {"#0072b2", "#d55e00", "#009e73", "#cc79a7",
+                                        "#56b4e9", "#e69f00", "#000000", "#999999"};
+  for (size_t i = 0; i < sizeof colours / sizeof colours[0]; i++)
+    fprintf(f, "set linetype %zu linecolor rgb '%s' linewidth 2 pointtype %zu\n", i + 1, colours[i],
+            i + 5);
+  fputs("set linetype cycle 8\n", f);
   eldr_plot_output(f, out_path, title);
   return 0;
 }

@@ -133,7 +133,9 @@ int fig_sim(const char *dir, const eldr_sweep_row *rows, size_t nrows,
   }
   if (ntaus) {
     join(png, sizeof png, dir, "tau_sweep.png", d);
-    eldr_plot_output(f, png, "ELDR locality band tau");
+    char tt[512];
+    snprintf(tt, sizeof tt, "%s: ELDR locality band tau", title ? title : "eldr sim");
+    eldr_plot_output(f, png, tt);
     fputs("set xlabel 'tau'\nset ylabel 'median TPOT (ms)'\nset key outside right\n", f);
     for (size_t i = 0; i < nr; i++) {
       char t[64];
@@ -144,7 +146,9 @@ int fig_sim(const char *dir, const eldr_sweep_row *rows, size_t nrows,
   }
   if (vanilla) {
     join(png, sizeof png, dir, "balanced_vs_vanilla.png", d);
-    eldr_plot_output(f, png, "balanced vs vanilla K-means");
+    char tt[512];
+    snprintf(tt, sizeof tt, "%s: balanced vs vanilla K-means", title ? title : "eldr sim");
+    eldr_plot_output(f, png, tt);
     fputs("set ylabel 'TPOT (ms)'\n", f);
     size_t vb = nv, vv = nv;
     for (size_t v = 0; v < nv; v++) {
@@ -180,7 +184,8 @@ int fig_demo(const char *out, const char *title, size_t n, const char *const *po
   fputs("EOD\n"
         "set style data histograms\nset style histogram clustered gap 1\n"
         "set style fill solid 0.8 border -1\nset ylabel 'TPOT (ms, model time)'\n"
-        "set yrange [0:*]\nset grid noxtics ytics\nset key outside bottom center horizontal\n"
+        "set yrange [0:*]\nset grid noxtics ytics\n"
+        "set key outside bottom center horizontal reverse Left samplen 2\n"
         "plot $tpot using 2:xtic(1) title 'TPOT p50', '' using 4 title 'TPOT mean', "
         "'' using 3 title 'TPOT p99'\n",
         f);

@@ -236,6 +236,21 @@ static void test_plot(void **st) {
     assert_int_equal(stat(png, &sb), 0);
     assert_true(sb.st_size > 1000);
   }
+  /* every figure has a title naming the workload and cluster; one palette */
+  snprintf(png, sizeof png, "%s/plot.gp", dir);
+  char *gp = eldr_test_slurp(png, NULL);
+  assert_non_null(gp);
+  size_t titles = 0;
+  for (char *p = gp; (p = strstr(p, "set title ")); p++) {
+    char *eol = strchr(p, '\n');
+    if (eol) *eol = 0;
+    if (!strstr(p, "2P4D")) fail_msg("title without the cluster: %s", p);
+    if (eol) *eol = '\n';
+    titles++;
+  }
+  assert_int_equal(titles, 4);
+  assert_non_null(strstr(gp, "set linetype 1 linecolor rgb '#0072b2'"));
+  free(gp);
 }
 
 /* --plot into a directory whose name holds a quote and a space: the script
