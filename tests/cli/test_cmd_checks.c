@@ -16,6 +16,8 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -183,14 +185,60 @@ static void test_bench_load_all_failed(void **state) {
   char target[64];
   snprintf(target, sizeof target, "http://127.0.0.1:%u", port);
   const char *args[] = {"bench", "load", "--target", target, "--trace", g_trace, "--rate", "20",
-                        "--duration", "0.5", "--timeout", "2", "--drain", "2", NULL};
+                        "--duration", "1.5", "--timeout", "2", "--drain", "2", NULL};
   int rc = run(args);
   close(fd);
   if (rc != 1 || strstr(g_out, "nan") || !strstr(g_out, "ok 0") || !strstr(g_out, " -"))
     fail_msg("rc=%d stdout='%s' stderr='%s'", rc, g_out, g_err);
+  /* off a terminal, progress comes as whole lines */
+  if (!strstr(g_err, "eldr bench load: 1 s: ") || !strstr(g_err, " sent, "))
+    fail_msg("no progress line: stderr='%s'", g_err);
   const char *bad[] = {"bench", "load", "--target", "ftp://x", "--trace", g_trace, NULL};
   rc = run(bad);
   if (rc != 2 || strstr(g_err, "req/s")) fail_msg("rc=%d stderr='%s'", rc, g_err);
+}
+
+/* Against a live emulated worker: every cell of the table filled (E2E p90 and
+ * mean too), no dash, no nan. */
+static void test_bench_load_table_filled(void **state) {
+  (void)state;
+  int pfd[2];
+  assert_int_equal(pipe(pfd), 0);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    dup2(pfd[1], 1);
+    close(pfd[0]);
+    close(pfd[1]);
+    execl(ELDR_BINARY, ELDR_BINARY, "worker", "--role", "both", "--port", "0", "--time-scale", "0.01",
+          "--trace", g_trace, (char *)NULL);
+    _exit(127);
+  }
+  close(pfd[1]);
+  FILE *f = fdopen(pfd[0], "r");
+  char line[512] = "";
+  unsigned port = 0;
+  if (f && fgets(line, sizeof line, f)) {
+    const char *p = strstr(line, "127.0.0.1:");
+    if (p) port = (unsigned)atoi(p + 10);
+  }
+  char target[64];
+  snprintf(target, sizeof target, "http://127.0.0.1:%u", port);
+  const char *args[] = {"bench", "load", "--target", target, "--trace", g_trace, "--rate", "50",
+                        "--requests", "12", NULL};
+  int rc = port ? run(args) : -1;
+  kill(pid, SIGTERM);
+  waitpid(pid, NULL, 0);
+  if (f) fclose(f);
+  if (!port) fail_msg("worker gave no port: '%s'", line);
+  if (rc != 0 || strstr(g_out, "nan") || strstr(g_out, " -"))
+    fail_msg("rc=%d stdout='%s' stderr='%s'", rc, g_out, g_err);
+  const char *e2e = strstr(g_out, "E2E");
+  assert_non_null(e2e);
+  double v[4];
+  if (sscanf(e2e, "E2E %lf %lf %lf %lf", &v[0], &v[1], &v[2], &v[3]) != 4)
+    fail_msg("E2E row not filled: '%s'", g_out);
+  assert_true(v[0] > 0 && v[1] >= v[0] && v[2] >= v[1] && v[3] > 0);
 }
 
 int main(void) {
@@ -201,6 +249,7 @@ int main(void) {
       cmocka_unit_test(test_demo_no_sim_and_failed_plot),
       cmocka_unit_test(test_bench_load_all_failed),
       cmocka_unit_test(test_demo_json),
+      cmocka_unit_test(test_bench_load_table_filled),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
