@@ -226,6 +226,8 @@ static void test_fit_ep_placements(void **state) {
                         "--redundant-experts", "4", "-q", NULL};
   assert_int_equal(run(out, sizeof out, err, sizeof err, bad2), 2);
   assert_non_null(strstr(err, "--ep-size"));
+}
+
 static int read_all(const char *path, char *buf, size_t cap, size_t *len) {
   FILE *f = fopen(path, "rb");
   if (!f) return -1;
