@@ -139,9 +139,9 @@ static void test_bad_flags_one_line(void **state) {
       {"rho", "--trace", g_trace, "--representation", "weird", NULL},
       {"rho", NULL},
       {"fit", "--trace", NULL},
-      {"fit", "--trace", g_trace, "--decoders", "3", "-o", "/tmp/x", "--hardware", "h200", NULL},
-      {"fit", "--trace", g_trace, "--decoders", "3", "-o", "/tmp/x", "--model", "qwen3-30b-a3b", NULL},
-      {"fit", "--trace", g_trace, "--decoders", "3", "-o", "/tmp/x", "--model", "gpt-9", NULL},
+      {"fit", "--trace", g_trace, "--decoders", "3", "-o", g_x, "--hardware", "h200", NULL},
+      {"fit", "--trace", g_trace, "--decoders", "3", "-o", g_x, "--model", "qwen3-30b-a3b", NULL},
+      {"fit", "--trace", g_trace, "--decoders", "3", "-o", g_x, "--model", "gpt-9", NULL},
   };
   const char *expect[] = {"--decoders", "--bogus", "--idf", "--tau", "--output",
                           "--layers",   "--representation", "--trace", "--trace",
