@@ -1,6 +1,6 @@
 /* bench_codec.c — routed_experts decoding throughput on the router's path.
  *
- * Usage: bench_codec [iterations]   (default 400)
+ * Usage: bench_codec [ITERATIONS]   (default 400, at least 3; --help)
  * Builds a vLLM-like routed_experts blob (base64 of a .npy, uint8, shape
  * (T, 48, 8), 128 experts, skewed expert choice) for T = 1k and 4k tokens and
  * reports the median time of
@@ -13,6 +13,13 @@
  * as medians of wall-clock and of thread CPU time (the latter is less
  * disturbed by other load on the machine), in microseconds, and MB/s of
  * base64 text (MB = 1e6 bytes) over the CPU time.
+ * Then, for T = 4k, signature extraction as the router does it (counts
+ * zeroed, base64 -> counts -> eldr_signature_build), all 48 layers and a
+ * 12-layer mask, both through the fused chunked decoder
+ * (eldr_routed_experts_count_masked) and the router's view path
+ * (eldr__routed_experts_view + eldr_counts_accumulate_masked), each next to
+ * a memcpy of the same base64 text measured interleaved in the same run;
+ * the ratio (extraction CPU time / memcpy CPU time) is the figure to watch.
  * Also the JSONL trace writer/reader on a generated 48x8 trace.
  */
 #include <stdio.h>
@@ -25,6 +32,7 @@
 #include "eldr/counts.h"
 #include "eldr/rng.h"
 #include "eldr/routed_experts.h"
+#include "eldr/signature.h"
 #include "eldr/trace.h"
 
 static double cpu_s(void) {
@@ -68,8 +76,10 @@ static void bench_blob(size_t T, int iters) {
   }
   uint32_t *counts = malloc(eldr_shape_cells(&s) * sizeof *counts);
   uint8_t *raw = malloc(eldr_b64_decoded_max(len));
-  double *tm = malloc(sizeof(double) * (size_t)iters);
-  double *cm = malloc(sizeof(double) * (size_t)iters);
+  /* decode alloc/encode below run max(iters / 4, 10) times: size for both */
+  const size_t slots = iters > 10 ? (size_t)iters : 10;
+  double *tm = malloc(sizeof(double) * slots);
+  double *cm = malloc(sizeof(double) * slots);
   eldr_diag d = {{0}};
   size_t nt = 0, got = 0;
 
@@ -175,6 +185,68 @@ static void bench_blob(size_t T, int iters) {
   free(sel);
 }
 
+/* Signature extraction of a T-token blob against memcpy of its text. */
+static void bench_sigpath(size_t T, int iters) {
+  const eldr_shape s = {48, 128, 8};
+  const size_t n = T * s.num_layers * s.top_k, cells = eldr_shape_cells(&s);
+  uint16_t *sel = malloc(n * sizeof *sel);
+  fill_sel(sel, n, s.num_experts, 7 + T);
+  char *txt = NULL;
+  size_t len = 0;
+  if (eldr_routed_experts_encode(sel, T, &s, ELDR_SEL_U8, &txt, &len)) exit(1);
+  uint8_t mask12[48] = {0};
+  for (int l = 0; l < 48; l += 4) mask12[l] = 1;
+  char *dst = malloc(len);
+  uint32_t *counts = malloc(cells * sizeof *counts);
+  float *sig = malloc(cells * sizeof *sig);
+  uint8_t *vbuf = NULL;
+  size_t vcap = 0;
+  double *cm = malloc(sizeof(double) * (size_t)iters);
+  double *cc = malloc(sizeof(double) * (size_t)iters);
+  printf("signature extraction, T=%zu (48 layers, top 8, 128 experts, uint8), %.2f MB base64,\n"
+         "  CPU-time medians of %d interleaved runs; ratio = extraction / memcpy of the text\n",
+         T, (double)len / 1e6, iters);
+  printf("  %-24s %9s %9s %7s\n", "", "memcpy us", "extract us", "ratio");
+  for (int v = 0; v < 4; v++) {
+    const uint8_t *mask = (v & 1) ? mask12 : NULL;
+    const int view = v >= 2;
+    eldr_sigspec spec = {s, ELDR_REPR_COUNT, NULL, mask};
+    for (int i = 0; i < iters; i++) {
+      double c0 = cpu_s();
+      memcpy(dst, txt, len);
+      __asm__ volatile("" : : "r"(dst) : "memory");
+      double c1 = cpu_s();
+      memset(counts, 0, cells * sizeof *counts);
+      size_t nt = 0;
+      int rc;
+      if (view) {
+        eldr__re_view rv;
+        rc = eldr__routed_experts_view(txt, len, &s, &vbuf, &vcap, &rv, NULL);
+        if (!rc)
+          rc = eldr_counts_accumulate_masked(&s, rv.data, rv.dtype, rv.rows, mask, counts, NULL);
+      } else {
+        rc = eldr_routed_experts_count_masked(txt, len, &s, mask, counts, &nt, NULL);
+      }
+      if (rc || eldr_signature_build(&spec, counts, NULL, sig)) exit(1);
+      cm[i] = c1 - c0;
+      cc[i] = cpu_s() - c1;
+    }
+    double m = median(cm, iters), c = median(cc, iters);
+    char name[40];
+    snprintf(name, sizeof name, "%s, %s", view ? "view" : "fused", mask ? "12/48 layers" : "48 layers");
+    printf("  %-24s %9.1f %10.1f %6.2fx\n", name, m * 1e6, c * 1e6, c / m);
+  }
+  sink = (uint32_t)sig[0] + (uint32_t)dst[len - 1];
+  free(vbuf);
+  free(cc);
+  free(cm);
+  free(sig);
+  free(counts);
+  free(dst);
+  free(txt);
+  free(sel);
+}
+
 static void bench_trace(void) {
   const eldr_shape s = {48, 128, 8};
   eldr_trace *t = eldr_trace_new("bench", &s, NULL);
@@ -223,10 +295,31 @@ static void bench_trace(void) {
 }
 
 int main(int argc, char **argv) {
-  int iters = argc > 1 ? atoi(argv[1]) : 400;
-  if (iters < 3) iters = 3;
+  int iters = 400;
+  if (argc > 2) {
+    fprintf(stderr, "bench_codec: at most one argument (ITERATIONS); try --help\n");
+    return 2;
+  }
+  if (argc == 2) {
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+      printf("Usage: bench_codec [ITERATIONS]\n"
+             "Times the routed_experts codec (base64 .npy -> counts), signature extraction\n"
+             "against memcpy of the same base64 text, and the JSONL trace writer/reader.\n"
+             "ITERATIONS: samples per figure, 3..1000000 (default 400); medians reported.\n");
+      return 0;
+    }
+    char *end = NULL;
+    long v = strtol(argv[1], &end, 10);
+    if (end == argv[1] || *end || v < 3 || v > 1000000) {
+      fprintf(stderr, "bench_codec: ITERATIONS must be an integer in [3, 1000000], got '%s'\n",
+              argv[1]);
+      return 2;
+    }
+    iters = (int)v;
+  }
   bench_blob(1024, iters);
   bench_blob(4096, iters);
+  bench_sigpath(4096, iters);
   bench_trace();
   return 0;
 }

@@ -7,11 +7,15 @@
  * decoders must agree. Count and decode must agree on
  * success, counts must equal a naive count of the decoded ids, and an
  * accepted array must survive encode -> decode; otherwise the target
- * aborts. */
+ * aborts. The input's tail is also counted as a raw selection array (dtype,
+ * shape and layer mask taken from its first 4 bytes) by the library's
+ * row-at-a-time counter and by the per-id reference (core/counts_ref.h):
+ * return code, bad index and (partial) counts must be identical. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/counts_ref.h"
 #include "eldr/routed_experts.h"
 
 static const eldr_shape S = {3, 16, 2};
@@ -58,7 +62,29 @@ static void check(const char *txt, size_t len) {
   free(sel);
 }
 
+static void check_counts(const uint8_t *data, size_t size) {
+  if (size < 4) return;
+  static const eldr_sel_dtype dts[6] = {ELDR_SEL_U8,    ELDR_SEL_U16LE, ELDR_SEL_U16,
+                                        ELDR_SEL_I16LE, ELDR_SEL_I32LE, ELDR_SEL_I64LE};
+  const eldr_sel_dtype dt = dts[data[0] % 6];
+  eldr_shape s = {1u + data[1] % 6u, 1u + (data[2] | (uint32_t)(data[3] & 1) << 8), 0};
+  s.top_k = 1u + (data[3] >> 1) % (s.num_experts < 9 ? s.num_experts : 9u);
+  const uint8_t mask[6] = {data[1] & 64, data[1] & 128, data[2] & 1, 1, data[0] & 64, 0};
+  const size_t w = eldr_sel_dtype_size(dt), row = s.num_layers * s.top_k * w;
+  const size_t T = (size - 4) / row, cells = eldr_shape_cells(&s);
+  uint32_t a[6 * 512], b[6 * 512];
+  for (int m = 0; m < 2; m++) {
+    memset(a, 0, cells * sizeof *a);
+    memset(b, 0, cells * sizeof *b);
+    size_t ba = 0, bb = 0;
+    int ra = eldr_counts_accumulate_masked(&s, data + 4, dt, T, m ? mask : NULL, a, &ba);
+    int rb = eldr__counts_ref(&s, data + 4, dt, T, m ? mask : NULL, b, &bb);
+    if (ra != rb || (ra && ba != bb) || memcmp(a, b, cells * sizeof *a)) abort();
+  }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  check_counts(data, size);
   eldr_npy_info info;
   eldr_diag d;
   d.msg[0] = '\0';

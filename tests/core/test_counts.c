@@ -10,6 +10,7 @@
 #include "eldr/counts.h"
 #include "eldr/routed_experts.h"
 #include "eldr/rng.h"
+#include "core/counts_ref.h"
 
 static void test_shape_validate(void **state) {
   (void)state;
@@ -120,12 +121,77 @@ static void test_routed_experts_masked_equals_full(void **state) {
   free(sel);
 }
 
+/* The row-at-a-time loop against the per-id reference: random arrays of
+ * every dtype, several shapes (odd K, E not a power of two, E > 255), with
+ * and without a layer mask, clean and with one bad id (too large, or
+ * negative for signed dtypes) at a random place: same return code, same
+ * bad index, same (partial) counts. */
+static void test_fast_equals_reference(void **state) {
+  (void)state;
+  const eldr_sel_dtype dts[6] = {ELDR_SEL_U8,    ELDR_SEL_U16LE, ELDR_SEL_U16,
+                                 ELDR_SEL_I16LE, ELDR_SEL_I32LE, ELDR_SEL_I64LE};
+  const eldr_shape shapes[4] = {{48, 128, 8}, {3, 7, 3}, {5, 300, 1}, {2, 256, 5}};
+  eldr_rng r;
+  eldr_rng_seed(&r, 1234);
+  for (int sh = 0; sh < 4; sh++) {
+    const eldr_shape *s = &shapes[sh];
+    const size_t L = s->num_layers, E = s->num_experts, K = s->top_k, cells = L * E;
+    for (int d = 0; d < 6; d++) {
+      const size_t w = eldr_sel_dtype_size(dts[d]);
+      if (dts[d] == ELDR_SEL_U8 && E > 256) continue;
+      for (int trial = 0; trial < 12; trial++) {
+        const size_t T = 1 + (size_t)(eldr_rng_next(&r) % 37), n = T * L * K;
+        unsigned char *raw = malloc(n * w);
+        assert_non_null(raw);
+        for (size_t i = 0; i < n; i++) {
+          uint64_t v = eldr_rng_next(&r) % E;
+          for (size_t b = 0; b < w; b++) raw[i * w + b] = (unsigned char)(v >> (8 * b));
+          if (dts[d] == ELDR_SEL_U16) {
+            uint16_t h = (uint16_t)v;
+            memcpy(raw + i * w, &h, 2);
+          }
+        }
+        if (trial % 3 != 0) { /* one bad id */
+          size_t at = (size_t)(eldr_rng_next(&r) % n);
+          int neg = (dts[d] == ELDR_SEL_I16LE || dts[d] == ELDR_SEL_I32LE ||
+                     dts[d] == ELDR_SEL_I64LE) && trial % 3 == 2;
+          uint64_t v = neg ? (uint64_t)-1 : (w == 1 ? 255 : E + (eldr_rng_next(&r) % 5));
+          if (w == 1 && E == 256) v = 0; /* u8 cannot exceed 255: keep it clean */
+          for (size_t b = 0; b < w; b++) raw[at * w + b] = (unsigned char)(v >> (8 * b));
+          if (dts[d] == ELDR_SEL_U16) {
+            uint16_t h = (uint16_t)v;
+            memcpy(raw + at * w, &h, 2);
+          }
+        }
+        uint8_t mask[48];
+        for (size_t l = 0; l < L; l++) mask[l] = (uint8_t)(eldr_rng_next(&r) & 1);
+        for (int m = 0; m < 2; m++) {
+          const uint8_t *mk = m ? mask : NULL;
+          uint32_t *a = calloc(cells, sizeof *a), *b = calloc(cells, sizeof *b);
+          assert_non_null(a);
+          assert_non_null(b);
+          size_t bad_a = (size_t)-1, bad_b = (size_t)-1;
+          int ra = eldr_counts_accumulate_masked(s, raw, dts[d], T, mk, a, &bad_a);
+          int rb = eldr__counts_ref(s, raw, dts[d], T, mk, b, &bad_b);
+          assert_int_equal(ra, rb);
+          assert_true(bad_a == bad_b);
+          assert_memory_equal(a, b, cells * sizeof *a);
+          free(a);
+          free(b);
+        }
+        free(raw);
+      }
+    }
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_shape_validate),
       cmocka_unit_test(test_all_dtypes),
       cmocka_unit_test(test_range_errors),
       cmocka_unit_test(test_masked),
+      cmocka_unit_test(test_fast_equals_reference),
       cmocka_unit_test(test_routed_experts_masked_equals_full),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
