@@ -73,6 +73,10 @@ void eldr__handle_metrics(hconn *c) {
                             eldr_policy_name((eldr_policy_kind)p), dec_name[d], out_name[k],
                             (unsigned long long)m->requests[p][d][k]);
   }
+  if (s->fps)
+    evbuffer_add_printf(o, "# HELP eldr_footprint_inflight Requests in the footprint policy's current state "
+                           "(routed, decode leg not ended).\n# TYPE eldr_footprint_inflight gauge\n"
+                           "eldr_footprint_inflight %zu\n", eldr__fps_inflight(s->fps));
   evbuffer_add_printf(o, "# HELP eldr_fallback_total Decisions made by load only, by reason.\n"
                          "# TYPE eldr_fallback_total counter\n");
   for (int f = 0; f < FB__N; f++)

@@ -25,6 +25,7 @@ static void rq_finish_metrics(rq *r, int outcome) {
 /* The leg's exchange is over (or is dropped): connection back to the pool. */
 static void leg_release(rq *r) {
   leg *L = &r->L;
+  eldr__fps_end(r); /* a footprint ticket lives from the decision to the decode leg's end */
   if (L->deadline) event_del(L->deadline);
   if (L->up && eldr__up_active(L->up)) eldr__up_abort(L->up); /* the worker sees us leave */
   if (L->w) eldr__worker_put(L->w, L->up); /* may free a retired worker */
@@ -423,7 +424,7 @@ static int decide(rq *r, int *fallback) {
   *fallback = FB_NONE;
   eldr__sigres res;
   int have = 0;
-  if (s->cfg.policy == ELDR_POLICY_ELDR) {
+  if (s->cfg.policy == ELDR_POLICY_ELDR || s->cfg.policy == ELDR_POLICY_FOOTPRINT) {
     double t0 = eldr__now_s();
     eldr__sigpath_extract(&s->sp, r->pr.root, r->req.api == ELDR__API_CHAT, &r->prompt, &res);
     eldr__histo_add(&s->m.sig, eldr__now_s() - t0);
@@ -445,7 +446,24 @@ static int decide(rq *r, int *fallback) {
   double t1 = eldr__now_s();
   eldr_route_req rr = {have ? res.sig : NULL, -1};
   eldr_decision dec;
-  int k = eldr_policy_decode(&s->pol, s->loads, s->healthy, n, &rr, &dec);
+  /* footprint: the prefill's selection counts (uniform profile without them) */
+  int64_t pt = r->pr.prompt_tokens;
+  eldr_fp_request fr = {NULL, 0, pt > 0 ? (pt > UINT32_MAX ? UINT32_MAX : (uint32_t)pt) : 0};
+  if (have && res.fallback == FB_NONE) {
+    fr.counts = res.counts;
+    fr.n_tokens = res.n_tokens;
+    size_t P = res.first_token + res.view.rows; /* without usage: the prompt the rows imply */
+    if (pt <= 0) fr.ctx_tokens = P > UINT32_MAX ? UINT32_MAX : (uint32_t)P;
+  }
+  eldr_policy *pol = &s->pol;
+  if (s->fps && s->fps->n != n) { /* the decode list changed (DNS) since the state was built */
+    if (!s->logged_fp++)
+      eldr__logf(s, "footprint: %zu decode workers but its state has %zu: JSQ until the next reload (logged once)",
+                 n, s->fps->n);
+    pol = &s->jsq;
+  }
+  int k = eldr_policy_decide(pol, s->loads, s->healthy, n, &rr, &fr, &dec);
+  if (pol == &s->pol) eldr__fps_route(r, s->fps, pol, k, &fr);
   eldr__histo_add(&s->m.decision, eldr__now_s() - t1);
   r->decision = (have && res.sig && k >= 0 && dec.fallback == ELDR_FALLBACK_NONE) ? DEC_LOCALITY : DEC_LOAD;
   eldr__al_decision(r, k >= 0 ? s->w[ROLE_DECODE][k] : NULL, dec.best_sim);

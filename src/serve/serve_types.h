@@ -154,6 +154,16 @@ typedef struct leg {
 #define MAX_TRIED 17
 #define MAX_REPLY (512u << 20) /* largest buffered worker reply */
 
+/* The footprint policy's state of one configuration (fpstate.c): refs =
+ * 1 while it is the server's + 1 per request holding a ticket on it. pol:
+ * FOOTPRINT with fp attached, for on_route / on_end of this generation. */
+typedef struct eldr__fpstate {
+  eldr_footprint *fp;
+  eldr_policy pol;
+  size_t n;    /* decoders it was built for */
+  size_t refs;
+} eldr__fpstate;
+
 struct rq {
   eldr_server *s;
   hconn *c; /* NULL once the client is gone */
@@ -179,6 +189,9 @@ struct rq {
   double al_sim, al_first, al_last; /* similarity; first/last decode byte */
   uint32_t al_events;               /* SSE events relayed */
   char al_decoder[128];
+  /* footprint policy: the generation and ticket of the decode leg (fpstate.c) */
+  eldr__fpstate *fps;
+  uint64_t fp_ticket;
 };
 
 enum { C_HEAD, C_BODY, C_BUSY, C_CLOSING };
@@ -231,6 +244,8 @@ struct eldr_server {
   double re_seen_t;
   eldr_artifact *art;
   eldr_policy pol, jsq;
+  eldr__fpstate *fps;     /* FOOTPRINT with latency coefficients, else NULL (JSQ) */
+  int logged_fp;
   eldr__sigpath sp;       /* signature extraction, cache, deferred store */
   uint32_t *loads;
   uint8_t *healthy;
@@ -337,6 +352,23 @@ void eldr__al_decision(rq *r, const worker *w, double similarity);
 void eldr__al_data(rq *r, const char *p, size_t n);
 /* One line for a completion request that ended (status: the client's). */
 void eldr__access_log(rq *r, int outcome, int status);
+
+/* ---- fpstate.c: the footprint policy's state --------------------------------- */
+/* A new generation (refs 1) when kind is FOOTPRINT and a carries latency
+ * coefficients (and n_decode > 0), else *out = NULL and 0; errors name the
+ * footprint policy (ELDR_ENOMEM, the latency model's). */
+int eldr__fps_new(const eldr_artifact *a, eldr_policy_kind kind, size_t n_decode, eldr__fpstate **out,
+                  eldr_diag *d);
+/* Drop one reference; the last frees it. NULL is a no-op. */
+void eldr__fps_put(eldr__fpstate *f);
+/* r was sent to decoder k by p (f's policy attached): its ticket and a
+ * reference on f kept with r. No-op when f is NULL or no ticket results. */
+void eldr__fps_route(rq *r, eldr__fpstate *f, eldr_policy *p, int k, const eldr_fp_request *fr);
+/* r's decode leg ended (any reason): its ticket ended, reference dropped;
+ * idempotent. */
+void eldr__fps_end(rq *r);
+/* Requests in flight on f (all decoders); 0 for NULL. */
+size_t eldr__fps_inflight(const eldr__fpstate *f);
 
 /* ---- check.c ------------------------------------------------------------------ */
 /* 0, or ELDR_EUNSUPPORTED naming path when the artifact's representation

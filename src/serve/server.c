@@ -93,6 +93,7 @@ typedef struct stage {
   eldr_serve_config cfg;
   eldr_artifact *art;
   eldr_policy pol;
+  eldr__fpstate *fps;
   eldr__sigconf sig;
   worker_plan wp;
 } stage;
@@ -100,6 +101,7 @@ typedef struct stage {
 static void stage_drop(eldr_server *s, stage *st) {
   eldr__workers_drop(&st->wp);
   eldr__sigconf_drop(&s->sp, &st->sig);
+  eldr__fps_put(st->fps);
   eldr_artifact_free(st->art);
   eldr_serve_config_free(&st->cfg);
 }
@@ -127,6 +129,8 @@ static int stage_build(eldr_server *s, const eldr_serve_config *base, int reread
   }
   if ((rc = eldr__sigconf_build(&s->sp, a, c->sigcache_rows, &st->sig, d))) goto fail;
   if ((rc = eldr__workers_plan(s, c, &st->wp, d))) goto fail;
+  if ((rc = eldr__fps_new(a, c->policy, st->wp.nw[1], &st->fps, d))) goto fail;
+  eldr_policy_attach_footprint(&st->pol, st->fps ? st->fps->fp : NULL);
   return 0;
 fail:
   stage_drop(s, st);
@@ -142,6 +146,14 @@ static void stage_commit(eldr_server *s, stage *st) {
   s->art = st->art;
   s->pol = st->pol;
   s->max_conns = resolve_max_conns(&s->cfg);
+  eldr__fps_put(s->fps); /* the old generation lives on while its tickets do */
+  s->fps = st->fps;
+  s->logged_fp = 0;
+  if (s->cfg.policy == ELDR_POLICY_FOOTPRINT && !s->fps)
+    eldr__logf(s, "footprint: %s: it runs as JSQ",
+               !s->art ? "no artifact" : !s->art->latency
+                   ? "the artifact carries no latency coefficients (refit with `eldr fit --model M --hardware H`)"
+                   : "no decode workers listed yet");
   eldr__workers_commit(s, &st->wp);
   s->logged_shape_mismatch = 0;
   /* health checks at the new interval; without them nothing re-admits an
@@ -335,6 +347,7 @@ void eldr_server_free(eldr_server *s) {
     event_base_free(s->base);
   }
   eldr_artifact_free(s->art);
+  eldr__fps_put(s->fps);
   free(s->loads);
   free(s->healthy);
   eldr_serve_config_free(&s->cfg);

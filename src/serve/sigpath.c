@@ -198,6 +198,7 @@ void eldr__sigpath_extract(eldr__sigpath *sp, const void *root, int chat, const 
   }
   size_t first = pv->first_token, P = first + v->rows;
   res->first_token = first;
+  size_t covered = v->rows;
   if (c->cache && p) {
     if (p->ntok != P) {
       sp->tokenizer_mismatch++;
@@ -205,13 +206,18 @@ void eldr__sigpath_extract(eldr__sigpath *sp, const void *root, int chat, const 
       /* the store may run after the request is gone: keep the hashes here */
       if (p->nblocks) memcpy(sp->hashes, p->hashes, p->nblocks * sizeof *sp->hashes);
       res->nblocks = p->nblocks;
-      if (first > 0)
-        sp->blocks_missing += eldr_sigcache_add_blocks(c->cache, sp->hashes, first / ELDR_BLOCK_TOKENS, c->counts);
+      if (first > 0) {
+        size_t miss = eldr_sigcache_add_blocks(c->cache, sp->hashes, first / ELDR_BLOCK_TOKENS, c->counts);
+        sp->blocks_missing += miss;
+        covered += (first / ELDR_BLOCK_TOKENS - miss) * ELDR_BLOCK_TOKENS;
+      }
       if (first % ELDR_BLOCK_TOKENS) sp->blocks_missing++;
     }
   } else if (first > 0) {
     sp->blocks_missing += (first + ELDR_BLOCK_TOKENS - 1) / ELDR_BLOCK_TOKENS;
   }
+  res->counts = c->counts;
+  res->n_tokens = covered > UINT32_MAX ? UINT32_MAX : (uint32_t)covered;
   if (eldr_signature_build(&sp->spec, c->counts, NULL, c->sig) != 0) {
     res->fallback = ELDR__FB_EMPTY_SIGNATURE;
     return;

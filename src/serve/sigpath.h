@@ -72,6 +72,8 @@ typedef struct eldr__sigres {
   int fallback;         /* eldr__fallback */
   const float *sig;     /* the signature, or NULL on fallback */
   int reason;           /* eldr_re_reason of a MALFORMED / SHAPE_MISMATCH reply */
+  const uint32_t *counts; /* the L*E selection counts behind sig (mask layers only), or NULL */
+  uint32_t n_tokens;    /* prompt tokens those counts cover (rows + cached blocks) */
   eldr__re_view view;   /* the computed prompt rows (valid until the next extraction) */
   size_t first_token;   /* prompt position of view's first row (the reader's first_token) */
   size_t nblocks;       /* prompt blocks usable for the cache (0: cache unusable) */
