@@ -1,6 +1,6 @@
 /* eldr/serve.h — `eldr serve`: the HTTP router in front of vLLM prefill and
  * decode workers (PD disaggregation with pull-style NIXL KV handoff; wire
- * protocol in DESIGN.md and docs/serve.md).
+ * protocol in docs/serve.md and docs/architecture.md).
  *
  * Per request: prefill worker by prefix hash with a load guard
  * (eldr_policy_prefill); the prefill leg is the client's body rewritten to

@@ -1,4 +1,4 @@
-/* eldr/sigcache.h — block-granular signature cache (DESIGN.md item 5),
+/* eldr/sigcache.h — block-granular signature cache (docs/serve.md, "routed_experts"),
  * keyed by the prompt block-hash chain of eldr/tokenize.h.
  *
  * The cache stores, per block hash, one row of int8 per-(layer, expert)

@@ -1,4 +1,4 @@
-/* sigcache.c — the block-granular signature cache (DESIGN.md item 5). See
+/* sigcache.c — the block-granular signature cache (docs/serve.md, "routed_experts"). See
  * include/eldr/sigcache.h; the tokenizer and block hashes are tokenize.c. */
 #include "eldr/sigcache.h"
 

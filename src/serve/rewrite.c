@@ -1,6 +1,6 @@
 /* rewrite.c — the JSON of both PD legs: client request validation, the
  * prefill-leg rewrite, the decode-leg body, prefill reply reading and the
- * routed_experts splice (DESIGN.md, wire protocol). */
+ * routed_experts splice (docs/serve.md, the wire protocol). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
