@@ -79,8 +79,30 @@ static void test_sliding_window(void **st) {
   double saved = 18 * (32 * 8000.0 - 32 * 128.0) * m.kv_bytes_per_token / m.hbm_bw;
   assert_true(a < b);
   assert_true(fabs((b - a) - saved) < 0.05 * saved);
+  /* the EP per-rank path saves the same KV reads (one latency model) */
+  eldr_latency_model me, mfull;
+  assert_int_equal(eldr_latency_preset_ep("gpt-oss-120b", "mi300x", 1, 4, &me, NULL), 0);
+  assert_true(me.sliding_window == 128 && me.sliding_layer_fraction == 0.5);
+  mfull = me;
+  mfull.sliding_layer_fraction = 0;
+  uint32_t rex[36 * 4], rtk[36 * 4];
+  for (int i = 0; i < 36 * 4; i++) rex[i] = 10, rtk[i] = 32;
+  double ea = eldr_latency_step_ep(&me, 32, rex, rtk, 4, 32 * 8000.0);
+  double eb = eldr_latency_step_ep(&mfull, 32, rex, rtk, 4, 32 * 8000.0);
+  assert_true(ea < eb);
+  assert_true(fabs((eb - ea) - saved * m.hbm_bw / me.hbm_bw) < 0.05 * saved * m.hbm_bw / me.hbm_bw);
   full.sliding_layer_fraction = 1.5;
   assert_int_not_equal(eldr_latency_validate(&full, NULL), 0);
+  /* Llama-4 FP8: only routed experts are FP8; attention/shared/router stay
+   * bf16 in the aggregate and the EP presets alike */
+  eldr_latency_model la, le;
+  assert_int_equal(eldr_latency_preset("llama4-maverick", "h200", &la, NULL), 0);
+  assert_int_equal(eldr_latency_preset_ep("llama4-maverick", "h200", 8, 8, &le, NULL), 0);
+  assert_true(la.expert_bytes == 3.0 * 5120 * 8192);
+  assert_true(la.dense_bytes_per_layer == le.dense_bytes_per_layer);
+  assert_true(la.expert_bytes == le.expert_bytes);
+  double attn = 2.0 * 5120 * 40 * 128 + 2.0 * 5120 * 8 * 128, shared = 3.0 * 5120 * 8192;
+  assert_true(la.dense_bytes_per_layer == 2.0 * (attn + shared + 5120.0 * 128));
 }
 
 /* The paper's Fig. 2: Qwen3-30B-A3B on MI300X, one MoE layer at batch 64:
