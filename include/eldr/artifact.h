@@ -12,7 +12,8 @@
  *   "centroids": [[dim numbers] x K]   (dim = |mask| * E, unit L2 norm),
  *   "tau": number in [0, 2],
  *   "fit": {"n": int, "k": K, "rho": number, "seed": int, "balanced": bool,
- *           "cluster_sizes": [K ints], "created": str, "trace": str},
+ *           "cluster_sizes": [K ints], "created": str, "trace": str,
+ *           "trace_generator": str},
  *   "placement": {"ep_size": R, "redundant_experts": N,           (optional)
  *                 "format": "sglang-init-expert-location",
  *                 "global": "FILE", "decoders": [K "FILE"]},
@@ -36,7 +37,8 @@
  *
  * Details: "fit.rho" may be null (not measured; NaN in memory), otherwise in
  * [-1, 1]. "fit.seed" is an integer >= 0, or a decimal string for seeds
- * above INT64_MAX (written so). "fit.created" and "fit.trace" are optional
+ * above INT64_MAX (written so). "fit.created", "fit.trace" and "fit.trace_generator" (the
+ * fitted trace's generator string, eldr/trace_model.h; absent for real data) are optional
  * (omitted when NULL). "model.layer_ids" must be distinct. "idf.weights"
  * must be absent (or null) when IDF is off. Unknown keys are ignored.
  * Numbers are written with 17 significant digits: save -> load gives

@@ -47,6 +47,7 @@ typedef struct eldr_artifact {
   size_t *cluster_sizes; /* owned, k entries */
   char *created;         /* owned, may be NULL */
   char *trace;           /* owned, may be NULL */
+  char *trace_generator; /* owned, may be NULL: the fitted trace's generator */
   struct eldr_artifact_placement *placement; /* owned, NULL when absent */
   eldr_latency_model *latency; /* owned, NULL when the artifact carries no coefficients */
 } eldr_artifact;

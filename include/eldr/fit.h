@@ -45,8 +45,14 @@ typedef struct eldr_fit_opts {
   void *progress_ctx;
 } eldr_fit_opts;
 
+/* The one default seed of every command (fit, sim, demo, trace gen, study):
+ * the same --fit-fraction then gives the same split everywhere, and a trace
+ * generated with the default seed is the one the other commands generate. */
+#define ELDR_SEED_DEFAULT 1
+#define ELDR_SEED_DEFAULT_STR "1"
+
 /* Defaults: k=required, tau=0.1, auto/auto/auto, balanced, 8 restarts,
- * 100 iterations, seed 0, max_pairs 200000. */
+ * 100 iterations, seed ELDR_SEED_DEFAULT, max_pairs 200000. */
 void eldr_fit_opts_default(eldr_fit_opts *o);
 
 typedef struct eldr_fit_candidate {

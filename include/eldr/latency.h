@@ -59,6 +59,9 @@ typedef struct eldr_latency_model {
   double a2a_latency_s;            /* fixed cost of one all-to-all (dispatch or combine) */
   double a2a_bw;                   /* bytes/s one rank sends during an all-to-all */
   double a2a_bytes_per_token;      /* dispatch + combine bytes of one token to one rank */
+  double sliding_window;           /* tokens a sliding-window attention layer attends (0: none) */
+  double sliding_layer_fraction;   /* share of MoE layers with sliding-window attention, in [0, 1]:
+                                      layer l slides when frac(l * f) < f (f = 0.5: even layers) */
 } eldr_latency_model;
 
 /* Fill m from a model preset ("qwen3-30b-a3b", "gpt-oss-120b",

@@ -25,8 +25,9 @@ int eldr_latency_load_overrides(const char *path, eldr_latency_model *m, eldr_di
 /* eldr_latency_parse_full (a complete model) on the contents of path. */
 int eldr_latency_load_full(const char *path, eldr_latency_model *m, eldr_diag *d);
 
-/* eldr_tracegen_new_workload for a workload by name: a preset ("task",
- * "language", see eldr_tracegen_workload_preset) or "custom:FILE" with a
+/* eldr_tracegen_new_workload for a workload by name: a preset ("realistic",
+ * adapted to the shape by eldr_tracegen_realistic_for_shape, or the
+ * paper-shaped "task", "language"; eldr_tracegen_workload_preset) or "custom:FILE" with a
  * JSON workload description (at most 64 MiB). */
 int eldr_tracegen_new(const eldr_shape *shape, const char *model_name, const char *workload,
                       uint64_t seed, eldr_tracegen **out, eldr_diag *d);

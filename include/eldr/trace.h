@@ -7,18 +7,19 @@
  *   decode[t][l][k] (int expert ids), and optional extensions:
  *   arrival (number, seconds since trace start), prompt (string),
  *   prefill_gates[t][l][k] (numbers: gate probabilities, for the gate/logit
- *   representations).
+ *   representations), generator (string: who made a synthetic trace, e.g.
+ *   "eldr-tracegen workload=realistic seed=1"; absent in real traces).
  * Every line of a file must agree on model, num_experts, top_k and layers.
  *
  * Reader details: blank lines are skipped; a missing final newline is fine;
  * fields may come in any order; unknown fields are ignored (but must be
  * valid JSON); a JSON null optional field counts as absent; a duplicated
- * known field, an empty "layers", a repeated layer id, a negative arrival,
+ * known field, a "generator" other than line 1's (a line may omit it), an empty "layers", a repeated layer id, a negative arrival,
  * non-finite gates and strings with \u0000 or invalid UTF-8 are errors.
  * Keys are matched literally (a key spelled with \u escapes is unknown).
  * Expert ids must be JSON integers (no fraction or exponent), 0 <= id < E.
  * The writer emits compact JSON in the field order id, domain, model,
- * num_experts, top_k, layers, arrival, prompt, prefill, decode,
+ * num_experts, top_k, layers, generator, arrival, prompt, prefill, decode,
  * prefill_gates (arrival "%.17g", gates "%.9g": both read back bit-exact),
  * so a file in that compact form (like the real llama4 trace) round-trips
  * byte for byte.

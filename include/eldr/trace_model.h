@@ -32,6 +32,8 @@ typedef struct eldr_request {
 
 typedef struct eldr_trace {
   char *model;         /* owned */
+  char *generator;     /* owned; NULL for a trace nobody generated (real data):
+                          e.g. "eldr-tracegen workload=realistic seed=1" */
   eldr_shape shape;
   uint32_t *layer_ids; /* owned, shape.num_layers entries */
   eldr_request *req;   /* owned array of n requests */
@@ -57,6 +59,10 @@ int eldr_trace_append(eldr_trace *t, const char *id, const char *domain_name,
 
 /* Make room for n requests in all (t->cap >= n). 0 or ELDR_ENOMEM. */
 int eldr_trace_reserve(eldr_trace *t, size_t n);
+
+/* Replace t's generator string (NULL clears it). ELDR_ENOMEM on failure
+ * (t unchanged). */
+int eldr_trace_set_generator(eldr_trace *t, const char *generator);
 
 /* Index of a domain label, adding it if new. < 0 on allocation failure. */
 int eldr_trace_domain_intern(eldr_trace *t, const char *name);

@@ -72,8 +72,17 @@ typedef struct eldr_tracegen_workload {
   eldr_tracegen_length prompt, output;
 } eldr_tracegen_workload;
 
-/* Fill a preset workload ("task" or "language"). ELDR_ENOTFOUND if unknown. */
+/* Fill a preset workload: "realistic" (the default of demo and sim
+ * --generate: calibrated to measured traces, see docs/trace.md), or the
+ * paper-shaped presets "task" and "language" (tuned to the paper's published,
+ * sharper statistics). ELDR_ENOTFOUND if unknown. */
 int eldr_tracegen_workload_preset(const char *name, eldr_tracegen_workload *w, eldr_diag *d);
+
+/* Set the sds of the "realistic" preset for a model shape (top_k, experts):
+ * eldr_tracegen_new does this for workload "realistic"; the preset alone
+ * holds the top-8 / 128-expert values. */
+void eldr_tracegen_realistic_for_shape(eldr_tracegen_workload *w, uint32_t top_k,
+                                       uint32_t num_experts);
 
 /* Parse a JSON workload description (see docs/trace.md): every field of
  * eldr_tracegen_workload, optional fields default to the "task" preset;
@@ -122,9 +131,15 @@ typedef struct eldr_tracegen_req {
 int eldr_tracegen_request(eldr_tracegen *g, size_t index, eldr_tracegen_req *out, eldr_diag *d);
 
 /* An empty trace with g's model, shape, layer ids and every domain label
- * interned in order (for streaming writes with eldr_trace_write_request).
+ * interned in order and the generator string (for streaming writes with eldr_trace_write_request).
  * NULL on allocation failure. */
 eldr_trace *eldr_tracegen_trace_header(const eldr_tracegen *g);
+
+/* The generator string written into traces (eldr_trace.generator):
+ * "eldr-tracegen workload=<name> seed=<seed>". The domain tables depend on
+ * exactly these two (and the model shape), so two traces with different
+ * strings have unrelated domains. */
+void eldr_tracegen_provenance(const eldr_tracegen *g, char *buf, size_t cap);
 
 /* Request id written for request index of domain: "<domain>/<index>". */
 void eldr_tracegen_request_id(const eldr_tracegen *g, size_t index, int domain, char *buf,

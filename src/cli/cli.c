@@ -13,6 +13,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "eldr/latency.h"
+#include "eldr/tracegen.h"
+
 static void vreport(const char *cmd, const char *fmt, va_list ap) {
   fprintf(stderr, "eldr %s: ", cmd);
   vfprintf(stderr, fmt, ap);
@@ -157,4 +160,16 @@ void cli_progress(const char *label, size_t done, size_t total, int final) {
     fprintf(stderr, "\r%s %zu", label, done);
   if (final || !cli_stderr_tty()) fputc('\n', stderr);
   fflush(stderr);
+}
+
+const char *cli_latency_preset_for_model(const char *model) {
+  if (!model) return NULL;
+  for (size_t i = 0; eldr_latency_model_name(i); i++) {
+    eldr_shape s;
+    char canon[128];
+    if (eldr_tracegen_model_shape(eldr_latency_model_name(i), &s, canon, sizeof canon, NULL) == 0 &&
+        (!strcmp(canon, model) || !strcmp(eldr_latency_model_name(i), model)))
+      return eldr_latency_model_name(i);
+  }
+  return NULL;
 }

@@ -50,6 +50,10 @@ size_t cli_parse_long_list(const char *cmd, const char *flag, const char *val, l
 void cli_check_output(const char *cmd, const char *flag, const char *path,
                       const char *const *inputs);
 
+/* The latency preset key ("qwen3-30b-a3b", ...) whose model is named model
+ * (a preset key or its canonical Hugging Face name), or NULL. */
+const char *cli_latency_preset_for_model(const char *model);
+
 /* Is stderr a terminal (for progress lines)? */
 int cli_stderr_tty(void);
 /* Progress line on stderr ("\r<label> done/total"), rate-limited; final=1 ends the line. */

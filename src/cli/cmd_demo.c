@@ -133,7 +133,8 @@ static void usage(FILE *f) {
           "options:\n"
           "  --model M          model preset (default qwen3-30b-a3b)\n"
           "  --hardware H       hardware preset (default h200)\n"
-          "  --workload W       generated workload: task (default) or language\n"
+          "  --workload W       generated workload: realistic (default; calibrated to real\n"
+          "                     traces), or the paper-shaped presets task and language\n"
           "  --trace T          use this JSONL trace instead of generating one (the model preset\n"
           "                     is taken from its shape unless --model is given)\n"
           "  --fit-requests N   generated requests to fit on (default 400)\n"
@@ -147,7 +148,7 @@ static void usage(FILE *f) {
           "  --time-scale S     emulated durations = model time x S (default 8)\n"
           "  --duration S       wall seconds of arrivals per policy (default 20)\n"
           "  --policies LIST    comma list of eldr, footprint, random, rr, jsq, p2c (default all six)\n"
-          "  --seed N           seed of the trace, split, fit and arrivals (default 1)\n"
+          "  --seed N           seed of the trace, split, fit and arrivals (default " ELDR_SEED_DEFAULT_STR ")\n"
           "  --routers N        router replicas in front of the same workers, clients spread\n"
           "                     over them round robin (default 1, at most 8)\n"
           "  --scrape-interval S  the routers read the workers' /metrics this often and route\n"
@@ -175,7 +176,10 @@ static const char *preset_for_shape(const eldr_shape *s) {
 static int save_subset(const eldr_trace *t, const size_t *idx, size_t n, const char *path,
                        eldr_diag *d) {
   eldr_trace *o = eldr_trace_new(t->model, &t->shape, t->layer_ids);
-  if (!o) return ELDR_ENOMEM;
+  if (!o || eldr_trace_set_generator(o, t->generator)) {
+    eldr_trace_free(o);
+    return ELDR_ENOMEM;
+  }
   for (size_t i = 0; i < n; i++) {
     const eldr_request *q = &t->req[idx[i]];
     const char *dom = q->domain >= 0 ? t->domains[q->domain] : NULL;
@@ -203,7 +207,7 @@ static double pct(double x, double base) { return (x / base - 1.0) * 100.0; }
 static void parse_args(int argc, char **argv, demo *x) {
   memset(x, 0, sizeof *x);
   x->hardware = "h200";
-  x->workload = "task";
+  x->workload = "realistic";
   x->policies_arg = "eldr,footprint,random,rr,jsq,p2c";
   x->n_fit = 400;
   x->n_eval = 200;
@@ -215,7 +219,7 @@ static void parse_args(int argc, char **argv, demo *x) {
   x->rate = 100;
   x->scale = 8;
   x->duration = 20;
-  x->seed = 1;
+  x->seed = ELDR_SEED_DEFAULT;
   x->do_sim = 1;
   x->routers = 1;
   static const struct option opts[] = {
@@ -452,7 +456,7 @@ static void run_sim(demo *x) {
   char sent_path[PATH_MAX + 32];
   snprintf(sent_path, sizeof sent_path, "%s/sent.jsonl", g_tmp);
   eldr_trace *sent = eldr_trace_new(x->eval->model, &x->eval->shape, x->eval->layer_ids);
-  if (!sent) demo_fail("out of memory");
+  if (!sent || eldr_trace_set_generator(sent, x->eval->generator)) demo_fail("out of memory");
   for (size_t i = 0; i < x->sched_n; i++) {
     const eldr_request *q = &x->eval->req[x->sched_idx[i]];
     char id[360];

@@ -31,7 +31,7 @@ static const char FIT_HELP[] =
     "      --idf M             auto|on|off                                [auto]\n"
     "      --layers L          auto (greedy mask) | all | comma list of MoE layer ids\n"
     "                          (as in the trace's 'layers')               [auto]\n"
-    "      --seed S            K-means and pair-sampling seed             [0]\n"
+    "      --seed S            split, K-means and pair-sampling seed      [" ELDR_SEED_DEFAULT_STR "]\n"
     "      --restarts N        K-means restarts                           [8]\n"
     "      --max-pairs N       request pairs for rho (0 = all)            [200000]\n"
     "      --vanilla           unbalanced K-means (ablation only)\n"

@@ -16,6 +16,7 @@
 #include "figures.h"
 #include "eldr/artifact.h"
 #include "eldr/fit.h"
+#include "eldr/provenance.h"
 #include "eldr/latency.h"
 #include "eldr/policy.h"
 #include "eldr/rng.h"
@@ -34,7 +35,9 @@ static const char SIM_HELP[] =
     "\n"
     "workload\n"
     "  -t, --trace FILE        expert trace (JSONL)\n"
-    "      --generate W        generate in-process: task | language | custom:FILE\n"
+    "      --generate W        generate in-process: realistic (calibrated to real\n"
+    "                          traces) | task | language (paper-shaped presets) |\n"
+    "                          custom:FILE\n"
     "      --gen-requests N    requests to generate                      [1000]\n"
     "      --serve-trace FILE  serve this trace; fit on all of --trace\n"
     "      --fit-fraction F    fit on a seeded random F of the requests, serve the rest [0.5]\n"
@@ -69,7 +72,7 @@ static const char SIM_HELP[] =
     "      --decorrelate       every arrival starts at a random offset of its recorded\n"
     "                          decode sequence (wrapping); default off\n"
     "      --decorrelated-rows also run eldr and the best baselines decorrelated\n"
-    "      --seed S            seed of arrivals, split, fit and policies [1]\n"
+    "      --seed S            seed of arrivals, split, fit and policies [" ELDR_SEED_DEFAULT_STR "]\n"
     "      --jobs N            simulations run in parallel threads       [1]\n"
     "output\n"
     "      --json              JSON on stdout instead of the table\n"
@@ -114,18 +117,6 @@ static void fit_progress(void *ctx, const char *stage, size_t done, size_t total
   cli_progress(label, done, total, done == total);
 }
 
-static const char *preset_for_trace_model(const char *model) {
-  if (!model) return NULL;
-  for (size_t i = 0; eldr_latency_model_name(i); i++) {
-    eldr_shape s;
-    char canon[128];
-    if (eldr_tracegen_model_shape(eldr_latency_model_name(i), &s, canon, sizeof canon, NULL) == 0 &&
-        (!strcmp(canon, model) || !strcmp(eldr_latency_model_name(i), model)))
-      return eldr_latency_model_name(i);
-  }
-  return NULL;
-}
-
 static void sweep_progress(void *ctx, const char *label, size_t done, size_t total) {
   (void)ctx;
   cli_progress(label, done, total, 0);
@@ -148,7 +139,7 @@ static void parse_args(const char *cmd, int argc, char **argv, sim_args *a) {
   a->jobs = 1;
   a->frac = -1;
   a->tau = -1;
-  a->seed = 1;
+  a->seed = ELDR_SEED_DEFAULT;
   static const struct option lo[] = {
       {"trace", required_argument, 0, 't'},      {"generate", required_argument, 0, 1},
       {"gen-requests", required_argument, 0, 2}, {"serve-trace", required_argument, 0, 3},
@@ -260,6 +251,9 @@ static void load_workload(const char *cmd, const sim_args *a, eldr_trace **t_out
     if (ts->shape.num_layers != t->shape.num_layers || ts->shape.num_experts != t->shape.num_experts ||
         ts->shape.top_k != t->shape.top_k)
       cli_fail(cmd, "--serve-trace: shape differs from --trace");
+    char why[256];
+    if (eldr_provenance_mismatch(t->model, t->generator, ts->model, ts->generator, why, sizeof why))
+      fprintf(stderr, "eldr sim: warning: --serve-trace is not from --trace's source: %s\n", why);
   }
   *t_out = t;
   *ts_out = ts;
@@ -272,7 +266,7 @@ static void latency_model(const char *cmd, const sim_args *a, const eldr_trace *
   int rc;
   const char *model = a->model, *hardware = a->hardware;
   if (!model) {
-    model = preset_for_trace_model(t->model);
+    model = cli_latency_preset_for_model(t->model);
     if (!model)
       cli_usage_error(cmd, "--model is required: no latency preset for the trace's model '%s'", t->model);
   }
@@ -505,6 +499,16 @@ static int get_artifacts(const char *cmd, const sim_args *a, const eldr_trace *t
     if ((*art)->shape.num_layers != st->shape.num_layers ||
         (*art)->shape.num_experts != st->shape.num_experts || (*art)->shape.top_k != st->shape.top_k)
       cli_fail(cmd, "--artifact: model shape differs from the trace's");
+    char why[256];
+    if (eldr_provenance_mismatch((*art)->model, (*art)->trace_generator, st->model, st->generator,
+                                 why, sizeof why))
+      fprintf(stderr, "eldr sim: warning: the served trace is not from the artifact's source: %s\n",
+              why);
+    if (a->frac > 0 && !a->serve_path && (*art)->fit_n < t->n && (*art)->fit_seed != a->seed)
+      fprintf(stderr,
+              "eldr sim: warning: --artifact was fitted with seed %llu, --seed is %llu: the "
+              "--fit-fraction splits differ and some served requests were fitted on\n",
+              (unsigned long long)(*art)->fit_seed, (unsigned long long)a->seed);
     return 0;
   }
   if (!need_art) return 0; /* no ELDR variant requested: no fit */

@@ -37,13 +37,17 @@ static const char GEN_HELP[] =
     "  -m, --model M             qwen3-30b-a3b | gpt-oss-120b | qwen3-235b-a22b |\n"
     "                            llama4-maverick | olmoe-1b-7b | deepseek-v3 | custom:L,E,K\n"
     "                                                               [qwen3-30b-a3b]\n"
-    "  -w, --workload W          task | language | custom:FILE (JSON) [task]\n"
+    "  -w, --workload W          realistic (calibrated to real traces) | task |\n"
+    "                            language (paper-shaped presets) | custom:FILE (JSON)\n"
+    "                                                               [realistic]\n"
     "  -n, --requests N          requests to generate (>= 1)         (required)\n"
-    "  -s, --seed S              seed; the same seed gives the same bytes [0]\n"
+    "  -s, --seed S              seed; the same seed gives the same bytes [" ELDR_SEED_DEFAULT_STR "]\n"
     "  -o, --output FILE         trace to write ('-' = stdout)        (required)\n"
     "      --decode-tokens T     every request generates exactly T tokens\n"
     "      --max-decode-tokens T cap the drawn output lengths at T\n"
     "      --max-prompt-tokens T cap the drawn prompt lengths at T\n"
+    "  -j, --jobs N              generator threads (the output does not depend on it)\n"
+    "                                                               [2]\n"
     "  -q, --quiet               no progress on stderr\n"
     "  -h, --help                this help\n"
     "\n"
@@ -79,6 +83,7 @@ static const char STATS_HELP[] =
 /* Generation pipeline: one thread generates requests into a ring of slots,
  * the command's thread writes them in order (same bytes as one thread). */
 #define GEN_RING 32
+#define GEN_MAX_JOBS 16 /* divides GEN_RING: producer j owns the slots i % GEN_RING with i = j mod jobs */
 
 typedef struct gen_slot {
   int ready; /* 1: filled by the producer, not yet written */
@@ -90,22 +95,32 @@ typedef struct gen_slot {
 } gen_slot;
 
 typedef struct gen_pipe {
-  eldr_tracegen *g;
+  eldr_tracegen *g[GEN_MAX_JOBS]; /* one generator per producer (same tables) */
+  size_t jobs;
   size_t n, per;
   gen_slot slot[GEN_RING];
   pthread_mutex_t mu;
   pthread_cond_t cv_ready, cv_free;
   int stop;
-  eldr_diag d;
+  eldr_diag d[GEN_MAX_JOBS];
 } gen_pipe;
+
+typedef struct gen_job {
+  gen_pipe *p;
+  size_t j;
+} gen_job;
 
 static int grow(uint16_t **buf, size_t *cap, size_t need) {
   return eldr_grow(buf, cap, need ? need : 1, sizeof **buf, 1);
 }
 
+/* Producer j generates requests j, j + jobs, j + 2 jobs, ... (each a pure
+ * function of seed and index, so the bytes do not depend on jobs). */
 static void *gen_producer(void *arg) {
-  gen_pipe *p = arg;
-  for (size_t i = 0; i < p->n; i++) {
+  gen_job *job = arg;
+  gen_pipe *p = job->p;
+  const size_t j = job->j;
+  for (size_t i = j; i < p->n; i += p->jobs) {
     gen_slot *s = &p->slot[i % GEN_RING];
     pthread_mutex_lock(&p->mu);
     while (s->ready && !p->stop) pthread_cond_wait(&p->cv_free, &p->mu);
@@ -113,11 +128,11 @@ static void *gen_producer(void *arg) {
     pthread_mutex_unlock(&p->mu);
     if (stop) break;
     eldr_tracegen_req q;
-    int rc = eldr_tracegen_request(p->g, i, &q, &p->d);
+    int rc = eldr_tracegen_request(p->g[j], i, &q, &p->d[j]);
     if (!rc) {
       if (grow(&s->pre, &s->pre_cap, (size_t)q.n_prefill * p->per) ||
           grow(&s->dec, &s->dec_cap, (size_t)q.n_decode * p->per)) {
-        rc = eldr_diag_fail(&p->d, ELDR_ENOMEM, "out of memory");
+        rc = eldr_diag_fail(&p->d[j], ELDR_ENOMEM, "out of memory");
       } else {
         memcpy(s->pre, q.prefill, (size_t)q.n_prefill * p->per * sizeof *s->pre);
         memcpy(s->dec, q.decode, (size_t)q.n_decode * p->per * sizeof *s->dec);
@@ -137,6 +152,7 @@ static void *gen_producer(void *arg) {
 }
 
 static void gen_pipe_free(gen_pipe *p) {
+  for (size_t j = 1; j < p->jobs; j++) eldr_tracegen_free(p->g[j]); /* g[0] is the caller's */
   for (size_t i = 0; i < GEN_RING; i++) {
     free(p->slot[i].pre);
     free(p->slot[i].dec);
@@ -149,12 +165,13 @@ static void gen_pipe_free(gen_pipe *p) {
 
 static int trace_gen(int argc, char **argv) {
   const char *cmd = "trace gen";
-  const char *model = "qwen3-30b-a3b", *workload = "task", *out_path = NULL;
-  long requests = -1, force_dec = 0, max_dec = 0, max_pre = 0;
-  uint64_t seed = 0;
+  const char *model = "qwen3-30b-a3b", *workload = "realistic", *out_path = NULL;
+  long requests = -1, force_dec = 0, max_dec = 0, max_pre = 0, jobs = 2;
+  uint64_t seed = ELDR_SEED_DEFAULT;
   int quiet = 0;
   static const struct option lo[] = {
       {"model", required_argument, 0, 'm'},    {"workload", required_argument, 0, 'w'},
+      {"jobs", required_argument, 0, 'j'},
       {"requests", required_argument, 0, 'n'}, {"seed", required_argument, 0, 's'},
       {"output", required_argument, 0, 'o'},   {"decode-tokens", required_argument, 0, 1},
       {"max-decode-tokens", required_argument, 0, 2},
@@ -163,8 +180,9 @@ static int trace_gen(int argc, char **argv) {
       {0, 0, 0, 0}};
   cli_getopt_reset();
   int c;
-  while ((c = getopt_long(argc, argv, ":m:w:n:s:o:qh", lo, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, ":m:w:n:s:o:j:qh", lo, NULL)) != -1) {
     switch (c) {
+    case 'j': jobs = cli_parse_long(cmd, "--jobs", optarg, 1, GEN_MAX_JOBS); break;
     case 'm': model = optarg; break;
     case 'w': workload = optarg; break;
     case 'n': requests = cli_parse_long(cmd, "--requests", optarg, 1, 100000000L); break;
@@ -212,15 +230,28 @@ static int trace_gen(int argc, char **argv) {
   /* a generator thread fills a ring of requests while this thread writes */
   gen_pipe *pp = calloc(1, sizeof *pp);
   if (!pp) cli_fail(cmd, "out of memory");
-  pp->g = g;
+  while (GEN_RING % jobs) jobs--; /* every slot belongs to one producer */
+  if ((long)jobs > requests) jobs = requests;
+  pp->jobs = (size_t)jobs;
+  pp->g[0] = g;
+  for (size_t j = 1; j < pp->jobs; j++)
+    if ((rc = eldr_tracegen_new(&shape, canon, workload, seed, &pp->g[j], &d)))
+      cli_fail(cmd, "--workload: %s", d.msg);
+  for (size_t j = 0; j < pp->jobs; j++)
+    eldr_tracegen_set_lengths(pp->g[j], (uint32_t)force_dec, (uint32_t)max_dec, (uint32_t)max_pre);
   pp->n = (size_t)requests;
   pp->per = (size_t)shape.num_layers * shape.top_k;
   pthread_mutex_init(&pp->mu, NULL);
   pthread_cond_init(&pp->cv_ready, NULL);
   pthread_cond_init(&pp->cv_free, NULL);
-  pthread_t th;
-  if (pthread_create(&th, NULL, gen_producer, pp)) cli_fail(cmd, "cannot start a thread");
+  pthread_t th[GEN_MAX_JOBS];
+  gen_job jb[GEN_MAX_JOBS];
+  for (size_t j = 0; j < pp->jobs; j++) {
+    jb[j] = (gen_job){pp, j};
+    if (pthread_create(&th[j], NULL, gen_producer, &jb[j])) cli_fail(cmd, "cannot start a thread");
+  }
   const char *fail_msg = NULL;
+  char fail_buf[sizeof pp->d[0].msg]; /* the pipe (and its diags) is freed before the message is printed */
   int fail_errno = 0, write_failed = 0;
   for (long i = 0; i < requests && !fail_msg; i++) {
     gen_slot *sl = &pp->slot[(size_t)i % GEN_RING];
@@ -228,7 +259,9 @@ static int trace_gen(int argc, char **argv) {
     while (!sl->ready) pthread_cond_wait(&pp->cv_ready, &pp->mu);
     pthread_mutex_unlock(&pp->mu);
     if (sl->rc) {
-      fail_msg = pp->d.msg[0] ? pp->d.msg : eldr_strerror(sl->rc);
+      const eldr_diag *pd = &pp->d[(size_t)i % pp->jobs];
+      snprintf(fail_buf, sizeof fail_buf, "%s", pd->msg[0] ? pd->msg : eldr_strerror(sl->rc));
+      fail_msg = fail_buf;
       break;
     }
     char id[96];
@@ -250,7 +283,7 @@ static int trace_gen(int argc, char **argv) {
     }
     pthread_mutex_lock(&pp->mu);
     sl->ready = 0;
-    pthread_cond_signal(&pp->cv_free);
+    pthread_cond_broadcast(&pp->cv_free); /* several producers may wait */
     pthread_mutex_unlock(&pp->mu);
     if (progress) cli_progress("trace gen: requests", (size_t)i + 1, (size_t)requests, 0);
   }
@@ -258,7 +291,7 @@ static int trace_gen(int argc, char **argv) {
   pp->stop = 1;
   pthread_cond_broadcast(&pp->cv_free);
   pthread_mutex_unlock(&pp->mu);
-  pthread_join(th, NULL);
+  for (size_t j = 0; j < pp->jobs; j++) pthread_join(th[j], NULL);
   gen_pipe_free(pp);
   if (fail_msg) {
     if (tmp) {

@@ -16,6 +16,7 @@ DECL(serve)
 DECL(worker)
 DECL(demo)
 DECL(bench)
+DECL(study)
 #undef DECL
 
 typedef struct command {
@@ -54,6 +55,8 @@ int main(int argc, char **argv) {
        "moe-layer\ta real MoE FFN layer on this CPU: latency vs active experts and batch\n"
        "load\treplay a trace at a Poisson rate against an OpenAI-compatible endpoint\n"
        "route\trouter-side cost of signature extraction plus decision\n"},
+      {"study", eldr_cmd_study, "one paper result (fig2..fig16, table2, rho-gain): CSV, JSON, PNG",
+       NULL},
   };
   const size_t n = sizeof cmds / sizeof cmds[0];
   if (argc < 2) {

@@ -55,6 +55,7 @@ void eldr_artifact_free(eldr_artifact *a) {
   eldr__artifact_placement_free(a->placement, a->k);
   free(a->latency);
   free(a->trace);
+  free(a->trace_generator);
   free(a->created);
   free(a->cluster_sizes);
   free(a->centroids);

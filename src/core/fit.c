@@ -23,6 +23,7 @@ void eldr_fit_opts_default(eldr_fit_opts *o) {
   o->restarts = 8;
   o->max_iter = 100;
   o->max_pairs = 200000;
+  o->seed = ELDR_SEED_DEFAULT;
 }
 
 void eldr_fit_report_free(eldr_fit_report *r) {
@@ -321,6 +322,14 @@ int eldr_fit(const eldr_trace *t, const eldr_fit_opts *o, eldr_artifact **out,
   a->fit_n = n;
   a->fit_seed = o->seed;
   a->fit_balanced = o->balanced;
+  if (t->generator) {
+    size_t gl = strlen(t->generator) + 1;
+    if (!(a->trace_generator = malloc(gl))) {
+      rc = eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
+      goto fail;
+    }
+    memcpy(a->trace_generator, t->generator, gl);
+  }
 
   rc = eldr_artifact_validate(a, d);
   if (rc) { eldr_diag_prefix(d, "fitted artifact invalid"); goto fail; }

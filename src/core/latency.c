@@ -21,31 +21,36 @@ typedef struct arch {
   uint32_t gpus;    /* GPUs per worker as deployed */
   double attn_params;   /* attention params per layer when not q/kv-head shaped (MLA), else 0 */
   double attn_ctx_flops;/* attention FLOPs per context token per layer (MLA), else 0 */
+  double sliding_window, sliding_fraction; /* sliding-window attention (0: none) */
 } arch;
 
 static const arch ARCHS[] = {
     /* Qwen/Qwen3-30B-A3B: 48 layers all MoE, 128 experts top-8, hidden 2048,
      * moe_intermediate_size 768, 32 q / 4 kv heads x 128, vocab 151936, bf16. */
-    {"qwen3-30b-a3b", 48, 0, 128, 8, 2048, 768, 0, 0, 32, 4, 128, 151936, 2, 2, 2, 2, 0, 1, 0, 0},
+    {"qwen3-30b-a3b", 48, 0, 128, 8, 2048, 768, 0, 0, 32, 4, 128, 151936, 2, 2, 2, 2, 0, 1, 0, 0, 0, 0},
     /* openai/gpt-oss-120b: 36 layers all MoE, 128 experts top-4, hidden 2880,
      * intermediate 2880, 64 q / 8 kv heads x 64, vocab 201088; experts MXFP4
-     * (4.25 bits/param incl. scales), rest bf16. */
+     * (4.25 bits/param incl. scales), rest bf16; sliding_window 128 on
+     * alternating layers (layer_types: even layers sliding_attention). */
     {"gpt-oss-120b", 36, 0, 128, 4, 2880, 2880, 0, 0, 64, 8, 64, 201088, 4.25 / 8, 2, 2, 2, 0,
-     1, 0, 0},
+     1, 0, 0, 128, 0.5},
     /* Qwen/Qwen3-235B-A22B: 94 layers all MoE, 128 experts top-8, hidden 4096,
      * moe_intermediate_size 1536, 64 q / 4 kv heads x 128, vocab 151936,
      * bf16, one worker = 8 GPUs with TP8 attention / EP8 experts. */
-    {"qwen3-235b-a22b", 94, 0, 128, 8, 4096, 1536, 0, 0, 64, 4, 128, 151936, 2, 2, 2, 2, 0, 8, 0, 0},
+    {"qwen3-235b-a22b", 94, 0, 128, 8, 4096, 1536, 0, 0, 64, 4, 128, 151936, 2, 2, 2, 2, 0, 8, 0, 0, 0, 0},
     /* meta-llama/Llama-4-Maverick-17B-128E-Instruct(-FP8): 48 layers, MoE every
      * other layer (24 MoE + 24 dense), 128 routed experts top-1 + 1 shared
      * expert, hidden 5120, intermediate_size 8192 (experts), intermediate_size_mlp
-     * 16384 (dense), 40 q / 8 kv heads x 128, vocab 202048; FP8 weights, bf16
-     * KV, one worker = 8 GPUs. */
-    {"llama4-maverick", 24, 24, 128, 1, 5120, 8192, 16384, 8192, 40, 8, 128, 202048, 1, 1, 2, 2, 1,
-     8, 0, 0},
+     * 16384 (dense), 40 q / 8 kv heads x 128, vocab 202048; FP8 routed experts
+     * only: attention, shared expert, router and dense layers stay bf16 (Meta's
+     * fp8_mixed quantizes "only routed experts, not shared" and skips
+     * non-MoE blocks: meta-llama/llama-models,
+     * models/llama4/quantization/loader.py), bf16 KV, one worker = 8 GPUs. */
+    {"llama4-maverick", 24, 24, 128, 1, 5120, 8192, 16384, 8192, 40, 8, 128, 202048, 1, 2, 2, 2, 1,
+     8, 0, 0, 0, 0},
     /* allenai/OLMoE-1B-7B-0924: 16 layers all MoE, 64 experts top-8, hidden
      * 2048, intermediate 1024, 16 q / 16 kv heads x 128, vocab 50304, bf16. */
-    {"olmoe-1b-7b", 16, 0, 64, 8, 2048, 1024, 0, 0, 16, 16, 128, 50304, 2, 2, 2, 2, 0, 1, 0, 0},
+    {"olmoe-1b-7b", 16, 0, 64, 8, 2048, 1024, 0, 0, 16, 16, 128, 50304, 2, 2, 2, 2, 0, 1, 0, 0, 0, 0},
     /* deepseek-ai/DeepSeek-V3: 61 layers, first_k_dense_replace 3 (58 MoE +
      * 3 dense), 256 routed experts top-8 + 1 shared expert, hidden 7168,
      * moe_intermediate_size 2048, intermediate_size 18432 (dense), vocab
@@ -57,7 +62,7 @@ static const arch ARCHS[] = {
      * token. One worker = 8 GPUs. */
     {"deepseek-v3", 58, 3, 256, 8, 7168, 2048, 18432, 2048, 128, 1, 288, 129280, 1, 1, 2, 2, 1, 8,
      7168.0 * 1536 + 1536.0 * 128 * 192 + 7168.0 * 576 + 512.0 * 128 * 256 + 128.0 * 128 * 7168,
-     2.0 * 128 * (576 + 512)},
+     2.0 * 128 * (576 + 512), 0, 0},
 };
 #define N_ARCHS (sizeof ARCHS / sizeof ARCHS[0])
 
@@ -222,6 +227,8 @@ static void fill_preset(const arch *a, const hw *h, uint32_t gpus, eldr_latency_
   m->tp = g;
   m->ep = g;
   m->weight_bytes_per_param = a->expert_dtype;
+  m->sliding_window = a->sliding_window;
+  m->sliding_layer_fraction = a->sliding_fraction;
 }
 
 /* ---- overrides ----------------------------------------------------------- */
@@ -241,7 +248,8 @@ static const field FIELDS[] = {
     F(ep),                    F(weight_bytes_per_param),  F(hbm_bw_peak),
     F(flops_peak),            F(kv_transfer_latency_s),   F(rank_hbm_bw),
     F(rank_flops),            F(expert_flops_per_token),  F(a2a_latency_s),
-    F(a2a_bw),                F(a2a_bytes_per_token),
+    F(a2a_bw),                F(a2a_bytes_per_token),     F(sliding_window),
+    F(sliding_layer_fraction),
 };
 #undef F
 #define N_FIELDS (sizeof FIELDS / sizeof FIELDS[0])
@@ -262,6 +270,8 @@ int eldr_latency_validate(const eldr_latency_model *m, eldr_diag *d) {
     return eldr_diag_fail(d, ELDR_ERANGE, "latency model: prefill_efficiency must be in (0, 1]");
   if (m->kv_transfer_bw <= 0)
     return eldr_diag_fail(d, ELDR_ERANGE, "latency model: kv_transfer_bw must be > 0");
+  if (m->sliding_layer_fraction > 1)
+    return eldr_diag_fail(d, ELDR_ERANGE, "latency model: sliding_layer_fraction must be in [0, 1]");
   return 0;
 }
 
@@ -395,17 +405,34 @@ double eldr_latency_moe_layer(const eldr_latency_model *m, size_t batch, uint32_
   return roofline(bytes, flops, m) + m->layer_overhead_s;
 }
 
+/* Context tokens whose KV MoE layer l reads: all of ctx_tokens on a full
+ * attention layer; on a sliding-window layer at most window tokens of each
+ * member (exact when every member's context is at least the window, the
+ * common case in decode). ctx_win is that bound, precomputed by the caller. */
+static inline double layer_ctx(const eldr_latency_model *m, uint32_t l, double ctx_tokens,
+                               double ctx_win) {
+  const double f = m->sliding_layer_fraction;
+  if (f <= 0 || ctx_win >= ctx_tokens) return ctx_tokens;
+  double x = (double)l * f;
+  return x - floor(x) < f ? ctx_win : ctx_tokens;
+}
+
+static inline double window_ctx(const eldr_latency_model *m, size_t batch, double ctx_tokens) {
+  return m->sliding_window > 0 ? (double)batch * m->sliding_window : ctx_tokens;
+}
+
 double eldr_latency_step_f(const eldr_latency_model *m, size_t batch, const double *union_per_layer,
                            double ctx_tokens) {
   const uint32_t L = m->shape.num_layers;
   double t = m->step_overhead_s;
-  double kv = ctx_tokens * m->kv_bytes_per_token;
-  double base_bytes = m->dense_bytes_per_layer + kv;
-  double flops = (double)batch * m->flops_per_token_per_layer + ctx_tokens * m->attn_flops_per_ctx_token;
-  double tf = flops / m->peak_flops;
+  const double win = window_ctx(m, batch, ctx_tokens);
   double inv_bw = 1.0 / m->hbm_bw;
   for (uint32_t l = 0; l < L; l++) {
-    double tb = (union_per_layer[l] * m->expert_bytes + base_bytes) * inv_bw;
+    double ctx = layer_ctx(m, l, ctx_tokens, win);
+    double tf = ((double)batch * m->flops_per_token_per_layer + ctx * m->attn_flops_per_ctx_token) /
+                m->peak_flops;
+    double tb = (union_per_layer[l] * m->expert_bytes + m->dense_bytes_per_layer +
+                 ctx * m->kv_bytes_per_token) * inv_bw;
     t += (tb > tf ? tb : tf) + m->layer_overhead_s;
   }
   return t + other_layers(m, batch, ctx_tokens);
@@ -454,11 +481,11 @@ double eldr_latency_step_ep(const eldr_latency_model *m, size_t batch, const uin
     for (uint32_t l = 0; l < L && l < ELDR_MAX_LAYERS; l++) u[l] = (double)rank_experts[l];
     return eldr_latency_step_f(m, batch, u, ctx_tokens);
   }
-  double per_layer = layer_dense_part(m, batch, ctx_tokens) + eldr_latency_a2a(m, batch, R) +
-                     m->layer_overhead_s;
-  double t = m->step_overhead_s + (double)L * per_layer;
+  const double win = window_ctx(m, batch, ctx_tokens);
+  double t = m->step_overhead_s + (double)L * (eldr_latency_a2a(m, batch, R) + m->layer_overhead_s);
   for (uint32_t l = 0; l < L; l++)
-    t += slowest_rank(m, rank_experts + (size_t)l * R, rank_tokens + (size_t)l * R, R);
+    t += layer_dense_part(m, batch, layer_ctx(m, l, ctx_tokens, win)) +
+         slowest_rank(m, rank_experts + (size_t)l * R, rank_tokens + (size_t)l * R, R);
   return t + other_layers(m, batch, ctx_tokens);
 }
 

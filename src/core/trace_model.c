@@ -39,11 +39,20 @@ void eldr_trace_free(eldr_trace *t) {
   free(t->domains);
   free(t->layer_ids);
   free(t->model);
+  free(t->generator);
   free(t);
 }
 
 int eldr_trace_reserve(eldr_trace *t, size_t n) {
   return eldr_grow_array(t->req, t->cap, n);
+}
+
+int eldr_trace_set_generator(eldr_trace *t, const char *generator) {
+  char *g = NULL;
+  if (generator && !(g = strdup(generator))) return ELDR_ENOMEM;
+  free(t->generator);
+  t->generator = g;
+  return ELDR_OK;
 }
 
 int eldr_trace_domain_intern(eldr_trace *t, const char *name) {

@@ -155,8 +155,45 @@ int eldr_tracegen_workload_preset(const char *name, eldr_tracegen_workload *w, e
     w->decode_sd = 0.35;
     return ELDR_OK;
   }
+  if (!strcmp(name, "realistic")) {
+    /* Calibrated to measured statistics, not to the paper's: the real
+     * Llama-4 trace's median prefill->decode Pearson (0.63) and same-domain
+     * distinct-expert reduction (7-10% at batch 8-32), and OLMoE's real
+     * popularity skew (top-10% share 0.23 pooled, 0.32 per domain); see
+     * docs/trace.md. These are the values for a top-8 / 128-expert shape;
+     * eldr_tracegen_realistic_for_shape adapts them to other shapes. */
+    static const char *const names[] = {"code", "math", "writing", "qa",
+                                        "summarize", "translate", "reasoning"};
+    static const double weights[] = {1.4, 1.3333, 1.2667, 1.2, 1.1333, 1.0667, 1.0};
+    copy_str(w->name, sizeof w->name, "realistic");
+    set_domains(w, 7, names, weights);
+    eldr_tracegen_realistic_for_shape(w, 8, 128);
+    return ELDR_OK;
+  }
   return eldr_diag_fail(d, ELDR_ENOTFOUND,
-                        "unknown workload '%s' (task, language, custom:FILE)", name);
+                        "unknown workload '%s' (realistic, task, language, custom:FILE)", name);
+}
+
+void eldr_tracegen_realistic_for_shape(eldr_tracegen_workload *w, uint32_t top_k,
+                                       uint32_t num_experts) {
+  /* Fewer selections per token need sharper logits for the same statistics
+   * (each token says less about its request). Found by a grid over these
+   * sds, measuring each shape with `eldr trace stats` (docs/trace.md). */
+  double pop = 0.4, gen = 1.5, dom = 0.78, req = 0.6, pre = 0.4, dec = 0.7;
+  if (top_k <= 1) { /* Llama-4-Maverick: top-1 of 128 */
+    pop = 0.64, dom = 1.15, req = 1.4, pre = 0.64, dec = 0.7;
+  } else if (top_k <= 4) { /* gpt-oss: top-4 of 128 */
+    pop = 0.4, dom = 0.85, req = 0.8, pre = 0.45, dec = 0.7;
+  } else if (num_experts <= 64) { /* OLMoE: top-8 of 64 */
+    dec = 0.85;
+  }
+  w->pop_sd = pop;
+  w->generalists = 2;
+  w->generalist_boost = gen;
+  w->domain_sd = dom;
+  w->request_sd = req;
+  w->prefill_sd = pre;
+  w->decode_sd = dec;
 }
 
 int eldr_tracegen_workload_validate(const eldr_tracegen_workload *w, eldr_diag *d) {
@@ -678,6 +715,12 @@ int eldr_tracegen_request(eldr_tracegen *g, size_t index, eldr_tracegen_req *out
 eldr_trace *eldr_tracegen_trace_header(const eldr_tracegen *g) {
   eldr_trace *t = eldr_trace_new(g->model, &g->shape, g->layer_ids);
   if (!t) return NULL;
+  char gen[ELDR_TRACEGEN_NAME_MAX + 64];
+  eldr_tracegen_provenance(g, gen, sizeof gen);
+  if (eldr_trace_set_generator(t, gen)) {
+    eldr_trace_free(t);
+    return NULL;
+  }
   for (size_t i = 0; i < g->w.n_domains; i++) {
     if (eldr_trace_domain_intern(t, g->w.domain_names[i]) < 0) {
       eldr_trace_free(t);
@@ -685,6 +728,11 @@ eldr_trace *eldr_tracegen_trace_header(const eldr_tracegen *g) {
     }
   }
   return t;
+}
+
+void eldr_tracegen_provenance(const eldr_tracegen *g, char *buf, size_t cap) {
+  snprintf(buf, cap, "eldr-tracegen workload=%s seed=%llu", g->w.name,
+           (unsigned long long)g->seed);
 }
 
 void eldr_tracegen_request_id(const eldr_tracegen *g, size_t index, int domain, char *buf,

@@ -307,9 +307,9 @@ static int parse_root(const json_t *root, eldr_artifact **out, eldr_diag *d) {
     }
     a->cluster_sizes[c] = (size_t)json_integer_value(e);
   }
-  const char *opt_keys[2] = {"created", "trace"};
-  char **opt_dst[2] = {&a->created, &a->trace};
-  for (int i = 0; i < 2; i++) {
+  const char *opt_keys[3] = {"created", "trace", "trace_generator"};
+  char **opt_dst[3] = {&a->created, &a->trace, &a->trace_generator};
+  for (int i = 0; i < 3; i++) {
     if ((rc = get_field(fit, "fit", opt_keys[i], JSON_STRING, 1, &v, d))) goto fail;
     if (v && !(*opt_dst[i] = strdup(json_string_value(v)))) {
       rc = eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
@@ -437,6 +437,7 @@ char *eldr_artifact_dump(const eldr_artifact *a) {
     set(fit, "cluster_sizes", sizes, &bad);
     if (a->created) set(fit, "created", json_string(a->created), &bad);
     if (a->trace) set(fit, "trace", json_string(a->trace), &bad);
+    if (a->trace_generator) set(fit, "trace_generator", json_string(a->trace_generator), &bad);
   }
   set(root, "fit", fit, &bad);
   if (!bad && eldr__artifact_placement_dump(root, a) < 0) bad = 1;

@@ -43,5 +43,7 @@ int eldr_tracegen_new(const eldr_shape *shape, const char *model_name, const cha
   else
     rc = eldr_tracegen_workload_preset(workload, &w, d);
   if (rc) return rc;
+  if (!strcmp(workload, "realistic") && shape)
+    eldr_tracegen_realistic_for_shape(&w, shape->top_k, shape->num_experts);
   return eldr_tracegen_new_workload(shape, model_name, &w, seed, out, d);
 }

@@ -246,11 +246,12 @@ enum {
   F_ARRIVAL,
   F_PROMPT,
   F_GATES,
+  F_GENERATOR,
   F_COUNT
 };
 static const char *const field_names[F_COUNT] = {
     "id",     "domain", "model",   "num_experts", "top_k",        "layers",
-    "prefill", "decode", "arrival", "prompt",      "prefill_gates"};
+    "prefill", "decode", "arrival", "prompt",      "prefill_gates", "generator"};
 
 typedef struct span {
   const char *p, *e; /* NULL when absent */
@@ -726,7 +727,7 @@ static int parse_line_body(eldr_trace *t, const char *line, size_t len, lctx *c,
     if (!f[required[i]].p) return lfail(c, ELDR_EPARSE, field_names[required[i]], "missing");
 
   int rc;
-  char *model = NULL, *id = NULL, *domain = NULL, *prompt = NULL;
+  char *model = NULL, *id = NULL, *domain = NULL, *prompt = NULL, *gen = NULL;
   uint32_t *layers = NULL, nl = 0;
   gbuf pre = *pre_, dec = *dec_, gat = {.esz = sizeof(float)};
   *pre_ = (gbuf){.esz = sizeof(uint16_t)};
@@ -785,6 +786,18 @@ static int parse_line_body(eldr_trace *t, const char *line, size_t len, lctx *c,
   if (f[F_PROMPT].p && !is_null(f[F_PROMPT]) &&
       (rc = decode_string(c, "prompt", f[F_PROMPT], &prompt)))
     goto out;
+  if (f[F_GENERATOR].p && !is_null(f[F_GENERATOR])) {
+    if ((rc = decode_string(c, "generator", f[F_GENERATOR], &gen))) goto out;
+    /* the first line names the trace's generator; a later one may omit it
+     * but may not name another (a file mixing two generators' requests
+     * would make the serve-trace provenance check meaningless) */
+    if (!defines && (!t->generator || strcmp(t->generator, gen))) {
+      rc = lfail(c, ELDR_ESHAPE, "generator", "'%.80s' disagrees with the trace's %s%.80s%s", gen,
+                 t->generator ? "'" : "", t->generator ? t->generator : "(none on line 1)",
+                 t->generator ? "'" : "");
+      goto out;
+    }
+  }
   if (f[F_ARRIVAL].p && !is_null(f[F_ARRIVAL])) {
     const char *q = f[F_ARRIVAL].p;
     if (parse_real(&q, f[F_ARRIVAL].e, &arrival, false) || q != f[F_ARRIVAL].e) {
@@ -843,6 +856,9 @@ static int parse_line_body(eldr_trace *t, const char *line, size_t len, lctx *c,
     free(t->layer_ids);
     t->model = model;
     model = NULL;
+    free(t->generator);
+    t->generator = gen;
+    gen = NULL;
     t->layer_ids = layers;
     layers = NULL;
     t->shape = sh;
@@ -866,6 +882,7 @@ static int parse_line_body(eldr_trace *t, const char *line, size_t len, lctx *c,
   rc = ELDR_OK;
 out:
   free(model);
+  free(gen);
   free(id);
   free(domain);
   free(prompt);

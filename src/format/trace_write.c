@@ -161,6 +161,10 @@ static int format_request(wbuf *b, const eldr_trace *t, const eldr_request *r) {
     W(wb_u32(b, t->layer_ids ? t->layer_ids[l] : l));
   }
   W(wb_lit(b, "]"));
+  if (t->generator) {
+    W(wb_lit(b, ",\"generator\":"));
+    W(wb_str(b, t->generator));
+  }
   if (r->arrival >= 0 && isfinite(r->arrival)) {
     snprintf(num, sizeof num, "%.17g", r->arrival);
     W(wb_lit(b, ",\"arrival\":"));

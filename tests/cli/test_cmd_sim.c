@@ -219,6 +219,64 @@ static void test_artifact_and_serve_trace(void **st) {
   assert_int_equal(run((const char *[]){"sim", "--trace", g_trace, "--artifact", g_trace, NULL}), 1);
 }
 
+/* One seed default: eldr fit --fit-fraction and eldr sim --fit-fraction
+ * split alike unless told otherwise; a served trace from another generator
+ * seed (or real vs generated) is flagged on stderr. */
+static void test_seed_default_and_provenance(void **st) {
+  (void)st;
+  char a1[600], a2[600], art[600], art3[600];
+  snprintf(a1, sizeof a1, "%s/g1.jsonl", g_dir);
+  snprintf(a2, sizeof a2, "%s/g2.jsonl", g_dir);
+  snprintf(art, sizeof art, "%s/half.json", g_dir);
+  snprintf(art3, sizeof art3, "%s/half3.json", g_dir);
+  const char *gen1[] = {"trace", "gen", "-m", "olmoe-1b-7b", "-n", "40", "--decode-tokens", "8",
+                        "--max-prompt-tokens", "8", "-o", a1, "-q", NULL};
+  assert_int_equal(run(gen1), 0);
+  const char *gen2[] = {"trace", "gen", "-m", "olmoe-1b-7b", "-n", "40", "--decode-tokens", "8",
+                        "--max-prompt-tokens", "8", "-s", "2", "-o", a2, "-q", NULL};
+  assert_int_equal(run(gen2), 0);
+  /* the default seed is written into the trace */
+  FILE *f = fopen(a1, "r");
+  assert_non_null(f);
+  char line[512];
+  assert_non_null(fgets(line, sizeof line, f));
+  fclose(f);
+  assert_non_null(strstr(line, " seed=1\""));
+  const char *sim_base[] = {"sim", "--trace", a1, "--serve-trace", a2, "--prefill", "1", "--decode",
+                            "2", "--rates", "50", "--requests", "40", "--policies", "eldr", "-q", NULL};
+  assert_int_equal(run(sim_base), 0);
+  assert_non_null(strstr(g_err, "generator seed differs: fitted 1, served 2"));
+  const char *sim_same[] = {"sim", "--trace", a1, "--serve-trace", a1, "--prefill", "1", "--decode",
+                            "2", "--rates", "50", "--requests", "40", "--policies", "eldr", "-q", NULL};
+  assert_int_equal(run(sim_same), 0);
+  assert_null(strstr(g_err, "warning"));
+  const char *sim_real[] = {"sim", "--trace", a1, "--serve-trace", g_trace, "--model", "olmoe-1b-7b",
+                            "--prefill", "1", "--decode", "2", "--rates", "50", "--requests", "40",
+                            "--policies", "eldr", "-q", NULL};
+  assert_int_equal(run(sim_real), 0);
+  assert_non_null(strstr(g_err, "warning"));
+  /* fit and sim split alike by default: no warning; another fit seed: warned */
+  assert_int_equal(run((const char *[]){"fit", "--trace", a1, "-k", "2", "--fit-fraction", "0.5", "-o",
+                                        art, "-q", NULL}),
+                   0);
+  const char *sim_art[] = {"sim", "--trace", a1, "--artifact", art, "--fit-fraction", "0.5",
+                           "--prefill", "1", "--decode", "2", "--rates", "50", "--requests", "40",
+                           "--policies", "eldr", "-q", NULL};
+  assert_int_equal(run(sim_art), 0);
+  assert_null(strstr(g_err, "warning"));
+  assert_int_equal(run((const char *[]){"fit", "--trace", a1, "-k", "2", "--fit-fraction", "0.5",
+                                        "--seed", "3", "-o", art3, "-q", NULL}),
+                   0);
+  sim_art[4] = art3;
+  assert_int_equal(run(sim_art), 0);
+  assert_non_null(strstr(g_err, "fitted with seed 3, --seed is 1"));
+  /* the artifact remembers the fitted trace's generator */
+  sim_art[2] = a2;
+  sim_art[4] = art;
+  assert_int_equal(run(sim_art), 0);
+  assert_non_null(strstr(g_err, "generator seed differs"));
+}
+
 static void test_plot(void **st) {
   (void)st;
   if (system("command -v gnuplot >/dev/null 2>&1") != 0) skip();
@@ -371,6 +429,7 @@ int main(void) {
       cmocka_unit_test(test_run_json_csv_deterministic),
       cmocka_unit_test(test_table_ablation_trace_arrivals),
       cmocka_unit_test(test_artifact_and_serve_trace),
+      cmocka_unit_test(test_seed_default_and_provenance),
       cmocka_unit_test(test_plot),
       cmocka_unit_test(test_plot_odd_directory_name),
       cmocka_unit_test(test_bench_moe_layer),

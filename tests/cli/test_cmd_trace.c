@@ -97,6 +97,7 @@ static void test_gen_errors(void **state) {
                2, "top_k");
   expect_error(run("trace", "gen", "--workload", "chat", "--requests", "3", "-o", t, NULL), 2,
                "unknown workload");
+  expect_error(run("trace", "gen", "--jobs", "0", "--requests", "3", "-o", t, NULL), 2, "--jobs");
   expect_error(run("trace", "gen", "--workload", "custom:/nonexistent/w.json", "--requests", "3",
                    "-o", t, NULL),
                2, "cannot open");
@@ -133,9 +134,10 @@ static void test_gen_deterministic(void **state) {
                        "--max-decode-tokens", "8", "--max-prompt-tokens", "16", "--seed", "5",
                        "-q", "-o", a, NULL),
                    0);
+  /* three generator threads: the same bytes as one */
   assert_int_equal(run("trace", "gen", "--model", "olmoe-1b-7b", "--requests", "12",
                        "--max-decode-tokens", "8", "--max-prompt-tokens", "16", "--seed", "5",
-                       "-q", "-o", b, NULL),
+                       "-q", "-j", "3", "-o", b, NULL),
                    0);
   assert_int_equal(run("trace", "gen", "--model", "olmoe-1b-7b", "--requests", "12",
                        "--max-decode-tokens", "8", "--max-prompt-tokens", "16", "--seed", "6",
@@ -165,7 +167,7 @@ static void test_gen_deterministic(void **state) {
   /* stdout output is the same bytes */
   assert_int_equal(run("trace", "gen", "--model", "olmoe-1b-7b", "--requests", "12",
                        "--max-decode-tokens", "8", "--max-prompt-tokens", "16", "--seed", "5",
-                       "-q", "-o", "-", NULL),
+                       "-q", "-j", "1", "-o", "-", NULL),
                    0);
   size_t lo;
   char *xo = eldr_test_slurp(g_out, &lo);

@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,12 +49,60 @@ static void test_qwen_bytes(void **st) {
   assert_true(m.expert_bytes == 3.0 * 2048 * 768 * 2);
   double total = 48 * (128 * m.expert_bytes + m.dense_bytes_per_layer) + m.other_layer_bytes;
   assert_true(total > 58e9 && total < 63e9);
-  /* Llama-4-Maverick FP8: ~400B params -> ~400 GB on one 8-GPU worker */
+  /* Llama-4-Maverick FP8: routed experts FP8 (386 GB), the rest bf16
+   * (attention, shared expert, router, dense layers, head: ~28 GB) */
   assert_int_equal(eldr_latency_preset("llama4-maverick", "h200", &m, NULL), 0);
+  assert_true(m.expert_bytes == 3.0 * 5120 * 8192 * 1);
+  double attn = 2.0 * 5120 * 40 * 128 + 2.0 * 5120 * 8 * 128, shared = 3.0 * 5120 * 8192;
+  assert_true(m.dense_bytes_per_layer == (attn + shared + 5120.0 * 128) * 2);
   total = 24 * (128 * m.expert_bytes + m.dense_bytes_per_layer) + m.other_layer_bytes;
-  assert_true(total > 380e9 && total < 420e9);
+  assert_true(total > 405e9 && total < 425e9);
   assert_true(m.gpus_per_worker == 8);
-  assert_true(total < 8 * 141e9);
+  assert_true(total < 4 * 141e9); /* fits four H200s (KV space aside) */
+}
+
+/* gpt-oss: half the layers attend a 128-token window; a long context costs
+ * those layers no more KV reads than batch * 128 tokens. */
+static void test_sliding_window(void **st) {
+  (void)st;
+  eldr_latency_model m, full;
+  assert_int_equal(eldr_latency_preset("gpt-oss-120b", "mi300x", &m, NULL), 0);
+  assert_true(m.sliding_window == 128 && m.sliding_layer_fraction == 0.5);
+  full = m;
+  full.sliding_layer_fraction = 0;
+  uint32_t un[36];
+  for (int l = 0; l < 36; l++) un[l] = 40;
+  /* short contexts: nothing to cut */
+  assert_true(eldr_latency_step(&m, 32, un, 32 * 100.0) == eldr_latency_step(&full, 32, un, 32 * 100.0));
+  /* long contexts: 18 layers read 32 * 128 tokens instead of 32 * 8000 */
+  double a = eldr_latency_step(&m, 32, un, 32 * 8000.0), b = eldr_latency_step(&full, 32, un, 32 * 8000.0);
+  double saved = 18 * (32 * 8000.0 - 32 * 128.0) * m.kv_bytes_per_token / m.hbm_bw;
+  assert_true(a < b);
+  assert_true(fabs((b - a) - saved) < 0.05 * saved);
+  /* the EP per-rank path saves the same KV reads (one latency model) */
+  eldr_latency_model me, mfull;
+  assert_int_equal(eldr_latency_preset_ep("gpt-oss-120b", "mi300x", 1, 4, &me, NULL), 0);
+  assert_true(me.sliding_window == 128 && me.sliding_layer_fraction == 0.5);
+  mfull = me;
+  mfull.sliding_layer_fraction = 0;
+  uint32_t rex[36 * 4], rtk[36 * 4];
+  for (int i = 0; i < 36 * 4; i++) rex[i] = 10, rtk[i] = 32;
+  double ea = eldr_latency_step_ep(&me, 32, rex, rtk, 4, 32 * 8000.0);
+  double eb = eldr_latency_step_ep(&mfull, 32, rex, rtk, 4, 32 * 8000.0);
+  assert_true(ea < eb);
+  assert_true(fabs((eb - ea) - saved * m.hbm_bw / me.hbm_bw) < 0.05 * saved * m.hbm_bw / me.hbm_bw);
+  full.sliding_layer_fraction = 1.5;
+  assert_int_not_equal(eldr_latency_validate(&full, NULL), 0);
+  /* Llama-4 FP8: only routed experts are FP8; attention/shared/router stay
+   * bf16 in the aggregate and the EP presets alike */
+  eldr_latency_model la, le;
+  assert_int_equal(eldr_latency_preset("llama4-maverick", "h200", &la, NULL), 0);
+  assert_int_equal(eldr_latency_preset_ep("llama4-maverick", "h200", 8, 8, &le, NULL), 0);
+  assert_true(la.expert_bytes == 3.0 * 5120 * 8192);
+  assert_true(la.dense_bytes_per_layer == le.dense_bytes_per_layer);
+  assert_true(la.expert_bytes == le.expert_bytes);
+  double attn = 2.0 * 5120 * 40 * 128 + 2.0 * 5120 * 8 * 128, shared = 3.0 * 5120 * 8192;
+  assert_true(la.dense_bytes_per_layer == 2.0 * (attn + shared + 5120.0 * 128));
 }
 
 /* The paper's Fig. 2: Qwen3-30B-A3B on MI300X, one MoE layer at batch 64:
@@ -166,6 +215,7 @@ int main(void) {
       cmocka_unit_test(test_presets_all),     cmocka_unit_test(test_qwen_bytes),
       cmocka_unit_test(test_calibration),     cmocka_unit_test(test_step_properties),
       cmocka_unit_test(test_prefill_transfer), cmocka_unit_test(test_overrides),
+      cmocka_unit_test(test_sliding_window),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

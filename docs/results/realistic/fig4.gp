@@ -1,0 +1,26 @@
+set terminal pngcairo size 900,600 noenhanced
+set grid
+set key top left
+set output 'docs/results/realistic/fig4.png'
+set title 'fig4'
+set xlabel 'decode batch size'
+set ylabel 'distinct experts per layer per step'
+$d0 << EOD
+8 49.0711
+16 76.5942
+32 103.836
+64 121.03
+EOD
+$d1 << EOD
+8 45.3753
+16 68.8328
+32 92.9607
+64 111.889
+EOD
+$d2 << EOD
+8 45.366
+16 68.7784
+32 93.0374
+64 NaN
+EOD
+plot $d0 using 1:2 with linespoints title 'random', $d1 using 1:2 with linespoints title 'domain', $d2 using 1:2 with linespoints title 'cluster'

@@ -1,0 +1,393 @@
+/* cmd_study.c — `eldr study NAME --out DIR`: one paper result per command
+ * (the logic is in src/sim/study*.c). Writes DIR/NAME.csv, NAME.json,
+ * NAME.md (the summary paragraph and the exact command) and NAME.png (with
+ * gnuplot; its script is kept as NAME.gp), and prints the summary. */
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli.h"
+#include "eldr/clock.h"
+#include "eldr/fit.h"
+#include "eldr/latency.h"
+#include "eldr/plot.h"
+#include "eldr/preset_files.h"
+#include "eldr/provenance.h"
+#include "eldr/study.h"
+#include "eldr/trace.h"
+#include "eldr/tracegen.h"
+
+static const char STUDY_HELP[] =
+    "usage: eldr study NAME --out DIR [options]\n"
+    "\n"
+    "One result of the ELDR paper, measured honestly: the artifact is fitted on one\n"
+    "part of a seeded split (or on --trace, serving --serve-trace) and only unseen\n"
+    "requests are served; every gain is reported raw and net of the replay control\n"
+    "(eldr-permuted); numbers are means over --seeds with their sd.\n"
+    "Writes DIR/NAME.csv, NAME.json, NAME.md (summary + command) and NAME.png.\n"
+    "\n"
+    "NAME\n"
+    "  fig2      step-latency model: step time vs distinct experts and batch (also\n"
+    "            with the fitted per-layer overhead set to 0)\n"
+    "  fig3      prefill->decode Pearson vs random-pair and same-domain pairings\n"
+    "  fig4      distinct experts per batching rule (random, domain, cluster)\n"
+    "  fig11     mean TPOT vs load, every policy\n"
+    "  fig15     balanced vs vanilla K-means\n"
+    "  fig16     the locality band tau\n"
+    "  table2    8 / 16 / 24 decoders\n"
+    "  rho-gain  each representation's rho against its net gain (Spearman)\n"
+    "\n"
+    "workload\n"
+    "  -t, --trace FILE        expert trace (JSONL)   [generate --workload instead]\n"
+    "      --serve-trace FILE  serve this trace; fit on all of --trace\n"
+    "      --fit-fraction F    fitted share of the seeded split        [0.5]\n"
+    "  -w, --workload W        generated: realistic | task | language (paper-shaped)\n"
+    "                          | custom:FILE                           [realistic]\n"
+    "      --gen-requests N    requests to generate                    [600]\n"
+    "      --gen-seed S        seed of the generated trace             [" ELDR_SEED_DEFAULT_STR "]\n"
+    "      --max-decode-tokens T  cap generated output lengths         [128]\n"
+    "cluster and model\n"
+    "  -m, --model M           model preset (shape and latency) [from the trace; qwen3-30b-a3b]\n"
+    "      --hardware H        mi300x | h200 | h100   [mi300x; h200 for llama4-maverick]\n"
+    "      --latency FILE      JSON overrides of the latency model's fields\n"
+    "      --prefill P         prefill workers                         [8]\n"
+    "      --decode D          decode workers (table2: 8, 16, 24)      [16]\n"
+    "      --max-batch B       decode batch limit per worker           [64]\n"
+    "runs\n"
+    "      --requests N        arrivals per simulation                 [2000]\n"
+    "      --load X            share of estimated capacity (one-rate studies) [0.95]\n"
+    "      --seeds LIST        split/fit/arrival seeds                 [1,2,3]\n"
+    "      --tau X             ELDR locality band                      [0.1]\n"
+    "      --restarts N        K-means restarts                        [4]\n"
+    "output\n"
+    "  -o, --out DIR           output directory (created)              (required)\n"
+    "      --no-plot           skip the PNG\n"
+    "  -q, --quiet             no progress on stderr\n"
+    "  -h, --help              this help\n";
+
+static void progress(void *ctx, const char *what) {
+  (void)ctx;
+  fprintf(stderr, "study: %s\n", what);
+}
+
+static int write_text(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  if (!f) return -1;
+  fputs(text, f);
+  return fclose(f);
+}
+
+static void csv_cell(FILE *f, json_t *v) {
+  if (json_is_string(v)) {
+    const char *s = json_string_value(v);
+    if (strpbrk(s, ",\"\n")) {
+      fputc('"', f);
+      for (; *s; s++) {
+        if (*s == '"') fputc('"', f);
+        fputc(*s, f);
+      }
+      fputc('"', f);
+    } else {
+      fputs(s, f);
+    }
+  } else if (json_is_integer(v)) {
+    fprintf(f, "%lld", (long long)json_integer_value(v));
+  } else if (json_is_real(v)) {
+    fprintf(f, "%.6g", json_real_value(v));
+  } /* null: empty cell */
+}
+
+static int write_csv(const char *path, json_t *res) {
+  FILE *f = fopen(path, "w");
+  if (!f) return -1;
+  json_t *cols = json_object_get(res, "columns"), *rows = json_object_get(res, "rows");
+  for (size_t i = 0; i < json_array_size(cols); i++)
+    fprintf(f, "%s%s", i ? "," : "", json_string_value(json_array_get(cols, i)));
+  fputc('\n', f);
+  for (size_t r = 0; r < json_array_size(rows); r++) {
+    json_t *row = json_array_get(rows, r);
+    for (size_t i = 0; i < json_array_size(row); i++) {
+      if (i) fputc(',', f);
+      csv_cell(f, json_array_get(row, i));
+    }
+    fputc('\n', f);
+  }
+  return fclose(f);
+}
+
+static long col_index(json_t *res, const char *name) {
+  json_t *cols = json_object_get(res, "columns");
+  for (size_t i = 0; name && i < json_array_size(cols); i++)
+    if (!strcmp(json_string_value(json_array_get(cols, i)), name)) return (long)i;
+  return -1;
+}
+
+static void gp_value(FILE *f, json_t *v) {
+  if (json_is_number(v))
+    fprintf(f, "%.6g", json_number_value(v));
+  else if (json_is_string(v))
+    fprintf(f, "\"%s\"", json_string_value(v));
+  else
+    fputs("NaN", f);
+}
+
+/* The gnuplot script (house style of eldr/plot.h): inline data blocks, one
+ * per group (or one). */
+static int write_gp(FILE *f, const char *png, json_t *res) {
+  json_t *plot = json_object_get(res, "plot"), *rows = json_object_get(res, "rows");
+  const char *kind = json_string_value(json_object_get(plot, "kind"));
+  long xc = col_index(res, json_string_value(json_object_get(plot, "x")));
+  json_t *g = json_object_get(plot, "group");
+  long gc = json_is_string(g) ? col_index(res, json_string_value(g)) : -1;
+  json_t *ys = json_object_get(plot, "y");
+  if (xc < 0 || !json_array_size(ys)) return -1;
+  if (eldr_plot_header(f, png, json_string_value(json_object_get(res, "study")), NULL)) return -1;
+  fputs("set xlabel ", f);
+  eldr_plot_quote(f, json_string_value(json_object_get(plot, "xlabel")));
+  fputs("\nset ylabel ", f);
+  eldr_plot_quote(f, json_string_value(json_object_get(plot, "ylabel")));
+  fputs("\n", f);
+  /* groups in first-seen order */
+  const char *groups[64];
+  size_t ng = 0;
+  for (size_t r = 0; r < json_array_size(rows); r++) {
+    char buf[64] = "all";
+    if (gc >= 0) {
+      json_t *v = json_array_get(json_array_get(rows, r), (size_t)gc);
+      if (json_is_string(v))
+        snprintf(buf, sizeof buf, "%s", json_string_value(v));
+      else
+        snprintf(buf, sizeof buf, "%g", json_number_value(v));
+    }
+    size_t k = 0;
+    while (k < ng && strcmp(groups[k], buf)) k++;
+    if (k == ng && ng < 64) groups[ng++] = strdup(buf);
+  }
+  int bars = !strcmp(kind, "bars");
+  for (size_t k = 0; k < ng; k++) {
+    fprintf(f, "$d%zu << EOD\n", k);
+    for (size_t r = 0; r < json_array_size(rows); r++) {
+      json_t *row = json_array_get(rows, r);
+      if (gc >= 0) {
+        json_t *v = json_array_get(row, (size_t)gc);
+        char buf[64];
+        if (json_is_string(v))
+          snprintf(buf, sizeof buf, "%s", json_string_value(v));
+        else
+          snprintf(buf, sizeof buf, "%g", json_number_value(v));
+        if (strcmp(buf, groups[k])) continue;
+      }
+      gp_value(f, json_array_get(row, (size_t)xc));
+      for (size_t y = 0; y < json_array_size(ys); y++) {
+        fputc(' ', f);
+        gp_value(f, json_array_get(row, (size_t)col_index(res, json_string_value(json_array_get(ys, y)))));
+      }
+      fputc('\n', f);
+    }
+    fprintf(f, "EOD\n");
+  }
+  if (bars) fprintf(f, "set style data histograms\nset style fill solid 0.6\nset boxwidth 0.8\n");
+  fprintf(f, "plot ");
+  int first = 1;
+  for (size_t k = 0; k < ng; k++) {
+    for (size_t y = 0; y < json_array_size(ys); y++) {
+      const char *yn = json_string_value(json_array_get(ys, y));
+      char title[160];
+      if (gc >= 0 && json_array_size(ys) > 1)
+        snprintf(title, sizeof title, "%s %s", groups[k], yn);
+      else
+        snprintf(title, sizeof title, "%s", gc >= 0 ? groups[k] : yn);
+      if (!first) fprintf(f, ", ");
+      first = 0;
+      if (bars)
+        fprintf(f, "$d%zu using %zu:xtic(1) title '%s'", k, y + 2, title);
+      else
+        fprintf(f, "$d%zu using 1:%zu with %s title '%s'", k, y + 2,
+                !strcmp(kind, "points") ? "points pt 7" : "linespoints", title);
+    }
+  }
+  fputc('\n', f);
+  for (size_t k = 0; k < ng; k++) free((void *)groups[k]);
+  return ferror(f) ? -1 : 0;
+}
+
+static size_t parse_seeds(const char *cmd, const char *val, uint64_t **out) {
+  size_t n = 1;
+  for (const char *p = val; *p; p++) n += *p == ',';
+  if (n > 64) cli_usage_error(cmd, "--seeds: at most 64 seeds");
+  uint64_t *s = calloc(n, sizeof *s);
+  if (!s) cli_fail(cmd, "out of memory");
+  char *copy = strdup(val);
+  if (!copy) cli_fail(cmd, "out of memory");
+  size_t k = 0;
+  for (char *save = NULL, *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+    s[k++] = cli_parse_u64(cmd, "--seeds", tok);
+  free(copy);
+  if (k != n) cli_usage_error(cmd, "--seeds: empty entry in '%s'", val);
+  *out = s;
+  return n;
+}
+
+int eldr_cmd_study(int argc, char **argv) {
+  const char *cmd = "study";
+  const char *trace_path = NULL, *serve_path = NULL, *workload = "realistic", *model = NULL,
+             *hardware = NULL, *lat_path = NULL, *out_dir = NULL;
+  long gen_n = 600, max_dec = 128;
+  uint64_t gen_seed = ELDR_SEED_DEFAULT, *seeds = NULL;
+  int quiet = 0, no_plot = 0;
+  eldr_study_opts o;
+  eldr_study_opts_default(&o);
+  static const struct option lo[] = {
+      {"trace", required_argument, 0, 't'},     {"serve-trace", required_argument, 0, 1},
+      {"fit-fraction", required_argument, 0, 2}, {"workload", required_argument, 0, 'w'},
+      {"gen-requests", required_argument, 0, 3}, {"gen-seed", required_argument, 0, 4},
+      {"max-decode-tokens", required_argument, 0, 5}, {"model", required_argument, 0, 'm'},
+      {"hardware", required_argument, 0, 6},     {"latency", required_argument, 0, 7},
+      {"prefill", required_argument, 0, 8},      {"decode", required_argument, 0, 9},
+      {"max-batch", required_argument, 0, 10},   {"requests", required_argument, 0, 11},
+      {"load", required_argument, 0, 12},        {"seeds", required_argument, 0, 13},
+      {"tau", required_argument, 0, 14},         {"restarts", required_argument, 0, 15},
+      {"out", required_argument, 0, 'o'},        {"no-plot", no_argument, 0, 16},
+      {"quiet", no_argument, 0, 'q'},            {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
+  /* the command line as typed (getopt_long permutes argv), so every
+   * number in the outputs can be regenerated */
+  size_t cl = 16;
+  for (int i = 0; i < argc; i++) cl += strlen(argv[i]) + 1;
+  char *line = malloc(cl);
+  if (!line) cli_fail(cmd, "out of memory");
+  strcpy(line, "eldr");
+  for (int i = 0; i < argc; i++) strcat(strcat(line, " "), argv[i]);
+  cli_getopt_reset();
+  int c;
+  while ((c = getopt_long(argc, argv, ":t:w:m:o:qh", lo, NULL)) != -1) {
+    switch (c) {
+    case 't': trace_path = optarg; break;
+    case 1: serve_path = optarg; break;
+    case 2: o.fit_fraction = cli_parse_double(cmd, "--fit-fraction", optarg, 1e-6, 1 - 1e-6); break;
+    case 'w': workload = optarg; break;
+    case 3: gen_n = cli_parse_long(cmd, "--gen-requests", optarg, 4, 10000000); break;
+    case 4: gen_seed = cli_parse_u64(cmd, "--gen-seed", optarg); break;
+    case 5: max_dec = cli_parse_long(cmd, "--max-decode-tokens", optarg, 0, 1000000); break;
+    case 'm': model = optarg; break;
+    case 6: hardware = optarg; break;
+    case 7: lat_path = optarg; break;
+    case 8: o.n_prefill = (size_t)cli_parse_long(cmd, "--prefill", optarg, 1, 4096); break;
+    case 9: o.n_decode = (size_t)cli_parse_long(cmd, "--decode", optarg, 1, 4096); break;
+    case 10: o.max_batch = (size_t)cli_parse_long(cmd, "--max-batch", optarg, 1, 65536); break;
+    case 11: o.n_requests = (size_t)cli_parse_long(cmd, "--requests", optarg, 1, 100000000); break;
+    case 12: o.load = cli_parse_double(cmd, "--load", optarg, 1e-3, 10); break;
+    case 13: free(seeds); o.n_seeds = parse_seeds(cmd, optarg, &seeds); o.seeds = seeds; break;
+    case 14: o.tau = cli_parse_double(cmd, "--tau", optarg, 0, 2); break;
+    case 15: o.restarts = (int)cli_parse_long(cmd, "--restarts", optarg, 1, 1000); break;
+    case 'o': out_dir = optarg; break;
+    case 16: no_plot = 1; break;
+    case 'q': quiet = 1; break;
+    case 'h': fputs(STUDY_HELP, stdout); free(line); return 0;
+    default: cli_bad_option(cmd, argc, argv, c);
+    }
+  }
+  if (optind >= argc) cli_usage_error(cmd, "NAME is required (see --help)");
+  if (optind + 1 < argc) cli_usage_error(cmd, "one NAME only ('%s' is extra)", argv[optind + 1]);
+  const char *name = argv[optind];
+  size_t known = 0;
+  while (eldr_study_names[known] && strcmp(eldr_study_names[known], name)) known++;
+  if (!eldr_study_names[known])
+    cli_usage_error(cmd, "unknown study '%s' (fig2 fig3 fig4 fig11 fig15 fig16 table2 rho-gain)", name);
+  if (!out_dir) cli_usage_error(cmd, "--out DIR is required");
+  if (serve_path && !trace_path) cli_usage_error(cmd, "--serve-trace needs --trace");
+  if (!quiet) o.progress = progress;
+
+  eldr_diag d = {{0}};
+  eldr_trace *t = NULL, *ts = NULL;
+  int rc;
+  if (trace_path) {
+    if ((rc = eldr_trace_load(trace_path, &t, &d))) cli_fail(cmd, "%s", eldr_diag_msg(&d, rc));
+  } else {
+    const char *m = model ? model : "qwen3-30b-a3b";
+    eldr_shape s;
+    char canon[128];
+    if ((rc = eldr_tracegen_model_shape(m, &s, canon, sizeof canon, &d)))
+      cli_usage_error(cmd, "--model: %s", eldr_diag_msg(&d, rc));
+    eldr_tracegen *g = NULL;
+    if ((rc = eldr_tracegen_new(&s, canon, workload, gen_seed, &g, &d)))
+      cli_usage_error(cmd, "--workload: %s", eldr_diag_msg(&d, rc));
+    eldr_tracegen_set_lengths(g, 0, (uint32_t)max_dec, 0);
+    if (!quiet) fprintf(stderr, "study: generating %ld %s requests for %s\n", gen_n, workload, canon);
+    rc = eldr_tracegen_generate(g, (size_t)gen_n, &t, &d);
+    eldr_tracegen_free(g);
+    if (rc) cli_fail(cmd, "trace generation: %s", eldr_diag_msg(&d, rc));
+  }
+  if (serve_path) {
+    if ((rc = eldr_trace_load(serve_path, &ts, &d))) cli_fail(cmd, "%s", eldr_diag_msg(&d, rc));
+    char why[256];
+    if (eldr_provenance_mismatch(t->model, t->generator, ts->model, ts->generator, why, sizeof why))
+      fprintf(stderr, "eldr study: warning: --serve-trace is not from --trace's source: %s\n", why);
+  }
+  o.trace = t;
+  o.serve = ts;
+  const char *preset = model ? model : cli_latency_preset_for_model(t->model);
+  if (!preset) cli_usage_error(cmd, "--model is required: no latency preset for '%s'", t->model);
+  if (!hardware) hardware = !strcmp(preset, "llama4-maverick") ? "h200" : "mi300x";
+  if ((rc = eldr_latency_preset(preset, hardware, &o.lm, &d)))
+    cli_usage_error(cmd, "%s", eldr_diag_msg(&d, rc));
+  if (lat_path && (rc = eldr_latency_load_overrides(lat_path, &o.lm, &d)))
+    cli_fail(cmd, "--latency: %s", eldr_diag_msg(&d, rc));
+
+  if (mkdir(out_dir, 0777) && errno != EEXIST)
+    cli_fail(cmd, "--out: cannot create '%s': %s", out_dir, strerror(errno));
+  double t0 = eldr_clock_now();
+  json_t *res = NULL;
+  rc = eldr_study_run(name, &o, &res, &d);
+  if (rc) cli_fail(cmd, "%s: %s", name, eldr_diag_msg(&d, rc));
+  json_object_set_new(res, "seconds", json_real(eldr_clock_now() - t0));
+  json_object_set_new(res, "trace", json_string(trace_path ? trace_path : workload));
+  if (serve_path) json_object_set_new(res, "serve_trace", json_string(serve_path));
+  json_object_set_new(res, "command", json_string(line));
+
+  char path[4096], png[4096];
+  snprintf(path, sizeof path, "%s/%s.json", out_dir, name);
+  if (json_dump_file(res, path, JSON_INDENT(2) | JSON_REAL_PRECISION(6)))
+    cli_fail(cmd, "cannot write '%s'", path);
+  snprintf(path, sizeof path, "%s/%s.csv", out_dir, name);
+  if (write_csv(path, res)) cli_fail(cmd, "cannot write '%s'", path);
+  const char *summary = json_string_value(json_object_get(res, "summary"));
+  size_t ml = strlen(summary) + strlen(line) + 256;
+  char *md = malloc(ml);
+  if (!md) cli_fail(cmd, "out of memory");
+  snprintf(md, ml, "%s\n\nPaper: %s\n\n`%s`\n", summary,
+           json_string_value(json_object_get(res, "paper")), line);
+  snprintf(path, sizeof path, "%s/%s.md", out_dir, name);
+  if (write_text(path, md)) cli_fail(cmd, "cannot write '%s'", path);
+  if (!no_plot) {
+    snprintf(path, sizeof path, "%s/%s.gp", out_dir, name);
+    snprintf(png, sizeof png, "%s/%s.png", out_dir, name);
+    char *gp = NULL;
+    size_t gl = 0;
+    FILE *mf = open_memstream(&gp, &gl);
+    if (!mf) cli_fail(cmd, "out of memory");
+    int werr = write_gp(mf, png, res);
+    if (fclose(mf) || werr) cli_fail(cmd, "cannot build the gnuplot script");
+    if (write_text(path, gp)) cli_fail(cmd, "cannot write '%s'", path);
+    eldr_diag pd = {{0}};
+    int prc = eldr_plot_run(gp, gl, &pd);
+    free(gp);
+    if (prc == ELDR_ENOTFOUND)
+      fprintf(stderr, "eldr study: gnuplot is not installed: no %s (script %s)\n", png, path);
+    else if (prc)
+      cli_fail(cmd, "gnuplot on '%s': %s", path, eldr_diag_msg(&pd, prc));
+  }
+  printf("%s\n", summary);
+  free(md);
+  free(line);
+  json_decref(res);
+  eldr_trace_free(ts);
+  eldr_trace_free(t);
+  free(seeds);
+  return 0;
+}
