@@ -51,7 +51,10 @@ void eldr__scrape_parse(worker *w, const char *text, size_t len) {
     w->s->m.scrapes[1]++;
     return;
   }
-  w->scraped = (uint32_t)((run > 0 ? run : 0) + (wait > 0 ? wait : 0) + 0.5);
+  /* each value is below 1e12, but a hostile page may repeat a series many
+   * times: clamp the sum before converting it (no engine queues 1e9) */
+  double tot = (run > 0 ? run : 0) + (wait > 0 ? wait : 0) + 0.5;
+  w->scraped = tot < 1e9 ? (uint32_t)tot : (uint32_t)1e9;
   w->scraped_kv = kv;
   w->scrape_valid = 1;
   w->s->m.scrapes[0]++;
