@@ -237,6 +237,18 @@ static int try_resend(eldr__up *u) {
   return 1;
 }
 
+/* A request is under way: the reply parser at the start of a head. */
+static void begin_reply(eldr__up *u, const eldr__up_cbs *cbs, void *arg) {
+  u->active = 1;
+  u->cbs = cbs;
+  u->arg = arg;
+  u->st = S_HEAD;
+  u->status = 0;
+  u->conn_close = 0;
+  u->remain = 0;
+  u->inn = u->inoff = 0;
+}
+
 int eldr__up_request(eldr__up *u, const struct iovec *iov, int iovcnt, const eldr__up_cbs *cbs,
                      void *arg) {
   if (u->active || u->dead) return ELDR_EINVAL;
@@ -254,14 +266,7 @@ int eldr__up_request(eldr__up *u, const struct iovec *iov, int iovcnt, const eld
     memcpy(u->out + u->outn, iov[i].iov_base, iov[i].iov_len);
     u->outn += iov[i].iov_len;
   }
-  u->active = 1;
-  u->cbs = cbs;
-  u->arg = arg;
-  u->st = S_HEAD;
-  u->status = 0;
-  u->conn_close = 0;
-  u->remain = 0;
-  u->inn = u->inoff = 0;
+  begin_reply(u, cbs, arg);
   if (u->paused) eldr__up_pause(u, 0);
   u->resent = 0;
   u->wrote = 0;
@@ -564,14 +569,7 @@ static void on_read(evutil_socket_t fd, short ev, void *arg) {
 }
 
 void eldr__up_test_begin(eldr__up *u, const eldr__up_cbs *cbs, void *arg) {
-  u->active = 1;
-  u->cbs = cbs;
-  u->arg = arg;
-  u->st = S_HEAD;
-  u->status = 0;
-  u->conn_close = 0;
-  u->remain = 0;
-  u->inn = u->inoff = 0;
+  begin_reply(u, cbs, arg);
 }
 
 void eldr__up_test_feed(eldr__up *u, const char *p, size_t n, int eof) {
