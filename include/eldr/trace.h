@@ -54,9 +54,38 @@ int eldr_trace_parse(const char *buf, size_t len, eldr_trace **out, eldr_diag *d
 int eldr_trace_parse_line(eldr_trace *t, const char *line, size_t len, size_t lineno,
                           eldr_diag *d);
 
-/* Write one request as a single JSONL line (with '\n'). Returns 0,
+/* Write one request as a single JSONL line (with '\n'), in its own form
+ * (counts form when r->prefill_counts is set). Returns 0,
  * ELDR_EINVAL, ELDR_ERANGE (a non-finite gate), ELDR_ENOMEM or ELDR_EIO. */
 int eldr_trace_write_request(FILE *f, const eldr_trace *t, const eldr_request *r);
+
+/* One counts-form line for a writer that has no eldr_trace (eldr serve
+ * --record): the header fields, the token counts, the dense L*E matrices
+ * and an optional pre-serialised "serve" object. Nothing is owned. */
+typedef struct eldr_counts_line {
+  const char *id;                 /* required */
+  const char *domain;             /* NULL: omitted */
+  const char *model;              /* NULL: "" */
+  const eldr_shape *shape;        /* required */
+  const uint32_t *layer_ids;      /* shape->num_layers ids; NULL: 0..L-1 */
+  const char *generator;          /* NULL: omitted (real traffic) */
+  double arrival;                 /* seconds; < 0 or non-finite: omitted */
+  const char *prompt;             /* NULL: omitted */
+  uint32_t prefill_tokens, decode_tokens;
+  const uint32_t *prefill_counts; /* L*E, required */
+  const uint32_t *decode_counts;  /* L*E, or NULL: decode selections unknown */
+  const char *serve;              /* one compact JSON object (no newline), or NULL */
+} eldr_counts_line;
+
+/* Append ln as one counts-form JSONL line (ending in '\n') to the growable
+ * buffer *buf (*len bytes used of *cap; *buf may start NULL/0/0: it grows
+ * with realloc and stays the caller's to free). The rows are checked
+ * (eldr_counts_rows_check) and serve must be one JSON object, so every line
+ * written reads back. On error *len is unchanged and d says why:
+ * ELDR_EINVAL, ELDR_ERANGE (a bad row), ELDR_EPARSE (serve), ELDR_ENOMEM.
+ * Thread-safe (touches only its arguments). */
+int eldr_trace_format_counts(const eldr_counts_line *ln, char **buf, size_t *len, size_t *cap,
+                             eldr_diag *d);
 
 /* Write the whole trace. Writes to path via a temp file + rename. */
 int eldr_trace_save(const char *path, const eldr_trace *t, eldr_diag *d);

@@ -29,6 +29,16 @@ static void request_release(eldr_request *r) {
   free(r->prefill);
   free(r->decode);
   free(r->prefill_gates);
+  free(r->prefill_counts);
+  free(r->decode_counts);
+  free(r->serve);
+}
+
+void eldr_request_release(eldr_request *r) {
+  if (!r) return;
+  request_release(r);
+  memset(r, 0, sizeof *r);
+  r->domain = -1;
 }
 
 void eldr_trace_free(eldr_trace *t) {
@@ -115,9 +125,83 @@ oom:
   return ELDR_ENOMEM;
 }
 
+int eldr_counts_rows_check(const eldr_shape *s, const uint32_t *counts, uint32_t ntok,
+                           eldr_diag *d) {
+  if (!s || !counts) return eldr_diag_fail(d, ELDR_EINVAL, "counts missing");
+  const uint32_t L = s->num_layers, E = s->num_experts;
+  const uint64_t want = (uint64_t)ntok * s->top_k;
+  for (uint32_t l = 0; l < L; l++) {
+    const uint32_t *row = counts + (size_t)l * E;
+    uint64_t sum = 0;
+    for (uint32_t e = 0; e < E; e++) {
+      if (row[e] > ntok)
+        return eldr_diag_fail(d, ELDR_ERANGE,
+                              "layer %u expert %u: count %u > %u tokens (top-k experts are "
+                              "distinct per token)",
+                              l, e, row[e], ntok);
+      sum += row[e];
+    }
+    if (sum != want)
+      return eldr_diag_fail(d, ELDR_ERANGE,
+                            "layer %u: sums to %llu, expected %u tokens * top_k %u = %llu", l,
+                            (unsigned long long)sum, ntok, s->top_k, (unsigned long long)want);
+  }
+  return ELDR_OK;
+}
+
+int eldr_trace_append_counts(eldr_trace *t, const char *id, const char *domain_name,
+                             const char *prompt, double arrival, const uint32_t *prefill_counts,
+                             uint32_t n_prefill, const uint32_t *decode_counts, uint32_t n_decode,
+                             const char *serve_json, eldr_diag *d) {
+  if (!t || !id || !prefill_counts || t->shape.num_layers == 0)
+    return eldr_diag_fail(d, ELDR_EINVAL, "trace, id or prefill_counts missing");
+  int rc = eldr_counts_rows_check(&t->shape, prefill_counts, n_prefill, d);
+  if (rc) {
+    eldr_diag_prefix(d, "request '%.60s': prefill_counts", id);
+    return rc;
+  }
+  if (decode_counts && (rc = eldr_counts_rows_check(&t->shape, decode_counts, n_decode, d))) {
+    eldr_diag_prefix(d, "request '%.60s': decode_counts", id);
+    return rc;
+  }
+  if (eldr_trace_reserve(t, t->n + 1)) return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
+  const size_t cells = eldr_shape_cells(&t->shape);
+  eldr_request r = {0};
+  r.domain = -1;
+  r.arrival = arrival;
+  r.n_prefill = n_prefill;
+  r.n_decode = n_decode;
+  if (!(r.id = strdup(id))) goto oom;
+  if (prompt && !(r.prompt = strdup(prompt))) goto oom;
+  if (serve_json && !(r.serve = strdup(serve_json))) goto oom;
+  if (!(r.prefill_counts = malloc(cells * sizeof(uint32_t)))) goto oom;
+  memcpy(r.prefill_counts, prefill_counts, cells * sizeof(uint32_t));
+  if (decode_counts) {
+    if (!(r.decode_counts = malloc(cells * sizeof(uint32_t)))) goto oom;
+    memcpy(r.decode_counts, decode_counts, cells * sizeof(uint32_t));
+  }
+  if (domain_name) {
+    int di = eldr_trace_domain_intern(t, domain_name);
+    if (di < 0) goto oom;
+    r.domain = di;
+  }
+  t->req[t->n] = r;
+  return (int)t->n++;
+oom:
+  request_release(&r);
+  return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
+}
+
 void eldr_trace_request_counts(const eldr_trace *t, const eldr_request *r, int decode,
                                uint32_t *out) {
-  memset(out, 0, eldr_shape_cells(&t->shape) * sizeof *out);
+  const size_t cells = eldr_shape_cells(&t->shape);
+  if (r->prefill_counts) {
+    const uint32_t *src = decode ? r->decode_counts : r->prefill_counts;
+    if (src) memcpy(out, src, cells * sizeof *out);
+    else memset(out, 0, cells * sizeof *out);
+    return;
+  }
+  memset(out, 0, cells * sizeof *out);
   const uint16_t *sel = decode ? r->decode : r->prefill;
   size_t n = decode ? r->n_decode : r->n_prefill;
   if (n && sel) (void)eldr_counts_accumulate(&t->shape, sel, ELDR_SEL_U16, n, out, NULL);

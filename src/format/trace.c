@@ -28,212 +28,6 @@
 
 #include "eldr/grow.h"
 
-#define MAX_DEPTH 64
-
-
-/* ------------------------------------------------------------------------ */
-/* line parser                                                               */
-
-typedef struct lctx {
-  eldr_diag *d;
-  const char *src; /* file name, or NULL: "line N" */
-  size_t lineno;
-  const char *base; /* start of the line: columns in messages */
-} lctx;
-
-__attribute__((format(printf, 4, 5))) static int lfail(const lctx *c, int err, const char *field,
-                                                       const char *fmt, ...) {
-  if (!c->d) return err;
-  char msg[256];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  char where[160];
-  if (c->src)
-    snprintf(where, sizeof where, "%s:%zu", c->src, c->lineno);
-  else
-    snprintf(where, sizeof where, "line %zu", c->lineno);
-  if (field)
-    eldr_diag_fail(c->d, err, "%s: field '%s': %s", where, field, msg);
-  else
-    eldr_diag_fail(c->d, err, "%s: %s", where, msg);
-  return err;
-}
-
-static inline const char *skip_ws(const char *p, const char *e) {
-  while (p < e && (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n')) p++;
-  return p;
-}
-
-/* Scan a JSON string starting at '"'; returns the position after the
- * closing quote, or NULL if unterminated / contains a raw control char /
- * a bad escape. */
-static const char *scan_string(const char *p, const char *e) {
-  p++;
-  while (p < e) {
-    unsigned char c = (unsigned char)*p;
-    if (c == '"') return p + 1;
-    if (c < 0x20) return NULL;
-    if (c == '\\') {
-      if (p + 1 >= e) return NULL;
-      char x = p[1];
-      if (x == 'u') {
-        if (e - p < 6) return NULL;
-        for (int i = 2; i < 6; i++) {
-          char h = p[i];
-          if (!((h >= '0' && h <= '9') || (h >= 'a' && h <= 'f') || (h >= 'A' && h <= 'F')))
-            return NULL;
-        }
-        p += 6;
-        continue;
-      }
-      if (!strchr("\"\\/bfnrt", x) || x == 0) return NULL;
-      p += 2;
-      continue;
-    }
-    p++;
-  }
-  return NULL;
-}
-
-/* Scan a JSON number; returns the end or NULL. */
-static const char *scan_number(const char *p, const char *e) {
-  if (p < e && *p == '-') p++;
-  if (p >= e) return NULL;
-  if (*p == '0') {
-    p++;
-  } else if (*p >= '1' && *p <= '9') {
-    while (p < e && *p >= '0' && *p <= '9') p++;
-  } else {
-    return NULL;
-  }
-  if (p < e && *p == '.') {
-    p++;
-    if (p >= e || !(*p >= '0' && *p <= '9')) return NULL;
-    while (p < e && *p >= '0' && *p <= '9') p++;
-  }
-  if (p < e && (*p == 'e' || *p == 'E')) {
-    p++;
-    if (p < e && (*p == '+' || *p == '-')) p++;
-    if (p >= e || !(*p >= '0' && *p <= '9')) return NULL;
-    while (p < e && *p >= '0' && *p <= '9') p++;
-  }
-  return p;
-}
-
-static const char *scan_literal(const char *p, const char *e, const char *lit) {
-  size_t n = strlen(lit);
-  if ((size_t)(e - p) < n || memcmp(p, lit, n)) return NULL;
-  return p + n;
-}
-
-/* An object key and its ':' at p (after '{' or ','); returns the position
- * after ':' or NULL with *why set. */
-static const char *scan_key_colon(const char *p, const char *e, const char **why) {
-  if (p >= e || *p != '"' || !(p = scan_string(p, e))) {
-    *why = p && p >= e ? "unexpected end of line (truncated JSON?)" : "expected a string key";
-    return NULL;
-  }
-  p = skip_ws(p, e);
-  if (p >= e || *p != ':') {
-    *why = p >= e ? "unexpected end of line (truncated JSON?)" : "expected ':'";
-    return NULL;
-  }
-  return p + 1;
-}
-
-/* Scan any JSON value (iteratively for containers, depth-limited).
- * Returns the end, or NULL with *why set. */
-static const char *scan_value(const char *p, const char *e, const char **why) {
-  char stack[MAX_DEPTH];
-  int depth = 0;
-  for (;;) {
-    /* expect a value at p */
-    p = skip_ws(p, e);
-    if (p >= e) {
-      *why = "unexpected end of line (truncated JSON?)";
-      return NULL;
-    }
-    const char *q;
-    switch (*p) {
-    case '"': q = scan_string(p, e); if (!q) *why = "invalid or unterminated string"; break;
-    case 't': q = scan_literal(p, e, "true"); if (!q) *why = "invalid literal"; break;
-    case 'f': q = scan_literal(p, e, "false"); if (!q) *why = "invalid literal"; break;
-    case 'n': q = scan_literal(p, e, "null"); if (!q) *why = "invalid literal"; break;
-    case '[':
-    case '{': {
-      if (depth >= MAX_DEPTH) {
-        *why = "nesting too deep";
-        return NULL;
-      }
-      char open = *p;
-      stack[depth++] = open;
-      p = skip_ws(p + 1, e);
-      if (p < e && *p == (open == '[' ? ']' : '}')) {
-        depth--;
-        q = p + 1;
-        break;
-      }
-      if (open == '{' && !(p = scan_key_colon(p, e, why))) return NULL;
-      continue; /* parse the first element */
-    }
-    default: q = scan_number(p, e); if (!q) *why = "invalid value"; break;
-    }
-    if (!q) return NULL;
-    p = q;
-    /* after a value: close containers or go to the next element */
-    for (;;) {
-      if (depth == 0) return p;
-      p = skip_ws(p, e);
-      if (p >= e) {
-        *why = "unexpected end of line (truncated JSON?)";
-        return NULL;
-      }
-      char open = stack[depth - 1];
-      char close = open == '[' ? ']' : '}';
-      if (*p == close) {
-        depth--;
-        p++;
-        continue;
-      }
-      if (*p != ',') {
-        *why = open == '[' ? "expected ',' or ']'" : "expected ',' or '}'";
-        return NULL;
-      }
-      p = skip_ws(p + 1, e);
-      if (open == '{' && !(p = scan_key_colon(p, e, why))) return NULL;
-      break; /* parse the next value */
-    }
-  }
-}
-
-/* Fast end-of-value finder for the big numeric arrays (prefill, decode,
- * prefill_gates): bracket counting is exact when the value holds only
- * numbers, brackets, commas and whitespace. Anything else (a string, an
- * object...) returns NULL and the caller falls back to scan_value. Syntax
- * is validated later by parse_sel. */
-static const char *skip_num_array(const char *p, const char *e) {
-  static const unsigned char ok[256] = {
-      [' '] = 1, ['\t'] = 1, ['\r'] = 1, ['\n'] = 1, [','] = 1, ['-'] = 1, ['+'] = 1,
-      ['.'] = 1, ['e'] = 1,  ['E'] = 1,  ['0'] = 1,  ['1'] = 1, ['2'] = 1, ['3'] = 1,
-      ['4'] = 1, ['5'] = 1,  ['6'] = 1,  ['7'] = 1,  ['8'] = 1, ['9'] = 1, ['['] = 2,
-      [']'] = 3};
-  if (p >= e || *p != '[') return NULL;
-  long depth = 0;
-  for (; p < e; p++) {
-    switch (ok[(unsigned char)*p]) {
-    case 1: continue;
-    case 2: depth++; continue;
-    case 3:
-      if (--depth == 0) return p + 1;
-      continue;
-    default: return NULL;
-    }
-  }
-  return NULL;
-}
-
 enum {
   F_ID,
   F_DOMAIN,
@@ -247,108 +41,20 @@ enum {
   F_PROMPT,
   F_GATES,
   F_GENERATOR,
+  F_FORM,
+  F_PREFILL_TOKENS,
+  F_DECODE_TOKENS,
+  F_PREFILL_COUNTS,
+  F_DECODE_COUNTS,
+  F_SERVE,
   F_COUNT
 };
 static const char *const field_names[F_COUNT] = {
-    "id",     "domain", "model",   "num_experts", "top_k",        "layers",
-    "prefill", "decode", "arrival", "prompt",      "prefill_gates", "generator"};
+    "id",      "domain",         "model",         "num_experts",    "top_k",
+    "layers",  "prefill",        "decode",        "arrival",        "prompt",
+    "prefill_gates", "generator", "form",         "prefill_tokens", "decode_tokens",
+    "prefill_counts", "decode_counts", "serve"};
 
-typedef struct span {
-  const char *p, *e; /* NULL when absent */
-} span;
-
-/* Decode a JSON string token [p, e) with jansson into a malloc'd C string. */
-static int decode_string(const lctx *c, const char *field, span s, char **out) {
-  if (*s.p != '"') return lfail(c, ELDR_EPARSE, field, "expected a string");
-  /* fast path: no escapes, plain ASCII */
-  bool plain = true;
-  for (const char *q = s.p + 1; q < s.e - 1; q++)
-    if (*q == '\\' || (unsigned char)*q >= 0x80) {
-      plain = false;
-      break;
-    }
-  if (plain) {
-    size_t n = (size_t)(s.e - s.p) - 2;
-    char *r = malloc(n + 1);
-    if (!r) return ELDR_ENOMEM;
-    memcpy(r, s.p + 1, n);
-    r[n] = '\0';
-    *out = r;
-    return ELDR_OK;
-  }
-  json_error_t jerr;
-  json_t *j = json_loadb(s.p, (size_t)(s.e - s.p), JSON_DECODE_ANY, &jerr);
-  if (!j || !json_is_string(j)) {
-    json_decref(j);
-    return lfail(c, ELDR_EPARSE, field, "invalid string (%s)", jerr.text);
-  }
-  const char *v = json_string_value(j);
-  size_t n = json_string_length(j);
-  if (strlen(v) != n) {
-    json_decref(j);
-    return lfail(c, ELDR_EPARSE, field, "string contains a NUL character");
-  }
-  char *r = malloc(n + 1);
-  if (!r) {
-    json_decref(j);
-    return ELDR_ENOMEM;
-  }
-  memcpy(r, v, n + 1);
-  json_decref(j);
-  *out = r;
-  return ELDR_OK;
-}
-
-/* A non-negative JSON integer (no fraction/exponent), at most max. */
-static int parse_uint(const lctx *c, const char *field, span s, uint64_t max, uint64_t *out) {
-  const int shown = (int)(s.e - s.p > 40 ? 40 : s.e - s.p);
-  if (scan_number(s.p, s.e) != s.e)
-    return lfail(c, ELDR_EPARSE, field, "expected an integer, got %.*s", shown, s.p);
-  const size_t n = (size_t)(s.e - s.p);
-  if (memchr(s.p, '.', n) || memchr(s.p, 'e', n) || memchr(s.p, 'E', n))
-    return lfail(c, ELDR_EPARSE, field, "expected an integer, got %.*s", shown, s.p);
-  if (*s.p == '-') return lfail(c, ELDR_ERANGE, field, "negative value %.*s", shown, s.p);
-  uint64_t v = 0;
-  for (const char *p = s.p; p < s.e; p++) {
-    v = v * 10 + (uint64_t)(*p - '0');
-    if (v > max)
-      return lfail(c, ELDR_ERANGE, field, "value %.*s out of range (max %llu)", shown, s.p,
-                   (unsigned long long)max);
-  }
-  *out = v;
-  return ELDR_OK;
-}
-
-/* A finite JSON number as double (float when as_float). */
-static int parse_real(const char **pp, const char *e, double *out, bool as_float) {
-  const char *p = *pp;
-  const char *q = scan_number(p, e);
-  if (!q) return ELDR_EPARSE;
-  size_t n = (size_t)(q - p);
-  char buf[80];
-  if (n >= sizeof buf) return ELDR_ERANGE;
-  memcpy(buf, p, n);
-  buf[n] = '\0';
-  char *end;
-  errno = 0;
-  double v = as_float ? (double)strtof(buf, &end) : strtod(buf, &end);
-  if (end != buf + n) return ELDR_EPARSE;
-  if (!isfinite(v)) return ELDR_ERANGE;
-  *out = v;
-  *pp = q;
-  return ELDR_OK;
-}
-
-/* Growable buffer of elements of size esz. */
-typedef struct gbuf {
-  void *p;
-  size_t n, cap, esz;
-} gbuf;
-
-static int gbuf_reserve(gbuf *b, size_t more) {
-  if (more > SIZE_MAX - b->n) return ELDR_ENOMEM;
-  return eldr_grow(&b->p, &b->cap, b->n + more, b->esz, 1024);
-}
 
 /* Parse sel[t][l][k]: ids (uint16) or gates (float). Exactly L layers per
  * token and K entries per layer. Returns the token count in *ntok. */
@@ -655,7 +361,6 @@ fail:
   return rc;
 }
 
-static bool is_null(span s) { return s.p && s.e - s.p == 4 && !memcmp(s.p, "null", 4); }
 
 /* pre, dec: empty buffers for the id arrays; on success they are handed to
  * the trace (p set to NULL), otherwise the caller frees them. */
@@ -693,7 +398,9 @@ static int parse_line_body(eldr_trace *t, const char *line, size_t len, lctx *c,
       const char *ve = NULL;
       if (fi == F_PREFILL && !f[fi].p) ve = parse_sel_compact(p, e, pre_, &fs_pre);
       else if (fi == F_DECODE && !f[fi].p) ve = parse_sel_compact(p, e, dec_, &fs_dec);
-      if (!ve && (fi == F_PREFILL || fi == F_DECODE || fi == F_GATES)) ve = skip_num_array(p, e);
+      if (!ve && (fi == F_PREFILL || fi == F_DECODE || fi == F_GATES || fi == F_PREFILL_COUNTS ||
+                  fi == F_DECODE_COUNTS))
+        ve = skip_num_array(p, e);
       if (!ve) ve = scan_value(p, e, &why);
       if (!ve) {
         if (fi >= 0) return lfail(c, ELDR_EPARSE, field_names[fi], "invalid JSON: %s", why);
@@ -721,13 +428,39 @@ static int parse_line_body(eldr_trace *t, const char *line, size_t len, lctx *c,
   if (skip_ws(p, e) != e) return lfail(c, ELDR_EPARSE, NULL, "trailing characters after the object");
 
   /* pass 2: interpret */
-  static const int required[] = {F_ID, F_MODEL, F_NUM_EXPERTS, F_TOP_K, F_LAYERS, F_PREFILL,
-                                 F_DECODE};
+  bool counts = false;
+  if (f[F_FORM].p && !is_null(f[F_FORM])) {
+    if (f[F_FORM].e - f[F_FORM].p != 8 || memcmp(f[F_FORM].p, "\"counts\"", 8))
+      return lfail(c, ELDR_EPARSE, "form", "expected \"counts\" (absent: the per-token form), got %.*s",
+                   (int)(f[F_FORM].e - f[F_FORM].p > 40 ? 40 : f[F_FORM].e - f[F_FORM].p),
+                   f[F_FORM].p);
+    counts = true;
+  }
+  static const int required[] = {F_ID, F_MODEL, F_NUM_EXPERTS, F_TOP_K, F_LAYERS};
+  static const int token_only[] = {F_PREFILL, F_DECODE, F_GATES};
+  static const int counts_only[] = {F_PREFILL_TOKENS, F_DECODE_TOKENS, F_PREFILL_COUNTS,
+                                    F_DECODE_COUNTS};
   for (size_t i = 0; i < sizeof required / sizeof required[0]; i++)
     if (!f[required[i]].p) return lfail(c, ELDR_EPARSE, field_names[required[i]], "missing");
+  for (size_t i = 0; i < 3; i++) {
+    const int fi = counts ? token_only[i] : counts_only[i];
+    if (f[fi].p && (counts || !is_null(f[fi])))
+      return lfail(c, ELDR_EPARSE, field_names[fi],
+                   counts ? "per-token rows are not allowed in a \"form\":\"counts\" line"
+                          : "only allowed with \"form\":\"counts\"");
+  }
+  if (!counts && f[F_DECODE_COUNTS].p && !is_null(f[F_DECODE_COUNTS]))
+    return lfail(c, ELDR_EPARSE, "decode_counts", "only allowed with \"form\":\"counts\"");
+  for (size_t i = 0; i < (counts ? 3 : 2); i++) {
+    const int fi = counts ? counts_only[i] : token_only[i];
+    if (!f[fi].p) return lfail(c, ELDR_EPARSE, field_names[fi], "missing");
+  }
+  if (f[F_SERVE].p && !is_null(f[F_SERVE]) && *f[F_SERVE].p != '{')
+    return lfail(c, ELDR_EPARSE, "serve", "expected an object");
 
   int rc;
-  char *model = NULL, *id = NULL, *domain = NULL, *prompt = NULL, *gen = NULL;
+  char *model = NULL, *id = NULL, *domain = NULL, *prompt = NULL, *gen = NULL, *serve = NULL;
+  uint32_t *pcounts = NULL, *dcounts = NULL;
   uint32_t *layers = NULL, nl = 0;
   gbuf pre = *pre_, dec = *dec_, gat = {.esz = sizeof(float)};
   *pre_ = (gbuf){.esz = sizeof(uint16_t)};
@@ -809,9 +542,25 @@ static int parse_line_body(eldr_trace *t, const char *line, size_t len, lctx *c,
       goto out;
     }
   }
-  if ((rc = parse_ids(c, "prefill", f[F_PREFILL], &sh, &fs_pre, &pre, &n_pre))) goto out;
-  if ((rc = parse_ids(c, "decode", f[F_DECODE], &sh, &fs_dec, &dec, &n_dec))) goto out;
-  if (f[F_GATES].p && !is_null(f[F_GATES])) {
+  if (f[F_SERVE].p && !is_null(f[F_SERVE])) {
+    const size_t n = (size_t)(f[F_SERVE].e - f[F_SERVE].p);
+    if (!(serve = malloc(n + 1))) {
+      rc = ELDR_ENOMEM;
+      goto out;
+    }
+    memcpy(serve, f[F_SERVE].p, n);
+    serve[n] = '\0';
+  }
+  if (counts) {
+    const span cs[4] = {f[F_PREFILL_TOKENS], f[F_DECODE_TOKENS], f[F_PREFILL_COUNTS],
+                        f[F_DECODE_COUNTS]};
+    if ((rc = eldr__trace_parse_counts_fields(c, cs, &sh, &n_pre, &n_dec, &pcounts, &dcounts)))
+      goto out;
+  } else {
+    if ((rc = parse_ids(c, "prefill", f[F_PREFILL], &sh, &fs_pre, &pre, &n_pre))) goto out;
+    if ((rc = parse_ids(c, "decode", f[F_DECODE], &sh, &fs_dec, &dec, &n_dec))) goto out;
+  }
+  if (!counts && f[F_GATES].p && !is_null(f[F_GATES])) {
     if ((rc = parse_sel(c, "prefill_gates", f[F_GATES], &sh, true, &gat, &n_gat))) goto out;
     if (n_gat != n_pre) {
       rc = lfail(c, ELDR_ESHAPE, "prefill_gates", "%u tokens, prefill has %u", n_gat, n_pre);
@@ -835,7 +584,7 @@ static int parse_line_body(eldr_trace *t, const char *line, size_t len, lctx *c,
   }
 
   /* commit: every allocation first, then nothing can fail */
-  const bool has_gates = f[F_GATES].p && !is_null(f[F_GATES]);
+  const bool has_gates = !counts && f[F_GATES].p && !is_null(f[F_GATES]);
   if (has_gates && !gat.p && !(gat.p = malloc(sizeof(float)))) {
     rc = ELDR_ENOMEM;
     goto out;
@@ -878,6 +627,12 @@ static int parse_line_body(eldr_trace *t, const char *line, size_t len, lctx *c,
     r.prefill_gates = gat.p;
     gat.p = NULL;
   }
+  r.prefill_counts = pcounts;
+  pcounts = NULL;
+  r.decode_counts = dcounts;
+  dcounts = NULL;
+  r.serve = serve;
+  serve = NULL;
   t->req[t->n++] = r;
   rc = ELDR_OK;
 out:
@@ -890,6 +645,9 @@ out:
   free(pre.p);
   free(dec.p);
   free(gat.p);
+  free(serve);
+  free(pcounts);
+  free(dcounts);
   return rc;
 }
 

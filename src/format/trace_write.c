@@ -13,6 +13,7 @@
 
 #include "eldr/grow.h"
 #include "eldr/trace.h"
+#include "format/trace_internal.h"
 
 /* ------------------------------------------------------------------------ */
 /* writer                                                                    */
@@ -136,44 +137,112 @@ static int wb_sel(wbuf *b, const eldr_shape *sh, const uint16_t *ids, const floa
   return ELDR_OK;
 }
 
-static int format_request(wbuf *b, const eldr_trace *t, const eldr_request *r) {
-  int rc = ELDR_OK;
-  char num[40];
 #define W(x)                                                                                       \
   do {                                                                                             \
-    if ((rc = (x))) return rc;                                                                     \
+    int rc_ = (x);                                                                                 \
+    if (rc_) return rc_;                                                                           \
   } while (0)
+
+/* The header fields every line starts with (id .. prompt). */
+static int format_header(wbuf *b, const eldr_counts_line *h) {
+  char num[40];
   W(wb_lit(b, "{\"id\":"));
-  W(wb_str(b, r->id ? r->id : ""));
-  if (r->domain >= 0 && (size_t)r->domain < t->n_domains) {
+  W(wb_str(b, h->id ? h->id : ""));
+  if (h->domain) {
     W(wb_lit(b, ",\"domain\":"));
-    W(wb_str(b, t->domains[r->domain]));
+    W(wb_str(b, h->domain));
   }
   W(wb_lit(b, ",\"model\":"));
-  W(wb_str(b, t->model ? t->model : ""));
+  W(wb_str(b, h->model ? h->model : ""));
   W(wb_lit(b, ",\"num_experts\":"));
-  W(wb_u32(b, t->shape.num_experts));
+  W(wb_u32(b, h->shape->num_experts));
   W(wb_lit(b, ",\"top_k\":"));
-  W(wb_u32(b, t->shape.top_k));
+  W(wb_u32(b, h->shape->top_k));
   W(wb_lit(b, ",\"layers\":["));
-  for (uint32_t l = 0; l < t->shape.num_layers; l++) {
+  for (uint32_t l = 0; l < h->shape->num_layers; l++) {
     if (l) W(wb_lit(b, ","));
-    W(wb_u32(b, t->layer_ids ? t->layer_ids[l] : l));
+    W(wb_u32(b, h->layer_ids ? h->layer_ids[l] : l));
   }
   W(wb_lit(b, "]"));
-  if (t->generator) {
+  if (h->generator) {
     W(wb_lit(b, ",\"generator\":"));
-    W(wb_str(b, t->generator));
+    W(wb_str(b, h->generator));
   }
-  if (r->arrival >= 0 && isfinite(r->arrival)) {
-    snprintf(num, sizeof num, "%.17g", r->arrival);
+  if (h->arrival >= 0 && isfinite(h->arrival)) {
+    snprintf(num, sizeof num, "%.17g", h->arrival);
     W(wb_lit(b, ",\"arrival\":"));
     W(wb_lit(b, num));
   }
-  if (r->prompt) {
+  if (h->prompt) {
     W(wb_lit(b, ",\"prompt\":"));
-    W(wb_str(b, r->prompt));
+    W(wb_str(b, h->prompt));
   }
+  return ELDR_OK;
+}
+
+/* A dense counts matrix as L rows of E integers. */
+static int wb_counts(wbuf *b, const eldr_shape *sh, const uint32_t *c) {
+  const uint32_t L = sh->num_layers, E = sh->num_experts;
+  if (wb_reserve(b, 2 + (size_t)L * (3 + (size_t)E * 11))) return ELDR_ENOMEM;
+  char *o = b->p + b->n;
+  *o++ = '[';
+  for (uint32_t l = 0; l < L; l++) {
+    if (l) *o++ = ',';
+    *o++ = '[';
+    const uint32_t *row = c + (size_t)l * E;
+    for (uint32_t e = 0; e < E; e++) {
+      if (e) *o++ = ',';
+      o += put_u32(o, row[e]);
+    }
+    *o++ = ']';
+  }
+  *o++ = ']';
+  b->n = (size_t)(o - b->p);
+  return ELDR_OK;
+}
+
+static int format_counts(wbuf *b, const eldr_counts_line *ln) {
+  W(format_header(b, ln));
+  W(wb_lit(b, ",\"form\":\"counts\",\"prefill_tokens\":"));
+  W(wb_u32(b, ln->prefill_tokens));
+  W(wb_lit(b, ",\"decode_tokens\":"));
+  W(wb_u32(b, ln->decode_tokens));
+  W(wb_lit(b, ",\"prefill_counts\":"));
+  W(wb_counts(b, ln->shape, ln->prefill_counts));
+  if (ln->decode_counts) {
+    W(wb_lit(b, ",\"decode_counts\":"));
+    W(wb_counts(b, ln->shape, ln->decode_counts));
+  }
+  if (ln->serve) {
+    W(wb_lit(b, ",\"serve\":"));
+    W(wb_lit(b, ln->serve));
+  }
+  W(wb_lit(b, "}\n"));
+  return ELDR_OK;
+}
+
+/* The header of request r of trace t as a line description. */
+static eldr_counts_line line_of(const eldr_trace *t, const eldr_request *r) {
+  return (eldr_counts_line){
+      .id = r->id,
+      .domain = r->domain >= 0 && (size_t)r->domain < t->n_domains ? t->domains[r->domain] : NULL,
+      .model = t->model,
+      .shape = &t->shape,
+      .layer_ids = t->layer_ids,
+      .generator = t->generator,
+      .arrival = r->arrival,
+      .prompt = r->prompt,
+      .prefill_tokens = r->n_prefill,
+      .decode_tokens = r->n_decode,
+      .prefill_counts = r->prefill_counts,
+      .decode_counts = r->decode_counts,
+      .serve = r->serve};
+}
+
+static int format_request(wbuf *b, const eldr_trace *t, const eldr_request *r) {
+  const eldr_counts_line h = line_of(t, r);
+  if (r->prefill_counts) return format_counts(b, &h);
+  W(format_header(b, &h));
   W(wb_lit(b, ",\"prefill\":"));
   W(wb_sel(b, &t->shape, r->prefill, NULL, r->n_prefill));
   W(wb_lit(b, ",\"decode\":"));
@@ -182,8 +251,39 @@ static int format_request(wbuf *b, const eldr_trace *t, const eldr_request *r) {
     W(wb_lit(b, ",\"prefill_gates\":"));
     W(wb_sel(b, &t->shape, NULL, r->prefill_gates, r->n_prefill));
   }
+  if (r->serve) {
+    W(wb_lit(b, ",\"serve\":"));
+    W(wb_lit(b, r->serve));
+  }
   W(wb_lit(b, "}\n"));
+  return ELDR_OK;
+}
 #undef W
+
+int eldr_trace_format_counts(const eldr_counts_line *ln, char **buf, size_t *len, size_t *cap,
+                             eldr_diag *d) {
+  if (!ln || !buf || !len || !cap || !ln->id || !ln->shape || !ln->prefill_counts)
+    return eldr_diag_fail(d, ELDR_EINVAL, "counts line: id, shape or prefill_counts missing");
+  int rc = eldr_shape_validate(ln->shape, d);
+  if (rc) return rc;
+  if ((rc = eldr_counts_rows_check(ln->shape, ln->prefill_counts, ln->prefill_tokens, d))) {
+    eldr_diag_prefix(d, "request '%.60s': prefill_counts", ln->id);
+    return rc;
+  }
+  if (ln->decode_counts &&
+      (rc = eldr_counts_rows_check(ln->shape, ln->decode_counts, ln->decode_tokens, d))) {
+    eldr_diag_prefix(d, "request '%.60s': decode_counts", ln->id);
+    return rc;
+  }
+  if (ln->serve && !text_is_json_object(ln->serve, strlen(ln->serve)))
+    return eldr_diag_fail(d, ELDR_EPARSE, "request '%.60s': serve is not one JSON object",
+                          ln->id);
+  wbuf b = {*buf, *len, *cap};
+  rc = format_counts(&b, ln);
+  *buf = b.p;
+  *cap = b.cap;
+  if (rc) return eldr_diag_fail(d, rc, "request '%.60s': %s", ln->id, eldr_strerror(rc));
+  *len = b.n;
   return ELDR_OK;
 }
 
