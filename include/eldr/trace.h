@@ -48,6 +48,66 @@ int eldr_trace_load(const char *path, eldr_trace **out, eldr_diag *d);
 /* Parse a whole in-memory JSONL buffer (same rules as eldr_trace_load). */
 int eldr_trace_parse(const char *buf, size_t len, eldr_trace **out, eldr_diag *d);
 
+/* ---- several inputs, torn last lines, streaming ---------------------------
+ * A trace input is a file, a directory (its *.jsonl files, sorted by name,
+ * not recursive) or a glob pattern (sorted matches); several inputs are read
+ * in order as one trace: every line of every file must agree on model,
+ * shape, layers and generator, exactly as within one file.
+ * Torn last line: a file whose last line has no trailing newline and does
+ * not parse as JSON (a write cut short by kill -9) has that line skipped,
+ * with a note (eldr_trace_read_info), not an error. A last line without a
+ * newline that parses is read as usual, and any other bad line is an error.
+ * (eldr_trace_load / eldr_trace_parse above stay strict: whole-file codec.) */
+
+/* What a multi-input read saw. */
+typedef struct eldr_trace_read_info {
+  size_t files;    /* input files read */
+  size_t requests; /* requests read (loaded or visited) */
+  size_t torn;     /* torn last lines skipped */
+  char note[320];  /* the first skipped line's note ("" when none), e.g.
+                      "rec/a.jsonl:41: last line has no newline and does not
+                      parse (a torn write?): skipped: ..." */
+} eldr_trace_read_info;
+
+/* Expand inputs (files, directories, globs) into file paths, in order.
+ * *out: a malloc'd array of *n malloc'd paths (free with
+ * eldr_trace_inputs_free). Errors (d names the input): ELDR_ENOTFOUND (a
+ * missing file, a directory without *.jsonl, a glob without matches),
+ * ELDR_EIO, ELDR_ENOMEM, ELDR_EINVAL (no inputs). */
+int eldr_trace_inputs_expand(const char *const *inputs, size_t n_inputs, char ***out, size_t *n,
+                             eldr_diag *d);
+void eldr_trace_inputs_free(char **paths, size_t n);
+
+/* Load the expanded inputs (eldr_trace_inputs_expand first) into one trace,
+ * skipping torn last lines (counted in info, which may be NULL). Large
+ * files parse on two threads as in eldr_trace_load. Errors as
+ * eldr_trace_load, naming the file and line; ELDR_EEMPTY when no file holds
+ * a request. */
+int eldr_trace_load_inputs(char *const *paths, size_t n, eldr_trace **out,
+                           eldr_trace_read_info *info, eldr_diag *d);
+
+/* A streaming visitor: called once per request in input order; index is
+ * 0-based over all inputs. t holds the header read so far (model, shape,
+ * layer_ids, generator, domains: r->domain indexes t->domains) and no
+ * requests; r belongs to the reader and is released after the call, but the
+ * visitor may take any of its arrays or strings by setting the field to
+ * NULL. Return 0 to go on; anything else stops the read, which returns it. */
+typedef int (*eldr_trace_visit_fn)(const eldr_trace *t, eldr_request *r, size_t index, void *ud);
+
+/* Visit the requests of paths one at a time with bounded memory: one line
+ * (at most ELDR_TRACE_MAX_LINE bytes, else ELDR_ERANGE) and one request at a
+ * time, whatever the file sizes. Torn last lines are skipped (info). Returns
+ * 0, a reader error (d names file, line, field), or the visitor's nonzero
+ * value (d untouched by the reader). ELDR_EEMPTY when no request was seen. */
+int eldr_trace_foreach_inputs(char *const *paths, size_t n, eldr_trace_visit_fn fn, void *ud,
+                              eldr_trace_read_info *info, eldr_diag *d);
+
+/* eldr_trace_foreach_inputs on one file. On success d (when non-NULL)
+ * holds the torn-line note, or "" when there was none. */
+int eldr_trace_foreach(const char *path, eldr_trace_visit_fn fn, void *ud, eldr_diag *d);
+
+#define ELDR_TRACE_MAX_LINE ((size_t)512 << 20)
+
 /* Parse one line (no newline needed) and append it to t. If t has no
  * requests yet and t->shape.num_layers == 0, the line defines the shape.
  * lineno is used only in messages. On error t is unchanged. */

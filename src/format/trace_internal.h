@@ -24,4 +24,10 @@ int eldr__trace_parse_counts_fields(const lctx *c, const span f[4], const eldr_s
                                     uint32_t *n_pre, uint32_t *n_dec, uint32_t **pc,
                                     uint32_t **dc);
 
+/* A file's last line without a newline: parsed into t, or, when it is not
+ * one complete JSON object (a torn write), skipped with a note in info
+ * (counted; info may be NULL). Other errors fail as usual. */
+int eldr__trace_parse_last_line(eldr_trace *t, const char *line, size_t len, size_t lineno,
+                                const char *src, eldr_trace_read_info *info, eldr_diag *d);
+
 #endif

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -93,8 +94,8 @@ static void parse_half(void *arg, size_t i) {
     h->rc = parse_range(h->t, h->j->buf, h->j->split, 0, h->j->src, h->d);
 }
 
-/* Append b's requests after its first (the repeated first line) to a. */
-static int join_halves(eldr_trace *a, eldr_trace *b) {
+/* Append b's requests from index `from` on to a (domains re-interned). */
+static int join_traces(eldr_trace *a, eldr_trace *b, size_t from) {
   int *map = malloc((b->n_domains ? b->n_domains : 1) * sizeof *map);
   if (!map) return ELDR_ENOMEM;
   for (size_t i = 0; i < b->n_domains; i++) {
@@ -104,23 +105,68 @@ static int join_halves(eldr_trace *a, eldr_trace *b) {
       return ELDR_ENOMEM;
     }
   }
-  if (eldr_trace_reserve(a, a->n + b->n - 1)) {
+  if (eldr_trace_reserve(a, a->n + b->n - from)) {
     free(map);
     return ELDR_ENOMEM;
   }
-  for (size_t i = 1; i < b->n; i++) {
+  for (size_t i = from; i < b->n; i++) {
     eldr_request r = b->req[i];
     if (r.domain >= 0) r.domain = map[r.domain];
     a->req[a->n++] = r;
   }
-  b->n = 1; /* the moved requests now belong to a */
+  b->n = from; /* the moved requests now belong to a */
   free(map);
   return ELDR_OK;
 }
 
-static int parse_buffer(const char *buf, size_t len, const char *src, eldr_trace **out,
-                        eldr_diag *d) {
+/* A torn last line (see eldr/trace.h): [*len, end) is the last line when
+ * it has no newline and is not blank; *len is cut before it. Returns
+ * whether there is one. */
+static int cut_last_line(const char *buf, size_t *len) {
+  size_t n = *len;
+  if (n == 0 || buf[n - 1] == '\n') return 0;
+  size_t s = n;
+  while (s > 0 && buf[s - 1] != '\n') s--;
+  if (blank(buf + s, buf + n)) return 0;
+  *len = s;
+  return 1;
+}
+
+/* Lines in [p, e) (newlines counted). */
+static size_t count_lines(const char *p, const char *e) {
+  size_t n = 0;
+  while ((p = memchr(p, '\n', (size_t)(e - p))) != NULL) {
+    n++;
+    p++;
+  }
+  return n;
+}
+
+/* Parse a file's last line without a newline into t; a line that is not
+ * one complete JSON object is skipped with a note in info (a torn write),
+ * any other error fails as usual. */
+int eldr__trace_parse_last_line(eldr_trace *t, const char *line, size_t len, size_t lineno,
+                                const char *src, eldr_trace_read_info *info, eldr_diag *d) {
+  if (text_is_json_object(line, len)) {
+    int rc = eldr__trace_parse_line_src(t, line, len, lineno, src, d);
+    if (rc == ELDR_ENOMEM)
+      eldr_diag_fail(d, rc, "%s: line %zu: out of memory", src ? src : "input", lineno);
+    return rc;
+  }
+  if (info && info->torn++ == 0)
+    snprintf(info->note, sizeof info->note,
+             "%s:%zu: last line (%zu bytes) has no newline and is not complete JSON (a torn "
+             "write?): skipped",
+             src ? src : "input", lineno, len);
+  return ELDR_OK;
+}
+
+/* info NULL: strict (eldr_trace_load); else torn last lines are skipped. */
+static int parse_buffer(const char *buf, size_t len, const char *src, eldr_trace_read_info *info,
+                        eldr_trace **out, eldr_diag *d) {
   *out = NULL;
+  const size_t full = len;
+  const int torn = info && cut_last_line(buf, &len);
   eldr_trace *t = calloc(1, sizeof(eldr_trace));
   if (!t) return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
   const char *e = buf + len;
@@ -153,17 +199,21 @@ static int parse_buffer(const char *buf, size_t len, const char *src, eldr_trace
       if (rc == ELDR_ENOMEM && !j.d.msg[0])
         eldr_diag_fail(d, rc, "%s%sout of memory", src ? src : "", src ? ": " : "");
     }
-    if (rc == ELDR_OK && (rc = join_halves(t, j.t)) != ELDR_OK)
+    /* the second half's first request is the repeated first line */
+    if (rc == ELDR_OK && (rc = join_traces(t, j.t, 1)) != ELDR_OK)
       eldr_diag_fail(d, rc, "%s%sout of memory", src ? src : "", src ? ": " : "");
     eldr_trace_free(j.t);
   } else {
     rc = parse_range(t, buf, e, 0, src, d);
   }
+  if (rc == ELDR_OK && torn)
+    rc = eldr__trace_parse_last_line(t, buf + len, full - len, count_lines(buf, e) + 1, src, info,
+                                     d);
   if (rc) {
     eldr_trace_free(t);
     return rc;
   }
-  if (t->n == 0) {
+  if (t->n == 0 && !info) {
     eldr_trace_free(t);
     return eldr_diag_fail(d, ELDR_EEMPTY, "%s%sempty trace (no requests)", src ? src : "",
                           src ? ": " : "");
@@ -178,13 +228,12 @@ int eldr_trace_parse(const char *buf, size_t len, eldr_trace **out, eldr_diag *d
     *out = NULL;
     return eldr_diag_fail(d, ELDR_EINVAL, "buffer missing");
   }
-  return parse_buffer(buf ? buf : "", len, NULL, out, d);
+  return parse_buffer(buf ? buf : "", len, NULL, NULL, out, d);
 }
 
-int eldr_trace_load(const char *path, eldr_trace **out, eldr_diag *d) {
-  if (!out) return eldr_diag_fail(d, ELDR_EINVAL, "out missing");
-  *out = NULL;
-  if (!path) return eldr_diag_fail(d, ELDR_EINVAL, "path missing");
+/* One file, strict (info NULL) or torn-tolerant. */
+static int load_file(const char *path, eldr_trace_read_info *info, eldr_trace **out,
+                     eldr_diag *d) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return eldr_diag_fail(d, ELDR_EIO, "%s: cannot open: %s", path, strerror(errno));
   struct stat st;
@@ -200,7 +249,7 @@ int eldr_trace_load(const char *path, eldr_trace **out, eldr_diag *d) {
     if (m != MAP_FAILED) {
       close(fd);
       (void)madvise(m, n, MADV_SEQUENTIAL);
-      rc = parse_buffer(m, n, path, out, d);
+      rc = parse_buffer(m, n, path, info, out, d);
       munmap(m, n);
       return rc;
     }
@@ -211,8 +260,70 @@ int eldr_trace_load(const char *path, eldr_trace **out, eldr_diag *d) {
   rc = eldr_read_fd(fd, path, SIZE_MAX - 1, NULL, &buf, &n, d);
   close(fd);
   if (rc) return rc;
-  rc = parse_buffer(buf, n, path, out, d);
+  rc = parse_buffer(buf, n, path, info, out, d);
   free(buf);
   return rc;
+}
+
+int eldr_trace_load(const char *path, eldr_trace **out, eldr_diag *d) {
+  if (!out) return eldr_diag_fail(d, ELDR_EINVAL, "out missing");
+  *out = NULL;
+  if (!path) return eldr_diag_fail(d, ELDR_EINVAL, "path missing");
+  return load_file(path, NULL, out, d);
+}
+
+/* b (read from src) agrees with a on everything a line is checked against. */
+static int same_header(const eldr_trace *a, const eldr_trace *b, const char *src, eldr_diag *d) {
+  if (a->model && a->model[0] && strcmp(a->model, b->model))
+    return eldr_diag_fail(d, ELDR_ESHAPE, "%s: model '%.60s' disagrees with the first input's '%.60s'",
+                          src, b->model, a->model);
+  const eldr_shape *x = &a->shape, *y = &b->shape;
+  if (x->num_layers != y->num_layers || x->num_experts != y->num_experts || x->top_k != y->top_k ||
+      memcmp(a->layer_ids, b->layer_ids, x->num_layers * sizeof *a->layer_ids))
+    return eldr_diag_fail(d, ELDR_ESHAPE,
+                          "%s: shape (%u layers, %u experts, top_k %u, layer ids) disagrees with "
+                          "the first input's (%u, %u, %u)",
+                          src, y->num_layers, y->num_experts, y->top_k, x->num_layers,
+                          x->num_experts, x->top_k);
+  if (b->generator && (!a->generator || strcmp(a->generator, b->generator)))
+    return eldr_diag_fail(d, ELDR_ESHAPE, "%s: generator '%.80s' disagrees with the first input's %.80s",
+                          src, b->generator, a->generator ? a->generator : "(none)");
+  return ELDR_OK;
+}
+
+int eldr_trace_load_inputs(char *const *paths, size_t n, eldr_trace **out,
+                           eldr_trace_read_info *info, eldr_diag *d) {
+  eldr_trace_read_info scratch;
+  if (!info) info = &scratch;
+  memset(info, 0, sizeof *info);
+  if (!out) return eldr_diag_fail(d, ELDR_EINVAL, "out missing");
+  *out = NULL;
+  if (!paths || n == 0) return eldr_diag_fail(d, ELDR_EINVAL, "no trace inputs");
+  eldr_trace *all = NULL;
+  int rc = ELDR_OK;
+  for (size_t i = 0; i < n && rc == ELDR_OK; i++) {
+    eldr_trace *t = NULL;
+    if ((rc = load_file(paths[i], info, &t, d))) break;
+    info->files++;
+    if (t->n == 0) {
+      eldr_trace_free(t);
+    } else if (!all) {
+      all = t;
+    } else {
+      if ((rc = same_header(all, t, paths[i], d)) == ELDR_OK && (rc = join_traces(all, t, 0)))
+        eldr_diag_fail(d, rc, "%s: out of memory", paths[i]);
+      eldr_trace_free(t);
+    }
+  }
+  if (rc == ELDR_OK && !all)
+    rc = eldr_diag_fail(d, ELDR_EEMPTY, "%s%s: empty trace (no requests)", paths[0],
+                        n > 1 ? " and the other inputs" : "");
+  if (rc) {
+    eldr_trace_free(all);
+    return rc;
+  }
+  info->requests = all->n;
+  *out = all;
+  return ELDR_OK;
 }
 
