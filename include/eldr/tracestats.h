@@ -17,7 +17,9 @@
  *     lasts (then with replacement). At decode step s (0 <= s < steps) every
  *     slot contributes the next decode token of its request; a slot whose
  *     request has finished takes the next request drawn by the same rule
- *     (requests without decode tokens are skipped). steps defaults to the
+ *     (requests without decode tokens are skipped, and so are requests in
+ *     the counts form: they have no per-step selections; with none left,
+ *     every (b) figure is NAN and n_token_rows is 0). steps defaults to the
  *     median output length of the trace, so with equal output lengths a
  *     batch is exactly B requests decoding in lockstep. For each step and
  *     layer the number of distinct experts selected by the batch is
@@ -73,6 +75,7 @@ typedef struct eldr_tracestats {
   size_t n_corr;
   double corr_median, corr_mean, corr_p10, corr_p90; /* NAN when n_corr == 0 */
   /* (b) */
+  size_t n_token_rows;          /* requests with per-token decode rows (0: (b) n/a) */
   eldr_tracestats_batch *batch; /* n_batch entries */
   size_t n_batch;
   size_t n_clusters;            /* distinct cluster labels (0 without) */

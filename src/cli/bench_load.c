@@ -25,7 +25,9 @@ static void usage(FILE *f) {
           "Arrivals stop after --duration; open requests are cancelled --drain seconds later.\n\n"
           "options:\n"
           "  --target URL      base URL, e.g. http://127.0.0.1:8000 (required)\n"
-          "  --trace T         JSONL trace (required)\n"
+          "  --trace T         JSONL trace, per-token or counts form (prompts and lengths\n"
+          "                    are all it needs); a directory of *.jsonl or a glob; repeat\n"
+          "                    for more (required)\n"
           "  --rate R          arrivals per second (default 2)\n"
           "  --duration S      seconds of arrivals (default 30)\n"
           "  --requests N      stop after N arrivals (default: no limit)\n"
@@ -70,7 +72,7 @@ int eldr_bench_load(int argc, char **argv) {
   c.rate = 2;
   c.duration_s = 30;
   c.seed = 1;
-  const char *trace_path = NULL;
+  cli_trace_inputs tin = {0};
   int json = 0;
   static const struct option opts[] = {
       {"target", required_argument, 0, 'u'},  {"trace", required_argument, 0, 't'},
@@ -89,7 +91,7 @@ int eldr_bench_load(int argc, char **argv) {
   while ((o = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
     switch (o) {
     case 'u': c.target = optarg; break;
-    case 't': trace_path = optarg; break;
+    case 't': cli_trace_add(CMD, &tin, optarg); break;
     case 'r': c.rate = cli_parse_double(CMD, "--rate", optarg, 1e-3, 1e5); break;
     case 'd': c.duration_s = cli_parse_double(CMD, "--duration", optarg, 1e-3, 86400); break;
     case 'n': c.max_requests = (size_t)cli_parse_long(CMD, "--requests", optarg, 1, 100000000); break;
@@ -111,13 +113,13 @@ int eldr_bench_load(int argc, char **argv) {
   }
   if (optind < argc) cli_usage_error(CMD, "unexpected argument '%s' (see --help)", argv[optind]);
   if (!c.target) cli_usage_error(CMD, "--target is required (e.g. http://127.0.0.1:8000)");
-  if (!trace_path) cli_usage_error(CMD, "--trace is required");
+  if (!tin.n) cli_usage_error(CMD, "--trace is required");
   eldr_diag d = {{0}};
   if (eldr_loadgen_target_check(c.target, NULL))
     cli_usage_error(CMD, "--target: '%s' is not an http://host[:port] URL", c.target);
-  eldr_trace *t = NULL;
-  int rc = eldr_trace_load(trace_path, &t, &d);
-  if (rc < 0) cli_fail(CMD, "--trace: %s", eldr_diag_msg(&d, rc));
+  cli_trace_expand(CMD, &tin);
+  eldr_trace *t = cli_trace_load(CMD, &tin);
+  int rc;
   if (c.first >= t->n) cli_usage_error(CMD, "--first %zu: the trace has %zu records", c.first, t->n);
   c.trace = t;
   c.progress = progress;
@@ -184,5 +186,6 @@ int eldr_bench_load(int argc, char **argv) {
   int status = r.ok > 0 ? 0 : 1;
   eldr_loadgen_result_free(&r);
   eldr_trace_free(t);
+  cli_trace_inputs_free(&tin);
   return status;
 }

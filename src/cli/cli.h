@@ -59,4 +59,37 @@ int cli_stderr_tty(void);
 /* Progress line on stderr ("\r<label> done/total"), rate-limited; final=1 ends the line. */
 void cli_progress(const char *label, size_t done, size_t total, int final);
 
+/* ---- trace inputs (cli_trace.c) ------------------------------------------
+ * Commands that read a trace take one or more inputs (repeated --trace, each
+ * a file, a directory of *.jsonl or a glob: eldr_trace_inputs_expand). */
+typedef struct eldr_trace eldr_trace;
+typedef struct eldr_request eldr_request;
+typedef struct cli_trace_inputs {
+  const char **args; /* as given, in order */
+  size_t n, cap;
+  char **paths; /* expanded by cli_trace_expand */
+  size_t n_paths;
+  char label[256]; /* "a.jsonl", "rec/ (3 files)", "a.jsonl + 2 more inputs" */
+} cli_trace_inputs;
+
+/* Add one --trace value (the string is borrowed from argv). */
+void cli_trace_add(const char *cmd, cli_trace_inputs *in, const char *arg);
+/* Expand the inputs into paths; a missing file, an empty directory or a glob
+ * without matches fails (exit 1, as an unreadable file does). */
+void cli_trace_expand(const char *cmd, cli_trace_inputs *in);
+/* Load every path as one trace (cli_trace_expand first); torn last lines
+ * are skipped with a note on stderr; any other error fails (exit 1). */
+eldr_trace *cli_trace_load(const char *cmd, const cli_trace_inputs *in);
+/* The expanded paths as a NULL-terminated list for cli_check_output
+ * (malloc'd array; the strings stay in's). */
+const char **cli_trace_paths_z(const cli_trace_inputs *in);
+void cli_trace_inputs_free(cli_trace_inputs *in);
+/* Fail (exit 1) naming the first request of t in counts form: `what` needs
+ * per-token rows (e.g. "sim replays per-token decode selections"). */
+void cli_trace_require_tokens(const char *cmd, const char *label, const eldr_trace *t,
+                              const char *what);
+
+/* `eldr trace compact` (cmd_trace_compact.c), dispatched by `eldr trace`. */
+int eldr_cmd_trace_compact(int argc, char **argv);
+
 #endif

@@ -323,6 +323,7 @@ static void make_splits(demo *x) {
     fprintf(stderr, "eldr demo: [1/4] loading %s\n", x->trace_path);
     int rc = eldr_trace_load(x->trace_path, &all, &d);
     if (rc < 0) demo_fail("--trace: %s", eldr_diag_msg(&d, rc));
+    cli_trace_require_tokens("demo", x->trace_path, all, "the demo's workers replay per-token selections");
     if (all->n < 4) demo_fail("--trace: %zu requests; need at least 4 to split", all->n);
     if (!x->model) x->model = preset_for_shape(&all->shape);
     if (!x->model)

@@ -23,7 +23,9 @@ static const char FIT_HELP[] =
     "Choose the signature representation, IDF and layer mask by rho, fit balanced\n"
     "K-means with one centroid per decoder, and write the routing artifact.\n"
     "\n"
-    "  -t, --trace FILE        calibration trace (JSONL)                 (required)\n"
+    "  -t, --trace T           calibration trace: a JSONL file (per-token or counts\n"
+    "                          form), a directory of *.jsonl or a glob; repeat for\n"
+    "                          more (read as one trace)                  (required)\n"
     "  -k, --decoders K        decode workers = centroids                (required)\n"
     "  -o, --output FILE       artifact to write                         (required)\n"
     "      --tau X             locality band stored in the artifact       [0.1]\n"
@@ -89,7 +91,8 @@ static void print_steps(const eldr_trace *t, const eldr_fit_candidate *c) {
 
 int eldr_cmd_fit(int argc, char **argv) {
   const char *cmd = "fit";
-  const char *trace_path = NULL, *out_path = NULL, *layers = "auto";
+  const char *out_path = NULL, *layers = "auto";
+  cli_trace_inputs tin = {0};
   const char *lat_model = NULL, *lat_hw = NULL, *lat_path = NULL;
   eldr_fit_opts o;
   eldr_fit_opts_default(&o);
@@ -114,7 +117,7 @@ int eldr_cmd_fit(int argc, char **argv) {
   int c;
   while ((c = getopt_long(argc, argv, ":t:k:o:qh", lo, NULL)) != -1) {
     switch (c) {
-    case 't': trace_path = optarg; break;
+    case 't': cli_trace_add(cmd, &tin, optarg); break;
     case 'k': o.k = (size_t)cli_parse_long(cmd, "--decoders", optarg, 1, 4096); break;
     case 'o': out_path = optarg; break;
     case 1: o.tau = cli_parse_double(cmd, "--tau", optarg, 0.0, 2.0); break;
@@ -160,7 +163,7 @@ int eldr_cmd_fit(int argc, char **argv) {
     }
   }
   if (optind < argc) cli_usage_error(cmd, "unexpected argument '%s' (see --help)", argv[optind]);
-  if (!trace_path) cli_usage_error(cmd, "--trace is required (see --help)");
+  if (!tin.n) cli_usage_error(cmd, "--trace is required (see --help)");
   if (!o.k) cli_usage_error(cmd, "--decoders is required (see --help)");
   if (!out_path) cli_usage_error(cmd, "-o/--output is required (see --help)");
   if (redundant && !ep_size) cli_usage_error(cmd, "--redundant-experts needs --ep-size");
@@ -182,15 +185,23 @@ int eldr_cmd_fit(int argc, char **argv) {
       have_lm = 1;
     }
   }
-  const char *inputs[] = {trace_path, NULL};
+  cli_trace_expand(cmd, &tin);
+  const char *trace_path = tin.label;
+  const char **inputs = cli_trace_paths_z(&tin);
+  if (!inputs) cli_fail(cmd, "out of memory");
   cli_check_output(cmd, "-o", out_path, inputs);
+  free(inputs);
 
   double t0 = eldr_clock_now();
   eldr_diag d = {{0}};
-  eldr_trace *t = NULL;
-  int rc = eldr_trace_load(trace_path, &t, &d);
-  if (rc) cli_fail(cmd, "%s", eldr_diag_msg(&d, rc));
+  eldr_trace *t = cli_trace_load(cmd, &tin);
+  int rc;
   double t_load = eldr_clock_now() - t0;
+  if (o.repr == ELDR_REPR_GATE || o.repr == ELDR_REPR_LOGIT)
+    for (size_t i = 0; i < t->n; i++)
+      if (eldr_request_is_counts(&t->req[i]))
+        cli_fail(cmd, "--representation %s needs per-token prefill_gates; %s: request '%s' is in "
+                 "the counts form", eldr_repr_name((eldr_repr)o.repr), trace_path, t->req[i].id);
   if (have_lm && (lm.shape.num_layers != t->shape.num_layers ||
                   lm.shape.num_experts != t->shape.num_experts || lm.shape.top_k != t->shape.top_k))
     cli_usage_error(cmd, "--model/--latency: the latency model '%s' has %u layers x %u experts top-%u, "
@@ -356,5 +367,6 @@ int eldr_cmd_fit(int argc, char **argv) {
   eldr_trace_free(t);
   free(subset);
   free(list_mask);
+  cli_trace_inputs_free(&tin);
   return 0;
 }

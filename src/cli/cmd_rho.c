@@ -19,8 +19,10 @@ static const char RHO_HELP[] =
     "prefill signatures and that of decode patterns (decode counts, all layers).\n"
     "With --artifact the artifact's representation, IDF weights and layer mask are\n"
     "used unchanged (held-out evaluation); otherwise IDF is computed on T itself.\n"
+    "Counts-form requests without decode_counts are skipped (a note says how many).\n"
     "\n"
-    "  -t, --trace FILE        trace (JSONL)                               (required)\n"
+    "  -t, --trace T           trace: JSONL file (per-token or counts form), directory\n"
+    "                          of *.jsonl or glob; repeat for more        (required)\n"
     "  -a, --artifact FILE     routing artifact\n"
     "      --representation R  count|binary|gate|logit                     [count]\n"
     "      --idf M             on|off                                      [on]\n"
@@ -32,7 +34,8 @@ static const char RHO_HELP[] =
 
 int eldr_cmd_rho(int argc, char **argv) {
   const char *cmd = "rho";
-  const char *trace_path = NULL, *art_path = NULL, *layers = "all";
+  const char *art_path = NULL, *layers = "all";
+  cli_trace_inputs tin = {0};
   eldr_repr repr = ELDR_REPR_COUNT;
   int idf_on = 1, json = 0, repr_given = 0;
   size_t max_pairs = 200000;
@@ -47,7 +50,7 @@ int eldr_cmd_rho(int argc, char **argv) {
   int c;
   while ((c = getopt_long(argc, argv, ":t:a:h", lo, NULL)) != -1) {
     switch (c) {
-    case 't': trace_path = optarg; break;
+    case 't': cli_trace_add(cmd, &tin, optarg); break;
     case 'a': art_path = optarg; break;
     case 1:
       if (eldr_repr_parse(optarg, &repr))
@@ -69,14 +72,15 @@ int eldr_cmd_rho(int argc, char **argv) {
     }
   }
   if (optind < argc) cli_usage_error(cmd, "unexpected argument '%s' (see --help)", argv[optind]);
-  if (!trace_path) cli_usage_error(cmd, "--trace is required (see --help)");
+  if (!tin.n) cli_usage_error(cmd, "--trace is required (see --help)");
   if (art_path && repr_given)
     cli_usage_error(cmd, "--artifact fixes the representation: drop --representation/--idf/--layers");
 
+  cli_trace_expand(cmd, &tin);
+  const char *trace_path = tin.label;
   eldr_diag d = {{0}};
-  eldr_trace *t = NULL;
-  int rc = eldr_trace_load(trace_path, &t, &d);
-  if (rc) cli_fail(cmd, "%s", eldr_diag_msg(&d, rc));
+  eldr_trace *t = cli_trace_load(cmd, &tin);
+  int rc;
   const eldr_shape *s = &t->shape;
   const size_t LE = eldr_shape_cells(s);
 
@@ -91,9 +95,18 @@ int eldr_cmd_rho(int argc, char **argv) {
                s->num_layers, s->num_experts, s->top_k);
   }
 
-  /* requests with prefill selections */
-  size_t n = 0;
-  for (size_t i = 0; i < t->n; i++) n += t->req[i].n_prefill > 0;
+  /* requests with prefill selections (and, in the counts form, known decode
+   * selections: rho compares prefill with decode) */
+  size_t n = 0, no_decode = 0;
+  for (size_t i = 0; i < t->n; i++) {
+    const eldr_request *r = &t->req[i];
+    if (!r->n_prefill) continue;
+    if (eldr_request_is_counts(r) && !r->decode_counts) no_decode++;
+    else n++;
+  }
+  if (no_decode)
+    fprintf(stderr, "eldr %s: note: %zu counts-form requests without decode_counts skipped\n", cmd,
+            no_decode);
   if (n < 2) cli_fail(cmd, "%s: %zu requests with prefill selections; rho needs at least 2", trace_path, n);
   uint32_t *pre = calloc(n * LE, sizeof *pre);
   uint32_t *dec = calloc(n * LE, sizeof *dec);
@@ -104,7 +117,8 @@ int eldr_cmd_rho(int argc, char **argv) {
   if (!pre || !dec || !decpat || !idf || !gates || !mask) cli_fail(cmd, "out of memory");
   size_t j = 0;
   for (size_t i = 0; i < t->n; i++) {
-    if (!t->req[i].n_prefill) continue;
+    if (!t->req[i].n_prefill || (eldr_request_is_counts(&t->req[i]) && !t->req[i].decode_counts))
+      continue;
     eldr_trace_request_counts(t, &t->req[i], 0, pre + j * LE);
     eldr_trace_request_counts(t, &t->req[i], 1, dec + j * LE);
     j++;
@@ -138,9 +152,13 @@ int eldr_cmd_rho(int argc, char **argv) {
   j = 0;
   for (size_t i = 0; i < t->n; i++) {
     const eldr_request *r = &t->req[i];
-    if (!r->n_prefill) continue;
+    if (!r->n_prefill || (eldr_request_is_counts(r) && !r->decode_counts)) continue;
     const float *g = NULL;
     if (spec.repr == ELDR_REPR_GATE || spec.repr == ELDR_REPR_LOGIT) {
+      if (eldr_request_is_counts(r))
+        cli_fail(cmd, "%s: request '%s' is in the counts form (no per-token prefill_gates); "
+                 "representation %s needs the per-token form", trace_path, r->id,
+                 eldr_repr_name(spec.repr));
       if (!r->prefill_gates) cli_fail(cmd, "%s: request '%s' has no prefill_gates, needed by representation %s", trace_path, r->id, eldr_repr_name(spec.repr));
       memset(gates, 0, LE * sizeof *gates);
       for (size_t tok = 0; tok < r->n_prefill; tok++)
@@ -188,5 +206,6 @@ int eldr_cmd_rho(int argc, char **argv) {
   free(pre);
   eldr_artifact_free(a);
   eldr_trace_free(t);
+  cli_trace_inputs_free(&tin);
   return 0;
 }

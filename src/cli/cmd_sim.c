@@ -255,6 +255,9 @@ static void load_workload(const char *cmd, const sim_args *a, eldr_trace **t_out
     if (eldr_provenance_mismatch(t->model, t->generator, ts->model, ts->generator, why, sizeof why))
       fprintf(stderr, "eldr sim: warning: --serve-trace is not from --trace's source: %s\n", why);
   }
+  /* the served requests are replayed token by token (the fit needs counts only) */
+  cli_trace_require_tokens(cmd, ts ? a->serve_path : a->trace_path, ts ? ts : t,
+                           "sim replays per-token decode selections");
   *t_out = t;
   *ts_out = ts;
 }

@@ -308,6 +308,7 @@ int eldr_cmd_study(int argc, char **argv) {
   int rc;
   if (trace_path) {
     if ((rc = eldr_trace_load(trace_path, &t, &d))) cli_fail(cmd, "%s", eldr_diag_msg(&d, rc));
+    cli_trace_require_tokens(cmd, trace_path, t, "the studies replay per-token selections");
   } else {
     const char *m = model ? model : "qwen3-30b-a3b";
     eldr_shape s;
@@ -325,6 +326,7 @@ int eldr_cmd_study(int argc, char **argv) {
   }
   if (serve_path) {
     if ((rc = eldr_trace_load(serve_path, &ts, &d))) cli_fail(cmd, "%s", eldr_diag_msg(&d, rc));
+    cli_trace_require_tokens(cmd, serve_path, ts, "the studies replay per-token selections");
     char why[256];
     if (eldr_provenance_mismatch(t->model, t->generator, ts->model, ts->generator, why, sizeof why))
       fprintf(stderr, "eldr study: warning: --serve-trace is not from --trace's source: %s\n", why);

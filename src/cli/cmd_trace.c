@@ -23,11 +23,12 @@
 #include "eldr/tracestats.h"
 
 static const char TRACE_HELP[] =
-    "usage: eldr trace <gen|stats> [options]   (eldr trace <sub> --help)\n"
+    "usage: eldr trace <gen|stats|compact> [options]   (eldr trace <sub> --help)\n"
     "\n"
     "  gen     write a synthetic expert trace (JSONL) for a model shape and workload\n"
     "  stats   prefill->decode correlation, distinct experts per batching rule,\n"
-    "          domain mix and lengths of a trace\n";
+    "          domain mix and lengths of a trace\n"
+    "  compact rewrite traces in the counts form (per-layer expert counts)\n";
 
 static const char GEN_HELP[] =
     "usage: eldr trace gen --requests N -o FILE [options]\n"
@@ -48,13 +49,19 @@ static const char GEN_HELP[] =
     "      --max-prompt-tokens T cap the drawn prompt lengths at T\n"
     "  -j, --jobs N              generator threads (the output does not depend on it)\n"
     "                                                               [2]\n"
+    "      --form F              tokens (per-token rows) | counts (per-layer expert\n"
+    "                            counts: what eldr serve --record writes) [tokens]\n"
     "  -q, --quiet               no progress on stderr\n"
     "  -h, --help                this help\n"
     "\n"
     "The model and the presets are documented in docs/trace.md.\n";
 
 static const char STATS_HELP[] =
-    "usage: eldr trace stats TRACE.jsonl [options]\n"
+    "usage: eldr trace stats TRACE... [options]\n"
+    "\n"
+    "TRACE: JSONL files (per-token or counts form), directories of *.jsonl or globs,\n"
+    "read as one trace. Counts-form requests have no per-token rows: (b) uses only\n"
+    "the requests that have them.\n"
     "\n"
     "(a) median per-request Pearson correlation of prefill vs decode per-expert counts;\n"
     "(b) mean distinct experts per layer per decode step for batches drawn at random,\n"
@@ -168,9 +175,10 @@ static int trace_gen(int argc, char **argv) {
   const char *model = "qwen3-30b-a3b", *workload = "realistic", *out_path = NULL;
   long requests = -1, force_dec = 0, max_dec = 0, max_pre = 0, jobs = 2;
   uint64_t seed = ELDR_SEED_DEFAULT;
-  int quiet = 0;
+  int quiet = 0, counts_form = 0;
   static const struct option lo[] = {
       {"model", required_argument, 0, 'm'},    {"workload", required_argument, 0, 'w'},
+      {"form", required_argument, 0, 4},
       {"jobs", required_argument, 0, 'j'},
       {"requests", required_argument, 0, 'n'}, {"seed", required_argument, 0, 's'},
       {"output", required_argument, 0, 'o'},   {"decode-tokens", required_argument, 0, 1},
@@ -191,6 +199,11 @@ static int trace_gen(int argc, char **argv) {
     case 1: force_dec = cli_parse_long(cmd, "--decode-tokens", optarg, 1, 1000000); break;
     case 2: max_dec = cli_parse_long(cmd, "--max-decode-tokens", optarg, 1, 1000000); break;
     case 3: max_pre = cli_parse_long(cmd, "--max-prompt-tokens", optarg, 1, 1000000); break;
+    case 4:
+      if (!strcmp(optarg, "counts")) counts_form = 1;
+      else if (!strcmp(optarg, "tokens")) counts_form = 0;
+      else cli_usage_error(cmd, "--form: unknown '%s' (tokens|counts)", optarg);
+      break;
     case 'q': quiet = 1; break;
     case 'h': fputs(GEN_HELP, stdout); return 0;
     default: cli_bad_option(cmd, argc, argv, c);
@@ -250,6 +263,10 @@ static int trace_gen(int argc, char **argv) {
     jb[j] = (gen_job){pp, j};
     if (pthread_create(&th[j], NULL, gen_producer, &jb[j])) cli_fail(cmd, "cannot start a thread");
   }
+  const size_t cells = eldr_shape_cells(&shape);
+  uint32_t *cnt_pre = counts_form ? malloc(cells * sizeof *cnt_pre) : NULL;
+  uint32_t *cnt_dec = counts_form ? malloc(cells * sizeof *cnt_dec) : NULL;
+  if (counts_form && (!cnt_pre || !cnt_dec)) cli_fail(cmd, "out of memory");
   const char *fail_msg = NULL;
   char fail_buf[sizeof pp->d[0].msg]; /* the pipe (and its diags) is freed before the message is printed */
   int fail_errno = 0, write_failed = 0;
@@ -275,6 +292,15 @@ static int trace_gen(int argc, char **argv) {
                       .prefill = sl->pre,
                       .decode = sl->dec,
                       .prefill_gates = NULL};
+    if (counts_form) { /* the same request as per-layer counts */
+      memset(cnt_pre, 0, cells * sizeof *cnt_pre);
+      memset(cnt_dec, 0, cells * sizeof *cnt_dec);
+      (void)eldr_counts_accumulate(&shape, sl->pre, ELDR_SEL_U16, sl->n_pre, cnt_pre, NULL);
+      (void)eldr_counts_accumulate(&shape, sl->dec, ELDR_SEL_U16, sl->n_dec, cnt_dec, NULL);
+      r.prefill = r.decode = NULL;
+      r.prefill_counts = cnt_pre;
+      r.decode_counts = cnt_dec;
+    }
     if ((rc = eldr_trace_write_request(f, hdr, &r)) < 0 || ferror(f)) {
       fail_errno = errno;
       write_failed = 1;
@@ -293,6 +319,8 @@ static int trace_gen(int argc, char **argv) {
   pthread_mutex_unlock(&pp->mu);
   for (size_t j = 0; j < pp->jobs; j++) pthread_join(th[j], NULL);
   gen_pipe_free(pp);
+  free(cnt_pre);
+  free(cnt_dec);
   if (fail_msg) {
     if (tmp) {
       fclose(f);
@@ -350,11 +378,19 @@ static void print_table(const char *path, const eldr_trace *t, const eldr_traces
   printf("\n(a) prefill->decode per-expert Pearson correlation: median %s (p10 %s, p90 %s, "
          "mean %s; %zu requests)\n",
          a, b, c, e, s->n_corr);
-  printf("\n(b) distinct experts per layer per decode step (%zu batches of %zu steps per cell%s)\n",
-         batches, s->steps, s->n_clusters ? "" : "; no --artifact: no cluster rule");
-  printf("  %6s %9s %9s %8s %9s %8s\n", "batch", "random", "domain", "fewer", "cluster",
-         "fewer");
-  for (size_t i = 0; i < s->n_batch; i++) {
+  if (!s->n_token_rows) {
+    printf("\n(b) distinct experts per layer per decode step: not available (it replays per-token\n"
+           "    decode selections; no request has them: counts-form requests carry counts only)\n");
+  } else {
+    printf("\n(b) distinct experts per layer per decode step (%zu batches of %zu steps per cell%s)\n",
+           batches, s->steps, s->n_clusters ? "" : "; no --artifact: no cluster rule");
+    if (s->n_token_rows < s->n_requests)
+      printf("    (drawn from the %zu requests with per-token decode rows)\n", s->n_token_rows);
+  }
+  if (s->n_token_rows)
+    printf("  %6s %9s %9s %8s %9s %8s\n", "batch", "random", "domain", "fewer", "cluster",
+           "fewer");
+  for (size_t i = 0; i < s->n_batch && s->n_token_rows; i++) {
     const eldr_tracestats_batch *x = &s->batch[i];
     char r0[32], r1[32], p1[32], r2[32], p2[32];
     fmt_num(r0, sizeof r0, x->distinct[ELDR_BATCH_RANDOM], "%.2f");
@@ -445,9 +481,10 @@ static int trace_stats(int argc, char **argv) {
     }
   }
   if (optind >= argc) cli_usage_error(cmd, "a trace file is required (see --help)");
-  if (optind + 1 < argc)
-    cli_usage_error(cmd, "unexpected argument '%s' (see --help)", argv[optind + 1]);
-  const char *path = argv[optind];
+  cli_trace_inputs tin = {0};
+  for (int i = optind; i < argc; i++) cli_trace_add(cmd, &tin, argv[i]);
+  cli_trace_expand(cmd, &tin);
+  const char *path = tin.label;
   if (plot_path) {
     if (!eldr_plot_terminal(plot_path))
       cli_usage_error(cmd, "--plot: '%s' must end in .png or .svg", plot_path);
@@ -456,9 +493,8 @@ static int trace_stats(int argc, char **argv) {
   if (ref_path) load_ref(cmd, ref_path, &ref);
 
   eldr_diag d = {{0}};
-  eldr_trace *t = NULL;
-  int rc = eldr_trace_load(path, &t, &d);
-  if (rc) cli_fail(cmd, "%s", eldr_diag_msg(&d, rc));
+  eldr_trace *t = cli_trace_load(cmd, &tin);
+  int rc;
 
   int *cluster = NULL;
   eldr_artifact *a = NULL;
@@ -513,6 +549,9 @@ static int trace_stats(int argc, char **argv) {
   o.steps = (size_t)max_steps;
   eldr_tracestats s;
   if ((rc = eldr_tracestats_compute(t, &o, &s, &d))) cli_fail(cmd, "%s", eldr_diag_msg(&d, rc));
+  if (plot_path && !s.n_token_rows)
+    cli_fail(cmd, "--plot draws (b), which replays per-token decode selections; %s has none "
+             "(counts form)", path);
 
   if (json) {
     char *txt = eldr_tracestats_json(&s, t);
@@ -560,6 +599,7 @@ static int trace_stats(int argc, char **argv) {
   free(cluster);
   eldr_artifact_free(a);
   eldr_trace_free(t);
+  cli_trace_inputs_free(&tin);
   return 0;
 }
 
@@ -574,6 +614,7 @@ int eldr_cmd_trace(int argc, char **argv) {
   }
   if (!strcmp(argv[1], "gen")) return trace_gen(argc - 1, argv + 1);
   if (!strcmp(argv[1], "stats")) return trace_stats(argc - 1, argv + 1);
-  cli_usage_error("trace", "unknown subcommand '%s' (gen, stats; see eldr trace --help)",
+  if (!strcmp(argv[1], "compact")) return eldr_cmd_trace_compact(argc - 1, argv + 1);
+  cli_usage_error("trace", "unknown subcommand '%s' (gen, stats, compact; see eldr trace --help)",
                   argv[1]);
 }

@@ -182,6 +182,8 @@ int eldr_cmd_worker(int argc, char **argv) {
   if (trace_path) {
     int rc = eldr_trace_load(trace_path, &trace, &d);
     if (rc < 0) cli_fail(CMD, "--trace: %s", eldr_diag_msg(&d, rc));
+    cli_trace_require_tokens(CMD, trace_path, trace,
+                             "the worker replays per-token expert selections in its replies");
     cfg.trace = trace;
   }
   signal(SIGPIPE, SIG_IGN);

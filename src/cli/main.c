@@ -46,7 +46,8 @@ int main(int argc, char **argv) {
       {"rho", eldr_cmd_rho, "signature quality rho of a representation or artifact on a trace", NULL},
       {"trace", eldr_cmd_trace, "generate synthetic expert traces; trace statistics",
        "gen\tgenerate a synthetic expert trace (JSONL)\n"
-       "stats\tstatistics of a trace: prefill->decode, distinct experts per batch, domains\n"},
+       "stats\tstatistics of a trace: prefill->decode, distinct experts per batch, domains\n"
+       "compact\trewrite traces in the counts form (per-layer expert counts)\n"},
       {"sim", eldr_cmd_sim, "discrete-event xPyD cluster simulation of routing policies", NULL},
       {"serve", eldr_cmd_serve, "the HTTP router in front of prefill and decode workers", NULL},
       {"worker", eldr_cmd_worker, "an emulated vLLM-compatible MoE engine", NULL},

@@ -277,7 +277,7 @@ int eldr_placement_activation(const eldr_trace *t, const size_t *idx, size_t n,
         }
       }
     }
-    eldr_trace_request_counts(t, r, r->n_decode > 0, counts);
+    eldr_trace_request_counts(t, r, eldr_request_has_decode(r), counts);
     for (size_t q = 0; q < LE; q++) {
       if (!counts[q]) continue;
       if (c < K) act[c * LE + q] += counts[q];

@@ -120,6 +120,10 @@ typedef struct batcher {
   double samples; /* (step, layer) samples */
 } batcher;
 
+/* Decode tokens with per-token rows (0 for a counts-form request: it has
+ * counts, not the per-step selections batches need). */
+static inline size_t row_tokens(const eldr_request *q) { return q->decode ? q->n_decode : 0; }
+
 /* Draw the next request of a batch's pool: without replacement while the
  * pool lasts (pool[0..*used) are taken), then with replacement. Requests
  * with no decode tokens are skipped. SIZE_MAX when none qualifies. */
@@ -135,7 +139,7 @@ static size_t pool_next(const eldr_trace *t, size_t *pool, size_t n, size_t *use
     } else {
       pick = pool[eldr_rng_below(r, n)];
     }
-    if (t->req[pick].n_decode) return pick;
+    if (row_tokens(&t->req[pick])) return pick;
   }
   return SIZE_MAX;
 }
@@ -156,7 +160,7 @@ static void batch_measure(batcher *b, size_t *pool, size_t n, size_t *used, size
     for (size_t j = 0; j < B; j++) {
       if (b->cur[j] == SIZE_MAX) continue;
       const eldr_request *q = &t->req[b->cur[j]];
-      if (b->pos[j] >= q->n_decode) {
+      if (b->pos[j] >= row_tokens(q)) {
         b->cur[j] = pool_next(t, pool, n, used, r);
         b->pos[j] = 0;
         if (b->cur[j] == SIZE_MAX) continue;
@@ -297,12 +301,10 @@ int eldr_tracestats_compute(const eldr_trace *t, const eldr_tracestats_opts *opt
   size_t nc = 0;
   for (size_t i = 0; i < n; i++) {
     const eldr_request *r = &t->req[i];
-    memset(cp, 0, cells * sizeof *cp);
-    memset(cd, 0, cells * sizeof *cd);
-    if (r->n_prefill)
-      eldr_counts_accumulate(sh, r->prefill, ELDR_SEL_U16, r->n_prefill, cp, NULL);
-    if (r->n_decode) eldr_counts_accumulate(sh, r->decode, ELDR_SEL_U16, r->n_decode, cd, NULL);
-    if (r->n_prefill && r->n_decode) {
+    eldr_trace_request_counts(t, r, 0, cp);
+    eldr_trace_request_counts(t, r, 1, cd); /* zeros when the decode selections are unknown */
+    out->n_token_rows += row_tokens(r) > 0;
+    if (r->n_prefill && r->n_decode && eldr_request_has_decode(r)) {
       double c = eldr_tracestats_pearson(cp, cd, cells);
       if (!isnan(c)) corr[nc++] = c;
     }
@@ -397,6 +399,7 @@ int eldr_tracestats_compute(const eldr_trace *t, const eldr_tracestats_opts *opt
     for (int rule = 0; rule < ELDR_BATCH__COUNT; rule++) {
       eb->distinct[rule] = NAN;
       eb->reduction[rule] = NAN;
+      if (!out->n_token_rows) continue; /* counts form only: no per-step selections */
       uint64_t st = o.seed ^ ((uint64_t)B * 0x9e3779b97f4a7c15ULL) ^ ((uint64_t)(rule + 1) << 56);
       eldr_rng r;
       eldr_rng_seed(&r, eldr_splitmix64(&st));
@@ -498,6 +501,7 @@ char *eldr_tracestats_json(const eldr_tracestats *s, const eldr_trace *t) {
   json_object_set_new(root, "batches", batches);
   json_object_set_new(root, "clusters", json_integer((json_int_t)s->n_clusters));
   json_object_set_new(root, "steps", json_integer((json_int_t)s->steps));
+  json_object_set_new(root, "token_row_requests", json_integer((json_int_t)s->n_token_rows));
   json_t *mix = json_array();
   size_t labelled = s->n_requests - s->n_unlabelled;
   for (size_t g = 0; g < s->n_domains; g++) {

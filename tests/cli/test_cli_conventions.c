@@ -49,6 +49,7 @@ static int teardown(void **st) {
 #define MAXA 8
 static const char *const k_commands[][MAXA] = {
     {"fit"},          {"rho"},         {"trace"},       {"trace", "gen"}, {"trace", "stats"},
+    {"trace", "compact"},
     {"sim"},          {"serve"},       {"worker"},      {"demo"},         {"bench"},
     {"bench", "moe-layer"}, {"bench", "load"}, {"bench", "route"},
 };
@@ -84,6 +85,9 @@ static void test_bad_flags_and_values_exit_2(void **st) {
       {{"trace", "gen", "--bogus"}, "--bogus"},
       {{"trace", "gen", "--requests", "abc"}, "--requests"},
       {{"trace", "stats", "--bogus"}, "--bogus"},
+      {{"trace", "compact", "--bogus"}, "--bogus"},
+      {{"trace", "compact", "t.jsonl"}, "--output"},
+      {{"trace", "gen", "--requests", "3", "-o", "x", "--form", "rows"}, "--form"},
       {{"trace", "stats", "t.jsonl", "--batch", "0"}, "--batch"},
       {{"sim", "--bogus"}, "--bogus"},
       {{"sim", "-x"}, "-x"},
@@ -152,7 +156,7 @@ static void test_json_on_every_table(void **st) {
 static void test_top_level_help_lists_everything(void **st) {
   (void)st;
   assert_int_equal(run((const char *[]){"--help", NULL}), 0);
-  const char *names[] = {"fit", "rho", "trace", "trace gen", "trace stats", "sim", "serve",
+  const char *names[] = {"fit", "rho", "trace", "trace gen", "trace stats", "trace compact", "sim", "serve",
                          "worker", "demo", "bench", "bench moe-layer", "bench load",
                          "bench route"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
