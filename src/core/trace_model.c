@@ -81,6 +81,36 @@ int eldr_trace_domain_intern(eldr_trace *t, const char *name) {
 
 static size_t row_elems(const eldr_shape *s) { return (size_t)s->num_layers * s->top_k; }
 
+/* *dst = a malloc'd copy of n bytes of src (at least 1 byte allocated). */
+static int dup_bytes(void *dst, const void *src, size_t n) {
+  void *p = malloc(n ? n : 1);
+  if (!p) return ELDR_ENOMEM;
+  if (n) memcpy(p, src, n);
+  *(void **)dst = p;
+  return ELDR_OK;
+}
+
+/* Copy the fields every request has into r (whose arrays are set), intern
+ * its domain and append it; r is released on failure. */
+static int finish_append(eldr_trace *t, eldr_request *r, const char *id, const char *domain_name,
+                         const char *prompt, double arrival) {
+  r->domain = -1;
+  r->arrival = arrival;
+  if (eldr_trace_reserve(t, t->n + 1) || !(r->id = strdup(id)) ||
+      (prompt && !(r->prompt = strdup(prompt))))
+    goto oom;
+  if (domain_name) {
+    int di = eldr_trace_domain_intern(t, domain_name);
+    if (di < 0) goto oom;
+    r->domain = di;
+  }
+  t->req[t->n] = *r;
+  return (int)t->n++;
+oom:
+  request_release(r);
+  return ELDR_ENOMEM;
+}
+
 int eldr_trace_append(eldr_trace *t, const char *id, const char *domain_name, const char *prompt,
                       double arrival, const uint16_t *prefill, uint32_t n_prefill,
                       const uint16_t *decode, uint32_t n_decode, const float *prefill_gates) {
@@ -92,37 +122,16 @@ int eldr_trace_append(eldr_trace *t, const char *id, const char *domain_name, co
     if (prefill[i] >= t->shape.num_experts) return ELDR_ERANGE;
   for (size_t i = 0; i < nd; i++)
     if (decode[i] >= t->shape.num_experts) return ELDR_ERANGE;
-  if (eldr_trace_reserve(t, t->n + 1)) return ELDR_ENOMEM;
   eldr_request r = {0};
-  r.domain = -1;
-  r.arrival = arrival;
   r.n_prefill = n_prefill;
   r.n_decode = n_decode;
-  r.id = strdup(id);
-  if (!r.id) goto oom;
-  if (prompt && !(r.prompt = strdup(prompt))) goto oom;
-  if (np) {
-    if (!(r.prefill = malloc(np * sizeof(uint16_t)))) goto oom;
-    memcpy(r.prefill, prefill, np * sizeof(uint16_t));
+  if ((np && dup_bytes(&r.prefill, prefill, np * sizeof(uint16_t))) ||
+      (nd && dup_bytes(&r.decode, decode, nd * sizeof(uint16_t))) ||
+      (prefill_gates && dup_bytes(&r.prefill_gates, prefill_gates, np * sizeof(float)))) {
+    request_release(&r);
+    return ELDR_ENOMEM;
   }
-  if (nd) {
-    if (!(r.decode = malloc(nd * sizeof(uint16_t)))) goto oom;
-    memcpy(r.decode, decode, nd * sizeof(uint16_t));
-  }
-  if (prefill_gates) {
-    if (!(r.prefill_gates = malloc((np ? np : 1) * sizeof(float)))) goto oom;
-    if (np) memcpy(r.prefill_gates, prefill_gates, np * sizeof(float));
-  }
-  if (domain_name) {
-    int di = eldr_trace_domain_intern(t, domain_name);
-    if (di < 0) goto oom;
-    r.domain = di;
-  }
-  t->req[t->n] = r;
-  return (int)t->n++;
-oom:
-  request_release(&r);
-  return ELDR_ENOMEM;
+  return finish_append(t, &r, id, domain_name, prompt, arrival);
 }
 
 int eldr_counts_rows_check(const eldr_shape *s, const uint32_t *counts, uint32_t ntok,
@@ -164,32 +173,18 @@ int eldr_trace_append_counts(eldr_trace *t, const char *id, const char *domain_n
     eldr_diag_prefix(d, "request '%.60s': decode_counts", id);
     return rc;
   }
-  if (eldr_trace_reserve(t, t->n + 1)) return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
-  const size_t cells = eldr_shape_cells(&t->shape);
+  const size_t bytes = eldr_shape_cells(&t->shape) * sizeof(uint32_t);
   eldr_request r = {0};
-  r.domain = -1;
-  r.arrival = arrival;
   r.n_prefill = n_prefill;
   r.n_decode = n_decode;
-  if (!(r.id = strdup(id))) goto oom;
-  if (prompt && !(r.prompt = strdup(prompt))) goto oom;
-  if (serve_json && !(r.serve = strdup(serve_json))) goto oom;
-  if (!(r.prefill_counts = malloc(cells * sizeof(uint32_t)))) goto oom;
-  memcpy(r.prefill_counts, prefill_counts, cells * sizeof(uint32_t));
-  if (decode_counts) {
-    if (!(r.decode_counts = malloc(cells * sizeof(uint32_t)))) goto oom;
-    memcpy(r.decode_counts, decode_counts, cells * sizeof(uint32_t));
+  if (dup_bytes(&r.prefill_counts, prefill_counts, bytes) ||
+      (decode_counts && dup_bytes(&r.decode_counts, decode_counts, bytes)) ||
+      (serve_json && !(r.serve = strdup(serve_json)))) {
+    request_release(&r);
+    return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
   }
-  if (domain_name) {
-    int di = eldr_trace_domain_intern(t, domain_name);
-    if (di < 0) goto oom;
-    r.domain = di;
-  }
-  t->req[t->n] = r;
-  return (int)t->n++;
-oom:
-  request_release(&r);
-  return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
+  rc = finish_append(t, &r, id, domain_name, prompt, arrival);
+  return rc < 0 ? eldr_diag_fail(d, rc, "out of memory") : rc;
 }
 
 void eldr_trace_request_counts(const eldr_trace *t, const eldr_request *r, int decode,
