@@ -10,6 +10,12 @@
  *   representations), generator (string: who made a synthetic trace, e.g.
  *   "eldr-tracegen workload=realistic seed=1"; absent in real traces).
  * Every line of a file must agree on model, num_experts, top_k and layers.
+ * The counts form (docs/trace.md): a line with "form":"counts" carries
+ * prefill_tokens, decode_tokens (ints >= 0), prefill_counts[l][e] and
+ * optionally decode_counts[l][e] (each row sums to tokens*top_k, no entry
+ * above tokens) instead of prefill/decode/prefill_gates, which are then
+ * errors (as the counts fields are on a per-token line); an optional
+ * "serve" object (either form) is kept as text. A file may mix forms.
  *
  * Reader details: blank lines are skipped; a missing final newline is fine;
  * fields may come in any order; unknown fields are ignored (but must be
