@@ -5,6 +5,33 @@
  * rest of the line (header fields, serve) is trace.c's. */
 #include "format/trace_internal.h"
 
+/* The writer's compact spelling of one row after its '[': "3,0,12]" (plain
+ * integers of at most 9 digits, no leading zeros, no white space, exactly E
+ * of them). Returns the position after ']', or NULL for anything else,
+ * which the general loop below then parses (and reports) from the row's
+ * start. Every read stops at the row's ']' (found first): a digit run ends
+ * at it at the latest. */
+static const char *row_compact(const char *p, const char *e, uint32_t E, uint32_t *row) {
+  if (p >= e) return NULL;
+  const char *end = memchr(p, ']', (size_t)(e - p));
+  if (!end) return NULL;
+  for (uint32_t k = 0; k < E; k++) {
+    uint32_t d = (uint32_t)(unsigned char)*p++ - '0';
+    if (d > 9) return NULL;
+    uint32_t v = d;
+    if (v) {
+      for (int n = 1; (d = (uint32_t)(unsigned char)*p - '0') <= 9; p++) {
+        if (++n > 9) return NULL;
+        v = v * 10 + d;
+      }
+    }
+    row[k] = v;
+    if (p >= end) return p == end && k + 1 == E ? p + 1 : NULL;
+    if (*p++ != ',') return NULL;
+  }
+  return NULL; /* more than E entries */
+}
+
 /* One matrix "[[c_0,...,c_{E-1}], ... L rows]" into out (L*E). White space
  * is allowed anywhere JSON allows it. */
 static int parse_matrix(const lctx *c, const char *field, span s, const eldr_shape *sh,
@@ -23,6 +50,12 @@ static int parse_matrix(const lctx *c, const char *field, span s, const eldr_sha
     p = skip_ws(p + 1, e);
     uint32_t *row = out + (size_t)l * E;
     uint32_t k = 0;
+    const char *fast = row_compact(p, e, E, row);
+    if (fast) {
+      p = fast - 1; /* at the row's ']', as the general loop leaves it */
+      k = E;
+      goto row_done;
+    }
     if (p < e && *p == ']')
       return lfail(c, ELDR_ESHAPE, field, "layer %u: 0 counts, expected num_experts %u", l, E);
     for (;;) {
@@ -50,6 +83,7 @@ static int parse_matrix(const lctx *c, const char *field, span s, const eldr_sha
     }
     if (k != E)
       return lfail(c, ELDR_ESHAPE, field, "layer %u: %u counts, expected num_experts %u", l, k, E);
+  row_done:
     l++;
     p = skip_ws(p + 1, e);
     if (p < e && *p == ',') {

@@ -241,6 +241,16 @@ static void test_mixed(void **state) {
   assert_true(eldr_request_has_decode(&t->req[0]));
   assert_false(eldr_request_has_decode(&t->req[1]));
   eldr_trace_free(t);
+  /* white space and 9-digit counts take the general path: the same matrix */
+  const char *spaced = "{\"id\":\"s\"," HEAD "," CNT_BODY ",\"prefill_counts\": [ [1, 1,0,0] ,[0,0 ,1,1 ]],"
+                       "\"decode_counts\":null}\n"
+                       "{\"id\":\"big\"," HEAD ",\"form\":\"counts\",\"prefill_tokens\":999999999,"
+                       "\"decode_tokens\":0,\"prefill_counts\":[[999999999,999999999,0,0],[0,0,"
+                       "999999999,999999999]]}\n";
+  if (eldr_trace_parse(spaced, strlen(spaced), &t, &d)) fail_msg("%s", d.msg);
+  assert_memory_equal(t->req[0].prefill_counts, b, sizeof b);
+  assert_int_equal(t->req[1].prefill_counts[7], 999999999);
+  eldr_trace_free(t);
 }
 
 static void expect_err(const char *text, int err, const char *sub1, const char *sub2) {
