@@ -79,6 +79,15 @@ typedef struct eldr_serve_config {
                               * fd limit, RLIMIT_NOFILE, at start; default 0) */
   size_t stream_buffer;      /* bytes queued to a streaming client above which the
                               * decode leg is not read (default 256 KiB) */
+  char *record_dir;          /* --record DIR: one counts-form trace line per sampled
+                              * completion request (docs/serve.md, "Recording"; NULL: off);
+                              * opened at start (a reload does not move it) */
+  double record_sample;      /* fraction of requests recorded, (0, 1] (default 1) */
+  uint64_t record_max_bytes; /* a file is closed before it would pass this (default 256 MiB; 0 = no limit) */
+  double record_max_seconds; /* a file is closed this long after it opened (default 3600; 0 = no limit) */
+  size_t record_queue;       /* records queued for the writer at most (default 1024) */
+  size_t record_queue_bytes; /* their memory at most (default 64 MiB) */
+  uint32_t record_experts;   /* routed experts per layer when no artifact says (0: the artifact's) */
   int handle_signals;        /* SIGHUP reloads, SIGINT/SIGTERM stop (for the CLI) */
   char *config_path;         /* JSON config re-read on reload (NULL: reload artifact only) */
   char *overrides;           /* JSON object in the config file's syntax applied over the
@@ -106,7 +115,9 @@ int eldr_serve_config_add_dns(eldr_serve_config *c, int decode, const char *host
  *   health_interval, eject_after, sigcache_rows, pool_size, max_connections,
  *   stream_buffer,
  *   splice_routed_experts (boolean), backend_api_key (string or null),
- *   forward_authorization (boolean), cors_origin (string or null).
+ *   forward_authorization (boolean), cors_origin (string or null),
+ *   record (directory or null), record_sample, record_max_bytes,
+ *   record_max_seconds, record_queue, record_queue_bytes, record_experts.
  * A "prefill"/"decode" list replaces the current one. Unknown keys and
  * wrong types are errors naming the key. */
 int eldr_serve_config_parse(eldr_serve_config *c, const char *json, size_t len, eldr_diag *d);

@@ -84,6 +84,10 @@ typedef struct eldr_worker_config {
   const eldr_placement *placement;
   int routed_experts_computed_only; /* 1: prompt rows of computed tokens only (vLLM before
                                        PR #39917); 0 (default): every prompt token's row */
+  int routed_experts_decode; /* 1: decode-leg replies carry routed_experts too, as a vLLM
+                               decode instance with the KV-connector patch (docs/vllm.md):
+                               the sequence up to the last forwarded token, prompt rows
+                               then the generated tokens' rows; 0 (default): none */
   int enable_prompt_tokens_details; /* 1: usage.prompt_tokens_details (vLLM's
                                        --enable-prompt-tokens-details); 0 (default): null */
   double kv_abort_timeout;  /* s a prefill holds a request's KV blocks for the decode

@@ -30,6 +30,14 @@ static void usage(FILE *f) {
           "  --dns-server IP[:PORT]  nameserver to use instead of /etc/resolv.conf\n"
           "  --access-log FILE     one JSON line per request (id, policy, decision, decoder,\n"
           "                        similarity, ttft_ms, tpot_ms, status) to FILE, or - for stdout\n"
+          "  --record DIR          record every sampled request's expert counts, decision\n"
+          "                        and latency as trace lines (counts form) for `eldr fit`\n"
+          "                        into DIR/record-<UTC>-<seq>.jsonl (docs/serve.md, Recording)\n"
+          "  --record-sample F     fraction of requests recorded, (0, 1] (default 1)\n"
+          "  --record-max-bytes N  start a new file before one would pass N bytes\n"
+          "                        (default 268435456; 0 = no limit)\n"
+          "  --record-max-seconds S  start a new file after S seconds (default 3600; 0 = no limit)\n"
+          "  --record-experts E    routed experts per layer, for recording without an artifact\n"
           "  --scrape-interval S   read every worker's /metrics (vllm:num_requests_running +\n"
           "                        waiting) this often and route on it plus this router's own\n"
           "                        legs since; for replicas sharing workers (0 = off, default)\n"
@@ -88,7 +96,7 @@ int eldr_cmd_serve(int argc, char **argv) {
     O_PREFILL = 256, O_DECODE, O_ARTIFACT, O_POLICY, O_TAU, O_HOST, O_PORT, O_CONFIG, O_PT, O_DT,
     O_HT, O_CT, O_HI, O_EJ, O_RETRIES, O_MAXBODY, O_GUARD, O_SCR, O_SEED, O_NOSPLICE, O_DFB, O_DIDLE, O_APIKEY, O_FWDAUTH, O_CORS, O_QUIET, O_HELP,
     O_PDNS, O_DDNS, O_DNSI, O_DNSS, O_CHECK, O_SCRAPE, O_ALOG,
-    O_MAXCONN, O_STREAMBUF
+    O_MAXCONN, O_STREAMBUF, O_REC, O_RECSAMPLE, O_RECBYTES, O_RECSECS, O_RECEXP
   };
   static const struct option opts[] = {
       {"prefill", required_argument, 0, O_PREFILL}, {"decode", required_argument, 0, O_DECODE},
@@ -109,7 +117,10 @@ int eldr_cmd_serve(int argc, char **argv) {
       {"forward-authorization", no_argument, 0, O_FWDAUTH}, {"cors-origin", required_argument, 0, O_CORS},
       {"decode-first-byte-timeout", required_argument, 0, O_DFB}, {"decode-idle-timeout", required_argument, 0, O_DIDLE},
       {"max-connections", required_argument, 0, O_MAXCONN},
-      {"stream-buffer", required_argument, 0, O_STREAMBUF}, {0, 0, 0, 0}};
+      {"stream-buffer", required_argument, 0, O_STREAMBUF}, {"record", required_argument, 0, O_REC},
+      {"record-sample", required_argument, 0, O_RECSAMPLE}, {"record-max-bytes", required_argument, 0, O_RECBYTES},
+      {"record-max-seconds", required_argument, 0, O_RECSECS}, {"record-experts", required_argument, 0, O_RECEXP},
+      {0, 0, 0, 0}};
   /* pass 1: --help and --config (the file is applied before the other flags) */
   const char *config = NULL;
   cli_getopt_reset();
@@ -185,6 +196,20 @@ int eldr_cmd_serve(int argc, char **argv) {
       c.access_log = strdup(optarg);
       OV("access_log", json_string(optarg));
       break;
+    case O_REC:
+      if (!*optarg) cli_usage_error(cmd, "--record: empty directory name");
+      free(c.record_dir);
+      c.record_dir = strdup(optarg);
+      OV("record", json_string(optarg));
+      break;
+    case O_RECSAMPLE:
+      c.record_sample = cli_parse_double(cmd, "--record-sample", optarg, 0, 1);
+      if (!(c.record_sample > 0)) cli_usage_error(cmd, "--record-sample: must be in (0, 1]");
+      OV("record_sample", json_real(c.record_sample));
+      break;
+    case O_RECBYTES: c.record_max_bytes = (uint64_t)cli_parse_long(cmd, "--record-max-bytes", optarg, 0, 1l << 50); OV("record_max_bytes", json_integer((json_int_t)c.record_max_bytes)); break;
+    case O_RECSECS: c.record_max_seconds = cli_parse_double(cmd, "--record-max-seconds", optarg, 0, 86400 * 366); OV("record_max_seconds", json_real(c.record_max_seconds)); break;
+    case O_RECEXP: c.record_experts = (uint32_t)cli_parse_long(cmd, "--record-experts", optarg, 1, ELDR_MAX_EXPERTS); OV("record_experts", json_integer((json_int_t)c.record_experts)); break;
     case O_SCRAPE:
       c.scrape_interval_s = cli_parse_double(cmd, "--scrape-interval", optarg, 0, 3600);
       if (c.scrape_interval_s > 0 && c.scrape_interval_s < 0.01) cli_usage_error(cmd, "--scrape-interval: 0 (off) or >= 0.01");

@@ -58,6 +58,8 @@ static void usage(FILE *f) {
           "                        file (e.g. one `eldr fit --ep-size` wrote for this decoder)\n"
           "  --routed-experts-prompt full|computed  prompt rows of every token (default, vLLM\n"
           "                        since PR #39917) or of the computed tokens only\n"
+          "  --routed-experts-decode  decode replies carry routed_experts too (prompt rows, then\n"
+          "                        the generated tokens'), as a patched vLLM decode instance\n"
           "  --enable-prompt-tokens-details  usage.prompt_tokens_details.cached_tokens (as vLLM's\n"
           "                        flag; default: null)\n"
           "  --kv-abort-timeout S  a prefill holds a request's KV for the decode pull this long\n"
@@ -103,6 +105,7 @@ int eldr_cmd_worker(int argc, char **argv) {
       {"placement", required_argument, 0, 'P'},
       {"routed-experts-prompt", required_argument, 0, 'q'},
       {"enable-prompt-tokens-details", no_argument, 0, 'D'},
+      {"routed-experts-decode", no_argument, 0, 'G'},
       {"kv-abort-timeout", required_argument, 0, 'a'},
       {"kv-pull-timeout", required_argument, 0, 'U'},
       {"corpus", required_argument, 0, 'C'},
@@ -146,6 +149,7 @@ int eldr_cmd_worker(int argc, char **argv) {
       else cli_usage_error(CMD, "--routed-experts-prompt: '%s' is not full or computed", optarg);
       break;
     case 'D': cfg.enable_prompt_tokens_details = 1; break;
+    case 'G': cfg.routed_experts_decode = 1; break;
     case 'a': cfg.kv_abort_timeout = cli_parse_double(CMD, "--kv-abort-timeout", optarg, 1e-3, 1e6); break;
     case 'U': cfg.kv_pull_timeout = cli_parse_double(CMD, "--kv-pull-timeout", optarg, 1e-3, 1e6); break;
     case 'C': corpus = optarg; break;

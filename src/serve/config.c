@@ -43,6 +43,11 @@ void eldr_serve_config_default(eldr_serve_config *c) {
   c->splice_routed_experts = 1;
   c->max_connections = 0;
   c->stream_buffer = 256u << 10;
+  c->record_sample = 1;
+  c->record_max_bytes = 256u << 20;
+  c->record_max_seconds = 3600;
+  c->record_queue = 1024;
+  c->record_queue_bytes = 64u << 20;
 }
 
 static void free_list(char **v, size_t n) {
@@ -64,6 +69,7 @@ void eldr_serve_config_free(eldr_serve_config *c) {
   free(c->overrides);
   free(c->backend_api_key);
   free(c->cors_origin);
+  free(c->record_dir);
   memset(c, 0, sizeof *c);
 }
 
@@ -87,11 +93,13 @@ int eldr_serve_config_copy(eldr_serve_config *dst, const eldr_serve_config *src)
   dst->access_log = xstrdup(src->access_log);
   dst->backend_api_key = xstrdup(src->backend_api_key);
   dst->cors_origin = xstrdup(src->cors_origin);
+  dst->record_dir = xstrdup(src->record_dir);
   dst->prefill = dst->decode = dst->prefill_dns = dst->decode_dns = NULL;
   int bad = (src->host && !dst->host) || (src->artifact && !dst->artifact) ||
             (src->dns_server && !dst->dns_server) || (src->access_log && !dst->access_log) ||
             (src->config_path && !dst->config_path) || (src->overrides && !dst->overrides) ||
-            (src->backend_api_key && !dst->backend_api_key) || (src->cors_origin && !dst->cors_origin);
+            (src->backend_api_key && !dst->backend_api_key) || (src->cors_origin && !dst->cors_origin) ||
+            (src->record_dir && !dst->record_dir);
   bad |= copy_list(&dst->prefill, src->prefill, src->n_prefill);
   bad |= copy_list(&dst->decode, src->decode, src->n_decode);
   bad |= copy_list(&dst->prefill_dns, src->prefill_dns, src->n_prefill_dns);
@@ -313,6 +321,13 @@ int eldr_serve_config_parse(eldr_serve_config *c, const char *json, size_t len, 
     }
     else if (!strcmp(key, "max_connections")) { if (!(rc = get_int(v, key, 0, 1 << 24, &n, d))) c->max_connections = (size_t)n; }
     else if (!strcmp(key, "stream_buffer")) { if (!(rc = get_int(v, key, 4096, 1ll << 30, &n, d))) c->stream_buffer = (size_t)n; }
+    else if (!strcmp(key, "record")) rc = json_is_null(v) ? (free(c->record_dir), c->record_dir = NULL, 0) : set_str(&c->record_dir, v, key, d);
+    else if (!strcmp(key, "record_sample")) { if (!(rc = get_num(v, key, 1e-6, 1, &x, d))) c->record_sample = x; }
+    else if (!strcmp(key, "record_max_bytes")) { if (!(rc = get_int(v, key, 0, 1ll << 50, &n, d))) c->record_max_bytes = (uint64_t)n; }
+    else if (!strcmp(key, "record_max_seconds")) { if (!(rc = get_num(v, key, 0, 86400 * 366, &x, d))) c->record_max_seconds = x; }
+    else if (!strcmp(key, "record_queue")) { if (!(rc = get_int(v, key, 1, 1 << 24, &n, d))) c->record_queue = (size_t)n; }
+    else if (!strcmp(key, "record_queue_bytes")) { if (!(rc = get_int(v, key, 1 << 16, 1ll << 40, &n, d))) c->record_queue_bytes = (size_t)n; }
+    else if (!strcmp(key, "record_experts")) { if (!(rc = get_int(v, key, 0, ELDR_MAX_EXPERTS, &n, d))) c->record_experts = (uint32_t)n; }
     else rc = eldr_diag_fail(d, ELDR_EINVAL, "config: unknown key '%s'", key);
     if (rc) break;
   }
@@ -388,6 +403,11 @@ int eldr_serve_config_validate(const eldr_serve_config *c, eldr_diag *d) {
   /* both go into header lines: visible ASCII only (no CR/LF injection) */
   if (c->backend_api_key && (!header_safe(c->backend_api_key, 0) || !*c->backend_api_key || strlen(c->backend_api_key) > 4096))
     return eldr_diag_fail(d, ELDR_EINVAL, "backend_api_key must be 1 to 4096 visible ASCII characters");
+  if (c->record_dir && !*c->record_dir) return eldr_diag_fail(d, ELDR_EINVAL, "record: empty directory name");
+  if (!(c->record_sample > 0 && c->record_sample <= 1))
+    return eldr_diag_fail(d, ELDR_ERANGE, "record_sample must be in (0, 1]");
+  if (!(c->record_max_seconds >= 0) || c->record_queue < 1)
+    return eldr_diag_fail(d, ELDR_ERANGE, "record_max_seconds must be >= 0 and record_queue >= 1");
   if (c->cors_origin && (!header_safe(c->cors_origin, 1) || !*c->cors_origin || strlen(c->cors_origin) > 1024))
     return eldr_diag_fail(d, ELDR_EINVAL, "cors_origin must be '*' or comma-separated origins (visible ASCII, at most 1024)");
   return 0;

@@ -17,7 +17,9 @@
 
 static void rq_finish_metrics(rq *r, int outcome) {
   if (r->is_models) return; /* completions only */
-  eldr__access_log(r, outcome, r->L.status ? r->L.status : outcome == OUT_OK ? 200 : 0);
+  int status = r->L.status ? r->L.status : outcome == OUT_OK ? 200 : 0;
+  eldr__access_log(r, outcome, status);
+  if (r->rec) eldr__record_finish(r, status);
   r->s->m.requests[r->policy][r->decision][outcome]++;
   eldr__histo_add(&r->s->m.request, eldr__now_s() - r->t0);
 }
@@ -46,6 +48,7 @@ void eldr__rq_free(rq *r) {
   eldr__req_free(&r->req);
   eldr__prompt_free(&r->prompt);
   eldr__prefill_reply_free(&r->pr);
+  eldr__rec_item_free(r->rec);
   free(r->fwd);
   free(r->pbody);
   free(r->dbody);
@@ -270,7 +273,8 @@ static void leg_head_cb(void *arg, int status, const char *ctype) {
 static void leg_data_cb(void *arg, const char *p, size_t n) {
   rq *r = arg;
   leg *L = &r->L;
-  if (L->kind == LEG_DECODE && r->s->access_log) eldr__al_data(r, p, n);
+  if (L->kind == LEG_DECODE && (r->s->access_log || r->rec)) eldr__al_data(r, p, n);
+  if (L->kind == LEG_DECODE && L->streaming && r->rec) eldr__record_data(r, p, n);
   if (L->streaming) leg_arm(r, r->s->cfg.decode_idle_timeout_s);
   if (L->streaming && L->status == 200) { /* relay as it arrives */
     if (!L->started) {
@@ -468,6 +472,7 @@ static int decide(rq *r, int *fallback) {
   r->decision = (have && res.sig && k >= 0 && dec.fallback == ELDR_FALLBACK_NONE) ? DEC_LOCALITY : DEC_LOAD;
   eldr__al_decision(r, k >= 0 ? s->w[ROLE_DECODE][k] : NULL, dec.best_sim);
   r->policy = (int)s->cfg.policy;
+  if (s->rec) eldr__record_decision(r, have ? &res : NULL, k, &dec);
   if (have) { /* the last decisions, for /health: how many fell back to load */
     s->recent[s->irecent] = r->decision != DEC_LOCALITY;
     s->irecent = (s->irecent + 1) % sizeof s->recent;

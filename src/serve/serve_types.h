@@ -38,6 +38,7 @@
 #include "eldr/policy.h"
 #include "eldr/serve.h"
 #include "serve_internal.h"
+#include "record.h"
 #include "sigpath.h"
 #include "upstream.h"
 
@@ -192,6 +193,8 @@ struct rq {
   /* footprint policy: the generation and ticket of the decode leg (fpstate.c) */
   eldr__fpstate *fps;
   uint64_t fp_ticket;
+  /* serve --record: the record being built (rechook.c), NULL when not sampled */
+  eldr__rec_item *rec;
 };
 
 enum { C_HEAD, C_BODY, C_BUSY, C_CLOSING };
@@ -251,6 +254,10 @@ struct eldr_server {
   uint8_t *healthy;
   size_t loadcap;
   int logged_shape_mismatch, logged_splice;
+  /* serve --record (rechook.c): NULL when off */
+  eldr__rec *rec;
+  char rec_artifact[40];     /* the committed artifact's identity in records */
+  uint64_t rec_errors_logged;
   metrics m;
 };
 
@@ -352,6 +359,25 @@ void eldr__al_decision(rq *r, const worker *w, double similarity);
 void eldr__al_data(rq *r, const char *p, size_t n);
 /* One line for a completion request that ended (status: the client's). */
 void eldr__access_log(rq *r, int outcome, int status);
+
+/* ---- rechook.c: serve --record ------------------------------------------------ */
+/* The recorder of s->cfg.record_dir (none when NULL): 0 or its error. */
+int eldr__record_start(eldr_server *s, eldr_diag *d);
+/* After a commit: the artifact's identity, new sample fraction and
+ * rotation limits; a changed directory is logged (it needs a restart). */
+void eldr__record_commit(eldr_server *s);
+/* Write what is queued, close, stop (at free). */
+void eldr__record_stop(eldr_server *s);
+/* The decode decision was made (res: the signature path's result, NULL
+ * when the policy does not use one; k: the decoder or < 0): a sampled
+ * request's record is started in r->rec. */
+void eldr__record_decision(rq *r, const eldr__sigres *res, int k, const eldr_decision *dec);
+/* Decode reply bytes as they are relayed (streaming: usage). */
+void eldr__record_data(rq *r, const char *p, size_t n);
+/* The request ended with the client's status: its record is handed to the writer. */
+void eldr__record_finish(rq *r, int status);
+/* The eldr_record_* series (nothing when recording is off). */
+void eldr__record_metrics(eldr_server *s, struct evbuffer *o);
 
 /* ---- fpstate.c: the footprint policy's state --------------------------------- */
 /* A new generation (refs 1) when kind is FOOTPRINT and a carries latency

@@ -174,6 +174,7 @@ static void stage_commit(eldr_server *s, stage *st) {
   memset(st, 0, sizeof *st);
   eldr__dns_sync(s);
   eldr__scrape_schedule(s, old_scrape);
+  eldr__record_commit(s);
   const eldr_artifact *a = s->art;
   if (a && a->k != s->cfg.n_decode)
     eldr__logf(s, "artifact has %zu centroids for %zu decode workers: decoder i uses centroid i %% %zu",
@@ -256,6 +257,7 @@ int eldr_server_new(const eldr_serve_config *cfg, eldr_server **out, eldr_diag *
   }
   if ((rc = eldr__dns_init(s, cfg->dns_server, d))) goto fail;
   if ((rc = eldr__access_log_open(s, cfg->access_log, d))) goto fail;
+  if ((rc = eldr__record_start(s, d))) goto fail;
   stage st;
   if ((rc = stage_build(s, cfg, 0, &st, d))) goto fail;
   stage_commit(s, &st); /* starts the health checks */
@@ -338,6 +340,7 @@ void eldr_server_free(eldr_server *s) {
   while (s->all_workers) eldr__worker_free(s->all_workers);
   eldr__dns_free(s);
   eldr__access_log_close(s);
+  eldr__record_stop(s); /* after the connections: their requests' records are in */
   eldr__sigpath_free(&s->sp);
   free(s->w[0]);
   free(s->w[1]);

@@ -625,8 +625,10 @@ static void handle_completion(eldr_worker *w, struct evhttp_request *req, int ch
   struct evhttp_connection *c = evhttp_request_get_connection(req);
   if (c) evhttp_connection_set_closecb(c, conn_closed, r);
   if (remote_prefill) {
-    free(r->psel);
-    r->psel = NULL;
+    if (!w->re_decode) { /* the decode reply's routed_experts need the prompt's rows */
+      free(r->psel);
+      r->psel = NULL;
+    }
     r->state = RS_DECODE_Q;
     q_push(&w->decode_q, r);
     decode_admit(w);
@@ -721,6 +723,7 @@ int eldr_worker_new(struct event_base *base, const eldr_worker_config *cfg, eldr
   w->scale = cfg->time_scale;
   w->return_re = cfg->return_routed_experts;
   w->re_computed_only = cfg->routed_experts_computed_only;
+  w->re_decode = cfg->routed_experts_decode && cfg->return_routed_experts;
   w->prompt_details = cfg->enable_prompt_tokens_details;
   w->pull_timeout = cfg->kv_pull_timeout > 0 ? cfg->kv_pull_timeout : DEFAULT_PULL_TIMEOUT;
   eldr__wmetrics_init(&w->m);

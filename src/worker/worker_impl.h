@@ -135,7 +135,7 @@ struct eldr_worker {
   eldr__wmetrics m;
   eldr__kvhold *hold;   /* prefill legs' blocks waiting for a pull */
   eldr__corpus *corpus; /* NULL: placeholder words */
-  int re_computed_only, prompt_details;
+  int re_computed_only, prompt_details, re_decode;
   double pull_timeout;
 };
 

@@ -233,6 +233,20 @@ void eldr__w_reply_done(wreq *r) {
                                   r->psel + (size_t)skip * w->LK, r->n_prompt - skip, NULL, 0,
                                   &w->shape);
   }
+  if (body && r->remote_prefill && w->re_decode && r->psel && r->dsel && r->n_dsel) {
+    /* a vLLM decode instance (docs/vllm.md): rows up to the last forwarded
+     * token, P + G - 1: the prompt's (which vLLM could not compute there:
+     * the router's splice replaces them) and the generated tokens' */
+    uint32_t g = r->emitted ? r->emitted - 1 : 0;
+    uint16_t *gen = g ? malloc((size_t)g * w->LK * sizeof *gen) : NULL;
+    if (!g || gen) {
+      for (uint32_t i = 0; i < g; i++)
+        memcpy(gen + (size_t)i * w->LK, r->dsel + (size_t)(i % r->n_dsel) * w->LK, w->LK * sizeof *gen);
+      (void)eldr_reply_experts_emit(body, json_array_get(choices, 0), w->re_layout, r->psel, r->n_prompt, gen,
+                                    g, &w->shape);
+    }
+    free(gen);
+  }
   if (body && r->remote_decode) json_object_set_new(body, "kv_transfer_params", kv_params_json(r));
   if (!body) {
     eldr__w_send_error(r->http, 500, NULL, "cannot build the reply");

@@ -1,0 +1,215 @@
+/* rechook.c — what `eldr serve --record` takes from a request (record.h
+ * writes it): at the decision, the prompt's expert counts (the signature
+ * path's, completed from the signature cache, when the artifact's layer
+ * mask is every layer; else the computed prompt rows, counted over every
+ * layer by the writer thread), the similarity to each centroid and the
+ * choice; while the decode reply streams, its usage; at the end, TTFT,
+ * TPOT, the client's status and the decode reply's bytes (parsed for the
+ * generated rows by the writer thread). Loop thread only. */
+#include <event2/buffer.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <xxhash.h>
+
+#include "serve_types.h"
+
+static const char *const fb_reason[FB__N] = {"no_routed_experts", "malformed", "no_artifact", "shape_mismatch",
+                                             "empty_signature"};
+
+int eldr__record_start(eldr_server *s, eldr_diag *d) {
+  const eldr_serve_config *c = &s->cfg;
+  if (!c->record_dir) return 0;
+  eldr__rec_limits lim = {c->record_sample, c->record_max_bytes, c->record_max_seconds};
+  int rc = eldr__rec_new(c->record_dir, &lim, c->record_queue, c->record_queue_bytes, &s->rec, d);
+  if (rc) return rc;
+  eldr__logf(s, "recording %g of the requests into %s (files up to %llu bytes, %g s)", c->record_sample,
+             c->record_dir, (unsigned long long)c->record_max_bytes, c->record_max_seconds);
+  return 0;
+}
+
+void eldr__record_commit(eldr_server *s) {
+  /* the identity of the routing the records were made under */
+  const eldr_artifact *a = s->art;
+  s->rec_artifact[0] = 0;
+  if (a && a->centroids)
+    snprintf(s->rec_artifact, sizeof s->rec_artifact, "%016llx",
+             (unsigned long long)XXH64(a->centroids, a->k * a->dim * sizeof *a->centroids, a->k));
+  const char *want = s->cfg.record_dir, *have = s->rec ? eldr__rec_dir(s->rec) : NULL;
+  if ((want || have) && (!want || !have || strcmp(want, have)))
+    eldr__logf(s, "reload: a changed record directory needs a restart (still %s)", have ? have : "off");
+  if (!s->rec) return;
+  eldr__rec_limits lim = {s->cfg.record_sample, s->cfg.record_max_bytes, s->cfg.record_max_seconds};
+  eldr__rec_set_limits(s->rec, &lim);
+}
+
+void eldr__record_stop(eldr_server *s) {
+  eldr__rec_free(s->rec);
+  s->rec = NULL;
+}
+
+/* Every layer in the artifact's mask: the signature path's counts are the
+ * whole prompt's (prefix-cached blocks included). */
+static int mask_all(const eldr_artifact *a) {
+  for (uint32_t l = 0; l < a->shape.num_layers; l++)
+    if (!a->mask[l]) return 0;
+  return 1;
+}
+
+/* Copy rows x L x K ids of a view. */
+static int take_rows(eldr__rec_item *it, const void *data, eldr_sel_dtype dt, size_t rows) {
+  size_t n = rows * it->shape.num_layers * it->shape.top_k * eldr_sel_dtype_size(dt);
+  if (!rows || !(it->prefill_raw = malloc(n))) return -1;
+  memcpy(it->prefill_raw, data, n);
+  it->prefill_dtype = dt;
+  it->prefill_rows = rows;
+  it->bytes += n;
+  return 0;
+}
+
+/* The prompt's counts, or its rows: 0, or -1 when there are none. */
+static int prompt_counts(eldr_server *s, rq *r, const eldr__sigres *res, eldr__rec_item **out) {
+  const eldr_artifact *a = s->art;
+  if (res && a && (res->fallback == FB_NONE || res->fallback == ELDR__FB_EMPTY_SIGNATURE) && res->view.data) {
+    eldr__rec_item *it = eldr__rec_item_new(&a->shape, a->layer_ids);
+    if (!it) return -1;
+    *out = it;
+    if (res->counts && res->fallback == FB_NONE && mask_all(a)) {
+      size_t cells = eldr_shape_cells(&a->shape);
+      if (!(it->prefill_counts = malloc(cells * sizeof *it->prefill_counts))) return -1;
+      memcpy(it->prefill_counts, res->counts, cells * sizeof *it->prefill_counts);
+      it->prefill_tokens = res->n_tokens;
+      it->bytes += cells * sizeof *it->prefill_counts;
+      return 0;
+    }
+    return take_rows(it, res->view.data, res->view.dtype, res->view.rows);
+  }
+  /* no artifact, or rows of another shape: read them as they are */
+  uint32_t E = s->cfg.record_experts ? s->cfg.record_experts : a ? a->shape.num_experts : 0;
+  if (!E || !r->pr.root) return -1;
+  eldr_re_opts o = {r->req.api == ELDR__API_CHAT ? ELDR_RE_CHAT : ELDR_RE_COMPLETIONS, 0, 0, E, NULL};
+  eldr_reply_experts rex;
+  if (eldr_reply_experts_from_json(r->pr.root, &o, &rex, NULL, NULL) != 0) return -1;
+  const eldr_re_view *v = rex.nchoices ? &rex.choices[0].prompt : NULL;
+  int rc = -1;
+  if (v && v->data && v->rows) {
+    eldr_shape sh = {(uint32_t)v->layers, E, (uint32_t)v->top_k};
+    const uint32_t *ids = a && a->shape.num_layers == sh.num_layers ? a->layer_ids : NULL;
+    if (sh.top_k <= E && (*out = eldr__rec_item_new(&sh, ids)))
+      rc = take_rows(*out, v->data, v->dtype, v->rows);
+  }
+  eldr_reply_experts_free(&rex);
+  return rc;
+}
+
+void eldr__record_decision(rq *r, const eldr__sigres *res, int k, const eldr_decision *dec) {
+  eldr_server *s = r->s;
+  if (!s->rec || r->is_models || !eldr__rec_sample(s->rec)) return;
+  eldr__rec_item *it = NULL;
+  if (prompt_counts(s, r, res, &it) != 0) {
+    eldr__rec_drop_count(s->rec, it ? ELDR__REC_NO_MEMORY : ELDR__REC_NO_COUNTS);
+    eldr__rec_item_free(it);
+    return;
+  }
+  snprintf(it->id, sizeof it->id, "%s", r->reqid);
+  json_t *m = json_object_get(r->pr.root, "model");
+  snprintf(it->model, sizeof it->model, "%s",
+           json_is_string(m) ? json_string_value(m) : s->art && s->art->model ? s->art->model : "");
+  it->arrival = eldr__rec_clock(s->rec, r->t0);
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  it->time = (double)now.tv_sec + (double)now.tv_nsec * 1e-9 - (eldr__now_s() - r->t0);
+  it->chat = r->req.api == ELDR__API_CHAT;
+  it->prompt_tokens = r->pr.prompt_tokens;
+  it->policy = eldr_policy_name(s->cfg.policy);
+  it->reason = k < 0 ? "no_decoder"
+               : r->decision == DEC_LOCALITY ? "locality"
+               : res && res->fallback != FB_NONE && res->fallback < FB__N ? fb_reason[res->fallback]
+               : s->cfg.policy == ELDR_POLICY_ELDR || s->cfg.policy == ELDR_POLICY_FOOTPRINT ? "no_signature"
+                                                                                              : "load_policy";
+  if (k >= 0) {
+    const worker *w = s->w[ROLE_DECODE][k];
+    snprintf(it->decoder, sizeof it->decoder, "%s", w->url + (strncmp(w->url, "http://", 7) ? 0 : 7));
+    it->decoder_index = k;
+  }
+  const eldr_artifact *a = s->art;
+  if (a && a->k) {
+    if (k >= 0) it->centroid = (int)((size_t)k % a->k);
+    if (res && res->sig && (it->sims = malloc(a->k * sizeof *it->sims))) {
+      for (size_t c = 0; c < a->k; c++) it->sims[c] = eldr__dot_lanes8(res->sig, a->centroids + c * a->dim, a->dim);
+      it->nsims = a->k;
+      it->bytes += a->k * sizeof *it->sims;
+    }
+  }
+  (void)dec;
+  snprintf(it->artifact, sizeof it->artifact, "%s", s->rec_artifact);
+  r->rec = it;
+}
+
+/* The streamed decode reply: its usage.completion_tokens (stream_options
+ * include_usage; the last seen wins; a number split across reads is missed). */
+void eldr__record_data(rq *r, const char *p, size_t n) {
+  static const char key[] = "\"completion_tokens\":";
+  const size_t kn = sizeof key - 1;
+  if (!r->rec) return;
+  for (const char *q = p; (q = eldr__memmem(q, (size_t)(p + n - q), key, kn)); q += kn) {
+    const char *v = q + kn, *e = p + n;
+    while (v < e && *v == ' ') v++;
+    int64_t x = 0;
+    int digits = 0;
+    while (v < e && *v >= '0' && *v <= '9' && digits < 12) x = x * 10 + (*v++ - '0'), digits++;
+    if (digits) r->rec->output_tokens = x;
+  }
+}
+
+void eldr__record_finish(rq *r, int status) {
+  eldr_server *s = r->s;
+  eldr__rec_item *it = r->rec;
+  if (!it) return;
+  r->rec = NULL;
+  it->status = status;
+  if (r->al_first > 0) it->ttft_ms = (r->al_first - r->t0) * 1e3;
+  if (r->al_events > 1 && r->L.streaming) it->tpot_ms = (r->al_last - r->al_first) * 1e3 / (r->al_events - 1);
+  const leg *L = &r->L;
+  if (L->kind == LEG_DECODE && !L->streaming && L->status == 200 && L->n && L->buf) {
+    if ((it->decode_body = malloc(L->n))) {
+      memcpy(it->decode_body, L->buf, L->n);
+      it->decode_len = L->n;
+      it->bytes += L->n;
+    }
+  }
+  eldr__rec_submit(s->rec, it);
+  /* the writer thread cannot log: its errors are logged here, once each */
+  eldr__rec_stats st;
+  eldr__rec_stats_get(s->rec, &st);
+  if (st.errors != s->rec_errors_logged) {
+    s->rec_errors_logged = st.errors;
+    eldr__logf(s, "%s", st.last_error);
+  }
+}
+
+void eldr__record_metrics(eldr_server *s, struct evbuffer *o) {
+  if (!s->rec) return;
+  eldr__rec_stats st;
+  eldr__rec_stats_get(s->rec, &st);
+  evbuffer_add_printf(o, "# HELP eldr_record_written_total Request records written (serve --record).\n"
+                         "# TYPE eldr_record_written_total counter\neldr_record_written_total %llu\n"
+                         "# HELP eldr_record_bytes_total Bytes of request records written.\n"
+                         "# TYPE eldr_record_bytes_total counter\neldr_record_bytes_total %llu\n"
+                         "# HELP eldr_record_files_total Record files opened.\n"
+                         "# TYPE eldr_record_files_total counter\neldr_record_files_total %llu\n"
+                         "# HELP eldr_record_sampled_out_total Requests not recorded by --record-sample.\n"
+                         "# TYPE eldr_record_sampled_out_total counter\neldr_record_sampled_out_total %llu\n"
+                         "# HELP eldr_record_queue_depth Records queued for the writer thread.\n"
+                         "# TYPE eldr_record_queue_depth gauge\neldr_record_queue_depth %zu\n"
+                         "# HELP eldr_record_queue_bytes Memory held by queued records.\n"
+                         "# TYPE eldr_record_queue_bytes gauge\neldr_record_queue_bytes %zu\n"
+                         "# HELP eldr_record_dropped_total Sampled requests not recorded, by reason.\n"
+                         "# TYPE eldr_record_dropped_total counter\n",
+                      (unsigned long long)st.written, (unsigned long long)st.bytes, (unsigned long long)st.files,
+                      (unsigned long long)st.sampled_out, st.queued, st.queued_bytes);
+  for (int w = 0; w < ELDR__REC_DROP__N; w++)
+    evbuffer_add_printf(o, "eldr_record_dropped_total{reason=\"%s\"} %llu\n", eldr__rec_drop_name((eldr__rec_drop)w),
+                        (unsigned long long)st.dropped[w]);
+}
