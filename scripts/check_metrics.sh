@@ -29,7 +29,7 @@ wait_port() {
 "$eldr" worker --role decode --port 0 >"$tmp/d.out" 2>"$tmp/d.err" & pids+=($!)
 pp=$(wait_port "$tmp/p.out"); dp=$(wait_port "$tmp/d.out")
 "$eldr" serve --port 0 --prefill "http://127.0.0.1:$pp" --decode "http://127.0.0.1:$dp" \
-  --health-interval 0.2 --quiet >"$tmp/r.out" 2>"$tmp/r.err" & pids+=($!)
+  --health-interval 0.2 --record "$tmp/rec" --record-experts 128 --quiet >"$tmp/r.out" 2>"$tmp/r.err" & pids+=($!)
 rp=$(wait_port "$tmp/r.out")
 for i in 1 2 3; do
   curl -sS -o /dev/null -w "%{http_code}\n" -H 'Content-Type: application/json' \
