@@ -115,6 +115,17 @@ static eldr__rec_item *item_counts(const char *id, const eldr_shape *s, uint32_t
   return it;
 }
 
+/* The length of the line of item_counts(id, &SH, tokens). */
+static size_t line_len(const char *id, uint32_t tokens) {
+  char *line;
+  size_t len;
+  eldr__rec_item *probe = item_counts(id, &SH, tokens);
+  assert_int_equal(eldr__rec_format(probe, &line, &len), 0);
+  free(line);
+  eldr__rec_item_free(probe);
+  return len;
+}
+
 static json_t *line_json(const eldr__rec_item *it) {
   char *line;
   size_t len;
@@ -316,12 +327,7 @@ static void test_rotation_size(void **st) {
   (void)st;
   char dir[256];
   fresh_dir(dir, sizeof dir, "size");
-  char *line;
-  size_t len;
-  eldr__rec_item *probe = item_counts("x0000", &SH, 2);
-  assert_int_equal(eldr__rec_format(probe, &line, &len), 0);
-  free(line);
-  eldr__rec_item_free(probe);
+  size_t len = line_len("x0000", 2);
   eldr__rec_limits lim = {1, 3 * len + len / 2, 0}; /* three lines per file */
   eldr__rec *r;
   eldr_diag d = {{0}};
@@ -390,12 +396,7 @@ static void test_short_write_cut_back(void **st) {
   (void)st;
   char dir[256];
   fresh_dir(dir, sizeof dir, "short");
-  char *line;
-  size_t len;
-  eldr__rec_item *probe = item_counts("s00", &SH, 2);
-  assert_int_equal(eldr__rec_format(probe, &line, &len), 0);
-  free(line);
-  eldr__rec_item_free(probe);
+  size_t len = line_len("s00", 2);
   struct rlimit old, lim1;
   assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
   void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
