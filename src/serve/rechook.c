@@ -150,17 +150,7 @@ void eldr__record_decision(rq *r, const eldr__sigres *res, int k, const eldr_dec
 /* The streamed decode reply: its usage.completion_tokens (stream_options
  * include_usage; the last seen wins; a number split across reads is missed). */
 void eldr__record_data(rq *r, const char *p, size_t n) {
-  static const char key[] = "\"completion_tokens\":";
-  const size_t kn = sizeof key - 1;
-  if (!r->rec) return;
-  for (const char *q = p; (q = eldr__memmem(q, (size_t)(p + n - q), key, kn)); q += kn) {
-    const char *v = q + kn, *e = p + n;
-    while (v < e && *v == ' ') v++;
-    int64_t x = 0;
-    int digits = 0;
-    while (v < e && *v >= '0' && *v <= '9' && digits < 12) x = x * 10 + (*v++ - '0'), digits++;
-    if (digits) r->rec->output_tokens = x;
-  }
+  if (r->rec) r->rec->output_tokens = eldr__rec_scan_usage(p, n, r->rec->output_tokens);
 }
 
 void eldr__record_finish(rq *r, int status) {

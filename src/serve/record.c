@@ -307,6 +307,23 @@ int eldr__rec_format(const eldr__rec_item *it, char **line, size_t *len) {
   return 0;
 }
 
+int64_t eldr__rec_scan_usage(const char *p, size_t n, int64_t prev) {
+  static const char key[] = "\"completion_tokens\":";
+  const size_t kn = sizeof key - 1;
+  const char *e = p + n;
+  for (const char *q = p; q + kn <= e; q++) {
+    q = memmem(q, (size_t)(e - q), key, kn);
+    if (!q) break;
+    const char *v = q + kn;
+    while (v < e && *v == ' ') v++;
+    int64_t x = 0;
+    int digits = 0;
+    while (v < e && *v >= '0' && *v <= '9' && digits < 12) x = x * 10 + (*v++ - '0'), digits++;
+    if (digits) prev = x;
+  }
+  return prev;
+}
+
 /* ---- files (writer thread) ------------------------------------------------------ */
 
 static void note_error(eldr__rec *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

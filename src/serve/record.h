@@ -134,6 +134,10 @@ void eldr__rec_stats_get(eldr__rec *r, eldr__rec_stats *st);
  * disk), 0 = off. */
 void eldr__rec_set_slow(eldr__rec *r, double seconds);
 
+/* The last "completion_tokens": N in p[0..n) (a stream's usage chunk), or
+ * prev when there is none; numbers of at most 12 digits. */
+int64_t eldr__rec_scan_usage(const char *p, size_t n, int64_t prev);
+
 /* The record's line (for tests and the writer): JSON in the counts form,
  * ending in '\n', malloc'd into *line. Counts raw rows, parses the decode
  * body. 0, ELDR_ENOMEM, or ELDR_EEMPTY when the item has no prompt counts. */
