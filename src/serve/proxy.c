@@ -43,12 +43,12 @@ void eldr__rq_free(rq *r) {
   size_t big = r->L.cap + r->plen + r->dlen + r->req.text_len + r->pr.routed_experts_len;
   if (big >= BIG_REQUEST) eldr__mem_note(r->s, big);
   leg_release(r);
+  if (r->rec) eldr__record_submit(r); /* takes L.buf and pr.root when it needs them */
   if (r->L.deadline) event_free(r->L.deadline);
   free(r->L.buf);
   eldr__req_free(&r->req);
   eldr__prompt_free(&r->prompt);
   eldr__prefill_reply_free(&r->pr);
-  eldr__rec_item_free(r->rec);
   free(r->fwd);
   free(r->pbody);
   free(r->dbody);

@@ -68,25 +68,37 @@ static int take_rows(eldr__rec_item *it, const void *data, eldr_sel_dtype dt, si
   return 0;
 }
 
-/* The prompt's counts, or its rows: 0, or -1 when there are none. */
+/* The prompt's counts, or where they will come from: 0, or -1 when there
+ * are none. The loop copies as little as it can: the counts the signature
+ * was built from when they are every layer's; else the prefill reply's
+ * tree is handed to the writer at the end (a .npy string: its size is
+ * known); else (JSON-list layouts) the decoded rows are copied. */
 static int prompt_counts(eldr_server *s, rq *r, const eldr__sigres *res, eldr__rec_item **out) {
   const eldr_artifact *a = s->art;
-  if (res && a && (res->fallback == FB_NONE || res->fallback == ELDR__FB_EMPTY_SIGNATURE) && res->view.data) {
-    eldr__rec_item *it = eldr__rec_item_new(&a->shape, a->layer_ids);
-    if (!it) return -1;
-    *out = it;
-    if (res->counts && res->fallback == FB_NONE && mask_all(a)) {
-      size_t cells = eldr_shape_cells(&a->shape);
-      if (!(it->prefill_counts = malloc(cells * sizeof *it->prefill_counts))) return -1;
-      memcpy(it->prefill_counts, res->counts, cells * sizeof *it->prefill_counts);
-      it->prefill_tokens = res->n_tokens;
-      it->bytes += cells * sizeof *it->prefill_counts;
-      return 0;
-    }
-    return take_rows(it, res->view.data, res->view.dtype, res->view.rows);
-  }
-  /* no artifact, or rows of another shape: read them as they are */
+  int sig_rows = res && a && (res->fallback == FB_NONE || res->fallback == ELDR__FB_EMPTY_SIGNATURE) && res->view.data;
   uint32_t E = s->cfg.record_experts ? s->cfg.record_experts : a ? a->shape.num_experts : 0;
+  if (sig_rows && res->counts && res->fallback == FB_NONE && mask_all(a)) {
+    eldr__rec_item *it = *out = eldr__rec_item_new(&a->shape, a->layer_ids);
+    size_t cells = eldr_shape_cells(&a->shape);
+    if (!it || !(it->prefill_counts = malloc(cells * sizeof *it->prefill_counts))) return -1;
+    memcpy(it->prefill_counts, res->counts, cells * sizeof *it->prefill_counts);
+    it->prefill_tokens = res->n_tokens;
+    it->bytes += cells * sizeof *it->prefill_counts;
+    return 0;
+  }
+  if (r->pr.routed_experts && E) { /* the tree goes to the writer at the end (eldr__record_submit) */
+    eldr_shape one = {1, E, 1};
+    eldr__rec_item *it = *out = eldr__rec_item_new(a ? &a->shape : &one, a ? a->layer_ids : NULL);
+    if (!it) return -1;
+    it->experts = E;
+    it->bytes += r->pr.routed_experts_len;
+    return 0;
+  }
+  if (sig_rows) {
+    eldr__rec_item *it = *out = eldr__rec_item_new(&a->shape, a->layer_ids);
+    return it ? take_rows(it, res->view.data, res->view.dtype, res->view.rows) : -1;
+  }
+  /* no artifact, or rows of another shape, in a JSON-list layout: read them here */
   if (!E || !r->pr.root) return -1;
   eldr_re_opts o = {r->req.api == ELDR__API_CHAT ? ELDR_RE_CHAT : ELDR_RE_COMPLETIONS, 0, 0, E, NULL};
   eldr_reply_experts rex;
@@ -154,20 +166,31 @@ void eldr__record_data(rq *r, const char *p, size_t n) {
 }
 
 void eldr__record_finish(rq *r, int status) {
+  eldr__rec_item *it = r->rec;
+  if (!it || it->status) return;
+  it->status = status ? status : -1; /* -1: the client got nothing */
+  if (r->al_first > 0) it->ttft_ms = (r->al_first - r->t0) * 1e3;
+  if (r->al_events > 1 && r->L.streaming) it->tpot_ms = (r->al_last - r->al_first) * 1e3 / (r->al_events - 1);
+}
+
+void eldr__record_submit(rq *r) {
   eldr_server *s = r->s;
   eldr__rec_item *it = r->rec;
   if (!it) return;
   r->rec = NULL;
-  it->status = status;
-  if (r->al_first > 0) it->ttft_ms = (r->al_first - r->t0) * 1e3;
-  if (r->al_events > 1 && r->L.streaming) it->tpot_ms = (r->al_last - r->al_first) * 1e3 / (r->al_events - 1);
-  const leg *L = &r->L;
+  if (!it->status) it->status = -1;
+  /* handed over, not copied: the request is being freed */
+  leg *L = &r->L;
   if (L->kind == LEG_DECODE && !L->streaming && L->status == 200 && L->n && L->buf) {
-    if ((it->decode_body = malloc(L->n))) {
-      memcpy(it->decode_body, L->buf, L->n);
-      it->decode_len = L->n;
-      it->bytes += L->n;
-    }
+    it->decode_body = L->buf;
+    it->decode_len = L->n;
+    it->bytes += L->cap;
+    L->buf = NULL;
+    L->n = L->cap = 0;
+  }
+  if (it->experts && !it->prefill_counts && !it->prefill_raw) {
+    it->prefill_root = r->pr.root;
+    r->pr.root = NULL;
   }
   eldr__rec_submit(s->rec, it);
   /* the writer thread cannot log: its errors are logged here, once each */

@@ -19,6 +19,7 @@
 
 #include "eldr/grow.h"
 #include "eldr/reply_experts.h"
+#include "serve_internal.h"
 
 static const char *const drop_names[ELDR__REC_DROP__N] = {"queue_full", "no_counts", "write_error",
                                                           "out_of_memory"};
@@ -90,6 +91,7 @@ eldr__rec_item *eldr__rec_item_new(const eldr_shape *s, const uint32_t *layer_id
 
 void eldr__rec_item_free(eldr__rec_item *it) {
   if (!it) return;
+  json_decref(it->prefill_root);
   free(it->layer_ids);
   free(it->prefill_counts);
   free(it->prefill_raw);
@@ -193,8 +195,10 @@ static void sb_counts(sb *b, const uint32_t *c, const eldr_shape *s) {
  * here): their number, or -1 when the reply has none usable. *out_tokens:
  * usage.completion_tokens (unchanged when absent). */
 static int64_t decode_counts(const eldr__rec_item *it, uint32_t *dc, int64_t *out_tokens) {
-  json_t *root = json_loadb(it->decode_body, it->decode_len, 0, NULL);
-  if (!root) return -1;
+  /* the router's reply parser: a large routed_experts blob bypasses the JSON parser */
+  eldr__prefill_reply pr;
+  if (eldr__prefill_reply_parse(it->decode_body, it->decode_len, &pr, NULL) != 0) return -1;
+  json_t *root = pr.root;
   json_t *ct = json_object_get(json_object_get(root, "usage"), "completion_tokens");
   if (json_is_integer(ct) && json_integer_value(ct) >= 0) *out_tokens = json_integer_value(ct);
   int64_t rows = -1;
@@ -211,17 +215,55 @@ static int64_t decode_counts(const eldr__rec_item *it, uint32_t *dc, int64_t *ou
     }
     eldr_reply_experts_free(&rex);
   }
-  json_decref(root);
+  eldr__prefill_reply_free(&pr);
   return rows;
 }
 
-int eldr__rec_format(const eldr__rec_item *it, char **line, size_t *len) {
+/* The prompt rows of the prefill reply tree, counted into a new buffer:
+ * it->shape becomes the rows' (E: it->experts). 0 or -1. */
+static int root_counts(eldr__rec_item *it, uint32_t **out, uint32_t *tokens) {
+  eldr_re_opts o = {it->chat ? ELDR_RE_CHAT : ELDR_RE_COMPLETIONS, 0, 0, it->experts, NULL};
+  eldr_reply_experts rex;
+  if (!it->experts || eldr_reply_experts_from_json(it->prefill_root, &o, &rex, NULL, NULL) != 0) return -1;
+  const eldr_re_view *v = rex.nchoices ? &rex.choices[0].prompt : NULL;
+  int rc = -1;
+  if (v && v->data && v->rows && v->rows <= UINT32_MAX && v->top_k <= it->experts) {
+    eldr_shape sh = {(uint32_t)v->layers, it->experts, (uint32_t)v->top_k};
+    uint32_t *c = calloc(eldr_shape_cells(&sh), sizeof *c);
+    if (sh.num_layers != it->shape.num_layers) { /* not the artifact's layers: 0..L-1 */
+      uint32_t *ly = realloc(it->layer_ids, sh.num_layers * sizeof *ly);
+      if (ly) {
+        for (uint32_t l = 0; l < sh.num_layers; l++) ly[l] = l;
+        it->layer_ids = ly;
+      } else {
+        free(c);
+        c = NULL;
+      }
+    }
+    if (c && eldr_counts_accumulate(&sh, v->data, v->dtype, v->rows, c, NULL) == 0) {
+      it->shape = sh;
+      *out = c;
+      *tokens = (uint32_t)v->rows;
+      rc = 0;
+    } else {
+      free(c);
+    }
+  }
+  eldr_reply_experts_free(&rex);
+  return rc;
+}
+
+int eldr__rec_format(eldr__rec_item *it, char **line, size_t *len) {
   *line = NULL;
   *len = 0;
-  const eldr_shape *s = &it->shape;
-  size_t cells = eldr_shape_cells(s);
   uint32_t *pc = it->prefill_counts, *own = NULL, *dc = NULL;
   uint32_t ptok = it->prefill_tokens;
+  if (!pc && it->prefill_root) {
+    if (root_counts(it, &own, &ptok) != 0) return ELDR_EEMPTY;
+    pc = own;
+  }
+  const eldr_shape *s = &it->shape;
+  size_t cells = eldr_shape_cells(s);
   if (!pc && it->prefill_raw) {
     if (!(own = calloc(cells, sizeof *own))) return ELDR_ENOMEM;
     if (eldr_counts_accumulate(s, it->prefill_raw, it->prefill_dtype, it->prefill_rows, own, NULL) != 0 ||

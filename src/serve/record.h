@@ -24,7 +24,9 @@
  * at most about the last second.
  *
  * Ownership: an item belongs to the caller until eldr__rec_submit, then to
- * the recorder (freed after it is written or dropped). The recorder owns its
+ * the recorder (freed after it is written or dropped), with every buffer
+ * it points to (the router hands over the decode reply's buffer and the
+ * prefill reply's parsed tree instead of copying them). The recorder owns its
  * thread, queue, file and directory descriptors.
  * Threads: eldr__rec_sample / submit / set_limits / stats may be called from
  * any thread; new and free from one thread (the server's owner).
@@ -67,7 +69,12 @@ typedef struct eldr__rec_item {
   uint32_t *layer_ids;     /* L MoE layer ids */
   double arrival;          /* seconds since the recorder started (monotonic) */
   double time;             /* unix epoch seconds at arrival */
-  /* the prompt: counts (L*E, every layer) or raw rows counted by the writer */
+  /* the prompt: counts (L*E, every layer), raw rows counted by the writer, or
+   * the prefill reply itself (a jansson tree handed over whole: no other
+   * thread holds a reference) read by the writer with experts E; the
+   * shape is then the reply's rows' (layer_ids kept when L matches) */
+  void *prefill_root;
+  uint32_t experts;
   uint32_t *prefill_counts;
   uint32_t prefill_tokens;  /* tokens prefill_counts cover */
   void *prefill_raw;        /* rows x L x K ids of prefill_dtype, or NULL */
@@ -139,8 +146,10 @@ void eldr__rec_set_slow(eldr__rec *r, double seconds);
 int64_t eldr__rec_scan_usage(const char *p, size_t n, int64_t prev);
 
 /* The record's line (for tests and the writer): JSON in the counts form,
- * ending in '\n', malloc'd into *line. Counts raw rows, parses the decode
- * body. 0, ELDR_ENOMEM, or ELDR_EEMPTY when the item has no prompt counts. */
-int eldr__rec_format(const eldr__rec_item *it, char **line, size_t *len);
+ * ending in '\n', malloc'd into *line. Reads the prefill tree's rows,
+ * counts raw rows, parses the decode body (it may update it->shape and
+ * it->layer_ids). 0, ELDR_ENOMEM, or ELDR_EEMPTY when the item has no
+ * prompt counts. */
+int eldr__rec_format(eldr__rec_item *it, char **line, size_t *len);
 
 #endif

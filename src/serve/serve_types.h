@@ -374,8 +374,11 @@ void eldr__record_stop(eldr_server *s);
 void eldr__record_decision(rq *r, const eldr__sigres *res, int k, const eldr_decision *dec);
 /* Decode reply bytes as they are relayed (streaming: usage). */
 void eldr__record_data(rq *r, const char *p, size_t n);
-/* The request ended with the client's status: its record is handed to the writer. */
+/* The request ended with the client's status (TTFT, TPOT noted). */
 void eldr__record_finish(rq *r, int status);
+/* The request is being freed: its record, with the decode reply's buffer
+ * and the prefill reply's tree handed over (not copied), goes to the writer. */
+void eldr__record_submit(rq *r);
 /* The eldr_record_* series (nothing when recording is off). */
 void eldr__record_metrics(eldr_server *s, struct evbuffer *o);
 

@@ -126,7 +126,7 @@ static size_t line_len(const char *id, uint32_t tokens) {
   return len;
 }
 
-static json_t *line_json(const eldr__rec_item *it) {
+static json_t *line_json(eldr__rec_item *it) {
   char *line;
   size_t len;
   assert_int_equal(eldr__rec_format(it, &line, &len), 0);
