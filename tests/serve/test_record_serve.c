@@ -56,10 +56,15 @@ static char *artifact_masked(const uint8_t *mask, const char *tag) {
   return path;
 }
 
+/* layout: the workers' routed_experts layout (0: npy); no_artifact: record
+ * with record_experts instead. */
+static int layout = 0, no_artifact = 0;
+
 static void env_start(env *e, const uint8_t *mask, int computed_only, double sample, size_t queue, const char *tag) {
   memset(e, 0, sizeof *e);
   eldr_worker_config wc;
   eldr_worker_config_default(&wc);
+  if (layout) wc.routed_experts_layout = (eldr_re_layout)layout;
   wc.role = ELDR_WORKER_PREFILL;
   wc.time_scale = 0.01;
   wc.port = 0;
@@ -78,7 +83,8 @@ static void env_start(env *e, const uint8_t *mask, int computed_only, double sam
   eldr_serve_config_default(&e->c);
   e->c.health_interval_s = 0;
   e->c.policy = ELDR_POLICY_ELDR;
-  e->c.artifact = strdup(e->artifact);
+  if (no_artifact) e->c.record_experts = 128;
+  else e->c.artifact = strdup(e->artifact);
   e->c.record_dir = strdup(e->dir);
   e->c.record_sample = sample;
   e->c.record_queue = queue;
@@ -297,11 +303,48 @@ static void test_writer_behind(void **st) {
   env_clean(&e);
 }
 
+/* The JSON-list layout of vLLM 0.21 (prompt rows in prompt_routed_experts,
+ * generated rows per choice), with a layer mask (the decoded rows are
+ * copied at the decision) and without an artifact (read on the loop with
+ * record_experts): the same records as with .npy. */
+static void test_list_layouts(void **st) {
+  (void)st;
+  uint8_t mask[48] = {0};
+  mask[3] = mask[40] = 1;
+  layout = ELDR_RE_LAYOUT_V021_LISTS;
+  for (no_artifact = 0; no_artifact < 2; no_artifact++) {
+    env e;
+    env_start(&e, mask, 0, 1, 64, no_artifact ? "lists0" : "lists1");
+    post_ok(e.r.port, "/v1/completions", "{\"prompt\":\"a prompt in lists\",\"max_tokens\":4}");
+    post_ok(e.r.port, "/v1/chat/completions",
+            "{\"messages\":[{\"role\":\"user\",\"content\":\"lists in chat\"}],\"max_tokens\":3}");
+    assert_int_equal(rt_wait_metric(e.r.port, "eldr_record_written_total", 2, 10), 0);
+    env_stop(&e);
+    size_t n;
+    json_t **v = records(e.dir, &n);
+    assert_int_equal(n, 2);
+    for (size_t i = 0; i < n; i++) {
+      json_t *sv = json_object_get(v[i], "serve");
+      assert_int_equal(ival(v[i], "prefill_tokens"), ival(sv, "prompt_tokens"));
+      check_counts(json_object_get(v[i], "prefill_counts"), ival(v[i], "prefill_tokens"));
+      assert_int_equal(ival(v[i], "decode_tokens"), ival(sv, "output_tokens") - 1);
+      check_counts(json_object_get(v[i], "decode_counts"), ival(v[i], "decode_tokens"));
+      assert_string_equal(json_string_value(json_object_get(sv, "reason")), no_artifact ? "no_artifact" : "locality");
+      json_decref(v[i]);
+    }
+    free(v);
+    env_clean(&e);
+  }
+  layout = 0;
+  no_artifact = 0;
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_records),
       cmocka_unit_test(test_cache_completed),
       cmocka_unit_test(test_writer_behind),
+      cmocka_unit_test(test_list_layouts),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
