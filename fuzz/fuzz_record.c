@@ -21,7 +21,7 @@ static void check_line(const char *line, size_t len) {
   if (!o) abort();
   json_t *dc = json_object_get(o, "decode_counts");
   json_int_t dt = json_integer_value(json_object_get(o, "decode_tokens"));
-  if (!json_is_null(dc)) {
+  if (dc && !json_is_null(dc)) {
     if (json_array_size(dc) != 2) abort();
     for (size_t l = 0; l < 2; l++) {
       json_t *row = json_array_get(dc, l);

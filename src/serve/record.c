@@ -19,6 +19,7 @@
 
 #include "eldr/grow.h"
 #include "eldr/reply_experts.h"
+#include "eldr/trace.h"
 #include "serve_internal.h"
 
 static const char *const drop_names[ELDR__REC_DROP__N] = {"queue_full", "no_counts", "write_error",
@@ -144,17 +145,6 @@ static void sb_printf(sb *b, const char *fmt, ...) {
   b->n += (size_t)k;
 }
 
-static void sb_u32(sb *b, uint32_t v) {
-  char t[12];
-  int i = 11;
-  t[i] = 0;
-  do {
-    t[--i] = (char)('0' + v % 10);
-    v /= 10;
-  } while (v);
-  sb_put(b, t + i, (size_t)(11 - i));
-}
-
 /* A JSON string (the values here are ids, URLs and model names). */
 static void sb_str(sb *b, const char *s) {
   sb_lit(b, "\"");
@@ -175,20 +165,6 @@ static void sb_str(sb *b, const char *s) {
 static void sb_num(sb *b, double x, const char *fmt) {
   if (isfinite(x)) sb_printf(b, fmt, x);
   else sb_lit(b, "null");
-}
-
-static void sb_counts(sb *b, const uint32_t *c, const eldr_shape *s) {
-  sb_lit(b, "[");
-  for (uint32_t l = 0; l < s->num_layers; l++) {
-    if (l) sb_lit(b, ",");
-    sb_lit(b, "[");
-    for (uint32_t e = 0; e < s->num_experts; e++) {
-      if (e) sb_lit(b, ",");
-      sb_u32(b, c[(size_t)l * s->num_experts + e]);
-    }
-    sb_lit(b, "]");
-  }
-  sb_lit(b, "]");
 }
 
 /* The generated rows of the decode reply counted into dc (L*E, zeroed
@@ -283,28 +259,9 @@ int eldr__rec_format(eldr__rec_item *it, char **line, size_t *len) {
     }
     drows = decode_counts(it, dc, &out_tokens);
   }
+  /* the decision, as the "serve" object (opaque to readers) */
   sb b = {0};
-  sb_lit(&b, "{\"id\":");
-  sb_str(&b, it->id);
-  sb_lit(&b, ",\"model\":");
-  sb_str(&b, it->model[0] ? it->model : "unknown");
-  sb_printf(&b, ",\"num_experts\":%u,\"top_k\":%u,\"layers\":[", s->num_experts, s->top_k);
-  for (uint32_t l = 0; l < s->num_layers; l++) {
-    if (l) sb_lit(&b, ",");
-    sb_u32(&b, it->layer_ids[l]);
-  }
-  sb_lit(&b, "],\"arrival\":");
-  sb_num(&b, it->arrival >= 0 ? it->arrival : 0, "%.6f");
-  sb_lit(&b, ",\"form\":\"counts\",\"prefill_tokens\":");
-  sb_u32(&b, ptok);
-  /* with counts, decode_tokens are the tokens they cover; else the output's */
-  int64_t dtok = drows >= 0 ? drows : out_tokens > 0 ? out_tokens : 0;
-  sb_printf(&b, ",\"decode_tokens\":%lld,\"prefill_counts\":", (long long)(dtok > UINT32_MAX ? UINT32_MAX : dtok));
-  sb_counts(&b, pc, s);
-  sb_lit(&b, ",\"decode_counts\":");
-  if (drows >= 0) sb_counts(&b, dc, s);
-  else sb_lit(&b, "null");
-  sb_lit(&b, ",\"serve\":{\"decoder\":");
+  sb_lit(&b, "{\"decoder\":");
   if (it->decoder[0]) sb_str(&b, it->decoder);
   else sb_lit(&b, "null");
   sb_printf(&b, ",\"decoder_index\":%d,\"policy\":", it->decoder_index);
@@ -337,16 +294,35 @@ int eldr__rec_format(eldr__rec_item *it, char **line, size_t *len) {
   sb_lit(&b, ",\"output_tokens\":");
   if (out_tokens >= 0) sb_printf(&b, "%lld", (long long)out_tokens);
   else sb_lit(&b, "null");
-  sb_lit(&b, "}}\n");
+  sb_lit(&b, "}");
+  sb_put(&b, "", 1); /* NUL */
+  int rc = b.bad ? ELDR_ENOMEM : 0;
+  if (!rc) {
+    /* with counts, decode_tokens are the tokens they cover; else the output's */
+    int64_t dtok = drows >= 0 ? drows : out_tokens > 0 ? out_tokens : 0;
+    eldr_counts_line ln = {.id = it->id,
+                           .model = it->model[0] ? it->model : "unknown",
+                           .shape = s,
+                           .layer_ids = it->layer_ids,
+                           .arrival = it->arrival >= 0 ? it->arrival : 0,
+                           .prefill_tokens = ptok,
+                           .decode_tokens = (uint32_t)(dtok > UINT32_MAX ? UINT32_MAX : dtok),
+                           .prefill_counts = pc,
+                           .decode_counts = drows >= 0 ? dc : NULL,
+                           .serve = b.p};
+    size_t cap = 0;
+    rc = eldr_trace_format_counts(&ln, line, len, &cap, NULL);
+    if (rc) {
+      free(*line);
+      *line = NULL;
+      *len = 0;
+      if (rc != ELDR_ENOMEM) rc = ELDR_EEMPTY; /* counts that are no trace's: nothing to refit on */
+    }
+  }
+  free(b.p);
   free(own);
   free(dc);
-  if (b.bad) {
-    free(b.p);
-    return ELDR_ENOMEM;
-  }
-  *line = b.p;
-  *len = b.n;
-  return 0;
+  return rc;
 }
 
 int64_t eldr__rec_scan_usage(const char *p, size_t n, int64_t prev) {

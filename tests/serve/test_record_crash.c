@@ -21,6 +21,7 @@
 
 #include <cmocka.h>
 
+#include "eldr/trace.h"
 #include "support/fixture.h"
 #include "support/proc.h"
 #include "worker/wtest.h"
@@ -148,6 +149,36 @@ static void *load_main(void *arg) {
   return NULL;
 }
 
+/* What the trace reader (the one `eldr fit` uses) reads back from dir. */
+typedef struct visit_ctx {
+  size_t n;
+} visit_ctx;
+
+static int visit(const eldr_trace *t, eldr_request *r, size_t index, void *ud) {
+  visit_ctx *v = ud;
+  assert_int_equal(index, v->n);
+  assert_int_equal(t->shape.num_layers, 48);
+  assert_int_equal(t->shape.num_experts, 128);
+  assert_non_null(r->prefill_counts);
+  assert_true(r->n_prefill > 0);
+  v->n++;
+  return 0;
+}
+
+static size_t reader_count(const char *dir, eldr_trace_read_info *info) {
+  const char *in[1] = {dir};
+  char **paths;
+  size_t np;
+  eldr_diag d = {{0}};
+  if (eldr_trace_inputs_expand(in, 1, &paths, &np, &d)) fail_msg("%s", d.msg);
+  visit_ctx v = {0};
+  memset(info, 0, sizeof *info);
+  if (eldr_trace_foreach_inputs(paths, np, visit, &v, info, &d)) fail_msg("%s", d.msg);
+  eldr_trace_inputs_free(paths, np);
+  assert_int_equal(info->requests, v.n);
+  return v.n;
+}
+
 /* The engines' id of a request: the decode worker answers "cmpl-<id>". */
 static void engine_id(const char *body, char *out, size_t cap) {
   json_t *o = json_loads(body, 0, NULL);
@@ -213,6 +244,29 @@ static void test_kill9(void **st) {
     if (!has_id(&rb, ids[i])) fail_msg("request %s answered before the kill is not in the records", ids[i]);
   for (size_t i = 1; i < rb.n; i++) /* ids are unique */
     for (size_t j = i < 200 ? 0 : i - 200; j < i; j++) assert_string_not_equal(rb.ids[i], rb.ids[j]);
+  /* the trace reader reads every complete record (a torn last line: skipped) */
+  eldr_trace_read_info info;
+  assert_int_equal(reader_count(dir, &info), rb.n);
+  assert_int_equal(info.files, rb.files);
+  assert_int_equal(info.torn, (size_t)rb.torn);
+  /* a write cut mid-line (what kill -9 during write(2) leaves): skipped with a note */
+  if (!rb.torn) {
+    DIR *dd = opendir(dir);
+    char last[256] = "";
+    struct dirent *de;
+    while ((de = readdir(dd)))
+      if (strstr(de->d_name, ".jsonl") && strcmp(de->d_name, last) > 0) snprintf(last, sizeof last, "%s", de->d_name);
+    closedir(dd);
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s", dir, last);
+    FILE *f = fopen(path, "a");
+    assert_non_null(f);
+    fputs("{\"id\":\"torn\",\"model\":\"qwen3-30b-a3b\",\"num_experts\":128,\"top_k\":8,\"layers\":[0,1,", f);
+    fclose(f);
+    assert_int_equal(reader_count(dir, &info), rb.n);
+    assert_int_equal(info.torn, 1);
+    assert_non_null(strstr(info.note, last));
+  }
   free(rb.ids);
   workers_stop(&w);
   char cmd[512];
