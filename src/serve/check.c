@@ -2,6 +2,8 @@
  * and (optionally) the worker names checked without starting the router;
  * and the artifact check the running router shares with it. */
 #include <netdb.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -31,6 +33,25 @@ static int resolves(const char *what, const char *host, int port, eldr_diag *d) 
   return 0;
 }
 
+/* dir is a writable directory, or does not exist in a writable one. */
+static int record_dir_ok(const char *dir, eldr_diag *d) {
+  struct stat st;
+  if (stat(dir, &st) == 0) {
+    if (!S_ISDIR(st.st_mode)) return eldr_diag_fail(d, ELDR_EINVAL, "record: %s is not a directory", dir);
+    if (access(dir, W_OK | X_OK)) return eldr_diag_fail(d, ELDR_EINVAL, "record: directory %s is not writable", dir);
+    return 0;
+  }
+  char parent[4096];
+  snprintf(parent, sizeof parent, "%s", dir);
+  char *slash = strrchr(parent, '/');
+  if (slash == parent) slash[1] = 0;
+  else if (slash) *slash = 0;
+  else snprintf(parent, sizeof parent, ".");
+  if (access(parent, W_OK | X_OK))
+    return eldr_diag_fail(d, ELDR_EINVAL, "record: %s does not exist and %s is not a writable directory", dir, parent);
+  return 0;
+}
+
 int eldr_serve_config_check(const eldr_serve_config *c, int resolve, eldr_diag *d) {
   int rc = eldr_serve_config_validate(c, d);
   if (rc) return rc;
@@ -48,6 +69,8 @@ int eldr_serve_config_check(const eldr_serve_config *c, int resolve, eldr_diag *
       return eldr_diag_fail(d, ELDR_EINVAL, "dns_server '%s' must be IP[:PORT]", c->dns_server);
   }
   if (!resolve) return 0;
+  /* on the machine that will run it: the record directory can be written */
+  if (c->record_dir && (rc = record_dir_ok(c->record_dir, d))) return rc;
   char host[256], what[300];
   int port;
   for (int role = 0; role < 2; role++) {

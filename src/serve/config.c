@@ -406,6 +406,9 @@ int eldr_serve_config_validate(const eldr_serve_config *c, eldr_diag *d) {
   if (c->record_dir && !*c->record_dir) return eldr_diag_fail(d, ELDR_EINVAL, "record: empty directory name");
   if (!(c->record_sample > 0 && c->record_sample <= 1))
     return eldr_diag_fail(d, ELDR_ERANGE, "record_sample must be in (0, 1]");
+  if (c->record_dir && !c->artifact && !c->record_experts)
+    return eldr_diag_fail(d, ELDR_EINVAL, "record: without an artifact, record_experts (--record-experts E) is needed: "
+                                          "routed_experts replies do not say how many experts a layer has");
   if (!(c->record_max_seconds >= 0) || c->record_queue < 1)
     return eldr_diag_fail(d, ELDR_ERANGE, "record_max_seconds must be >= 0 and record_queue >= 1");
   if (c->cors_origin && (!header_safe(c->cors_origin, 1) || !*c->cors_origin || strlen(c->cors_origin) > 1024))

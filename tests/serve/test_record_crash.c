@@ -328,9 +328,19 @@ static void test_bad_flags(void **st) {
   assert_int_equal(eldr_test_run_captured(binary(), dir, a1, out, sizeof out, err, sizeof err), 2);
   assert_non_null(strstr(err, "--record-sample"));
   const char *a2[] = {"serve", "--prefill", "http://127.0.0.1:1", "--decode", "http://127.0.0.1:2", "--record",
-                      "/proc/no/such", "--port", "0", NULL};
+                      "/proc/no/such", "--record-experts", "128", "--port", "0", NULL};
   assert_int_equal(eldr_test_run_captured(binary(), dir, a2, out, sizeof out, err, sizeof err), 1);
   assert_non_null(strstr(err, "/proc/no/such"));
+  /* without an artifact the expert count must be given */
+  const char *a3[] = {"serve", "--prefill", "http://127.0.0.1:1", "--decode", "http://127.0.0.1:2", "--record", dir,
+                      NULL};
+  assert_int_equal(eldr_test_run_captured(binary(), dir, a3, out, sizeof out, err, sizeof err), 2);
+  assert_non_null(strstr(err, "--record-experts"));
+  /* --check-config=resolve: the directory must be writable where it runs */
+  const char *a4[] = {"serve", "--prefill", "http://127.0.0.1:1", "--decode", "http://127.0.0.1:2", "--record",
+                      "/proc/self/rec", "--record-experts", "128", "--check-config=resolve", NULL};
+  assert_int_equal(eldr_test_run_captured(binary(), dir, a4, out, sizeof out, err, sizeof err), 2);
+  assert_non_null(strstr(err, "/proc/self/rec"));
   char cmd[400];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   assert_int_equal(system(cmd), 0);
