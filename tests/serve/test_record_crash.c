@@ -21,6 +21,7 @@
 
 #include <cmocka.h>
 
+#include "eldr/artifact.h"
 #include "eldr/trace.h"
 #include "support/fixture.h"
 #include "support/proc.h"
@@ -267,6 +268,20 @@ static void test_kill9(void **st) {
     assert_int_equal(info.torn, 1);
     assert_non_null(strstr(info.note, last));
   }
+  /* and `eldr fit` refits on the directory as it was left */
+  char art[300], out[4096], err[4096];
+  snprintf(art, sizeof art, "%s.json", dir);
+  const char *fa[] = {"fit", "--trace", dir, "--decoders", "2", "--layers", "all", "--representation", "count",
+                      "-q", "-o", art, NULL};
+  assert_int_equal(eldr_test_run_captured(binary(), dir, fa, out, sizeof out, err, sizeof err), 0);
+  assert_non_null(strstr(err, "torn"));
+  eldr_artifact *a = NULL;
+  eldr_diag ad = {{0}};
+  assert_int_equal(eldr_artifact_load(art, &a, &ad), 0);
+  assert_int_equal(a->fit_n, rb.n);
+  assert_int_equal(a->k, 2);
+  eldr_artifact_free(a);
+  unlink(art);
   free(rb.ids);
   workers_stop(&w);
   char cmd[512];
