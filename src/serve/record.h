@@ -1,6 +1,8 @@
 /* record.h — `eldr serve --record DIR` (serve-private): one JSONL line per
  * sampled completion request, in the trace format's counts form
  * (docs/trace.md), so `eldr fit --trace DIR` can refit on live traffic.
+ * record.c: the queue, the writer thread and the files; record_line.c: the
+ * item and its line.
  *
  *   loop thread   eldr__rec_sample() decides (a deterministic stride of the
  *                 sample fraction); the request's data is copied into an
