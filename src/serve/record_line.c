@@ -132,8 +132,9 @@ static int64_t decode_counts(const eldr__rec_item *it, uint32_t *dc, int64_t *ou
     const eldr_re_view *g = rex.nchoices ? &rex.choices[0].generated : NULL;
     if (g && g->data && g->rows) {
       memset(dc, 0, eldr_shape_cells(&it->shape) * sizeof *dc);
-      if (eldr_counts_accumulate(&it->shape, g->data, g->dtype, g->rows, dc, NULL) == 0 &&
-          g->rows <= UINT32_MAX)
+      /* rows a trace can hold (a token's top-k ids distinct), else unknown */
+      if (eldr_counts_accumulate(&it->shape, g->data, g->dtype, g->rows, dc, NULL) == 0 && g->rows <= UINT32_MAX &&
+          eldr_counts_rows_check(&it->shape, dc, (uint32_t)g->rows, NULL) == 0)
         rows = (int64_t)g->rows;
     }
     eldr_reply_experts_free(&rex);
