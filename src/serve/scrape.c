@@ -60,10 +60,14 @@ void eldr__scrape_parse(worker *w, const char *text, size_t len) {
   w->s->m.scrapes[0]++;
 }
 
+uint32_t eldr__worker_load_at(const worker *w, uint32_t inflight) {
+  if (!w->scrape_valid) return inflight;
+  int64_t l = (int64_t)w->scraped + (int64_t)inflight - (int64_t)w->inflight_at_scrape;
+  return l > (int64_t)inflight ? (uint32_t)l : inflight;
+}
+
 uint32_t eldr__worker_load(const worker *w) {
-  if (!w->scrape_valid) return w->inflight;
-  int64_t l = (int64_t)w->scraped + (int64_t)w->inflight - (int64_t)w->inflight_at_scrape;
-  return l > (int64_t)w->inflight ? (uint32_t)l : w->inflight;
+  return eldr__worker_load_at(w, w->slot ? w->slot->inflight : w->inflight);
 }
 
 static void sc_head(void *arg, int status, const char *ctype) {
@@ -143,7 +147,7 @@ void eldr__scrape_tick(evutil_socket_t fd, short ev, void *arg) {
       struct iovec iov = {req, (size_t)n};
       w->sc_status = 0;
       w->sc_n = 0;
-      if (eldr__up_request(w->sc, &iov, 1, &sc_cbs, w) == 0) w->inflight_at_scrape = w->inflight;
+      if (eldr__up_request(w->sc, &iov, 1, &sc_cbs, w) == 0) w->inflight_at_scrape = w->slot->inflight;
     }
 }
 
