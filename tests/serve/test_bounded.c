@@ -411,7 +411,6 @@ static void test_health_needs_probe(void **st) {
   fx_worker *p = fx_start(NULL), *d = fx_start(NULL);
   eldr_serve_config c;
   eldr_serve_config_default(&c);
-  c.threads = 1; /* "probed" is per loop: a leg answered on one loop */
   c.health_interval_s = 0; /* no probes: the first successful legs count */
   add(&c, 0, p);
   add(&c, 1, d);

@@ -1005,7 +1005,6 @@ static void test_worker_killed_and_health(void **st) {
   fx_worker *p = fx_start(NULL), *d0 = fx_start(NULL), *d1 = fx_start(NULL);
   eldr_serve_config c;
   base_cfg(&c);
-  c.threads = 1; /* health checks and ejection are per loop */
   c.policy = ELDR_POLICY_RR;
   c.health_interval_s = 0.05;
   c.eject_after = 2;

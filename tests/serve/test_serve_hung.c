@@ -81,7 +81,6 @@ static void test_sigstopped_decoder(void **st) {
   if (wt_worker_start(&pw, &pc, &d) < 0 || wt_worker_start(&dw, &dc, &d) < 0) fail_msg("worker: %s", d.msg);
   eldr_serve_config c;
   eldr_serve_config_default(&c);
-  c.threads = 1; /* ejection of a hung decoder is per loop */
   c.policy = ELDR_POLICY_RR;
   c.health_interval_s = 0.2;
   c.connect_timeout_s = 0.5; /* one health check's bound too */
