@@ -414,6 +414,9 @@ int eldr_server_run(eldr_server *s) {
   eldr__logf(s, "eldr serve listening on %s:%d (%zu prefill, %zu decode workers, policy %s, artifact %s, %d event loop%s)",
         s->cfg.host, s->port, s->nw[0], s->nw[1], eldr_policy_name(s->cfg.policy),
         s->art ? s->cfg.artifact : "none", s->grp->n, s->grp->n == 1 ? "" : "s");
+  if (s->grp->n > 1 && s->cfg.policy == ELDR_POLICY_FOOTPRINT)
+    eldr__logf(s, "footprint: each of the %d event loops models only the requests it routed (--threads 1 "
+                  "gives it the whole picture)", s->grp->n);
   return eldr__group_run(s->grp);
 }
 
