@@ -158,6 +158,7 @@ static int leg_start(rq *r, worker *w, int kind, const char *method, const char 
   if (kind == LEG_DECODE) eldr__up_once(up); /* a decoder must not see the request twice */
   L->w = w;
   L->up = up;
+  L->hung_gen = w->slot->hung_gen;
   w->inflight++;
   if (!reserved) w->slot->inflight++;
   w->slot->requests++;
@@ -240,29 +241,51 @@ static void leg_timed_out(rq *r, const char *why) {
   leg_failed(r, 1, why);
 }
 
-/* A decoder that sent nothing within the first-byte / idle bound is hung
- * (SIGSTOPped, wedged): ejected at once (health checks re-admit it), and
- * every other decode leg on it ends now with 504 instead of waiting for
- * the whole leg's timeout. */
-static void decoder_hung(eldr_server *s, worker *w, const rq *except) {
-  if (w->slot->healthy && s->cfg.health_interval_s > 0) {
-    if (w->slot->fails < s->cfg.eject_after - 1) w->slot->fails = s->cfg.eject_after - 1; /* this failure ejects */
-    eldr__worker_failed(w, "hung: no reply byte within the first-byte / idle timeout");
-  }
+/* r's decode leg is on w (NULL: on a worker a loop found hung since the
+ * leg started). */
+static int leg_on_hung(const rq *r, const worker *w, const rq *except) {
+  if (!r || r == except || r->L.kind != LEG_DECODE || !r->L.w) return 0;
+  return w ? r->L.w == w : r->L.w->slot->hung_gen != r->L.hung_gen;
+}
+
+/* This loop's decode legs on w (NULL: on any worker found hung) end now. */
+static void end_hung_legs(eldr_server *s, const worker *w, const rq *except) {
   size_t n = 0;
-  for (hconn *c = s->conns; c; c = c->next)
-    if (c->r && c->r != except && c->r->L.w == w && c->r->L.kind == LEG_DECODE) n++;
+  for (hconn *c = s->conns; c; c = c->next) n += leg_on_hung(c->r, w, except);
   if (!n) return;
   rq **v = malloc(n * sizeof *v);
   if (!v) return; /* they end at their own deadlines */
   size_t k = 0;
   for (hconn *c = s->conns; c && k < n; c = c->next)
-    if (c->r && c->r != except && c->r->L.w == w && c->r->L.kind == LEG_DECODE) v[k++] = c->r;
+    if (leg_on_hung(c->r, w, except)) v[k++] = c->r;
   for (size_t i = 0; i < k; i++) {
     v[i]->L.w->slot->err_timeout++;
     leg_timed_out(v[i], "decode worker hung (ejected)");
   }
   free(v);
+}
+
+void eldr__hung_sweep(evutil_socket_t fd, short ev, void *arg) {
+  (void)fd;
+  (void)ev;
+  end_hung_legs(arg, NULL, NULL);
+}
+
+/* A decoder that sent nothing within the first-byte / idle bound is hung
+ * (SIGSTOPped, wedged): ejected at once (health checks re-admit it), and
+ * every other decode leg on it ends now with 504 instead of waiting for
+ * the whole leg's timeout, on every loop (a non-streaming leg has no
+ * first-byte bound of its own). */
+static void decoder_hung(eldr_server *s, worker *w, const rq *except) {
+  if (w->slot->healthy && s->cfg.health_interval_s > 0) {
+    if (w->slot->fails < s->cfg.eject_after - 1) w->slot->fails = s->cfg.eject_after - 1; /* this failure ejects */
+    eldr__worker_failed(w, "hung: no reply byte within the first-byte / idle timeout");
+  }
+  w->slot->hung_gen++;
+  const eldr__group *g = s->grp;
+  for (int i = 0; g && i < g->n; i++)
+    if (g->loops[i] && g->loops[i] != s && g->loops[i]->ev_hung) event_active(g->loops[i]->ev_hung, EV_TIMEOUT, 0);
+  end_hung_legs(s, w, except);
 }
 
 static void leg_deadline_cb(evutil_socket_t fd, short ev, void *arg) {

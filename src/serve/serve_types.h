@@ -114,6 +114,11 @@ struct eldr__slot {
                                * (loop 0 runs them) re-admits it (starts at 1) */
   _Atomic int fails;          /* consecutive failures, from every loop */
   _Atomic int probed;         /* answered a health check or a leg at least once */
+  /* loop 0's last scrape of the worker's /metrics (scrape.c), for every loop */
+  _Atomic int scrape_valid;
+  _Atomic uint32_t scraped, inflight_at_scrape;
+  _Atomic uint32_t hung_gen;  /* times a loop found it hung: every loop ends the
+                               * decode legs on it that started before */
   ctr requests, ejections, err_connect, err_status, err_timeout;
   int role;
   size_t refs;                /* worker objects using it (group mutex) */
@@ -208,6 +213,7 @@ typedef struct leg {
   int sent;                /* the worker may have read the request (eldr__up_sent) */
   int hung_timer;          /* the deadline armed is a first-byte / idle one, not the whole leg's */
   double t_end;            /* the whole leg's deadline (monotonic seconds) */
+  uint32_t hung_gen;       /* the worker slot's hung_gen when the leg started */
   int status;              /* reply status (0 until the head arrived) */
   char ctype[128];
   char *buf;               /* reply body (not relayed while streaming) */
@@ -290,6 +296,7 @@ struct eldr_server {
   struct event_base *base;
   struct evconnlistener *lis;
   struct event *ev_stop, *ev_reload, *ev_health, *ev_scrape, *sig_hup, *sig_int, *sig_term;
+  struct event *ev_hung;  /* another loop found a decoder hung: end this loop's legs on it */
   int port;
   worker **w[2];
   size_t nw[2];
@@ -380,6 +387,9 @@ int eldr__uuid4(char out[37]);
 /* POST /v1/completions and /v1/chat/completions; GET /v1/models. */
 void eldr__handle_completion(hconn *c, eldr__api api, const char *body, size_t len);
 void eldr__handle_models(hconn *c);
+/* Event callback (arg = s): end this loop's decode legs on decoders another
+ * loop found hung since they started. */
+void eldr__hung_sweep(evutil_socket_t fd, short ev, void *arg);
 /* Release a request (its leg's worker reference and connection included). */
 void eldr__rq_free(rq *r);
 /* The client left while the request was in flight: count it, free it. */

@@ -79,14 +79,17 @@ static int load_artifact(eldr_server *s, const char *path, eldr_artifact **out, 
     eldr_artifact_free(a);
     return rc;
   }
-  const eldr__sigpath *sp = &s->sp;
-  if (sp->observed_L && ((int)a->shape.num_layers != sp->observed_L || (int)a->shape.top_k != sp->observed_K)) {
-    rc = eldr_diag_fail(d, ELDR_ESHAPE,
-                        "artifact %s is for %u MoE layers x top-%u but the workers' routed_experts "
-                        "are %d layers x top-%d: refused",
-                        path, a->shape.num_layers, a->shape.top_k, sp->observed_L, sp->observed_K);
-    eldr_artifact_free(a);
-    return rc;
+  for (int i = 0; i < s->grp->n; i++) { /* the shape any loop saw */
+    const eldr_server *x = s->grp->loops[i];
+    int L = x ? x->sp.observed_L : 0, K = x ? x->sp.observed_K : 0;
+    if (L && ((int)a->shape.num_layers != L || (int)a->shape.top_k != K)) {
+      rc = eldr_diag_fail(d, ELDR_ESHAPE,
+                          "artifact %s is for %u MoE layers x top-%u but the workers' routed_experts "
+                          "are %d layers x top-%d: refused",
+                          path, a->shape.num_layers, a->shape.top_k, L, K);
+      eldr_artifact_free(a);
+      return rc;
+    }
   }
   *out = a;
   return 0;
@@ -270,6 +273,21 @@ static void stop_cb(evutil_socket_t fd, short ev, void *arg) {
 
 static void loop_free(eldr_server *s);
 
+/* With SO_REUSEPORT a second router (same user) could bind the port too
+ * and silently take half the connections: the loops' listeners share it
+ * only after a plain bind (SO_REUSEADDR only, as a single loop binds) shows
+ * that nobody listens there. 0 or ELDR_EIO naming the address. */
+static int port_free(const struct evutil_addrinfo *ai, const char *host, int port, eldr_diag *d) {
+  int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return eldr_diag_fail(d, ELDR_EIO, "cannot listen on %s:%d: %s", host, port, strerror(errno));
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  int rc = bind(fd, ai->ai_addr, (socklen_t)ai->ai_addrlen) ? errno : 0;
+  close(fd);
+  if (rc) return eldr_diag_fail(d, ELDR_EIO, "cannot listen on %s:%d: %s", host, port, strerror(rc));
+  return 0;
+}
+
 /* One loop: its event base, timers, workers, listener on cfg->host:port
  * (SO_REUSEPORT when the server has several loops: the kernel spreads the
  * connections over their listeners), and, for loop 0, the signals. Loops
@@ -335,6 +353,10 @@ static int loop_new(const eldr_serve_config *cfg, eldr__group *g, int idx, int p
   }
   unsigned flags = LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC;
   if (g->n > 1) flags |= LEV_OPT_REUSEABLE_PORT;
+  if (g->n > 1 && idx == 0 && port != 0 && (rc = port_free(ai, cfg->host, port, d))) {
+    evutil_freeaddrinfo(ai);
+    goto fail;
+  }
   s->lis = evconnlistener_new_bind(s->base, eldr__accept_cb, s, flags, 1024, ai->ai_addr, (int)ai->ai_addrlen);
   evutil_freeaddrinfo(ai);
   if (!s->lis) {
@@ -349,7 +371,8 @@ static int loop_new(const eldr_serve_config *cfg, eldr__group *g, int idx, int p
                                            : ((struct sockaddr_in *)&ss)->sin_port);
   s->ev_stop = event_new(s->base, -1, 0, stop_cb, s);
   s->ev_reload = event_new(s->base, -1, 0, reload_cb, s);
-  if (!s->ev_stop || !s->ev_reload) {
+  s->ev_hung = event_new(s->base, -1, 0, eldr__hung_sweep, s);
+  if (!s->ev_stop || !s->ev_reload || !s->ev_hung) {
     rc = ELDR_ENOMEM;
     goto fail;
   }
@@ -438,7 +461,7 @@ static void loop_free(eldr_server *s) {
   while (s->conns) eldr__conn_free(s->conns);
   if (s->lis) evconnlistener_free(s->lis);
   struct event *evs[] = {s->ev_stop, s->ev_reload, s->ev_health, s->ev_scrape, s->sig_hup,
-                         s->sig_int, s->sig_term, s->ev_accept, s->ev_trim};
+                         s->sig_int, s->sig_term, s->ev_accept, s->ev_trim, s->ev_hung};
   for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)
     if (evs[i]) event_free(evs[i]);
   while (s->all_workers) eldr__worker_free(s->all_workers);

@@ -93,7 +93,8 @@ typedef struct eldr__sigpath {
   int pend_on;
   struct event *ev_store;    /* NULL without a loop: defer stores at the next extraction */
   /* observations */
-  int observed_L, observed_K;  /* routed_experts shape seen last (0: none yet) */
+  _Atomic int observed_L, observed_K; /* routed_experts shape seen last (0: none yet);
+                                       * any loop's reload checks every loop's */
   _Atomic uint64_t tokenizer_mismatch, blocks_missing; /* read by any loop's /metrics */
   /* the cache's statistics as of its last use (eldr__sigpath_publish), for
    * the loop rendering /metrics, which sums every loop's */

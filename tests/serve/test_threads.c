@@ -3,7 +3,8 @@
  * never both take the same idle decoder: under two threads racing over
  * shared slots, and through the real router (two loops, SO_REUSEPORT, a
  * burst of held decode legs over as many idle decoders); /metrics summing
- * every loop; the `threads` key's bounds. */
+ * every loop; a busy port refused although the loops share theirs; the
+ * `threads` key's bounds. */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -200,6 +201,36 @@ static void test_metrics_sum_loops(void **st) {
   fx_free(d);
 }
 
+/* SO_REUSEPORT does not let a second router take half of a busy port. */
+static void test_port_in_use(void **st) {
+  (void)st;
+  fx_worker *p = fx_start(NULL), *d = fx_start(NULL);
+  eldr_serve_config c;
+  eldr_serve_config_default(&c);
+  c.threads = 2;
+  c.health_interval_s = 0;
+  assert_int_equal(eldr_serve_config_add_worker(&c, 0, fx_url(p), NULL), 0);
+  assert_int_equal(eldr_serve_config_add_worker(&c, 1, fx_url(d), NULL), 0);
+  rt_router r;
+  assert_int_equal(rt_start(&r, &c), 0);
+  c.port = r.port;
+  c.log = NULL;
+  eldr_server *second = NULL;
+  eldr_diag dg = {{0}};
+  int rc = eldr_server_new(&c, &second, &dg);
+  assert_int_not_equal(rc, 0);
+  assert_null(second);
+  if (!strstr(dg.msg, "Address already in use")) fail_msg("%s", dg.msg);
+  tc_resp resp; /* the first one still serves */
+  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
+  assert_int_equal(resp.status, 200);
+  tc_free(&resp);
+  rt_stop(&r);
+  eldr_serve_config_free(&c);
+  fx_free(p);
+  fx_free(d);
+}
+
 static void test_threads_key(void **st) {
   (void)st;
   eldr_serve_config c;
@@ -220,6 +251,7 @@ int main(void) {
       cmocka_unit_test(test_reserve_two_threads),
       cmocka_unit_test(test_burst_one_per_decoder),
       cmocka_unit_test(test_metrics_sum_loops),
+      cmocka_unit_test(test_port_in_use),
       cmocka_unit_test(test_threads_key),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
