@@ -11,7 +11,11 @@
  * decode leg is the original body plus the prefill's kv_transfer_params,
  * relayed to the client byte for byte (SSE when streaming).
  *
- * Threading: one libevent loop runs the whole server (eldr_server_run).
+ * Threading: cfg.threads libevent loops (eldr_server_run runs the first on
+ * the calling thread and one thread per other loop; each accepts on its own
+ * SO_REUSEPORT listener and owns its connections and upstream pools; they
+ * share the workers' in-flight counts; docs/architecture.md, "Threads").
+ * cfg.log may be called from any loop's thread, one call at a time.
  * eldr_server_stop() and eldr_server_reload() may be called from any thread.
  *
  * Ownership: eldr_serve_config owns its strings (init/free);
@@ -26,8 +30,11 @@
 #include "eldr/error.h"
 #include "eldr/policy.h"
 
-/* One log line (no trailing newline). Called on the server's loop thread. */
+/* One log line (no trailing newline). Called on a loop thread of the
+ * server, one call at a time (the server serialises them). */
 typedef void (*eldr_serve_log_fn)(void *ctx, const char *line);
+
+#define ELDR_SERVE_MAX_THREADS 256 /* event loops at most */
 
 typedef struct eldr_serve_config {
   char *host;                /* listen address (default "127.0.0.1") */
@@ -88,6 +95,10 @@ typedef struct eldr_serve_config {
   size_t record_queue;       /* records queued for the writer at most (default 1024) */
   size_t record_queue_bytes; /* their memory at most (default 64 MiB) */
   uint32_t record_experts;   /* routed experts per layer when no artifact says (0: the artifact's) */
+  int threads;               /* event loops, each with its own SO_REUSEPORT listener
+                              * (docs/architecture.md, "Threads"); 0 = the number of
+                              * online cores (default 0); fixed at start (a reload
+                              * does not change it) */
   int handle_signals;        /* SIGHUP reloads, SIGINT/SIGTERM stop (for the CLI) */
   char *config_path;         /* JSON config re-read on reload (NULL: reload artifact only) */
   char *overrides;           /* JSON object in the config file's syntax applied over the
@@ -113,7 +124,7 @@ int eldr_serve_config_add_dns(eldr_serve_config *c, int decode, const char *host
  *   decode_first_byte_timeout, decode_idle_timeout,
  *   header_timeout, idle_timeout, retries, max_body, max_header,
  *   health_interval, eject_after, sigcache_rows, pool_size, max_connections,
- *   stream_buffer,
+ *   stream_buffer, threads,
  *   splice_routed_experts (boolean), backend_api_key (string or null),
  *   forward_authorization (boolean), cors_origin (string or null),
  *   record (directory or null), record_sample, record_max_bytes,

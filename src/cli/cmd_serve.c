@@ -60,6 +60,8 @@ static void usage(FILE *f) {
           "  --retries N           extra attempts of a leg on another worker (default 2)\n"
           "  --max-body BYTES      client body limit (default 16777216)\n"
           "  --max-connections N   open client connections, more get 503 (default 0: half the fd limit)\n"
+          "  --threads N           event loops, each accepting on its own SO_REUSEPORT listener\n"
+          "                        (default 0: the number of online cores)\n"
           "  --stream-buffer BYTES bytes queued to a streaming client before the decode leg\n"
           "                        is paused (default 262144)\n"
           "  --prefill-guard N     prefill load guard in requests (default 4)\n"
@@ -96,7 +98,7 @@ int eldr_cmd_serve(int argc, char **argv) {
     O_PREFILL = 256, O_DECODE, O_ARTIFACT, O_POLICY, O_TAU, O_HOST, O_PORT, O_CONFIG, O_PT, O_DT,
     O_HT, O_CT, O_HI, O_EJ, O_RETRIES, O_MAXBODY, O_GUARD, O_SCR, O_SEED, O_NOSPLICE, O_DFB, O_DIDLE, O_APIKEY, O_FWDAUTH, O_CORS, O_QUIET, O_HELP,
     O_PDNS, O_DDNS, O_DNSI, O_DNSS, O_CHECK, O_SCRAPE, O_ALOG,
-    O_MAXCONN, O_STREAMBUF, O_REC, O_RECSAMPLE, O_RECBYTES, O_RECSECS, O_RECEXP
+    O_MAXCONN, O_STREAMBUF, O_REC, O_RECSAMPLE, O_RECBYTES, O_RECSECS, O_RECEXP, O_THREADS
   };
   static const struct option opts[] = {
       {"prefill", required_argument, 0, O_PREFILL}, {"decode", required_argument, 0, O_DECODE},
@@ -120,7 +122,7 @@ int eldr_cmd_serve(int argc, char **argv) {
       {"stream-buffer", required_argument, 0, O_STREAMBUF}, {"record", required_argument, 0, O_REC},
       {"record-sample", required_argument, 0, O_RECSAMPLE}, {"record-max-bytes", required_argument, 0, O_RECBYTES},
       {"record-max-seconds", required_argument, 0, O_RECSECS}, {"record-experts", required_argument, 0, O_RECEXP},
-      {0, 0, 0, 0}};
+      {"threads", required_argument, 0, O_THREADS}, {0, 0, 0, 0}};
   /* pass 1: --help and --config (the file is applied before the other flags) */
   const char *config = NULL;
   cli_getopt_reset();
@@ -255,6 +257,7 @@ int eldr_cmd_serve(int argc, char **argv) {
     case O_RETRIES: c.retries = (int)cli_parse_long(cmd, "--retries", optarg, 0, 16); OV("retries", json_integer((json_int_t)c.retries)); break;
     case O_MAXBODY: c.max_body = (size_t)cli_parse_long(cmd, "--max-body", optarg, 1, 1l << 34); OV("max_body", json_integer((json_int_t)c.max_body)); break;
     case O_MAXCONN: c.max_connections = (size_t)cli_parse_long(cmd, "--max-connections", optarg, 0, 1l << 24); OV("max_connections", json_integer((json_int_t)c.max_connections)); break;
+    case O_THREADS: c.threads = (int)cli_parse_long(cmd, "--threads", optarg, 0, ELDR_SERVE_MAX_THREADS); OV("threads", json_integer((json_int_t)c.threads)); break;
     case O_STREAMBUF: c.stream_buffer = (size_t)cli_parse_long(cmd, "--stream-buffer", optarg, 4096, 1l << 30); OV("stream_buffer", json_integer((json_int_t)c.stream_buffer)); break;
     case O_GUARD: c.prefill_guard = (uint32_t)cli_parse_long(cmd, "--prefill-guard", optarg, 0, 1000000); OV("prefill_guard", json_integer((json_int_t)c.prefill_guard)); break;
     case O_SCR: c.sigcache_rows = (size_t)cli_parse_long(cmd, "--sigcache-rows", optarg, 0, 1l << 26); OV("sigcache_rows", json_integer((json_int_t)c.sigcache_rows)); break;

@@ -320,6 +320,7 @@ int eldr_serve_config_parse(eldr_serve_config *c, const char *json, size_t len, 
       else c->splice_routed_experts = json_is_true(v);
     }
     else if (!strcmp(key, "max_connections")) { if (!(rc = get_int(v, key, 0, 1 << 24, &n, d))) c->max_connections = (size_t)n; }
+    else if (!strcmp(key, "threads")) { if (!(rc = get_int(v, key, 0, ELDR_SERVE_MAX_THREADS, &n, d))) c->threads = (int)n; }
     else if (!strcmp(key, "stream_buffer")) { if (!(rc = get_int(v, key, 4096, 1ll << 30, &n, d))) c->stream_buffer = (size_t)n; }
     else if (!strcmp(key, "record")) rc = json_is_null(v) ? (free(c->record_dir), c->record_dir = NULL, 0) : set_str(&c->record_dir, v, key, d);
     else if (!strcmp(key, "record_sample")) { if (!(rc = get_num(v, key, 1e-6, 1, &x, d))) c->record_sample = x; }
@@ -395,6 +396,8 @@ int eldr_serve_config_validate(const eldr_serve_config *c, eldr_diag *d) {
     return eldr_diag_fail(d, ELDR_ERANGE, "tau out of range [0, 2]");
   if (c->max_body == 0 || c->max_header < 256)
     return eldr_diag_fail(d, ELDR_ERANGE, "max_body must be > 0 and max_header >= 256");
+  if (c->threads < 0 || c->threads > ELDR_SERVE_MAX_THREADS)
+    return eldr_diag_fail(d, ELDR_ERANGE, "threads must be 0 (online cores) to %d", ELDR_SERVE_MAX_THREADS);
   if (c->retries < 0 || c->eject_after < 1)
     return eldr_diag_fail(d, ELDR_ERANGE, "retries must be >= 0 and eject_after >= 1");
   if (!(c->connect_timeout_s > 0 && c->prefill_timeout_s > 0 && c->decode_timeout_s > 0 &&

@@ -452,6 +452,7 @@ void eldr__accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockad
   (void)salen;
   eldr_server *s = arg;
   s->accept_delay_s = 0; /* accept() works again: the next error backs off from the start */
+  s->m.accepted++;
   int refusing = s->nconns >= s->max_conns;
   if (refusing && s->nrefusing >= REFUSE_SLACK) {
     s->m.conn_dropped++;

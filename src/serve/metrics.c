@@ -1,5 +1,9 @@
 /* metrics.c — the router's counters and histograms, rendered as
- * Prometheus text on GET /metrics, and GET /health. Loop thread only. */
+ * Prometheus text on GET /metrics, and GET /health. Each loop counts into
+ * its own metrics; /metrics, on whichever loop serves it, sums every loop's
+ * (atomic loads) and the workers' shared slots. /health answers from the
+ * serving loop's own view (its health checks, its recent decisions). */
+#include <stddef.h>
 #include <event2/buffer.h>
 #include <stdio.h>
 #include <string.h>
@@ -25,7 +29,7 @@ void eldr__histo_add(histo *h, double x) {
   int i = 0;
   while (i < HB && x > h->bound[i]) i++;
   h->n[i]++;
-  h->sum += x;
+  h->sum = h->sum + x; /* one writer: its loop (no atomic add on a double) */
   h->count++;
 }
 
@@ -39,6 +43,30 @@ void eldr__metrics_init(metrics *m) {
 }
 
 /* ---- metrics and health endpoints ----------------------------------------- */
+
+/* The counters before the histograms, as one array. */
+_Static_assert(offsetof(metrics, sig) % sizeof(ctr) == 0, "metrics: counters first");
+#define N_CTR (offsetof(metrics, sig) / sizeof(ctr))
+
+static void histo_sum(histo *dst, const histo *src) {
+  for (int i = 0; i <= HB; i++) dst->n[i] += src->n[i];
+  dst->sum = dst->sum + src->sum;
+  dst->count += src->count;
+}
+
+/* Every loop's counters summed into out (initialised here). */
+static void metrics_sum(const eldr__group *g, metrics *out) {
+  eldr__metrics_init(out);
+  for (int l = 0; l < g->n; l++) {
+    const metrics *m = &g->loops[l]->m;
+    const ctr *a = (const ctr *)m;
+    ctr *b = (ctr *)out;
+    for (size_t i = 0; i < N_CTR; i++) b[i] += a[i];
+    histo_sum(&out->sig, &m->sig);
+    histo_sum(&out->decision, &m->decision);
+    histo_sum(&out->request, &m->request);
+  }
+}
 
 static void render_histo(struct evbuffer *o, const char *name, const char *help, const histo *h) {
   evbuffer_add_printf(o, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
@@ -54,7 +82,23 @@ static void render_histo(struct evbuffer *o, const char *name, const char *help,
 
 void eldr__handle_metrics(hconn *c) {
   eldr_server *s = c->s;
-  metrics *m = &s->m;
+  const eldr__group *g = s->grp;
+  metrics sum;
+  metrics_sum(g, &sum);
+  const metrics *m = &sum;
+  eldr__sigpath_publish(&s->sp);
+  unsigned long long mism = 0, missing = 0, conns = 0;
+  eldr_sigcache_stats cs = {0};
+  for (int l = 0; l < g->n; l++) {
+    eldr_server *x = g->loops[l];
+    mism += x->sp.tokenizer_mismatch;
+    missing += x->sp.blocks_missing;
+    cs.rows += x->sp.pub_rows;
+    cs.hits += x->sp.pub_hits;
+    cs.misses += x->sp.pub_misses;
+    cs.evictions += x->sp.pub_evictions;
+    conns += x->nconns;
+  }
   struct evbuffer *o = evbuffer_new();
   if (!o) {
     eldr__send_error(c, 500, "internal_error", "out of memory");
@@ -107,12 +151,10 @@ void eldr__handle_metrics(hconn *c) {
                       (unsigned long long)m->spliced);
   evbuffer_add_printf(o, "# HELP eldr_sigcache_tokenizer_mismatch_total Prompts whose token count differs from the engine's.\n"
                          "# TYPE eldr_sigcache_tokenizer_mismatch_total counter\neldr_sigcache_tokenizer_mismatch_total %llu\n",
-                      (unsigned long long)s->sp.tokenizer_mismatch);
+                      mism);
   evbuffer_add_printf(o, "# HELP eldr_signature_blocks_missing_total Prefix-cached blocks whose row was not in the signature cache.\n"
                          "# TYPE eldr_signature_blocks_missing_total counter\neldr_signature_blocks_missing_total %llu\n",
-                      (unsigned long long)s->sp.blocks_missing);
-  eldr_sigcache_stats cs;
-  eldr_sigcache_stats_get(s->sp.conf.cache, &cs);
+                      missing);
   evbuffer_add_printf(o, "# HELP eldr_sigcache_rows Block rows held by the signature cache.\n"
                          "# TYPE eldr_sigcache_rows gauge\neldr_sigcache_rows %zu\n"
                          "# HELP eldr_sigcache_hits_total Prefix-cached blocks whose row the signature cache held.\n"
@@ -153,7 +195,7 @@ void eldr__handle_metrics(hconn *c) {
       {"eldr_stream_pauses_total", "counter", "Times a decode stream was paused for a slow client."},
       {"eldr_heap_trims_total", "counter", "Heap trims after large requests ended."},
   };
-  unsigned long long gv[] = {s->nconns, s->max_conns, m->conn_refused, m->conn_dropped,
+  unsigned long long gv[] = {conns, s->max_conns * (size_t)g->n, m->conn_refused, m->conn_dropped,
                              m->accept_errors, m->stream_pauses, m->mem_trims};
   for (size_t q = 0; q < sizeof gv / sizeof gv[0]; q++)
     evbuffer_add_printf(o, "# HELP %s %s\n# TYPE %s %s\n%s %llu\n", gm[q].name, gm[q].help, gm[q].name, gm[q].type,
@@ -170,8 +212,9 @@ void eldr__handle_metrics(hconn *c) {
     for (int role = 0; role < 2; role++)
       for (size_t i = 0; i < s->nw[role]; i++) {
         worker *w = s->w[role][i];
-        unsigned long long v = q == 0 ? w->inflight : q == 1 ? (unsigned long long)w->healthy
-                               : q == 2 ? w->requests : q == 3 ? w->ejections : eldr__worker_load(w);
+        const eldr__slot *sl = w->slot; /* every loop's legs and counts */
+        unsigned long long v = q == 0 ? sl->inflight : q == 1 ? (unsigned long long)eldr__worker_up(w)
+                               : q == 2 ? sl->requests : q == 3 ? sl->ejections : eldr__worker_load(w);
         evbuffer_add_printf(o, "%s{role=\"%s\",worker=\"%s\"} %llu\n", wm[q][0], eldr__role_name[role], w->url, v);
       }
   }
@@ -183,11 +226,16 @@ void eldr__handle_metrics(hconn *c) {
       evbuffer_add_printf(o, "eldr_upstream_errors_total{role=\"%s\",worker=\"%s\",kind=\"connect\"} %llu\n"
                              "eldr_upstream_errors_total{role=\"%s\",worker=\"%s\",kind=\"status\"} %llu\n"
                              "eldr_upstream_errors_total{role=\"%s\",worker=\"%s\",kind=\"timeout\"} %llu\n",
-                          eldr__role_name[role], w->url, (unsigned long long)w->err_connect, eldr__role_name[role],
-                          w->url, (unsigned long long)w->err_status, eldr__role_name[role], w->url,
-                          (unsigned long long)w->err_timeout);
+                          eldr__role_name[role], w->url, (unsigned long long)w->slot->err_connect,
+                          eldr__role_name[role], w->url, (unsigned long long)w->slot->err_status,
+                          eldr__role_name[role], w->url, (unsigned long long)w->slot->err_timeout);
     }
   eldr__record_metrics(s, o);
+  evbuffer_add_printf(o, "# HELP eldr_loop_connections_total Client connections accepted, by event loop.\n"
+                         "# TYPE eldr_loop_connections_total counter\n");
+  for (int l = 0; l < g->n; l++)
+    evbuffer_add_printf(o, "eldr_loop_connections_total{loop=\"%d\"} %llu\n", l,
+                        (unsigned long long)g->loops[l]->m.accepted);
   render_histo(o, "eldr_signature_seconds", "Signature extraction (decode, counts, cache, build).", &m->sig);
   render_histo(o, "eldr_decision_seconds", "Decode routing decision.", &m->decision);
   render_histo(o, "eldr_request_seconds", "Completion request latency at the router.", &m->request);
@@ -207,8 +255,8 @@ void eldr__handle_health(hconn *c) {
   for (int role = 0; role < 2; role++)
     for (size_t i = 0; i < s->nw[role]; i++) {
       const worker *w = s->w[role][i];
-      pr[role] += w->probed != 0;
-      h[role] += w->healthy && w->probed;
+      pr[role] += w->slot->probed != 0;
+      h[role] += eldr__worker_up(w) && w->slot->probed;
     }
   /* ready: a prefill and a decode worker answered (a health check, or a leg) */
   int ok = h[0] > 0 && h[1] > 0;

@@ -43,6 +43,7 @@ void eldr__rq_free(rq *r) {
   size_t big = r->L.cap + r->plen + r->dlen + r->req.text_len + r->pr.routed_experts_len;
   if (big >= BIG_REQUEST) eldr__mem_note(r->s, big);
   leg_release(r);
+  if (r->reserved) r->reserved->inflight--; /* reserved, never started (not reached today) */
   if (r->rec) eldr__record_submit(r); /* takes L.buf and pr.root when it needs them */
   if (r->L.deadline) event_free(r->L.deadline);
   free(r->L.buf);
@@ -69,24 +70,41 @@ static int was_tried(const rq *r, const worker *w) {
   return 0;
 }
 
-/* loads / healthy arrays of a role, tried workers excluded. */
+/* loads / healthy arrays of a role, tried workers excluded; seen: the
+ * in-flight counts (all loops) the loads were computed from. */
 static int fill_loads(eldr_server *s, int role, rq *r, size_t *n) {
   size_t k = s->nw[role];
   if (k > s->loadcap) {
     uint32_t *l = realloc(s->loads, k * sizeof *l);
     if (l) s->loads = l;
+    uint32_t *sn = realloc(s->seen, k * sizeof *sn);
+    if (sn) s->seen = sn;
     uint8_t *h = realloc(s->healthy, k);
     if (h) s->healthy = h;
-    if (!l || !h) return ELDR_ENOMEM;
+    if (!l || !sn || !h) return ELDR_ENOMEM;
     s->loadcap = k;
   }
   for (size_t i = 0; i < k; i++) {
     worker *w = s->w[role][i];
-    s->loads[i] = eldr__worker_load(w);
-    s->healthy[i] = (uint8_t)(w->healthy && !was_tried(r, w));
+    s->seen[i] = w->slot->inflight;
+    s->loads[i] = eldr__worker_load_at(w, s->seen[i]);
+    s->healthy[i] = (uint8_t)(eldr__worker_up(w) && !was_tried(r, w));
   }
   *n = k;
   return 0;
+}
+
+/* The decode pick k of the loads fill_loads read: its in-flight count taken
+ * (r->reserved) if no loop changed it since (1), else 0: decide again.
+ * last: take it regardless (a bounded number of rounds). */
+static int reserve(rq *r, int k, int last) {
+  eldr__slot *sl = r->s->w[ROLE_DECODE][k]->slot;
+  if (!eldr__slot_reserve(sl, r->s->seen[k])) {
+    if (!last) return 0;
+    sl->inflight++;
+  }
+  r->reserved = sl;
+  return 1;
 }
 
 static void leg_head_cb(void *arg, int status, const char *ctype);
@@ -119,8 +137,14 @@ static int leg_start(rq *r, worker *w, int kind, const char *method, const char 
   L->n = 0;
   L->streaming = kind == LEG_DECODE && r->req.stream;
   L->sent = 0;
+  int reserved = r->reserved == w->slot; /* the decision took the in-flight count already */
+  if (r->reserved && !reserved) r->reserved->inflight--; /* not this worker's: given back */
+  r->reserved = NULL;
   eldr__up *up = eldr__pool_take(w);
-  if (!up) return ELDR_ENOMEM;
+  if (!up) {
+    if (reserved) w->slot->inflight--;
+    return ELDR_ENOMEM;
+  }
   char head[ELDR__HTTP_PATH_MAX + 512];
   int hn = snprintf(head, sizeof head, "%s %s HTTP/1.1\r\nHost: %s\r\n", method, path, w->hosthdr);
   if (body)
@@ -131,13 +155,16 @@ static int leg_start(rq *r, worker *w, int kind, const char *method, const char 
   struct iovec iov[3] = {{head, (size_t)hn}, {r->fwd, strlen(r->fwd)}, {(void *)body, body ? len : 0}};
   if (eldr__up_request(up, iov, body ? 3 : 2, &leg_cbs, r) != 0) {
     eldr__pool_give(w, up);
+    if (reserved) w->slot->inflight--;
     return ELDR_EIO;
   }
   if (kind == LEG_DECODE) eldr__up_once(up); /* a decoder must not see the request twice */
   L->w = w;
   L->up = up;
+  L->hung_gen = w->slot->hung_gen;
   w->inflight++;
-  w->requests++;
+  if (!reserved) w->slot->inflight++;
+  w->slot->requests++;
   if (r->ntried < MAX_TRIED) r->tried[r->ntried++] = w->id;
   double t = kind == LEG_PREFILL ? s->cfg.prefill_timeout_s
              : kind == LEG_DECODE ? s->cfg.decode_timeout_s
@@ -155,6 +182,8 @@ static void client_upstream_error(rq *r, int status, int outcome, const char *fm
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  if (r->reserved) r->reserved->inflight--; /* a decode pick that gets no leg */
+  r->reserved = NULL;
   r->L.status = status; /* what the client gets */
   rq_finish_metrics(r, outcome);
   eldr__send_error(r->c, status, status == 504 ? "timeout" : "upstream_error", "%s", msg);
@@ -215,29 +244,51 @@ static void leg_timed_out(rq *r, const char *why) {
   leg_failed(r, 1, why);
 }
 
-/* A decoder that sent nothing within the first-byte / idle bound is hung
- * (SIGSTOPped, wedged): ejected at once (health checks re-admit it), and
- * every other decode leg on it ends now with 504 instead of waiting for
- * the whole leg's timeout. */
-static void decoder_hung(eldr_server *s, worker *w, const rq *except) {
-  if (w->healthy && s->cfg.health_interval_s > 0) {
-    if (w->fails < s->cfg.eject_after - 1) w->fails = s->cfg.eject_after - 1; /* this failure ejects */
-    eldr__worker_failed(w, "hung: no reply byte within the first-byte / idle timeout");
-  }
+/* r's decode leg is on w (NULL: on a worker a loop found hung since the
+ * leg started). */
+static int leg_on_hung(const rq *r, const worker *w, const rq *except) {
+  if (!r || r == except || r->L.kind != LEG_DECODE || !r->L.w) return 0;
+  return w ? r->L.w == w : r->L.w->slot->hung_gen != r->L.hung_gen;
+}
+
+/* This loop's decode legs on w (NULL: on any worker found hung) end now. */
+static void end_hung_legs(eldr_server *s, const worker *w, const rq *except) {
   size_t n = 0;
-  for (hconn *c = s->conns; c; c = c->next)
-    if (c->r && c->r != except && c->r->L.w == w && c->r->L.kind == LEG_DECODE) n++;
+  for (hconn *c = s->conns; c; c = c->next) n += leg_on_hung(c->r, w, except);
   if (!n) return;
   rq **v = malloc(n * sizeof *v);
   if (!v) return; /* they end at their own deadlines */
   size_t k = 0;
   for (hconn *c = s->conns; c && k < n; c = c->next)
-    if (c->r && c->r != except && c->r->L.w == w && c->r->L.kind == LEG_DECODE) v[k++] = c->r;
+    if (leg_on_hung(c->r, w, except)) v[k++] = c->r;
   for (size_t i = 0; i < k; i++) {
-    v[i]->L.w->err_timeout++;
+    v[i]->L.w->slot->err_timeout++;
     leg_timed_out(v[i], "decode worker hung (ejected)");
   }
   free(v);
+}
+
+void eldr__hung_sweep(evutil_socket_t fd, short ev, void *arg) {
+  (void)fd;
+  (void)ev;
+  end_hung_legs(arg, NULL, NULL);
+}
+
+/* A decoder that sent nothing within the first-byte / idle bound is hung
+ * (SIGSTOPped, wedged): ejected at once (health checks re-admit it), and
+ * every other decode leg on it ends now with 504 instead of waiting for
+ * the whole leg's timeout, on every loop (a non-streaming leg has no
+ * first-byte bound of its own). */
+static void decoder_hung(eldr_server *s, worker *w, const rq *except) {
+  if (w->slot->healthy && s->cfg.health_interval_s > 0) {
+    if (w->slot->fails < s->cfg.eject_after - 1) w->slot->fails = s->cfg.eject_after - 1; /* this failure ejects */
+    eldr__worker_failed(w, "hung: no reply byte within the first-byte / idle timeout");
+  }
+  w->slot->hung_gen++;
+  const eldr__group *g = s->grp;
+  for (int i = 0; g && i < g->n; i++)
+    if (g->loops[i] && g->loops[i] != s && g->loops[i]->ev_hung) event_active(g->loops[i]->ev_hung, EV_TIMEOUT, 0);
+  end_hung_legs(s, w, except);
 }
 
 static void leg_deadline_cb(evutil_socket_t fd, short ev, void *arg) {
@@ -248,7 +299,7 @@ static void leg_deadline_cb(evutil_socket_t fd, short ev, void *arg) {
   worker *w = L->w;
   eldr_server *s = r->s;
   if (L->hung_timer && w) {
-    w->err_timeout++;
+    w->slot->err_timeout++;
     char why[96];
     snprintf(why, sizeof why, L->status ? "decode stream idle for %gs" : "no reply from the decode worker within %gs",
              L->status ? s->cfg.decode_idle_timeout_s : s->cfg.decode_first_byte_timeout_s);
@@ -257,7 +308,7 @@ static void leg_deadline_cb(evutil_socket_t fd, short ev, void *arg) {
     return;
   }
   if (w) {
-    w->err_timeout++;
+    w->slot->err_timeout++;
     eldr__worker_failed(w, "timeout");
   }
   leg_timed_out(r, L->kind == LEG_DECODE && L->started ? "decode timed out" : "timed out");
@@ -293,7 +344,7 @@ static void leg_data_cb(void *arg, const char *p, size_t n) {
   }
   if (L->n + n > MAX_REPLY) { /* a worker gone mad: not buffered without end */
     worker *w = L->w;
-    w->err_status++;
+    w->slot->err_status++;
     eldr__worker_failed(w, "reply too large");
     leg_release(r);
     client_upstream_error(r, 502, OUT_UPSTREAM_ERROR, "worker reply exceeds %u MiB", MAX_REPLY >> 20);
@@ -340,8 +391,8 @@ static void leg_done_cb(void *arg, int err) {
   L->sent = !err || (L->up && eldr__up_sent(L->up));
   if (err) { /* connection refused / reset / EOF mid-reply / not HTTP / connect timeout */
     if (w && err != ELDR_ENOMEM) { /* no socket (fds exhausted) is the router's failure */
-      if (err == ELDR_ETIMEOUT) w->err_timeout++;
-      else w->err_connect++;
+      if (err == ELDR_ETIMEOUT) w->slot->err_timeout++;
+      else w->slot->err_connect++;
       eldr__worker_failed(w, err == ELDR_EPARSE ? "malformed reply" : err == ELDR_ETIMEOUT ? "connect timeout" : "connection failed");
     }
     int started = L->started;
@@ -358,11 +409,11 @@ static void leg_done_cb(void *arg, int err) {
     return;
   }
   if (L->status >= 500) {
-    w->err_status++;
+    w->slot->err_status++;
     eldr__worker_failed(w, "5xx reply");
   } else {
-    w->fails = 0;
-    w->probed = 1; /* it answered: /health may say ready even with health checks off */
+    w->slot->fails = 0;
+    w->slot->probed = 1; /* it answered: /health may say ready even with health checks off */
   }
   if (L->kind == LEG_MODELS) {
     leg_release(r);
@@ -432,6 +483,7 @@ static int decide(rq *r, int *fallback) {
     double t0 = eldr__now_s();
     eldr__sigpath_extract(&s->sp, r->pr.root, r->req.api == ELDR__API_CHAT, &r->prompt, &res);
     eldr__histo_add(&s->m.sig, eldr__now_s() - t0);
+    eldr__sigpath_publish(&s->sp); /* hits and misses, for /metrics on any loop */
     if (r->pr.routed_experts) s->re_seen_t = t0;
     have = 1;
     *fallback = res.fallback;
@@ -466,7 +518,12 @@ static int decide(rq *r, int *fallback) {
                  n, s->fps->n);
     pol = &s->jsq;
   }
-  int k = eldr_policy_decide(pol, s->loads, s->healthy, n, &rr, &fr, &dec);
+  int k;
+  for (int t = 1;; t++) { /* until the pick is reserved: another loop may race us to it */
+    k = eldr_policy_decide(pol, s->loads, s->healthy, n, &rr, &fr, &dec);
+    if (k < 0 || reserve(r, k, t == ELDR__RESERVE_TRIES)) break;
+    if (fill_loads(s, ROLE_DECODE, r, &n)) return ELDR_ENOMEM;
+  }
   if (pol == &s->pol) eldr__fps_route(r, s->fps, pol, k, &fr);
   eldr__histo_add(&s->m.decision, eldr__now_s() - t1);
   r->decision = (have && res.sig && k >= 0 && dec.fallback == ELDR_FALLBACK_NONE) ? DEC_LOCALITY : DEC_LOAD;
@@ -503,7 +560,7 @@ static void on_prefill_reply(rq *r) {
   eldr_diag d = {{0}};
   if (eldr__prefill_reply_parse(L->n ? L->buf : "", L->n, &r->pr, &d) != 0) {
     worker *w = L->w;
-    w->err_status++;
+    w->slot->err_status++;
     eldr__worker_failed(w, "bad reply");
     leg_release(r);
     leg_failed(r, 0, d.msg);
@@ -542,7 +599,15 @@ static void start_decode(rq *r, int retry) {
     return;
   }
   eldr_route_req rr = {NULL, -1};
-  int k = eldr_policy_decode(&s->jsq, s->loads, s->healthy, n, &rr, NULL);
+  int k;
+  for (int t = 1;; t++) {
+    k = eldr_policy_decode(&s->jsq, s->loads, s->healthy, n, &rr, NULL);
+    if (k < 0 || reserve(r, k, t == ELDR__RESERVE_TRIES)) break;
+    if (fill_loads(s, ROLE_DECODE, r, &n)) {
+      client_upstream_error(r, 500, OUT_UPSTREAM_ERROR, "out of memory");
+      return;
+    }
+  }
   if (k < 0) {
     client_upstream_error(r, 502, OUT_UPSTREAM_ERROR, "decode failed (%s) and no other healthy decode worker",
                           r->last_err);
@@ -684,7 +749,7 @@ void eldr__handle_models(hconn *c) {
   r->is_models = 1;
   for (int role = 1; role >= 0; role--)
     for (size_t i = 0; i < s->nw[role]; i++)
-      if (s->w[role][i]->healthy) {
+      if (eldr__worker_up(s->w[role][i])) {
         if (leg_start(r, s->w[role][i], LEG_MODELS, "GET", "/v1/models", NULL, 0) == 0) return;
       }
   client_upstream_error(r, 503, OUT_UPSTREAM_ERROR, "no healthy worker to list models");

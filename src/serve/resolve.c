@@ -97,8 +97,6 @@ static void worker_resolved(void *owner, int err, struct evutil_addrinfo *ai) {
   if (!err && ai && ai->ai_addrlen <= sizeof w->addr) {
     memcpy(&w->addr, ai->ai_addr, ai->ai_addrlen);
     w->addrlen = (socklen_t)ai->ai_addrlen;
-    w->healthy = !w->retired;
-    w->fails = 0;
     eldr__logf(w->s, "%s worker %s: '%s' resolved", eldr__role_name[w->role], w->url, w->host);
   } else {
     w->s->m.dns_errors++;
@@ -141,7 +139,7 @@ int eldr__worker_resolve_start(worker *w) {
     evutil_freeaddrinfo(ai);
     return ok ? 0 : ELDR_EINVAL;
   }
-  w->healthy = 0; /* until it resolves */
+  /* not picked until it resolves (eldr__worker_up) */
   w->dns_timer = evtimer_new(w->s->base, worker_retry_cb, w);
   if (!w->dns_timer) return ELDR_ENOMEM;
   worker_resolve(w);

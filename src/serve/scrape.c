@@ -6,7 +6,8 @@
  * scraped + (this replica's in-flight legs now - at the scrape), never less
  * than this replica's own in-flight legs: replicas in front of the same
  * engines see each other's load within one interval, and their own
- * decisions since immediately. Loop thread only. */
+ * decisions since immediately. Loop 0 scrapes; what it read is published
+ * in the worker's slot, which every loop's decisions read. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +43,14 @@ static double prom_sum(const char *text, size_t len, const char *name) {
   return sum;
 }
 
+/* w's scrape state into its slot (loop 0's workers; tests' workers have none). */
+static void publish(worker *w) {
+  if (!w->slot) return;
+  w->slot->scraped = w->scraped;
+  w->slot->inflight_at_scrape = w->inflight_at_scrape;
+  w->slot->scrape_valid = w->scrape_valid;
+}
+
 void eldr__scrape_parse(worker *w, const char *text, size_t len) {
   double run = prom_sum(text, len, "vllm:num_requests_running");
   double wait = prom_sum(text, len, "vllm:num_requests_waiting");
@@ -49,6 +58,7 @@ void eldr__scrape_parse(worker *w, const char *text, size_t len) {
   if (run < 0 && wait < 0) {
     w->scrape_valid = 0;
     w->s->m.scrapes[1]++;
+    publish(w);
     return;
   }
   /* each value is below 1e12, but a hostile page may repeat a series many
@@ -58,12 +68,19 @@ void eldr__scrape_parse(worker *w, const char *text, size_t len) {
   w->scraped_kv = kv;
   w->scrape_valid = 1;
   w->s->m.scrapes[0]++;
+  publish(w);
+}
+
+uint32_t eldr__worker_load_at(const worker *w, uint32_t inflight) {
+  const eldr__slot *sl = w->slot;
+  if (!(sl ? sl->scrape_valid : w->scrape_valid)) return inflight;
+  uint32_t scraped = sl ? sl->scraped : w->scraped, at = sl ? sl->inflight_at_scrape : w->inflight_at_scrape;
+  int64_t l = (int64_t)scraped + (int64_t)inflight - (int64_t)at;
+  return l > (int64_t)inflight ? (uint32_t)l : inflight;
 }
 
 uint32_t eldr__worker_load(const worker *w) {
-  if (!w->scrape_valid) return w->inflight;
-  int64_t l = (int64_t)w->scraped + (int64_t)w->inflight - (int64_t)w->inflight_at_scrape;
-  return l > (int64_t)w->inflight ? (uint32_t)l : w->inflight;
+  return eldr__worker_load_at(w, w->slot ? w->slot->inflight : w->inflight);
 }
 
 static void sc_head(void *arg, int status, const char *ctype) {
@@ -97,6 +114,7 @@ static void sc_done(void *arg, int err) {
   if (err || w->sc_status != 200 || w->sc_n > SCRAPE_MAX) {
     w->scrape_valid = 0;
     w->s->m.scrapes[1]++;
+    publish(w);
   } else {
     eldr__scrape_parse(w, w->sc_buf, w->sc_n);
   }
@@ -131,6 +149,7 @@ void eldr__scrape_tick(evutil_socket_t fd, short ev, void *arg) {
         eldr__up_abort(w->sc);
         w->scrape_valid = 0;
         w->s->m.scrapes[1]++;
+        publish(w);
         w->sc_n = 0;
       }
       if (!w->sc) {
@@ -143,16 +162,23 @@ void eldr__scrape_tick(evutil_socket_t fd, short ev, void *arg) {
       struct iovec iov = {req, (size_t)n};
       w->sc_status = 0;
       w->sc_n = 0;
-      if (eldr__up_request(w->sc, &iov, 1, &sc_cbs, w) == 0) w->inflight_at_scrape = w->inflight;
+      if (eldr__up_request(w->sc, &iov, 1, &sc_cbs, w) == 0) w->inflight_at_scrape = w->slot->inflight;
     }
 }
 
 void eldr__scrape_schedule(eldr_server *s, double old_interval) {
+  if (s->loop) { /* loop 0 scrapes for all */
+    event_del(s->ev_scrape);
+    return;
+  }
   double si = s->cfg.scrape_interval_s;
   if (si == old_interval && (si <= 0 || evtimer_pending(s->ev_scrape, NULL))) return;
   event_del(s->ev_scrape);
   struct timeval tv = eldr__tv_of(si);
   if (si > 0 && event_add(s->ev_scrape, &tv)) eldr__logf(s, "scrapes could not be scheduled (every %g s)", si);
   if (!(si > 0))
-    for (worker *w = s->all_workers; w; w = w->next_all) w->scrape_valid = 0;
+    for (worker *w = s->all_workers; w; w = w->next_all) {
+      w->scrape_valid = 0;
+      publish(w);
+    }
 }

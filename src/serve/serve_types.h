@@ -17,7 +17,11 @@
  * connection (eldr__send_*) — so every type and every cross-file function is
  * declared here, once, and no .c file includes another's header.
  *
- * Threads: everything here runs on the server's one event-loop thread.
+ * Threads: a server is cfg.threads loops (eldr_server, one per thread,
+ * server.c / loops.c); everything here runs on its loop's thread, except
+ * what the loops share and say so: slots (atomics, group mutex), each
+ * loop's metrics (written by the loop, read by the one rendering
+ * /metrics: _Atomic), the group (mutex), the log (serialised).
  * Ownership: eldr_server owns its workers (all_workers), connections (conns),
  * artifact, policy, signature path; a connection owns its request (c->r); a
  * request owns its buffers and holds one in-flight reference on the worker
@@ -27,6 +31,8 @@
 #define ELDR_SERVE_TYPES_H
 
 #include <event2/event.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -50,31 +56,37 @@ enum { FB_NONE = ELDR__FB_NONE, FB_SHAPE_MISMATCH = ELDR__FB_SHAPE_MISMATCH, FB_
 enum { BAD_JSON, BAD_FIELD, BAD_TOO_LARGE, BAD_HEAD, BAD_TIMEOUT, BAD_PATH, BAD_METHOD, BAD_LENGTH, BAD__N };
 
 #define HB 14
+/* A loop's counters are written by that loop only and read by whichever
+ * loop renders /metrics (it sums every loop's): hence _Atomic (relaxed
+ * enough on x86: the increments of a loop's own lines are not contended). */
+typedef _Atomic uint64_t ctr;
+
 typedef struct histo {
   double bound[HB];
-  uint64_t n[HB + 1];
-  double sum;
-  uint64_t count;
+  ctr n[HB + 1];
+  _Atomic double sum;
+  ctr count;
 } histo;
 
 typedef struct metrics {
   /* by the policy that made the decision (a reload does not relabel them) */
-  uint64_t requests[ELDR_POLICY__COUNT][DEC__N][OUT__N];
-  uint64_t fallback[FB__N];
-  uint64_t bad[BAD__N];
-  uint64_t retries[2];
-  uint64_t disconnects;
-  uint64_t no_kv_params;
-  uint64_t re_rejected[ELDR_RE__N]; /* routed_experts rejected, by eldr_re_reason */
-  uint64_t spliced;                 /* decode replies with the prefill's prompt rows spliced in */
-  uint64_t reloads_ok, reloads_err;
-  uint64_t dns_errors, dns_updates; /* failed lookups; DNS group changes applied */
-  uint64_t scrapes[2];              /* worker /metrics reads: ok, failed */
-  uint64_t conn_refused;   /* connections answered 503: at max_connections */
-  uint64_t conn_dropped;   /* connections closed unanswered: far above it */
-  uint64_t accept_errors;  /* accept() failures (EMFILE, ENFILE, ENOBUFS, ...) */
-  uint64_t stream_pauses;  /* decode legs paused for a slow streaming client */
-  uint64_t mem_trims;      /* heap trims after large requests */
+  ctr requests[ELDR_POLICY__COUNT][DEC__N][OUT__N];
+  ctr fallback[FB__N];
+  ctr bad[BAD__N];
+  ctr retries[2];
+  ctr disconnects;
+  ctr no_kv_params;
+  ctr re_rejected[ELDR_RE__N]; /* routed_experts rejected, by eldr_re_reason */
+  ctr spliced;                 /* decode replies with the prefill's prompt rows spliced in */
+  ctr reloads_ok, reloads_err;
+  ctr dns_errors, dns_updates; /* failed lookups; DNS group changes applied */
+  ctr scrapes[2];              /* worker /metrics reads: ok, failed */
+  ctr conn_refused;   /* connections answered 503: at max_connections */
+  ctr conn_dropped;   /* connections closed unanswered: far above it */
+  ctr accept_errors;  /* accept() failures (EMFILE, ENFILE, ENOBUFS, ...) */
+  ctr stream_pauses;  /* decode legs paused for a slow streaming client */
+  ctr mem_trims;      /* heap trims after large requests */
+  ctr accepted;       /* client connections this loop accepted */
   histo sig, decision, request;
 } metrics;
 
@@ -87,6 +99,63 @@ typedef struct worker worker;
 typedef struct hconn hconn;
 typedef struct rq rq;
 typedef struct dns_ticket dns_ticket;
+typedef struct eldr__slot eldr__slot;
+typedef struct eldr__group eldr__group;
+
+/* ---- loops.c: what the loops share ------------------------------------------
+ * Every loop has its own worker object per listed URL (its own pool, health
+ * check, scrape); the loops' objects of one (role, URL) share a slot: the
+ * legs in flight on the worker from all loops (what decisions read, and
+ * reserve by compare-and-swap) and its counters. Slots live in the group,
+ * found by (role, URL) under the group's mutex when a worker is created,
+ * released with the last worker object using them. */
+struct eldr__slot {
+  _Atomic uint32_t inflight;  /* legs in flight from every loop */
+  _Atomic int healthy;        /* admitted: 0 once ejected, until a health check
+                               * (loop 0 runs them) re-admits it (starts at 1) */
+  _Atomic int fails;          /* consecutive failures, from every loop */
+  _Atomic int probed;         /* answered a health check or a leg at least once */
+  /* loop 0's last scrape of the worker's /metrics (scrape.c), for every loop */
+  _Atomic int scrape_valid;
+  _Atomic uint32_t scraped, inflight_at_scrape;
+  _Atomic uint32_t hung_gen;  /* times a loop found it hung: every loop ends the
+                               * decode legs on it that started before */
+  ctr requests, ejections, err_connect, err_status, err_timeout;
+  int role;
+  size_t refs;                /* worker objects using it (group mutex) */
+  eldr__slot *next;           /* group list (group mutex) */
+  char url[];
+};
+
+/* The slot of (role, url), created at first use: NULL on ENOMEM. Any thread. */
+eldr__slot *eldr__slot_get(eldr__group *g, int role, const char *url);
+/* One worker object fewer on it; the last frees it. NULL is a no-op. */
+void eldr__slot_put(eldr__group *g, eldr__slot *sl);
+/* Reserve one leg on sl if its in-flight count is still `seen` (the value
+ * the decision read): 1, else 0 (another loop changed it: decide again). */
+int eldr__slot_reserve(eldr__slot *sl, uint32_t seen);
+/* Rounds of decide-then-reserve before a decision takes its pick anyway. */
+#define ELDR__RESERVE_TRIES 16
+
+/* The loops of one server. Created with loop 0 (the public handle), freed
+ * after the last loop. mu guards slots and the reload mailboxes; logmu
+ * serialises cfg.log. */
+struct eldr__group {
+  pthread_mutex_t mu, logmu;
+  int n;                   /* loops */
+  eldr_server **loops;     /* n; [0] is the handle eldr_server_new returned */
+  eldr__slot *slots;
+};
+eldr__group *eldr__group_new(int n);
+void eldr__group_free(eldr__group *g);
+/* Run loops 1..n-1 on their own threads and loop 0 on this one until
+ * loop 0 stops; then stop and join the others. 0, or ELDR_EIO. */
+int eldr__group_run(eldr__group *g);
+/* Ask one loop to leave its event loop (any thread). */
+void eldr__loop_stop(eldr_server *s);
+
+/* Decisions may pick w: admitted (shared), resolved and listed (this loop's). */
+#define eldr__worker_up(w) (!(w)->retired && (w)->addrlen != 0 && (w)->slot->healthy)
 
 struct worker {
   eldr_server *s;
@@ -97,9 +166,8 @@ struct worker {
   int role;
   uint64_t id;         /* unique per server (a retry's "tried" list holds ids) */
   uint32_t inflight;   /* legs in flight; each keeps a retired worker alive */
-  int healthy, fails, retired;
-  int probed;          /* answered a health check or a leg at least once */
-  uint64_t ejections, requests, err_connect, err_status, err_timeout;
+  int retired;         /* a reload dropped it (this loop's list) */
+  eldr__slot *slot;    /* shared with the other loops' worker of this role and URL */
   struct sockaddr_storage addr;
   socklen_t addrlen;
   eldr__up **pool;     /* idle keep-alive connections */
@@ -146,6 +214,7 @@ typedef struct leg {
   int sent;                /* the worker may have read the request (eldr__up_sent) */
   int hung_timer;          /* the deadline armed is a first-byte / idle one, not the whole leg's */
   double t_end;            /* the whole leg's deadline (monotonic seconds) */
+  uint32_t hung_gen;       /* the worker slot's hung_gen when the leg started */
   int status;              /* reply status (0 until the head arrived) */
   char ctype[128];
   char *buf;               /* reply body (not relayed while streaming) */
@@ -183,6 +252,8 @@ struct rq {
   int decision;
   int policy;         /* the policy of the decision (metrics label) */
   int paused;         /* decode leg not read: the client's output is full */
+  eldr__slot *reserved; /* the decode decision's pick, its in-flight count taken
+                         * for the leg about to start (NULL: none) */
   size_t big;         /* bytes of large buffers it held (trim the heap after) */
   double t0;
   char last_err[200];
@@ -221,9 +292,14 @@ struct hconn {
 
 struct eldr_server {
   eldr_serve_config cfg;
+  eldr__group *grp;       /* the loops of this server and what they share */
+  int loop;               /* this loop's index (0 owns the group and the signals) */
+  eldr_serve_config *follow_cfg; /* loops > 0: loop 0's reloaded configuration to
+                                  * build, or NULL (group mutex) */
   struct event_base *base;
   struct evconnlistener *lis;
   struct event *ev_stop, *ev_reload, *ev_health, *ev_scrape, *sig_hup, *sig_int, *sig_term;
+  struct event *ev_hung;  /* another loop found a decoder hung: end this loop's legs on it */
   int port;
   worker **w[2];
   size_t nw[2];
@@ -233,7 +309,8 @@ struct eldr_server {
   FILE *access_log;       /* NULL: off (accesslog.c) */
   uint64_t next_worker_id;
   hconn *conns;
-  size_t nconns, nrefusing, max_conns;
+  _Atomic size_t nconns;  /* read by the loop rendering /metrics */
+  size_t nrefusing, max_conns;
   /* accept() failing (EMFILE...): listener off for a growing delay */
   struct event *ev_accept;
   double accept_delay_s, accept_log_t;
@@ -251,6 +328,7 @@ struct eldr_server {
   int logged_fp;
   eldr__sigpath sp;       /* signature extraction, cache, deferred store */
   uint32_t *loads;
+  uint32_t *seen;         /* in-flight counts the loads were computed from */
   uint8_t *healthy;
   size_t loadcap;
   int logged_shape_mismatch, logged_splice;
@@ -316,6 +394,9 @@ int eldr__uuid4(char out[37]);
 /* POST /v1/completions and /v1/chat/completions; GET /v1/models. */
 void eldr__handle_completion(hconn *c, eldr__api api, const char *body, size_t len);
 void eldr__handle_models(hconn *c);
+/* Event callback (arg = s): end this loop's decode legs on decoders another
+ * loop found hung since they started. */
+void eldr__hung_sweep(evutil_socket_t fd, short ev, void *arg);
 /* Release a request (its leg's worker reference and connection included). */
 void eldr__rq_free(rq *r);
 /* The client left while the request was in flight: count it, free it. */
@@ -342,6 +423,8 @@ const dns_group *eldr__dns_group_find(const eldr_server *s, int role, const char
 /* The load a decision uses: this replica's in-flight legs, or with a valid
  * scrape, scraped + own legs started - finished since (never less than own). */
 uint32_t eldr__worker_load(const worker *w);
+/* The same with the in-flight count (all loops) given. */
+uint32_t eldr__worker_load_at(const worker *w, uint32_t inflight);
 /* Timer callback (arg = s): one GET /metrics per listed, resolved worker. */
 void eldr__scrape_tick(evutil_socket_t fd, short ev, void *arg);
 /* (Re)arm the timer after a commit at s->cfg.scrape_interval_s (0 = off). */

@@ -1,7 +1,10 @@
 /* server.c — the eldr router's lifecycle: create (artifact, workers,
  * listening socket, timers, signals), run, stop, reload, free. The parts:
  * conn.c (clients), proxy.c (requests), workers.c, metrics.c, sigpath.c
- * (serve_types.h says which does what). One event loop. */
+ * (serve_types.h says which does what). cfg.threads loops: each is one
+ * eldr_server with its own event loop and SO_REUSEPORT listener; loop 0 is
+ * the handle, owns the group (loops.c) and the signals, and leads reloads. */
+#include <unistd.h>
 #include <arpa/inet.h>
 #include <errno.h>
 #include <event2/event.h>
@@ -24,7 +27,9 @@ void eldr__logf(eldr_server *s, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(line, sizeof line, fmt, ap);
   va_end(ap);
+  if (s->grp) pthread_mutex_lock(&s->grp->logmu);
   s->cfg.log(s->cfg.log_ctx, line);
+  if (s->grp) pthread_mutex_unlock(&s->grp->logmu);
 }
 
 /* ---- memory ------------------------------------------------------------------ */
@@ -74,14 +79,17 @@ static int load_artifact(eldr_server *s, const char *path, eldr_artifact **out, 
     eldr_artifact_free(a);
     return rc;
   }
-  const eldr__sigpath *sp = &s->sp;
-  if (sp->observed_L && ((int)a->shape.num_layers != sp->observed_L || (int)a->shape.top_k != sp->observed_K)) {
-    rc = eldr_diag_fail(d, ELDR_ESHAPE,
-                        "artifact %s is for %u MoE layers x top-%u but the workers' routed_experts "
-                        "are %d layers x top-%d: refused",
-                        path, a->shape.num_layers, a->shape.top_k, sp->observed_L, sp->observed_K);
-    eldr_artifact_free(a);
-    return rc;
+  for (int i = 0; i < s->grp->n; i++) { /* the shape any loop saw */
+    const eldr_server *x = s->grp->loops[i];
+    int L = x ? x->sp.observed_L : 0, K = x ? x->sp.observed_K : 0;
+    if (L && ((int)a->shape.num_layers != L || (int)a->shape.top_k != K)) {
+      rc = eldr_diag_fail(d, ELDR_ESHAPE,
+                          "artifact %s is for %u MoE layers x top-%u but the workers' routed_experts "
+                          "are %d layers x top-%d: refused",
+                          path, a->shape.num_layers, a->shape.top_k, L, K);
+      eldr_artifact_free(a);
+      return rc;
+    }
   }
   *out = a;
   return 0;
@@ -145,7 +153,8 @@ static void stage_commit(eldr_server *s, stage *st) {
   eldr_artifact_free(s->art);
   s->art = st->art;
   s->pol = st->pol;
-  s->max_conns = resolve_max_conns(&s->cfg);
+  size_t nl = s->grp ? (size_t)s->grp->n : 1; /* each loop takes its share */
+  s->max_conns = (resolve_max_conns(&s->cfg) + nl - 1) / nl;
   eldr__fps_put(s->fps); /* the old generation lives on while its tickets do */
   s->fps = st->fps;
   s->logged_fp = 0;
@@ -158,18 +167,18 @@ static void stage_commit(eldr_server *s, stage *st) {
   s->logged_shape_mismatch = 0;
   /* health checks at the new interval; without them nothing re-admits an
    * ejected worker (and nothing ejects one): re-admit them all */
-  double hi = s->cfg.health_interval_s;
+  double hi = s->loop == 0 ? s->cfg.health_interval_s : 0; /* loop 0 checks for all */
   if (hi != old_health || !evtimer_pending(s->ev_health, NULL)) {
     event_del(s->ev_health);
     struct timeval tv = eldr__tv_of(hi);
     if (hi > 0 && event_add(s->ev_health, &tv))
       eldr__logf(s, "health checks could not be scheduled (every %g s)", hi);
   }
-  if (!(hi > 0))
+  if (!(s->cfg.health_interval_s > 0))
     for (int role = 0; role < 2; role++)
       for (size_t i = 0; i < s->nw[role]; i++) {
-        s->w[role][i]->healthy = s->w[role][i]->addrlen != 0; /* resolved */
-        s->w[role][i]->fails = 0;
+        s->w[role][i]->slot->healthy = 1; /* picked once resolved */
+        s->w[role][i]->slot->fails = 0;
       }
   memset(st, 0, sizeof *st);
   eldr__dns_sync(s);
@@ -181,7 +190,53 @@ static void stage_commit(eldr_server *s, stage *st) {
                a->k, s->cfg.n_decode, a->k);
 }
 
+/* Loop 0 committed a reload: every other loop builds the same
+ * configuration (the file is not re-read) on its own thread. */
+static void reload_followers(eldr_server *s) {
+  eldr__group *g = s->grp;
+  for (int i = 1; g && i < g->n; i++) {
+    eldr_server *f = g->loops[i];
+    eldr_serve_config *c = malloc(sizeof *c);
+    if (!c || eldr_serve_config_copy(c, &s->cfg)) {
+      free(c);
+      eldr__logf(s, "reload: out of memory: event loop %d keeps its configuration", i);
+      continue;
+    }
+    pthread_mutex_lock(&g->mu);
+    eldr_serve_config *old = f->follow_cfg; /* a newer one replaces one not yet taken */
+    f->follow_cfg = c;
+    pthread_mutex_unlock(&g->mu);
+    if (old) eldr_serve_config_free(old);
+    free(old);
+    event_active(f->ev_reload, EV_TIMEOUT, 0);
+  }
+}
+
+/* A loop other than 0: build the configuration loop 0 committed. */
+static void follow_reload(eldr_server *s) {
+  eldr__group *g = s->grp;
+  pthread_mutex_lock(&g->mu);
+  eldr_serve_config *c = s->follow_cfg;
+  s->follow_cfg = NULL;
+  pthread_mutex_unlock(&g->mu);
+  if (!c) return;
+  eldr_diag d = {{0}};
+  stage st;
+  int rc = stage_build(s, c, 0, &st, &d);
+  eldr_serve_config_free(c);
+  free(c);
+  if (rc) {
+    eldr__logf(s, "reload: event loop %d keeps its configuration: %s", s->loop, eldr_diag_msg(&d, rc));
+    return;
+  }
+  stage_commit(s, &st);
+}
+
 static void do_reload(eldr_server *s) {
+  if (s->loop) {
+    follow_reload(s);
+    return;
+  }
   eldr_diag d = {{0}};
   stage st;
   int rc = stage_build(s, &s->cfg, 1, &st, &d);
@@ -196,6 +251,7 @@ static void do_reload(eldr_server *s) {
   if (st.cfg.port != s->cfg.port || strcmp(st.cfg.host, s->cfg.host))
     eldr__logf(s, "reload: listen address changes need a restart (still %s:%d)", s->cfg.host, s->port);
   stage_commit(s, &st);
+  reload_followers(s);
   s->m.reloads_ok++;
   eldr__logf(s, "reloaded: %zu prefill, %zu decode workers, artifact %s, policy %s", s->nw[0], s->nw[1],
              s->art ? s->cfg.artifact : "none", eldr_policy_name(s->cfg.policy));
@@ -214,24 +270,42 @@ static void stop_cb(evutil_socket_t fd, short ev, void *arg) {
   event_base_loopexit(s->base, NULL);
 }
 
-/* ---- public API ------------------------------------------------------------ */
+/* ---- loops and the public API ---------------------------------------------- */
 
-int eldr_server_new(const eldr_serve_config *cfg, eldr_server **out, eldr_diag *d) {
+static void loop_free(eldr_server *s);
+
+/* With SO_REUSEPORT a second router (same user) could bind the port too
+ * and silently take half the connections: the loops' listeners share it
+ * only after a plain bind (SO_REUSEADDR only, as a single loop binds) shows
+ * that nobody listens there. 0 or ELDR_EIO naming the address. */
+static int port_free(const struct evutil_addrinfo *ai, const char *host, int port, eldr_diag *d) {
+  int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return eldr_diag_fail(d, ELDR_EIO, "cannot listen on %s:%d: %s", host, port, strerror(errno));
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  int rc = bind(fd, ai->ai_addr, (socklen_t)ai->ai_addrlen) ? errno : 0;
+  close(fd);
+  if (rc) return eldr_diag_fail(d, ELDR_EIO, "cannot listen on %s:%d: %s", host, port, strerror(rc));
+  return 0;
+}
+
+/* One loop: its event base, timers, workers, listener on cfg->host:port
+ * (SO_REUSEPORT when the server has several loops: the kernel spreads the
+ * connections over their listeners), and, for loop 0, the signals. Loops
+ * after 0 share loop 0's access log stream (one fwrite per line). */
+static int loop_new(const eldr_serve_config *cfg, eldr__group *g, int idx, int port, eldr_server **out,
+                    eldr_diag *d) {
   *out = NULL;
-  int rc = eldr_serve_config_validate(cfg, d);
-  if (rc) return rc;
-  static int threads_on;
-  if (!threads_on) {
-    evthread_use_pthreads();
-    threads_on = 1;
-  }
-  signal(SIGPIPE, SIG_IGN);
+  int rc;
   eldr_server *s = calloc(1, sizeof *s);
   if (!s) return ELDR_ENOMEM;
   if ((rc = eldr_serve_config_copy(&s->cfg, cfg))) {
     free(s);
     return rc;
   }
+  s->grp = g;
+  s->loop = idx;
+  g->loops[idx] = s;
   eldr__metrics_init(&s->m);
   /* the changelist coalesces the EV_WRITE add/delete pairs of a loop
    * iteration into at most one epoll_ctl */
@@ -256,12 +330,17 @@ int eldr_server_new(const eldr_serve_config *cfg, eldr_server **out, eldr_diag *
     goto fail;
   }
   if ((rc = eldr__dns_init(s, cfg->dns_server, d))) goto fail;
-  if ((rc = eldr__access_log_open(s, cfg->access_log, d))) goto fail;
-  if ((rc = eldr__record_start(s, d))) goto fail;
+  if (idx == 0) {
+    if ((rc = eldr__access_log_open(s, cfg->access_log, d))) goto fail;
+    if ((rc = eldr__record_start(s, d))) goto fail;
+  } else {
+    s->access_log = g->loops[0]->access_log; /* borrowed: loop 0 closes it */
+    s->rec = g->loops[0]->rec;               /* borrowed (its queue is locked): loop 0 stops it */
+  }
   stage st;
   if ((rc = stage_build(s, cfg, 0, &st, d))) goto fail;
   stage_commit(s, &st); /* starts the health checks */
-  if (s->cfg.health_interval_s > 0) event_active(s->ev_health, EV_TIMEOUT, 0); /* first probe now */
+  if (s->cfg.health_interval_s > 0 && idx == 0) event_active(s->ev_health, EV_TIMEOUT, 0); /* first probe now */
   eldr_policy_init(&s->jsq, ELDR_POLICY_JSQ, 0, cfg->seed, NULL, 0, 0, 1);
   /* listen */
   struct evutil_addrinfo hints, *ai = NULL;
@@ -270,17 +349,21 @@ int eldr_server_new(const eldr_serve_config *cfg, eldr_server **out, eldr_diag *
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = EVUTIL_AI_PASSIVE | EVUTIL_AI_NUMERICSERV;
   char portstr[16];
-  snprintf(portstr, sizeof portstr, "%d", cfg->port);
+  snprintf(portstr, sizeof portstr, "%d", port);
   if (evutil_getaddrinfo(cfg->host, portstr, &hints, &ai) != 0 || !ai) {
     rc = eldr_diag_fail(d, ELDR_EINVAL, "cannot resolve listen address %s", cfg->host);
     goto fail;
   }
-  s->lis = evconnlistener_new_bind(s->base, eldr__accept_cb, s,
-                                   LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC,
-                                   1024, ai->ai_addr, (int)ai->ai_addrlen);
+  unsigned flags = LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC;
+  if (g->n > 1) flags |= LEV_OPT_REUSEABLE_PORT;
+  if (g->n > 1 && idx == 0 && port != 0 && (rc = port_free(ai, cfg->host, port, d))) {
+    evutil_freeaddrinfo(ai);
+    goto fail;
+  }
+  s->lis = evconnlistener_new_bind(s->base, eldr__accept_cb, s, flags, 1024, ai->ai_addr, (int)ai->ai_addrlen);
   evutil_freeaddrinfo(ai);
   if (!s->lis) {
-    rc = eldr_diag_fail(d, ELDR_EIO, "cannot listen on %s:%d: %s", cfg->host, cfg->port, strerror(errno));
+    rc = eldr_diag_fail(d, ELDR_EIO, "cannot listen on %s:%d: %s", cfg->host, port, strerror(errno));
     goto fail;
   }
   evconnlistener_set_error_cb(s->lis, eldr__accept_error_cb);
@@ -291,11 +374,12 @@ int eldr_server_new(const eldr_serve_config *cfg, eldr_server **out, eldr_diag *
                                            : ((struct sockaddr_in *)&ss)->sin_port);
   s->ev_stop = event_new(s->base, -1, 0, stop_cb, s);
   s->ev_reload = event_new(s->base, -1, 0, reload_cb, s);
-  if (!s->ev_stop || !s->ev_reload) {
+  s->ev_hung = event_new(s->base, -1, 0, eldr__hung_sweep, s);
+  if (!s->ev_stop || !s->ev_reload || !s->ev_hung) {
     rc = ELDR_ENOMEM;
     goto fail;
   }
-  if (cfg->handle_signals) {
+  if (cfg->handle_signals && idx == 0) {
     s->sig_hup = evsignal_new(s->base, SIGHUP, reload_cb, s);
     s->sig_int = evsignal_new(s->base, SIGINT, stop_cb, s);
     s->sig_term = evsignal_new(s->base, SIGTERM, stop_cb, s);
@@ -308,37 +392,84 @@ int eldr_server_new(const eldr_serve_config *cfg, eldr_server **out, eldr_diag *
   *out = s;
   return 0;
 fail:
-  eldr_server_free(s);
+  loop_free(s);
+  g->loops[idx] = NULL;
   return rc;
+}
+
+/* cfg.threads, 0 resolved to the online cores. */
+static int resolve_threads(const eldr_serve_config *c) {
+  if (c->threads > 0) return c->threads;
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n < 1 ? 1 : n > ELDR_SERVE_MAX_THREADS ? ELDR_SERVE_MAX_THREADS : (int)n;
+}
+
+int eldr_server_new(const eldr_serve_config *cfg, eldr_server **out, eldr_diag *d) {
+  *out = NULL;
+  int rc = eldr_serve_config_validate(cfg, d);
+  if (rc) return rc;
+  static int threads_on;
+  if (!threads_on) {
+    evthread_use_pthreads();
+    threads_on = 1;
+  }
+  signal(SIGPIPE, SIG_IGN);
+  int n = resolve_threads(cfg);
+  eldr__group *g = eldr__group_new(n);
+  if (!g) return ELDR_ENOMEM;
+  eldr_server *s0 = NULL;
+  if ((rc = loop_new(cfg, g, 0, cfg->port, &s0, d))) {
+    eldr__group_free(g);
+    return rc;
+  }
+  for (int i = 1; i < n; i++) {
+    eldr_server *si;
+    if ((rc = loop_new(cfg, g, i, s0->port, &si, d))) {
+      eldr_diag_prefix(d, "event loop %d of %d", i + 1, n);
+      eldr_server_free(s0);
+      return rc;
+    }
+  }
+  *out = s0;
+  return 0;
 }
 
 int eldr_server_port(const eldr_server *s) { return s ? s->port : -1; }
 
 int eldr_server_run(eldr_server *s) {
-  eldr__logf(s, "eldr serve listening on %s:%d (%zu prefill, %zu decode workers, policy %s, artifact %s)",
+  eldr__logf(s, "eldr serve listening on %s:%d (%zu prefill, %zu decode workers, policy %s, artifact %s, %d event loop%s)",
         s->cfg.host, s->port, s->nw[0], s->nw[1], eldr_policy_name(s->cfg.policy),
-        s->art ? s->cfg.artifact : "none");
-  return event_base_dispatch(s->base) < 0 ? ELDR_EIO : 0;
+        s->art ? s->cfg.artifact : "none", s->grp->n, s->grp->n == 1 ? "" : "s");
+  if (s->grp->n > 1 && s->cfg.policy == ELDR_POLICY_FOOTPRINT)
+    eldr__logf(s, "footprint: each of the %d event loops models only the requests it routed (--threads 1 "
+                  "gives it the whole picture)", s->grp->n);
+  return eldr__group_run(s->grp);
 }
 
-void eldr_server_stop(eldr_server *s) {
+void eldr__loop_stop(eldr_server *s) {
   if (s && s->ev_stop) event_active(s->ev_stop, EV_TIMEOUT, 0);
 }
 
-void eldr_server_reload(eldr_server *s) {
-  if (s && s->ev_reload) event_active(s->ev_reload, EV_TIMEOUT, 0);
+void eldr_server_stop(eldr_server *s) {
+  if (!s) return;
+  for (int i = 0; i < s->grp->n; i++) eldr__loop_stop(s->grp->loops[i]);
 }
 
-void eldr_server_free(eldr_server *s) {
+void eldr_server_reload(eldr_server *s) {
+  if (s && s->ev_reload) event_active(s->ev_reload, EV_TIMEOUT, 0); /* loop 0 leads */
+}
+
+static void loop_free(eldr_server *s) {
   if (!s) return;
   while (s->conns) eldr__conn_free(s->conns);
   if (s->lis) evconnlistener_free(s->lis);
   struct event *evs[] = {s->ev_stop, s->ev_reload, s->ev_health, s->ev_scrape, s->sig_hup,
-                         s->sig_int, s->sig_term, s->ev_accept, s->ev_trim};
+                         s->sig_int, s->sig_term, s->ev_accept, s->ev_trim, s->ev_hung};
   for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)
     if (evs[i]) event_free(evs[i]);
   while (s->all_workers) eldr__worker_free(s->all_workers);
   eldr__dns_free(s);
+  if (s->loop) s->access_log = NULL, s->rec = NULL; /* loop 0's */
   eldr__access_log_close(s);
   eldr__record_stop(s); /* after the connections: their requests' records are in */
   eldr__sigpath_free(&s->sp);
@@ -352,7 +483,21 @@ void eldr_server_free(eldr_server *s) {
   eldr_artifact_free(s->art);
   eldr__fps_put(s->fps);
   free(s->loads);
+  free(s->seen);
   free(s->healthy);
+  if (s->follow_cfg) eldr_serve_config_free(s->follow_cfg);
+  free(s->follow_cfg);
   eldr_serve_config_free(&s->cfg);
   free(s);
+}
+
+void eldr_server_free(eldr_server *s) {
+  if (!s) return;
+  eldr__group *g = s->grp;
+  for (int i = g->n - 1; i >= 1; i--) { /* before loop 0: they borrow its access log */
+    loop_free(g->loops[i]);
+    g->loops[i] = NULL;
+  }
+  loop_free(s);
+  eldr__group_free(g);
 }

@@ -230,6 +230,16 @@ void eldr__sigpath_store(eldr__sigpath *sp, const eldr__sigres *res) {
   if (!c->cache || res->nblocks == 0 || res->fallback != ELDR__FB_NONE) return;
   eldr_sigcache_store_blocks(c->cache, sp->hashes, res->nblocks, res->first_token, res->view.data,
                              res->view.dtype, res->view.rows, c->scratch, NULL);
+  eldr__sigpath_publish(sp);
+}
+
+void eldr__sigpath_publish(eldr__sigpath *sp) {
+  eldr_sigcache_stats cs;
+  eldr_sigcache_stats_get(sp->conf.cache, &cs);
+  sp->pub_rows = cs.rows;
+  sp->pub_hits = cs.hits;
+  sp->pub_misses = cs.misses;
+  sp->pub_evictions = cs.evictions;
 }
 
 void eldr__sigpath_defer(eldr__sigpath *sp, const eldr__sigres *res) {

@@ -24,7 +24,8 @@
  * cache, and its timer; the artifact is borrowed (the server owns it and
  * swaps it together with the configuration). eldr__sigpath_free releases
  * everything. Errors: extraction never fails, it reports a fallback reason.
- * Threads: not thread-safe; the server's loop thread only.
+ * Threads: not thread-safe; its loop's thread only, except the _Atomic
+ * counters, which any loop reads.
  */
 #ifndef ELDR_SERVE_SIGPATH_H
 #define ELDR_SERVE_SIGPATH_H
@@ -92,8 +93,13 @@ typedef struct eldr__sigpath {
   int pend_on;
   struct event *ev_store;    /* NULL without a loop: defer stores at the next extraction */
   /* observations */
-  int observed_L, observed_K;  /* routed_experts shape seen last (0: none yet) */
-  uint64_t tokenizer_mismatch, blocks_missing;
+  _Atomic int observed_L, observed_K; /* routed_experts shape seen last (0: none yet);
+                                       * any loop's reload checks every loop's */
+  _Atomic uint64_t tokenizer_mismatch, blocks_missing; /* read by any loop's /metrics */
+  /* the cache's statistics as of its last use (eldr__sigpath_publish), for
+   * the loop rendering /metrics, which sums every loop's */
+  _Atomic size_t pub_rows;
+  _Atomic uint64_t pub_hits, pub_misses, pub_evictions;
 } eldr__sigpath;
 
 /* base: the loop whose next turn runs deferred stores (NULL: none). 0 or
@@ -128,6 +134,8 @@ void eldr__sigpath_extract(eldr__sigpath *sp, const void *root, int chat, const 
                            eldr__sigres *res);
 /* Store the rows of the fully computed blocks of the last extraction now. */
 void eldr__sigpath_store(eldr__sigpath *sp, const eldr__sigres *res);
+/* Copy the cache's statistics into pub_* (the loop's thread). */
+void eldr__sigpath_publish(eldr__sigpath *sp);
 /* The same, on the next loop turn (or before the next extraction). */
 void eldr__sigpath_defer(eldr__sigpath *sp, const eldr__sigres *res);
 

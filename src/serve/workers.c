@@ -1,6 +1,8 @@
 /* workers.c — the router's workers: resolved address, pool of idle
  * keep-alive upstream connections, active health checks, failure counting
- * and ejection, and the worker lists a reload replaces. Loop thread only. */
+ * and ejection, and the worker lists a reload replaces. Loop thread only;
+ * a worker's slot (in-flight count, counters) is shared with the other
+ * loops' worker of the same URL (serve_types.h). */
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,13 +24,13 @@ int eldr__worker_new(eldr_server *s, const char *url, int role, size_t pool_size
   w->s = s;
   w->id = ++s->next_worker_id;
   w->role = role;
-  w->healthy = 1;
   w->url = strdup(url);
   w->poolcap = pool_size ? pool_size : 1;
   w->pool = calloc(w->poolcap, sizeof *w->pool);
   w->hc_timer = evtimer_new(s->base, health_timeout_cb, w);
+  w->slot = eldr__slot_get(s->grp, role, url);
   int rc = 0;
-  if (!w->url || !w->pool || !w->hc_timer) rc = eldr_diag_fail(d, ELDR_ENOMEM, "out of memory for worker %s", url);
+  if (!w->url || !w->pool || !w->hc_timer || !w->slot) rc = eldr_diag_fail(d, ELDR_ENOMEM, "out of memory for worker %s", url);
   else if ((rc = eldr_serve_parse_url(url, w->host, sizeof w->host, &w->port, d))) {
   } else if ((rc = eldr__worker_resolve_start(w))) {
     rc = eldr_diag_fail(d, rc, "%s worker %s: cannot use address '%s'", eldr__role_name[role], url, w->host);
@@ -36,6 +38,7 @@ int eldr__worker_new(eldr_server *s, const char *url, int role, size_t pool_size
   if (rc) {
     eldr__worker_resolve_stop(w);
     if (w->hc_timer) event_free(w->hc_timer);
+    eldr__slot_put(s->grp, w->slot);
     free(w->url);
     free(w->pool);
     free(w);
@@ -63,6 +66,7 @@ void eldr__worker_free(worker *w) {
   eldr__worker_resolve_stop(w);
   eldr__scrape_stop(w);
   event_free(w->hc_timer);
+  eldr__slot_put(w->s->grp, w->slot);
   free(w->pool);
   free(w->url);
   free(w);
@@ -70,7 +74,6 @@ void eldr__worker_free(worker *w) {
 
 void eldr__worker_retire(worker *w) {
   w->retired = 1;
-  w->healthy = 0;
   for (size_t i = 0; i < w->npool; i++) eldr__up_free(w->pool[i]);
   w->npool = 0;
   evtimer_del(w->hc_timer);
@@ -83,6 +86,7 @@ void eldr__worker_retire(worker *w) {
 
 void eldr__worker_put(worker *w, eldr__up *u) {
   w->inflight--;
+  w->slot->inflight--; /* every loop's decisions see it */
   eldr__pool_give(w, u);
   if (w->retired && !w->inflight) eldr__worker_free(w);
 }
@@ -109,22 +113,22 @@ void eldr__pool_give(worker *w, eldr__up *u) {
 }
 
 void eldr__worker_failed(worker *w, const char *why) {
-  w->fails++;
-  if (w->s->cfg.health_interval_s > 0 && w->healthy && w->fails >= w->s->cfg.eject_after) {
-    w->healthy = 0;
-    w->ejections++;
+  eldr__slot *sl = w->slot;
+  int fails = ++sl->fails;
+  /* one loop ejects it (the exchange), for every loop */
+  if (w->s->cfg.health_interval_s > 0 && fails >= w->s->cfg.eject_after && atomic_exchange(&sl->healthy, 0)) {
+    sl->ejections++;
     eldr__logf(w->s, "%s worker %s ejected after %d consecutive failures (%s)", eldr__role_name[w->role],
-          w->url, w->fails, why);
+          w->url, fails, why);
   }
 }
 
 static void health_result(worker *w, int ok, const char *why) {
   evtimer_del(w->hc_timer);
   if (ok) {
-    w->fails = 0;
-    w->probed = 1;
-    if (!w->healthy && !w->retired) {
-      w->healthy = 1;
+    w->slot->fails = 0;
+    w->slot->probed = 1;
+    if (!w->retired && !atomic_exchange(&w->slot->healthy, 1)) {
       eldr__logf(w->s, "%s worker %s re-admitted", eldr__role_name[w->role], w->url);
     }
   } else {

@@ -160,6 +160,7 @@ static void test_connection_limit(void **st) {
   fx_worker *p = fx_start(NULL), *d = fx_start(NULL);
   eldr_serve_config c;
   eldr_serve_config_default(&c);
+  c.threads = 1; /* the limit is split among the loops; the test counts one loop's */
   c.health_interval_s = 0;
   c.max_connections = 2;
   add(&c, 0, p);
@@ -389,7 +390,7 @@ static void test_memory_returns(void **st) {
     if ((rss = proc_kb(ch.pid, "VmRSS")) - rss0 < 16 * 1024) break;
   fprintf(stderr, "%d concurrent %zu KiB bodies: router RSS %ld KiB before, peak %ld KiB, after %ld KiB\n", NBIG,
           kib, rss0, peak, rss);
-#if !defined(__SANITIZE_ADDRESS__)
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__) /* their allocators keep freed memory */
   assert_true(peak - rss0 > 16 * 1024); /* the bodies were there */
   assert_true(rss - rss0 < 16 * 1024);  /* and went */
 #endif

@@ -97,6 +97,7 @@ static void test_footprint_decides_and_drains(void **st) {
   fx_worker *p = fx_start(&pb), *d0 = fx_start(&hold), *d1 = fx_start(&hold);
   eldr_serve_config c;
   eldr_serve_config_default(&c);
+  c.threads = 1; /* the footprint state is per loop */
   c.health_interval_s = 0;
   c.policy = ELDR_POLICY_FOOTPRINT;
   c.artifact = strdup(art);
@@ -171,6 +172,7 @@ static void test_footprint_without_latency_is_jsq(void **st) {
   fx_worker *p = fx_start(&pb), *d0 = fx_start(NULL), *d1 = fx_start(NULL);
   eldr_serve_config c;
   eldr_serve_config_default(&c);
+  c.threads = 1; /* the footprint state is per loop */
   c.health_interval_s = 0;
   c.policy = ELDR_POLICY_FOOTPRINT;
   c.artifact = strdup(art);

@@ -314,7 +314,7 @@ static void test_cli_flags_survive_sighup(void **st) {
 static void test_removed_workers_drain_and_free(void **st) {
   (void)st;
   rig g;
-  rig_start(&g, "drain", 1, NULL, "jsq", "");
+  rig_start(&g, "drain", 1, NULL, "jsq", ",\"threads\":1"); /* retired workers are per loop */
   fx_worker *d0 = g.d[0], *d1 = fx_start(NULL), *d2 = fx_start(NULL); /* d1, d2: later */
   char doc[1024];
   rig_run(&g);
