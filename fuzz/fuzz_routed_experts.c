@@ -9,8 +9,10 @@
  * accepted array must survive encode -> decode; otherwise the target
  * aborts. The input's tail is also counted as a raw selection array (dtype,
  * shape and layer mask taken from its first 4 bytes) by the library's
- * row-at-a-time counter and by the per-id reference (core/counts_ref.h):
- * return code, bad index and (partial) counts must be identical. */
+ * blocked, range-checked, fixed-K counter (with the AVX2 range check and
+ * with the portable one) and by the per-id reference (core/counts_ref.h):
+ * return code, bad index and (partial) counts must be identical, and the
+ * check-only walk must find the same bad index. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,14 +75,19 @@ static void check_counts(const uint8_t *data, size_t size) {
   const size_t w = eldr_sel_dtype_size(dt), row = s.num_layers * s.top_k * w;
   const size_t T = (size - 4) / row, cells = eldr_shape_cells(&s);
   uint32_t a[6 * 512], b[6 * 512];
-  for (int m = 0; m < 2; m++) {
+  for (int m = 0; m < 4; m++) {
+    eldr__simd_set(m < 2);
+    const uint8_t *mk = m & 1 ? mask : NULL;
     memset(a, 0, cells * sizeof *a);
     memset(b, 0, cells * sizeof *b);
-    size_t ba = 0, bb = 0;
-    int ra = eldr_counts_accumulate_masked(&s, data + 4, dt, T, m ? mask : NULL, a, &ba);
-    int rb = eldr__counts_ref(&s, data + 4, dt, T, m ? mask : NULL, b, &bb);
+    size_t ba = 0, bb = 0, bc = 0;
+    int ra = eldr_counts_accumulate_masked(&s, data + 4, dt, T, mk, a, &ba);
+    int rb = eldr__counts_ref(&s, data + 4, dt, T, mk, b, &bb);
     if (ra != rb || (ra && ba != bb) || memcmp(a, b, cells * sizeof *a)) abort();
+    int rc = eldr_counts_check_masked(&s, data + 4, dt, T, mk, &bc);
+    if (rc != rb || (rc && bc != bb)) abort();
   }
+  eldr__simd_set(1);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

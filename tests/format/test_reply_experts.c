@@ -13,6 +13,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "core/counts_ref.h"
 #include "eldr/reply_experts.h"
 #include "eldr/routed_experts.h"
 
@@ -84,6 +85,8 @@ static const fx FIXTURES[] = {
 
 static void test_fixtures(void **state) {
   (void)state;
+  eldr_re_scratch scr;
+  memset(&scr, 0, sizeof scr);
   for (size_t f = 0; f < sizeof FIXTURES / sizeof *FIXTURES; f++) {
     const fx *x = &FIXTURES[f];
     size_t len;
@@ -104,6 +107,28 @@ static void test_fixtures(void **state) {
       assert_int_equal(r.choices[i].prompt.first_token, 0);
       expect_rows(&r.choices[i].generated, x->gen_rows[i], FP, x->dtype);
     }
+    /* with the caller's scratch and fused counting (twice: the buffers are
+     * reused): the same views, and choice 0's prompt rows counted exactly */
+    for (int rep = 0; rep < 2; rep++) {
+      uint32_t counts[FL * FE], ref[FL * FE];
+      memset(counts, 0, sizeof counts);
+      memset(ref, 0, sizeof ref);
+      eldr_re_opts fo = o;
+      fo.scratch = &scr;
+      fo.counts = counts;
+      eldr_reply_experts fr;
+      assert_int_equal(eldr_reply_experts_read(body, len, &fo, &fr, &why, &d), 0);
+      assert_int_equal(fr.counted, 1);
+      assert_int_equal(fr.nchoices, r.nchoices);
+      assert_int_equal(fr.nbufs, 0); /* nothing allocated for the views */
+      const eldr_re_view *pv = &fr.choices[0].prompt;
+      assert_memory_equal(pv->data, r.choices[0].prompt.data,
+                          pv->rows * FL * FK * eldr_sel_dtype_size(pv->dtype));
+      const eldr_shape sh = {FL, FE, FK};
+      assert_int_equal(eldr__counts_ref(&sh, pv->data, pv->dtype, pv->rows, NULL, ref, NULL), 0);
+      assert_memory_equal(counts, ref, sizeof ref);
+      eldr_reply_experts_free(&fr);
+    }
     eldr_reply_experts_free(&r);
     /* the other endpoint's reader refuses it */
     o.api = x->api == ELDR_RE_CHAT ? ELDR_RE_COMPLETIONS : ELDR_RE_CHAT;
@@ -122,6 +147,7 @@ static void test_fixtures(void **state) {
     eldr_reply_experts_free(&r);
     free(body);
   }
+  eldr_re_scratch_free(&scr);
 }
 
 /* The mask bounds the id check: ids of unmasked layers are never read. */
