@@ -11,8 +11,9 @@
  * shape and layer mask taken from its first 4 bytes) by the library's
  * blocked, range-checked, fixed-K counter (with the AVX2 range check and
  * with the portable one) and by the per-id reference (core/counts_ref.h):
- * return code, bad index and (partial) counts must be identical, and the
- * check-only walk must find the same bad index. */
+ * return code, bad index and (partial) counts must be identical, the
+ * check-only walk must find the same bad index, and the 8-bit block
+ * counter must give the same counts (or refuse, counting nothing). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,6 +87,15 @@ static void check_counts(const uint8_t *data, size_t size) {
     if (ra != rb || (ra && ba != bb) || memcmp(a, b, cells * sizeof *a)) abort();
     int rc = eldr_counts_check_masked(&s, data + 4, dt, T, mk, &bc);
     if (rc != rb || (rc && bc != bb)) abort();
+    /* the 8-bit block counter of the signature cache: all or nothing */
+    if (T * s.top_k <= 255) {
+      static uint8_t c8[6 * 512];
+      memset(c8, 0, cells);
+      int r8 = eldr__counts_block8(&s, data + 4, dt, T, mk, c8);
+      if (r8 != rb) abort();
+      for (size_t i = 0; i < cells; i++)
+        if (c8[i] != (rb ? 0 : b[i])) abort();
+    }
   }
   eldr__simd_set(1);
 }

@@ -105,6 +105,14 @@ int eldr_counts_accumulate_masked(const eldr_shape *s, const void *raw, eldr_sel
 int eldr_counts_check_masked(const eldr_shape *s, const void *raw, eldr_sel_dtype dtype,
                              size_t ntokens, const uint8_t *mask, size_t *bad_index);
 
+/* Internal (the signature cache's block rows): count ntokens tokens into
+ * 8-bit counters counts8 (L*E, accumulated), the mask's layers only, after
+ * range-checking every id of those layers. Needs ntokens * top_k <= 255 (no
+ * counter can wrap); else ELDR_EINVAL. ELDR_ERANGE on a bad id: then
+ * nothing was counted. */
+int eldr__counts_block8(const eldr_shape *s, const void *raw, eldr_sel_dtype dtype, size_t ntokens,
+                        const uint8_t *mask, uint8_t *counts8);
+
 /* Whether the SIMD (AVX2) paths of the counting and base64 code run: the
  * CPU has AVX2 and the environment variable ELDR_NO_SIMD is unset, empty or
  * "0" (read once). eldr__simd_set(0) forces the portable paths, (1) allows

@@ -203,11 +203,11 @@ typedef struct kargs {
   size_t ntok, L, K, E;
   const uint16_t *lay; /* the mask's layers, ascending */
   size_t nl;
-  uint32_t *counts;
+  void *counts; /* uint32_t, or uint8_t for the 8-bit kernels */
 } kargs;
 
-/* W-byte unsigned little-endian ids, KK slots (0: a->K). */
-#define KERNEL(NAME, W, KK, LOAD)                                               \
+/* W-byte unsigned little-endian ids, KK slots (0: a->K), counters of CT. */
+#define KERNEL(NAME, W, KK, LOAD, CT)                                           \
   static void NAME(const kargs *a) {                                            \
     const size_t K = (KK) ? (size_t)(KK) : a->K, E = a->E, nl = a->nl;          \
     const size_t tb = a->L * K * (W), rb = K * (W);                             \
@@ -216,78 +216,85 @@ typedef struct kargs {
       for (size_t i = 0; i < nl; i++) {                                         \
         const size_t l = a->lay[i];                                             \
         const unsigned char *r = p + l * rb;                                    \
-        uint32_t *row = a->counts + l * E;                                      \
+        CT *row = (CT *)a->counts + l * E;                                      \
         for (size_t k = 0; k < K; k++) row[LOAD(r + k * (W))]++;                \
       }                                                                         \
   }
-#define LD8(q) (*(q))
-KERNEL(k1_any, 1, 0, LD8)
-KERNEL(k1_1, 1, 1, LD8)
-KERNEL(k1_2, 1, 2, LD8)
-KERNEL(k1_4, 1, 4, LD8)
-KERNEL(k1_6, 1, 6, LD8)
-KERNEL(k2_any, 2, 0, ld16)
-KERNEL(k2_1, 2, 1, ld16)
-KERNEL(k2_2, 2, 2, ld16)
-KERNEL(k2_4, 2, 4, ld16)
-KERNEL(k2_6, 2, 6, ld16)
-KERNEL(k2_8, 2, 8, ld16)
-KERNEL(k4_any, 4, 0, ld32)
-KERNEL(k4_8, 4, 8, ld32)
-#undef KERNEL
 
 /* 1-byte ids, K = 8: one 64-bit load per row, the ids shifted out of it. */
-static void k1_8(const kargs *a) {
-  const size_t E = a->E, nl = a->nl, tb = a->L * 8;
-  const unsigned char *p = a->p;
-  for (size_t t = 0; t < a->ntok; t++, p += tb)
-    for (size_t i = 0; i < nl; i++) {
-      const size_t l = a->lay[i];
-      const unsigned char *r = p + l * 8;
-      uint32_t *row = a->counts + l * E;
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-      uint64_t x;
-      memcpy(&x, r, 8);
-      uint32_t lo = (uint32_t)x, hi = (uint32_t)(x >> 32);
-      row[lo & 255]++;
-      row[(lo >> 8) & 255]++;
-      row[(lo >> 16) & 255]++;
-      row[lo >> 24]++;
-      row[hi & 255]++;
-      row[(hi >> 8) & 255]++;
-      row[(hi >> 16) & 255]++;
-      row[hi >> 24]++;
+#define KERNEL_1_8(NAME, CT)                                                    \
+  static void NAME(const kargs *a) {                                            \
+    const size_t E = a->E, nl = a->nl, tb = a->L * 8;                           \
+    const unsigned char *p = a->p;                                              \
+    for (size_t t = 0; t < a->ntok; t++, p += tb)                               \
+      for (size_t i = 0; i < nl; i++) {                                         \
+        const size_t l = a->lay[i];                                             \
+        CT *row = (CT *)a->counts + l * E;                                      \
+        uint64_t x;                                                             \
+        memcpy(&x, p + l * 8, 8);                                               \
+        uint32_t lo = (uint32_t)x, hi = (uint32_t)(x >> 32);                    \
+        row[lo & 255]++;                                                        \
+        row[(lo >> 8) & 255]++;                                                 \
+        row[(lo >> 16) & 255]++;                                                \
+        row[lo >> 24]++;                                                        \
+        row[hi & 255]++;                                                        \
+        row[(hi >> 8) & 255]++;                                                 \
+        row[(hi >> 16) & 255]++;                                                \
+        row[hi >> 24]++;                                                        \
+      }                                                                         \
+  }
 #else
-      for (size_t k = 0; k < 8; k++) row[r[k]]++;
+#define KERNEL_1_8(NAME, CT) KERNEL(NAME, 1, 8, LD8, CT)
 #endif
-    }
-}
+
+#define LD8(q) (*(q))
+/* every kernel, for one counter type; T: the name's suffix */
+#define KERNELS(CT, T)                                                          \
+  KERNEL(k1_any##T, 1, 0, LD8, CT)                                              \
+  KERNEL(k1_1##T, 1, 1, LD8, CT)                                                \
+  KERNEL(k1_2##T, 1, 2, LD8, CT)                                                \
+  KERNEL(k1_4##T, 1, 4, LD8, CT)                                                \
+  KERNEL(k1_6##T, 1, 6, LD8, CT)                                                \
+  KERNEL_1_8(k1_8##T, CT)                                                       \
+  KERNEL(k2_any##T, 2, 0, ld16, CT)                                             \
+  KERNEL(k2_1##T, 2, 1, ld16, CT)                                               \
+  KERNEL(k2_2##T, 2, 2, ld16, CT)                                               \
+  KERNEL(k2_4##T, 2, 4, ld16, CT)                                               \
+  KERNEL(k2_6##T, 2, 6, ld16, CT)                                               \
+  KERNEL(k2_8##T, 2, 8, ld16, CT)                                               \
+  KERNEL(k4_any##T, 4, 0, ld32, CT)                                             \
+  KERNEL(k4_8##T, 4, 8, ld32, CT)                                               \
+  static kernel_fn pick##T(size_t w, size_t K) {                                \
+    if (w == 1) {                                                               \
+      switch (K) {                                                              \
+      case 1: return k1_1##T;                                                   \
+      case 2: return k1_2##T;                                                   \
+      case 4: return k1_4##T;                                                   \
+      case 6: return k1_6##T;                                                   \
+      case 8: return k1_8##T;                                                   \
+      default: return k1_any##T;                                                \
+      }                                                                         \
+    }                                                                           \
+    if (w == 2) {                                                               \
+      switch (K) {                                                              \
+      case 1: return k2_1##T;                                                   \
+      case 2: return k2_2##T;                                                   \
+      case 4: return k2_4##T;                                                   \
+      case 6: return k2_6##T;                                                   \
+      case 8: return k2_8##T;                                                   \
+      default: return k2_any##T;                                                \
+      }                                                                         \
+    }                                                                           \
+    return K == 8 ? k4_8##T : k4_any##T;                                        \
+  }
 
 typedef void (*kernel_fn)(const kargs *);
-
-static kernel_fn pick(size_t w, size_t K) {
-  if (w == 1) {
-    switch (K) {
-    case 1: return k1_1;
-    case 2: return k1_2;
-    case 4: return k1_4;
-    case 6: return k1_6;
-    case 8: return k1_8;
-    default: return k1_any;
-    }
-  }
-  if (w == 2) {
-    switch (K) {
-    case 1: return k2_1;
-    case 2: return k2_2;
-    case 4: return k2_4;
-    case 6: return k2_6;
-    case 8: return k2_8;
-    default: return k2_any;
-    }
-  }
-  return K == 8 ? k4_8 : k4_any;
-}
+KERNELS(uint32_t, _32)
+KERNELS(uint8_t, _8)
+#undef KERNELS
+#undef KERNEL
+#undef KERNEL_1_8
 
 #define BLOCK_BYTES 8192 /* range-checked then counted while in L1 */
 
@@ -318,7 +325,7 @@ int eldr_counts_accumulate_masked(const eldr_shape *s, const void *raw, eldr_sel
   size_t bt = BLOCK_BYTES / tb;
   if (bt < 1) bt = 1;
   kargs a = {NULL, 0, L, K, E, lay, nl, counts};
-  kernel_fn kern = pick(w, K);
+  kernel_fn kern = pick_32(w, K);
   for (size_t t = 0; t < ntokens; t += bt) {
     size_t n = ntokens - t < bt ? ntokens - t : bt;
     const unsigned char *q = p + t * tb;
@@ -356,5 +363,34 @@ int eldr_counts_check_masked(const eldr_shape *s, const void *raw, eldr_sel_dtyp
           return ELDR_ERANGE;
         }
     }
+  return ELDR_OK;
+}
+
+int eldr__counts_block8(const eldr_shape *s, const void *raw, eldr_sel_dtype dtype, size_t ntokens,
+                        const uint8_t *mask, uint8_t *counts8) {
+  const size_t L = s->num_layers, E = s->num_experts, K = s->top_k;
+  const size_t w = eldr_sel_dtype_size(dtype);
+  if (!w || ntokens * K > 255) return ELDR_EINVAL;
+  int fast = w != 8 && L <= ELDR_MAX_LAYERS;
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+  fast = fast && dtype != ELDR_SEL_U16;
+#endif
+  const unsigned char *p = raw;
+  if (fast && ntokens && max_elem(p, ntokens * L * K, w) < E) {
+    uint16_t lay[ELDR_MAX_LAYERS];
+    size_t nl = 0;
+    for (size_t l = 0; l < L; l++)
+      if (!mask || mask[l]) lay[nl++] = (uint16_t)l;
+    kargs a = {p, ntokens, L, K, E, lay, nl, counts8};
+    pick_8(w, K)(&a);
+    return ELDR_OK;
+  }
+  /* rare dtypes, or a bad id somewhere: check the mask's ids one by one first */
+  if (eldr_counts_check_masked(s, raw, dtype, ntokens, mask, NULL)) return ELDR_ERANGE;
+  size_t idx = 0;
+  for (size_t t = 0; t < ntokens; t++)
+    for (size_t l = 0; l < L; l++, idx += K)
+      if (!mask || mask[l])
+        for (size_t k = 0; k < K; k++) counts8[l * E + (size_t)eldr_sel_load(p, dtype, idx + k)]++;
   return ELDR_OK;
 }
