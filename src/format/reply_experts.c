@@ -439,6 +439,8 @@ static int read_body(rctx *c, json_t *root) {
                    oc->prompt.top_k);
   }
   out->layout = lay;
+  /* counted: the first choice has prompt rows, and they went through counts */
+  out->counted = out->counted && nc && out->choices[0].prompt.data != NULL;
   return 0;
 }
 
