@@ -8,14 +8,28 @@
  * a compact {"encoding","dtype","shape","data"} object. On success every id
  * of every view (in the mask's layers) must be in [0, E) and every view must
  * lie inside what the reader owns (ASan checks the reads); on failure the
- * reason and the message are set and the result is empty. Else abort. */
+ * reason and the message are set and the result is empty. Each read is
+ * repeated with a caller's scratch (reused across inputs) and fused counting
+ * (eldr_re_opts.counts): same return code, reason and message, the same
+ * views' contents, and counts equal to the per-id reference count of the
+ * first choice's prompt view (core/counts_ref.h). Else abort. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/counts_ref.h"
 #include "eldr/reply_experts.h"
 #include "eldr/routed_experts.h"
+
+static eldr_re_scratch scratch; /* reused across inputs, as the router does */
+
+static int same_view(const eldr_re_view *a, const eldr_re_view *b) {
+  if (!a->data || !b->data) return !a->data && !b->data && a->rows == b->rows;
+  return a->dtype == b->dtype && a->rows == b->rows && a->layers == b->layers &&
+         a->top_k == b->top_k && a->first_token == b->first_token &&
+         !memcmp(a->data, b->data, a->rows * a->layers * a->top_k * eldr_sel_dtype_size(a->dtype));
+}
 
 static int64_t elem(const eldr_re_view *v, size_t i) { return eldr_sel_load(v->data, v->dtype, i); }
 
@@ -57,14 +71,51 @@ static void one(const char *body, size_t len, const eldr_re_opts *o) {
   eldr_reply_experts_free(&r);
 }
 
+/* The same read with scratch and fused counting against the plain one. */
+static void fused(const char *body, size_t len, const eldr_re_opts *o) {
+  eldr_reply_experts r, f;
+  eldr_re_reason w1 = ELDR_RE__N, w2 = ELDR_RE__N;
+  eldr_diag d1, d2;
+  d1.msg[0] = d2.msg[0] = '\0';
+  uint32_t counts[2 * 8];
+  memset(counts, 0, sizeof counts);
+  eldr_re_opts fo = *o;
+  fo.scratch = &scratch;
+  fo.counts = counts;
+  int r1 = eldr_reply_experts_read(body, len, o, &r, &w1, &d1);
+  int r2 = eldr_reply_experts_read(body, len, &fo, &f, &w2, &d2);
+  if (r1 != r2 || w1 != w2 || strcmp(d1.msg, d2.msg)) abort();
+  if (!r1) {
+    if (r.nchoices != f.nchoices || r.layout != f.layout) abort();
+    for (size_t i = 0; i < r.nchoices; i++)
+      if (!same_view(&r.choices[i].prompt, &f.choices[i].prompt) ||
+          !same_view(&r.choices[i].generated, &f.choices[i].generated))
+        abort();
+    const eldr_re_view *pv = f.nchoices ? &f.choices[0].prompt : NULL;
+    if (f.counted != (pv && pv->data != NULL)) abort();
+    if (f.counted) {
+      uint32_t ref[2 * 8];
+      memset(ref, 0, sizeof ref);
+      const eldr_shape s = {2, 8, 2};
+      if (eldr__counts_ref(&s, pv->data, pv->dtype, pv->rows, o->layer_mask, ref, NULL) ||
+          memcmp(ref, counts, sizeof ref))
+        abort();
+    }
+  }
+  eldr_reply_experts_free(&r);
+  eldr_reply_experts_free(&f);
+}
+
 static void all(const char *body, size_t len) {
   static const uint8_t mask[2] = {0, 1};
   const eldr_re_opts os[] = {
-      {ELDR_RE_COMPLETIONS, 2, 2, 8, NULL},
-      {ELDR_RE_CHAT, 2, 2, 8, mask},
-      {ELDR_RE_COMPLETIONS, 0, 0, 0, NULL},
+      {ELDR_RE_COMPLETIONS, 2, 2, 8, NULL, NULL, NULL},
+      {ELDR_RE_CHAT, 2, 2, 8, mask, NULL, NULL},
+      {ELDR_RE_COMPLETIONS, 0, 0, 0, NULL, NULL, NULL},
   };
   for (size_t i = 0; i < sizeof os / sizeof *os; i++) one(body, len, &os[i]);
+  fused(body, len, &os[0]);
+  fused(body, len, &os[1]);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -9,8 +9,11 @@
  * accepted array must survive encode -> decode; otherwise the target
  * aborts. The input's tail is also counted as a raw selection array (dtype,
  * shape and layer mask taken from its first 4 bytes) by the library's
- * row-at-a-time counter and by the per-id reference (core/counts_ref.h):
- * return code, bad index and (partial) counts must be identical. */
+ * blocked, range-checked, fixed-K counter (with the AVX2 range check and
+ * with the portable one) and by the per-id reference (core/counts_ref.h):
+ * return code, bad index and (partial) counts must be identical, the
+ * check-only walk must find the same bad index, and the 8-bit block
+ * counter must give the same counts (or refuse, counting nothing). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,14 +76,28 @@ static void check_counts(const uint8_t *data, size_t size) {
   const size_t w = eldr_sel_dtype_size(dt), row = s.num_layers * s.top_k * w;
   const size_t T = (size - 4) / row, cells = eldr_shape_cells(&s);
   uint32_t a[6 * 512], b[6 * 512];
-  for (int m = 0; m < 2; m++) {
+  for (int m = 0; m < 4; m++) {
+    eldr__simd_set(m < 2);
+    const uint8_t *mk = m & 1 ? mask : NULL;
     memset(a, 0, cells * sizeof *a);
     memset(b, 0, cells * sizeof *b);
-    size_t ba = 0, bb = 0;
-    int ra = eldr_counts_accumulate_masked(&s, data + 4, dt, T, m ? mask : NULL, a, &ba);
-    int rb = eldr__counts_ref(&s, data + 4, dt, T, m ? mask : NULL, b, &bb);
+    size_t ba = 0, bb = 0, bc = 0;
+    int ra = eldr_counts_accumulate_masked(&s, data + 4, dt, T, mk, a, &ba);
+    int rb = eldr__counts_ref(&s, data + 4, dt, T, mk, b, &bb);
     if (ra != rb || (ra && ba != bb) || memcmp(a, b, cells * sizeof *a)) abort();
+    int rc = eldr_counts_check_masked(&s, data + 4, dt, T, mk, &bc);
+    if (rc != rb || (rc && bc != bb)) abort();
+    /* the 8-bit block counter of the signature cache: all or nothing */
+    if (T * s.top_k <= 255) {
+      static uint8_t c8[6 * 512];
+      memset(c8, 0, cells);
+      int r8 = eldr__counts_block8(&s, data + 4, dt, T, mk, c8);
+      if (r8 != rb) abort();
+      for (size_t i = 0; i < cells; i++)
+        if (c8[i] != (rb ? 0 : b[i])) abort();
+    }
   }
+  eldr__simd_set(1);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -7,7 +7,8 @@
  * was selected at MoE layer index l. Traces and vLLM responses go through
  * eldr_counts_accumulate(), the single counting routine.
  *
- * Pure computation: no allocation, no I/O.
+ * Pure computation: no allocation, no I/O (ELDR_NO_SIMD is read from the
+ * environment once). Thread-safe: no state but the SIMD switch.
  */
 #ifndef ELDR_COUNTS_H
 #define ELDR_COUNTS_H
@@ -88,11 +89,36 @@ int eldr_counts_accumulate(const eldr_shape *s, const void *raw, eldr_sel_dtype 
                            size_t ntokens, uint32_t *counts, size_t *bad_index);
 
 /* As eldr_counts_accumulate, but only layers l with mask[l] != 0 are counted
- * (and range-checked); the rows of other layers are skipped unread. mask
+ * (and range-checked); the rows of other layers are not counted. mask
  * (L flags) may be NULL for all layers. Used on the router's hot path, where
- * the signature needs only the artifact's layer mask. */
+ * the signature needs only the artifact's layer mask. Blocks of tokens are
+ * range-checked a vector at a time (AVX2 when the CPU has it), then counted
+ * by kernels unrolled for the common top_k; results (return code, bad index,
+ * partial sums) are exactly those of the per-id loop of core/counts_ref.h. */
 int eldr_counts_accumulate_masked(const eldr_shape *s, const void *raw, eldr_sel_dtype dtype,
                                   size_t ntokens, const uint8_t *mask, uint32_t *counts,
                                   size_t *bad_index);
+
+/* Range check only: 0 when every id of the mask's layers (NULL: all) is in
+ * [0, E); else ELDR_ERANGE with the flat index of the first bad one in
+ * *bad_index (may be NULL). ELDR_EINVAL for an unknown dtype. */
+int eldr_counts_check_masked(const eldr_shape *s, const void *raw, eldr_sel_dtype dtype,
+                             size_t ntokens, const uint8_t *mask, size_t *bad_index);
+
+/* Internal (the signature cache's block rows): count ntokens tokens into
+ * 8-bit counters counts8 (L*E, accumulated), the mask's layers only, after
+ * range-checking every id of those layers. Needs ntokens * top_k <= 255 (no
+ * counter can wrap); else ELDR_EINVAL. ELDR_ERANGE on a bad id: then
+ * nothing was counted. */
+int eldr__counts_block8(const eldr_shape *s, const void *raw, eldr_sel_dtype dtype, size_t ntokens,
+                        const uint8_t *mask, uint8_t *counts8);
+
+/* Whether the SIMD (AVX2) paths of the counting and base64 code run: the
+ * CPU has AVX2 and the environment variable ELDR_NO_SIMD is unset, empty or
+ * "0" (read once). eldr__simd_set(0) forces the portable paths, (1) allows
+ * AVX2 again where the CPU has it; it returns the previous state. Testing
+ * hooks (process-wide, not for use while other threads count). */
+int eldr__simd_on(void);
+int eldr__simd_set(int enable);
 
 #endif

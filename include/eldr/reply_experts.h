@@ -30,7 +30,8 @@
  * view's ids can be counted without further checks.
  *
  * Ownership: the result owns every buffer its views point into (decoded
- * base64, converted lists); eldr_reply_experts_free releases them. The body
+ * base64, converted lists) unless they came from the caller's scratch
+ * (eldr_re_opts.scratch); eldr_reply_experts_free releases what it owns. The body
  * is not referenced after the call returns. Threads: no global state; one
  * result per thread.
  */
@@ -84,6 +85,28 @@ typedef enum eldr_re_reason {
 
 const char *eldr_re_reason_name(eldr_re_reason r);
 
+/* Decode buffers a caller reuses from one reply to the next (the router:
+ * one set per pending signature-cache store). With one, the reader decodes
+ * base64 and converts lists into these slots (grown with realloc, never
+ * freed by a read) instead of allocating per reply, and the result's views
+ * point into them: valid until the next read with the same scratch.
+ * Zero-initialise; release with eldr_re_scratch_free. A reply needing more
+ * than ELDR_RE_SCRATCH_SLOTS buffers (many choices) gets malloc'd buffers
+ * for the rest, owned by the result as without scratch. */
+#define ELDR_RE_SCRATCH_SLOTS 6
+typedef struct eldr_re_scratch {
+  struct {
+    void *p;
+    size_t cap;
+  } slot[ELDR_RE_SCRATCH_SLOTS];
+  size_t used; /* slots handed out by the current read */
+} eldr_re_scratch;
+
+/* Free the slots holding more than keep bytes (a bound on what stays
+ * allocated after a large reply), or every slot with keep 0. */
+void eldr_re_scratch_trim(eldr_re_scratch *s, size_t keep);
+void eldr_re_scratch_free(eldr_re_scratch *s);
+
 /* What the caller expects; 0 / NULL = accept any. */
 typedef struct eldr_re_opts {
   eldr_re_api api;
@@ -92,6 +115,13 @@ typedef struct eldr_re_opts {
   uint32_t num_experts;      /* ids must be < this (0: < ELDR_MAX_EXPERTS) */
   const uint8_t *layer_mask; /* num_layers flags: ids are checked only in these
                                 layers (the ones the caller will read) */
+  eldr_re_scratch *scratch;  /* NULL: buffers are allocated per reply */
+  uint32_t *counts;          /* non-NULL (needs num_layers, top_k, num_experts):
+                                the first choice's prompt rows are counted here
+                                (L*E, accumulated, the mask's layers) in the
+                                same pass that range-checks them; the result's
+                                `counted` says so. On an error counts may hold
+                                a partial sum: discard them. */
 } eldr_re_opts;
 
 /* Rows of one (tokens, layers, top_k) array, row-major, in the wire dtype
@@ -118,6 +148,7 @@ typedef struct eldr_reply_experts {
   eldr_re_choice *choices; /* owned */
   void **bufs;             /* owned buffers the views point into */
   size_t nbufs;
+  int counted;             /* opts->counts holds choices[0].prompt's counts */
 } eldr_reply_experts;
 
 /* Read a whole non-streaming reply body. Returns 0 (out filled; a reply

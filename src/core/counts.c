@@ -1,6 +1,28 @@
+/* counts.c — model shape checks and the single counting routine (see
+ * eldr/counts.h).
+ *
+ * eldr_counts_accumulate_masked runs in blocks of whole tokens (a few KiB,
+ * in L1). Each block is range-checked a vector at a time first (the largest
+ * element of the whole block, every layer, against E: AVX2 when the CPU has
+ * it, else a portable loop), then counted by a kernel without any check:
+ * the artifact's mask is a list of layer indices (the bytes of other layers
+ * are never read), the K slots of a row are unrolled for the common K (1, 2,
+ * 4, 6, 8) and, for 1-byte ids with K = 8, read as one 64-bit word. A block
+ * whose check fails (a bad id, possibly in a layer outside the mask) is
+ * redone by the precise per-id loop, which stops at the first bad id of the
+ * mask's layers: return code, bad index and partial sums are exactly the
+ * reference's (core/counts_ref.h). int64 ids always take the precise loop.
+ * One counter per (layer, expert): the K ids of a row are distinct experts
+ * in every real reply, so consecutive increments hit different counters and
+ * no store-to-load chain forms. */
 #include "eldr/counts.h"
 
+#include <stdlib.h>
 #include <string.h>
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define ELDR_COUNTS_AVX2 1
+#endif
 
 int eldr_shape_validate(const eldr_shape *s, eldr_diag *d) {
   if (!s) return eldr_diag_fail(d, ELDR_EINVAL, "model shape missing");
@@ -28,29 +50,253 @@ size_t eldr_sel_dtype_size(eldr_sel_dtype t) {
   return 0;
 }
 
-/* One loop per dtype so the inner loop has no dispatch. ids are checked
- * against E before use; on the first bad id the flat index is reported. */
-#define ELDR_COUNT_LOOP(LOAD)                                                   \
-  do {                                                                          \
-    size_t idx = 0;                                                             \
-    for (size_t t = 0; t < ntokens; t++) {                                      \
-      for (size_t l = 0; l < L; l++) {                                          \
-        if (mask && !mask[l]) {                                                 \
-          idx += K;                                                             \
-          continue;                                                             \
+/* ---- SIMD dispatch ------------------------------------------------------- */
+
+static int simd_state = -1; /* -1 unknown, 0 portable, 1 AVX2 (benign race: same value) */
+
+/* Whether the AVX2 paths run: the CPU has AVX2 and neither ELDR_NO_SIMD
+ * (environment, any non-empty value but "0") nor eldr__simd_set(0) said no. */
+int eldr__simd_on(void) {
+  int s = __atomic_load_n(&simd_state, __ATOMIC_RELAXED);
+  if (s < 0) {
+    s = 0;
+#ifdef ELDR_COUNTS_AVX2
+    const char *env = getenv("ELDR_NO_SIMD");
+    __builtin_cpu_init();
+    s = __builtin_cpu_supports("avx2") && !(env && *env && strcmp(env, "0")) ? 1 : 0;
+#endif
+    __atomic_store_n(&simd_state, s, __ATOMIC_RELAXED);
+  }
+  return s;
+}
+
+int eldr__simd_set(int enable) {
+  int was = eldr__simd_on();
+  int now = 0;
+#ifdef ELDR_COUNTS_AVX2
+  __builtin_cpu_init();
+  now = enable && __builtin_cpu_supports("avx2");
+#else
+  (void)enable;
+#endif
+  __atomic_store_n(&simd_state, now, __ATOMIC_RELAXED);
+  return was;
+}
+
+/* ---- range check: the largest element of n (w-byte, little-endian,
+ * unsigned) elements, every one of which must be < E ---------------------- */
+
+static inline uint32_t ld16(const unsigned char *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8; }
+static inline uint32_t ld32(const unsigned char *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static uint32_t max_portable(const unsigned char *p, size_t n, size_t w) {
+  uint32_t m = 0;
+  if (w == 1) {
+    uint32_t m0 = 0, m1 = 0, m2 = 0, m3 = 0;
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+      m0 = p[i] > m0 ? p[i] : m0;
+      m1 = p[i + 1] > m1 ? p[i + 1] : m1;
+      m2 = p[i + 2] > m2 ? p[i + 2] : m2;
+      m3 = p[i + 3] > m3 ? p[i + 3] : m3;
+    }
+    for (; i < n; i++) m0 = p[i] > m0 ? p[i] : m0;
+    m0 = m0 > m1 ? m0 : m1;
+    m2 = m2 > m3 ? m2 : m3;
+    return m0 > m2 ? m0 : m2;
+  }
+  for (size_t i = 0; i < n; i++) {
+    uint32_t v = w == 2 ? ld16(p + 2 * i) : ld32(p + 4 * i);
+    m = v > m ? v : m;
+  }
+  return m;
+}
+
+#ifdef ELDR_COUNTS_AVX2
+__attribute__((target("avx2"))) static uint32_t max_avx2(const unsigned char *p, size_t n,
+                                                          size_t w) {
+  const size_t bytes = n * w;
+  __m256i a = _mm256_setzero_si256(), b = _mm256_setzero_si256();
+  size_t i = 0;
+#define MAXV(OP)                                                                   \
+  for (; i + 64 <= bytes; i += 64) {                                               \
+    a = OP(a, _mm256_loadu_si256((const __m256i *)(const void *)(p + i)));         \
+    b = OP(b, _mm256_loadu_si256((const __m256i *)(const void *)(p + i + 32)));    \
+  }                                                                                \
+  a = OP(a, b)
+  if (w == 1) {
+    MAXV(_mm256_max_epu8);
+  } else if (w == 2) {
+    MAXV(_mm256_max_epu16);
+  } else {
+    MAXV(_mm256_max_epu32);
+  }
+#undef MAXV
+  uint32_t lanes[8], m = 0;
+  if (w == 1) {
+    a = _mm256_max_epu8(a, _mm256_srli_epi32(a, 8));
+    a = _mm256_max_epu8(a, _mm256_srli_epi32(a, 16));
+    a = _mm256_and_si256(a, _mm256_set1_epi32(0xff));
+  } else if (w == 2) {
+    a = _mm256_max_epu16(a, _mm256_srli_epi32(a, 16));
+    a = _mm256_and_si256(a, _mm256_set1_epi32(0xffff));
+  }
+  _mm256_storeu_si256((__m256i *)(void *)lanes, a);
+  for (int j = 0; j < 8; j++) m = lanes[j] > m ? lanes[j] : m;
+  uint32_t r = max_portable(p + i, (bytes - i) / w, w);
+  return r > m ? r : m;
+}
+#endif
+
+static uint32_t max_elem(const unsigned char *p, size_t n, size_t w) {
+#ifdef ELDR_COUNTS_AVX2
+  if (n * w >= 64 && eldr__simd_on()) return max_avx2(p, n, w);
+#endif
+  return max_portable(p, n, w);
+}
+
+/* ---- the precise loop: per id, stops at the first bad id ----------------- */
+
+/* Count ntok tokens of row-major data; idx0 = flat index of p's first
+ * element (for *bad_index). Checks every id of the mask's layers. */
+static int count_precise(const eldr_shape *s, const unsigned char *p, eldr_sel_dtype dt,
+                         size_t ntok, const uint8_t *mask, uint32_t *counts, size_t idx0,
+                         size_t *bad_index) {
+  const size_t L = s->num_layers, E = s->num_experts, K = s->top_k;
+  size_t idx = 0;
+#define PRECISE(LOAD)                                                           \
+  for (size_t t = 0; t < ntok; t++)                                             \
+    for (size_t l = 0; l < L; l++) {                                            \
+      if (mask && !mask[l]) {                                                   \
+        idx += K;                                                               \
+        continue;                                                               \
+      }                                                                         \
+      uint32_t *row = counts + l * E;                                           \
+      for (size_t k = 0; k < K; k++, idx++) {                                   \
+        int64_t e = (LOAD);                                                     \
+        if ((uint64_t)e >= E) { /* also catches negative ids */                 \
+          if (bad_index) *bad_index = idx0 + idx;                               \
+          return ELDR_ERANGE;                                                   \
         }                                                                       \
-        uint32_t *row = counts + l * E;                                         \
-        for (size_t k = 0; k < K; k++, idx++) {                                 \
-          int64_t e = (LOAD);                                                   \
-          if ((uint64_t)e >= E) { /* also catches negative ids */               \
-            if (bad_index) *bad_index = idx;                                    \
-            return ELDR_ERANGE;                                                 \
-          }                                                                     \
-          row[e]++;                                                             \
-        }                                                                       \
+        row[e]++;                                                               \
+      }                                                                         \
+    }
+  switch (dt) {
+  case ELDR_SEL_U8: PRECISE(eldr_sel_load(p, ELDR_SEL_U8, idx)); break;
+  case ELDR_SEL_U16LE: PRECISE(eldr_sel_load(p, ELDR_SEL_U16LE, idx)); break;
+  case ELDR_SEL_U16: PRECISE(eldr_sel_load(p, ELDR_SEL_U16, idx)); break;
+  case ELDR_SEL_I32LE: PRECISE(eldr_sel_load(p, ELDR_SEL_I32LE, idx)); break;
+  case ELDR_SEL_I16LE: PRECISE(eldr_sel_load(p, ELDR_SEL_I16LE, idx)); break;
+  case ELDR_SEL_I64LE: PRECISE(eldr_sel_load(p, ELDR_SEL_I64LE, idx)); break;
+  default: return ELDR_EINVAL;
+  }
+#undef PRECISE
+  return ELDR_OK;
+}
+
+/* ---- the kernels: no checks (the block passed the range check) ----------- */
+
+typedef struct kargs {
+  const unsigned char *p; /* first token of the block */
+  size_t ntok, L, K, E;
+  const uint16_t *lay; /* the mask's layers, ascending */
+  size_t nl;
+  void *counts; /* uint32_t, or uint8_t for the 8-bit kernels */
+} kargs;
+
+/* W-byte unsigned little-endian ids, KK slots (0: a->K), counters of CT. */
+#define KERNEL(NAME, W, KK, LOAD, CT)                                           \
+  static void NAME(const kargs *a) {                                            \
+    const size_t K = (KK) ? (size_t)(KK) : a->K, E = a->E, nl = a->nl;          \
+    const size_t tb = a->L * K * (W), rb = K * (W);                             \
+    const unsigned char *p = a->p;                                              \
+    for (size_t t = 0; t < a->ntok; t++, p += tb)                               \
+      for (size_t i = 0; i < nl; i++) {                                         \
+        const size_t l = a->lay[i];                                             \
+        const unsigned char *r = p + l * rb;                                    \
+        CT *row = (CT *)a->counts + l * E;                                      \
+        for (size_t k = 0; k < K; k++) row[LOAD(r + k * (W))]++;                \
+      }                                                                         \
+  }
+
+/* 1-byte ids, K = 8: one 64-bit load per row, the ids shifted out of it. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define KERNEL_1_8(NAME, CT)                                                    \
+  static void NAME(const kargs *a) {                                            \
+    const size_t E = a->E, nl = a->nl, tb = a->L * 8;                           \
+    const unsigned char *p = a->p;                                              \
+    for (size_t t = 0; t < a->ntok; t++, p += tb)                               \
+      for (size_t i = 0; i < nl; i++) {                                         \
+        const size_t l = a->lay[i];                                             \
+        CT *row = (CT *)a->counts + l * E;                                      \
+        uint64_t x;                                                             \
+        memcpy(&x, p + l * 8, 8);                                               \
+        uint32_t lo = (uint32_t)x, hi = (uint32_t)(x >> 32);                    \
+        row[lo & 255]++;                                                        \
+        row[(lo >> 8) & 255]++;                                                 \
+        row[(lo >> 16) & 255]++;                                                \
+        row[lo >> 24]++;                                                        \
+        row[hi & 255]++;                                                        \
+        row[(hi >> 8) & 255]++;                                                 \
+        row[(hi >> 16) & 255]++;                                                \
+        row[hi >> 24]++;                                                        \
+      }                                                                         \
+  }
+#else
+#define KERNEL_1_8(NAME, CT) KERNEL(NAME, 1, 8, LD8, CT)
+#endif
+
+#define LD8(q) (*(q))
+/* every kernel, for one counter type; T: the name's suffix */
+#define KERNELS(CT, T)                                                          \
+  KERNEL(k1_any##T, 1, 0, LD8, CT)                                              \
+  KERNEL(k1_1##T, 1, 1, LD8, CT)                                                \
+  KERNEL(k1_2##T, 1, 2, LD8, CT)                                                \
+  KERNEL(k1_4##T, 1, 4, LD8, CT)                                                \
+  KERNEL(k1_6##T, 1, 6, LD8, CT)                                                \
+  KERNEL_1_8(k1_8##T, CT)                                                       \
+  KERNEL(k2_any##T, 2, 0, ld16, CT)                                             \
+  KERNEL(k2_1##T, 2, 1, ld16, CT)                                               \
+  KERNEL(k2_2##T, 2, 2, ld16, CT)                                               \
+  KERNEL(k2_4##T, 2, 4, ld16, CT)                                               \
+  KERNEL(k2_6##T, 2, 6, ld16, CT)                                               \
+  KERNEL(k2_8##T, 2, 8, ld16, CT)                                               \
+  KERNEL(k4_any##T, 4, 0, ld32, CT)                                             \
+  KERNEL(k4_8##T, 4, 8, ld32, CT)                                               \
+  static kernel_fn pick##T(size_t w, size_t K) {                                \
+    if (w == 1) {                                                               \
+      switch (K) {                                                              \
+      case 1: return k1_1##T;                                                   \
+      case 2: return k1_2##T;                                                   \
+      case 4: return k1_4##T;                                                   \
+      case 6: return k1_6##T;                                                   \
+      case 8: return k1_8##T;                                                   \
+      default: return k1_any##T;                                                \
       }                                                                         \
     }                                                                           \
-  } while (0)
+    if (w == 2) {                                                               \
+      switch (K) {                                                              \
+      case 1: return k2_1##T;                                                   \
+      case 2: return k2_2##T;                                                   \
+      case 4: return k2_4##T;                                                   \
+      case 6: return k2_6##T;                                                   \
+      case 8: return k2_8##T;                                                   \
+      default: return k2_any##T;                                                \
+      }                                                                         \
+    }                                                                           \
+    return K == 8 ? k4_8##T : k4_any##T;                                        \
+  }
+
+typedef void (*kernel_fn)(const kargs *);
+KERNELS(uint32_t, _32)
+KERNELS(uint8_t, _8)
+#undef KERNELS
+#undef KERNEL
+#undef KERNEL_1_8
+
+#define BLOCK_BYTES 8192 /* range-checked then counted while in L1 */
 
 int eldr_counts_accumulate(const eldr_shape *s, const void *raw, eldr_sel_dtype dtype,
                            size_t ntokens, uint32_t *counts, size_t *bad_index) {
@@ -61,15 +307,90 @@ int eldr_counts_accumulate_masked(const eldr_shape *s, const void *raw, eldr_sel
                                   size_t ntokens, const uint8_t *mask, uint32_t *counts,
                                   size_t *bad_index) {
   const size_t L = s->num_layers, E = s->num_experts, K = s->top_k;
+  const size_t w = eldr_sel_dtype_size(dtype);
   const unsigned char *p = raw;
-  switch (dtype) {
-  case ELDR_SEL_U8: ELDR_COUNT_LOOP(eldr_sel_load(p, ELDR_SEL_U8, idx)); break;
-  case ELDR_SEL_U16LE: ELDR_COUNT_LOOP(eldr_sel_load(p, ELDR_SEL_U16LE, idx)); break;
-  case ELDR_SEL_U16: ELDR_COUNT_LOOP(eldr_sel_load(p, ELDR_SEL_U16, idx)); break;
-  case ELDR_SEL_I32LE: ELDR_COUNT_LOOP(eldr_sel_load(p, ELDR_SEL_I32LE, idx)); break;
-  case ELDR_SEL_I16LE: ELDR_COUNT_LOOP(eldr_sel_load(p, ELDR_SEL_I16LE, idx)); break;
-  case ELDR_SEL_I64LE: ELDR_COUNT_LOOP(eldr_sel_load(p, ELDR_SEL_I64LE, idx)); break;
-  default: return ELDR_EINVAL;
+  if (!w) return ELDR_EINVAL;
+  int native = 1; /* host-order U16 is the little-endian layout on such hosts */
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+  native = dtype != ELDR_SEL_U16;
+#endif
+  if (w == 8 || !native || L > ELDR_MAX_LAYERS || !ntokens)
+    return count_precise(s, p, dtype, ntokens, mask, counts, 0, bad_index);
+  uint16_t lay[ELDR_MAX_LAYERS];
+  size_t nl = 0;
+  for (size_t l = 0; l < L; l++)
+    if (!mask || mask[l]) lay[nl++] = (uint16_t)l;
+  if (!nl) return ELDR_OK; /* nothing read, nothing checked (as the reference) */
+  const size_t tb = L * K * w;
+  size_t bt = BLOCK_BYTES / tb;
+  if (bt < 1) bt = 1;
+  kargs a = {NULL, 0, L, K, E, lay, nl, counts};
+  kernel_fn kern = pick_32(w, K);
+  for (size_t t = 0; t < ntokens; t += bt) {
+    size_t n = ntokens - t < bt ? ntokens - t : bt;
+    const unsigned char *q = p + t * tb;
+    if (max_elem(q, n * L * K, w) >= E) /* some id is bad, maybe outside the mask */
+      return count_precise(s, q, dtype, ntokens - t, mask, counts, t * L * K, bad_index);
+    a.p = q;
+    a.ntok = n;
+    kern(&a);
   }
+  return ELDR_OK;
+}
+
+int eldr_counts_check_masked(const eldr_shape *s, const void *raw, eldr_sel_dtype dtype,
+                             size_t ntokens, const uint8_t *mask, size_t *bad_index) {
+  const size_t L = s->num_layers, E = s->num_experts, K = s->top_k;
+  const size_t w = eldr_sel_dtype_size(dtype);
+  if (!w) return ELDR_EINVAL;
+  const unsigned char *p = raw;
+  int fast = w != 8;
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+  fast = fast && dtype != ELDR_SEL_U16;
+#endif
+  if (fast && ntokens && max_elem(p, ntokens * L * K, w) < E) return ELDR_OK;
+  /* the precise walk, without counting: find the first bad id of the mask */
+  size_t idx = 0;
+  for (size_t t = 0; t < ntokens; t++)
+    for (size_t l = 0; l < L; l++) {
+      if (mask && !mask[l]) {
+        idx += K;
+        continue;
+      }
+      for (size_t k = 0; k < K; k++, idx++)
+        if ((uint64_t)eldr_sel_load(p, dtype, idx) >= E) {
+          if (bad_index) *bad_index = idx;
+          return ELDR_ERANGE;
+        }
+    }
+  return ELDR_OK;
+}
+
+int eldr__counts_block8(const eldr_shape *s, const void *raw, eldr_sel_dtype dtype, size_t ntokens,
+                        const uint8_t *mask, uint8_t *counts8) {
+  const size_t L = s->num_layers, E = s->num_experts, K = s->top_k;
+  const size_t w = eldr_sel_dtype_size(dtype);
+  if (!w || ntokens * K > 255) return ELDR_EINVAL;
+  int fast = w != 8 && L <= ELDR_MAX_LAYERS;
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+  fast = fast && dtype != ELDR_SEL_U16;
+#endif
+  const unsigned char *p = raw;
+  if (fast && ntokens && max_elem(p, ntokens * L * K, w) < E) {
+    uint16_t lay[ELDR_MAX_LAYERS];
+    size_t nl = 0;
+    for (size_t l = 0; l < L; l++)
+      if (!mask || mask[l]) lay[nl++] = (uint16_t)l;
+    kargs a = {p, ntokens, L, K, E, lay, nl, counts8};
+    pick_8(w, K)(&a);
+    return ELDR_OK;
+  }
+  /* rare dtypes, or a bad id somewhere: check the mask's ids one by one first */
+  if (eldr_counts_check_masked(s, raw, dtype, ntokens, mask, NULL)) return ELDR_ERANGE;
+  size_t idx = 0;
+  for (size_t t = 0; t < ntokens; t++)
+    for (size_t l = 0; l < L; l++, idx += K)
+      if (!mask || mask[l])
+        for (size_t k = 0; k < K; k++) counts8[l * E + (size_t)eldr_sel_load(p, dtype, idx + k)]++;
   return ELDR_OK;
 }

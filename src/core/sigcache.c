@@ -121,6 +121,8 @@ static void lru_push_front(eldr_sigcache *c, uint32_t s) {
   if (c->tail == NIL) c->tail = s;
 }
 
+static int8_t *slot_row(eldr_sigcache *c, uint64_t hash);
+
 int eldr_sigcache_put(eldr_sigcache *c, uint64_t hash, const uint32_t *block_counts) {
   if (!c || !block_counts) return ELDR_EINVAL;
   const size_t L = c->shape.num_layers, E = c->shape.num_experts;
@@ -132,6 +134,21 @@ int eldr_sigcache_put(eldr_sigcache *c, uint64_t hash, const uint32_t *block_cou
     for (size_t e = 0; e < E; e++) any |= src[e];
   }
   if (any & ~(uint32_t)127) return ELDR_ERANGE;
+  int8_t *row = slot_row(c, hash);
+  if (mask) memset(row, 0, c->cells);
+  for (size_t l = 0; l < L; l++) {
+    if (mask && !mask[l]) continue;
+    int8_t *restrict dst = row + l * E;
+    const uint32_t *restrict src = block_counts + l * E;
+    for (size_t e = 0; e < E; e++) dst[e] = (int8_t)src[e];
+  }
+  return ELDR_OK;
+}
+
+/* The row stored under hash, made the most recent: an existing one, a free
+ * slot, or the least recently used one evicted. Its contents are the
+ * caller's to fill. */
+static int8_t *slot_row(eldr_sigcache *c, uint64_t hash) {
   uint32_t s;
   size_t pos = find_pos(c, hash);
   if (pos != SIZE_MAX) {
@@ -156,16 +173,8 @@ int eldr_sigcache_put(eldr_sigcache *c, uint64_t hash, const uint32_t *block_cou
     c->index[i] = s + 1;
     c->st.rows++;
   }
-  int8_t *row = c->rows + (size_t)s * c->cells;
-  if (mask) memset(row, 0, c->cells);
-  for (size_t l = 0; l < L; l++) {
-    if (mask && !mask[l]) continue;
-    int8_t *restrict dst = row + l * E;
-    const uint32_t *restrict src = block_counts + l * E;
-    for (size_t e = 0; e < E; e++) dst[e] = (int8_t)src[e];
-  }
   lru_push_front(c, s);
-  return ELDR_OK;
+  return c->rows + (size_t)s * c->cells;
 }
 
 int eldr_sigcache_add(eldr_sigcache *c, uint64_t hash, uint32_t *counts) {
@@ -248,6 +257,32 @@ int eldr_sigcache_store_blocks(eldr_sigcache *c, const uint64_t *hashes, size_t 
   const size_t esz = eldr_sel_dtype_size(dtype);
   const size_t row_bytes = L * K * esz;
   size_t b = (first_token + ELDR_BLOCK_TOKENS - 1) / ELDR_BLOCK_TOKENS;
+  if (ELDR_BLOCK_TOKENS * K <= 255) {
+    /* 8-bit counters straight into a row image (the scratch's bytes): no
+     * 32-bit pass, no conversion; a cell above 127 (a row repeating an
+     * expert) is refused as eldr_sigcache_put refuses it */
+    uint8_t *row8 = (uint8_t *)scratch;
+    for (; b < nblocks; b++) {
+      size_t t0 = b * ELDR_BLOCK_TOKENS;
+      if (t0 + ELDR_BLOCK_TOKENS > first_token + nrows) break;
+      const unsigned char *p = (const unsigned char *)raw + (t0 - first_token) * row_bytes;
+      memset(row8, 0, c->cells);
+      int rc = eldr__counts_block8(&c->shape, p, dtype, ELDR_BLOCK_TOKENS, c->mask, row8);
+      uint8_t any = 0;
+      for (size_t i = 0; i < c->cells; i++) any |= row8[i];
+      if (rc == 0 && (any & 0x80)) rc = ELDR_ERANGE;
+      if (rc != 0) {
+        memset(scratch, 0, c->cells * sizeof *scratch);
+        if (stored) *stored = n;
+        return rc;
+      }
+      memcpy(slot_row(c, hashes[b]), row8, c->cells);
+      n++;
+    }
+    memset(scratch, 0, c->cells * sizeof *scratch);
+    if (stored) *stored = n;
+    return ELDR_OK;
+  }
   memset(scratch, 0, c->cells * sizeof *scratch);
   for (; b < nblocks; b++) {
     size_t t0 = b * ELDR_BLOCK_TOKENS;

@@ -56,6 +56,17 @@ static int fail(rctx *c, eldr_re_reason why, int err, const char *what, const ch
 #define FAILF(c, reason, err, ...) ((c)->why = (reason), eldr_diag_fail((c)->d, (err), __VA_ARGS__))
 
 static void *own(rctx *c, size_t n) {
+  eldr_re_scratch *sc = c->o.scratch;
+  if (sc && sc->used < ELDR_RE_SCRATCH_SLOTS) { /* reused: nothing allocated once grown */
+    if (!n) n = 1;
+    if (sc->slot[sc->used].cap < n) { /* the old contents are not needed: no realloc copy */
+      free(sc->slot[sc->used].p);
+      sc->slot[sc->used].p = malloc(n);
+      sc->slot[sc->used].cap = sc->slot[sc->used].p ? n : 0;
+      if (!sc->slot[sc->used].p) return NULL;
+    }
+    return sc->slot[sc->used++].p;
+  }
   void **nb = realloc(c->out->bufs, (c->out->nbufs + 1) * sizeof *nb);
   if (!nb) return NULL;
   c->out->bufs = nb;
@@ -101,22 +112,35 @@ static int id_ok(rctx *c, const char *what, size_t t, size_t l, size_t k, int64_
   return 0;
 }
 
+/* The reason and message for the bad id at flat index bad of rows
+ * [row0, row0 + ...) of v. */
+static int bad_id(rctx *c, const char *what, const eldr_re_view *v, size_t row0, size_t bad) {
+  const size_t L = v->layers, K = v->top_k;
+  const uint64_t lim = c->o.num_experts ? c->o.num_experts : ELDR_MAX_EXPERTS;
+  const uint8_t *p = (const uint8_t *)v->data + row0 * L * K * eldr_sel_dtype_size(v->dtype);
+  return id_ok(c, what, row0 + bad / K / L, bad / K % L, bad % K, eldr_sel_load(p, v->dtype, bad), lim);
+}
+
+/* Rows [row0, row0 + n) of v, the mask's layers: every id in [0, lim)
+ * (checked a vector at a time, eldr_counts_check_masked); with counts, also
+ * counted in the same pass (eldr_counts_accumulate_masked). */
+static int check_rows(rctx *c, const char *what, const eldr_re_view *v, size_t row0, size_t n,
+                      uint32_t *counts) {
+  const size_t L = v->layers, K = v->top_k;
+  const uint32_t lim = c->o.num_experts ? c->o.num_experts : ELDR_MAX_EXPERTS;
+  const uint8_t *mask = c->o.layer_mask && c->o.num_layers == L ? c->o.layer_mask : NULL;
+  const eldr_shape s = {(uint32_t)L, lim, (uint32_t)K};
+  const uint8_t *p = (const uint8_t *)v->data + row0 * L * K * eldr_sel_dtype_size(v->dtype);
+  size_t bad = 0;
+  if (!n || !v->data) return 0;
+  int rc = counts ? eldr_counts_accumulate_masked(&s, p, v->dtype, n, mask, counts, &bad)
+                  : eldr_counts_check_masked(&s, p, v->dtype, n, mask, &bad);
+  return rc ? bad_id(c, what, v, row0, bad) : 0;
+}
+
 /* Every id of the view in the mask's layers must be in [0, lim). */
 static int check_ids(rctx *c, const char *what, const eldr_re_view *v) {
-  const size_t L = v->layers, K = v->top_k, isz = eldr_sel_dtype_size(v->dtype);
-  const uint64_t lim = c->o.num_experts ? c->o.num_experts : ELDR_MAX_EXPERTS;
-  const uint8_t *mask = c->o.layer_mask && c->o.num_layers == L ? c->o.layer_mask : NULL;
-  const uint8_t *p = v->data;
-  for (size_t t = 0; t < v->rows; t++)
-    for (size_t l = 0; l < L; l++) {
-      if (mask && !mask[l]) continue;
-      const uint8_t *row = p + ((t * L + l) * K) * isz;
-      for (size_t k = 0; k < K; k++) {
-        int rc = id_ok(c, what, t, l, k, eldr_sel_load(row, v->dtype, k), lim);
-        if (rc) return rc;
-      }
-    }
-  return 0;
+  return check_rows(c, what, v, 0, v->rows, NULL);
 }
 
 /* base64 text into an owned buffer. */
@@ -134,7 +158,7 @@ static int b64_own(rctx *c, const char *what, const char *s, size_t n, uint8_t *
 }
 
 /* A base64 .npy string (npy layout). */
-static int read_npy(rctx *c, const char *what, json_t *v, eldr_re_view *out) {
+static int read_npy(rctx *c, const char *what, json_t *v, eldr_re_view *out, int check) {
   uint8_t *b;
   size_t n;
   int rc = b64_own(c, what, json_string_value(v), json_string_length(v), &b, &n);
@@ -157,7 +181,7 @@ static int read_npy(rctx *c, const char *what, json_t *v, eldr_re_view *out) {
                  "%s: payload is %zu bytes, shape (%zu, %zu, %zu) needs %zu", what,
                  n - h.data_offset, h.shape[0], h.shape[1], h.shape[2], bytes);
   *out = (eldr_re_view){b + h.data_offset, h.dtype, h.shape[0], h.shape[1], h.shape[2], 0};
-  return check_ids(c, what, out);
+  return check ? check_ids(c, what, out) : 0;
 }
 
 static int dtype_by_name(const char *s, eldr_sel_dtype *t) {
@@ -175,7 +199,7 @@ static int dtype_by_name(const char *s, eldr_sel_dtype *t) {
 }
 
 /* {"encoding":"base64","dtype":..,"shape":[n,L,K],"data":..} */
-static int read_compact(rctx *c, const char *what, json_t *v, eldr_re_view *out) {
+static int read_compact(rctx *c, const char *what, json_t *v, eldr_re_view *out, int check) {
   json_t *enc = json_object_get(v, "encoding"), *dt = json_object_get(v, "dtype");
   json_t *sh = json_object_get(v, "shape"), *data = json_object_get(v, "data");
   if (!json_is_string(enc))
@@ -212,7 +236,7 @@ static int read_compact(rctx *c, const char *what, json_t *v, eldr_re_view *out)
                  "%s: data is %zu bytes, shape [%zu, %zu, %zu] of %s needs %zu", what, n, dims[0],
                  dims[1], dims[2], json_string_value(dt), bytes);
   *out = (eldr_re_view){b, t, dims[0], dims[1], dims[2], 0};
-  return check_ids(c, what, out);
+  return check ? check_ids(c, what, out) : 0;
 }
 
 /* Nested lists [rows][L][K] of integers, converted to host-order uint16. */
@@ -255,18 +279,20 @@ static int read_lists(rctx *c, const char *what, json_t *v, eldr_re_view *out) {
   return 0;
 }
 
-/* One routed_experts value of any layout; *layout receives its kind. */
+/* One routed_experts value of any layout; *layout receives its kind. With
+ * check 0 the ids of base64 values are left to the caller (check_rows);
+ * converted lists are always checked. */
 static int read_value(rctx *c, const char *what, json_t *v, eldr_re_view *out,
-                      eldr_re_layout *layout) {
+                      eldr_re_layout *layout, int check) {
   memset(out, 0, sizeof *out);
   if (!v || json_is_null(v)) return 0;
   if (json_is_string(v)) {
     *layout = ELDR_RE_LAYOUT_NPY;
-    return read_npy(c, what, v, out);
+    return read_npy(c, what, v, out, check);
   }
   if (json_is_object(v)) {
     *layout = ELDR_RE_LAYOUT_V021_BASE64;
-    return read_compact(c, what, v, out);
+    return read_compact(c, what, v, out, check);
   }
   if (json_is_array(v)) {
     *layout = ELDR_RE_LAYOUT_V021_LISTS;
@@ -291,18 +317,26 @@ static int64_t gen_tokens(json_t *root, json_t *ch, size_t nchoices) {
 
 /* npy layout: cut the one array into prompt rows and generated rows. The
  * rows end at the last forwarded token (P + G - 1). */
-static int split_npy(rctx *c, const eldr_re_view *all, int64_t P, int64_t G, eldr_re_choice *ch) {
-  size_t gen = 0, R = all->rows;
+/* Generated rows at the end of R rows (the rest are the prompt's). */
+static size_t gen_rows(size_t R, int64_t P, int64_t G) {
+  size_t gen = 0;
   if (P >= 0 && G >= 0) {
     gen = G > 0 ? (size_t)(G - 1) : 0;
     if (gen > R) gen = R;
+  } else if (P >= 0 && R > (size_t)P) {
+    gen = R - (size_t)P; /* token count unknown: the prompt rows come first */
+  }
+  return gen;
+}
+
+static int split_npy(rctx *c, const eldr_re_view *all, int64_t P, int64_t G, eldr_re_choice *ch) {
+  size_t R = all->rows, gen = gen_rows(R, P, G);
+  if (P >= 0 && G >= 0) {
     if (R - gen > (size_t)P)
       return FAILF(c, ELDR_RE_ROWS_EXCEED_TOKENS, ELDR_ESHAPE,
                    "choices[%lld].routed_experts: %zu rows, but %lld prompt + %lld generated tokens "
                    "have at most %lld",
                    (long long)ch->index, R, (long long)P, (long long)G, (long long)(P + G - 1));
-  } else if (P >= 0 && R > (size_t)P) {
-    gen = R - (size_t)P; /* token count unknown: the prompt rows come first */
   }
   const size_t rowb = all->layers * all->top_k * eldr_sel_dtype_size(all->dtype);
   ch->prompt = *all;
@@ -338,9 +372,16 @@ static int read_body(rctx *c, json_t *root) {
   /* the split layouts: the prompt's rows, shared by every choice */
   eldr_re_view prompt;
   const bool has_prompt_key = json_object_get(root, "prompt_routed_experts") != NULL;
+  /* counting: the first choice's prompt rows are counted where they are
+   * range-checked, so no separate pass reads them */
+  uint32_t *counts = c->o.counts && c->o.num_layers && c->o.top_k && c->o.num_experts ? c->o.counts : NULL;
   int rc = read_value(c, "prompt_routed_experts", json_object_get(root, "prompt_routed_experts"),
-                      &prompt, &vl);
+                      &prompt, &vl, !counts);
   if (rc) return rc;
+  if (counts && prompt.data) {
+    if ((rc = check_rows(c, "prompt_routed_experts", &prompt, 0, prompt.rows, counts))) return rc;
+    out->counted = nc > 0;
+  }
   if (prompt.data || json_is_array(json_object_get(root, "prompt_routed_experts"))) {
     if (vl == ELDR_RE_LAYOUT_NPY)
       return fail(c, ELDR_RE_BAD_TYPE, ELDR_EPARSE, "prompt_routed_experts",
@@ -365,7 +406,16 @@ static int read_body(rctx *c, json_t *root) {
     snprintf(what, sizeof what, "choices[%zu].routed_experts", i);
     eldr_re_view v;
     vl = ELDR_RE_LAYOUT_NONE;
-    if ((rc = read_value(c, what, json_object_get(ch, "routed_experts"), &v, &vl))) return rc;
+    /* the first choice of a whole-sequence layout: counted below */
+    const int count0 = counts && i == 0 && !has_prompt_key;
+    if ((rc = read_value(c, what, json_object_get(ch, "routed_experts"), &v, &vl, !count0))) return rc;
+    if (count0 && v.data) { /* its prompt rows counted, the generated ones checked */
+      size_t pr = v.rows - gen_rows(v.rows, P, gen_tokens(root, ch, nc));
+      if ((rc = check_rows(c, what, &v, 0, pr, counts)) ||
+          (rc = check_rows(c, what, &v, pr, v.rows - pr, NULL)))
+        return rc;
+      out->counted = 1;
+    }
     if (vl != ELDR_RE_LAYOUT_NONE && lay != ELDR_RE_LAYOUT_NONE && vl != lay)
       return FAILF(c, ELDR_RE_BAD_TYPE, ELDR_EPARSE,
                    "%s is %s but the reply's other routed_experts are %s", what,
@@ -389,6 +439,8 @@ static int read_body(rctx *c, json_t *root) {
                    oc->prompt.top_k);
   }
   out->layout = lay;
+  /* counted: the first choice has prompt rows, and they went through counts */
+  out->counted = out->counted && nc && out->choices[0].prompt.data != NULL;
   return 0;
 }
 
@@ -419,6 +471,7 @@ int eldr_reply_experts_from_json(const void *root, const eldr_re_opts *opts,
   out->prompt_tokens = -1;
   rctx c = {.out = out, .why = ELDR_RE_OK, .d = d};
   if (opts) c.o = *opts;
+  if (c.o.scratch) c.o.scratch->used = 0;
   int rc = json_is_object((const json_t *)root)
                ? read_body(&c, (json_t *)root)
                : fail(&c, ELDR_RE_NOT_JSON, ELDR_EPARSE, "reply", "not a JSON object");
@@ -426,8 +479,24 @@ int eldr_reply_experts_from_json(const void *root, const eldr_re_opts *opts,
     eldr_reply_experts_free(out);
     out->prompt_tokens = -1;
   }
+  if (c.o.scratch) c.o.scratch->used = 0; /* the next read starts at slot 0 again */
   if (why) *why = c.why;
   return rc;
+}
+
+void eldr_re_scratch_trim(eldr_re_scratch *s, size_t keep) {
+  if (!s) return;
+  for (size_t i = 0; i < ELDR_RE_SCRATCH_SLOTS; i++)
+    if (s->slot[i].cap > keep || !keep) {
+      free(s->slot[i].p);
+      s->slot[i].p = NULL;
+      s->slot[i].cap = 0;
+    }
+}
+
+void eldr_re_scratch_free(eldr_re_scratch *s) {
+  eldr_re_scratch_trim(s, 0);
+  if (s) s->used = 0;
 }
 
 void eldr_reply_experts_free(eldr_reply_experts *r) {

@@ -128,16 +128,8 @@ __attribute__((target("avx2"))) static size_t dec_quads_avx2(const unsigned char
   return i;
 }
 
-static int have_avx2(void) {
-  static int cached = -1; /* benign race: every thread computes the same value */
-  int c = __atomic_load_n(&cached, __ATOMIC_RELAXED);
-  if (c < 0) {
-    __builtin_cpu_init();
-    c = __builtin_cpu_supports("avx2") ? 1 : 0;
-    __atomic_store_n(&cached, c, __ATOMIC_RELAXED);
-  }
-  return c;
-}
+/* The CPU has AVX2 and ELDR_NO_SIMD / eldr__simd_set did not turn it off. */
+static int have_avx2(void) { return eldr__simd_on(); }
 #endif
 
 static int simd_off; /* testing hook: eldr__b64_set_simd(0) */

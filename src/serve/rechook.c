@@ -100,7 +100,7 @@ static int prompt_counts(eldr_server *s, rq *r, const eldr__sigres *res, eldr__r
   }
   /* no artifact, or rows of another shape, in a JSON-list layout: read them here */
   if (!E || !r->pr.root) return -1;
-  eldr_re_opts o = {r->req.api == ELDR__API_CHAT ? ELDR_RE_CHAT : ELDR_RE_COMPLETIONS, 0, 0, E, NULL};
+  eldr_re_opts o = {r->req.api == ELDR__API_CHAT ? ELDR_RE_CHAT : ELDR_RE_COMPLETIONS, 0, 0, E, NULL, NULL, NULL};
   eldr_reply_experts rex;
   if (eldr_reply_experts_from_json(r->pr.root, &o, &rex, NULL, NULL) != 0) return -1;
   const eldr_re_view *v = rex.nchoices ? &rex.choices[0].prompt : NULL;

@@ -126,7 +126,7 @@ static int64_t decode_counts(const eldr__rec_item *it, uint32_t *dc, int64_t *ou
   if (json_is_integer(ct) && json_integer_value(ct) >= 0) *out_tokens = json_integer_value(ct);
   int64_t rows = -1;
   eldr_re_opts o = {it->chat ? ELDR_RE_CHAT : ELDR_RE_COMPLETIONS, it->shape.num_layers, it->shape.top_k,
-                    it->shape.num_experts, NULL};
+                    it->shape.num_experts, NULL, NULL, NULL};
   eldr_reply_experts rex;
   if (eldr_reply_experts_from_json(root, &o, &rex, NULL, NULL) == 0) {
     const eldr_re_view *g = rex.nchoices ? &rex.choices[0].generated : NULL;
@@ -146,7 +146,7 @@ static int64_t decode_counts(const eldr__rec_item *it, uint32_t *dc, int64_t *ou
 /* The prompt rows of the prefill reply tree, counted into a new buffer:
  * it->shape becomes the rows' (E: it->experts). 0 or -1. */
 static int root_counts(eldr__rec_item *it, uint32_t **out, uint32_t *tokens) {
-  eldr_re_opts o = {it->chat ? ELDR_RE_CHAT : ELDR_RE_COMPLETIONS, 0, 0, it->experts, NULL};
+  eldr_re_opts o = {it->chat ? ELDR_RE_CHAT : ELDR_RE_COMPLETIONS, 0, 0, it->experts, NULL, NULL, NULL};
   eldr_reply_experts rex;
   if (!it->experts || eldr_reply_experts_from_json(it->prefill_root, &o, &rex, NULL, NULL) != 0) return -1;
   const eldr_re_view *v = rex.nchoices ? &rex.choices[0].prompt : NULL;

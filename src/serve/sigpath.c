@@ -1,9 +1,9 @@
 /* sigpath.c — the router's signature path (sigpath.h): prompt blocks at
- * arrival, routed_experts decoded once into reusable scratch, counted,
- * completed from the block-granular signature cache for prefix-cached
- * tokens, built into a unit signature; the computed blocks' rows stored
- * back once the decode leg is on its way. Shared by the server and
- * `eldr bench route`. */
+ * arrival, routed_experts decoded once into a ring slot's reused buffers
+ * and counted in the pass that range-checks them, completed from the
+ * block-granular signature cache for prefix-cached tokens, built into a
+ * unit signature; the computed blocks' rows stored back by the loop once
+ * the decode leg is on its way. Shared by the server and `eldr bench route`. */
 #include "sigpath.h"
 
 #include <stdlib.h>
@@ -21,16 +21,27 @@ static int grow(void **p, size_t *cap, size_t n, size_t elem) {
   return 0;
 }
 
+/* Run a slot's pending store; its large buffers go back to the system. */
+static void slot_store(eldr__sigpath *sp, eldr__sigslot *sl) {
+  if (!sl->pending) return;
+  sl->pending = 0;
+  eldr__sigpath_store(sp, &sl->res);
+  eldr_re_scratch_trim(&sl->scr, ELDR__SIG_KEEP);
+}
+
+void eldr__sigpath_flush(eldr__sigpath *sp) {
+  for (unsigned i = 1; i <= ELDR__SIG_RING; i++) { /* oldest first */
+    eldr__sigslot *sl = &sp->ring[(sp->cur + i) % ELDR__SIG_RING];
+    if (sl->pending) sp->stores_deferred++;
+    slot_store(sp, sl);
+  }
+}
+
 static void store_cb(evutil_socket_t fd, short ev, void *arg) {
   (void)fd;
   (void)ev;
-  eldr__sigpath *sp = arg;
-  if (!sp->pend_on) return;
-  sp->pend_on = 0;
-  eldr__sigpath_store(sp, &sp->pend);
+  eldr__sigpath_flush(arg);
 }
-
-static void flush(eldr__sigpath *sp) { store_cb(-1, 0, sp); }
 
 int eldr__sigpath_init(eldr__sigpath *sp, struct event_base *base) {
   memset(sp, 0, sizeof *sp);
@@ -50,9 +61,12 @@ void eldr__sigpath_free(eldr__sigpath *sp) {
   if (!sp) return;
   if (sp->ev_store) event_free(sp->ev_store);
   conf_free(&sp->conf, NULL);
-  eldr_reply_experts_free(&sp->rex);
+  for (unsigned i = 0; i < ELDR__SIG_RING; i++) {
+    eldr_reply_experts_free(&sp->ring[i].rex);
+    eldr_re_scratch_free(&sp->ring[i].scr);
+    free(sp->ring[i].hashes);
+  }
   free(sp->ids);
-  free(sp->hashes);
   memset(sp, 0, sizeof *sp);
 }
 
@@ -89,7 +103,7 @@ int eldr__sigconf_build(const eldr__sigpath *sp, const eldr_artifact *a, size_t 
 void eldr__sigconf_drop(const eldr__sigpath *sp, eldr__sigconf *c) { conf_free(c, sp->conf.cache); }
 
 void eldr__sigpath_commit(eldr__sigpath *sp, eldr__sigconf *c) {
-  sp->pend_on = 0; /* rows of the old shape: drop */
+  for (unsigned i = 0; i < ELDR__SIG_RING; i++) sp->ring[i].pending = 0; /* rows of the old shape: drop */
   conf_free(&sp->conf, c->cache);
   sp->conf = *c;
   memset(c, 0, sizeof *c);
@@ -127,7 +141,7 @@ void eldr__prompt_free(eldr__prompt *p) {
 
 /* The shape of a reply the artifact does not fit, for the reload check. */
 static void observe_shape(eldr__sigpath *sp, const void *root, eldr_re_api api) {
-  eldr_re_opts any = {api, 0, 0, 0, NULL};
+  eldr_re_opts any = {api, 0, 0, 0, NULL, NULL, NULL};
   eldr_reply_experts r;
   if (eldr_reply_experts_from_json(root, &any, &r, NULL, NULL) == 0 && r.nchoices) {
     const eldr_re_view *v = r.choices[0].prompt.data ? &r.choices[0].prompt : &r.choices[0].generated;
@@ -141,8 +155,13 @@ static void observe_shape(eldr__sigpath *sp, const void *root, eldr_re_api api) 
 
 void eldr__sigpath_extract(eldr__sigpath *sp, const void *root, int chat, const eldr__prompt *p,
                            eldr__sigres *res) {
-  flush(sp); /* the pending rows live in the buffers this call frees */
-  eldr_reply_experts_free(&sp->rex);
+  /* the next slot: its store (if the loop has not run it yet) needs the
+   * buffers this extraction reuses */
+  sp->cur = (sp->cur + 1) % ELDR__SIG_RING;
+  eldr__sigslot *sl = &sp->ring[sp->cur];
+  if (sl->pending) sp->stores_inline++;
+  slot_store(sp, sl);
+  eldr_reply_experts_free(&sl->rex);
   memset(res, 0, sizeof *res);
   res->fallback = ELDR__FB_NONE;
   const eldr__sigconf *c = &sp->conf;
@@ -155,10 +174,13 @@ void eldr__sigpath_extract(eldr__sigpath *sp, const void *root, int chat, const 
     return;
   }
   const eldr_shape *sh = &c->art->shape;
+  /* counted by the reader in the pass that range-checks the prompt rows,
+   * over the artifact's layer mask */
+  memset(c->counts, 0, eldr_shape_cells(sh) * sizeof *c->counts);
   eldr_re_opts o = {chat ? ELDR_RE_CHAT : ELDR_RE_COMPLETIONS, sh->num_layers, sh->top_k, sh->num_experts,
-                    c->art->mask};
+                    c->art->mask, &sl->scr, c->counts};
   eldr_re_reason why = ELDR_RE_OK;
-  if (eldr_reply_experts_from_json(root, &o, &sp->rex, &why, &res->diag) != 0) {
+  if (eldr_reply_experts_from_json(root, &o, &sl->rex, &why, &res->diag) != 0) {
     res->reason = (int)why;
     if (why == ELDR_RE_SHAPE_MISMATCH) {
       observe_shape(sp, root, o.api); /* only on this fallback path */
@@ -168,8 +190,8 @@ void eldr__sigpath_extract(eldr__sigpath *sp, const void *root, int chat, const 
     }
     return;
   }
-  const eldr_re_view *pv = sp->rex.nchoices ? &sp->rex.choices[0].prompt : NULL;
-  if (!pv || !pv->data || !pv->rows) {
+  const eldr_re_view *pv = sl->rex.nchoices ? &sl->rex.choices[0].prompt : NULL;
+  if (!pv || !pv->data || !pv->rows || !sl->rex.counted) {
     res->fallback = ELDR__FB_NO_ROUTED_EXPERTS;
     return;
   }
@@ -181,33 +203,19 @@ void eldr__sigpath_extract(eldr__sigpath *sp, const void *root, int chat, const 
   v->top_k = pv->top_k;
   sp->observed_L = (int)v->layers;
   sp->observed_K = (int)v->top_k;
-  memset(c->counts, 0, eldr_shape_cells(sh) * sizeof *c->counts);
-  size_t bad = 0;
-  /* only the layers of the artifact's mask enter the signature (NULL when
-   * that is every layer: the unmasked loop is the faster one) */
-  const uint8_t *mask = sp->spec.mask;
-  if (mask) {
-    size_t l = 0;
-    while (l < sh->num_layers && mask[l]) l++;
-    if (l == sh->num_layers) mask = NULL;
-  }
-  if (eldr_counts_accumulate_masked(sh, v->data, v->dtype, v->rows, mask, c->counts, &bad) != 0) {
-    eldr_diag_fail(&res->diag, ELDR_ERANGE, "routed_experts: expert id out of range at element %zu", bad);
-    res->fallback = ELDR__FB_MALFORMED;
-    return;
-  }
   size_t first = pv->first_token, P = first + v->rows;
   res->first_token = first;
   size_t covered = v->rows;
   if (c->cache && p) {
     if (p->ntok != P) {
       sp->tokenizer_mismatch++;
-    } else if (grow((void **)&sp->hashes, &sp->hashcap, p->nblocks + 1, sizeof *sp->hashes) == 0) {
+    } else if (grow((void **)&sl->hashes, &sl->hashcap, p->nblocks + 1, sizeof *sl->hashes) == 0) {
       /* the store may run after the request is gone: keep the hashes here */
-      if (p->nblocks) memcpy(sp->hashes, p->hashes, p->nblocks * sizeof *sp->hashes);
+      if (p->nblocks) memcpy(sl->hashes, p->hashes, p->nblocks * sizeof *sl->hashes);
       res->nblocks = p->nblocks;
+      res->hashes = sl->hashes;
       if (first > 0) {
-        size_t miss = eldr_sigcache_add_blocks(c->cache, sp->hashes, first / ELDR_BLOCK_TOKENS, c->counts);
+        size_t miss = eldr_sigcache_add_blocks(c->cache, sl->hashes, first / ELDR_BLOCK_TOKENS, c->counts);
         sp->blocks_missing += miss;
         covered += (first / ELDR_BLOCK_TOKENS - miss) * ELDR_BLOCK_TOKENS;
       }
@@ -228,7 +236,7 @@ void eldr__sigpath_extract(eldr__sigpath *sp, const void *root, int chat, const 
 void eldr__sigpath_store(eldr__sigpath *sp, const eldr__sigres *res) {
   const eldr__sigconf *c = &sp->conf;
   if (!c->cache || res->nblocks == 0 || res->fallback != ELDR__FB_NONE) return;
-  eldr_sigcache_store_blocks(c->cache, sp->hashes, res->nblocks, res->first_token, res->view.data,
+  eldr_sigcache_store_blocks(c->cache, res->hashes, res->nblocks, res->first_token, res->view.data,
                              res->view.dtype, res->view.rows, c->scratch, NULL);
   eldr__sigpath_publish(sp);
 }
@@ -244,8 +252,9 @@ void eldr__sigpath_publish(eldr__sigpath *sp) {
 
 void eldr__sigpath_defer(eldr__sigpath *sp, const eldr__sigres *res) {
   if (!sp->conf.cache || res->nblocks == 0 || res->fallback != ELDR__FB_NONE) return;
-  sp->pend = *res;
-  sp->pend_on = 1;
+  eldr__sigslot *sl = &sp->ring[sp->cur];
+  sl->res = *res;
+  sl->pending = 1;
   static const struct timeval zero = {0, 0};
   if (sp->ev_store) event_add(sp->ev_store, &zero);
 }

@@ -6,22 +6,29 @@
  *                         block hashes and prefix hash (the request owns them)
  *   eldr__sigpath_extract after the prefill: routed_experts of the parsed
  *                         reply read in any layout vLLM ships
- *                         (eldr_reply_experts_from_json), counted over
- *                         the artifact's layer mask, completed from the
+ *                         (eldr_reply_experts_from_json) into reused
+ *                         buffers, counted over the artifact's layer mask in
+ *                         the pass that range-checks them, completed from the
  *                         signature cache for prefix-cached blocks, built
  *                         into a unit signature
  *   eldr__sigpath_defer   the rows of the blocks this prefill computed are
  *                         stored in the cache once the decode leg is on its
- *                         way (next loop turn), or before the next extraction
+ *                         way: on the next loop turn, every pending store in
+ *                         one batch. Each extraction decodes into the next
+ *                         of ELDR__SIG_RING slots, so up to that many stores
+ *                         wait without delaying a request; only when the
+ *                         ring is full does an extraction store the oldest
+ *                         first (counted in stores_inline).
  *
  * Configuration (artifact, cache) is built off to the side with
  * eldr__sigconf_build and swapped in with eldr__sigpath_commit (cannot fail),
  * so a reload replaces all of it or none.
  *
- * Ownership: eldr__sigpath owns its buffers (the last reply's routed_experts
- * views, token ids, the
- * pending store's block hashes), the committed configuration's buffers and
- * cache, and its timer; the artifact is borrowed (the server owns it and
+ * Ownership: eldr__sigpath owns its buffers (per ring slot: the decoded
+ * routed_experts, the reply's views, the block hashes; token ids), the
+ * committed configuration's buffers and cache, and its timer. A slot's
+ * decode buffers are kept for the next reply up to ELDR__SIG_KEEP bytes
+ * each (larger ones are freed once stored); the artifact is borrowed (the server owns it and
  * swaps it together with the configuration). eldr__sigpath_free releases
  * everything. Errors: extraction never fails, it reports a fallback reason.
  * Threads: not thread-safe; its loop's thread only, except the _Atomic
@@ -75,23 +82,35 @@ typedef struct eldr__sigres {
   int reason;           /* eldr_re_reason of a MALFORMED / SHAPE_MISMATCH reply */
   const uint32_t *counts; /* the L*E selection counts behind sig (mask layers only), or NULL */
   uint32_t n_tokens;    /* prompt tokens those counts cover (rows + cached blocks) */
-  eldr__re_view view;   /* the computed prompt rows (valid until the next extraction) */
+  eldr__re_view view;   /* the computed prompt rows (valid until its slot is reused) */
   size_t first_token;   /* prompt position of view's first row (the reader's first_token) */
   size_t nblocks;       /* prompt blocks usable for the cache (0: cache unusable) */
+  const uint64_t *hashes; /* their hashes (the slot's copy: the store may run after
+                             the request is gone) */
   eldr_diag diag;       /* why, for MALFORMED / SHAPE_MISMATCH */
 } eldr__sigres;
+
+#define ELDR__SIG_RING 4                 /* extractions whose store may wait */
+#define ELDR__SIG_KEEP ((size_t)8 << 20) /* decode bytes a slot keeps between replies */
+
+/* One extraction's buffers, kept until its store ran. */
+typedef struct eldr__sigslot {
+  eldr_re_scratch scr;    /* decoded routed_experts (reused) */
+  eldr_reply_experts rex; /* the reply's views into scr */
+  uint64_t *hashes;       /* the prompt's block hashes (grown) */
+  size_t hashcap;
+  eldr__sigres res;       /* what the deferred store needs */
+  int pending;            /* a store waits for the loop */
+} eldr__sigslot;
 
 typedef struct eldr__sigpath {
   eldr__sigconf conf;        /* committed */
   eldr_sigspec spec;         /* of conf.art */
-  eldr_reply_experts rex;    /* the last reply's routed_experts (views into its buffers) */
+  eldr__sigslot ring[ELDR__SIG_RING];
+  unsigned cur;              /* slot of the last extraction */
   uint32_t *ids;             /* token ids of the prompt being tokenised (grown) */
   size_t idscap;
-  uint64_t *hashes;          /* block hashes of the last extraction (grown) */
-  size_t hashcap;
-  eldr__sigres pend;         /* deferred store */
-  int pend_on;
-  struct event *ev_store;    /* NULL without a loop: defer stores at the next extraction */
+  struct event *ev_store;    /* NULL without a loop: stores wait until their slot is reused */
   /* observations */
   _Atomic int observed_L, observed_K; /* routed_experts shape seen last (0: none yet);
                                        * any loop's reload checks every loop's */
@@ -100,6 +119,8 @@ typedef struct eldr__sigpath {
    * the loop rendering /metrics, which sums every loop's */
   _Atomic size_t pub_rows;
   _Atomic uint64_t pub_hits, pub_misses, pub_evictions;
+  uint64_t stores_deferred;  /* stores run by the loop, after the decode leg left */
+  uint64_t stores_inline;    /* stores run by an extraction (the ring was full) */
 } eldr__sigpath;
 
 /* base: the loop whose next turn runs deferred stores (NULL: none). 0 or
@@ -132,11 +153,15 @@ void eldr__prompt_free(eldr__prompt *p);
  * reply gives fallback MALFORMED or SHAPE_MISMATCH with res->reason. */
 void eldr__sigpath_extract(eldr__sigpath *sp, const void *root, int chat, const eldr__prompt *p,
                            eldr__sigres *res);
-/* Store the rows of the fully computed blocks of the last extraction now. */
+/* Store the rows of the fully computed blocks of an extraction now (res:
+ * the last extraction's, or one whose slot was not reused since). */
 void eldr__sigpath_store(eldr__sigpath *sp, const eldr__sigres *res);
 /* Copy the cache's statistics into pub_* (the loop's thread). */
 void eldr__sigpath_publish(eldr__sigpath *sp);
-/* The same, on the next loop turn (or before the next extraction). */
+/* The same for the last extraction, on the next loop turn (batched with any
+ * other pending store), or when its slot comes round again. */
 void eldr__sigpath_defer(eldr__sigpath *sp, const eldr__sigres *res);
+/* Run every pending store now (the loop's deferred event does this). */
+void eldr__sigpath_flush(eldr__sigpath *sp);
 
 #endif

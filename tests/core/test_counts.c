@@ -121,26 +121,35 @@ static void test_routed_experts_masked_equals_full(void **state) {
   free(sel);
 }
 
-/* The row-at-a-time loop against the per-id reference: random arrays of
- * every dtype, several shapes (odd K, E not a power of two, E > 255), with
- * and without a layer mask, clean and with one bad id (too large, or
- * negative for signed dtypes) at a random place: same return code, same
- * bad index, same (partial) counts. */
+/* The blocked, range-checked, fixed-K kernels against the per-id
+ * reference: random arrays of every dtype, shapes for every unrolled K (1,
+ * 2, 4, 6, 8) and others (odd K, E not a power of two, E > 255), short
+ * arrays and arrays of many range-check blocks, with and without a layer
+ * mask, clean and with one bad id (too large, or negative for signed
+ * dtypes) at a random place, with the AVX2 range check and with the
+ * portable one (as on a CPU without AVX2): same return code, same bad
+ * index, same (partial) counts; eldr_counts_check_masked finds the same
+ * bad index. */
 static void test_fast_equals_reference(void **state) {
   (void)state;
   const eldr_sel_dtype dts[6] = {ELDR_SEL_U8,    ELDR_SEL_U16LE, ELDR_SEL_U16,
                                  ELDR_SEL_I16LE, ELDR_SEL_I32LE, ELDR_SEL_I64LE};
-  const eldr_shape shapes[4] = {{48, 128, 8}, {3, 7, 3}, {5, 300, 1}, {2, 256, 5}};
+  const eldr_shape shapes[8] = {{48, 128, 8}, {3, 7, 3},  {5, 300, 1}, {2, 256, 5},
+                                {4, 64, 4},   {6, 160, 6}, {2, 16, 2}, {7, 4096, 8}};
   eldr_rng r;
   eldr_rng_seed(&r, 1234);
-  for (int sh = 0; sh < 4; sh++) {
+  for (int simd = 0; simd < 2; simd++) {
+  eldr__simd_set(simd);
+  for (int sh = 0; sh < 8; sh++) {
     const eldr_shape *s = &shapes[sh];
     const size_t L = s->num_layers, E = s->num_experts, K = s->top_k, cells = L * E;
     for (int d = 0; d < 6; d++) {
       const size_t w = eldr_sel_dtype_size(dts[d]);
       if (dts[d] == ELDR_SEL_U8 && E > 256) continue;
       for (int trial = 0; trial < 12; trial++) {
-        const size_t T = 1 + (size_t)(eldr_rng_next(&r) % 37), n = T * L * K;
+        /* a few tokens, or enough for several 8 KiB blocks */
+        const size_t span = trial < 6 ? 37 : 1 + 40000 / (L * K * w);
+        const size_t T = 1 + (size_t)(eldr_rng_next(&r) % span), n = T * L * K;
         unsigned char *raw = malloc(n * w);
         assert_non_null(raw);
         for (size_t i = 0; i < n; i++) {
@@ -176,6 +185,9 @@ static void test_fast_equals_reference(void **state) {
           assert_int_equal(ra, rb);
           assert_true(bad_a == bad_b);
           assert_memory_equal(a, b, cells * sizeof *a);
+          size_t bad_c = (size_t)-1;
+          assert_int_equal(eldr_counts_check_masked(s, raw, dts[d], T, mk, &bad_c), rb);
+          if (rb) assert_true(bad_c == bad_b);
           free(a);
           free(b);
         }
@@ -183,6 +195,8 @@ static void test_fast_equals_reference(void **state) {
       }
     }
   }
+  }
+  eldr__simd_set(1);
 }
 
 int main(void) {

@@ -13,6 +13,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "core/counts_ref.h"
 #include "eldr/reply_experts.h"
 #include "eldr/routed_experts.h"
 
@@ -84,11 +85,13 @@ static const fx FIXTURES[] = {
 
 static void test_fixtures(void **state) {
   (void)state;
+  eldr_re_scratch scr;
+  memset(&scr, 0, sizeof scr);
   for (size_t f = 0; f < sizeof FIXTURES / sizeof *FIXTURES; f++) {
     const fx *x = &FIXTURES[f];
     size_t len;
     char *body = slurp(x->file, &len);
-    eldr_re_opts o = {x->api, FL, FK, FE, NULL};
+    eldr_re_opts o = {x->api, FL, FK, FE, NULL, NULL, NULL};
     eldr_reply_experts r;
     eldr_re_reason why;
     eldr_diag d = {{0}};
@@ -104,24 +107,47 @@ static void test_fixtures(void **state) {
       assert_int_equal(r.choices[i].prompt.first_token, 0);
       expect_rows(&r.choices[i].generated, x->gen_rows[i], FP, x->dtype);
     }
+    /* with the caller's scratch and fused counting (twice: the buffers are
+     * reused): the same views, and choice 0's prompt rows counted exactly */
+    for (int rep = 0; rep < 2; rep++) {
+      uint32_t counts[FL * FE], ref[FL * FE];
+      memset(counts, 0, sizeof counts);
+      memset(ref, 0, sizeof ref);
+      eldr_re_opts fo = o;
+      fo.scratch = &scr;
+      fo.counts = counts;
+      eldr_reply_experts fr;
+      assert_int_equal(eldr_reply_experts_read(body, len, &fo, &fr, &why, &d), 0);
+      assert_int_equal(fr.counted, 1);
+      assert_int_equal(fr.nchoices, r.nchoices);
+      assert_int_equal(fr.nbufs, 0); /* nothing allocated for the views */
+      const eldr_re_view *pv = &fr.choices[0].prompt;
+      assert_memory_equal(pv->data, r.choices[0].prompt.data,
+                          pv->rows * FL * FK * eldr_sel_dtype_size(pv->dtype));
+      const eldr_shape sh = {FL, FE, FK};
+      assert_int_equal(eldr__counts_ref(&sh, pv->data, pv->dtype, pv->rows, NULL, ref, NULL), 0);
+      assert_memory_equal(counts, ref, sizeof ref);
+      eldr_reply_experts_free(&fr);
+    }
     eldr_reply_experts_free(&r);
     /* the other endpoint's reader refuses it */
     o.api = x->api == ELDR_RE_CHAT ? ELDR_RE_COMPLETIONS : ELDR_RE_CHAT;
     assert_int_not_equal(eldr_reply_experts_read(body, len, &o, &r, &why, NULL), 0);
     assert_int_equal(why, ELDR_RE_WRONG_OBJECT);
     /* an artifact of another shape or with fewer experts */
-    eldr_re_opts o2 = {x->api, FL + 1, FK, FE, NULL};
+    eldr_re_opts o2 = {x->api, FL + 1, FK, FE, NULL, NULL, NULL};
     assert_int_not_equal(eldr_reply_experts_read(body, len, &o2, &r, &why, &d), 0);
     assert_int_equal(why, ELDR_RE_SHAPE_MISMATCH);
-    eldr_re_opts o3 = {x->api, FL, FK, 4, NULL};
+    eldr_re_opts o3 = {x->api, FL, FK, 4, NULL, NULL, NULL};
     assert_int_not_equal(eldr_reply_experts_read(body, len, &o3, &r, &why, &d), 0);
     assert_int_equal(why, ELDR_RE_ID_OUT_OF_RANGE);
     /* ... unless the mask leaves out the layers with such ids: none here */
-    eldr_re_opts o4 = {x->api, 0, 0, 0, NULL};
+    eldr_re_opts o4 = {x->api, 0, 0, 0, NULL, NULL, NULL};
     assert_int_equal(eldr_reply_experts_read(body, len, &o4, &r, &why, &d), 0);
     eldr_reply_experts_free(&r);
     free(body);
   }
+  eldr_re_scratch_free(&scr);
 }
 
 /* The mask bounds the id check: ids of unmasked layers are never read. */
@@ -132,7 +158,7 @@ static void test_mask_bounds_checks(void **state) {
       "\"choices\":[{\"index\":0,\"routed_experts\":null,\"token_ids\":[1]}],"
       "\"prompt_routed_experts\":[[[0,1],[90,91]]]}";
   uint8_t mask[2] = {1, 0};
-  eldr_re_opts o = {ELDR_RE_COMPLETIONS, 2, 2, 8, mask};
+  eldr_re_opts o = {ELDR_RE_COMPLETIONS, 2, 2, 8, mask, NULL, NULL};
   eldr_reply_experts r;
   eldr_re_reason why;
   /* lists are converted whole, so their ids are always checked */
@@ -213,7 +239,7 @@ static const rej REJECTS[] = {
 static void test_rejects(void **state) {
   (void)state;
   for (size_t i = 0; i < sizeof REJECTS / sizeof *REJECTS; i++) {
-    eldr_re_opts o = {ELDR_RE_COMPLETIONS, 2, 2, 8, NULL};
+    eldr_re_opts o = {ELDR_RE_COMPLETIONS, 2, 2, 8, NULL, NULL, NULL};
     eldr_reply_experts r;
     eldr_re_reason why = ELDR_RE_OK;
     eldr_diag d = {{0}};
@@ -240,7 +266,7 @@ static void test_npy_rows_and_absent(void **state) {
   char buf[1024];
   /* P=2, G=1: at most 2 rows */
   snprintf(buf, sizeof buf, ONE("\"%s\""), b64);
-  eldr_re_opts o = {ELDR_RE_COMPLETIONS, 2, 2, 8, NULL};
+  eldr_re_opts o = {ELDR_RE_COMPLETIONS, 2, 2, 8, NULL, NULL, NULL};
   eldr_reply_experts r;
   eldr_re_reason why;
   assert_int_not_equal(eldr_reply_experts_read(buf, strlen(buf), &o, &r, &why, NULL), 0);
@@ -291,7 +317,7 @@ static void test_emit_roundtrip(void **state) {
     json_object_set_new(body, "choices", json_pack("[o]", choice));
     char *txt = json_dumps(body, JSON_COMPACT);
     json_decref(body);
-    eldr_re_opts o = {ELDR_RE_CHAT, 3, 4, 300, NULL};
+    eldr_re_opts o = {ELDR_RE_CHAT, 3, 4, 300, NULL, NULL, NULL};
     eldr_reply_experts r;
     eldr_re_reason why;
     eldr_diag d = {{0}};
@@ -312,7 +338,7 @@ static void test_emit_roundtrip(void **state) {
     size_t len;
     char *b = slurp("v021_base64_int16_completions.json", &len);
     json_t *root = json_loadb(b, len, 0, NULL);
-    eldr_re_opts o = {ELDR_RE_COMPLETIONS, FL, FK, FE, NULL};
+    eldr_re_opts o = {ELDR_RE_COMPLETIONS, FL, FK, FE, NULL, NULL, NULL};
     eldr_reply_experts r;
     assert_int_equal(eldr_reply_experts_from_json(root, &o, &r, NULL, NULL), 0);
     json_decref(root);

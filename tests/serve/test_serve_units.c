@@ -11,6 +11,7 @@
 
 #include <cmocka.h>
 
+#include "eldr/artifact.h"
 #include "eldr/routed_experts.h"
 #include "eldr/serve.h"
 #include "serve/serve_internal.h"
@@ -622,12 +623,111 @@ static void test_prompt_blocks(void **st) {
   eldr__sigpath_free(&sp);
 }
 
+
+/* A prefill reply (npy layout) of rows [first, first + n) of sel. */
+static json_t *npy_reply(const uint16_t *sel, size_t first, size_t n, size_t P, const eldr_shape *sh) {
+  char *b64 = NULL;
+  size_t blen = 0;
+  assert_int_equal(eldr_routed_experts_encode(sel + first * sh->num_layers * sh->top_k, n, sh,
+                                              ELDR_SEL_U8, &b64, &blen), 0);
+  json_t *r = json_pack("{s:s,s:[{s:i,s:s}],s:{s:I,s:i}}", "object", "text_completion", "choices",
+                        "index", 0, "routed_experts", b64, "usage", "prompt_tokens", (json_int_t)P,
+                        "completion_tokens", 1);
+  free(b64);
+  assert_non_null(r);
+  return r;
+}
+
+/* The cache-row store is off the request's path: an extraction leaves its
+ * store to the loop (nothing stored until the loop turns, no store run by
+ * the next extractions while the ring has room), the loop stores every
+ * pending one in a batch, and a later request with the same prefix, whose
+ * reply carries only the uncached tail, gets exactly the full prompt's
+ * counts from the stored rows. A full ring stores its oldest inline. */
+static void test_sigpath_deferred_store(void **st) {
+  (void)st;
+  const eldr_shape sh = {3, 16, 2};
+  eldr_artifact *a = eldr_artifact_new("t", &sh, NULL, ELDR_REPR_COUNT, 0, NULL, 2);
+  assert_non_null(a);
+  for (size_t i = 0; i < 2 * a->dim; i++) a->centroids[i] = (float)((i * 7919) % 13) + 1.0f;
+  struct event_base *base = event_base_new();
+  eldr__sigpath sp;
+  eldr__sigconf conf;
+  assert_int_equal(eldr__sigpath_init(&sp, base), 0);
+  assert_int_equal(eldr__sigconf_build(&sp, a, 256, &conf, NULL), 0);
+  eldr__sigpath_commit(&sp, &conf);
+  enum { T = 3 * ELDR_BLOCK_TOKENS, NP = ELDR__SIG_RING + 1 };
+  static uint16_t sel[NP][T * 3 * 2];
+  char text[NP][T * 8];
+  eldr__prompt pr[NP];
+  json_t *full[NP];
+  for (int q = 0; q < NP; q++) {
+    size_t tl = 0;
+    for (size_t t = 0; t < T; t++) tl += (size_t)snprintf(text[q] + tl, sizeof text[q] - tl, "%c%02zx ", (char)('a' + q), t);
+    for (size_t i = 0; i < T * 6; i += 2) { /* two distinct experts per row */
+      sel[q][i] = (uint16_t)((i * 5 + (size_t)q) % 16);
+      sel[q][i + 1] = (uint16_t)((sel[q][i] + 1 + i % 7) % 16);
+    }
+    assert_int_equal(eldr__prompt_init(&sp, &pr[q], text[q], tl, NULL, 0), 0);
+    assert_int_equal(pr[q].ntok, T);
+    full[q] = npy_reply(sel[q], 0, T, T, &sh);
+  }
+  uint32_t expect[3 * 16];
+  eldr__sigres res;
+  eldr_sigcache_stats cs;
+  for (int q = 0; q < ELDR__SIG_RING; q++) {
+    eldr__sigpath_extract(&sp, full[q], 0, &pr[q], &res);
+    assert_int_equal(res.fallback, ELDR__FB_NONE);
+    assert_int_equal(res.n_tokens, T);
+    memset(expect, 0, sizeof expect);
+    assert_int_equal(eldr_counts_accumulate(&sh, sel[q], ELDR_SEL_U16, T, expect, NULL), 0);
+    assert_memory_equal(res.counts, expect, sizeof expect);
+    eldr__sigpath_defer(&sp, &res);
+    eldr_sigcache_stats_get(sp.conf.cache, &cs);
+    assert_int_equal(cs.rows, 0); /* not on this request's path, nor the next one's */
+  }
+  assert_int_equal(sp.stores_inline, 0);
+  event_base_loop(base, EVLOOP_NONBLOCK); /* the loop turns: every pending store, in one batch */
+  eldr_sigcache_stats_get(sp.conf.cache, &cs);
+  assert_int_equal(cs.rows, 3 * ELDR__SIG_RING);
+  assert_int_equal(sp.stores_deferred, ELDR__SIG_RING);
+  /* prompt 0 again: the engine computed only its last block */
+  json_t *tail = npy_reply(sel[0], 2 * ELDR_BLOCK_TOKENS, ELDR_BLOCK_TOKENS, T, &sh);
+  eldr__sigpath_extract(&sp, tail, 0, &pr[0], &res);
+  assert_int_equal(res.fallback, ELDR__FB_NONE);
+  assert_int_equal(res.n_tokens, T);
+  memset(expect, 0, sizeof expect);
+  assert_int_equal(eldr_counts_accumulate(&sh, sel[0], ELDR_SEL_U16, T, expect, NULL), 0);
+  assert_memory_equal(res.counts, expect, sizeof expect);
+  assert_int_equal(sp.blocks_missing, 0);
+  eldr__sigpath_defer(&sp, &res);
+  /* a full ring without a loop turn: the extraction that reuses the
+   * oldest pending slot stores it first */
+  for (int q = 1; q < NP; q++) {
+    eldr__sigpath_extract(&sp, full[q], 0, &pr[q], &res);
+    eldr__sigpath_defer(&sp, &res);
+  }
+  assert_int_equal(sp.stores_inline, 1);
+  eldr__sigpath_flush(&sp);
+  eldr_sigcache_stats_get(sp.conf.cache, &cs);
+  assert_int_equal(cs.rows, 3 * NP);
+  for (int q = 0; q < NP; q++) {
+    eldr__prompt_free(&pr[q]);
+    json_decref(full[q]);
+  }
+  json_decref(tail);
+  eldr__sigpath_free(&sp);
+  event_base_free(base);
+  eldr_artifact_free(a);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_http_head),
       cmocka_unit_test(test_req_parse_errors),
       cmocka_unit_test(test_prefill_and_decode_bodies),
       cmocka_unit_test(test_prefill_reply),
+      cmocka_unit_test(test_sigpath_deferred_store),
       cmocka_unit_test(test_splice_and_view),
       cmocka_unit_test(test_splice_layouts),
       cmocka_unit_test(test_prompt_blocks),

@@ -308,6 +308,66 @@ static void test_layer_mask(void **st) {
   free(sel);
 }
 
+
+/* The 8-bit block rows of eldr_sigcache_store_blocks (top_k <= 15) equal
+ * eldr_sigcache_put of 32-bit block counts, with and without a layer mask,
+ * for u8 and int32 ids; a block whose cell would pass 127 (a row that
+ * repeats one expert 8 times) is refused with ERANGE, as put refuses it. */
+static void test_store_rows_8bit(void **st) {
+  (void)st;
+  const eldr_shape sh = {4, 32, 8};
+  enum { T = 3 * ELDR_BLOCK_TOKENS, LK = 4 * 8, CELLS = 4 * 32 };
+  static uint8_t u8[T * LK];
+  static uint8_t i32[T * LK * 4];
+  eldr_rng r;
+  eldr_rng_seed(&r, 7);
+  for (size_t i = 0; i < T * LK; i++) {
+    u8[i] = (uint8_t)eldr_rng_below(&r, 32);
+    memset(i32 + 4 * i, 0, 4);
+    i32[4 * i] = u8[i];
+  }
+  uint64_t h[3] = {11, 22, 33};
+  const uint8_t mask[4] = {1, 0, 1, 1};
+  for (int m = 0; m < 2; m++)
+    for (int dt = 0; dt < 2; dt++) {
+      eldr_sigcache *a = eldr_sigcache_new(&sh, 8), *b = eldr_sigcache_new(&sh, 8);
+      assert_non_null(a);
+      assert_non_null(b);
+      if (m) {
+        assert_int_equal(eldr_sigcache_set_layer_mask(a, mask), 0);
+        assert_int_equal(eldr_sigcache_set_layer_mask(b, mask), 0);
+      }
+      uint32_t scratch[CELLS], bc[CELLS], ga[CELLS], gb[CELLS];
+      size_t stored = 0;
+      assert_int_equal(eldr_sigcache_store_blocks(a, h, 3, 0, dt ? (const void *)i32 : u8,
+                                                  dt ? ELDR_SEL_I32LE : ELDR_SEL_U8, T, scratch, &stored), 0);
+      assert_int_equal(stored, 3);
+      for (size_t i = 0; i < CELLS; i++) assert_int_equal(scratch[i], 0);
+      for (size_t blk = 0; blk < 3; blk++) {
+        memset(bc, 0, sizeof bc);
+        assert_int_equal(eldr_counts_accumulate_masked(&sh, u8 + blk * ELDR_BLOCK_TOKENS * LK, ELDR_SEL_U8,
+                                                       ELDR_BLOCK_TOKENS, m ? mask : NULL, bc, NULL), 0);
+        assert_int_equal(eldr_sigcache_put(b, h[blk], bc), 0);
+        memset(ga, 0, sizeof ga);
+        memset(gb, 0, sizeof gb);
+        assert_int_equal(eldr_sigcache_add(a, h[blk], ga), 0);
+        assert_int_equal(eldr_sigcache_add(b, h[blk], gb), 0);
+        assert_memory_equal(ga, gb, sizeof ga);
+      }
+      eldr_sigcache_free(a);
+      eldr_sigcache_free(b);
+    }
+  /* block 1's first row: expert 5 eight times, in every token: 128 > 127 */
+  for (size_t t = ELDR_BLOCK_TOKENS; t < 2 * ELDR_BLOCK_TOKENS; t++) memset(u8 + t * LK, 5, 8);
+  eldr_sigcache *c = eldr_sigcache_new(&sh, 8);
+  uint32_t scratch[CELLS];
+  size_t stored = 9;
+  assert_int_equal(eldr_sigcache_store_blocks(c, h, 3, 0, u8, ELDR_SEL_U8, T, scratch, &stored), ELDR_ERANGE);
+  assert_int_equal(stored, 1);
+  for (size_t i = 0; i < CELLS; i++) assert_int_equal(scratch[i], 0);
+  eldr_sigcache_free(c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_tokenize),
@@ -317,6 +377,7 @@ int main(void) {
       cmocka_unit_test(test_signature_partial_hits),
       cmocka_unit_test(test_block_reuse_and_lru),
       cmocka_unit_test(test_layer_mask),
+      cmocka_unit_test(test_store_rows_8bit),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

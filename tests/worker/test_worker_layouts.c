@@ -53,7 +53,7 @@ static void test_each_layout_reads_back(void **state) {
       json_decref(b);
       assert_int_equal(status, 200);
       eldr_re_opts o = {chat ? ELDR_RE_CHAT : ELDR_RE_COMPLETIONS, sh.num_layers, sh.top_k,
-                        sh.num_experts, NULL};
+                        sh.num_experts, NULL, NULL, NULL};
       eldr_reply_experts r;
       eldr_re_reason why;
       if (eldr_reply_experts_read(body, len, &o, &r, &why, &d))
