@@ -91,6 +91,51 @@ static inline void eldr_union_add_bits(eldr_union *u, const uint64_t *restrict t
   for (size_t i = 0; i < n; i++) b[i] |= tb[i];
 }
 
+/* Add a whole batch at once: the union of n tokens' selection rows (each
+ * L * K ids), layer by layer in registers (no store until a layer's words
+ * are complete). The same bits as n calls of eldr_union_add_token. */
+static inline void eldr_union_add_tokens(eldr_union *u, const uint16_t *const *rows, size_t n) {
+  const size_t L = u->L, K = u->K, W = u->W;
+  if (W > 2) {
+    for (size_t j = 0; j < n; j++) eldr_union_set_bits(u->bits, L, K, W, rows[j]);
+    return;
+  }
+  for (size_t l = 0; l < L; l++) {
+    uint64_t w0 = 0, w1 = 0;
+    for (size_t j = 0; j < n; j++) {
+      const uint16_t *sl = rows[j] + l * K;
+      for (size_t k = 0; k < K; k++) {
+        uint64_t b = 1ULL << (sl[k] & 63), hi = 0 - (uint64_t)(sl[k] >> 6);
+        w0 |= b & ~hi;
+        w1 |= b & hi;
+      }
+    }
+    u->bits[l * W] |= w0;
+    if (W == 2) u->bits[l * W + 1] |= w1;
+  }
+}
+
+/* Add a whole batch of precomputed token bitsets (each L * W words): eight
+ * words (one cache line) at a time across the rows, in registers. The same
+ * bits as n calls of eldr_union_add_bits. */
+static inline void eldr_union_add_bits_rows(eldr_union *u, const uint64_t *const *rows, size_t n) {
+  const size_t nw = u->L * u->W;
+  size_t i = 0;
+  for (; i + 8 <= nw; i += 8) {
+    uint64_t a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (size_t j = 0; j < n; j++) {
+      const uint64_t *r = rows[j] + i;
+      for (int x = 0; x < 8; x++) a[x] |= r[x];
+    }
+    for (int x = 0; x < 8; x++) u->bits[i + x] |= a[x];
+  }
+  for (; i < nw; i++) {
+    uint64_t a = 0;
+    for (size_t j = 0; j < n; j++) a |= rows[j][i];
+    u->bits[i] |= a;
+  }
+}
+
 /* Distinct experts per layer into per_layer[L] (may be NULL); returns their
  * sum over the layers. (Out of line: a popcnt clone where the CPU has it.) */
 uint64_t eldr_union_count(const eldr_union *u, uint32_t *per_layer);

@@ -235,6 +235,8 @@ typedef struct simst {
   eldr_union un;       /* the step's per-layer expert union */
   uint64_t *stamp, *phash;
   uint64_t *tokbits;   /* precomputed per-token per-layer expert bitsets, or NULL */
+  const uint64_t **brows; /* B: the step's members' bitset rows (with tokbits) */
+  const uint16_t **irows; /* B: the step's members' selection rows (without) */
   size_t *tokoff;      /* pool index -> first token's row in tokbits */
   double *tpot, *ttft;
   size_t completed, n_tpot, fallbacks;
@@ -354,10 +356,10 @@ static int start_step(simst *st, uint32_t k, double now) {
      * now (rows of different requests defeat the hardware prefetcher) */
     uint32_t nxt = tok + 1 < q->n_decode ? tok + 1 : 0;
     if (q->tbits) {
-      eldr_union_add_bits(&st->un, q->tbits + (size_t)tok * LW);
+      st->brows[j] = q->tbits + (size_t)tok * LW;
       prefetch_bytes(q->tbits + (size_t)nxt * LW, LW * sizeof *q->tbits);
     } else {
-      eldr_union_add_token(&st->un, q->tids + (size_t)tok * L * K);
+      st->irows[j] = q->tids + (size_t)tok * L * K;
       prefetch_bytes(q->tids + (size_t)nxt * L * K, L * K * sizeof *q->tids);
     }
     ctx += (double)q->n_prefill + (double)q->pos;
@@ -367,6 +369,10 @@ static int start_step(simst *st, uint32_t k, double now) {
     }
     st->bcount[q->pool_i]++;
   }
+  if (st->tokbits)
+    eldr_union_add_bits_rows(&st->un, st->brows, x->nrun);
+  else
+    eldr_union_add_tokens(&st->un, st->irows, x->nrun);
   for (uint32_t j = 0; j < x->nrun; j++)
     if (st->bcount[st->rq[x->run[j]].pool_i] > 1) st->dup_steps++;
   st->union_sum += eldr_union_count(&st->un, st->uni);
@@ -562,6 +568,8 @@ int eldr_sim_run(const eldr_sim_pool *pool, const eldr_latency_model *m, const e
   st->dloads = calloc(D, sizeof *st->dloads);
   if (eldr_union_init(&st->un, &S)) st->un.bits = NULL;
   st->uni = calloc(st->L, sizeof *st->uni);
+  st->brows = calloc(B, sizeof *st->brows);
+  st->irows = calloc(B, sizeof *st->irows);
   st->perm = calloc(pool->n, sizeof *st->perm);
   st->copies = calloc(pool->n, sizeof *st->copies);
   st->bcount = calloc(pool->n, sizeof *st->bcount);
@@ -575,7 +583,7 @@ int eldr_sim_run(const eldr_sim_pool *pool, const eldr_latency_model *m, const e
                                c->placements[0]->num_physical, d)) < 0)
     goto out;
   if (!st->rq || !st->pw || !st->dw || !st->run_store || !st->ploads || !st->dloads || !st->un.bits ||
-      !st->uni || !st->perm || !st->copies || !st->bcount || !st->stamp || !st->phash || !st->tpot ||
+      !st->uni || !st->brows || !st->irows || !st->perm || !st->copies || !st->bcount || !st->stamp || !st->phash || !st->tpot ||
       !st->ttft || !shuffle) {
     rc = eldr_diag_fail(d, ELDR_ENOMEM, "sim: out of memory");
     goto out;
@@ -784,6 +792,8 @@ out:
   free(st->bcount);
   free(st->copies);
   free(st->perm);
+  free(st->irows);
+  free(st->brows);
   free(st->uni);
   eldr_union_free(&st->un);
   free(st->dloads);
