@@ -92,11 +92,14 @@ static inline void eldr_union_add_bits(eldr_union *u, const uint64_t *restrict t
 }
 
 /* Add a whole batch at once: the union of n tokens' selection rows (each
- * L * K ids), layer by layer in registers (no store until a layer's words
- * are complete). The same bits as n calls of eldr_union_add_token. */
+ * L * K ids); for short rows layer by layer in registers (no store until a
+ * layer's words are complete). The same bits as n calls of
+ * eldr_union_add_token. */
 static inline void eldr_union_add_tokens(eldr_union *u, const uint16_t *const *rows, size_t n) {
   const size_t L = u->L, K = u->K, W = u->W;
-  if (W > 2) {
+  /* layer by layer across the rows pays when a row is a few cache lines
+   * (top-1: 48 bytes); long rows (top-8: 768 bytes) go member by member */
+  if (W > 2 || L * K > 128) {
     for (size_t j = 0; j < n; j++) eldr_union_set_bits(u->bits, L, K, W, rows[j]);
     return;
   }
