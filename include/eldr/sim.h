@@ -102,6 +102,8 @@ typedef struct eldr_sim_config {
    * EP fields must be set: eldr_latency_preset_ep). NULL: the aggregate
    * eldr_latency_step. */
   const eldr_placement *const *placements;
+  int direct_union;          /* 1: steps read the trace's selections even when the pool
+                                has bitsets (benchmarks and tests; the result is the same) */
 } eldr_sim_config;
 
 /* Defaults: 8P16D, batch 64, 8192 prefill tokens, guard 4, rate 10, 1000
@@ -136,7 +138,8 @@ int eldr_sim_run(const eldr_sim_pool *pool, const eldr_latency_model *m, const e
 
 /* Build the per-token expert bitsets of a pool (L * ceil(E/64) words per
  * decode token; token rows of pool request i start at row (*off)[i]) when
- * they take at most twice the memory of the selections and under 1 GiB;
+ * they take at most twice the memory of the selections and at most an
+ * eighth of the machine's physical memory (at least 1 GiB);
  * otherwise returns 0 with *bits = *off = NULL (the direct path is used).
  * The caller owns and frees both. ELDR_ENOMEM on allocation failure. */
 int eldr_sim_bitsets_build(const eldr_sim_pool *pool, uint64_t **bits, size_t **off, eldr_diag *d);

@@ -14,21 +14,6 @@ void eldr_rng_seed(eldr_rng *r, uint64_t seed) {
   for (int i = 0; i < 4; i++) r->s[i] = eldr_splitmix64(&st);
 }
 
-static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-uint64_t eldr_rng_next(eldr_rng *r) {
-  uint64_t *s = r->s;
-  uint64_t result = rotl(s[1] * 5, 7) * 9;
-  uint64_t t = s[1] << 17;
-  s[2] ^= s[0];
-  s[3] ^= s[1];
-  s[1] ^= s[2];
-  s[0] ^= s[3];
-  s[2] ^= t;
-  s[3] = rotl(s[3], 45);
-  return result;
-}
-
 uint64_t eldr_rng_below(eldr_rng *r, uint64_t n) {
   if (n == 0) return 0;
   uint64_t limit = UINT64_MAX - (UINT64_MAX % n);
@@ -40,7 +25,7 @@ uint64_t eldr_rng_below(eldr_rng *r, uint64_t n) {
 }
 
 double eldr_rng_uniform(eldr_rng *r) {
-  return (double)(eldr_rng_next(r) >> 11) * (1.0 / 9007199254740992.0);
+  return eldr_rng_bits_to_unit(eldr_rng_next(r));
 }
 
 double eldr_rng_normal(eldr_rng *r) {

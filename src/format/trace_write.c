@@ -99,11 +99,26 @@ static int wb_str(wbuf *b, const char *s) {
   return ELDR_OK;
 }
 
-static int wb_sel(wbuf *b, const eldr_shape *sh, const uint16_t *ids, const float *gates,
-                  uint32_t ntok) {
+/* Decimal "id," of every expert id below ID_TAB, 8 bytes each (copied whole,
+ * the write pointer advancing by the length): branch-free selection lists. */
+#define ID_TAB 1024
+typedef struct id_tab {
+  char txt[ID_TAB][8];
+  uint8_t len[ID_TAB];
+} id_tab;
+
+static void id_tab_fill(id_tab *tb, uint32_t n) {
+  for (uint32_t v = 0; v < n; v++) {
+    size_t m = put_u32(tb->txt[v], v);
+    tb->txt[v][m] = ',';
+    tb->len[v] = (uint8_t)(m + 1);
+  }
+}
+
+static int wb_gates(wbuf *b, const eldr_shape *sh, const float *gates, uint32_t ntok) {
   const uint32_t L = sh->num_layers, K = sh->top_k;
   /* per token: "[" + L * ("[" + K * (max 16 chars + ",") + "],") + "],"  */
-  const size_t per_tok = 2 + (size_t)L * (3 + (size_t)K * (gates ? 17 : 6));
+  const size_t per_tok = 2 + (size_t)L * (3 + (size_t)K * 17);
   if (wb_reserve(b, 2)) return ELDR_ENOMEM;
   b->p[b->n++] = '[';
   for (uint32_t t = 0; t < ntok; t++) {
@@ -117,21 +132,58 @@ static int wb_sel(wbuf *b, const eldr_shape *sh, const uint16_t *ids, const floa
       size_t base = ((size_t)t * L + l) * K;
       for (uint32_t k = 0; k < K; k++) {
         if (k) *o++ = ',';
-        if (gates) {
-          float g = gates[base + k];
-          if (!isfinite(g)) return ELDR_ERANGE;
-          int m = snprintf(o, 17, "%.9g", (double)g);
-          if (m < 0 || m >= 17) return ELDR_ERANGE;
-          o += m;
-        } else {
-          o += put_u32(o, ids[base + k]);
-        }
+        float g = gates[base + k];
+        if (!isfinite(g)) return ELDR_ERANGE;
+        int m = snprintf(o, 17, "%.9g", (double)g);
+        if (m < 0 || m >= 17) return ELDR_ERANGE;
+        o += m;
       }
       *o++ = ']';
     }
     *o++ = ']';
     b->n = (size_t)(o - b->p);
   }
+  if (wb_reserve(b, 1)) return ELDR_ENOMEM;
+  b->p[b->n++] = ']';
+  return ELDR_OK;
+}
+
+static int wb_sel(wbuf *b, const eldr_shape *sh, const uint16_t *ids, uint32_t ntok) {
+  const uint32_t L = sh->num_layers, K = sh->top_k;
+  /* per token: "[" + L * ("[" + K * (5 digits + "," + 2 spare for the
+   * 8-byte copy) + "],") + "],"  */
+  const size_t per_tok = 4 + (size_t)L * (3 + (size_t)K * 8);
+  id_tab tb;
+  const uint32_t ntab = sh->num_experts < ID_TAB ? sh->num_experts : ID_TAB;
+  id_tab_fill(&tb, ntab);
+  if (wb_reserve(b, 2)) return ELDR_ENOMEM;
+  b->p[b->n++] = '[';
+  for (uint32_t t = 0; t < ntok; t++) {
+    if (wb_reserve(b, per_tok)) return ELDR_ENOMEM;
+    char *o = b->p + b->n;
+    *o++ = '[';
+    const uint16_t *row = ids + (size_t)t * L * K;
+    for (uint32_t l = 0; l < L; l++) {
+      *o++ = '[';
+      for (uint32_t k = 0; k < K; k++) {
+        uint32_t v = row[k];
+        if (v < ntab) {
+          memcpy(o, tb.txt[v], 8);
+          o += tb.len[v];
+        } else {
+          o += put_u32(o, v);
+          *o++ = ',';
+        }
+      }
+      row += K;
+      o[-1] = ']'; /* the last "," (K >= 1) */
+      *o++ = ',';
+    }
+    o[-1] = ']';
+    *o++ = ',';
+    b->n = (size_t)(o - b->p);
+  }
+  if (ntok) b->n--; /* the last token's "," */
   if (wb_reserve(b, 1)) return ELDR_ENOMEM;
   b->p[b->n++] = ']';
   return ELDR_OK;
@@ -244,12 +296,12 @@ static int format_request(wbuf *b, const eldr_trace *t, const eldr_request *r) {
   if (r->prefill_counts) return format_counts(b, &h);
   W(format_header(b, &h));
   W(wb_lit(b, ",\"prefill\":"));
-  W(wb_sel(b, &t->shape, r->prefill, NULL, r->n_prefill));
+  W(wb_sel(b, &t->shape, r->prefill, r->n_prefill));
   W(wb_lit(b, ",\"decode\":"));
-  W(wb_sel(b, &t->shape, r->decode, NULL, r->n_decode));
+  W(wb_sel(b, &t->shape, r->decode, r->n_decode));
   if (r->prefill_gates) {
     W(wb_lit(b, ",\"prefill_gates\":"));
-    W(wb_sel(b, &t->shape, NULL, r->prefill_gates, r->n_prefill));
+    W(wb_gates(b, &t->shape, r->prefill_gates, r->n_prefill));
   }
   if (r->serve) {
     W(wb_lit(b, ",\"serve\":"));

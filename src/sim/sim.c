@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include "eldr/batch_union.h"
@@ -64,6 +65,8 @@ static event heap_pop(heap *h) {
 }
 
 typedef struct sreq {
+  const uint64_t *tbits; /* first decode token's row of tokbits, or NULL */
+  const uint16_t *tids;  /* the recorded decode selections (n_decode * L * K) */
   uint32_t pool_i;
   uint32_t n_prefill, n_decode, pos, offset;
   int32_t next; /* queue / batch link */
@@ -134,19 +137,29 @@ static int cmp_arrival(const void *a, const void *b) {
   return (x->i > y->i) - (x->i < y->i);
 }
 
+static size_t bitsets_budget(void) {
+  size_t budget = (size_t)1 << 30;
+  long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+  if (pages > 0 && psz > 0 && (uint64_t)pages * (uint64_t)psz / 8 > budget)
+    budget = (size_t)((uint64_t)pages * (uint64_t)psz / 8);
+  return budget;
+}
+
 int eldr_sim_bitsets_build(const eldr_sim_pool *pool, uint64_t **bits, size_t **off, eldr_diag *d) {
   *bits = NULL;
   *off = NULL;
   if (!pool || !pool->trace || !pool->idx) return eldr_diag_fail(d, ELDR_EINVAL, "sim: NULL pool");
   /* Per-token bitsets make a step's union a few word ORs per member instead
-   * of L*K scattered bit sets. Used when they take at most twice the memory
-   * of the selections themselves (e.g. 128 experts top-8) and under 1 GiB. */
+   * of L*K bit sets (4-7x faster steps, bench/bench_sim.c). Used when they
+   * take at most twice the memory of the selections themselves (e.g. 128
+   * experts top-8: the same) and at most an eighth of the machine's memory
+   * (at least 1 GiB). */
   const eldr_trace *tr = pool->trace;
   const size_t L = tr->shape.num_layers, K = tr->shape.top_k, W = (tr->shape.num_experts + 63) / 64;
   if (W * 8 > 2 * K * 2) return 0;
   size_t ntok = 0;
   for (size_t i = 0; i < pool->n; i++) ntok += tr->req[pool->idx[i]].n_decode;
-  if (ntok * L * W * sizeof(uint64_t) > ((size_t)1 << 30)) return 0;
+  if (ntok * L * W * sizeof(uint64_t) > bitsets_budget()) return 0;
   size_t *o = malloc((pool->n ? pool->n : 1) * sizeof *o);
   uint64_t *b = calloc(ntok ? ntok * L * W : 1, sizeof *b);
   if (!o || !b) {
@@ -222,6 +235,8 @@ typedef struct simst {
   eldr_union un;       /* the step's per-layer expert union */
   uint64_t *stamp, *phash;
   uint64_t *tokbits;   /* precomputed per-token per-layer expert bitsets, or NULL */
+  const uint64_t **brows; /* B: the step's members' bitset rows (with tokbits) */
+  const uint16_t **irows; /* B: the step's members' selection rows (without) */
   size_t *tokoff;      /* pool index -> first token's row in tokbits */
   double *tpot, *ttft;
   size_t completed, n_tpot, fallbacks;
@@ -308,6 +323,12 @@ static double ep_step(simst *st, uint32_t k, const dworker *x, double ctx) {
                               ctx);
 }
 
+static inline void prefetch_bytes(const void *p, size_t n) {
+  const char *c = p;
+  for (size_t i = 0; i < n; i += 64) __builtin_prefetch(c + i, 0, 3);
+  __builtin_prefetch(c + n - 1, 0, 3);
+}
+
 /* Decoder k: admit waiting requests into the batch and start a step (if any
  * member): latency from the per-layer union of the members' current tokens. */
 static int start_step(simst *st, uint32_t k, double now) {
@@ -331,11 +352,15 @@ static int start_step(simst *st, uint32_t k, double now) {
     sreq *q = &st->rq[x->run[j]];
     uint32_t tok = q->pos + q->offset;
     if (tok >= q->n_decode) tok -= q->n_decode;
-    if (st->tokbits) {
-      eldr_union_add_bits(&st->un, st->tokbits + (st->tokoff[q->pool_i] + tok) * LW);
+    /* the member's next token is read at this decoder's next step: fetch it
+     * now (rows of different requests defeat the hardware prefetcher) */
+    uint32_t nxt = tok + 1 < q->n_decode ? tok + 1 : 0;
+    if (q->tbits) {
+      st->brows[j] = q->tbits + (size_t)tok * LW;
+      prefetch_bytes(q->tbits + (size_t)nxt * LW, LW * sizeof *q->tbits);
     } else {
-      const eldr_request *r = &st->tr->req[st->pool->idx[q->pool_i]];
-      eldr_union_add_token(&st->un, r->decode + (size_t)tok * L * K);
+      st->irows[j] = q->tids + (size_t)tok * L * K;
+      prefetch_bytes(q->tids + (size_t)nxt * L * K, L * K * sizeof *q->tids);
     }
     ctx += (double)q->n_prefill + (double)q->pos;
     if (st->stamp[q->pool_i] != stp) {
@@ -344,6 +369,10 @@ static int start_step(simst *st, uint32_t k, double now) {
     }
     st->bcount[q->pool_i]++;
   }
+  if (st->tokbits)
+    eldr_union_add_bits_rows(&st->un, st->brows, x->nrun);
+  else
+    eldr_union_add_tokens(&st->un, st->irows, x->nrun);
   for (uint32_t j = 0; j < x->nrun; j++)
     if (st->bcount[st->rq[x->run[j]].pool_i] > 1) st->dup_steps++;
   st->union_sum += eldr_union_count(&st->un, st->uni);
@@ -539,6 +568,8 @@ int eldr_sim_run(const eldr_sim_pool *pool, const eldr_latency_model *m, const e
   st->dloads = calloc(D, sizeof *st->dloads);
   if (eldr_union_init(&st->un, &S)) st->un.bits = NULL;
   st->uni = calloc(st->L, sizeof *st->uni);
+  st->brows = calloc(B, sizeof *st->brows);
+  st->irows = calloc(B, sizeof *st->irows);
   st->perm = calloc(pool->n, sizeof *st->perm);
   st->copies = calloc(pool->n, sizeof *st->copies);
   st->bcount = calloc(pool->n, sizeof *st->bcount);
@@ -552,7 +583,7 @@ int eldr_sim_run(const eldr_sim_pool *pool, const eldr_latency_model *m, const e
                                c->placements[0]->num_physical, d)) < 0)
     goto out;
   if (!st->rq || !st->pw || !st->dw || !st->run_store || !st->ploads || !st->dloads || !st->un.bits ||
-      !st->uni || !st->perm || !st->copies || !st->bcount || !st->stamp || !st->phash || !st->tpot ||
+      !st->uni || !st->brows || !st->irows || !st->perm || !st->copies || !st->bcount || !st->stamp || !st->phash || !st->tpot ||
       !st->ttft || !shuffle) {
     rc = eldr_diag_fail(d, ELDR_ENOMEM, "sim: out of memory");
     goto out;
@@ -567,7 +598,9 @@ int eldr_sim_run(const eldr_sim_pool *pool, const eldr_latency_model *m, const e
     shuffle_pool(st->perm, pool->n, &rp);
   }
   for (size_t i = 0; i < pool->n; i++) st->phash[i] = prefix_hash(&tr->req[pool->idx[i]]);
-  if (pool->tokbits && pool->tokoff) {
+  if (c->direct_union) {
+    st->tokbits = NULL;
+  } else if (pool->tokbits && pool->tokoff) {
     st->tokbits = (uint64_t *)pool->tokbits; /* borrowed: never freed or written here */
     st->tokoff = (size_t *)pool->tokoff;
   } else if ((rc = eldr_sim_bitsets_build(pool, &st->tokbits, &st->tokoff, d)) < 0) {
@@ -629,6 +662,8 @@ int eldr_sim_run(const eldr_sim_pool *pool, const eldr_latency_model *m, const e
       const eldr_request *r = &tr->req[pool->idx[pi]];
       sreq *q = &st->rq[id];
       q->pool_i = pi;
+      q->tids = r->decode;
+      q->tbits = st->tokbits ? st->tokbits + st->tokoff[pi] * st->L * st->W : NULL;
       q->n_prefill = r->n_prefill;
       q->n_decode = r->n_decode;
       q->next = -1;
@@ -757,6 +792,8 @@ out:
   free(st->bcount);
   free(st->copies);
   free(st->perm);
+  free(st->irows);
+  free(st->brows);
   free(st->uni);
   eldr_union_free(&st->un);
   free(st->dloads);

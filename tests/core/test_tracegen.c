@@ -218,7 +218,7 @@ static void test_k_equals_e(void **state) {
 }
 
 typedef struct band_result {
-  double corr, red16, red32;
+  double corr, red16, red32, top10;
 } band_result;
 
 static band_result measure(const char *model, const char *workload, uint64_t seed, size_t n,
@@ -241,7 +241,7 @@ static band_result measure(const char *model, const char *workload, uint64_t see
   eldr_tracestats st;
   assert_int_equal(eldr_tracestats_compute(t, &o, &st, NULL), 0);
   band_result r = {st.corr_median, st.batch[0].reduction[ELDR_BATCH_DOMAIN],
-                   st.batch[1].reduction[ELDR_BATCH_DOMAIN]};
+                   st.batch[1].reduction[ELDR_BATCH_DOMAIN], st.top10_share};
   print_message("%s %s seed %llu: corr %.3f, reduction %.1f%% @16, %.1f%% @32\n", model,
                 workload, (unsigned long long)seed, r.corr, 100 * r.red16, 100 * r.red32);
   eldr_tracestats_free(&st);
@@ -267,6 +267,20 @@ static void test_band_language(void **state) {
     assert_true(r.corr >= 0.70 && r.corr <= 0.92);
     assert_true(r.red16 >= 0.03 && r.red16 <= 0.10);
     assert_true(r.red32 >= 0.03 && r.red32 <= 0.10);
+  }
+}
+
+/* realistic on the Llama-4 shape: near the real Llama-4 dev trace's summary
+ * statistics (eldr trace stats: median Pearson 0.631, 9.4% / 10.3% fewer
+ * distinct experts @16 / @32, top-10% share 0.561). */
+static void test_band_realistic_llama4(void **state) {
+  (void)state;
+  for (uint64_t seed = 1; seed <= 2; seed++) {
+    band_result r = measure("llama4-maverick", "realistic", seed, 300, 128);
+    assert_true(r.corr >= 0.55 && r.corr <= 0.72);
+    assert_true(r.red16 >= 0.05 && r.red16 <= 0.14);
+    assert_true(r.red32 >= 0.06 && r.red32 <= 0.16);
+    assert_true(r.top10 >= 0.50 && r.top10 <= 0.65);
   }
 }
 
@@ -397,6 +411,7 @@ int main(void) {
       cmocka_unit_test(test_k_equals_e),
       cmocka_unit_test(test_band_task),
       cmocka_unit_test(test_band_language),
+      cmocka_unit_test(test_band_realistic_llama4),
       cmocka_unit_test(test_traffic_mix),
       cmocka_unit_test(test_from_text),
       cmocka_unit_test(test_corpus_domains),

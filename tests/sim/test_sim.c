@@ -153,6 +153,9 @@ static void test_bitset_path(void **st) {
   pool.tokoff = off;
   assert_int_equal(eldr_sim_run(&pool, &m, &c, &r2, NULL), 0);
   assert_memory_equal(&r1, &r2, sizeof r1);
+  c.direct_union = 1; /* the pool's bitsets ignored: the same result */
+  assert_int_equal(eldr_sim_run(&pool, &m, &c, &r2, NULL), 0);
+  assert_memory_equal(&r1, &r2, sizeof r1);
   free(bits);
   free(off);
   free(idx);
