@@ -10,8 +10,43 @@
  * still succeeds with the count representation (IDF as allowed), all layers,
  * and rho = NaN (written as null).
  *
+ * At scale (eldr_fit_stream): the calibration requests come from a source
+ * the fit reads in passes, one request at a time, as per-(layer, expert)
+ * counts; nothing per token is held. Pass 1 counts the requests, the IDF
+ * document frequencies over all of them, and keeps a seeded reservoir sample
+ * of rho_sample requests (their prefill and decode counts): the candidates,
+ * the greedy mask and rho (with its jackknife interval, eldr_quality_rho_ci)
+ * are computed on that sample. With n <= rho_sample the sample is every
+ * request in source order and the fit is the exact one of earlier versions
+ * (same artifact bytes). Larger n: pass 2 builds the signature matrix (n x
+ * dim float32, dim = |mask| * E) when it fits sig_budget bytes, and the
+ * K-means is initialised by the exact balanced K-means (at most 30
+ * iterations per restart) of max(1024, 32 k) rows of the sample, refined
+ * by `epochs` of mini-batch balanced K-means (eldr/kmeans_mb.h), and closed by
+ * `final_iters` exact balanced assignments of all n rows under capacity
+ * ceil(n/k) (each followed by the member-mean centroid update): the capacity
+ * guarantee is exact. When the matrix does not fit the budget every epoch and
+ * the final assignment re-read the source (streamed: memory O(n k + sample),
+ * final_iters = 1). With n <= exact_limit (and the matrix in memory) the
+ * K-means is the exact one of eldr_kmeans_fit on all rows.
+ *
+ * Continuity (opts.previous): the new centroids are reordered so that the
+ * calibration traffic each decoder keeps is maximal: M[i][j] = requests whose
+ * nearest centroid is i under the previous artifact and j under the new one;
+ * the Hungarian method (eldr_assign_hungarian) picks the permutation that
+ * maximises the sum of M[i][pi(i)], and the report gives the fraction of
+ * requests whose nearest-centroid decoder changes (1 - that sum / n). This
+ * uses the previous artifact's own signature spec (mask, representation,
+ * IDF), so it works when the new fit chose another mask. At scale (the
+ * mini-batch path) the K-means also starts from the previous partition: each
+ * centroid starts as the mean signature (new spec) of the requests the
+ * previous artifact sends to it, so that a refit on similar traffic finds
+ * similar clusters instead of another of the many near-equal balanced
+ * partitions. The previous artifact must have the same model shape and k.
+ *
  * Ownership: *out is a new artifact owned by the caller; the report is
- * caller-owned and released with eldr_fit_report_free().
+ * caller-owned and released with eldr_fit_report_free(). A source's
+ * callbacks run on the calling thread.
  */
 #ifndef ELDR_FIT_H
 #define ELDR_FIT_H
@@ -40,6 +75,14 @@ typedef struct eldr_fit_opts {
   size_t max_pairs;      /* rho pair budget (0 = all pairs) */
   const size_t *subset;  /* request indices to fit on, or NULL = all */
   size_t n_subset;
+  /* at scale (eldr_fit_stream; see the top of this header) */
+  size_t rho_sample;     /* requests sampled for rho and the mask (default 4000) */
+  size_t exact_limit;    /* above: mini-batch + final exact (default 5000) */
+  size_t batch;          /* mini-batch rows (default 4096) */
+  int epochs;            /* mini-batch passes (default 2) */
+  int final_iters;       /* exact balanced assignments at the end (default 2) */
+  size_t sig_budget;     /* bytes for the in-memory signature matrix (3 GiB) */
+  const struct eldr_artifact *previous; /* continuity with this artifact, or NULL */
   /* progress callback (may be NULL): stage name, done, total */
   void (*progress)(void *ctx, const char *stage, size_t done, size_t total);
   void *progress_ctx;
@@ -52,7 +95,8 @@ typedef struct eldr_fit_opts {
 #define ELDR_SEED_DEFAULT_STR "1"
 
 /* Defaults: k=required, tau=0.1, auto/auto/auto, balanced, 8 restarts,
- * 100 iterations, seed ELDR_SEED_DEFAULT, max_pairs 200000. */
+ * 100 iterations, seed ELDR_SEED_DEFAULT, max_pairs 200000, and the scale
+ * defaults listed in the struct. */
 void eldr_fit_opts_default(eldr_fit_opts *o);
 
 typedef struct eldr_fit_candidate {
@@ -75,11 +119,68 @@ typedef struct eldr_fit_report {
   double kmeans_objective;
   size_t capacity;          /* ceil(n / k) (balanced) */
   double seconds_rho, seconds_kmeans;
+  /* at scale */
+  eldr_rho_ci rho_ci;       /* the chosen candidate's rho on the sample, with
+                               its interval (se NaN when not measurable) */
+  size_t sample;            /* requests in the rho sample */
+  const char *mode;         /* "exact", "mini-batch" or "mini-batch (streamed)" */
+  int passes;               /* passes over the source */
+  double seconds_read;      /* pass 1 + signature pass */
+  /* continuity (when opts.previous) */
+  int have_previous;
+  double moved;             /* fraction of requests changing decoder */
+  double moved_unaligned;   /* the same without the reordering */
+  int *perm;                /* owned, k: new position p holds the centroid the
+                               fit made as number perm[p] */
 } eldr_fit_report;
 
+/* One calibration request as the fit sees it (borrowed for the visit). */
+typedef struct eldr_fit_item {
+  uint32_t n_prefill;        /* prompt tokens with selections; 0 = skipped */
+  const uint32_t *prefill;   /* L*E counts */
+  const uint32_t *decode;    /* L*E counts, or NULL when unknown */
+  const float *gates;        /* L*E prefill gate sums, or NULL */
+} eldr_fit_item;
+
+/* visit returns 0 to go on, else that code stops the pass. */
+typedef int (*eldr_fit_visit)(void *ud, const eldr_fit_item *it);
+
+/* Calibration requests the fit can read several times, in the same order
+ * each time. each() visits every request once and returns 0, the visit's
+ * nonzero code, or its own error (with a message in d). */
+typedef struct eldr_fit_source {
+  const char *model;
+  eldr_shape shape;
+  const uint32_t *layer_ids;  /* L entries */
+  const char *generator;      /* NULL when none */
+  int (*each)(void *ctx, eldr_fit_visit visit, void *ud, eldr_diag *d);
+  void *ctx;
+} eldr_fit_source;
+
+int eldr_fit_stream(const eldr_fit_source *src, const eldr_fit_opts *o, eldr_artifact **out,
+                    eldr_fit_report *report, eldr_diag *d);
+
+/* A source over an in-memory trace (and o->subset, when set): fills src and
+ * ctx (opaque storage, released by eldr_fit_trace_source_free). */
+typedef struct eldr_fit_trace_ctx {
+  const eldr_trace *t;
+  const size_t *subset;
+  size_t n_subset;
+  uint32_t *pre, *dec;
+  float *gates;
+} eldr_fit_trace_ctx;
+int eldr_fit_trace_source(const eldr_trace *t, const size_t *subset, size_t n_subset,
+                          eldr_fit_trace_ctx *ctx, eldr_fit_source *src);
+void eldr_fit_trace_source_free(eldr_fit_trace_ctx *ctx);
+
+/* eldr_fit_stream over the trace (o->subset honoured). */
 int eldr_fit(const eldr_trace *t, const eldr_fit_opts *o, eldr_artifact **out,
              eldr_fit_report *report, eldr_diag *d);
 void eldr_fit_report_free(eldr_fit_report *r);
+
+/* Gate-probability sums of a per-token request's prompt into out (L*E,
+ * zeroed here; all zero without prefill_gates or token rows). */
+void eldr_fit_gate_sums(const eldr_trace *t, const eldr_request *r, float *out);
 
 /* Signature of one trace request under an artifact (prefill counts ->
  * signature; out has a->dim floats). Returns eldr_signature_build's code. */

@@ -53,6 +53,31 @@ int eldr__quality_pairs(size_t n, const eldr_pairs_opts *po, uint32_t **pi, uint
 int eldr_quality_rho(const float *sigs, size_t sdim, const float *dec, size_t ddim, size_t n,
                      const eldr_pairs_opts *po, double *rho);
 
+/* rho with its uncertainty, for a rho measured on a sample of requests and
+ * of their pairs. Statistic: rho as eldr_quality_rho (same pairs, same
+ * distance grid). Uncertainty: the delete-a-group jackknife over requests:
+ * request i is in group i % groups; rho_(g) is rho over the pairs that touch
+ * no request of group g; se = sqrt((G-1)/G * sum_g (rho_(g) - mean)^2).
+ * Deleting whole requests (not single pairs) accounts for the dependence of
+ * pairs that share a request, which a pair-count formula (Fisher z with P
+ * pairs) ignores and so makes far too narrow. The interval is the normal
+ * one, rho -/+ 1.96 se (95%), clipped to [-1, 1]. */
+typedef struct eldr_rho_ci {
+  double rho;      /* on all the pairs */
+  double se;       /* jackknife standard error (NaN if a deleted group left
+                      rho undefined) */
+  double lo, hi;   /* 95% interval (NaN with se) */
+  size_t pairs;    /* pairs rho was computed over */
+  size_t requests; /* n */
+  size_t groups;   /* G */
+} eldr_rho_ci;
+
+/* As eldr_quality_rho plus the jackknife (groups >= 2, n >= 2 * groups,
+ * else ELDR_EINVAL). Cost: (groups + 1) rankings of the pairs' keys, O(P)
+ * each. Errors as eldr_quality_rho. */
+int eldr_quality_rho_ci(const float *sigs, size_t sdim, const float *dec, size_t ddim, size_t n,
+                        const eldr_pairs_opts *po, size_t groups, eldr_rho_ci *out);
+
 /* Decode patterns: dec_counts (n * L*E) -> out (n * L*E), each row the
  * L2-normalised decode counts (zero rows stay zero). */
 void eldr_quality_decode_patterns(const eldr_shape *s, const uint32_t *dec_counts, size_t n,

@@ -16,6 +16,7 @@
 #include "eldr/quality.h"
 #include "eldr/signature.h"
 #include "eldr/trace.h"
+#include "fit_source.h"
 
 static const char FIT_HELP[] =
     "usage: eldr fit --trace T --decoders K -o ARTIFACT [options]\n"
@@ -37,6 +38,16 @@ static const char FIT_HELP[] =
     "      --restarts N        K-means restarts                           [8]\n"
     "      --max-pairs N       request pairs for rho (0 = all)            [200000]\n"
     "      --vanilla           unbalanced K-means (ablation only)\n"
+    "      --previous FILE     the artifact being replaced: order the new centroids so\n"
+    "                          that each decoder keeps as much of its calibration\n"
+    "                          traffic as possible, and report the share that moves\n"
+    "      --rho-sample N      requests sampled for rho and the layer mask  [4000]\n"
+    "      --exact-limit N     above N requests: mini-batch K-means closed by exact\n"
+    "                          balanced assignments of every request      [5000]\n"
+    "      --batch N           mini-batch rows                            [4096]\n"
+    "      --epochs N          mini-batch passes                          [2]\n"
+    "      --memory-mb M       signature matrix + counts cache budget; beyond it\n"
+    "                          the K-means re-reads the trace (streamed)  [3072]\n"
     "      --created T         fit.created in the artifact (UTC, YYYY-MM-DDTHH:MM:SSZ)\n"
     "                          instead of now: the same seed and T give the same bytes\n"
     "      --fit-fraction F    fit on a random F of the requests (seeded by --seed,\n"
@@ -99,7 +110,8 @@ int eldr_cmd_fit(int argc, char **argv) {
   int json = 0, quiet = 0;
   double frac = 1.0;
   uint32_t ep_size = 0, redundant = 0;
-  const char *created_arg = NULL;
+  const char *created_arg = NULL, *prev_path = NULL;
+  size_t mem_mb = 3072;
   static const struct option lo[] = {
       {"trace", required_argument, 0, 't'},   {"decoders", required_argument, 0, 'k'},
       {"output", required_argument, 0, 'o'},  {"tau", required_argument, 0, 1},
@@ -112,6 +124,9 @@ int eldr_cmd_fit(int argc, char **argv) {
       {"model", required_argument, 0, 13},    {"hardware", required_argument, 0, 14},
       {"latency", required_argument, 0, 15},
       {"created", required_argument, 0, 16},
+      {"previous", required_argument, 0, 17}, {"rho-sample", required_argument, 0, 18},
+      {"exact-limit", required_argument, 0, 19}, {"batch", required_argument, 0, 20},
+      {"epochs", required_argument, 0, 21},   {"memory-mb", required_argument, 0, 22},
       {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
   cli_getopt_reset();
   int c;
@@ -157,6 +172,12 @@ int eldr_cmd_fit(int argc, char **argv) {
       created_arg = optarg;
       break;
     }
+    case 17: prev_path = optarg; break;
+    case 18: o.rho_sample = (size_t)cli_parse_long(cmd, "--rho-sample", optarg, 2, 1L << 24); break;
+    case 19: o.exact_limit = (size_t)cli_parse_long(cmd, "--exact-limit", optarg, 0, 1L << 40); break;
+    case 20: o.batch = (size_t)cli_parse_long(cmd, "--batch", optarg, 1, 1L << 24); break;
+    case 21: o.epochs = (int)cli_parse_long(cmd, "--epochs", optarg, 0, 1000); break;
+    case 22: mem_mb = (size_t)cli_parse_long(cmd, "--memory-mb", optarg, 1, 1L << 30); break;
     case 'q': quiet = 1; break;
     case 'h': fputs(FIT_HELP, stdout); return 0;
     default: cli_bad_option(cmd, argc, argv, c);
@@ -194,14 +215,40 @@ int eldr_cmd_fit(int argc, char **argv) {
 
   double t0 = eldr_clock_now();
   eldr_diag d = {{0}};
-  eldr_trace *t = cli_trace_load(cmd, &tin);
+  eldr_trace *t = NULL, hdr = {0};
+  cli_fit_file ff = {0};
+  eldr_fit_source fsrc;
   int rc;
+  /* placements need the token rows, and the --fit-fraction split the order
+   * eldr sim fits in: load the trace; otherwise stream it (memory per
+   * request, not per token) */
+  const int stream = !ep_size && frac >= 1.0;
+  if (!stream) {
+    t = cli_trace_load(cmd, &tin);
+    if (o.repr == ELDR_REPR_GATE || o.repr == ELDR_REPR_LOGIT)
+      for (size_t i = 0; i < t->n; i++)
+        if (eldr_request_is_counts(&t->req[i]))
+          cli_fail(cmd, "--representation %s needs per-token prefill_gates; %s: request '%s' is in "
+                   "the counts form", eldr_repr_name((eldr_repr)o.repr), trace_path, t->req[i].id);
+  } else {
+    rc = cli_fit_file_open(tin.paths, tin.n_paths, mem_mb << 19, &ff, &fsrc, &d);
+    if (rc) cli_fail(cmd, "%s", eldr_diag_msg(&d, rc));
+    if (o.repr == ELDR_REPR_GATE || o.repr == ELDR_REPR_LOGIT) ff.need_gates = eldr_repr_name((eldr_repr)o.repr);
+    ff.label = trace_path;
+    hdr.model = ff.model; /* the header: model, shape, layer ids (borrowed) */
+    hdr.generator = ff.generator;
+    hdr.shape = ff.shape;
+    hdr.layer_ids = ff.layer_ids;
+    t = &hdr;
+    o.sig_budget = mem_mb << 19;
+  }
   double t_load = eldr_clock_now() - t0;
-  if (o.repr == ELDR_REPR_GATE || o.repr == ELDR_REPR_LOGIT)
-    for (size_t i = 0; i < t->n; i++)
-      if (eldr_request_is_counts(&t->req[i]))
-        cli_fail(cmd, "--representation %s needs per-token prefill_gates; %s: request '%s' is in "
-                 "the counts form", eldr_repr_name((eldr_repr)o.repr), trace_path, t->req[i].id);
+  eldr_artifact *prev = NULL;
+  if (prev_path) {
+    rc = eldr_artifact_load(prev_path, &prev, &d);
+    if (rc) cli_fail(cmd, "--previous: %s", eldr_diag_msg(&d, rc));
+    o.previous = prev;
+  }
   if (have_lm && (lm.shape.num_layers != t->shape.num_layers ||
                   lm.shape.num_experts != t->shape.num_experts || lm.shape.top_k != t->shape.top_k))
     cli_usage_error(cmd, "--model/--latency: the latency model '%s' has %u layers x %u experts top-%u, "
@@ -234,8 +281,12 @@ int eldr_cmd_fit(int argc, char **argv) {
 
   eldr_artifact *a = NULL;
   eldr_fit_report rep;
-  rc = eldr_fit(t, &o, &a, &rep, &d);
+  rc = stream ? eldr_fit_stream(&fsrc, &o, &a, &rep, &d) : eldr_fit(t, &o, &a, &rep, &d);
+  if (rc == ELDR_EUNSUPPORTED && ff.need_gates) cli_fail(cmd, "%s", eldr_diag_msg(&d, rc));
   if (rc) cli_fail(cmd, "%s: %s", trace_path, eldr_diag_msg(&d, rc));
+  if (stream && ff.info.torn)
+    fprintf(stderr, "eldr fit: note: %s%s\n", ff.info.note,
+            ff.info.torn > 1 ? " (and more files with a torn last line)" : "");
   free(a->trace);
   a->trace = strdup(trace_path);
   char created[32];
@@ -320,6 +371,27 @@ int eldr_cmd_fit(int argc, char **argv) {
       json_object_set_new(pj, "decoders", names);
       json_object_set_new(root, "placement", pj);
     }
+    json_t *ci = json_object();
+    json_object_set_new(ci, "rho", jreal(rep.rho_ci.rho));
+    json_object_set_new(ci, "se", jreal(rep.rho_ci.se));
+    json_object_set_new(ci, "lo", jreal(rep.rho_ci.lo));
+    json_object_set_new(ci, "hi", jreal(rep.rho_ci.hi));
+    json_object_set_new(ci, "pairs", json_integer((json_int_t)rep.rho_ci.pairs));
+    json_object_set_new(ci, "sample", json_integer((json_int_t)rep.sample));
+    json_object_set_new(ci, "method", json_string("delete-a-group jackknife over requests, 20 groups, rho -/+ 1.96 se"));
+    json_object_set_new(root, "rho_interval", ci);
+    json_object_set_new(root, "kmeans_mode", json_string(rep.mode));
+    json_object_set_new(root, "passes", json_integer(rep.passes));
+    if (rep.have_previous) {
+      json_t *pj = json_object();
+      json_object_set_new(pj, "artifact", json_string(prev_path));
+      json_object_set_new(pj, "moved", jreal(rep.moved));
+      json_object_set_new(pj, "moved_unaligned", jreal(rep.moved_unaligned));
+      json_t *perm = json_array();
+      for (size_t i = 0; i < a->k; i++) json_array_append_new(perm, json_integer(rep.perm[i]));
+      json_object_set_new(pj, "order", perm);
+      json_object_set_new(root, "previous", pj);
+    }
     json_object_set_new(root, "seconds", json_real(total));
     char *s = json_dumps(root, JSON_INDENT(2));
     puts(s);
@@ -351,7 +423,17 @@ int eldr_cmd_fit(int argc, char **argv) {
     printf("clusters  ");
     for (size_t i = 0; i < a->k; i++) printf(" %zu", a->cluster_sizes[i]);
     printf("   (max %zu)\n", maxsz);
-    printf("time       %.2fs (load %.2fs, rho %.2fs, k-means %.2fs)\n", total, t_load,
+    if (isfinite(rep.rho_ci.se))
+      printf("rho 95%%    [%.4f, %.4f] on %zu sampled requests, %zu pairs (jackknife over 20\n"
+             "           request groups, rho -/+ 1.96 se; se %.4f)\n", rep.rho_ci.lo, rep.rho_ci.hi,
+             rep.sample, rep.rho_ci.pairs, rep.rho_ci.se);
+    if (rep.n > rep.sample)
+      printf("scale      %s K-means, %d passes over the input\n", rep.mode, rep.passes);
+    if (rep.have_previous)
+      printf("previous   %s: %.2f%% of the calibration requests change decoder (%.2f%% without\n"
+             "           reordering the centroids)\n", prev_path, 100.0 * rep.moved,
+             100.0 * rep.moved_unaligned);
+    printf("time       %.2fs (read %.2fs, rho %.2fs, k-means %.2fs)\n", total, t_load + rep.seconds_read,
            rep.seconds_rho, rep.seconds_kmeans);
     printf("artifact   %s\n", out_path);
     if (ep_size)
@@ -364,7 +446,9 @@ int eldr_cmd_fit(int argc, char **argv) {
   cli_ep_set_free(&eps);
   eldr_fit_report_free(&rep);
   eldr_artifact_free(a);
-  eldr_trace_free(t);
+  if (stream) cli_fit_file_close(&ff);
+  else eldr_trace_free(t);
+  eldr_artifact_free(prev);
   free(subset);
   free(list_mask);
   cli_trace_inputs_free(&tin);

@@ -12,6 +12,7 @@
 #include "eldr/parallel.h"
 #include "eldr/rng.h"
 #include "eldr/signature.h"
+#include "fit_int.h"
 
 void eldr_fit_opts_default(eldr_fit_opts *o) {
   memset(o, 0, sizeof *o);
@@ -24,12 +25,19 @@ void eldr_fit_opts_default(eldr_fit_opts *o) {
   o->max_iter = 100;
   o->max_pairs = 200000;
   o->seed = ELDR_SEED_DEFAULT;
+  o->rho_sample = 4000;
+  o->exact_limit = 5000;
+  o->batch = 4096;
+  o->epochs = 2;
+  o->final_iters = 2;
+  o->sig_budget = (size_t)3 << 30;
 }
 
 void eldr_fit_report_free(eldr_fit_report *r) {
   if (!r) return;
   for (size_t i = 0; i < r->n_cand; i++) free(r->cand[i].steps);
   free(r->cand);
+  free(r->perm);
   memset(r, 0, sizeof *r);
 }
 
@@ -45,11 +53,10 @@ void eldr_fit_shuffle(size_t *perm, size_t n, uint64_t seed) {
 }
 
 
-/* Gate sums of a request's prefill: out (L*E, zeroed here). */
-static void request_gate_sums(const eldr_trace *t, const eldr_request *r, float *out) {
+void eldr_fit_gate_sums(const eldr_trace *t, const eldr_request *r, float *out) {
   const size_t L = t->shape.num_layers, E = t->shape.num_experts, K = t->shape.top_k;
   memset(out, 0, L * E * sizeof *out);
-  if (!r->prefill_gates) return;
+  if (!r->prefill_gates || !r->prefill) return;
   for (size_t tok = 0; tok < r->n_prefill; tok++)
     for (size_t l = 0; l < L; l++)
       for (size_t k = 0; k < K; k++) {
@@ -67,7 +74,7 @@ int eldr_fit_request_signature(const eldr_artifact *a, const eldr_trace *t,
   const float *gates = NULL;
   if ((a->repr == ELDR_REPR_GATE || a->repr == ELDR_REPR_LOGIT) && gates_scratch &&
       r->prefill_gates) {
-    request_gate_sums(t, r, gates_scratch);
+    eldr_fit_gate_sums(t, r, gates_scratch);
     gates = gates_scratch;
   }
   return eldr_signature_build(&spec, counts_scratch, gates, out);
@@ -132,14 +139,136 @@ static int score_candidates(rho_jobs *j) {
   return j->rc;
 }
 
+/* ---- the in-memory trace as a source ------------------------------------ */
+
+static int trace_each(void *ctx, eldr_fit_visit visit, void *ud, eldr_diag *d) {
+  eldr_fit_trace_ctx *c = ctx;
+  const eldr_trace *t = c->t;
+  const size_t n = c->subset ? c->n_subset : t->n;
+  for (size_t i = 0; i < n; i++) {
+    const size_t ri = c->subset ? c->subset[i] : i;
+    if (ri >= t->n) return eldr_diag_fail(d, ELDR_ERANGE, "subset index %zu >= %zu requests", ri, t->n);
+    const eldr_request *r = &t->req[ri];
+    eldr_fit_item it = {.n_prefill = r->n_prefill, .prefill = c->pre, .decode = c->dec};
+    if (r->n_prefill) {
+      eldr_trace_request_counts(t, r, 0, c->pre);
+      eldr_trace_request_counts(t, r, 1, c->dec);
+      if (eldr_request_is_counts(r) && !r->decode_counts) it.decode = NULL; /* unknown */
+      if (r->prefill_gates && r->prefill && c->gates) {
+        eldr_fit_gate_sums(t, r, c->gates);
+        it.gates = c->gates;
+      }
+    }
+    int rc = visit(ud, &it);
+    if (rc) return rc;
+  }
+  return ELDR_OK;
+}
+
+int eldr_fit_trace_source(const eldr_trace *t, const size_t *subset, size_t n_subset,
+                          eldr_fit_trace_ctx *ctx, eldr_fit_source *src) {
+  memset(ctx, 0, sizeof *ctx);
+  memset(src, 0, sizeof *src);
+  const size_t LE = eldr_shape_cells(&t->shape);
+  ctx->t = t;
+  ctx->subset = subset;
+  ctx->n_subset = n_subset;
+  ctx->pre = malloc(LE * sizeof *ctx->pre);
+  ctx->dec = malloc(LE * sizeof *ctx->dec);
+  ctx->gates = malloc(LE * sizeof *ctx->gates);
+  if (!ctx->pre || !ctx->dec || !ctx->gates) {
+    eldr_fit_trace_source_free(ctx);
+    return ELDR_ENOMEM;
+  }
+  src->model = t->model;
+  src->shape = t->shape;
+  src->layer_ids = t->layer_ids;
+  src->generator = t->generator;
+  src->each = trace_each;
+  src->ctx = ctx;
+  return ELDR_OK;
+}
+
+void eldr_fit_trace_source_free(eldr_fit_trace_ctx *ctx) {
+  free(ctx->pre);
+  free(ctx->dec);
+  free(ctx->gates);
+  memset(ctx, 0, sizeof *ctx);
+}
+
 int eldr_fit(const eldr_trace *t, const eldr_fit_opts *o, eldr_artifact **out,
              eldr_fit_report *report, eldr_diag *d) {
+  eldr_fit_trace_ctx ctx;
+  eldr_fit_source src;
+  *out = NULL;
+  memset(report, 0, sizeof *report);
+  if (eldr_fit_trace_source(t, o->subset, o->subset ? o->n_subset : 0, &ctx, &src))
+    return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
+  int rc = eldr_fit_stream(&src, o, out, report, d);
+  eldr_fit_trace_source_free(&ctx);
+  return rc;
+}
+
+/* ---- pass 1: counts, document frequencies, the reservoir sample ---------- */
+
+typedef struct pass1 {
+  size_t LE, cap;       /* cells, sample capacity */
+  size_t n, skipped, ns; /* usable requests, skipped, sampled */
+  uint32_t *df;         /* LE */
+  uint32_t *pre, *dec;  /* cap * LE */
+  float *gates;         /* cap * LE (while every request so far had gates) */
+  int have_gates;
+  eldr_rng rng;
+  const eldr_fit_opts *o;
+} pass1;
+
+static int pass1_visit(void *ud, const eldr_fit_item *it) {
+  pass1 *p = ud;
+  const size_t LE = p->LE;
+  if (it->n_prefill == 0) {
+    p->skipped++;
+    return 0;
+  }
+  const size_t i = p->n++;
+  for (size_t c = 0; c < LE; c++) p->df[c] += it->prefill[c] != 0;
+  if (!it->gates && p->have_gates) {
+    p->have_gates = 0;
+    free(p->gates);
+    p->gates = NULL;
+  }
+  if (p->o->progress && (p->n & 1023) == 0) p->o->progress(p->o->progress_ctx, "read", p->n, 0);
+  size_t slot = i;
+  if (i >= p->cap) { /* reservoir: keep request i with probability cap / (i + 1) */
+    slot = (size_t)eldr_rng_below(&p->rng, (uint64_t)i + 1);
+    if (slot >= p->cap) return 0;
+  } else {
+    p->ns++;
+  }
+  memcpy(p->pre + slot * LE, it->prefill, LE * sizeof *p->pre);
+  if (it->decode) memcpy(p->dec + slot * LE, it->decode, LE * sizeof *p->dec);
+  else memset(p->dec + slot * LE, 0, LE * sizeof *p->dec);
+  if (p->have_gates) memcpy(p->gates + slot * LE, it->gates, LE * sizeof *p->gates);
+  return 0;
+}
+
+static void pass1_free(pass1 *p) {
+  free(p->df);
+  free(p->pre);
+  free(p->dec);
+  free(p->gates);
+  memset(p, 0, sizeof *p);
+}
+
+/* ---- the fit ---------------------------------------------------------------- */
+
+int eldr_fit_stream(const eldr_fit_source *src, const eldr_fit_opts *o, eldr_artifact **out,
+                    eldr_fit_report *report, eldr_diag *d) {
   int rc = ELDR_OK;
   *out = NULL;
   memset(report, 0, sizeof *report);
-  const eldr_shape *s = &t->shape;
-  const size_t L = s->num_layers, E = s->num_experts, LE = L * E;
-  const size_t n_all = o->subset ? o->n_subset : t->n;
+  report->moved = report->moved_unaligned = NAN;
+  const eldr_shape *s = &src->shape;
+  const size_t L = s->num_layers, LE = eldr_shape_cells(s);
 
   if (o->k < 1) return eldr_diag_fail(d, ELDR_EINVAL, "decoders (k) must be >= 1");
   if (!(o->tau >= 0.0 && o->tau <= 2.0))
@@ -147,25 +276,47 @@ int eldr_fit(const eldr_trace *t, const eldr_fit_opts *o, eldr_artifact **out,
   if (o->repr > ELDR_REPR_LOGIT) return eldr_diag_fail(d, ELDR_EINVAL, "unknown representation");
   if (o->layers == ELDR_FIT_LAYERS_LIST && !o->layer_list_mask)
     return eldr_diag_fail(d, ELDR_EINVAL, "layer list missing");
+  if (eldr_shape_validate(s, d)) return ELDR_ERANGE;
+  if (o->previous) {
+    const eldr_artifact *pv = o->previous;
+    if (pv->shape.num_layers != s->num_layers || pv->shape.num_experts != s->num_experts ||
+        pv->shape.top_k != s->top_k)
+      return eldr_diag_fail(d, ELDR_ESHAPE,
+                            "previous artifact has %u layers x %u experts top-%u, the trace %u x %u top-%u",
+                            pv->shape.num_layers, pv->shape.num_experts, pv->shape.top_k,
+                            s->num_layers, s->num_experts, s->top_k);
+    if (pv->k != o->k)
+      return eldr_diag_fail(d, ELDR_EINVAL,
+                            "previous artifact has %zu centroids, this fit %zu: continuity needs the same number",
+                            pv->k, o->k);
+  }
 
-  uint32_t *pre = NULL, *dec = NULL;
-  float *gates = NULL, *decpat = NULL, *idf = NULL, *sigs = NULL;
-  size_t *idx = NULL, *sizes = NULL;
+  pass1 p1 = {0};
+  float *decpat = NULL, *idf = NULL, *sigs_s = NULL, *x = NULL;
+  size_t *sizes = NULL;
   int *labels = NULL;
+  uint8_t *masks = NULL;
   eldr_artifact *a = NULL;
 
-  /* 1. requests with prefill selections */
-  idx = malloc((n_all ? n_all : 1) * sizeof *idx);
-  if (!idx) { rc = ELDR_ENOMEM; goto fail; }
-  size_t n = 0;
-  int have_gates = 1;
-  for (size_t i = 0; i < n_all; i++) {
-    size_t ri = o->subset ? o->subset[i] : i;
-    if (ri >= t->n) { rc = eldr_diag_fail(d, ELDR_ERANGE, "subset index %zu >= %zu requests", ri, t->n); goto fail; }
-    if (t->req[ri].n_prefill == 0) { report->skipped_empty++; continue; }
-    if (!t->req[ri].prefill_gates) have_gates = 0;
-    idx[n++] = ri;
-  }
+  /* 1. pass 1 */
+  double t0 = eldr_clock_now();
+  p1.LE = LE;
+  p1.cap = o->rho_sample > o->k ? o->rho_sample : o->k;
+  if (p1.cap < 2) p1.cap = 2;
+  p1.o = o;
+  p1.have_gates = 1;
+  eldr_rng_seed(&p1.rng, o->seed ^ 0x5a3b1e5ULL);
+  p1.df = calloc(LE, sizeof *p1.df);
+  p1.pre = malloc(p1.cap * LE * sizeof *p1.pre);
+  p1.dec = malloc(p1.cap * LE * sizeof *p1.dec);
+  p1.gates = malloc(p1.cap * LE * sizeof *p1.gates);
+  if (!p1.df || !p1.pre || !p1.dec || !p1.gates) { rc = ELDR_ENOMEM; goto fail; }
+  rc = src->each(src->ctx, pass1_visit, &p1, d);
+  report->passes = 1;
+  if (rc) goto fail;
+  const size_t n = p1.n, ns = p1.ns;
+  const int have_gates = p1.have_gates && n > 0;
+  report->skipped_empty = p1.skipped;
   if (n < 2 || n < o->k) {
     rc = eldr_diag_fail(d, ELDR_EEMPTY,
                         "%zu usable requests (with prefill selections) for %zu decoders: need at least max(2, k)",
@@ -178,24 +329,17 @@ int eldr_fit(const eldr_trace *t, const eldr_fit_opts *o, eldr_artifact **out,
                         eldr_repr_name((eldr_repr)o->repr));
     goto fail;
   }
-
-  pre = calloc(n * LE, sizeof *pre);
-  dec = calloc(n * LE, sizeof *dec);
-  decpat = calloc(n * LE, sizeof *decpat);
+  decpat = calloc(ns * LE, sizeof *decpat);
   idf = calloc(LE, sizeof *idf);
-  if (have_gates) gates = calloc(n * LE, sizeof *gates);
-  if (!pre || !dec || !decpat || !idf || (have_gates && !gates)) { rc = ELDR_ENOMEM; goto fail; }
-  for (size_t i = 0; i < n; i++) {
-    const eldr_request *r = &t->req[idx[i]];
-    eldr_trace_request_counts(t, r, 0, pre + i * LE);
-    eldr_trace_request_counts(t, r, 1, dec + i * LE);
-    if (gates) request_gate_sums(t, r, gates + i * LE);
-  }
-  eldr_quality_decode_patterns(s, dec, n, decpat);
-  eldr_idf_compute(s, pre, n, idf);
+  if (!decpat || !idf) { rc = ELDR_ENOMEM; goto fail; }
+  eldr_quality_decode_patterns(s, p1.dec, ns, decpat);
+  for (size_t c = 0; c < LE; c++)
+    idf[c] = (float)log(((double)n + 1.0) / ((double)p1.df[c] + 1.0));
   report->n = n;
+  report->sample = ns;
+  report->seconds_read = eldr_clock_now() - t0;
 
-  /* 2. candidates */
+  /* 2. candidates, scored on the sample */
   eldr_repr reprs[4];
   size_t n_repr = 0;
   if (o->repr >= 0) {
@@ -217,28 +361,26 @@ int eldr_fit(const eldr_trace *t, const eldr_fit_opts *o, eldr_artifact **out,
     idfs[n_idf++] = o->idf == ELDR_FIT_ON;
   }
   report->cand = calloc(n_repr * n_idf, sizeof *report->cand);
-  if (!report->cand) { rc = ELDR_ENOMEM; goto fail; }
+  masks = calloc(n_repr * n_idf * L, 1);
+  if (!report->cand || !masks) { rc = ELDR_ENOMEM; goto fail; }
   eldr_pairs_opts po = {.max_pairs = o->max_pairs, .seed = o->seed ^ 0x5eedf17ULL};
-  uint8_t *masks = calloc(n_repr * n_idf * L, 1);
-  if (!masks) { rc = ELDR_ENOMEM; goto fail; }
-  double t0 = eldr_clock_now();
+  t0 = eldr_clock_now();
   for (size_t ri = 0; ri < n_repr; ri++) {
     for (size_t ii = 0; ii < n_idf; ii++) {
       eldr_fit_candidate *cd = &report->cand[report->n_cand];
       cd->repr = reprs[ri];
       cd->idf = idfs[ii];
       cd->steps = calloc(L, sizeof *cd->steps);
-      if (!cd->steps) { free(masks); rc = ELDR_ENOMEM; goto fail; }
+      if (!cd->steps) { rc = ELDR_ENOMEM; goto fail; }
       report->n_cand++;
     }
   }
   /* the candidates are independent: score them on up to 2 threads */
-  rho_jobs rj = {.s = s, .idf = idf, .pre = pre, .gates = gates, .decpat = decpat, .n = n,
-                 .po = &po, .cand = report->cand, .n_cand = report->n_cand, .masks = masks,
-                 .o = o};
+  rho_jobs rj = {.s = s, .idf = idf, .pre = p1.pre, .gates = have_gates ? p1.gates : NULL,
+                 .decpat = decpat, .n = ns, .po = &po, .cand = report->cand,
+                 .n_cand = report->n_cand, .masks = masks, .o = o};
   rc = score_candidates(&rj);
   if (rc) {
-    free(masks);
     const eldr_fit_candidate *cd = &report->cand[rj.failed];
     eldr_diag_fail(d, rc, "rho of %s%s: %s", eldr_repr_name(cd->repr), cd->idf ? "-idf" : "",
                    eldr_strerror(rc));
@@ -259,7 +401,6 @@ int eldr_fit(const eldr_trace *t, const eldr_fit_opts *o, eldr_artifact **out,
   }
   report->seconds_rho = eldr_clock_now() - t0;
 
-  /* rho of the mask the fit will actually use (all / list) */
   /* without any defined rho: the count representation, IDF as allowed */
   size_t best = 0;
   for (size_t c = 0; c < report->n_cand; c++)
@@ -267,11 +408,9 @@ int eldr_fit(const eldr_trace *t, const eldr_fit_opts *o, eldr_artifact **out,
   double best_rho = -2.0;
   for (size_t c = 0; c < report->n_cand; c++) {
     eldr_fit_candidate *cd = &report->cand[c];
-    double r = o->layers == ELDR_FIT_LAYERS_ALL ? cd->rho_all : cd->rho_mask;
-    if (o->layers == ELDR_FIT_LAYERS_LIST) {
-      /* measured below for the chosen candidate only; rank by all-layer rho */
-      r = cd->rho_all;
-    }
+    /* a list mask is measured below for the chosen candidate only: rank by
+     * the all-layer rho */
+    double r = o->layers == ELDR_FIT_LAYERS_AUTO ? cd->rho_mask : cd->rho_all;
     if (isfinite(r) && r > best_rho + 1e-12) {
       best_rho = r;
       best = c;
@@ -280,55 +419,125 @@ int eldr_fit(const eldr_trace *t, const eldr_fit_opts *o, eldr_artifact **out,
   report->chosen = best;
   const eldr_fit_candidate *ch = &report->cand[best];
 
-  /* 3. artifact + signatures under the chosen spec */
-  a = eldr_artifact_new(t->model, s, t->layer_ids, ch->repr, ch->idf, masks + best * L, o->k);
-  free(masks);
+  /* 3. artifact + the sample's signatures under the chosen spec */
+  a = eldr_artifact_new(src->model, s, src->layer_ids, ch->repr, ch->idf, masks + best * L, o->k);
   if (!a) { rc = eldr_diag_fail(d, ELDR_ENOMEM, "cannot allocate the artifact"); goto fail; }
   if (ch->idf) memcpy(a->idf, idf, LE * sizeof *idf);
   a->tau = o->tau;
-  eldr_sigspec spec;
-  eldr_artifact_sigspec(a, &spec);
+  fit_rows rows = {.src = src, .dim = a->dim, .n = n, .ns = ns};
+  eldr_artifact_sigspec(a, &rows.spec);
   const size_t dim = a->dim;
-  sigs = calloc(n * dim, sizeof *sigs);
-  if (!sigs) { rc = ELDR_ENOMEM; goto fail; }
-  for (size_t i = 0; i < n; i++) {
-    int b = eldr_signature_build(&spec, pre + i * LE, gates ? gates + i * LE : NULL, sigs + i * dim);
-    if (b && b != ELDR_EEMPTY) { rc = eldr_diag_fail(d, b, "signature of request %zu: %s", idx[i], eldr_strerror(b)); goto fail; }
+  sigs_s = calloc(ns * dim, sizeof *sigs_s);
+  if (!sigs_s) { rc = ELDR_ENOMEM; goto fail; }
+  for (size_t i = 0; i < ns; i++) {
+    int b = eldr_signature_build(&rows.spec, p1.pre + i * LE, have_gates ? p1.gates + i * LE : NULL,
+                                 sigs_s + i * dim);
+    if (b && b != ELDR_EEMPTY) { rc = eldr_diag_fail(d, b, "signature of sampled request %zu: %s", i, eldr_strerror(b)); goto fail; }
   }
   if (o->layers == ELDR_FIT_LAYERS_LIST) {
     double r = 0;
-    const size_t ddim = LE;
-    int q = eldr_quality_rho(sigs, dim, decpat, ddim, n, &po, &r);
-    if (q == ELDR_OK) report->cand[best].rho_mask = r;
+    if (eldr_quality_rho(sigs_s, dim, decpat, LE, ns, &po, &r) == ELDR_OK) report->cand[best].rho_mask = r;
   }
   a->fit_rho = o->layers == ELDR_FIT_LAYERS_ALL ? ch->rho_all : report->cand[best].rho_mask;
+  report->rho_ci.rho = report->rho_ci.se = report->rho_ci.lo = report->rho_ci.hi = NAN;
+  if (ns >= 40) { /* 20 jackknife groups of at least 2 requests */
+    int q = eldr_quality_rho_ci(sigs_s, dim, decpat, LE, ns, &po, 20, &report->rho_ci);
+    if (q && q != ELDR_EEMPTY) { rc = eldr_diag_fail(d, q, "rho interval: %s", eldr_strerror(q)); goto fail; }
+    if (q) report->rho_ci.rho = report->rho_ci.se = report->rho_ci.lo = report->rho_ci.hi = NAN;
+  }
+  /* the sample's counts are done with: free them before the big matrix */
+  free(decpat);
+  decpat = NULL;
+  free(p1.pre);
+  free(p1.dec);
+  free(p1.gates);
+  p1.pre = p1.dec = NULL;
+  p1.gates = NULL;
 
   /* 4. K-means */
-  labels = calloc(n, sizeof *labels);
   sizes = calloc(o->k, sizeof *sizes);
-  if (!labels || !sizes) { rc = ELDR_ENOMEM; goto fail; }
+  if (!sizes) { rc = ELDR_ENOMEM; goto fail; }
   eldr_kmeans_opts ko = {.k = o->k, .balanced = o->balanced, .restarts = o->restarts,
                          .max_iter = o->max_iter, .seed = o->seed};
-  eldr_kmeans_result kr;
+  eldr_kmeans_result kr = {0};
   progress(o, "kmeans", 0, 1);
   t0 = eldr_clock_now();
-  rc = eldr_kmeans_fit(sigs, n, dim, &ko, a->centroids, labels, sizes, &kr);
+  const int in_memory = (double)n * (double)dim * sizeof(float) <= (double)o->sig_budget;
+  const float *xs = NULL;
+  if (n == ns) {
+    xs = sigs_s; /* the sample is every request, in source order */
+  } else if (in_memory && (n <= o->exact_limit || !o->balanced)) {
+    x = malloc(n * dim * sizeof *x);
+    if (!x) { rc = eldr_diag_fail(d, ELDR_ENOMEM, "signature matrix: %zu x %zu floats", n, dim); goto fail; }
+    double tr = eldr_clock_now();
+    if ((rc = eldr__fit_build_matrix(&rows, x, d))) goto fail;
+    report->seconds_read += eldr_clock_now() - tr;
+    report->passes++;
+    xs = x;
+  }
+  if (xs) { /* exact: every assignment step on all rows */
+    report->mode = "exact";
+    labels = calloc(n, sizeof *labels);
+    if (!labels) { rc = ELDR_ENOMEM; goto fail; }
+    rc = eldr_kmeans_fit(xs, n, dim, &ko, a->centroids, labels, sizes, &kr);
+    if (rc) { eldr_diag_fail(d, rc, "K-means: %s", eldr_strerror(rc)); goto fail; }
+  } else {
+    /* initial centroids: the exact balanced K-means of (the first rows of)
+     * the sample, which is in random order: max(1024, 32 k) rows and at
+     * most 30 iterations per restart are plenty for a start that the
+     * mini-batch epochs and the exact end refine */
+    size_t ni = 32 * o->k > 1024 ? 32 * o->k : 1024;
+    if (ni > ns) ni = ns;
+    if (ko.max_iter > 30) ko.max_iter = 30;
+    int *sl = calloc(ni, sizeof *sl);
+    if (!sl) { rc = ELDR_ENOMEM; goto fail; }
+    rc = eldr_kmeans_fit(sigs_s, ni, dim, &ko, a->centroids, sl, NULL, &kr);
+    free(sl);
+    if (rc) { eldr_diag_fail(d, rc, "K-means of the sample: %s", eldr_strerror(rc)); goto fail; }
+    rows.sample = sigs_s;
+    if (in_memory) {
+      x = malloc(n * dim * sizeof *x);
+      if (!x) { rc = eldr_diag_fail(d, ELDR_ENOMEM, "signature matrix: %zu x %zu floats", n, dim); goto fail; }
+      double tr = eldr_clock_now();
+      if ((rc = eldr__fit_build_matrix(&rows, x, d))) goto fail;
+      report->seconds_read += eldr_clock_now() - tr;
+      report->passes++;
+      rows.x = x;
+    }
+    report->mode = in_memory ? "mini-batch" : "mini-batch (streamed)";
+    if (o->previous) { /* continuity: start from the previous partition */
+      if ((rc = eldr__fit_warm_start(&rows, o, a->centroids, d))) goto fail;
+      report->passes++;
+    }
+    int passes = 0;
+    rc = eldr__fit_kmeans_scale(&rows, o, a->centroids, sizes, &kr.objective, &passes, d);
+    report->passes += passes;
+    if (rc) goto fail;
+  }
   report->seconds_kmeans = eldr_clock_now() - t0;
   progress(o, "kmeans", 1, 1);
-  if (rc) { eldr_diag_fail(d, rc, "K-means: %s", eldr_strerror(rc)); goto fail; }
   report->kmeans_objective = kr.objective;
   report->capacity = (n + o->k - 1) / o->k;
   for (size_t c = 0; c < o->k; c++) a->cluster_sizes[c] = sizes[c];
+  free(x);
+  x = NULL;
   a->fit_n = n;
   a->fit_seed = o->seed;
   a->fit_balanced = o->balanced;
-  if (t->generator) {
-    size_t gl = strlen(t->generator) + 1;
+  if (src->generator) {
+    size_t gl = strlen(src->generator) + 1;
     if (!(a->trace_generator = malloc(gl))) {
       rc = eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
       goto fail;
     }
-    memcpy(a->trace_generator, t->generator, gl);
+    memcpy(a->trace_generator, src->generator, gl);
+  }
+
+  /* 5. continuity with the previous artifact */
+  if (o->previous) {
+    rc = eldr__fit_align_previous(src, o, a, report, d);
+    report->passes++;
+    if (rc) goto fail;
   }
 
   rc = eldr_artifact_validate(a, d);
@@ -339,15 +548,14 @@ int eldr_fit(const eldr_trace *t, const eldr_fit_opts *o, eldr_artifact **out,
 
 fail:
   eldr_artifact_free(a);
+  free(masks);
   free(labels);
   free(sizes);
-  free(sigs);
-  free(gates);
+  free(x);
+  free(sigs_s);
   free(idf);
   free(decpat);
-  free(dec);
-  free(pre);
-  free(idx);
+  pass1_free(&p1);
   if (rc) {
     eldr_fit_report_free(report);
     if (rc == ELDR_ENOMEM && d && !d->msg[0]) eldr_diag_fail(d, rc, "out of memory");

@@ -326,6 +326,92 @@ out:
   return rc;
 }
 
+/* rho of the pairs p with keep[i[p]] && keep[j[p]] (keep NULL: all). */
+static int rho_subset(const pairs *pp, const uint32_t *ks, const uint32_t *kd,
+                      const uint8_t *keep, ranker *rk, uint32_t *sk, double *cy, double *rho) {
+  size_t m = 0;
+  for (size_t p = 0; p < pp->n; p++) {
+    if (keep && !(keep[pp->i[p]] && keep[pp->j[p]])) continue;
+    rk->hist[kd[p]]++;
+    sk[m++] = ks[p];
+  }
+  if (m < 2) {
+    memset(rk->hist, 0, NKEYS * sizeof *rk->hist);
+    return ELDR_EEMPTY;
+  }
+  const double syy = ranker_table(rk, m);
+  m = 0;
+  for (size_t p = 0; p < pp->n; p++) {
+    if (keep && !(keep[pp->i[p]] && keep[pp->j[p]])) continue;
+    cy[m++] = rk->table[kd[p]];
+  }
+  for (size_t q = 0; q < m; q++) rk->hist[sk[q]]++;
+  if (!(syy > 0.0)) {
+    ranker_table(rk, m); /* clears hist */
+    return ELDR_EEMPTY;
+  }
+  return ranker_rho(rk, sk, m, cy, syy, rho);
+}
+
+int eldr_quality_rho_ci(const float *sigs, size_t sdim, const float *dec, size_t ddim, size_t n,
+                        const eldr_pairs_opts *po, size_t groups, eldr_rho_ci *out) {
+  if (!sigs || !dec || !out || sdim == 0 || ddim == 0 || groups < 2 || n < 2 * groups)
+    return ELDR_EINVAL;
+  memset(out, 0, sizeof *out);
+  pairs pp;
+  int rc = pairs_make(n, po, &pp);
+  if (rc) return rc;
+  const size_t P = pp.n;
+  ranker rk = {0};
+  uint32_t *ks = malloc(P * sizeof *ks), *kd = malloc(P * sizeof *kd), *sk = malloc(P * sizeof *sk);
+  double *cy = malloc(P * sizeof *cy);
+  uint8_t *keep = malloc(n);
+  if (!ks || !kd || !sk || !cy || !keep || ranker_init(&rk) != 0) {
+    rc = ELDR_ENOMEM;
+    goto out;
+  }
+  /* keys of both sides (dense_keys counts them into hist: clear it) */
+  if ((rc = dense_keys(dec, ddim, n, &pp, &rk, kd)) != 0) goto out;
+  memset(rk.hist, 0, NKEYS * sizeof *rk.hist);
+  if ((rc = dense_keys(sigs, sdim, n, &pp, &rk, ks)) != 0) goto out;
+  memset(rk.hist, 0, NKEYS * sizeof *rk.hist);
+  if ((rc = rho_subset(&pp, ks, kd, NULL, &rk, sk, cy, &out->rho)) != 0) goto out;
+  out->pairs = P;
+  out->requests = n;
+  out->groups = groups;
+  double sum = 0.0, sum2 = 0.0;
+  int defined = 1;
+  double *rg = malloc(groups * sizeof *rg);
+  if (!rg) {
+    rc = ELDR_ENOMEM;
+    goto out;
+  }
+  for (size_t g = 0; g < groups && defined; g++) {
+    for (size_t i = 0; i < n; i++) keep[i] = i % groups != g;
+    if (rho_subset(&pp, ks, kd, keep, &rk, sk, cy, &rg[g]) != 0) defined = 0;
+    else sum += rg[g];
+  }
+  if (defined) {
+    const double mean = sum / (double)groups;
+    for (size_t g = 0; g < groups; g++) sum2 += (rg[g] - mean) * (rg[g] - mean);
+    out->se = sqrt((double)(groups - 1) / (double)groups * sum2);
+    out->lo = fmax(-1.0, out->rho - 1.96 * out->se);
+    out->hi = fmin(1.0, out->rho + 1.96 * out->se);
+  } else {
+    out->se = out->lo = out->hi = NAN;
+  }
+  free(rg);
+out:
+  ranker_free(&rk);
+  free(keep);
+  free(cy);
+  free(sk);
+  free(kd);
+  free(ks);
+  pairs_free(&pp);
+  return rc;
+}
+
 void eldr_quality_decode_patterns(const eldr_shape *s, const uint32_t *dec_counts, size_t n,
                                   float *out) {
   const size_t cells = eldr_shape_cells(s);

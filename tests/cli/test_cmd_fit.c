@@ -264,6 +264,45 @@ static void test_output_checked_first(void **state) {
 }
 
 /* fit.md's promise: the same trace, seed and --created give the same bytes. */
+/* --previous: a refit against its own artifact moves nothing; a previous
+ * artifact with another k is refused; the sampled, mini-batch path reports
+ * its mode and the rho interval. */
+static void test_fit_previous_and_scale(void **state) {
+  (void)state;
+  static char out[65536], err[65536];
+  char old[512], nw[512];
+  snprintf(old, sizeof old, "%s/old.json", g_dir);
+  snprintf(nw, sizeof nw, "%s/new.json", g_dir);
+  const char *a1[] = {"fit", "--trace", g_trace, "-k", "3", "-o", old, "-q", NULL};
+  assert_int_equal(run(out, sizeof out, err, sizeof err, a1), 0);
+  const char *a2[] = {"fit", "--trace", g_trace, "-k", "3", "--previous", old, "-o", nw, "-q", NULL};
+  assert_int_equal(run(out, sizeof out, err, sizeof err, a2), 0);
+  assert_non_null(strstr(out, "0.00% of the calibration requests change decoder"));
+  assert_null(strstr(out, "rho 95%")); /* 24 requests: too few for 20 jackknife groups */
+  const char *a3[] = {"fit", "--trace", g_trace, "-k", "2", "--previous", old, "-o", nw, "-q", NULL};
+  assert_int_equal(run(out, sizeof out, err, sizeof err, a3), 1);
+  assert_non_null(strstr(err, "same number"));
+  const char *a4[] = {"fit", "--trace", g_trace, "-k", "3", "--rho-sample", "10", "--exact-limit", "5",
+                      "--batch", "8", "--previous", old, "--json", "-o", nw, "-q", NULL};
+  assert_int_equal(run(out, sizeof out, err, sizeof err, a4), 0);
+  assert_non_null(strstr(out, "\"kmeans_mode\": \"mini-batch\""));
+  assert_non_null(strstr(out, "\"moved\":"));
+  assert_non_null(strstr(out, "\"sample\": 10"));
+  eldr_artifact *a = NULL;
+  eldr_diag d = {{0}};
+  assert_int_equal(eldr_artifact_load(nw, &a, &d), 0);
+  size_t sum = 0;
+  for (size_t i = 0; i < a->k; i++) {
+    assert_true(a->cluster_sizes[i] <= 8); /* ceil(24 / 3) */
+    sum += a->cluster_sizes[i];
+  }
+  assert_int_equal(sum, 24);
+  eldr_artifact_free(a);
+  const char *a5[] = {"fit", "--trace", g_trace, "-k", "3", "--previous", "/nonexistent.json", "-o", nw, NULL};
+  assert_int_equal(run(out, sizeof out, err, sizeof err, a5), 1);
+  assert_non_null(strstr(err, "--previous"));
+}
+
 static void test_same_seed_same_bytes(void **state) {
   (void)state;
   static char out[65536], err[65536], b1[1 << 16], b2[1 << 16];
@@ -300,6 +339,7 @@ int main(void) {
       cmocka_unit_test(test_help),
       cmocka_unit_test(test_output_checked_first),
       cmocka_unit_test(test_same_seed_same_bytes),
+      cmocka_unit_test(test_fit_previous_and_scale),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
