@@ -456,7 +456,7 @@ static void on_decode_reply(rq *r) {
     size_t fl = 0;
     int spliced = 0;
     eldr_diag d = {{0}};
-    int rc = eldr__decode_reply_fix(L->buf, L->n, r->pr.root, &fo, &fixed, &fl, &spliced, &d);
+    int rc = eldr__decode_reply_fix_pr(L->buf, L->n, &r->pr, &fo, &fixed, &fl, &spliced, &d);
     if (rc == 0 && spliced < 0 && !s->logged_splice++)
       eldr__logf(s, "request %s: routed_experts not spliced (logged once): %s", r->reqid, d.msg);
     if (rc == 0) {
@@ -577,7 +577,7 @@ static void start_decode(rq *r, int retry) {
     r->ntried = 0;
     int fb;
     int k = decide(r, &fb);
-    r->dbody = eldr__decode_body(&r->req, r->pr.kv_transfer_params, &r->dlen);
+    r->dbody = eldr__decode_body_raw(&r->req, r->pr.bytes, r->pr.kv_len, &r->dlen);
     if (!r->dbody) {
       client_upstream_error(r, 500, OUT_UPSTREAM_ERROR, "out of memory");
       return;
