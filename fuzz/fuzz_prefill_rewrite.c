@@ -5,7 +5,9 @@
  * stream_options and min_tokens removed, kv_transfer_params =
  * {do_remote_decode: true, do_remote_prefill: false, remote_*: null}; the
  * decode leg must be the original plus the given kv_transfer_params. Also
- * feeds the input to the prefill-reply reader and the routed_experts splice. */
+ * feeds the input to the prefill-reply reader and the routed_experts splice.
+ * The bodies cut from the client's bytes (edit.c) and the decode reply's
+ * usage edited in place equal what the jansson trees give. */
 #include <jansson.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -67,9 +69,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     json_decref(dj2);
     free(q2);
     json_t *orig = json_deep_copy(r.root);
+    json_object_del(orig, "prompt_logprobs");
     json_object_set(orig, "kv_transfer_params", want_kv);
     if (!json_equal(dj, orig)) abort();
     json_decref(orig);
+    /* the bodies cut from the bytes equal the tree-built ones */
+    size_t tl = 0;
+    char *tp = eldr__prefill_body_tree(&r, &tl), *td = eldr__decode_body_tree(&r, want_kv, &tl);
+    json_t *tpj = tp ? json_loads(tp, 0, NULL) : NULL, *tdj = td ? json_loads(td, 0, NULL) : NULL;
+    if (!tpj || !tdj || !json_equal(tpj, pj) || !json_equal(tdj, dj)) abort();
+    json_decref(tpj);
+    json_decref(tdj);
+    free(tp);
+    free(td);
     json_decref(dj);
     json_decref(want_kv);
     json_decref(pj);
@@ -85,6 +97,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       size_t ol = 0;
       if (eldr__splice_routed_experts(body, len, pr.root, &out, &ol, NULL) == 0 && !out) abort();
       free(out);
+    }
+    /* the same bytes as the decode reply: the usage edited in place equals
+     * the tree's fix (same answer, same document) */
+    {
+      eldr__fix_opts fo = {0, 1, 0};
+      char *a = NULL, *b = NULL;
+      size_t al = 0, bl = 0;
+      int ra = eldr__decode_reply_fix_pr(body, len, &pr, &fo, &a, &al, NULL, NULL);
+      int rb = eldr__decode_reply_fix(body, len, pr.root, &fo, &b, &bl, NULL, NULL);
+      if (ra != rb) abort();
+      if (ra == 0) {
+        json_t *aj = json_loadb(a, al, 0, NULL), *bj = json_loadb(b, bl, 0, NULL);
+        if (!aj || !bj || !json_equal(aj, bj)) abort();
+        json_decref(aj);
+        json_decref(bj);
+      }
+      free(a);
+      free(b);
     }
     if (pr.routed_experts) {
       uint8_t *buf = NULL;
