@@ -98,6 +98,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       if (eldr__splice_routed_experts(body, len, pr.root, &out, &ol, NULL) == 0 && !out) abort();
       free(out);
     }
+    /* read by the scanner alone: the same fields, the same tree on demand */
+    eldr__prefill_reply ps;
+    if (eldr__prefill_reply_read(body, len, 0, &ps, NULL) != 0) abort();
+    if (ps.prompt_tokens != pr.prompt_tokens || ps.cached_tokens != pr.cached_tokens ||
+        ps.kv_len != pr.kv_len || ps.det_len != pr.det_len || (!ps.kv_len) != (!pr.kv_transfer_params) ||
+        (ps.kv_len + ps.det_len && memcmp(ps.bytes, pr.bytes, ps.kv_len + ps.det_len)))
+      abort();
+    json_t *kvj = ps.kv_len ? json_loadb(ps.bytes, ps.kv_len, 0, NULL) : NULL;
+    if (ps.kv_len && !json_equal(kvj, pr.kv_transfer_params)) abort();
+    json_decref(kvj);
+    if (!eldr__prefill_reply_root(&ps) || !json_equal(ps.root, pr.root)) abort();
     /* the same bytes as the decode reply: the usage edited in place equals
      * the tree's fix (same answer, same document) */
     {
@@ -115,6 +126,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       }
       free(a);
       free(b);
+      eldr__prefill_reply_free(&ps);
+      if (eldr__prefill_reply_read(body, len, 0, &ps, NULL) != 0) abort(); /* no tree built yet */
+      int rs = eldr__decode_reply_fix_pr(body, len, &ps, &fo, &a, &al, NULL, NULL);
+      if (rs != rb) abort();
+      free(a);
+      eldr__prefill_reply_free(&ps);
     }
     if (pr.routed_experts) {
       uint8_t *buf = NULL;

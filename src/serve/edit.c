@@ -229,11 +229,11 @@ static int usage_edit(const char *body, size_t len, const eldr__prefill_reply *p
   return 0;
 }
 
-int eldr__decode_reply_fix_pr(const char *decode_body, size_t len, const eldr__prefill_reply *pr,
+int eldr__decode_reply_fix_pr(const char *decode_body, size_t len, eldr__prefill_reply *pr,
                               const eldr__fix_opts *o, char **out, size_t *out_len, int *spliced, eldr_diag *d) {
   *out = NULL;
   if (spliced) *spliced = 0;
-  int tree = !o->usage || o->prompt_logprobs || pr->prompt_tokens < 0 || !json_is_object(pr->root) ||
+  int tree = !o->usage || o->prompt_logprobs || pr->prompt_tokens < 0 ||
              (o->splice && eldr__memmem(decode_body, len, "routed_experts", 14));
   if (!tree) {
     int rc = usage_edit(decode_body, len, pr, out, out_len);
@@ -242,5 +242,47 @@ int eldr__decode_reply_fix_pr(const char *decode_body, size_t len, const eldr__p
     if (rc == ELDR_ENOMEM) return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
     /* refused by the scanner: jansson decides (and reports) */
   }
-  return eldr__decode_reply_fix(decode_body, len, pr->root, o, out, out_len, spliced, d);
+  json_t *proot = eldr__prefill_reply_root(pr);
+  if (!proot) return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
+  return eldr__decode_reply_fix(decode_body, len, proot, o, out, out_len, spliced, d);
+}
+
+/* ---- a prefill reply read by the scanner alone ------------------------------ */
+
+json_t *eldr__prefill_reply_root(eldr__prefill_reply *pr) {
+  if (!pr->root && pr->raw) pr->root = json_loadb(pr->raw, pr->raw_len, 0, NULL);
+  return pr->root;
+}
+
+int eldr__prefill_reply_read(const char *body, size_t len, int need_tree, eldr__prefill_reply *out,
+                             eldr_diag *d) {
+  if (need_tree || memchr(body, 0, len) || eldr__memmem(body, len, "routed_experts", 14))
+    return eldr__prefill_reply_parse(body, len, out, d);
+  static const eldr_js_path paths[] = {{{"kv_transfer_params", NULL}},
+                                       {{"usage", "prompt_tokens", NULL}},
+                                       {{"usage", "prompt_tokens_details", NULL}},
+                                       {{"usage", "prompt_tokens_details", "cached_tokens", NULL}}};
+  eldr_js_span f[4], root;
+  if (eldr_js_scan(body, len, paths, 4, f, &root, NULL) || root.type != ELDR_JS_OBJECT)
+    return eldr__prefill_reply_parse(body, len, out, d); /* its error message */
+  memset(out, 0, sizeof *out);
+  out->prompt_tokens = -1;
+  int64_t x;
+  if (eldr_js_int(body, f[1], &x) == 0 && x >= 0) out->prompt_tokens = x;
+  if (f[2].type == ELDR_JS_OBJECT && eldr_js_int(body, f[3], &x) == 0 && x >= 0) out->cached_tokens = x;
+  out->kv_len = f[0].type == ELDR_JS_OBJECT ? f[0].len : 0;
+  out->det_len = f[2].type == ELDR_JS_OBJECT ? f[2].len : 0;
+  out->raw = malloc(len + out->kv_len + out->det_len + 1);
+  if (!out->raw) return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
+  memcpy(out->raw, body, len);
+  out->raw[len] = 0;
+  out->raw_len = len;
+  /* bytes: borrowed from the same allocation, after the copy */
+  out->bytes = NULL;
+  if (out->kv_len + out->det_len) {
+    out->bytes = out->raw + len + 1;
+    memcpy(out->bytes, body + f[0].off, out->kv_len);
+    memcpy(out->bytes + out->kv_len, body + f[2].off, out->det_len);
+  }
+  return 0;
 }

@@ -302,7 +302,8 @@ char *eldr__decode_body_tree(const eldr__req *r, json_t *kvp, size_t *len) {
 void eldr__prefill_reply_free(eldr__prefill_reply *p) {
   if (!p) return;
   json_decref(p->root);
-  free(p->bytes);
+  if (!p->raw) free(p->bytes); /* read by the scanner: bytes lie in raw's allocation */
+  free(p->raw);
   memset(p, 0, sizeof *p);
 }
 

@@ -41,6 +41,8 @@ typedef enum eldr__method {
   ELDR__M_OPTIONS,
 } eldr__method;
 
+/* eldr__http_parse_head resets each field (head_reset, not a memset of
+ * the whole struct): a field added here must be reset there. */
 typedef struct eldr__http_head {
   eldr__method method;
   char method_name[16];
@@ -129,6 +131,10 @@ typedef struct eldr__prefill_reply {
    * only (length 0: absent), as the reply carried them */
   char *bytes;
   size_t kv_len, det_len;
+  /* read by the scanner alone (eldr__prefill_reply_read): root is NULL
+   * until eldr__prefill_reply_root parses this copy of the reply (owned) */
+  char *raw;
+  size_t raw_len;
 } eldr__prefill_reply;
 
 int eldr__prefill_reply_parse(const char *body, size_t len, eldr__prefill_reply *out,
@@ -165,10 +171,23 @@ typedef struct eldr__fix_opts {
 int eldr__decode_reply_fix(const char *decode_body, size_t len, json_t *proot, const eldr__fix_opts *o,
                            char **out, size_t *out_len, int *spliced, eldr_diag *d);
 
+/* Read a prefill reply. need_tree: as eldr__prefill_reply_parse (the
+ * signature path reads routed_experts from root). Otherwise, and when the
+ * reply carries no "routed_experts" and no NUL byte, by the scanner alone:
+ * no tree (root NULL, kv_transfer_params NULL; kv_len, det_len,
+ * prompt_tokens and cached_tokens as the tree would give them), a copy of
+ * the reply kept for eldr__prefill_reply_root. Errors as
+ * eldr__prefill_reply_parse (a reply the scanner refuses goes to it). */
+int eldr__prefill_reply_read(const char *body, size_t len, int need_tree, eldr__prefill_reply *out,
+                             eldr_diag *d);
+/* The reply's tree, parsed on first use from the copy (NULL: ENOMEM, or
+ * jansson refused what the scanner took, which fuzz_jscan rules out). */
+json_t *eldr__prefill_reply_root(eldr__prefill_reply *pr);
+
 /* eldr__decode_reply_fix with the prefill reply as read: the usage-only
  * fix (no splice, no prompt_logprobs) edits the decode reply's bytes
  * (edit.c); the rest goes through the tree. */
-int eldr__decode_reply_fix_pr(const char *decode_body, size_t len, const eldr__prefill_reply *pr,
+int eldr__decode_reply_fix_pr(const char *decode_body, size_t len, eldr__prefill_reply *pr,
                               const eldr__fix_opts *o, char **out, size_t *out_len, int *spliced, eldr_diag *d);
 
 /* The text of pr's kv_transfer_params and usage.prompt_tokens_details, read
