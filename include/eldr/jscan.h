@@ -18,7 +18,8 @@
  * Errors: eldr_js_scan returns ELDR_EPARSE with a message naming what is
  * wrong and its byte offset; the readers return ELDR_EINVAL for a value of
  * another type or a string that does not fit the caller's buffer.
- * Threads: no state; any thread.
+ * Threads: any thread (eldr_js_scan keeps its nesting stack, ELDR_JS_MAX_DEPTH
+ * frames, in thread-local storage; nothing else is shared).
  */
 #ifndef ELDR_JSCAN_H
 #define ELDR_JSCAN_H
