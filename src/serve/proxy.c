@@ -558,11 +558,12 @@ static void on_prefill_reply(rq *r) {
     return;
   }
   eldr_diag d = {{0}};
-  /* the tree only for the signature path and for prompt_logprobs (the
-   * decode reply takes the prefill's); else the scanner reads the fields */
+  /* the tree only for the signature path, the recorder (rechook.c reads
+   * it) and prompt_logprobs (the decode reply takes the prefill's); else
+   * the scanner reads the fields */
   json_t *plp = json_object_get(r->req.root, "prompt_logprobs");
-  int need_tree = s->cfg.policy == ELDR_POLICY_ELDR || s->cfg.policy == ELDR_POLICY_FOOTPRINT ||
-                  (plp && !json_is_null(plp));
+  int need_tree = s->cfg.policy == ELDR_POLICY_ELDR || s->cfg.policy == ELDR_POLICY_FOOTPRINT || s->rec ||
+                  r->rec || (plp && !json_is_null(plp));
   if (eldr__prefill_reply_read(L->n ? L->buf : "", L->n, need_tree, &r->pr, &d) != 0) {
     worker *w = L->w;
     w->slot->err_status++;
