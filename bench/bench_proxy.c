@@ -13,6 +13,7 @@
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <event2/buffer.h>
 #include <event2/event.h>
@@ -382,15 +383,22 @@ int main(int argc, char **argv) {
     clockid_t cid;
     struct timespec c0, c1;
     pthread_getcpuclockid(r.th, &cid);
+    /* heap allocations of the router loop, when bench/malloc_count.c is preloaded */
+    unsigned long (*mc)(void) = (unsigned long (*)(void))dlsym(RTLD_DEFAULT, "eldr_mc_router");
+    unsigned long m0 = mc ? mc() : 0;
     clock_gettime(cid, &c0);
     result rr = load(rport, nc, duration, 1);
     clock_gettime(cid, &c1);
+    unsigned long m1 = mc ? mc() : 0;
     row("router", nc, rr, &d2);
     double cpu = (double)(c1.tv_sec - c0.tv_sec) + (double)(c1.tv_nsec - c0.tv_nsec) * 1e-9;
     size_t total = (size_t)((double)rr.n / 0.9 + 0.5); /* the warm-up tenth counts for CPU too */
     printf("%-9s %5s  router loop CPU: %.1f us per request (%.2f cores) -> %.0f req/s per core\n", "", "",
            cpu / (double)total * 1e6, cpu / duration, (double)total / cpu);
     printf("%-9s %5s  router vs direct-1: %.2fx rps, +%.1f us p50\n", "", "", rr.rps / d1.rps, (rr.p50 - d1.p50) * 1e6);
+    if (mc)
+      printf("%-9s %5s  router loop heap allocations: %.1f per request (%lu in all)\n", "", "",
+             (double)(m1 - m0) / (double)total, m1 - m0);
   }
   eldr_server_stop(r.s);
   pthread_join(r.th, NULL);

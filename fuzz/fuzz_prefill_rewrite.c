@@ -5,7 +5,9 @@
  * stream_options and min_tokens removed, kv_transfer_params =
  * {do_remote_decode: true, do_remote_prefill: false, remote_*: null}; the
  * decode leg must be the original plus the given kv_transfer_params. Also
- * feeds the input to the prefill-reply reader and the routed_experts splice. */
+ * feeds the input to the prefill-reply reader and the routed_experts splice.
+ * The bodies cut from the client's bytes (edit.c) and the decode reply's
+ * usage edited in place equal what the jansson trees give. */
 #include <jansson.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -67,9 +69,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     json_decref(dj2);
     free(q2);
     json_t *orig = json_deep_copy(r.root);
+    json_object_del(orig, "prompt_logprobs");
     json_object_set(orig, "kv_transfer_params", want_kv);
     if (!json_equal(dj, orig)) abort();
     json_decref(orig);
+    /* the bodies cut from the bytes equal the tree-built ones */
+    size_t tl = 0;
+    char *tp = eldr__prefill_body_tree(&r, &tl), *td = eldr__decode_body_tree(&r, want_kv, &tl);
+    json_t *tpj = tp ? json_loads(tp, 0, NULL) : NULL, *tdj = td ? json_loads(td, 0, NULL) : NULL;
+    if (!tpj || !tdj || !json_equal(tpj, pj) || !json_equal(tdj, dj)) abort();
+    json_decref(tpj);
+    json_decref(tdj);
+    free(tp);
+    free(td);
     json_decref(dj);
     json_decref(want_kv);
     json_decref(pj);
@@ -85,6 +97,41 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       size_t ol = 0;
       if (eldr__splice_routed_experts(body, len, pr.root, &out, &ol, NULL) == 0 && !out) abort();
       free(out);
+    }
+    /* read by the scanner alone: the same fields, the same tree on demand */
+    eldr__prefill_reply ps;
+    if (eldr__prefill_reply_read(body, len, 0, &ps, NULL) != 0) abort();
+    if (ps.prompt_tokens != pr.prompt_tokens || ps.cached_tokens != pr.cached_tokens ||
+        ps.kv_len != pr.kv_len || ps.det_len != pr.det_len || (!ps.kv_len) != (!pr.kv_transfer_params) ||
+        (ps.kv_len + ps.det_len && memcmp(ps.bytes, pr.bytes, ps.kv_len + ps.det_len)))
+      abort();
+    json_t *kvj = ps.kv_len ? json_loadb(ps.bytes, ps.kv_len, 0, NULL) : NULL;
+    if (ps.kv_len && !json_equal(kvj, pr.kv_transfer_params)) abort();
+    json_decref(kvj);
+    if (!eldr__prefill_reply_root(&ps) || !json_equal(ps.root, pr.root)) abort();
+    /* the same bytes as the decode reply: the usage edited in place equals
+     * the tree's fix (same answer, same document) */
+    {
+      eldr__fix_opts fo = {0, 1, 0};
+      char *a = NULL, *b = NULL;
+      size_t al = 0, bl = 0;
+      int ra = eldr__decode_reply_fix_pr(body, len, &pr, &fo, &a, &al, NULL, NULL);
+      int rb = eldr__decode_reply_fix(body, len, pr.root, &fo, &b, &bl, NULL, NULL);
+      if (ra != rb) abort();
+      if (ra == 0) {
+        json_t *aj = json_loadb(a, al, 0, NULL), *bj = json_loadb(b, bl, 0, NULL);
+        if (!aj || !bj || !json_equal(aj, bj)) abort();
+        json_decref(aj);
+        json_decref(bj);
+      }
+      free(a);
+      free(b);
+      eldr__prefill_reply_free(&ps);
+      if (eldr__prefill_reply_read(body, len, 0, &ps, NULL) != 0) abort(); /* no tree built yet */
+      int rs = eldr__decode_reply_fix_pr(body, len, &ps, &fo, &a, &al, NULL, NULL);
+      if (rs != rb) abort();
+      free(a);
+      eldr__prefill_reply_free(&ps);
     }
     if (pr.routed_experts) {
       uint8_t *buf = NULL;

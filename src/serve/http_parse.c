@@ -50,9 +50,19 @@ static int copy_value(char *dst, size_t cap, const char *v, size_t n) {
   return 0;
 }
 
-long eldr__http_parse_head(const char *buf, size_t len, size_t max_header, eldr__http_head *h) {
-  memset(h, 0, sizeof *h);
+/* Every field empty, without writing the ~20 KB of string buffers (a
+ * memset of the struct was 12% of the router's instructions per request):
+ * the strings are only read up to their terminator. */
+static void head_reset(eldr__http_head *h) {
+  h->method = ELDR__M_OTHER;
+  h->minor = h->keep_alive = h->chunked = h->expect_continue = h->status = 0;
   h->content_length = -1;
+  h->method_name[0] = h->path[0] = h->request_id[0] = h->authorization[0] = 0;
+  h->traceparent[0] = h->tracestate[0] = h->baggage[0] = h->origin[0] = h->acr_headers[0] = h->error[0] = 0;
+}
+
+long eldr__http_parse_head(const char *buf, size_t len, size_t max_header, eldr__http_head *h) {
+  head_reset(h);
   size_t scan = len < max_header ? len : max_header;
   size_t end = head_end(buf, scan);
   if (end == 0) {

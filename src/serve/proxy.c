@@ -449,14 +449,14 @@ static void on_decode_reply(rq *r) {
     eldr__stream_end(r->c);
     return;
   }
-  if (code == 200 && r->pr.root && L->n) {
+  if (code == 200 && (r->pr.root || r->pr.raw) && L->n) {
     json_t *pl = json_object_get(r->req.root, "prompt_logprobs");
     eldr__fix_opts fo = {s->cfg.splice_routed_experts, 1, pl && !json_is_null(pl)};
     char *fixed = NULL;
     size_t fl = 0;
     int spliced = 0;
     eldr_diag d = {{0}};
-    int rc = eldr__decode_reply_fix(L->buf, L->n, r->pr.root, &fo, &fixed, &fl, &spliced, &d);
+    int rc = eldr__decode_reply_fix_pr(L->buf, L->n, &r->pr, &fo, &fixed, &fl, &spliced, &d);
     if (rc == 0 && spliced < 0 && !s->logged_splice++)
       eldr__logf(s, "request %s: routed_experts not spliced (logged once): %s", r->reqid, d.msg);
     if (rc == 0) {
@@ -481,7 +481,7 @@ static int decide(rq *r, int *fallback) {
   int have = 0;
   if (s->cfg.policy == ELDR_POLICY_ELDR || s->cfg.policy == ELDR_POLICY_FOOTPRINT) {
     double t0 = eldr__now_s();
-    eldr__sigpath_extract(&s->sp, r->pr.root, r->req.api == ELDR__API_CHAT, &r->prompt, &res);
+    eldr__sigpath_extract(&s->sp, eldr__prefill_reply_root(&r->pr), r->req.api == ELDR__API_CHAT, &r->prompt, &res);
     eldr__histo_add(&s->m.sig, eldr__now_s() - t0);
     eldr__sigpath_publish(&s->sp); /* hits and misses, for /metrics on any loop */
     if (r->pr.routed_experts) s->re_seen_t = t0;
@@ -558,7 +558,13 @@ static void on_prefill_reply(rq *r) {
     return;
   }
   eldr_diag d = {{0}};
-  if (eldr__prefill_reply_parse(L->n ? L->buf : "", L->n, &r->pr, &d) != 0) {
+  /* the tree only for the signature path, the recorder (rechook.c reads
+   * it) and prompt_logprobs (the decode reply takes the prefill's); else
+   * the scanner reads the fields */
+  json_t *plp = json_object_get(r->req.root, "prompt_logprobs");
+  int need_tree = s->cfg.policy == ELDR_POLICY_ELDR || s->cfg.policy == ELDR_POLICY_FOOTPRINT || s->rec ||
+                  r->rec || (plp && !json_is_null(plp));
+  if (eldr__prefill_reply_read(L->n ? L->buf : "", L->n, need_tree, &r->pr, &d) != 0) {
     worker *w = L->w;
     w->slot->err_status++;
     eldr__worker_failed(w, "bad reply");
@@ -567,7 +573,7 @@ static void on_prefill_reply(rq *r) {
     return;
   }
   leg_release(r);
-  if (!r->pr.kv_transfer_params) s->m.no_kv_params++;
+  if (!r->pr.kv_len) s->m.no_kv_params++;
   start_decode(r, 0);
 }
 
@@ -577,7 +583,7 @@ static void start_decode(rq *r, int retry) {
     r->ntried = 0;
     int fb;
     int k = decide(r, &fb);
-    r->dbody = eldr__decode_body(&r->req, r->pr.kv_transfer_params, &r->dlen);
+    r->dbody = eldr__decode_body_raw(&r->req, r->pr.bytes, r->pr.kv_len, &r->dlen);
     if (!r->dbody) {
       client_upstream_error(r, 500, OUT_UPSTREAM_ERROR, "out of memory");
       return;

@@ -116,6 +116,7 @@ void eldr__req_free(eldr__req *r) {
   json_decref(r->root);
   free(r->text);
   free(r->ids);
+  free(r->raw);
   memset(r, 0, sizeof *r);
 }
 
@@ -240,6 +241,12 @@ int eldr__req_parse(const char *body, size_t len, eldr__api api, eldr__req *out,
     }
   }
   if (!b.p && sb_add(&b, "", 0)) goto nomem;
+  /* the client's bytes, kept to cut the legs' bodies from (edit.c) */
+  if (!(out->raw = malloc(len + 1))) goto nomem;
+  memcpy(out->raw, body, len);
+  out->raw[len] = 0;
+  out->raw_len = len;
+  out->raw_ok = !memchr(body, 0, len);
   out->text = b.p;
   out->text_len = b.n;
   return 0;
@@ -257,7 +264,7 @@ static char *dump(json_t *o, size_t *len) {
   return s;
 }
 
-char *eldr__prefill_body(const eldr__req *r, size_t *len) {
+char *eldr__prefill_body_tree(const eldr__req *r, size_t *len) {
   json_t *o = json_copy(r->root); /* shallow: only top-level keys change */
   if (!o) return NULL;
   json_t *kv = json_pack("{s:b,s:b,s:n,s:n,s:n,s:n}", "do_remote_decode", 1, "do_remote_prefill", 0,
@@ -276,7 +283,7 @@ char *eldr__prefill_body(const eldr__req *r, size_t *len) {
   return s;
 }
 
-char *eldr__decode_body(const eldr__req *r, json_t *kvp, size_t *len) {
+char *eldr__decode_body_tree(const eldr__req *r, json_t *kvp, size_t *len) {
   json_t *o = json_copy(r->root);
   if (!o) return NULL;
   /* the client's own kv_transfer_params never reach a decoder: with them
@@ -295,6 +302,8 @@ char *eldr__decode_body(const eldr__req *r, json_t *kvp, size_t *len) {
 void eldr__prefill_reply_free(eldr__prefill_reply *p) {
   if (!p) return;
   json_decref(p->root);
+  if (!p->raw) free(p->bytes); /* read by the scanner: bytes lie in raw's allocation */
+  free(p->raw);
   memset(p, 0, sizeof *p);
 }
 
@@ -388,7 +397,6 @@ int eldr__prefill_reply_parse(const char *body, size_t len, eldr__prefill_reply 
     memcpy(small + pre, RE_MARKER, ml);
     memcpy(small + pre + ml, ve + 1, post);
     root = json_loadb(small, pre + ml + post, 0, &je);
-    free(small);
     json_t *re = root ? choice0_re(root) : NULL;
     if (json_is_object(root) && json_is_string(re) && json_string_length(re) == 20 &&
         !memcmp(json_string_value(re), "\001eldr:routed_experts", 20)) {
@@ -396,14 +404,18 @@ int eldr__prefill_reply_parse(const char *body, size_t len, eldr__prefill_reply 
        * the tree is the whole reply, parsed once, for every reader */
       json_t *blob = json_stringn_nocheck(vs + 1, (size_t)(ve - vs - 1));
       json_t *c0 = json_array_get(json_object_get(root, "choices"), 0);
-      if (!blob || json_object_set_new(c0, "routed_experts", blob)) {
-        json_decref(root);
+      out->root = root;
+      if (!blob || json_object_set_new(c0, "routed_experts", blob) ||
+          eldr__prefill_reply_bytes(small, pre + ml + post, out)) {
+        free(small);
+        eldr__prefill_reply_free(out);
         return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
       }
-      out->root = root;
+      free(small);
       reply_fields(root, out);
       return 0;
     }
+    free(small);
     json_decref(root); /* not what it seemed: parse it the ordinary way */
   }
   root = json_loadb(body, len, 0, &je);
@@ -415,6 +427,10 @@ int eldr__prefill_reply_parse(const char *body, size_t len, eldr__prefill_reply 
     return eldr_diag_fail(d, ELDR_EPARSE, "prefill reply is not a JSON object");
   }
   out->root = root;
+  if (eldr__prefill_reply_bytes(body, len, out)) {
+    eldr__prefill_reply_free(out);
+    return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
+  }
   reply_fields(root, out);
   return 0;
 }

@@ -41,6 +41,8 @@ typedef enum eldr__method {
   ELDR__M_OPTIONS,
 } eldr__method;
 
+/* eldr__http_parse_head resets each field (head_reset, not a memset of
+ * the whole struct): a field added here must be reset there. */
 typedef struct eldr__http_head {
   eldr__method method;
   char method_name[16];
@@ -86,6 +88,9 @@ typedef struct eldr__req {
   size_t text_len;
   uint32_t *ids;    /* owned: prompt token ids when the client sent ids, else NULL */
   size_t n_ids;
+  char *raw;        /* owned: the body as received; the legs' bodies are cut from it */
+  size_t raw_len;
+  int raw_ok;       /* raw is editable in place (no NUL byte: see edit.c) */
 } eldr__req;
 
 /* Parse and validate a client body, including what the decode engine would
@@ -95,12 +100,21 @@ typedef struct eldr__req {
 int eldr__req_parse(const char *body, size_t len, eldr__api api, eldr__req *out, eldr_diag *d);
 void eldr__req_free(eldr__req *r);
 
-/* The prefill leg's body (malloc'd, NUL-terminated). NULL on ENOMEM. */
+/* The prefill leg's body (malloc'd, NUL-terminated). NULL on ENOMEM. Cut
+ * from the client's bytes (edit.c): its members but stream, max_tokens,
+ * max_completion_tokens, stream_options, min_tokens, min_completion_tokens
+ * and kv_transfer_params, then the prefill's own values of those. */
 char *eldr__prefill_body(const eldr__req *r, size_t *len);
 /* The decode leg's body: the original with the client's kv_transfer_params
  * and prompt_logprobs (the prefill's are used) removed, plus the prefill's
  * kv_transfer_params (borrowed; NULL: none). */
 char *eldr__decode_body(const eldr__req *r, json_t *kv_transfer_params, size_t *len);
+/* The same with the prefill's kv_transfer_params as JSON text (kv_len 0:
+ * none). */
+char *eldr__decode_body_raw(const eldr__req *r, const char *kv, size_t kv_len, size_t *len);
+/* The tree-built forms (jansson), for a body the byte editor does not take. */
+char *eldr__prefill_body_tree(const eldr__req *r, size_t *len);
+char *eldr__decode_body_tree(const eldr__req *r, json_t *kv_transfer_params, size_t *len);
 
 /* What the router reads from a prefill reply, parsed once (a large base64
  * blob is cut out of the document before the JSON parser sees it and put
@@ -112,6 +126,15 @@ typedef struct eldr__prefill_reply {
   size_t routed_experts_len;
   int64_t prompt_tokens;        /* -1 when absent */
   int64_t cached_tokens;        /* 0 when absent */
+  /* owned: the JSON text of kv_transfer_params ([0, kv_len)) and of
+   * usage.prompt_tokens_details ([kv_len, kv_len + det_len)), objects
+   * only (length 0: absent), as the reply carried them */
+  char *bytes;
+  size_t kv_len, det_len;
+  /* read by the scanner alone (eldr__prefill_reply_read): root is NULL
+   * until eldr__prefill_reply_root parses this copy of the reply (owned) */
+  char *raw;
+  size_t raw_len;
 } eldr__prefill_reply;
 
 int eldr__prefill_reply_parse(const char *body, size_t len, eldr__prefill_reply *out,
@@ -147,6 +170,29 @@ typedef struct eldr__fix_opts {
 } eldr__fix_opts;
 int eldr__decode_reply_fix(const char *decode_body, size_t len, json_t *proot, const eldr__fix_opts *o,
                            char **out, size_t *out_len, int *spliced, eldr_diag *d);
+
+/* Read a prefill reply. need_tree: as eldr__prefill_reply_parse (the
+ * signature path reads routed_experts from root). Otherwise, and when the
+ * reply carries no "routed_experts" and no NUL byte, by the scanner alone:
+ * no tree (root NULL, kv_transfer_params NULL; kv_len, det_len,
+ * prompt_tokens and cached_tokens as the tree would give them), a copy of
+ * the reply kept for eldr__prefill_reply_root. Errors as
+ * eldr__prefill_reply_parse (a reply the scanner refuses goes to it). */
+int eldr__prefill_reply_read(const char *body, size_t len, int need_tree, eldr__prefill_reply *out,
+                             eldr_diag *d);
+/* The reply's tree, parsed on first use from the copy (NULL: ENOMEM, or
+ * jansson refused what the scanner took, which fuzz_jscan rules out). */
+json_t *eldr__prefill_reply_root(eldr__prefill_reply *pr);
+
+/* eldr__decode_reply_fix with the prefill reply as read: the usage-only
+ * fix (no splice, no prompt_logprobs) edits the decode reply's bytes
+ * (edit.c); the rest goes through the tree. */
+int eldr__decode_reply_fix_pr(const char *decode_body, size_t len, eldr__prefill_reply *pr,
+                              const eldr__fix_opts *o, char **out, size_t *out_len, int *spliced, eldr_diag *d);
+
+/* The text of pr's kv_transfer_params and usage.prompt_tokens_details, read
+ * from the document pr was parsed from (doc[0..n), jansson accepted it). */
+int eldr__prefill_reply_bytes(const char *doc, size_t n, eldr__prefill_reply *pr);
 
 /* JSON error body {"error":{"message":..,"type":..,"code":status}} (malloc'd). */
 char *eldr__error_json(int status, const char *type, const char *msg, size_t *len);

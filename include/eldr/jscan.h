@@ -1,0 +1,94 @@
+/* jscan.h — find and read JSON values in place, without building a tree.
+ *
+ * eldr_js_scan validates a whole document (RFC 8259, UTF-8, with the
+ * limits of jansson's default decoder so that both accept and reject the
+ * same bytes: nesting at most ELDR_JS_MAX_DEPTH values deep, integers that
+ * fit int64_t, reals that do not overflow a double, no "\u0000" in strings,
+ * any value at the top level) and, in the same pass, records where the
+ * values of a few wanted paths lie ({"usage", "prompt_tokens"},
+ * {"choices", "#0", "routed_experts"}, ...). As jansson, a key repeated in
+ * one object resolves to its last value.
+ *
+ * The other calls read a document eldr_js_scan accepted: walk an object's
+ * members, decode a string or an integer. They never allocate; spans are
+ * byte ranges of the caller's document, valid while it is. (eldr_js_scan
+ * allocates only to check a real number longer than 127 bytes for
+ * overflow: ELDR_ENOMEM when that fails.)
+ *
+ * Errors: eldr_js_scan returns ELDR_EPARSE with a message naming what is
+ * wrong and its byte offset; the readers return ELDR_EINVAL for a value of
+ * another type or a string that does not fit the caller's buffer.
+ * Threads: any thread (eldr_js_scan keeps its nesting stack, ELDR_JS_MAX_DEPTH
+ * frames, in thread-local storage; nothing else is shared).
+ */
+#ifndef ELDR_JSCAN_H
+#define ELDR_JSCAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "eldr/error.h"
+
+#define ELDR_JS_MAX_DEPTH 2048 /* values, containers and scalars, as jansson's parser counts them */
+#define ELDR_JS_MAX_PATH 8     /* components of a wanted path */
+#define ELDR_JS_MAX_WANT 32    /* wanted paths in one scan */
+
+typedef enum eldr_js_type {
+  ELDR_JS_NONE = 0, /* not found */
+  ELDR_JS_OBJECT,
+  ELDR_JS_ARRAY,
+  ELDR_JS_STRING,
+  ELDR_JS_INTEGER, /* a number without fraction or exponent */
+  ELDR_JS_REAL,
+  ELDR_JS_TRUE,
+  ELDR_JS_FALSE,
+  ELDR_JS_NULL,
+} eldr_js_type;
+
+/* A value's bytes: doc[off, off + len) (a string's span includes its
+ * quotes). type ELDR_JS_NONE: the path is not in the document. */
+typedef struct eldr_js_span {
+  size_t off, len;
+  eldr_js_type type;
+} eldr_js_span;
+
+/* A wanted path: NULL-terminated components; an object key, or "#<n>" for
+ * the n-th element of an array (keys starting with '#' are not reachable). */
+typedef struct eldr_js_path {
+  const char *c[ELDR_JS_MAX_PATH + 1];
+} eldr_js_path;
+
+/* Validate doc[0..n) and find the npaths (<= ELDR_JS_MAX_WANT) paths:
+ * found[i] is the span of paths[i] (type NONE when absent). root (may be
+ * NULL) receives the top-level value's span. 0 or ELDR_EPARSE / EINVAL
+ * (too many paths) with d set. */
+int eldr_js_scan(const char *doc, size_t n, const eldr_js_path *paths, size_t npaths, eldr_js_span *found,
+                 eldr_js_span *root, eldr_diag *d);
+
+/* Members of an object, in document order (duplicates included). */
+typedef struct eldr_js_member {
+  eldr_js_span key;   /* the key string, quotes included */
+  eldr_js_span value;
+  size_t off, len;    /* the member: key through value */
+} eldr_js_member;
+
+typedef struct eldr_js_iter {
+  const char *doc;
+  size_t pos, end;
+} eldr_js_iter;
+
+/* obj: an ELDR_JS_OBJECT span of a document eldr_js_scan accepted. */
+void eldr_js_iter_init(eldr_js_iter *it, const char *doc, eldr_js_span obj);
+/* 1 and *m set, or 0 after the last member. */
+int eldr_js_next(eldr_js_iter *it, eldr_js_member *m);
+
+/* 1 when the key (a string span) decodes to exactly name. */
+int eldr_js_key_is(const char *doc, eldr_js_span key, const char *name);
+
+/* Decode a string value into buf[0..cap) (not NUL-terminated; *len its
+ * length). ELDR_EINVAL: not a string, or longer than cap. */
+int eldr_js_string(const char *doc, eldr_js_span v, char *buf, size_t cap, size_t *len);
+/* An integer value. ELDR_EINVAL: not an integer. */
+int eldr_js_int(const char *doc, eldr_js_span v, int64_t *x);
+
+#endif

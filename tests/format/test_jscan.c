@@ -1,0 +1,151 @@
+/* test_jscan.c — the JSON byte scanner: paths to spans, the last of a
+ * repeated key, escaped keys, jansson's limits (depth, int64, real
+ * overflow, \u0000), error messages naming the byte, the member walk and
+ * the string / integer readers. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <stdlib.h>
+
+#include "eldr/jscan.h"
+
+static int scan(const char *doc, const eldr_js_path *p, size_t np, eldr_js_span *f, eldr_diag *d) {
+  return eldr_js_scan(doc, strlen(doc), p, np, f, NULL, d);
+}
+
+static void test_paths(void **state) {
+  (void)state;
+  const char *doc = " {\"usage\": {\"prompt_tokens\": 40, \"prompt_tokens_details\": {\"cached_tokens\": 16}},"
+                    " \"choices\": [{\"text\": \"a\"}, {\"routed_experts\": \"QUJD\"}],"
+                    " \"kv_transfer_params\": {\"remote_block_ids\": [1, 2]}} ";
+  eldr_js_path p[] = {{{"usage", "prompt_tokens", NULL}},
+                      {{"usage", "prompt_tokens_details", NULL}},
+                      {{"choices", "#1", "routed_experts", NULL}},
+                      {{"choices", "#0", "routed_experts", NULL}},
+                      {{"kv_transfer_params", "remote_block_ids", "#1", NULL}},
+                      {{"missing", NULL}}};
+  eldr_js_span f[6], root;
+  eldr_diag d = {{0}};
+  assert_int_equal(eldr_js_scan(doc, strlen(doc), p, 6, f, &root, &d), 0);
+  assert_int_equal(root.type, ELDR_JS_OBJECT);
+  assert_int_equal(root.off, 1);
+  assert_int_equal(root.len, strlen(doc) - 2);
+  int64_t x = 0;
+  assert_int_equal(f[0].type, ELDR_JS_INTEGER);
+  assert_int_equal(eldr_js_int(doc, f[0], &x), 0);
+  assert_int_equal(x, 40);
+  assert_int_equal(f[1].type, ELDR_JS_OBJECT);
+  assert_memory_equal(doc + f[1].off, "{\"cached_tokens\": 16}", f[1].len);
+  assert_int_equal(f[2].type, ELDR_JS_STRING);
+  char buf[16];
+  size_t n = 0;
+  assert_int_equal(eldr_js_string(doc, f[2], buf, sizeof buf, &n), 0);
+  assert_int_equal(n, 4);
+  assert_memory_equal(buf, "QUJD", 4);
+  assert_int_equal(eldr_js_string(doc, f[2], buf, 3, &n), ELDR_EINVAL); /* bounded */
+  assert_int_equal(f[3].type, ELDR_JS_NONE);
+  assert_int_equal(f[4].type, ELDR_JS_INTEGER);
+  assert_int_equal(eldr_js_int(doc, f[4], &x), 0);
+  assert_int_equal(x, 2);
+  assert_int_equal(f[5].type, ELDR_JS_NONE);
+  assert_int_equal(eldr_js_int(doc, f[2], &x), ELDR_EINVAL); /* a string is not an integer */
+}
+
+static void test_repeated_and_escaped_keys(void **state) {
+  (void)state;
+  /* the last value of a repeated key wins, and what the earlier one held is gone */
+  const char *doc = "{\"a\":{\"b\":1},\"a\":{\"c\":2},\"\\u0073tream\":true}";
+  eldr_js_path p[] = {{{"a", "b", NULL}}, {{"a", "c", NULL}}, {{"stream", NULL}}};
+  eldr_js_span f[3];
+  assert_int_equal(scan(doc, p, 3, f, NULL), 0);
+  assert_int_equal(f[0].type, ELDR_JS_NONE);
+  assert_int_equal(f[1].type, ELDR_JS_INTEGER);
+  assert_int_equal(f[2].type, ELDR_JS_TRUE);
+  /* the walk sees every member, in order */
+  eldr_js_iter it;
+  eldr_js_member m;
+  eldr_js_span root;
+  assert_int_equal(eldr_js_scan(doc, strlen(doc), NULL, 0, NULL, &root, NULL), 0);
+  eldr_js_iter_init(&it, doc, root);
+  const char *keys[] = {"a", "a", "stream"};
+  for (int k = 0; k < 3; k++) {
+    assert_true(eldr_js_next(&it, &m));
+    assert_true(eldr_js_key_is(doc, m.key, keys[k]));
+  }
+  assert_false(eldr_js_next(&it, &m));
+}
+
+static void test_strings(void **state) {
+  (void)state;
+  const char *doc = "[\"\\u00e9\\ud83d\\ude00\\n\\/\\\"\"]";
+  eldr_js_path p[] = {{{"#0", NULL}}};
+  eldr_js_span f[1];
+  assert_int_equal(scan(doc, p, 1, f, NULL), 0);
+  char buf[32];
+  size_t n = 0;
+  assert_int_equal(eldr_js_string(doc, f[0], buf, sizeof buf, &n), 0);
+  assert_int_equal(n, 2 + 4 + 3);
+  assert_memory_equal(buf, "\xc3\xa9\xf0\x9f\x98\x80\n/\"", n);
+}
+
+static void rejects(const char *doc, size_t len, const char *why) {
+  eldr_diag d = {{0}};
+  assert_int_equal(eldr_js_scan(doc, len, NULL, 0, NULL, NULL, &d), ELDR_EPARSE);
+  if (!strstr(d.msg, why)) fail_msg("'%s': got '%s', wanted '%s'", doc, d.msg, why);
+}
+
+static void accepts(const char *doc) {
+  assert_int_equal(eldr_js_scan(doc, strlen(doc), NULL, 0, NULL, NULL, NULL), 0);
+}
+
+static void test_rejects_as_jansson(void **state) {
+  (void)state;
+  rejects("", 0, "empty document");
+  rejects("{\"a\":1,}", 8, "byte 7: a string key expected");
+  rejects("[1,]", 4, "byte 3");
+  rejects("{\"a\":1} x", 9, "end of document expected");
+  rejects("01", 2, "leading zero");
+  rejects("1.", 2, "digit expected after '.'");
+  rejects("9223372036854775808", 19, "int64");
+  rejects("-9223372036854775809", 20, "int64");
+  rejects("1e309", 5, "overflow");
+  rejects("\"\\u0000\"", 8, "\\u0000");
+  rejects("\"\\ud800\"", 8, "high surrogate");
+  rejects("\"\\udc00\"", 8, "low surrogate");
+  rejects("\"\xed\xa0\x80\"", 5, "UTF-8");
+  rejects("\"\xc0\xaf\"", 4, "UTF-8");
+  rejects("\"a\tb\"", 5, "control character");
+  rejects("\"\\x\"", 4, "invalid escape");
+  rejects("tru", 3, "invalid literal");
+  rejects("[1\0]", 4, "byte 2"); /* jansson drops this NUL; RFC 8259 does not */
+  accepts("9223372036854775807");
+  accepts("-9223372036854775808");
+  accepts("1e-400"); /* underflow is no error, as for strtod and jansson */
+  accepts(" \"x\" ");
+  /* depth: 2048 values deep at most, scalars counted */
+  char *deep = malloc(2 * 2049 + 2);
+  assert_non_null(deep);
+  memset(deep, '[', 2048);
+  memset(deep + 2048, ']', 2048);
+  deep[4096] = 0;
+  accepts(deep);
+  memset(deep, '[', 2048);
+  deep[2048] = '1';
+  memset(deep + 2049, ']', 2048);
+  rejects(deep, 4097, "nesting too deep");
+  free(deep);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_paths),
+      cmocka_unit_test(test_repeated_and_escaped_keys),
+      cmocka_unit_test(test_strings),
+      cmocka_unit_test(test_rejects_as_jansson),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
