@@ -1,5 +1,6 @@
 /* fit.c — trace -> routing artifact (see include/eldr/fit.h). */
 #include "eldr/fit.h"
+#include "eldr/watch.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -319,6 +320,10 @@ int eldr_fit(const eldr_trace *t, const eldr_fit_opts *o, eldr_artifact **out,
   report->kmeans_objective = kr.objective;
   report->capacity = (n + o->k - 1) / o->k;
   for (size_t c = 0; c < o->k; c++) a->cluster_sizes[c] = sizes[c];
+  /* the fit-time signature distribution a router's drift score compares with */
+  rc = eldr_drift_ref_compute(a->centroids, a->k, dim, sigs, n, &a->drift_ref);
+  if (rc == ELDR_EEMPTY) rc = 0;
+  if (rc) { eldr_diag_fail(d, rc, "drift reference: %s", eldr_strerror(rc)); goto fail; }
   a->fit_n = n;
   a->fit_seed = o->seed;
   a->fit_balanced = o->balanced;

@@ -444,7 +444,7 @@ static int decide(rq *r, int *fallback) {
   size_t n;
   if (fill_loads(s, ROLE_DECODE, r, &n)) return ELDR_ENOMEM;
   double t1 = eldr__now_s();
-  eldr_route_req rr = {have ? res.sig : NULL, -1};
+  eldr_route_req rr = {have ? res.sig : NULL, -1, NULL};
   eldr_decision dec;
   /* footprint: the prefill's selection counts (uniform profile without them) */
   int64_t pt = r->pr.prompt_tokens;
@@ -536,7 +536,7 @@ static void start_decode(rq *r, int retry) {
     client_upstream_error(r, 500, OUT_UPSTREAM_ERROR, "out of memory");
     return;
   }
-  eldr_route_req rr = {NULL, -1};
+  eldr_route_req rr = {NULL, -1, NULL};
   int k = eldr_policy_decode(&s->jsq, s->loads, s->healthy, n, &rr, NULL);
   if (k < 0) {
     client_upstream_error(r, 502, OUT_UPSTREAM_ERROR, "decode failed (%s) and no other healthy decode worker",
