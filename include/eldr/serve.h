@@ -79,6 +79,11 @@ typedef struct eldr_serve_config {
                               * fd limit, RLIMIT_NOFILE, at start; default 0) */
   size_t stream_buffer;      /* bytes queued to a streaming client above which the
                               * decode leg is not read (default 256 KiB) */
+  double watch_window_s;     /* sliding window of GET /eldr/status and the drift metrics,
+                              * in seconds (default 60; 0 = the last watch_requests) */
+  size_t watch_requests;     /* locality decisions kept for that window (default 4096) */
+  char *admin_token;         /* POST /admin/reload needs "Authorization: Bearer <token>"
+                              * (config file only; NULL: no such endpoint, 404) */
   int handle_signals;        /* SIGHUP reloads, SIGINT/SIGTERM stop (for the CLI) */
   char *config_path;         /* JSON config re-read on reload (NULL: reload artifact only) */
   char *overrides;           /* JSON object in the config file's syntax applied over the
@@ -104,7 +109,7 @@ int eldr_serve_config_add_dns(eldr_serve_config *c, int decode, const char *host
  *   decode_first_byte_timeout, decode_idle_timeout,
  *   header_timeout, idle_timeout, retries, max_body, max_header,
  *   health_interval, eject_after, sigcache_rows, pool_size, max_connections,
- *   stream_buffer,
+ *   stream_buffer, watch_window, watch_requests, admin_token (string or null),
  *   splice_routed_experts (boolean), backend_api_key (string or null),
  *   forward_authorization (boolean), cors_origin (string or null).
  * A "prefill"/"decode" list replaces the current one. Unknown keys and

@@ -14,7 +14,9 @@
  *   KS = Kolmogorov-Smirnov distance (largest gap of the two CDFs, in
  *        [0, 1]) between the live distribution of each request's best
  *        similarity and the fit-time one, both binned in
- *        ELDR_WATCH_SIM_BINS equal bins of [0, 1].
+ *        ELDR_WATCH_SIM_BINS equal bins of [0, 1], less its 5% critical
+ *        value 1.358 sqrt((n + m) / (n m)) (n live, m fit-time requests),
+ *        floored at 0: sampling noise alone scores 0.
  * It is unknown (NaN) without a reference (an artifact from before the
  * field) or with fewer than ELDR_DRIFT_MIN_SAMPLES requests in the window;
  * above ELDR_DRIFT_THRESHOLD the artifact is stale (refit and reload).
@@ -78,6 +80,7 @@ typedef struct eldr_watch eldr_watch;
 eldr_watch *eldr_watch_new(size_t cap, size_t k);
 void eldr_watch_free(eldr_watch *w);
 size_t eldr_watch_k(const eldr_watch *w);
+size_t eldr_watch_cap(const eldr_watch *w);
 /* Forget every decision (after an artifact swap). */
 void eldr_watch_reset(eldr_watch *w);
 /* One locality decision at time t (seconds, any monotonic clock): sims are

@@ -187,6 +187,7 @@ void eldr_watch_free(eldr_watch *w) {
 }
 
 size_t eldr_watch_k(const eldr_watch *w) { return w ? w->k : 0; }
+size_t eldr_watch_cap(const eldr_watch *w) { return w ? w->cap : 0; }
 
 void eldr_watch_reset(eldr_watch *w) {
   if (w) w->n = w->head = 0;
@@ -242,7 +243,11 @@ void eldr_watch_stats_get(const eldr_watch *w, double now, double window_s,
   }
   if (n && ref && ref->k == k && ref->n > 0 && nearest) {
     out->js = eldr_js_divergence(nearest, ref->nearest_share, k);
-    out->ks = eldr_ks_binned(hist, ref->sim_hist, ELDR_WATCH_SIM_BINS);
+    /* KS in excess of its 5% critical value: sampling noise alone scores 0 */
+    double m = (double)ref->n, nn = (double)n;
+    double crit = 1.358 * sqrt((nn + m) / (nn * m));
+    double ks = eldr_ks_binned(hist, ref->sim_hist, ELDR_WATCH_SIM_BINS) - crit;
+    out->ks = ks > 0 ? ks : 0;
     if (n >= ELDR_DRIFT_MIN_SAMPLES) {
       out->drift = out->js > out->ks ? out->js : out->ks;
       out->stale = out->drift > ELDR_DRIFT_THRESHOLD;

@@ -187,6 +187,7 @@ void eldr__handle_metrics(hconn *c) {
                           w->url, (unsigned long long)w->err_status, eldr__role_name[role], w->url,
                           (unsigned long long)w->err_timeout);
     }
+  eldr__watch_metrics(s, o);
   render_histo(o, "eldr_signature_seconds", "Signature extraction (decode, counts, cache, build).", &m->sig);
   render_histo(o, "eldr_decision_seconds", "Decode routing decision.", &m->decision);
   render_histo(o, "eldr_request_seconds", "Completion request latency at the router.", &m->request);

@@ -11,6 +11,8 @@
  *   metrics.c   counters and histograms, GET /metrics and GET /health
  *   server.c    lifecycle: create, run, stop, reload (all or nothing), free
  *   sigpath.c   the signature path (sigpath.h)
+ *   status.c    the watch (window, drift, live rho, artifact identity):
+ *               GET /eldr/status, its /metrics lines, POST /admin/reload
  *
  * The seams form one circle by nature — a connection that ends frees its
  * request (eldr__rq_free / eldr__rq_abort) and a request answers through its
@@ -86,6 +88,7 @@ typedef struct worker worker;
 typedef struct hconn hconn;
 typedef struct rq rq;
 typedef struct dns_ticket dns_ticket;
+typedef struct eldr__watchst eldr__watchst;
 
 struct worker {
   eldr_server *s;
@@ -185,6 +188,8 @@ struct rq {
   size_t big;         /* bytes of large buffers it held (trim the heap after) */
   double t0;
   char last_err[200];
+  float *wsig;         /* the signature kept for a live-rho pair (status.c), or NULL */
+  uint64_t wsig_hash;  /* the artifact it was built under */
   /* access log (accesslog.c) */
   double al_sim, al_first, al_last; /* similarity; first/last decode byte */
   uint32_t al_events;               /* SSE events relayed */
@@ -247,6 +252,7 @@ struct eldr_server {
   eldr__fpstate *fps;     /* FOOTPRINT with latency coefficients, else NULL (JSQ) */
   int logged_fp;
   eldr__sigpath sp;       /* signature extraction, cache, deferred store */
+  eldr__watchst *watch;   /* with an artifact: the watch (status.c), else NULL */
   uint32_t *loads;
   uint8_t *healthy;
   size_t loadcap;
@@ -415,6 +421,28 @@ void eldr__pool_give(worker *w, eldr__up *u);
 void eldr__worker_failed(worker *w, const char *why);
 /* Active health checks of every listed worker (timer callback; arg = s). */
 void eldr__health_tick(evutil_socket_t fd, short ev, void *arg);
+
+/* ---- status.c: the watch ------------------------------------------------------ */
+/* The watch for artifact a (NULL: *out NULL, 0), sized by c: ELDR_ENOMEM. */
+int eldr__watchst_new(const eldr_artifact *a, const eldr_serve_config *c, eldr__watchst **out, eldr_diag *d);
+void eldr__watchst_free(eldr__watchst *w);
+/* Install a reload's watch (cannot fail): the same artifact text keeps the
+ * running window, another replaces it. fresh is taken. */
+void eldr__watch_commit(eldr_server *s, eldr__watchst *fresh);
+/* The buffer a decision writes every centroid's similarity into, or NULL. */
+float *eldr__watch_sims(eldr_server *s);
+/* A decision of r was made (sig: its signature, NULL without one). */
+void eldr__watch_decision(rq *r, const eldr_decision *dec, const float *sig);
+/* r's whole decode reply (a sampled request's generated rows feed the live rho). */
+void eldr__watch_decode_reply(rq *r, const char *body, size_t len);
+/* The watch's lines of /metrics. */
+void eldr__watch_metrics(eldr_server *s, struct evbuffer *o);
+void eldr__handle_status(hconn *c);
+/* POST /admin/reload (only routed here when admin_token is set). */
+void eldr__handle_admin_reload(hconn *c);
+/* server.c: reload now, as SIGHUP does (all or nothing, logged and
+ * counted): 0, or the error with the reason in d. */
+int eldr__reload_now(eldr_server *s, eldr_diag *d);
 
 /* ---- metrics.c -------------------------------------------------------------- */
 

@@ -96,9 +96,11 @@ typedef struct stage {
   eldr__fpstate *fps;
   eldr__sigconf sig;
   worker_plan wp;
+  eldr__watchst *watch;
 } stage;
 
 static void stage_drop(eldr_server *s, stage *st) {
+  eldr__watchst_free(st->watch);
   eldr__workers_drop(&st->wp);
   eldr__sigconf_drop(&s->sp, &st->sig);
   eldr__fps_put(st->fps);
@@ -131,6 +133,7 @@ static int stage_build(eldr_server *s, const eldr_serve_config *base, int reread
   if ((rc = eldr__workers_plan(s, c, &st->wp, d))) goto fail;
   if ((rc = eldr__fps_new(a, c->policy, st->wp.nw[1], &st->fps, d))) goto fail;
   eldr_policy_attach_footprint(&st->pol, st->fps ? st->fps->fp : NULL);
+  if ((rc = eldr__watchst_new(a, c, &st->watch, d))) goto fail;
   return 0;
 fail:
   stage_drop(s, st);
@@ -149,6 +152,7 @@ static void stage_commit(eldr_server *s, stage *st) {
   eldr__fps_put(s->fps); /* the old generation lives on while its tickets do */
   s->fps = st->fps;
   s->logged_fp = 0;
+  eldr__watch_commit(s, st->watch);
   if (s->cfg.policy == ELDR_POLICY_FOOTPRINT && !s->fps)
     eldr__logf(s, "footprint: %s: it runs as JSQ",
                !s->art ? "no artifact" : !s->art->latency
@@ -175,19 +179,24 @@ static void stage_commit(eldr_server *s, stage *st) {
   eldr__dns_sync(s);
   eldr__scrape_schedule(s, old_scrape);
   const eldr_artifact *a = s->art;
-  if (a && a->k != s->cfg.n_decode)
-    eldr__logf(s, "artifact has %zu centroids for %zu decode workers: decoder i uses centroid i %% %zu",
-               a->k, s->cfg.n_decode, a->k);
+  if (a && a->k != s->nw[ROLE_DECODE] && s->nw[ROLE_DECODE]) {
+    size_t n = s->nw[ROLE_DECODE];
+    if (n > a->k)
+      eldr__logf(s, "artifact has %zu centroids for %zu decode workers: decoder i uses centroid i %% %zu "
+                    "(decoders sharing a centroid split its traffic by load)", a->k, n, a->k);
+    else
+      eldr__logf(s, "artifact has %zu centroids for %zu decode workers: decoder i serves centroids i, i + %zu, ... "
+                    "(its similarity is the best of theirs)", a->k, n, n);
+  }
 }
 
-static void do_reload(eldr_server *s) {
-  eldr_diag d = {{0}};
+int eldr__reload_now(eldr_server *s, eldr_diag *d) {
   stage st;
-  int rc = stage_build(s, &s->cfg, 1, &st, &d);
+  int rc = stage_build(s, &s->cfg, 1, &st, d);
   if (rc) {
     s->m.reloads_err++;
-    eldr__logf(s, "reload failed, keeping the running configuration: %s", eldr_diag_msg(&d, rc));
-    return;
+    eldr__logf(s, "reload failed, keeping the running configuration: %s", eldr_diag_msg(d, rc));
+    return rc;
   }
   if ((st.cfg.dns_server || s->cfg.dns_server) &&
       (!st.cfg.dns_server || !s->cfg.dns_server || strcmp(st.cfg.dns_server, s->cfg.dns_server)))
@@ -198,12 +207,14 @@ static void do_reload(eldr_server *s) {
   s->m.reloads_ok++;
   eldr__logf(s, "reloaded: %zu prefill, %zu decode workers, artifact %s, policy %s", s->nw[0], s->nw[1],
              s->art ? s->cfg.artifact : "none", eldr_policy_name(s->cfg.policy));
+  return 0;
 }
 
 static void reload_cb(evutil_socket_t fd, short ev, void *arg) {
   (void)fd;
   (void)ev;
-  do_reload(arg);
+  eldr_diag d = {{0}};
+  eldr__reload_now(arg, &d);
 }
 
 static void stop_cb(evutil_socket_t fd, short ev, void *arg) {
@@ -348,6 +359,7 @@ void eldr_server_free(eldr_server *s) {
   }
   eldr_artifact_free(s->art);
   eldr__fps_put(s->fps);
+  eldr__watchst_free(s->watch);
   free(s->loads);
   free(s->healthy);
   eldr_serve_config_free(&s->cfg);
