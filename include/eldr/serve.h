@@ -151,7 +151,8 @@ void eldr_server_stop(eldr_server *s);
  * in whole; a reload that fails changes nothing, is logged with the reason
  * and counted (eldr_reloads_total{result="error"}). In-flight requests
  * continue; a worker dropped from the list finishes its legs, then is
- * freed. */
+ * freed. POST /admin/reload (with admin_token) runs the same reload on the
+ * loop and answers its result. */
 void eldr_server_reload(eldr_server *s);
 void eldr_server_free(eldr_server *s);
 

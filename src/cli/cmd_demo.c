@@ -293,6 +293,7 @@ static void parse_args(int argc, char **argv, demo *x) {
     if (x->npol < 8) x->pols[x->npol++] = known[k];
   }
   if (!x->npol) cli_usage_error(CMD, "--policies: empty list");
+  if (x->drift && x->trace_path) cli_usage_error(CMD, "--drift generates its own traces (two domain mixes): drop --trace");
   /* inputs and outputs are checked before the work directory exists */
   if (x->trace_path && access(x->trace_path, R_OK))
     cli_usage_error(CMD, "--trace %s: %s", x->trace_path, strerror(errno));
@@ -660,7 +661,6 @@ int eldr_cmd_demo(int argc, char **argv) {
   g_cluster = c;
 
   if (x.drift) { /* the production loop: docs/demo.md "Drift" */
-    if (x.trace_path) demo_fail("--drift generates its own traces: --trace is not used with it");
     demo_drift_opts dop = {.model = x.model ? x.model : "qwen3-30b-a3b", .hardware = x.hardware,
                            .workload = x.workload, .plot = x.plot, .dir = g_tmp, .log_path = x.log_path,
                            .P = x.P, .D = x.D, .max_seqs = x.max_seqs, .n_fit = x.n_fit,
