@@ -69,7 +69,8 @@ static int post_status(int port, const char *extra) {
 }
 
 typedef struct rig {
-  fx_worker *p, *d[2];
+  fx_worker *p, *d[3];
+  int nd;
   fx_behaviour pb;
   eldr_serve_config c;
   rt_router r;
@@ -78,19 +79,23 @@ typedef struct rig {
 
 /* A router with one prefill and two decoders, policy eldr on artifact art;
  * extra: more config keys. The config is a file (re-read on reloads). */
-static void rig_start(rig *g, const char *art, const char *extra, int signals) {
+static void rig_start_n(rig *g, int nd, const char *art, const char *extra, int signals) {
   memset(g, 0, sizeof *g);
   g->pb = fx_defaults();
   g->pb.prompt_tokens = 3;
   g->p = fx_start(&g->pb);
-  g->d[0] = fx_start(NULL);
-  g->d[1] = fx_start(NULL);
+  g->nd = nd;
+  char list[512] = "";
+  for (int i = 0; i < nd; i++) {
+    g->d[i] = fx_start(NULL);
+    snprintf(list + strlen(list), sizeof list - strlen(list), "%s\"%s\"", i ? "," : "", fx_url(g->d[i]));
+  }
   snprintf(g->cfgpath, sizeof g->cfgpath, "/tmp/eldr_test_watch_%d.json", (int)getpid());
   FILE *f = fopen(g->cfgpath, "w");
   assert_non_null(f);
-  fprintf(f, "{\"prefill\":[\"%s\"],\"decode\":[\"%s\",\"%s\"],\"policy\":\"eldr\",\"artifact\":\"%s\","
+  fprintf(f, "{\"prefill\":[\"%s\"],\"decode\":[%s],\"policy\":\"eldr\",\"artifact\":\"%s\","
              "\"health_interval\":0%s}",
-          fx_url(g->p), fx_url(g->d[0]), fx_url(g->d[1]), art, extra);
+          fx_url(g->p), list, art, extra);
   fclose(f);
   eldr_serve_config_default(&g->c);
   eldr_diag d = {{0}};
@@ -101,13 +106,14 @@ static void rig_start(rig *g, const char *art, const char *extra, int signals) {
   assert_int_equal(rt_start(&g->r, &g->c), 0);
 }
 
+static void rig_start(rig *g, const char *art, const char *extra, int signals) { rig_start_n(g, 2, art, extra, signals); }
+
 static void rig_stop(rig *g) {
   rt_stop(&g->r);
   eldr_serve_config_free(&g->c);
   unlink(g->cfgpath);
   fx_free(g->p);
-  fx_free(g->d[0]);
-  fx_free(g->d[1]);
+  for (int i = 0; i < g->nd; i++) fx_free(g->d[i]);
 }
 
 /* Prefill replies select experts e0, e0+1: send n requests. */
@@ -411,10 +417,38 @@ static void test_reload_under_load(void **st) {
   pthread_mutex_destroy(&l.mu);
 }
 
+/* K = 2 centroids in front of D = 3 decoders: decoders 0 and 2 share
+ * centroid 0 (capacity 2/3), decoder 1 has centroid 1; a request near
+ * centroid 0 goes to the less loaded of 0 and 2, never to 1. */
+static void test_k_ne_d(void **st) {
+  (void)st;
+  char *art = fx_artifact(&SH, "watch_knd");
+  char *lo = routed(3, 0), *hi = routed(3, 6);
+  rig g;
+  rig_start_n(&g, 3, art, "", 0);
+  int port = g.r.port;
+  send_mix(&g, lo, 4);
+  assert_int_equal(fx_count(g.d[1], "/v1/completions"), 0);
+  assert_int_equal(fx_count(g.d[0], "/v1/completions") + fx_count(g.d[2], "/v1/completions"), 4);
+  send_mix(&g, hi, 2);
+  assert_int_equal(fx_count(g.d[1], "/v1/completions"), 2);
+  double c0 = rt_metric(port, "eldr_centroid_capacity_share{centroid=\"0\"}");
+  assert_true(fabs(c0 - 2.0 / 3) < 1e-5);
+  assert_true(fabs(rt_metric(port, "eldr_centroid_share{centroid=\"0\"}") - 4.0 / 6) < 1e-5);
+  rt_stop(&g.r);
+  assert_non_null(strstr(g.r.log, "decoder i uses centroid i % 2"));
+  rig_stop(&g);
+  unlink(art);
+  free(art);
+  free(lo);
+  free(hi);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_status_and_drift),
       cmocka_unit_test(test_live_rho),
+      cmocka_unit_test(test_k_ne_d),
       cmocka_unit_test(test_admin_reload_auth),
       cmocka_unit_test(test_reload_under_load),
   };
