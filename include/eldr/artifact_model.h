@@ -23,6 +23,7 @@
 #include "eldr/error.h"
 #include "eldr/latency.h"
 #include "eldr/signature.h"
+#include "eldr/watch.h"
 
 #define ELDR_ARTIFACT_VERSION 1
 
@@ -50,6 +51,9 @@ typedef struct eldr_artifact {
   char *trace_generator; /* owned, may be NULL: the fitted trace's generator */
   struct eldr_artifact_placement *placement; /* owned, NULL when absent */
   eldr_latency_model *latency; /* owned, NULL when the artifact carries no coefficients */
+  eldr_drift_ref *drift_ref;   /* owned, fit.drift_ref (eldr/watch.h); NULL in artifacts
+                                  written before it (drift then unknown) */
+  uint64_t text_hash;          /* XXH3-64 of the JSON text it was parsed from (0: built in memory) */
 } eldr_artifact;
 
 /* The expert-parallel placement files an artifact names (its "placement"

@@ -69,6 +69,7 @@ typedef struct eldr_cluster_spec {
   size_t n_routers;             /* router replicas in front of the same workers
                                  * (0 or 1: one; at most ELDR_CLUSTER_MAX_ROUTERS) */
   double scrape_interval;       /* the routers' --scrape-interval (0: off) */
+  const char *router_config;    /* the routers' --config FILE (NULL: none) */
 } eldr_cluster_spec;
 
 #define ELDR_CLUSTER_MAX_ROUTERS 8
@@ -99,5 +100,13 @@ int eldr_cluster_scrape_decoders(eldr_cluster *c, double timeout_s, eldr_decode_
  * counter is missing. */
 int eldr_cluster_scrape(const char *url, double timeout_s, eldr_decode_counters *acc,
                         eldr_diag *d);
+
+/* One blocking HTTP/1.1 exchange with url ("http://host:port") over the
+ * router's client: method path, extra header lines (each ending CRLF, or
+ * NULL), a JSON body (NULL: none); *status and the reply body (*reply,
+ * malloc'd, NUL-terminated, at most 4 MiB) on return 0. Errors:
+ * ELDR_EINVAL (url), ELDR_ETIMEOUT, ELDR_EIO, ELDR_ENOMEM. */
+int eldr_cluster_http(const char *url, const char *method, const char *path, const char *headers,
+                      const char *body, double timeout_s, int *status, char **reply, eldr_diag *d);
 
 #endif

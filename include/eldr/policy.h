@@ -5,7 +5,12 @@
  * power-of-two-choices, Domain (oracle label -> a contiguous group of
  * decoders, JSQ inside), and ELDR: sim_k = cos(sig, centroid_k),
  * band = {k : sim_k >= max sim - tau}, least-loaded decoder in the band.
- * Decoder i uses centroid i % n_centroids. tau = 0 is nearest centroid,
+ * K centroids in front of D decoders (an autoscaler adds or removes
+ * decoders; docs/serve.md "K != D"): D >= K: decoder i uses centroid i % K
+ * (several decoders share a centroid: the band then holds all of them and
+ * the least loaded wins); D < K: decoder i serves centroids i, i + D,
+ * i + 2D, ... and its similarity is the best of theirs. Every centroid is
+ * served either way. tau = 0 is nearest centroid,
  * Signatures are non-negative, so similarities lie in [0, 1] and tau = 1
  * puts every decoder in the band: pure shortest queue.
  * FOOTPRINT (ours, not the paper's): the decoder with the lowest predicted
@@ -79,6 +84,8 @@ int eldr_policy_init(eldr_policy *p, eldr_policy_kind kind, double tau, uint64_t
 typedef struct eldr_route_req {
   const float *sig; /* unit signature of dim p->dim, or NULL */
   int domain;       /* oracle label for DOMAIN, or -1 */
+  float *sims;      /* ELDR: caller's n_centroids floats receiving every centroid's
+                       similarity (when a signature was used), or NULL */
 } eldr_route_req;
 
 typedef struct eldr_decision {
@@ -86,6 +93,7 @@ typedef struct eldr_decision {
   eldr_fallback fallback; /* ELDR_FALLBACK_NONE when the policy ran as asked */
   float best_sim;         /* ELDR: max similarity (else 0) */
   int band_size;          /* ELDR: decoders in the band (else 0) */
+  int centroid;           /* ELDR: the centroid the chosen decoder matched (else -1) */
   double pred_tpot;       /* FOOTPRINT: predicted time per token on the chosen decoder, s (else 0) */
 } eldr_decision;
 

@@ -99,6 +99,11 @@ typedef struct eldr_serve_config {
                               * (docs/architecture.md, "Threads"); 0 = the number of
                               * online cores (default 0); fixed at start (a reload
                               * does not change it) */
+  double watch_window_s;     /* sliding window of GET /eldr/status and the drift metrics,
+                              * in seconds (default 60; 0 = the last watch_requests) */
+  size_t watch_requests;     /* locality decisions kept for that window (default 4096) */
+  char *admin_token;         /* POST /admin/reload needs "Authorization: Bearer <token>"
+                              * (config file only; NULL: no such endpoint, 404) */
   int handle_signals;        /* SIGHUP reloads, SIGINT/SIGTERM stop (for the CLI) */
   char *config_path;         /* JSON config re-read on reload (NULL: reload artifact only) */
   char *overrides;           /* JSON object in the config file's syntax applied over the
@@ -124,7 +129,7 @@ int eldr_serve_config_add_dns(eldr_serve_config *c, int decode, const char *host
  *   decode_first_byte_timeout, decode_idle_timeout,
  *   header_timeout, idle_timeout, retries, max_body, max_header,
  *   health_interval, eject_after, sigcache_rows, pool_size, max_connections,
- *   stream_buffer, threads,
+ *   stream_buffer, threads, watch_window, watch_requests, admin_token (string or null),
  *   splice_routed_experts (boolean), backend_api_key (string or null),
  *   forward_authorization (boolean), cors_origin (string or null),
  *   record (directory or null), record_sample, record_max_bytes,
@@ -168,7 +173,8 @@ void eldr_server_stop(eldr_server *s);
  * in whole; a reload that fails changes nothing, is logged with the reason
  * and counted (eldr_reloads_total{result="error"}). In-flight requests
  * continue; a worker dropped from the list finishes its legs, then is
- * freed. */
+ * freed. POST /admin/reload (with admin_token) runs the same reload on the
+ * loop and answers its result. */
 void eldr_server_reload(eldr_server *s);
 void eldr_server_free(eldr_server *s);
 

@@ -214,7 +214,7 @@ int eldr_bench_route(int argc, char **argv) {
       eldr__sigpath_extract(&sp_nc, pr.root, 0, NULL, &res);
       if (res.fallback != ELDR__FB_NONE) cli_fail(cmd, "extraction fell back (%d): %s", res.fallback, res.diag.msg);
       double t2 = eldr_clock_now();
-      eldr_route_req rr = {res.sig, -1};
+      eldr_route_req rr = {res.sig, -1, NULL};
       eldr_decision dec;
       int k = eldr_policy_decode(&pol, loads, NULL, (size_t)D, &rr, &dec);
       double t3 = eldr_clock_now();

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "demo_drift.h"
 #include "figures.h"
 #include "eldr/cluster.h"
 #include "eldr/fit.h"
@@ -71,8 +72,7 @@ static void cleanup(void) {
   rmdir(g_tmp);
 }
 
-_Noreturn static void demo_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void demo_fail(const char *fmt, ...) {
+void demo_fail(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   fprintf(stderr, "eldr demo: ");
@@ -104,7 +104,7 @@ typedef struct demo {
   double fit_fraction, rate, scale, duration, scrape;
   long routers;
   uint64_t seed;
-  int do_sim, json;
+  int do_sim, json, drift, duration_set;
   const char *pols[8];
   size_t npol;
   char fit_path[PATH_MAX + 32], eval_path[PATH_MAX + 32], art_path[PATH_MAX + 32],
@@ -157,6 +157,11 @@ static void usage(FILE *f) {
           "  --json             one JSON object on stdout instead of the table (ms of model time)\n"
           "  --plot FILE        write a bar chart with gnuplot (FILE ends in .png or .svg)\n"
           "  --keep             keep the work directory (traces, artifact, logs)\n"
+          "  --drift            the production loop instead: fit on half of the domains, replay them\n"
+          "                     and then the others; the router's drift score rises, the demo refits\n"
+          "                     on the shifted requests and reloads the router (POST /admin/reload);\n"
+          "                     a table (and --plot) over time of drift and TPOT p50, ELDR vs JSQ\n"
+          "                     (--duration defaults to 40 s there: detection and refit need time)\n"
           "  -h, --help         this text\n\n"
           "Ctrl-C stops every process the demo started.\n");
 }
@@ -173,8 +178,8 @@ static const char *preset_for_shape(const eldr_shape *s) {
   return NULL;
 }
 
-static int save_subset(const eldr_trace *t, const size_t *idx, size_t n, const char *path,
-                       eldr_diag *d) {
+int demo_save_subset(const eldr_trace *t, const size_t *idx, size_t n, const char *path, eldr_diag *d);
+int demo_save_subset(const eldr_trace *t, const size_t *idx, size_t n, const char *path, eldr_diag *d) {
   eldr_trace *o = eldr_trace_new(t->model, &t->shape, t->layer_ids);
   if (!o || eldr_trace_set_generator(o, t->generator)) {
     eldr_trace_free(o);
@@ -234,7 +239,7 @@ static void parse_args(int argc, char **argv, demo *x) {
       {"policies", required_argument, 0, 'p'},    {"seed", required_argument, 0, 'S'},
       {"no-sim", no_argument, 0, 'N'},            {"plot", required_argument, 0, 'o'},
       {"keep", no_argument, 0, 'k'},              {"help", no_argument, 0, 'h'},
-      {"json", no_argument, 0, 'j'},
+      {"json", no_argument, 0, 'j'},              {"drift", no_argument, 0, 'W'},
       {0, 0, 0, 0},
   };
   cli_getopt_reset();
@@ -254,7 +259,7 @@ static void parse_args(int argc, char **argv, demo *x) {
     case 'B': x->max_seqs = cli_parse_long(CMD, "--max-num-seqs", optarg, 1, 4096); break;
     case 'r': x->rate = cli_parse_double(CMD, "--rate", optarg, 0.01, 1e5); break;
     case 's': x->scale = cli_parse_double(CMD, "--time-scale", optarg, 0.01, 1000); break;
-    case 'd': x->duration = cli_parse_double(CMD, "--duration", optarg, 0.5, 3600); break;
+    case 'd': x->duration = cli_parse_double(CMD, "--duration", optarg, 0.5, 3600); x->duration_set = 1; break;
     case 'p': x->policies_arg = optarg; break;
     case 'S': x->seed = cli_parse_u64(CMD, "--seed", optarg); break;
     case 'N': x->do_sim = 0; break;
@@ -269,6 +274,7 @@ static void parse_args(int argc, char **argv, demo *x) {
       break;
     case 'k': g_keep = 1; break;
     case 'j': x->json = 1; break;
+    case 'W': x->drift = 1; break;
     case 'h': usage(stdout); exit(0);
     default: cli_bad_option(CMD, argc, argv, o);
     }
@@ -287,6 +293,7 @@ static void parse_args(int argc, char **argv, demo *x) {
     if (x->npol < 8) x->pols[x->npol++] = known[k];
   }
   if (!x->npol) cli_usage_error(CMD, "--policies: empty list");
+  if (x->drift && x->trace_path) cli_usage_error(CMD, "--drift generates its own traces (two domain mixes): drop --trace");
   /* inputs and outputs are checked before the work directory exists */
   if (x->trace_path && access(x->trace_path, R_OK))
     cli_usage_error(CMD, "--trace %s: %s", x->trace_path, strerror(errno));
@@ -358,7 +365,7 @@ static void make_splits(demo *x) {
     x->nfit = (size_t)x->n_fit;
     neval = (size_t)x->n_eval;
   }
-  if (save_subset(all, idx, x->nfit, x->fit_path, &d) < 0 || save_subset(all, idx + x->nfit, neval, x->eval_path, &d) < 0)
+  if (demo_save_subset(all, idx, x->nfit, x->fit_path, &d) < 0 || demo_save_subset(all, idx + x->nfit, neval, x->eval_path, &d) < 0)
     demo_fail("cannot write the trace splits: %s", d.msg);
   free(idx);
   eldr_trace_free(all);
@@ -653,6 +660,17 @@ int eldr_cmd_demo(int argc, char **argv) {
   if (rc) demo_fail("%s", eldr_diag_msg(&d, rc));
   g_cluster = c;
 
+  if (x.drift) { /* the production loop: docs/demo.md "Drift" */
+    demo_drift_opts dop = {.model = x.model ? x.model : "qwen3-30b-a3b", .hardware = x.hardware,
+                           .workload = x.workload, .plot = x.plot, .dir = g_tmp, .log_path = x.log_path,
+                           .P = x.P, .D = x.D, .max_seqs = x.max_seqs, .n_fit = x.n_fit,
+                           .max_decode = x.max_decode, .rate = x.rate, .scale = x.scale,
+                           .duration = x.duration_set ? x.duration : 40, .seed = x.seed, .json = x.json, .cluster = c,
+                           .stop = &g_stop};
+    int drc = demo_drift_run(&dop);
+    cleanup();
+    return drc;
+  }
   make_splits(&x);
   fit_artifact(&x);
   fprintf(stderr,

@@ -52,6 +52,7 @@ eldr_artifact *eldr_artifact_new(const char *model, const eldr_shape *shape,
 
 void eldr_artifact_free(eldr_artifact *a) {
   if (!a) return;
+  eldr_drift_ref_free(a->drift_ref);
   eldr__artifact_placement_free(a->placement, a->k);
   free(a->latency);
   free(a->trace);
@@ -134,6 +135,12 @@ int eldr_artifact_validate(const eldr_artifact *a, eldr_diag *d) {
       return eldr_diag_fail(d, ELDR_ERANGE, "fit.cluster_sizes[%zu]: %zu too large", c,
                             a->cluster_sizes[c]);
   if ((rc = eldr__artifact_placement_validate(a, d))) return rc;
+  if (a->drift_ref) {
+    if (a->drift_ref->k != a->k)
+      return eldr_diag_fail(d, ELDR_ESHAPE, "fit.drift_ref.nearest_share: %zu entries, expected k = %zu",
+                            a->drift_ref->k, a->k);
+    if ((rc = eldr_drift_ref_validate(a->drift_ref, d))) return rc;
+  }
   if (a->latency) {
     if ((rc = eldr_latency_validate(a->latency, d))) {
       eldr_diag_prefix(d, "latency");

@@ -1,5 +1,6 @@
 /* fit.c — trace -> routing artifact (see include/eldr/fit.h). */
 #include "eldr/fit.h"
+#include "eldr/watch.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -539,6 +540,12 @@ int eldr_fit_stream(const eldr_fit_source *src, const eldr_fit_opts *o, eldr_art
     report->passes++;
     if (rc) goto fail;
   }
+  /* the fit-time signature distribution a router's drift score compares
+   * with: the sample's (every request up to --rho-sample), against the
+   * centroids in their final (aligned) order */
+  rc = eldr_drift_ref_compute(a->centroids, a->k, dim, sigs_s, ns, &a->drift_ref);
+  if (rc == ELDR_EEMPTY) rc = 0;
+  if (rc) { eldr_diag_fail(d, rc, "drift reference: %s", eldr_strerror(rc)); goto fail; }
 
   rc = eldr_artifact_validate(a, d);
   if (rc) { eldr_diag_prefix(d, "fitted artifact invalid"); goto fail; }

@@ -187,6 +187,26 @@ static int decide_domain(const eldr_policy *p, const uint32_t *loads, const uint
   return jsq_range(loads, healthy, 0, n);
 }
 
+/* Decoder k's similarity: of centroid k % nc when n >= nc, else the best
+ * of its centroids c = k, k + n, k + 2n, ... < nc (lower c on ties);
+ * *cent (optional) receives that centroid. */
+static float decoder_sim(const eldr_policy *p, const float *sig, const float *cache, size_t ncache,
+                         size_t k, size_t n, int *cent) {
+  const size_t nc = p->n_centroids, dim = p->dim;
+  float best = NAN;
+  size_t bc = k % nc;
+  for (size_t c = k % nc; c < nc; c += n) {
+    float s = c < ncache ? cache[c] : eldr__dot_lanes8(sig, p->centroids + c * dim, dim);
+    if (c == k % nc || s > best) {
+      best = s;
+      bc = c;
+    }
+    if (n >= nc) break;
+  }
+  if (cent) *cent = (int)bc;
+  return best;
+}
+
 static int decide_eldr(const eldr_policy *p, const uint32_t *loads, const uint8_t *healthy,
                        size_t n, const eldr_route_req *req, eldr_decision *dec) {
   if (!p->centroids || p->n_centroids == 0) {
@@ -198,19 +218,21 @@ static int decide_eldr(const eldr_policy *p, const uint32_t *loads, const uint8_
     return jsq_range(loads, healthy, 0, n);
   }
   const size_t dim = p->dim, nc = p->n_centroids;
-  /* Decoder k uses centroid k % nc, so only min(n, nc) similarities exist. */
-  const size_t nsim = n < nc ? n : nc;
+  /* every centroid is some decoder's (n >= nc: decoder k's is k % nc; n <
+   * nc: decoder k serves every c with c % n == k) */
   float cache[ELDR_SIM_CACHE];
-  const size_t ncache = nsim < ELDR_SIM_CACHE ? nsim : ELDR_SIM_CACHE;
+  const size_t ncache = nc < ELDR_SIM_CACHE ? nc : ELDR_SIM_CACHE;
   size_t c0 = 0;
   for (; c0 + 4 <= ncache; c0 += 4) sim4(req->sig, p->centroids + c0 * dim, dim, cache + c0);
   for (; c0 < ncache; c0++) cache[c0] = eldr__dot_lanes8(req->sig, p->centroids + c0 * dim, dim);
+  if (req->sims)
+    for (size_t c = 0; c < nc; c++)
+      req->sims[c] = c < ncache ? cache[c] : eldr__dot_lanes8(req->sig, p->centroids + c * dim, dim);
 
   float best = -INFINITY;
   for (size_t k = 0; k < n; k++) {
     if (!is_up(healthy, k)) continue;
-    size_t c = k % nc;
-    float s = c < ncache ? cache[c] : eldr__dot_lanes8(req->sig, p->centroids + c * dim, dim);
+    float s = decoder_sim(p, req->sig, cache, ncache, k, n, NULL);
     if (s > best) best = s;
   }
   if (!(best > -INFINITY)) { /* NaN / -inf similarities: an unusable signature */
@@ -218,23 +240,25 @@ static int decide_eldr(const eldr_policy *p, const uint32_t *loads, const uint8_
     return jsq_range(loads, healthy, 0, n);
   }
   const double edge = (double)best - p->tau - ELDR_BAND_EPS;
-  int choice = -1, band = 0;
+  int choice = -1, band = 0, ccent = -1;
   uint32_t cload = 0;
   float csim = 0.0f;
   for (size_t k = 0; k < n; k++) {
     if (!is_up(healthy, k)) continue;
-    size_t c = k % nc;
-    float s = c < ncache ? cache[c] : eldr__dot_lanes8(req->sig, p->centroids + c * dim, dim);
+    int cent;
+    float s = decoder_sim(p, req->sig, cache, ncache, k, n, &cent);
     if (!((double)s >= edge)) continue;
     band++;
     if (choice < 0 || loads[k] < cload || (loads[k] == cload && s > csim)) {
       choice = (int)k;
       cload = loads[k];
       csim = s;
+      ccent = cent;
     }
   }
   dec->best_sim = best;
   dec->band_size = band;
+  dec->centroid = ccent;
   return choice;
 }
 
@@ -280,7 +304,7 @@ int eldr_policy_decide(eldr_policy *p, const uint32_t *loads, const uint8_t *hea
   for (size_t i = 0; i < n; i++) up += is_up(healthy, i) ? 1 : 0;
   if (up == 0) return ELDR_EUNAVAIL;
 
-  eldr_decision dec = {.decoder = -1, .fallback = ELDR_FALLBACK_NONE};
+  eldr_decision dec = {.decoder = -1, .fallback = ELDR_FALLBACK_NONE, .centroid = -1};
   int c = -1;
   switch (p->kind) {
   case ELDR_POLICY_RANDOM:

@@ -22,12 +22,16 @@
 
 #include "artifact_internal.h"
 #include "eldr/readfile.h"
+#include "eldr/watch.h"
+#include <xxhash.h>
 
 #define ARTIFACT_FORMAT "eldr-artifact"
 /* Largest artifact file accepted by eldr_artifact_load. */
 #define ARTIFACT_MAX_BYTES ((size_t)1 << 31)
 
 static int parse_latency(const json_t *root, eldr_artifact *a, eldr_diag *d);
+static int parse_drift_ref(const json_t *fit, eldr_artifact *a, eldr_diag *d);
+static json_t *drift_ref_json(const eldr_drift_ref *r);
 static json_t *latency_json(const eldr_artifact *a);
 
 /* ---- parsing ------------------------------------------------------------ */
@@ -317,6 +321,7 @@ static int parse_root(const json_t *root, eldr_artifact **out, eldr_diag *d) {
     }
   }
 
+  if ((rc = parse_drift_ref(fit, a, d))) goto fail;
   if ((rc = eldr__artifact_placement_parse(root, a, d))) goto fail;
   if ((rc = parse_latency(root, a, d))) goto fail;
   if ((rc = eldr_artifact_validate(a, d))) goto fail;
@@ -344,6 +349,7 @@ int eldr_artifact_parse(const char *json, size_t len, eldr_artifact **out, eldr_
                           err.text);
   int rc = parse_root(root, out, d);
   json_decref(root);
+  if (!rc) (*out)->text_hash = XXH3_64bits(json, len); /* the file's identity (eldr serve) */
   return rc;
 }
 
@@ -438,6 +444,7 @@ char *eldr_artifact_dump(const eldr_artifact *a) {
     if (a->created) set(fit, "created", json_string(a->created), &bad);
     if (a->trace) set(fit, "trace", json_string(a->trace), &bad);
     if (a->trace_generator) set(fit, "trace_generator", json_string(a->trace_generator), &bad);
+    if (a->drift_ref) set(fit, "drift_ref", drift_ref_json(a->drift_ref), &bad);
   }
   set(root, "fit", fit, &bad);
   if (!bad && eldr__artifact_placement_dump(root, a) < 0) bad = 1;
@@ -527,5 +534,64 @@ static json_t *latency_json(const eldr_artifact *a) {
   if (!txt) return NULL;
   json_t *o = json_loads(txt, 0, NULL);
   free(txt);
+  return o;
+}
+
+/* ---- fit.drift_ref (optional: artifacts before it load without it) -------- */
+
+/* n fractions from a JSON array of exactly n numbers. */
+static int parse_fractions(const json_t *arr, size_t n, const char *field, double *out, eldr_diag *d) {
+  if (!json_is_array(arr) || json_array_size(arr) != n)
+    return eldr_diag_fail(d, ELDR_ESHAPE, "fit.drift_ref.%s: must be an array of %zu numbers", field, n);
+  for (size_t i = 0; i < n; i++) {
+    json_t *e = json_array_get(arr, i);
+    if (!json_is_number(e))
+      return eldr_diag_fail(d, ELDR_EPARSE, "fit.drift_ref.%s[%zu]: must be a number", field, i);
+    out[i] = json_number_value(e);
+  }
+  return 0;
+}
+
+static int parse_drift_ref(const json_t *fit, eldr_artifact *a, eldr_diag *d) {
+  json_t *v = json_object_get(fit, "drift_ref");
+  if (!v || json_is_null(v)) return 0;
+  if (!json_is_object(v)) return eldr_diag_fail(d, ELDR_EPARSE, "fit.drift_ref: must be an object");
+  eldr_drift_ref *r = eldr_drift_ref_new(a->k);
+  if (!r) return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
+  int rc = 0;
+  json_t *n = json_object_get(v, "n");
+  if (!json_is_integer(n) || json_integer_value(n) < 0)
+    rc = eldr_diag_fail(d, ELDR_EPARSE, "fit.drift_ref.n: must be an integer >= 0");
+  else r->n = (size_t)json_integer_value(n);
+  if (!rc) rc = parse_fractions(json_object_get(v, "nearest_share"), a->k, "nearest_share", r->nearest_share, d);
+  if (!rc)
+    rc = parse_fractions(json_object_get(v, "similarity_hist"), ELDR_WATCH_SIM_BINS, "similarity_hist", r->sim_hist, d);
+  if (!rc) rc = eldr_drift_ref_validate(r, d);
+  if (rc) {
+    eldr_drift_ref_free(r);
+    return rc;
+  }
+  a->drift_ref = r;
+  return 0;
+}
+
+static json_t *drift_ref_json(const eldr_drift_ref *r) {
+  json_t *o = json_object(), *ns = json_array(), *sh = json_array();
+  int bad = !o || !ns || !sh;
+  for (size_t c = 0; !bad && c < r->k; c++) bad |= json_array_append_new(ns, json_real(r->nearest_share[c])) != 0;
+  for (int b = 0; !bad && b < ELDR_WATCH_SIM_BINS; b++) bad |= json_array_append_new(sh, json_real(r->sim_hist[b])) != 0;
+  if (!bad) {
+    set(o, "n", json_integer((json_int_t)r->n), &bad);
+    set(o, "bins", json_integer(ELDR_WATCH_SIM_BINS), &bad);
+    set(o, "nearest_share", ns, &bad);
+    set(o, "similarity_hist", sh, &bad);
+    ns = sh = NULL;
+  }
+  json_decref(ns);
+  json_decref(sh);
+  if (bad) {
+    json_decref(o);
+    return NULL;
+  }
   return o;
 }

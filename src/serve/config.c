@@ -48,6 +48,8 @@ void eldr_serve_config_default(eldr_serve_config *c) {
   c->record_max_seconds = 3600;
   c->record_queue = 1024;
   c->record_queue_bytes = 64u << 20;
+  c->watch_window_s = 60;
+  c->watch_requests = 4096;
 }
 
 static void free_list(char **v, size_t n) {
@@ -70,6 +72,7 @@ void eldr_serve_config_free(eldr_serve_config *c) {
   free(c->backend_api_key);
   free(c->cors_origin);
   free(c->record_dir);
+  free(c->admin_token);
   memset(c, 0, sizeof *c);
 }
 
@@ -94,12 +97,14 @@ int eldr_serve_config_copy(eldr_serve_config *dst, const eldr_serve_config *src)
   dst->backend_api_key = xstrdup(src->backend_api_key);
   dst->cors_origin = xstrdup(src->cors_origin);
   dst->record_dir = xstrdup(src->record_dir);
+  dst->admin_token = xstrdup(src->admin_token);
   dst->prefill = dst->decode = dst->prefill_dns = dst->decode_dns = NULL;
   int bad = (src->host && !dst->host) || (src->artifact && !dst->artifact) ||
             (src->dns_server && !dst->dns_server) || (src->access_log && !dst->access_log) ||
             (src->config_path && !dst->config_path) || (src->overrides && !dst->overrides) ||
             (src->backend_api_key && !dst->backend_api_key) || (src->cors_origin && !dst->cors_origin) ||
-            (src->record_dir && !dst->record_dir);
+            (src->record_dir && !dst->record_dir) ||
+            (src->admin_token && !dst->admin_token);
   bad |= copy_list(&dst->prefill, src->prefill, src->n_prefill);
   bad |= copy_list(&dst->decode, src->decode, src->n_decode);
   bad |= copy_list(&dst->prefill_dns, src->prefill_dns, src->n_prefill_dns);
@@ -311,6 +316,9 @@ int eldr_serve_config_parse(eldr_serve_config *c, const char *json, size_t len, 
     else if (!strcmp(key, "pool_size")) { if (!(rc = get_int(v, key, 0, 1 << 16, &n, d))) c->pool_size = (size_t)n; }
     else if (!strcmp(key, "backend_api_key")) rc = json_is_null(v) ? (free(c->backend_api_key), c->backend_api_key = NULL, 0) : set_str(&c->backend_api_key, v, key, d);
     else if (!strcmp(key, "cors_origin")) rc = json_is_null(v) ? (free(c->cors_origin), c->cors_origin = NULL, 0) : set_str(&c->cors_origin, v, key, d);
+    else if (!strcmp(key, "admin_token")) rc = json_is_null(v) ? (free(c->admin_token), c->admin_token = NULL, 0) : set_str(&c->admin_token, v, key, d);
+    else if (!strcmp(key, "watch_window")) { if (!(rc = get_num(v, key, 0, 86400, &x, d))) c->watch_window_s = x; }
+    else if (!strcmp(key, "watch_requests")) { if (!(rc = get_int(v, key, 1, 1 << 22, &n, d))) c->watch_requests = (size_t)n; }
     else if (!strcmp(key, "forward_authorization")) {
       if (!json_is_boolean(v)) rc = eldr_diag_fail(d, ELDR_EINVAL, "config: '%s' must be true or false", key);
       else c->forward_authorization = json_is_true(v);
@@ -416,5 +424,8 @@ int eldr_serve_config_validate(const eldr_serve_config *c, eldr_diag *d) {
     return eldr_diag_fail(d, ELDR_ERANGE, "record_max_seconds must be >= 0 and record_queue >= 1");
   if (c->cors_origin && (!header_safe(c->cors_origin, 1) || !*c->cors_origin || strlen(c->cors_origin) > 1024))
     return eldr_diag_fail(d, ELDR_EINVAL, "cors_origin must be '*' or comma-separated origins (visible ASCII, at most 1024)");
+  if (c->admin_token && (!header_safe(c->admin_token, 0) || strlen(c->admin_token) < 16 || strlen(c->admin_token) > 4096))
+    return eldr_diag_fail(d, ELDR_EINVAL, "admin_token must be 16 to 4096 visible ASCII characters without spaces");
+  if (c->watch_requests < 1) return eldr_diag_fail(d, ELDR_ERANGE, "watch_requests must be >= 1");
   return 0;
 }

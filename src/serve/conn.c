@@ -130,7 +130,8 @@ void eldr__send_error(hconn *c, int status, const char *type, const char *fmt, .
   eldr__send_body(c, status, "application/json", j ? j : "{}", j ? len : 2,
             status == 405 ? (c->head.path[0] && !strcmp(c->head.path, "/health")
                                  ? "Allow: GET, HEAD\r\n"
-                                 : (!strcmp(c->head.path, "/metrics") || !strcmp(c->head.path, "/v1/models"))
+                                 : (!strcmp(c->head.path, "/metrics") || !strcmp(c->head.path, "/v1/models") ||
+                                  !strcmp(c->head.path, "/eldr/status"))
                                        ? "Allow: GET\r\n"
                                        : "Allow: POST\r\n")
                           : NULL);
@@ -205,6 +206,16 @@ static void dispatch(hconn *c, const char *body, size_t len) {
   if (!strcmp(p, "/metrics")) {
     if (m != ELDR__M_GET) goto bad_method;
     eldr__handle_metrics(c);
+    return;
+  }
+  if (!strcmp(p, "/eldr/status")) {
+    if (m != ELDR__M_GET) goto bad_method;
+    eldr__handle_status(c);
+    return;
+  }
+  if (!strcmp(p, "/admin/reload") && s->cfg.admin_token) { /* no token configured: no endpoint */
+    if (m != ELDR__M_POST) goto bad_method;
+    eldr__handle_admin_reload(c);
     return;
   }
   if (!strcmp(p, "/v1/models")) {

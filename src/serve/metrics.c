@@ -236,6 +236,7 @@ void eldr__handle_metrics(hconn *c) {
   for (int l = 0; l < g->n; l++)
     evbuffer_add_printf(o, "eldr_loop_connections_total{loop=\"%d\"} %llu\n", l,
                         (unsigned long long)g->loops[l]->m.accepted);
+  eldr__watch_metrics(s, o);
   render_histo(o, "eldr_signature_seconds", "Signature extraction (decode, counts, cache, build).", &m->sig);
   render_histo(o, "eldr_decision_seconds", "Decode routing decision.", &m->decision);
   render_histo(o, "eldr_request_seconds", "Completion request latency at the router.", &m->request);

@@ -53,6 +53,7 @@ void eldr__rq_free(rq *r) {
   free(r->fwd);
   free(r->pbody);
   free(r->dbody);
+  free(r->wsig);
   free(r);
 }
 
@@ -461,6 +462,7 @@ static void on_decode_reply(rq *r) {
       eldr__logf(s, "request %s: routed_experts not spliced (logged once): %s", r->reqid, d.msg);
     if (rc == 0) {
       s->m.spliced += spliced > 0;
+      eldr__watch_decode_reply(r, fixed, fl); /* with the prefill's usage: the rows split */
       rq_finish_metrics(r, OUT_OK);
       eldr__send_body(r->c, 200, "application/json", fixed, fl, NULL); /* frees r */
       free(fixed);
@@ -469,6 +471,7 @@ static void on_decode_reply(rq *r) {
     if (rc != ELDR_ENOTFOUND && !s->logged_splice++)
       eldr__logf(s, "request %s: decode reply relayed as the decoder sent it (logged once): %s", r->reqid, d.msg);
   }
+  if (code == 200 && L->n) eldr__watch_decode_reply(r, L->buf, L->n);
   relay(r); /* frees r */
 }
 
@@ -500,7 +503,7 @@ static int decide(rq *r, int *fallback) {
   size_t n;
   if (fill_loads(s, ROLE_DECODE, r, &n)) return ELDR_ENOMEM;
   double t1 = eldr__now_s();
-  eldr_route_req rr = {have ? res.sig : NULL, -1};
+  eldr_route_req rr = {have ? res.sig : NULL, -1, have ? eldr__watch_sims(s) : NULL};
   eldr_decision dec;
   /* footprint: the prefill's selection counts (uniform profile without them) */
   int64_t pt = r->pr.prompt_tokens;
@@ -525,6 +528,7 @@ static int decide(rq *r, int *fallback) {
     if (fill_loads(s, ROLE_DECODE, r, &n)) return ELDR_ENOMEM;
   }
   if (pol == &s->pol) eldr__fps_route(r, s->fps, pol, k, &fr);
+  if (k >= 0) eldr__watch_decision(r, &dec, have && res.fallback == FB_NONE ? res.sig : NULL);
   eldr__histo_add(&s->m.decision, eldr__now_s() - t1);
   r->decision = (have && res.sig && k >= 0 && dec.fallback == ELDR_FALLBACK_NONE) ? DEC_LOCALITY : DEC_LOAD;
   eldr__al_decision(r, k >= 0 ? s->w[ROLE_DECODE][k] : NULL, dec.best_sim);
@@ -604,7 +608,7 @@ static void start_decode(rq *r, int retry) {
     client_upstream_error(r, 500, OUT_UPSTREAM_ERROR, "out of memory");
     return;
   }
-  eldr_route_req rr = {NULL, -1};
+  eldr_route_req rr = {NULL, -1, NULL};
   int k;
   for (int t = 1;; t++) {
     k = eldr_policy_decode(&s->jsq, s->loads, s->healthy, n, &rr, NULL);

@@ -33,9 +33,10 @@ void eldr__record_commit(eldr_server *s) {
   /* the identity of the routing the records were made under */
   const eldr_artifact *a = s->art;
   s->rec_artifact[0] = 0;
-  if (a && a->centroids)
+  if (a && a->centroids) /* the hash /eldr/status and eldr_artifact_info show */
     snprintf(s->rec_artifact, sizeof s->rec_artifact, "%016llx",
-             (unsigned long long)XXH64(a->centroids, a->k * a->dim * sizeof *a->centroids, a->k));
+             a->text_hash ? (unsigned long long)a->text_hash
+                          : (unsigned long long)XXH64(a->centroids, a->k * a->dim * sizeof *a->centroids, a->k));
   const char *want = s->cfg.record_dir, *have = s->rec ? eldr__rec_dir(s->rec) : NULL;
   if ((want || have) && (!want || !have || strcmp(want, have)))
     eldr__logf(s, "reload: a changed record directory needs a restart (still %s)", have ? have : "off");
@@ -147,14 +148,13 @@ void eldr__record_decision(rq *r, const eldr__sigres *res, int k, const eldr_dec
   }
   const eldr_artifact *a = s->art;
   if (a && a->k) {
-    if (k >= 0) it->centroid = (int)((size_t)k % a->k);
+    if (k >= 0) it->centroid = dec && dec->centroid >= 0 ? dec->centroid : (int)((size_t)k % a->k);
     if (res && res->sig && (it->sims = malloc(a->k * sizeof *it->sims))) {
       for (size_t c = 0; c < a->k; c++) it->sims[c] = eldr__dot_lanes8(res->sig, a->centroids + c * a->dim, a->dim);
       it->nsims = a->k;
       it->bytes += a->k * sizeof *it->sims;
     }
   }
-  (void)dec;
   snprintf(it->artifact, sizeof it->artifact, "%s", s->rec_artifact);
   r->rec = it;
 }

@@ -11,6 +11,8 @@
  *   metrics.c   counters and histograms, GET /metrics and GET /health
  *   server.c    lifecycle: create, run, stop, reload (all or nothing), free
  *   sigpath.c   the signature path (sigpath.h)
+ *   status.c    the watch (window, drift, live rho, artifact identity):
+ *               GET /eldr/status, its /metrics lines, POST /admin/reload
  *
  * The seams form one circle by nature — a connection that ends frees its
  * request (eldr__rq_free / eldr__rq_abort) and a request answers through its
@@ -145,6 +147,7 @@ struct eldr__group {
   int n;                   /* loops */
   eldr_server **loops;     /* n; [0] is the handle eldr_server_new returned */
   eldr__slot *slots;
+  uint64_t reload_gen;     /* reloads committed so far, any loop (mu) */
 };
 eldr__group *eldr__group_new(int n);
 void eldr__group_free(eldr__group *g);
@@ -156,6 +159,7 @@ void eldr__loop_stop(eldr_server *s);
 
 /* Decisions may pick w: admitted (shared), resolved and listed (this loop's). */
 #define eldr__worker_up(w) (!(w)->retired && (w)->addrlen != 0 && (w)->slot->healthy)
+typedef struct eldr__watchst eldr__watchst;
 
 struct worker {
   eldr_server *s;
@@ -257,6 +261,8 @@ struct rq {
   size_t big;         /* bytes of large buffers it held (trim the heap after) */
   double t0;
   char last_err[200];
+  float *wsig;         /* the signature kept for a live-rho pair (status.c), or NULL */
+  uint64_t wsig_hash;  /* the artifact it was built under */
   /* access log (accesslog.c) */
   double al_sim, al_first, al_last; /* similarity; first/last decode byte */
   uint32_t al_events;               /* SSE events relayed */
@@ -294,8 +300,11 @@ struct eldr_server {
   eldr_serve_config cfg;
   eldr__group *grp;       /* the loops of this server and what they share */
   int loop;               /* this loop's index (0 owns the group and the signals) */
-  eldr_serve_config *follow_cfg; /* loops > 0: loop 0's reloaded configuration to
+  eldr_serve_config *follow_cfg; /* another loop's reloaded configuration to
                                   * build, or NULL (group mutex) */
+  uint64_t follow_gen, cfg_gen;  /* its reload number, and that of the
+                                  * configuration this loop runs (group mutex) */
+  _Atomic int reload_req;        /* eldr_server_reload asked this loop to lead one */
   struct event_base *base;
   struct evconnlistener *lis;
   struct event *ev_stop, *ev_reload, *ev_health, *ev_scrape, *sig_hup, *sig_int, *sig_term;
@@ -327,6 +336,7 @@ struct eldr_server {
   eldr__fpstate *fps;     /* FOOTPRINT with latency coefficients, else NULL (JSQ) */
   int logged_fp;
   eldr__sigpath sp;       /* signature extraction, cache, deferred store */
+  eldr__watchst *watch;   /* with an artifact: the watch (status.c), else NULL */
   uint32_t *loads;
   uint32_t *seen;         /* in-flight counts the loads were computed from */
   uint8_t *healthy;
@@ -527,6 +537,28 @@ void eldr__pool_give(worker *w, eldr__up *u);
 void eldr__worker_failed(worker *w, const char *why);
 /* Active health checks of every listed worker (timer callback; arg = s). */
 void eldr__health_tick(evutil_socket_t fd, short ev, void *arg);
+
+/* ---- status.c: the watch ------------------------------------------------------ */
+/* The watch for artifact a (NULL: *out NULL, 0), sized by c: ELDR_ENOMEM. */
+int eldr__watchst_new(const eldr_artifact *a, const eldr_serve_config *c, eldr__watchst **out, eldr_diag *d);
+void eldr__watchst_free(eldr__watchst *w);
+/* Install a reload's watch (cannot fail): the same artifact text keeps the
+ * running window, another replaces it. fresh is taken. */
+void eldr__watch_commit(eldr_server *s, eldr__watchst *fresh);
+/* The buffer a decision writes every centroid's similarity into, or NULL. */
+float *eldr__watch_sims(eldr_server *s);
+/* A decision of r was made (sig: its signature, NULL without one). */
+void eldr__watch_decision(rq *r, const eldr_decision *dec, const float *sig);
+/* r's whole decode reply (a sampled request's generated rows feed the live rho). */
+void eldr__watch_decode_reply(rq *r, const char *body, size_t len);
+/* The watch's lines of /metrics. */
+void eldr__watch_metrics(eldr_server *s, struct evbuffer *o);
+void eldr__handle_status(hconn *c);
+/* POST /admin/reload (only routed here when admin_token is set). */
+void eldr__handle_admin_reload(hconn *c);
+/* server.c: reload now, as SIGHUP does (all or nothing, logged and
+ * counted): 0, or the error with the reason in d. */
+int eldr__reload_now(eldr_server *s, eldr_diag *d);
 
 /* ---- metrics.c -------------------------------------------------------------- */
 

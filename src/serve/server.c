@@ -104,9 +104,11 @@ typedef struct stage {
   eldr__fpstate *fps;
   eldr__sigconf sig;
   worker_plan wp;
+  eldr__watchst *watch;
 } stage;
 
 static void stage_drop(eldr_server *s, stage *st) {
+  eldr__watchst_free(st->watch);
   eldr__workers_drop(&st->wp);
   eldr__sigconf_drop(&s->sp, &st->sig);
   eldr__fps_put(st->fps);
@@ -139,6 +141,7 @@ static int stage_build(eldr_server *s, const eldr_serve_config *base, int reread
   if ((rc = eldr__workers_plan(s, c, &st->wp, d))) goto fail;
   if ((rc = eldr__fps_new(a, c->policy, st->wp.nw[1], &st->fps, d))) goto fail;
   eldr_policy_attach_footprint(&st->pol, st->fps ? st->fps->fp : NULL);
+  if ((rc = eldr__watchst_new(a, c, &st->watch, d))) goto fail;
   return 0;
 fail:
   stage_drop(s, st);
@@ -158,6 +161,7 @@ static void stage_commit(eldr_server *s, stage *st) {
   eldr__fps_put(s->fps); /* the old generation lives on while its tickets do */
   s->fps = st->fps;
   s->logged_fp = 0;
+  eldr__watch_commit(s, st->watch);
   if (s->cfg.policy == ELDR_POLICY_FOOTPRINT && !s->fps)
     eldr__logf(s, "footprint: %s: it runs as JSQ",
                !s->art ? "no artifact" : !s->art->latency
@@ -185,17 +189,32 @@ static void stage_commit(eldr_server *s, stage *st) {
   eldr__scrape_schedule(s, old_scrape);
   eldr__record_commit(s);
   const eldr_artifact *a = s->art;
-  if (a && a->k != s->cfg.n_decode)
-    eldr__logf(s, "artifact has %zu centroids for %zu decode workers: decoder i uses centroid i %% %zu",
-               a->k, s->cfg.n_decode, a->k);
+  if (a && a->k != s->nw[ROLE_DECODE] && s->nw[ROLE_DECODE]) {
+    size_t n = s->nw[ROLE_DECODE];
+    if (n > a->k)
+      eldr__logf(s, "artifact has %zu centroids for %zu decode workers: decoder i uses centroid i %% %zu "
+                    "(decoders sharing a centroid split its traffic by load)", a->k, n, a->k);
+    else
+      eldr__logf(s, "artifact has %zu centroids for %zu decode workers: decoder i serves centroids i, i + %zu, ... "
+                    "(its similarity is the best of theirs)", a->k, n, n);
+  }
 }
 
-/* Loop 0 committed a reload: every other loop builds the same
- * configuration (the file is not re-read) on its own thread. */
+/* A loop committed a reload (loop 0 on SIGHUP, any loop on POST
+ * /admin/reload): every other loop builds the same configuration (the file
+ * is not re-read) on its own thread. Reloads are numbered under the group
+ * mutex after they commit; a loop takes a configuration only if it is newer
+ * than the one it runs, so two reloads racing on two loops end with every
+ * loop on the later one. */
 static void reload_followers(eldr_server *s) {
   eldr__group *g = s->grp;
-  for (int i = 1; g && i < g->n; i++) {
+  if (!g) return;
+  pthread_mutex_lock(&g->mu);
+  uint64_t gen = s->cfg_gen = ++g->reload_gen;
+  pthread_mutex_unlock(&g->mu);
+  for (int i = 0; i < g->n; i++) {
     eldr_server *f = g->loops[i];
+    if (f == s) continue;
     eldr_serve_config *c = malloc(sizeof *c);
     if (!c || eldr_serve_config_copy(c, &s->cfg)) {
       free(c);
@@ -203,8 +222,14 @@ static void reload_followers(eldr_server *s) {
       continue;
     }
     pthread_mutex_lock(&g->mu);
-    eldr_serve_config *old = f->follow_cfg; /* a newer one replaces one not yet taken */
-    f->follow_cfg = c;
+    eldr_serve_config *old = NULL;
+    if (!f->follow_cfg || f->follow_gen < gen) { /* a newer one replaces one not yet taken */
+      old = f->follow_cfg;
+      f->follow_cfg = c;
+      f->follow_gen = gen;
+    } else {
+      old = c;
+    }
     pthread_mutex_unlock(&g->mu);
     if (old) eldr_serve_config_free(old);
     free(old);
@@ -212,38 +237,37 @@ static void reload_followers(eldr_server *s) {
   }
 }
 
-/* A loop other than 0: build the configuration loop 0 committed. */
-static void follow_reload(eldr_server *s) {
+/* Build the configuration another loop committed, if it is newer than this
+ * loop's. 1 when one was pending (taken or stale), else 0. */
+static int follow_reload(eldr_server *s) {
   eldr__group *g = s->grp;
   pthread_mutex_lock(&g->mu);
   eldr_serve_config *c = s->follow_cfg;
+  uint64_t gen = s->follow_gen;
   s->follow_cfg = NULL;
+  int stale = c && gen <= s->cfg_gen;
+  if (c && !stale) s->cfg_gen = gen;
   pthread_mutex_unlock(&g->mu);
-  if (!c) return;
-  eldr_diag d = {{0}};
-  stage st;
-  int rc = stage_build(s, c, 0, &st, &d);
+  if (!c) return 0;
+  if (!stale) {
+    eldr_diag d = {{0}};
+    stage st;
+    int rc = stage_build(s, c, 0, &st, &d);
+    if (rc) eldr__logf(s, "reload: event loop %d keeps its configuration: %s", s->loop, eldr_diag_msg(&d, rc));
+    else stage_commit(s, &st);
+  }
   eldr_serve_config_free(c);
   free(c);
-  if (rc) {
-    eldr__logf(s, "reload: event loop %d keeps its configuration: %s", s->loop, eldr_diag_msg(&d, rc));
-    return;
-  }
-  stage_commit(s, &st);
+  return 1;
 }
 
-static void do_reload(eldr_server *s) {
-  if (s->loop) {
-    follow_reload(s);
-    return;
-  }
-  eldr_diag d = {{0}};
+int eldr__reload_now(eldr_server *s, eldr_diag *d) {
   stage st;
-  int rc = stage_build(s, &s->cfg, 1, &st, &d);
+  int rc = stage_build(s, &s->cfg, 1, &st, d);
   if (rc) {
     s->m.reloads_err++;
-    eldr__logf(s, "reload failed, keeping the running configuration: %s", eldr_diag_msg(&d, rc));
-    return;
+    eldr__logf(s, "reload failed, keeping the running configuration: %s", eldr_diag_msg(d, rc));
+    return rc;
   }
   if ((st.cfg.dns_server || s->cfg.dns_server) &&
       (!st.cfg.dns_server || !s->cfg.dns_server || strcmp(st.cfg.dns_server, s->cfg.dns_server)))
@@ -255,12 +279,18 @@ static void do_reload(eldr_server *s) {
   s->m.reloads_ok++;
   eldr__logf(s, "reloaded: %zu prefill, %zu decode workers, artifact %s, policy %s", s->nw[0], s->nw[1],
              s->art ? s->cfg.artifact : "none", eldr_policy_name(s->cfg.policy));
+  return 0;
 }
 
+/* ev_reload (another loop's reload to follow, or eldr_server_reload) and
+ * SIGHUP (loop 0 only) */
 static void reload_cb(evutil_socket_t fd, short ev, void *arg) {
   (void)fd;
-  (void)ev;
-  do_reload(arg);
+  eldr_server *s = arg;
+  follow_reload(s);
+  if (!(ev & EV_SIGNAL) && !atomic_exchange(&s->reload_req, 0)) return;
+  eldr_diag d = {{0}};
+  eldr__reload_now(s, &d);
 }
 
 static void stop_cb(evutil_socket_t fd, short ev, void *arg) {
@@ -456,7 +486,10 @@ void eldr_server_stop(eldr_server *s) {
 }
 
 void eldr_server_reload(eldr_server *s) {
-  if (s && s->ev_reload) event_active(s->ev_reload, EV_TIMEOUT, 0); /* loop 0 leads */
+  if (s && s->ev_reload) { /* loop 0 leads */
+    atomic_store(&s->reload_req, 1);
+    event_active(s->ev_reload, EV_TIMEOUT, 0);
+  }
 }
 
 static void loop_free(eldr_server *s) {
@@ -482,6 +515,7 @@ static void loop_free(eldr_server *s) {
   }
   eldr_artifact_free(s->art);
   eldr__fps_put(s->fps);
+  eldr__watchst_free(s->watch);
   free(s->loads);
   free(s->seen);
   free(s->healthy);

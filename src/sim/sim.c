@@ -412,7 +412,7 @@ static int prefill_done(simst *st, uint32_t w, double now, eldr_diag *d) {
     int32_t nx = q->next;
     q->next = -1;
     q->pf_done = now;
-    eldr_route_req rr = {NULL, st->tr->req[pool->idx[q->pool_i]].domain};
+    eldr_route_req rr = {NULL, st->tr->req[pool->idx[q->pool_i]].domain, NULL};
     if (pool->sigs) {
       uint32_t si = st->c->permute_signatures ? st->perm[q->pool_i] : q->pool_i;
       if (!pool->sig_ok || pool->sig_ok[si]) rr.sig = pool->sigs + (size_t)si * pool->dim;

@@ -244,6 +244,10 @@ int eldr_cluster_up(eldr_cluster *c, const eldr_cluster_spec *s, char *target, s
   sargs[na++] = "--scrape-interval";
   sargs[na++] = scrapebuf;
   sargs[na++] = "--quiet";
+  if (s->router_config) {
+    sargs[na++] = "--config";
+    sargs[na++] = (char *)s->router_config;
+  }
   sargs[na] = NULL;
   for (size_t k = 0; k < nr; k++) { /* replicas: same workers, same flags */
     char line[512];
@@ -318,8 +322,10 @@ static int metric_value(const char *text, const char *name, double *v) {
   return -1;
 }
 
-int eldr_cluster_scrape(const char *url, double timeout_s, eldr_decode_counters *acc,
-                        eldr_diag *d) {
+int eldr_cluster_http(const char *url, const char *method, const char *path, const char *headers,
+                      const char *body, double timeout_s, int *status, char **reply, eldr_diag *d) {
+  *reply = NULL;
+  *status = 0;
   const char *hp = strncmp(url, "http://", 7) ? NULL : url + 7;
   char hostport[128];
   if (!hp || (size_t)snprintf(hostport, sizeof hostport, "%.*s", (int)strcspn(hp, "/"), hp) >=
@@ -337,28 +343,55 @@ int eldr_cluster_scrape(const char *url, double timeout_s, eldr_decode_counters 
     return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
   }
   eldr__up_set_connect_timeout(u, timeout_s);
-  char req[256];
-  int rl = snprintf(req, sizeof req,
-                    "GET /metrics HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", hostport);
-  struct iovec iov = {req, (size_t)rl};
+  char req[1024];
+  size_t bl = body ? strlen(body) : 0;
+  int rl = snprintf(req, sizeof req, "%s %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n%s", method, path,
+                    hostport, headers ? headers : "");
+  if (body) rl += snprintf(req + rl, sizeof req - (size_t)rl, "Content-Type: application/json\r\nContent-Length: %zu\r\n", bl);
+  rl += snprintf(req + rl, sizeof req - (size_t)rl, "\r\n");
+  if (rl >= (int)sizeof req) {
+    eldr__up_free(u);
+    event_base_free(s.base);
+    return eldr_diag_fail(d, ELDR_ERANGE, "%s%s: request head too long", url, path);
+  }
+  struct iovec iov[2] = {{req, (size_t)rl}, {(void *)body, bl}};
   const eldr__up_cbs cbs = {on_head, on_data, on_done};
-  int rc = eldr__up_request(u, &iov, 1, &cbs, &s);
+  int rc = eldr__up_request(u, iov, bl ? 2 : 1, &cbs, &s);
   if (!rc) {
     struct timeval tv = {(time_t)timeout_s, (suseconds_t)((timeout_s - (double)(time_t)timeout_s) * 1e6)};
     event_base_loopexit(s.base, &tv);
     event_base_dispatch(s.base);
     if (!s.done) {
       eldr__up_abort(u);
-      rc = eldr_diag_fail(d, ELDR_ETIMEOUT, "%s/metrics: no reply within %g s", url, timeout_s);
+      rc = eldr_diag_fail(d, ELDR_ETIMEOUT, "%s%s: no reply within %g s", url, path, timeout_s);
     } else if (s.err) {
-      rc = eldr_diag_fail(d, s.err, "%s/metrics: %s", url, eldr_strerror(s.err));
-    } else if (s.status != 200 || s.too_big || !s.buf) {
-      rc = eldr_diag_fail(d, ELDR_EIO, "%s/metrics: status %d%s", url, s.status,
-                          s.too_big ? ", reply too large" : "");
+      rc = eldr_diag_fail(d, s.err, "%s%s: %s", url, path, eldr_strerror(s.err));
+    } else if (s.too_big) {
+      rc = eldr_diag_fail(d, ELDR_EIO, "%s%s: reply too large", url, path);
     }
   }
   eldr__up_free(u);
   event_base_free(s.base);
+  if (rc) {
+    free(s.buf);
+    return rc;
+  }
+  *status = s.status;
+  *reply = s.buf ? s.buf : calloc(1, 1);
+  return *reply ? 0 : eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
+}
+
+int eldr_cluster_scrape(const char *url, double timeout_s, eldr_decode_counters *acc,
+                        eldr_diag *d) {
+  int status;
+  char *buf;
+  int rc = eldr_cluster_http(url, "GET", "/metrics", NULL, NULL, timeout_s, &status, &buf, d);
+  if (rc) return rc;
+  if (status != 200) {
+    free(buf);
+    return eldr_diag_fail(d, ELDR_EIO, "%s/metrics: status %d", url, status);
+  }
+  scrape s = {.buf = buf};
   static const char *names[4] = {"eldr_worker_decode_steps_total", "eldr_worker_decode_batch_sum",
                                  "eldr_worker_decode_union_experts_sum",
                                  "eldr_worker_decode_token_seconds_sum"};

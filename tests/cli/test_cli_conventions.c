@@ -113,6 +113,7 @@ static void test_bad_flags_and_values_exit_2(void **st) {
       {{"demo", "--hardware", "tpu"}, "tpu"},
       {{"demo", "--workload", "magic"}, "magic"},
       {{"demo", "--plot", "chart.pdf"}, "--plot"},
+      {{"demo", "--drift", "--trace", ELDR_SOURCE_DIR "/README.md"}, "--drift"},
       {{"bench", "frob"}, "frob"},
       {{"bench", "moe-layer", "--bogus"}, "--bogus"},
       {{"bench", "moe-layer", "--experts", "abc"}, "--experts"},

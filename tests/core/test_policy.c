@@ -212,9 +212,14 @@ static void test_eldr_band_reference(void **state) {
     }
     healthy[eldr_rng_below(&r, n)] = 1;
     double sims[N], best = -1;
-    for (size_t i = 0; i < n; i++) {
-      double d = 0;
-      for (int j = 0; j < D; j++) d += (double)sig[j] * cent[(i % nc) * D + j];
+    for (size_t i = 0; i < n; i++) { /* K != D: docs/serve.md */
+      double d = -1;
+      for (size_t c = i % nc; c < nc; c += n) {
+        double x = 0;
+        for (int j = 0; j < D; j++) x += (double)sig[j] * cent[c * D + j];
+        if (x > d) d = x;
+        if (n >= nc) break;
+      }
       sims[i] = d;
       if (healthy[i] && d > best) best = d;
     }
@@ -237,6 +242,56 @@ static void test_eldr_band_reference(void **state) {
     assert_int_equal(decode(&p, loads, healthy, n, sig, -1, &dec), got);
   }
   assert_true(nontrivial > 20); /* the band mattered in many trials */
+}
+
+/* K centroids in front of D != K decoders: D > K, decoders share a
+ * centroid round robin (the band holds all of them, the least loaded
+ * wins); D < K, a decoder serves every centroid c with c % D == its index
+ * and scores the best of them, so no centroid is orphaned. The
+ * similarities out (req.sims) and the matched centroid come back. */
+static void test_eldr_k_ne_d(void **state) {
+  (void)state;
+  enum { DIM = 4 };
+  float cent[4 * DIM] = {1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1};
+  float sig[DIM] = {0.1f, 0.2f, 0.1f, 0.97f}; /* closest to centroid 3 */
+  normalize(sig, DIM);
+  eldr_policy p;
+  eldr_decision dec;
+  float sims[4];
+  /* D = 6 > K = 2 (centroids 0, 1): decoders 0, 2, 4 share centroid 0 */
+  float c2[2 * DIM] = {1, 0, 0, 0, 0, 1, 0, 0};
+  float s0[DIM] = {0.9f, 0.1f, 0, 0};
+  normalize(s0, DIM);
+  assert_int_equal(eldr_policy_init(&p, ELDR_POLICY_ELDR, 0, 1, c2, 2, DIM, 0), 0);
+  uint32_t l6[6] = {5, 0, 3, 0, 1, 0};
+  eldr_route_req req = {.sig = s0, .domain = -1, .sims = sims};
+  assert_int_equal(eldr_policy_decode(&p, l6, NULL, 6, &req, &dec), 4); /* least loaded of 0, 2, 4 */
+  assert_int_equal(dec.band_size, 3);
+  assert_int_equal(dec.centroid, 0);
+  assert_true(sims[0] > 0.99f && sims[1] < 0.2f);
+  /* D = 2 < K = 4: decoder 0 serves centroids 0, 2; decoder 1 serves 1, 3 */
+  assert_int_equal(eldr_policy_init(&p, ELDR_POLICY_ELDR, 0, 1, cent, 4, DIM, 0), 0);
+  uint32_t l2[2] = {9, 9};
+  req.sig = sig;
+  assert_int_equal(eldr_policy_decode(&p, l2, NULL, 2, &req, &dec), 1); /* centroid 3 is decoder 1's */
+  assert_int_equal(dec.centroid, 3);
+  assert_true(fabsf(dec.best_sim - sims[3]) < 1e-6f);
+  /* a signature nearest centroid 2 goes to decoder 0 */
+  float s2[DIM] = {0.05f, 0.1f, 0.99f, 0.1f};
+  normalize(s2, DIM);
+  req.sig = s2;
+  assert_int_equal(eldr_policy_decode(&p, l2, NULL, 2, &req, &dec), 0);
+  assert_int_equal(dec.centroid, 2);
+  /* D = 3 < K = 4: decoder 0 serves 0 and 3, so centroid 3 is not lost */
+  uint32_t l3[3] = {0, 0, 0};
+  req.sig = sig;
+  assert_int_equal(eldr_policy_decode(&p, l3, NULL, 3, &req, &dec), 0);
+  assert_int_equal(dec.centroid, 3);
+  /* decoder 0 down: the next best of the others */
+  uint8_t h3[3] = {0, 1, 1};
+  int got = eldr_policy_decode(&p, l3, h3, 3, &req, &dec);
+  assert_true(got == 1 || got == 2);
+  assert_int_equal(dec.centroid, got); /* decoders 1, 2 serve centroids 1, 2 only */
 }
 
 /* Many decoders (beyond the policy's on-stack similarity cache of 256), an
@@ -541,6 +596,7 @@ int main(void) {
       cmocka_unit_test(test_unhealthy_all_policies),
       cmocka_unit_test(test_rr_cycles),
       cmocka_unit_test(test_jsq),
+      cmocka_unit_test(test_eldr_k_ne_d),
       cmocka_unit_test(test_random),
       cmocka_unit_test(test_p2c),
       cmocka_unit_test(test_domain),

@@ -7,8 +7,12 @@
  *     is well-formed SSE with the trace's decode length;
  *  3. fault: a decode worker is SIGKILLed mid-run: every request completes
  *     or ends with a clear error (none hangs), the router ejects the worker
- *     and re-admits it once it is restarted on the same port. */
+ *     and re-admits it once it is restarted on the same port;
+ *  4. reload under load: Poisson load while the artifact file is swapped
+ *     six times, the router reloaded by SIGHUP and by POST /admin/reload
+ *     in turn: zero failed requests. */
 #include <math.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,6 +20,7 @@
 #include <cmocka.h>
 
 #include "eldr/artifact.h"
+#include "eldr/cluster.h"
 #include "eldr/loadgen.h"
 #include "eldr/signature.h"
 #include "eldr/preset_files.h"
@@ -27,7 +32,7 @@
 #define MODEL "olmoe-1b-7b"
 
 typedef struct cluster {
-  char dir[256], fit[300], eval[300], art[300];
+  char dir[256], fit[300], eval[300], art[300], art_a[300], art_b[300], cfg[300];
   pid_t pw[NP], dw[ND], router;
   int pport[NP], dport[ND], rport;
   eldr_trace *trace; /* eval split */
@@ -56,9 +61,12 @@ static pid_t start_worker(const char *role, int port, int *port_out) {
   return pid;
 }
 
-static int run_fit(void) {
-  char *argv[] = {(char *)bin(), "fit", "--trace", C.fit, "--decoders", "4", "-o", C.art, "-q",
-                  "--restarts", "2", "--ep-size", "4", NULL};
+#define TOKEN "cluster-test-admin-token-42"
+
+/* ep: also write the expert-parallel placements (next to the artifact). */
+static int run_fit(const char *out, const char *seed, int ep) {
+  char *argv[] = {(char *)bin(), "fit", "--trace", C.fit, "--decoders", "4", "-o", (char *)out, "-q",
+                  "--restarts", "2", "--seed", (char *)seed, ep ? "--ep-size" : NULL, "4", NULL};
   pid_t pid = wt_spawn(argv, NULL, 0, 0);
   int st = 0;
   if (pid < 0 || waitpid(pid, &st, 0) != pid) return -1;
@@ -74,6 +82,13 @@ static int cluster_setup(void **state) {
   snprintf(C.fit, sizeof C.fit, "%s/fit.jsonl", C.dir);
   snprintf(C.eval, sizeof C.eval, "%s/eval.jsonl", C.dir);
   snprintf(C.art, sizeof C.art, "%s/art.json", C.dir);
+  snprintf(C.art_a, sizeof C.art_a, "%s/art-a.json", C.dir);
+  snprintf(C.art_b, sizeof C.art_b, "%s/art-b.json", C.dir);
+  snprintf(C.cfg, sizeof C.cfg, "%s/router.json", C.dir);
+  FILE *cf = fopen(C.cfg, "w");
+  if (!cf) return -1;
+  fputs("{\"admin_token\":\"" TOKEN "\"}", cf);
+  fclose(cf);
   /* a small synthetic workload: 160 fit + 64 served requests */
   eldr_shape sh;
   char canon[64];
@@ -97,7 +112,7 @@ static int cluster_setup(void **state) {
   if (eldr_trace_save(C.fit, fit, NULL) < 0 || eldr_trace_save(C.eval, ev, NULL) < 0) return -1;
   eldr_trace_free(fit);
   C.trace = ev;
-  if (run_fit() < 0) {
+  if (run_fit(C.art, "1", 1) < 0 || run_fit(C.art_a, "1", 0) < 0 || run_fit(C.art_b, "2", 0) < 0) {
     fprintf(stderr, "eldr fit failed\n");
     return -1;
   }
@@ -122,7 +137,7 @@ static int cluster_setup(void **state) {
     argv[n++] = urls[NP + i];
   }
   const char *rest[] = {"--artifact", C.art, "--policy", "eldr", "--port", "0", "--health-interval",
-                        "0.2", "--eject-after", "2", "--quiet", NULL};
+                        "0.2", "--eject-after", "2", "--quiet", "--config", C.cfg, NULL};
   for (int i = 0; rest[i]; i++) argv[n++] = (char *)rest[i];
   argv[n] = NULL;
   char line[512];
@@ -145,6 +160,9 @@ static int cluster_teardown(void **state) {
   unlink(C.fit);
   unlink(C.eval);
   unlink(C.art);
+  unlink(C.art_a);
+  unlink(C.art_b);
+  unlink(C.cfg);
   rmdir(C.dir);
   return 0;
 }
@@ -399,7 +417,7 @@ static void test_ep_worker_with_placement(void **state) {
   free(s);
   assert_int_equal(rc, 0);
   assert_int_equal(r.status, 200);
-  assert_non_null(strstr(r.body, "tok0"));
+  if (!strstr(r.body, "tok0")) fail_msg("body: %.300s", r.body);
   wt_resp_free(&r);
   wt_kill(pid);
   char *bad[] = {(char *)bin(), "worker", "--model", MODEL, "--port", "0", "--ep-size", "3",
@@ -414,12 +432,72 @@ static void test_ep_worker_with_placement(void **state) {
   assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 1);
 }
 
+/* 4. Poisson load through the router while the artifact file is replaced
+ * (rename, as a deploy does) six times and the router reloads, by SIGHUP
+ * and by POST /admin/reload in turn: every request completes. */
+static void test_reload_under_load(void **state) {
+  (void)state;
+  lg_thread t;
+  memset(&t, 0, sizeof t);
+  eldr_loadgen_config_default(&t.c);
+  char target[64];
+  snprintf(target, sizeof target, "http://127.0.0.1:%d", C.rport);
+  t.c.target = target;
+  t.c.trace = C.trace;
+  t.c.rate = 30;
+  t.c.duration_s = 3.5;
+  t.c.drain_s = 20;
+  t.c.timeout_s = 20;
+  t.c.seed = 9;
+  double ok0 = router_metric("eldr_reloads_total{result=\"ok\"}");
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, lg_main, &t), 0);
+  char tmp[320];
+  snprintf(tmp, sizeof tmp, "%s.tmp", C.art);
+  for (int i = 0; i < 6; i++) {
+    struct timespec ts = {0, 450 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    const char *src = i % 2 ? C.art_a : C.art_b;
+    FILE *in = fopen(src, "rb"), *out = fopen(tmp, "wb");
+    assert_true(in && out);
+    char buf[1 << 14];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, in)) > 0) assert_int_equal(fwrite(buf, 1, n, out), n);
+    fclose(in);
+    assert_int_equal(fclose(out), 0);
+    assert_int_equal(rename(tmp, C.art), 0);
+    if (i % 2 == 0) {
+      assert_int_equal(kill(C.router, SIGHUP), 0);
+      assert_int_equal(wait_metric("eldr_reloads_total{result=\"ok\"}", ok0 + i + 1, 10), 0);
+    } else {
+      char url[64], *body = NULL;
+      int st = 0;
+      eldr_diag d = {{0}};
+      snprintf(url, sizeof url, "http://127.0.0.1:%d", C.rport);
+      assert_int_equal(eldr_cluster_http(url, "POST", "/admin/reload", "Authorization: Bearer " TOKEN "\r\n", "", 10,
+                                         &st, &body, &d), 0);
+      if (st != 200 || !strstr(body, "\"result\":\"ok\"")) fail_msg("reload %d: %d %s", i, st, body);
+      free(body);
+    }
+  }
+  pthread_join(th, NULL);
+  assert_int_equal(t.rc, 0);
+  assert_true(t.r.n >= 60);
+  for (size_t i = 0; i < t.r.n; i++)
+    if (!t.r.recs[i].ok) fail_msg("request %zu of %zu failed across the reloads: %s", i, t.r.n, t.r.recs[i].error);
+  assert_int_equal(router_metric("eldr_reloads_total{result=\"ok\"}"), ok0 + 6);
+  assert_int_equal(router_metric("eldr_reloads_total{result=\"error\"}"), 0);
+  print_message("reload under Poisson load: %zu requests, all ok, 6 reloads (3 SIGHUP, 3 POST)\n", t.r.n);
+  eldr_loadgen_result_free(&t.r);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_ep_worker_with_placement),
       cmocka_unit_test(test_decode_choices_follow_artifact),
       cmocka_unit_test(test_load_every_request_completes),
       cmocka_unit_test(test_fault_decoder_killed_ejected_readmitted),
+      cmocka_unit_test(test_reload_under_load),
   };
   return cmocka_run_group_tests(tests, cluster_setup, cluster_teardown);
 }

@@ -1,0 +1,352 @@
+/* status.c — the router's watch: every locality decision into a sliding
+ * window (eldr/watch.h computes everything), sampled prefill/decode pairs
+ * for the live rho, the artifact's identity; shown on GET /eldr/status
+ * (JSON) and as eldr_* lines of /metrics; and POST /admin/reload (token from
+ * the config file, constant-time compare, the same all-or-nothing reload as
+ * SIGHUP). Loop thread only. */
+#include <event2/buffer.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "eldr/reply_experts.h"
+#include "serve_types.h"
+
+/* Live rho: pairs kept; after the first 2 * RHO_PAIRS requests one request
+ * per RHO_SAMPLE_S is sampled; rho
+ * recomputed at most this often (it is O(pairs^2 * dim) on the loop). */
+#define RHO_PAIRS 64
+#define RHO_SAMPLE_S 0.25
+#define RHO_RECOMPUTE_S 5.0
+
+struct eldr__watchst {
+  size_t k;
+  eldr_watch *win;       /* decisions */
+  eldr_rho_ring *rho;    /* (signature, decode pattern) pairs */
+  float *sims;           /* k: the decision's similarities (eldr_route_req.sims) */
+  double *share, *nearest, *cap; /* k each: scratch of a render */
+  uint64_t hash;         /* the artifact text's XXH3-64 */
+  double created;        /* unix seconds of fit.created (NAN: absent) */
+  double rho_pick_t;     /* last sampled pair (monotonic) */
+  size_t rho_tries;      /* requests sampled: the first 2 * RHO_PAIRS all are */
+  double rho_t, rho_val; /* last computation and its value (NAN: undefined) */
+  size_t rho_adds, rho_adds_at; /* pairs added, and at the last computation */
+};
+
+static double parse_created(const char *s) {
+  struct tm tm;
+  memset(&tm, 0, sizeof tm);
+  if (!s || !strptime(s, "%Y-%m-%dT%H:%M:%SZ", &tm)) return NAN;
+  return (double)timegm(&tm);
+}
+
+void eldr__watchst_free(eldr__watchst *w) {
+  if (!w) return;
+  eldr_watch_free(w->win);
+  eldr_rho_ring_free(w->rho);
+  free(w->sims);
+  free(w->share);
+  free(w->nearest);
+  free(w->cap);
+  free(w);
+}
+
+int eldr__watchst_new(const eldr_artifact *a, const eldr_serve_config *c, eldr__watchst **out, eldr_diag *d) {
+  *out = NULL;
+  if (!a) return 0;
+  eldr__watchst *w = calloc(1, sizeof *w);
+  if (!w) return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory for the watch");
+  w->k = a->k;
+  w->win = eldr_watch_new(c->watch_requests, a->k);
+  w->rho = eldr_rho_ring_new(RHO_PAIRS, a->dim, (size_t)a->shape.num_layers * a->shape.num_experts);
+  w->sims = calloc(a->k, sizeof *w->sims);
+  w->share = calloc(a->k, sizeof *w->share);
+  w->nearest = calloc(a->k, sizeof *w->nearest);
+  w->cap = calloc(a->k, sizeof *w->cap);
+  if (!w->win || !w->rho || !w->sims || !w->share || !w->nearest || !w->cap) {
+    eldr__watchst_free(w);
+    return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory for the watch (%zu decisions)", c->watch_requests);
+  }
+  w->hash = a->text_hash;
+  w->created = parse_created(a->created);
+  w->rho_pick_t = w->rho_t = -1e9;
+  w->rho_val = NAN;
+  *out = w;
+  return 0;
+}
+
+void eldr__watch_commit(eldr_server *s, eldr__watchst *fresh) {
+  eldr__watchst *old = s->watch;
+  /* the same artifact file again (a reload of the config only): the window
+   * and the pairs go on */
+  if (old && fresh && old->hash == fresh->hash && old->k == fresh->k &&
+      eldr_watch_cap(old->win) == eldr_watch_cap(fresh->win)) {
+    eldr__watchst_free(fresh);
+    return;
+  }
+  eldr__watchst_free(old);
+  s->watch = fresh;
+}
+
+float *eldr__watch_sims(eldr_server *s) { return s->watch ? s->watch->sims : NULL; }
+
+void eldr__watch_decision(rq *r, const eldr_decision *dec, const float *sig) {
+  eldr_server *s = r->s;
+  eldr__watchst *w = s->watch;
+  if (!w || !sig || dec->fallback != ELDR_FALLBACK_NONE || s->cfg.policy != ELDR_POLICY_ELDR) return;
+  double now = eldr__now_s();
+  eldr_watch_add(w->win, now, w->sims, dec->centroid);
+  /* a pair for the live rho, when the decode reply brings its rows */
+  if ((w->rho_tries < 2 * RHO_PAIRS || now - w->rho_pick_t >= RHO_SAMPLE_S) && !r->wsig) {
+    size_t dim = s->art->dim;
+    if ((r->wsig = malloc(dim * sizeof *r->wsig))) {
+      memcpy(r->wsig, sig, dim * sizeof *r->wsig);
+      r->wsig_hash = w->hash;
+      w->rho_pick_t = now;
+      w->rho_tries++;
+    }
+  }
+}
+
+void eldr__watch_decode_reply(rq *r, const char *body, size_t len) {
+  eldr_server *s = r->s;
+  eldr__watchst *w = s->watch;
+  if (!r->wsig) return;
+  float *sig = r->wsig;
+  r->wsig = NULL;
+  const eldr_artifact *a = s->art;
+  if (!w || !a || r->wsig_hash != w->hash || !eldr__memmem(body, len, "routed_experts", 14)) {
+    free(sig);
+    return;
+  }
+  eldr_re_opts o = {.api = r->req.api == ELDR__API_CHAT ? ELDR_RE_CHAT : ELDR_RE_COMPLETIONS,
+                    .num_layers = a->shape.num_layers, .top_k = a->shape.top_k,
+                    .num_experts = a->shape.num_experts};
+  eldr_reply_experts rex;
+  eldr_diag d = {{0}};
+  const size_t LE = (size_t)a->shape.num_layers * a->shape.num_experts;
+  uint32_t *counts = NULL;
+  if (eldr_reply_experts_read(body, len, &o, &rex, NULL, &d) == 0 && rex.nchoices) {
+    eldr_re_view g = rex.choices[0].generated;
+    const eldr_re_view *pv = &rex.choices[0].prompt;
+    int64_t pt = r->pr.prompt_tokens;
+    if (!g.rows && pv->data && pt > 0 && (size_t)pt >= pv->first_token && (size_t)pt - pv->first_token < pv->rows) {
+      /* a reply without usage: its rows past the prompt the prefill counted */
+      size_t skip = (size_t)pt - pv->first_token;
+      g = *pv;
+      g.data = (const uint8_t *)pv->data + skip * pv->layers * pv->top_k * eldr_sel_dtype_size(pv->dtype);
+      g.rows = pv->rows - skip;
+    }
+    if (g.data && g.rows && (counts = calloc(LE, sizeof *counts)) &&
+        eldr_counts_accumulate(&a->shape, g.data, g.dtype, g.rows, counts, NULL) == 0 &&
+        eldr_rho_ring_add(w->rho, sig, counts) == 0)
+      w->rho_adds++;
+  }
+  eldr_reply_experts_free(&rex);
+  free(counts);
+  free(sig);
+}
+
+/* The live rho, recomputed when pairs came in and RHO_RECOMPUTE_S passed. */
+static double live_rho(eldr__watchst *w) {
+  double now = eldr__now_s();
+  if (w->rho_adds != w->rho_adds_at && now - w->rho_t >= RHO_RECOMPUTE_S) {
+    double rho;
+    w->rho_val = eldr_rho_ring_rho(w->rho, &rho) == 0 ? rho : NAN;
+    w->rho_t = now;
+    w->rho_adds_at = w->rho_adds;
+  }
+  return w->rho_val;
+}
+
+/* Everything both views show, computed once per render. */
+typedef struct view {
+  eldr_watch_stats st;
+  size_t n_dec;
+  double age, rho;
+  char hash[20];
+} view;
+
+static void view_get(eldr_server *s, view *v) {
+  eldr__watchst *w = s->watch;
+  memset(v, 0, sizeof *v);
+  v->n_dec = s->nw[ROLE_DECODE];
+  v->st.share = w->share;
+  v->st.nearest = w->nearest;
+  eldr_watch_stats_get(w->win, eldr__now_s(), s->cfg.watch_window_s, s->art->drift_ref, &v->st);
+  eldr_watch_capacity_share(w->k, v->n_dec, w->cap);
+  v->age = isnan(w->created) ? NAN : (double)time(NULL) - w->created;
+  v->rho = live_rho(w);
+  snprintf(v->hash, sizeof v->hash, "%016" PRIx64, w->hash);
+}
+
+/* A double for Prometheus text (NaN allowed). */
+static void num(char *b, size_t cap, double x) {
+  if (isnan(x)) snprintf(b, cap, "NaN");
+  else snprintf(b, cap, "%.9g", x);
+}
+
+void eldr__watch_metrics(eldr_server *s, struct evbuffer *o) {
+  eldr__watchst *w = s->watch;
+  if (!w || !s->art) return;
+  view v;
+  view_get(s, &v);
+  const eldr_artifact *a = s->art;
+  char x[4][40];
+  evbuffer_add_printf(o, "# HELP eldr_artifact_info The loaded artifact: XXH3-64 of its file and fit.created.\n"
+                         "# TYPE eldr_artifact_info gauge\neldr_artifact_info{hash=\"%s\",created=\"%s\",k=\"%zu\"} 1\n",
+                      v.hash, a->created ? a->created : "", a->k);
+  num(x[0], sizeof x[0], v.age);
+  evbuffer_add_printf(o, "# HELP eldr_artifact_age_seconds Now minus the artifact's fit.created (NaN without it).\n"
+                         "# TYPE eldr_artifact_age_seconds gauge\neldr_artifact_age_seconds %s\n", x[0]);
+  evbuffer_add_printf(o, "# HELP eldr_watch_requests Locality decisions in the watch window.\n"
+                         "# TYPE eldr_watch_requests gauge\neldr_watch_requests %zu\n", v.st.n);
+  evbuffer_add_printf(o, "# HELP eldr_centroid_share Traffic share of each centroid (by the decoder chosen) over the window.\n"
+                         "# TYPE eldr_centroid_share gauge\n");
+  for (size_t c = 0; c < w->k; c++) evbuffer_add_printf(o, "eldr_centroid_share{centroid=\"%zu\"} %.6g\n", c, w->share[c]);
+  evbuffer_add_printf(o, "# HELP eldr_centroid_capacity_share Decode capacity share of each centroid (decoder mapping).\n"
+                         "# TYPE eldr_centroid_capacity_share gauge\n");
+  for (size_t c = 0; c < w->k; c++)
+    evbuffer_add_printf(o, "eldr_centroid_capacity_share{centroid=\"%zu\"} %.6g\n", c, w->cap[c]);
+  num(x[0], sizeof x[0], v.st.mean_chosen_sim);
+  num(x[1], sizeof x[1], v.st.drift);
+  num(x[2], sizeof x[2], v.st.js);
+  num(x[3], sizeof x[3], v.st.ks);
+  evbuffer_add_printf(o, "# HELP eldr_centroid_similarity_mean Mean similarity of requests to their chosen centroid over the window.\n"
+                         "# TYPE eldr_centroid_similarity_mean gauge\neldr_centroid_similarity_mean %s\n"
+                         "# HELP eldr_signature_drift max(JS divergence of the nearest-centroid histogram, KS distance of the "
+                         "best similarity) against the fit; NaN: unknown.\n# TYPE eldr_signature_drift gauge\n"
+                         "eldr_signature_drift %s\n"
+                         "# HELP eldr_signature_drift_part The two parts of eldr_signature_drift.\n"
+                         "# TYPE eldr_signature_drift_part gauge\neldr_signature_drift_part{stat=\"js_nearest\"} %s\n"
+                         "eldr_signature_drift_part{stat=\"ks_similarity\"} %s\n"
+                         "# HELP eldr_signature_drift_threshold Above it the artifact is stale: refit and reload.\n"
+                         "# TYPE eldr_signature_drift_threshold gauge\neldr_signature_drift_threshold %g\n",
+                      x[0], x[1], x[2], x[3], ELDR_DRIFT_THRESHOLD);
+  num(x[0], sizeof x[0], v.rho);
+  num(x[1], sizeof x[1], a->fit_rho);
+  evbuffer_add_printf(o, "# HELP eldr_live_rho rho of the sampled prefill/decode pairs (decoders returning routed_experts).\n"
+                         "# TYPE eldr_live_rho gauge\neldr_live_rho %s\n"
+                         "# HELP eldr_live_rho_pairs Pairs behind eldr_live_rho.\n# TYPE eldr_live_rho_pairs gauge\n"
+                         "eldr_live_rho_pairs %zu\n"
+                         "# HELP eldr_artifact_fit_rho rho measured by the fit.\n# TYPE eldr_artifact_fit_rho gauge\n"
+                         "eldr_artifact_fit_rho %s\n",
+                      x[0], eldr_rho_ring_count(w->rho), x[1]);
+}
+
+static json_t *jnum(double x) { return isfinite(x) ? json_real(x) : json_null(); }
+
+void eldr__handle_status(hconn *c) {
+  eldr_server *s = c->s;
+  json_t *o = json_object();
+  if (!o) {
+    eldr__send_error(c, 500, "internal_error", "out of memory");
+    return;
+  }
+  json_object_set_new(o, "policy", json_string(eldr_policy_name(s->cfg.policy)));
+  json_object_set_new(o, "decoders", json_integer((json_int_t)s->nw[ROLE_DECODE]));
+  json_object_set_new(o, "reloads", json_pack("{sIsI}", "ok", (json_int_t)s->m.reloads_ok, "error",
+                                              (json_int_t)s->m.reloads_err));
+  eldr__watchst *w = s->watch;
+  if (!w || !s->art) {
+    json_object_set_new(o, "artifact", json_null());
+    json_object_set_new(o, "drift", json_pack("{sssn}", "state", "unknown", "score"));
+  } else {
+    const eldr_artifact *a = s->art;
+    view v;
+    view_get(s, &v);
+    json_t *art = json_object(), *cents = json_array();
+    json_object_set_new(art, "path", json_string(s->cfg.artifact ? s->cfg.artifact : ""));
+    json_object_set_new(art, "hash", json_string(v.hash));
+    json_object_set_new(art, "created", a->created ? json_string(a->created) : json_null());
+    json_object_set_new(art, "age_seconds", jnum(v.age));
+    json_object_set_new(art, "k", json_integer((json_int_t)a->k));
+    json_object_set_new(art, "fit_rho", jnum(a->fit_rho));
+    json_object_set_new(art, "drift_reference", json_boolean(a->drift_ref != NULL));
+    json_object_set_new(o, "artifact", art);
+    json_object_set_new(o, "window", json_pack("{sfsI}", "seconds", s->cfg.watch_window_s, "requests", (json_int_t)v.st.n));
+    for (size_t k = 0; k < w->k; k++) {
+      json_t *e = json_object();
+      json_object_set_new(e, "centroid", json_integer((json_int_t)k));
+      json_object_set_new(e, "share", json_real(w->share[k]));
+      json_object_set_new(e, "capacity_share", json_real(w->cap[k]));
+      json_object_set_new(e, "nearest_share", json_real(w->nearest[k]));
+      json_object_set_new(e, "fit_nearest_share", a->drift_ref ? json_real(a->drift_ref->nearest_share[k]) : json_null());
+      json_array_append_new(cents, e);
+    }
+    json_object_set_new(o, "centroids", cents);
+    json_object_set_new(o, "mean_similarity", jnum(v.st.mean_chosen_sim));
+    json_object_set_new(o, "mean_best_similarity", jnum(v.st.mean_best_sim));
+    const char *state = isnan(v.st.drift) ? "unknown" : v.st.stale ? "stale" : "ok";
+    json_t *dr = json_object();
+    json_object_set_new(dr, "state", json_string(state));
+    json_object_set_new(dr, "score", jnum(v.st.drift));
+    json_object_set_new(dr, "js_nearest", jnum(v.st.js));
+    json_object_set_new(dr, "ks_similarity", jnum(v.st.ks));
+    json_object_set_new(dr, "threshold", json_real(ELDR_DRIFT_THRESHOLD));
+    json_object_set_new(dr, "min_requests", json_integer(ELDR_DRIFT_MIN_SAMPLES));
+    json_object_set_new(dr, "why_unknown", !isnan(v.st.drift) ? json_null()
+                        : json_string(!a->drift_ref ? "the artifact has no fit.drift_ref (refit with this eldr)"
+                                                    : "fewer decisions in the window than min_requests"));
+    json_object_set_new(o, "drift", dr);
+    json_object_set_new(o, "rho", json_pack("{sosIso}", "live", jnum(v.rho), "pairs",
+                                            (json_int_t)eldr_rho_ring_count(w->rho), "fit", jnum(a->fit_rho)));
+  }
+  char *txt = json_dumps(o, JSON_COMPACT);
+  json_decref(o);
+  if (!txt) {
+    eldr__send_error(c, 500, "internal_error", "out of memory");
+    return;
+  }
+  eldr__send_body(c, 200, "application/json", txt, strlen(txt), NULL);
+  free(txt);
+}
+
+/* Equal strings, in time that depends on the lengths only (not on where
+ * they differ). */
+static int token_equal(const char *a, const char *b) {
+  size_t la = strlen(a), lb = strlen(b);
+  unsigned char diff = la != lb;
+  for (size_t i = 0; i < lb; i++) diff |= (unsigned char)(a[i < la ? i : 0] ^ b[i]);
+  return la && !diff;
+}
+
+void eldr__handle_admin_reload(hconn *c) {
+  eldr_server *s = c->s;
+  const char *auth = c->head.authorization, *tok = "";
+  if (!strncasecmp(auth, "Bearer ", 7)) tok = auth + 7;
+  if (!token_equal(tok, s->cfg.admin_token)) {
+    eldr__logf(s, "POST /admin/reload refused: %s", auth[0] ? "wrong token" : "no Authorization header");
+    size_t jl = 0;
+    char *j = eldr__error_json(401, "unauthorized", "POST /admin/reload needs Authorization: Bearer <admin_token>", &jl);
+    eldr__send_body(c, 401, "application/json", j ? j : "{}", j ? jl : 2, "WWW-Authenticate: Bearer\r\n");
+    free(j);
+    return;
+  }
+  eldr_diag d = {{0}};
+  int rc = eldr__reload_now(s, &d);
+  json_t *o = json_object();
+  if (o) {
+    json_object_set_new(o, "result", json_string(rc ? "error" : "ok"));
+    if (rc) {
+      json_object_set_new(o, "error", json_string(eldr_diag_msg(&d, rc)));
+    } else {
+      json_object_set_new(o, "artifact", s->cfg.artifact ? json_string(s->cfg.artifact) : json_null());
+      json_object_set_new(o, "policy", json_string(eldr_policy_name(s->cfg.policy)));
+      json_object_set_new(o, "prefill", json_integer((json_int_t)s->nw[ROLE_PREFILL]));
+      json_object_set_new(o, "decode", json_integer((json_int_t)s->nw[ROLE_DECODE]));
+    }
+  }
+  if (o && !rc && s->watch) {
+    char h[20];
+    snprintf(h, sizeof h, "%016" PRIx64, s->watch->hash);
+    json_object_set_new(o, "hash", json_string(h));
+  }
+  char *txt = o ? json_dumps(o, JSON_COMPACT) : NULL;
+  json_decref(o);
+  eldr__send_body(c, rc ? 500 : 200, "application/json", txt ? txt : "{}", txt ? strlen(txt) : 2, NULL);
+  free(txt);
+}
