@@ -52,23 +52,32 @@ static void on_signal(int sig) {
   (void)w;
 }
 
+/* Unlink the entries of dir (plain files). */
+static void remove_files(const char *path) {
+  DIR *dir = opendir(path);
+  if (!dir) return;
+  struct dirent *e;
+  char p[PATH_MAX + 300];
+  while ((e = readdir(dir))) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    snprintf(p, sizeof p, "%s/%s", path, e->d_name);
+    unlink(p);
+  }
+  closedir(dir);
+}
+
 static void cleanup(void) {
   eldr_cluster *c = g_cluster;
   g_cluster = NULL; /* before the free: the signal handler must not see it freed */
   eldr_cluster_free(c);
   if (!g_tmp[0] || g_keep) return;
-  /* the work directory holds only plain files the demo wrote */
-  DIR *dir = opendir(g_tmp);
-  if (dir) {
-    struct dirent *e;
-    char p[PATH_MAX + 300];
-    while ((e = readdir(dir))) {
-      if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-      snprintf(p, sizeof p, "%s/%s", g_tmp, e->d_name);
-      unlink(p);
-    }
-    closedir(dir);
-  }
+  /* the work directory holds plain files the demo wrote, and the router's
+   * records (--drift) one level down */
+  char rec[PATH_MAX + 16];
+  snprintf(rec, sizeof rec, "%s/records", g_tmp);
+  remove_files(rec);
+  rmdir(rec);
+  remove_files(g_tmp);
   rmdir(g_tmp);
 }
 

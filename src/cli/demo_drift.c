@@ -9,9 +9,10 @@
  * schedule for the baseline. Prints a table over time (drift score, TPOT
  * p50 per window, ELDR vs JSQ) and plots it with --plot.
  *
- * What the refit reads: the requests of mix B the load generator had sent
- * when the drift was seen, written by the demo as a trace (the router's own
- * recording, `eldr serve --record`, is not in this build); the output says so. */
+ * What the refit reads: the router's own recording (`eldr serve --record`,
+ * counts-form records in DIR/records): the records of requests that arrived
+ * after the shift was sent, read back with the streaming trace reader while
+ * the router goes on writing (a torn last line is skipped). */
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
@@ -20,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -58,6 +60,8 @@ typedef struct ctx {
   char fit_path[600], eval_path[600], art_path[600], live_path[600], cfg_path[600], shifted_path[600],
       new_path[600];
   char token[40], auth[80];
+  char rec_dir[600];
+  double shift_unix;    /* wall time (unix s) the first mix-B request was seen sent (NaN: not yet) */
   eldr_trace *eval;
   size_t n_eval, shift; /* eval requests; the first of mix B */
   char mix_a[256], mix_b[256];
@@ -202,19 +206,56 @@ static double poll_status(const char *router, char *state, size_t cap) {
   return score;
 }
 
-/* Refit on the mix-B requests sent so far, swap the file, POST /admin/reload. */
-static void refit_and_reload(ctx *x, run *rn, const char *router, size_t sent, double t0) {
-  size_t n = sent > x->n_eval ? x->n_eval - x->shift : sent - x->shift;
-  size_t *idx = malloc(n * sizeof *idx);
-  if (!idx) demo_fail("out of memory");
-  for (size_t i = 0; i < n; i++) idx[i] = x->shift + i;
+/* ---- the router's records of the shifted traffic ---------------------------- */
+
+typedef struct rec_pick {
+  double since; /* unix s */
+  FILE *f;
+  size_t n;
+} rec_pick;
+
+static int pick_visit(const eldr_trace *t, eldr_request *r, size_t index, void *ud) {
+  (void)index;
+  rec_pick *p = ud;
+  json_t *sv = r->serve ? json_loads(r->serve, 0, NULL) : NULL;
+  double when = json_number_value(json_object_get(sv, "time")); /* 0 when absent */
+  json_decref(sv);
+  if (when < p->since) return 0;
+  if (eldr_trace_write_request(p->f, t, r) != 0) return ELDR_EIO;
+  p->n++;
+  return 0;
+}
+
+/* The records in x->rec_dir of requests that arrived at or after
+ * x->shift_unix, written to x->shifted_path: how many (0 on none yet). */
+static size_t collect_records(ctx *x) {
   eldr_diag d = {{0}};
-  if (demo_save_subset(x->eval, idx, n, x->shifted_path, &d) < 0) demo_fail("cannot write %s: %s", x->shifted_path, d.msg);
-  free(idx);
+  const char *in[1] = {x->rec_dir};
+  char **paths = NULL;
+  size_t np = 0;
+  if (eldr_trace_inputs_expand(in, 1, &paths, &np, &d)) return 0; /* nothing written yet */
+  FILE *f = fopen(x->shifted_path, "w");
+  if (!f) demo_fail("cannot write %s: %s", x->shifted_path, strerror(errno));
+  rec_pick p = {x->shift_unix, f, 0};
+  eldr_trace_read_info info;
+  memset(&info, 0, sizeof info);
+  int rc = eldr_trace_foreach_inputs(paths, np, pick_visit, &p, &info, &d);
+  eldr_trace_inputs_free(paths, np);
+  if (fclose(f) || (rc && rc != ELDR_EEMPTY))
+    demo_fail("reading the router's records in %s: %s", x->rec_dir, rc ? eldr_diag_msg(&d, rc) : "write error");
+  return p.n;
+}
+
+/* Refit on the router's records of the shifted traffic, swap the file, POST
+ * /admin/reload. 0 when fewer than need records are in yet (try later). */
+static int refit_and_reload(ctx *x, run *rn, const char *router, size_t need, double t0) {
+  size_t n = collect_records(x);
+  if (n < need) return 0;
+  eldr_diag d = {{0}};
   rn->t_refit = eldr_clock_now() - t0;
   rn->refit_n = n;
-  fprintf(stderr, "  eldr   %.1f s: drift past %.2f: refitting on the %zu shifted requests sent so far\n", rn->t_refit,
-          ELDR_DRIFT_THRESHOLD, n);
+  fprintf(stderr, "  eldr   %.1f s: drift past %.2f: refitting on the router's %zu records since the shift (%s)\n",
+          rn->t_refit, ELDR_DRIFT_THRESHOLD, n, x->rec_dir);
   run_fit(x, x->shifted_path, x->new_path, x->art_path);
   copy_file(x->new_path, x->live_path);
   int st = 0;
@@ -229,6 +270,7 @@ static void refit_and_reload(ctx *x, run *rn, const char *router, size_t sent, d
   free(body);
   rn->t_reload = eldr_clock_now() - t0;
   fprintf(stderr, "  eldr   %.1f s: router reloaded (artifact %s)\n", rn->t_reload, rn->reload_hash);
+  return 1;
 }
 
 static void run_policy(ctx *x, int k) {
@@ -274,9 +316,14 @@ static void run_policy(ctx *x, int k) {
     double sc = poll_status(target, state, sizeof state);
     if (rn->ns < MAX_SAMPLES) rn->s[rn->ns++] = (sample){eldr_clock_now() - t0, sc};
     size_t sent = __atomic_load_n(&lt.sent, __ATOMIC_ACQUIRE);
+    if (isnan(x->shift_unix) && sent > x->shift) { /* every mix-A request was sent before now */
+      struct timespec now;
+      clock_gettime(CLOCK_REALTIME, &now);
+      x->shift_unix = (double)now.tv_sec + 1e-9 * (double)now.tv_nsec;
+    }
     size_t need = (size_t)(8 * o->D) > 40 ? (size_t)(8 * o->D) : 40;
     if (isnan(rn->t_refit) && !strcmp(state, "stale") && sent >= x->shift + need)
-      refit_and_reload(x, rn, target, sent, t0);
+      refit_and_reload(x, rn, target, need, t0);
   }
   pthread_join(th, NULL);
   if (lt.rc < 0) demo_fail("load generator: %s", eldr_diag_msg(&lt.d, lt.rc));
@@ -354,9 +401,9 @@ static void print_table(const ctx *x, const table *tb) {
   printf("drift score: max(JS nearest-centroid histogram, KS best similarity beyond its 5%% critical value), "
          "threshold %.2f\n", ELDR_DRIFT_THRESHOLD);
   if (!isnan(e->t_refit))
-    printf("refit at t = %.1f s on the %zu mix-B requests sent so far -- a trace the demo wrote of the requests it "
-           "sent (the router's own recording, serve --record, is not in this build); reloaded at t = %.1f s, artifact %s\n",
-           e->t_refit, e->refit_n, e->t_reload, e->reload_hash);
+    printf("refit at t = %.1f s on the router's %zu records (serve --record, %s) of requests that arrived after the "
+           "shift; reloaded at t = %.1f s, artifact %s\n",
+           e->t_refit, e->refit_n, x->rec_dir, e->t_reload, e->reload_hash);
   else
     printf("no refit: the drift score never passed its threshold after the shift\n");
   printf("\n%-13s %7s %15s %15s %12s  %s\n", "window (s)", "drift", "ELDR TPOT p50", "JSQ TPOT p50", "ELDR vs JSQ", "");
@@ -463,7 +510,7 @@ int demo_drift_run(const demo_drift_opts *o) {
   snprintf(x.live_path, sizeof x.live_path, "%s/artifact.json", o->dir);
   snprintf(x.new_path, sizeof x.new_path, "%s/artifact-refit.json", o->dir);
   snprintf(x.cfg_path, sizeof x.cfg_path, "%s/router.json", o->dir);
-  snprintf(x.shifted_path, sizeof x.shifted_path, "%s/shifted-sent.jsonl", o->dir);
+  snprintf(x.shifted_path, sizeof x.shifted_path, "%s/shifted-recorded.jsonl", o->dir);
   /* the router's admin token: random, in its config file only */
   uint8_t rb[16];
   if (getrandom(rb, sizeof rb, 0) != (ssize_t)sizeof rb) demo_fail("no randomness for the admin token");
@@ -471,7 +518,15 @@ int demo_drift_run(const demo_drift_opts *o) {
   snprintf(x.auth, sizeof x.auth, "Authorization: Bearer %s\r\n", x.token);
   FILE *f = fopen(x.cfg_path, "w");
   if (!f) demo_fail("cannot write %s: %s", x.cfg_path, strerror(errno));
-  fprintf(f, "{\"admin_token\":\"%s\",\"watch_window\":0,\"watch_requests\":%d}\n", x.token, 120);
+  snprintf(x.rec_dir, sizeof x.rec_dir, "%s/records", o->dir);
+  if (mkdir(x.rec_dir, 0777) && errno != EEXIST) demo_fail("cannot create %s: %s", x.rec_dir, strerror(errno));
+  x.shift_unix = NAN;
+  json_t *rd = json_string(x.rec_dir);
+  char *rds = json_dumps(rd, JSON_ENCODE_ANY);
+  fprintf(f, "{\"admin_token\":\"%s\",\"watch_window\":0,\"watch_requests\":%d,\"record\":%s}\n", x.token, 120,
+          rds ? rds : "null");
+  free(rds);
+  json_decref(rd);
   fclose(f);
 
   fprintf(stderr, "eldr demo --drift: [1/4] generating the traces (%s, workload %s, seed %llu)\n", o->model, o->workload,
