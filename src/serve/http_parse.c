@@ -210,8 +210,9 @@ int eldr__http_chunk_size(const char *line, size_t n, uint64_t *size) {
     char ch = line[i];
     int d = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : -1;
     if (d < 0) break;
-    if (v > (1ull << 36)) return -1; /* 16 more bits would pass 2^40 */
+    if (v > (1ull << 36)) return -1; /* so v * 16 + 15 cannot overflow */
     v = v * 16 + (uint64_t)d;
+    if (v > (1ull << 40)) return -1; /* 2^36 itself followed by a digit passed 2^40 */
   }
   if (i == 0) return -1;
   while (i < n && (line[i] == ' ' || line[i] == '\t')) i++;
