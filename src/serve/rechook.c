@@ -15,6 +15,8 @@
 
 #include "serve_types.h"
 
+_Static_assert(ELDR__REC_CLIENT_ID_MAX >= ELDR__HTTP_REQID_MAX, "a record holds every X-Request-Id the parser accepts");
+
 static const char *const fb_reason[FB__N] = {"no_routed_experts", "malformed", "no_artifact", "shape_mismatch",
                                              "empty_signature"};
 
@@ -126,6 +128,7 @@ void eldr__record_decision(rq *r, const eldr__sigres *res, int k, const eldr_dec
     return;
   }
   snprintf(it->id, sizeof it->id, "%s", r->reqid);
+  snprintf(it->client_id, sizeof it->client_id, "%s", r->client_reqid);
   json_t *m = json_object_get(r->pr.root, "model");
   snprintf(it->model, sizeof it->model, "%s",
            json_is_string(m) ? json_string_value(m) : s->art && s->art->model ? s->art->model : "");

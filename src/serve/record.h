@@ -45,6 +45,11 @@
 #include "eldr/counts.h"
 #include "eldr/error.h"
 
+/* Bytes of a record's client request id, NUL included: the router's bound on
+ * X-Request-Id (http_parse accepts at most 255 visible ASCII bytes, no
+ * spaces); a longer one would be cut, never overrun. */
+#define ELDR__REC_CLIENT_ID_MAX 256
+
 /* Why a sampled request's record was not written (metric label values). */
 typedef enum eldr__rec_drop {
   ELDR__REC_QUEUE_FULL = 0, /* the writer fell behind: the queue's items or bytes at their bound */
@@ -66,6 +71,7 @@ typedef struct eldr__rec_limits {
 typedef struct eldr__rec_item {
   struct eldr__rec_item *next;
   char id[48];             /* the engines' request id (a UUID) */
+  char client_id[ELDR__REC_CLIENT_ID_MAX]; /* the client's X-Request-Id ("": none sent) */
   char model[128];         /* the prefill reply's "model" */
   eldr_shape shape;        /* L layers (all), E, K */
   uint32_t *layer_ids;     /* L MoE layer ids */

@@ -242,6 +242,9 @@ int eldr__rec_format(eldr__rec_item *it, char **line, size_t *len) {
   sb_lit(&b, ",\"output_tokens\":");
   if (out_tokens >= 0) sb_printf(&b, "%lld", (long long)out_tokens);
   else sb_lit(&b, "null");
+  sb_lit(&b, ",\"client_request_id\":");
+  if (it->client_id[0]) sb_str(&b, it->client_id);
+  else sb_lit(&b, "null");
   sb_lit(&b, "}");
   sb_put(&b, "", 1); /* NUL */
   int rc = b.bad ? ELDR_ENOMEM : 0;

@@ -198,6 +198,20 @@ static void test_format(void **st) {
   assert_string_equal(json_string_value(json_object_get(sv, "artifact")), "abc");
   assert_true(json_real_value(json_object_get(sv, "time")) == 1700000000.25);
   assert_int_equal(json_integer_value(json_object_get(sv, "output_tokens")), 9);
+  assert_true(json_is_null(json_object_get(sv, "client_request_id"))); /* none sent */
+  json_decref(o);
+  /* the client's X-Request-Id: visible ASCII, quotes and backslashes escaped;
+   * the longest one the parser accepts (255 bytes) is kept whole */
+  snprintf(it->client_id, sizeof it->client_id, "req-\"7\"\\x");
+  o = line_json(it);
+  sv = json_object_get(o, "serve");
+  assert_string_equal(json_string_value(json_object_get(sv, "client_request_id")), "req-\"7\"\\x");
+  assert_string_equal(json_string_value(json_object_get(o, "id")), "r1"); /* id stays the engines' */
+  json_decref(o);
+  memset(it->client_id, 'z', sizeof it->client_id - 1);
+  it->client_id[sizeof it->client_id - 1] = 0;
+  o = line_json(it);
+  assert_int_equal(strlen(json_string_value(json_object_get(json_object_get(o, "serve"), "client_request_id"))), 255);
   json_decref(o);
   eldr__rec_item_free(it);
 

@@ -161,12 +161,15 @@ static void check_counts(json_t *counts, json_int_t tokens) {
 
 static int64_t ival(json_t *o, const char *k) { return (int64_t)json_integer_value(json_object_get(o, k)); }
 
-static void post_ok(int port, const char *path, const char *body) {
+/* extra: header lines (each ending CRLF) or NULL */
+static void post_ok_with(int port, const char *path, const char *body, const char *extra) {
   tc_resp resp;
-  assert_int_equal(tc_post(port, path, body, NULL, &resp), 0);
+  assert_int_equal(tc_post(port, path, body, extra, &resp), 0);
   assert_int_equal(resp.status, 200);
   tc_free(&resp);
 }
+
+static void post_ok(int port, const char *path, const char *body) { post_ok_with(port, path, body, NULL); }
 
 static void test_records(void **st) {
   (void)st;
@@ -185,7 +188,10 @@ static void test_records(void **st) {
       "{\"prompt\":\"seven\",\"max_tokens\":3}",
       "{\"prompt\":\"eight nine ten eleven twelve\",\"max_tokens\":7}",
   };
-  for (int i = 0; i < 8; i++) post_ok(e.r.port, i == 4 || i == 5 ? chat : comp, body[i]);
+  /* the client's X-Request-Id on two of the recorded requests (the 2nd and 6th) */
+  for (int i = 0; i < 8; i++)
+    post_ok_with(e.r.port, i == 4 || i == 5 ? chat : comp, body[i],
+                 i == 1 ? "X-Request-Id: client-\"one\"\r\n" : i == 5 ? "X-Request-Id: client-5\r\n" : NULL);
   /* every other request (a stride of 0.5): 2, 4, 6, 8 */
   assert_int_equal(rt_wait_metric(e.r.port, "eldr_record_written_total", 4, 10), 0);
   assert_int_equal(rt_metric(e.r.port, "eldr_record_sampled_out_total"), 4);
@@ -233,7 +239,12 @@ static void test_records(void **st) {
       assert_true(x >= -1.0001 && x <= 1.0001);
     }
     assert_int_equal(ival(sv, "status"), 200);
-    assert_true(json_real_value(json_object_get(sv, "ttft_ms")) > 0);
+    /* the client's id beside the engines' (a UUID in "id"), null when none was sent */
+    const char *want_cid = i == 0 ? "client-\"one\"" : i == 2 ? "client-5" : NULL;
+    json_t *cid = json_object_get(sv, "client_request_id");
+    if (want_cid) assert_string_equal(json_string_value(cid), want_cid);
+    else assert_true(json_is_null(cid));
+    assert_int_equal(strlen(json_string_value(json_object_get(o, "id"))), 36);
     assert_int_equal(strlen(json_string_value(json_object_get(sv, "artifact"))), 16);
     assert_true(json_real_value(json_object_get(sv, "time")) > 1.7e9);
     if (i) assert_true(json_real_value(json_object_get(o, "arrival")) >= json_real_value(json_object_get(v[i - 1], "arrival")));

@@ -95,6 +95,18 @@ static void test_http_head(void **st) {
   memcpy(longpath + 2990, " HTTP/1.1\r\n\r\n", 13);
   assert_int_equal(eldr__http_parse_head(longpath, 3003, 4096, &h), -1);
   assert_int_equal(h.status, 414);
+  /* X-Request-Id: at most ELDR__HTTP_REQID_MAX - 1 bytes (what a record keeps whole) */
+  char rid[ELDR__HTTP_REQID_MAX + 64];
+  int hl = snprintf(rid, sizeof rid, "GET / HTTP/1.1\r\nX-Request-Id: ");
+  memset(rid + hl, 'r', ELDR__HTTP_REQID_MAX - 1);
+  memcpy(rid + hl + ELDR__HTTP_REQID_MAX - 1, "\r\n\r\n", 5);
+  assert_true(parse(rid, &h) > 0);
+  assert_int_equal(strlen(h.request_id), ELDR__HTTP_REQID_MAX - 1);
+  memset(rid + hl, 'r', ELDR__HTTP_REQID_MAX);
+  memcpy(rid + hl + ELDR__HTTP_REQID_MAX, "\r\n\r\n", 5);
+  assert_int_equal(parse(rid, &h), -1);
+  assert_int_equal(h.status, 400);
+  assert_non_null(strstr(h.error, "X-Request-Id too long"));
 }
 
 static json_t *load(const char *s) {
