@@ -29,11 +29,7 @@
 
 #include "eldr/serve.h"
 #include "support/fixture.h"
-
-static void add(eldr_serve_config *c, int decode, fx_worker *w) {
-  eldr_diag d = {{0}};
-  assert_int_equal(eldr_serve_config_add_worker(c, decode, fx_url(w), &d), 0);
-}
+#include "support/serve_fixture.h"
 
 /* A TCP connection to the router that sends nothing (yet). */
 static int idle_conn(int port) {
@@ -47,70 +43,14 @@ static int idle_conn(int port) {
   return fd;
 }
 
-/* ---- the router as a child process ------------------------------------------ */
+/* The router as a child process (sf_child); killed by the teardown when a
+ * test fails before it stopped it. */
+static sf_child ch;
 
-typedef struct child {
-  pid_t pid;
-  int port;
-  char errpath[128]; /* its stderr (the log) */
-} child;
-
-/* eldr serve args... with RLIMIT_NOFILE = nofile (0: inherited); waits for
- * "listening on HOST:PORT" on its stdout. */
-static void child_start(child *ch, long nofile, const char *const *args) {
-  const char *argv[48] = {ELDR_BINARY, "serve"};
-  int n = 2;
-  for (; args[n - 2]; n++) argv[n] = args[n - 2];
-  argv[n] = NULL;
-  snprintf(ch->errpath, sizeof ch->errpath, "/tmp/eldr_test_bounded_%d_%ld.log", (int)getpid(), nofile);
-  int pfd[2];
-  assert_int_equal(pipe(pfd), 0);
-  pid_t pid = fork();
-  assert_true(pid >= 0);
-  if (pid == 0) {
-    if (nofile > 0) {
-      struct rlimit rl = {(rlim_t)nofile, (rlim_t)nofile};
-      if (setrlimit(RLIMIT_NOFILE, &rl)) _exit(120);
-    }
-    int e = open(ch->errpath, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    if (e < 0) _exit(121);
-    dup2(pfd[1], 1);
-    dup2(e, 2);
-    close(pfd[0]);
-    close(pfd[1]);
-    close(e);
-    execv(ELDR_BINARY, (char *const *)argv);
-    _exit(122);
-  }
-  close(pfd[1]);
-  ch->pid = pid;
-  ch->port = -1;
-  char buf[256];
-  size_t bl = 0;
-  double deadline = fx_now() + 20;
-  while (ch->port < 0 && fx_now() < deadline) {
-    struct pollfd p = {pfd[0], POLLIN, 0};
-    if (poll(&p, 1, 100) <= 0) continue;
-    ssize_t k = read(pfd[0], buf + bl, sizeof buf - 1 - bl);
-    if (k <= 0) break;
-    bl += (size_t)k;
-    buf[bl] = 0;
-    char *nl = strchr(buf, '\n');
-    char *colon = NULL;
-    for (char *q = buf; nl && q < nl; q++)
-      if (*q == ':') colon = q;
-    if (colon && !strncmp(buf, "listening on ", 13)) ch->port = atoi(colon + 1);
-  }
-  close(pfd[0]);
-  assert_true(ch->port > 0);
-}
-
-static void child_stop(child *ch) {
-  kill(ch->pid, SIGTERM);
-  int st = 0;
-  assert_int_equal(waitpid(ch->pid, &st, 0), ch->pid);
-  assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-  unlink(ch->errpath);
+static int kill_child(void **st) {
+  (void)st;
+  sf_child_kill(&ch);
+  return 0;
 }
 
 /* A field of /proc/PID/status in KiB (VmRSS, VmHWM). */
@@ -157,44 +97,36 @@ static long file_size(const char *path) {
 
 static void test_connection_limit(void **st) {
   (void)st;
-  fx_worker *p = fx_start(NULL), *d = fx_start(NULL);
-  eldr_serve_config c;
-  eldr_serve_config_default(&c);
-  c.threads = 1; /* the limit is split among the loops; the test counts one loop's */
-  c.health_interval_s = 0;
-  c.max_connections = 2;
-  add(&c, 0, p);
-  add(&c, 1, d);
-  rt_router r;
-  assert_int_equal(rt_start(&r, &c), 0);
-  int a = idle_conn(r.port);
+  sf_rig g;
+  sf_start(&g, 1, NULL, 1, NULL);
+  g.c.threads = 1; /* the limit is split among the loops; the test counts one loop's */
+  g.c.max_connections = 2;
+  sf_run(&g);
+  int a = idle_conn(g.r.port);
   /* A and the scrape itself */
-  assert_int_equal(rt_wait_metric(r.port, "eldr_connections_open", 2, 10), 0);
-  assert_int_equal(rt_metric(r.port, "eldr_connections_max"), 2);
-  int b = idle_conn(r.port); /* accepted before the next one (the backlog is FIFO) */
+  assert_int_equal(rt_wait_metric(g.r.port, "eldr_connections_open", 2, 10), 0);
+  assert_int_equal(rt_metric(g.r.port, "eldr_connections_max"), 2);
+  int b = idle_conn(g.r.port); /* accepted before the next one (the backlog is FIFO) */
   tc_resp resp;
-  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
+  assert_int_equal(tc_post(g.r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
   assert_int_equal(resp.status, 503);
   assert_non_null(strstr(resp.body, "\"error\""));
   assert_non_null(strstr(resp.body, "limit of 2 connections"));
   assert_true(resp.closed);
   tc_free(&resp);
-  assert_int_equal(fx_count(p, "/v1/completions"), 0);
+  assert_int_equal(fx_count(g.p[0], "/v1/completions"), 0);
   close(a);
   close(b);
   /* below the limit again once the router saw them close */
   int served = 0;
   for (double t = fx_now() + 10; !served && fx_now() < t;) {
-    assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
+    assert_int_equal(tc_post(g.r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
     served = resp.status == 200;
     tc_free(&resp);
   }
   assert_true(served);
-  assert_true(rt_metric(r.port, "eldr_connections_refused_total") >= 1);
-  rt_stop(&r);
-  eldr_serve_config_free(&c);
-  fx_free(p);
-  fx_free(d);
+  assert_true(rt_metric(g.r.port, "eldr_connections_refused_total") >= 1);
+  sf_free(&g);
 }
 
 /* ---- fd exhaustion -------------------------------------------------------------- */
@@ -204,16 +136,16 @@ static void test_connection_limit(void **st) {
 
 static void test_fd_exhaustion(void **st) {
   (void)st;
-  fx_worker *p = fx_start(NULL), *d = fx_start(NULL);
-  const char *args[] = {"--port", "0", "--prefill", fx_url(p), "--decode", fx_url(d), "--health-interval", "0",
+  sf_rig g;
+  sf_start(&g, 1, NULL, 1, NULL);
+  const char *args[] = {"--port", "0", "--prefill", g.purl[0], "--decode", g.durl[0], "--health-interval", "0",
                         "--max-connections", "100000", NULL};
-  child ch;
-  child_start(&ch, NOFILE, args);
+  sf_child_start(&ch, NOFILE, args);
   tc_resp resp;
   assert_int_equal(tc_post(ch.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
   assert_int_equal(resp.status, 200);
   tc_free(&resp);
-  long log0 = file_size(ch.errpath);
+  long log0 = file_size(ch.logpath);
   /* exhaust its fds: the rest wait in the listen backlog */
   int held[HOLD];
   for (int i = 0; i < HOLD; i++) held[i] = idle_conn(ch.port);
@@ -227,7 +159,7 @@ static void test_fd_exhaustion(void **st) {
   struct pollfd pw = {waiting, POLLIN, 0};
   assert_int_equal(poll(&pw, 1, 2000), 0); /* no answer while fds are exhausted */
   double cpu = proc_cpu_s(ch.pid) - cpu0, wall = fx_now() - t0;
-  long logged = file_size(ch.errpath) - log0;
+  long logged = file_size(ch.logpath) - log0;
   fprintf(stderr, "fd exhaustion (RLIMIT_NOFILE %d, %d connections held): router CPU %.2f s over %.2f s, "
                   "log %ld bytes\n", NOFILE, HOLD, cpu, wall, logged);
   assert_true(cpu < 0.5 * wall); /* spinning on accept() would be ~1 s/s */
@@ -255,7 +187,7 @@ static void test_fd_exhaustion(void **st) {
   assert_true(atol(ae + 26) >= 1);
   tc_free(&resp);
   char *log = NULL;
-  FILE *f = fopen(ch.errpath, "r");
+  FILE *f = fopen(ch.logpath, "r");
   assert_non_null(f);
   log = calloc(1, 65536);
   size_t ln = fread(log, 1, 65535, f);
@@ -263,9 +195,8 @@ static void test_fd_exhaustion(void **st) {
   log[ln] = 0;
   assert_non_null(strstr(log, "accept failed: Too many open files"));
   free(log);
-  child_stop(&ch);
-  fx_free(p);
-  fx_free(d);
+  sf_child_stop(&ch);
+  sf_free(&g);
 }
 
 /* ---- a streaming client that never reads --------------------------------------- */
@@ -280,11 +211,12 @@ static void test_slow_reader_bounded(void **st) {
   (void)st;
   fx_behaviour db = fx_defaults();
   db.stream_bytes = STREAM_BYTES;
-  fx_worker *p = fx_start(NULL), *d = fx_start(&db);
-  const char *args[] = {"--port", "0", "--prefill", fx_url(p), "--decode", fx_url(d), "--health-interval", "0",
+  sf_rig g;
+  sf_start(&g, 1, NULL, 1, &db);
+  fx_worker *d = g.d[0];
+  const char *args[] = {"--port", "0", "--prefill", g.purl[0], "--decode", g.durl[0], "--health-interval", "0",
                         "--stream-buffer", "262144", NULL};
-  child ch;
-  child_start(&ch, 0, args);
+  sf_child_start(&ch, 0, args);
   tc_resp resp;
   assert_int_equal(tc_get(ch.port, "/metrics", &resp), 0); /* warm */
   tc_free(&resp);
@@ -322,9 +254,8 @@ static void test_slow_reader_bounded(void **st) {
   assert_true(sent < SENT_BOUND);
   assert_true(peak - rss0 < RSS_BOUND_KB);
   close(fd); /* client gone: the decode leg is cancelled */
-  child_stop(&ch);
-  fx_free(p);
-  fx_free(d);
+  sf_child_stop(&ch);
+  sf_free(&g);
 }
 
 /* ---- memory returns after large bodies --------------------------------------- */
@@ -351,17 +282,17 @@ static void *big_post(void *arg) {
 
 static void test_memory_returns(void **st) {
   (void)st;
-  fx_worker *p = fx_start(NULL), *d = fx_start(NULL);
+  sf_rig g;
+  sf_start(&g, 1, NULL, 1, NULL);
   const char *env = getenv("ELDR_TEST_BIG_KIB");
   size_t kib = env && atoi(env) > 0 ? (size_t)atoi(env) : 512;
   const size_t BIG_BYTES = kib << 10;
   char maxb[32];
   snprintf(maxb, sizeof maxb, "%zu", BIG_BYTES + 1024);
-  const char *args[] = {"--port", "0", "--prefill", fx_url(p), "--decode", fx_url(d), "--health-interval", "0",
+  const char *args[] = {"--port", "0", "--prefill", g.purl[0], "--decode", g.durl[0], "--health-interval", "0",
                         "--max-body", maxb, "--sigcache-rows", "0", "--header-timeout", "120",
                         "--prefill-timeout", "120", NULL};
-  child ch;
-  child_start(&ch, 0, args);
+  sf_child_start(&ch, 0, args);
   tc_resp resp;
   assert_int_equal(tc_post(ch.port, "/v1/completions", "{\"prompt\":\"warm\"}", NULL, &resp), 0);
   assert_int_equal(resp.status, 200);
@@ -399,49 +330,41 @@ static void test_memory_returns(void **st) {
   assert_non_null(m);
   assert_true(atol(m + 23) >= 1);
   tc_free(&resp);
-  child_stop(&ch);
-  fx_free(p);
-  fx_free(d);
+  sf_child_stop(&ch);
+  sf_free(&g);
 }
 
 /* ---- readiness and policy labels ----------------------------------------------- */
 
 static void test_health_needs_probe(void **st) {
   (void)st;
-  fx_worker *p = fx_start(NULL), *d = fx_start(NULL);
-  eldr_serve_config c;
-  eldr_serve_config_default(&c);
-  c.health_interval_s = 0; /* no probes: the first successful legs count */
-  add(&c, 0, p);
-  add(&c, 1, d);
-  rt_router r;
-  assert_int_equal(rt_start(&r, &c), 0);
+  sf_rig g;
+  sf_start(&g, 1, NULL, 1, NULL); /* health_interval 0, no probes: the first successful legs count */
+  sf_run(&g);
   tc_resp resp;
-  assert_int_equal(tc_get(r.port, "/health", &resp), 0);
+  assert_int_equal(tc_get(g.r.port, "/health", &resp), 0);
   assert_int_equal(resp.status, 503);
   assert_non_null(strstr(resp.body, "\"prefill_probed\":0"));
   tc_free(&resp);
-  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
+  assert_int_equal(tc_post(g.r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
   assert_int_equal(resp.status, 200);
   tc_free(&resp);
-  assert_int_equal(tc_get(r.port, "/health", &resp), 0);
+  assert_int_equal(tc_get(g.r.port, "/health", &resp), 0);
   assert_int_equal(resp.status, 200);
   assert_non_null(strstr(resp.body, "\"decode_probed\":1"));
   tc_free(&resp);
-  rt_stop(&r);
-  eldr_serve_config_free(&c);
+  sf_stop(&g);
   /* with probes: ready once they answered, not before; a decoder whose
    * probe fails keeps it 503 */
+  fx_worker *p = g.p[0], *d = g.d[0];
   fx_behaviour sick = fx_defaults();
   sick.health_status = 503;
   fx_set(d, &sick);
-  eldr_serve_config_default(&c);
-  c.health_interval_s = 0.05;
-  add(&c, 0, p);
-  add(&c, 1, d);
-  assert_int_equal(rt_start(&r, &c), 0);
+  sf_config(&g);
+  g.c.health_interval_s = 0.05;
+  sf_run(&g);
   assert_int_equal(fx_wait(d, "/health", 2, 10), 0);
-  assert_int_equal(tc_get(r.port, "/health", &resp), 0);
+  assert_int_equal(tc_get(g.r.port, "/health", &resp), 0);
   assert_int_equal(resp.status, 503);
   assert_non_null(strstr(resp.body, "\"decode_probed\":0"));
   tc_free(&resp);
@@ -449,62 +372,41 @@ static void test_health_needs_probe(void **st) {
   fx_set(d, &well);
   int ready = 0;
   for (double t = fx_now() + 10; !ready && fx_now() < t; usleep(20000)) {
-    assert_int_equal(tc_get(r.port, "/health", &resp), 0);
+    assert_int_equal(tc_get(g.r.port, "/health", &resp), 0);
     ready = resp.status == 200;
     tc_free(&resp);
   }
   assert_true(ready);
   assert_int_equal(fx_count(p, "/v1/completions"), 1); /* no request needed */
-  rt_stop(&r);
-  eldr_serve_config_free(&c);
-  fx_free(p);
-  fx_free(d);
+  sf_free(&g);
 }
 
 static void test_reload_keeps_policy_labels(void **st) {
   (void)st;
-  fx_worker *p = fx_start(NULL), *d = fx_start(NULL);
-  char path[128];
-  snprintf(path, sizeof path, "/tmp/eldr_test_bounded_%d.json", (int)getpid());
-  FILE *f = fopen(path, "w");
-  assert_non_null(f);
-  fprintf(f, "{\"policy\":\"jsq\"}");
-  fclose(f);
-  eldr_serve_config c;
-  eldr_serve_config_default(&c);
-  c.health_interval_s = 0;
-  c.policy = ELDR_POLICY_JSQ;
-  c.config_path = strdup(path);
-  add(&c, 0, p);
-  add(&c, 1, d);
-  rt_router r;
-  assert_int_equal(rt_start(&r, &c), 0);
+  sf_rig g;
+  sf_start(&g, 1, NULL, 1, NULL);
+  sf_config_file(&g, "bounded", "jsq", "");
+  sf_run(&g);
+  int port = g.r.port;
   tc_resp resp;
-  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
+  assert_int_equal(tc_post(port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
   assert_int_equal(resp.status, 200);
   tc_free(&resp);
   const char *jsq = "eldr_requests_total{policy=\"jsq\",decision=\"load\",outcome=\"ok\"}";
   const char *rr = "eldr_requests_total{policy=\"rr\",decision=\"load\",outcome=\"ok\"}";
-  assert_int_equal(rt_metric(r.port, jsq), 1);
-  assert_int_equal(rt_metric(r.port, rr), -1); /* never used: no series */
-  f = fopen(path, "w");
-  assert_non_null(f);
-  fprintf(f, "{\"policy\":\"rr\"}");
-  fclose(f);
-  eldr_server_reload(r.srv);
-  assert_int_equal(rt_wait_metric(r.port, "eldr_reloads_total{result=\"ok\"}", 1, 10), 0);
-  assert_int_equal(rt_metric(r.port, jsq), 1); /* still jsq's */
-  assert_int_equal(rt_metric(r.port, rr), 0);
-  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
+  assert_int_equal(rt_metric(port, jsq), 1);
+  assert_int_equal(rt_metric(port, rr), -1); /* never used: no series */
+  sf_write_config(&g, "rr", "");
+  eldr_server_reload(g.r.srv);
+  assert_int_equal(rt_wait_metric(port, "eldr_reloads_total{result=\"ok\"}", 1, 10), 0);
+  assert_int_equal(rt_metric(port, jsq), 1); /* still jsq's */
+  assert_int_equal(rt_metric(port, rr), 0);
+  assert_int_equal(tc_post(port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
   assert_int_equal(resp.status, 200);
   tc_free(&resp);
-  assert_int_equal(rt_metric(r.port, rr), 1);
-  assert_int_equal(rt_metric(r.port, jsq), 1);
-  rt_stop(&r);
-  eldr_serve_config_free(&c);
-  unlink(path);
-  fx_free(p);
-  fx_free(d);
+  assert_int_equal(rt_metric(port, rr), 1);
+  assert_int_equal(rt_metric(port, jsq), 1);
+  sf_free(&g);
 }
 
 int main(void) {
@@ -513,9 +415,9 @@ int main(void) {
       cmocka_unit_test(test_connection_limit),
       cmocka_unit_test(test_health_needs_probe),
       cmocka_unit_test(test_reload_keeps_policy_labels),
-      cmocka_unit_test(test_fd_exhaustion),
-      cmocka_unit_test(test_slow_reader_bounded),
-      cmocka_unit_test(test_memory_returns),
+      cmocka_unit_test_teardown(test_fd_exhaustion, kill_child),
+      cmocka_unit_test_teardown(test_slow_reader_bounded, kill_child),
+      cmocka_unit_test_teardown(test_memory_returns, kill_child),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
