@@ -21,21 +21,11 @@
 #include "eldr/routed_experts.h"
 #include "eldr/serve.h"
 #include "support/fixture.h"
+#include "support/serve_fixture.h"
 
 static const eldr_shape SH = {4, 8, 2};
 
-/* routed_experts of n tokens all choosing experts {e0, e0+1} on every layer */
-static char *routed(size_t n, int e0) {
-  size_t LK = (size_t)SH.num_layers * SH.top_k;
-  uint16_t *sel = malloc(n * LK * sizeof *sel);
-  for (size_t t = 0; t < n; t++)
-    for (size_t i = 0; i < LK; i++) sel[t * LK + i] = (uint16_t)(e0 + (int)(i % SH.top_k));
-  char *out = NULL;
-  size_t len;
-  assert_int_equal(eldr_routed_experts_encode(sel, n, &SH, ELDR_SEL_U8, &out, &len), 0);
-  free(sel);
-  return out;
-}
+static char *routed(size_t n, int e0) { return sf_routed(&SH, n, e0); }
 
 /* A 2-centroid artifact; with_latency: the OLMoE/H200 preset's coefficients
  * on this shape. */
@@ -65,14 +55,6 @@ static char *make_artifact(int with_latency, const char *tag) {
   return path;
 }
 
-static int served_by(const tc_resp *r) {
-  json_t *j = json_loadb(r->body, r->body_len, 0, NULL);
-  if (!j) fail_msg("not JSON (status %d): %s", r->status, r->body);
-  int port = (int)json_integer_value(json_object_get(j, "served_by"));
-  json_decref(j);
-  return port;
-}
-
 static const char *STREAM =
     "POST /v1/completions HTTP/1.1\r\nContent-Length: 28\r\n\r\n{\"prompt\":\"a\",\"stream\":true}";
 
@@ -94,68 +76,60 @@ static void test_footprint_decides_and_drains(void **st) {
   fx_behaviour pb = fx_defaults(), hold = fx_defaults();
   pb.routed_experts = lo;
   hold.stall_after_chunks = 1;
-  fx_worker *p = fx_start(&pb), *d0 = fx_start(&hold), *d1 = fx_start(&hold);
-  eldr_serve_config c;
-  eldr_serve_config_default(&c);
-  c.threads = 1; /* the footprint state is per loop */
-  c.health_interval_s = 0;
-  c.policy = ELDR_POLICY_FOOTPRINT;
-  c.artifact = strdup(art);
-  assert_int_equal(eldr_serve_config_add_worker(&c, 0, fx_url(p), NULL), 0);
-  assert_int_equal(eldr_serve_config_add_worker(&c, 1, fx_url(d0), NULL), 0);
-  assert_int_equal(eldr_serve_config_add_worker(&c, 1, fx_url(d1), NULL), 0);
-  rt_router r;
-  assert_int_equal(rt_start(&r, &c), 0);
+  sf_rig g;
+  sf_start(&g, 1, &pb, 2, &hold);
+  fx_worker *p = g.p[0], *d0 = g.d[0], *d1 = g.d[1];
+  g.c.threads = 1; /* the footprint state is per loop */
+  g.c.policy = ELDR_POLICY_FOOTPRINT;
+  g.c.artifact = strdup(art);
+  sf_run(&g);
   const char *inflight = "eldr_footprint_inflight";
-  assert_int_equal(rt_metric(r.port, inflight), 0);
+  assert_int_equal(rt_metric(g.r.port, inflight), 0);
   /* A (experts 0,1) on decoder 0 (tie: lower index), B (experts 6,7) on
    * decoder 1 (the empty one), both held in flight */
-  int fa = held_stream(r.port);
+  int fa = held_stream(g.r.port);
   assert_int_equal(fx_count(d0, "/v1/completions"), 1);
   pb.routed_experts = hi;
   fx_set(p, &pb);
-  int fb = held_stream(r.port);
+  int fb = held_stream(g.r.port);
   assert_int_equal(fx_count(d1, "/v1/completions"), 1);
-  assert_int_equal(rt_metric(r.port, inflight), 2);
+  assert_int_equal(rt_metric(g.r.port, inflight), 2);
   /* C (experts 6,7), loads 1 and 1: JSQ takes decoder 0 (lower index);
    * footprint takes decoder 1, whose live experts C shares */
   tc_resp resp;
   for (int i = 0; i < 2; i++) {
-    assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
+    assert_int_equal(tc_post(g.r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
     assert_int_equal(resp.status, 200);
-    assert_int_equal(served_by(&resp), fx_port(d1));
+    assert_int_equal(sf_served_by(&resp), fx_port(d1));
     tc_free(&resp);
   }
   /* and C with experts 0,1 goes to decoder 0 */
   pb.routed_experts = lo;
   fx_set(p, &pb);
-  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
-  assert_int_equal(served_by(&resp), fx_port(d0));
+  assert_int_equal(tc_post(g.r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
+  assert_int_equal(sf_served_by(&resp), fx_port(d0));
   tc_free(&resp);
-  assert_int_equal(rt_metric(r.port, inflight), 2); /* the finished ones ended */
+  assert_int_equal(rt_metric(g.r.port, inflight), 2); /* the finished ones ended */
   assert_int_equal(
-      rt_metric(r.port, "eldr_requests_total{policy=\"footprint\",decision=\"locality\",outcome=\"ok\"}"), 3);
+      rt_metric(g.r.port, "eldr_requests_total{policy=\"footprint\",decision=\"locality\",outcome=\"ok\"}"), 3);
   /* a reload while A and B hold tickets on the old state: the new one
    * starts empty, the old one lives until they end */
-  eldr_server_reload(r.srv);
-  assert_int_equal(rt_wait_metric(r.port, "eldr_reloads_total{result=\"ok\"}", 1, 10), 0);
-  assert_int_equal(rt_metric(r.port, inflight), 0);
-  int fc = held_stream(r.port); /* on the new state */
-  assert_int_equal(rt_metric(r.port, inflight), 1);
+  eldr_server_reload(g.r.srv);
+  assert_int_equal(rt_wait_metric(g.r.port, "eldr_reloads_total{result=\"ok\"}", 1, 10), 0);
+  assert_int_equal(rt_metric(g.r.port, inflight), 0);
+  int fc = held_stream(g.r.port); /* on the new state */
+  assert_int_equal(rt_metric(g.r.port, inflight), 1);
   close(fa); /* clients gone: their decode legs end */
   close(fb);
   close(fc);
-  assert_int_equal(rt_wait_metric_le(r.port, inflight, 0, 10), 0);
-  assert_int_equal(rt_wait_metric(r.port,
+  assert_int_equal(rt_wait_metric_le(g.r.port, inflight, 0, 10), 0);
+  assert_int_equal(rt_wait_metric(g.r.port,
                                   "eldr_requests_total{policy=\"footprint\",decision=\"locality\",outcome=\"cancelled\"}",
                                   3, 10), 0);
-  assert_int_equal(rt_metric(r.port, inflight), 0);
-  rt_stop(&r);
-  assert_null(strstr(r.log, "runs as JSQ"));
-  eldr_serve_config_free(&c);
-  fx_free(p);
-  fx_free(d0);
-  fx_free(d1);
+  assert_int_equal(rt_metric(g.r.port, inflight), 0);
+  sf_stop(&g);
+  assert_null(strstr(g.r.log, "runs as JSQ"));
+  sf_free(&g);
   unlink(art);
   free(art);
   free(lo);
@@ -169,36 +143,28 @@ static void test_footprint_without_latency_is_jsq(void **st) {
   char *hi = routed(5, 6);
   fx_behaviour pb = fx_defaults();
   pb.routed_experts = hi;
-  fx_worker *p = fx_start(&pb), *d0 = fx_start(NULL), *d1 = fx_start(NULL);
-  eldr_serve_config c;
-  eldr_serve_config_default(&c);
-  c.threads = 1; /* the footprint state is per loop */
-  c.health_interval_s = 0;
-  c.policy = ELDR_POLICY_FOOTPRINT;
-  c.artifact = strdup(art);
-  assert_int_equal(eldr_serve_config_add_worker(&c, 0, fx_url(p), NULL), 0);
-  assert_int_equal(eldr_serve_config_add_worker(&c, 1, fx_url(d0), NULL), 0);
-  assert_int_equal(eldr_serve_config_add_worker(&c, 1, fx_url(d1), NULL), 0);
-  rt_router r;
-  assert_int_equal(rt_start(&r, &c), 0);
+  sf_rig g;
+  sf_start(&g, 1, &pb, 2, NULL);
+  fx_worker *d0 = g.d[0];
+  g.c.threads = 1; /* the footprint state is per loop */
+  g.c.policy = ELDR_POLICY_FOOTPRINT;
+  g.c.artifact = strdup(art);
+  sf_run(&g);
   tc_resp resp;
   for (int i = 0; i < 2; i++) {
-    assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
+    assert_int_equal(tc_post(g.r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
     assert_int_equal(resp.status, 200);
-    assert_int_equal(served_by(&resp), fx_port(d0)); /* JSQ: both idle, lower index */
+    assert_int_equal(sf_served_by(&resp), fx_port(d0)); /* JSQ: both idle, lower index */
     tc_free(&resp);
   }
-  assert_int_equal(rt_metric(r.port, "eldr_requests_total{policy=\"footprint\",decision=\"load\",outcome=\"ok\"}"), 2);
-  assert_int_equal(rt_metric(r.port, "eldr_footprint_inflight"), -1);
-  rt_stop(&r);
-  const char *m = strstr(r.log, "carries no latency coefficients");
+  assert_int_equal(rt_metric(g.r.port, "eldr_requests_total{policy=\"footprint\",decision=\"load\",outcome=\"ok\"}"), 2);
+  assert_int_equal(rt_metric(g.r.port, "eldr_footprint_inflight"), -1);
+  sf_stop(&g);
+  const char *m = strstr(g.r.log, "carries no latency coefficients");
   assert_non_null(m);
   assert_null(strstr(m + 1, "carries no latency coefficients"));
-  assert_non_null(strstr(r.log, "runs as JSQ"));
-  eldr_serve_config_free(&c);
-  fx_free(p);
-  fx_free(d0);
-  fx_free(d1);
+  assert_non_null(strstr(g.r.log, "runs as JSQ"));
+  sf_free(&g);
   unlink(art);
   free(art);
   free(hi);

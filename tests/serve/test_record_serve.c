@@ -22,17 +22,15 @@
 #include "eldr/artifact.h"
 #include "serve/serve_types.h"
 #include "support/fixture.h"
+#include "support/serve_fixture.h"
 #include "support/proc.h"
-#include "worker/wtest.h"
 
 static const eldr_shape QWEN = {48, 128, 8};
 
 typedef struct env {
-  wt_worker p, d[2];
+  sf_rig s; /* one prefill and two decode emulated engines, the router */
   char dir[256];
   char *artifact;
-  eldr_serve_config c;
-  rt_router r;
 } env;
 
 /* An artifact for the emulator's shape with 2 centroids (lower / upper half
@@ -62,49 +60,32 @@ static int layout = 0, no_artifact = 0;
 
 static void env_start(env *e, const uint8_t *mask, int computed_only, double sample, size_t queue, const char *tag) {
   memset(e, 0, sizeof *e);
-  eldr_worker_config wc;
-  eldr_worker_config_default(&wc);
-  if (layout) wc.routed_experts_layout = (eldr_re_layout)layout;
-  wc.role = ELDR_WORKER_PREFILL;
-  wc.time_scale = 0.01;
-  wc.port = 0;
-  wc.routed_experts_computed_only = computed_only;
-  eldr_diag d = {{0}};
-  if (wt_worker_start(&e->p, &wc, &d) < 0) fail_msg("worker: %s", d.msg);
-  wc.role = ELDR_WORKER_DECODE;
-  wc.routed_experts_decode = 1;
-  for (int i = 0; i < 2; i++)
-    if (wt_worker_start(&e->d[i], &wc, &d) < 0) fail_msg("worker: %s", d.msg);
+  eldr_worker_config pc, dc;
+  eldr_worker_config_default(&pc);
+  if (layout) pc.routed_experts_layout = (eldr_re_layout)layout;
+  pc.time_scale = 0.01;
+  pc.routed_experts_computed_only = computed_only;
+  dc = pc;
+  dc.routed_experts_decode = 1;
+  sf_start_engines(&e->s, 1, &pc, 2, &dc);
   snprintf(e->dir, sizeof e->dir, "/tmp/eldr_test_recs_%d_%s", (int)getpid(), tag);
   char cmd[400];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", e->dir);
   assert_int_equal(system(cmd), 0);
   e->artifact = artifact_masked(mask, tag);
-  eldr_serve_config_default(&e->c);
-  e->c.health_interval_s = 0;
-  e->c.policy = ELDR_POLICY_ELDR;
-  if (no_artifact) e->c.record_experts = 128;
-  else e->c.artifact = strdup(e->artifact);
-  e->c.record_dir = strdup(e->dir);
-  e->c.record_sample = sample;
-  e->c.record_queue = queue;
-  if (!strcmp(tag, "cache")) e->c.threads = 1; /* the signature cache is per loop */
-  char url[64];
-  snprintf(url, sizeof url, "http://127.0.0.1:%d", e->p.port);
-  assert_int_equal(eldr_serve_config_add_worker(&e->c, 0, url, NULL), 0);
-  for (int i = 0; i < 2; i++) {
-    snprintf(url, sizeof url, "http://127.0.0.1:%d", e->d[i].port);
-    assert_int_equal(eldr_serve_config_add_worker(&e->c, 1, url, NULL), 0);
-  }
-  assert_int_equal(rt_start(&e->r, &e->c), 0);
+  eldr_serve_config *c = &e->s.c;
+  c->policy = ELDR_POLICY_ELDR;
+  if (no_artifact) c->record_experts = 128;
+  else c->artifact = strdup(e->artifact);
+  c->record_dir = strdup(e->dir);
+  c->record_sample = sample;
+  c->record_queue = queue;
+  if (!strcmp(tag, "cache")) c->threads = 1; /* the signature cache is per loop */
+  sf_run(&e->s);
 }
 
 static void env_stop(env *e) {
-  rt_stop(&e->r); /* the recorder writes what is queued and closes */
-  wt_worker_stop(&e->p);
-  wt_worker_stop(&e->d[0]);
-  wt_worker_stop(&e->d[1]);
-  eldr_serve_config_free(&e->c);
+  sf_free(&e->s); /* the recorder writes what is queued and closes */
   unlink(e->artifact);
   free(e->artifact);
 }
@@ -190,13 +171,13 @@ static void test_records(void **st) {
   };
   /* the client's X-Request-Id on two of the recorded requests (the 2nd and 6th) */
   for (int i = 0; i < 8; i++)
-    post_ok_with(e.r.port, i == 4 || i == 5 ? chat : comp, body[i],
+    post_ok_with(e.s.r.port, i == 4 || i == 5 ? chat : comp, body[i],
                  i == 1 ? "X-Request-Id: client-\"one\"\r\n" : i == 5 ? "X-Request-Id: client-5\r\n" : NULL);
   /* every other request (a stride of 0.5): 2, 4, 6, 8 */
-  assert_int_equal(rt_wait_metric(e.r.port, "eldr_record_written_total", 4, 10), 0);
-  assert_int_equal(rt_metric(e.r.port, "eldr_record_sampled_out_total"), 4);
-  assert_int_equal(rt_metric(e.r.port, "eldr_record_dropped_total{reason=\"queue_full\"}"), 0);
-  assert_int_equal(rt_metric(e.r.port, "eldr_record_files_total"), 1);
+  assert_int_equal(rt_wait_metric(e.s.r.port, "eldr_record_written_total", 4, 10), 0);
+  assert_int_equal(rt_metric(e.s.r.port, "eldr_record_sampled_out_total"), 4);
+  assert_int_equal(rt_metric(e.s.r.port, "eldr_record_dropped_total{reason=\"queue_full\"}"), 0);
+  assert_int_equal(rt_metric(e.s.r.port, "eldr_record_files_total"), 1);
   env_stop(&e);
   size_t n;
   json_t **v = records(e.dir, &n);
@@ -229,7 +210,7 @@ static void test_records(void **st) {
     int64_t k = ival(sv, "decoder_index");
     assert_true(k == 0 || k == 1);
     char hp[64];
-    snprintf(hp, sizeof hp, "127.0.0.1:%d", e.d[k].port);
+    snprintf(hp, sizeof hp, "127.0.0.1:%d", e.s.dport[k]);
     assert_string_equal(json_string_value(json_object_get(sv, "decoder")), hp);
     assert_int_equal(ival(sv, "centroid"), k);
     json_t *sims = json_object_get(sv, "similarity");
@@ -265,10 +246,10 @@ static void test_cache_completed(void **st) {
   int n = snprintf(bodyb, sizeof bodyb, "{\"prompt\":\"");
   for (int i = 0; i < 60; i++) n += snprintf(bodyb + n, sizeof bodyb - (size_t)n, "word%d ", i);
   snprintf(bodyb + n, sizeof bodyb - (size_t)n, "\",\"max_tokens\":3}");
-  post_ok(e.r.port, "/v1/completions", bodyb);
-  post_ok(e.r.port, "/v1/completions", bodyb); /* prefix-cached at the worker now */
-  assert_int_equal(rt_wait_metric(e.r.port, "eldr_record_written_total", 2, 10), 0);
-  assert_true(rt_metric(e.r.port, "eldr_sigcache_hits_total") > 0);
+  post_ok(e.s.r.port, "/v1/completions", bodyb);
+  post_ok(e.s.r.port, "/v1/completions", bodyb); /* prefix-cached at the worker now */
+  assert_int_equal(rt_wait_metric(e.s.r.port, "eldr_record_written_total", 2, 10), 0);
+  assert_true(rt_metric(e.s.r.port, "eldr_sigcache_hits_total") > 0);
   env_stop(&e);
   size_t nr;
   json_t **v = records(e.dir, &nr);
@@ -292,20 +273,20 @@ static void test_writer_behind(void **st) {
   (void)st;
   env e;
   env_start(&e, NULL, 0, 1, 2, "behind");
-  eldr__rec_set_slow(e.r.srv->rec, 3.0); /* every batch: a 3 s stall */
+  eldr__rec_set_slow(e.s.r.srv->rec, 3.0); /* every batch: a 3 s stall */
   const char *body = "{\"prompt\":\"a slow disk\",\"max_tokens\":2}";
-  post_ok(e.r.port, "/v1/completions", body);
+  post_ok(e.s.r.port, "/v1/completions", body);
   /* the writer took the first record and stalls */
-  assert_int_equal(rt_wait_metric_le(e.r.port, "eldr_record_queue_depth", 0, 10), 0);
+  assert_int_equal(rt_wait_metric_le(e.s.r.port, "eldr_record_queue_depth", 0, 10), 0);
   double t0 = fx_now();
-  for (int i = 0; i < 10; i++) post_ok(e.r.port, "/v1/completions", body);
+  for (int i = 0; i < 10; i++) post_ok(e.s.r.port, "/v1/completions", body);
   double took = fx_now() - t0;
   assert_true(took < 3.0); /* no request waited for the writer */
-  assert_int_equal(rt_metric(e.r.port, "eldr_record_queue_depth"), 2);
-  assert_int_equal(rt_metric(e.r.port, "eldr_record_dropped_total{reason=\"queue_full\"}"), 8);
-  assert_int_equal(rt_metric(e.r.port, "eldr_record_written_total"), 0);
-  assert_true(rt_metric(e.r.port, "eldr_record_queue_bytes") > 0);
-  eldr__rec_set_slow(e.r.srv->rec, 0);
+  assert_int_equal(rt_metric(e.s.r.port, "eldr_record_queue_depth"), 2);
+  assert_int_equal(rt_metric(e.s.r.port, "eldr_record_dropped_total{reason=\"queue_full\"}"), 8);
+  assert_int_equal(rt_metric(e.s.r.port, "eldr_record_written_total"), 0);
+  assert_true(rt_metric(e.s.r.port, "eldr_record_queue_bytes") > 0);
+  eldr__rec_set_slow(e.s.r.srv->rec, 0);
   env_stop(&e); /* the stalled batch and the two queued are written */
   size_t n;
   json_t **v = records(e.dir, &n);
@@ -327,10 +308,10 @@ static void test_list_layouts(void **st) {
   for (no_artifact = 0; no_artifact < 2; no_artifact++) {
     env e;
     env_start(&e, mask, 0, 1, 64, no_artifact ? "lists0" : "lists1");
-    post_ok(e.r.port, "/v1/completions", "{\"prompt\":\"a prompt in lists\",\"max_tokens\":4}");
-    post_ok(e.r.port, "/v1/chat/completions",
+    post_ok(e.s.r.port, "/v1/completions", "{\"prompt\":\"a prompt in lists\",\"max_tokens\":4}");
+    post_ok(e.s.r.port, "/v1/chat/completions",
             "{\"messages\":[{\"role\":\"user\",\"content\":\"lists in chat\"}],\"max_tokens\":3}");
-    assert_int_equal(rt_wait_metric(e.r.port, "eldr_record_written_total", 2, 10), 0);
+    assert_int_equal(rt_wait_metric(e.s.r.port, "eldr_record_written_total", 2, 10), 0);
     env_stop(&e);
     size_t n;
     json_t **v = records(e.dir, &n);

@@ -28,23 +28,13 @@
 #include "eldr/serve.h"
 #include "eldr/watch.h"
 #include "support/fixture.h"
+#include "support/serve_fixture.h"
 
 static const eldr_shape SH = {4, 8, 2};
 #define TOKEN "s3cret-admin-token-0123"
 #define AUTH "Authorization: Bearer " TOKEN "\r\n"
 
-/* n tokens each selecting experts e0, e0+1 in every layer (base64 npy). */
-static char *routed(size_t n, int e0) {
-  size_t LK = (size_t)SH.num_layers * SH.top_k;
-  uint16_t *sel = malloc(n * LK * sizeof *sel);
-  for (size_t t = 0; t < n; t++)
-    for (size_t i = 0; i < LK; i++) sel[t * LK + i] = (uint16_t)(e0 + (int)(i % SH.top_k));
-  char *out = NULL;
-  size_t len;
-  assert_int_equal(eldr_routed_experts_encode(sel, n, &SH, ELDR_SEL_U8, &out, &len), 0);
-  free(sel);
-  return out;
-}
+static char *routed(size_t n, int e0) { return sf_routed(&SH, n, e0); }
 
 static json_t *status_json(int port) {
   tc_resp r;
@@ -69,15 +59,24 @@ static int post_status(int port, const char *extra) {
 }
 
 typedef struct rig {
-  fx_worker *p, *d[3];
-  int nd;
-  fx_behaviour pb;
-  eldr_serve_config c;
-  rt_router r;
-  char cfgpath[256];
+  sf_rig s;
+  fx_behaviour pb;   /* the prefill worker's (send_mix changes it) */
+  const char *extra; /* the config keys past the artifact */
 } rig;
 
-/* A router with one prefill and two decoders, policy eldr on artifact art;
+/* The config keys past the workers and the policy, on artifact art. */
+static const char *rig_keys(const rig *g, const char *art, char *buf, size_t cap) {
+  snprintf(buf, cap, ",\"artifact\":\"%s\"%s", art, g->extra);
+  return buf;
+}
+
+/* The rig's config file, now naming artifact art (for the next reload). */
+static void rig_write(const rig *g, const char *art) {
+  char keys[1024];
+  sf_write_config(&g->s, "eldr", rig_keys(g, art, keys, sizeof keys));
+}
+
+/* A router with one prefill and nd decoders, policy eldr on artifact art;
  * extra: more config keys. The config is a file (re-read on reloads). */
 /* threads: 1 for tests that count what the watch saw (its window is per
  * event loop), 0 (one loop per core) for the reload tests */
@@ -85,47 +84,27 @@ static void rig_start_n(rig *g, int nd, const char *art, const char *extra, int 
   memset(g, 0, sizeof *g);
   g->pb = fx_defaults();
   g->pb.prompt_tokens = 3;
-  g->p = fx_start(&g->pb);
-  g->nd = nd;
-  char list[512] = "";
-  for (int i = 0; i < nd; i++) {
-    g->d[i] = fx_start(NULL);
-    snprintf(list + strlen(list), sizeof list - strlen(list), "%s\"%s\"", i ? "," : "", fx_url(g->d[i]));
-  }
-  snprintf(g->cfgpath, sizeof g->cfgpath, "/tmp/eldr_test_watch_%d.json", (int)getpid());
-  FILE *f = fopen(g->cfgpath, "w");
-  assert_non_null(f);
-  fprintf(f, "{\"prefill\":[\"%s\"],\"decode\":[%s],\"policy\":\"eldr\",\"artifact\":\"%s\","
-             "\"health_interval\":0%s}",
-          fx_url(g->p), list, art, extra);
-  fclose(f);
-  eldr_serve_config_default(&g->c);
-  eldr_diag d = {{0}};
-  if (eldr_serve_config_load(&g->c, g->cfgpath, &d)) fail_msg("%s", d.msg);
-  g->c.config_path = strdup(g->cfgpath);
-  g->c.header_timeout_s = 5;
-  g->c.handle_signals = signals;
-  g->c.threads = threads;
-  assert_int_equal(rt_start(&g->r, &g->c), 0);
+  g->extra = extra;
+  sf_start(&g->s, 1, &g->pb, nd, NULL);
+  char keys[1024];
+  sf_config_file(&g->s, "watch", "eldr", rig_keys(g, art, keys, sizeof keys));
+  g->s.c.header_timeout_s = 5;
+  g->s.c.handle_signals = signals;
+  g->s.c.threads = threads;
+  sf_run(&g->s);
 }
 
 static void rig_start(rig *g, const char *art, const char *extra, int signals, int threads) {
   rig_start_n(g, 2, art, extra, signals, threads);
 }
 
-static void rig_stop(rig *g) {
-  rt_stop(&g->r);
-  eldr_serve_config_free(&g->c);
-  unlink(g->cfgpath);
-  fx_free(g->p);
-  for (int i = 0; i < g->nd; i++) fx_free(g->d[i]);
-}
+static void rig_stop(rig *g) { sf_free(&g->s); }
 
 /* Prefill replies select experts e0, e0+1: send n requests. */
 static void send_mix(rig *g, const char *re, int n) {
   g->pb.routed_experts = re;
-  fx_set(g->p, &g->pb);
-  for (int i = 0; i < n; i++) assert_int_equal(post_status(g->r.port, NULL), 200);
+  fx_set(g->s.p[0], &g->pb);
+  for (int i = 0; i < n; i++) assert_int_equal(post_status(g->s.r.port, NULL), 200);
 }
 
 /* The artifact at src plus a fit-time reference (nearest share 1/2, 1/2,
@@ -160,7 +139,7 @@ static void test_status_and_drift(void **st) {
   char *lo = routed(3, 0), *hi = routed(3, 6);
   rig g;
   rig_start(&g, art, ",\"watch_window\":0,\"watch_requests\":100,\"admin_token\":\"" TOKEN "\"", 0, 1);
-  int port = g.r.port;
+  int port = g.s.r.port;
   for (int i = 0; i < 30; i++) {
     send_mix(&g, lo, 1);
     send_mix(&g, hi, 1);
@@ -185,18 +164,7 @@ static void test_status_and_drift(void **st) {
 
   /* the same artifact with a reference: POST /admin/reload with the token */
   with_ref(art, art2, eldr_watch_sim_bin((float)sqrt(0.5)));
-  FILE *f = fopen(g.cfgpath, "r+");
-  char doc[2048];
-  size_t n = fread(doc, 1, sizeof doc - 1, f);
-  doc[n] = 0;
-  fclose(f);
-  char *p = strstr(doc, art);
-  assert_non_null(p);
-  char doc2[2048];
-  snprintf(doc2, sizeof doc2, "%.*s%s%s", (int)(p - doc), doc, art2, p + strlen(art));
-  f = fopen(g.cfgpath, "w");
-  fputs(doc2, f);
-  fclose(f);
+  rig_write(&g, art2);
   tc_resp r;
   assert_int_equal(tc_post(port, "/admin/reload", "", AUTH, &r), 0);
   assert_int_equal(r.status, 200);
@@ -251,16 +219,16 @@ static void test_live_rho(void **st) {
   for (int i = 0; i < 6; i++) {
     int up = i % 2;
     db.decode_routed_experts = up ? dhi : dlo;
-    fx_set(g.d[0], &db);
-    fx_set(g.d[1], &db);
+    fx_set(g.s.d[0], &db);
+    fx_set(g.s.d[1], &db);
     send_mix(&g, up ? hi : lo, 1);
   }
-  json_t *s = status_json(g.r.port);
+  json_t *s = status_json(g.s.r.port);
   json_t *rho = json_object_get(s, "rho");
   assert_int_equal(json_integer_value(json_object_get(rho, "pairs")), 6);
   assert_true(json_real_value(json_object_get(rho, "live")) > 0.99);
   json_decref(s);
-  assert_int_equal(rt_metric(g.r.port, "eldr_live_rho_pairs"), 6);
+  assert_int_equal(rt_metric(g.s.r.port, "eldr_live_rho_pairs"), 6);
   rig_stop(&g);
   unlink(art);
   free(art);
@@ -276,12 +244,12 @@ static void test_admin_reload_auth(void **st) {
   rig g;
   rig_start(&g, art, "", 0, 0); /* no admin_token: no endpoint */
   tc_resp r;
-  assert_int_equal(tc_post(g.r.port, "/admin/reload", "", AUTH, &r), 0);
+  assert_int_equal(tc_post(g.s.r.port, "/admin/reload", "", AUTH, &r), 0);
   assert_int_equal(r.status, 404);
   tc_free(&r);
   rig_stop(&g);
   rig_start(&g, art, ",\"admin_token\":\"" TOKEN "\"", 0, 0);
-  int port = g.r.port;
+  int port = g.s.r.port;
   assert_int_equal(tc_post(port, "/admin/reload", "", NULL, &r), 0);
   assert_int_equal(r.status, 401);
   char h[64];
@@ -376,8 +344,8 @@ static void test_reload_under_load(void **st) {
   rig g;
   rig_start(&g, live, ",\"admin_token\":\"" TOKEN "\"", 1, 0);
   g.pb.routed_experts = lo;
-  fx_set(g.p, &g.pb);
-  load l = {.port = g.r.port};
+  fx_set(g.s.p[0], &g.pb);
+  load l = {.port = g.s.r.port};
   pthread_mutex_init(&l.mu, NULL);
   enum { CLIENTS = 4, SWAPS = 6 };
   pthread_t th[CLIENTS];
@@ -391,14 +359,14 @@ static void test_reload_under_load(void **st) {
     assert_int_equal(system(cmd), 0);
     if (i % 2 == 0) {
       kill(getpid(), SIGHUP);
-      assert_int_equal(rt_wait_metric(g.r.port, "eldr_reloads_total{result=\"ok\"}", i + 1, 10), 0);
+      assert_int_equal(rt_wait_metric(g.s.r.port, "eldr_reloads_total{result=\"ok\"}", i + 1, 10), 0);
     } else {
       tc_resp r;
-      assert_int_equal(tc_post(g.r.port, "/admin/reload", "", AUTH, &r), 0);
+      assert_int_equal(tc_post(g.s.r.port, "/admin/reload", "", AUTH, &r), 0);
       if (r.status != 200) fail_msg("reload %d: %d %s", i, r.status, r.body);
       tc_free(&r);
     }
-    json_t *s = status_json(g.r.port);
+    json_t *s = status_json(g.s.r.port);
     char want[20];
     snprintf(want, sizeof want, "%016llx", (unsigned long long)file_hash(i % 2 ? a : b));
     assert_string_equal(json_string_value(json_object_get(json_object_get(s, "artifact"), "hash")), want);
@@ -407,11 +375,11 @@ static void test_reload_under_load(void **st) {
   }
   __atomic_store_n(&l.stop, 1, __ATOMIC_RELEASE);
   for (int i = 0; i < CLIENTS; i++) pthread_join(th[i], NULL);
-  assert_int_equal(rt_metric(g.r.port, "eldr_reloads_total{result=\"ok\"}"), SWAPS);
-  assert_int_equal(rt_metric(g.r.port, "eldr_reloads_total{result=\"error\"}"), 0);
+  assert_int_equal(rt_metric(g.s.r.port, "eldr_reloads_total{result=\"ok\"}"), SWAPS);
+  assert_int_equal(rt_metric(g.s.r.port, "eldr_reloads_total{result=\"error\"}"), 0);
   if (l.failed) fail_msg("%ld of %ld requests failed (first status %ld)", l.failed, l.failed + l.ok, l.first_bad);
   print_message("reload under load: %ld requests, 0 failed, %d swaps (SIGHUP and POST)\n", l.ok, SWAPS);
-  double served = rt_metric(g.r.port, "eldr_requests_total{policy=\"eldr\",decision=\"locality\",outcome=\"ok\"}");
+  double served = rt_metric(g.s.r.port, "eldr_requests_total{policy=\"eldr\",decision=\"locality\",outcome=\"ok\"}");
   assert_true(served >= (double)l.ok);
   rig_stop(&g);
   unlink(a);
@@ -431,17 +399,17 @@ static void test_k_ne_d(void **st) {
   char *lo = routed(3, 0), *hi = routed(3, 6);
   rig g;
   rig_start_n(&g, 3, art, "", 0, 1);
-  int port = g.r.port;
+  int port = g.s.r.port;
   send_mix(&g, lo, 4);
-  assert_int_equal(fx_count(g.d[1], "/v1/completions"), 0);
-  assert_int_equal(fx_count(g.d[0], "/v1/completions") + fx_count(g.d[2], "/v1/completions"), 4);
+  assert_int_equal(fx_count(g.s.d[1], "/v1/completions"), 0);
+  assert_int_equal(fx_count(g.s.d[0], "/v1/completions") + fx_count(g.s.d[2], "/v1/completions"), 4);
   send_mix(&g, hi, 2);
-  assert_int_equal(fx_count(g.d[1], "/v1/completions"), 2);
+  assert_int_equal(fx_count(g.s.d[1], "/v1/completions"), 2);
   double c0 = rt_metric(port, "eldr_centroid_capacity_share{centroid=\"0\"}");
   assert_true(fabs(c0 - 2.0 / 3) < 1e-5);
   assert_true(fabs(rt_metric(port, "eldr_centroid_share{centroid=\"0\"}") - 4.0 / 6) < 1e-5);
-  rt_stop(&g.r);
-  assert_non_null(strstr(g.r.log, "decoder i uses centroid i % 2"));
+  sf_stop(&g.s);
+  assert_non_null(strstr(g.s.r.log, "decoder i uses centroid i % 2"));
   rig_stop(&g);
   unlink(art);
   free(art);
