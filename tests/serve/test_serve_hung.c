@@ -20,6 +20,7 @@
 
 #include "eldr/serve.h"
 #include "support/fixture.h"
+#include "support/serve_fixture.h"
 #include "worker/wtest.h"
 
 static pid_t child = -1;
@@ -67,44 +68,31 @@ static void test_sigstopped_decoder(void **st) {
   assert_true(child > 0);
   int hport = wt_port_of(line);
   assert_true(hport > 0);
-  eldr_worker_config pc, dc;
-  eldr_worker_config_default(&pc);
-  pc.role = ELDR_WORKER_PREFILL;
-  pc.time_scale = 0.01;
-  pc.port = 0;
-  eldr_worker_config_default(&dc);
-  dc.role = ELDR_WORKER_DECODE;
-  dc.time_scale = 0.01;
-  dc.port = 0;
-  wt_worker pw, dw;
-  eldr_diag d = {{0}};
-  if (wt_worker_start(&pw, &pc, &d) < 0 || wt_worker_start(&dw, &dc, &d) < 0) fail_msg("worker: %s", d.msg);
-  eldr_serve_config c;
-  eldr_serve_config_default(&c);
-  c.policy = ELDR_POLICY_RR;
-  c.health_interval_s = 0.2;
-  c.connect_timeout_s = 0.5; /* one health check's bound too */
-  c.decode_first_byte_timeout_s = 1;
-  c.decode_idle_timeout_s = 1;
-  c.retries = 1;
-  char url[64], hurl[64];
-  snprintf(url, sizeof url, "http://127.0.0.1:%d", pw.port);
-  assert_int_equal(eldr_serve_config_add_worker(&c, 0, url, NULL), 0);
+  eldr_worker_config wc;
+  eldr_worker_config_default(&wc);
+  wc.time_scale = 0.01;
+  sf_rig g; /* one prefill and one decode engine; the stopped child is the other decoder */
+  sf_start_engines(&g, 1, &wc, 1, &wc);
+  eldr_serve_config *c = &g.c;
+  c->policy = ELDR_POLICY_RR;
+  c->health_interval_s = 0.2;
+  c->connect_timeout_s = 0.5; /* one health check's bound too */
+  c->decode_first_byte_timeout_s = 1;
+  c->decode_idle_timeout_s = 1;
+  c->retries = 1;
+  char hurl[64];
   snprintf(hurl, sizeof hurl, "http://127.0.0.1:%d", hport);
-  assert_int_equal(eldr_serve_config_add_worker(&c, 1, hurl, NULL), 0);
-  snprintf(url, sizeof url, "http://127.0.0.1:%d", dw.port);
-  assert_int_equal(eldr_serve_config_add_worker(&c, 1, url, NULL), 0);
-  rt_router r;
-  assert_int_equal(rt_start(&r, &c), 0);
+  assert_int_equal(eldr_serve_config_add_worker(c, 1, hurl, NULL), 0);
+  sf_run(&g);
   /* both decoders serve */
   for (int i = 0; i < 4; i++) {
-    post_job j = {r.port, i & 1, 0, 0};
+    post_job j = {g.r.port, i & 1, 0, 0};
     post_main(&j);
     assert_int_equal(j.status, 200);
   }
   char series[256];
   snprintf(series, sizeof series, "eldr_worker_ejections_total{role=\"decode\",worker=\"%s\"}", hurl);
-  assert_int_equal(rt_metric(r.port, series), 0);
+  assert_int_equal(rt_metric(g.r.port, series), 0);
   /* stopped: the kernel still accepts its connections, nothing answers */
   assert_int_equal(kill(child, SIGSTOP), 0);
   double t0 = fx_now();
@@ -112,7 +100,7 @@ static void test_sigstopped_decoder(void **st) {
   post_job jobs[N];
   pthread_t th[N];
   for (int i = 0; i < N; i++) {
-    jobs[i] = (post_job){r.port, i % 3 != 0, 0, 0};
+    jobs[i] = (post_job){g.r.port, i % 3 != 0, 0, 0};
     pthread_create(&th[i], NULL, post_main, &jobs[i]);
   }
   int n504 = 0, n200 = 0;
@@ -121,32 +109,29 @@ static void test_sigstopped_decoder(void **st) {
     pthread_join(th[i], NULL);
     if (jobs[i].status == 504) n504++;
     else if (jobs[i].status == 200) n200++;
-    else fail_msg("request %d: status %d after %.2fs\n%s", i, jobs[i].status, jobs[i].secs, r.log);
+    else fail_msg("request %d: status %d after %.2fs\n%s", i, jobs[i].status, jobs[i].secs, g.r.log);
     if (jobs[i].secs > worst) worst = jobs[i].secs;
   }
   /* no request hangs: every one answered within the first-byte timeout plus slack */
-  if (worst > 4) fail_msg("a request took %.2fs\n%s", worst, r.log);
+  if (worst > 4) fail_msg("a request took %.2fs\n%s", worst, g.r.log);
   assert_true(n504 >= 1);
   assert_int_equal(n504 + n200, N);
-  assert_int_equal(rt_metric(r.port, series), 1);
+  assert_int_equal(rt_metric(g.r.port, series), 1);
   snprintf(series, sizeof series, "eldr_worker_healthy{role=\"decode\",worker=\"%s\"}", hurl);
-  assert_int_equal(rt_metric(r.port, series), 0);
+  assert_int_equal(rt_metric(g.r.port, series), 0);
   double ejected_after = fx_now() - t0;
   print_message("SIGSTOPped decoder: %d of %d requests 504, %d served elsewhere, slowest %.2fs, ejected within %.2fs\n",
                 n504, N, n200, worst, ejected_after);
   /* later requests go to the other decoder */
   for (int i = 0; i < 4; i++) {
-    post_job j = {r.port, 1, 0, 0};
+    post_job j = {g.r.port, 1, 0, 0};
     post_main(&j);
     assert_int_equal(j.status, 200);
   }
   /* continued: health checks re-admit it */
   assert_int_equal(kill(child, SIGCONT), 0);
-  assert_int_equal(rt_wait_metric(r.port, series, 1, 10), 0);
-  rt_stop(&r);
-  eldr_serve_config_free(&c);
-  wt_worker_stop(&pw);
-  wt_worker_stop(&dw);
+  assert_int_equal(rt_wait_metric(g.r.port, series, 1, 10), 0);
+  sf_free(&g);
   kill_child(NULL);
 }
 

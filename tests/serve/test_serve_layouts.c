@@ -20,18 +20,17 @@
 #include "eldr/serve.h"
 #include "eldr/tracegen.h"
 #include "support/fixture.h"
+#include "support/serve_fixture.h"
 #include "support/proc.h"
-#include "worker/wtest.h"
 
 #define LOCALITY "eldr_requests_total{policy=\"eldr\",decision=\"locality\",outcome=\"ok\"}"
 #define LOAD "eldr_requests_total{policy=\"eldr\",decision=\"load\",outcome=\"ok\"}"
 
-static void eldr_cfg(eldr_serve_config *c, const char *art) {
-  eldr_serve_config_default(c);
-  c->health_interval_s = 0;
-  c->header_timeout_s = 5;
-  c->policy = ELDR_POLICY_ELDR;
-  c->artifact = strdup(art);
+/* The rig's router: policy eldr on artifact art. */
+static void eldr_cfg(sf_rig *g, const char *art) {
+  g->c.header_timeout_s = 5;
+  g->c.policy = ELDR_POLICY_ELDR;
+  g->c.artifact = strdup(art);
 }
 
 static char *fixture(const char *name) {
@@ -70,32 +69,29 @@ static void test_fixture_layouts(void **st) {
       "v021_base64_int16_completions.json", "v021_base64_int16_chat_prefill.json"};
   const eldr_shape sh = {2, 8, 2}; /* the fixtures' model (README there) */
   char *art = fx_artifact(&sh, "layouts");
-  fx_worker *p = fx_start(NULL), *d0 = fx_start(NULL), *d1 = fx_start(NULL);
-  eldr_serve_config c;
-  eldr_cfg(&c, art);
-  assert_int_equal(eldr_serve_config_add_worker(&c, 0, fx_url(p), NULL), 0);
-  assert_int_equal(eldr_serve_config_add_worker(&c, 1, fx_url(d0), NULL), 0);
-  assert_int_equal(eldr_serve_config_add_worker(&c, 1, fx_url(d1), NULL), 0);
-  rt_router r;
-  assert_int_equal(rt_start(&r, &c), 0);
+  sf_rig g;
+  sf_start(&g, 1, NULL, 2, NULL);
+  fx_worker *p = g.p[0];
+  eldr_cfg(&g, art);
+  sf_run(&g);
   size_t n = sizeof files / sizeof files[0];
   for (size_t i = 0; i < n; i++) {
     char *reply = fixture(files[i]);
     fx_behaviour b = fx_defaults();
     b.raw_reply = reply;
     fx_set(p, &b);
-    post_ok(r.port, is_chat(reply));
-    if (rt_metric(r.port, LOCALITY) != (double)(i + 1)) fail_msg("%s: not a locality decision\n%s", files[i], r.log);
+    post_ok(g.r.port, is_chat(reply));
+    if (rt_metric(g.r.port, LOCALITY) != (double)(i + 1)) fail_msg("%s: not a locality decision\n%s", files[i], g.r.log);
     fx_behaviour none = fx_defaults();
     fx_set(p, &none);
     free(reply);
   }
-  assert_true(rt_metric(r.port, LOAD) <= 0);
+  assert_true(rt_metric(g.r.port, LOAD) <= 0);
   for (int k = 1; k < ELDR_RE__N; k++) {
     char series[160];
     snprintf(series, sizeof series, "eldr_routed_experts_rejected_total{reason=\"%s\"}",
              eldr_re_reason_name((eldr_re_reason)k));
-    assert_int_equal(rt_metric(r.port, series), 0);
+    assert_int_equal(rt_metric(g.r.port, series), 0);
   }
   /* nonsense is rejected, counted by reason, and the request still served */
   struct {
@@ -117,39 +113,33 @@ static void test_fixture_layouts(void **st) {
     fx_set(p, &b);
     char series[160];
     snprintf(series, sizeof series, "eldr_routed_experts_rejected_total{reason=\"%s\"}", bad[i].reason);
-    double before = rt_metric(r.port, series);
-    post_ok(r.port, is_chat(reply));
-    assert_int_equal(rt_metric(r.port, series), before + 1);
+    double before = rt_metric(g.r.port, series);
+    post_ok(g.r.port, is_chat(reply));
+    assert_int_equal(rt_metric(g.r.port, series), before + 1);
     fx_behaviour none = fx_defaults();
     fx_set(p, &none);
     free(s);
     json_decref(j);
     free(reply);
   }
-  assert_int_equal(rt_metric(r.port, "eldr_fallback_total{reason=\"malformed\"}"), 3);
-  assert_int_equal(rt_metric(r.port, LOCALITY), (double)n);
-  rt_stop(&r);
-  eldr_serve_config_free(&c);
+  assert_int_equal(rt_metric(g.r.port, "eldr_fallback_total{reason=\"malformed\"}"), 3);
+  assert_int_equal(rt_metric(g.r.port, LOCALITY), (double)n);
+  sf_stop(&g);
   /* an artifact of another shape: shape_mismatch, counted as such */
   const eldr_shape other = {3, 8, 2};
   char *art3 = fx_artifact(&other, "layouts3");
-  eldr_cfg(&c, art3);
-  assert_int_equal(eldr_serve_config_add_worker(&c, 0, fx_url(p), NULL), 0);
-  assert_int_equal(eldr_serve_config_add_worker(&c, 1, fx_url(d0), NULL), 0);
-  assert_int_equal(rt_start(&r, &c), 0);
+  sf_config(&g);
+  eldr_cfg(&g, art3);
+  sf_run(&g);
   char *reply = fixture("v021_base64_int16_completions.json");
   fx_behaviour b = fx_defaults();
   b.raw_reply = reply;
   fx_set(p, &b);
-  post_ok(r.port, 0);
-  assert_int_equal(rt_metric(r.port, "eldr_routed_experts_rejected_total{reason=\"shape_mismatch\"}"), 1);
-  assert_int_equal(rt_metric(r.port, "eldr_fallback_total{reason=\"shape_mismatch\"}"), 1);
-  rt_stop(&r);
-  eldr_serve_config_free(&c);
+  post_ok(g.r.port, 0);
+  assert_int_equal(rt_metric(g.r.port, "eldr_routed_experts_rejected_total{reason=\"shape_mismatch\"}"), 1);
+  assert_int_equal(rt_metric(g.r.port, "eldr_fallback_total{reason=\"shape_mismatch\"}"), 1);
+  sf_free(&g);
   free(reply);
-  fx_free(p);
-  fx_free(d0);
-  fx_free(d1);
   unlink(art);
   unlink(art3);
   free(art);
@@ -166,45 +156,22 @@ static void test_emulated_layouts(void **st) {
   eldr_shape sh;
   assert_int_equal(eldr_tracegen_model_shape(wc.model, &sh, NULL, 0, NULL), 0);
   char *art = fx_artifact(&sh, "emulayouts");
-  wt_worker dec[2];
-  eldr_diag d = {{0}};
-  for (int i = 0; i < 2; i++) {
-    eldr_worker_config dc;
-    eldr_worker_config_default(&dc);
-    dc.role = ELDR_WORKER_DECODE;
-    dc.time_scale = 0.01;
-    dc.port = 0;
-    if (wt_worker_start(&dec[i], &dc, &d) < 0) fail_msg("decode worker: %s", d.msg);
-  }
+  eldr_worker_config dc;
+  eldr_worker_config_default(&dc);
+  dc.time_scale = 0.01;
   for (size_t li = 0; li < 4; li++) {
-    eldr_worker_config pc;
-    eldr_worker_config_default(&pc);
-    pc.role = ELDR_WORKER_PREFILL;
-    pc.time_scale = 0.01;
-    pc.port = 0;
+    eldr_worker_config pc = dc;
     pc.routed_experts_layout = lays[li];
-    wt_worker pw;
-    if (wt_worker_start(&pw, &pc, &d) < 0) fail_msg("prefill worker: %s", d.msg);
-    eldr_serve_config c;
-    eldr_cfg(&c, art);
-    char url[64];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d", pw.port);
-    assert_int_equal(eldr_serve_config_add_worker(&c, 0, url, NULL), 0);
-    for (int i = 0; i < 2; i++) {
-      snprintf(url, sizeof url, "http://127.0.0.1:%d", dec[i].port);
-      assert_int_equal(eldr_serve_config_add_worker(&c, 1, url, NULL), 0);
-    }
-    rt_router r;
-    assert_int_equal(rt_start(&r, &c), 0);
-    for (int chat = 0; chat < 2; chat++) post_ok(r.port, chat);
-    if (rt_metric(r.port, LOCALITY) != 2)
-      fail_msg("%s: %g locality decisions of 2\n%s", eldr_re_layout_name(lays[li]), rt_metric(r.port, LOCALITY),
-               r.log);
-    rt_stop(&r);
-    eldr_serve_config_free(&c);
-    wt_worker_stop(&pw);
+    sf_rig g;
+    sf_start_engines(&g, 1, &pc, 2, &dc);
+    eldr_cfg(&g, art);
+    sf_run(&g);
+    for (int chat = 0; chat < 2; chat++) post_ok(g.r.port, chat);
+    if (rt_metric(g.r.port, LOCALITY) != 2)
+      fail_msg("%s: %g locality decisions of 2\n%s", eldr_re_layout_name(lays[li]), rt_metric(g.r.port, LOCALITY),
+               g.r.log);
+    sf_free(&g);
   }
-  for (int i = 0; i < 2; i++) wt_worker_stop(&dec[i]);
   unlink(art);
   free(art);
 }
