@@ -24,6 +24,7 @@
 #include "eldr/serve.h"
 #include "eldr/sigcache.h"
 #include "support/fixture.h"
+#include "support/serve_fixture.h"
 
 static const eldr_shape SH = {4, 8, 2};
 
@@ -43,16 +44,30 @@ static char *routed(size_t n, const eldr_shape *s, int e0) {
 /* Artifact with 2 centroids: experts 0-3 and experts 4-7 of every layer. */
 static char *make_artifact(const eldr_shape *s, const char *tag) { return fx_artifact(s, tag); }
 
-static void base_cfg(eldr_serve_config *c) {
-  eldr_serve_config_default(c);
-  c->health_interval_s = 0;
+/* This file's router settings over a rig's configuration. */
+static void tune(eldr_serve_config *c) {
   c->header_timeout_s = 2;
   c->retries = 2;
   c->policy = ELDR_POLICY_JSQ;
 }
 
-static void add(eldr_serve_config *c, int decode, fx_worker *w) {
-  assert_int_equal(eldr_serve_config_add_worker(c, decode, fx_url(w), NULL), 0);
+/* np prefill and nd decode fixture workers and a router config over them. */
+static void rig(sf_rig *g, int np, const fx_behaviour *pb, int nd, const fx_behaviour *db) {
+  sf_start(g, np, pb, nd, db);
+  tune(&g->c);
+}
+
+/* A fresh config over the rig's workers (after sf_stop). */
+static void reconfig(sf_rig *g) {
+  sf_config(g);
+  tune(&g->c);
+}
+
+/* A config over other workers than a rig's: health checks off, tuned. */
+static void base_cfg(eldr_serve_config *c) {
+  eldr_serve_config_default(c);
+  c->health_interval_s = 0;
+  tune(c);
 }
 
 static json_t *jbody(const tc_resp *r) {
@@ -86,17 +101,14 @@ static void expect_error(const tc_resp *r, int status, const char *word) {
 
 static void test_two_leg_flow(void **st) {
   (void)st;
-  fx_worker *p = fx_start(NULL), *d = fx_start(NULL);
-  eldr_serve_config c;
-  base_cfg(&c);
-  add(&c, 0, p);
-  add(&c, 1, d);
-  rt_router r;
-  assert_int_equal(rt_start(&r, &c), 0);
+  sf_rig g;
+  rig(&g, 1, NULL, 1, NULL);
+  fx_worker *p = g.p[0], *d = g.d[0];
+  sf_run(&g);
   const char *body = "{\"model\":\"m\",\"prompt\":\"Tell me about the moon\",\"max_tokens\":20,\"min_tokens\":3,"
                      "\"stream\":false,\"temperature\":0.5}";
   tc_resp resp;
-  assert_int_equal(tc_post(r.port, "/v1/completions", body, "X-Request-Id: req-42\r\nAuthorization: Bearer sekret\r\n", &resp), 0);
+  assert_int_equal(tc_post(g.r.port, "/v1/completions", body, "X-Request-Id: req-42\r\nAuthorization: Bearer sekret\r\n", &resp), 0);
   assert_int_equal(resp.status, 200);
   json_t *j = jbody(&resp);
   assert_string_equal(json_string_value(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "text")), "Hello world!");
@@ -139,7 +151,7 @@ static void test_two_leg_flow(void **st) {
   fx_record_free(&dr);
   /* chat, max_completion_tokens, generated request id shared by both legs */
   const char *chat = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_completion_tokens\":9}";
-  assert_int_equal(tc_post(r.port, "/v1/chat/completions", chat, NULL, &resp), 0);
+  assert_int_equal(tc_post(g.r.port, "/v1/chat/completions", chat, NULL, &resp), 0);
   assert_int_equal(resp.status, 200);
   assert_int_equal(tc_header(&resp, "X-Request-Id", v, sizeof v), 0);
   assert_int_equal(strlen(v), 36);
@@ -158,23 +170,20 @@ static void test_two_leg_flow(void **st) {
   fx_record_free(&pr);
   fx_record_free(&dr);
   /* /v1/models passes through; /health is ready */
-  assert_int_equal(tc_get(r.port, "/v1/models", &resp), 0);
+  assert_int_equal(tc_get(g.r.port, "/v1/models", &resp), 0);
   assert_int_equal(resp.status, 200);
   assert_non_null(strstr(resp.body, "fixture-model"));
   tc_free(&resp);
-  assert_int_equal(tc_get(r.port, "/health", &resp), 0);
+  assert_int_equal(tc_get(g.r.port, "/health", &resp), 0);
   assert_int_equal(resp.status, 200);
   assert_non_null(strstr(resp.body, "\"status\":\"ok\""));
   tc_free(&resp);
   char series[256];
-  assert_int_equal(rt_metric(r.port, "eldr_requests_total{policy=\"jsq\",decision=\"load\",outcome=\"ok\"}"), 2);
-  assert_int_equal(rt_metric(r.port, SERIES("eldr_worker_requests_total{role=\"decode\",worker=\"%s\"}", fx_url(d))), 3); /* 2 decode legs + /v1/models */
-  assert_int_equal(rt_metric(r.port, SERIES("eldr_worker_inflight{role=\"decode\",worker=\"%s\"}", fx_url(d))), 0);
-  assert_true(rt_metric(r.port, "eldr_request_seconds_count") >= 2);
-  rt_stop(&r);
-  eldr_serve_config_free(&c);
-  fx_free(p);
-  fx_free(d);
+  assert_int_equal(rt_metric(g.r.port, "eldr_requests_total{policy=\"jsq\",decision=\"load\",outcome=\"ok\"}"), 2);
+  assert_int_equal(rt_metric(g.r.port, SERIES("eldr_worker_requests_total{role=\"decode\",worker=\"%s\"}", fx_url(d))), 3); /* 2 decode legs + /v1/models */
+  assert_int_equal(rt_metric(g.r.port, SERIES("eldr_worker_inflight{role=\"decode\",worker=\"%s\"}", fx_url(d))), 0);
+  assert_true(rt_metric(g.r.port, "eldr_request_seconds_count") >= 2);
+  sf_free(&g);
 }
 
 /* ---- streaming ------------------------------------------------------------- */
@@ -185,15 +194,12 @@ static void test_streaming_relay(void **st) {
   fx_behaviour db = fx_defaults();
   db.chunks = chunks;
   db.n_chunks = 4;
-  fx_worker *p = fx_start(NULL), *d = fx_start(&db);
-  eldr_serve_config c;
-  base_cfg(&c);
-  add(&c, 0, p);
-  add(&c, 1, d);
-  rt_router r;
-  assert_int_equal(rt_start(&r, &c), 0);
+  sf_rig g;
+  rig(&g, 1, NULL, 1, &db);
+  fx_worker *p = g.p[0], *d = g.d[0];
+  sf_run(&g);
   tc_resp resp;
-  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"x\",\"stream\":true,\"max_tokens\":5}", NULL, &resp), 0);
+  assert_int_equal(tc_post(g.r.port, "/v1/completions", "{\"prompt\":\"x\",\"stream\":true,\"max_tokens\":5}", NULL, &resp), 0);
   assert_int_equal(resp.status, 200);
   assert_true(resp.chunked);
   char v[128];
@@ -218,7 +224,7 @@ static void test_streaming_relay(void **st) {
   const char *b = "{\"prompt\":\"x\",\"stream\":true}";
   char raw[512];
   int n = snprintf(raw, sizeof raw, "POST /v1/completions HTTP/1.0\r\nContent-Length: %zu\r\n\r\n%s", strlen(b), b);
-  assert_int_equal(tc_raw(r.port, raw, (size_t)n, 10, &resp), 0);
+  assert_int_equal(tc_raw(g.r.port, raw, (size_t)n, 10, &resp), 0);
   assert_int_equal(resp.status, 200);
   assert_false(resp.chunked);
   assert_memory_equal(resp.body, want, strlen(want));
@@ -226,7 +232,7 @@ static void test_streaming_relay(void **st) {
   /* mid-stream failure: the stream ends with an SSE error event */
   db.die_after_chunks = 2;
   fx_set(d, &db);
-  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"y\",\"stream\":true}", NULL, &resp), 0);
+  assert_int_equal(tc_post(g.r.port, "/v1/completions", "{\"prompt\":\"y\",\"stream\":true}", NULL, &resp), 0);
   assert_int_equal(resp.status, 200);
   assert_true(resp.chunked);
   char part[128];
@@ -234,7 +240,7 @@ static void test_streaming_relay(void **st) {
   assert_memory_equal(resp.body, part, strlen(part));
   assert_non_null(strstr(resp.body + strlen(part), "data: {\"error\":"));
   tc_free(&resp);
-  assert_int_equal(rt_metric(r.port, "eldr_requests_total{policy=\"jsq\",decision=\"load\",outcome=\"stream_aborted\"}"), 1);
+  assert_int_equal(rt_metric(g.r.port, "eldr_requests_total{policy=\"jsq\",decision=\"load\",outcome=\"stream_aborted\"}"), 1);
   /* the client leaves in the middle of a stream: the decode leg is closed too */
   db.die_after_chunks = 0;
   db.stall_after_chunks = 1;
@@ -242,7 +248,7 @@ static void test_streaming_relay(void **st) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   struct sockaddr_in sa = {0};
   sa.sin_family = AF_INET;
-  sa.sin_port = htons((uint16_t)r.port);
+  sa.sin_port = htons((uint16_t)g.r.port);
   sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
   const char *sreq = "POST /v1/completions HTTP/1.1\r\nContent-Length: 28\r\n\r\n{\"prompt\":\"z\",\"stream\":true}";
@@ -260,13 +266,10 @@ static void test_streaming_relay(void **st) {
   }
   assert_non_null(strstr(buf, chunks[0]));
   close(fd);
-  assert_int_equal(rt_wait_metric(r.port, "eldr_client_disconnects_total", 1, 10), 0);
+  assert_int_equal(rt_wait_metric(g.r.port, "eldr_client_disconnects_total", 1, 10), 0);
   char series[256];
-  assert_int_equal(rt_wait_metric_le(r.port, SERIES("eldr_worker_inflight{role=\"decode\",worker=\"%s\"}", fx_url(d)), 0, 10), 0);
-  rt_stop(&r);
-  eldr_serve_config_free(&c);
-  fx_free(p);
-  fx_free(d);
+  assert_int_equal(rt_wait_metric_le(g.r.port, SERIES("eldr_worker_inflight{role=\"decode\",worker=\"%s\"}", fx_url(d)), 0, 10), 0);
+  sf_free(&g);
 }
 
 /* ---- decisions and fallbacks ---------------------------------------------- */
@@ -296,32 +299,28 @@ static void test_locality_and_fallbacks(void **st) {
   char *wrong = routed(5, &other, 0);
   fx_behaviour pb = fx_defaults();
   pb.routed_experts = hi;
-  fx_worker *p = fx_start(&pb), *d0 = fx_start(NULL), *d1 = fx_start(NULL);
-  eldr_serve_config c;
-  base_cfg(&c);
-  c.threads = 1; /* /health's recent decisions are per loop */
-  c.policy = ELDR_POLICY_ELDR;
-  c.artifact = strdup(art);
-  add(&c, 0, p);
-  add(&c, 1, d0);
-  add(&c, 1, d1);
-  rt_router r;
-  assert_int_equal(rt_start(&r, &c), 0);
+  sf_rig g;
+  rig(&g, 1, &pb, 2, NULL);
+  fx_worker *p = g.p[0], *d0 = g.d[0], *d1 = g.d[1];
+  g.c.threads = 1; /* /health's recent decisions are per loop */
+  g.c.policy = ELDR_POLICY_ELDR;
+  g.c.artifact = strdup(art);
+  sf_run(&g);
   tc_resp resp;
   /* experts 6,7 -> centroid 1 -> decoder 1, although decoder 0 is the JSQ choice */
-  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
+  assert_int_equal(tc_post(g.r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
   assert_int_equal(resp.status, 200);
   assert_int_equal(served_by(&resp), fx_port(d1));
   tc_free(&resp);
   pb.routed_experts = lo;
   fx_set(p, &pb);
-  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
+  assert_int_equal(tc_post(g.r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
   assert_int_equal(served_by(&resp), fx_port(d0));
   tc_free(&resp);
-  assert_int_equal(rt_metric(r.port, "eldr_requests_total{policy=\"eldr\",decision=\"locality\",outcome=\"ok\"}"), 2);
+  assert_int_equal(rt_metric(g.r.port, "eldr_requests_total{policy=\"eldr\",decision=\"locality\",outcome=\"ok\"}"), 2);
   /* /health: ready (both legs answered, health checks off) and locality on */
-  assert_true(health_has(r.port, 200, "\"locality\":{\"on\":true,\"reason\":\"\",\"policy\":\"eldr\",\"artifact_loaded\":true,\"shape_match\":true"));
-  assert_true(health_has(r.port, 200, "\"recent_decisions\":2,\"recent_fallback_fraction\":0.0000"));
+  assert_true(health_has(g.r.port, 200, "\"locality\":{\"on\":true,\"reason\":\"\",\"policy\":\"eldr\",\"artifact_loaded\":true,\"shape_match\":true"));
+  assert_true(health_has(g.r.port, 200, "\"recent_decisions\":2,\"recent_fallback_fraction\":0.0000"));
   /* fallbacks: each request still served, counted by reason */
   const char *bad_b64 = "!!not base64!!";
   struct {
@@ -331,63 +330,54 @@ static void test_locality_and_fallbacks(void **st) {
   for (size_t i = 0; i < 4; i++) {
     pb.routed_experts = fb[i].re;
     fx_set(p, &pb);
-    assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
+    assert_int_equal(tc_post(g.r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
     assert_int_equal(resp.status, 200);
     tc_free(&resp);
   }
-  assert_int_equal(rt_metric(r.port, "eldr_fallback_total{reason=\"no_routed_experts\"}"), 1);
-  assert_int_equal(rt_metric(r.port, "eldr_fallback_total{reason=\"malformed\"}"), 2);
-  assert_int_equal(rt_metric(r.port, "eldr_fallback_total{reason=\"shape_mismatch\"}"), 1);
-  assert_int_equal(rt_metric(r.port, "eldr_requests_total{policy=\"eldr\",decision=\"load\",outcome=\"ok\"}"), 4);
-  assert_true(health_has(r.port, 200, "\"recent_decisions\":6,\"recent_fallback_fraction\":0.6667"));
+  assert_int_equal(rt_metric(g.r.port, "eldr_fallback_total{reason=\"no_routed_experts\"}"), 1);
+  assert_int_equal(rt_metric(g.r.port, "eldr_fallback_total{reason=\"malformed\"}"), 2);
+  assert_int_equal(rt_metric(g.r.port, "eldr_fallback_total{reason=\"shape_mismatch\"}"), 1);
+  assert_int_equal(rt_metric(g.r.port, "eldr_requests_total{policy=\"eldr\",decision=\"load\",outcome=\"ok\"}"), 4);
+  assert_true(health_has(g.r.port, 200, "\"recent_decisions\":6,\"recent_fallback_fraction\":0.6667"));
   /* prefill reply without kv_transfer_params: decode leg as the client sent it */
   pb.routed_experts = lo;
   pb.no_kv_params = 1;
   fx_set(p, &pb);
-  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
+  assert_int_equal(tc_post(g.r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
   assert_int_equal(resp.status, 200);
   tc_free(&resp);
-  assert_int_equal(rt_metric(r.port, "eldr_prefill_without_kv_params_total"), 1);
+  assert_int_equal(rt_metric(g.r.port, "eldr_prefill_without_kv_params_total"), 1);
   /* a prefill reply that is not JSON is an upstream failure (retried, then 502) */
   pb.raw_reply = "not json";
   fx_set(p, &pb);
-  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
+  assert_int_equal(tc_post(g.r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
   expect_error(&resp, 502, "prefill");
   tc_free(&resp);
-  rt_stop(&r);
-  assert_non_null(strstr(r.log, "logged once"));
-  eldr_serve_config_free(&c);
+  sf_stop(&g);
+  assert_non_null(strstr(g.r.log, "logged once"));
   /* no artifact: load-only, counted */
   pb = fx_defaults();
   pb.routed_experts = lo;
   fx_set(p, &pb);
-  base_cfg(&c);
-  c.policy = ELDR_POLICY_ELDR;
-  add(&c, 0, p);
-  add(&c, 1, d0);
-  assert_int_equal(rt_start(&r, &c), 0);
-  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
+  reconfig(&g);
+  g.c.policy = ELDR_POLICY_ELDR;
+  sf_run(&g);
+  assert_int_equal(tc_post(g.r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
   assert_int_equal(resp.status, 200);
   tc_free(&resp);
-  assert_int_equal(rt_metric(r.port, "eldr_fallback_total{reason=\"no_artifact\"}"), 1);
-  assert_int_equal(rt_metric(r.port, "eldr_artifact_loaded"), 0);
-  assert_true(health_has(r.port, 200, "\"locality\":{\"on\":false,\"reason\":\"no artifact\""));
-  rt_stop(&r);
-  eldr_serve_config_free(&c);
+  assert_int_equal(rt_metric(g.r.port, "eldr_fallback_total{reason=\"no_artifact\"}"), 1);
+  assert_int_equal(rt_metric(g.r.port, "eldr_artifact_loaded"), 0);
+  assert_true(health_has(g.r.port, 200, "\"locality\":{\"on\":false,\"reason\":\"no artifact\""));
+  sf_stop(&g);
   /* artifact that cannot be used: refused at start with a message */
-  base_cfg(&c);
-  add(&c, 0, p);
-  add(&c, 1, d0);
-  c.artifact = strdup("/nonexistent/artifact.json");
+  reconfig(&g);
+  g.c.artifact = strdup("/nonexistent/artifact.json");
   eldr_server *s = NULL;
   eldr_diag dg = {{0}};
-  assert_true(eldr_server_new(&c, &s, &dg) < 0);
+  assert_true(eldr_server_new(&g.c, &s, &dg) < 0);
   assert_null(s);
   assert_true(dg.msg[0] != 0);
-  eldr_serve_config_free(&c);
-  fx_free(p);
-  fx_free(d0);
-  fx_free(d1);
+  sf_free(&g);
   unlink(art);
   free(art);
   free(lo);
@@ -422,58 +412,46 @@ static void test_sigcache_completion(void **st) {
   pb.routed_experts = all;
   pb.prompt_tokens = 48;
   pb.cached_tokens = 0;
-  fx_worker *p = fx_start(&pb), *d0 = fx_start(NULL), *d1 = fx_start(NULL);
-  eldr_serve_config c;
-  base_cfg(&c);
-  c.threads = 1; /* the signature cache is per loop */
-  c.policy = ELDR_POLICY_ELDR;
-  c.artifact = strdup(art);
-  add(&c, 0, p);
-  add(&c, 1, d0);
-  add(&c, 1, d1);
-  rt_router r;
-  assert_int_equal(rt_start(&r, &c), 0);
+  sf_rig g;
+  rig(&g, 1, &pb, 2, NULL);
+  fx_worker *p = g.p[0], *d0 = g.d[0], *d1 = g.d[1];
+  g.c.threads = 1; /* the signature cache is per loop */
+  g.c.policy = ELDR_POLICY_ELDR;
+  g.c.artifact = strdup(art);
+  sf_run(&g);
   json_t *b = json_pack("{s:s}", "prompt", prompt);
   char *body = json_dumps(b, JSON_COMPACT);
   json_decref(b);
   tc_resp resp;
-  assert_int_equal(tc_post(r.port, "/v1/completions", body, NULL, &resp), 0);
+  assert_int_equal(tc_post(g.r.port, "/v1/completions", body, NULL, &resp), 0);
   assert_int_equal(served_by(&resp), fx_port(d1)); /* 32 of 48 tokens on experts 6,7 */
   tc_free(&resp);
-  assert_int_equal(rt_metric(r.port, "eldr_sigcache_rows"), 3);
+  assert_int_equal(rt_metric(g.r.port, "eldr_sigcache_rows"), 3);
   /* second request: the engine cached 32 tokens and returns only the 16 on experts 0,1.
    * Without the cache the router would see only experts 0,1 and pick decoder 0. */
   pb.routed_experts = tail;
   pb.cached_tokens = 32;
   fx_set(p, &pb);
-  assert_int_equal(tc_post(r.port, "/v1/completions", body, NULL, &resp), 0);
+  assert_int_equal(tc_post(g.r.port, "/v1/completions", body, NULL, &resp), 0);
   assert_int_equal(served_by(&resp), fx_port(d1));
   tc_free(&resp);
-  assert_int_equal(rt_metric(r.port, "eldr_sigcache_hits_total"), 2);
-  assert_int_equal(rt_metric(r.port, "eldr_signature_blocks_missing_total"), 0);
-  rt_stop(&r);
-  eldr_serve_config_free(&c);
+  assert_int_equal(rt_metric(g.r.port, "eldr_sigcache_hits_total"), 2);
+  assert_int_equal(rt_metric(g.r.port, "eldr_signature_blocks_missing_total"), 0);
+  sf_stop(&g);
   /* with the cache off the same reply routes by the partial signature (decoder 0) */
-  base_cfg(&c);
-  c.policy = ELDR_POLICY_ELDR;
-  c.artifact = strdup(art);
-  c.sigcache_rows = 0;
-  add(&c, 0, p);
-  add(&c, 1, d0);
-  add(&c, 1, d1);
-  assert_int_equal(rt_start(&r, &c), 0);
-  assert_int_equal(tc_post(r.port, "/v1/completions", body, NULL, &resp), 0);
+  reconfig(&g);
+  g.c.policy = ELDR_POLICY_ELDR;
+  g.c.artifact = strdup(art);
+  g.c.sigcache_rows = 0;
+  sf_run(&g);
+  assert_int_equal(tc_post(g.r.port, "/v1/completions", body, NULL, &resp), 0);
   assert_int_equal(served_by(&resp), fx_port(d0));
   tc_free(&resp);
-  assert_int_equal(rt_metric(r.port, "eldr_signature_blocks_missing_total"), 2);
-  rt_stop(&r);
-  eldr_serve_config_free(&c);
+  assert_int_equal(rt_metric(g.r.port, "eldr_signature_blocks_missing_total"), 2);
+  sf_free(&g);
   free(body);
   free(all);
   free(tail);
-  fx_free(p);
-  fx_free(d0);
-  fx_free(d1);
   unlink(art);
   free(art);
 }
@@ -491,15 +469,11 @@ static void test_splice(void **st) {
   pb.routed_experts = pb64;
   pb.prompt_tokens = 3;
   db.decode_routed_experts = db64;
-  fx_worker *p = fx_start(&pb), *d = fx_start(&db);
-  eldr_serve_config c;
-  base_cfg(&c);
-  add(&c, 0, p);
-  add(&c, 1, d);
-  rt_router r;
-  assert_int_equal(rt_start(&r, &c), 0);
+  sf_rig g;
+  rig(&g, 1, &pb, 1, &db);
+  sf_run(&g);
   tc_resp resp;
-  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a b c\",\"return_routed_experts\":true}", NULL, &resp), 0);
+  assert_int_equal(tc_post(g.r.port, "/v1/completions", "{\"prompt\":\"a b c\",\"return_routed_experts\":true}", NULL, &resp), 0);
   assert_int_equal(resp.status, 200);
   json_t *j = jbody(&resp);
   const char *re = json_string_value(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "routed_experts"));
@@ -515,32 +489,26 @@ static void test_splice(void **st) {
   json_decref(j);
   tc_free(&resp);
   /* vLLM has no per-request switch: spliced whether or not the body asks */
-  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a b c\"}", NULL, &resp), 0);
+  assert_int_equal(tc_post(g.r.port, "/v1/completions", "{\"prompt\":\"a b c\"}", NULL, &resp), 0);
   j = jbody(&resp);
   re = json_string_value(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "routed_experts"));
   assert_string_not_equal(re, db64);
   json_decref(j);
   tc_free(&resp);
-  assert_int_equal(rt_metric(r.port, "eldr_routed_experts_spliced_total"), 2);
-  rt_stop(&r);
-  eldr_serve_config_free(&c);
+  assert_int_equal(rt_metric(g.r.port, "eldr_routed_experts_spliced_total"), 2);
+  sf_stop(&g);
   /* turned off (--no-splice): relayed as the decoder sent it */
-  base_cfg(&c);
-  c.splice_routed_experts = 0;
-  add(&c, 0, p);
-  add(&c, 1, d);
-  assert_int_equal(rt_start(&r, &c), 0);
-  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a b c\",\"return_routed_experts\":true}", NULL, &resp), 0);
+  reconfig(&g);
+  g.c.splice_routed_experts = 0;
+  sf_run(&g);
+  assert_int_equal(tc_post(g.r.port, "/v1/completions", "{\"prompt\":\"a b c\",\"return_routed_experts\":true}", NULL, &resp), 0);
   j = jbody(&resp);
   re = json_string_value(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "routed_experts"));
   assert_string_equal(re, db64);
   json_decref(j);
   tc_free(&resp);
-  assert_int_equal(rt_metric(r.port, "eldr_routed_experts_spliced_total"), 0);
-  rt_stop(&r);
-  eldr_serve_config_free(&c);
-  fx_free(p);
-  fx_free(d);
+  assert_int_equal(rt_metric(g.r.port, "eldr_routed_experts_spliced_total"), 0);
+  sf_free(&g);
   free(pb64);
   free(db64);
 }
@@ -551,60 +519,50 @@ static void test_retries(void **st) {
   (void)st;
   fx_behaviour bad = fx_defaults();
   bad.status = 500;
-  fx_worker *pa = fx_start(&bad), *pbw = fx_start(NULL);
   fx_behaviour dead = fx_defaults();
   dead.close_without_reply = 1;
-  fx_worker *d0 = fx_start(NULL), *d1 = fx_start(NULL);
+  sf_rig g;
+  rig(&g, 2, NULL, 2, NULL);
+  fx_worker *pa = g.p[0], *pbw = g.p[1], *d0 = g.d[0], *d1 = g.d[1];
+  fx_set(pa, &bad);
   fx_stop(d0); /* refuses connections: a failure to connect, retried */
-  eldr_serve_config c;
-  base_cfg(&c);
-  add(&c, 0, pa);
-  add(&c, 0, pbw);
-  add(&c, 1, d0);
-  add(&c, 1, d1);
-  rt_router r;
-  assert_int_equal(rt_start(&r, &c), 0);
+  sf_run(&g);
   tc_resp resp;
   for (int i = 0; i < 8; i++) {
     char b[64];
     snprintf(b, sizeof b, "{\"prompt\":\"prompt number %d\"}", i);
-    assert_int_equal(tc_post(r.port, "/v1/completions", b, NULL, &resp), 0);
+    assert_int_equal(tc_post(g.r.port, "/v1/completions", b, NULL, &resp), 0);
     if (resp.status != 200) fail_msg("%d: %s", resp.status, resp.body);
     assert_int_equal(served_by(&resp), fx_port(d1));
     tc_free(&resp);
   }
   /* every prefill that hit the failing worker was retried on the other */
   size_t fails = fx_count(pa, "/v1/completions");
-  assert_int_equal(rt_metric(r.port, "eldr_retries_total{leg=\"prefill\"}"), (double)fails);
+  assert_int_equal(rt_metric(g.r.port, "eldr_retries_total{leg=\"prefill\"}"), (double)fails);
   assert_int_equal(fx_count(pbw, "/v1/completions"), 8);
   /* JSQ picks decoder 0 first (index tie-break): its connect fails, all 8 retried on decoder 1 */
-  assert_int_equal(rt_metric(r.port, "eldr_retries_total{leg=\"decode\"}"), 8);
+  assert_int_equal(rt_metric(g.r.port, "eldr_retries_total{leg=\"decode\"}"), 8);
   /* a decoder that fails after the request reached it: not retried (it may
    * have pulled the KV blocks already), 502 */
   fx_set(d1, &dead);
   size_t sent_before = fx_count(d1, "/v1/completions");
-  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"z\"}", NULL, &resp), 0);
+  assert_int_equal(tc_post(g.r.port, "/v1/completions", "{\"prompt\":\"z\"}", NULL, &resp), 0);
   expect_error(&resp, 502, "not retried");
   tc_free(&resp);
   assert_int_equal(fx_count(d1, "/v1/completions"), sent_before + 1);
-  if (rt_metric(r.port, "eldr_retries_total{leg=\"decode\"}") != 9) fail_msg("%s", r.log); /* d0's refusal only */
+  if (rt_metric(g.r.port, "eldr_retries_total{leg=\"decode\"}") != 9) fail_msg("%s", g.r.log); /* d0's refusal only */
   /* a 4xx from the worker is the client's error: relayed, not retried */
   fx_behaviour four = fx_defaults();
   four.status = 400;
   fx_set(pa, &four);
   fx_set(pbw, &four);
-  double before = rt_metric(r.port, "eldr_retries_total{leg=\"prefill\"}");
-  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"z\"}", NULL, &resp), 0);
+  double before = rt_metric(g.r.port, "eldr_retries_total{leg=\"prefill\"}");
+  assert_int_equal(tc_post(g.r.port, "/v1/completions", "{\"prompt\":\"z\"}", NULL, &resp), 0);
   assert_int_equal(resp.status, 400);
   assert_non_null(strstr(resp.body, "fixture failure"));
   tc_free(&resp);
-  assert_int_equal(rt_metric(r.port, "eldr_retries_total{leg=\"prefill\"}"), before);
-  rt_stop(&r);
-  eldr_serve_config_free(&c);
-  fx_free(pa);
-  fx_free(pbw);
-  fx_free(d0);
-  fx_free(d1);
+  assert_int_equal(rt_metric(g.r.port, "eldr_retries_total{leg=\"prefill\"}"), before);
+  sf_free(&g);
 }
 
 /* ---- safety of the handoff -------------------------------------------------- */
@@ -613,20 +571,18 @@ static void test_handoff_safety(void **st) {
   (void)st;
   fx_behaviour nokv = fx_defaults();
   nokv.no_kv_params = 1;
-  fx_worker *p = fx_start(&nokv), *d = fx_start(NULL);
-  eldr_serve_config c;
-  base_cfg(&c);
-  add(&c, 0, p);
-  add(&c, 1, d);
-  rt_router r, r2;
-  assert_int_equal(rt_start(&r, &c), 0);
-  assert_int_equal(rt_start(&r2, &c), 0); /* a second instance, same seed */
+  sf_rig g;
+  rig(&g, 1, &nokv, 1, NULL);
+  fx_worker *p = g.p[0], *d = g.d[0];
+  sf_run(&g);
+  rt_router r2;
+  assert_int_equal(rt_start(&r2, &g.c), 0); /* a second instance, same seed */
   const char *evil = "{\"prompt\":\"steal\",\"kv_transfer_params\":{\"do_remote_prefill\":true,"
                      "\"remote_host\":\"10.6.6.6\",\"remote_port\":6666,\"remote_block_ids\":[1,2,3],"
                      "\"remote_engine_id\":\"victim\"}}";
   tc_resp resp;
   /* the prefill reply carries no kv_transfer_params: the decoder gets none */
-  assert_int_equal(tc_post(r.port, "/v1/completions", evil, NULL, &resp), 0);
+  assert_int_equal(tc_post(g.r.port, "/v1/completions", evil, NULL, &resp), 0);
   assert_int_equal(resp.status, 200);
   tc_free(&resp);
   fx_record pr, dr;
@@ -644,7 +600,7 @@ static void test_handoff_safety(void **st) {
   nokv.raw_reply = "{\"object\":\"text_completion\",\"choices\":[{\"index\":0,\"text\":\"x\"}],"
                    "\"kv_transfer_params\":null}";
   fx_set(p, &nokv);
-  assert_int_equal(tc_post(r.port, "/v1/completions", evil, NULL, &resp), 0);
+  assert_int_equal(tc_post(g.r.port, "/v1/completions", evil, NULL, &resp), 0);
   assert_int_equal(resp.status, 200);
   tc_free(&resp);
   dj = jrec(d, "/v1/completions", -1, &dr);
@@ -654,7 +610,7 @@ static void test_handoff_safety(void **st) {
   /* with the prefill's: exactly those, none of the client's */
   fx_behaviour ok = fx_defaults();
   fx_set(p, &ok);
-  assert_int_equal(tc_post(r.port, "/v1/completions", evil, NULL, &resp), 0);
+  assert_int_equal(tc_post(g.r.port, "/v1/completions", evil, NULL, &resp), 0);
   tc_free(&resp);
   dj = jrec(d, "/v1/completions", -1, &dr);
   json_t *kv = json_object_get(dj, "kv_transfer_params");
@@ -666,7 +622,7 @@ static void test_handoff_safety(void **st) {
   /* two router instances, same seed, same client X-Request-Id: never the same engine id */
   size_t base = fx_count(p, "/v1/completions");
   for (int i = 0; i < 20; i++) {
-    assert_int_equal(tc_post(i % 2 ? r2.port : r.port, "/v1/completions", "{\"prompt\":\"a\"}",
+    assert_int_equal(tc_post(i % 2 ? r2.port : g.r.port, "/v1/completions", "{\"prompt\":\"a\"}",
                              "X-Request-Id: same\r\n", &resp), 0);
     char v[64];
     assert_int_equal(tc_header(&resp, "X-Request-Id", v, sizeof v), 0);
@@ -701,16 +657,13 @@ static void test_handoff_safety(void **st) {
   base = fx_count(p, NULL);
   for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
     const char *path = strstr(refused[i].body, "messages") ? "/v1/chat/completions" : "/v1/completions";
-    assert_int_equal(tc_post(r.port, path, refused[i].body, NULL, &resp), 0);
+    assert_int_equal(tc_post(g.r.port, path, refused[i].body, NULL, &resp), 0);
     expect_error(&resp, 400, refused[i].word);
     tc_free(&resp);
   }
   assert_int_equal(fx_count(p, NULL), base); /* no prefill leg was sent */
-  rt_stop(&r);
   rt_stop(&r2);
-  eldr_serve_config_free(&c);
-  fx_free(p);
-  fx_free(d);
+  sf_free(&g);
 }
 
 /* usage and prompt_logprobs as vLLM's router reports a PD request */
@@ -725,15 +678,12 @@ static void test_usage_from_the_right_leg(void **st) {
   db.raw_reply = "{\"object\":\"text_completion\",\"choices\":[{\"index\":0,\"text\":\"yz\","
                  "\"prompt_logprobs\":null}],\"usage\":{\"prompt_tokens\":40,\"completion_tokens\":7,"
                  "\"total_tokens\":47,\"prompt_tokens_details\":{\"cached_tokens\":40}}}";
-  fx_worker *p = fx_start(&pb), *d = fx_start(&db);
-  eldr_serve_config c;
-  base_cfg(&c);
-  add(&c, 0, p);
-  add(&c, 1, d);
-  rt_router r;
-  assert_int_equal(rt_start(&r, &c), 0);
+  sf_rig g;
+  rig(&g, 1, &pb, 1, &db);
+  fx_worker *d = g.d[0];
+  sf_run(&g);
   tc_resp resp;
-  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":7,\"prompt_logprobs\":1}",
+  assert_int_equal(tc_post(g.r.port, "/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":7,\"prompt_logprobs\":1}",
                            NULL, &resp), 0);
   assert_int_equal(resp.status, 200);
   json_t *j = jbody(&resp);
@@ -752,36 +702,30 @@ static void test_usage_from_the_right_leg(void **st) {
   json_decref(dj);
   fx_record_free(&dr);
   /* not asked: the prefill's prompt_logprobs are not added */
-  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
+  assert_int_equal(tc_post(g.r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
   j = jbody(&resp);
   assert_true(json_is_null(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "prompt_logprobs")));
   assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "usage"), "total_tokens")), 47);
   json_decref(j);
   tc_free(&resp);
-  rt_stop(&r);
-  eldr_serve_config_free(&c);
-  fx_free(p);
-  fx_free(d);
+  sf_free(&g);
 }
 
 /* Authorization, trace context and CORS */
 static void test_forwarded_headers_and_cors(void **st) {
   (void)st;
-  fx_worker *p = fx_start(NULL), *d = fx_start(NULL);
-  eldr_serve_config c;
-  base_cfg(&c);
-  add(&c, 0, p);
-  add(&c, 1, d);
-  c.backend_api_key = strdup("backend-key");
-  c.cors_origin = strdup("https://a.example, https://b.example");
-  rt_router r;
-  assert_int_equal(rt_start(&r, &c), 0);
+  sf_rig g;
+  rig(&g, 1, NULL, 1, NULL);
+  fx_worker *p = g.p[0], *d = g.d[0];
+  g.c.backend_api_key = strdup("backend-key");
+  g.c.cors_origin = strdup("https://a.example, https://b.example");
+  sf_run(&g);
   tc_resp resp;
   const char *hdrs = "Authorization: Bearer client-key\r\n"
                      "traceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\r\n"
                      "tracestate: rojo=00f067aa0ba902b7,congo=t61rcWkgMzE\r\n"
                      "baggage: userId=alice,serverNode=DF%2028\r\nOrigin: https://b.example\r\n";
-  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", hdrs, &resp), 0);
+  assert_int_equal(tc_post(g.r.port, "/v1/completions", "{\"prompt\":\"a\"}", hdrs, &resp), 0);
   assert_int_equal(resp.status, 200);
   char v[256];
   assert_int_equal(tc_header(&resp, "Access-Control-Allow-Origin", v, sizeof v), 0);
@@ -801,7 +745,7 @@ static void test_forwarded_headers_and_cors(void **st) {
   const char *pre = "OPTIONS /v1/chat/completions HTTP/1.1\r\nHost: x\r\nOrigin: https://a.example\r\n"
                     "Access-Control-Request-Method: POST\r\n"
                     "Access-Control-Request-Headers: authorization, content-type\r\n\r\n";
-  assert_int_equal(tc_raw(r.port, pre, strlen(pre), 5, &resp), 0);
+  assert_int_equal(tc_raw(g.r.port, pre, strlen(pre), 5, &resp), 0);
   assert_int_equal(resp.status, 204);
   assert_int_equal(tc_header(&resp, "Access-Control-Allow-Origin", v, sizeof v), 0);
   assert_string_equal(v, "https://a.example");
@@ -811,61 +755,50 @@ static void test_forwarded_headers_and_cors(void **st) {
   assert_non_null(strstr(v, "POST"));
   tc_free(&resp);
   /* an origin not in the list gets no CORS header */
-  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", "Origin: https://evil.example\r\n", &resp), 0);
+  assert_int_equal(tc_post(g.r.port, "/v1/completions", "{\"prompt\":\"a\"}", "Origin: https://evil.example\r\n", &resp), 0);
   assert_int_equal(resp.status, 200);
   assert_int_equal(tc_header(&resp, "Access-Control-Allow-Origin", v, sizeof v), -1);
   tc_free(&resp);
-  rt_stop(&r);
-  eldr_serve_config_free(&c);
+  sf_stop(&g);
   /* no backend key: the client's Authorization only with forward_authorization; no CORS: OPTIONS is 405 */
-  base_cfg(&c);
-  add(&c, 0, p);
-  add(&c, 1, d);
-  c.forward_authorization = 1;
-  assert_int_equal(rt_start(&r, &c), 0);
-  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", "Authorization: Bearer client-key\r\n", &resp), 0);
+  reconfig(&g);
+  g.c.forward_authorization = 1;
+  sf_run(&g);
+  assert_int_equal(tc_post(g.r.port, "/v1/completions", "{\"prompt\":\"a\"}", "Authorization: Bearer client-key\r\n", &resp), 0);
   assert_int_equal(resp.status, 200);
   tc_free(&resp);
   fx_record rec;
   assert_int_equal(fx_get(d, "/v1/completions", -1, &rec), 0);
   assert_string_equal(rec.authorization, "Bearer client-key");
   fx_record_free(&rec);
-  assert_int_equal(tc_raw(r.port, pre, strlen(pre), 5, &resp), 0);
+  assert_int_equal(tc_raw(g.r.port, pre, strlen(pre), 5, &resp), 0);
   assert_int_equal(resp.status, 405);
   tc_free(&resp);
-  rt_stop(&r);
-  eldr_serve_config_free(&c);
+  sf_stop(&g);
   /* a key with a line break is refused (header injection) */
-  base_cfg(&c);
-  add(&c, 0, p);
-  add(&c, 1, d);
-  c.backend_api_key = strdup("k\r\nX-Evil: 1");
+  reconfig(&g);
+  g.c.backend_api_key = strdup("k\r\nX-Evil: 1");
   eldr_diag dg = {{0}};
-  assert_true(eldr_serve_config_validate(&c, &dg) < 0);
+  assert_true(eldr_serve_config_validate(&g.c, &dg) < 0);
   assert_non_null(strstr(dg.msg, "backend_api_key"));
-  eldr_serve_config_free(&c);
-  fx_free(p);
-  fx_free(d);
+  sf_free(&g);
 }
 
 /* Chunked request bodies: a raw socket in small pieces, and curl -T - */
 static void test_chunked_bodies(void **st) {
   (void)st;
-  fx_worker *p = fx_start(NULL), *d = fx_start(NULL);
-  eldr_serve_config c;
-  base_cfg(&c);
-  c.max_body = 4096;
-  add(&c, 0, p);
-  add(&c, 1, d);
-  rt_router r;
-  assert_int_equal(rt_start(&r, &c), 0);
+  sf_rig g;
+  rig(&g, 1, NULL, 1, NULL);
+  fx_worker *p = g.p[0];
+  g.c.max_body = 4096;
+  sf_run(&g);
   const char *req = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
                     "7;ext=1\r\n{\"promp\r\n"
                     "B\r\nt\":\"chunked\r\n"
                     "2\r\n\"}\r\n"
                     "0\r\nX-Trailer: 1\r\n\r\n";
   tc_resp resp;
-  assert_int_equal(tc_raw(r.port, req, strlen(req), 10, &resp), 0);
+  assert_int_equal(tc_raw(g.r.port, req, strlen(req), 10, &resp), 0);
   if (resp.status != 200) fail_msg("%d %s", resp.status, resp.body);
   tc_free(&resp);
   fx_record rec;
@@ -877,7 +810,7 @@ static void test_chunked_bodies(void **st) {
   char cmd[512];
   snprintf(cmd, sizeof cmd,
            "printf '{\"prompt\":\"from curl\"}' | curl -s -o /dev/null -w '%%{http_code}' -T - -X POST "
-           "-H 'Content-Type: application/json' http://127.0.0.1:%d/v1/completions 2>/dev/null", r.port);
+           "-H 'Content-Type: application/json' http://127.0.0.1:%d/v1/completions 2>/dev/null", g.r.port);
   FILE *f = popen(cmd, "r");
   assert_non_null(f);
   char out[16] = "";
@@ -903,44 +836,37 @@ static void test_chunked_bodies(void **st) {
     n += snprintf(big + n, sizeof big - (size_t)n, "\r\n");
     if (n > 5000) break;
   }
-  assert_int_equal(tc_raw(r.port, big, (size_t)n, 10, &resp), 0);
+  assert_int_equal(tc_raw(g.r.port, big, (size_t)n, 10, &resp), 0);
   expect_error(&resp, 413, "exceeds");
   tc_free(&resp);
-  rt_stop(&r);
-  eldr_serve_config_free(&c);
-  fx_free(p);
-  fx_free(d);
+  sf_free(&g);
 }
 
 static void test_timeouts_and_disconnect(void **st) {
   (void)st;
   fx_behaviour hang = fx_defaults();
   hang.hang = 1;
-  fx_worker *p = fx_start(&hang), *d = fx_start(&hang);
-  eldr_serve_config c;
-  base_cfg(&c);
-  c.prefill_timeout_s = 0.3;
-  c.decode_timeout_s = 0.3;
-  c.retries = 0;
-  add(&c, 0, p);
-  add(&c, 1, d);
-  rt_router r;
-  assert_int_equal(rt_start(&r, &c), 0);
+  sf_rig g;
+  rig(&g, 1, &hang, 1, &hang);
+  fx_worker *p = g.p[0], *d = g.d[0];
+  g.c.prefill_timeout_s = 0.3;
+  g.c.decode_timeout_s = 0.3;
+  g.c.retries = 0;
+  sf_run(&g);
   tc_resp resp;
   double t0 = fx_now();
-  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
+  assert_int_equal(tc_post(g.r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
   expect_error(&resp, 504, "timed out");
   assert_true(fx_now() - t0 < 5);
   tc_free(&resp);
   /* decode leg timeout */
   fx_set(p, &(fx_behaviour){.prompt_tokens = -1, .cached_tokens = -1});
-  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
+  assert_int_equal(tc_post(g.r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
   expect_error(&resp, 504, "decode");
   tc_free(&resp);
-  assert_int_equal(rt_metric(r.port, "eldr_requests_total{policy=\"jsq\",decision=\"load\",outcome=\"timeout\"}"), 1);
-  assert_int_equal(rt_metric(r.port, "eldr_requests_total{policy=\"jsq\",decision=\"none\",outcome=\"timeout\"}"), 1);
-  rt_stop(&r);
-  eldr_serve_config_free(&c);
+  assert_int_equal(rt_metric(g.r.port, "eldr_requests_total{policy=\"jsq\",decision=\"load\",outcome=\"timeout\"}"), 1);
+  assert_int_equal(rt_metric(g.r.port, "eldr_requests_total{policy=\"jsq\",decision=\"none\",outcome=\"timeout\"}"), 1);
+  sf_stop(&g);
   /* a worker that never completes the TCP handshake: the connect timeout */
   int lfd = socket(AF_INET, SOCK_STREAM, 0);
   struct sockaddr_in la = {0};
@@ -957,11 +883,13 @@ static void test_timeouts_and_disconnect(void **st) {
   }
   char bh[64];
   snprintf(bh, sizeof bh, "http://127.0.0.1:%d", ntohs(la.sin_port));
+  eldr_serve_config c; /* the rig's decoder behind a prefill worker that never accepts */
   base_cfg(&c);
   c.connect_timeout_s = 0.2;
   c.retries = 0;
   assert_int_equal(eldr_serve_config_add_worker(&c, 0, bh, NULL), 0);
-  add(&c, 1, d);
+  assert_int_equal(eldr_serve_config_add_worker(&c, 1, fx_url(d), NULL), 0);
+  rt_router r;
   assert_int_equal(rt_start(&r, &c), 0);
   t0 = fx_now();
   assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
@@ -973,15 +901,13 @@ static void test_timeouts_and_disconnect(void **st) {
   for (int i = 0; i < 4; i++) close(fill[i]);
   close(lfd);
   /* client disconnect cancels the upstream leg */
-  base_cfg(&c);
-  c.decode_timeout_s = 60;
-  add(&c, 0, p);
-  add(&c, 1, d);
-  assert_int_equal(rt_start(&r, &c), 0);
+  reconfig(&g);
+  g.c.decode_timeout_s = 60;
+  sf_run(&g);
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   struct sockaddr_in sa = {0};
   sa.sin_family = AF_INET;
-  sa.sin_port = htons((uint16_t)r.port);
+  sa.sin_port = htons((uint16_t)g.r.port);
   sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
   const char *req = "POST /v1/completions HTTP/1.1\r\nContent-Length: 14\r\n\r\n{\"prompt\":\"a\"}";
@@ -989,33 +915,26 @@ static void test_timeouts_and_disconnect(void **st) {
   size_t before = fx_count(d, "/v1/completions");
   assert_int_equal(fx_wait(d, "/v1/completions", before + 1, 10), 0);
   char series[256];
-  assert_int_equal(rt_metric(r.port, SERIES("eldr_worker_inflight{role=\"decode\",worker=\"%s\"}", fx_url(d))), 1);
+  assert_int_equal(rt_metric(g.r.port, SERIES("eldr_worker_inflight{role=\"decode\",worker=\"%s\"}", fx_url(d))), 1);
   close(fd);
-  assert_int_equal(rt_wait_metric(r.port, "eldr_client_disconnects_total", 1, 10), 0);
-  assert_int_equal(rt_wait_metric_le(r.port, SERIES("eldr_worker_inflight{role=\"decode\",worker=\"%s\"}", fx_url(d)), 0, 10), 0);
-  assert_int_equal(rt_metric(r.port, "eldr_requests_total{policy=\"jsq\",decision=\"load\",outcome=\"cancelled\"}"), 1);
-  rt_stop(&r);
-  eldr_serve_config_free(&c);
-  fx_free(p);
-  fx_free(d);
+  assert_int_equal(rt_wait_metric(g.r.port, "eldr_client_disconnects_total", 1, 10), 0);
+  assert_int_equal(rt_wait_metric_le(g.r.port, SERIES("eldr_worker_inflight{role=\"decode\",worker=\"%s\"}", fx_url(d)), 0, 10), 0);
+  assert_int_equal(rt_metric(g.r.port, "eldr_requests_total{policy=\"jsq\",decision=\"load\",outcome=\"cancelled\"}"), 1);
+  sf_free(&g);
 }
 
 static void test_worker_killed_and_health(void **st) {
   (void)st;
-  fx_worker *p = fx_start(NULL), *d0 = fx_start(NULL), *d1 = fx_start(NULL);
-  eldr_serve_config c;
-  base_cfg(&c);
-  c.policy = ELDR_POLICY_RR;
-  c.health_interval_s = 0.05;
-  c.eject_after = 2;
-  c.connect_timeout_s = 1;
-  add(&c, 0, p);
-  add(&c, 1, d0);
-  add(&c, 1, d1);
-  rt_router r;
-  assert_int_equal(rt_start(&r, &c), 0);
+  sf_rig g;
+  rig(&g, 1, NULL, 2, NULL);
+  fx_worker *d0 = g.d[0], *d1 = g.d[1];
+  g.c.policy = ELDR_POLICY_RR;
+  g.c.health_interval_s = 0.05;
+  g.c.eject_after = 2;
+  g.c.connect_timeout_s = 1;
+  sf_run(&g);
   tc_resp resp;
-  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
+  assert_int_equal(tc_post(g.r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
   assert_int_equal(resp.status, 200);
   tc_free(&resp);
   int port1 = fx_port(d1);
@@ -1023,46 +942,42 @@ static void test_worker_killed_and_health(void **st) {
   snprintf(url1, sizeof url1, "%s", fx_url(d1));
   fx_stop(d1); /* killed mid-run */
   for (int i = 0; i < 6; i++) {
-    assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
+    assert_int_equal(tc_post(g.r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
     assert_int_equal(resp.status, 200);
     assert_int_equal(served_by(&resp), fx_port(d0));
     tc_free(&resp);
   }
   char series[256];
-  assert_int_equal(rt_wait_metric(r.port, SERIES("eldr_worker_ejections_total{role=\"decode\",worker=\"%s\"}", url1), 1, 10), 0);
-  assert_int_equal(rt_wait_metric_le(r.port, SERIES("eldr_worker_healthy{role=\"decode\",worker=\"%s\"}", url1), 0, 10), 0);
+  assert_int_equal(rt_wait_metric(g.r.port, SERIES("eldr_worker_ejections_total{role=\"decode\",worker=\"%s\"}", url1), 1, 10), 0);
+  assert_int_equal(rt_wait_metric_le(g.r.port, SERIES("eldr_worker_healthy{role=\"decode\",worker=\"%s\"}", url1), 0, 10), 0);
   /* the worker comes back on the same port: re-admitted by the health checks */
   fx_worker *d1b = fx_start_port(NULL, port1);
   assert_non_null(d1b);
-  assert_int_equal(rt_wait_metric(r.port, SERIES("eldr_worker_healthy{role=\"decode\",worker=\"%s\"}", url1), 1, 10), 0);
+  assert_int_equal(rt_wait_metric(g.r.port, SERIES("eldr_worker_healthy{role=\"decode\",worker=\"%s\"}", url1), 1, 10), 0);
   int seen1 = 0;
   for (int i = 0; i < 4; i++) {
-    assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
+    assert_int_equal(tc_post(g.r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
     assert_int_equal(resp.status, 200);
     seen1 |= served_by(&resp) == port1;
     tc_free(&resp);
   }
   assert_true(seen1);
-  assert_non_null(strstr(r.log, "re-admitted"));
+  assert_non_null(strstr(g.r.log, "re-admitted"));
   /* every decoder down: /health says so */
   fx_behaviour sick = fx_defaults();
   sick.health_status = 503;
   fx_set(d0, &sick);
   fx_set(d1b, &sick);
-  assert_int_equal(rt_wait_metric_le(r.port, SERIES("eldr_worker_healthy{role=\"decode\",worker=\"%s\"}", fx_url(d0)), 0, 10), 0);
-  assert_int_equal(rt_wait_metric_le(r.port, SERIES("eldr_worker_healthy{role=\"decode\",worker=\"%s\"}", url1), 0, 10), 0);
-  assert_int_equal(tc_get(r.port, "/health", &resp), 0);
+  assert_int_equal(rt_wait_metric_le(g.r.port, SERIES("eldr_worker_healthy{role=\"decode\",worker=\"%s\"}", fx_url(d0)), 0, 10), 0);
+  assert_int_equal(rt_wait_metric_le(g.r.port, SERIES("eldr_worker_healthy{role=\"decode\",worker=\"%s\"}", url1), 0, 10), 0);
+  assert_int_equal(tc_get(g.r.port, "/health", &resp), 0);
   assert_int_equal(resp.status, 503);
   assert_non_null(strstr(resp.body, "unavailable"));
   tc_free(&resp);
-  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
+  assert_int_equal(tc_post(g.r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
   expect_error(&resp, 503, "decode");
   tc_free(&resp);
-  rt_stop(&r);
-  eldr_serve_config_free(&c);
-  fx_free(p);
-  fx_free(d0);
-  fx_free(d1);
+  sf_free(&g);
   fx_free(d1b);
 }
 
@@ -1070,22 +985,18 @@ static void test_worker_killed_and_health(void **st) {
 
 static void test_bad_input(void **st) {
   (void)st;
-  fx_worker *p = fx_start(NULL), *d = fx_start(NULL);
-  eldr_serve_config c;
-  base_cfg(&c);
-  c.max_body = 4096;
-  c.max_header = 1024;
-  c.header_timeout_s = 0.3;
-  add(&c, 0, p);
-  add(&c, 1, d);
-  rt_router r;
-  assert_int_equal(rt_start(&r, &c), 0);
+  sf_rig g;
+  rig(&g, 1, NULL, 1, NULL);
+  g.c.max_body = 4096;
+  g.c.max_header = 1024;
+  g.c.header_timeout_s = 0.3;
+  sf_run(&g);
   tc_resp resp;
   /* a slow client holds its connection open while everyone else is served */
   int slow = socket(AF_INET, SOCK_STREAM, 0);
   struct sockaddr_in sa = {0};
   sa.sin_family = AF_INET;
-  sa.sin_port = htons((uint16_t)r.port);
+  sa.sin_port = htons((uint16_t)g.r.port);
   sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   assert_int_equal(connect(slow, (struct sockaddr *)&sa, sizeof sa), 0);
   assert_int_equal(send(slow, "POST /v1/compl", 14, 0), 14);
@@ -1104,12 +1015,12 @@ static void test_bad_input(void **st) {
       {"{\"prompt\":\"a\"}", "/v2/nothing", 404, "unknown path"},
   };
   for (size_t i = 0; i < sizeof js / sizeof js[0]; i++) {
-    assert_int_equal(tc_post(r.port, js[i].path, js[i].body, NULL, &resp), 0);
+    assert_int_equal(tc_post(g.r.port, js[i].path, js[i].body, NULL, &resp), 0);
     expect_error(&resp, js[i].status, js[i].word);
     assert_false(resp.closed); /* application errors keep the connection */
     tc_free(&resp);
   }
-  assert_int_equal(tc_get(r.port, "/v1/completions", &resp), 0);
+  assert_int_equal(tc_get(g.r.port, "/v1/completions", &resp), 0);
   expect_error(&resp, 405, "not allowed");
   char v[64];
   assert_int_equal(tc_header(&resp, "Allow", v, sizeof v), 0);
@@ -1130,7 +1041,7 @@ static void test_bad_input(void **st) {
       {"GET /health HTTP/1.1\r\nContent-Length: x\r\n\r\n", 400},
   };
   for (size_t i = 0; i < sizeof raw / sizeof raw[0]; i++) {
-    assert_int_equal(tc_raw(r.port, raw[i].raw, strlen(raw[i].raw), 10, &resp), 0);
+    assert_int_equal(tc_raw(g.r.port, raw[i].raw, strlen(raw[i].raw), 10, &resp), 0);
     expect_error(&resp, raw[i].status, NULL);
     tc_free(&resp);
   }
@@ -1138,7 +1049,7 @@ static void test_bad_input(void **st) {
   char big[4096];
   int n = snprintf(big, sizeof big, "GET /health HTTP/1.1\r\n");
   while (n < 3000) n += snprintf(big + n, sizeof big - (size_t)n, "X-Pad: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n");
-  assert_int_equal(tc_raw(r.port, big, (size_t)n, 10, &resp), 0);
+  assert_int_equal(tc_raw(g.r.port, big, (size_t)n, 10, &resp), 0);
   expect_error(&resp, 431, "too large");
   assert_true(resp.closed);
   tc_free(&resp);
@@ -1148,7 +1059,7 @@ static void test_bad_input(void **st) {
   large[8191] = 0;
   large[0] = '{';
   large[8190] = '}';
-  assert_int_equal(tc_post(r.port, "/v1/completions", large, NULL, &resp), 0);
+  assert_int_equal(tc_post(g.r.port, "/v1/completions", large, NULL, &resp), 0);
   expect_error(&resp, 413, "exceeds");
   tc_free(&resp);
   free(large);
@@ -1164,35 +1075,25 @@ static void test_bad_input(void **st) {
   close(slow);
   /* a body that never completes: 408 too */
   const char *partial = "POST /v1/completions HTTP/1.1\r\nContent-Length: 100\r\n\r\n{\"pro";
-  assert_int_equal(tc_raw(r.port, partial, strlen(partial), 10, &resp), 0);
+  assert_int_equal(tc_raw(g.r.port, partial, strlen(partial), 10, &resp), 0);
   expect_error(&resp, 408, "not received");
   tc_free(&resp);
   /* pipelined requests on one connection are answered in order */
   const char *pipe2 = "GET /metrics HTTP/1.1\r\n\r\nGET /nope HTTP/1.1\r\n\r\n";
-  assert_int_equal(tc_raw(r.port, pipe2, strlen(pipe2), 10, &resp), 0);
+  assert_int_equal(tc_raw(g.r.port, pipe2, strlen(pipe2), 10, &resp), 0);
   assert_int_equal(resp.status, 200);
   tc_free(&resp);
   /* and the server still serves */
-  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"fine\"}", NULL, &resp), 0);
+  assert_int_equal(tc_post(g.r.port, "/v1/completions", "{\"prompt\":\"fine\"}", NULL, &resp), 0);
   assert_int_equal(resp.status, 200);
   tc_free(&resp);
-  assert_true(rt_metric(r.port, "eldr_bad_requests_total{reason=\"malformed_json\"}") >= 2);
-  assert_int_equal(rt_metric(r.port, "eldr_bad_requests_total{reason=\"timeout\"}"), 2);
-  assert_int_equal(rt_metric(r.port, "eldr_bad_requests_total{reason=\"body_too_large\"}"), 4); /* one of them chunked */
-  rt_stop(&r);
-  eldr_serve_config_free(&c);
-  fx_free(p);
-  fx_free(d);
+  assert_true(rt_metric(g.r.port, "eldr_bad_requests_total{reason=\"malformed_json\"}") >= 2);
+  assert_int_equal(rt_metric(g.r.port, "eldr_bad_requests_total{reason=\"timeout\"}"), 2);
+  assert_int_equal(rt_metric(g.r.port, "eldr_bad_requests_total{reason=\"body_too_large\"}"), 4); /* one of them chunked */
+  sf_free(&g);
 }
 
 /* ---- reload ---------------------------------------------------------------- */
-
-static void write_file(const char *path, const char *s) {
-  FILE *f = fopen(path, "w");
-  assert_non_null(f);
-  fputs(s, f);
-  fclose(f);
-}
 
 static void test_reload(void **st) {
   (void)st;
@@ -1202,21 +1103,17 @@ static void test_reload(void **st) {
   char *lo = routed(3, &SH, 0);
   fx_behaviour pb = fx_defaults();
   pb.routed_experts = lo;
-  fx_worker *p = fx_start(&pb), *d0 = fx_start(NULL), *d1 = fx_start(NULL);
-  char cfgpath[256], doc[1024];
-  snprintf(cfgpath, sizeof cfgpath, "/tmp/eldr_test_serve_%d_cfg.json", (int)getpid());
-  snprintf(doc, sizeof doc, "{\"prefill\":[\"%s\"],\"decode\":[\"%s\"],\"policy\":\"eldr\",\"artifact\":\"%s\"}",
-           fx_url(p), fx_url(d0), art);
-  write_file(cfgpath, doc);
-  eldr_serve_config c;
-  base_cfg(&c);
-  eldr_diag dg = {{0}};
-  assert_int_equal(eldr_serve_config_load(&c, cfgpath, &dg), 0);
-  c.config_path = strdup(cfgpath);
-  rt_router r;
-  assert_int_equal(rt_start(&r, &c), 0);
+  sf_rig g; /* the router starts on the prefill worker and d0; a reload moves it to d1 */
+  rig(&g, 1, &pb, 1, NULL);
+  fx_worker *d0 = g.d[0], *d1 = fx_start(NULL);
+  char art_key[300], doc[1024];
+  snprintf(art_key, sizeof art_key, ",\"artifact\":\"%s\"", art);
+  sf_config_file(&g, "serve_reload", "eldr", art_key);
+  g.c.header_timeout_s = 2;
+  g.c.retries = 2;
+  sf_run(&g);
   tc_resp resp;
-  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
+  assert_int_equal(tc_post(g.r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
   assert_int_equal(served_by(&resp), fx_port(d0));
   tc_free(&resp);
   /* a request in flight on d0 while the decode list changes to d1 only */
@@ -1226,16 +1123,16 @@ static void test_reload(void **st) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   struct sockaddr_in sa = {0};
   sa.sin_family = AF_INET;
-  sa.sin_port = htons((uint16_t)r.port);
+  sa.sin_port = htons((uint16_t)g.r.port);
   sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
   const char *req = "POST /v1/completions HTTP/1.1\r\nContent-Length: 14\r\n\r\n{\"prompt\":\"b\"}";
   assert_int_equal(send(fd, req, strlen(req), 0), (ssize_t)strlen(req));
   assert_int_equal(fx_wait(d0, "/v1/completions", 2, 10), 0);
   snprintf(doc, sizeof doc, "{\"decode\":[\"%s\"]}", fx_url(d1));
-  write_file(cfgpath, doc);
-  eldr_server_reload(r.srv);
-  assert_int_equal(rt_wait_metric(r.port, "eldr_reloads_total{result=\"ok\"}", 1, 10), 0);
+  sf_rewrite(&g, doc);
+  eldr_server_reload(g.r.srv);
+  assert_int_equal(rt_wait_metric(g.r.port, "eldr_reloads_total{result=\"ok\"}", 1, 10), 0);
   /* the old decoder goes away (its held request fails with 503): not retried
    * on d1, since d0 had the request (and may have pulled the KV blocks) */
   fx_stop(d0);
@@ -1253,33 +1150,30 @@ static void test_reload(void **st) {
   close(fd);
   assert_true(got > 0);
   if (strncmp(buf, "HTTP/1.1 502", 12) != 0) fail_msg("%s", buf);
-  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
+  assert_int_equal(tc_post(g.r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
   assert_int_equal(served_by(&resp), fx_port(d1));
   tc_free(&resp);
-  assert_int_equal(rt_metric(r.port, "eldr_requests_total{policy=\"eldr\",decision=\"locality\",outcome=\"ok\"}"), 2);
-  assert_int_equal(rt_metric(r.port, "eldr_requests_total{policy=\"eldr\",decision=\"locality\",outcome=\"upstream_error\"}"), 1);
+  assert_int_equal(rt_metric(g.r.port, "eldr_requests_total{policy=\"eldr\",decision=\"locality\",outcome=\"ok\"}"), 2);
+  assert_int_equal(rt_metric(g.r.port, "eldr_requests_total{policy=\"eldr\",decision=\"locality\",outcome=\"upstream_error\"}"), 1);
   /* an artifact whose shape does not match the observed routed_experts is refused */
   snprintf(doc, sizeof doc, "{\"artifact\":\"%s\"}", art_big);
-  write_file(cfgpath, doc);
-  eldr_server_reload(r.srv);
-  assert_int_equal(rt_wait_metric(r.port, "eldr_reloads_total{result=\"error\"}", 1, 10), 0);
+  sf_rewrite(&g, doc);
+  eldr_server_reload(g.r.srv);
+  assert_int_equal(rt_wait_metric(g.r.port, "eldr_reloads_total{result=\"error\"}", 1, 10), 0);
   /* a broken config file is refused too, the running state stays */
-  write_file(cfgpath, "{\"decode\": 5}");
-  eldr_server_reload(r.srv);
-  assert_int_equal(rt_wait_metric(r.port, "eldr_reloads_total{result=\"error\"}", 2, 10), 0);
-  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
+  sf_rewrite(&g, "{\"decode\": 5}");
+  eldr_server_reload(g.r.srv);
+  assert_int_equal(rt_wait_metric(g.r.port, "eldr_reloads_total{result=\"error\"}", 2, 10), 0);
+  assert_int_equal(tc_post(g.r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
   assert_int_equal(resp.status, 200);
   assert_int_equal(served_by(&resp), fx_port(d1));
   tc_free(&resp);
-  assert_int_equal(rt_metric(r.port, "eldr_requests_total{policy=\"eldr\",decision=\"locality\",outcome=\"ok\"}"), 3);
-  assert_int_equal(rt_metric(r.port, "eldr_retries_total{leg=\"decode\"}"), 0);
-  rt_stop(&r);
-  assert_non_null(strstr(r.log, "refused"));
-  eldr_serve_config_free(&c);
-  fx_free(p);
-  fx_free(d0);
+  assert_int_equal(rt_metric(g.r.port, "eldr_requests_total{policy=\"eldr\",decision=\"locality\",outcome=\"ok\"}"), 3);
+  assert_int_equal(rt_metric(g.r.port, "eldr_retries_total{leg=\"decode\"}"), 0);
+  sf_stop(&g);
+  assert_non_null(strstr(g.r.log, "refused"));
+  sf_free(&g);
   fx_free(d1);
-  unlink(cfgpath);
   unlink(art);
   unlink(art_big);
   free(art);
