@@ -24,43 +24,29 @@
 #include "eldr/artifact.h"
 #include "eldr/trace.h"
 #include "support/fixture.h"
+#include "support/serve_fixture.h"
 #include "support/proc.h"
-#include "worker/wtest.h"
 
-static pid_t child = -1;
+/* the router process: killed by the teardown when a test failed */
+static sf_child child;
 
 static int kill_child(void **st) {
   (void)st;
-  if (child > 0) wt_kill(child);
-  child = -1;
+  sf_child_kill(&child);
   return 0;
 }
 
 static const char *binary(void) { return getenv("ELDR_BINARY") ? getenv("ELDR_BINARY") : ELDR_BINARY; }
 
-typedef struct workers {
-  wt_worker p, d;
-  char purl[64], durl[64];
-} workers;
-
-static void workers_start(workers *w) {
-  eldr_worker_config wc;
-  eldr_worker_config_default(&wc);
-  wc.role = ELDR_WORKER_PREFILL;
-  wc.time_scale = 0.01;
-  wc.port = 0;
-  eldr_diag d = {{0}};
-  if (wt_worker_start(&w->p, &wc, &d) < 0) fail_msg("worker: %s", d.msg);
-  wc.role = ELDR_WORKER_DECODE;
-  wc.routed_experts_decode = 1;
-  if (wt_worker_start(&w->d, &wc, &d) < 0) fail_msg("worker: %s", d.msg);
-  snprintf(w->purl, sizeof w->purl, "http://127.0.0.1:%d", w->p.port);
-  snprintf(w->durl, sizeof w->durl, "http://127.0.0.1:%d", w->d.port);
-}
-
-static void workers_stop(workers *w) {
-  wt_worker_stop(&w->p);
-  wt_worker_stop(&w->d);
+/* One prefill and one decode emulated engine (decode replies carry
+ * routed_experts). */
+static void workers_start(sf_rig *w) {
+  eldr_worker_config pc, dc;
+  eldr_worker_config_default(&pc);
+  pc.time_scale = 0.01;
+  dc = pc;
+  dc.routed_experts_decode = 1;
+  sf_start_engines(w, 1, &pc, 1, &dc);
 }
 
 static void fresh_dir(char *buf, size_t cap, const char *tag) {
@@ -193,18 +179,15 @@ static void engine_id(const char *body, char *out, size_t cap) {
 
 static void test_kill9(void **st) {
   (void)st;
-  workers w;
+  sf_rig w;
   workers_start(&w);
   char dir[256];
   fresh_dir(dir, sizeof dir, "kill9");
   /* no artifact: --record-experts gives the shape; small files: rotation */
-  char *argv[] = {(char *)binary(), "serve", "--port", "0", "--quiet", "--health-interval", "0", "--prefill", w.purl,
-                  "--decode", w.durl, "--record", dir, "--record-experts", "128", "--record-max-bytes", "200000", NULL};
-  char line[256];
-  child = wt_spawn(argv, line, sizeof line, 20);
-  assert_true(child > 0);
-  int port = wt_port_of(line);
-  assert_true(port > 0);
+  const char *args[] = {"--port", "0", "--quiet", "--health-interval", "0", "--prefill", w.purl[0], "--decode",
+                        w.durl[0], "--record", dir, "--record-experts", "128", "--record-max-bytes", "200000", NULL};
+  sf_child_start(&child, 0, args);
+  int port = child.port;
   enum { N = 30 };
   char ids[N][48];
   for (int i = 0; i < N; i++) {
@@ -227,10 +210,7 @@ static void test_kill9(void **st) {
     pthread_create(&th[i], NULL, load_main, &jobs[i]);
   }
   assert_int_equal(rt_wait_metric(port, "eldr_record_written_total", N + 20, 20), 0);
-  assert_int_equal(kill(child, SIGKILL), 0);
-  int status;
-  assert_int_equal(waitpid(child, &status, 0), child);
-  child = -1;
+  int status = sf_child_kill(&child);
   assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
   for (int i = 0; i < 4; i++) {
     jobs[i].stop = 1;
@@ -283,7 +263,7 @@ static void test_kill9(void **st) {
   eldr_artifact_free(a);
   unlink(art);
   free(rb.ids);
-  workers_stop(&w);
+  sf_free(&w);
   char cmd[512];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   assert_int_equal(system(cmd), 0);
@@ -293,23 +273,20 @@ static void test_kill9(void **st) {
  * re-read a config file that does not name it. */
 static void test_sighup_keeps_flags(void **st) {
   (void)st;
-  workers w;
+  sf_rig w;
   workers_start(&w);
   char dir[256], cfg[300];
   fresh_dir(dir, sizeof dir, "hup");
   snprintf(cfg, sizeof cfg, "%s.json", dir);
   FILE *f = fopen(cfg, "w");
   assert_non_null(f);
-  fprintf(f, "{\"prefill\":[\"%s\"],\"decode\":[\"%s\"],\"health_interval\":0,\"record_experts\":128}\n", w.purl, w.durl);
+  fprintf(f, "{\"prefill\":[\"%s\"],\"decode\":[\"%s\"],\"health_interval\":0,\"record_experts\":128}\n", w.purl[0],
+          w.durl[0]);
   fclose(f);
-  char *argv[] = {(char *)binary(), "serve", "--port", "0", "--quiet", "--config", cfg, "--record", dir,
-                  "--record-sample", "0.5", NULL};
-  char line[256];
-  child = wt_spawn(argv, line, sizeof line, 20);
-  assert_true(child > 0);
-  int port = wt_port_of(line);
-  assert_true(port > 0);
-  assert_int_equal(kill(child, SIGHUP), 0);
+  const char *args[] = {"--port", "0", "--quiet", "--config", cfg, "--record", dir, "--record-sample", "0.5", NULL};
+  sf_child_start(&child, 0, args);
+  int port = child.port;
+  assert_int_equal(kill(child.pid, SIGHUP), 0);
   assert_int_equal(rt_wait_metric(port, "eldr_reloads_total{result=\"ok\"}", 1, 10), 0);
   for (int i = 0; i < 6; i++) {
     tc_resp r;
@@ -319,14 +296,13 @@ static void test_sighup_keeps_flags(void **st) {
   }
   assert_int_equal(rt_wait_metric(port, "eldr_record_written_total", 3, 10), 0);
   assert_int_equal(rt_metric(port, "eldr_record_sampled_out_total"), 3);
-  wt_kill(child); /* SIGTERM: a clean stop closes the file */
-  child = -1;
+  sf_child_stop(&child); /* SIGTERM: a clean stop (exit 0) closes the file */
   readback rb = {calloc(16, 48), 0, 16, 0, 0};
   read_dir(dir, &rb);
   assert_int_equal(rb.n, 3);
   assert_int_equal(rb.torn, 0);
   free(rb.ids);
-  workers_stop(&w);
+  sf_free(&w);
   char cmd[700];
   snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'", dir, cfg);
   assert_int_equal(system(cmd), 0);

@@ -25,80 +25,17 @@
 
 #include "eldr/serve.h"
 #include "support/fixture.h"
+#include "support/serve_fixture.h"
 
 #define SERIES(...) (snprintf(series, sizeof series, __VA_ARGS__), series)
 
-/* A router config read from a file at path (re-read on reload). */
-static void file_cfg(eldr_serve_config *c, const char *path, const char *doc) {
-  FILE *f = fopen(path, "w");
-  assert_non_null(f);
-  fputs(doc, f);
-  fclose(f);
-  eldr_serve_config_default(c);
-  c->header_timeout_s = 2;
-  eldr_diag d = {{0}};
-  if (eldr_serve_config_load(c, path, &d)) fail_msg("%s", d.msg);
-  c->config_path = strdup(path);
-}
-
-static void rewrite(const char *path, const char *doc) {
-  FILE *f = fopen(path, "w");
-  assert_non_null(f);
-  fputs(doc, f);
-  fclose(f);
-}
-
-static void cfg_path(char *buf, size_t cap, const char *tag) {
-  snprintf(buf, cap, "/tmp/eldr_test_reload_%d_%s.json", (int)getpid(), tag);
-}
-
 /* A router on a config file: one prefill worker, nd decoders (behaviour b,
  * NULL = default), policy and extra config keys ("" or ",\"key\":value"). */
-typedef struct rig {
-  fx_worker *p, *d[3];
-  int nd;
-  char path[256];
-  eldr_serve_config c;
-  rt_router r;
-} rig;
-
-static void rig_start(rig *g, const char *tag, int nd, const fx_behaviour *b, const char *policy,
+static void rig_start(sf_rig *g, const char *tag, int nd, const fx_behaviour *b, const char *policy,
                       const char *extra) {
-  memset(g, 0, sizeof *g);
-  g->p = fx_start(NULL);
-  g->nd = nd;
-  char doc[1024], list[512] = "";
-  for (int i = 0; i < nd; i++) {
-    g->d[i] = fx_start(b);
-    snprintf(list + strlen(list), sizeof list - strlen(list), "%s\"%s\"", i ? "," : "", fx_url(g->d[i]));
-  }
-  cfg_path(g->path, sizeof g->path, tag);
-  snprintf(doc, sizeof doc, "{\"prefill\":[\"%s\"],\"decode\":[%s],\"policy\":\"%s\",\"health_interval\":0%s}",
-           fx_url(g->p), list, policy, extra);
-  file_cfg(&g->c, g->path, doc);
-}
-
-static void rig_run(rig *g) { assert_int_equal(rt_start(&g->r, &g->c), 0); }
-
-static void rig_stop(rig *g) {
-  rt_stop(&g->r);
-  eldr_serve_config_free(&g->c);
-  unlink(g->path);
-  fx_free(g->p);
-  for (int i = 0; i < g->nd; i++) fx_free(g->d[i]);
-}
-
-/* The decode worker that served a non-streaming completion (its port). */
-static int post_served_by(int port) {
-  tc_resp r;
-  assert_int_equal(tc_post(port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &r), 0);
-  if (r.status != 200) fail_msg("status %d: %s", r.status, r.body);
-  json_t *j = json_loadb(r.body, r.body_len, 0, NULL);
-  assert_non_null(j);
-  int by = (int)json_integer_value(json_object_get(j, "served_by"));
-  json_decref(j);
-  tc_free(&r);
-  return by;
+  sf_start(g, 1, NULL, nd, b);
+  sf_config_file(g, tag, policy, extra);
+  g->c.header_timeout_s = 2;
 }
 
 static void reload_and_wait(rt_router *r, const char *result, double n) {
@@ -111,32 +48,32 @@ static void reload_and_wait(rt_router *r, const char *result, double n) {
 
 static void test_failed_reload_changes_nothing(void **st) {
   (void)st;
-  rig g;
+  sf_rig g;
   rig_start(&g, "fail", 2, NULL, "jsq", "");
-  rig_run(&g);
+  sf_run(&g);
   int port = g.r.port;
   /* jsq over idle decoders: always the first */
-  for (int i = 0; i < 3; i++) assert_int_equal(post_served_by(port), fx_port(g.d[0]));
+  for (int i = 0; i < 3; i++) assert_int_equal(sf_post_served_by(port), fx_port(g.d[0]));
   /* a new policy and a worker list with a bad port (a host that does not
    * resolve is not an error: it is looked up on the loop and retried, see
    * test_dns.c) */
   char doc[1024], series[256];
   snprintf(doc, sizeof doc, "{\"policy\":\"rr\",\"decode\":[\"%s\",\"%s\",\"http://eldr-test.invalid:99999\"]}",
            fx_url(g.d[0]), fx_url(g.d[1]));
-  rewrite(g.path, doc);
+  sf_rewrite(&g, doc);
   reload_and_wait(&g.r, "error", 1);
   assert_int_equal(rt_metric(port, "eldr_reloads_total{result=\"ok\"}"), 0);
   /* still jsq (round robin would alternate), still two decoders */
-  for (int i = 0; i < 4; i++) assert_int_equal(post_served_by(port), fx_port(g.d[0]));
+  for (int i = 0; i < 4; i++) assert_int_equal(sf_post_served_by(port), fx_port(g.d[0]));
   assert_int_equal(rt_metric(port, "eldr_requests_total{policy=\"jsq\",decision=\"load\",outcome=\"ok\"}"), 7);
   assert_int_equal(rt_metric(port, "eldr_worker_healthy{role=\"decode\",worker=\"http://eldr-test.invalid:99999\"}"), -1);
   assert_int_equal(rt_metric(port, SERIES("eldr_worker_healthy{role=\"decode\",worker=\"%s\"}", fx_url(g.d[1]))), 1);
-  rt_stop(&g.r);
+  sf_stop(&g);
   /* the log says what was wrong */
   assert_non_null(strstr(g.r.log, "reload failed"));
   assert_non_null(strstr(g.r.log, "eldr-test.invalid"));
   assert_null(strstr(g.r.log, "reloaded:"));
-  rig_stop(&g);
+  sf_free(&g);
 }
 
 /* ---- pool_size raised on reload ------------------------------------------------ */
@@ -148,11 +85,11 @@ static void test_reload_raises_pool_size(void **st) {
    * pool at once when the streams end */
   fx_behaviour hold = fx_defaults();
   hold.stall_after_chunks = 1;
-  rig g;
+  sf_rig g;
   rig_start(&g, "pool", 1, &hold, "jsq", ",\"pool_size\":1");
-  rig_run(&g);
+  sf_run(&g);
   int port = g.r.port;
-  rewrite(g.path, "{\"pool_size\":8}");
+  sf_rewrite(&g, "{\"pool_size\":8}");
   reload_and_wait(&g.r, "ok", 1);
   enum { N = 4 };
   int fd[N];
@@ -182,10 +119,10 @@ static void test_reload_raises_pool_size(void **st) {
   fx_worker *d2 = fx_start(NULL);
   char doc[256];
   snprintf(doc, sizeof doc, "{\"pool_size\":1,\"decode\":[\"%s\"]}", fx_url(d2));
-  rewrite(g.path, doc);
+  sf_rewrite(&g, doc);
   reload_and_wait(&g.r, "ok", 2);
-  assert_int_equal(post_served_by(port), fx_port(d2));
-  rig_stop(&g);
+  assert_int_equal(sf_post_served_by(port), fx_port(d2));
+  sf_free(&g);
   fx_free(d2);
 }
 
@@ -193,11 +130,11 @@ static void test_reload_raises_pool_size(void **st) {
 
 static void test_reload_health_interval(void **st) {
   (void)st;
-  rig g;
+  sf_rig g;
   rig_start(&g, "health", 2, NULL, "rr", ",\"eject_after\":1,\"connect_timeout\":1");
-  rig_run(&g);
+  sf_run(&g);
   int port = g.r.port;
-  rewrite(g.path, "{\"health_interval\":0.05}"); /* 0 -> 0.05: health checks start */
+  sf_rewrite(&g, "{\"health_interval\":0.05}"); /* 0 -> 0.05: health checks start */
   reload_and_wait(&g.r, "ok", 1);
   int port1 = fx_port(g.d[1]);
   char h1[256];
@@ -213,15 +150,15 @@ static void test_reload_health_interval(void **st) {
   assert_int_equal(rt_wait_metric_le(port, h1, 0, 10), 0);
   fx_worker *again = fx_start_port(NULL, port1);
   assert_non_null(again);
-  rewrite(g.path, "{\"health_interval\":0}");
+  sf_rewrite(&g, "{\"health_interval\":0}");
   reload_and_wait(&g.r, "ok", 2);
   assert_int_equal(rt_metric(port, h1), 1);
   int seen1 = 0;
-  for (int i = 0; i < 4; i++) seen1 |= post_served_by(port) == port1;
+  for (int i = 0; i < 4; i++) seen1 |= sf_post_served_by(port) == port1;
   assert_true(seen1);
-  rt_stop(&g.r);
+  sf_stop(&g);
   assert_non_null(strstr(g.r.log, "re-admitted"));
-  rig_stop(&g);
+  sf_free(&g);
   fx_free(back);
   fx_free(again);
 }
@@ -230,94 +167,55 @@ static void test_reload_health_interval(void **st) {
 
 static void test_reload_keeps_overrides(void **st) {
   (void)st;
-  rig g;
+  sf_rig g;
   rig_start(&g, "ovr", 2, NULL, "rr", "");
   g.c.policy = ELDR_POLICY_JSQ; /* as `--policy jsq` would */
   g.c.overrides = strdup("{\"policy\":\"jsq\"}");
-  rig_run(&g);
+  sf_run(&g);
   reload_and_wait(&g.r, "ok", 1);
-  for (int i = 0; i < 3; i++) assert_int_equal(post_served_by(g.r.port), fx_port(g.d[0]));
+  for (int i = 0; i < 3; i++) assert_int_equal(sf_post_served_by(g.r.port), fx_port(g.d[0]));
   assert_int_equal(rt_metric(g.r.port, "eldr_requests_total{policy=\"jsq\",decision=\"load\",outcome=\"ok\"}"), 3);
-  rig_stop(&g);
+  sf_free(&g);
 }
 
 /* The router process of the CLI test: killed by the teardown when an
  * assertion left it running. */
-static pid_t cli_child;
+static sf_child cli;
 
 static int kill_cli_child(void **st) {
   (void)st;
-  if (cli_child > 0) {
-    kill(cli_child, SIGKILL);
-    waitpid(cli_child, NULL, 0);
-  }
-  cli_child = 0;
+  sf_child_kill(&cli);
   return 0;
 }
 
 /* The CLI: `eldr serve --config F --policy jsq`, SIGHUP, still jsq. */
 static void test_cli_flags_survive_sighup(void **st) {
   (void)st;
-  fx_worker *p = fx_start(NULL), *d0 = fx_start(NULL), *d1 = fx_start(NULL);
-  char path[256], doc[1024];
-  cfg_path(path, sizeof path, "cli");
-  snprintf(doc, sizeof doc, "{\"prefill\":[\"%s\"],\"decode\":[\"%s\",\"%s\"],\"policy\":\"rr\"}", fx_url(p),
-           fx_url(d0), fx_url(d1));
-  rewrite(path, doc);
-  int out[2];
-  assert_int_equal(pipe(out), 0);
-  pid_t pid = fork();
-  assert_true(pid >= 0);
-  if (pid > 0) cli_child = pid;
-  if (pid == 0) {
-    dup2(out[1], 1);
-    close(out[0]);
-    close(out[1]);
-    execl(ELDR_BINARY, ELDR_BINARY, "serve", "--config", path, "--policy", "jsq", "--port", "0",
-          "--health-interval", "0", "--quiet", (char *)NULL);
-    _exit(127);
-  }
-  close(out[1]);
-  char line[256] = "";
-  size_t got = 0;
-  double dl = fx_now() + 10;
-  while (!strchr(line, '\n') && fx_now() < dl && got < sizeof line - 1) {
-    struct pollfd pf = {out[0], POLLIN, 0};
-    if (poll(&pf, 1, 200) <= 0) continue;
-    ssize_t k = read(out[0], line + got, sizeof line - 1 - got);
-    if (k <= 0) break;
-    got += (size_t)k;
-    line[got] = 0;
-  }
-  const char *colon = strrchr(line, ':');
-  if (!colon) fail_msg("no 'listening on' line: '%s'", line);
-  int port = atoi(colon + 1);
-  assert_int_equal(post_served_by(port), fx_port(d0));
-  kill(pid, SIGHUP);
+  sf_rig g;
+  sf_start(&g, 1, NULL, 2, NULL);
+  sf_config_file(&g, "cli", "rr", "");
+  const char *args[] = {"--config", g.cfgpath, "--policy", "jsq", "--port", "0", "--health-interval", "0", "--quiet",
+                        NULL};
+  sf_child_start(&cli, 0, args);
+  int port = cli.port;
+  assert_int_equal(sf_post_served_by(port), fx_port(g.d[0]));
+  kill(cli.pid, SIGHUP);
   assert_int_equal(rt_wait_metric(port, "eldr_reloads_total{result=\"ok\"}", 1, 10), 0);
-  for (int i = 0; i < 3; i++) assert_int_equal(post_served_by(port), fx_port(d0));
+  for (int i = 0; i < 3; i++) assert_int_equal(sf_post_served_by(port), fx_port(g.d[0]));
   assert_int_equal(rt_metric(port, "eldr_requests_total{policy=\"jsq\",decision=\"load\",outcome=\"ok\"}"), 4);
-  kill(pid, SIGTERM);
-  int status = 0;
-  assert_int_equal(waitpid(pid, &status, 0), pid);
-  cli_child = 0;
-  assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  close(out[0]);
-  unlink(path);
-  fx_free(p);
-  fx_free(d0);
-  fx_free(d1);
+  sf_child_stop(&cli); /* SIGTERM: exit status 0 */
+  sf_free(&g);
 }
 
 /* ---- workers removed by a reload are freed ------------------------------------------ */
 
 static void test_removed_workers_drain_and_free(void **st) {
   (void)st;
-  rig g;
+  sf_rig g;
   rig_start(&g, "drain", 1, NULL, "jsq", ",\"threads\":1"); /* retired workers are per loop */
   fx_worker *d0 = g.d[0], *d1 = fx_start(NULL), *d2 = fx_start(NULL); /* d1, d2: later */
   char doc[1024];
-  rig_run(&g);
+  sf_run(&g);
   int port = g.r.port;
   assert_int_equal(rt_metric(port, "eldr_workers_draining"), 0);
   /* a leg in flight on d0 while d0 leaves the list */
@@ -327,10 +225,10 @@ static void test_removed_workers_drain_and_free(void **st) {
   int fd = tc_send_raw(port, "POST /v1/completions HTTP/1.1\r\nContent-Length: 14\r\n\r\n{\"prompt\":\"b\"}");
   assert_int_equal(fx_wait(d0, "/v1/completions", 1, 10), 0);
   snprintf(doc, sizeof doc, "{\"decode\":[\"%s\"]}", fx_url(d1));
-  rewrite(g.path, doc);
+  sf_rewrite(&g, doc);
   reload_and_wait(&g.r, "ok", 1);
   assert_int_equal(rt_metric(port, "eldr_workers_draining"), 1);
-  assert_int_equal(post_served_by(port), fx_port(d1)); /* no new legs on d0 */
+  assert_int_equal(sf_post_served_by(port), fx_port(d1)); /* no new legs on d0 */
   /* d0 answers its held leg (503): the leg ends (not retried elsewhere: d0
    * had the request), d0 freed */
   fx_stop(d0);
@@ -341,11 +239,11 @@ static void test_removed_workers_drain_and_free(void **st) {
   assert_int_equal(rt_wait_metric_le(port, "eldr_workers_draining", 0, 10), 0);
   /* a worker removed with nothing in flight is freed at once */
   snprintf(doc, sizeof doc, "{\"decode\":[\"%s\"]}", fx_url(d2));
-  rewrite(g.path, doc);
+  sf_rewrite(&g, doc);
   reload_and_wait(&g.r, "ok", 2);
   assert_int_equal(rt_metric(port, "eldr_workers_draining"), 0);
-  assert_int_equal(post_served_by(port), fx_port(d2));
-  rig_stop(&g);
+  assert_int_equal(sf_post_served_by(port), fx_port(d2));
+  sf_free(&g);
   fx_free(d1);
   fx_free(d2);
 }
