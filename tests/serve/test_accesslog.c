@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "support/fixture.h"
+#include "support/serve_fixture.h"
 #include "support/proc.h"
 
 static void test_one_line_per_request(void **st) {
@@ -21,32 +22,27 @@ static void test_one_line_per_request(void **st) {
   char path[128];
   snprintf(path, sizeof path, "/tmp/eldr_test_accesslog_%d.jsonl", (int)getpid());
   unlink(path);
-  fx_worker *p = fx_start(NULL), *a = fx_start(NULL);
-  eldr_serve_config c;
-  eldr_serve_config_default(&c);
-  c.health_interval_s = 0;
-  c.retries = 0;
-  c.policy = ELDR_POLICY_JSQ;
-  c.access_log = strdup(path);
-  eldr_diag d = {{0}};
-  assert_int_equal(eldr_serve_config_add_worker(&c, 0, fx_url(p), &d), 0);
-  assert_int_equal(eldr_serve_config_add_worker(&c, 1, fx_url(a), &d), 0);
-  rt_router r;
-  assert_int_equal(rt_start(&r, &c), 0);
+  sf_rig g;
+  sf_start(&g, 1, NULL, 1, NULL);
+  fx_worker *a = g.d[0];
+  g.c.retries = 0;
+  g.c.policy = ELDR_POLICY_JSQ;
+  g.c.access_log = strdup(path);
+  sf_run(&g);
   tc_resp resp;
-  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\",\"stream\":true}", "X-Request-Id: s1\r\n", &resp), 0);
+  assert_int_equal(tc_post(g.r.port, "/v1/completions", "{\"prompt\":\"a\",\"stream\":true}", "X-Request-Id: s1\r\n", &resp), 0);
   assert_int_equal(resp.status, 200);
   tc_free(&resp);
-  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"b\"}", "X-Request-Id: w2\r\n", &resp), 0);
+  assert_int_equal(tc_post(g.r.port, "/v1/completions", "{\"prompt\":\"b\"}", "X-Request-Id: w2\r\n", &resp), 0);
   assert_int_equal(resp.status, 200);
   tc_free(&resp);
   fx_behaviour bad = fx_defaults();
   bad.status = 500;
   fx_set(a, &bad);
-  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"c\"}", "X-Request-Id: f3\r\n", &resp), 0);
+  assert_int_equal(tc_post(g.r.port, "/v1/completions", "{\"prompt\":\"c\"}", "X-Request-Id: f3\r\n", &resp), 0);
   assert_int_equal(resp.status, 502);
   tc_free(&resp);
-  rt_stop(&r);
+  sf_stop(&g); /* the access log is flushed and closed */
   char *text = eldr_test_slurp(path, NULL);
   assert_non_null(text);
   json_t *line[3] = {NULL, NULL, NULL};
@@ -77,9 +73,7 @@ static void test_one_line_per_request(void **st) {
   for (int i = 0; i < 3; i++) json_decref(line[i]);
   free(text);
   unlink(path);
-  eldr_serve_config_free(&c);
-  fx_free(a);
-  fx_free(p);
+  sf_free(&g);
 }
 
 int main(void) {

@@ -15,6 +15,7 @@
 
 #include "serve/serve_types.h"
 #include "support/fixture.h"
+#include "support/serve_fixture.h"
 
 /* As vLLM's v1 PrometheusStatLogger writes them (vllm/v1/metrics/loggers.py):
  * per-engine series labelled engine and model_name. */
@@ -78,30 +79,21 @@ static void run_router(double scrape, int expect_busy_legs) {
   fx_behaviour busy = fx_defaults(), idle = fx_defaults();
   busy.metrics_text = BUSY;
   idle.metrics_text = IDLE;
-  fx_worker *p = fx_start(&idle), *a = fx_start(&busy), *b = fx_start(&idle);
-  eldr_serve_config c;
-  eldr_serve_config_default(&c);
-  c.health_interval_s = 0;
-  c.policy = ELDR_POLICY_JSQ;
-  c.scrape_interval_s = scrape;
-  eldr_diag d = {{0}};
-  assert_int_equal(eldr_serve_config_add_worker(&c, 0, fx_url(p), &d), 0);
-  assert_int_equal(eldr_serve_config_add_worker(&c, 1, fx_url(a), &d), 0); /* first: jsq's tie-break */
-  assert_int_equal(eldr_serve_config_add_worker(&c, 1, fx_url(b), &d), 0);
-  rt_router r;
-  assert_int_equal(rt_start(&r, &c), 0);
+  sf_rig g;
+  sf_start(&g, 1, &idle, 2, &idle);
+  fx_worker *a = g.d[0], *b = g.d[1]; /* a first: jsq's tie-break */
+  fx_set(a, &busy);
+  g.c.policy = ELDR_POLICY_JSQ;
+  g.c.scrape_interval_s = scrape;
+  sf_run(&g);
   char series[160];
   snprintf(series, sizeof series, "eldr_worker_load{role=\"decode\",worker=\"%s\"}", fx_url(a));
-  if (scrape > 0) assert_int_equal(rt_wait_metric(r.port, series, 11, 10), 0);
+  if (scrape > 0) assert_int_equal(rt_wait_metric(g.r.port, series, 11, 10), 0);
   int on_a = 0;
-  for (int i = 0; i < 6; i++) on_a += decoder_of_next(r.port, a, b) == 0;
+  for (int i = 0; i < 6; i++) on_a += decoder_of_next(g.r.port, a, b) == 0;
   assert_int_equal(on_a, expect_busy_legs);
-  if (scrape > 0) assert_true(rt_metric(r.port, "eldr_worker_scrapes_total{result=\"ok\"}") >= 3);
-  rt_stop(&r);
-  eldr_serve_config_free(&c);
-  fx_free(p);
-  fx_free(a);
-  fx_free(b);
+  if (scrape > 0) assert_true(rt_metric(g.r.port, "eldr_worker_scrapes_total{result=\"ok\"}") >= 3);
+  sf_free(&g);
 }
 
 static void test_scraped_load_steers_decisions(void **st) {

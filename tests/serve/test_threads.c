@@ -20,6 +20,7 @@
 #include "eldr/serve.h"
 #include "serve/serve_types.h"
 #include "support/fixture.h"
+#include "support/serve_fixture.h"
 
 /* ---- the reservation itself: two threads, shared slots ------------------------ */
 
@@ -103,26 +104,19 @@ static void test_burst_one_per_decoder(void **st) {
   (void)st;
   fx_behaviour hang = fx_defaults();
   hang.hang = 1; /* every decode leg stays in flight */
-  fx_worker *p = fx_start(NULL), *d[ND];
-  eldr_serve_config c;
-  eldr_serve_config_default(&c);
-  c.threads = 2;
-  c.health_interval_s = 0;
-  c.policy = ELDR_POLICY_JSQ;
-  assert_int_equal(eldr_serve_config_add_worker(&c, 0, fx_url(p), NULL), 0);
-  for (int i = 0; i < ND; i++) {
-    d[i] = fx_start(&hang);
-    assert_int_equal(eldr_serve_config_add_worker(&c, 1, fx_url(d[i]), NULL), 0);
-  }
-  rt_router r;
-  assert_int_equal(rt_start(&r, &c), 0);
+  sf_rig g;
+  sf_start(&g, 1, NULL, ND, &hang);
+  fx_worker **d = g.d;
+  g.c.threads = 2;
+  g.c.policy = ELDR_POLICY_JSQ;
+  sf_run(&g);
   /* ND clients at once, each on its own connection: the kernel spreads them
    * over both loops' listeners */
   int fd[ND];
   for (int i = 0; i < ND; i++) {
     char req[256];
     snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nContent-Length: 16\r\n\r\n{\"prompt\":\"b%02d\"}", i);
-    fd[i] = tc_send_raw(r.port, req);
+    fd[i] = tc_send_raw(g.r.port, req);
     assert_true(fd[i] >= 0);
   }
   double dl = fx_now() + 10;
@@ -136,58 +130,51 @@ static void test_burst_one_per_decoder(void **st) {
   assert_int_equal(total, ND);
   for (int i = 0; i < ND; i++)
     if (fx_count(d[i], "/v1/completions") != 1)
-      fail_msg("decoder %d got %zu decode legs of the burst\n%s", i, fx_count(d[i], "/v1/completions"), r.log);
+      fail_msg("decoder %d got %zu decode legs of the burst\n%s", i, fx_count(d[i], "/v1/completions"), g.r.log);
   /* both loops took part (a 2^-15 chance that the kernel put all on one) */
-  double l0 = rt_metric(r.port, "eldr_loop_connections_total{loop=\"0\"}");
-  double l1 = rt_metric(r.port, "eldr_loop_connections_total{loop=\"1\"}");
+  double l0 = rt_metric(g.r.port, "eldr_loop_connections_total{loop=\"0\"}");
+  double l1 = rt_metric(g.r.port, "eldr_loop_connections_total{loop=\"1\"}");
   fprintf(stderr, "burst: loop 0 accepted %.0f, loop 1 %.0f connections\n", l0, l1);
   assert_true(l0 >= 1 && l1 >= 1);
   /* the slots' in-flight counts, from whichever loop answers /metrics */
   char series[256];
   for (int i = 0; i < ND; i++) {
     snprintf(series, sizeof series, "eldr_worker_inflight{role=\"decode\",worker=\"%s\"}", fx_url(d[i]));
-    assert_int_equal(rt_metric(r.port, series), 1);
+    assert_int_equal(rt_metric(g.r.port, series), 1);
   }
   for (int i = 0; i < ND; i++) close(fd[i]);
-  rt_stop(&r);
-  eldr_serve_config_free(&c);
-  fx_free(p);
-  for (int i = 0; i < ND; i++) fx_free(d[i]);
+  sf_free(&g);
 }
 
 /* /metrics sums every loop's counters, whichever loop serves it. */
 static void test_metrics_sum_loops(void **st) {
   (void)st;
-  fx_worker *p = fx_start(NULL), *d = fx_start(NULL);
-  eldr_serve_config c;
-  eldr_serve_config_default(&c);
-  c.threads = 3;
-  c.health_interval_s = 0;
-  c.policy = ELDR_POLICY_JSQ;
-  assert_int_equal(eldr_serve_config_add_worker(&c, 0, fx_url(p), NULL), 0);
-  assert_int_equal(eldr_serve_config_add_worker(&c, 1, fx_url(d), NULL), 0);
-  rt_router r;
-  assert_int_equal(rt_start(&r, &c), 0);
+  sf_rig g;
+  sf_start(&g, 1, NULL, 1, NULL);
+  fx_worker *d = g.d[0];
+  g.c.threads = 3;
+  g.c.policy = ELDR_POLICY_JSQ;
+  sf_run(&g);
   const int N = 24; /* one connection each (tc_post closes): spread over the loops */
   for (int i = 0; i < N; i++) {
     tc_resp resp;
-    assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
+    assert_int_equal(tc_post(g.r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
     assert_int_equal(resp.status, 200);
     tc_free(&resp);
   }
   for (int k = 0; k < 3; k++) { /* the same sums from every loop that answers */
-    assert_int_equal(rt_metric(r.port, "eldr_requests_total{policy=\"jsq\",decision=\"load\",outcome=\"ok\"}"), N);
+    assert_int_equal(rt_metric(g.r.port, "eldr_requests_total{policy=\"jsq\",decision=\"load\",outcome=\"ok\"}"), N);
     char series[256];
     snprintf(series, sizeof series, "eldr_worker_requests_total{role=\"decode\",worker=\"%s\"}", fx_url(d));
-    assert_int_equal(rt_metric(r.port, series), N);
-    assert_int_equal(rt_metric(r.port, "eldr_request_seconds_count"), N);
+    assert_int_equal(rt_metric(g.r.port, series), N);
+    assert_int_equal(rt_metric(g.r.port, "eldr_request_seconds_count"), N);
   }
   double acc = 0;
   int loops_used = 0;
   for (int l = 0; l < 3; l++) {
     char series[64];
     snprintf(series, sizeof series, "eldr_loop_connections_total{loop=\"%d\"}", l);
-    double v = rt_metric(r.port, series);
+    double v = rt_metric(g.r.port, series);
     assert_true(v >= 0);
     acc += v;
     loops_used += v > 0;
@@ -195,40 +182,29 @@ static void test_metrics_sum_loops(void **st) {
   assert_true(acc >= N); /* the requests' connections and the /metrics reads */
   fprintf(stderr, "metrics: %d of 3 loops accepted connections\n", loops_used);
   assert_true(loops_used >= 2);
-  rt_stop(&r);
-  eldr_serve_config_free(&c);
-  fx_free(p);
-  fx_free(d);
+  sf_free(&g);
 }
 
 /* SO_REUSEPORT does not let a second router take half of a busy port. */
 static void test_port_in_use(void **st) {
   (void)st;
-  fx_worker *p = fx_start(NULL), *d = fx_start(NULL);
-  eldr_serve_config c;
-  eldr_serve_config_default(&c);
-  c.threads = 2;
-  c.health_interval_s = 0;
-  assert_int_equal(eldr_serve_config_add_worker(&c, 0, fx_url(p), NULL), 0);
-  assert_int_equal(eldr_serve_config_add_worker(&c, 1, fx_url(d), NULL), 0);
-  rt_router r;
-  assert_int_equal(rt_start(&r, &c), 0);
-  c.port = r.port;
-  c.log = NULL;
+  sf_rig g;
+  sf_start(&g, 1, NULL, 1, NULL);
+  g.c.threads = 2;
+  sf_run(&g);
+  g.c.port = g.r.port;
+  g.c.log = NULL;
   eldr_server *second = NULL;
   eldr_diag dg = {{0}};
-  int rc = eldr_server_new(&c, &second, &dg);
+  int rc = eldr_server_new(&g.c, &second, &dg);
   assert_int_not_equal(rc, 0);
   assert_null(second);
   if (!strstr(dg.msg, "Address already in use")) fail_msg("%s", dg.msg);
   tc_resp resp; /* the first one still serves */
-  assert_int_equal(tc_post(r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
+  assert_int_equal(tc_post(g.r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
   assert_int_equal(resp.status, 200);
   tc_free(&resp);
-  rt_stop(&r);
-  eldr_serve_config_free(&c);
-  fx_free(p);
-  fx_free(d);
+  sf_free(&g);
 }
 
 static void test_threads_key(void **st) {

@@ -100,7 +100,7 @@ static void url_list(char *buf, size_t cap, const char (*u)[64], int n) {
 }
 
 void sf_write_config(const sf_rig *g, const char *policy, const char *extra) {
-  char pl[SF_MAX * 70], dl[SF_MAX * 70], doc[4096];
+  char pl[SF_MAX * 70], dl[SF_MAX * 70], doc[2 * SF_MAX * 70 + 1024];
   url_list(pl, sizeof pl, g->purl, g->np);
   url_list(dl, sizeof dl, g->durl, g->nd);
   int n = snprintf(doc, sizeof doc, "{\"prefill\":[%s],\"decode\":[%s],\"policy\":\"%s\",\"health_interval\":0%s}",

@@ -32,7 +32,7 @@
 #include "eldr/worker.h"
 #include "support/fixture.h"
 
-#define SF_MAX 4 /* workers of one role in a rig */
+#define SF_MAX 16 /* workers of one role in a rig */
 
 typedef struct sf_rig {
   int np, nd;
