@@ -21,22 +21,9 @@
 static char g_dir[256];
 static char g_out[512], g_err[512];
 
-static const char *binary(void) {
-  const char *b = getenv("ELDR_BINARY");
-  return b && *b ? b : ELDR_BINARY;
-}
-
-static int run(const char *first, ...) {
-  const char *argv[64];
-  int n = 0;
-  argv[n++] = binary();
-  va_list ap;
-  va_start(ap, first);
-  for (const char *a = first; a && n < 63; a = va_arg(ap, const char *)) argv[n++] = a;
-  va_end(ap);
-  argv[n] = NULL;
-  return eldr_test_run(argv, g_out, g_err);
-}
+/* Run eldr with args (NULL-terminated); stdout/stderr go to g_out/g_err.
+ * Returns the exit status (or 128 + signal). */
+#define run(...) eldr_test_eldr(g_out, g_err, __VA_ARGS__)
 
 static const char *in_dir(const char *name) {
   static char buf[8][512];
@@ -79,9 +66,7 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
   (void)state;
-  char cmd[600];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-  return system(cmd) == 0 ? 0 : -1;
+  return eldr_test_rmtree(g_dir);
 }
 
 static void test_compact_equals_gen_counts(void **state) {

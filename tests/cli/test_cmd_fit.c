@@ -65,9 +65,7 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
   (void)state;
-  char cmd[600];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-  return system(cmd) == 0 ? 0 : -1;
+  return eldr_test_rmtree(g_dir);
 }
 
 static void test_fit_writes_valid_artifact(void **state) {

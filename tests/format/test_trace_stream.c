@@ -14,6 +14,8 @@
 
 #include <cmocka.h>
 
+#include "support/proc.h"
+
 #include "eldr/trace.h"
 
 #define ASSERT_MSG(d, sub)                                                                         \
@@ -47,9 +49,7 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
   (void)state;
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  return system(cmd) == 0 ? 0 : -1;
+  return eldr_test_rmtree(dir);
 }
 
 #define HEAD "\"model\":\"m\",\"num_experts\":4,\"top_k\":2,\"layers\":[1,3]"

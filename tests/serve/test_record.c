@@ -31,15 +31,11 @@ static const eldr_shape SH = {2, 4, 2}; /* L, E, K */
 /* A fresh empty directory under /tmp (path in buf). */
 static void fresh_dir(char *buf, size_t cap, const char *tag) {
   snprintf(buf, cap, "/tmp/eldr_test_record_%d_%s", (int)getpid(), tag);
-  char cmd[512];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", buf);
-  assert_int_equal(system(cmd), 0);
+  assert_int_equal(eldr_test_rmtree(buf), 0);
 }
 
 static void rm_dir(const char *dir) {
-  char cmd[512];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  assert_int_equal(system(cmd), 0);
+  assert_int_equal(eldr_test_rmtree(dir), 0);
 }
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }

@@ -36,8 +36,6 @@ static int kill_child(void **st) {
   return 0;
 }
 
-static const char *binary(void) { return getenv("ELDR_BINARY") ? getenv("ELDR_BINARY") : ELDR_BINARY; }
-
 /* One prefill and one decode emulated engine (decode replies carry
  * routed_experts). */
 static void workers_start(sf_rig *w) {
@@ -51,9 +49,7 @@ static void workers_start(sf_rig *w) {
 
 static void fresh_dir(char *buf, size_t cap, const char *tag) {
   snprintf(buf, cap, "/tmp/eldr_test_recx_%d_%s", (int)getpid(), tag);
-  char cmd[512];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", buf);
-  assert_int_equal(system(cmd), 0);
+  assert_int_equal(eldr_test_rmtree(buf), 0);
 }
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
@@ -253,7 +249,7 @@ static void test_kill9(void **st) {
   snprintf(art, sizeof art, "%s.json", dir);
   const char *fa[] = {"fit", "--trace", dir, "--decoders", "2", "--layers", "all", "--representation", "count",
                       "-q", "-o", art, NULL};
-  assert_int_equal(eldr_test_run_captured(binary(), dir, fa, out, sizeof out, err, sizeof err), 0);
+  assert_int_equal(eldr_test_run_captured(eldr_test_binary(), dir, fa, out, sizeof out, err, sizeof err), 0);
   assert_non_null(strstr(err, "torn"));
   eldr_artifact *a = NULL;
   eldr_diag ad = {{0}};
@@ -264,9 +260,7 @@ static void test_kill9(void **st) {
   unlink(art);
   free(rb.ids);
   sf_free(&w);
-  char cmd[512];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  assert_int_equal(system(cmd), 0);
+  assert_int_equal(eldr_test_rmtree(dir), 0);
 }
 
 /* --record-sample given on the command line still holds after SIGHUP
@@ -303,9 +297,8 @@ static void test_sighup_keeps_flags(void **st) {
   assert_int_equal(rb.torn, 0);
   free(rb.ids);
   sf_free(&w);
-  char cmd[700];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'", dir, cfg);
-  assert_int_equal(system(cmd), 0);
+  assert_int_equal(eldr_test_rmtree(dir), 0);
+  assert_int_equal(eldr_test_rmtree(cfg), 0);
 }
 
 /* Bad values are refused with exit status 2 naming the flag. */
@@ -316,25 +309,23 @@ static void test_bad_flags(void **st) {
   assert_int_equal(mkdir(dir, 0755), 0);
   const char *a1[] = {"serve", "--prefill", "http://127.0.0.1:1", "--decode", "http://127.0.0.1:2", "--record-sample",
                       "0", NULL};
-  assert_int_equal(eldr_test_run_captured(binary(), dir, a1, out, sizeof out, err, sizeof err), 2);
+  assert_int_equal(eldr_test_run_captured(eldr_test_binary(), dir, a1, out, sizeof out, err, sizeof err), 2);
   assert_non_null(strstr(err, "--record-sample"));
   const char *a2[] = {"serve", "--prefill", "http://127.0.0.1:1", "--decode", "http://127.0.0.1:2", "--record",
                       "/proc/no/such", "--record-experts", "128", "--port", "0", NULL};
-  assert_int_equal(eldr_test_run_captured(binary(), dir, a2, out, sizeof out, err, sizeof err), 1);
+  assert_int_equal(eldr_test_run_captured(eldr_test_binary(), dir, a2, out, sizeof out, err, sizeof err), 1);
   assert_non_null(strstr(err, "/proc/no/such"));
   /* without an artifact the expert count must be given */
   const char *a3[] = {"serve", "--prefill", "http://127.0.0.1:1", "--decode", "http://127.0.0.1:2", "--record", dir,
                       NULL};
-  assert_int_equal(eldr_test_run_captured(binary(), dir, a3, out, sizeof out, err, sizeof err), 2);
+  assert_int_equal(eldr_test_run_captured(eldr_test_binary(), dir, a3, out, sizeof out, err, sizeof err), 2);
   assert_non_null(strstr(err, "--record-experts"));
   /* --check-config=resolve: the directory must be writable where it runs */
   const char *a4[] = {"serve", "--prefill", "http://127.0.0.1:1", "--decode", "http://127.0.0.1:2", "--record",
                       "/proc/self/rec", "--record-experts", "128", "--check-config=resolve", NULL};
-  assert_int_equal(eldr_test_run_captured(binary(), dir, a4, out, sizeof out, err, sizeof err), 2);
+  assert_int_equal(eldr_test_run_captured(eldr_test_binary(), dir, a4, out, sizeof out, err, sizeof err), 2);
   assert_non_null(strstr(err, "/proc/self/rec"));
-  char cmd[400];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  assert_int_equal(system(cmd), 0);
+  assert_int_equal(eldr_test_rmtree(dir), 0);
 }
 
 int main(void) {

@@ -69,9 +69,7 @@ static void env_start(env *e, const uint8_t *mask, int computed_only, double sam
   dc.routed_experts_decode = 1;
   sf_start_engines(&e->s, 1, &pc, 2, &dc);
   snprintf(e->dir, sizeof e->dir, "/tmp/eldr_test_recs_%d_%s", (int)getpid(), tag);
-  char cmd[400];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", e->dir);
-  assert_int_equal(system(cmd), 0);
+  assert_int_equal(eldr_test_rmtree(e->dir), 0);
   e->artifact = artifact_masked(mask, tag);
   eldr_serve_config *c = &e->s.c;
   c->policy = ELDR_POLICY_ELDR;
@@ -91,9 +89,7 @@ static void env_stop(env *e) {
 }
 
 static void env_clean(env *e) {
-  char cmd[400];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", e->dir);
-  assert_int_equal(system(cmd), 0);
+  assert_int_equal(eldr_test_rmtree(e->dir), 0);
 }
 
 /* Every record line of dir (one file expected), parsed; n lines. */

@@ -21,6 +21,7 @@
 #include "eldr/serve.h"
 #include "support/fixture.h"
 #include "support/serve_fixture.h"
+#include "support/proc.h"
 #include "worker/wtest.h"
 
 static pid_t child = -1;
@@ -60,9 +61,7 @@ static void *post_main(void *arg) {
 
 static void test_sigstopped_decoder(void **st) {
   (void)st;
-  char bin[1024];
-  snprintf(bin, sizeof bin, "%s", getenv("ELDR_BINARY") ? getenv("ELDR_BINARY") : ELDR_BINARY);
-  char *argv[] = {bin, "worker", "--role", "decode", "--port", "0", "--time-scale", "0.01", NULL};
+  char *argv[] = {(char *)eldr_test_binary(), "worker", "--role", "decode", "--port", "0", "--time-scale", "0.01", NULL};
   char line[256];
   child = wt_spawn(argv, line, sizeof line, 20);
   assert_true(child > 0);

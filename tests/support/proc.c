@@ -1,6 +1,9 @@
+#define _XOPEN_SOURCE 700 /* nftw */
 #include "support/proc.h"
 
+#include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -45,6 +48,38 @@ int eldr_test_run_args(const char *binary, const char *const *args, const char *
   }
   argv[n] = NULL;
   return eldr_test_run(argv, out_path, err_path);
+}
+
+const char *eldr_test_binary(void) {
+  const char *b = getenv("ELDR_BINARY");
+  return b && *b ? b : ELDR_BINARY;
+}
+
+int eldr_test_eldr(const char *out_path, const char *err_path, const char *first, ...) {
+  const char *argv[64];
+  int n = 0;
+  argv[n++] = eldr_test_binary();
+  va_list ap;
+  va_start(ap, first);
+  for (const char *a = first; a; a = va_arg(ap, const char *)) {
+    assert_true(n < 63);
+    argv[n++] = a;
+  }
+  va_end(ap);
+  argv[n] = NULL;
+  return eldr_test_run(argv, out_path, err_path);
+}
+
+static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+  (void)sb;
+  (void)flag;
+  (void)ftw;
+  return remove(path) == 0 || errno == ENOENT ? 0 : -1;
+}
+
+int eldr_test_rmtree(const char *path) {
+  if (nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS) == 0) return 0;
+  return errno == ENOENT ? 0 : -1;
 }
 
 char *eldr_test_slurp(const char *path, size_t *len) {

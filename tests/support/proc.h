@@ -25,6 +25,19 @@ int eldr_test_run_args(const char *binary, const char *const *args, const char *
 int eldr_test_run_captured(const char *binary, const char *dir, const char *const *args, char *out, size_t out_cap,
                            char *err, size_t err_cap);
 
+/* The eldr binary a test runs: $ELDR_BINARY when set and not empty, else
+ * the build's (ELDR_BINARY, compiled in). */
+const char *eldr_test_binary(void);
+
+/* Run eldr_test_binary() with the arguments first, ... (NULL-terminated, at
+ * most 62) as eldr_test_run does. */
+int eldr_test_eldr(const char *out_path, const char *err_path, const char *first, ...);
+
+/* Remove path and everything below it (files, directories; links are not
+ * followed). 0, also when path does not exist; -1 when something could not
+ * be removed. */
+int eldr_test_rmtree(const char *path);
+
 /* Read a whole file; NULL when it cannot be read. *len (optional) = bytes. */
 char *eldr_test_slurp(const char *path, size_t *len);
 

@@ -162,7 +162,7 @@ static int listening_port(const char *buf) {
 
 void sf_child_start(sf_child *ch, long nofile, const char *const *args) {
   static int seq;
-  const char *argv[44] = {getenv("ELDR_BINARY") ? getenv("ELDR_BINARY") : ELDR_BINARY, "serve"};
+  const char *argv[44] = {eldr_test_binary(), "serve"};
   int n = 2;
   for (; args[n - 2]; n++) {
     if (n >= 43) fail_msg("sf: more than 40 arguments");

@@ -26,6 +26,7 @@
 #include "eldr/preset_files.h"
 #include "eldr/tracegen.h"
 #include "worker/wtest.h"
+#include "support/proc.h"
 
 #define NP 2
 #define ND 4
@@ -41,15 +42,10 @@ typedef struct cluster {
 
 static cluster C;
 
-static const char *bin(void) {
-  const char *b = getenv("ELDR_BINARY");
-  return b && *b ? b : ELDR_BINARY;
-}
-
 static pid_t start_worker(const char *role, int port, int *port_out) {
   char portbuf[16], line[512];
   snprintf(portbuf, sizeof portbuf, "%d", port);
-  char *argv[] = {(char *)bin(), "worker", "--role", (char *)role, "--model", MODEL, "--hardware",
+  char *argv[] = {(char *)eldr_test_binary(), "worker", "--role", (char *)role, "--model", MODEL, "--hardware",
                   "h200", "--trace", C.eval, "--port", portbuf, "--time-scale", "1", NULL};
   pid_t pid = wt_spawn(argv, line, sizeof line, 20);
   int p = wt_port_of(line);
@@ -65,7 +61,7 @@ static pid_t start_worker(const char *role, int port, int *port_out) {
 
 /* ep: also write the expert-parallel placements (next to the artifact). */
 static int run_fit(const char *out, const char *seed, int ep) {
-  char *argv[] = {(char *)bin(), "fit", "--trace", C.fit, "--decoders", "4", "-o", (char *)out, "-q",
+  char *argv[] = {(char *)eldr_test_binary(), "fit", "--trace", C.fit, "--decoders", "4", "-o", (char *)out, "-q",
                   "--restarts", "2", "--seed", (char *)seed, ep ? "--ep-size" : NULL, "4", NULL};
   pid_t pid = wt_spawn(argv, NULL, 0, 0);
   int st = 0;
@@ -124,7 +120,7 @@ static int cluster_setup(void **state) {
   char urls[NP + ND][64];
   char *argv[32];
   int n = 0;
-  argv[n++] = (char *)bin();
+  argv[n++] = (char *)eldr_test_binary();
   argv[n++] = "serve";
   for (int i = 0; i < NP; i++) {
     snprintf(urls[i], sizeof urls[i], "http://127.0.0.1:%d", C.pport[i]);
@@ -402,7 +398,7 @@ static void test_ep_worker_with_placement(void **state) {
   assert_non_null(C.art_obj->placement);
   char path[600], line[512];
   snprintf(path, sizeof path, "%s/%s", C.dir, C.art_obj->placement->decoders[0]);
-  char *argv[] = {(char *)bin(), "worker", "--role", "both", "--model", MODEL, "--hardware", "h200",
+  char *argv[] = {(char *)eldr_test_binary(), "worker", "--role", "both", "--model", MODEL, "--hardware", "h200",
                   "--trace", C.eval, "--port", "0", "--ep-size", "4", "--placement", path, NULL};
   pid_t pid = wt_spawn(argv, line, sizeof line, 20);
   int port = wt_port_of(line);
@@ -420,7 +416,7 @@ static void test_ep_worker_with_placement(void **state) {
   if (!strstr(r.body, "tok0")) fail_msg("body: %.300s", r.body);
   wt_resp_free(&r);
   wt_kill(pid);
-  char *bad[] = {(char *)bin(), "worker", "--model", MODEL, "--port", "0", "--ep-size", "3",
+  char *bad[] = {(char *)eldr_test_binary(), "worker", "--model", MODEL, "--port", "0", "--ep-size", "3",
                  "--placement", path, NULL};
   pid = wt_spawn(bad, line, sizeof line, 20);
   if (wt_port_of(line) > 0) { /* it started: never wait on it */

@@ -11,11 +11,7 @@
 #include <cmocka.h>
 
 #include "worker/wtest.h"
-
-static const char *bin(void) {
-  const char *b = getenv("ELDR_BINARY");
-  return b && *b ? b : ELDR_BINARY;
-}
+#include "support/proc.h"
 
 /* Run argv, capture stdout+stderr (up to cap), bounded by timeout_s.
  * Returns the exit status, 128+sig when killed, -1 on timeout. */
@@ -79,7 +75,7 @@ static void test_usage_errors(void **state) {
       {{"demo", "--help", NULL}, 0, "Ctrl-C"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    char *argv[8] = {(char *)bin()};
+    char *argv[8] = {(char *)eldr_test_binary()};
     for (int k = 0; cases[i].args[k]; k++) argv[k + 1] = (char *)cases[i].args[k];
     int st = run_capture(argv, out, sizeof out, 20);
     if (st != cases[i].want || !strstr(out, cases[i].needle))
@@ -128,7 +124,7 @@ static int alive(pid_t p) {
 static void test_small_demo_runs_and_cleans_up(void **state) {
   (void)state;
   static char out[1 << 16];
-  char *argv[] = {(char *)bin(), "demo", "--model", "olmoe-1b-7b", "--fit-requests", "60",
+  char *argv[] = {(char *)eldr_test_binary(), "demo", "--model", "olmoe-1b-7b", "--fit-requests", "60",
                   "--eval-requests", "24", "--max-decode", "12", "--rate", "40", "--time-scale",
                   "1", "--duration", "1.5", "--policies", "eldr,jsq", "--seed", "3", "--plot",
                   NULL, NULL};
@@ -180,7 +176,7 @@ static void test_sigint_stops_every_process(void **state) {
     dup2(dn, 1);
     close(pfd[0]);
     close(pfd[1]);
-    execl(bin(), bin(), "demo", "--model", "olmoe-1b-7b", "--fit-requests", "60", "--eval-requests",
+    execl(eldr_test_binary(), eldr_test_binary(), "demo", "--model", "olmoe-1b-7b", "--fit-requests", "60", "--eval-requests",
           "24", "--max-decode", "12", "--rate", "20", "--time-scale", "1", "--duration", "30",
           "--no-sim", (char *)NULL);
     _exit(127);

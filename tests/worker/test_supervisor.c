@@ -15,17 +15,13 @@
 #include <unistd.h>
 
 #include "eldr/cluster.h"
-
-static const char *bin(void) {
-  const char *b = getenv("ELDR_BINARY");
-  return b && *b ? b : ELDR_BINARY;
-}
+#include "support/proc.h"
 
 static void test_worker_ready_and_scraped(void **st) {
   (void)st;
   eldr_cluster *c = NULL;
   eldr_diag d = {{0}};
-  assert_int_equal(eldr_cluster_new(bin(), NULL, NULL, &c, &d), 0);
+  assert_int_equal(eldr_cluster_new(eldr_test_binary(), NULL, NULL, &c, &d), 0);
   char *args[] = {"worker", "--role", "decode", "--model", "olmoe-1b-7b", "--port", "0", NULL};
   char line[512];
   int rc = eldr_cluster_spawn(c, args, 30, line, sizeof line, &d);
@@ -51,7 +47,7 @@ static void test_not_ready_and_one_shot(void **st) {
   (void)st;
   eldr_cluster *c = NULL;
   eldr_diag d = {{0}};
-  assert_int_equal(eldr_cluster_new(bin(), NULL, NULL, &c, &d), 0);
+  assert_int_equal(eldr_cluster_new(eldr_test_binary(), NULL, NULL, &c, &d), 0);
   /* `eldr trace --help` exits at once without the line */
   char *quick[] = {"trace", "--help", NULL};
   char line[256];

@@ -94,7 +94,7 @@ static void test_each_layout_reads_back(void **state) {
 
 static void test_bad_layout_flag(void **state) {
   (void)state;
-  const char *bin = getenv("ELDR_BINARY") ? getenv("ELDR_BINARY") : ELDR_BINARY;
+  const char *bin = eldr_test_binary();
   const char *args[] = {"worker", "--routed-experts-layout", "v020", "--port", "0", NULL};
   char err[] = "/tmp/eldr_layout_flag_XXXXXX";
   int fd = mkstemp(err);
