@@ -245,25 +245,10 @@ static void test_streaming_relay(void **st) {
   db.die_after_chunks = 0;
   db.stall_after_chunks = 1;
   fx_set(d, &db);
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in sa = {0};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons((uint16_t)g.r.port);
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-  const char *sreq = "POST /v1/completions HTTP/1.1\r\nContent-Length: 28\r\n\r\n{\"prompt\":\"z\",\"stream\":true}";
-  assert_int_equal(send(fd, sreq, strlen(sreq), 0), (ssize_t)strlen(sreq));
-  char buf[1024] = "";
-  size_t got = 0;
-  double dl = fx_now() + 10; /* read until the first relayed chunk */
-  while (!strstr(buf, chunks[0]) && fx_now() < dl) {
-    struct pollfd pf = {fd, POLLIN, 0};
-    if (poll(&pf, 1, 1000) <= 0) continue;
-    ssize_t k = recv(fd, buf + got, sizeof buf - 1 - got, 0);
-    if (k <= 0) break;
-    got += (size_t)k;
-    buf[got] = 0;
-  }
+  int fd = tc_send_raw(g.r.port, "POST /v1/completions HTTP/1.1\r\nContent-Length: 28\r\n\r\n{\"prompt\":\"z\",\"stream\":true}");
+  assert_true(fd >= 0);
+  char buf[1024];
+  tc_read_until(fd, buf, sizeof buf, chunks[0]); /* the first relayed chunk */
   assert_non_null(strstr(buf, chunks[0]));
   close(fd);
   assert_int_equal(rt_wait_metric(g.r.port, "eldr_client_disconnects_total", 1, 10), 0);
@@ -904,14 +889,8 @@ static void test_timeouts_and_disconnect(void **st) {
   reconfig(&g);
   g.c.decode_timeout_s = 60;
   sf_run(&g);
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in sa = {0};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons((uint16_t)g.r.port);
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-  const char *req = "POST /v1/completions HTTP/1.1\r\nContent-Length: 14\r\n\r\n{\"prompt\":\"a\"}";
-  assert_int_equal(send(fd, req, strlen(req), 0), (ssize_t)strlen(req));
+  int fd = tc_send_raw(g.r.port, "POST /v1/completions HTTP/1.1\r\nContent-Length: 14\r\n\r\n{\"prompt\":\"a\"}");
+  assert_true(fd >= 0);
   size_t before = fx_count(d, "/v1/completions");
   assert_int_equal(fx_wait(d, "/v1/completions", before + 1, 10), 0);
   char series[256];
@@ -993,13 +972,8 @@ static void test_bad_input(void **st) {
   sf_run(&g);
   tc_resp resp;
   /* a slow client holds its connection open while everyone else is served */
-  int slow = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in sa = {0};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons((uint16_t)g.r.port);
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  assert_int_equal(connect(slow, (struct sockaddr *)&sa, sizeof sa), 0);
-  assert_int_equal(send(slow, "POST /v1/compl", 14, 0), 14);
+  int slow = tc_send_raw(g.r.port, "POST /v1/compl");
+  assert_true(slow >= 0);
   struct {
     const char *body;
     const char *path;
@@ -1120,14 +1094,8 @@ static void test_reload(void **st) {
   fx_behaviour hang = fx_defaults();
   hang.hang = 1;
   fx_set(d0, &hang);
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in sa = {0};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons((uint16_t)g.r.port);
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-  const char *req = "POST /v1/completions HTTP/1.1\r\nContent-Length: 14\r\n\r\n{\"prompt\":\"b\"}";
-  assert_int_equal(send(fd, req, strlen(req), 0), (ssize_t)strlen(req));
+  int fd = tc_send_raw(g.r.port, "POST /v1/completions HTTP/1.1\r\nContent-Length: 14\r\n\r\n{\"prompt\":\"b\"}");
+  assert_true(fd >= 0);
   assert_int_equal(fx_wait(d0, "/v1/completions", 2, 10), 0);
   snprintf(doc, sizeof doc, "{\"decode\":[\"%s\"]}", fx_url(d1));
   sf_rewrite(&g, doc);
@@ -1136,19 +1104,10 @@ static void test_reload(void **st) {
   /* the old decoder goes away (its held request fails with 503): not retried
    * on d1, since d0 had the request (and may have pulled the KV blocks) */
   fx_stop(d0);
-  char buf[2048] = "";
-  size_t got = 0;
-  double dl = fx_now() + 10;
-  while (!strstr(buf, "not retried") && fx_now() < dl) {
-    struct pollfd pf = {fd, POLLIN, 0};
-    if (poll(&pf, 1, 1000) <= 0) continue;
-    ssize_t k = recv(fd, buf + got, sizeof buf - 1 - got, 0);
-    if (k <= 0) break;
-    got += (size_t)k;
-    buf[got] = 0;
-  }
+  char buf[2048];
+  tc_read_until(fd, buf, sizeof buf, "not retried");
   close(fd);
-  assert_true(got > 0);
+  assert_true(buf[0] != 0);
   if (strncmp(buf, "HTTP/1.1 502", 12) != 0) fail_msg("%s", buf);
   assert_int_equal(tc_post(g.r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
   assert_int_equal(served_by(&resp), fx_port(d1));
