@@ -108,41 +108,45 @@ uint64_t cli_parse_u64(const char *cmd, const char *flag, const char *val) {
   return (uint64_t)v;
 }
 
-static size_t count_items(const char *val) {
+/* The items of a comma-separated list: *copy is val's copy cut in place,
+ * *tok (n entries) point into it; both the caller's to free. A usage error
+ * (exit 2) when an item is empty. */
+static size_t split_list(const char *cmd, const char *flag, const char *val, char **copy, char ***tok) {
   size_t n = 1;
   for (const char *p = val; *p; p++)
     if (*p == ',') n++;
+  *copy = strdup(val);
+  *tok = calloc(n, sizeof **tok);
+  if (!*copy || !*tok) cli_fail(cmd, "out of memory");
+  size_t i = 0;
+  char *save = NULL;
+  for (char *t = strtok_r(*copy, ",", &save); t && i < n; t = strtok_r(NULL, ",", &save)) (*tok)[i++] = t;
+  if (i != n || !val[0]) cli_usage_error(cmd, "%s: '%s' is not a comma-separated list", flag, val);
   return n;
 }
 
 size_t cli_parse_double_list(const char *cmd, const char *flag, const char *val, double min,
                              double max, double **out) {
-  size_t n = count_items(val);
+  char *copy, **tok;
+  size_t n = split_list(cmd, flag, val, &copy, &tok);
   double *v = calloc(n, sizeof *v);
-  char *copy = strdup(val);
-  if (!v || !copy) cli_fail(cmd, "out of memory");
-  size_t i = 0;
-  char *save = NULL;
-  for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
-    v[i++] = cli_parse_double(cmd, flag, tok, min, max);
+  if (!v) cli_fail(cmd, "out of memory");
+  for (size_t i = 0; i < n; i++) v[i] = cli_parse_double(cmd, flag, tok[i], min, max);
+  free(tok);
   free(copy);
-  if (i != n || n == 0) cli_usage_error(cmd, "%s: '%s' is not a comma-separated list", flag, val);
   *out = v;
   return n;
 }
 
 size_t cli_parse_long_list(const char *cmd, const char *flag, const char *val, long min,
                            long max, long **out) {
-  size_t n = count_items(val);
+  char *copy, **tok;
+  size_t n = split_list(cmd, flag, val, &copy, &tok);
   long *v = calloc(n, sizeof *v);
-  char *copy = strdup(val);
-  if (!v || !copy) cli_fail(cmd, "out of memory");
-  size_t i = 0;
-  char *save = NULL;
-  for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
-    v[i++] = cli_parse_long(cmd, flag, tok, min, max);
+  if (!v) cli_fail(cmd, "out of memory");
+  for (size_t i = 0; i < n; i++) v[i] = cli_parse_long(cmd, flag, tok[i], min, max);
+  free(tok);
   free(copy);
-  if (i != n || n == 0) cli_usage_error(cmd, "%s: '%s' is not a comma-separated list", flag, val);
   *out = v;
   return n;
 }
