@@ -309,12 +309,30 @@ typedef struct lg_thread {
   eldr_loadgen_config c;
   eldr_loadgen_result r;
   int rc;
+  char target[64];
+  pthread_t th;
 } lg_thread;
 
 static void *lg_main(void *arg) {
   lg_thread *t = arg;
   t->rc = eldr_loadgen_run(&t->c, &t->r, NULL);
   return NULL;
+}
+
+/* Poisson load of the cluster's trace through the router at rate for
+ * duration_s (seed 9, 20 s drain and timeout) on a thread; join t->th. */
+static void lg_start(lg_thread *t, double rate, double duration_s) {
+  memset(t, 0, sizeof *t);
+  eldr_loadgen_config_default(&t->c);
+  snprintf(t->target, sizeof t->target, "http://127.0.0.1:%d", C.rport);
+  t->c.target = t->target;
+  t->c.trace = C.trace;
+  t->c.rate = rate;
+  t->c.duration_s = duration_s;
+  t->c.drain_s = 20;
+  t->c.timeout_s = 20;
+  t->c.seed = 9;
+  assert_int_equal(pthread_create(&t->th, NULL, lg_main, t), 0);
 }
 
 static void test_fault_decoder_killed_ejected_readmitted(void **state) {
@@ -325,19 +343,7 @@ static void test_fault_decoder_killed_ejected_readmitted(void **state) {
   snprintf(healthy, sizeof healthy, "eldr_worker_healthy{role=\"decode\",worker=\"%s\"}", url);
   assert_int_equal(router_metric(healthy), 1);
   lg_thread t;
-  memset(&t, 0, sizeof t);
-  eldr_loadgen_config_default(&t.c);
-  char target[64];
-  snprintf(target, sizeof target, "http://127.0.0.1:%d", C.rport);
-  t.c.target = target;
-  t.c.trace = C.trace;
-  t.c.rate = 25;
-  t.c.duration_s = 4;
-  t.c.drain_s = 20;
-  t.c.timeout_s = 20;
-  t.c.seed = 9;
-  pthread_t th;
-  pthread_create(&th, NULL, lg_main, &t);
+  lg_start(&t, 25, 4);
   /* kill the victim while it is serving (wait until the router has a
    * decode leg in flight on it) */
   char inflight[160];
@@ -358,7 +364,7 @@ static void test_fault_decoder_killed_ejected_readmitted(void **state) {
   assert_true(C.dw[victim] > 0);
   assert_int_equal(port, C.dport[victim]);
   if (wait_metric(healthy, 1, 10) < 0) fail_msg("the router did not re-admit %s", url);
-  pthread_join(th, NULL);
+  pthread_join(t.th, NULL);
   assert_int_equal(t.rc, 0);
   size_t ok = 0;
   for (size_t i = 0; i < t.r.n; i++) {
@@ -433,21 +439,9 @@ static void test_ep_worker_with_placement(void **state) {
  * and by POST /admin/reload in turn: every request completes. */
 static void test_reload_under_load(void **state) {
   (void)state;
-  lg_thread t;
-  memset(&t, 0, sizeof t);
-  eldr_loadgen_config_default(&t.c);
-  char target[64];
-  snprintf(target, sizeof target, "http://127.0.0.1:%d", C.rport);
-  t.c.target = target;
-  t.c.trace = C.trace;
-  t.c.rate = 30;
-  t.c.duration_s = 3.5;
-  t.c.drain_s = 20;
-  t.c.timeout_s = 20;
-  t.c.seed = 9;
   double ok0 = router_metric("eldr_reloads_total{result=\"ok\"}");
-  pthread_t th;
-  assert_int_equal(pthread_create(&th, NULL, lg_main, &t), 0);
+  lg_thread t;
+  lg_start(&t, 30, 3.5);
   char tmp[320];
   snprintf(tmp, sizeof tmp, "%s.tmp", C.art);
   for (int i = 0; i < 6; i++) {
@@ -476,7 +470,7 @@ static void test_reload_under_load(void **state) {
       free(body);
     }
   }
-  pthread_join(th, NULL);
+  pthread_join(t.th, NULL);
   assert_int_equal(t.rc, 0);
   assert_true(t.r.n >= 60);
   for (size_t i = 0; i < t.r.n; i++)
