@@ -24,6 +24,7 @@
 #include "eldr/reply_experts.h"
 #include "serve/record.h"
 #include "support/fixture.h"
+#include "support/serve_fixture.h"
 #include "support/proc.h"
 
 static const eldr_shape SH = {2, 4, 2}; /* L, E, K */
@@ -133,23 +134,6 @@ static json_t *line_json(eldr__rec_item *it) {
   return o;
 }
 
-static void check_rows(json_t *counts, uint32_t tokens, uint32_t K) {
-  assert_int_equal(json_array_size(counts), SH.num_layers);
-  size_t l;
-  json_t *row;
-  json_array_foreach(counts, l, row) {
-    assert_int_equal(json_array_size(row), SH.num_experts);
-    json_int_t sum = 0;
-    size_t e;
-    json_t *v;
-    json_array_foreach(row, e, v) {
-      assert_true(json_integer_value(v) <= tokens);
-      sum += json_integer_value(v);
-    }
-    assert_int_equal(sum, (json_int_t)tokens * K);
-  }
-}
-
 static void test_format(void **st) {
   (void)st;
   /* counts given, no decode body: decode_counts null, serve fields */
@@ -178,7 +162,7 @@ static void test_format(void **st) {
   assert_int_equal(json_array_size(json_object_get(o, "layers")), 2);
   assert_true(json_real_value(json_object_get(o, "arrival")) == 1.5);
   assert_int_equal(json_integer_value(json_object_get(o, "prefill_tokens")), 5);
-  check_rows(json_object_get(o, "prefill_counts"), 5, 2);
+  sf_check_counts(json_object_get(o, "prefill_counts"), &SH, 5);
   assert_null(json_object_get(o, "decode_counts")); /* absent: unknown */
   assert_int_equal(json_integer_value(json_object_get(o, "decode_tokens")), 9); /* the output's, no counts */
   json_t *sv = json_object_get(o, "serve");
@@ -231,13 +215,13 @@ static void test_format(void **st) {
   json_decref(body);
   o = line_json(it);
   assert_int_equal(json_integer_value(json_object_get(o, "prefill_tokens")), 3);
-  check_rows(json_object_get(o, "prefill_counts"), 3, 2);
+  sf_check_counts(json_object_get(o, "prefill_counts"), &SH, 3);
   /* layer 0 of the prompt (rows [t][l][k]): {0,1},{0,1},{1,2} */
   json_t *l0 = json_array_get(json_object_get(o, "prefill_counts"), 0);
   assert_int_equal(json_integer_value(json_array_get(l0, 1)), 3);
   assert_int_equal(json_integer_value(json_array_get(l0, 3)), 0);
   assert_int_equal(json_integer_value(json_object_get(o, "decode_tokens")), 2);
-  check_rows(json_object_get(o, "decode_counts"), 2, 2);
+  sf_check_counts(json_object_get(o, "decode_counts"), &SH, 2);
   json_t *d0 = json_array_get(json_object_get(o, "decode_counts"), 0); /* layer 0: {3,2},{0,3} */
   assert_int_equal(json_integer_value(json_array_get(d0, 3)), 2);
   assert_int_equal(json_integer_value(json_object_get(json_object_get(o, "serve"), "output_tokens")), 3);

@@ -121,21 +121,6 @@ static json_t **records(const char *dir, size_t *n) {
   return v;
 }
 
-/* Each row of counts sums to tokens * 8 (every layer counted). */
-static void check_counts(json_t *counts, json_int_t tokens) {
-  assert_int_equal(json_array_size(counts), QWEN.num_layers);
-  size_t l;
-  json_t *row;
-  json_array_foreach(counts, l, row) {
-    assert_int_equal(json_array_size(row), QWEN.num_experts);
-    json_int_t sum = 0;
-    size_t e;
-    json_t *x;
-    json_array_foreach(row, e, x) sum += json_integer_value(x);
-    assert_int_equal(sum, tokens * 8);
-  }
-}
-
 static int64_t ival(json_t *o, const char *k) { return (int64_t)json_integer_value(json_object_get(o, k)); }
 
 /* extra: header lines (each ending CRLF) or NULL */
@@ -189,7 +174,7 @@ static void test_records(void **st) {
     /* the whole prompt (the worker returns every prompt row), every layer */
     assert_true(ival(o, "prefill_tokens") > 0);
     assert_int_equal(ival(o, "prefill_tokens"), ival(sv, "prompt_tokens"));
-    check_counts(json_object_get(o, "prefill_counts"), ival(o, "prefill_tokens"));
+    sf_check_counts(json_object_get(o, "prefill_counts"), &QWEN, ival(o, "prefill_tokens"));
     if (i == 1) { /* streamed: no generated rows; usage from the stream; a TPOT */
       assert_null(json_object_get(o, "decode_counts")); /* absent: unknown */
       assert_int_equal(ival(o, "decode_tokens"), want_out[i]);
@@ -197,7 +182,7 @@ static void test_records(void **st) {
       assert_true(json_is_real(json_object_get(sv, "tpot_ms")));
     } else { /* whole reply: the generated tokens' rows (the last was never forwarded) */
       assert_int_equal(ival(o, "decode_tokens"), want_out[i] - 1);
-      check_counts(json_object_get(o, "decode_counts"), want_out[i] - 1);
+      sf_check_counts(json_object_get(o, "decode_counts"), &QWEN, want_out[i] - 1);
       assert_true(json_is_null(json_object_get(sv, "tpot_ms")));
     }
     assert_int_equal(ival(sv, "output_tokens"), want_out[i]);
@@ -253,7 +238,7 @@ static void test_cache_completed(void **st) {
   for (size_t i = 0; i < nr; i++) {
     json_t *sv = json_object_get(v[i], "serve");
     assert_int_equal(ival(v[i], "prefill_tokens"), ival(sv, "prompt_tokens"));
-    check_counts(json_object_get(v[i], "prefill_counts"), ival(v[i], "prefill_tokens"));
+    sf_check_counts(json_object_get(v[i], "prefill_counts"), &QWEN, ival(v[i], "prefill_tokens"));
   }
   /* the same prompt: the same counts */
   assert_true(json_equal(json_object_get(v[0], "prefill_counts"), json_object_get(v[1], "prefill_counts")));
@@ -315,9 +300,9 @@ static void test_list_layouts(void **st) {
     for (size_t i = 0; i < n; i++) {
       json_t *sv = json_object_get(v[i], "serve");
       assert_int_equal(ival(v[i], "prefill_tokens"), ival(sv, "prompt_tokens"));
-      check_counts(json_object_get(v[i], "prefill_counts"), ival(v[i], "prefill_tokens"));
+      sf_check_counts(json_object_get(v[i], "prefill_counts"), &QWEN, ival(v[i], "prefill_tokens"));
       assert_int_equal(ival(v[i], "decode_tokens"), ival(sv, "output_tokens") - 1);
-      check_counts(json_object_get(v[i], "decode_counts"), ival(v[i], "decode_tokens"));
+      sf_check_counts(json_object_get(v[i], "decode_counts"), &QWEN, ival(v[i], "decode_tokens"));
       assert_string_equal(json_string_value(json_object_get(sv, "reason")), no_artifact ? "no_artifact" : "locality");
       json_decref(v[i]);
     }

@@ -266,3 +266,20 @@ int sf_post_served_by(int port) {
   tc_free(&r);
   return by;
 }
+
+void sf_check_counts(const json_t *counts, const eldr_shape *s, long long tokens) {
+  if (json_array_size(counts) != s->num_layers)
+    fail_msg("counts: %zu rows, want %u layers", json_array_size(counts), s->num_layers);
+  for (size_t l = 0; l < s->num_layers; l++) {
+    const json_t *row = json_array_get(counts, l);
+    if (json_array_size(row) != s->num_experts)
+      fail_msg("counts row %zu: %zu entries, want %u experts", l, json_array_size(row), s->num_experts);
+    long long sum = 0;
+    for (size_t e = 0; e < s->num_experts; e++) {
+      long long v = json_integer_value(json_array_get(row, e));
+      if (v < 0 || v > tokens) fail_msg("counts row %zu expert %zu: %lld of %lld tokens", l, e, v, tokens);
+      sum += v;
+    }
+    if (sum != tokens * s->top_k) fail_msg("counts row %zu sums to %lld, want %lld x %u", l, sum, tokens, s->top_k);
+  }
+}

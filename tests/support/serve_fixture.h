@@ -24,6 +24,7 @@
 #ifndef ELDR_TEST_SERVE_FIXTURE_H
 #define ELDR_TEST_SERVE_FIXTURE_H
 
+#include <jansson.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -103,5 +104,10 @@ int sf_served_by(const tc_resp *r);
 /* POST a small completion to the router and return the served_by port
  * (the reply must be 200). */
 int sf_post_served_by(int port);
+/* A record's counts matrix (a JSON array: s->num_layers rows of
+ * s->num_experts integers) for `tokens` tokens: every row sums to
+ * tokens x top_k and no entry exceeds tokens (a token's experts are
+ * distinct). Fails the test naming the row otherwise. */
+void sf_check_counts(const json_t *counts, const eldr_shape *s, long long tokens);
 
 #endif
