@@ -38,13 +38,6 @@ static void save_artifact(const char *path, eldr_repr repr) {
   eldr_artifact_free(a);
 }
 
-static void write_file(const char *path, const char *text) {
-  FILE *f = fopen(path, "w");
-  assert_non_null(f);
-  fputs(text, f);
-  fclose(f);
-}
-
 static int setup(void **state) {
   (void)state;
   snprintf(g_dir, sizeof g_dir, "/tmp/eldr_checkcfg_XXXXXX");
@@ -100,7 +93,7 @@ static void test_resolve_names_the_host(void **state) {
 }
 
 static void expect_config_error(const char *json, const char *needle) {
-  write_file(g_cfg, json);
+  eldr_test_write(g_cfg, json);
   const char *args[] = {"serve", "--config", g_cfg, "--check-config", NULL};
   assert_int_equal(run(args), 2);
   if (!strstr(g_err, needle)) fail_msg("expected '%s' in: %s", needle, g_err);

@@ -23,13 +23,7 @@ static char g_x[600]; /* an output path in g_dir (nothing outside it) */
 
 /* Run the eldr binary with args (NULL-terminated); capture stdout/stderr. */
 static int run(char *out, size_t outcap, char *err, size_t errcap, const char *const *args) {
-  char ofile[512], efile[512];
-  snprintf(ofile, sizeof ofile, "%s/stdout", g_dir);
-  snprintf(efile, sizeof efile, "%s/stderr", g_dir);
-  int rc = eldr_test_run_args(ELDR_BINARY, args, ofile, efile);
-  eldr_test_read_into(ofile, out, outcap);
-  eldr_test_read_into(efile, err, errcap);
-  return rc;
+  return eldr_test_run_captured(eldr_test_binary(), g_dir, args, out, outcap, err, errcap);
 }
 
 static size_t lines(const char *s) {

@@ -12,6 +12,8 @@
 
 #include <cmocka.h>
 
+#include "support/proc.h"
+
 #include "eldr/trace.h"
 
 #define ASSERT_MSG(d, sub)                                                                         \
@@ -55,13 +57,6 @@ static char *tmp_path(const char *tag) {
   char *p = buf[i++ & 3];
   snprintf(p, 256, "/tmp/eldr_test_trace_%ld_%s.jsonl", (long)getpid(), tag);
   return p;
-}
-
-static void write_file(const char *path, const char *text) {
-  FILE *f = fopen(path, "wb");
-  assert_non_null(f);
-  fputs(text, f);
-  fclose(f);
 }
 
 static eldr_trace *roundtrip(const eldr_trace *t) {
@@ -482,16 +477,16 @@ static void test_load_errors(void **state) {
   ASSERT_MSG(d, "/nonexistent/x.jsonl");
   assert_null(t);
   char *p = tmp_path("err");
-  write_file(p, GOOD "\n" GOOD "\n{" L_ID "," L_MODEL "," L_NE "," L_TK "," L_LAY
+  eldr_test_write(p, GOOD "\n" GOOD "\n{" L_ID "," L_MODEL "," L_NE "," L_TK "," L_LAY
                      ",\"prefill\":[[[0,1],[2,7]]]," L_DEC "}\n");
   assert_int_equal(eldr_trace_load(p, &t, &d), ELDR_ERANGE);
   char want[300];
   snprintf(want, sizeof want, "%s:3: field 'prefill': token 0 layer 1 slot 1: expert id 7 >= num_experts 4", p);
   assert_string_equal(d.msg, want);
-  write_file(p, "");
+  eldr_test_write(p, "");
   assert_int_equal(eldr_trace_load(p, &t, &d), ELDR_EEMPTY);
   ASSERT_MSG(d, "empty");
-  write_file(p, GOOD "\n" GOOD "\n" GOOD);
+  eldr_test_write(p, GOOD "\n" GOOD "\n" GOOD);
   assert_int_equal(eldr_trace_load(p, &t, &d), 0);
   assert_int_equal(t->n, 3);
   eldr_trace_free(t);

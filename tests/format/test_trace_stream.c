@@ -33,13 +33,6 @@ static const char *path_in(const char *name) {
   return p;
 }
 
-static void write_file(const char *path, const char *text) {
-  FILE *f = fopen(path, "wb");
-  assert_non_null(f);
-  fputs(text, f);
-  fclose(f);
-}
-
 static int setup(void **state) {
   (void)state;
   snprintf(dir, sizeof dir, "/tmp/eldr_test_tstream_%ld", (long)getpid());
@@ -92,7 +85,7 @@ static void test_torn_last_line(void **state) {
   snprintf(text, sizeof text, "%s\n%s\n%.*s", TOK("t1", "x"), CNT("c2", "y"),
            (int)strlen(torn) - 9, torn);
   const char *p = path_in("torn.jsonl");
-  write_file(p, text);
+  eldr_test_write(p, text);
   char *paths[1] = {(char *)p};
   eldr_trace *t = NULL;
   eldr_trace_read_info info;
@@ -115,7 +108,7 @@ static void test_torn_last_line(void **state) {
 
   /* a complete last line without a newline is read, no note */
   snprintf(text, sizeof text, "%s\n%s", TOK("t1", "x"), CNT("c2", "y"));
-  write_file(p, text);
+  eldr_test_write(p, text);
   memset(&s, 0, sizeof s);
   assert_int_equal(eldr_trace_foreach(p, collect, &s, &d), 0);
   assert_int_equal(s.n, 2);
@@ -123,18 +116,18 @@ static void test_torn_last_line(void **state) {
   /* a complete but invalid last line is an error, not a torn write */
   snprintf(text, sizeof text, "%s\n{\"id\":\"z\"," HEAD ",\"prefill\":[[[0,9],[2,3]]],\"decode\":[]}",
            TOK("t1", "x"));
-  write_file(p, text);
+  eldr_test_write(p, text);
   assert_int_equal(eldr_trace_foreach(p, collect, &s, &d), ELDR_ERANGE);
   ASSERT_MSG(d, "torn.jsonl:2: field 'prefill'");
   assert_int_equal(eldr_trace_load_inputs(paths, 1, &t, &info, &d), ELDR_ERANGE);
   /* a cut line followed by a newline (not the last) is an error */
   snprintf(text, sizeof text, "%.*s\n%s\n", (int)strlen(torn) - 9, torn, TOK("t1", "x"));
-  write_file(p, text);
+  eldr_test_write(p, text);
   assert_int_equal(eldr_trace_foreach(p, collect, &s, &d), ELDR_EPARSE);
   ASSERT_MSG(d, "torn.jsonl:1:");
   /* only a torn line: empty */
   snprintf(text, sizeof text, "%.*s", (int)strlen(torn) - 9, torn);
-  write_file(p, text);
+  eldr_test_write(p, text);
   assert_int_equal(eldr_trace_load_inputs(paths, 1, &t, &info, &d), ELDR_EEMPTY);
   assert_int_equal(eldr_trace_foreach(p, collect, &s, &d), ELDR_EEMPTY);
 }
@@ -144,12 +137,12 @@ static void test_inputs_expand(void **state) {
   char sub[512];
   snprintf(sub, sizeof sub, "%s/rec", dir);
   mkdir(sub, 0755);
-  write_file(path_in("rec/b.jsonl"), CNT("b1", "y") "\n" CNT("b2", "z") "\n");
-  write_file(path_in("rec/a.jsonl"), TOK("a1", "x") "\n");
-  write_file(path_in("rec/notes.txt"), "not a trace\n");
-  write_file(path_in("rec/.hidden.jsonl"), "junk\n");
+  eldr_test_write(path_in("rec/b.jsonl"), CNT("b1", "y") "\n" CNT("b2", "z") "\n");
+  eldr_test_write(path_in("rec/a.jsonl"), TOK("a1", "x") "\n");
+  eldr_test_write(path_in("rec/notes.txt"), "not a trace\n");
+  eldr_test_write(path_in("rec/.hidden.jsonl"), "junk\n");
   mkdir(path_in("rec/deeper.jsonl"), 0755); /* a directory is not a file */
-  write_file(path_in("single.jsonl"), TOK("s1", "z") "\n");
+  eldr_test_write(path_in("single.jsonl"), TOK("s1", "z") "\n");
   const char *in[2] = {sub, path_in("single.jsonl")};
   char **paths = NULL;
   size_t n = 0;
@@ -209,7 +202,7 @@ static void test_inputs_expand(void **state) {
   assert_int_equal(eldr_trace_inputs_expand(NULL, 0, &paths, &n, &d), ELDR_EINVAL);
 
   /* inputs that disagree on the shape: the second file and line are named */
-  write_file(path_in("other.jsonl"),
+  eldr_test_write(path_in("other.jsonl"),
              "{\"id\":\"o\",\"model\":\"m\",\"num_experts\":4,\"top_k\":2,\"layers\":[1,2],"
              "\"prefill\":[],\"decode\":[]}\n");
   char *two[2] = {(char *)path_in("single.jsonl"), (char *)path_in("other.jsonl")};

@@ -82,6 +82,13 @@ int eldr_test_rmtree(const char *path) {
   return errno == ENOENT ? 0 : -1;
 }
 
+void eldr_test_write(const char *path, const char *text) {
+  FILE *f = fopen(path, "wb");
+  if (!f) fail_msg("cannot write %s", path);
+  int bad = fputs(text, f) < 0;
+  if (fclose(f) || bad) fail_msg("cannot write %s", path);
+}
+
 char *eldr_test_slurp(const char *path, size_t *len) {
   FILE *f = fopen(path, "rb");
   if (!f) return NULL;

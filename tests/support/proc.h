@@ -38,6 +38,9 @@ int eldr_test_eldr(const char *out_path, const char *err_path, const char *first
  * be removed. */
 int eldr_test_rmtree(const char *path);
 
+/* Write text to path (created or truncated); fails the test when it cannot. */
+void eldr_test_write(const char *path, const char *text);
+
 /* Read a whole file; NULL when it cannot be read. *len (optional) = bytes. */
 char *eldr_test_slurp(const char *path, size_t *len);
 
