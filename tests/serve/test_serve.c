@@ -441,6 +441,21 @@ static void test_sigcache_completion(void **st) {
   free(art);
 }
 
+/* POST body to /v1/completions (200 expected): the reply's
+ * choices[0].routed_experts (malloc'd). */
+static char *post_routed(int port, const char *body) {
+  tc_resp resp;
+  assert_int_equal(tc_post(port, "/v1/completions", body, NULL, &resp), 0);
+  if (resp.status != 200) fail_msg("status %d: %s", resp.status, resp.body);
+  json_t *j = jbody(&resp);
+  const char *re = json_string_value(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "routed_experts"));
+  if (!re) fail_msg("no routed_experts: %s", resp.body);
+  char *out = strdup(re);
+  json_decref(j);
+  tc_free(&resp);
+  return out;
+}
+
 static void test_splice(void **st) {
   (void)st;
   uint16_t pre[3 * 8], dec[5 * 8];
@@ -457,12 +472,7 @@ static void test_splice(void **st) {
   sf_rig g;
   rig(&g, 1, &pb, 1, &db);
   sf_run(&g);
-  tc_resp resp;
-  assert_int_equal(tc_post(g.r.port, "/v1/completions", "{\"prompt\":\"a b c\",\"return_routed_experts\":true}", NULL, &resp), 0);
-  assert_int_equal(resp.status, 200);
-  json_t *j = jbody(&resp);
-  const char *re = json_string_value(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "routed_experts"));
-  assert_non_null(re);
+  char *re = post_routed(g.r.port, "{\"prompt\":\"a b c\",\"return_routed_experts\":true}");
   uint16_t *sel = NULL;
   size_t nt;
   eldr_shape os;
@@ -471,27 +481,20 @@ static void test_splice(void **st) {
   assert_memory_equal(sel, pre, sizeof pre);
   assert_memory_equal(sel + 24, dec + 24, 16 * sizeof *sel);
   free(sel);
-  json_decref(j);
-  tc_free(&resp);
+  free(re);
   /* vLLM has no per-request switch: spliced whether or not the body asks */
-  assert_int_equal(tc_post(g.r.port, "/v1/completions", "{\"prompt\":\"a b c\"}", NULL, &resp), 0);
-  j = jbody(&resp);
-  re = json_string_value(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "routed_experts"));
+  re = post_routed(g.r.port, "{\"prompt\":\"a b c\"}");
   assert_string_not_equal(re, db64);
-  json_decref(j);
-  tc_free(&resp);
+  free(re);
   assert_int_equal(rt_metric(g.r.port, "eldr_routed_experts_spliced_total"), 2);
   sf_stop(&g);
   /* turned off (--no-splice): relayed as the decoder sent it */
   reconfig(&g);
   g.c.splice_routed_experts = 0;
   sf_run(&g);
-  assert_int_equal(tc_post(g.r.port, "/v1/completions", "{\"prompt\":\"a b c\",\"return_routed_experts\":true}", NULL, &resp), 0);
-  j = jbody(&resp);
-  re = json_string_value(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "routed_experts"));
+  re = post_routed(g.r.port, "{\"prompt\":\"a b c\",\"return_routed_experts\":true}");
   assert_string_equal(re, db64);
-  json_decref(j);
-  tc_free(&resp);
+  free(re);
   assert_int_equal(rt_metric(g.r.port, "eldr_routed_experts_spliced_total"), 0);
   sf_free(&g);
   free(pb64);
