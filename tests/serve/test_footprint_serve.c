@@ -96,19 +96,13 @@ static void test_footprint_decides_and_drains(void **st) {
   assert_int_equal(rt_metric(g.r.port, inflight), 2);
   /* C (experts 6,7), loads 1 and 1: JSQ takes decoder 0 (lower index);
    * footprint takes decoder 1, whose live experts C shares */
-  tc_resp resp;
   for (int i = 0; i < 2; i++) {
-    assert_int_equal(tc_post(g.r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
-    assert_int_equal(resp.status, 200);
-    assert_int_equal(sf_served_by(&resp), fx_port(d1));
-    tc_free(&resp);
+    assert_int_equal(sf_post_served_by(g.r.port), fx_port(d1));
   }
   /* and C with experts 0,1 goes to decoder 0 */
   pb.routed_experts = lo;
   fx_set(p, &pb);
-  assert_int_equal(tc_post(g.r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
-  assert_int_equal(sf_served_by(&resp), fx_port(d0));
-  tc_free(&resp);
+  assert_int_equal(sf_post_served_by(g.r.port), fx_port(d0));
   assert_int_equal(rt_metric(g.r.port, inflight), 2); /* the finished ones ended */
   assert_int_equal(
       rt_metric(g.r.port, "eldr_requests_total{policy=\"footprint\",decision=\"locality\",outcome=\"ok\"}"), 3);

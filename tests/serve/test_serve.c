@@ -259,13 +259,6 @@ static void test_streaming_relay(void **st) {
 
 /* ---- decisions and fallbacks ---------------------------------------------- */
 
-static int served_by(const tc_resp *r) {
-  json_t *j = jbody(r);
-  int port = (int)json_integer_value(json_object_get(j, "served_by"));
-  json_decref(j);
-  return port;
-}
-
 /* GET /health: its status, and whether its body contains needle. */
 static int health_has(int port, int status, const char *needle) {
   tc_resp resp;
@@ -293,15 +286,10 @@ static void test_locality_and_fallbacks(void **st) {
   sf_run(&g);
   tc_resp resp;
   /* experts 6,7 -> centroid 1 -> decoder 1, although decoder 0 is the JSQ choice */
-  assert_int_equal(tc_post(g.r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
-  assert_int_equal(resp.status, 200);
-  assert_int_equal(served_by(&resp), fx_port(d1));
-  tc_free(&resp);
+  assert_int_equal(sf_post_served_by(g.r.port), fx_port(d1));
   pb.routed_experts = lo;
   fx_set(p, &pb);
-  assert_int_equal(tc_post(g.r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
-  assert_int_equal(served_by(&resp), fx_port(d0));
-  tc_free(&resp);
+  assert_int_equal(sf_post_served_by(g.r.port), fx_port(d0));
   assert_int_equal(rt_metric(g.r.port, "eldr_requests_total{policy=\"eldr\",decision=\"locality\",outcome=\"ok\"}"), 2);
   /* /health: ready (both legs answered, health checks off) and locality on */
   assert_true(health_has(g.r.port, 200, "\"locality\":{\"on\":true,\"reason\":\"\",\"policy\":\"eldr\",\"artifact_loaded\":true,\"shape_match\":true"));
@@ -409,7 +397,7 @@ static void test_sigcache_completion(void **st) {
   json_decref(b);
   tc_resp resp;
   assert_int_equal(tc_post(g.r.port, "/v1/completions", body, NULL, &resp), 0);
-  assert_int_equal(served_by(&resp), fx_port(d1)); /* 32 of 48 tokens on experts 6,7 */
+  assert_int_equal(sf_served_by(&resp), fx_port(d1)); /* 32 of 48 tokens on experts 6,7 */
   tc_free(&resp);
   assert_int_equal(rt_metric(g.r.port, "eldr_sigcache_rows"), 3);
   /* second request: the engine cached 32 tokens and returns only the 16 on experts 0,1.
@@ -418,7 +406,7 @@ static void test_sigcache_completion(void **st) {
   pb.cached_tokens = 32;
   fx_set(p, &pb);
   assert_int_equal(tc_post(g.r.port, "/v1/completions", body, NULL, &resp), 0);
-  assert_int_equal(served_by(&resp), fx_port(d1));
+  assert_int_equal(sf_served_by(&resp), fx_port(d1));
   tc_free(&resp);
   assert_int_equal(rt_metric(g.r.port, "eldr_sigcache_hits_total"), 2);
   assert_int_equal(rt_metric(g.r.port, "eldr_signature_blocks_missing_total"), 0);
@@ -430,7 +418,7 @@ static void test_sigcache_completion(void **st) {
   g.c.sigcache_rows = 0;
   sf_run(&g);
   assert_int_equal(tc_post(g.r.port, "/v1/completions", body, NULL, &resp), 0);
-  assert_int_equal(served_by(&resp), fx_port(d0));
+  assert_int_equal(sf_served_by(&resp), fx_port(d0));
   tc_free(&resp);
   assert_int_equal(rt_metric(g.r.port, "eldr_signature_blocks_missing_total"), 2);
   sf_free(&g);
@@ -521,7 +509,7 @@ static void test_retries(void **st) {
     snprintf(b, sizeof b, "{\"prompt\":\"prompt number %d\"}", i);
     assert_int_equal(tc_post(g.r.port, "/v1/completions", b, NULL, &resp), 0);
     if (resp.status != 200) fail_msg("%d: %s", resp.status, resp.body);
-    assert_int_equal(served_by(&resp), fx_port(d1));
+    assert_int_equal(sf_served_by(&resp), fx_port(d1));
     tc_free(&resp);
   }
   /* every prefill that hit the failing worker was retried on the other */
@@ -924,10 +912,7 @@ static void test_worker_killed_and_health(void **st) {
   snprintf(url1, sizeof url1, "%s", fx_url(d1));
   fx_stop(d1); /* killed mid-run */
   for (int i = 0; i < 6; i++) {
-    assert_int_equal(tc_post(g.r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
-    assert_int_equal(resp.status, 200);
-    assert_int_equal(served_by(&resp), fx_port(d0));
-    tc_free(&resp);
+    assert_int_equal(sf_post_served_by(g.r.port), fx_port(d0));
   }
   char series[256];
   assert_int_equal(rt_wait_metric(g.r.port, SERIES("eldr_worker_ejections_total{role=\"decode\",worker=\"%s\"}", url1), 1, 10), 0);
@@ -940,7 +925,7 @@ static void test_worker_killed_and_health(void **st) {
   for (int i = 0; i < 4; i++) {
     assert_int_equal(tc_post(g.r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
     assert_int_equal(resp.status, 200);
-    seen1 |= served_by(&resp) == port1;
+    seen1 |= sf_served_by(&resp) == port1;
     tc_free(&resp);
   }
   assert_true(seen1);
@@ -1089,10 +1074,7 @@ static void test_reload(void **st) {
   g.c.header_timeout_s = 2;
   g.c.retries = 2;
   sf_run(&g);
-  tc_resp resp;
-  assert_int_equal(tc_post(g.r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
-  assert_int_equal(served_by(&resp), fx_port(d0));
-  tc_free(&resp);
+  assert_int_equal(sf_post_served_by(g.r.port), fx_port(d0));
   /* a request in flight on d0 while the decode list changes to d1 only */
   fx_behaviour hang = fx_defaults();
   hang.hang = 1;
@@ -1112,9 +1094,7 @@ static void test_reload(void **st) {
   close(fd);
   assert_true(buf[0] != 0);
   if (strncmp(buf, "HTTP/1.1 502", 12) != 0) fail_msg("%s", buf);
-  assert_int_equal(tc_post(g.r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
-  assert_int_equal(served_by(&resp), fx_port(d1));
-  tc_free(&resp);
+  assert_int_equal(sf_post_served_by(g.r.port), fx_port(d1));
   assert_int_equal(rt_metric(g.r.port, "eldr_requests_total{policy=\"eldr\",decision=\"locality\",outcome=\"ok\"}"), 2);
   assert_int_equal(rt_metric(g.r.port, "eldr_requests_total{policy=\"eldr\",decision=\"locality\",outcome=\"upstream_error\"}"), 1);
   /* an artifact whose shape does not match the observed routed_experts is refused */
@@ -1126,10 +1106,7 @@ static void test_reload(void **st) {
   sf_rewrite(&g, "{\"decode\": 5}");
   eldr_server_reload(g.r.srv);
   assert_int_equal(rt_wait_metric(g.r.port, "eldr_reloads_total{result=\"error\"}", 2, 10), 0);
-  assert_int_equal(tc_post(g.r.port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &resp), 0);
-  assert_int_equal(resp.status, 200);
-  assert_int_equal(served_by(&resp), fx_port(d1));
-  tc_free(&resp);
+  assert_int_equal(sf_post_served_by(g.r.port), fx_port(d1));
   assert_int_equal(rt_metric(g.r.port, "eldr_requests_total{policy=\"eldr\",decision=\"locality\",outcome=\"ok\"}"), 3);
   assert_int_equal(rt_metric(g.r.port, "eldr_retries_total{leg=\"decode\"}"), 0);
   sf_stop(&g);
