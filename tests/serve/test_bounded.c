@@ -33,13 +33,8 @@
 
 /* A TCP connection to the router that sends nothing (yet). */
 static int idle_conn(int port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  int fd = tc_connect(port);
   assert_true(fd >= 0);
-  struct sockaddr_in sa = {0};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons((uint16_t)port);
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
   return fd;
 }
 

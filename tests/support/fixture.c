@@ -513,8 +513,7 @@ static int read_more(int fd, char **buf, size_t *len, size_t *cap, double deadli
   return 0;
 }
 
-int tc_raw(int port, const char *raw, size_t len, double timeout_s, tc_resp *out) {
-  memset(out, 0, sizeof *out);
+int tc_connect(int port) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return -1;
   struct sockaddr_in sa;
@@ -526,6 +525,13 @@ int tc_raw(int port, const char *raw, size_t len, double timeout_s, tc_resp *out
     close(fd);
     return -1;
   }
+  return fd;
+}
+
+int tc_raw(int port, const char *raw, size_t len, double timeout_s, tc_resp *out) {
+  memset(out, 0, sizeof *out);
+  int fd = tc_connect(port);
+  if (fd < 0) return -1;
   size_t off = 0;
   while (off < len) {
     ssize_t n = send(fd, raw + off, len - off, MSG_NOSIGNAL);
@@ -643,13 +649,9 @@ static void *rt_thread(void *arg) {
 }
 
 int tc_send_raw(int port, const char *req) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  int fd = tc_connect(port);
   if (fd < 0) return -1;
-  struct sockaddr_in sa = {0};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons((uint16_t)port);
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, (struct sockaddr *)&sa, sizeof sa) || send(fd, req, strlen(req), 0) != (ssize_t)strlen(req)) {
+  if (send(fd, req, strlen(req), MSG_NOSIGNAL) != (ssize_t)strlen(req)) {
     close(fd);
     return -1;
   }

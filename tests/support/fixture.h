@@ -95,6 +95,8 @@ void tc_free(tc_resp *r);
 /* Value of a response header (case-insensitive) copied into buf; 0 or -1. */
 int tc_header(const tc_resp *r, const char *name, char *buf, size_t cap);
 
+/* A TCP connection to 127.0.0.1:port (nothing sent); -1 on failure. */
+int tc_connect(int port);
 /* A raw client connection to 127.0.0.1:port with req already sent; -1 on failure. */
 int tc_send_raw(int port, const char *req);
 /* Read until the text contains `until` or the peer closes (deadline 10 s). */
