@@ -10,6 +10,8 @@
 
 #include <cmocka.h>
 
+#include "support/trace_expect.h"
+
 #include "eldr/routed_experts.h"
 
 /* ---- helpers ------------------------------------------------------------ */
@@ -124,10 +126,7 @@ static int count_str(const char *b64, const eldr_shape *s, uint32_t *counts, siz
   return eldr_routed_experts_count(b64, strlen(b64), s, counts, nt, d);
 }
 
-#define ASSERT_MSG(d, sub)                                                                         \
-  do {                                                                                             \
-    if (!strstr((d).msg, (sub))) fail_msg("message '%s' lacks '%s'", (d).msg, (sub));              \
-  } while (0)
+#define ASSERT_MSG(d, sub) eldr_test_msg_has(&(d), (sub))
 
 /* ---- base64 ------------------------------------------------------------- */
 

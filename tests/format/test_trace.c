@@ -12,14 +12,13 @@
 
 #include <cmocka.h>
 
+#include "support/trace_expect.h"
+
 #include "support/proc.h"
 
 #include "eldr/trace.h"
 
-#define ASSERT_MSG(d, sub)                                                                         \
-  do {                                                                                             \
-    if (!strstr((d).msg, (sub))) fail_msg("message '%s' lacks '%s'", (d).msg, (sub));              \
-  } while (0)
+#define ASSERT_MSG(d, sub) eldr_test_msg_has(&(d), (sub))
 
 static void assert_traces_equal(const eldr_trace *a, const eldr_trace *b) {
   assert_string_equal(a->model, b->model);
@@ -235,15 +234,8 @@ static void test_append_and_new(void **state) {
 #define L_DEC "\"decode\":[[[1,1],[2,2]],[[0,3],[3,0]]]"
 #define GOOD "{" L_ID "," L_DOM "," L_MODEL "," L_NE "," L_TK "," L_LAY "," L_PRE "," L_DEC "}"
 
-static void expect_err(const char *text, int err, const char *sub1, const char *sub2) {
-  eldr_trace *t = (eldr_trace *)0x1;
-  eldr_diag d = {{0}};
-  int rc = eldr_trace_parse(text, strlen(text), &t, &d);
-  if (rc != err) fail_msg("input %s: rc %d (%s), want %d", text, rc, d.msg, err);
-  assert_null(t);
-  ASSERT_MSG(d, sub1);
-  if (sub2) ASSERT_MSG(d, sub2);
-}
+/* the parse of a line fails with err naming sub1 (and sub2) */
+#define expect_err eldr_test_trace_parse_fails
 
 static void test_good_line(void **state) {
   (void)state;

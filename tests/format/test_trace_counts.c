@@ -13,14 +13,13 @@
 
 #include <cmocka.h>
 
+#include "support/trace_expect.h"
+
 #include "eldr/preset_files.h"
 #include "eldr/trace.h"
 #include "eldr/tracegen.h"
 
-#define ASSERT_MSG(d, sub)                                                                         \
-  do {                                                                                             \
-    if (!strstr((d).msg, (sub))) fail_msg("message '%s' lacks '%s'", (d).msg, (sub));              \
-  } while (0)
+#define ASSERT_MSG(d, sub) eldr_test_msg_has(&(d), (sub))
 
 static char *tmp_path(const char *tag) {
   static char buf[4][256];
@@ -253,15 +252,8 @@ static void test_mixed(void **state) {
   eldr_trace_free(t);
 }
 
-static void expect_err(const char *text, int err, const char *sub1, const char *sub2) {
-  eldr_trace *t = (eldr_trace *)0x1;
-  eldr_diag d = {{0}};
-  int rc = eldr_trace_parse(text, strlen(text), &t, &d);
-  if (rc != err) fail_msg("input %s: rc %d (%s), want %d", text, rc, d.msg, err);
-  assert_null(t);
-  ASSERT_MSG(d, sub1);
-  if (sub2) ASSERT_MSG(d, sub2);
-}
+/* the parse of a line fails with err naming sub1 (and sub2) */
+#define expect_err eldr_test_trace_parse_fails
 
 #define CL(rest) TOK "\n{\"id\":\"c\"," HEAD "," rest "}\n"
 

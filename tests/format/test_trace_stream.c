@@ -14,14 +14,13 @@
 
 #include <cmocka.h>
 
+#include "support/trace_expect.h"
+
 #include "support/proc.h"
 
 #include "eldr/trace.h"
 
-#define ASSERT_MSG(d, sub)                                                                         \
-  do {                                                                                             \
-    if (!strstr((d).msg, (sub))) fail_msg("message '%s' lacks '%s'", (d).msg, (sub));              \
-  } while (0)
+#define ASSERT_MSG(d, sub) eldr_test_msg_has(&(d), (sub))
 
 static char dir[256];
 
