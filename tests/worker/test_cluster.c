@@ -163,31 +163,6 @@ static int cluster_teardown(void **state) {
   return 0;
 }
 
-/* Router /metrics value of a line that starts with prefix, or NAN. */
-static double router_metric(const char *prefix) {
-  wt_resp r;
-  double v = NAN;
-  if (wt_http(C.rport, "GET", "/metrics", NULL, 5, &r) == 0 && r.status == 200) {
-    const char *p = strstr(r.body, prefix);
-    if (p) {
-      const char *sp = strchr(p + strlen(prefix), ' ');
-      if (sp) v = strtod(sp + 1, NULL);
-    }
-  }
-  wt_resp_free(&r);
-  return v;
-}
-
-static int wait_metric(const char *prefix, double want, double timeout_s) {
-  double deadline = wt_now() + timeout_s;
-  while (wt_now() < deadline) {
-    if (router_metric(prefix) == want) return 0;
-    struct timespec ts = {0, 20 * 1000 * 1000};
-    nanosleep(&ts, NULL);
-  }
-  return -1;
-}
-
 static int all_decoders_idle(double timeout_s) {
   double deadline = wt_now() + timeout_s;
   while (wt_now() < deadline) {
@@ -196,7 +171,7 @@ static int all_decoders_idle(double timeout_s) {
       char pre[128];
       snprintf(pre, sizeof pre, "eldr_worker_inflight{role=\"decode\",worker=\"http://127.0.0.1:%d\"}",
                C.dport[i]);
-      idle = router_metric(pre) == 0;
+      idle = wt_metric(C.rport, pre) == 0;
     }
     if (idle) return 0;
     struct timespec ts = {0, 10 * 1000 * 1000};
@@ -274,7 +249,7 @@ static void test_decode_choices_follow_artifact(void **state) {
   int used = 0;
   for (int k = 0; k < ND; k++) used += hits[k] > 0;
   assert_true(used >= 2); /* the choices are not trivially one decoder */
-  assert_int_equal(router_metric("eldr_requests_total{policy=\"eldr\",decision=\"locality\",outcome=\"ok\"}"),
+  assert_int_equal(wt_metric(C.rport, "eldr_requests_total{policy=\"eldr\",decision=\"locality\",outcome=\"ok\"}"),
                    n);
 }
 
@@ -341,7 +316,7 @@ static void test_fault_decoder_killed_ejected_readmitted(void **state) {
   char url[64], healthy[160];
   snprintf(url, sizeof url, "http://127.0.0.1:%d", C.dport[victim]);
   snprintf(healthy, sizeof healthy, "eldr_worker_healthy{role=\"decode\",worker=\"%s\"}", url);
-  assert_int_equal(router_metric(healthy), 1);
+  assert_int_equal(wt_metric(C.rport, healthy), 1);
   lg_thread t;
   lg_start(&t, 25, 4);
   /* kill the victim while it is serving (wait until the router has a
@@ -349,7 +324,7 @@ static void test_fault_decoder_killed_ejected_readmitted(void **state) {
   char inflight[160];
   snprintf(inflight, sizeof inflight, "eldr_worker_inflight{role=\"decode\",worker=\"%s\"}", url);
   double deadline = wt_now() + 4;
-  while (wt_now() < deadline && !(router_metric(inflight) > 0)) {
+  while (wt_now() < deadline && !(wt_metric(C.rport, inflight) > 0)) {
     struct timespec ts = {0, 5 * 1000 * 1000};
     nanosleep(&ts, NULL);
   }
@@ -357,13 +332,13 @@ static void test_fault_decoder_killed_ejected_readmitted(void **state) {
   waitpid(C.dw[victim], NULL, 0);
   C.dw[victim] = -1;
   /* ejected */
-  if (wait_metric(healthy, 0, 10) < 0) fail_msg("the router did not eject %s", url);
+  if (wt_wait_metric(C.rport, healthy, 0, 10) < 0) fail_msg("the router did not eject %s", url);
   /* restarted on the same port: re-admitted */
   int port = 0;
   C.dw[victim] = start_worker("decode", C.dport[victim], &port);
   assert_true(C.dw[victim] > 0);
   assert_int_equal(port, C.dport[victim]);
-  if (wait_metric(healthy, 1, 10) < 0) fail_msg("the router did not re-admit %s", url);
+  if (wt_wait_metric(C.rport, healthy, 1, 10) < 0) fail_msg("the router did not re-admit %s", url);
   pthread_join(t.th, NULL);
   assert_int_equal(t.rc, 0);
   size_t ok = 0;
@@ -439,7 +414,7 @@ static void test_ep_worker_with_placement(void **state) {
  * and by POST /admin/reload in turn: every request completes. */
 static void test_reload_under_load(void **state) {
   (void)state;
-  double ok0 = router_metric("eldr_reloads_total{result=\"ok\"}");
+  double ok0 = wt_metric(C.rport, "eldr_reloads_total{result=\"ok\"}");
   lg_thread t;
   lg_start(&t, 30, 3.5);
   char tmp[320];
@@ -458,7 +433,7 @@ static void test_reload_under_load(void **state) {
     assert_int_equal(rename(tmp, C.art), 0);
     if (i % 2 == 0) {
       assert_int_equal(kill(C.router, SIGHUP), 0);
-      assert_int_equal(wait_metric("eldr_reloads_total{result=\"ok\"}", ok0 + i + 1, 10), 0);
+      assert_int_equal(wt_wait_metric(C.rport, "eldr_reloads_total{result=\"ok\"}", ok0 + i + 1, 10), 0);
     } else {
       char url[64], *body = NULL;
       int st = 0;
@@ -475,8 +450,8 @@ static void test_reload_under_load(void **state) {
   assert_true(t.r.n >= 60);
   for (size_t i = 0; i < t.r.n; i++)
     if (!t.r.recs[i].ok) fail_msg("request %zu of %zu failed across the reloads: %s", i, t.r.n, t.r.recs[i].error);
-  assert_int_equal(router_metric("eldr_reloads_total{result=\"ok\"}"), ok0 + 6);
-  assert_int_equal(router_metric("eldr_reloads_total{result=\"error\"}"), 0);
+  assert_int_equal(wt_metric(C.rport, "eldr_reloads_total{result=\"ok\"}"), ok0 + 6);
+  assert_int_equal(wt_metric(C.rport, "eldr_reloads_total{result=\"error\"}"), 0);
   print_message("reload under Poisson load: %zu requests, all ok, 6 reloads (3 SIGHUP, 3 POST)\n", t.r.n);
   eldr_loadgen_result_free(&t.r);
 }

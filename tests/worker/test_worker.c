@@ -190,6 +190,11 @@ static void test_signature_exact_under_prefix_hits(void **state) {
     json_t *rep = post_json(ww.port, "/v1/completions", body, &status);
     json_decref(body);
     assert_int_equal(status, 200);
+    /* The expected hits assume each request's blocks were freed (nobody pulls,
+     * abort timeout) before the next one allocates: wait for that, do not race it. */
+    char held[128];
+    snprintf(held, sizeof held, "eldr_worker_kv_held{model_name=\"%s\"}", cfg.model);
+    if (wt_wait_metric(ww.port, held, 0, 10) < 0) fail_msg("request %d: its KV blocks were never freed", i);
     size_t cached = 0;
     router_counts(rsc, &sh, prompts[i], rep, via_cache, &cached);
     if (cached != want_cached[i]) fail_msg("request %d: cached %zu, want %zu", i, cached, want_cached[i]);

@@ -37,23 +37,6 @@ static const char *errmsg(json_t *j) {
 }
 
 /* A metric sample's value (the line starting with series), or -1. */
-static double metric(int port, const char *series) {
-  wt_resp r;
-  assert_int_equal(wt_http(port, "GET", "/metrics", NULL, 5, &r), 0);
-  double v = -1;
-  size_t l = strlen(series);
-  for (const char *p = r.body; p && *p;) {
-    if (!strncmp(p, series, l) && p[l] == ' ') {
-      v = strtod(p + l + 1, NULL);
-      break;
-    }
-    p = strchr(p, '\n');
-    if (p) p++;
-  }
-  wt_resp_free(&r);
-  return v;
-}
-
 static char *words(const char *tag, int n) {
   char *s = malloc((size_t)n * 16 + 1);
   size_t off = 0;
@@ -172,7 +155,7 @@ static void test_pd_pull_holds_and_frees(void **state) {
   char held[128], served[128];
   snprintf(held, sizeof held, "eldr_worker_kv_held{model_name=\"qwen3-30b-a3b\"}");
   snprintf(served, sizeof served, "eldr_worker_kv_pulls_served_total{model_name=\"qwen3-30b-a3b\"}");
-  assert_true(metric(P.port, held) == 1); /* held until pulled */
+  assert_true(wt_metric(P.port, held) == 1); /* held until pulled */
 
   /* hostile pulls are refused and release nothing */
   struct {
@@ -210,7 +193,7 @@ static void test_pd_pull_holds_and_frees(void **state) {
   assert_int_equal(r.status, 413);
   wt_resp_free(&r);
   free(huge);
-  assert_true(metric(P.port, held) == 1);
+  assert_true(wt_metric(P.port, held) == 1);
 
   /* the decode leg pulls: the prefill frees the blocks */
   b = decode_body(prompt, kvp, 4);
@@ -219,8 +202,8 @@ static void test_pd_pull_holds_and_frees(void **state) {
   if (st != 200) fail_msg("decode leg: %d %s", st, errmsg(drep));
   assert_int_equal(json_integer_value(json_object_get(json_object_get(drep, "usage"), "completion_tokens")), 4);
   json_decref(drep);
-  assert_true(metric(P.port, held) == 0);
-  assert_true(metric(P.port, served) == 1);
+  assert_true(wt_metric(P.port, held) == 0);
+  assert_true(wt_metric(P.port, served) == 1);
   /* the same handoff again: the blocks are gone, the decode leg fails */
   b = decode_body(prompt, kvp, 4);
   drep = post(D.port, "/v1/completions", b, &st);
@@ -229,8 +212,8 @@ static void test_pd_pull_holds_and_frees(void **state) {
   assert_non_null(strstr(errmsg(drep), "KV transfer failed"));
   assert_non_null(strstr(errmsg(drep), "404"));
   json_decref(drep);
-  assert_true(metric(D.port, "eldr_worker_kv_pulls_failed_total{model_name=\"qwen3-30b-a3b\"}") == 1);
-  assert_true(metric(D.port, "vllm:request_success_total{engine=\"0\",finished_reason=\"error\",model_name=\"qwen3-30b-a3b\"}") == 1);
+  assert_true(wt_metric(D.port, "eldr_worker_kv_pulls_failed_total{model_name=\"qwen3-30b-a3b\"}") == 1);
+  assert_true(wt_metric(D.port, "vllm:request_success_total{engine=\"0\",finished_reason=\"error\",model_name=\"qwen3-30b-a3b\"}") == 1);
   json_decref(rep);
   wt_worker_stop(&D);
   wt_worker_stop(&P);
@@ -260,12 +243,12 @@ static void test_abort_timeout_and_dead_prefill(void **state) {
   assert_int_equal(st, 200);
   const char *exp = "eldr_worker_kv_held_expired_total{model_name=\"qwen3-30b-a3b\"}";
   double deadline = wt_now() + 5;
-  while (metric(P.port, exp) < 1 && wt_now() < deadline) {
+  while (wt_metric(P.port, exp) < 1 && wt_now() < deadline) {
     struct timespec ts = {0, 20 * 1000 * 1000};
     nanosleep(&ts, NULL);
   }
-  assert_true(metric(P.port, exp) == 1);
-  assert_true(metric(P.port, "eldr_worker_kv_held{model_name=\"qwen3-30b-a3b\"}") == 0);
+  assert_true(wt_metric(P.port, exp) == 1);
+  assert_true(wt_metric(P.port, "eldr_worker_kv_held{model_name=\"qwen3-30b-a3b\"}") == 0);
   json_t *kvp = json_object_get(rep, "kv_transfer_params");
   b = decode_body(prompt, kvp, 2);
   json_t *drep = post(D.port, "/v1/completions", b, &st);
@@ -360,7 +343,7 @@ static void test_held_blocks_gate_the_next_prefill(void **state) {
   assert_int_equal(wt_send_all(fd, bb, strlen(bb)), 0);
   struct pollfd p = {fd, POLLIN, 0};
   assert_int_equal(poll(&p, 1, 300), 0); /* no reply: waiting for blocks */
-  assert_true(metric(P.port, "vllm:num_requests_waiting{engine=\"0\",model_name=\"qwen3-30b-a3b\"}") == 1);
+  assert_true(wt_metric(P.port, "vllm:num_requests_waiting{engine=\"0\",model_name=\"qwen3-30b-a3b\"}") == 1);
   /* the decode side pulls A: B runs */
   json_t *pb = json_pack("{s:O,s:O,s:O}", "remote_request_id", json_object_get(kvp, "remote_request_id"),
                          "remote_engine_id", json_object_get(kvp, "remote_engine_id"), "remote_block_ids",
@@ -506,23 +489,23 @@ static void test_vllm_metrics(void **state) {
   const char *M = "model_name=\"qwen3-30b-a3b\"";
   char s[256];
   snprintf(s, sizeof s, "vllm:request_success_total{engine=\"0\",finished_reason=\"length\",%s}", M);
-  assert_true(metric(ww.port, s) == 2);
+  assert_true(wt_metric(ww.port, s) == 2);
   snprintf(s, sizeof s, "vllm:request_success_total{engine=\"0\",finished_reason=\"stop\",%s}", M);
-  assert_true(metric(ww.port, s) == 1);
+  assert_true(wt_metric(ww.port, s) == 1);
   snprintf(s, sizeof s, "vllm:time_to_first_token_seconds_count{engine=\"0\",%s}", M);
-  assert_true(metric(ww.port, s) == 3);
+  assert_true(wt_metric(ww.port, s) == 3);
   snprintf(s, sizeof s, "vllm:time_to_first_token_seconds_bucket{engine=\"0\",le=\"+Inf\",%s}", M);
-  assert_true(metric(ww.port, s) == 3);
+  assert_true(wt_metric(ww.port, s) == 3);
   snprintf(s, sizeof s, "vllm:time_to_first_token_seconds_bucket{engine=\"0\",le=\"2560\",%s}", M);
-  assert_true(metric(ww.port, s) == 3);
+  assert_true(wt_metric(ww.port, s) == 3);
   snprintf(s, sizeof s, "vllm:time_per_output_token_seconds_count{engine=\"0\",%s}", M);
-  assert_true(metric(ww.port, s) == 3);
+  assert_true(wt_metric(ww.port, s) == 3);
   snprintf(s, sizeof s, "vllm:num_requests_running{engine=\"0\",%s}", M);
-  assert_true(metric(ww.port, s) == 0);
+  assert_true(wt_metric(ww.port, s) == 0);
   snprintf(s, sizeof s, "vllm:num_requests_waiting{engine=\"0\",%s}", M);
-  assert_true(metric(ww.port, s) == 0);
+  assert_true(wt_metric(ww.port, s) == 0);
   snprintf(s, sizeof s, "vllm:kv_cache_usage_perc{engine=\"0\",%s}", M);
-  assert_true(metric(ww.port, s) >= 0);
+  assert_true(wt_metric(ww.port, s) >= 0);
   wt_resp r;
   assert_int_equal(wt_http(ww.port, "GET", "/metrics", NULL, 5, &r), 0);
   assert_non_null(strstr(r.body, "# TYPE vllm:time_to_first_token_seconds histogram\n"));

@@ -11,6 +11,7 @@
 #include <event2/thread.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -330,6 +331,38 @@ static __attribute__((unused)) int wt_wait_ready(int port, const char *path, dou
     }
     wt_resp_free(&r);
     struct timespec ts = {0, 20 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  return -1;
+}
+
+/* Value of the /metrics series at port whose line starts with `series` (the
+ * name with its labels, exactly), or NAN when absent or unreachable. */
+static __attribute__((unused)) double wt_metric(int port, const char *series) {
+  wt_resp r;
+  double v = NAN;
+  size_t l = strlen(series);
+  if (wt_http(port, "GET", "/metrics", NULL, 5, &r) == 0 && r.status == 200) {
+    for (const char *p = r.body; p && *p;) {
+      if (!strncmp(p, series, l) && p[l] == ' ') {
+        v = strtod(p + l + 1, NULL);
+        break;
+      }
+      p = strchr(p, '\n');
+      if (p) p++;
+    }
+  }
+  wt_resp_free(&r);
+  return v;
+}
+
+/* Poll wt_metric until it equals want; 0, or -1 after timeout_s. */
+static __attribute__((unused)) int wt_wait_metric(int port, const char *series, double want,
+                                                  double timeout_s) {
+  double deadline = wt_now() + timeout_s;
+  while (wt_now() < deadline) {
+    if (wt_metric(port, series) == want) return 0;
+    struct timespec ts = {0, 10 * 1000 * 1000};
     nanosleep(&ts, NULL);
   }
   return -1;
