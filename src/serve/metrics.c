@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "eldr/sigcache.h"
+#include "eldr/sigshard.h"
 #include "serve_types.h"
 
 static const char *const dec_name[DEC__N] = {"locality", "load", "none"};
@@ -86,17 +86,13 @@ void eldr__handle_metrics(hconn *c) {
   metrics sum;
   metrics_sum(g, &sum);
   const metrics *m = &sum;
-  eldr__sigpath_publish(&s->sp);
   unsigned long long mism = 0, missing = 0, conns = 0;
-  eldr_sigcache_stats cs = {0};
+  eldr_sigcache_stats cs; /* the one cache every loop shares: read once, not summed */
+  eldr_sigshard_stats_get(s->sp.conf.cache, &cs);
   for (int l = 0; l < g->n; l++) {
     eldr_server *x = g->loops[l];
     mism += x->sp.tokenizer_mismatch;
     missing += x->sp.blocks_missing;
-    cs.rows += x->sp.pub_rows;
-    cs.hits += x->sp.pub_hits;
-    cs.misses += x->sp.pub_misses;
-    cs.evictions += x->sp.pub_evictions;
     conns += x->nconns;
   }
   struct evbuffer *o = evbuffer_new();
