@@ -88,7 +88,6 @@ static void env_start(env *e, const uint8_t *mask, int computed_only, double sam
   e->c.record_dir = strdup(e->dir);
   e->c.record_sample = sample;
   e->c.record_queue = queue;
-  if (!strcmp(tag, "cache")) e->c.threads = 1; /* the signature cache is per loop */
   char url[64];
   snprintf(url, sizeof url, "http://127.0.0.1:%d", e->p.port);
   assert_int_equal(eldr_serve_config_add_worker(&e->c, 0, url, NULL), 0);

@@ -425,7 +425,6 @@ static void test_sigcache_completion(void **st) {
   fx_worker *p = fx_start(&pb), *d0 = fx_start(NULL), *d1 = fx_start(NULL);
   eldr_serve_config c;
   base_cfg(&c);
-  c.threads = 1; /* the signature cache is per loop */
   c.policy = ELDR_POLICY_ELDR;
   c.artifact = strdup(art);
   add(&c, 0, p);
