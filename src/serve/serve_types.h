@@ -23,7 +23,9 @@
  * server.c / loops.c); everything here runs on its loop's thread, except
  * what the loops share and say so: slots (atomics, group mutex), each
  * loop's metrics (written by the loop, read by the one rendering
- * /metrics: _Atomic), the group (mutex), the log (serialised).
+ * /metrics: _Atomic), the group (mutex), the log (serialised), the
+ * signature cache (eldr/sigshard.h: a mutex per shard) and the watch
+ * window (status.c: its mutex).
  * Ownership: eldr_server owns its workers (all_workers), connections (conns),
  * artifact, policy, signature path; a connection owns its request (c->r); a
  * request owns its buffers and holds one in-flight reference on the worker
