@@ -10,7 +10,10 @@
  * --store, each thread also stores one prompt's rows after each lookup (the
  * deferred store of the same request). Wall time, best of --rounds rounds,
  * the configurations interleaved (A B A B) so load on a shared machine
- * falls on all of them alike.
+ * falls on all of them alike. waits/1k: lock acquisitions that found the
+ * shard held by the other thread, per 1000 block lookups (all rounds;
+ * eldr_sigshard_lock_waits) -- the contention sharding removes, which
+ * does not depend on how much CPU the machine lends the run.
  *
  * Usage: bench_sigshard [--rows N] [--blocks N] [--threads N] [--rounds N]
  *                       [--ms MS] [--store]
@@ -89,7 +92,7 @@ static void *run(void *arg) {
 
 /* Block lookups per second of nthreads threads on c. */
 static double measure(eldr_sigshard *c, const uint64_t *hashes, size_t nprompts, size_t nblocks,
-                      const uint8_t *sel, int store, int nthreads, double ms, unsigned seed) {
+                      const uint8_t *sel, int store, int nthreads, double ms, unsigned seed, double *lookups) {
   pthread_barrier_t go;
   pthread_barrier_init(&go, NULL, (unsigned)nthreads);
   job *jobs = xmalloc((size_t)nthreads * sizeof *jobs);
@@ -111,6 +114,7 @@ static double measure(eldr_sigshard *c, const uint64_t *hashes, size_t nprompts,
       exit(1);
     }
     rate += (double)jobs[i].lookups / jobs[i].secs;
+    *lookups += (double)jobs[i].lookups;
   }
   pthread_barrier_destroy(&go);
   free(jobs);
@@ -175,21 +179,26 @@ int main(int argc, char **argv) {
          "%s;\n# block lookups per second, wall time, best of %ld rounds of %ld ms (configurations interleaved)\n",
          rows, SH.num_layers, SH.num_experts, (double)rows * (double)eldr_shape_cells(&SH) / 1048576.0, nprompts,
          blocks, store ? ", each followed by a store of the same prompt" : "", rounds, ms);
-  printf("%-8s %-8s %14s %14s %12s\n", "shards", "threads", "lookups/s", "per thread", "vs 1 thread");
+  printf("%-8s %-8s %14s %14s %12s %14s\n", "shards", "threads", "lookups/s", "per thread", "vs 1 thread",
+         "waits/1k");
   int nt[8], nnt = 0;
   for (long t = 1; t <= maxthreads && nnt < 8; t *= 2) nt[nnt++] = (int)t;
   if (nt[nnt - 1] != maxthreads && nnt < 8) nt[nnt++] = (int)maxthreads;
-  double best[2][8] = {{0}};
+  double best[2][8] = {{0}}, looked[2][8] = {{0}}, waits[2][8] = {{0}};
   for (long r = 0; r < rounds; r++)
     for (int i = 0; i < nnt; i++)
       for (int v = 0; v < 2; v++) {
-        double rate = measure(c[v], hashes, nprompts, (size_t)blocks, sel, store, nt[i], (double)ms, (unsigned)r);
+        uint64_t w0 = eldr_sigshard_lock_waits(c[v]);
+        double n = 0;
+        double rate = measure(c[v], hashes, nprompts, (size_t)blocks, sel, store, nt[i], (double)ms, (unsigned)r, &n);
+        waits[v][i] += (double)(eldr_sigshard_lock_waits(c[v]) - w0);
+        looked[v][i] += n;
         if (rate > best[v][i]) best[v][i] = rate;
       }
   for (int v = 0; v < 2; v++)
     for (int i = 0; i < nnt; i++)
-      printf("%-8u %-8d %14.0f %14.0f %11.2fx\n", counts[v], nt[i], best[v][i], best[v][i] / nt[i],
-             best[v][i] / best[v][0]);
+      printf("%-8u %-8d %14.0f %14.0f %11.2fx %14.3f\n", counts[v], nt[i], best[v][i], best[v][i] / nt[i],
+             best[v][i] / best[v][0], 1e3 * waits[v][i] / looked[v][i]);
   for (int v = 0; v < 2; v++) eldr_sigshard_free(c[v]);
   free(scratch);
   free(sel);

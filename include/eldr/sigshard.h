@@ -65,4 +65,9 @@ int eldr_sigshard_store_blocks(eldr_sigshard *c, const uint64_t *hashes, size_t 
 /* The statistics of every shard summed (each shard read under its lock). */
 void eldr_sigshard_stats_get(eldr_sigshard *c, eldr_sigcache_stats *s);
 
+/* Times an operation found its shard locked by another thread and waited
+ * (all shards, since creation; 0 for NULL): the contention sharding keeps
+ * low. */
+uint64_t eldr_sigshard_lock_waits(const eldr_sigshard *c);
+
 #endif

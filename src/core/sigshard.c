@@ -13,7 +13,15 @@
 typedef struct shard {
   _Alignas(64) pthread_mutex_t mu;
   eldr_sigcache *c;
+  _Atomic uint64_t waits; /* locks that found mu taken */
 } shard;
+
+/* Lock a shard, counting the times another thread held it. */
+static void shard_lock(shard *s) {
+  if (pthread_mutex_trylock(&s->mu) == 0) return;
+  atomic_fetch_add_explicit(&s->waits, 1, memory_order_relaxed);
+  pthread_mutex_lock(&s->mu);
+}
 
 struct eldr_sigshard {
   shard *sh;        /* n, 64-byte aligned */
@@ -122,7 +130,7 @@ size_t eldr_sigshard_add_blocks(eldr_sigshard *c, const uint64_t *hashes, size_t
   size_t missing = 0;
   for (size_t b = 0; b < nblocks; b++) {
     shard *s = shard_of(c, hashes[b]);
-    pthread_mutex_lock(&s->mu);
+    shard_lock(s);
     int rc = eldr_sigcache_add(s->c, hashes[b], counts);
     pthread_mutex_unlock(&s->mu);
     missing += rc != 0;
@@ -143,7 +151,7 @@ int eldr_sigshard_store_blocks(eldr_sigshard *c, const uint64_t *hashes, size_t 
     const unsigned char *p = (const unsigned char *)raw + (t0 - first_token) * row_bytes;
     shard *s = shard_of(c, hashes[b]);
     size_t one = 0;
-    pthread_mutex_lock(&s->mu);
+    shard_lock(s);
     /* the block alone: hash b as block 0 of a prompt starting at t0 */
     int rc = eldr_sigcache_store_blocks(s->c, hashes + b, 1, 0, p, dtype, ELDR_BLOCK_TOKENS, scratch, &one);
     pthread_mutex_unlock(&s->mu);
@@ -157,13 +165,19 @@ int eldr_sigshard_store_blocks(eldr_sigshard *c, const uint64_t *hashes, size_t 
   return ELDR_OK;
 }
 
+uint64_t eldr_sigshard_lock_waits(const eldr_sigshard *c) {
+  uint64_t n = 0;
+  for (unsigned i = 0; c && i < c->n; i++) n += atomic_load_explicit(&c->sh[i].waits, memory_order_relaxed);
+  return n;
+}
+
 void eldr_sigshard_stats_get(eldr_sigshard *c, eldr_sigcache_stats *s) {
   if (!s) return;
   memset(s, 0, sizeof *s);
   if (!c) return;
   for (unsigned i = 0; i < c->n; i++) {
     eldr_sigcache_stats x;
-    pthread_mutex_lock(&c->sh[i].mu);
+    shard_lock(&c->sh[i]);
     eldr_sigcache_stats_get(c->sh[i].c, &x);
     pthread_mutex_unlock(&c->sh[i].mu);
     s->rows += x.rows;

@@ -158,9 +158,11 @@ void eldr__handle_metrics(hconn *c) {
                          "# HELP eldr_sigcache_misses_total Prefix-cached blocks whose row the signature cache lacked.\n"
                          "# TYPE eldr_sigcache_misses_total counter\neldr_sigcache_misses_total %llu\n"
                          "# HELP eldr_sigcache_evictions_total Block rows evicted from the signature cache.\n"
-                         "# TYPE eldr_sigcache_evictions_total counter\neldr_sigcache_evictions_total %llu\n",
+                         "# TYPE eldr_sigcache_evictions_total counter\neldr_sigcache_evictions_total %llu\n"
+                         "# HELP eldr_sigcache_lock_waits_total Signature cache operations that waited for a shard another event loop held.\n"
+                         "# TYPE eldr_sigcache_lock_waits_total counter\neldr_sigcache_lock_waits_total %llu\n",
                       cs.rows, (unsigned long long)cs.hits, (unsigned long long)cs.misses,
-                      (unsigned long long)cs.evictions);
+                      (unsigned long long)cs.evictions, (unsigned long long)eldr_sigshard_lock_waits(s->sp.conf.cache));
   evbuffer_add_printf(o, "# HELP eldr_reloads_total Configuration/artifact reloads.\n"
                          "# TYPE eldr_reloads_total counter\neldr_reloads_total{result=\"ok\"} %llu\n"
                          "eldr_reloads_total{result=\"error\"} %llu\n",
