@@ -85,6 +85,8 @@ static void test_same_as_one_cache(void **st) {
   assert_int_equal(s.hits, NB - 1);
   assert_int_equal(s.misses, 1);
   assert_int_equal(s.evictions, 0);
+  assert_int_equal(eldr_sigshard_lock_waits(sc), 0); /* one thread never waits */
+  assert_int_equal(eldr_sigshard_lock_waits(NULL), 0);
   /* a row repeating an expert past 127 is refused as the single cache refuses it:
    * not possible with 16 tokens x top-2; an expert id out of range is */
   uint16_t bad[ELDR_BLOCK_TOKENS * LK];

@@ -185,6 +185,7 @@ static void test_prefix_stored_on_one_loop_hits_on_the_other(void **st) {
   assert_int_equal(rt_metric(r.port, "eldr_sigcache_misses_total"), 0);
   assert_int_equal(rt_metric(r.port, "eldr_signature_blocks_missing_total"), 0);
   assert_int_equal(rt_metric(r.port, "eldr_sigcache_rows"), 3);
+  assert_true(rt_metric(r.port, "eldr_sigcache_lock_waits_total") >= 0); /* present */
   /* both decisions, one per loop, in the one window */
   assert_int_equal(status_window(r.port), 2);
   assert_int_equal(rt_metric(r.port, "eldr_watch_requests"), 2);
