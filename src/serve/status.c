@@ -37,7 +37,9 @@ struct eldr__watchcore {
   eldr_rho_ring *rho;    /* (signature, decode pattern) pairs */
   double rho_pick_t;     /* last sampled pair (monotonic) */
   size_t rho_tries;      /* requests sampled: the first 2 * RHO_PAIRS all are */
-  double rho_t, rho_val; /* last computation and its value (NAN: undefined) */
+  double rho_t, rho_val; /* last computation claimed, and the value of the
+                          * latest one finished (NAN: undefined) */
+  double rho_val_t;      /* the claim time of rho_val's computation */
   size_t rho_adds, rho_adds_at; /* pairs added, and at the last computation */
 };
 
@@ -47,6 +49,9 @@ struct eldr__watchst {
   struct eldr__watchcore *core;
   float *sims;           /* k: the decision's similarities (eldr_route_req.sims) */
   double *share, *nearest, *cap; /* k each: scratch of a render */
+  eldr_rho_ring *rho;    /* the core's pairs as of this loop's last rho
+                          * computation (made at the first), computed on
+                          * outside the core's lock */
   uint64_t hash;         /* the artifact text's XXH3-64 */
   double created;        /* unix seconds of fit.created (NAN: absent) */
 };
@@ -87,7 +92,7 @@ static struct eldr__watchcore *core_new(const eldr_artifact *a, size_t cap) {
   wc->k = a->k;
   wc->win = eldr_watch_new(cap, a->k);
   wc->rho = eldr_rho_ring_new(RHO_PAIRS, a->dim, (size_t)a->shape.num_layers * a->shape.num_experts);
-  wc->rho_pick_t = wc->rho_t = -1e9;
+  wc->rho_pick_t = wc->rho_t = wc->rho_val_t = -1e9;
   wc->rho_val = NAN;
   if (!wc->win || !wc->rho) {
     eldr__watchcore_put(wc);
@@ -99,6 +104,7 @@ static struct eldr__watchcore *core_new(const eldr_artifact *a, size_t cap) {
 void eldr__watchst_free(eldr__watchst *w) {
   if (!w) return;
   eldr__watchcore_put(w->core);
+  eldr_rho_ring_free(w->rho);
   free(w->sims);
   free(w->share);
   free(w->nearest);
@@ -215,17 +221,33 @@ void eldr__watch_decode_reply(rq *r, const char *body, size_t len) {
   free(sig);
 }
 
-/* The live rho, recomputed when pairs came in and RHO_RECOMPUTE_S passed
- * (w->mu held). */
-static double live_rho(struct eldr__watchcore *w) {
+/* The live rho, recomputed when pairs came in and RHO_RECOMPUTE_S passed:
+ * the loop that claims the computation copies the pairs under the core's
+ * lock and computes on its copy without it (O(pairs^2 * dim): the other
+ * loops' decisions do not wait for it). */
+static double live_rho(eldr__watchst *w) {
+  struct eldr__watchcore *wc = w->core;
   double now = eldr__now_s();
-  if (w->rho_adds != w->rho_adds_at && now - w->rho_t >= RHO_RECOMPUTE_S) {
-    double rho;
-    w->rho_val = eldr_rho_ring_rho(w->rho, &rho) == 0 ? rho : NAN;
-    w->rho_t = now;
-    w->rho_adds_at = w->rho_adds;
+  pthread_mutex_lock(&wc->mu);
+  int due = wc->rho_adds != wc->rho_adds_at && now - wc->rho_t >= RHO_RECOMPUTE_S;
+  if (due && !w->rho) w->rho = eldr_rho_ring_copy(wc->rho);
+  else if (due) eldr_rho_ring_copy_into(w->rho, wc->rho);
+  if (due && w->rho) {
+    wc->rho_t = now;
+    wc->rho_adds_at = wc->rho_adds;
   }
-  return w->rho_val;
+  double val = wc->rho_val;
+  pthread_mutex_unlock(&wc->mu);
+  if (!due || !w->rho) return val;
+  double rho;
+  val = eldr_rho_ring_rho(w->rho, &rho) == 0 ? rho : NAN;
+  pthread_mutex_lock(&wc->mu);
+  if (now >= wc->rho_val_t) { /* not older than the value there */
+    wc->rho_val = val;
+    wc->rho_val_t = now;
+  }
+  pthread_mutex_unlock(&wc->mu);
+  return val;
 }
 
 /* Everything both views show, computed once per render. */
@@ -246,9 +268,9 @@ static void view_get(eldr_server *s, view *v) {
   struct eldr__watchcore *wc = w->core;
   pthread_mutex_lock(&wc->mu); /* every loop's decisions, in one window */
   eldr_watch_stats_get(wc->win, eldr__now_s(), s->cfg.watch_window_s, s->art->drift_ref, &v->st);
-  v->rho = live_rho(wc);
   v->pairs = eldr_rho_ring_count(wc->rho);
   pthread_mutex_unlock(&wc->mu);
+  v->rho = live_rho(w);
   eldr_watch_capacity_share(w->k, v->n_dec, w->cap);
   v->age = isnan(w->created) ? NAN : (double)time(NULL) - w->created;
   snprintf(v->hash, sizeof v->hash, "%016" PRIx64, w->hash);
