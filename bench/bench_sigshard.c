@@ -24,6 +24,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "eldr/rng.h"
 #include "eldr/sigshard.h"
 
 static const eldr_shape SH = {48, 128, 8};
@@ -41,13 +42,6 @@ static void *xmalloc(size_t n) {
     exit(1);
   }
   return p;
-}
-
-static uint64_t splitmix(uint64_t *x) {
-  uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
 }
 
 typedef struct job {
@@ -72,7 +66,7 @@ static void *run(void *arg) {
   double t0 = wall_s(), t = t0, end = t0 + j->ms / 1e3;
   while (t < end) {
     for (int k = 0; k < 16; k++) {
-      const uint64_t *h = j->hashes + (splitmix(&x) % j->nprompts) * j->nblocks;
+      const uint64_t *h = j->hashes + (eldr_splitmix64(&x) % j->nprompts) * j->nblocks;
       memset(counts, 0, eldr_shape_cells(&SH) * sizeof *counts);
       miss += eldr_sigshard_add_blocks(j->c, h, j->nblocks, counts);
       n += j->nblocks;
@@ -154,7 +148,7 @@ int main(int argc, char **argv) {
   if (!nprompts) nprompts = 1;
   size_t nh = nprompts * (size_t)blocks, T = (size_t)blocks * ELDR_BLOCK_TOKENS;
   uint64_t *hashes = xmalloc(nh * sizeof *hashes), x = 42;
-  for (size_t i = 0; i < nh; i++) hashes[i] = splitmix(&x);
+  for (size_t i = 0; i < nh; i++) hashes[i] = eldr_splitmix64(&x);
   uint8_t *sel = xmalloc(T * SH.num_layers * SH.top_k);
   for (size_t t = 0; t < T; t++)
     for (size_t l = 0; l < SH.num_layers; l++)

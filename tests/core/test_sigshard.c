@@ -13,6 +13,7 @@
 
 #include <cmocka.h>
 
+#include "eldr/rng.h"
 #include "eldr/sigshard.h"
 
 static const eldr_shape SH = {3, 16, 2};
@@ -38,13 +39,7 @@ static uint64_t *make_hashes(size_t n, uint64_t seed) {
   uint64_t *h = malloc(n * sizeof *h);
   assert_non_null(h);
   uint64_t x = seed << 40; /* sequences of different seeds never meet */
-  for (size_t i = 0; i < n; i++) { /* splitmix64: spread over every shard */
-    x += 0x9E3779B97F4A7C15ull;
-    uint64_t z = x;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    h[i] = z ^ (z >> 31);
-  }
+  for (size_t i = 0; i < n; i++) h[i] = eldr_splitmix64(&x); /* spread over every shard */
   return h;
 }
 
