@@ -9,7 +9,8 @@
  * evictions as long as each used block's row is present.
  *
  * Ownership: eldr_sigcache is created by _new and released by _free; it is
- * not thread-safe. Lookups and inserts allocate nothing (fixed capacity,
+ * not thread-safe (eldr/sigshard.h shares one between threads: shards of
+ * it, each behind a mutex). Lookups and inserts allocate nothing (fixed capacity,
  * LRU eviction).
  */
 #ifndef ELDR_SIGCACHE_H

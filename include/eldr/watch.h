@@ -115,6 +115,12 @@ void eldr_rho_ring_free(eldr_rho_ring *r);
  * are L2-normalised here). A zero decode row is not added (returns 0). */
 int eldr_rho_ring_add(eldr_rho_ring *r, const float *sig, const uint32_t *dec_counts);
 size_t eldr_rho_ring_count(const eldr_rho_ring *r);
+/* A new ring holding the same pairs as r (to compute rho on while r goes
+ * on taking pairs); NULL on ENOMEM. */
+eldr_rho_ring *eldr_rho_ring_copy(const eldr_rho_ring *r);
+/* Make dst (from eldr_rho_ring_copy of a ring of the same dimensions) hold
+ * src's pairs again: 0, or ELDR_EINVAL when the dimensions differ. */
+int eldr_rho_ring_copy_into(eldr_rho_ring *dst, const eldr_rho_ring *src);
 /* rho over the pairs held: 0 and *rho, or ELDR_EEMPTY (fewer than 3 pairs,
  * or undefined), ELDR_ENOMEM. */
 int eldr_rho_ring_rho(const eldr_rho_ring *r, double *rho);

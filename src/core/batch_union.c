@@ -26,7 +26,7 @@ void eldr_union_free(eldr_union *u) {
 /* x86-64's baseline has no popcnt instruction: without a clone the builtin
  * is a libgcc call per word. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
-    !defined(__SANITIZE_ADDRESS__)
+    !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 #define UNION_CLONES __attribute__((target_clones("popcnt", "default")))
 #endif
 #ifndef UNION_CLONES

@@ -304,6 +304,24 @@ int eldr_rho_ring_add(eldr_rho_ring *r, const float *sig, const uint32_t *dec_co
 
 size_t eldr_rho_ring_count(const eldr_rho_ring *r) { return r ? r->n : 0; }
 
+int eldr_rho_ring_copy_into(eldr_rho_ring *dst, const eldr_rho_ring *src) {
+  if (!dst || !src || dst->cap != src->cap || dst->sdim != src->sdim || dst->ddim != src->ddim)
+    return ELDR_EINVAL;
+  /* the filled slots are 0 .. n-1 (the ring wraps only once full) */
+  memcpy(dst->sig, src->sig, src->n * src->sdim * sizeof *src->sig);
+  memcpy(dst->dec, src->dec, src->n * src->ddim * sizeof *src->dec);
+  dst->n = src->n;
+  dst->head = src->head;
+  return 0;
+}
+
+eldr_rho_ring *eldr_rho_ring_copy(const eldr_rho_ring *r) {
+  if (!r) return NULL;
+  eldr_rho_ring *c = eldr_rho_ring_new(r->cap, r->sdim, r->ddim);
+  if (c) eldr_rho_ring_copy_into(c, r);
+  return c;
+}
+
 int eldr_rho_ring_rho(const eldr_rho_ring *r, double *rho) {
   if (!r || !rho) return ELDR_EINVAL;
   if (r->n < 3) return ELDR_EEMPTY;

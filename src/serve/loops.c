@@ -24,6 +24,13 @@ eldr__group *eldr__group_new(int n) {
     free(g);
     return NULL;
   }
+  if (eldr__sigshare_init(&g->sigshare)) {
+    pthread_mutex_destroy(&g->mu);
+    pthread_mutex_destroy(&g->logmu);
+    free(g->loops);
+    free(g);
+    return NULL;
+  }
   return g;
 }
 
@@ -34,6 +41,8 @@ void eldr__group_free(eldr__group *g) {
     g->slots = sl->next;
     free(sl);
   }
+  eldr__sigshare_free(&g->sigshare);
+  eldr__watchcore_put(g->watch);
   pthread_mutex_destroy(&g->mu);
   pthread_mutex_destroy(&g->logmu);
   free(g->loops);

@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "eldr/sigcache.h"
+#include "eldr/sigshard.h"
 #include "serve_types.h"
 
 static const char *const dec_name[DEC__N] = {"locality", "load", "none"};
@@ -86,17 +86,13 @@ void eldr__handle_metrics(hconn *c) {
   metrics sum;
   metrics_sum(g, &sum);
   const metrics *m = &sum;
-  eldr__sigpath_publish(&s->sp);
   unsigned long long mism = 0, missing = 0, conns = 0;
-  eldr_sigcache_stats cs = {0};
+  eldr_sigcache_stats cs; /* the one cache every loop shares: read once, not summed */
+  eldr_sigshard_stats_get(s->sp.conf.cache, &cs);
   for (int l = 0; l < g->n; l++) {
     eldr_server *x = g->loops[l];
     mism += x->sp.tokenizer_mismatch;
     missing += x->sp.blocks_missing;
-    cs.rows += x->sp.pub_rows;
-    cs.hits += x->sp.pub_hits;
-    cs.misses += x->sp.pub_misses;
-    cs.evictions += x->sp.pub_evictions;
     conns += x->nconns;
   }
   struct evbuffer *o = evbuffer_new();
@@ -162,9 +158,11 @@ void eldr__handle_metrics(hconn *c) {
                          "# HELP eldr_sigcache_misses_total Prefix-cached blocks whose row the signature cache lacked.\n"
                          "# TYPE eldr_sigcache_misses_total counter\neldr_sigcache_misses_total %llu\n"
                          "# HELP eldr_sigcache_evictions_total Block rows evicted from the signature cache.\n"
-                         "# TYPE eldr_sigcache_evictions_total counter\neldr_sigcache_evictions_total %llu\n",
+                         "# TYPE eldr_sigcache_evictions_total counter\neldr_sigcache_evictions_total %llu\n"
+                         "# HELP eldr_sigcache_lock_waits_total Signature cache operations that waited for a shard another event loop held.\n"
+                         "# TYPE eldr_sigcache_lock_waits_total counter\neldr_sigcache_lock_waits_total %llu\n",
                       cs.rows, (unsigned long long)cs.hits, (unsigned long long)cs.misses,
-                      (unsigned long long)cs.evictions);
+                      (unsigned long long)cs.evictions, (unsigned long long)eldr_sigshard_lock_waits(s->sp.conf.cache));
   evbuffer_add_printf(o, "# HELP eldr_reloads_total Configuration/artifact reloads.\n"
                          "# TYPE eldr_reloads_total counter\neldr_reloads_total{result=\"ok\"} %llu\n"
                          "eldr_reloads_total{result=\"error\"} %llu\n",

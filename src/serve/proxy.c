@@ -486,7 +486,6 @@ static int decide(rq *r, int *fallback) {
     double t0 = eldr__now_s();
     eldr__sigpath_extract(&s->sp, eldr__prefill_reply_root(&r->pr), r->req.api == ELDR__API_CHAT, &r->prompt, &res);
     eldr__histo_add(&s->m.sig, eldr__now_s() - t0);
-    eldr__sigpath_publish(&s->sp); /* hits and misses, for /metrics on any loop */
     if (r->pr.routed_experts) s->re_seen_t = t0;
     have = 1;
     *fallback = res.fallback;

@@ -23,7 +23,9 @@
  * server.c / loops.c); everything here runs on its loop's thread, except
  * what the loops share and say so: slots (atomics, group mutex), each
  * loop's metrics (written by the loop, read by the one rendering
- * /metrics: _Atomic), the group (mutex), the log (serialised).
+ * /metrics: _Atomic), the group (mutex), the log (serialised), the
+ * signature cache (eldr/sigshard.h: a mutex per shard) and the watch
+ * window (status.c: its mutex).
  * Ownership: eldr_server owns its workers (all_workers), connections (conns),
  * artifact, policy, signature path; a connection owns its request (c->r); a
  * request owns its buffers and holds one in-flight reference on the worker
@@ -141,12 +143,15 @@ int eldr__slot_reserve(eldr__slot *sl, uint32_t seen);
 
 /* The loops of one server. Created with loop 0 (the public handle), freed
  * after the last loop. mu guards slots and the reload mailboxes; logmu
- * serialises cfg.log. */
+ * serialises cfg.log; sigshare (its own mutex) holds the signature cache
+ * the loops share, watch (mu) the watch window they share (status.c). */
 struct eldr__group {
   pthread_mutex_t mu, logmu;
   int n;                   /* loops */
   eldr_server **loops;     /* n; [0] is the handle eldr_server_new returned */
   eldr__slot *slots;
+  eldr__sigshare sigshare; /* the signature cache committed last (sigpath.h) */
+  struct eldr__watchcore *watch; /* a reference on the watch committed last, or NULL */
   uint64_t reload_gen;     /* reloads committed so far, any loop (mu) */
 };
 eldr__group *eldr__group_new(int n);
@@ -538,12 +543,22 @@ void eldr__worker_failed(worker *w, const char *why);
 /* Active health checks of every listed worker (timer callback; arg = s). */
 void eldr__health_tick(evutil_socket_t fd, short ev, void *arg);
 
-/* ---- status.c: the watch ------------------------------------------------------ */
-/* The watch for artifact a (NULL: *out NULL, 0), sized by c: ELDR_ENOMEM. */
-int eldr__watchst_new(const eldr_artifact *a, const eldr_serve_config *c, eldr__watchst **out, eldr_diag *d);
+/* ---- status.c: the watch ------------------------------------------------------
+ * The window of decisions and the live-rho pairs (struct eldr__watchcore)
+ * are shared by every loop watching the same artifact text with the same
+ * window size: each loop's eldr__watchst holds a reference and its own
+ * scratch; the core's mutex guards each append and each render. */
+/* The watch for artifact a (NULL: *out NULL, 0), sized by c, on s's loop:
+ * the group's core when it fits, else s's running one, else a new one.
+ * ELDR_ENOMEM. */
+int eldr__watchst_new(eldr_server *s, const eldr_artifact *a, const eldr_serve_config *c, eldr__watchst **out,
+                      eldr_diag *d);
 void eldr__watchst_free(eldr__watchst *w);
-/* Install a reload's watch (cannot fail): the same artifact text keeps the
- * running window, another replaces it. fresh is taken. */
+/* Drop one reference on a core (NULL: no-op); any thread. */
+void eldr__watchcore_put(struct eldr__watchcore *wc);
+/* Install a reload's watch (cannot fail) and offer its core to the other
+ * loops: the same artifact text keeps the running window, another replaces
+ * it. fresh is taken. */
 void eldr__watch_commit(eldr_server *s, eldr__watchst *fresh);
 /* The buffer a decision writes every centroid's similarity into, or NULL. */
 float *eldr__watch_sims(eldr_server *s);

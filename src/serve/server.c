@@ -141,7 +141,7 @@ static int stage_build(eldr_server *s, const eldr_serve_config *base, int reread
   if ((rc = eldr__workers_plan(s, c, &st->wp, d))) goto fail;
   if ((rc = eldr__fps_new(a, c->policy, st->wp.nw[1], &st->fps, d))) goto fail;
   eldr_policy_attach_footprint(&st->pol, st->fps ? st->fps->fp : NULL);
-  if ((rc = eldr__watchst_new(a, c, &st->watch, d))) goto fail;
+  if ((rc = eldr__watchst_new(s, a, c, &st->watch, d))) goto fail;
   return 0;
 fail:
   stage_drop(s, st);
@@ -359,6 +359,7 @@ static int loop_new(const eldr_serve_config *cfg, eldr__group *g, int idx, int p
     rc = eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
     goto fail;
   }
+  s->sp.share = &g->sigshare; /* one signature cache for every loop */
   if ((rc = eldr__dns_init(s, cfg->dns_server, d))) goto fail;
   if (idx == 0) {
     if ((rc = eldr__access_log_open(s, cfg->access_log, d))) goto fail;

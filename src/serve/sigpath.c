@@ -49,8 +49,19 @@ int eldr__sigpath_init(eldr__sigpath *sp, struct event_base *base) {
   return 0;
 }
 
-static void conf_free(eldr__sigconf *c, const eldr_sigcache *keep) {
-  if (c->cache != keep) eldr_sigcache_free(c->cache);
+int eldr__sigshare_init(eldr__sigshare *sh) {
+  sh->cache = NULL;
+  return pthread_mutex_init(&sh->mu, NULL) ? ELDR_ENOMEM : 0;
+}
+
+void eldr__sigshare_free(eldr__sigshare *sh) {
+  eldr_sigshard_free(sh->cache);
+  sh->cache = NULL;
+  pthread_mutex_destroy(&sh->mu);
+}
+
+static void conf_free(eldr__sigconf *c) {
+  eldr_sigshard_free(c->cache);
   free(c->counts);
   free(c->scratch);
   free(c->sig);
@@ -60,7 +71,7 @@ static void conf_free(eldr__sigconf *c, const eldr_sigcache *keep) {
 void eldr__sigpath_free(eldr__sigpath *sp) {
   if (!sp) return;
   if (sp->ev_store) event_free(sp->ev_store);
-  conf_free(&sp->conf, NULL);
+  conf_free(&sp->conf);
   for (unsigned i = 0; i < ELDR__SIG_RING; i++) {
     eldr_reply_experts_free(&sp->ring[i].rex);
     eldr_re_scratch_free(&sp->ring[i].scr);
@@ -80,33 +91,44 @@ int eldr__sigconf_build(const eldr__sigpath *sp, const eldr_artifact *a, size_t 
   out->scratch = malloc(cells * sizeof *out->scratch);
   out->sig = malloc((a->dim ? a->dim : 1) * sizeof *out->sig);
   if (cache_rows) {
-    /* rows hold the masked layers only: keep them while shape and mask stay */
-    const eldr_artifact *old = sp->conf.art;
-    if (sp->conf.cache && old && !memcmp(eldr_sigcache_shape(sp->conf.cache), &a->shape, sizeof a->shape) &&
-        !memcmp(old->mask, a->mask, a->shape.num_layers)) {
-      out->cache = sp->conf.cache;
-    } else {
-      out->cache = eldr_sigcache_new(&a->shape, cache_rows);
-      if (out->cache && eldr_sigcache_set_layer_mask(out->cache, a->mask)) {
-        eldr_sigcache_free(out->cache);
-        out->cache = NULL;
-      }
+    /* rows hold the masked layers only: keep them while shape and mask stay;
+     * the one the other loops use first */
+    if (sp->share) {
+      pthread_mutex_lock(&sp->share->mu);
+      if (eldr_sigshard_fits(sp->share->cache, &a->shape, a->mask, cache_rows))
+        out->cache = eldr_sigshard_ref(sp->share->cache);
+      pthread_mutex_unlock(&sp->share->mu);
     }
+    if (!out->cache && eldr_sigshard_fits(sp->conf.cache, &a->shape, a->mask, cache_rows))
+      out->cache = eldr_sigshard_ref(sp->conf.cache);
+    if (!out->cache)
+      out->cache = eldr_sigshard_new(&a->shape, cache_rows, eldr_sigshard_count_for(cache_rows), a->mask);
   }
   if (!out->counts || !out->scratch || !out->sig || (cache_rows && !out->cache)) {
-    conf_free(out, sp->conf.cache);
+    conf_free(out);
     return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory for the artifact's buffers");
   }
   return 0;
 }
 
-void eldr__sigconf_drop(const eldr__sigpath *sp, eldr__sigconf *c) { conf_free(c, sp->conf.cache); }
+void eldr__sigconf_drop(const eldr__sigpath *sp, eldr__sigconf *c) {
+  (void)sp;
+  conf_free(c);
+}
 
 void eldr__sigpath_commit(eldr__sigpath *sp, eldr__sigconf *c) {
   for (unsigned i = 0; i < ELDR__SIG_RING; i++) sp->ring[i].pending = 0; /* rows of the old shape: drop */
-  conf_free(&sp->conf, c->cache);
+  conf_free(&sp->conf);
   sp->conf = *c;
   memset(c, 0, sizeof *c);
+  if (sp->share) { /* offered to the other loops' next build */
+    pthread_mutex_lock(&sp->share->mu);
+    if (sp->share->cache != sp->conf.cache) {
+      eldr_sigshard_free(sp->share->cache);
+      sp->share->cache = eldr_sigshard_ref(sp->conf.cache);
+    }
+    pthread_mutex_unlock(&sp->share->mu);
+  }
   memset(&sp->spec, 0, sizeof sp->spec);
   if (sp->conf.art) eldr_artifact_sigspec(sp->conf.art, &sp->spec);
 }
@@ -215,7 +237,7 @@ void eldr__sigpath_extract(eldr__sigpath *sp, const void *root, int chat, const 
       res->nblocks = p->nblocks;
       res->hashes = sl->hashes;
       if (first > 0) {
-        size_t miss = eldr_sigcache_add_blocks(c->cache, sl->hashes, first / ELDR_BLOCK_TOKENS, c->counts);
+        size_t miss = eldr_sigshard_add_blocks(c->cache, sl->hashes, first / ELDR_BLOCK_TOKENS, c->counts);
         sp->blocks_missing += miss;
         covered += (first / ELDR_BLOCK_TOKENS - miss) * ELDR_BLOCK_TOKENS;
       }
@@ -236,18 +258,8 @@ void eldr__sigpath_extract(eldr__sigpath *sp, const void *root, int chat, const 
 void eldr__sigpath_store(eldr__sigpath *sp, const eldr__sigres *res) {
   const eldr__sigconf *c = &sp->conf;
   if (!c->cache || res->nblocks == 0 || res->fallback != ELDR__FB_NONE) return;
-  eldr_sigcache_store_blocks(c->cache, res->hashes, res->nblocks, res->first_token, res->view.data,
+  eldr_sigshard_store_blocks(c->cache, res->hashes, res->nblocks, res->first_token, res->view.data,
                              res->view.dtype, res->view.rows, c->scratch, NULL);
-  eldr__sigpath_publish(sp);
-}
-
-void eldr__sigpath_publish(eldr__sigpath *sp) {
-  eldr_sigcache_stats cs;
-  eldr_sigcache_stats_get(sp->conf.cache, &cs);
-  sp->pub_rows = cs.rows;
-  sp->pub_hits = cs.hits;
-  sp->pub_misses = cs.misses;
-  sp->pub_evictions = cs.evictions;
 }
 
 void eldr__sigpath_defer(eldr__sigpath *sp, const eldr__sigres *res) {

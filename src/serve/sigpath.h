@@ -24,20 +24,31 @@
  * eldr__sigconf_build and swapped in with eldr__sigpath_commit (cannot fail),
  * so a reload replaces all of it or none.
  *
+ * The cache (eldr/sigshard.h: sharded, one mutex per shard) is shared by
+ * every sigpath given the same eldr__sigshare (the router's loops): a
+ * build takes the cache committed last by any of them when it fits the
+ * artifact's shape, layer mask and row count, else makes a new one, which
+ * its commit then offers to the others. Stores (deferred or inline) and
+ * lookups go to that one cache, so a prefix stored through one loop is
+ * found by every other.
+ *
  * Ownership: eldr__sigpath owns its buffers (per ring slot: the decoded
  * routed_experts, the reply's views, the block hashes; token ids), the
- * committed configuration's buffers and cache, and its timer. A slot's
+ * committed configuration's buffers, one reference on its cache, and its
+ * timer. A slot's
  * decode buffers are kept for the next reply up to ELDR__SIG_KEEP bytes
  * each (larger ones are freed once stored); the artifact is borrowed (the server owns it and
  * swaps it together with the configuration). eldr__sigpath_free releases
  * everything. Errors: extraction never fails, it reports a fallback reason.
  * Threads: not thread-safe; its loop's thread only, except the _Atomic
- * counters, which any loop reads.
+ * counters, which any loop reads, and the cache, which is thread-safe. An
+ * eldr__sigshare is locked by its own mutex (any thread).
  */
 #ifndef ELDR_SERVE_SIGPATH_H
 #define ELDR_SERVE_SIGPATH_H
 
 #include <event2/event.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -45,7 +56,7 @@
 #include "eldr/error.h"
 #include "eldr/reply_experts.h"
 #include "eldr/routed_experts.h"
-#include "eldr/sigcache.h"
+#include "eldr/sigshard.h"
 #include "eldr/signature.h"
 
 /* Why a request's decode decision fell back to load-only routing. */
@@ -70,7 +81,7 @@ typedef struct eldr__prompt {
 /* The artifact-dependent part, built off to the side. */
 typedef struct eldr__sigconf {
   const eldr_artifact *art; /* borrowed; NULL = no artifact */
-  eldr_sigcache *cache;     /* NULL = no cache; may be the running one, kept */
+  eldr_sigshard *cache;     /* a reference; NULL = no cache */
   uint32_t *counts, *scratch; /* L*E each */
   float *sig;               /* signature dim */
 } eldr__sigconf;
@@ -103,6 +114,15 @@ typedef struct eldr__sigslot {
   int pending;            /* a store waits for the loop */
 } eldr__sigslot;
 
+/* The cache the sigpaths of a group share: the one committed last. */
+typedef struct eldr__sigshare {
+  pthread_mutex_t mu;
+  eldr_sigshard *cache; /* a reference, or NULL */
+} eldr__sigshare;
+/* 0 or ELDR_ENOMEM. _free drops the reference. */
+int eldr__sigshare_init(eldr__sigshare *sh);
+void eldr__sigshare_free(eldr__sigshare *sh);
+
 typedef struct eldr__sigpath {
   eldr__sigconf conf;        /* committed */
   eldr_sigspec spec;         /* of conf.art */
@@ -111,14 +131,11 @@ typedef struct eldr__sigpath {
   uint32_t *ids;             /* token ids of the prompt being tokenised (grown) */
   size_t idscap;
   struct event *ev_store;    /* NULL without a loop: stores wait until their slot is reused */
+  eldr__sigshare *share;     /* borrowed; NULL: the cache is this sigpath's alone */
   /* observations */
   _Atomic int observed_L, observed_K; /* routed_experts shape seen last (0: none yet);
                                        * any loop's reload checks every loop's */
   _Atomic uint64_t tokenizer_mismatch, blocks_missing; /* read by any loop's /metrics */
-  /* the cache's statistics as of its last use (eldr__sigpath_publish), for
-   * the loop rendering /metrics, which sums every loop's */
-  _Atomic size_t pub_rows;
-  _Atomic uint64_t pub_hits, pub_misses, pub_evictions;
   uint64_t stores_deferred;  /* stores run by the loop, after the decode leg left */
   uint64_t stores_inline;    /* stores run by an extraction (the ring was full) */
 } eldr__sigpath;
@@ -129,15 +146,17 @@ int eldr__sigpath_init(eldr__sigpath *sp, struct event_base *base);
 void eldr__sigpath_free(eldr__sigpath *sp);
 
 /* Build the configuration for artifact a (NULL: none) with a cache of
- * cache_rows blocks (0: none). The running cache is kept when shape and
- * layer mask are the same as the committed artifact's. 0 or ELDR_ENOMEM
- * (with d); on error nothing is left allocated. */
+ * cache_rows blocks (0: none). The shared cache (sp->share), else the
+ * running one, is kept when it fits a's shape and layer mask and holds
+ * cache_rows rows. 0 or ELDR_ENOMEM (with d); on error nothing is left
+ * allocated. */
 int eldr__sigconf_build(const eldr__sigpath *sp, const eldr_artifact *a, size_t cache_rows,
                         eldr__sigconf *out, eldr_diag *d);
 /* Drop a built configuration that was not committed. */
 void eldr__sigconf_drop(const eldr__sigpath *sp, eldr__sigconf *c);
 /* Swap c in (cannot fail); the previous configuration is freed and a
- * pending store of its shape dropped. c is emptied. */
+ * pending store of its shape dropped; c's cache becomes the shared one.
+ * c is emptied. */
 void eldr__sigpath_commit(eldr__sigpath *sp, eldr__sigconf *c);
 
 /* Tokenise (when ids is NULL) and hash the prompt: 0 or ELDR_ENOMEM. */
@@ -156,8 +175,6 @@ void eldr__sigpath_extract(eldr__sigpath *sp, const void *root, int chat, const 
 /* Store the rows of the fully computed blocks of an extraction now (res:
  * the last extraction's, or one whose slot was not reused since). */
 void eldr__sigpath_store(eldr__sigpath *sp, const eldr__sigres *res);
-/* Copy the cache's statistics into pub_* (the loop's thread). */
-void eldr__sigpath_publish(eldr__sigpath *sp);
 /* The same for the last extraction, on the next loop turn (batched with any
  * other pending store), or when its slot comes round again. */
 void eldr__sigpath_defer(eldr__sigpath *sp, const eldr__sigres *res);

@@ -3,10 +3,14 @@
  * for the live rho, the artifact's identity; shown on GET /eldr/status
  * (JSON) and as eldr_* lines of /metrics; and POST /admin/reload (token from
  * the config file, constant-time compare, the same all-or-nothing reload as
- * SIGHUP). Loop thread only. */
+ * SIGHUP). Loop thread only, except the window and pairs (struct
+ * eldr__watchcore), which every loop of the group feeds and reads under the
+ * core's mutex. */
 #include <event2/buffer.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,18 +26,34 @@
 #define RHO_SAMPLE_S 0.25
 #define RHO_RECOMPUTE_S 5.0
 
-struct eldr__watchst {
+/* What the loops share: the window and the pairs, with their sampling
+ * state (mu guards everything below it). */
+struct eldr__watchcore {
+  _Atomic size_t refs;
+  uint64_t hash;         /* the artifact text's XXH3-64 */
   size_t k;
+  pthread_mutex_t mu;
   eldr_watch *win;       /* decisions */
   eldr_rho_ring *rho;    /* (signature, decode pattern) pairs */
-  float *sims;           /* k: the decision's similarities (eldr_route_req.sims) */
-  double *share, *nearest, *cap; /* k each: scratch of a render */
-  uint64_t hash;         /* the artifact text's XXH3-64 */
-  double created;        /* unix seconds of fit.created (NAN: absent) */
   double rho_pick_t;     /* last sampled pair (monotonic) */
   size_t rho_tries;      /* requests sampled: the first 2 * RHO_PAIRS all are */
-  double rho_t, rho_val; /* last computation and its value (NAN: undefined) */
+  double rho_t, rho_val; /* last computation claimed, and the value of the
+                          * latest one finished (NAN: undefined) */
+  double rho_val_t;      /* the claim time of rho_val's computation */
   size_t rho_adds, rho_adds_at; /* pairs added, and at the last computation */
+};
+
+/* One loop's view: a reference on the core, and the loop's own buffers. */
+struct eldr__watchst {
+  size_t k;
+  struct eldr__watchcore *core;
+  float *sims;           /* k: the decision's similarities (eldr_route_req.sims) */
+  double *share, *nearest, *cap; /* k each: scratch of a render */
+  eldr_rho_ring *rho;    /* the core's pairs as of this loop's last rho
+                          * computation (made at the first), computed on
+                          * outside the core's lock */
+  uint64_t hash;         /* the artifact text's XXH3-64 */
+  double created;        /* unix seconds of fit.created (NAN: absent) */
 };
 
 static double parse_created(const char *s) {
@@ -43,9 +63,47 @@ static double parse_created(const char *s) {
   return (double)timegm(&tm);
 }
 
+void eldr__watchcore_put(struct eldr__watchcore *wc) {
+  if (!wc || atomic_fetch_sub(&wc->refs, 1) != 1) return;
+  pthread_mutex_destroy(&wc->mu);
+  eldr_watch_free(wc->win);
+  eldr_rho_ring_free(wc->rho);
+  free(wc);
+}
+
+static struct eldr__watchcore *core_get(struct eldr__watchcore *wc) {
+  if (wc) atomic_fetch_add(&wc->refs, 1);
+  return wc;
+}
+
+static int core_fits(const struct eldr__watchcore *wc, const eldr_artifact *a, size_t cap) {
+  return wc && wc->hash == a->text_hash && wc->k == a->k && eldr_watch_cap(wc->win) == cap;
+}
+
+static struct eldr__watchcore *core_new(const eldr_artifact *a, size_t cap) {
+  struct eldr__watchcore *wc = calloc(1, sizeof *wc);
+  if (!wc) return NULL;
+  if (pthread_mutex_init(&wc->mu, NULL)) {
+    free(wc);
+    return NULL;
+  }
+  atomic_init(&wc->refs, 1);
+  wc->hash = a->text_hash;
+  wc->k = a->k;
+  wc->win = eldr_watch_new(cap, a->k);
+  wc->rho = eldr_rho_ring_new(RHO_PAIRS, a->dim, (size_t)a->shape.num_layers * a->shape.num_experts);
+  wc->rho_pick_t = wc->rho_t = wc->rho_val_t = -1e9;
+  wc->rho_val = NAN;
+  if (!wc->win || !wc->rho) {
+    eldr__watchcore_put(wc);
+    return NULL;
+  }
+  return wc;
+}
+
 void eldr__watchst_free(eldr__watchst *w) {
   if (!w) return;
-  eldr_watch_free(w->win);
+  eldr__watchcore_put(w->core);
   eldr_rho_ring_free(w->rho);
   free(w->sims);
   free(w->share);
@@ -54,41 +112,48 @@ void eldr__watchst_free(eldr__watchst *w) {
   free(w);
 }
 
-int eldr__watchst_new(const eldr_artifact *a, const eldr_serve_config *c, eldr__watchst **out, eldr_diag *d) {
+int eldr__watchst_new(eldr_server *s, const eldr_artifact *a, const eldr_serve_config *c, eldr__watchst **out,
+                      eldr_diag *d) {
   *out = NULL;
   if (!a) return 0;
   eldr__watchst *w = calloc(1, sizeof *w);
   if (!w) return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory for the watch");
   w->k = a->k;
-  w->win = eldr_watch_new(c->watch_requests, a->k);
-  w->rho = eldr_rho_ring_new(RHO_PAIRS, a->dim, (size_t)a->shape.num_layers * a->shape.num_experts);
+  /* the window the other loops feed, else this loop's own, else a new one */
+  if (s->grp) {
+    pthread_mutex_lock(&s->grp->mu);
+    if (core_fits(s->grp->watch, a, c->watch_requests)) w->core = core_get(s->grp->watch);
+    pthread_mutex_unlock(&s->grp->mu);
+  }
+  if (!w->core && s->watch && core_fits(s->watch->core, a, c->watch_requests)) w->core = core_get(s->watch->core);
+  if (!w->core) w->core = core_new(a, c->watch_requests);
   w->sims = calloc(a->k, sizeof *w->sims);
   w->share = calloc(a->k, sizeof *w->share);
   w->nearest = calloc(a->k, sizeof *w->nearest);
   w->cap = calloc(a->k, sizeof *w->cap);
-  if (!w->win || !w->rho || !w->sims || !w->share || !w->nearest || !w->cap) {
+  if (!w->core || !w->sims || !w->share || !w->nearest || !w->cap) {
     eldr__watchst_free(w);
     return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory for the watch (%zu decisions)", c->watch_requests);
   }
   w->hash = a->text_hash;
   w->created = parse_created(a->created);
-  w->rho_pick_t = w->rho_t = -1e9;
-  w->rho_val = NAN;
   *out = w;
   return 0;
 }
 
 void eldr__watch_commit(eldr_server *s, eldr__watchst *fresh) {
-  eldr__watchst *old = s->watch;
-  /* the same artifact file again (a reload of the config only): the window
-   * and the pairs go on */
-  if (old && fresh && old->hash == fresh->hash && old->k == fresh->k &&
-      eldr_watch_cap(old->win) == eldr_watch_cap(fresh->win)) {
-    eldr__watchst_free(fresh);
-    return;
-  }
-  eldr__watchst_free(old);
+  /* the same artifact file again (a reload of the config only) built on the
+   * running core: the window and the pairs go on */
+  eldr__watchst_free(s->watch);
   s->watch = fresh;
+  struct eldr__watchcore *wc = fresh ? fresh->core : NULL;
+  if (!s->grp) return;
+  pthread_mutex_lock(&s->grp->mu);
+  if (s->grp->watch != wc) { /* offered to the other loops' next build */
+    eldr__watchcore_put(s->grp->watch);
+    s->grp->watch = core_get(wc);
+  }
+  pthread_mutex_unlock(&s->grp->mu);
 }
 
 float *eldr__watch_sims(eldr_server *s) { return s->watch ? s->watch->sims : NULL; }
@@ -98,16 +163,20 @@ void eldr__watch_decision(rq *r, const eldr_decision *dec, const float *sig) {
   eldr__watchst *w = s->watch;
   if (!w || !sig || dec->fallback != ELDR_FALLBACK_NONE || s->cfg.policy != ELDR_POLICY_ELDR) return;
   double now = eldr__now_s();
-  eldr_watch_add(w->win, now, w->sims, dec->centroid);
+  struct eldr__watchcore *wc = w->core;
+  pthread_mutex_lock(&wc->mu);
+  eldr_watch_add(wc->win, now, w->sims, dec->centroid);
   /* a pair for the live rho, when the decode reply brings its rows */
-  if ((w->rho_tries < 2 * RHO_PAIRS || now - w->rho_pick_t >= RHO_SAMPLE_S) && !r->wsig) {
-    size_t dim = s->art->dim;
-    if ((r->wsig = malloc(dim * sizeof *r->wsig))) {
-      memcpy(r->wsig, sig, dim * sizeof *r->wsig);
-      r->wsig_hash = w->hash;
-      w->rho_pick_t = now;
-      w->rho_tries++;
-    }
+  int pick = (wc->rho_tries < 2 * RHO_PAIRS || now - wc->rho_pick_t >= RHO_SAMPLE_S) && !r->wsig;
+  if (pick) {
+    wc->rho_pick_t = now;
+    wc->rho_tries++;
+  }
+  pthread_mutex_unlock(&wc->mu);
+  size_t dim = s->art->dim;
+  if (pick && (r->wsig = malloc(dim * sizeof *r->wsig))) {
+    memcpy(r->wsig, sig, dim * sizeof *r->wsig);
+    r->wsig_hash = w->hash;
   }
 }
 
@@ -141,25 +210,44 @@ void eldr__watch_decode_reply(rq *r, const char *body, size_t len) {
       g.rows = pv->rows - skip;
     }
     if (g.data && g.rows && (counts = calloc(LE, sizeof *counts)) &&
-        eldr_counts_accumulate(&a->shape, g.data, g.dtype, g.rows, counts, NULL) == 0 &&
-        eldr_rho_ring_add(w->rho, sig, counts) == 0)
-      w->rho_adds++;
+        eldr_counts_accumulate(&a->shape, g.data, g.dtype, g.rows, counts, NULL) == 0) {
+      pthread_mutex_lock(&w->core->mu);
+      if (eldr_rho_ring_add(w->core->rho, sig, counts) == 0) w->core->rho_adds++;
+      pthread_mutex_unlock(&w->core->mu);
+    }
   }
   eldr_reply_experts_free(&rex);
   free(counts);
   free(sig);
 }
 
-/* The live rho, recomputed when pairs came in and RHO_RECOMPUTE_S passed. */
+/* The live rho, recomputed when pairs came in and RHO_RECOMPUTE_S passed:
+ * the loop that claims the computation copies the pairs under the core's
+ * lock and computes on its copy without it (O(pairs^2 * dim): the other
+ * loops' decisions do not wait for it). */
 static double live_rho(eldr__watchst *w) {
+  struct eldr__watchcore *wc = w->core;
   double now = eldr__now_s();
-  if (w->rho_adds != w->rho_adds_at && now - w->rho_t >= RHO_RECOMPUTE_S) {
-    double rho;
-    w->rho_val = eldr_rho_ring_rho(w->rho, &rho) == 0 ? rho : NAN;
-    w->rho_t = now;
-    w->rho_adds_at = w->rho_adds;
+  pthread_mutex_lock(&wc->mu);
+  int due = wc->rho_adds != wc->rho_adds_at && now - wc->rho_t >= RHO_RECOMPUTE_S;
+  if (due && !w->rho) w->rho = eldr_rho_ring_copy(wc->rho);
+  else if (due) eldr_rho_ring_copy_into(w->rho, wc->rho);
+  if (due && w->rho) {
+    wc->rho_t = now;
+    wc->rho_adds_at = wc->rho_adds;
   }
-  return w->rho_val;
+  double val = wc->rho_val;
+  pthread_mutex_unlock(&wc->mu);
+  if (!due || !w->rho) return val;
+  double rho;
+  val = eldr_rho_ring_rho(w->rho, &rho) == 0 ? rho : NAN;
+  pthread_mutex_lock(&wc->mu);
+  if (now >= wc->rho_val_t) { /* not older than the value there */
+    wc->rho_val = val;
+    wc->rho_val_t = now;
+  }
+  pthread_mutex_unlock(&wc->mu);
+  return val;
 }
 
 /* Everything both views show, computed once per render. */
@@ -167,6 +255,7 @@ typedef struct view {
   eldr_watch_stats st;
   size_t n_dec;
   double age, rho;
+  size_t pairs; /* behind rho */
   char hash[20];
 } view;
 
@@ -176,10 +265,14 @@ static void view_get(eldr_server *s, view *v) {
   v->n_dec = s->nw[ROLE_DECODE];
   v->st.share = w->share;
   v->st.nearest = w->nearest;
-  eldr_watch_stats_get(w->win, eldr__now_s(), s->cfg.watch_window_s, s->art->drift_ref, &v->st);
+  struct eldr__watchcore *wc = w->core;
+  pthread_mutex_lock(&wc->mu); /* every loop's decisions, in one window */
+  eldr_watch_stats_get(wc->win, eldr__now_s(), s->cfg.watch_window_s, s->art->drift_ref, &v->st);
+  v->pairs = eldr_rho_ring_count(wc->rho);
+  pthread_mutex_unlock(&wc->mu);
+  v->rho = live_rho(w);
   eldr_watch_capacity_share(w->k, v->n_dec, w->cap);
   v->age = isnan(w->created) ? NAN : (double)time(NULL) - w->created;
-  v->rho = live_rho(w);
   snprintf(v->hash, sizeof v->hash, "%016" PRIx64, w->hash);
 }
 
@@ -234,7 +327,7 @@ void eldr__watch_metrics(eldr_server *s, struct evbuffer *o) {
                          "eldr_live_rho_pairs %zu\n"
                          "# HELP eldr_artifact_fit_rho rho measured by the fit.\n# TYPE eldr_artifact_fit_rho gauge\n"
                          "eldr_artifact_fit_rho %s\n",
-                      x[0], eldr_rho_ring_count(w->rho), x[1]);
+                      x[0], v.pairs, x[1]);
 }
 
 static json_t *jnum(double x) { return isfinite(x) ? json_real(x) : json_null(); }
@@ -293,7 +386,7 @@ void eldr__handle_status(hconn *c) {
                                                     : "fewer decisions in the window than min_requests"));
     json_object_set_new(o, "drift", dr);
     json_object_set_new(o, "rho", json_pack("{sosIso}", "live", jnum(v.rho), "pairs",
-                                            (json_int_t)eldr_rho_ring_count(w->rho), "fit", jnum(a->fit_rho)));
+                                            (json_int_t)v.pairs, "fit", jnum(a->fit_rho)));
   }
   char *txt = json_dumps(o, JSON_COMPACT);
   json_decref(o);

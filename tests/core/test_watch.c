@@ -144,6 +144,27 @@ static void test_rho_ring(void **st) {
   assert_int_equal(eldr_rho_ring_count(r), 8);
   assert_int_equal(eldr_rho_ring_rho(r, &rho), 0);
   if (!(rho > 0.95)) fail_msg("rho %g", rho);
+  /* a copy gives the same rho; copy_into follows the ring's later pairs */
+  eldr_rho_ring *c = eldr_rho_ring_copy(r);
+  assert_non_null(c);
+  double rc;
+  assert_int_equal(eldr_rho_ring_count(c), 8);
+  assert_int_equal(eldr_rho_ring_rho(c, &rc), 0);
+  assert_true(rc == rho);
+  float anti[2] = {0, 1};
+  uint32_t across[2] = {1000, 0};
+  for (int i = 0; i < 4; i++) assert_int_equal(eldr_rho_ring_add(r, anti, across), 0); /* against the pattern */
+  double after;
+  assert_int_equal(eldr_rho_ring_rho(r, &after), 0);
+  assert_true(after != rho);
+  assert_int_equal(eldr_rho_ring_copy_into(c, r), 0);
+  assert_int_equal(eldr_rho_ring_rho(c, &rc), 0);
+  assert_true(rc == after);
+  eldr_rho_ring *other = eldr_rho_ring_new(8, 3, 2);
+  assert_int_equal(eldr_rho_ring_copy_into(other, r), ELDR_EINVAL);
+  assert_null(eldr_rho_ring_copy(NULL));
+  eldr_rho_ring_free(other);
+  eldr_rho_ring_free(c);
   eldr_rho_ring_free(r);
 }
 

@@ -78,7 +78,6 @@ static void env_start(env *e, const uint8_t *mask, int computed_only, double sam
   c->record_dir = strdup(e->dir);
   c->record_sample = sample;
   c->record_queue = queue;
-  if (!strcmp(tag, "cache")) c->threads = 1; /* the signature cache is per loop */
   sf_run(&e->s);
 }
 

@@ -388,7 +388,6 @@ static void test_sigcache_completion(void **st) {
   sf_rig g;
   rig(&g, 1, &pb, 2, NULL);
   fx_worker *p = g.p[0], *d0 = g.d[0], *d1 = g.d[1];
-  g.c.threads = 1; /* the signature cache is per loop */
   g.c.policy = ELDR_POLICY_ELDR;
   g.c.artifact = strdup(art);
   sf_run(&g);

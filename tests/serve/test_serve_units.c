@@ -695,12 +695,12 @@ static void test_sigpath_deferred_store(void **st) {
     assert_int_equal(eldr_counts_accumulate(&sh, sel[q], ELDR_SEL_U16, T, expect, NULL), 0);
     assert_memory_equal(res.counts, expect, sizeof expect);
     eldr__sigpath_defer(&sp, &res);
-    eldr_sigcache_stats_get(sp.conf.cache, &cs);
+    eldr_sigshard_stats_get(sp.conf.cache, &cs);
     assert_int_equal(cs.rows, 0); /* not on this request's path, nor the next one's */
   }
   assert_int_equal(sp.stores_inline, 0);
   event_base_loop(base, EVLOOP_NONBLOCK); /* the loop turns: every pending store, in one batch */
-  eldr_sigcache_stats_get(sp.conf.cache, &cs);
+  eldr_sigshard_stats_get(sp.conf.cache, &cs);
   assert_int_equal(cs.rows, 3 * ELDR__SIG_RING);
   assert_int_equal(sp.stores_deferred, ELDR__SIG_RING);
   /* prompt 0 again: the engine computed only its last block */
@@ -721,7 +721,7 @@ static void test_sigpath_deferred_store(void **st) {
   }
   assert_int_equal(sp.stores_inline, 1);
   eldr__sigpath_flush(&sp);
-  eldr_sigcache_stats_get(sp.conf.cache, &cs);
+  eldr_sigshard_stats_get(sp.conf.cache, &cs);
   assert_int_equal(cs.rows, 3 * NP);
   for (int q = 0; q < NP; q++) {
     eldr__prompt_free(&pr[q]);

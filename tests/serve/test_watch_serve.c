@@ -78,8 +78,9 @@ static void rig_write(const rig *g, const char *art) {
 
 /* A router with one prefill and nd decoders, policy eldr on artifact art;
  * extra: more config keys. The config is a file (re-read on reloads). */
-/* threads: 1 for tests that count what the watch saw (its window is per
- * event loop), 0 (one loop per core) for the reload tests */
+/* threads: 2 for tests that count what the watch saw (its window is
+ * shared: the counts are every loop's), 0 (one loop per core) for the
+ * reload tests */
 static void rig_start_n(rig *g, int nd, const char *art, const char *extra, int signals, int threads) {
   memset(g, 0, sizeof *g);
   g->pb = fx_defaults();
@@ -138,7 +139,7 @@ static void test_status_and_drift(void **st) {
   snprintf(art2, sizeof art2, "/tmp/eldr_test_%d_watch_ref.json", (int)getpid());
   char *lo = routed(3, 0), *hi = routed(3, 6);
   rig g;
-  rig_start(&g, art, ",\"watch_window\":0,\"watch_requests\":100,\"admin_token\":\"" TOKEN "\"", 0, 1);
+  rig_start(&g, art, ",\"watch_window\":0,\"watch_requests\":100,\"admin_token\":\"" TOKEN "\"", 0, 2);
   int port = g.s.r.port;
   for (int i = 0; i < 30; i++) {
     send_mix(&g, lo, 1);
@@ -214,7 +215,7 @@ static void test_live_rho(void **st) {
   char *art = fx_artifact(&SH, "watch_rho");
   char *lo = routed(3, 0), *hi = routed(3, 6), *dlo = routed(5, 0), *dhi = routed(5, 6);
   rig g;
-  rig_start(&g, art, "", 0, 1);
+  rig_start(&g, art, "", 0, 2);
   fx_behaviour db = fx_defaults();
   for (int i = 0; i < 6; i++) {
     int up = i % 2;
@@ -398,7 +399,7 @@ static void test_k_ne_d(void **st) {
   char *art = fx_artifact(&SH, "watch_knd");
   char *lo = routed(3, 0), *hi = routed(3, 6);
   rig g;
-  rig_start_n(&g, 3, art, "", 0, 1);
+  rig_start_n(&g, 3, art, "", 0, 2);
   int port = g.s.r.port;
   send_mix(&g, lo, 4);
   assert_int_equal(fx_count(g.s.d[1], "/v1/completions"), 0);

@@ -1,0 +1,73 @@
+/* eldr/sigshard.h — the block-granular signature cache (eldr/sigcache.h)
+ * shared by threads: split into shards by block hash, each an
+ * eldr_sigcache behind its own mutex, so operations on blocks of different
+ * shards never wait for each other. The router's event loops share one
+ * (docs/architecture.md, "Threads").
+ *
+ * Memory is bounded as the single cache's: the capacity is split over the
+ * shards (shard i holds capacity / n rows, the first capacity % n one
+ * more), and each shard evicts its own least recently used row, so
+ * eviction is LRU within a shard (approximately LRU overall: block hashes
+ * spread evenly over the shards).
+ *
+ * Ownership: eldr_sigshard_new returns one reference; eldr_sigshard_ref
+ * adds one, eldr_sigshard_free drops one and frees the cache with the last.
+ * Errors: NULL from _new on bad arguments or ENOMEM; the operations return
+ * those of eldr/sigcache.h. Threads: every function may be called from any
+ * thread at once, except that the cache must not be used after its last
+ * reference is dropped. Lookups and stores allocate nothing.
+ */
+#ifndef ELDR_SIGSHARD_H
+#define ELDR_SIGSHARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "eldr/sigcache.h"
+
+typedef struct eldr_sigshard eldr_sigshard;
+
+#define ELDR_SIGSHARD_MAX 64 /* shards at most */
+
+/* The shard count for a capacity: a power of two, at most
+ * ELDR_SIGSHARD_MAX, with at least ELDR_SIGSHARD_MIN_ROWS rows per shard
+ * (1 for a smaller capacity: small caches keep exact LRU). */
+#define ELDR_SIGSHARD_MIN_ROWS 256
+unsigned eldr_sigshard_count_for(size_t capacity);
+
+/* A cache of capacity rows in nshards shards (a power of two in
+ * [1, ELDR_SIGSHARD_MAX], at most capacity) for the layers with mask[l]
+ * != 0 (L flags, copied; NULL: all layers). NULL on bad arguments or ENOMEM. */
+eldr_sigshard *eldr_sigshard_new(const eldr_shape *shape, size_t capacity, unsigned nshards,
+                                 const uint8_t *mask);
+eldr_sigshard *eldr_sigshard_ref(eldr_sigshard *c);
+void eldr_sigshard_free(eldr_sigshard *c);
+
+/* 1 when c's rows are valid for shape and mask (NULL: all layers) and c
+ * holds capacity rows: a cache that can be kept across a reload. */
+int eldr_sigshard_fits(const eldr_sigshard *c, const eldr_shape *shape, const uint8_t *mask,
+                       size_t capacity);
+const eldr_shape *eldr_sigshard_shape(const eldr_sigshard *c);
+unsigned eldr_sigshard_nshards(const eldr_sigshard *c);
+
+/* eldr_sigcache_add_blocks over the shards: the rows of hashes[0..nblocks)
+ * added into counts (L*E); the number of blocks whose row was missing. */
+size_t eldr_sigshard_add_blocks(eldr_sigshard *c, const uint64_t *hashes, size_t nblocks,
+                                uint32_t *counts);
+
+/* eldr_sigcache_store_blocks over the shards (same arguments and errors;
+ * scratch: L*E uint32, the caller's, left zeroed). Each block is counted
+ * and stored under its shard's lock. */
+int eldr_sigshard_store_blocks(eldr_sigshard *c, const uint64_t *hashes, size_t nblocks,
+                               size_t first_token, const void *raw, eldr_sel_dtype dtype,
+                               size_t nrows, uint32_t *scratch, size_t *stored);
+
+/* The statistics of every shard summed (each shard read under its lock). */
+void eldr_sigshard_stats_get(eldr_sigshard *c, eldr_sigcache_stats *s);
+
+/* Times an operation found its shard locked by another thread and waited
+ * (all shards, since creation; 0 for NULL): the contention sharding keeps
+ * low. */
+uint64_t eldr_sigshard_lock_waits(const eldr_sigshard *c);
+
+#endif

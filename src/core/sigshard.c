@@ -1,0 +1,189 @@
+/* sigshard.c — the signature cache shared by threads (eldr/sigshard.h):
+ * eldr_sigcache shards, each behind its own mutex, chosen by the block
+ * hash's top bits (the shard's own index hashes the low ones). */
+#include "eldr/sigshard.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* One shard per cache line: two threads locking neighbouring shards do not
+ * share a line. */
+typedef struct shard {
+  _Alignas(64) pthread_mutex_t mu;
+  eldr_sigcache *c;
+  _Atomic uint64_t waits; /* locks that found mu taken */
+} shard;
+
+/* Lock a shard, counting the times another thread held it. */
+static void shard_lock(shard *s) {
+  if (pthread_mutex_trylock(&s->mu) == 0) return;
+  atomic_fetch_add_explicit(&s->waits, 1, memory_order_relaxed);
+  pthread_mutex_lock(&s->mu);
+}
+
+struct eldr_sigshard {
+  shard *sh;        /* n, 64-byte aligned */
+  unsigned n, bits; /* n = 2^bits */
+  eldr_shape shape;
+  size_t capacity;
+  uint8_t *mask;    /* L flags, or NULL = all layers */
+  _Atomic size_t refs;
+};
+
+unsigned eldr_sigshard_count_for(size_t capacity) {
+  unsigned n = 1;
+  while (n < ELDR_SIGSHARD_MAX && capacity / (2 * n) >= ELDR_SIGSHARD_MIN_ROWS) n *= 2;
+  return n;
+}
+
+/* A copy of mask, NULL for none or one of every layer (no mask). */
+static int mask_copy(const eldr_shape *s, const uint8_t *mask, uint8_t **out) {
+  *out = NULL;
+  size_t l = 0;
+  while (mask && l < s->num_layers && mask[l]) l++;
+  if (!mask || l == s->num_layers) return 0;
+  if (!(*out = malloc(s->num_layers))) return -1;
+  memcpy(*out, mask, s->num_layers);
+  return 0;
+}
+
+static inline shard *shard_of(const eldr_sigshard *c, uint64_t h) {
+  return &c->sh[c->bits ? (size_t)(h >> (64 - c->bits)) : 0];
+}
+
+eldr_sigshard *eldr_sigshard_new(const eldr_shape *shape, size_t capacity, unsigned nshards,
+                                 const uint8_t *mask) {
+  if (!shape || eldr_shape_validate(shape, NULL) != 0 || nshards == 0 || nshards > ELDR_SIGSHARD_MAX ||
+      (nshards & (nshards - 1)) || capacity < nshards)
+    return NULL;
+  eldr_sigshard *c = calloc(1, sizeof *c);
+  if (!c) return NULL;
+  c->shape = *shape;
+  c->capacity = capacity;
+  c->n = nshards;
+  while ((1u << c->bits) < nshards) c->bits++;
+  atomic_init(&c->refs, 1);
+  void *mem = NULL;
+  if (posix_memalign(&mem, 64, nshards * sizeof *c->sh)) {
+    free(c);
+    return NULL;
+  }
+  c->sh = memset(mem, 0, nshards * sizeof *c->sh);
+  int ok = mask_copy(shape, mask, &c->mask) == 0;
+  unsigned made = 0;
+  for (; ok && made < nshards; made++) {
+    size_t rows = capacity / nshards + (made < capacity % nshards);
+    shard *s = &c->sh[made];
+    if (!(s->c = eldr_sigcache_new(shape, rows)) || eldr_sigcache_set_layer_mask(s->c, c->mask) ||
+        pthread_mutex_init(&s->mu, NULL)) {
+      eldr_sigcache_free(s->c);
+      ok = 0;
+      break;
+    }
+  }
+  if (!ok) {
+    for (unsigned i = 0; i < made; i++) {
+      pthread_mutex_destroy(&c->sh[i].mu);
+      eldr_sigcache_free(c->sh[i].c);
+    }
+    free(c->sh);
+    free(c->mask);
+    free(c);
+    return NULL;
+  }
+  return c;
+}
+
+eldr_sigshard *eldr_sigshard_ref(eldr_sigshard *c) {
+  if (c) atomic_fetch_add_explicit(&c->refs, 1, memory_order_relaxed);
+  return c;
+}
+
+void eldr_sigshard_free(eldr_sigshard *c) {
+  if (!c || atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) != 1) return;
+  for (unsigned i = 0; i < c->n; i++) {
+    pthread_mutex_destroy(&c->sh[i].mu);
+    eldr_sigcache_free(c->sh[i].c);
+  }
+  free(c->sh);
+  free(c->mask);
+  free(c);
+}
+
+int eldr_sigshard_fits(const eldr_sigshard *c, const eldr_shape *shape, const uint8_t *mask,
+                       size_t capacity) {
+  if (!c || !shape || c->capacity != capacity || memcmp(&c->shape, shape, sizeof *shape)) return 0;
+  uint8_t *m = NULL;
+  if (mask_copy(shape, mask, &m)) return 0;
+  int same = (!m && !c->mask) || (m && c->mask && !memcmp(m, c->mask, shape->num_layers));
+  free(m);
+  return same;
+}
+
+const eldr_shape *eldr_sigshard_shape(const eldr_sigshard *c) { return c ? &c->shape : NULL; }
+unsigned eldr_sigshard_nshards(const eldr_sigshard *c) { return c ? c->n : 0; }
+
+size_t eldr_sigshard_add_blocks(eldr_sigshard *c, const uint64_t *hashes, size_t nblocks,
+                                uint32_t *counts) {
+  size_t missing = 0;
+  for (size_t b = 0; b < nblocks; b++) {
+    shard *s = shard_of(c, hashes[b]);
+    shard_lock(s);
+    int rc = eldr_sigcache_add(s->c, hashes[b], counts);
+    pthread_mutex_unlock(&s->mu);
+    missing += rc != 0;
+  }
+  return missing;
+}
+
+int eldr_sigshard_store_blocks(eldr_sigshard *c, const uint64_t *hashes, size_t nblocks,
+                               size_t first_token, const void *raw, eldr_sel_dtype dtype,
+                               size_t nrows, uint32_t *scratch, size_t *stored) {
+  if (stored) *stored = 0;
+  if (!c || (!hashes && nblocks) || (!raw && nrows) || !scratch) return ELDR_EINVAL;
+  const size_t row_bytes = (size_t)c->shape.num_layers * c->shape.top_k * eldr_sel_dtype_size(dtype);
+  size_t n = 0;
+  for (size_t b = (first_token + ELDR_BLOCK_TOKENS - 1) / ELDR_BLOCK_TOKENS; b < nblocks; b++) {
+    size_t t0 = b * ELDR_BLOCK_TOKENS;
+    if (t0 + ELDR_BLOCK_TOKENS > first_token + nrows) break;
+    const unsigned char *p = (const unsigned char *)raw + (t0 - first_token) * row_bytes;
+    shard *s = shard_of(c, hashes[b]);
+    size_t one = 0;
+    shard_lock(s);
+    /* the block alone: hash b as block 0 of a prompt starting at t0 */
+    int rc = eldr_sigcache_store_blocks(s->c, hashes + b, 1, 0, p, dtype, ELDR_BLOCK_TOKENS, scratch, &one);
+    pthread_mutex_unlock(&s->mu);
+    n += one;
+    if (rc != 0) {
+      if (stored) *stored = n;
+      return rc;
+    }
+  }
+  if (stored) *stored = n;
+  return ELDR_OK;
+}
+
+uint64_t eldr_sigshard_lock_waits(const eldr_sigshard *c) {
+  uint64_t n = 0;
+  for (unsigned i = 0; c && i < c->n; i++) n += atomic_load_explicit(&c->sh[i].waits, memory_order_relaxed);
+  return n;
+}
+
+void eldr_sigshard_stats_get(eldr_sigshard *c, eldr_sigcache_stats *s) {
+  if (!s) return;
+  memset(s, 0, sizeof *s);
+  if (!c) return;
+  for (unsigned i = 0; i < c->n; i++) {
+    eldr_sigcache_stats x;
+    shard_lock(&c->sh[i]);
+    eldr_sigcache_stats_get(c->sh[i].c, &x);
+    pthread_mutex_unlock(&c->sh[i].mu);
+    s->rows += x.rows;
+    s->capacity += x.capacity;
+    s->hits += x.hits;
+    s->misses += x.misses;
+    s->evictions += x.evictions;
+  }
+}

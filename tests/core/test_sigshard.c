@@ -1,0 +1,239 @@
+/* test_sigshard.c — the signature cache shared by threads (eldr/sigshard.h):
+ * the same rows and counts as one eldr_sigcache, memory bounded by the
+ * capacity split over the shards, the reuse check of a reload, references,
+ * bad arguments, and two threads storing and reading across each other's
+ * blocks at once (exact counts afterwards; run under -DELDR_TSAN=ON too). */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "eldr/rng.h"
+#include "eldr/sigshard.h"
+
+static const eldr_shape SH = {3, 16, 2};
+#define LK (3 * 2)
+#define CELLS (3 * 16)
+
+/* Selections of nblocks blocks: block b's tokens pick experts that depend
+ * on b (two distinct ones per layer). */
+static uint16_t *make_sel(size_t nblocks, unsigned salt) {
+  size_t n = nblocks * ELDR_BLOCK_TOKENS;
+  uint16_t *sel = malloc(n * LK * sizeof *sel);
+  assert_non_null(sel);
+  for (size_t t = 0; t < n; t++)
+    for (size_t l = 0; l < 3; l++) {
+      uint16_t e = (uint16_t)((t / ELDR_BLOCK_TOKENS * 7 + t * 3 + l + salt) % 16);
+      sel[t * LK + l * 2] = e;
+      sel[t * LK + l * 2 + 1] = (uint16_t)((e + 1 + t % 5) % 16);
+    }
+  return sel;
+}
+
+static uint64_t *make_hashes(size_t n, uint64_t seed) {
+  uint64_t *h = malloc(n * sizeof *h);
+  assert_non_null(h);
+  uint64_t x = seed << 40; /* sequences of different seeds never meet */
+  for (size_t i = 0; i < n; i++) h[i] = eldr_splitmix64(&x); /* spread over every shard */
+  return h;
+}
+
+static void test_same_as_one_cache(void **st) {
+  (void)st;
+  enum { NB = 40 };
+  uint16_t *sel = make_sel(NB, 1);
+  uint64_t *h = make_hashes(NB, 1);
+  const uint8_t mask[3] = {1, 0, 1};
+  eldr_sigshard *sc = eldr_sigshard_new(&SH, 1024, 8, mask);
+  eldr_sigcache *one = eldr_sigcache_new(&SH, 1024);
+  assert_non_null(sc);
+  assert_non_null(one);
+  assert_int_equal(eldr_sigcache_set_layer_mask(one, mask), 0);
+  assert_int_equal(eldr_sigshard_nshards(sc), 8);
+  uint32_t scratch[CELLS] = {0};
+  size_t stored = 0;
+  /* a prompt whose first 5 tokens were cached: blocks 1.. are computed */
+  size_t first = 5;
+  const uint16_t *raw = sel + first * LK;
+  assert_int_equal(eldr_sigshard_store_blocks(sc, h, NB, first, raw, ELDR_SEL_U16, NB * ELDR_BLOCK_TOKENS - first,
+                                              scratch, &stored),
+                   0);
+  assert_int_equal(stored, NB - 1);
+  for (size_t i = 0; i < CELLS; i++) assert_int_equal(scratch[i], 0);
+  assert_int_equal(eldr_sigcache_store_blocks(one, h, NB, first, raw, ELDR_SEL_U16, NB * ELDR_BLOCK_TOKENS - first,
+                                              scratch, &stored),
+                   0);
+  uint32_t a[CELLS] = {0}, b[CELLS] = {0};
+  assert_int_equal(eldr_sigshard_add_blocks(sc, h, NB, a), 1); /* block 0 was never computed */
+  assert_int_equal(eldr_sigcache_add_blocks(one, h, NB, b), 1);
+  assert_memory_equal(a, b, sizeof a);
+  for (size_t e = 0; e < 16; e++) assert_int_equal(a[16 + e], 0); /* layer 1 is outside the mask */
+  eldr_sigcache_stats s;
+  eldr_sigshard_stats_get(sc, &s);
+  assert_int_equal(s.rows, NB - 1);
+  assert_int_equal(s.capacity, 1024);
+  assert_int_equal(s.hits, NB - 1);
+  assert_int_equal(s.misses, 1);
+  assert_int_equal(s.evictions, 0);
+  assert_int_equal(eldr_sigshard_lock_waits(sc), 0); /* one thread never waits */
+  assert_int_equal(eldr_sigshard_lock_waits(NULL), 0);
+  /* a row repeating an expert past 127 is refused as the single cache refuses it:
+   * not possible with 16 tokens x top-2; an expert id out of range is */
+  uint16_t bad[ELDR_BLOCK_TOKENS * LK];
+  memcpy(bad, sel, sizeof bad);
+  bad[4] = 99;
+  assert_int_equal(eldr_sigshard_store_blocks(sc, h, 1, 0, bad, ELDR_SEL_U16, ELDR_BLOCK_TOKENS, scratch, &stored),
+                   ELDR_ERANGE);
+  assert_int_equal(stored, 0);
+  eldr_sigshard_free(sc);
+  eldr_sigcache_free(one);
+  free(sel);
+  free(h);
+}
+
+static void test_bounded_and_evicting(void **st) {
+  (void)st;
+  enum { NB = 300, CAP = 100 };
+  uint16_t *sel = make_sel(NB, 2);
+  uint64_t *h = make_hashes(NB, 2);
+  eldr_sigshard *sc = eldr_sigshard_new(&SH, CAP, 16, NULL);
+  assert_non_null(sc);
+  uint32_t scratch[CELLS] = {0};
+  size_t stored = 0;
+  assert_int_equal(eldr_sigshard_store_blocks(sc, h, NB, 0, sel, ELDR_SEL_U16, NB * ELDR_BLOCK_TOKENS, scratch,
+                                              &stored),
+                   0);
+  assert_int_equal(stored, NB);
+  eldr_sigcache_stats s;
+  eldr_sigshard_stats_get(sc, &s);
+  assert_true(s.rows <= CAP); /* every shard full at most */
+  assert_int_equal(s.capacity, CAP);
+  assert_int_equal(s.rows + s.evictions, NB);
+  /* the last block stored is the most recent of its shard: still there */
+  uint32_t c[CELLS] = {0};
+  assert_int_equal(eldr_sigshard_add_blocks(sc, h + NB - 1, 1, c), 0);
+  eldr_sigshard_free(sc);
+  free(sel);
+  free(h);
+}
+
+static void test_fits_count_refs_and_bad_args(void **st) {
+  (void)st;
+  assert_int_equal(eldr_sigshard_count_for(1), 1);
+  assert_int_equal(eldr_sigshard_count_for(2 * ELDR_SIGSHARD_MIN_ROWS - 1), 1);
+  assert_int_equal(eldr_sigshard_count_for(2 * ELDR_SIGSHARD_MIN_ROWS), 2);
+  assert_int_equal(eldr_sigshard_count_for(65536), ELDR_SIGSHARD_MAX);
+  assert_int_equal(eldr_sigshard_count_for((size_t)1 << 26), ELDR_SIGSHARD_MAX);
+  const uint8_t all[3] = {1, 1, 1}, some[3] = {1, 0, 1}, other[3] = {0, 1, 1};
+  eldr_sigshard *sc = eldr_sigshard_new(&SH, 512, 2, some);
+  assert_non_null(sc);
+  assert_true(eldr_sigshard_fits(sc, &SH, some, 512));
+  assert_false(eldr_sigshard_fits(sc, &SH, other, 512));
+  assert_false(eldr_sigshard_fits(sc, &SH, NULL, 512));
+  assert_false(eldr_sigshard_fits(sc, &SH, some, 513)); /* another row count: a new cache */
+  const eldr_shape sh2 = {3, 16, 4};
+  assert_false(eldr_sigshard_fits(sc, &sh2, some, 512));
+  assert_false(eldr_sigshard_fits(NULL, &SH, some, 512));
+  eldr_sigshard *nomask = eldr_sigshard_new(&SH, 512, 1, all); /* every layer = no mask */
+  assert_non_null(nomask);
+  assert_true(eldr_sigshard_fits(nomask, &SH, NULL, 512));
+  assert_true(eldr_sigshard_fits(nomask, &SH, all, 512));
+  eldr_sigshard_free(nomask);
+  /* references: the cache lives until the last is dropped */
+  assert_ptr_equal(eldr_sigshard_ref(sc), sc);
+  eldr_sigshard_free(sc);
+  assert_true(eldr_sigshard_fits(sc, &SH, some, 512));
+  eldr_sigshard_free(sc);
+  eldr_sigshard_free(NULL);
+  assert_null(eldr_sigshard_ref(NULL));
+  /* bad arguments */
+  assert_null(eldr_sigshard_new(&SH, 512, 3, NULL));  /* not a power of two */
+  assert_null(eldr_sigshard_new(&SH, 512, 0, NULL));
+  assert_null(eldr_sigshard_new(&SH, 512, 2 * ELDR_SIGSHARD_MAX, NULL));
+  assert_null(eldr_sigshard_new(&SH, 3, 4, NULL));    /* fewer rows than shards */
+  assert_null(eldr_sigshard_new(NULL, 512, 1, NULL));
+  const eldr_shape bad = {0, 16, 2};
+  assert_null(eldr_sigshard_new(&bad, 512, 1, NULL));
+  eldr_sigcache_stats s;
+  eldr_sigshard_stats_get(NULL, &s);
+  assert_int_equal(s.rows, 0);
+}
+
+/* ---- two threads at once ------------------------------------------------------- */
+
+enum { TB = 256, ROUNDS = 20 };
+
+typedef struct racer {
+  eldr_sigshard *sc;
+  pthread_barrier_t *go;
+  const uint16_t *sel;
+  const uint64_t *mine, *theirs; /* TB hashes each */
+  uint32_t *want_theirs;         /* counts of all their blocks */
+  size_t missing, wrong;
+} racer;
+
+static void *race(void *arg) {
+  racer *x = arg;
+  uint32_t scratch[CELLS] = {0}, got[CELLS];
+  pthread_barrier_wait(x->go);
+  for (int r = 0; r < ROUNDS; r++) {
+    size_t stored = 0;
+    if (eldr_sigshard_store_blocks(x->sc, x->mine, TB, 0, x->sel, ELDR_SEL_U16, TB * ELDR_BLOCK_TOKENS, scratch,
+                                   &stored) ||
+        stored != TB)
+      x->wrong++;
+    /* the other thread's blocks: each row present is its exact row */
+    memset(got, 0, sizeof got);
+    x->missing += eldr_sigshard_add_blocks(x->sc, x->theirs, TB, got);
+  }
+  pthread_barrier_wait(x->go); /* both stored everything: every row is there */
+  memset(got, 0, sizeof got);
+  if (eldr_sigshard_add_blocks(x->sc, x->theirs, TB, got) != 0 || memcmp(got, x->want_theirs, sizeof got)) x->wrong++;
+  return NULL;
+}
+
+static void test_two_threads(void **st) {
+  (void)st;
+  uint16_t *sel = make_sel(TB, 3);
+  uint64_t *h0 = make_hashes(TB, 10), *h1 = make_hashes(TB, 11);
+  eldr_sigshard *sc = eldr_sigshard_new(&SH, 4 * TB, 16, NULL); /* room for both */
+  assert_non_null(sc);
+  uint32_t want[CELLS] = {0};
+  assert_int_equal(eldr_counts_accumulate(&SH, sel, ELDR_SEL_U16, TB * ELDR_BLOCK_TOKENS, want, NULL), 0);
+  pthread_barrier_t go;
+  pthread_barrier_init(&go, NULL, 2);
+  racer x[2] = {{sc, &go, sel, h0, h1, want, 0, 0}, {sc, &go, sel, h1, h0, want, 0, 0}};
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, race, &x[1]), 0);
+  race(&x[0]);
+  pthread_join(th, NULL);
+  pthread_barrier_destroy(&go);
+  assert_int_equal(x[0].wrong, 0);
+  assert_int_equal(x[1].wrong, 0);
+  eldr_sigcache_stats s;
+  eldr_sigshard_stats_get(sc, &s);
+  assert_int_equal(s.rows, 2 * TB);
+  assert_int_equal(s.evictions, 0);
+  /* every lookup counted once, as a hit or a miss */
+  assert_int_equal(s.hits + s.misses, 2 * (ROUNDS + 1) * (size_t)TB);
+  assert_int_equal(s.misses, x[0].missing + x[1].missing);
+  eldr_sigshard_free(sc);
+  free(sel);
+  free(h0);
+  free(h1);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_same_as_one_cache),
+      cmocka_unit_test(test_bounded_and_evicting),
+      cmocka_unit_test(test_fits_count_refs_and_bad_args),
+      cmocka_unit_test(test_two_threads),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
