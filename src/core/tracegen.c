@@ -25,8 +25,7 @@ struct eldr_tracegen {
   double cum_weight[ELDR_TRACEGEN_MAX_DOMAINS];
   uint32_t force_decode, max_decode, max_prompt;
   tracegen_scratch sc;
-  uint16_t *pre_buf, *dec_buf;
-  size_t pre_cap, dec_cap; /* in tokens */
+  eldr_tracegen_bufs own; /* eldr_tracegen_request's */
 };
 
 static uint32_t draw_length(eldr_rng *r, const eldr_tracegen_length *l) {
@@ -107,8 +106,8 @@ int eldr_tracegen_new_workload(const eldr_shape *shape, const char *model_name,
 
 void eldr_tracegen_free(eldr_tracegen *g) {
   if (!g) return;
-  free(g->dec_buf);
-  free(g->pre_buf);
+  free(g->own.decode);
+  free(g->own.prefill);
   tracegen_scratch_free(&g->sc);
   free(g->dom_logit);
   free(g->layer_ids);
@@ -149,7 +148,13 @@ static int ensure_buf(uint16_t **buf, size_t *cap, uint32_t ntok, size_t per_tok
 }
 
 int eldr_tracegen_request(eldr_tracegen *g, size_t index, eldr_tracegen_req *out, eldr_diag *d) {
-  if (!g || !out) return eldr_diag_fail(d, ELDR_EINVAL, "tracegen: argument missing");
+  if (!g) return eldr_diag_fail(d, ELDR_EINVAL, "tracegen: argument missing");
+  return eldr_tracegen_request_into(g, index, &g->own, out, d);
+}
+
+int eldr_tracegen_request_into(eldr_tracegen *g, size_t index, eldr_tracegen_bufs *b,
+                               eldr_tracegen_req *out, eldr_diag *d) {
+  if (!g || !b || !out) return eldr_diag_fail(d, ELDR_EINVAL, "tracegen: argument missing");
   uint64_t st = g->seed ^ ((uint64_t)index * 0xd1b54a32d192ed03ULL);
   eldr_rng r;
   st = eldr_splitmix64(&st) ^ 0x5265717565737421ULL;
@@ -163,16 +168,16 @@ int eldr_tracegen_request(eldr_tracegen *g, size_t index, eldr_tracegen_req *out
   if (g->max_decode && n_dec > g->max_decode) n_dec = g->max_decode;
   if (g->force_decode) n_dec = g->force_decode;
   const size_t per = (size_t)g->shape.num_layers * g->shape.top_k;
-  if (ensure_buf(&g->pre_buf, &g->pre_cap, n_pre, per) ||
-      ensure_buf(&g->dec_buf, &g->dec_cap, n_dec, per))
+  if (ensure_buf(&b->prefill, &b->prefill_cap, n_pre, per) ||
+      ensure_buf(&b->decode, &b->decode_cap, n_dec, per))
     return eldr_diag_fail(d, ELDR_ENOMEM, "tracegen: out of memory (%u + %u tokens)", n_pre,
                           n_dec);
-  gen_core(g, &g->sc, &r, dm, n_pre, n_dec, g->pre_buf, g->dec_buf);
+  gen_core(g, &g->sc, &r, dm, n_pre, n_dec, b->prefill, b->decode);
   out->domain = dm;
   out->n_prefill = n_pre;
   out->n_decode = n_dec;
-  out->prefill = g->pre_buf;
-  out->decode = g->dec_buf;
+  out->prefill = b->prefill;
+  out->decode = b->decode;
   return ELDR_OK;
 }
 
