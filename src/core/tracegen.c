@@ -132,8 +132,8 @@ const uint32_t *eldr_tracegen_layer_ids_of(const eldr_tracegen *g) { return g->l
 
 
 /* Generate a request of domain dm with rng r into pre/dec. */
-static void gen_core(const eldr_tracegen *g, tracegen_scratch *s, eldr_rng *r, int dm, uint32_t n_pre,
-                     uint32_t n_dec, uint16_t *pre, uint16_t *dec) {
+static void gen_core(const eldr_tracegen *g, tracegen_scratch *s, eldr_rng *r, int dm,
+                     uint32_t n_pre, uint32_t n_dec, uint16_t *pre, uint16_t *dec) {
   const size_t cells = eldr_shape_cells(&g->shape);
   memcpy(s->logit, g->dom_logit + (size_t)dm * cells, cells * sizeof *s->logit);
   if (g->w.request_sd > 0) tracegen_fill_normal(r, s->logit, cells, (float)g->w.request_sd, 1);
@@ -240,7 +240,8 @@ int eldr_tracegen_generate(eldr_tracegen *g, size_t n, eldr_trace **out, eldr_di
 int eldr_tracegen_from_text(const eldr_tracegen *g, const char *text, size_t len,
                             uint32_t n_prefill, uint32_t n_decode, uint16_t **prefill,
                             uint16_t **decode, int *domain, eldr_diag *d) {
-  if (!g || !prefill || !decode) return eldr_diag_fail(d, ELDR_EINVAL, "tracegen: argument missing");
+  if (!g || !prefill || !decode)
+    return eldr_diag_fail(d, ELDR_EINVAL, "tracegen: argument missing");
   *prefill = NULL;
   *decode = NULL;
   if (!text && len) return eldr_diag_fail(d, ELDR_EINVAL, "tracegen: text missing");
@@ -250,7 +251,8 @@ int eldr_tracegen_from_text(const eldr_tracegen *g, const char *text, size_t len
                           n_decode);
   int dm = eldr_tracegen_text_domain(text ? text : "", len, g->w.n_domains);
   tracegen_scratch s;
-  if (tracegen_scratch_init(&s, &g->shape)) return eldr_diag_fail(d, ELDR_ENOMEM, "tracegen: out of memory");
+  if (tracegen_scratch_init(&s, &g->shape))
+    return eldr_diag_fail(d, ELDR_ENOMEM, "tracegen: out of memory");
   uint16_t *pre = malloc((n_prefill ? n_prefill : 1) * per * sizeof *pre);
   uint16_t *dec = malloc((n_decode ? n_decode : 1) * per * sizeof *dec);
   if (!pre || !dec) {
