@@ -19,7 +19,8 @@
  *
  * Ownership: eldr_tracegen objects own their tables; traces produced are
  * new eldr_trace objects owned by the caller. A generator is not
- * thread-safe for eldr_tracegen_request/generate (it uses scratch space);
+ * thread-safe for eldr_tracegen_request/request_into/generate (it uses
+ * scratch space; one generator per thread, as trace gen -j does);
  * eldr_tracegen_from_text is const and allocates its own scratch.
  */
 #ifndef ELDR_TRACEGEN_H
