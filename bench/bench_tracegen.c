@@ -20,6 +20,14 @@
 #include "eldr/tracegen.h"
 #include "eldr/tracestats.h"
 
+/* CPU seconds of this process: the figure to compare on a loaded machine
+ * (the generation and the statistics run on the calling thread). */
+static double cpu_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static void print_stats(const eldr_tracestats *s) {
   printf("  correlation median %.3f (p10 %.3f, p90 %.3f, n %zu)\n", s->corr_median, s->corr_p10,
          s->corr_p90, s->n_corr);
@@ -68,31 +76,32 @@ int main(int argc, char **argv) {
     return 2;
   }
   eldr_tracegen_set_lengths(g, decode, 0, 0);
-  double t0 = eldr_clock_now();
+  double t0 = eldr_clock_now(), c0 = cpu_now();
   eldr_trace *t = NULL;
   if (eldr_tracegen_generate(g, n, &t, &d)) {
     fprintf(stderr, "bench_tracegen: %s\n", d.msg);
     return 1;
   }
-  double t1 = eldr_clock_now();
+  double t1 = eldr_clock_now(), c1 = cpu_now();
   size_t sel = 0;
   for (size_t i = 0; i < t->n; i++) sel += t->req[i].n_prefill + t->req[i].n_decode;
   sel *= (size_t)shape.num_layers * shape.top_k;
   printf("%s %s: %zu requests, %u decode tokens, %zu selections\n", canon, workload, n, decode,
          sel);
-  printf("generate (in memory): %.2f s (%.1f M selections/s)\n", t1 - t0, sel / (t1 - t0) / 1e6);
+  printf("generate (in memory): %.2f s wall, %.2f s CPU (%.1f M selections per CPU second)\n",
+         t1 - t0, c1 - c0, (double)sel / (c1 - c0) / 1e6);
   eldr_tracestats_opts o;
   eldr_tracestats_opts_default(&o);
   o.batches = batches;
   o.seed = seed;
   eldr_tracestats s;
-  double t2 = eldr_clock_now();
+  double t2 = eldr_clock_now(), c2 = cpu_now();
   if (eldr_tracestats_compute(t, &o, &s, &d)) {
     fprintf(stderr, "bench_tracegen: %s\n", d.msg);
     return 1;
   }
-  double t3 = eldr_clock_now();
-  printf("stats (in memory): %.2f s\n", t3 - t2);
+  double t3 = eldr_clock_now(), c3 = cpu_now();
+  printf("stats (in memory): %.2f s wall, %.2f s CPU\n", t3 - t2, c3 - c2);
   print_stats(&s);
   eldr_tracestats_free(&s);
   if (out) {

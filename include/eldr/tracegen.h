@@ -19,7 +19,8 @@
  *
  * Ownership: eldr_tracegen objects own their tables; traces produced are
  * new eldr_trace objects owned by the caller. A generator is not
- * thread-safe for eldr_tracegen_request/generate (it uses scratch space);
+ * thread-safe for eldr_tracegen_request/request_into/generate (it uses
+ * scratch space; one generator per thread, as trace gen -j does);
  * eldr_tracegen_from_text is const and allocates its own scratch.
  */
 #ifndef ELDR_TRACEGEN_H
@@ -129,6 +130,19 @@ typedef struct eldr_tracegen_req {
 
 /* Generate request number index (a pure function of seed and index). */
 int eldr_tracegen_request(eldr_tracegen *g, size_t index, eldr_tracegen_req *out, eldr_diag *d);
+
+/* Caller-owned selection buffers, grown (eldr_grow) as requests need; the
+ * caller frees prefill and decode. Zero-initialise before first use. */
+typedef struct eldr_tracegen_bufs {
+  uint16_t *prefill, *decode;
+  size_t prefill_cap, decode_cap; /* in tokens */
+} eldr_tracegen_bufs;
+
+/* eldr_tracegen_request written straight into b (no copy; the same
+ * selections): out's arrays are b's. ELDR_ENOMEM (b keeps its old
+ * buffers) when a buffer cannot grow. */
+int eldr_tracegen_request_into(eldr_tracegen *g, size_t index, eldr_tracegen_bufs *b,
+                               eldr_tracegen_req *out, eldr_diag *d);
 
 /* An empty trace with g's model, shape, layer ids and every domain label
  * interned in order and the generator string (for streaming writes with eldr_trace_write_request).

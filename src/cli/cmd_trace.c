@@ -95,16 +95,14 @@ static const char STATS_HELP[] =
 typedef struct gen_slot {
   int ready; /* 1: filled by the producer, not yet written */
   int rc;
-  int domain;
-  uint32_t n_pre, n_dec;
-  uint16_t *pre, *dec;
-  size_t pre_cap, dec_cap; /* elements */
+  eldr_tracegen_req q;    /* its arrays are buf's */
+  eldr_tracegen_bufs buf; /* the producer generates straight into them */
 } gen_slot;
 
 typedef struct gen_pipe {
   eldr_tracegen *g[GEN_MAX_JOBS]; /* one generator per producer (same tables) */
   size_t jobs;
-  size_t n, per;
+  size_t n;
   gen_slot slot[GEN_RING];
   pthread_mutex_t mu;
   pthread_cond_t cv_ready, cv_free;
@@ -116,10 +114,6 @@ typedef struct gen_job {
   gen_pipe *p;
   size_t j;
 } gen_job;
-
-static int grow(uint16_t **buf, size_t *cap, size_t need) {
-  return eldr_grow(buf, cap, need ? need : 1, sizeof **buf, 1);
-}
 
 /* Producer j generates requests j, j + jobs, j + 2 jobs, ... (each a pure
  * function of seed and index, so the bytes do not depend on jobs). */
@@ -134,20 +128,7 @@ static void *gen_producer(void *arg) {
     int stop = p->stop;
     pthread_mutex_unlock(&p->mu);
     if (stop) break;
-    eldr_tracegen_req q;
-    int rc = eldr_tracegen_request(p->g[j], i, &q, &p->d[j]);
-    if (!rc) {
-      if (grow(&s->pre, &s->pre_cap, (size_t)q.n_prefill * p->per) ||
-          grow(&s->dec, &s->dec_cap, (size_t)q.n_decode * p->per)) {
-        rc = eldr_diag_fail(&p->d[j], ELDR_ENOMEM, "out of memory");
-      } else {
-        memcpy(s->pre, q.prefill, (size_t)q.n_prefill * p->per * sizeof *s->pre);
-        memcpy(s->dec, q.decode, (size_t)q.n_decode * p->per * sizeof *s->dec);
-        s->domain = q.domain;
-        s->n_pre = q.n_prefill;
-        s->n_dec = q.n_decode;
-      }
-    }
+    int rc = eldr_tracegen_request_into(p->g[j], i, &s->buf, &s->q, &p->d[j]);
     pthread_mutex_lock(&p->mu);
     s->rc = rc;
     s->ready = 1;
@@ -161,8 +142,8 @@ static void *gen_producer(void *arg) {
 static void gen_pipe_free(gen_pipe *p) {
   for (size_t j = 1; j < p->jobs; j++) eldr_tracegen_free(p->g[j]); /* g[0] is the caller's */
   for (size_t i = 0; i < GEN_RING; i++) {
-    free(p->slot[i].pre);
-    free(p->slot[i].dec);
+    free(p->slot[i].buf.prefill);
+    free(p->slot[i].buf.decode);
   }
   pthread_cond_destroy(&p->cv_free);
   pthread_cond_destroy(&p->cv_ready);
@@ -253,7 +234,6 @@ static int trace_gen(int argc, char **argv) {
   for (size_t j = 0; j < pp->jobs; j++)
     eldr_tracegen_set_lengths(pp->g[j], (uint32_t)force_dec, (uint32_t)max_dec, (uint32_t)max_pre);
   pp->n = (size_t)requests;
-  pp->per = (size_t)shape.num_layers * shape.top_k;
   pthread_mutex_init(&pp->mu, NULL);
   pthread_cond_init(&pp->cv_ready, NULL);
   pthread_cond_init(&pp->cv_free, NULL);
@@ -282,21 +262,23 @@ static int trace_gen(int argc, char **argv) {
       break;
     }
     char id[96];
-    eldr_tracegen_request_id(g, (size_t)i, sl->domain, id, sizeof id);
+    eldr_tracegen_request_id(g, (size_t)i, sl->q.domain, id, sizeof id);
     eldr_request r = {.id = id,
-                      .domain = sl->domain,
+                      .domain = sl->q.domain,
                       .prompt = NULL,
                       .arrival = -1.0,
-                      .n_prefill = sl->n_pre,
-                      .n_decode = sl->n_dec,
-                      .prefill = sl->pre,
-                      .decode = sl->dec,
+                      .n_prefill = sl->q.n_prefill,
+                      .n_decode = sl->q.n_decode,
+                      .prefill = sl->buf.prefill,
+                      .decode = sl->buf.decode,
                       .prefill_gates = NULL};
     if (counts_form) { /* the same request as per-layer counts */
       memset(cnt_pre, 0, cells * sizeof *cnt_pre);
       memset(cnt_dec, 0, cells * sizeof *cnt_dec);
-      (void)eldr_counts_accumulate(&shape, sl->pre, ELDR_SEL_U16, sl->n_pre, cnt_pre, NULL);
-      (void)eldr_counts_accumulate(&shape, sl->dec, ELDR_SEL_U16, sl->n_dec, cnt_dec, NULL);
+      (void)eldr_counts_accumulate(&shape, sl->q.prefill, ELDR_SEL_U16, sl->q.n_prefill, cnt_pre,
+                                   NULL);
+      (void)eldr_counts_accumulate(&shape, sl->q.decode, ELDR_SEL_U16, sl->q.n_decode, cnt_dec,
+                                   NULL);
       r.prefill = r.decode = NULL;
       r.prefill_counts = cnt_pre;
       r.decode_counts = cnt_dec;

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <xxhash.h>
 
 #include "eldr/trace.h"
 #include "eldr/preset_files.h"
@@ -217,6 +218,71 @@ static void test_k_equals_e(void **state) {
   eldr_tracegen_free(g);
 }
 
+/* The selections are pinned: any change to the sampling (the order of the
+ * rng draws, the normals, the alias tables, the sampler) changes every
+ * generated trace and every number the docs derive from one, so it must be
+ * deliberate. The hashes were computed with the generator as of issue 15
+ * (before the sampler rewrite; unchanged by it). request_into gives the same
+ * selections as request. */
+static void hash_u16le(XXH64_state_t *h, const uint16_t *v, size_t n) {
+  unsigned char b[2];
+  for (size_t j = 0; j < n; j++) {
+    b[0] = (unsigned char)v[j];
+    b[1] = (unsigned char)(v[j] >> 8);
+    XXH64_update(h, b, 2);
+  }
+}
+
+static void test_golden_selections(void **state) {
+  (void)state;
+  static const struct {
+    const char *model, *workload;
+    uint64_t hash;
+  } cases[] = {
+      {"qwen3-30b-a3b", "task", 0x5ce9b3833d059de4ULL},
+      {"qwen3-30b-a3b", "realistic", 0x6c1da7088879c5a6ULL},
+      {"deepseek-v3", "language", 0xb1479f6c053b4cc7ULL},
+      {"llama4-maverick", "realistic", 0xdc692dbff56b88b2ULL},
+      {"custom:3,300,5", "task", 0x7f13f19f8fe22ebaULL},
+      {"custom:2,16,16", "language", 0x03b71844a43cad8bULL},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    eldr_shape s;
+    char canon[64];
+    assert_int_equal(eldr_tracegen_model_shape(cases[c].model, &s, canon, sizeof canon, NULL), 0);
+    eldr_tracegen *g = NULL;
+    assert_int_equal(eldr_tracegen_new(&s, canon, cases[c].workload, 7, &g, NULL), 0);
+    eldr_tracegen_set_lengths(g, 0, 24, 40);
+    const size_t per = (size_t)s.num_layers * s.top_k;
+    eldr_tracegen_bufs bufs = {0};
+    for (int into = 0; into < 2; into++) {
+      XXH64_state_t *h = XXH64_createState();
+      assert_non_null(h);
+      XXH64_reset(h, 0);
+      for (size_t i = 0; i < 20; i++) {
+        eldr_tracegen_req q;
+        assert_int_equal(into ? eldr_tracegen_request_into(g, i, &bufs, &q, NULL)
+                              : eldr_tracegen_request(g, i, &q, NULL),
+                         0);
+        const uint16_t head[3] = {(uint16_t)q.domain, (uint16_t)q.n_prefill,
+                                  (uint16_t)q.n_decode};
+        hash_u16le(h, head, 3);
+        hash_u16le(h, q.prefill, q.n_prefill * per);
+        hash_u16le(h, q.decode, q.n_decode * per);
+      }
+      uint64_t got = XXH64_digest(h);
+      XXH64_freeState(h);
+      if (got != cases[c].hash)
+        fail_msg("%s %s (%s): selections hash 0x%016llx, pinned 0x%016llx", cases[c].model,
+                 cases[c].workload, into ? "request_into" : "request", (unsigned long long)got,
+                 (unsigned long long)cases[c].hash);
+    }
+    free(bufs.prefill);
+    free(bufs.decode);
+    eldr_tracegen_free(g);
+  }
+}
+
 typedef struct band_result {
   double corr, red16, red32, top10;
 } band_result;
@@ -409,6 +475,7 @@ int main(void) {
       cmocka_unit_test(test_workloads),
       cmocka_unit_test(test_determinism_and_validity),
       cmocka_unit_test(test_k_equals_e),
+      cmocka_unit_test(test_golden_selections),
       cmocka_unit_test(test_band_task),
       cmocka_unit_test(test_band_language),
       cmocka_unit_test(test_band_realistic_llama4),
