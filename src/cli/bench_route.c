@@ -197,7 +197,7 @@ int eldr_bench_route(int argc, char **argv) {
                        "{\"object\":\"text_completion\",\"choices\":[{\"index\":0,\"routed_experts\":\"%s\"}],"
                        "\"usage\":{\"prompt_tokens\":%zu,\"completion_tokens\":1}}", b64tail, T);
     eldr__prefill_reply prt;
-    if (eldr__prefill_reply_parse(rtail, (size_t)rtl, &prt, &d)) cli_fail(cmd, "reply parse: %s", d.msg);
+    if (eldr__prefill_reply_read(rtail, (size_t)rtl, 0, &prt, &d)) cli_fail(cmd, "reply parse: %s", d.msg);
     uint64_t sink = 0;
     char *copy = malloc(blen);
     if (!copy) cli_fail(cmd, "out of memory");
@@ -208,10 +208,10 @@ int eldr_bench_route(int argc, char **argv) {
       __asm__ volatile("" : : "r"(copy) : "memory");
       double t0 = eldr_clock_now();
       eldr__prefill_reply pr;
-      if (eldr__prefill_reply_parse(reply, (size_t)rl, &pr, &d)) cli_fail(cmd, "reply parse: %s", d.msg);
+      if (eldr__prefill_reply_read(reply, (size_t)rl, 0, &pr, &d)) cli_fail(cmd, "reply parse: %s", d.msg);
       double t1 = eldr_clock_now();
       eldr__sigres res;
-      eldr__sigpath_extract(&sp_nc, pr.root, 0, NULL, &res);
+      eldr__sigpath_extract(&sp_nc, pr.raw, pr.raw_len, pr.root, 0, NULL, &res);
       if (res.fallback != ELDR__FB_NONE) cli_fail(cmd, "extraction fell back (%d): %s", res.fallback, res.diag.msg);
       double t2 = eldr_clock_now();
       eldr_route_req rr = {res.sig, -1, NULL};
@@ -223,7 +223,7 @@ int eldr_bench_route(int argc, char **argv) {
       /* with the cache: full extraction + storing every block (first request of a prefix) */
       eldr__prompt prompt;
       if (eldr__prompt_init(&sp_c, &prompt, text, tl, NULL, 0)) cli_fail(cmd, "out of memory");
-      eldr__sigpath_extract(&sp_c, pr.root, 0, &prompt, &res);
+      eldr__sigpath_extract(&sp_c, pr.raw, pr.raw_len, pr.root, 0, &prompt, &res);
       eldr__prompt_free(&prompt);
       double t4 = eldr_clock_now();
       eldr__sigpath_store(&sp_c, &res);
@@ -231,7 +231,7 @@ int eldr_bench_route(int argc, char **argv) {
       /* a later request with 75% prefix hit: its prompt's blocks (tokenised
        * once, as at the request's arrival), tail rows + cached rows */
       if (eldr__prompt_init(&sp_c, &prompt, text, tl, NULL, 0)) cli_fail(cmd, "out of memory");
-      eldr__sigpath_extract(&sp_c, prt.root, 0, &prompt, &res);
+      eldr__sigpath_extract(&sp_c, prt.raw, prt.raw_len, prt.root, 0, &prompt, &res);
       eldr__prompt_free(&prompt);
       double t6 = eldr_clock_now();
       if (res.fallback != ELDR__FB_NONE) cli_fail(cmd, "cached extraction fell back");

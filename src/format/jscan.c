@@ -498,6 +498,27 @@ int eldr_js_next(eldr_js_iter *it, eldr_js_member *m) {
   return 1;
 }
 
+void eldr_js_elems_init(eldr_js_iter *it, const char *doc, eldr_js_span arr) {
+  it->doc = doc;
+  it->pos = arr.type == ELDR_JS_ARRAY ? arr.off + 1 : arr.off;
+  it->end = arr.type == ELDR_JS_ARRAY ? arr.off + arr.len - 1 : arr.off; /* before ']' */
+}
+
+int eldr_js_elem_next(eldr_js_iter *it, eldr_js_span *v) {
+  const char *p = it->doc;
+  size_t i = ws(p, it->pos, it->end);
+  if (i < it->end && p[i] == ',') i = ws(p, i + 1, it->end);
+  if (i >= it->end) {
+    it->pos = it->end;
+    return 0;
+  }
+  eldr_js_type t;
+  size_t ve = skip_value(p, i, it->end, &t);
+  *v = (eldr_js_span){i, ve - i, t};
+  it->pos = ve;
+  return 1;
+}
+
 int eldr_js_key_is(const char *doc, eldr_js_span key, const char *name) {
   if (key.type != ELDR_JS_STRING || key.len < 2) return 0;
   return key_eq_raw(doc + key.off + 1, key.len - 2, name, strlen(name));

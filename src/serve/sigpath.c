@@ -140,10 +140,16 @@ void eldr__prompt_free(eldr__prompt *p) {
 }
 
 /* The shape of a reply the artifact does not fit, for the reload check. */
-static void observe_shape(eldr__sigpath *sp, const void *root, eldr_re_api api) {
+/* The reply's routed_experts: its bytes by the span reader, else its tree. */
+static int read_reply(const char *body, size_t len, const void *root, const eldr_re_opts *o, eldr_reply_experts *r,
+                      eldr_re_reason *why, eldr_diag *d) {
+  return body ? eldr_reply_experts_scan(body, len, o, r, why, d) : eldr_reply_experts_from_json(root, o, r, why, d);
+}
+
+static void observe_shape(eldr__sigpath *sp, const char *body, size_t len, const void *root, eldr_re_api api) {
   eldr_re_opts any = {api, 0, 0, 0, NULL, NULL, NULL};
   eldr_reply_experts r;
-  if (eldr_reply_experts_from_json(root, &any, &r, NULL, NULL) == 0 && r.nchoices) {
+  if (read_reply(body, len, root, &any, &r, NULL, NULL) == 0 && r.nchoices) {
     const eldr_re_view *v = r.choices[0].prompt.data ? &r.choices[0].prompt : &r.choices[0].generated;
     if (v->data) {
       sp->observed_L = (int)v->layers;
@@ -153,8 +159,8 @@ static void observe_shape(eldr__sigpath *sp, const void *root, eldr_re_api api) 
   eldr_reply_experts_free(&r);
 }
 
-void eldr__sigpath_extract(eldr__sigpath *sp, const void *root, int chat, const eldr__prompt *p,
-                           eldr__sigres *res) {
+void eldr__sigpath_extract(eldr__sigpath *sp, const char *body, size_t len, const void *root, int chat,
+                           const eldr__prompt *p, eldr__sigres *res) {
   /* the next slot: its store (if the loop has not run it yet) needs the
    * buffers this extraction reuses */
   sp->cur = (sp->cur + 1) % ELDR__SIG_RING;
@@ -169,7 +175,7 @@ void eldr__sigpath_extract(eldr__sigpath *sp, const void *root, int chat, const 
     res->fallback = ELDR__FB_NO_ARTIFACT;
     return;
   }
-  if (!root) {
+  if (!body && !root) {
     res->fallback = ELDR__FB_NO_ROUTED_EXPERTS;
     return;
   }
@@ -180,10 +186,10 @@ void eldr__sigpath_extract(eldr__sigpath *sp, const void *root, int chat, const 
   eldr_re_opts o = {chat ? ELDR_RE_CHAT : ELDR_RE_COMPLETIONS, sh->num_layers, sh->top_k, sh->num_experts,
                     c->art->mask, &sl->scr, c->counts};
   eldr_re_reason why = ELDR_RE_OK;
-  if (eldr_reply_experts_from_json(root, &o, &sl->rex, &why, &res->diag) != 0) {
+  if (read_reply(body, len, root, &o, &sl->rex, &why, &res->diag) != 0) {
     res->reason = (int)why;
     if (why == ELDR_RE_SHAPE_MISMATCH) {
-      observe_shape(sp, root, o.api); /* only on this fallback path */
+      observe_shape(sp, body, len, root, o.api); /* only on this fallback path */
       res->fallback = ELDR__FB_SHAPE_MISMATCH;
     } else {
       res->fallback = ELDR__FB_MALFORMED;

@@ -4,9 +4,10 @@
  *
  *   eldr__prompt_init     at request arrival: the prompt tokenised once, its
  *                         block hashes and prefix hash (the request owns them)
- *   eldr__sigpath_extract after the prefill: routed_experts of the parsed
- *                         reply read in any layout vLLM ships
- *                         (eldr_reply_experts_from_json) into reused
+ *   eldr__sigpath_extract after the prefill: routed_experts of the reply's
+ *                         bytes read in any layout vLLM ships, without a
+ *                         JSON tree (eldr_reply_experts_scan: the base64
+ *                         text handed to the codec where it lies), into reused
  *                         buffers, counted over the artifact's layer mask in
  *                         the pass that range-checks them, completed from the
  *                         signature cache for prefix-cached blocks, built
@@ -145,14 +146,17 @@ int eldr__prompt_init(eldr__sigpath *sp, eldr__prompt *p, const char *text, size
                       const uint32_t *ids, size_t n_ids);
 void eldr__prompt_free(eldr__prompt *p);
 
-/* Signature of a prefill reply's prompt rows: root is the reply parsed once
- * (a json_t *, borrowed; NULL: no reply), read in every layout
+/* Signature of a prefill reply's prompt rows: body[0..len) is the reply's
+ * text (borrowed, read by the byte scanner: no tree), or, with body NULL,
+ * root the reply parsed once (a json_t *, borrowed; both NULL: no reply;
+ * the router passes the tree only for a reply it parsed anyway: recording,
+ * prompt_logprobs, a NUL byte), read in every layout
  * (eldr/reply_experts.h) against the artifact's shape, experts and layer
  * mask; chat: the reply of /v1/chat/completions. p: the request's prompt
  * (NULL: the cache is not used). Runs a pending store first. A rejected
  * reply gives fallback MALFORMED or SHAPE_MISMATCH with res->reason. */
-void eldr__sigpath_extract(eldr__sigpath *sp, const void *root, int chat, const eldr__prompt *p,
-                           eldr__sigres *res);
+void eldr__sigpath_extract(eldr__sigpath *sp, const char *body, size_t len, const void *root, int chat,
+                           const eldr__prompt *p, eldr__sigres *res);
 /* Store the rows of the fully computed blocks of an extraction now (res:
  * the last extraction's, or one whose slot was not reused since). */
 void eldr__sigpath_store(eldr__sigpath *sp, const eldr__sigres *res);
