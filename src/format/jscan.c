@@ -471,10 +471,15 @@ static size_t skip_value(const char *p, size_t i, size_t end, eldr_js_type *t) {
   return j;
 }
 
-void eldr_js_iter_init(eldr_js_iter *it, const char *doc, eldr_js_span obj) {
+/* Inside a container of type t (an empty walk for any other value). */
+static void iter_inside(eldr_js_iter *it, const char *doc, eldr_js_span v, eldr_js_type t) {
   it->doc = doc;
-  it->pos = obj.type == ELDR_JS_OBJECT ? obj.off + 1 : obj.off;
-  it->end = obj.type == ELDR_JS_OBJECT ? obj.off + obj.len - 1 : obj.off; /* before '}' */
+  it->pos = v.type == t ? v.off + 1 : v.off;
+  it->end = v.type == t ? v.off + v.len - 1 : v.off; /* before the closing bracket */
+}
+
+void eldr_js_iter_init(eldr_js_iter *it, const char *doc, eldr_js_span obj) {
+  iter_inside(it, doc, obj, ELDR_JS_OBJECT);
 }
 
 int eldr_js_next(eldr_js_iter *it, eldr_js_member *m) {
@@ -499,9 +504,7 @@ int eldr_js_next(eldr_js_iter *it, eldr_js_member *m) {
 }
 
 void eldr_js_elems_init(eldr_js_iter *it, const char *doc, eldr_js_span arr) {
-  it->doc = doc;
-  it->pos = arr.type == ELDR_JS_ARRAY ? arr.off + 1 : arr.off;
-  it->end = arr.type == ELDR_JS_ARRAY ? arr.off + arr.len - 1 : arr.off; /* before ']' */
+  iter_inside(it, doc, arr, ELDR_JS_ARRAY);
 }
 
 int eldr_js_elem_next(eldr_js_iter *it, eldr_js_span *v) {

@@ -140,12 +140,47 @@ static void test_rejects_as_jansson(void **state) {
   free(deep);
 }
 
+/* Array elements in order, whatever they hold: strings with brackets,
+ * commas and escaped quotes, nested containers, numbers, literals; an empty
+ * array has none; a value that is not an array walks nothing. */
+static void test_elements(void **state) {
+  (void)state;
+  static const char doc[] = " [ \"a]\\\",[\" , [1,[2]] ,{\"k\":\"]\"},-3.5e2,true , null,7 ] ";
+  eldr_js_span root;
+  assert_int_equal(eldr_js_scan(doc, sizeof doc - 1, NULL, 0, NULL, &root, NULL), 0);
+  assert_int_equal(root.type, ELDR_JS_ARRAY);
+  static const char *const want[] = {"\"a]\\\",[\"", "[1,[2]]", "{\"k\":\"]\"}", "-3.5e2", "true", "null", "7"};
+  static const eldr_js_type types[] = {ELDR_JS_STRING, ELDR_JS_ARRAY, ELDR_JS_OBJECT, ELDR_JS_REAL,
+                                       ELDR_JS_TRUE,   ELDR_JS_NULL,  ELDR_JS_INTEGER};
+  eldr_js_iter it;
+  eldr_js_span v;
+  size_t n = 0;
+  eldr_js_elems_init(&it, doc, root);
+  while (eldr_js_elem_next(&it, &v)) {
+    assert_true(n < 7);
+    assert_int_equal(v.len, strlen(want[n]));
+    assert_memory_equal(doc + v.off, want[n], v.len);
+    assert_int_equal(v.type, types[n]);
+    n++;
+  }
+  assert_int_equal(n, 7);
+  static const char empty[] = "[ ]";
+  assert_int_equal(eldr_js_scan(empty, 3, NULL, 0, NULL, &root, NULL), 0);
+  eldr_js_elems_init(&it, empty, root);
+  assert_int_equal(eldr_js_elem_next(&it, &v), 0);
+  static const char obj[] = "{\"a\":[1]}";
+  assert_int_equal(eldr_js_scan(obj, sizeof obj - 1, NULL, 0, NULL, &root, NULL), 0);
+  eldr_js_elems_init(&it, obj, root);
+  assert_int_equal(eldr_js_elem_next(&it, &v), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_paths),
       cmocka_unit_test(test_repeated_and_escaped_keys),
       cmocka_unit_test(test_strings),
       cmocka_unit_test(test_rejects_as_jansson),
+      cmocka_unit_test(test_elements),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
