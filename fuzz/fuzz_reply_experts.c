@@ -15,13 +15,16 @@
  * first choice's prompt view (core/counts_ref.h). And each read is done by
  * the span reader too (eldr_reply_experts_scan, no tree), on a body without
  * NUL bytes: same return code, reason, message (but a NOT_JSON one's
- * wording), layout, views and counts as the tree reader. Else abort. */
+ * wording), layout, views and counts as the tree reader; and on a body the
+ * scanner accepts, eldr_reply_experts_scanned (no second validation) gives
+ * what eldr_reply_experts_scan does. Else abort. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/counts_ref.h"
+#include "eldr/jscan.h"
 #include "eldr/reply_experts.h"
 #include "eldr/routed_experts.h"
 
@@ -139,6 +142,27 @@ static void spans(const char *body, size_t len, const eldr_re_opts *o) {
   }
   eldr_reply_experts_free(&r);
   eldr_reply_experts_free(&f);
+  /* a document the scanner accepted, read again without validation (the
+   * router's signature path): what the validating span reader gave */
+  eldr_js_span root;
+  if (eldr_js_scan(body, len, NULL, 0, NULL, &root, NULL) == 0) {
+    w1 = w2 = ELDR_RE__N;
+    d1.msg[0] = d2.msg[0] = '\0';
+    memset(c1, 0, sizeof c1);
+    memset(c2, 0, sizeof c2);
+    r1 = eldr_reply_experts_scan(body, len, &o1, &r, &w1, &d1);
+    r2 = eldr_reply_experts_scanned(body, len, &o2, &f, &w2, &d2);
+    if (r1 != r2 || w1 != w2 || strcmp(d1.msg, d2.msg) || memcmp(c1, c2, sizeof c1)) abort();
+    if (!r1) {
+      if (r.nchoices != f.nchoices || r.layout != f.layout || r.counted != f.counted) abort();
+      for (size_t i = 0; i < r.nchoices; i++)
+        if (!same_view(&r.choices[i].prompt, &f.choices[i].prompt) ||
+            !same_view(&r.choices[i].generated, &f.choices[i].generated))
+          abort();
+    }
+    eldr_reply_experts_free(&r);
+    eldr_reply_experts_free(&f);
+  }
 }
 
 static void all(const char *body, size_t len) {

@@ -177,6 +177,11 @@ int eldr_reply_experts_from_json(const void *root, const eldr_re_opts *opts,
  * views do not point into body. For the router's signature path. */
 int eldr_reply_experts_scan(const char *body, size_t len, const eldr_re_opts *opts, eldr_reply_experts *out,
                             eldr_re_reason *why, eldr_diag *d);
+/* The same on a document eldr_js_scan already accepted (the caller
+ * vouches: nothing is validated again, so the text is read once less).
+ * A top-level value other than an object is NOT_JSON. */
+int eldr_reply_experts_scanned(const char *doc, size_t len, const eldr_re_opts *opts, eldr_reply_experts *out,
+                               eldr_re_reason *why, eldr_diag *d);
 void eldr_reply_experts_free(eldr_reply_experts *r);
 
 /* ---- emitting (the emulated worker) ------------------------------------- */

@@ -173,19 +173,26 @@ static jv_kind jv_type(jv v) {
          : json_is_array(v.j) ? JV_ARRAY : json_is_integer(v.j) ? JV_INTEGER : JV_OTHER;
 }
 
-/* Member key of an object (the last, as jansson keeps it); absent otherwise. */
-static jv jv_get(jv o, const char *key) {
-  jv r = {NULL, o.doc, {0, 0, ELDR_JS_NONE}};
-  if (!o.doc) {
-    r.j = json_is_object(o.j) ? json_object_get(o.j, key) : NULL;
-    return r;
+/* Members keys[0..n) of an object (each the last of its name, as jansson
+ * keeps it; absent when missing or o is no object) into out: one walk of a
+ * span, so a large value among the members (a base64 blob) is skipped once. */
+static void jv_getn(jv o, const char *const *keys, size_t n, jv *out) {
+  for (size_t i = 0; i < n; i++) {
+    out[i] = (jv){NULL, o.doc, {0, 0, ELDR_JS_NONE}};
+    if (!o.doc) out[i].j = json_is_object(o.j) ? json_object_get(o.j, keys[i]) : NULL;
   }
-  if (o.s.type != ELDR_JS_OBJECT) return r;
+  if (!o.doc || o.s.type != ELDR_JS_OBJECT) return;
   eldr_js_iter it;
   eldr_js_member m;
   eldr_js_iter_init(&it, o.doc, o.s);
   while (eldr_js_next(&it, &m))
-    if (eldr_js_key_is(o.doc, m.key, key)) r.s = m.value;
+    for (size_t i = 0; i < n; i++)
+      if (eldr_js_key_is(o.doc, m.key, keys[i])) out[i].s = m.value;
+}
+
+static jv jv_get(jv o, const char *key) {
+  jv r;
+  jv_getn(o, &key, 1, &r);
   return r;
 }
 
@@ -311,8 +318,10 @@ static int dtype_by_name(const char *s, size_t n, eldr_sel_dtype *t) {
 
 /* {"encoding":"base64","dtype":..,"shape":[n,L,K],"data":..} */
 static int read_compact(rctx *c, const char *what, jv v, eldr_re_view *out, int check) {
-  jv enc = jv_get(v, "encoding"), dt = jv_get(v, "dtype");
-  jv sh = jv_get(v, "shape"), data = jv_get(v, "data");
+  static const char *const keys[4] = {"encoding", "dtype", "shape", "data"};
+  jv f[4];
+  jv_getn(v, keys, 4, f);
+  const jv enc = f[0], dt = f[1], sh = f[2], data = f[3];
   const char *es, *ds = NULL;
   size_t en, dn = 0;
   int rc;
@@ -435,12 +444,11 @@ static int64_t int_field(jv o, const char *k) {
   return jv_type(x) == JV_INTEGER && jv_int(x) >= 0 ? jv_int(x) : -1;
 }
 
-/* Generated tokens of choice i: its token_ids, or the usage's
+/* Generated tokens of a choice: its token_ids' length, or the usage's
  * completion_tokens when there is one choice; -1 when unknown. */
-static int64_t gen_tokens(jv root, jv ch, size_t nchoices) {
-  jv ids = jv_get(ch, "token_ids");
-  if (jv_type(ids) == JV_ARRAY) return (int64_t)jv_len(ids);
-  return nchoices == 1 ? int_field(jv_get(root, "usage"), "completion_tokens") : -1;
+static int64_t gen_tokens(jv usage, jv token_ids, size_t nchoices) {
+  if (jv_type(token_ids) == JV_ARRAY) return (int64_t)jv_len(token_ids);
+  return nchoices == 1 ? int_field(usage, "completion_tokens") : -1;
 }
 
 /* npy layout: cut the one array into prompt rows and generated rows. The
@@ -483,7 +491,10 @@ static const char *api_object(eldr_re_api a) {
 
 static int read_body(rctx *c, jv root) {
   eldr_reply_experts *out = c->out;
-  jv obj = jv_get(root, "object");
+  static const char *const rkeys[4] = {"object", "choices", "usage", "prompt_routed_experts"};
+  jv rf[4];
+  jv_getn(root, rkeys, 4, rf);
+  const jv obj = rf[0], choices = rf[1], usage = rf[2], pre = rf[3];
   if (jv_type(obj) == JV_STRING) {
     const char *os;
     size_t on;
@@ -493,11 +504,10 @@ static int read_body(rctx *c, jv root) {
       return FAILF(c, ELDR_RE_WRONG_OBJECT, ELDR_EPARSE, "reply object '%.*s' is not %s", (int)(on < 40 ? on : 40),
                    os, api_object(c->o.api));
   }
-  jv choices = jv_get(root, "choices");
   if (jv_type(choices) != JV_ARRAY)
     return fail(c, ELDR_RE_NO_CHOICES, ELDR_EPARSE, "reply", "'choices' missing or not a list");
   const size_t nc = jv_len(choices);
-  out->prompt_tokens = int_field(jv_get(root, "usage"), "prompt_tokens");
+  out->prompt_tokens = int_field(usage, "prompt_tokens");
   out->choices = calloc(nc ? nc : 1, sizeof *out->choices);
   if (!out->choices) return fail(c, ELDR_RE_NO_MEMORY, ELDR_ENOMEM, "reply", "out of memory");
   out->nchoices = nc;
@@ -505,7 +515,6 @@ static int read_body(rctx *c, jv root) {
   eldr_re_layout lay = ELDR_RE_LAYOUT_NONE, vl = ELDR_RE_LAYOUT_NONE;
   /* the split layouts: the prompt's rows, shared by every choice */
   eldr_re_view prompt;
-  const jv pre = jv_get(root, "prompt_routed_experts");
   const bool has_prompt_key = jv_type(pre) != JV_ABSENT;
   /* counting: the first choice's prompt rows are counted where they are
    * range-checked, so no separate pass reads them */
@@ -536,17 +545,19 @@ static int read_body(rctx *c, jv root) {
     oc->index = (int64_t)i;
     if (jv_type(ch) != JV_OBJECT)
       return FAILF(c, ELDR_RE_BAD_TYPE, ELDR_EPARSE, "choices[%zu] is not an object", i);
-    jv ix = jv_get(ch, "index");
-    if (jv_type(ix) == JV_INTEGER) oc->index = jv_int(ix);
+    static const char *const ckeys[3] = {"index", "routed_experts", "token_ids"};
+    jv cf[3];
+    jv_getn(ch, ckeys, 3, cf);
+    if (jv_type(cf[0]) == JV_INTEGER) oc->index = jv_int(cf[0]);
     char what[48];
     snprintf(what, sizeof what, "choices[%zu].routed_experts", i);
     eldr_re_view v;
     vl = ELDR_RE_LAYOUT_NONE;
     /* the first choice of a whole-sequence layout: counted below */
     const int count0 = counts && i == 0 && !has_prompt_key;
-    if ((rc = read_value(c, what, jv_get(ch, "routed_experts"), &v, &vl, !count0))) return rc;
+    if ((rc = read_value(c, what, cf[1], &v, &vl, !count0))) return rc;
     if (count0 && v.data) { /* its prompt rows counted, the generated ones checked */
-      size_t pr = v.rows - gen_rows(v.rows, P, gen_tokens(root, ch, nc));
+      size_t pr = v.rows - gen_rows(v.rows, P, gen_tokens(usage, cf[2], nc));
       if ((rc = check_rows(c, what, &v, 0, pr, counts)) ||
           (rc = check_rows(c, what, &v, pr, v.rows - pr, NULL)))
         return rc;
@@ -560,7 +571,7 @@ static int read_body(rctx *c, jv root) {
      * #38939) the choice's array covers the whole sequence */
     if (vl == ELDR_RE_LAYOUT_V021_LISTS && !has_prompt_key) vl = ELDR_RE_LAYOUT_LISTS;
     if (vl != ELDR_RE_LAYOUT_NONE && (vl == ELDR_RE_LAYOUT_NPY || !has_prompt_key)) {
-      if ((rc = split_npy(c, &v, P, gen_tokens(root, ch, nc), oc))) return rc;
+      if ((rc = split_npy(c, &v, P, gen_tokens(usage, cf[2], nc), oc))) return rc;
     } else {
       oc->prompt = prompt;
       oc->generated = v;
@@ -635,6 +646,15 @@ int eldr_reply_experts_scan(const char *body, size_t len, const eldr_re_opts *op
   if (!body || eldr_js_scan(body, len, NULL, 0, NULL, &root, &sd))
     return not_json(out, why, d, body ? sd.msg : "body missing", -1);
   return read_root((jv){NULL, body, root}, opts, out, why, d);
+}
+
+int eldr_reply_experts_scanned(const char *doc, size_t len, const eldr_re_opts *opts, eldr_reply_experts *out,
+                               eldr_re_reason *why, eldr_diag *d) {
+  size_t a = 0, b = len; /* the top-level value: the document less its surrounding whitespace */
+  while (a < b && (doc[a] == ' ' || doc[a] == '\t' || doc[a] == '\n' || doc[a] == '\r')) a++;
+  while (b > a && (doc[b - 1] == ' ' || doc[b - 1] == '\t' || doc[b - 1] == '\n' || doc[b - 1] == '\r')) b--;
+  const eldr_js_type t = a < b && doc[a] == '{' ? ELDR_JS_OBJECT : ELDR_JS_NULL; /* only an object is read */
+  return read_root((jv){NULL, doc, {a, b - a, t}}, opts, out, why, d);
 }
 
 void eldr_re_scratch_trim(eldr_re_scratch *s, size_t keep) {

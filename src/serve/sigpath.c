@@ -144,10 +144,11 @@ void eldr__prompt_free(eldr__prompt *p) {
 }
 
 /* The shape of a reply the artifact does not fit, for the reload check. */
-/* The reply's routed_experts: its bytes by the span reader, else its tree. */
+/* The reply's routed_experts: its bytes (the scanner accepted them when the
+ * reply was read: eldr__prefill_reply_read) by the span reader, else its tree. */
 static int read_reply(const char *body, size_t len, const void *root, const eldr_re_opts *o, eldr_reply_experts *r,
                       eldr_re_reason *why, eldr_diag *d) {
-  return body ? eldr_reply_experts_scan(body, len, o, r, why, d) : eldr_reply_experts_from_json(root, o, r, why, d);
+  return body ? eldr_reply_experts_scanned(body, len, o, r, why, d) : eldr_reply_experts_from_json(root, o, r, why, d);
 }
 
 static void observe_shape(eldr__sigpath *sp, const char *body, size_t len, const void *root, eldr_re_api api) {

@@ -147,7 +147,8 @@ int eldr__prompt_init(eldr__sigpath *sp, eldr__prompt *p, const char *text, size
 void eldr__prompt_free(eldr__prompt *p);
 
 /* Signature of a prefill reply's prompt rows: body[0..len) is the reply's
- * text (borrowed, read by the byte scanner: no tree), or, with body NULL,
+ * text, one eldr_js_scan accepted (borrowed, read in place without a tree
+ * and not validated again: eldr_reply_experts_scanned), or, with body NULL,
  * root the reply parsed once (a json_t *, borrowed; both NULL: no reply;
  * the router passes the tree only for a reply it parsed anyway: recording,
  * prompt_logprobs, a NUL byte), read in every layout
