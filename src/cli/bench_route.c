@@ -4,7 +4,10 @@
  * token counts on a model shape (default 48 MoE layers, 128 experts, top-8).
  * Also reports the JSON parse of the prefill reply that carries the
  * routed_experts (the rest of the router's per-request work on it) and the
- * signature-cache path (prompt with a prefix-cache hit). */
+ * signature-cache path (prompt with a prefix-cache hit). Interleaved in the
+ * same run, for comparison: the reply read into a jansson tree and the
+ * signature read from it (the path before the span reader), and the
+ * signature with the per-id counting kernels only (no bit-sliced kernel). */
 #include <getopt.h>
 #include <jansson.h>
 #include <math.h>
@@ -129,8 +132,10 @@ int eldr_bench_route(int argc, char **argv) {
   uint32_t *loads = calloc((size_t)D, sizeof *loads);
   double *t_parse = malloc((size_t)iters * sizeof(double)), *t_sig = malloc((size_t)iters * sizeof(double)),
          *t_dec = malloc((size_t)iters * sizeof(double)), *t_store = malloc((size_t)iters * sizeof(double)),
-         *t_hit = malloc((size_t)iters * sizeof(double)), *t_copy = malloc((size_t)iters * sizeof(double));
-  if (!loads || !t_parse || !t_sig || !t_dec || !t_store || !t_hit || !t_copy)
+         *t_hit = malloc((size_t)iters * sizeof(double)), *t_copy = malloc((size_t)iters * sizeof(double)),
+         *t_tree = malloc((size_t)iters * sizeof(double)), *t_perid = malloc((size_t)iters * sizeof(double)),
+         *t_pscan = malloc((size_t)iters * sizeof(double));
+  if (!loads || !t_parse || !t_sig || !t_dec || !t_store || !t_hit || !t_copy || !t_tree || !t_perid || !t_pscan)
     cli_fail(cmd, "out of memory");
   json_t *jrows = json ? json_array() : NULL;
   if (json && !jrows) cli_fail(cmd, "out of memory");
@@ -235,6 +240,21 @@ int eldr_bench_route(int argc, char **argv) {
       eldr__prompt_free(&prompt);
       double t6 = eldr_clock_now();
       if (res.fallback != ELDR__FB_NONE) cli_fail(cmd, "cached extraction fell back");
+      /* the same, interleaved: the reply read into a jansson tree (the blob
+       * set aside) and the signature read from the tree (the router before
+       * the span reader), and the span reader with the per-id kernels only */
+      double t7 = eldr_clock_now();
+      eldr__prefill_reply prj;
+      if (eldr__prefill_reply_parse(reply, (size_t)rl, &prj, &d)) cli_fail(cmd, "reply parse: %s", d.msg);
+      eldr__sigpath_extract(&sp_nc, NULL, 0, prj.root, 0, NULL, &res);
+      double t8 = eldr_clock_now();
+      if (res.fallback != ELDR__FB_NONE) cli_fail(cmd, "tree extraction fell back: %s", res.diag.msg);
+      eldr__prefill_reply_free(&prj);
+      eldr__counts_bits_set(0);
+      double t9 = eldr_clock_now();
+      eldr__sigpath_extract(&sp_nc, pr.raw, pr.raw_len, pr.root, 0, NULL, &res);
+      double t10 = eldr_clock_now();
+      eldr__counts_bits_set(1);
       eldr__prefill_reply_free(&pr);
       if (it >= 0) {
         t_parse[it] = t1 - t0;
@@ -243,6 +263,9 @@ int eldr_bench_route(int argc, char **argv) {
         t_store[it] = (t5 - t4);
         t_hit[it] = t6 - t5;
         t_copy[it] = t0 - tc;
+        t_pscan[it] = t2 - t0;
+        t_tree[it] = t8 - t7;
+        t_perid[it] = t10 - t9;
       }
     }
     free(copy);
@@ -259,6 +282,9 @@ int eldr_bench_route(int argc, char **argv) {
                 {"signature, 75% prefix hit", t_hit},
                 {"store block rows", t_store},
                 {"prefill reply JSON parse", t_parse},
+                {"parse+signature, scanner", t_pscan},
+                {"parse+signature, tree", t_tree},
+                {"signature, per-id kernels", t_perid},
                 {"memcpy of the base64 blob", t_copy}};
     for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
       stats s = summarize(rows[r].v, (size_t)iters);
@@ -310,6 +336,9 @@ int eldr_bench_route(int argc, char **argv) {
   free(t_store);
   free(t_hit);
   free(t_copy);
+  free(t_tree);
+  free(t_perid);
+  free(t_pscan);
   free(tokens);
   eldr_artifact_free(a);
   return 0;

@@ -273,14 +273,37 @@ static int b64_own(rctx *c, const char *what, const char *s, size_t n, uint8_t *
   return 0;
 }
 
+/* A base64 string value into an owned buffer: a span's text is decoded as
+ * it lies (base64 has no '\\': a text with an escape fails and is decoded
+ * again after its escapes are), so a blob is not searched for escapes first;
+ * a failure is decoded once more for its message (the error path only). */
+static int b64_value(rctx *c, const char *what, jv v, uint8_t **buf, size_t *len) {
+  if (v.doc) {
+    const char *raw = v.doc + v.s.off + 1;
+    const size_t rl = v.s.len - 2;
+    const size_t used = c->o.scratch ? c->o.scratch->used : 0;
+    const eldr_re_reason why = c->why;
+    eldr_diag *d = c->d;
+    c->d = NULL; /* no message from the attempt */
+    const int rc = b64_own(c, what, raw, rl, buf, len);
+    c->d = d;
+    if (rc == 0) return 0;
+    if (c->o.scratch) c->o.scratch->used = used; /* the failed attempt's slot back */
+    c->why = why;
+    if (!memchr(raw, '\\', rl)) return b64_own(c, what, raw, rl, buf, len); /* again, for the message */
+  }
+  const char *txt;
+  size_t tl;
+  int rc = jv_str(c, what, v, &txt, &tl);
+  return rc ? rc : b64_own(c, what, txt, tl, buf, len);
+}
+
 /* A base64 .npy string (npy layout). */
 static int read_npy(rctx *c, const char *what, jv v, eldr_re_view *out, int check) {
   uint8_t *b;
   size_t n;
-  const char *txt;
-  size_t tl;
-  int rc = jv_str(c, what, v, &txt, &tl);
-  if (rc || (rc = b64_own(c, what, txt, tl, &b, &n))) return rc;
+  int rc = b64_value(c, what, v, &b, &n);
+  if (rc) return rc;
   eldr_npy_info h;
   eldr_diag dd;
   dd.msg[0] = '\0';
@@ -356,9 +379,7 @@ static int read_compact(rctx *c, const char *what, jv v, eldr_re_view *out, int 
   if ((rc = check_dims(c, what, dims[0], dims[1], dims[2], eldr_sel_dtype_size(t), &bytes))) return rc;
   uint8_t *b;
   size_t n;
-  const char *txt;
-  size_t tl;
-  if ((rc = jv_str(c, what, data, &txt, &tl)) || (rc = b64_own(c, what, txt, tl, &b, &n))) return rc;
+  if ((rc = b64_value(c, what, data, &b, &n))) return rc;
   if (n != bytes)
     return FAILF(c, ELDR_RE_LENGTH_MISMATCH, ELDR_EPARSE,
                  "%s: data is %zu bytes, shape [%zu, %zu, %zu] of %.*s needs %zu", what, n, dims[0],

@@ -263,7 +263,8 @@ json_t *eldr__prefill_reply_root(eldr__prefill_reply *pr) {
 
 int eldr__prefill_reply_read(const char *body, size_t len, int need_tree, eldr__prefill_reply *out,
                              eldr_diag *d) {
-  if (need_tree || memchr(body, 0, len)) return eldr__prefill_reply_parse(body, len, out, d);
+  /* a NUL byte: the scanner refuses it, jansson may not (it then decides) */
+  if (need_tree) return eldr__prefill_reply_parse(body, len, out, d);
   static const eldr_js_path paths[] = {{{"kv_transfer_params", NULL}},
                                        {{"usage", "prompt_tokens", NULL}},
                                        {{"usage", "prompt_tokens_details", NULL}},

@@ -11,6 +11,7 @@
 #include <cmocka.h>
 #include <stdlib.h>
 
+#include "eldr/counts.h"
 #include "eldr/jscan.h"
 
 static int scan(const char *doc, const eldr_js_path *p, size_t np, eldr_js_span *f, eldr_diag *d) {
@@ -174,6 +175,40 @@ static void test_elements(void **state) {
   assert_int_equal(eldr_js_elem_next(&it, &v), 0);
 }
 
+/* Long strings (the 64-byte AVX2 steps): a special byte at every offset
+ * across several steps and the tail gives the same answer, offset and
+ * message with SIMD on and off (ELDR_NO_SIMD's portable loop). */
+static void test_long_strings_simd(void **state) {
+  (void)state;
+  static const char *const specials[] = {"\xc3\xa9", "\xff", "\n", "\\n", "\\u00e9", "\"", "\\q"};
+  char doc[600];
+  for (size_t sp = 0; sp < sizeof specials / sizeof *specials; sp++)
+    for (size_t at = 0; at < 400; at += 3) {
+      const size_t sl = strlen(specials[sp]);
+      size_t n = 0;
+      doc[n++] = '[';
+      doc[n++] = '"';
+      memset(doc + n, 'A', 420);
+      memcpy(doc + n + at, specials[sp], sl);
+      n += 420;
+      doc[n++] = '"';
+      doc[n++] = ']';
+      eldr_js_span r[2];
+      eldr_diag d[2];
+      int rc[2];
+      for (int simd = 0; simd < 2; simd++) {
+        eldr__simd_set(simd);
+        d[simd].msg[0] = '\0';
+        r[simd] = (eldr_js_span){0, 0, ELDR_JS_NONE};
+        rc[simd] = eldr_js_scan(doc, n, NULL, 0, NULL, &r[simd], &d[simd]);
+      }
+      eldr__simd_set(1);
+      assert_int_equal(rc[0], rc[1]);
+      assert_string_equal(d[0].msg, d[1].msg);
+      if (!rc[0]) assert_memory_equal(&r[0], &r[1], sizeof r[0]);
+    }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_paths),
@@ -181,6 +216,7 @@ int main(void) {
       cmocka_unit_test(test_strings),
       cmocka_unit_test(test_rejects_as_jansson),
       cmocka_unit_test(test_elements),
+      cmocka_unit_test(test_long_strings_simd),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
