@@ -4,8 +4,9 @@
  * number or literal, is the scanner's reject); on an accepted document every wanted path is
  * found exactly where jansson has a value, and the bytes of its span parse
  * to that value; the members of a top-level object, walked in place, give
- * jansson's keys (the last of a repeated key wins), strings decode to
- * jansson's strings and integers to its integers. */
+ * jansson's keys (the last of a repeated key wins), the elements of a
+ * top-level array, walked in place, are jansson's elements, strings decode
+ * to jansson's strings and integers to its integers. */
 #include <jansson.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -132,6 +133,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       abort();
     }
     json_decref(seen);
+  }
+  if (root.type == ELDR_JS_ARRAY) { /* the elements, walked in place, are jansson's */
+    eldr_js_iter it;
+    eldr_js_span v;
+    size_t i = 0;
+    eldr_js_elems_init(&it, doc, root);
+    while (eldr_js_elem_next(&it, &v)) {
+      json_t *want = json_array_get(tree, i++);
+      json_t *val = json_loadb(doc + v.off, v.len, JSON_DECODE_ANY, NULL);
+      if (!want || !val || !json_equal(want, val)) abort();
+      json_decref(val);
+    }
+    if (i != json_array_size(tree)) abort();
   }
   json_decref(tree);
   free(doc);

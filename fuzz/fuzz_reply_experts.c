@@ -12,13 +12,19 @@
  * repeated with a caller's scratch (reused across inputs) and fused counting
  * (eldr_re_opts.counts): same return code, reason and message, the same
  * views' contents, and counts equal to the per-id reference count of the
- * first choice's prompt view (core/counts_ref.h). Else abort. */
+ * first choice's prompt view (core/counts_ref.h). And each read is done by
+ * the span reader too (eldr_reply_experts_scan, no tree), on a body without
+ * NUL bytes: same return code, reason, message (but a NOT_JSON one's
+ * wording), layout, views and counts as the tree reader; and on a body the
+ * scanner accepts, eldr_reply_experts_scanned (no second validation) gives
+ * what eldr_reply_experts_scan does. Else abort. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/counts_ref.h"
+#include "eldr/jscan.h"
 #include "eldr/reply_experts.h"
 #include "eldr/routed_experts.h"
 
@@ -106,6 +112,59 @@ static void fused(const char *body, size_t len, const eldr_re_opts *o) {
   eldr_reply_experts_free(&f);
 }
 
+/* The span reader against the tree reader (counts with both, or neither). */
+static void spans(const char *body, size_t len, const eldr_re_opts *o) {
+  if (memchr(body, 0, len)) return; /* jansson reads past some NULs, the scanner refuses them */
+  eldr_reply_experts r, f;
+  eldr_re_reason w1 = ELDR_RE__N, w2 = ELDR_RE__N;
+  eldr_diag d1, d2;
+  d1.msg[0] = d2.msg[0] = '\0';
+  uint32_t c1[2 * 8], c2[2 * 8];
+  memset(c1, 0, sizeof c1);
+  memset(c2, 0, sizeof c2);
+  eldr_re_opts o1 = *o, o2 = *o;
+  if (o->num_layers == 2) {
+    o1.counts = c1;
+    o2.counts = c2;
+    o2.scratch = &scratch;
+  }
+  int r1 = eldr_reply_experts_read(body, len, &o1, &r, &w1, &d1);
+  int r2 = eldr_reply_experts_scan(body, len, &o2, &f, &w2, &d2);
+  if (r1 != r2 || w1 != w2 || (w1 != ELDR_RE_NOT_JSON && strcmp(d1.msg, d2.msg))) abort();
+  if (!r1) {
+    if (r.nchoices != f.nchoices || r.layout != f.layout || r.prompt_tokens != f.prompt_tokens ||
+        r.counted != f.counted || memcmp(c1, c2, sizeof c1))
+      abort();
+    for (size_t i = 0; i < r.nchoices; i++)
+      if (r.choices[i].index != f.choices[i].index || !same_view(&r.choices[i].prompt, &f.choices[i].prompt) ||
+          !same_view(&r.choices[i].generated, &f.choices[i].generated))
+        abort();
+  }
+  eldr_reply_experts_free(&r);
+  eldr_reply_experts_free(&f);
+  /* a document the scanner accepted, read again without validation (the
+   * router's signature path): what the validating span reader gave */
+  eldr_js_span root;
+  if (eldr_js_scan(body, len, NULL, 0, NULL, &root, NULL) == 0) {
+    w1 = w2 = ELDR_RE__N;
+    d1.msg[0] = d2.msg[0] = '\0';
+    memset(c1, 0, sizeof c1);
+    memset(c2, 0, sizeof c2);
+    r1 = eldr_reply_experts_scan(body, len, &o1, &r, &w1, &d1);
+    r2 = eldr_reply_experts_scanned(body, len, &o2, &f, &w2, &d2);
+    if (r1 != r2 || w1 != w2 || strcmp(d1.msg, d2.msg) || memcmp(c1, c2, sizeof c1)) abort();
+    if (!r1) {
+      if (r.nchoices != f.nchoices || r.layout != f.layout || r.counted != f.counted) abort();
+      for (size_t i = 0; i < r.nchoices; i++)
+        if (!same_view(&r.choices[i].prompt, &f.choices[i].prompt) ||
+            !same_view(&r.choices[i].generated, &f.choices[i].generated))
+          abort();
+    }
+    eldr_reply_experts_free(&r);
+    eldr_reply_experts_free(&f);
+  }
+}
+
 static void all(const char *body, size_t len) {
   static const uint8_t mask[2] = {0, 1};
   const eldr_re_opts os[] = {
@@ -113,7 +172,10 @@ static void all(const char *body, size_t len) {
       {ELDR_RE_CHAT, 2, 2, 8, mask, NULL, NULL},
       {ELDR_RE_COMPLETIONS, 0, 0, 0, NULL, NULL, NULL},
   };
-  for (size_t i = 0; i < sizeof os / sizeof *os; i++) one(body, len, &os[i]);
+  for (size_t i = 0; i < sizeof os / sizeof *os; i++) {
+    one(body, len, &os[i]);
+    spans(body, len, &os[i]);
+  }
   fused(body, len, &os[0]);
   fused(body, len, &os[1]);
 }

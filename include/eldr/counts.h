@@ -120,5 +120,10 @@ int eldr__counts_block8(const eldr_shape *s, const void *raw, eldr_sel_dtype dty
  * hooks (process-wide, not for use while other threads count). */
 int eldr__simd_on(void);
 int eldr__simd_set(int enable);
+/* Testing hook: allow (1) or forbid (0) the bit-sliced kernel of
+ * eldr_counts_accumulate_masked (1-byte ids, top_k 8, at most 128 experts;
+ * runs only where the SIMD paths do), leaving the per-id AVX2 kernels.
+ * Returns the previous state. Process-wide, as eldr__simd_set. */
+int eldr__counts_bits_set(int enable);
 
 #endif

@@ -82,6 +82,12 @@ void eldr_js_iter_init(eldr_js_iter *it, const char *doc, eldr_js_span obj);
 /* 1 and *m set, or 0 after the last member. */
 int eldr_js_next(eldr_js_iter *it, eldr_js_member *m);
 
+/* Elements of an array (arr: an ELDR_JS_ARRAY span of an accepted
+ * document), in order, with the same iterator: 1 and *v set, or 0 after the
+ * last. */
+void eldr_js_elems_init(eldr_js_iter *it, const char *doc, eldr_js_span arr);
+int eldr_js_elem_next(eldr_js_iter *it, eldr_js_span *v);
+
 /* 1 when the key (a string span) decodes to exactly name. */
 int eldr_js_key_is(const char *doc, eldr_js_span key, const char *name);
 

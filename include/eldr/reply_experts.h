@@ -29,6 +29,12 @@
  * >= num_experts) in the layers of the mask before a view is returned, so a
  * view's ids can be counted without further checks.
  *
+ * Readers: eldr_reply_experts_read (a jansson tree of the body),
+ * eldr_reply_experts_from_json (a tree the caller parsed) and
+ * eldr_reply_experts_scan (the body's bytes, no tree: the router's
+ * signature path) are one reader over two value sources; they give the same
+ * answers (fuzz_reply_experts compares them on every input).
+ *
  * Ownership: the result owns every buffer its views point into (decoded
  * base64, converted lists) unless they came from the caller's scratch
  * (eldr_re_opts.scratch); eldr_reply_experts_free releases what it owns. The body
@@ -162,6 +168,20 @@ int eldr_reply_experts_read(const char *body, size_t len, const eldr_re_opts *op
  * right after). For a router that parses the prefill reply once. */
 int eldr_reply_experts_from_json(const void *root, const eldr_re_opts *opts,
                                  eldr_reply_experts *out, eldr_re_reason *why, eldr_diag *d);
+/* The same on the reply's bytes, without a tree: the document is validated
+ * by the byte scanner (include/eldr/jscan.h, which accepts and rejects what
+ * jansson does on a body without NUL bytes) and the routed_experts values
+ * are read in place, the base64 text (or number lists) handed to the codec
+ * as it lies in body. Same results, reasons and messages as
+ * eldr_reply_experts_read, except the wording of a NOT_JSON message. The
+ * views do not point into body. For the router's signature path. */
+int eldr_reply_experts_scan(const char *body, size_t len, const eldr_re_opts *opts, eldr_reply_experts *out,
+                            eldr_re_reason *why, eldr_diag *d);
+/* The same on a document eldr_js_scan already accepted (the caller
+ * vouches: nothing is validated again, so the text is read once less).
+ * A top-level value other than an object is NOT_JSON. */
+int eldr_reply_experts_scanned(const char *doc, size_t len, const eldr_re_opts *opts, eldr_reply_experts *out,
+                               eldr_re_reason *why, eldr_diag *d);
 void eldr_reply_experts_free(eldr_reply_experts *r);
 
 /* ---- emitting (the emulated worker) ------------------------------------- */

@@ -4,7 +4,10 @@
  * token counts on a model shape (default 48 MoE layers, 128 experts, top-8).
  * Also reports the JSON parse of the prefill reply that carries the
  * routed_experts (the rest of the router's per-request work on it) and the
- * signature-cache path (prompt with a prefix-cache hit). */
+ * signature-cache path (prompt with a prefix-cache hit). Interleaved in the
+ * same run, for comparison: the reply read into a jansson tree and the
+ * signature read from it (the path before the span reader), and the
+ * signature with the per-id counting kernels only (no bit-sliced kernel). */
 #include <getopt.h>
 #include <jansson.h>
 #include <math.h>
@@ -129,8 +132,10 @@ int eldr_bench_route(int argc, char **argv) {
   uint32_t *loads = calloc((size_t)D, sizeof *loads);
   double *t_parse = malloc((size_t)iters * sizeof(double)), *t_sig = malloc((size_t)iters * sizeof(double)),
          *t_dec = malloc((size_t)iters * sizeof(double)), *t_store = malloc((size_t)iters * sizeof(double)),
-         *t_hit = malloc((size_t)iters * sizeof(double)), *t_copy = malloc((size_t)iters * sizeof(double));
-  if (!loads || !t_parse || !t_sig || !t_dec || !t_store || !t_hit || !t_copy)
+         *t_hit = malloc((size_t)iters * sizeof(double)), *t_copy = malloc((size_t)iters * sizeof(double)),
+         *t_tree = malloc((size_t)iters * sizeof(double)), *t_perid = malloc((size_t)iters * sizeof(double)),
+         *t_pscan = malloc((size_t)iters * sizeof(double));
+  if (!loads || !t_parse || !t_sig || !t_dec || !t_store || !t_hit || !t_copy || !t_tree || !t_perid || !t_pscan)
     cli_fail(cmd, "out of memory");
   json_t *jrows = json ? json_array() : NULL;
   if (json && !jrows) cli_fail(cmd, "out of memory");
@@ -197,7 +202,7 @@ int eldr_bench_route(int argc, char **argv) {
                        "{\"object\":\"text_completion\",\"choices\":[{\"index\":0,\"routed_experts\":\"%s\"}],"
                        "\"usage\":{\"prompt_tokens\":%zu,\"completion_tokens\":1}}", b64tail, T);
     eldr__prefill_reply prt;
-    if (eldr__prefill_reply_parse(rtail, (size_t)rtl, &prt, &d)) cli_fail(cmd, "reply parse: %s", d.msg);
+    if (eldr__prefill_reply_read(rtail, (size_t)rtl, 0, &prt, &d)) cli_fail(cmd, "reply parse: %s", d.msg);
     uint64_t sink = 0;
     char *copy = malloc(blen);
     if (!copy) cli_fail(cmd, "out of memory");
@@ -208,10 +213,10 @@ int eldr_bench_route(int argc, char **argv) {
       __asm__ volatile("" : : "r"(copy) : "memory");
       double t0 = eldr_clock_now();
       eldr__prefill_reply pr;
-      if (eldr__prefill_reply_parse(reply, (size_t)rl, &pr, &d)) cli_fail(cmd, "reply parse: %s", d.msg);
+      if (eldr__prefill_reply_read(reply, (size_t)rl, 0, &pr, &d)) cli_fail(cmd, "reply parse: %s", d.msg);
       double t1 = eldr_clock_now();
       eldr__sigres res;
-      eldr__sigpath_extract(&sp_nc, pr.root, 0, NULL, &res);
+      eldr__sigpath_extract(&sp_nc, pr.raw, pr.raw_len, pr.root, 0, NULL, &res);
       if (res.fallback != ELDR__FB_NONE) cli_fail(cmd, "extraction fell back (%d): %s", res.fallback, res.diag.msg);
       double t2 = eldr_clock_now();
       eldr_route_req rr = {res.sig, -1, NULL};
@@ -223,7 +228,7 @@ int eldr_bench_route(int argc, char **argv) {
       /* with the cache: full extraction + storing every block (first request of a prefix) */
       eldr__prompt prompt;
       if (eldr__prompt_init(&sp_c, &prompt, text, tl, NULL, 0)) cli_fail(cmd, "out of memory");
-      eldr__sigpath_extract(&sp_c, pr.root, 0, &prompt, &res);
+      eldr__sigpath_extract(&sp_c, pr.raw, pr.raw_len, pr.root, 0, &prompt, &res);
       eldr__prompt_free(&prompt);
       double t4 = eldr_clock_now();
       eldr__sigpath_store(&sp_c, &res);
@@ -231,10 +236,25 @@ int eldr_bench_route(int argc, char **argv) {
       /* a later request with 75% prefix hit: its prompt's blocks (tokenised
        * once, as at the request's arrival), tail rows + cached rows */
       if (eldr__prompt_init(&sp_c, &prompt, text, tl, NULL, 0)) cli_fail(cmd, "out of memory");
-      eldr__sigpath_extract(&sp_c, prt.root, 0, &prompt, &res);
+      eldr__sigpath_extract(&sp_c, prt.raw, prt.raw_len, prt.root, 0, &prompt, &res);
       eldr__prompt_free(&prompt);
       double t6 = eldr_clock_now();
       if (res.fallback != ELDR__FB_NONE) cli_fail(cmd, "cached extraction fell back");
+      /* the same, interleaved: the reply read into a jansson tree (the blob
+       * set aside) and the signature read from the tree (the router before
+       * the span reader), and the span reader with the per-id kernels only */
+      double t7 = eldr_clock_now();
+      eldr__prefill_reply prj;
+      if (eldr__prefill_reply_parse(reply, (size_t)rl, &prj, &d)) cli_fail(cmd, "reply parse: %s", d.msg);
+      eldr__sigpath_extract(&sp_nc, NULL, 0, prj.root, 0, NULL, &res);
+      double t8 = eldr_clock_now();
+      if (res.fallback != ELDR__FB_NONE) cli_fail(cmd, "tree extraction fell back: %s", res.diag.msg);
+      eldr__prefill_reply_free(&prj);
+      eldr__counts_bits_set(0);
+      double t9 = eldr_clock_now();
+      eldr__sigpath_extract(&sp_nc, pr.raw, pr.raw_len, pr.root, 0, NULL, &res);
+      double t10 = eldr_clock_now();
+      eldr__counts_bits_set(1);
       eldr__prefill_reply_free(&pr);
       if (it >= 0) {
         t_parse[it] = t1 - t0;
@@ -243,6 +263,9 @@ int eldr_bench_route(int argc, char **argv) {
         t_store[it] = (t5 - t4);
         t_hit[it] = t6 - t5;
         t_copy[it] = t0 - tc;
+        t_pscan[it] = t2 - t0;
+        t_tree[it] = t8 - t7;
+        t_perid[it] = t10 - t9;
       }
     }
     free(copy);
@@ -259,6 +282,9 @@ int eldr_bench_route(int argc, char **argv) {
                 {"signature, 75% prefix hit", t_hit},
                 {"store block rows", t_store},
                 {"prefill reply JSON parse", t_parse},
+                {"parse+signature, scanner", t_pscan},
+                {"parse+signature, tree", t_tree},
+                {"signature, per-id kernels", t_perid},
                 {"memcpy of the base64 blob", t_copy}};
     for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
       stats s = summarize(rows[r].v, (size_t)iters);
@@ -310,6 +336,9 @@ int eldr_bench_route(int argc, char **argv) {
   free(t_store);
   free(t_hit);
   free(t_copy);
+  free(t_tree);
+  free(t_perid);
+  free(t_pscan);
   free(tokens);
   eldr_artifact_free(a);
   return 0;

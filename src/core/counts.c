@@ -296,7 +296,214 @@ KERNELS(uint8_t, _8)
 #undef KERNEL
 #undef KERNEL_1_8
 
+/* ---- the bit-sliced kernel: 1-byte ids, K = 8, E <= 128 ------------------
+ *
+ * A (token, layer) row of 8 distinct ids < 128 is a 128-bit set. Four rows
+ * (one 32-byte load: layers 4j..4j+3 of a token, "slot" j) become two
+ * vectors of four 64-bit sets (ids 0..63, ids 64..127), built with variable
+ * shifts (an id >= 64, or >= 128, shifts the bit out: it sets nothing).
+ * Per slot, the sets of 16 tokens go through a Harley-Seal carry-save tree
+ * into bit planes (ones, twos, fours, eights carried; sixteens expanded into
+ * byte counters), so one vector operation counts 256 (layer, expert)
+ * positions at once instead of one increment per id. A block of tokens is
+ * counted into a separate buffer and checked before anything reaches the
+ * caller's counts: every row must have set exactly 8 bits (a repeated id
+ * in a row, or an id >= 128, sets fewer) and nothing at an expert >= E. A
+ * block that fails is left to the kernels below (which count repeats and
+ * report the first bad id exactly as the reference does), and so is the
+ * rest of the call. */
+#ifdef ELDR_COUNTS_AVX2
+#define BITS_GROUP 16     /* tokens per carry-save tree */
+#define BITS_BLOCK 2048   /* tokens per checked block: sixteens byte counters stay <= 128 */
+#define BITS_FIRST 64     /* tokens of the first block */
+#define BITS_MIN 256      /* fewer tokens in a call: the per-id kernels (the flush would dominate) */
+#define BITS_MAX_LAYERS 128 /* the block's buffer: 128 x 128 x uint16 on the stack */
+
+#define AVX2_FN __attribute__((target("avx2"))) static inline
+
+AVX2_FN void csa(__m256i *h, __m256i *l, __m256i a, __m256i b, __m256i c) {
+  const __m256i u = _mm256_xor_si256(a, b);
+  *h = _mm256_or_si256(_mm256_and_si256(a, b), _mm256_and_si256(u, c));
+  *l = _mm256_xor_si256(u, c);
+}
+
+/* The sets of 16 tokens' rows of one slot: m[i] ids 0..63, m[16 + i] ids 64..127. */
+AVX2_FN void bits_build16(const unsigned char *p, size_t tb, __m256i *m) {
+  const __m256i one = _mm256_set1_epi64x(1), off = _mm256_set1_epi64x(64);
+#define SEL(k) _mm256_setr_epi8(k, -1, -1, -1, -1, -1, -1, -1, 8 + k, -1, -1, -1, -1, -1, -1, -1, \
+                                k, -1, -1, -1, -1, -1, -1, -1, 8 + k, -1, -1, -1, -1, -1, -1, -1)
+  const __m256i s0 = SEL(0), s1 = SEL(1), s2 = SEL(2), s3 = SEL(3), s4 = SEL(4), s5 = SEL(5),
+                s6 = SEL(6), s7 = SEL(7);
+#undef SEL
+  for (int i = 0; i < BITS_GROUP; i++, p += tb) {
+    const __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)p);
+    __m256i lo = _mm256_setzero_si256(), hi = lo;
+    /* x: one id per 64-bit lane; x - 64 wraps to >= 2^63 below 64: shifted out */
+#define ID(s)                                                        \
+  {                                                                  \
+    const __m256i x = _mm256_shuffle_epi8(v, s);                     \
+    lo = _mm256_or_si256(lo, _mm256_sllv_epi64(one, x));             \
+    hi = _mm256_or_si256(hi, _mm256_sllv_epi64(one, _mm256_sub_epi64(x, off))); \
+  }
+    ID(s0) ID(s1) ID(s2) ID(s3) ID(s4) ID(s5) ID(s6) ID(s7)
+#undef ID
+    m[i] = lo;
+    m[BITS_GROUP + i] = hi;
+  }
+}
+
+typedef struct bits_planes {
+  __m256i ones, twos, fours, eights;
+} bits_planes;
+
+/* 16 sets into the carried planes; returns the sixteens plane. */
+AVX2_FN __m256i bits_tree16(bits_planes *s, const __m256i *in) {
+  __m256i tA, tB, fA, fB, eA, eB, sixteens;
+  csa(&tA, &s->ones, s->ones, in[0], in[1]);
+  csa(&tB, &s->ones, s->ones, in[2], in[3]);
+  csa(&fA, &s->twos, s->twos, tA, tB);
+  csa(&tA, &s->ones, s->ones, in[4], in[5]);
+  csa(&tB, &s->ones, s->ones, in[6], in[7]);
+  csa(&fB, &s->twos, s->twos, tA, tB);
+  csa(&eA, &s->fours, s->fours, fA, fB);
+  csa(&tA, &s->ones, s->ones, in[8], in[9]);
+  csa(&tB, &s->ones, s->ones, in[10], in[11]);
+  csa(&fA, &s->twos, s->twos, tA, tB);
+  csa(&tA, &s->ones, s->ones, in[12], in[13]);
+  csa(&tB, &s->ones, s->ones, in[14], in[15]);
+  csa(&fB, &s->twos, s->twos, tA, tB);
+  csa(&eB, &s->fours, s->fours, fA, fB);
+  csa(&sixteens, &s->eights, s->eights, eA, eB);
+  return sixteens;
+}
+
+/* 0xFF in byte i where bit i of plane is set (i = 32c .. 32c + 31). */
+AVX2_FN __m256i bits_bytes(__m256i plane, int c) {
+  const __m256i ctrl = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2,
+                                        2, 3, 3, 3, 3, 3, 3, 3, 3);
+  const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+  __m256i x = _mm256_permutevar8x32_epi32(plane, _mm256_set1_epi32(c));
+  x = _mm256_shuffle_epi8(x, ctrl);
+  return _mm256_cmpeq_epi8(_mm256_and_si256(x, bit), bit);
+}
+
+/* Add a plane's 256 bits to 256 byte counters (byte i of cnt: bit i). */
+AVX2_FN void bits_expand(__m256i plane, __m256i *cnt) {
+  for (int c = 0; c < 8; c++) cnt[c] = _mm256_sub_epi8(cnt[c], bits_bytes(plane, c));
+}
+
+/* The counts of one half: 16 x sixteens + 8 x eights + 4 x fours + 2 x
+ * twos + ones, position 32c + i into out[(c / 2) * 128 + 32 * (c % 2) + i];
+ * adds them to *sum (32-bit lanes). */
+AVX2_FN void bits_flush(const bits_planes *s, const __m256i *cnt, uint16_t *out, __m256i *sum) {
+  const __m256i w1 = _mm256_set1_epi8(1), w2 = _mm256_set1_epi8(2), w4 = _mm256_set1_epi8(4),
+                w8 = _mm256_set1_epi8(8), ones16 = _mm256_set1_epi16(1);
+  for (int c = 0; c < 8; c++) {
+    __m256i b = _mm256_and_si256(bits_bytes(s->ones, c), w1);
+    b = _mm256_or_si256(b, _mm256_and_si256(bits_bytes(s->twos, c), w2));
+    b = _mm256_or_si256(b, _mm256_and_si256(bits_bytes(s->fours, c), w4));
+    b = _mm256_or_si256(b, _mm256_and_si256(bits_bytes(s->eights, c), w8));
+    const __m128i bl = _mm256_castsi256_si128(b), bh = _mm256_extracti128_si256(b, 1);
+    const __m128i cl = _mm256_castsi256_si128(cnt[c]), ch = _mm256_extracti128_si256(cnt[c], 1);
+    __m256i lo = _mm256_add_epi16(_mm256_slli_epi16(_mm256_cvtepu8_epi16(cl), 4), _mm256_cvtepu8_epi16(bl));
+    __m256i hi = _mm256_add_epi16(_mm256_slli_epi16(_mm256_cvtepu8_epi16(ch), 4), _mm256_cvtepu8_epi16(bh));
+    uint16_t *o = out + (c / 2) * 128 + 32 * (c % 2);
+    _mm256_storeu_si256((__m256i *)(void *)o, lo);
+    _mm256_storeu_si256((__m256i *)(void *)(o + 16), hi);
+    *sum = _mm256_add_epi32(*sum, _mm256_add_epi32(_mm256_madd_epi16(lo, ones16), _mm256_madd_epi16(hi, ones16)));
+  }
+}
+
+/* Count ntok (a multiple of 16) tokens of slot j (layers 4j..4j+3) into
+ * out[(4j + r) * 128 + e]; returns the number of bits counted. */
+__attribute__((target("avx2"))) static size_t bits_slot(const unsigned char *p, size_t tb, size_t ntok,
+                                                       uint16_t *out) {
+  bits_planes lo = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                    _mm256_setzero_si256()};
+  bits_planes hi = lo;
+  __m256i cnt[16], m[2 * BITS_GROUP];
+  for (int c = 0; c < 16; c++) cnt[c] = _mm256_setzero_si256();
+  for (size_t t = 0; t < ntok; t += BITS_GROUP, p += BITS_GROUP * tb) {
+    bits_build16(p, tb, m);
+    bits_expand(bits_tree16(&lo, m), cnt);
+    bits_expand(bits_tree16(&hi, m + BITS_GROUP), cnt + 8);
+  }
+  __m256i sum = _mm256_setzero_si256();
+  bits_flush(&lo, cnt, out, &sum);
+  bits_flush(&hi, cnt + 8, out + 64, &sum);
+  uint32_t lanes[8];
+  _mm256_storeu_si256((__m256i *)(void *)lanes, sum);
+  size_t total = 0;
+  for (int i = 0; i < 8; i++) total += lanes[i];
+  return total;
+}
+
+/* Count whole blocks of tokens by bit planes, the mask's layers, while every
+ * block passes its check; returns the tokens counted (a multiple of 16:
+ * the caller's kernels take the rest). The block's ids of layers 4*(L/4)..L-1
+ * (L not a multiple of 4) are range-checked here and counted by kern. */
+__attribute__((target("avx2"))) static size_t count_bits(const unsigned char *p, size_t ntokens, size_t L,
+                                                        size_t E, const uint8_t *mask, uint32_t *counts,
+                                                        kernel_fn kern, const uint16_t *rest, size_t nrest) {
+  const size_t tb = L * 8, nslot = L / 4;
+  uint16_t blk[BITS_MAX_LAYERS * 128];
+  size_t done = 0;
+  while (ntokens - done >= BITS_GROUP) {
+    size_t n = ntokens - done;
+    /* a short first block: an input it does not fit (repeats) costs little */
+    const size_t cap = done ? BITS_BLOCK : BITS_FIRST;
+    if (n > cap) n = cap;
+    n -= n % BITS_GROUP;
+    const unsigned char *q = p + done * tb;
+    if (nrest && max_elem(q, n * L * 8, 1) >= E) return done;
+    for (size_t j = 0; j < nslot; j++) {
+      const uint8_t *mj = mask ? mask + 4 * j : NULL;
+      if (mj && !mj[0] && !mj[1] && !mj[2] && !mj[3]) continue;
+      if (bits_slot(q + 32 * j, tb, n, blk + 4 * j * 128) != n * 32) return done; /* a repeat, or id >= 128 */
+      for (size_t e = E; e < 128; e++)
+        for (int r = 0; r < 4; r++)
+          if (blk[(4 * j + r) * 128 + e]) return done; /* an id >= E */
+    }
+    for (size_t l = 0; l < 4 * nslot; l++) {
+      if (mask && !mask[l]) continue;
+      uint32_t *row = counts + l * E;
+      const uint16_t *b = blk + l * 128;
+      for (size_t e = 0; e < E; e++) row[e] += b[e];
+    }
+    if (nrest) {
+      kargs a = {q, n, L, 8, E, rest, nrest, counts};
+      kern(&a);
+    }
+    done += n;
+  }
+  return done;
+}
+
+/* Whether the bit kernel pays: at least half the rows it builds (every
+ * layer of a slot with any masked layer) are ones the mask wants. */
+static int bits_off; /* eldr__counts_bits_set(0) */
+
+static int bits_worth(size_t L, const uint8_t *mask, size_t nl) {
+  if (__atomic_load_n(&bits_off, __ATOMIC_RELAXED)) return 0;
+  size_t built = 0;
+  for (size_t j = 0; j < L / 4; j++)
+    if (!mask || mask[4 * j] || mask[4 * j + 1] || mask[4 * j + 2] || mask[4 * j + 3]) built += 4;
+  return built && built <= 2 * nl;
+}
+#endif
+
 #define BLOCK_BYTES 8192 /* range-checked then counted while in L1 */
+
+int eldr__counts_bits_set(int enable) {
+#ifdef ELDR_COUNTS_AVX2
+  int was = !__atomic_load_n(&bits_off, __ATOMIC_RELAXED);
+  __atomic_store_n(&bits_off, !enable, __ATOMIC_RELAXED);
+  return was;
+#else
+  (void)enable;
+  return 0;
+#endif
+}
 
 int eldr_counts_accumulate(const eldr_shape *s, const void *raw, eldr_sel_dtype dtype,
                            size_t ntokens, uint32_t *counts, size_t *bad_index) {
@@ -326,7 +533,18 @@ int eldr_counts_accumulate_masked(const eldr_shape *s, const void *raw, eldr_sel
   if (bt < 1) bt = 1;
   kargs a = {NULL, 0, L, K, E, lay, nl, counts};
   kernel_fn kern = pick_32(w, K);
-  for (size_t t = 0; t < ntokens; t += bt) {
+  size_t t0 = 0;
+#ifdef ELDR_COUNTS_AVX2
+  if (w == 1 && K == 8 && E <= 128 && L >= 4 && L <= BITS_MAX_LAYERS && ntokens >= BITS_MIN &&
+      eldr__simd_on() && bits_worth(L, mask, nl)) {
+    uint16_t rest[3];
+    size_t nrest = 0;
+    for (size_t l = L / 4 * 4; l < L; l++)
+      if (!mask || mask[l]) rest[nrest++] = (uint16_t)l;
+    t0 = count_bits(p, ntokens, L, E, mask, counts, kern, rest, nrest);
+  }
+#endif
+  for (size_t t = t0; t < ntokens; t += bt) {
     size_t n = ntokens - t < bt ? ntokens - t : bt;
     const unsigned char *q = p + t * tb;
     if (max_elem(q, n * L * K, w) >= E) /* some id is bad, maybe outside the mask */

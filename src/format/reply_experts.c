@@ -1,5 +1,6 @@
 /* reply_experts.c — routed_experts of a whole vLLM reply, every layout (see
- * eldr/reply_experts.h). The JSON goes through jansson; base64 and .npy
+ * eldr/reply_experts.h). The JSON is a jansson tree or the byte scanner's spans
+ * (one reader over both, the jv_* accessors); base64 and .npy
  * through the codec of routed_experts.c (AVX2 base64, npy header parser).
  * Each value becomes a view over a buffer the result owns: decoded npy
  * payloads and compact base64 data stay in their wire dtype, nested lists
@@ -11,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "eldr/jscan.h"
 #include "eldr/routed_experts.h"
 
 static const char *const layout_names[] = {"none", "npy", "v021-lists", "v021-base64", "lists"};
@@ -143,6 +145,120 @@ static int check_ids(rctx *c, const char *what, const eldr_re_view *v) {
   return check_rows(c, what, v, 0, v->rows, NULL);
 }
 
+/* ---- one value of the reply: a jansson node, or a span of a document the
+ * scanner accepted (include/eldr/jscan.h). Every reader below goes through
+ * these, so the tree and the span read the same way: same answers, same
+ * reasons, same messages (fuzz_reply_experts compares them). */
+
+typedef struct jv {
+  json_t *j;       /* tree reader */
+  const char *doc; /* span reader: the document (then j is unused) */
+  eldr_js_span s;
+} jv;
+
+typedef enum jv_kind { JV_ABSENT = 0, JV_NULL, JV_STRING, JV_OBJECT, JV_ARRAY, JV_INTEGER, JV_OTHER } jv_kind;
+
+static jv_kind jv_type(jv v) {
+  if (v.doc) switch (v.s.type) {
+    case ELDR_JS_NONE: return JV_ABSENT;
+    case ELDR_JS_NULL: return JV_NULL;
+    case ELDR_JS_STRING: return JV_STRING;
+    case ELDR_JS_OBJECT: return JV_OBJECT;
+    case ELDR_JS_ARRAY: return JV_ARRAY;
+    case ELDR_JS_INTEGER: return JV_INTEGER;
+    default: return JV_OTHER;
+    }
+  if (!v.j) return JV_ABSENT;
+  return json_is_null(v.j) ? JV_NULL : json_is_string(v.j) ? JV_STRING : json_is_object(v.j) ? JV_OBJECT
+         : json_is_array(v.j) ? JV_ARRAY : json_is_integer(v.j) ? JV_INTEGER : JV_OTHER;
+}
+
+/* Members keys[0..n) of an object (each the last of its name, as jansson
+ * keeps it; absent when missing or o is no object) into out: one walk of a
+ * span, so a large value among the members (a base64 blob) is skipped once. */
+static void jv_getn(jv o, const char *const *keys, size_t n, jv *out) {
+  for (size_t i = 0; i < n; i++) {
+    out[i] = (jv){NULL, o.doc, {0, 0, ELDR_JS_NONE}};
+    if (!o.doc) out[i].j = json_is_object(o.j) ? json_object_get(o.j, keys[i]) : NULL;
+  }
+  if (!o.doc || o.s.type != ELDR_JS_OBJECT) return;
+  eldr_js_iter it;
+  eldr_js_member m;
+  eldr_js_iter_init(&it, o.doc, o.s);
+  while (eldr_js_next(&it, &m))
+    for (size_t i = 0; i < n; i++)
+      if (eldr_js_key_is(o.doc, m.key, keys[i])) out[i].s = m.value;
+}
+
+static jv jv_get(jv o, const char *key) {
+  jv r;
+  jv_getn(o, &key, 1, &r);
+  return r;
+}
+
+static int64_t jv_int(jv v) {
+  int64_t x = 0;
+  if (v.doc) eldr_js_int(v.doc, v.s, &x);
+  else x = (int64_t)json_integer_value(v.j);
+  return x;
+}
+
+/* Elements of an array, in order. */
+typedef struct jv_iter {
+  jv a;
+  size_t i;
+  eldr_js_iter it;
+} jv_iter;
+
+static void jv_elems(jv a, jv_iter *it) {
+  it->a = a;
+  it->i = 0;
+  if (a.doc) eldr_js_elems_init(&it->it, a.doc, a.s);
+}
+
+static int jv_next(jv_iter *it, jv *v) {
+  *v = (jv){NULL, it->a.doc, {0, 0, ELDR_JS_NONE}};
+  if (it->a.doc) return eldr_js_elem_next(&it->it, &v->s);
+  if (it->i >= json_array_size(it->a.j)) return 0;
+  v->j = json_array_get(it->a.j, it->i++);
+  return 1;
+}
+
+/* Elements of an array (0 for any other value). */
+static size_t jv_len(jv a) {
+  if (!a.doc) return json_array_size(a.j);
+  if (a.s.type != ELDR_JS_ARRAY) return 0;
+  jv_iter it;
+  jv x;
+  size_t n = 0;
+  jv_elems(a, &it);
+  while (jv_next(&it, &x)) n++;
+  return n;
+}
+
+/* A string's bytes (not NUL-terminated): the document's own when it has no
+ * escape, else decoded into a buffer the result owns. 0, or the reason. */
+static int jv_str(rctx *c, const char *what, jv v, const char **p, size_t *n) {
+  if (!v.doc) {
+    *p = json_string_value(v.j);
+    *n = json_string_length(v.j);
+    return 0;
+  }
+  const char *raw = v.doc + v.s.off + 1;
+  const size_t rl = v.s.len - 2;
+  if (!memchr(raw, '\\', rl)) {
+    *p = raw;
+    *n = rl;
+    return 0;
+  }
+  char *b = own(c, rl);
+  if (!b || eldr_js_string(v.doc, v.s, b, rl, n)) return fail(c, ELDR_RE_NO_MEMORY, ELDR_ENOMEM, what, "out of memory");
+  *p = b;
+  return 0;
+}
+
+static int str_is(const char *p, size_t n, const char *lit) { return n == strlen(lit) && !memcmp(p, lit, n); }
+
 /* base64 text into an owned buffer. */
 static int b64_own(rctx *c, const char *what, const char *s, size_t n, uint8_t **buf,
                    size_t *len) {
@@ -157,11 +273,36 @@ static int b64_own(rctx *c, const char *what, const char *s, size_t n, uint8_t *
   return 0;
 }
 
+/* A base64 string value into an owned buffer: a span's text is decoded as
+ * it lies (base64 has no '\\': a text with an escape fails and is decoded
+ * again after its escapes are), so a blob is not searched for escapes first;
+ * a failure is decoded once more for its message (the error path only). */
+static int b64_value(rctx *c, const char *what, jv v, uint8_t **buf, size_t *len) {
+  if (v.doc) {
+    const char *raw = v.doc + v.s.off + 1;
+    const size_t rl = v.s.len - 2;
+    const size_t used = c->o.scratch ? c->o.scratch->used : 0;
+    const eldr_re_reason why = c->why;
+    eldr_diag *d = c->d;
+    c->d = NULL; /* no message from the attempt */
+    const int rc = b64_own(c, what, raw, rl, buf, len);
+    c->d = d;
+    if (rc == 0) return 0;
+    if (c->o.scratch) c->o.scratch->used = used; /* the failed attempt's slot back */
+    c->why = why;
+    if (!memchr(raw, '\\', rl)) return b64_own(c, what, raw, rl, buf, len); /* again, for the message */
+  }
+  const char *txt;
+  size_t tl;
+  int rc = jv_str(c, what, v, &txt, &tl);
+  return rc ? rc : b64_own(c, what, txt, tl, buf, len);
+}
+
 /* A base64 .npy string (npy layout). */
-static int read_npy(rctx *c, const char *what, json_t *v, eldr_re_view *out, int check) {
+static int read_npy(rctx *c, const char *what, jv v, eldr_re_view *out, int check) {
   uint8_t *b;
   size_t n;
-  int rc = b64_own(c, what, json_string_value(v), json_string_length(v), &b, &n);
+  int rc = b64_value(c, what, v, &b, &n);
   if (rc) return rc;
   eldr_npy_info h;
   eldr_diag dd;
@@ -184,14 +325,14 @@ static int read_npy(rctx *c, const char *what, json_t *v, eldr_re_view *out, int
   return check ? check_ids(c, what, out) : 0;
 }
 
-static int dtype_by_name(const char *s, eldr_sel_dtype *t) {
+static int dtype_by_name(const char *s, size_t n, eldr_sel_dtype *t) {
   static const struct {
     const char *name;
     eldr_sel_dtype t;
   } tab[] = {{"uint8", ELDR_SEL_U8},     {"uint16", ELDR_SEL_U16LE}, {"int16", ELDR_SEL_I16LE},
              {"int32", ELDR_SEL_I32LE},  {"int64", ELDR_SEL_I64LE}};
   for (size_t i = 0; i < sizeof tab / sizeof *tab; i++)
-    if (!strcmp(s, tab[i].name)) {
+    if (str_is(s, n, tab[i].name)) {
       *t = tab[i].t;
       return 0;
     }
@@ -199,54 +340,71 @@ static int dtype_by_name(const char *s, eldr_sel_dtype *t) {
 }
 
 /* {"encoding":"base64","dtype":..,"shape":[n,L,K],"data":..} */
-static int read_compact(rctx *c, const char *what, json_t *v, eldr_re_view *out, int check) {
-  json_t *enc = json_object_get(v, "encoding"), *dt = json_object_get(v, "dtype");
-  json_t *sh = json_object_get(v, "shape"), *data = json_object_get(v, "data");
-  if (!json_is_string(enc))
+static int read_compact(rctx *c, const char *what, jv v, eldr_re_view *out, int check) {
+  static const char *const keys[4] = {"encoding", "dtype", "shape", "data"};
+  jv f[4];
+  jv_getn(v, keys, 4, f);
+  const jv enc = f[0], dt = f[1], sh = f[2], data = f[3];
+  const char *es, *ds = NULL;
+  size_t en, dn = 0;
+  int rc;
+  if (jv_type(enc) != JV_STRING)
     return fail(c, ELDR_RE_UNKNOWN_ENCODING, ELDR_EUNSUPPORTED, what,
                 "'encoding' missing or not a string");
-  if (strcmp(json_string_value(enc), "base64"))
+  if ((rc = jv_str(c, what, enc, &es, &en))) return rc;
+  if (!str_is(es, en, "base64"))
     return FAILF(c, ELDR_RE_UNKNOWN_ENCODING, ELDR_EUNSUPPORTED,
-                 "%s: encoding '%.40s' unsupported (need \"base64\")", what, json_string_value(enc));
+                 "%s: encoding '%.*s' unsupported (need \"base64\")", what, (int)(en < 40 ? en : 40), es);
   eldr_sel_dtype t;
-  if (!json_is_string(dt) || dtype_by_name(json_string_value(dt), &t))
+  const int dstr = jv_type(dt) == JV_STRING;
+  if (dstr && (rc = jv_str(c, what, dt, &ds, &dn))) return rc;
+  if (!dstr || dtype_by_name(ds, dn, &t))
     return FAILF(c, ELDR_RE_UNKNOWN_DTYPE, ELDR_EUNSUPPORTED,
-                 "%s: dtype %s%.40s%s unsupported (need uint8, uint16, int16, int32 or int64)", what,
-                 json_is_string(dt) ? "'" : "", json_is_string(dt) ? json_string_value(dt) : "(missing)",
-                 json_is_string(dt) ? "'" : "");
+                 "%s: dtype %s%.*s%s unsupported (need uint8, uint16, int16, int32 or int64)", what,
+                 dstr ? "'" : "", dstr ? (int)(dn < 40 ? dn : 40) : 9, dstr ? ds : "(missing)", dstr ? "'" : "");
   size_t dims[3];
-  if (!json_is_array(sh) || json_array_size(sh) != 3)
+  if (jv_type(sh) != JV_ARRAY || jv_len(sh) != 3)
     return fail(c, ELDR_RE_BAD_SHAPE, ELDR_ESHAPE, what, "'shape' must be [rows, layers, top_k]");
-  for (size_t i = 0; i < 3; i++) {
-    json_t *x = json_array_get(sh, i);
-    if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) > (1LL << 40))
+  jv_iter si;
+  jv x;
+  jv_elems(sh, &si);
+  for (size_t i = 0; i < 3 && jv_next(&si, &x); i++) {
+    if (jv_type(x) != JV_INTEGER || jv_int(x) < 0 || jv_int(x) > (1LL << 40))
       return fail(c, ELDR_RE_BAD_SHAPE, ELDR_ESHAPE, what,
                   "'shape' entries must be non-negative integers");
-    dims[i] = (size_t)json_integer_value(x);
+    dims[i] = (size_t)jv_int(x);
   }
-  if (!json_is_string(data)) return fail(c, ELDR_RE_BAD_TYPE, ELDR_EPARSE, what, "'data' must be a string");
+  if (jv_type(data) != JV_STRING) return fail(c, ELDR_RE_BAD_TYPE, ELDR_EPARSE, what, "'data' must be a string");
   size_t bytes;
-  int rc = check_dims(c, what, dims[0], dims[1], dims[2], eldr_sel_dtype_size(t), &bytes);
-  if (rc) return rc;
+  if ((rc = check_dims(c, what, dims[0], dims[1], dims[2], eldr_sel_dtype_size(t), &bytes))) return rc;
   uint8_t *b;
   size_t n;
-  if ((rc = b64_own(c, what, json_string_value(data), json_string_length(data), &b, &n))) return rc;
+  if ((rc = b64_value(c, what, data, &b, &n))) return rc;
   if (n != bytes)
     return FAILF(c, ELDR_RE_LENGTH_MISMATCH, ELDR_EPARSE,
-                 "%s: data is %zu bytes, shape [%zu, %zu, %zu] of %s needs %zu", what, n, dims[0],
-                 dims[1], dims[2], json_string_value(dt), bytes);
+                 "%s: data is %zu bytes, shape [%zu, %zu, %zu] of %.*s needs %zu", what, n, dims[0],
+                 dims[1], dims[2], (int)dn, ds, bytes);
   *out = (eldr_re_view){b, t, dims[0], dims[1], dims[2], 0};
   return check ? check_ids(c, what, out) : 0;
 }
 
+/* The first element of an array (absent when empty or not an array). */
+static jv jv_first(jv a) {
+  jv_iter it;
+  jv x;
+  jv_elems(a, &it);
+  if (jv_type(a) != JV_ARRAY || !jv_next(&it, &x)) x = (jv){NULL, a.doc, {0, 0, ELDR_JS_NONE}};
+  return x;
+}
+
 /* Nested lists [rows][L][K] of integers, converted to host-order uint16. */
-static int read_lists(rctx *c, const char *what, json_t *v, eldr_re_view *out) {
-  const size_t rows = json_array_size(v);
-  json_t *r0 = rows ? json_array_get(v, 0) : NULL;
-  json_t *l0 = json_is_array(r0) && json_array_size(r0) ? json_array_get(r0, 0) : NULL;
-  if (rows && (!json_is_array(r0) || !json_is_array(l0)))
+static int read_lists(rctx *c, const char *what, jv v, eldr_re_view *out) {
+  const size_t rows = jv_len(v);
+  jv r0 = jv_first(v);
+  jv l0 = jv_type(r0) == JV_ARRAY ? jv_first(r0) : r0;
+  if (rows && (jv_type(r0) != JV_ARRAY || jv_type(l0) != JV_ARRAY))
     return fail(c, ELDR_RE_BAD_SHAPE, ELDR_ESHAPE, what, "must be a list of [layers][top_k] lists");
-  const size_t L = rows ? json_array_size(r0) : 0, K = rows ? json_array_size(l0) : 0;
+  const size_t L = rows ? jv_len(r0) : 0, K = rows ? jv_len(l0) : 0;
   size_t bytes;
   int rc = check_dims(c, what, rows, L, K, 2, &bytes);
   if (rc) return rc;
@@ -254,23 +412,29 @@ static int read_lists(rctx *c, const char *what, json_t *v, eldr_re_view *out) {
   if (!sel) return fail(c, ELDR_RE_NO_MEMORY, ELDR_ENOMEM, what, "out of memory");
   const uint64_t lim = c->o.num_experts ? c->o.num_experts : ELDR_MAX_EXPERTS;
   size_t i = 0;
-  for (size_t t = 0; t < rows; t++) {
-    json_t *r = json_array_get(v, t);
-    if (!json_is_array(r) || json_array_size(r) != L)
+  jv_iter ri;
+  jv r;
+  jv_elems(v, &ri);
+  for (size_t t = 0; t < rows && jv_next(&ri, &r); t++) {
+    if (jv_type(r) != JV_ARRAY || jv_len(r) != L)
       return FAILF(c, ELDR_RE_BAD_SHAPE, ELDR_ESHAPE, "%s: row %zu is not a list of %zu layers",
                    what, t, L);
-    for (size_t l = 0; l < L; l++) {
-      json_t *ls = json_array_get(r, l);
-      if (!json_is_array(ls) || json_array_size(ls) != K)
+    jv_iter li;
+    jv ls;
+    jv_elems(r, &li);
+    for (size_t l = 0; l < L && jv_next(&li, &ls); l++) {
+      if (jv_type(ls) != JV_ARRAY || jv_len(ls) != K)
         return FAILF(c, ELDR_RE_BAD_SHAPE, ELDR_ESHAPE,
                      "%s: row %zu layer %zu is not a list of %zu ids", what, t, l, K);
-      for (size_t k = 0; k < K; k++, i++) {
-        json_t *x = json_array_get(ls, k);
-        if (!json_is_integer(x))
+      jv_iter ki;
+      jv x;
+      jv_elems(ls, &ki);
+      for (size_t k = 0; k < K && jv_next(&ki, &x); k++, i++) {
+        if (jv_type(x) != JV_INTEGER)
           return FAILF(c, ELDR_RE_BAD_TYPE, ELDR_EPARSE,
                        "%s: row %zu layer %zu slot %zu is not an integer", what, t, l, k);
-        json_int_t e = json_integer_value(x);
-        if ((rc = id_ok(c, what, t, l, k, (int64_t)e, lim))) return rc;
+        const int64_t e = jv_int(x);
+        if ((rc = id_ok(c, what, t, l, k, e, lim))) return rc;
         sel[i] = (uint16_t)e;
       }
     }
@@ -282,37 +446,30 @@ static int read_lists(rctx *c, const char *what, json_t *v, eldr_re_view *out) {
 /* One routed_experts value of any layout; *layout receives its kind. With
  * check 0 the ids of base64 values are left to the caller (check_rows);
  * converted lists are always checked. */
-static int read_value(rctx *c, const char *what, json_t *v, eldr_re_view *out,
-                      eldr_re_layout *layout, int check) {
+static int read_value(rctx *c, const char *what, jv v, eldr_re_view *out, eldr_re_layout *layout, int check) {
   memset(out, 0, sizeof *out);
-  if (!v || json_is_null(v)) return 0;
-  if (json_is_string(v)) {
-    *layout = ELDR_RE_LAYOUT_NPY;
-    return read_npy(c, what, v, out, check);
+  switch (jv_type(v)) {
+  case JV_ABSENT:
+  case JV_NULL: return 0;
+  case JV_STRING: *layout = ELDR_RE_LAYOUT_NPY; return read_npy(c, what, v, out, check);
+  case JV_OBJECT: *layout = ELDR_RE_LAYOUT_V021_BASE64; return read_compact(c, what, v, out, check);
+  case JV_ARRAY: *layout = ELDR_RE_LAYOUT_V021_LISTS; return read_lists(c, what, v, out);
+  default:
+    return fail(c, ELDR_RE_BAD_TYPE, ELDR_EPARSE, what,
+                "must be a string (base64 .npy), an object (encoding/dtype/shape/data) or a list");
   }
-  if (json_is_object(v)) {
-    *layout = ELDR_RE_LAYOUT_V021_BASE64;
-    return read_compact(c, what, v, out, check);
-  }
-  if (json_is_array(v)) {
-    *layout = ELDR_RE_LAYOUT_V021_LISTS;
-    return read_lists(c, what, v, out);
-  }
-  return fail(c, ELDR_RE_BAD_TYPE, ELDR_EPARSE, what,
-              "must be a string (base64 .npy), an object (encoding/dtype/shape/data) or a list");
 }
 
-static int64_t int_field(json_t *o, const char *k) {
-  json_t *x = json_is_object(o) ? json_object_get(o, k) : NULL;
-  return json_is_integer(x) && json_integer_value(x) >= 0 ? (int64_t)json_integer_value(x) : -1;
+static int64_t int_field(jv o, const char *k) {
+  jv x = jv_get(o, k);
+  return jv_type(x) == JV_INTEGER && jv_int(x) >= 0 ? jv_int(x) : -1;
 }
 
-/* Generated tokens of choice i: its token_ids, or the usage's
+/* Generated tokens of a choice: its token_ids' length, or the usage's
  * completion_tokens when there is one choice; -1 when unknown. */
-static int64_t gen_tokens(json_t *root, json_t *ch, size_t nchoices) {
-  json_t *ids = json_object_get(ch, "token_ids");
-  if (json_is_array(ids)) return (int64_t)json_array_size(ids);
-  return nchoices == 1 ? int_field(json_object_get(root, "usage"), "completion_tokens") : -1;
+static int64_t gen_tokens(jv usage, jv token_ids, size_t nchoices) {
+  if (jv_type(token_ids) == JV_ARRAY) return (int64_t)jv_len(token_ids);
+  return nchoices == 1 ? int_field(usage, "completion_tokens") : -1;
 }
 
 /* npy layout: cut the one array into prompt rows and generated rows. The
@@ -353,17 +510,25 @@ static const char *api_object(eldr_re_api a) {
   return a == ELDR_RE_CHAT ? "chat.completion" : "text_completion";
 }
 
-static int read_body(rctx *c, json_t *root) {
+static int read_body(rctx *c, jv root) {
   eldr_reply_experts *out = c->out;
-  json_t *obj = json_object_get(root, "object");
-  if (json_is_string(obj) && strcmp(json_string_value(obj), api_object(c->o.api)))
-    return FAILF(c, ELDR_RE_WRONG_OBJECT, ELDR_EPARSE, "reply object '%.40s' is not %s",
-                 json_string_value(obj), api_object(c->o.api));
-  json_t *choices = json_object_get(root, "choices");
-  if (!json_is_array(choices))
+  static const char *const rkeys[4] = {"object", "choices", "usage", "prompt_routed_experts"};
+  jv rf[4];
+  jv_getn(root, rkeys, 4, rf);
+  const jv obj = rf[0], choices = rf[1], usage = rf[2], pre = rf[3];
+  if (jv_type(obj) == JV_STRING) {
+    const char *os;
+    size_t on;
+    int rc = jv_str(c, "reply", obj, &os, &on);
+    if (rc) return rc;
+    if (!str_is(os, on, api_object(c->o.api)))
+      return FAILF(c, ELDR_RE_WRONG_OBJECT, ELDR_EPARSE, "reply object '%.*s' is not %s", (int)(on < 40 ? on : 40),
+                   os, api_object(c->o.api));
+  }
+  if (jv_type(choices) != JV_ARRAY)
     return fail(c, ELDR_RE_NO_CHOICES, ELDR_EPARSE, "reply", "'choices' missing or not a list");
-  const size_t nc = json_array_size(choices);
-  out->prompt_tokens = int_field(json_object_get(root, "usage"), "prompt_tokens");
+  const size_t nc = jv_len(choices);
+  out->prompt_tokens = int_field(usage, "prompt_tokens");
   out->choices = calloc(nc ? nc : 1, sizeof *out->choices);
   if (!out->choices) return fail(c, ELDR_RE_NO_MEMORY, ELDR_ENOMEM, "reply", "out of memory");
   out->nchoices = nc;
@@ -371,18 +536,17 @@ static int read_body(rctx *c, json_t *root) {
   eldr_re_layout lay = ELDR_RE_LAYOUT_NONE, vl = ELDR_RE_LAYOUT_NONE;
   /* the split layouts: the prompt's rows, shared by every choice */
   eldr_re_view prompt;
-  const bool has_prompt_key = json_object_get(root, "prompt_routed_experts") != NULL;
+  const bool has_prompt_key = jv_type(pre) != JV_ABSENT;
   /* counting: the first choice's prompt rows are counted where they are
    * range-checked, so no separate pass reads them */
   uint32_t *counts = c->o.counts && c->o.num_layers && c->o.top_k && c->o.num_experts ? c->o.counts : NULL;
-  int rc = read_value(c, "prompt_routed_experts", json_object_get(root, "prompt_routed_experts"),
-                      &prompt, &vl, !counts);
+  int rc = read_value(c, "prompt_routed_experts", pre, &prompt, &vl, !counts);
   if (rc) return rc;
   if (counts && prompt.data) {
     if ((rc = check_rows(c, "prompt_routed_experts", &prompt, 0, prompt.rows, counts))) return rc;
     out->counted = nc > 0;
   }
-  if (prompt.data || json_is_array(json_object_get(root, "prompt_routed_experts"))) {
+  if (prompt.data || jv_type(pre) == JV_ARRAY) {
     if (vl == ELDR_RE_LAYOUT_NPY)
       return fail(c, ELDR_RE_BAD_TYPE, ELDR_EPARSE, "prompt_routed_experts",
                   "must be a list or an encoding/dtype/shape/data object");
@@ -394,23 +558,27 @@ static int read_body(rctx *c, json_t *root) {
     if (!prompt.rows) prompt.data = NULL;
     lay = vl;
   }
-  for (size_t i = 0; i < nc; i++) {
-    json_t *ch = json_array_get(choices, i);
+  jv_iter ci;
+  jv ch;
+  jv_elems(choices, &ci);
+  for (size_t i = 0; i < nc && jv_next(&ci, &ch); i++) {
     eldr_re_choice *oc = &out->choices[i];
     oc->index = (int64_t)i;
-    if (!json_is_object(ch))
+    if (jv_type(ch) != JV_OBJECT)
       return FAILF(c, ELDR_RE_BAD_TYPE, ELDR_EPARSE, "choices[%zu] is not an object", i);
-    json_t *ix = json_object_get(ch, "index");
-    if (json_is_integer(ix)) oc->index = (int64_t)json_integer_value(ix);
+    static const char *const ckeys[3] = {"index", "routed_experts", "token_ids"};
+    jv cf[3];
+    jv_getn(ch, ckeys, 3, cf);
+    if (jv_type(cf[0]) == JV_INTEGER) oc->index = jv_int(cf[0]);
     char what[48];
     snprintf(what, sizeof what, "choices[%zu].routed_experts", i);
     eldr_re_view v;
     vl = ELDR_RE_LAYOUT_NONE;
     /* the first choice of a whole-sequence layout: counted below */
     const int count0 = counts && i == 0 && !has_prompt_key;
-    if ((rc = read_value(c, what, json_object_get(ch, "routed_experts"), &v, &vl, !count0))) return rc;
+    if ((rc = read_value(c, what, cf[1], &v, &vl, !count0))) return rc;
     if (count0 && v.data) { /* its prompt rows counted, the generated ones checked */
-      size_t pr = v.rows - gen_rows(v.rows, P, gen_tokens(root, ch, nc));
+      size_t pr = v.rows - gen_rows(v.rows, P, gen_tokens(usage, cf[2], nc));
       if ((rc = check_rows(c, what, &v, 0, pr, counts)) ||
           (rc = check_rows(c, what, &v, pr, v.rows - pr, NULL)))
         return rc;
@@ -424,7 +592,7 @@ static int read_body(rctx *c, json_t *root) {
      * #38939) the choice's array covers the whole sequence */
     if (vl == ELDR_RE_LAYOUT_V021_LISTS && !has_prompt_key) vl = ELDR_RE_LAYOUT_LISTS;
     if (vl != ELDR_RE_LAYOUT_NONE && (vl == ELDR_RE_LAYOUT_NPY || !has_prompt_key)) {
-      if ((rc = split_npy(c, &v, P, gen_tokens(root, ch, nc), oc))) return rc;
+      if ((rc = split_npy(c, &v, P, gen_tokens(usage, cf[2], nc), oc))) return rc;
     } else {
       oc->prompt = prompt;
       oc->generated = v;
@@ -444,27 +612,9 @@ static int read_body(rctx *c, json_t *root) {
   return 0;
 }
 
-int eldr_reply_experts_read(const char *body, size_t len, const eldr_re_opts *opts,
-                            eldr_reply_experts *out, eldr_re_reason *why, eldr_diag *d) {
-  json_error_t je;
-  memset(&je, 0, sizeof je);
-  json_t *root = body || !len ? json_loadb(body ? body : "", len, 0, &je) : NULL;
-  if (!root) {
-    if (out) {
-      memset(out, 0, sizeof *out);
-      out->prompt_tokens = -1;
-    }
-    if (why) *why = ELDR_RE_NOT_JSON;
-    return eldr_diag_fail(d, ELDR_EPARSE, "reply is not JSON: %s (column %d)",
-                          je.text[0] ? je.text : "body missing", je.column);
-  }
-  int rc = eldr_reply_experts_from_json(root, opts, out, why, d);
-  json_decref(root);
-  return rc;
-}
-
-int eldr_reply_experts_from_json(const void *root, const eldr_re_opts *opts,
-                                 eldr_reply_experts *out, eldr_re_reason *why, eldr_diag *d) {
+/* The read of an object value (tree or span) into out. */
+static int read_root(jv root, const eldr_re_opts *opts, eldr_reply_experts *out, eldr_re_reason *why,
+                     eldr_diag *d) {
   if (why) *why = ELDR_RE_OK;
   if (!out) return eldr_diag_fail(d, ELDR_EINVAL, "reply_experts: argument missing");
   memset(out, 0, sizeof *out);
@@ -472,9 +622,8 @@ int eldr_reply_experts_from_json(const void *root, const eldr_re_opts *opts,
   rctx c = {.out = out, .why = ELDR_RE_OK, .d = d};
   if (opts) c.o = *opts;
   if (c.o.scratch) c.o.scratch->used = 0;
-  int rc = json_is_object((const json_t *)root)
-               ? read_body(&c, (json_t *)root)
-               : fail(&c, ELDR_RE_NOT_JSON, ELDR_EPARSE, "reply", "not a JSON object");
+  int rc = jv_type(root) == JV_OBJECT ? read_body(&c, root)
+                                      : fail(&c, ELDR_RE_NOT_JSON, ELDR_EPARSE, "reply", "not a JSON object");
   if (rc) {
     eldr_reply_experts_free(out);
     out->prompt_tokens = -1;
@@ -482,6 +631,51 @@ int eldr_reply_experts_from_json(const void *root, const eldr_re_opts *opts,
   if (c.o.scratch) c.o.scratch->used = 0; /* the next read starts at slot 0 again */
   if (why) *why = c.why;
   return rc;
+}
+
+static int not_json(eldr_reply_experts *out, eldr_re_reason *why, eldr_diag *d, const char *msg, int col) {
+  if (out) {
+    memset(out, 0, sizeof *out);
+    out->prompt_tokens = -1;
+  }
+  if (why) *why = ELDR_RE_NOT_JSON;
+  return col >= 0 ? eldr_diag_fail(d, ELDR_EPARSE, "reply is not JSON: %s (column %d)", msg, col)
+                  : eldr_diag_fail(d, ELDR_EPARSE, "reply is not JSON: %s", msg);
+}
+
+int eldr_reply_experts_read(const char *body, size_t len, const eldr_re_opts *opts,
+                            eldr_reply_experts *out, eldr_re_reason *why, eldr_diag *d) {
+  json_error_t je;
+  memset(&je, 0, sizeof je);
+  json_t *root = body || !len ? json_loadb(body ? body : "", len, 0, &je) : NULL;
+  if (!root) return not_json(out, why, d, je.text[0] ? je.text : "body missing", je.column);
+  int rc = eldr_reply_experts_from_json(root, opts, out, why, d);
+  json_decref(root);
+  return rc;
+}
+
+int eldr_reply_experts_from_json(const void *root, const eldr_re_opts *opts,
+                                 eldr_reply_experts *out, eldr_re_reason *why, eldr_diag *d) {
+  return read_root((jv){(json_t *)root, NULL, {0, 0, ELDR_JS_NONE}}, opts, out, why, d);
+}
+
+int eldr_reply_experts_scan(const char *body, size_t len, const eldr_re_opts *opts, eldr_reply_experts *out,
+                            eldr_re_reason *why, eldr_diag *d) {
+  eldr_js_span root;
+  eldr_diag sd;
+  sd.msg[0] = '\0';
+  if (!body || eldr_js_scan(body, len, NULL, 0, NULL, &root, &sd))
+    return not_json(out, why, d, body ? sd.msg : "body missing", -1);
+  return read_root((jv){NULL, body, root}, opts, out, why, d);
+}
+
+int eldr_reply_experts_scanned(const char *doc, size_t len, const eldr_re_opts *opts, eldr_reply_experts *out,
+                               eldr_re_reason *why, eldr_diag *d) {
+  size_t a = 0, b = len; /* the top-level value: the document less its surrounding whitespace */
+  while (a < b && (doc[a] == ' ' || doc[a] == '\t' || doc[a] == '\n' || doc[a] == '\r')) a++;
+  while (b > a && (doc[b - 1] == ' ' || doc[b - 1] == '\t' || doc[b - 1] == '\n' || doc[b - 1] == '\r')) b--;
+  const eldr_js_type t = a < b && doc[a] == '{' ? ELDR_JS_OBJECT : ELDR_JS_NULL; /* only an object is read */
+  return read_root((jv){NULL, doc, {a, b - a, t}}, opts, out, why, d);
 }
 
 void eldr_re_scratch_trim(eldr_re_scratch *s, size_t keep) {

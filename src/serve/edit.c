@@ -250,20 +250,28 @@ int eldr__decode_reply_fix_pr(const char *decode_body, size_t len, eldr__prefill
 /* ---- a prefill reply read by the scanner alone ------------------------------ */
 
 json_t *eldr__prefill_reply_root(eldr__prefill_reply *pr) {
-  if (!pr->root && pr->raw) pr->root = json_loadb(pr->raw, pr->raw_len, 0, NULL);
+  if (!pr->root && pr->raw) { /* the parser that sets a routed_experts blob aside */
+    eldr__prefill_reply t;
+    if (eldr__prefill_reply_parse(pr->raw, pr->raw_len, &t, NULL) == 0) {
+      pr->root = t.root;
+      t.root = NULL;
+      eldr__prefill_reply_free(&t);
+    }
+  }
   return pr->root;
 }
 
 int eldr__prefill_reply_read(const char *body, size_t len, int need_tree, eldr__prefill_reply *out,
                              eldr_diag *d) {
-  if (need_tree || memchr(body, 0, len) || eldr__memmem(body, len, "routed_experts", 14))
-    return eldr__prefill_reply_parse(body, len, out, d);
+  /* a NUL byte: the scanner refuses it, jansson may not (it then decides) */
+  if (need_tree) return eldr__prefill_reply_parse(body, len, out, d);
   static const eldr_js_path paths[] = {{{"kv_transfer_params", NULL}},
                                        {{"usage", "prompt_tokens", NULL}},
                                        {{"usage", "prompt_tokens_details", NULL}},
-                                       {{"usage", "prompt_tokens_details", "cached_tokens", NULL}}};
-  eldr_js_span f[4], root;
-  if (eldr_js_scan(body, len, paths, 4, f, &root, NULL) || root.type != ELDR_JS_OBJECT)
+                                       {{"usage", "prompt_tokens_details", "cached_tokens", NULL}},
+                                       {{"choices", "#0", "routed_experts", NULL}}};
+  eldr_js_span f[5], root;
+  if (eldr_js_scan(body, len, paths, 5, f, &root, NULL) || root.type != ELDR_JS_OBJECT)
     return eldr__prefill_reply_parse(body, len, out, d); /* its error message */
   memset(out, 0, sizeof *out);
   out->prompt_tokens = -1;
@@ -277,6 +285,10 @@ int eldr__prefill_reply_read(const char *body, size_t len, int need_tree, eldr__
   memcpy(out->raw, body, len);
   out->raw[len] = 0;
   out->raw_len = len;
+  if (f[4].type == ELDR_JS_STRING) { /* its text as sent (escapes kept): presence and size */
+    out->routed_experts = out->raw + f[4].off + 1;
+    out->routed_experts_len = f[4].len - 2;
+  }
   /* bytes: borrowed from the same allocation, after the copy */
   out->bytes = NULL;
   if (out->kv_len + out->det_len) {

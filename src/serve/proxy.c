@@ -484,7 +484,9 @@ static int decide(rq *r, int *fallback) {
   int have = 0;
   if (s->cfg.policy == ELDR_POLICY_ELDR || s->cfg.policy == ELDR_POLICY_FOOTPRINT) {
     double t0 = eldr__now_s();
-    eldr__sigpath_extract(&s->sp, eldr__prefill_reply_root(&r->pr), r->req.api == ELDR__API_CHAT, &r->prompt, &res);
+    /* the reply's bytes when the scanner read it (no tree), else its tree */
+    eldr__sigpath_extract(&s->sp, r->pr.raw, r->pr.raw_len, r->pr.raw ? NULL : eldr__prefill_reply_root(&r->pr),
+                          r->req.api == ELDR__API_CHAT, &r->prompt, &res);
     eldr__histo_add(&s->m.sig, eldr__now_s() - t0);
     if (r->pr.routed_experts) s->re_seen_t = t0;
     have = 1;
@@ -561,12 +563,11 @@ static void on_prefill_reply(rq *r) {
     return;
   }
   eldr_diag d = {{0}};
-  /* the tree only for the signature path, the recorder (rechook.c reads
-   * it) and prompt_logprobs (the decode reply takes the prefill's); else
-   * the scanner reads the fields */
+  /* the tree only for the recorder (rechook.c reads it) and
+   * prompt_logprobs (the decode reply takes the prefill's); else the
+   * scanner reads the fields and the signature path the bytes */
   json_t *plp = json_object_get(r->req.root, "prompt_logprobs");
-  int need_tree = s->cfg.policy == ELDR_POLICY_ELDR || s->cfg.policy == ELDR_POLICY_FOOTPRINT || s->rec ||
-                  r->rec || (plp && !json_is_null(plp));
+  int need_tree = s->rec || r->rec || (plp && !json_is_null(plp));
   if (eldr__prefill_reply_read(L->n ? L->buf : "", L->n, need_tree, &r->pr, &d) != 0) {
     worker *w = L->w;
     w->slot->err_status++;

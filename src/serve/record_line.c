@@ -16,6 +16,7 @@
 #include "eldr/trace.h"
 #include "record.h"
 #include "serve_internal.h"
+#include "sigpath.h"
 
 /* ---- items ------------------------------------------------------------------ */
 
@@ -114,33 +115,12 @@ static void sb_num(sb *b, double x, const char *fmt) {
   else sb_lit(b, "null");
 }
 
-/* The generated rows of the decode reply counted into dc (L*E, zeroed
- * here): their number, or -1 when the reply has none usable. *out_tokens:
- * usage.completion_tokens (unchanged when absent). */
+/* The generated rows of the decode reply counted into dc (L*E): their
+ * number, or -1 (eldr__decode_reply_counts, the watch's reader too).
+ * *out_tokens: usage.completion_tokens (unchanged when absent). */
 static int64_t decode_counts(const eldr__rec_item *it, uint32_t *dc, int64_t *out_tokens) {
-  /* the router's reply parser: a large routed_experts blob bypasses the JSON parser */
-  eldr__prefill_reply pr;
-  if (eldr__prefill_reply_parse(it->decode_body, it->decode_len, &pr, NULL) != 0) return -1;
-  json_t *root = pr.root;
-  json_t *ct = json_object_get(json_object_get(root, "usage"), "completion_tokens");
-  if (json_is_integer(ct) && json_integer_value(ct) >= 0) *out_tokens = json_integer_value(ct);
-  int64_t rows = -1;
-  eldr_re_opts o = {it->chat ? ELDR_RE_CHAT : ELDR_RE_COMPLETIONS, it->shape.num_layers, it->shape.top_k,
-                    it->shape.num_experts, NULL, NULL, NULL};
-  eldr_reply_experts rex;
-  if (eldr_reply_experts_from_json(root, &o, &rex, NULL, NULL) == 0) {
-    const eldr_re_view *g = rex.nchoices ? &rex.choices[0].generated : NULL;
-    if (g && g->data && g->rows) {
-      memset(dc, 0, eldr_shape_cells(&it->shape) * sizeof *dc);
-      /* rows a trace can hold (a token's top-k ids distinct), else unknown */
-      if (eldr_counts_accumulate(&it->shape, g->data, g->dtype, g->rows, dc, NULL) == 0 && g->rows <= UINT32_MAX &&
-          eldr_counts_rows_check(&it->shape, dc, (uint32_t)g->rows, NULL) == 0)
-        rows = (int64_t)g->rows;
-    }
-    eldr_reply_experts_free(&rex);
-  }
-  eldr__prefill_reply_free(&pr);
-  return rows;
+  return eldr__decode_reply_counts(it->decode_body, it->decode_len, it->chat, &it->shape, it->prompt_tokens, dc,
+                                   out_tokens);
 }
 
 /* The prompt rows of the prefill reply tree, counted into a new buffer:

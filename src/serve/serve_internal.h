@@ -171,17 +171,21 @@ typedef struct eldr__fix_opts {
 int eldr__decode_reply_fix(const char *decode_body, size_t len, json_t *proot, const eldr__fix_opts *o,
                            char **out, size_t *out_len, int *spliced, eldr_diag *d);
 
-/* Read a prefill reply. need_tree: as eldr__prefill_reply_parse (the
- * signature path reads routed_experts from root). Otherwise, and when the
- * reply carries no "routed_experts" and no NUL byte, by the scanner alone:
- * no tree (root NULL, kv_transfer_params NULL; kv_len, det_len,
- * prompt_tokens and cached_tokens as the tree would give them), a copy of
- * the reply kept for eldr__prefill_reply_root. Errors as
- * eldr__prefill_reply_parse (a reply the scanner refuses goes to it). */
+/* Read a prefill reply. need_tree (the recorder, prompt_logprobs): as
+ * eldr__prefill_reply_parse. Otherwise, and when the reply has no NUL byte,
+ * by the scanner alone: no tree (root NULL, kv_transfer_params NULL;
+ * kv_len, det_len, prompt_tokens and cached_tokens as the tree would give
+ * them; routed_experts: choice 0's string as it lies in raw, escapes kept),
+ * a copy of the reply kept in raw for the signature path
+ * (eldr__sigpath_extract reads routed_experts from those bytes) and for
+ * eldr__prefill_reply_root. Errors as eldr__prefill_reply_parse (a reply
+ * the scanner refuses goes to it). */
 int eldr__prefill_reply_read(const char *body, size_t len, int need_tree, eldr__prefill_reply *out,
                              eldr_diag *d);
-/* The reply's tree, parsed on first use from the copy (NULL: ENOMEM, or
- * jansson refused what the scanner took, which fuzz_jscan rules out). */
+/* The reply's tree, parsed on first use from the copy by
+ * eldr__prefill_reply_parse (a routed_experts blob set aside, not parsed
+ * as JSON text) (NULL: ENOMEM, or jansson refused what the scanner took,
+ * which fuzz_jscan rules out). */
 json_t *eldr__prefill_reply_root(eldr__prefill_reply *pr);
 
 /* eldr__decode_reply_fix with the prefill reply as read: the usage-only

@@ -4,9 +4,10 @@
  *
  *   eldr__prompt_init     at request arrival: the prompt tokenised once, its
  *                         block hashes and prefix hash (the request owns them)
- *   eldr__sigpath_extract after the prefill: routed_experts of the parsed
- *                         reply read in any layout vLLM ships
- *                         (eldr_reply_experts_from_json) into reused
+ *   eldr__sigpath_extract after the prefill: routed_experts of the reply's
+ *                         bytes read in any layout vLLM ships, without a
+ *                         JSON tree (eldr_reply_experts_scan: the base64
+ *                         text handed to the codec where it lies), into reused
  *                         buffers, counted over the artifact's layer mask in
  *                         the pass that range-checks them, completed from the
  *                         signature cache for prefix-cached blocks, built
@@ -164,14 +165,18 @@ int eldr__prompt_init(eldr__sigpath *sp, eldr__prompt *p, const char *text, size
                       const uint32_t *ids, size_t n_ids);
 void eldr__prompt_free(eldr__prompt *p);
 
-/* Signature of a prefill reply's prompt rows: root is the reply parsed once
- * (a json_t *, borrowed; NULL: no reply), read in every layout
+/* Signature of a prefill reply's prompt rows: body[0..len) is the reply's
+ * text, one eldr_js_scan accepted (borrowed, read in place without a tree
+ * and not validated again: eldr_reply_experts_scanned), or, with body NULL,
+ * root the reply parsed once (a json_t *, borrowed; both NULL: no reply;
+ * the router passes the tree only for a reply it parsed anyway: recording,
+ * prompt_logprobs, a NUL byte), read in every layout
  * (eldr/reply_experts.h) against the artifact's shape, experts and layer
  * mask; chat: the reply of /v1/chat/completions. p: the request's prompt
  * (NULL: the cache is not used). Runs a pending store first. A rejected
  * reply gives fallback MALFORMED or SHAPE_MISMATCH with res->reason. */
-void eldr__sigpath_extract(eldr__sigpath *sp, const void *root, int chat, const eldr__prompt *p,
-                           eldr__sigres *res);
+void eldr__sigpath_extract(eldr__sigpath *sp, const char *body, size_t len, const void *root, int chat,
+                           const eldr__prompt *p, eldr__sigres *res);
 /* Store the rows of the fully computed blocks of an extraction now (res:
  * the last extraction's, or one whose slot was not reused since). */
 void eldr__sigpath_store(eldr__sigpath *sp, const eldr__sigres *res);
@@ -180,5 +185,22 @@ void eldr__sigpath_store(eldr__sigpath *sp, const eldr__sigres *res);
 void eldr__sigpath_defer(eldr__sigpath *sp, const eldr__sigres *res);
 /* Run every pending store now (the loop's deferred event does this). */
 void eldr__sigpath_flush(eldr__sigpath *sp);
+
+/* The generated rows of a (non-streaming) decode reply's first choice,
+ * counted: the one reader of decode replies behind the watch's live rho
+ * (status.c) and the recorder's decode counts (record_line.c). body[0..len)
+ * is read by the span reader (a body with a NUL byte: by jansson), every
+ * layout, against shape (L, K, E all checked). prompt_tokens: the prefill's
+ * usage.prompt_tokens (-1: unknown); when the reply's own split leaves no
+ * generated rows (a reply without usage or token_ids counts every row as
+ * the prompt's), its rows past prompt_tokens are taken as generated.
+ * counts: L*E, zeroed here when rows are counted. *completion_tokens (may
+ * be NULL): usage.completion_tokens, unchanged when absent. Returns the
+ * rows counted, or -1: no routed_experts, a rejected reply, no generated
+ * rows, or rows a trace cannot hold (an expert repeated within a token's
+ * top-k: eldr_counts_rows_check); counts are then meaningless. Any thread
+ * (no state). */
+int64_t eldr__decode_reply_counts(const char *body, size_t len, int chat, const eldr_shape *shape,
+                                  int64_t prompt_tokens, uint32_t *counts, int64_t *completion_tokens);
 
 #endif

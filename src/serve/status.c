@@ -187,36 +187,15 @@ void eldr__watch_decode_reply(rq *r, const char *body, size_t len) {
   float *sig = r->wsig;
   r->wsig = NULL;
   const eldr_artifact *a = s->art;
-  if (!w || !a || r->wsig_hash != w->hash || !eldr__memmem(body, len, "routed_experts", 14)) {
-    free(sig);
-    return;
-  }
-  eldr_re_opts o = {.api = r->req.api == ELDR__API_CHAT ? ELDR_RE_CHAT : ELDR_RE_COMPLETIONS,
-                    .num_layers = a->shape.num_layers, .top_k = a->shape.top_k,
-                    .num_experts = a->shape.num_experts};
-  eldr_reply_experts rex;
-  eldr_diag d = {{0}};
-  const size_t LE = (size_t)a->shape.num_layers * a->shape.num_experts;
   uint32_t *counts = NULL;
-  if (eldr_reply_experts_read(body, len, &o, &rex, NULL, &d) == 0 && rex.nchoices) {
-    eldr_re_view g = rex.choices[0].generated;
-    const eldr_re_view *pv = &rex.choices[0].prompt;
-    int64_t pt = r->pr.prompt_tokens;
-    if (!g.rows && pv->data && pt > 0 && (size_t)pt >= pv->first_token && (size_t)pt - pv->first_token < pv->rows) {
-      /* a reply without usage: its rows past the prompt the prefill counted */
-      size_t skip = (size_t)pt - pv->first_token;
-      g = *pv;
-      g.data = (const uint8_t *)pv->data + skip * pv->layers * pv->top_k * eldr_sel_dtype_size(pv->dtype);
-      g.rows = pv->rows - skip;
-    }
-    if (g.data && g.rows && (counts = calloc(LE, sizeof *counts)) &&
-        eldr_counts_accumulate(&a->shape, g.data, g.dtype, g.rows, counts, NULL) == 0) {
-      pthread_mutex_lock(&w->core->mu);
-      if (eldr_rho_ring_add(w->core->rho, sig, counts) == 0) w->core->rho_adds++;
-      pthread_mutex_unlock(&w->core->mu);
-    }
+  if (w && a && r->wsig_hash == w->hash &&
+      (counts = malloc((size_t)a->shape.num_layers * a->shape.num_experts * sizeof *counts)) &&
+      eldr__decode_reply_counts(body, len, r->req.api == ELDR__API_CHAT, &a->shape, r->pr.prompt_tokens, counts,
+                                NULL) > 0) {
+    pthread_mutex_lock(&w->core->mu);
+    if (eldr_rho_ring_add(w->core->rho, sig, counts) == 0) w->core->rho_adds++;
+    pthread_mutex_unlock(&w->core->mu);
   }
-  eldr_reply_experts_free(&rex);
   free(counts);
   free(sig);
 }

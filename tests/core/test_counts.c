@@ -199,6 +199,78 @@ static void test_fast_equals_reference(void **state) {
   eldr__simd_set(1);
 }
 
+/* Rows of K distinct ids < E (a router's top-k). */
+static void fill_rows(eldr_rng *r, uint8_t *raw, size_t rows, size_t K, size_t E) {
+  for (size_t i = 0; i < rows; i++)
+    for (size_t k = 0; k < K; k++) {
+      uint8_t v;
+      int rep;
+      do {
+        v = (uint8_t)(eldr_rng_next(r) % E);
+        rep = 0;
+        for (size_t j = 0; j < k; j++) rep |= raw[i * K + j] == v;
+      } while (rep);
+      raw[i * K + k] = v;
+    }
+}
+
+/* The bit-sliced kernel (1-byte ids, K = 8, E <= 128, >= 256 tokens) gives
+ * the reference's answers: on rows of distinct ids (where it counts), and on
+ * inputs it must hand back to the per-id kernels — a repeated id in a row,
+ * an id in [E, 128), an id >= 128, in the first block or a later one — with
+ * the same return code, bad index and partial counts; L not a multiple of
+ * 4, masks dense and sparse. Bits on, bits off, portable: all equal. */
+static void test_bits_equals_reference(void **state) {
+  (void)state;
+  const eldr_shape shapes[5] = {{48, 128, 8}, {8, 128, 8}, {10, 100, 8}, {94, 128, 8}, {4, 9, 8}};
+  eldr_rng r;
+  eldr_rng_seed(&r, 99);
+  for (int sh = 0; sh < 5; sh++) {
+    const eldr_shape *s = &shapes[sh];
+    const size_t L = s->num_layers, E = s->num_experts, K = 8, cells = L * E;
+    for (int trial = 0; trial < 10; trial++) {
+      const size_t T = trial < 2 ? 256 : 256 + (size_t)(eldr_rng_next(&r) % 4000), n = T * L * K;
+      uint8_t *raw = malloc(n);
+      assert_non_null(raw);
+      fill_rows(&r, raw, T * L, K, E);
+      /* 0, 1: clean; then a repeat, an id in [E, 128) (or 200 when E = 128), an
+       * id >= 128, early (first 64 tokens) or anywhere */
+      const int kind = trial < 2 ? 0 : 1 + trial % 3;
+      const size_t at = trial % 2 ? (size_t)(eldr_rng_next(&r) % (64 * L * K))
+                                  : (size_t)(eldr_rng_next(&r) % n);
+      if (kind == 1) raw[at] = raw[at ^ 1];
+      if (kind == 2) raw[at] = (uint8_t)(E < 128 ? E + eldr_rng_next(&r) % (128 - E) : 200);
+      if (kind == 3) raw[at] = (uint8_t)(128 + eldr_rng_next(&r) % 128);
+      uint8_t mask[128];
+      for (size_t l = 0; l < L; l++) mask[l] = (uint8_t)(eldr_rng_next(&r) % 8 != 0);
+      for (int m = 0; m < 2; m++) {
+        const uint8_t *mk = m ? mask : NULL;
+        uint32_t *ref = calloc(cells, sizeof *ref);
+        assert_non_null(ref);
+        size_t bad_ref = (size_t)-1;
+        int rr = eldr__counts_ref(s, raw, ELDR_SEL_U8, T, mk, ref, &bad_ref);
+        if (kind == 0) assert_int_equal(rr, 0);
+        for (int mode = 0; mode < 3; mode++) { /* bits, per-id AVX2, portable */
+          eldr__simd_set(mode < 2);
+          eldr__counts_bits_set(mode == 0);
+          uint32_t *a = calloc(cells, sizeof *a);
+          assert_non_null(a);
+          size_t bad = (size_t)-1;
+          int ra = eldr_counts_accumulate_masked(s, raw, ELDR_SEL_U8, T, mk, a, &bad);
+          assert_int_equal(ra, rr);
+          if (rr) assert_true(bad == bad_ref);
+          assert_memory_equal(a, ref, cells * sizeof *a);
+          free(a);
+        }
+        free(ref);
+      }
+      free(raw);
+    }
+  }
+  eldr__simd_set(1);
+  eldr__counts_bits_set(1);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_shape_validate),
@@ -206,6 +278,7 @@ int main(void) {
       cmocka_unit_test(test_range_errors),
       cmocka_unit_test(test_masked),
       cmocka_unit_test(test_fast_equals_reference),
+      cmocka_unit_test(test_bits_equals_reference),
       cmocka_unit_test(test_routed_experts_masked_equals_full),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -11,6 +11,7 @@
 #include <cmocka.h>
 #include <stdlib.h>
 
+#include "eldr/counts.h"
 #include "eldr/jscan.h"
 
 static int scan(const char *doc, const eldr_js_path *p, size_t np, eldr_js_span *f, eldr_diag *d) {
@@ -140,12 +141,82 @@ static void test_rejects_as_jansson(void **state) {
   free(deep);
 }
 
+/* Array elements in order, whatever they hold: strings with brackets,
+ * commas and escaped quotes, nested containers, numbers, literals; an empty
+ * array has none; a value that is not an array walks nothing. */
+static void test_elements(void **state) {
+  (void)state;
+  static const char doc[] = " [ \"a]\\\",[\" , [1,[2]] ,{\"k\":\"]\"},-3.5e2,true , null,7 ] ";
+  eldr_js_span root;
+  assert_int_equal(eldr_js_scan(doc, sizeof doc - 1, NULL, 0, NULL, &root, NULL), 0);
+  assert_int_equal(root.type, ELDR_JS_ARRAY);
+  static const char *const want[] = {"\"a]\\\",[\"", "[1,[2]]", "{\"k\":\"]\"}", "-3.5e2", "true", "null", "7"};
+  static const eldr_js_type types[] = {ELDR_JS_STRING, ELDR_JS_ARRAY, ELDR_JS_OBJECT, ELDR_JS_REAL,
+                                       ELDR_JS_TRUE,   ELDR_JS_NULL,  ELDR_JS_INTEGER};
+  eldr_js_iter it;
+  eldr_js_span v;
+  size_t n = 0;
+  eldr_js_elems_init(&it, doc, root);
+  while (eldr_js_elem_next(&it, &v)) {
+    assert_true(n < 7);
+    assert_int_equal(v.len, strlen(want[n]));
+    assert_memory_equal(doc + v.off, want[n], v.len);
+    assert_int_equal(v.type, types[n]);
+    n++;
+  }
+  assert_int_equal(n, 7);
+  static const char empty[] = "[ ]";
+  assert_int_equal(eldr_js_scan(empty, 3, NULL, 0, NULL, &root, NULL), 0);
+  eldr_js_elems_init(&it, empty, root);
+  assert_int_equal(eldr_js_elem_next(&it, &v), 0);
+  static const char obj[] = "{\"a\":[1]}";
+  assert_int_equal(eldr_js_scan(obj, sizeof obj - 1, NULL, 0, NULL, &root, NULL), 0);
+  eldr_js_elems_init(&it, obj, root);
+  assert_int_equal(eldr_js_elem_next(&it, &v), 0);
+}
+
+/* Long strings (the 64-byte AVX2 steps): a special byte at every offset
+ * across several steps and the tail gives the same answer, offset and
+ * message with SIMD on and off (ELDR_NO_SIMD's portable loop). */
+static void test_long_strings_simd(void **state) {
+  (void)state;
+  static const char *const specials[] = {"\xc3\xa9", "\xff", "\n", "\\n", "\\u00e9", "\"", "\\q"};
+  char doc[600];
+  for (size_t sp = 0; sp < sizeof specials / sizeof *specials; sp++)
+    for (size_t at = 0; at < 400; at += 3) {
+      const size_t sl = strlen(specials[sp]);
+      size_t n = 0;
+      doc[n++] = '[';
+      doc[n++] = '"';
+      memset(doc + n, 'A', 420);
+      memcpy(doc + n + at, specials[sp], sl);
+      n += 420;
+      doc[n++] = '"';
+      doc[n++] = ']';
+      eldr_js_span r[2];
+      eldr_diag d[2];
+      int rc[2];
+      for (int simd = 0; simd < 2; simd++) {
+        eldr__simd_set(simd);
+        d[simd].msg[0] = '\0';
+        r[simd] = (eldr_js_span){0, 0, ELDR_JS_NONE};
+        rc[simd] = eldr_js_scan(doc, n, NULL, 0, NULL, &r[simd], &d[simd]);
+      }
+      eldr__simd_set(1);
+      assert_int_equal(rc[0], rc[1]);
+      assert_string_equal(d[0].msg, d[1].msg);
+      if (!rc[0]) assert_memory_equal(&r[0], &r[1], sizeof r[0]);
+    }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_paths),
       cmocka_unit_test(test_repeated_and_escaped_keys),
       cmocka_unit_test(test_strings),
       cmocka_unit_test(test_rejects_as_jansson),
+      cmocka_unit_test(test_elements),
+      cmocka_unit_test(test_long_strings_simd),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

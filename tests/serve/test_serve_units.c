@@ -650,6 +650,83 @@ static json_t *npy_reply(const uint16_t *sel, size_t first, size_t n, size_t P, 
   return r;
 }
 
+/* eldr__sigpath_extract on a reply's text (the span reader, as the router
+ * reads a prefill reply), the text freed right after (the views do not
+ * point into it). */
+static void extract_text(eldr__sigpath *sp, json_t *reply, const eldr__prompt *p, eldr__sigres *res) {
+  char *txt = json_dumps(reply, JSON_COMPACT);
+  assert_non_null(txt);
+  eldr__sigpath_extract(sp, txt, strlen(txt), NULL, 0, p, res);
+  free(txt);
+}
+
+/* A decode reply's text: npy rows sel[0, n) (P prompt, the rest generated);
+ * usage with prompt_tokens P and completion_tokens G when usage. */
+static char *decode_text(const uint16_t *sel, size_t n, const eldr_shape *sh, int usage, size_t P, size_t G) {
+  char *b64 = NULL;
+  size_t blen = 0;
+  assert_int_equal(eldr_routed_experts_encode(sel, n, sh, ELDR_SEL_U8, &b64, &blen), 0);
+  json_t *r = usage ? json_pack("{s:s,s:[{s:i,s:s}],s:{s:I,s:I}}", "object", "text_completion", "choices", "index",
+                                0, "routed_experts", b64, "usage", "prompt_tokens", (json_int_t)P,
+                                "completion_tokens", (json_int_t)G)
+                    : json_pack("{s:s,s:[{s:i,s:s}]}", "object", "text_completion", "choices", "index", 0,
+                                "routed_experts", b64);
+  free(b64);
+  assert_non_null(r);
+  char *t = json_dumps(r, JSON_COMPACT);
+  json_decref(r);
+  assert_non_null(t);
+  return t;
+}
+
+/* The one decode-reply reader of the watch and the recorder: the generated
+ * rows (the usage's split; without usage, the rows past the prefill's
+ * prompt_tokens) counted; -1 for no routed_experts, an unknown split, or
+ * counts no trace holds; completion_tokens read either way. */
+static void test_decode_reply_counts(void **st) {
+  (void)st;
+  const eldr_shape sh = {3, 16, 2};
+  enum { P = 20, G = 6, R = P + G - 1 };
+  uint16_t sel[R * 3 * 2];
+  for (size_t i = 0; i < R * 6; i += 2) {
+    sel[i] = (uint16_t)((i * 7) % 16);
+    sel[i + 1] = (uint16_t)((sel[i] + 1 + i % 5) % 16);
+  }
+  uint32_t expect[3 * 16], got[3 * 16];
+  memset(expect, 0, sizeof expect);
+  assert_int_equal(eldr_counts_accumulate(&sh, sel + P * 6, ELDR_SEL_U16, G - 1, expect, NULL), 0);
+  char *t = decode_text(sel, R, &sh, 1, P, G);
+  int64_t ct = -7;
+  assert_int_equal(eldr__decode_reply_counts(t, strlen(t), 0, &sh, -1, got, &ct), G - 1);
+  assert_memory_equal(got, expect, sizeof expect);
+  assert_int_equal(ct, G);
+  /* a chat reader refuses a text_completion reply */
+  assert_int_equal(eldr__decode_reply_counts(t, strlen(t), 1, &sh, P, got, NULL), -1);
+  free(t);
+  /* no usage: the prefill's prompt_tokens split the rows; unknown: -1 */
+  t = decode_text(sel, R, &sh, 0, 0, 0);
+  memset(got, 0xff, sizeof got);
+  ct = -7;
+  assert_int_equal(eldr__decode_reply_counts(t, strlen(t), 0, &sh, P, got, &ct), G - 1);
+  assert_memory_equal(got, expect, sizeof expect);
+  assert_int_equal(ct, -7);
+  assert_int_equal(eldr__decode_reply_counts(t, strlen(t), 0, &sh, -1, got, NULL), -1);
+  free(t);
+  /* one expert twice in layer 0 of every generated row: counts above the
+   * rows, which no trace holds (eldr_counts_rows_check) */
+  uint16_t rep[R * 3 * 2];
+  memcpy(rep, sel, sizeof rep);
+  for (size_t t0 = P; t0 < R; t0++) rep[t0 * 6] = rep[t0 * 6 + 1] = 3;
+  t = decode_text(rep, R, &sh, 1, P, G);
+  assert_int_equal(eldr__decode_reply_counts(t, strlen(t), 0, &sh, P, got, NULL), -1);
+  free(t);
+  /* no routed_experts: -1, the usage still read */
+  static const char none[] = "{\"object\":\"text_completion\",\"choices\":[{\"index\":0}],\"usage\":{\"completion_tokens\":9}}";
+  ct = -7;
+  assert_int_equal(eldr__decode_reply_counts(none, sizeof none - 1, 0, &sh, P, got, &ct), -1);
+  assert_int_equal(ct, 9);
+}
+
 /* The cache-row store is off the request's path: an extraction leaves its
  * store to the loop (nothing stored until the loop turns, no store run by
  * the next extractions while the ring has room), the loop stores every
@@ -688,7 +765,7 @@ static void test_sigpath_deferred_store(void **st) {
   eldr__sigres res;
   eldr_sigcache_stats cs;
   for (int q = 0; q < ELDR__SIG_RING; q++) {
-    eldr__sigpath_extract(&sp, full[q], 0, &pr[q], &res);
+    extract_text(&sp, full[q], &pr[q], &res); /* bytes */
     assert_int_equal(res.fallback, ELDR__FB_NONE);
     assert_int_equal(res.n_tokens, T);
     memset(expect, 0, sizeof expect);
@@ -705,7 +782,7 @@ static void test_sigpath_deferred_store(void **st) {
   assert_int_equal(sp.stores_deferred, ELDR__SIG_RING);
   /* prompt 0 again: the engine computed only its last block */
   json_t *tail = npy_reply(sel[0], 2 * ELDR_BLOCK_TOKENS, ELDR_BLOCK_TOKENS, T, &sh);
-  eldr__sigpath_extract(&sp, tail, 0, &pr[0], &res);
+  extract_text(&sp, tail, &pr[0], &res);
   assert_int_equal(res.fallback, ELDR__FB_NONE);
   assert_int_equal(res.n_tokens, T);
   memset(expect, 0, sizeof expect);
@@ -716,7 +793,7 @@ static void test_sigpath_deferred_store(void **st) {
   /* a full ring without a loop turn: the extraction that reuses the
    * oldest pending slot stores it first */
   for (int q = 1; q < NP; q++) {
-    eldr__sigpath_extract(&sp, full[q], 0, &pr[q], &res);
+    eldr__sigpath_extract(&sp, NULL, 0, full[q], 0, &pr[q], &res); /* a tree */
     eldr__sigpath_defer(&sp, &res);
   }
   assert_int_equal(sp.stores_inline, 1);
@@ -740,6 +817,7 @@ int main(void) {
       cmocka_unit_test(test_prefill_and_decode_bodies),
       cmocka_unit_test(test_prefill_reply),
       cmocka_unit_test(test_sigpath_deferred_store),
+      cmocka_unit_test(test_decode_reply_counts),
       cmocka_unit_test(test_splice_and_view),
       cmocka_unit_test(test_splice_layouts),
       cmocka_unit_test(test_prompt_blocks),
