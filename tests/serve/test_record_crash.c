@@ -10,6 +10,7 @@
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -117,13 +118,13 @@ static int has_id(const readback *rb, const char *id) {
 
 typedef struct load_job {
   int port;
-  volatile int stop;
+  atomic_int stop; /* set by the main thread, read by the client thread */
   int sent;
 } load_job;
 
 static void *load_main(void *arg) {
   load_job *j = arg;
-  while (!j->stop) {
+  while (!atomic_load(&j->stop)) {
     tc_resp r;
     if (tc_post(j->port, "/v1/completions", "{\"prompt\":\"load while the router dies\",\"max_tokens\":4}", NULL, &r) == 0)
       tc_free(&r);
@@ -202,14 +203,16 @@ static void test_kill9(void **st) {
   load_job jobs[4];
   pthread_t th[4];
   for (int i = 0; i < 4; i++) {
-    jobs[i] = (load_job){port, 0, 0};
+    jobs[i].port = port;
+    atomic_init(&jobs[i].stop, 0);
+    jobs[i].sent = 0;
     pthread_create(&th[i], NULL, load_main, &jobs[i]);
   }
   assert_int_equal(rt_wait_metric(port, "eldr_record_written_total", N + 20, 20), 0);
   int status = sf_child_kill(&child);
   assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
   for (int i = 0; i < 4; i++) {
-    jobs[i].stop = 1;
+    atomic_store(&jobs[i].stop, 1);
     pthread_join(th[i], NULL);
   }
   readback rb = {calloc(100000, 48), 0, 100000, 0, 0};
