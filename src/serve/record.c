@@ -204,9 +204,16 @@ static void *writer_main(void *arg) {
     eldr__rec_limits lim = r->lim;
     double slow = r->slow_s;
     pthread_mutex_unlock(&r->mu);
-    if (batch && slow > 0) {
-      struct timespec ts = {(time_t)slow, (long)((slow - (double)(time_t)slow) * 1e9)};
-      nanosleep(&ts, NULL);
+    if (batch && slow > 0) { /* a test's slow disk: until the deadline, or set_slow(0), or stop */
+      pthread_mutex_lock(&r->mu);
+      struct timespec ts;
+      clock_gettime(CLOCK_REALTIME, &ts);
+      double until = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 + slow;
+      ts.tv_sec = (time_t)until;
+      ts.tv_nsec = (long)((until - (double)ts.tv_sec) * 1e9);
+      while (r->slow_s > 0 && !r->stop && pthread_cond_timedwait(&r->cv, &r->mu, &ts) != ETIMEDOUT) {
+      }
+      pthread_mutex_unlock(&r->mu);
     }
     while (batch) {
       eldr__rec_item *next = batch->next;
@@ -302,6 +309,7 @@ void eldr__rec_set_limits(eldr__rec *r, const eldr__rec_limits *lim) {
 void eldr__rec_set_slow(eldr__rec *r, double seconds) {
   pthread_mutex_lock(&r->mu);
   r->slow_s = seconds;
+  pthread_cond_broadcast(&r->cv); /* a stall in progress ends when set to 0 */
   pthread_mutex_unlock(&r->mu);
 }
 

@@ -145,8 +145,8 @@ typedef struct eldr__rec_stats {
 } eldr__rec_stats;
 void eldr__rec_stats_get(eldr__rec *r, eldr__rec_stats *st);
 
-/* Test hook: the writer thread sleeps this long before each batch (a slow
- * disk), 0 = off. */
+/* Test hook: the writer thread waits this long before each batch (a slow
+ * disk), 0 = off; setting 0 also ends a wait in progress (so is stopping). */
 void eldr__rec_set_slow(eldr__rec *r, double seconds);
 
 /* The last "completion_tokens": N in p[0..n) (a stream's usage chunk), or
