@@ -26,7 +26,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const char *body = (const char *)data + 1;
   size_t len = size - 1;
   eldr__req r;
-  if (eldr__req_parse(body, len, api, &r, NULL) == 0) {
+  if (eldr__req_parse_tree(body, len, api, &r, NULL) == 0) { /* r.root: the tree to compare with */
     size_t pl = 0;
     char *p = eldr__prefill_body(&r, &pl);
     if (!p) abort();

@@ -40,7 +40,7 @@ static int fail(scanner *s, const char *what) {
   return eldr_diag_fail(s->d, ELDR_EPARSE, "invalid JSON at byte %zu: %s", s->i, what);
 }
 
-static void skip_ws(scanner *s) {
+static inline __attribute__((always_inline)) void skip_ws(scanner *s) {
   while (s->i < s->n) {
     char c = s->p[s->i];
     if (c != ' ' && c != '\t' && c != '\n' && c != '\r') return;
@@ -256,8 +256,12 @@ static int scan_literal(scanner *s, eldr_js_type *t) {
   return fail(s, "invalid literal");
 }
 
+/* A key's raw bytes (between its quotes) against a name without escapes
+ * or quotes: equal bytes, or (only when longer: an escape always decodes
+ * to fewer bytes than it takes) equal once decoded. */
 static int key_eq_raw(const char *raw, size_t rawlen, const char *name, size_t nlen) {
-  if (!memchr(raw, '\\', rawlen)) return rawlen == nlen && !memcmp(raw, name, nlen);
+  if (rawlen <= nlen) return rawlen == nlen && !memcmp(raw, name, nlen);
+  if (!memchr(raw, '\\', rawlen)) return 0;
   char buf[256];
   size_t len;
   eldr_js_span sp = {0, rawlen + 2, ELDR_JS_STRING};
@@ -269,11 +273,22 @@ static int key_eq_raw(const char *raw, size_t rawlen, const char *name, size_t n
  * matches the member: key (raw bytes between the quotes) or index. */
 static uint32_t match(const want *w, uint32_t mask, size_t L, const char *key, size_t klen, size_t idx) {
   uint32_t out = 0;
+  int esc = -1; /* the key has an escape: looked up once, when a longer key needs it */
   while (mask) {
     int b = __builtin_ctz(mask);
     mask &= mask - 1;
     const want *x = &w[b];
-    int ok = key ? x->key[L] && key_eq_raw(key, klen, x->key[L], x->klen[L]) : !x->key[L] && x->idx[L] == idx;
+    int ok;
+    if (!key) {
+      ok = !x->key[L] && x->idx[L] == idx;
+    } else if (!x->key[L] || klen < x->klen[L]) {
+      ok = 0;
+    } else if (klen == x->klen[L]) {
+      ok = !memcmp(key, x->key[L], klen);
+    } else {
+      if (esc < 0) esc = memchr(key, '\\', klen) != NULL;
+      ok = esc && key_eq_raw(key, klen, x->key[L], x->klen[L]);
+    }
     if (ok) out |= 1u << b;
   }
   return out;
@@ -496,6 +511,38 @@ int eldr_js_next(eldr_js_iter *it, eldr_js_member *m) {
   m->len = ve - i;
   it->pos = ve;
   return 1;
+}
+
+void eldr_js_iter_array(eldr_js_iter *it, const char *doc, eldr_js_span arr) {
+  it->doc = doc;
+  it->pos = arr.type == ELDR_JS_ARRAY ? arr.off + 1 : arr.off;
+  it->end = arr.type == ELDR_JS_ARRAY ? arr.off + arr.len - 1 : arr.off; /* before ']' */
+}
+
+int eldr_js_next_elem(eldr_js_iter *it, eldr_js_span *v) {
+  const char *p = it->doc;
+  size_t i = ws(p, it->pos, it->end);
+  if (i < it->end && p[i] == ',') i = ws(p, i + 1, it->end);
+  if (i >= it->end) {
+    it->pos = it->end;
+    return 0;
+  }
+  eldr_js_type t;
+  size_t e = skip_value(p, i, it->end, &t);
+  *v = (eldr_js_span){i, e - i, t};
+  it->pos = e;
+  return 1;
+}
+
+eldr_js_span eldr_js_get(const char *doc, eldr_js_span obj, const char *key) {
+  eldr_js_span v = {0, 0, ELDR_JS_NONE};
+  if (obj.type != ELDR_JS_OBJECT) return v;
+  eldr_js_iter it;
+  eldr_js_member m;
+  eldr_js_iter_init(&it, doc, obj);
+  while (eldr_js_next(&it, &m))
+    if (eldr_js_key_is(doc, m.key, key)) v = m.value;
+  return v;
 }
 
 int eldr_js_key_is(const char *doc, eldr_js_span key, const char *name) {

@@ -70,22 +70,52 @@ static void cors_headers(hconn *c, struct evbuffer *o) {
 static void write_head(hconn *c, int status, const char *ctype, long long clen,
                        const char *extra) {
   struct evbuffer *o = bufferevent_get_output(c->bev);
-  evbuffer_add_printf(o, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\n", status, reason(status),
-                      ctype ? ctype : "application/json");
-  if (clen >= 0 && status != 204) evbuffer_add_printf(o, "Content-Length: %lld\r\n", clen);
-  if (c->r && (c->r->client_reqid[0] || c->r->reqid[0]))
-    evbuffer_add_printf(o, "X-Request-Id: %s\r\n", c->r->client_reqid[0] ? c->r->client_reqid : c->r->reqid);
-  if (extra) evbuffer_add(o, extra, strlen(extra));
+  const char *rs = reason(status), *ct = ctype ? ctype : "application/json";
+  const char *rid = !c->r ? "" : c->r->client_reqid[0] ? c->r->client_reqid : c->r->reqid;
+  size_t need = 160 + strlen(rs) + strlen(ct) + strlen(rid) + (extra ? strlen(extra) : 0);
+  struct evbuffer_iovec v;
+  if (evbuffer_reserve_space(o, (ev_ssize_t)need, &v, 1) < 1) return; /* out of memory: the client times out */
+  char *w = v.iov_base;
+  w = ELDR__PUT_LIT(w, "HTTP/1.1 ");
+  w = eldr__put_u64(w, (uint64_t)(status > 0 ? status : 0));
+  *w++ = ' ';
+  w = eldr__puts(w, rs);
+  w = ELDR__PUT_LIT(w, "\r\nContent-Type: ");
+  w = eldr__puts(w, ct);
+  w = ELDR__PUT_LIT(w, "\r\n");
+  if (clen >= 0 && status != 204) {
+    w = ELDR__PUT_LIT(w, "Content-Length: ");
+    w = eldr__put_u64(w, (uint64_t)clen);
+    w = ELDR__PUT_LIT(w, "\r\n");
+  }
+  if (rid[0]) {
+    w = ELDR__PUT_LIT(w, "X-Request-Id: ");
+    w = eldr__puts(w, rid);
+    w = ELDR__PUT_LIT(w, "\r\n");
+  }
+  if (extra) w = eldr__puts(w, extra);
+  v.iov_len = (size_t)(w - (char *)v.iov_base);
+  evbuffer_commit_space(o, &v, 1);
   cors_headers(c, o);
-  evbuffer_add_printf(o, "Connection: %s\r\n\r\n", c->keep_alive ? "keep-alive" : "close");
+  if (c->keep_alive) evbuffer_add(o, "Connection: keep-alive\r\n\r\n", 26);
+  else evbuffer_add(o, "Connection: close\r\n\r\n", 21);
 }
 
 /* Write queued output now: saves a loop round and an epoll_ctl pair per
- * response. EV_WRITE stays disabled unless the socket did not take it all. */
+ * response. EV_WRITE stays disabled unless the socket did not take it all.
+ * A socket bufferevent keeps the start of its output buffer frozen (only
+ * its own write callback drains it, thawing it around the write), so the
+ * direct write thaws it the same way: frozen, evbuffer_write writes
+ * nothing and every response took the EV_WRITE round trip. */
 static void conn_flush(hconn *c) {
   struct evbuffer *o = bufferevent_get_output(c->bev);
-  while (evbuffer_get_length(o) > 0)
-    if (evbuffer_write(o, bufferevent_getfd(c->bev)) <= 0) break;
+  if (evbuffer_get_length(o) > 0) {
+    evutil_socket_t fd = bufferevent_getfd(c->bev);
+    evbuffer_unfreeze(o, 1);
+    while (evbuffer_get_length(o) > 0)
+      if (evbuffer_write(o, fd) <= 0) break;
+    evbuffer_freeze(o, 1);
+  }
   if (evbuffer_get_length(o) > 0) bufferevent_enable(c->bev, EV_WRITE);
 }
 
@@ -152,7 +182,15 @@ void eldr__stream_start(hconn *c, int status, const char *ctype) {
 void eldr__stream_chunk(hconn *c, const char *p, size_t n) {
   if (!n) return;
   struct evbuffer *o = bufferevent_get_output(c->bev);
-  if (c->resp_chunked == 1) evbuffer_add_printf(o, "%zx\r\n", n);
+  if (c->resp_chunked == 1) { /* the chunk's size line, in hex */
+    char line[24], *w = line + sizeof line;
+    *--w = '\n';
+    *--w = '\r';
+    size_t v = n;
+    do *--w = "0123456789abcdef"[v & 15], v >>= 4;
+    while (v);
+    evbuffer_add(o, w, (size_t)(line + sizeof line - w));
+  }
   evbuffer_add(o, p, n);
   if (c->resp_chunked == 1) evbuffer_add(o, "\r\n", 2);
   conn_flush(c);
