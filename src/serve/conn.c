@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,45 +61,51 @@ static int cors_allowed(const hconn *c) {
   return 0;
 }
 
-static void cors_headers(hconn *c, struct evbuffer *o) {
-  if (!cors_allowed(c)) return;
-  if (!strcmp(c->s->cfg.cors_origin, "*")) evbuffer_add_printf(o, "Access-Control-Allow-Origin: *\r\n");
-  else evbuffer_add_printf(o, "Access-Control-Allow-Origin: %s\r\nVary: Origin\r\n", c->head.origin);
-  evbuffer_add_printf(o, "Access-Control-Expose-Headers: X-Request-Id\r\n");
+/* The response head into buf[0..cap): its length, or 0 when it does not
+ * fit (with cap >= head_bound(...) it always does). */
+static size_t head_bound(const hconn *c, int status, const char *ctype, const char *extra) {
+  const char *rid = !c->r ? "" : c->r->client_reqid[0] ? c->r->client_reqid : c->r->reqid;
+  return 256 + strlen(reason(status)) + strlen(ctype ? ctype : "application/json") + strlen(rid) +
+         (extra ? strlen(extra) : 0) + strlen(c->head.origin);
 }
 
-static void write_head(hconn *c, int status, const char *ctype, long long clen,
-                       const char *extra) {
-  struct evbuffer *o = bufferevent_get_output(c->bev);
-  const char *rs = reason(status), *ct = ctype ? ctype : "application/json";
+static size_t format_head(const hconn *c, int status, const char *ctype, long long clen, const char *extra,
+                          char *buf, size_t cap) {
+  if (head_bound(c, status, ctype, extra) > cap) return 0;
   const char *rid = !c->r ? "" : c->r->client_reqid[0] ? c->r->client_reqid : c->r->reqid;
-  size_t need = 160 + strlen(rs) + strlen(ct) + strlen(rid) + (extra ? strlen(extra) : 0);
-  struct evbuffer_iovec v;
-  if (evbuffer_reserve_space(o, (ev_ssize_t)need, &v, 1) < 1) return; /* out of memory: the client times out */
-  char *w = v.iov_base;
+  char *w = buf;
   w = ELDR__PUT_LIT(w, "HTTP/1.1 ");
   w = eldr__put_u64(w, (uint64_t)(status > 0 ? status : 0));
   *w++ = ' ';
-  w = eldr__puts(w, rs);
+  w = eldr__puts(w, reason(status));
   w = ELDR__PUT_LIT(w, "\r\nContent-Type: ");
-  w = eldr__puts(w, ct);
+  w = eldr__puts(w, ctype ? ctype : "application/json");
   w = ELDR__PUT_LIT(w, "\r\n");
   if (clen >= 0 && status != 204) {
     w = ELDR__PUT_LIT(w, "Content-Length: ");
     w = eldr__put_u64(w, (uint64_t)clen);
     w = ELDR__PUT_LIT(w, "\r\n");
   }
-  if (rid[0]) {
-    w = ELDR__PUT_LIT(w, "X-Request-Id: ");
-    w = eldr__puts(w, rid);
-    w = ELDR__PUT_LIT(w, "\r\n");
-  }
+  if (rid[0]) w = ELDR__PUT_LIT(eldr__puts(ELDR__PUT_LIT(w, "X-Request-Id: "), rid), "\r\n");
   if (extra) w = eldr__puts(w, extra);
-  v.iov_len = (size_t)(w - (char *)v.iov_base);
+  if (cors_allowed(c)) {
+    if (!strcmp(c->s->cfg.cors_origin, "*")) w = ELDR__PUT_LIT(w, "Access-Control-Allow-Origin: *\r\n");
+    else w = ELDR__PUT_LIT(eldr__puts(ELDR__PUT_LIT(w, "Access-Control-Allow-Origin: "), c->head.origin), "\r\nVary: Origin\r\n");
+    w = ELDR__PUT_LIT(w, "Access-Control-Expose-Headers: X-Request-Id\r\n");
+  }
+  if (c->keep_alive) w = ELDR__PUT_LIT(w, "Connection: keep-alive\r\n\r\n");
+  else w = ELDR__PUT_LIT(w, "Connection: close\r\n\r\n");
+  return (size_t)(w - buf);
+}
+
+static void write_head(hconn *c, int status, const char *ctype, long long clen,
+                       const char *extra) {
+  struct evbuffer *o = bufferevent_get_output(c->bev);
+  size_t need = head_bound(c, status, ctype, extra);
+  struct evbuffer_iovec v;
+  if (evbuffer_reserve_space(o, (ev_ssize_t)need, &v, 1) < 1) return; /* out of memory: the client times out */
+  v.iov_len = format_head(c, status, ctype, clen, extra, v.iov_base, need);
   evbuffer_commit_space(o, &v, 1);
-  cors_headers(c, o);
-  if (c->keep_alive) evbuffer_add(o, "Connection: keep-alive\r\n\r\n", 26);
-  else evbuffer_add(o, "Connection: close\r\n\r\n", 21);
 }
 
 /* Write queued output now: saves a loop round and an epoll_ctl pair per
@@ -141,8 +148,38 @@ static void conn_finish(hconn *c) {
   if (!c->in_process && evbuffer_get_length(bufferevent_get_input(c->bev)) > 0) conn_process(c);
 }
 
+/* A whole response on a connection with nothing queued: head (from the
+ * stack) and body in one sendmsg, no copy into the output buffer; only
+ * what the socket did not take is queued. 0, or -1: not written (the head
+ * does not fit the stack buffer, or output is pending). */
+static int send_direct(hconn *c, int status, const char *ctype, const void *body, size_t len, const char *extra) {
+  struct evbuffer *o = bufferevent_get_output(c->bev);
+  char head[2048];
+  size_t hn;
+  if (evbuffer_get_length(o) || !(hn = format_head(c, status, ctype, (long long)len, extra, head, sizeof head)))
+    return -1;
+  size_t bn = !c->head_only ? len : 0;
+  struct iovec iov[2] = {{head, hn}, {(void *)body, bn}};
+  struct msghdr mh = {.msg_iov = iov, .msg_iovlen = bn ? 2 : 1};
+  ssize_t w;
+  do w = sendmsg(bufferevent_getfd(c->bev), &mh, MSG_NOSIGNAL);
+  while (w < 0 && errno == EINTR);
+  size_t done = w > 0 ? (size_t)w : 0; /* an error: queued, the write callback sees it */
+  if (done < hn + bn) {
+    if (done < hn) evbuffer_add(o, head + done, hn - done);
+    size_t bdone = done > hn ? done - hn : 0;
+    if (bn > bdone) evbuffer_add(o, (const char *)body + bdone, bn - bdone);
+    bufferevent_enable(c->bev, EV_WRITE);
+  }
+  return 0;
+}
+
 void eldr__send_body(hconn *c, int status, const char *ctype, const void *body, size_t len,
                       const char *extra) {
+  if (send_direct(c, status, ctype, body, len, extra) == 0) {
+    conn_finish(c);
+    return;
+  }
   write_head(c, status, ctype, (long long)len, extra);
   if (!c->head_only && len) bufferevent_write(c->bev, body, len);
   conn_flush(c);
