@@ -306,7 +306,7 @@ void eldr__prefill_reply_clear(eldr__prefill_reply *p) {
   char *raw = p->raw;
   size_t cap = p->raw_cap;
   p->raw = NULL; /* bytes: borrowed from raw, not freed */
-  if (p->bytes >= raw && p->bytes < raw + cap) p->bytes = NULL;
+  if (raw && (uintptr_t)p->bytes - (uintptr_t)raw < cap) p->bytes = NULL;
   eldr__prefill_reply_free(p);
   p->raw = raw;
   p->raw_cap = cap;

@@ -281,8 +281,14 @@ enum { C_HEAD, C_BODY, C_BUSY, C_CLOSING };
 
 struct hconn {
   eldr_server *s;
-  struct bufferevent *bev;
-  struct event *deadline;
+  evutil_socket_t fd;
+  struct event *rev, *wev; /* read (persistent, on unless suspended); write (only while out is not empty) */
+  struct evbuffer *out;    /* what the socket did not take yet */
+  eldr__buf in;            /* bytes read, [inoff, in.n) not consumed; kept across requests */
+  size_t inoff;
+  int rsusp;               /* reading suspended: the input bound is reached */
+  struct event *deadline;  /* idle keep-alive (dl_idle) or the request head/body bound */
+  int dl_idle;
   int state;
   int in_process;
   int keep_alive;
