@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz_body.h"
 #include "serve/serve_internal.h"
 
 static void same_json(const char *a, size_t al, const char *b, size_t bl) {
@@ -30,10 +31,10 @@ static void same_fields(const eldr__req *s, const eldr__req *t) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  if (size < 1) return 0;
-  eldr__api api = (data[0] & 1) ? ELDR__API_CHAT : ELDR__API_COMPLETIONS;
-  const char *body = (const char *)data + 1;
-  size_t len = size - 1;
+  eldr__api api;
+  const char *body;
+  size_t len;
+  if (eldr_fuzz_body(data, size, &api, &body, &len)) return 0;
   eldr__req t;
   eldr_diag dt = {{0}};
   int rt = eldr__req_parse_tree(body, len, api, &t, &dt);

@@ -486,16 +486,27 @@ static size_t skip_value(const char *p, size_t i, size_t end, eldr_js_type *t) {
   return j;
 }
 
-void eldr_js_iter_init(eldr_js_iter *it, const char *doc, eldr_js_span obj) {
+/* Inside a container span of the given type (else an empty walk). */
+static void iter_open(eldr_js_iter *it, const char *doc, eldr_js_span c, eldr_js_type type) {
   it->doc = doc;
-  it->pos = obj.type == ELDR_JS_OBJECT ? obj.off + 1 : obj.off;
-  it->end = obj.type == ELDR_JS_OBJECT ? obj.off + obj.len - 1 : obj.off; /* before '}' */
+  it->pos = c.type == type ? c.off + 1 : c.off;
+  it->end = c.type == type ? c.off + c.len - 1 : c.off; /* before the closing bracket */
 }
 
-int eldr_js_next(eldr_js_iter *it, eldr_js_member *m) {
+/* Where the next item starts (past a separating ','), or it->end. */
+static size_t iter_item(eldr_js_iter *it) {
   const char *p = it->doc;
   size_t i = ws(p, it->pos, it->end);
   if (i < it->end && p[i] == ',') i = ws(p, i + 1, it->end);
+  if (i >= it->end) it->pos = it->end;
+  return i < it->end ? i : it->end;
+}
+
+void eldr_js_iter_init(eldr_js_iter *it, const char *doc, eldr_js_span obj) { iter_open(it, doc, obj, ELDR_JS_OBJECT); }
+
+int eldr_js_next(eldr_js_iter *it, eldr_js_member *m) {
+  const char *p = it->doc;
+  size_t i = iter_item(it);
   if (i >= it->end || p[i] != '"') {
     it->pos = it->end;
     return 0;
@@ -513,22 +524,13 @@ int eldr_js_next(eldr_js_iter *it, eldr_js_member *m) {
   return 1;
 }
 
-void eldr_js_iter_array(eldr_js_iter *it, const char *doc, eldr_js_span arr) {
-  it->doc = doc;
-  it->pos = arr.type == ELDR_JS_ARRAY ? arr.off + 1 : arr.off;
-  it->end = arr.type == ELDR_JS_ARRAY ? arr.off + arr.len - 1 : arr.off; /* before ']' */
-}
+void eldr_js_iter_array(eldr_js_iter *it, const char *doc, eldr_js_span arr) { iter_open(it, doc, arr, ELDR_JS_ARRAY); }
 
 int eldr_js_next_elem(eldr_js_iter *it, eldr_js_span *v) {
-  const char *p = it->doc;
-  size_t i = ws(p, it->pos, it->end);
-  if (i < it->end && p[i] == ',') i = ws(p, i + 1, it->end);
-  if (i >= it->end) {
-    it->pos = it->end;
-    return 0;
-  }
+  size_t i = iter_item(it);
+  if (i >= it->end) return 0;
   eldr_js_type t;
-  size_t e = skip_value(p, i, it->end, &t);
+  size_t e = skip_value(it->doc, i, it->end, &t);
   *v = (eldr_js_span){i, e - i, t};
   it->pos = e;
   return 1;
