@@ -4,9 +4,10 @@
 # calls (strace -c) per request of `eldr serve --threads 1 --policy jsq` (the
 # full two-leg PD flow) at one keep-alive connection, in front of an nginx
 # answering every POST with a fixed completion that carries
-# kv_transfer_params (as bench/threads_vs_nginx.sh). Per-request figures are
-# the difference of a run of N2 and one of N1 requests, divided by N2 - N1,
-# so start-up and shutdown cancel out.
+# kv_transfer_params (as bench/threads_vs_nginx.sh). Instructions: the
+# difference of a run of N2 and one of N1 requests, divided by N2 - N1, so
+# start-up and shutdown cancel out; system calls: strace attached to a warm
+# router for N2 requests.
 #
 # usage: bench/router_cost.sh [BUILD_DIR] (env: N1=500 N2=2500)
 # Skips (exit 0, says so) without nginx, valgrind, strace or python3.
@@ -81,7 +82,7 @@ for _ in range(int(sys.argv[2])):
         sys.exit("router_cost: HTTP %d" % r.status)
 EOF
 
-# run_under TOOL... : the router under a tool for N requests (after 20 warm-up ones)
+# run_under N TOOL...: the router under a tool for N requests
 run_under() {
   local n=$1
   shift
@@ -103,17 +104,28 @@ instr() { # total Ir of a callgrind output
 }
 run_under "$N1" valgrind --tool=callgrind --callgrind-out-file="$T/cg1" 2>/dev/null
 run_under "$N2" valgrind --tool=callgrind --callgrind-out-file="$T/cg2" 2>/dev/null
-run_under "$N1" strace -f -c -o "$T/st1"
-run_under "$N2" strace -f -c -o "$T/st2"
+# system calls: strace attached to the warm router (its threads' calls during
+# the N2 requests only; a router started under strace also counts the
+# start-up spinning of other libraries' threads)
+port=$(free_port)
+"$ELDR" serve --quiet --port "$port" --threads 1 --policy jsq --prefill "http://127.0.0.1:$UP" \
+  --decode "http://127.0.0.1:$UP" > "$T/eldr.out" 2> "$T/eldr.err" &
+pid=$!
+PIDS+=($pid)
+wait_port "$port"
+python3 "$T/client.py" "$port" 50
+strace -f -c -o "$T/st" -p "$pid" 2> /dev/null &
+spid=$!
+sleep 1 # attached to every thread
+python3 "$T/client.py" "$port" "$N2"
+kill -INT "$spid"
+wait "$spid" 2>/dev/null || true
 
 # strace -c rows: % time, seconds, usecs/call, calls, [errors,] syscall
 calls() { awk '$NF == "total" { print NF == 6 ? $(NF - 2) : $(NF - 1) }' "$1"; }
-rows() { awk '/^-+ /{f++; next} f == 1 { print $NF, NF == 6 ? $(NF - 2) : $(NF - 1) }' "$1" | sort; }
 echo "eldr serve --threads 1 --policy jsq, one keep-alive connection, ($N2 - $N1) requests"
 awk -v a="$(instr "$T/cg1")" -v b="$(instr "$T/cg2")" -v n=$((N2 - N1)) \
   'BEGIN { printf "instructions per request (callgrind): %.0f\n", (b - a) / n }'
-awk -v a="$(calls "$T/st1")" -v b="$(calls "$T/st2")" -v n=$((N2 - N1)) \
-  'BEGIN { printf "system calls per request (strace -c):  %.1f\n", (b - a) / n }'
+awk -v c="$(calls "$T/st")" -v n="$N2" 'BEGIN { printf "system calls per request (strace -c):  %.1f\n", c / n }'
 echo "by call, per request:"
-join -j 1 <(rows "$T/st1") <(rows "$T/st2") |
-  awk -v n=$((N2 - N1)) '{ d = ($3 - $2) / n; if (d >= 0.05) printf "  %-12s %.2f\n", $1, d }' | sort -k2 -rn
+awk -v n="$N2" '/^-+ /{f++; next} f == 1 { c = NF == 6 ? $(NF - 2) : $(NF - 1); if (c / n >= 0.05) printf "  %-12s %.2f\n", $NF, c / n }' "$T/st"
