@@ -138,8 +138,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     eldr_js_iter it;
     eldr_js_span v;
     size_t i = 0;
-    eldr_js_elems_init(&it, doc, root);
-    while (eldr_js_elem_next(&it, &v)) {
+    eldr_js_iter_array(&it, doc, root);
+    while (eldr_js_next_elem(&it, &v)) {
       json_t *want = json_array_get(tree, i++);
       json_t *val = json_loadb(doc + v.off, v.len, JSON_DECODE_ANY, NULL);
       if (!want || !val || !json_equal(want, val)) abort();

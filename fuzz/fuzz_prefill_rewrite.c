@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "eldr/routed_experts.h"
+#include "fuzz_body.h"
 #include "serve/serve_internal.h"
 
 static const char *const dropped[] = {"stream", "max_tokens", "max_completion_tokens",
@@ -21,12 +22,12 @@ static const char *const dropped[] = {"stream", "max_tokens", "max_completion_to
                                       "kv_transfer_params"};
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  if (size < 1) return 0;
-  eldr__api api = (data[0] & 1) ? ELDR__API_CHAT : ELDR__API_COMPLETIONS;
-  const char *body = (const char *)data + 1;
-  size_t len = size - 1;
+  eldr__api api;
+  const char *body;
+  size_t len;
+  if (eldr_fuzz_body(data, size, &api, &body, &len)) return 0;
   eldr__req r;
-  if (eldr__req_parse(body, len, api, &r, NULL) == 0) {
+  if (eldr__req_parse_tree(body, len, api, &r, NULL) == 0) { /* r.root: the tree to compare with */
     size_t pl = 0;
     char *p = eldr__prefill_body(&r, &pl);
     if (!p) abort();

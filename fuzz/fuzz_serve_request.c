@@ -19,7 +19,7 @@ static void check_body(const char *b, size_t n, eldr__api api) {
     if (!d.msg[0] || r.root) abort();
     return;
   }
-  if (!json_is_object(r.root) || !r.text) abort();
+  if (!r.text || (!r.root && !r.raw_ok) || (r.root && !json_is_object(r.root))) abort();
   size_t pl = 0, dl = 0;
   char *p = eldr__prefill_body(&r, &pl);
   char *q = eldr__decode_body(&r, NULL, &dl);

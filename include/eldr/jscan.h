@@ -10,7 +10,8 @@
  * one object resolves to its last value.
  *
  * The other calls read a document eldr_js_scan accepted: walk an object's
- * members, decode a string or an integer. They never allocate; spans are
+ * members or an array's elements, look a key up, decode a string or an
+ * integer. They never allocate; spans are
  * byte ranges of the caller's document, valid while it is. (eldr_js_scan
  * allocates only to check a real number longer than 127 bytes for
  * overflow: ELDR_ENOMEM when that fails.)
@@ -82,11 +83,14 @@ void eldr_js_iter_init(eldr_js_iter *it, const char *doc, eldr_js_span obj);
 /* 1 and *m set, or 0 after the last member. */
 int eldr_js_next(eldr_js_iter *it, eldr_js_member *m);
 
-/* Elements of an array (arr: an ELDR_JS_ARRAY span of an accepted
- * document), in order, with the same iterator: 1 and *v set, or 0 after the
- * last. */
-void eldr_js_elems_init(eldr_js_iter *it, const char *doc, eldr_js_span arr);
-int eldr_js_elem_next(eldr_js_iter *it, eldr_js_span *v);
+/* Elements of an array (an ELDR_JS_ARRAY span of an accepted document), in
+ * order: 1 and *v set, or 0 after the last. */
+void eldr_js_iter_array(eldr_js_iter *it, const char *doc, eldr_js_span arr);
+int eldr_js_next_elem(eldr_js_iter *it, eldr_js_span *v);
+
+/* The value of obj's last member named key, as jansson's lookup gives it
+ * (type ELDR_JS_NONE: no such member, or obj is not an object). */
+eldr_js_span eldr_js_get(const char *doc, eldr_js_span obj, const char *key);
 
 /* 1 when the key (a string span) decodes to exactly name. */
 int eldr_js_key_is(const char *doc, eldr_js_span key, const char *name);

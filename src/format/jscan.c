@@ -46,7 +46,7 @@ static int fail(scanner *s, const char *what) {
   return eldr_diag_fail(s->d, ELDR_EPARSE, "invalid JSON at byte %zu: %s", s->i, what);
 }
 
-static void skip_ws(scanner *s) {
+static inline __attribute__((always_inline)) void skip_ws(scanner *s) {
   while (s->i < s->n) {
     char c = s->p[s->i];
     if (c != ' ' && c != '\t' && c != '\n' && c != '\r') return;
@@ -292,8 +292,12 @@ static int scan_literal(scanner *s, eldr_js_type *t) {
   return fail(s, "invalid literal");
 }
 
+/* A key's raw bytes (between its quotes) against a name without escapes
+ * or quotes: equal bytes, or (only when longer: an escape always decodes
+ * to fewer bytes than it takes) equal once decoded. */
 static int key_eq_raw(const char *raw, size_t rawlen, const char *name, size_t nlen) {
-  if (!memchr(raw, '\\', rawlen)) return rawlen == nlen && !memcmp(raw, name, nlen);
+  if (rawlen <= nlen) return rawlen == nlen && !memcmp(raw, name, nlen);
+  if (!memchr(raw, '\\', rawlen)) return 0;
   char buf[256];
   size_t len;
   eldr_js_span sp = {0, rawlen + 2, ELDR_JS_STRING};
@@ -305,11 +309,22 @@ static int key_eq_raw(const char *raw, size_t rawlen, const char *name, size_t n
  * matches the member: key (raw bytes between the quotes) or index. */
 static uint32_t match(const want *w, uint32_t mask, size_t L, const char *key, size_t klen, size_t idx) {
   uint32_t out = 0;
+  int esc = -1; /* the key has an escape: looked up once, when a longer key needs it */
   while (mask) {
     int b = __builtin_ctz(mask);
     mask &= mask - 1;
     const want *x = &w[b];
-    int ok = key ? x->key[L] && key_eq_raw(key, klen, x->key[L], x->klen[L]) : !x->key[L] && x->idx[L] == idx;
+    int ok;
+    if (!key) {
+      ok = !x->key[L] && x->idx[L] == idx;
+    } else if (!x->key[L] || klen < x->klen[L]) {
+      ok = 0;
+    } else if (klen == x->klen[L]) {
+      ok = !memcmp(key, x->key[L], klen);
+    } else {
+      if (esc < 0) esc = memchr(key, '\\', klen) != NULL;
+      ok = esc && key_eq_raw(key, klen, x->key[L], x->klen[L]);
+    }
     if (ok) out |= 1u << b;
   }
   return out;
@@ -507,21 +522,27 @@ static size_t skip_value(const char *p, size_t i, size_t end, eldr_js_type *t) {
   return j;
 }
 
-/* Inside a container of type t (an empty walk for any other value). */
-static void iter_inside(eldr_js_iter *it, const char *doc, eldr_js_span v, eldr_js_type t) {
+/* Inside a container span of the given type (else an empty walk). */
+static void iter_open(eldr_js_iter *it, const char *doc, eldr_js_span c, eldr_js_type type) {
   it->doc = doc;
-  it->pos = v.type == t ? v.off + 1 : v.off;
-  it->end = v.type == t ? v.off + v.len - 1 : v.off; /* before the closing bracket */
+  it->pos = c.type == type ? c.off + 1 : c.off;
+  it->end = c.type == type ? c.off + c.len - 1 : c.off; /* before the closing bracket */
 }
 
-void eldr_js_iter_init(eldr_js_iter *it, const char *doc, eldr_js_span obj) {
-  iter_inside(it, doc, obj, ELDR_JS_OBJECT);
-}
-
-int eldr_js_next(eldr_js_iter *it, eldr_js_member *m) {
+/* Where the next item starts (past a separating ','), or it->end. */
+static size_t iter_item(eldr_js_iter *it) {
   const char *p = it->doc;
   size_t i = ws(p, it->pos, it->end);
   if (i < it->end && p[i] == ',') i = ws(p, i + 1, it->end);
+  if (i >= it->end) it->pos = it->end;
+  return i < it->end ? i : it->end;
+}
+
+void eldr_js_iter_init(eldr_js_iter *it, const char *doc, eldr_js_span obj) { iter_open(it, doc, obj, ELDR_JS_OBJECT); }
+
+int eldr_js_next(eldr_js_iter *it, eldr_js_member *m) {
+  const char *p = it->doc;
+  size_t i = iter_item(it);
   if (i >= it->end || p[i] != '"') {
     it->pos = it->end;
     return 0;
@@ -539,23 +560,27 @@ int eldr_js_next(eldr_js_iter *it, eldr_js_member *m) {
   return 1;
 }
 
-void eldr_js_elems_init(eldr_js_iter *it, const char *doc, eldr_js_span arr) {
-  iter_inside(it, doc, arr, ELDR_JS_ARRAY);
+void eldr_js_iter_array(eldr_js_iter *it, const char *doc, eldr_js_span arr) { iter_open(it, doc, arr, ELDR_JS_ARRAY); }
+
+int eldr_js_next_elem(eldr_js_iter *it, eldr_js_span *v) {
+  size_t i = iter_item(it);
+  if (i >= it->end) return 0;
+  eldr_js_type t;
+  size_t e = skip_value(it->doc, i, it->end, &t);
+  *v = (eldr_js_span){i, e - i, t};
+  it->pos = e;
+  return 1;
 }
 
-int eldr_js_elem_next(eldr_js_iter *it, eldr_js_span *v) {
-  const char *p = it->doc;
-  size_t i = ws(p, it->pos, it->end);
-  if (i < it->end && p[i] == ',') i = ws(p, i + 1, it->end);
-  if (i >= it->end) {
-    it->pos = it->end;
-    return 0;
-  }
-  eldr_js_type t;
-  size_t ve = skip_value(p, i, it->end, &t);
-  *v = (eldr_js_span){i, ve - i, t};
-  it->pos = ve;
-  return 1;
+eldr_js_span eldr_js_get(const char *doc, eldr_js_span obj, const char *key) {
+  eldr_js_span v = {0, 0, ELDR_JS_NONE};
+  if (obj.type != ELDR_JS_OBJECT) return v;
+  eldr_js_iter it;
+  eldr_js_member m;
+  eldr_js_iter_init(&it, doc, obj);
+  while (eldr_js_next(&it, &m))
+    if (eldr_js_key_is(doc, m.key, key)) v = m.value;
+  return v;
 }
 
 int eldr_js_key_is(const char *doc, eldr_js_span key, const char *name) {

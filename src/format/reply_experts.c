@@ -213,12 +213,12 @@ typedef struct jv_iter {
 static void jv_elems(jv a, jv_iter *it) {
   it->a = a;
   it->i = 0;
-  if (a.doc) eldr_js_elems_init(&it->it, a.doc, a.s);
+  if (a.doc) eldr_js_iter_array(&it->it, a.doc, a.s);
 }
 
 static int jv_next(jv_iter *it, jv *v) {
   *v = (jv){NULL, it->a.doc, {0, 0, ELDR_JS_NONE}};
-  if (it->a.doc) return eldr_js_elem_next(&it->it, &v->s);
+  if (it->a.doc) return eldr_js_next_elem(&it->it, &v->s);
   if (it->i >= json_array_size(it->a.j)) return 0;
   v->j = json_array_get(it->a.j, it->i++);
   return 1;

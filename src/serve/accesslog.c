@@ -31,7 +31,7 @@ void eldr__access_log_close(eldr_server *s) {
 
 void eldr__al_decision(rq *r, const worker *w, double similarity) {
   r->al_sim = similarity;
-  snprintf(r->al_decoder, sizeof r->al_decoder, "%s", w ? w->url : "");
+  eldr__copy(r->al_decoder, sizeof r->al_decoder, w ? w->url : "");
 }
 
 void eldr__al_data(rq *r, const char *p, size_t n) {

@@ -2,13 +2,17 @@
  * socket, HTTP/1.1 request heads and bodies read with eldr's own bounded
  * parser (every malformed, oversized or slow request gets a JSON 4xx),
  * dispatch by path, and responses written straight to the socket (whole, or
- * streamed chunked). Keep-alive and pipelining. Loop thread only. */
+ * streamed chunked). Keep-alive and pipelining. The socket is read with
+ * recv into a buffer the connection keeps (no allocation, no FIONREAD per
+ * read); output goes to the socket at once and only what it did not take
+ * waits in an evbuffer for EV_WRITE. Loop thread only. */
 #include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <event2/listener.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,33 +64,75 @@ static int cors_allowed(const hconn *c) {
   return 0;
 }
 
-static void cors_headers(hconn *c, struct evbuffer *o) {
-  if (!cors_allowed(c)) return;
-  if (!strcmp(c->s->cfg.cors_origin, "*")) evbuffer_add_printf(o, "Access-Control-Allow-Origin: *\r\n");
-  else evbuffer_add_printf(o, "Access-Control-Allow-Origin: %s\r\nVary: Origin\r\n", c->head.origin);
-  evbuffer_add_printf(o, "Access-Control-Expose-Headers: X-Request-Id\r\n");
+/* The response head into buf[0..cap): its length, or 0 when it does not
+ * fit (with cap >= head_bound(...) it always does). */
+static size_t head_bound(const hconn *c, int status, const char *ctype, const char *extra) {
+  const char *rid = !c->r ? "" : c->r->client_reqid[0] ? c->r->client_reqid : c->r->reqid;
+  return 256 + strlen(reason(status)) + strlen(ctype ? ctype : "application/json") + strlen(rid) +
+         (extra ? strlen(extra) : 0) + strlen(c->head.origin);
+}
+
+static size_t format_head(const hconn *c, int status, const char *ctype, long long clen, const char *extra,
+                          char *buf, size_t cap) {
+  if (head_bound(c, status, ctype, extra) > cap) return 0;
+  const char *rid = !c->r ? "" : c->r->client_reqid[0] ? c->r->client_reqid : c->r->reqid;
+  char *w = buf;
+  w = ELDR__PUT_LIT(w, "HTTP/1.1 ");
+  w = eldr__put_u64(w, (uint64_t)(status > 0 ? status : 0));
+  *w++ = ' ';
+  w = eldr__puts(w, reason(status));
+  w = ELDR__PUT_LIT(w, "\r\nContent-Type: ");
+  w = eldr__puts(w, ctype ? ctype : "application/json");
+  w = ELDR__PUT_LIT(w, "\r\n");
+  if (clen >= 0 && status != 204) {
+    w = ELDR__PUT_LIT(w, "Content-Length: ");
+    w = eldr__put_u64(w, (uint64_t)clen);
+    w = ELDR__PUT_LIT(w, "\r\n");
+  }
+  if (rid[0]) w = ELDR__PUT_LIT(eldr__puts(ELDR__PUT_LIT(w, "X-Request-Id: "), rid), "\r\n");
+  if (extra) w = eldr__puts(w, extra);
+  if (cors_allowed(c)) {
+    if (!strcmp(c->s->cfg.cors_origin, "*")) w = ELDR__PUT_LIT(w, "Access-Control-Allow-Origin: *\r\n");
+    else w = ELDR__PUT_LIT(eldr__puts(ELDR__PUT_LIT(w, "Access-Control-Allow-Origin: "), c->head.origin), "\r\nVary: Origin\r\n");
+    w = ELDR__PUT_LIT(w, "Access-Control-Expose-Headers: X-Request-Id\r\n");
+  }
+  if (c->keep_alive) w = ELDR__PUT_LIT(w, "Connection: keep-alive\r\n\r\n");
+  else w = ELDR__PUT_LIT(w, "Connection: close\r\n\r\n");
+  return (size_t)(w - buf);
 }
 
 static void write_head(hconn *c, int status, const char *ctype, long long clen,
                        const char *extra) {
-  struct evbuffer *o = bufferevent_get_output(c->bev);
-  evbuffer_add_printf(o, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\n", status, reason(status),
-                      ctype ? ctype : "application/json");
-  if (clen >= 0 && status != 204) evbuffer_add_printf(o, "Content-Length: %lld\r\n", clen);
-  if (c->r && (c->r->client_reqid[0] || c->r->reqid[0]))
-    evbuffer_add_printf(o, "X-Request-Id: %s\r\n", c->r->client_reqid[0] ? c->r->client_reqid : c->r->reqid);
-  if (extra) evbuffer_add(o, extra, strlen(extra));
-  cors_headers(c, o);
-  evbuffer_add_printf(o, "Connection: %s\r\n\r\n", c->keep_alive ? "keep-alive" : "close");
+  struct evbuffer *o = c->out;
+  size_t need = head_bound(c, status, ctype, extra);
+  struct evbuffer_iovec v;
+  if (evbuffer_reserve_space(o, (ev_ssize_t)need, &v, 1) < 1) return; /* out of memory: the client times out */
+  v.iov_len = format_head(c, status, ctype, clen, extra, v.iov_base, need);
+  evbuffer_commit_space(o, &v, 1);
 }
 
-/* Write queued output now: saves a loop round and an epoll_ctl pair per
- * response. EV_WRITE stays disabled unless the socket did not take it all. */
+/* Write queued output now; EV_WRITE only while the socket does not take
+ * it all (an error is left to the write callback, which closes). */
 static void conn_flush(hconn *c) {
-  struct evbuffer *o = bufferevent_get_output(c->bev);
-  while (evbuffer_get_length(o) > 0)
-    if (evbuffer_write(o, bufferevent_getfd(c->bev)) <= 0) break;
-  if (evbuffer_get_length(o) > 0) bufferevent_enable(c->bev, EV_WRITE);
+  while (evbuffer_get_length(c->out) > 0)
+    if (evbuffer_write(c->out, c->fd) <= 0) break;
+  if (evbuffer_get_length(c->out) > 0) event_add(c->wev, NULL);
+}
+
+static void conn_process(hconn *c);
+
+/* Reading on (again) unless closing or the input bound is reached. */
+static void read_resume(hconn *c) {
+  if (!c->rsusp || c->state == C_CLOSING) return;
+  c->rsusp = 0;
+  event_add(c->rev, NULL);
+}
+
+/* The deadline as the idle keep-alive bound (a new request may come). */
+static void arm_idle(hconn *c, double seconds) {
+  struct timeval tv = eldr__tv_of(seconds);
+  c->dl_idle = 1;
+  evtimer_add(c->deadline, &tv);
 }
 
 /* The response is complete: next request or close. */
@@ -99,22 +145,51 @@ static void conn_finish(hconn *c) {
   }
   if (!c->keep_alive) {
     c->state = C_CLOSING;
-    bufferevent_disable(c->bev, EV_READ);
-    if (!c->in_process && evbuffer_get_length(bufferevent_get_output(c->bev)) == 0) eldr__conn_free(c);
+    event_del(c->rev);
+    if (!c->in_process && evbuffer_get_length(c->out) == 0) eldr__conn_free(c);
     return; /* write callback frees once flushed */
   }
   c->state = C_HEAD;
   c->resp_chunked = 0;
-  struct timeval idle = eldr__tv_of(c->s->cfg.idle_timeout_s);
-  bufferevent_set_timeouts(c->bev, &idle, NULL);
-  bufferevent_enable(c->bev, EV_READ);
-  if (!c->in_process && evbuffer_get_length(bufferevent_get_input(c->bev)) > 0) conn_process(c);
+  arm_idle(c, c->s->cfg.idle_timeout_s);
+  read_resume(c);
+  if (!c->in_process && c->in.n > c->inoff) conn_process(c);
+}
+
+/* A whole response on a connection with nothing queued: head (from the
+ * stack) and body in one sendmsg, no copy into the output buffer; only
+ * what the socket did not take is queued. 0, or -1: not written (the head
+ * does not fit the stack buffer, or output is pending). */
+static int send_direct(hconn *c, int status, const char *ctype, const void *body, size_t len, const char *extra) {
+  struct evbuffer *o = c->out;
+  char head[2048];
+  size_t hn;
+  if (evbuffer_get_length(o) || !(hn = format_head(c, status, ctype, (long long)len, extra, head, sizeof head)))
+    return -1;
+  size_t bn = !c->head_only ? len : 0;
+  struct iovec iov[2] = {{head, hn}, {(void *)body, bn}};
+  struct msghdr mh = {.msg_iov = iov, .msg_iovlen = bn ? 2 : 1};
+  ssize_t w;
+  do w = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
+  while (w < 0 && errno == EINTR);
+  size_t done = w > 0 ? (size_t)w : 0; /* an error: queued, the write callback sees it */
+  if (done < hn + bn) {
+    if (done < hn) evbuffer_add(o, head + done, hn - done);
+    size_t bdone = done > hn ? done - hn : 0;
+    if (bn > bdone) evbuffer_add(o, (const char *)body + bdone, bn - bdone);
+    event_add(c->wev, NULL);
+  }
+  return 0;
 }
 
 void eldr__send_body(hconn *c, int status, const char *ctype, const void *body, size_t len,
                       const char *extra) {
+  if (send_direct(c, status, ctype, body, len, extra) == 0) {
+    conn_finish(c);
+    return;
+  }
   write_head(c, status, ctype, (long long)len, extra);
-  if (!c->head_only && len) bufferevent_write(c->bev, body, len);
+  if (!c->head_only && len) evbuffer_add(c->out, body, len);
   conn_flush(c);
   conn_finish(c);
 }
@@ -151,17 +226,25 @@ void eldr__stream_start(hconn *c, int status, const char *ctype) {
 
 void eldr__stream_chunk(hconn *c, const char *p, size_t n) {
   if (!n) return;
-  struct evbuffer *o = bufferevent_get_output(c->bev);
-  if (c->resp_chunked == 1) evbuffer_add_printf(o, "%zx\r\n", n);
+  struct evbuffer *o = c->out;
+  if (c->resp_chunked == 1) { /* the chunk's size line, in hex */
+    char line[24], *w = line + sizeof line;
+    *--w = '\n';
+    *--w = '\r';
+    size_t v = n;
+    do *--w = "0123456789abcdef"[v & 15], v >>= 4;
+    while (v);
+    evbuffer_add(o, w, (size_t)(line + sizeof line - w));
+  }
   evbuffer_add(o, p, n);
   if (c->resp_chunked == 1) evbuffer_add(o, "\r\n", 2);
   conn_flush(c);
 }
 
-size_t eldr__conn_pending(hconn *c) { return evbuffer_get_length(bufferevent_get_output(c->bev)); }
+size_t eldr__conn_pending(hconn *c) { return evbuffer_get_length(c->out); }
 
 void eldr__stream_end(hconn *c) {
-  if (c->resp_chunked == 1) bufferevent_write(c->bev, "0\r\n\r\n", 5);
+  if (c->resp_chunked == 1) evbuffer_add(c->out, "0\r\n\r\n", 5);
   conn_flush(c);
   conn_finish(c);
 }
@@ -182,7 +265,11 @@ void eldr__conn_free(hconn *c) {
   if (c->next) c->next->prev = c->prev;
   if (c->deadline) event_free(c->deadline);
   if (c->cbody) evbuffer_free(c->cbody);
-  bufferevent_free(c->bev);
+  event_free(c->rev);
+  event_free(c->wev);
+  evbuffer_free(c->out);
+  evutil_closesocket(c->fd);
+  eldr__buf_free(&c->in);
   free(c);
 }
 
@@ -245,6 +332,13 @@ static void conn_deadline_cb(evutil_socket_t fd, short ev, void *arg) {
   (void)fd;
   (void)ev;
   hconn *c = arg;
+  if (c->dl_idle) { /* idle keep-alive connection: closed (bytes since re-arm it as a head bound) */
+    c->dl_idle = 0;
+    if (c->state == C_HEAD && c->in.n == c->inoff) {
+      eldr__conn_free(c);
+      return;
+    }
+  }
   if (c->state != C_HEAD && c->state != C_BODY) return;
   c->s->m.bad[BAD_TIMEOUT]++;
   c->keep_alive = 0;
@@ -256,31 +350,39 @@ static void conn_deadline_cb(evutil_socket_t fd, short ev, void *arg) {
 enum { CH_SIZE, CH_DATA, CH_DATA_END, CH_TRAILER };
 #define CH_LINE_MAX 1024 /* a chunk-size line or a trailer line */
 
-/* Move the chunked body's data from in to c->cbody as it arrives: 1 when the
- * whole body (and its trailer) was read, 0 when more bytes are needed, -413
- * above max_body, -400 when malformed (the counters are bumped here). */
-static int read_chunked(hconn *c, struct evbuffer *in) {
+/* Move the chunked body's data from the input to c->cbody as it arrives:
+ * 1 when the whole body (and its trailer) was read, 0 when more bytes are
+ * needed, -413 above max_body, -400 when malformed (the counters are
+ * bumped here). */
+static int read_chunked(hconn *c) {
   eldr_server *s = c->s;
   for (;;) {
+    const char *in = c->in.p + c->inoff;
+    size_t avail = c->in.n - c->inoff;
     if (c->cst == CH_DATA) {
-      size_t avail = evbuffer_get_length(in);
       if (!avail) return 0;
       size_t take = avail < c->cleft ? avail : (size_t)c->cleft;
-      if (evbuffer_remove_buffer(in, c->cbody, take) != (int)take) return -400;
+      if (evbuffer_add(c->cbody, in, take)) return -400;
+      c->inoff += take;
       c->cleft -= take;
       if (c->cleft) return 0;
       c->cst = CH_DATA_END;
       continue;
     }
-    size_t eol_len = 0;
-    struct evbuffer_ptr e = evbuffer_search_eol(in, NULL, &eol_len, EVBUFFER_EOL_CRLF_STRICT);
-    if (e.pos < 0) {
-      if (evbuffer_get_length(in) > CH_LINE_MAX) goto bad;
+    /* a line ending in CRLF (strict) */
+    const char *cr = NULL;
+    for (const char *q = in; (q = memchr(q, '\r', avail - (size_t)(q - in))) != NULL; q++)
+      if ((size_t)(q - in) + 1 < avail && q[1] == '\n') {
+        cr = q;
+        break;
+      }
+    if (!cr) {
+      if (avail > CH_LINE_MAX) goto bad;
       return 0;
     }
-    if ((size_t)e.pos > CH_LINE_MAX) goto bad;
-    const char *line = (const char *)evbuffer_pullup(in, e.pos + (ev_ssize_t)eol_len);
-    size_t n = (size_t)e.pos;
+    size_t n = (size_t)(cr - in);
+    if (n > CH_LINE_MAX) goto bad;
+    const char *line = in;
     if (c->cst == CH_DATA_END) { /* the CRLF after a chunk's data */
       if (n != 0) goto bad;
       c->cst = CH_SIZE;
@@ -294,32 +396,39 @@ static int read_chunked(hconn *c, struct evbuffer *in) {
       c->cleft = sz;
       c->cst = sz ? CH_DATA : CH_TRAILER;
     } else { /* CH_TRAILER: lines until an empty one */
-      evbuffer_drain(in, n + eol_len);
+      c->inoff += n + 2;
       if (n == 0) return 1;
       continue;
     }
-    evbuffer_drain(in, n + eol_len);
+    c->inoff += n + 2;
   }
 bad:
   s->m.bad[BAD_HEAD]++;
   return -400;
 }
 
+/* Consumed input gone: the buffer restarts at its beginning; one grown
+ * past 64 KiB (a large body) is given back while nothing is buffered. */
+static void in_compact(hconn *c) {
+  if (c->inoff < c->in.n) return;
+  c->in.n = c->inoff = 0;
+  if (c->in.cap > (64u << 10) && c->state == C_HEAD) eldr__buf_free(&c->in);
+}
+
 static void conn_process(hconn *c) {
   eldr_server *s = c->s;
-  struct evbuffer *in = bufferevent_get_input(c->bev);
   c->in_process = 1;
   while (c->state == C_HEAD || c->state == C_BODY) {
-    size_t avail = evbuffer_get_length(in);
+    size_t avail = c->in.n - c->inoff;
     if (c->state == C_HEAD) {
       if (avail == 0) break;
-      if (!evtimer_pending(c->deadline, NULL)) {
+      if (c->dl_idle || !evtimer_pending(c->deadline, NULL)) { /* the head's bound from its first byte */
+        c->dl_idle = 0;
         struct timeval tv = eldr__tv_of(s->cfg.header_timeout_s);
         evtimer_add(c->deadline, &tv);
-        bufferevent_set_timeouts(c->bev, NULL, NULL);
       }
       size_t look = avail < s->cfg.max_header + 1 ? avail : s->cfg.max_header + 1;
-      const char *buf = (const char *)evbuffer_pullup(in, (ev_ssize_t)look);
+      const char *buf = c->in.p + c->inoff;
       long hl = eldr__http_parse_head(buf, look, s->cfg.max_header, &c->head);
       if (hl == 0) break;
       if (hl < 0) {
@@ -330,7 +439,7 @@ static void conn_process(hconn *c) {
         eldr__send_error(c, c->head.status, "invalid_request_error", "%s", c->head.error);
         break;
       }
-      evbuffer_drain(in, (size_t)hl);
+      c->inoff += (size_t)hl;
       c->keep_alive = c->head.keep_alive;
       if (c->refusing) { /* accepted above max_connections: the head read, answered */
         evtimer_del(c->deadline);
@@ -354,7 +463,7 @@ static void conn_process(hconn *c) {
         c->cst = CH_SIZE;
         c->cleft = 0;
         if (c->head.expect_continue) {
-          bufferevent_write(c->bev, "HTTP/1.1 100 Continue\r\n\r\n", 25);
+          evbuffer_add(c->out, "HTTP/1.1 100 Continue\r\n\r\n", 25);
           conn_flush(c);
         }
         c->state = C_BODY;
@@ -379,7 +488,7 @@ static void conn_process(hconn *c) {
       }
       c->body_need = cl > 0 ? (size_t)cl : 0;
       if (c->head.expect_continue && c->body_need) {
-        bufferevent_write(c->bev, "HTTP/1.1 100 Continue\r\n\r\n", 25);
+        evbuffer_add(c->out, "HTTP/1.1 100 Continue\r\n\r\n", 25);
         conn_flush(c);
       }
       c->state = C_BODY;
@@ -387,7 +496,7 @@ static void conn_process(hconn *c) {
     }
     /* C_BODY */
     if (c->head.chunked) {
-      int rc = read_chunked(c, in);
+      int rc = read_chunked(c);
       if (rc == 0) break; /* more bytes needed */
       evtimer_del(c->deadline);
       if (rc < 0) { /* answered */
@@ -405,50 +514,79 @@ static void conn_process(hconn *c) {
     }
     if (avail < c->body_need) break;
     evtimer_del(c->deadline);
-    const char *body = c->body_need ? (const char *)evbuffer_pullup(in, (ev_ssize_t)c->body_need) : "";
-    /* the body stays in the input buffer until dispatch has parsed it */
+    const char *body = c->body_need ? c->in.p + c->inoff : "";
+    /* the body stays in the input buffer until dispatch has parsed it (no
+     * read happens meanwhile: the buffer does not move) */
     size_t blen = c->body_need;
     dispatch(c, body, blen);
-    evbuffer_drain(in, blen);
+    c->inoff += blen;
     /* dispatch either answered (state back to C_HEAD / C_CLOSING) or is
      * waiting for upstream (C_BUSY) */
   }
   c->in_process = 0;
-  if (c->state == C_CLOSING && evbuffer_get_length(bufferevent_get_output(c->bev)) == 0) eldr__conn_free(c);
+  in_compact(c);
+  if (c->state == C_CLOSING && evbuffer_get_length(c->out) == 0) eldr__conn_free(c);
 }
 
-static void conn_read_cb(struct bufferevent *bev, void *arg) {
-  (void)bev;
+/* Input beyond this is not read until the request before it is done: a
+ * head, the largest body, and slack for a pipelined head. */
+static size_t in_bound(const eldr_server *s) { return s->cfg.max_header + s->cfg.max_body + 65536; }
+
+static void conn_read_cb(evutil_socket_t fd, short ev, void *arg) {
+  (void)ev;
   hconn *c = arg;
+  if (c->inoff > 0 && c->inoff == c->in.n) c->in.n = c->inoff = 0;
+  size_t bound = in_bound(c->s);
+  if (c->in.n - c->inoff >= bound) { /* full: wait until the request before is done */
+    c->rsusp = 1;
+    event_del(c->rev);
+    return;
+  }
+  if (c->in.cap - c->in.n < 4096) {
+    if (c->inoff > 0) { /* move the unconsumed bytes down */
+      memmove(c->in.p, c->in.p + c->inoff, c->in.n - c->inoff);
+      c->in.n -= c->inoff;
+      c->inoff = 0;
+    }
+    size_t want = c->in.n + 16384;
+    if (c->in.cap - c->in.n < 4096 && eldr__buf_reserve(&c->in, want < bound ? want : bound)) {
+      eldr__conn_free(c); /* out of memory */
+      return;
+    }
+  }
+  size_t room = c->in.cap - 1 - c->in.n;
+  if (room > bound - (c->in.n - c->inoff)) room = bound - (c->in.n - c->inoff);
+  if (room == 0) {
+    c->rsusp = 1;
+    event_del(c->rev);
+    return;
+  }
+  ssize_t n = recv(fd, c->in.p + c->in.n, room, 0);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+  if (n <= 0) { /* EOF or error: a request in flight is aborted (eldr__conn_free) */
+    eldr__conn_free(c);
+    return;
+  }
+  c->in.n += (size_t)n;
   if (c->state == C_HEAD || c->state == C_BODY) conn_process(c);
 }
 
-static void conn_write_cb(struct bufferevent *bev, void *arg) {
-  (void)bev;
+static void conn_write_cb(evutil_socket_t fd, short ev, void *arg) {
+  (void)ev;
   hconn *c = arg;
-  bufferevent_disable(c->bev, EV_WRITE); /* drained: back to direct writes */
-  if (c->r && c->r->paused) eldr__rq_drained(c->r); /* a paused stream may go on */
-  if (c->state == C_CLOSING && !c->in_process) eldr__conn_free(c);
-}
-
-static void conn_event_cb(struct bufferevent *bev, short what, void *arg) {
-  (void)bev;
-  hconn *c = arg;
-  if (what & BEV_EVENT_TIMEOUT) { /* idle keep-alive connection */
-    if (c->state == C_HEAD && evbuffer_get_length(bufferevent_get_input(c->bev)) == 0) {
-      eldr__conn_free(c);
-      return;
-    }
-    bufferevent_enable(c->bev, EV_READ);
+  while (evbuffer_get_length(c->out) > 0) {
+    int w = evbuffer_write(c->out, fd);
+    if (w > 0) continue;
+    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) break;
+    eldr__conn_free(c); /* the client is gone */
     return;
   }
-  if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
-    if (c->state == C_HEAD || c->state == C_BODY) {
-      /* a complete request may still sit in the buffer without an answer
-       * only if it arrived with the FIN; a half-close client gets nothing */
-    }
-    eldr__conn_free(c);
+  if (evbuffer_get_length(c->out) > 0) {
+    event_add(c->wev, NULL);
+    return;
   }
+  if (c->r && c->r->paused) eldr__rq_drained(c->r); /* a paused stream may go on */
+  if (c->state == C_CLOSING && !c->in_process) eldr__conn_free(c);
 }
 
 /* Connections accepted above max_connections are answered 503 (after their
@@ -476,12 +614,17 @@ void eldr__accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockad
     return;
   }
   c->s = s;
-  c->bev = bufferevent_socket_new(s->base, fd, BEV_OPT_CLOSE_ON_FREE);
+  c->fd = fd;
+  c->rev = event_new(s->base, fd, EV_READ | EV_PERSIST, conn_read_cb, c);
+  c->wev = event_new(s->base, fd, EV_WRITE, conn_write_cb, c);
+  c->out = evbuffer_new();
   c->deadline = evtimer_new(s->base, conn_deadline_cb, c);
-  if (!c->bev || !c->deadline) {
-    if (c->bev) bufferevent_free(c->bev);
-    else evutil_closesocket(fd);
+  if (!c->rev || !c->wev || !c->out || !c->deadline) {
+    if (c->rev) event_free(c->rev);
+    if (c->wev) event_free(c->wev);
+    if (c->out) evbuffer_free(c->out);
     if (c->deadline) event_free(c->deadline);
+    evutil_closesocket(fd);
     free(c);
     return;
   }
@@ -494,11 +637,8 @@ void eldr__accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockad
   c->next = s->conns;
   if (s->conns) s->conns->prev = c;
   s->conns = c;
-  bufferevent_setcb(c->bev, conn_read_cb, conn_write_cb, conn_event_cb, c);
-  bufferevent_setwatermark(c->bev, EV_READ, 0, s->cfg.max_header + s->cfg.max_body + 65536);
-  struct timeval idle = eldr__tv_of(refusing ? s->cfg.header_timeout_s : s->cfg.idle_timeout_s);
-  bufferevent_set_timeouts(c->bev, &idle, NULL);
-  bufferevent_enable(c->bev, EV_READ); /* EV_WRITE only while output is pending */
+  arm_idle(c, refusing ? s->cfg.header_timeout_s : s->cfg.idle_timeout_s);
+  event_add(c->rev, NULL); /* EV_WRITE only while output is pending */
 }
 
 /* accept() failed with something other than a transient error: typically

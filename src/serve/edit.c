@@ -16,6 +16,22 @@
 #include "eldr/jscan.h"
 #include "serve_internal.h"
 
+int eldr__buf_reserve(eldr__buf *b, size_t need) {
+  if (need + 1 <= b->cap) return 0;
+  size_t cap = b->cap ? b->cap : 256;
+  while (cap < need + 1) cap *= 2;
+  char *q = realloc(b->p, cap);
+  if (!q) return ELDR_ENOMEM;
+  b->p = q;
+  b->cap = cap;
+  return 0;
+}
+
+void eldr__buf_free(eldr__buf *b) {
+  free(b->p);
+  memset(b, 0, sizeof *b);
+}
+
 /* The top-level object of an accepted document without NUL bytes. */
 static int root_object(const char *doc, size_t n, eldr_js_span *root) {
   size_t a = 0, b = n;
@@ -32,7 +48,15 @@ static int key_in(const char *doc, eldr_js_span key, const char *const *names) {
   return 0;
 }
 
-/* An output buffer of known bound: the appends never overflow it. */
+/* A member the router adds: the bytes a[0..an) then b[0..bn) (a NULL: none). */
+typedef struct piece {
+  const char *a;
+  size_t an;
+  const char *b;
+  size_t bn;
+} piece;
+
+/* Appends into a buffer reserved for them (they never overflow it). */
 typedef struct obuf {
   char *p;
   size_t n;
@@ -44,88 +68,103 @@ static void put(obuf *o, const char *s, size_t n) {
   o->n += n;
 }
 
-static void put_member(obuf *o, const char *s, size_t n) {
+static void put_member(obuf *o, const char *s, size_t n, const char *s2, size_t n2) {
   if (!o->first) put(o, ",", 1);
   o->first = 0;
   put(o, s, n);
+  if (n2) put(o, s2, n2);
 }
 
-/* "{" + the members of obj not named in drop + extra members + "}". */
-static char *cut_object(const char *doc, eldr_js_span obj, const char *const *drop, const char *const *extra,
-                        const size_t *extra_len, size_t nextra, size_t *len) {
+/* Append "{" + the members of obj not named in drop + the extra members +
+ * "}" to out (NUL-terminated): 0 or ELDR_ENOMEM. */
+static int cut_object(eldr__buf *out, const char *doc, eldr_js_span obj, const char *const *drop,
+                      const piece *extra, size_t nextra) {
   size_t cap = obj.len + 2;
-  for (size_t k = 0; k < nextra; k++) cap += extra_len[k] + 1;
-  obuf o = {malloc(cap + 1), 0, 1};
-  if (!o.p) return NULL;
+  for (size_t k = 0; k < nextra; k++) cap += extra[k].an + extra[k].bn + 1;
+  if (eldr__buf_reserve(out, out->n + cap)) return ELDR_ENOMEM;
+  obuf o = {out->p + out->n, 0, 1};
   put(&o, "{", 1);
   eldr_js_iter it;
   eldr_js_member m;
   eldr_js_iter_init(&it, doc, obj);
   while (eldr_js_next(&it, &m)) {
     if (key_in(doc, m.key, drop)) continue;
-    put_member(&o, doc + m.off, m.len);
+    put_member(&o, doc + m.off, m.len, NULL, 0);
   }
   for (size_t k = 0; k < nextra; k++)
-    if (extra[k]) put_member(&o, extra[k], extra_len[k]);
+    if (extra[k].a) put_member(&o, extra[k].a, extra[k].an, extra[k].b, extra[k].bn);
   put(&o, "}", 1);
-  o.p[o.n] = 0;
-  *len = o.n;
-  return o.p;
+  out->n += o.n;
+  out->p[out->n] = 0;
+  return 0;
 }
 
-/* The last member named key of obj (type NONE: none). */
-static eldr_js_span last_member(const char *doc, eldr_js_span obj, const char *key) {
-  eldr_js_span v = {0, 0, ELDR_JS_NONE};
-  eldr_js_iter it;
-  eldr_js_member m;
-  eldr_js_iter_init(&it, doc, obj);
-  while (eldr_js_next(&it, &m))
-    if (eldr_js_key_is(doc, m.key, key)) v = m.value;
-  return v;
+/* A malloc'd body from the tree path, moved into out. */
+static int take(eldr__buf *out, char *s, size_t len) {
+  if (!s) return ELDR_ENOMEM;
+  free(out->p);
+  out->p = s;
+  out->n = len;
+  out->cap = len + 1;
+  return 0;
 }
 
 static const char *const PREFILL_DROP[] = {"stream",     "max_tokens",            "max_completion_tokens",
                                            "stream_options", "min_tokens", "min_completion_tokens",
                                            "kv_transfer_params", NULL};
 
-char *eldr__prefill_body(const eldr__req *r, size_t *len) {
+int eldr__prefill_body_buf(const eldr__req *r, eldr__buf *out) {
   eldr_js_span root;
-  if (!r->raw || !r->raw_ok || root_object(r->raw, r->raw_len, &root)) return eldr__prefill_body_tree(r, len);
-  /* pass 1: is max_completion_tokens there (it is set to 1 only then)? */
-  int has_mct = last_member(r->raw, root, "max_completion_tokens").type != ELDR_JS_NONE;
+  out->n = 0;
+  if (!r->raw || !r->raw_ok || root_object(r->raw, r->raw_len, &root)) {
+    size_t len = 0;
+    char *s = eldr__prefill_body_tree(r, &len);
+    return take(out, s, len);
+  }
+  /* is max_completion_tokens there (it is set to 1 only then)? */
+  int has_mct = eldr_js_get(r->raw, root, "max_completion_tokens").type != ELDR_JS_NONE;
   static const char STREAM[] = "\"stream\":false", MAXT[] = "\"max_tokens\":1",
                     MAXC[] = "\"max_completion_tokens\":1",
                     KV[] = "\"kv_transfer_params\":{\"do_remote_decode\":true,\"do_remote_prefill\":false,"
                            "\"remote_engine_id\":null,\"remote_block_ids\":null,\"remote_host\":null,"
                            "\"remote_port\":null}";
-  const char *extra[4] = {STREAM, MAXT, has_mct ? MAXC : NULL, KV};
-  size_t extra_len[4] = {sizeof STREAM - 1, sizeof MAXT - 1, sizeof MAXC - 1, sizeof KV - 1};
-  return cut_object(r->raw, root, PREFILL_DROP, extra, extra_len, 4, len);
+  const piece extra[4] = {{STREAM, sizeof STREAM - 1, NULL, 0},
+                          {MAXT, sizeof MAXT - 1, NULL, 0},
+                          {has_mct ? MAXC : NULL, sizeof MAXC - 1, NULL, 0},
+                          {KV, sizeof KV - 1, NULL, 0}};
+  return cut_object(out, r->raw, root, PREFILL_DROP, extra, 4);
+}
+
+char *eldr__prefill_body(const eldr__req *r, size_t *len) {
+  eldr__buf b = {0};
+  if (eldr__prefill_body_buf(r, &b)) return NULL;
+  *len = b.n;
+  return b.p;
 }
 
 static const char *const DECODE_DROP[] = {"kv_transfer_params", "prompt_logprobs", NULL};
 
-char *eldr__decode_body_raw(const eldr__req *r, const char *kv, size_t kv_len, size_t *len) {
+int eldr__decode_body_buf(const eldr__req *r, const char *kv, size_t kv_len, eldr__buf *out) {
   eldr_js_span root;
+  out->n = 0;
   if (!r->raw || !r->raw_ok || root_object(r->raw, r->raw_len, &root)) {
     json_t *kvp = kv_len ? json_loadb(kv, kv_len, 0, NULL) : NULL;
-    if (kv_len && !kvp) return NULL;
-    char *s = eldr__decode_body_tree(r, kvp, len);
+    if (kv_len && !kvp) return ELDR_ENOMEM;
+    size_t len = 0;
+    char *s = eldr__decode_body_tree(r, kvp, &len);
     json_decref(kvp);
-    return s;
+    return take(out, s, len);
   }
   static const char KEY[] = "\"kv_transfer_params\":";
-  char *member = NULL;
-  if (kv_len) {
-    if (!(member = malloc(sizeof KEY - 1 + kv_len))) return NULL;
-    memcpy(member, KEY, sizeof KEY - 1);
-    memcpy(member + sizeof KEY - 1, kv, kv_len);
-  }
-  const char *extra[1] = {member};
-  size_t extra_len[1] = {sizeof KEY - 1 + kv_len};
-  char *s = cut_object(r->raw, root, DECODE_DROP, extra, extra_len, 1, len);
-  free(member);
-  return s;
+  const piece extra[1] = {{kv_len ? KEY : NULL, sizeof KEY - 1, kv, kv_len}};
+  return cut_object(out, r->raw, root, DECODE_DROP, extra, 1);
+}
+
+char *eldr__decode_body_raw(const eldr__req *r, const char *kv, size_t kv_len, size_t *len) {
+  eldr__buf b = {0};
+  if (eldr__decode_body_buf(r, kv, kv_len, &b)) return NULL;
+  *len = b.n;
+  return b.p;
 }
 
 char *eldr__decode_body(const eldr__req *r, json_t *kvp, size_t *len) {
@@ -147,9 +186,9 @@ int eldr__prefill_reply_bytes(const char *doc, size_t n, eldr__prefill_reply *pr
   char *kvd = NULL, *detd = NULL;
   eldr_js_span root;
   if (!memchr(doc, 0, n) && root_object(doc, n, &root) == 0) {
-    eldr_js_span k = last_member(doc, root, "kv_transfer_params");
-    eldr_js_span u = last_member(doc, root, "usage");
-    eldr_js_span t = u.type == ELDR_JS_OBJECT ? last_member(doc, u, "prompt_tokens_details") : u;
+    eldr_js_span k = eldr_js_get(doc, root, "kv_transfer_params");
+    eldr_js_span u = eldr_js_get(doc, root, "usage");
+    eldr_js_span t = u.type == ELDR_JS_OBJECT ? eldr_js_get(doc, u, "prompt_tokens_details") : u;
     if (k.type == ELDR_JS_OBJECT) kv = doc + k.off, pr->kv_len = k.len;
     if (t.type == ELDR_JS_OBJECT) det = doc + t.off, pr->det_len = t.len;
   } else if (json_is_object(pr->root)) { /* the tree's values, serialised */
@@ -182,9 +221,9 @@ int eldr__prefill_reply_bytes(const char *doc, size_t n, eldr__prefill_reply *pr
 
 /* usage as fix_usage (rewrite.c) sets it: prompt_tokens and its details
  * from the prefill, total_tokens their sum when completion_tokens is an
- * integer. 0 and *out, ELDR_ENOTFOUND (nothing to change), ELDR_EPARSE
- * (the scanner refused the reply) or ELDR_ENOMEM. */
-static int usage_edit(const char *body, size_t len, const eldr__prefill_reply *pr, char **out, size_t *out_len) {
+ * integer, written into out. 0, ELDR_ENOTFOUND (nothing to change),
+ * ELDR_EPARSE (the scanner refused the reply) or ELDR_ENOMEM. */
+static int usage_edit(const char *body, size_t len, const eldr__prefill_reply *pr, eldr__buf *out) {
   static const eldr_js_path paths[] = {{{"usage", NULL}}, {{"usage", "completion_tokens", NULL}}};
   eldr_js_span f[2], root;
   if (eldr_js_scan(body, len, paths, 2, f, &root, NULL)) return ELDR_EPARSE;
@@ -194,57 +233,66 @@ static int usage_edit(const char *body, size_t len, const eldr__prefill_reply *p
   static const char *const drop_ct[] = {"prompt_tokens", "prompt_tokens_details", "total_tokens", NULL};
   static const char *const drop_noct[] = {"prompt_tokens", "prompt_tokens_details", NULL};
   const char *const *drop = have_ct ? drop_ct : drop_noct;
-  char pt[48], tt[48], nul[] = "\"prompt_tokens_details\":null";
-  int ptl = snprintf(pt, sizeof pt, "\"prompt_tokens\":%lld", (long long)pr->prompt_tokens);
-  int ttl = snprintf(tt, sizeof tt, "\"total_tokens\":%lld",
-                     (long long)(int64_t)((uint64_t)pr->prompt_tokens + (uint64_t)ct));
-  static const char DKEY[] = "\"prompt_tokens_details\":";
-  char *det = NULL;
-  if (pr->det_len) {
-    if (!(det = malloc(sizeof DKEY - 1 + pr->det_len))) return ELDR_ENOMEM;
-    memcpy(det, DKEY, sizeof DKEY - 1);
-    memcpy(det + sizeof DKEY - 1, pr->bytes + pr->kv_len, pr->det_len);
-  }
+  char pt[48], tt[48];
+  static const char nul[] = "\"prompt_tokens_details\":null", DKEY[] = "\"prompt_tokens_details\":";
+  char *w = ELDR__PUT_LIT(pt, "\"prompt_tokens\":");
+  w = eldr__put_i64(w, pr->prompt_tokens);
+  size_t ptl = (size_t)(w - pt);
+  w = ELDR__PUT_LIT(tt, "\"total_tokens\":");
+  w = eldr__put_i64(w, (int64_t)((uint64_t)pr->prompt_tokens + (uint64_t)ct));
+  size_t ttl = (size_t)(w - tt);
   /* did the decoder send prompt_tokens_details (then it becomes null)? */
-  int had_det = last_member(body, f[0], "prompt_tokens_details").type != ELDR_JS_NONE;
-  const char *extra[3] = {pt, det ? det : had_det ? nul : NULL, have_ct ? tt : NULL};
-  size_t extra_len[3] = {(size_t)ptl, det ? sizeof DKEY - 1 + pr->det_len : sizeof nul - 1, (size_t)ttl};
-  size_t ul = 0;
-  char *u = cut_object(body, f[0], drop, extra, extra_len, 3, &ul);
-  free(det);
-  if (!u) return ELDR_ENOMEM;
+  int had_det = eldr_js_get(body, f[0], "prompt_tokens_details").type != ELDR_JS_NONE;
+  piece extra[3] = {{pt, ptl, NULL, 0}, {NULL, 0, NULL, 0}, {have_ct ? tt : NULL, ttl, NULL, 0}};
+  if (pr->det_len) extra[1] = (piece){DKEY, sizeof DKEY - 1, pr->bytes + pr->kv_len, pr->det_len};
+  else if (had_det) extra[1] = (piece){nul, sizeof nul - 1, NULL, 0};
   size_t head = f[0].off, tail = len - (f[0].off + f[0].len);
-  char *o = malloc(head + ul + tail + 1);
-  if (!o) {
-    free(u);
-    return ELDR_ENOMEM;
-  }
-  memcpy(o, body, head);
-  memcpy(o + head, u, ul);
-  memcpy(o + head + ul, body + f[0].off + f[0].len, tail);
-  o[head + ul + tail] = 0;
-  free(u);
-  *out = o;
-  *out_len = head + ul + tail;
+  out->n = 0;
+  if (eldr__buf_reserve(out, len)) return ELDR_ENOMEM;
+  memcpy(out->p, body, head);
+  out->n = head;
+  if (cut_object(out, body, f[0], drop, extra, 3) || eldr__buf_reserve(out, out->n + tail)) return ELDR_ENOMEM;
+  memcpy(out->p + out->n, body + f[0].off + f[0].len, tail);
+  out->n += tail;
+  out->p[out->n] = 0;
   return 0;
 }
 
-int eldr__decode_reply_fix_pr(const char *decode_body, size_t len, eldr__prefill_reply *pr,
-                              const eldr__fix_opts *o, char **out, size_t *out_len, int *spliced, eldr_diag *d) {
-  *out = NULL;
+int eldr__decode_reply_fix_buf(const char *decode_body, size_t len, eldr__prefill_reply *pr,
+                               const eldr__fix_opts *o, eldr__buf *out, int *spliced, eldr_diag *d) {
+  out->n = 0;
   if (spliced) *spliced = 0;
   int tree = !o->usage || o->prompt_logprobs || pr->prompt_tokens < 0 ||
              (o->splice && eldr__memmem(decode_body, len, "routed_experts", 14));
   if (!tree) {
-    int rc = usage_edit(decode_body, len, pr, out, out_len);
+    int rc = usage_edit(decode_body, len, pr, out);
     if (rc == 0) return 0;
+    out->n = 0;
     if (rc == ELDR_ENOTFOUND) return eldr_diag_fail(d, ELDR_ENOTFOUND, "nothing to change in the decode reply");
     if (rc == ELDR_ENOMEM) return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
     /* refused by the scanner: jansson decides (and reports) */
   }
   json_t *proot = eldr__prefill_reply_root(pr);
   if (!proot) return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
-  return eldr__decode_reply_fix(decode_body, len, proot, o, out, out_len, spliced, d);
+  char *s = NULL;
+  size_t sl = 0;
+  int rc = eldr__decode_reply_fix(decode_body, len, proot, o, &s, &sl, spliced, d);
+  if (rc == 0) take(out, s, sl);
+  return rc;
+}
+
+int eldr__decode_reply_fix_pr(const char *decode_body, size_t len, eldr__prefill_reply *pr,
+                              const eldr__fix_opts *o, char **out, size_t *out_len, int *spliced, eldr_diag *d) {
+  eldr__buf b = {0};
+  int rc = eldr__decode_reply_fix_buf(decode_body, len, pr, o, &b, spliced, d);
+  if (rc) {
+    free(b.p);
+    *out = NULL;
+    return rc;
+  }
+  *out = b.p;
+  *out_len = b.n;
+  return 0;
 }
 
 /* ---- a prefill reply read by the scanner alone ------------------------------ */
@@ -261,27 +309,53 @@ json_t *eldr__prefill_reply_root(eldr__prefill_reply *pr) {
   return pr->root;
 }
 
+void eldr__prefill_reply_clear(eldr__prefill_reply *p) {
+  char *raw = p->raw;
+  size_t cap = p->raw_cap;
+  p->raw = NULL; /* bytes: borrowed from raw, not freed */
+  if (raw && (uintptr_t)p->bytes - (uintptr_t)raw < cap) p->bytes = NULL;
+  eldr__prefill_reply_free(p);
+  p->raw = raw;
+  p->raw_cap = cap;
+}
+
 int eldr__prefill_reply_read(const char *body, size_t len, int need_tree, eldr__prefill_reply *out,
                              eldr_diag *d) {
-  /* a NUL byte: the scanner refuses it, jansson may not (it then decides) */
-  if (need_tree) return eldr__prefill_reply_parse(body, len, out, d);
+  memset(out, 0, sizeof *out);
+  return eldr__prefill_reply_reread(body, len, need_tree, out, d);
+}
+
+int eldr__prefill_reply_reread(const char *body, size_t len, int need_tree, eldr__prefill_reply *out,
+                               eldr_diag *d) {
+  eldr__prefill_reply_clear(out);
   static const eldr_js_path paths[] = {{{"kv_transfer_params", NULL}},
                                        {{"usage", "prompt_tokens", NULL}},
                                        {{"usage", "prompt_tokens_details", NULL}},
                                        {{"usage", "prompt_tokens_details", "cached_tokens", NULL}},
                                        {{"choices", "#0", "routed_experts", NULL}}};
   eldr_js_span f[5], root;
-  if (eldr_js_scan(body, len, paths, 5, f, &root, NULL) || root.type != ELDR_JS_OBJECT)
-    return eldr__prefill_reply_parse(body, len, out, d); /* its error message */
-  memset(out, 0, sizeof *out);
+  /* a NUL byte: the scanner refuses it, jansson may not (it then decides) */
+  if (need_tree || memchr(body, 0, len) || eldr_js_scan(body, len, paths, 5, f, &root, NULL) ||
+      root.type != ELDR_JS_OBJECT) {
+    eldr__prefill_reply_free(out); /* the tree path: its own allocations (and error message) */
+    return eldr__prefill_reply_parse(body, len, out, d);
+  }
   out->prompt_tokens = -1;
   int64_t x;
   if (eldr_js_int(body, f[1], &x) == 0 && x >= 0) out->prompt_tokens = x;
   if (f[2].type == ELDR_JS_OBJECT && eldr_js_int(body, f[3], &x) == 0 && x >= 0) out->cached_tokens = x;
   out->kv_len = f[0].type == ELDR_JS_OBJECT ? f[0].len : 0;
   out->det_len = f[2].type == ELDR_JS_OBJECT ? f[2].len : 0;
-  out->raw = malloc(len + out->kv_len + out->det_len + 1);
-  if (!out->raw) return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
+  size_t need = len + out->kv_len + out->det_len + 1;
+  if (need > out->raw_cap) {
+    char *q = realloc(out->raw, need);
+    if (!q) {
+      eldr__prefill_reply_free(out);
+      return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
+    }
+    out->raw = q;
+    out->raw_cap = need;
+  }
   memcpy(out->raw, body, len);
   out->raw[len] = 0;
   out->raw_len = len;
@@ -290,7 +364,6 @@ int eldr__prefill_reply_read(const char *body, size_t len, int need_tree, eldr__
     out->routed_experts_len = f[4].len - 2;
   }
   /* bytes: borrowed from the same allocation, after the copy */
-  out->bytes = NULL;
   if (out->kv_len + out->det_len) {
     out->bytes = out->raw + len + 1;
     memcpy(out->bytes, body + f[0].off, out->kv_len);

@@ -35,26 +35,96 @@ static void leg_release(rq *r) {
   L->up = NULL;
 }
 
+static void leg_deadline_cb(evutil_socket_t fd, short ev, void *arg);
+
 /* Requests that held at least this much trim the heap when they end. */
 #define BIG_REQUEST (1u << 20)
+/* Ended requests a loop keeps for reuse (with their timer and buffers), and
+ * the most buffer bytes one may hold to be kept: a loop's pool stays under
+ * RQ_POOL_MAX x RQ_KEEP_BYTES. */
+#define RQ_POOL_MAX 64
+#define RQ_KEEP_BYTES (64u << 10)
 
-void eldr__rq_free(rq *r) {
-  if (!r) return;
-  size_t big = r->L.cap + r->plen + r->dlen + r->req.text_len + r->pr.routed_experts_len;
-  if (big >= BIG_REQUEST) eldr__mem_note(r->s, big);
-  leg_release(r);
-  if (r->reserved) r->reserved->inflight--; /* reserved, never started (not reached today) */
-  if (r->rec) eldr__record_submit(r); /* takes L.buf and pr.root when it needs them */
+static size_t rq_kept_bytes(const rq *r) {
+  return r->L.cap + r->req.text_cap + r->req.raw_cap + r->req.ids_cap * sizeof *r->req.ids + r->pr.raw_cap +
+         r->fwd.cap + r->pb.cap + r->db.cap + r->fix.cap;
+}
+
+static void rq_destroy(rq *r) {
   if (r->L.deadline) event_free(r->L.deadline);
   free(r->L.buf);
   eldr__req_free(&r->req);
   eldr__prompt_free(&r->prompt);
   eldr__prefill_reply_free(&r->pr);
-  free(r->fwd);
-  free(r->pbody);
-  free(r->dbody);
+  eldr__buf_free(&r->fwd);
+  eldr__buf_free(&r->pb);
+  eldr__buf_free(&r->db);
+  eldr__buf_free(&r->fix);
   free(r->wsig);
   free(r);
+}
+
+void eldr__rq_pool_free(eldr_server *s) {
+  while (s->rq_pool) {
+    rq *r = s->rq_pool;
+    s->rq_pool = r->pool_next;
+    rq_destroy(r);
+  }
+  s->rq_pooled = 0;
+}
+
+void eldr__rq_free(rq *r) {
+  if (!r) return;
+  eldr_server *s = r->s;
+  size_t big = r->L.cap + r->pb.n + r->db.n + r->req.text_len + r->pr.routed_experts_len;
+  if (big >= BIG_REQUEST) eldr__mem_note(s, big);
+  leg_release(r);
+  if (r->reserved) r->reserved->inflight--; /* reserved, never started (not reached today) */
+  if (r->rec) eldr__record_submit(r); /* takes L.buf and pr.root when it needs them */
+  if (s->rq_pooled >= RQ_POOL_MAX || rq_kept_bytes(r) > RQ_KEEP_BYTES || !r->L.deadline) {
+    rq_destroy(r);
+    return;
+  }
+  /* back to the pool: what this request read is dropped, the buffers stay */
+  eldr__req_clear(&r->req);
+  eldr__prompt_free(&r->prompt);
+  memset(&r->prompt, 0, sizeof r->prompt);
+  eldr__prefill_reply_clear(&r->pr);
+  free(r->wsig);
+  r->wsig = NULL;
+  r->pool_next = s->rq_pool;
+  s->rq_pool = r;
+  s->rq_pooled++;
+}
+
+/* A request for c: from the loop's pool (its buffers reused) or new. */
+static rq *rq_alloc(eldr_server *s) {
+  rq *r = s->rq_pool;
+  if (!r) {
+    r = calloc(1, sizeof *r);
+    if (r && !(r->L.deadline = evtimer_new(s->base, leg_deadline_cb, r))) {
+      free(r);
+      return NULL;
+    }
+    return r;
+  }
+  s->rq_pool = r->pool_next;
+  s->rq_pooled--;
+  /* every field zero as calloc gives it, but the timer and the buffers */
+  rq keep = *r;
+  memset(r, 0, sizeof *r);
+  r->L.deadline = keep.L.deadline;
+  r->L.buf = keep.L.buf;
+  r->L.cap = keep.L.cap;
+  r->req = keep.req; /* cleared, buffers kept */
+  r->pr.raw = keep.pr.raw;
+  r->pr.raw_cap = keep.pr.raw_cap;
+  r->fwd = keep.fwd;
+  r->pb = keep.pb;
+  r->db = keep.db;
+  r->fix = keep.fix;
+  r->fwd.n = r->pb.n = r->db.n = r->fix.n = 0;
+  return r;
 }
 
 /* Client went away while the request was in flight. */
@@ -147,13 +217,25 @@ static int leg_start(rq *r, worker *w, int kind, const char *method, const char 
     return ELDR_ENOMEM;
   }
   char head[ELDR__HTTP_PATH_MAX + 512];
-  int hn = snprintf(head, sizeof head, "%s %s HTTP/1.1\r\nHost: %s\r\n", method, path, w->hosthdr);
-  if (body)
-    hn += snprintf(head + hn, sizeof head - (size_t)hn,
-                   "Content-Type: application/json\r\nContent-Length: %zu\r\n", len);
-  if (r->reqid[0]) hn += snprintf(head + hn, sizeof head - (size_t)hn, "X-Request-Id: %s\r\n", r->reqid);
-  /* then the forwarded lines (Authorization, trace context) and the blank line */
-  struct iovec iov[3] = {{head, (size_t)hn}, {r->fwd, strlen(r->fwd)}, {(void *)body, body ? len : 0}};
+  char *h = head; /* method, path and host are bounded (the path a constant, hosthdr a URL's host) */
+  h = eldr__puts(h, method);
+  *h++ = ' ';
+  h = eldr__puts(h, path);
+  h = ELDR__PUT_LIT(h, " HTTP/1.1\r\nHost: ");
+  h = eldr__put(h, w->hosthdr, strnlen(w->hosthdr, 300));
+  h = ELDR__PUT_LIT(h, "\r\n");
+  if (body) {
+    h = ELDR__PUT_LIT(h, "Content-Type: application/json\r\nContent-Length: ");
+    h = eldr__put_u64(h, len);
+    h = ELDR__PUT_LIT(h, "\r\n");
+  }
+  if (r->reqid[0]) {
+    h = ELDR__PUT_LIT(h, "X-Request-Id: ");
+    h = eldr__put(h, r->reqid, strnlen(r->reqid, sizeof r->reqid));
+    h = ELDR__PUT_LIT(h, "\r\n");
+  }
+  size_t hn = (size_t)(h - head);
+  struct iovec iov[3] = {{head, hn}, {r->fwd.p, r->fwd.n}, {(void *)body, body ? len : 0}};
   if (eldr__up_request(up, iov, body ? 3 : 2, &leg_cbs, r) != 0) {
     eldr__pool_give(w, up);
     if (reserved) w->slot->inflight--;
@@ -318,7 +400,7 @@ static void leg_deadline_cb(evutil_socket_t fd, short ev, void *arg) {
 static void leg_head_cb(void *arg, int status, const char *ctype) {
   rq *r = arg;
   r->L.status = status;
-  snprintf(r->L.ctype, sizeof r->L.ctype, "%s", ctype);
+  eldr__copy(r->L.ctype, sizeof r->L.ctype, ctype);
   if (r->L.streaming) leg_arm(r, r->s->cfg.decode_idle_timeout_s);
 }
 
@@ -451,21 +533,19 @@ static void on_decode_reply(rq *r) {
     return;
   }
   if (code == 200 && (r->pr.root || r->pr.raw) && L->n) {
-    json_t *pl = json_object_get(r->req.root, "prompt_logprobs");
-    eldr__fix_opts fo = {s->cfg.splice_routed_experts, 1, pl && !json_is_null(pl)};
-    char *fixed = NULL;
-    size_t fl = 0;
+    eldr__fix_opts fo = {s->cfg.splice_routed_experts, 1, r->req.prompt_logprobs};
     int spliced = 0;
     eldr_diag d = {{0}};
-    int rc = eldr__decode_reply_fix_pr(L->buf, L->n, &r->pr, &fo, &fixed, &fl, &spliced, &d);
+    int rc = eldr__decode_reply_fix_buf(L->buf, L->n, &r->pr, &fo, &r->fix, &spliced, &d);
+    const char *fixed = r->fix.p;
+    size_t fl = r->fix.n;
     if (rc == 0 && spliced < 0 && !s->logged_splice++)
       eldr__logf(s, "request %s: routed_experts not spliced (logged once): %s", r->reqid, d.msg);
     if (rc == 0) {
       s->m.spliced += spliced > 0;
       eldr__watch_decode_reply(r, fixed, fl); /* with the prefill's usage: the rows split */
       rq_finish_metrics(r, OUT_OK);
-      eldr__send_body(r->c, 200, "application/json", fixed, fl, NULL); /* frees r */
-      free(fixed);
+      eldr__send_body(r->c, 200, "application/json", fixed, fl, NULL); /* frees r (the body is copied first) */
       return;
     }
     if (rc != ELDR_ENOTFOUND && !s->logged_splice++)
@@ -566,9 +646,8 @@ static void on_prefill_reply(rq *r) {
   /* the tree only for the recorder (rechook.c reads it) and
    * prompt_logprobs (the decode reply takes the prefill's); else the
    * scanner reads the fields and the signature path the bytes */
-  json_t *plp = json_object_get(r->req.root, "prompt_logprobs");
-  int need_tree = s->rec || r->rec || (plp && !json_is_null(plp));
-  if (eldr__prefill_reply_read(L->n ? L->buf : "", L->n, need_tree, &r->pr, &d) != 0) {
+  int need_tree = s->rec || r->rec || r->req.prompt_logprobs;
+  if (eldr__prefill_reply_reread(L->n ? L->buf : "", L->n, need_tree, &r->pr, &d) != 0) {
     worker *w = L->w;
     w->slot->err_status++;
     eldr__worker_failed(w, "bad reply");
@@ -587,8 +666,7 @@ static void start_decode(rq *r, int retry) {
     r->ntried = 0;
     int fb;
     int k = decide(r, &fb);
-    r->dbody = eldr__decode_body_raw(&r->req, r->pr.bytes, r->pr.kv_len, &r->dlen);
-    if (!r->dbody) {
+    if (eldr__decode_body_buf(&r->req, r->pr.bytes, r->pr.kv_len, &r->db)) {
       client_upstream_error(r, 500, OUT_UPSTREAM_ERROR, "out of memory");
       return;
     }
@@ -597,7 +675,7 @@ static void start_decode(rq *r, int retry) {
       client_upstream_error(r, 503, OUT_UPSTREAM_ERROR, "no healthy decode worker");
       return;
     }
-    if (leg_start(r, s->w[ROLE_DECODE][k], LEG_DECODE, "POST", r->req.api == ELDR__API_CHAT ? "/v1/chat/completions" : "/v1/completions", r->dbody, r->dlen) == 0)
+    if (leg_start(r, s->w[ROLE_DECODE][k], LEG_DECODE, "POST", r->req.api == ELDR__API_CHAT ? "/v1/chat/completions" : "/v1/completions", r->db.p, r->db.n) == 0)
       return;
     leg_failed(r, 0, "could not send to decode worker");
     return;
@@ -625,7 +703,7 @@ static void start_decode(rq *r, int retry) {
   }
   if (leg_start(r, s->w[ROLE_DECODE][k], LEG_DECODE, "POST",
                 r->req.api == ELDR__API_CHAT ? "/v1/chat/completions" : "/v1/completions",
-                r->dbody, r->dlen) != 0)
+                r->db.p, r->db.n) != 0)
     leg_failed(r, 0, "could not send to decode worker");
 }
 
@@ -644,19 +722,32 @@ static void start_prefill(rq *r) {
   }
   if (leg_start(r, s->w[ROLE_PREFILL][k], LEG_PREFILL, "POST",
                 r->req.api == ELDR__API_CHAT ? "/v1/chat/completions" : "/v1/completions",
-                r->pbody, r->plen) != 0)
+                r->pb.p, r->pb.n) != 0)
     leg_failed(r, 0, "could not send to prefill worker");
 }
 
+/* Random bytes for request ids, drawn from getrandom a block at a time
+ * (one syscall per RAND_BLOCK / 16 requests, not one per request); per
+ * thread, so each loop has its own. */
+#define RAND_BLOCK 4096
+
 int eldr__uuid4(char out[37]) {
+  static _Thread_local uint8_t pool[RAND_BLOCK];
+  static _Thread_local size_t left;
   uint8_t b[16];
-  size_t got = 0;
-  while (got < sizeof b) {
-    ssize_t n = getrandom(b + got, sizeof b - got, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return ELDR_EIO;
-    got += (size_t)n;
+  if (left < sizeof b) {
+    size_t got = 0;
+    while (got < sizeof pool) {
+      ssize_t n = getrandom(pool + got, sizeof pool - got, 0);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return ELDR_EIO;
+      got += (size_t)n;
+    }
+    left = sizeof pool;
   }
+  memcpy(b, pool + sizeof pool - left, sizeof b);
+  memset(pool + sizeof pool - left, 0, sizeof b); /* used bytes do not stay behind */
+  left -= sizeof b;
   b[6] = (uint8_t)((b[6] & 0x0f) | 0x40); /* version 4 */
   b[8] = (uint8_t)((b[8] & 0x3f) | 0x80); /* RFC 4122 variant */
   static const char hx[] = "0123456789abcdef";
@@ -674,50 +765,45 @@ int eldr__uuid4(char out[37]) {
  * with the blank line: the workers' Authorization (the backend key; the
  * client's only when configured) and the W3C trace context and baggage, as
  * the client sent them. */
-static char *forwarded_lines(const eldr_server *s, const eldr__http_head *h) {
+static int forwarded_lines(const eldr_server *s, const eldr__http_head *h, eldr__buf *o) {
   const char *key = s->cfg.backend_api_key;
   const char *auth = !key && s->cfg.forward_authorization ? h->authorization : "";
   size_t cap = (key ? strlen(key) : 0) + strlen(auth) + strlen(h->traceparent) + strlen(h->tracestate) +
                strlen(h->baggage) + 128;
-  char *o = malloc(cap);
-  if (!o) return NULL;
-  size_t n = 0;
-  if (key) n += (size_t)snprintf(o + n, cap - n, "Authorization: Bearer %s\r\n", key);
-  else if (auth[0]) n += (size_t)snprintf(o + n, cap - n, "Authorization: %s\r\n", auth);
-  if (h->traceparent[0]) n += (size_t)snprintf(o + n, cap - n, "traceparent: %s\r\n", h->traceparent);
-  if (h->tracestate[0]) n += (size_t)snprintf(o + n, cap - n, "tracestate: %s\r\n", h->tracestate);
-  if (h->baggage[0]) n += (size_t)snprintf(o + n, cap - n, "baggage: %s\r\n", h->baggage);
-  snprintf(o + n, cap - n, "\r\n");
-  return o;
+  if (eldr__buf_reserve(o, cap)) return ELDR_ENOMEM;
+  char *w = o->p;
+  if (key) {
+    w = ELDR__PUT_LIT(w, "Authorization: Bearer ");
+    w = ELDR__PUT_LIT(eldr__puts(w, key), "\r\n");
+  } else if (auth[0]) {
+    w = ELDR__PUT_LIT(w, "Authorization: ");
+    w = ELDR__PUT_LIT(eldr__puts(w, auth), "\r\n");
+  }
+  if (h->traceparent[0]) w = ELDR__PUT_LIT(eldr__puts(ELDR__PUT_LIT(w, "traceparent: "), h->traceparent), "\r\n");
+  if (h->tracestate[0]) w = ELDR__PUT_LIT(eldr__puts(ELDR__PUT_LIT(w, "tracestate: "), h->tracestate), "\r\n");
+  if (h->baggage[0]) w = ELDR__PUT_LIT(eldr__puts(ELDR__PUT_LIT(w, "baggage: "), h->baggage), "\r\n");
+  w = ELDR__PUT_LIT(w, "\r\n");
+  *w = 0;
+  o->n = (size_t)(w - o->p);
+  return 0;
 }
 
 static rq *rq_new(hconn *c) {
-  rq *r = calloc(1, sizeof *r);
+  rq *r = rq_alloc(c->s);
   if (!r) return NULL;
   r->s = c->s;
   r->c = c;
   r->t0 = eldr__now_s();
   r->decision = DEC_NONE;
   r->policy = (int)c->s->cfg.policy;
-  r->L.deadline = evtimer_new(c->s->base, leg_deadline_cb, r);
-  if (!r->L.deadline) {
-    free(r);
-    return NULL;
-  }
   /* the engines' request id: random per request (a client's X-Request-Id is
    * echoed and logged, never an engine's id: replicas and restarts would
    * collide on it, and a client could name another request) */
-  if (eldr__uuid4(r->reqid) != 0) {
-    event_free(r->L.deadline);
-    free(r);
+  if (eldr__uuid4(r->reqid) != 0 || forwarded_lines(c->s, &c->head, &r->fwd) != 0) {
+    rq_destroy(r);
     return NULL;
   }
-  if (c->head.request_id[0]) snprintf(r->client_reqid, sizeof r->client_reqid, "%s", c->head.request_id);
-  if (!(r->fwd = forwarded_lines(c->s, &c->head))) {
-    event_free(r->L.deadline);
-    free(r);
-    return NULL;
-  }
+  if (c->head.request_id[0]) eldr__copy(r->client_reqid, sizeof r->client_reqid, c->head.request_id);
   c->r = r;
   return r;
 }
@@ -730,7 +816,7 @@ void eldr__handle_completion(hconn *c, eldr__api api, const char *body, size_t l
     return;
   }
   eldr_diag d = {{0}};
-  int rc = eldr__req_parse(body, len, api, &r->req, &d);
+  int rc = eldr__req_read(body, len, api, &r->req, &d);
   if (rc) {
     s->m.bad[rc == ELDR_EPARSE ? BAD_JSON : BAD_FIELD]++;
     rq_finish_metrics(r, OUT_CLIENT_ERROR);
@@ -740,8 +826,8 @@ void eldr__handle_completion(hconn *c, eldr__api api, const char *body, size_t l
   /* the prompt's blocks, once: the prefix hash (cache affinity) and the
    * signature cache's keys */
   rc = eldr__prompt_init(&s->sp, &r->prompt, r->req.text, r->req.text_len, r->req.ids, r->req.n_ids);
-  if (!rc) r->pbody = eldr__prefill_body(&r->req, &r->plen);
-  if (rc || !r->pbody) {
+  if (!rc) rc = eldr__prefill_body_buf(&r->req, &r->pb);
+  if (rc) {
     rq_finish_metrics(r, OUT_UPSTREAM_ERROR);
     eldr__send_error(c, 500, "internal_error", "out of memory");
     return;

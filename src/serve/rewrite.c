@@ -120,8 +120,33 @@ void eldr__req_free(eldr__req *r) {
   memset(r, 0, sizeof *r);
 }
 
-int eldr__req_parse(const char *body, size_t len, eldr__api api, eldr__req *out,
-                    eldr_diag *d) {
+void eldr__req_clear(eldr__req *r) {
+  json_decref(r->root);
+  r->root = NULL;
+  r->stream = r->want_routed_experts = r->prompt_logprobs = r->raw_ok = 0;
+  r->text_len = r->n_ids = r->raw_len = 0;
+}
+
+int eldr__req_parse(const char *body, size_t len, eldr__api api, eldr__req *out, eldr_diag *d) {
+  memset(out, 0, sizeof *out);
+  return eldr__req_read(body, len, api, out, d);
+}
+
+int eldr__req_read(const char *body, size_t len, eldr__api api, eldr__req *out, eldr_diag *d) {
+  eldr__req_clear(out);
+  if (!memchr(body, 0, len)) {
+    int rc = eldr__req_scan(body, len, api, out);
+    if (rc == 0) return 0;
+    if (rc == ELDR_ENOMEM) {
+      eldr__req_clear(out);
+      return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
+    }
+  }
+  eldr__req_free(out); /* the tree path: its own allocations */
+  return eldr__req_parse_tree(body, len, api, out, d);
+}
+
+int eldr__req_parse_tree(const char *body, size_t len, eldr__api api, eldr__req *out, eldr_diag *d) {
   memset(out, 0, sizeof *out);
   out->api = api;
   json_error_t je;
@@ -148,6 +173,8 @@ int eldr__req_parse(const char *body, size_t len, eldr__api api, eldr__req *out,
     goto fail;
   }
   out->want_routed_experts = v && json_is_true(v);
+  v = json_object_get(root, "prompt_logprobs");
+  out->prompt_logprobs = v && !json_is_null(v);
   v = json_object_get(root, "model");
   if (v && !json_is_null(v) && !json_is_string(v)) {
     rc = bad(d, "field '%s' must be a string", "model");
@@ -182,6 +209,7 @@ int eldr__req_parse(const char *body, size_t len, eldr__api api, eldr__req *out,
       if (json_is_integer(json_array_get(p, 0))) { /* token ids */
         out->ids = malloc(n * sizeof *out->ids);
         if (!out->ids) goto nomem;
+        out->ids_cap = n;
         json_array_foreach(p, i, e) {
           if (!json_is_integer(e) || json_integer_value(e) < 0 ||
               json_integer_value(e) > (json_int_t)UINT32_MAX) {
@@ -243,12 +271,14 @@ int eldr__req_parse(const char *body, size_t len, eldr__api api, eldr__req *out,
   if (!b.p && sb_add(&b, "", 0)) goto nomem;
   /* the client's bytes, kept to cut the legs' bodies from (edit.c) */
   if (!(out->raw = malloc(len + 1))) goto nomem;
+  out->raw_cap = len + 1;
   memcpy(out->raw, body, len);
   out->raw[len] = 0;
   out->raw_len = len;
   out->raw_ok = !memchr(body, 0, len);
   out->text = b.p;
   out->text_len = b.n;
+  out->text_cap = b.cap;
   return 0;
 nomem:
   rc = eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");

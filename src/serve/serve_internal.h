@@ -23,6 +23,34 @@ static inline const char *eldr__memmem(const char *h, size_t n, const char *k, s
   return NULL;
 }
 
+/* Text appenders for the heads the router writes on every request (no
+ * printf on the hot path): each writes at o and returns the end of what it
+ * wrote; the caller sizes the buffer. */
+static inline char *eldr__put(char *o, const char *s, size_t n) {
+  memcpy(o, s, n);
+  return o + n;
+}
+static inline char *eldr__puts(char *o, const char *s) { return eldr__put(o, s, strlen(s)); }
+#define ELDR__PUT_LIT(o, lit) eldr__put((o), (lit), sizeof(lit) - 1)
+static inline char *eldr__put_u64(char *o, uint64_t v) {
+  char t[20];
+  size_t k = 0;
+  do t[k++] = (char)('0' + v % 10), v /= 10;
+  while (v);
+  while (k) *o++ = t[--k];
+  return o;
+}
+static inline char *eldr__put_i64(char *o, int64_t v) {
+  if (v < 0) *o++ = '-';
+  return eldr__put_u64(o, v < 0 ? 0 - (uint64_t)v : (uint64_t)v);
+}
+/* strlcpy: src cut to fit cap (> 0) bytes with its NUL. */
+static inline void eldr__copy(char *dst, size_t cap, const char *src) {
+  size_t n = strnlen(src, cap - 1);
+  memcpy(dst, src, n);
+  dst[n] = 0;
+}
+
 /* ---- HTTP/1.x request head ------------------------------------------------ */
 
 #define ELDR__HTTP_PATH_MAX 2048
@@ -75,29 +103,55 @@ long eldr__http_parse_head(const char *buf, size_t len, size_t max_header, eldr_
  * (malformed, or a size above 2^40). */
 int eldr__http_chunk_size(const char *line, size_t n, uint64_t *size);
 
+/* ---- a growing byte buffer, kept from request to request ------------------- */
+
+typedef struct eldr__buf {
+  char *p; /* owned; NUL-terminated at n once written */
+  size_t n, cap;
+} eldr__buf;
+
+/* cap >= need + 1 (room for a NUL): 0 or ELDR_ENOMEM (b unchanged). */
+int eldr__buf_reserve(eldr__buf *b, size_t need);
+void eldr__buf_free(eldr__buf *b);
+
 /* ---- client request --------------------------------------------------------- */
 
 typedef enum eldr__api { ELDR__API_COMPLETIONS = 0, ELDR__API_CHAT } eldr__api;
 
 typedef struct eldr__req {
-  json_t *root;     /* owned: the client's body */
+  json_t *root;     /* owned: the client's body as a tree; NULL when the scanner read it */
   eldr__api api;
   int stream;
   int want_routed_experts; /* "return_routed_experts": true */
+  int prompt_logprobs;     /* "prompt_logprobs" is there and not null */
   char *text;       /* owned: prompt text (chat: "role: content\n" per message) */
-  size_t text_len;
+  size_t text_len, text_cap;
   uint32_t *ids;    /* owned: prompt token ids when the client sent ids, else NULL */
-  size_t n_ids;
+  size_t n_ids, ids_cap;
   char *raw;        /* owned: the body as received; the legs' bodies are cut from it */
-  size_t raw_len;
+  size_t raw_len, raw_cap;
   int raw_ok;       /* raw is editable in place (no NUL byte: see edit.c) */
 } eldr__req;
 
 /* Parse and validate a client body, including what the decode engine would
  * refuse (stream_options without stream, min_tokens above max_tokens, ...).
  * Errors (ELDR_EPARSE for bad JSON, ELDR_EINVAL for a wrong field) carry a
- * message naming the field. */
+ * message naming the field. out need not be initialised. */
 int eldr__req_parse(const char *body, size_t len, eldr__api api, eldr__req *out, eldr_diag *d);
+/* The same into a request that is zeroed or was read before (its buffers
+ * are reused: no allocation once they are large enough). The byte scanner
+ * (reqscan.c) reads a body without NUL bytes; what it does not accept as
+ * plainly valid (any error, an unusual shape) is parsed by jansson, which
+ * decides and names the error as it always did. */
+int eldr__req_read(const char *body, size_t len, eldr__api api, eldr__req *out, eldr_diag *d);
+/* The jansson path alone (out need not be initialised): root is set. */
+int eldr__req_parse_tree(const char *body, size_t len, eldr__api api, eldr__req *out, eldr_diag *d);
+/* The scanner path alone, into a zeroed or read-before request: 0 (read:
+ * root NULL, every other field as eldr__req_parse_tree gives it), 1 (not
+ * taken: the tree path decides) or ELDR_ENOMEM. body has no NUL byte. */
+int eldr__req_scan(const char *body, size_t len, eldr__api api, eldr__req *out);
+/* Drop what the last read left (the tree) but keep the buffers. */
+void eldr__req_clear(eldr__req *r);
 void eldr__req_free(eldr__req *r);
 
 /* The prefill leg's body (malloc'd, NUL-terminated). NULL on ENOMEM. Cut
@@ -112,7 +166,12 @@ char *eldr__decode_body(const eldr__req *r, json_t *kv_transfer_params, size_t *
 /* The same with the prefill's kv_transfer_params as JSON text (kv_len 0:
  * none). */
 char *eldr__decode_body_raw(const eldr__req *r, const char *kv, size_t kv_len, size_t *len);
-/* The tree-built forms (jansson), for a body the byte editor does not take. */
+/* The same two bodies into a reused buffer (out->n = the body's length):
+ * 0 or ELDR_ENOMEM. */
+int eldr__prefill_body_buf(const eldr__req *r, eldr__buf *out);
+int eldr__decode_body_buf(const eldr__req *r, const char *kv, size_t kv_len, eldr__buf *out);
+/* The tree-built forms (jansson), for a body the byte editor does not take
+ * (r->root set: a tree-parsed request). */
 char *eldr__prefill_body_tree(const eldr__req *r, size_t *len);
 char *eldr__decode_body_tree(const eldr__req *r, json_t *kv_transfer_params, size_t *len);
 
@@ -134,7 +193,7 @@ typedef struct eldr__prefill_reply {
   /* read by the scanner alone (eldr__prefill_reply_read): root is NULL
    * until eldr__prefill_reply_root parses this copy of the reply (owned) */
   char *raw;
-  size_t raw_len;
+  size_t raw_len, raw_cap;
 } eldr__prefill_reply;
 
 int eldr__prefill_reply_parse(const char *body, size_t len, eldr__prefill_reply *out,
@@ -182,6 +241,12 @@ int eldr__decode_reply_fix(const char *decode_body, size_t len, json_t *proot, c
  * the scanner refuses goes to it). */
 int eldr__prefill_reply_read(const char *body, size_t len, int need_tree, eldr__prefill_reply *out,
                              eldr_diag *d);
+/* The same into a reply that is zeroed or was read before (its copy's
+ * buffer is reused). */
+int eldr__prefill_reply_reread(const char *body, size_t len, int need_tree, eldr__prefill_reply *out,
+                               eldr_diag *d);
+/* Drop what the last read left but keep the copy's buffer. */
+void eldr__prefill_reply_clear(eldr__prefill_reply *p);
 /* The reply's tree, parsed on first use from the copy by
  * eldr__prefill_reply_parse (a routed_experts blob set aside, not parsed
  * as JSON text) (NULL: ENOMEM, or jansson refused what the scanner took,
@@ -193,6 +258,10 @@ json_t *eldr__prefill_reply_root(eldr__prefill_reply *pr);
  * (edit.c); the rest goes through the tree. */
 int eldr__decode_reply_fix_pr(const char *decode_body, size_t len, eldr__prefill_reply *pr,
                               const eldr__fix_opts *o, char **out, size_t *out_len, int *spliced, eldr_diag *d);
+
+/* The same into a reused buffer (out->n: the new body's length). */
+int eldr__decode_reply_fix_buf(const char *decode_body, size_t len, eldr__prefill_reply *pr,
+                               const eldr__fix_opts *o, eldr__buf *out, int *spliced, eldr_diag *d);
 
 /* The text of pr's kv_transfer_params and usage.prompt_tokens_details, read
  * from the document pr was parsed from (doc[0..n), jansson accepted it). */

@@ -251,9 +251,12 @@ struct rq {
   eldr__prompt prompt; /* the prompt's block hashes, computed once */
   char reqid[40];                       /* the engines' id: a random UUID (both legs) */
   char client_reqid[ELDR__HTTP_REQID_MAX]; /* the client's X-Request-Id ("": none): echoed, logged */
-  char *fwd;  /* header lines every leg carries (forwarded_lines), owned */
-  char *pbody, *dbody;
-  size_t plen, dlen;
+  /* buffers kept when the request goes back to its loop's pool (rq_new
+   * reuses them: no allocation once warm): the header lines every leg
+   * carries (forwarded_lines), the prefill and decode bodies, the decode
+   * reply as fixed for the client */
+  eldr__buf fwd, pb, db, fix;
+  rq *pool_next;
   eldr__prefill_reply pr;
   uint64_t tried[MAX_TRIED]; /* worker ids */
   int ntried;
@@ -283,8 +286,14 @@ enum { C_HEAD, C_BODY, C_BUSY, C_CLOSING };
 
 struct hconn {
   eldr_server *s;
-  struct bufferevent *bev;
-  struct event *deadline;
+  evutil_socket_t fd;
+  struct event *rev, *wev; /* read (persistent, on unless suspended); write (only while out is not empty) */
+  struct evbuffer *out;    /* what the socket did not take yet */
+  eldr__buf in;            /* bytes read, [inoff, in.n) not consumed; kept across requests */
+  size_t inoff;
+  int rsusp;               /* reading suspended: the input bound is reached */
+  struct event *deadline;  /* idle keep-alive (dl_idle) or the request head/body bound */
+  int dl_idle;
   int state;
   int in_process;
   int keep_alive;
@@ -351,6 +360,9 @@ struct eldr_server {
   eldr__rec *rec;
   char rec_artifact[40];     /* the committed artifact's identity in records */
   uint64_t rec_errors_logged;
+  /* requests that ended, kept with their buffers for the next (proxy.c) */
+  rq *rq_pool;
+  size_t rq_pooled;
   metrics m;
 };
 
@@ -412,6 +424,8 @@ void eldr__handle_models(hconn *c);
 /* Event callback (arg = s): end this loop's decode legs on decoders another
  * loop found hung since they started. */
 void eldr__hung_sweep(evutil_socket_t fd, short ev, void *arg);
+/* Free the loop's pool of ended requests (before its event base). */
+void eldr__rq_pool_free(eldr_server *s);
 /* Release a request (its leg's worker reference and connection included). */
 void eldr__rq_free(rq *r);
 /* The client left while the request was in flight: count it, free it. */

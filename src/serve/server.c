@@ -512,6 +512,7 @@ static void loop_free(eldr_server *s) {
   /* run deferred connection frees */
   if (s->base) {
     for (int i = 0; i < 4; i++) event_base_loop(s->base, EVLOOP_NONBLOCK);
+    eldr__rq_pool_free(s); /* their timers belong to the base */
     event_base_free(s->base);
   }
   eldr_artifact_free(s->art);

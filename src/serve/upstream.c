@@ -41,6 +41,7 @@ struct eldr__up {
   int status;
   int conn_close;
   long long remain;
+  struct timespec idle_at; /* when the last exchange ended (CLOCK_MONOTONIC_COARSE) */
   int pending_err; /* failure to report from fail_ev */
   int paused;      /* rev not armed: the consumer is full */
   int in_cb, dead;
@@ -237,6 +238,22 @@ static int try_resend(eldr__up *u) {
   return 1;
 }
 
+/* Idle sockets keep their read event armed, so a worker's close is seen
+ * (and the socket dropped) at the next loop turn. What the loop has not
+ * seen yet is a close that arrived since its last epoll_wait: a worker
+ * closes an idle connection after its keep-alive timeout (seconds:
+ * uvicorn's 5 s), so a socket idle for PEEK_IDLE_S or more is peeked
+ * before it is reused; one that served an exchange just now is not (one
+ * recv(MSG_PEEK) syscall less per leg on a busy router). */
+#define PEEK_IDLE_S 1
+
+static int idle_long(const eldr__up *u) {
+  struct timespec now;
+  if (clock_gettime(CLOCK_MONOTONIC_COARSE, &now) != 0) return 1;
+  return now.tv_sec - u->idle_at.tv_sec > PEEK_IDLE_S ||
+         (now.tv_sec - u->idle_at.tv_sec == PEEK_IDLE_S && now.tv_nsec >= u->idle_at.tv_nsec);
+}
+
 /* A request is under way: the reply parser at the start of a head. */
 static void begin_reply(eldr__up *u, const eldr__up_cbs *cbs, void *arg) {
   u->active = 1;
@@ -271,7 +288,7 @@ int eldr__up_request(eldr__up *u, const struct iovec *iov, int iovcnt, const eld
   u->resent = 0;
   u->wrote = 0;
   u->once = 0;
-  if (u->fd >= 0 && !u->connecting) { /* a kept-alive socket the worker closed meanwhile: not reused */
+  if (u->fd >= 0 && !u->connecting && idle_long(u)) { /* a kept-alive socket the worker closed meanwhile: not reused */
     char c;
     ssize_t n = recv(u->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) close_fd(u);
@@ -323,6 +340,7 @@ static void complete(eldr__up *u) {
   if (u->paused) eldr__up_pause(u, 0); /* idle: watch for the worker closing it */
   u->inn = u->inoff = 0;
   u->active = 0;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &u->idle_at);
   u->in_cb++;
   u->cbs->done(u->arg, 0);
   u->in_cb--;

@@ -44,9 +44,10 @@ int eldr__up_request(eldr__up *u, const struct iovec *iov, int iovcnt, const eld
  * leave), no further callbacks. No-op when idle. */
 void eldr__up_abort(eldr__up *u);
 /* The exchange just started is not sent again on a fresh connection once
- * its bytes reached a kept-alive socket (a stale socket is still detected
- * before the write, and a write the kernel refused at once is still
- * resent): for requests the worker must not see twice. */
+ * its bytes reached a kept-alive socket (a socket the worker closed is
+ * still dropped before the write: seen by the loop, or, idle for a second
+ * or more, peeked; a write the kernel refused at once is still resent):
+ * for requests the worker must not see twice. */
 void eldr__up_once(eldr__up *u);
 /* Bytes of the current (or just failed) exchange's request reached a
  * connected socket: the worker may have read it. 0 when the connection was

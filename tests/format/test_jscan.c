@@ -156,8 +156,8 @@ static void test_elements(void **state) {
   eldr_js_iter it;
   eldr_js_span v;
   size_t n = 0;
-  eldr_js_elems_init(&it, doc, root);
-  while (eldr_js_elem_next(&it, &v)) {
+  eldr_js_iter_array(&it, doc, root);
+  while (eldr_js_next_elem(&it, &v)) {
     assert_true(n < 7);
     assert_int_equal(v.len, strlen(want[n]));
     assert_memory_equal(doc + v.off, want[n], v.len);
@@ -167,12 +167,12 @@ static void test_elements(void **state) {
   assert_int_equal(n, 7);
   static const char empty[] = "[ ]";
   assert_int_equal(eldr_js_scan(empty, 3, NULL, 0, NULL, &root, NULL), 0);
-  eldr_js_elems_init(&it, empty, root);
-  assert_int_equal(eldr_js_elem_next(&it, &v), 0);
+  eldr_js_iter_array(&it, empty, root);
+  assert_int_equal(eldr_js_next_elem(&it, &v), 0);
   static const char obj[] = "{\"a\":[1]}";
   assert_int_equal(eldr_js_scan(obj, sizeof obj - 1, NULL, 0, NULL, &root, NULL), 0);
-  eldr_js_elems_init(&it, obj, root);
-  assert_int_equal(eldr_js_elem_next(&it, &v), 0);
+  eldr_js_iter_array(&it, obj, root);
+  assert_int_equal(eldr_js_next_elem(&it, &v), 0);
 }
 
 /* Long strings (the 64-byte AVX2 steps): a special byte at every offset

@@ -165,6 +165,7 @@ static void test_prefill_and_decode_bodies(void **st) {
   assert_int_equal(r.stream, 1);
   assert_int_equal(r.want_routed_experts, 1);
   assert_string_equal(r.text, "Hi there");
+  assert_null(r.root); /* read by the scanner, no tree */
   size_t n = 0;
   char *p = eldr__prefill_body(&r, &n);
   assert_int_equal(strlen(p), n);
@@ -186,7 +187,7 @@ static void test_prefill_and_decode_bodies(void **st) {
                     "\"remote_host\":\"10.0.0.1\",\"remote_port\":5600}");
   p = eldr__decode_body(&r, kv, &n);
   got = load(p);
-  want = json_deep_copy(r.root);
+  want = load(body);
   json_object_set(want, "kv_transfer_params", kv);
   assert_true(json_equal(got, want));
   assert_int_equal(json_integer_value(json_object_get(got, "min_tokens")), 8);
@@ -209,7 +210,9 @@ static void test_prefill_and_decode_bodies(void **st) {
   free(p);
   p = eldr__decode_body(&r, NULL, &n);
   got = load(p);
-  assert_true(json_equal(got, r.root));
+  want = load(b2);
+  assert_true(json_equal(got, want));
+  json_decref(want);
   json_decref(got);
   free(p);
   eldr__req_free(&r);
@@ -220,6 +223,64 @@ static void test_prefill_and_decode_bodies(void **st) {
   assert_int_equal(r.ids[2], 7);
   eldr__req_free(&r);
   json_decref(kv);
+}
+
+/* The scanner's read of a request equals the jansson path's, read after
+ * read into the same (reused) request; what it does not take goes to the
+ * tree path with the same result as before. */
+static void test_req_scan_equals_tree(void **st) {
+  (void)st;
+  struct {
+    eldr__api api;
+    const char *body;
+    int scanned; /* the scanner takes it */
+  } cases[] = {
+      {ELDR__API_COMPLETIONS, "{\"prompt\":\"Hello, how are you today?\",\"max_tokens\":8}", 1},
+      {ELDR__API_COMPLETIONS, "{\"prompt\":[\"a\",[1,2],\"b\\u00e9\\n\"],\"n\":2,\"temperature\":0.7,\"top_p\":1}", 1},
+      {ELDR__API_COMPLETIONS, "{\"prompt\":[7,8,4294967295],\"min_tokens\":2,\"max_tokens\":3}", 1},
+      {ELDR__API_COMPLETIONS, " {\"prompt\":\"x\",\"prompt\":\"y\",\"prompt_logprobs\":1,\"stream\":false} ", 1},
+      {ELDR__API_COMPLETIONS, "{\"prompt\":\"x\",\"stream\":true,\"stream_options\":{\"include_usage\":true}}", 1},
+      {ELDR__API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":null},{\"role\":\"a\",\"content\":"
+                       "[{\"type\":\"text\",\"text\":\"t\"},{\"type\":\"image_url\"}]}],\"top_logprobs\":2,"
+                       "\"logprobs\":true}", 1},
+      /* errors and what the scanner leaves to jansson */
+      {ELDR__API_COMPLETIONS, "{\"prompt\":[7,-1]}", 0},
+      {ELDR__API_COMPLETIONS, "{\"prompt\":\"x\",\"temperature\":-0.5}", 0},
+      {ELDR__API_COMPLETIONS, "{\"prompt\":\"x\",\"max_tokens\":0}", 0},
+      {ELDR__API_CHAT, "{\"messages\":[{\"role\":\"u\",\"content\":[{\"type\":\"text\",\"text\":null}]}]}", 0},
+      {ELDR__API_CHAT, "{\"messages\":[{\"role\":\"u\"}],\"top_logprobs\":1}", 0},
+      {ELDR__API_COMPLETIONS, "{\"prompt\":\"x\"", 0},
+  };
+  eldr__req r = {0};
+  for (int pass = 0; pass < 2; pass++)
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+      const char *b = cases[i].body;
+      eldr__req t;
+      eldr_diag dt = {{0}}, dr = {{0}};
+      int rt = eldr__req_parse_tree(b, strlen(b), cases[i].api, &t, &dt);
+      int rr = eldr__req_read(b, strlen(b), cases[i].api, &r, &dr);
+      if (rr != rt || strcmp(dr.msg, dt.msg) || (!rr && (r.root == NULL) != cases[i].scanned))
+        fail_msg("case %zu (%s): read %d '%s', tree %d '%s'", i, b, rr, dr.msg, rt, dt.msg);
+      if (!rr) {
+        assert_int_equal(r.stream, t.stream);
+        assert_int_equal(r.want_routed_experts, t.want_routed_experts);
+        assert_int_equal(r.prompt_logprobs, t.prompt_logprobs);
+        assert_int_equal(r.text_len, t.text_len);
+        assert_memory_equal(r.text, t.text, t.text_len + 1);
+        assert_int_equal(r.n_ids, t.n_ids);
+        if (t.n_ids) assert_memory_equal(r.ids, t.ids, t.n_ids * sizeof *t.ids);
+        size_t n1 = 0, n2 = 0;
+        char *p1 = eldr__prefill_body(&r, &n1), *p2 = eldr__prefill_body_tree(&t, &n2);
+        json_t *j1 = load(p1), *j2 = load(p2);
+        assert_true(json_equal(j1, j2));
+        json_decref(j1);
+        json_decref(j2);
+        free(p1);
+        free(p2);
+      }
+      eldr__req_free(&t);
+    }
+  eldr__req_free(&r);
 }
 
 static void test_prefill_reply(void **st) {
@@ -815,6 +876,7 @@ int main(void) {
       cmocka_unit_test(test_http_head),
       cmocka_unit_test(test_req_parse_errors),
       cmocka_unit_test(test_prefill_and_decode_bodies),
+      cmocka_unit_test(test_req_scan_equals_tree),
       cmocka_unit_test(test_prefill_reply),
       cmocka_unit_test(test_sigpath_deferred_store),
       cmocka_unit_test(test_decode_reply_counts),
