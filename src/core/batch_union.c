@@ -112,6 +112,30 @@ static void rows_ids8_portable(eldr_union *u, const uint8_t *const *rows, size_t
 #ifdef UNION_AVX2
 #define AVX2_FN __attribute__((target("avx2,popcnt")))
 
+/* eldr_union_count with the popcnt instruction, W a constant per instance. */
+AVX2_FN static inline __attribute__((always_inline)) uint64_t
+count_w(const eldr_union *u, uint32_t *per_layer, const size_t W) {
+  uint64_t sum = 0;
+  const uint64_t *b = u->bits;
+  for (size_t l = 0; l < u->L; l++, b += W) {
+    uint32_t c = 0;
+    for (size_t w = 0; w < W; w++) c += (uint32_t)__builtin_popcountll(b[w]);
+    if (per_layer) per_layer[l] = c;
+    sum += c;
+  }
+  return sum;
+}
+
+AVX2_FN static uint64_t count_avx2(const eldr_union *u, uint32_t *per_layer) {
+  switch (u->W) {
+  case 1: return count_w(u, per_layer, 1);
+  case 2: return count_w(u, per_layer, 2);
+  case 3: return count_w(u, per_layer, 3);
+  case 4: return count_w(u, per_layer, 4);
+  default: return eldr_union_count(u, per_layer);
+  }
+}
+
 AVX2_FN static void rows_bits_avx2(eldr_union *u, const uint64_t *const *rows, size_t n) {
   const size_t nw = u->L * u->W;
   size_t i = 0;
@@ -225,6 +249,10 @@ ids8_positions(eldr_union *u, const uint8_t *const *rows, size_t n, const size_t
   if (!n) return;
   for (size_t w = 0; w < W; w++) {
     const uint64_t *s = u->scratch + w * G * 4;
+    if (K == 1) { /* a position is a layer */
+      for (size_t l = 0; l < L; l++) u->bits[l * W + w] = s[l];
+      continue;
+    }
     for (size_t q = 0, l = 0, k = 0; q < P; q++) {
       u->bits[l * W + w] |= s[q];
       if (++k == K) {
@@ -259,7 +287,7 @@ uint64_t eldr_union_rows_bits(eldr_union *u, const uint64_t *const *rows, size_t
 #ifdef UNION_AVX2
   if (eldr__simd_on()) {
     rows_bits_avx2(u, rows, n);
-    return eldr_union_count(u, per_layer);
+    return count_avx2(u, per_layer);
   }
 #endif
   rows_bits_portable(u, rows, n);
@@ -271,7 +299,7 @@ uint64_t eldr_union_rows_ids8(eldr_union *u, const uint8_t *const *rows, size_t 
 #ifdef UNION_AVX2
   if (eldr__simd_on() && (u->K % 4 == 0 || u->scratch)) {
     rows_ids8_avx2(u, rows, n);
-    return eldr_union_count(u, per_layer);
+    return count_avx2(u, per_layer);
   }
 #endif
   rows_ids8_portable(u, rows, n);

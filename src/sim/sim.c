@@ -87,6 +87,8 @@ typedef struct dworker {
   uint32_t wlen, nrun;
   uint32_t *run; /* max_batch ids */
   int busy;
+  int changed;   /* the batch's membership changed since dups was counted */
+  uint32_t dups; /* members whose recorded request has another copy in the batch */
 } dworker;
 
 void eldr_sim_config_default(eldr_sim_config *c) {
@@ -359,10 +361,11 @@ static int start_step(simst *st, uint32_t k, double now) {
     st->rq[id].next = -1;
     x->wlen--;
     x->run[x->nrun++] = (uint32_t)id;
+    x->changed = 1;
   }
   if (x->nrun == 0) return 0;
   const size_t L = st->L, K = st->K;
-  double ctx = 0;
+  uint64_t ctx = 0; /* integers: the same value as summing them as doubles in any order */
   uint64_t stp = ++st->steps;
   st->token_steps += x->nrun;
   const size_t rb = st->tok ? st->tok->row_bytes : L * K * sizeof(uint16_t);
@@ -376,13 +379,22 @@ static int start_step(simst *st, uint32_t k, double now) {
     const unsigned char *base = q->trow ? q->trow : (const unsigned char *)q->tids;
     st->rows[j] = base + (size_t)tok * rb;
     prefetch_bytes(base + (size_t)nxt * rb, rb);
-    ctx += (double)q->n_prefill + (double)q->pos;
-    if (st->stamp[q->pool_i] != stp) {
-      st->stamp[q->pool_i] = stp;
-      st->bcount[q->pool_i] = 0;
-    }
-    st->bcount[q->pool_i]++;
+    ctx += (uint64_t)q->n_prefill + q->pos;
   }
+  if (x->changed) { /* copies of one recorded request in the batch: recounted on a change */
+    for (uint32_t j = 0; j < x->nrun; j++) {
+      uint32_t pi = st->rq[x->run[j]].pool_i;
+      if (st->stamp[pi] != stp) {
+        st->stamp[pi] = stp;
+        st->bcount[pi] = 0;
+      }
+      st->bcount[pi]++;
+    }
+    x->dups = 0;
+    for (uint32_t j = 0; j < x->nrun; j++) x->dups += st->bcount[st->rq[x->run[j]].pool_i] > 1;
+    x->changed = 0;
+  }
+  st->dup_steps += x->dups;
   uint64_t usum;
   if (!st->tok) {
     eldr_union_clear(&st->un);
@@ -393,10 +405,9 @@ static int start_step(simst *st, uint32_t k, double now) {
   } else {
     usum = eldr_union_rows_bits(&st->un, (const uint64_t *const *)st->rows, x->nrun, st->uni);
   }
-  for (uint32_t j = 0; j < x->nrun; j++)
-    if (st->bcount[st->rq[x->run[j]].pool_i] > 1) st->dup_steps++;
   st->union_sum += usum;
-  double lat = st->c->placements ? ep_step(st, k, x, ctx) : eldr_latency_step(st->m, x->nrun, st->uni, ctx);
+  double lat = st->c->placements ? ep_step(st, k, x, (double)ctx)
+                                 : eldr_latency_step(st->m, x->nrun, st->uni, (double)ctx);
   x->busy = 1;
   return heap_push(&st->h, now + lat, EV_STEP_DONE, k);
 }
@@ -411,9 +422,10 @@ static int step_done(simst *st, uint32_t k, double now) {
     q->pos++;
     st->tokens_out++;
     if (q->pos == 1) q->first = now;
-    if (q->pos >= q->n_decode)
+    if (q->pos >= q->n_decode) {
       finish_request(st, q, k, now);
-    else
+      x->changed = 1;
+    } else
       x->run[keep++] = id;
   }
   x->nrun = keep;
