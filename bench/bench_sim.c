@@ -3,20 +3,21 @@
  *
  *   bench_sim [--models LIST] [--requests N] [--arrivals N] [--load F]
  *             [--max-decode-tokens T] [--max-prompt-tokens T] [--workload W]
- *             [--policy P] [--seed S] [--repeat R]
+ *             [--policy P] [--seed S] [--repeat R] [--form auto|bits|ids8]
+ *             [--direct 0|1]
  *
  * For each model (default: every tracegen preset): generate N requests
  * (workload realistic, output lengths capped at T, prompts capped: prefill
  * selections only set prompt lengths here), serve all of them as the pool,
- * build the pool's decode representation (eldr_sim_bitsets_build, timed on
- * its own), then one run of `arrivals` Poisson arrivals at F x the estimated
- * capacity on 8P16D, batch 64, repeated R times (the fastest counts; policy jsq: no fit needed; the step union
- * does not depend on the policy's kind). Prints one table row per model and
- * a line of the result's values (to compare two builds: identical results).
- * With bitsets, the same runs again with direct_union (the column ids_Ms/s:
- * steps/s reading the selections), checked to give the same result.
- * Times are CPU seconds of the bench's thread (the runs are single-threaded).
- */
+ * build the pool's compact decode tokens (eldr_sim_tokens_build with --form,
+ * timed on its own), then one run of `arrivals` Poisson arrivals at F x the
+ * estimated capacity on 8P16D, batch 64, repeated R times (the fastest
+ * counts; policy jsq: no fit needed; the step union does not depend on the
+ * policy's kind). Prints one table row per model and a line of the result's
+ * values (to compare two builds: identical results). With a compact form and
+ * --direct 1 (the default), the same runs again with direct_union (the column
+ * ids_Ms/s: steps/s reading the selections), checked to give the same result.
+ * Times are CPU seconds of the bench's thread (the runs are single-threaded). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
