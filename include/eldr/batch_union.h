@@ -38,6 +38,17 @@ static inline size_t eldr_union_token_words(const eldr_shape *s) {
   return (size_t)s->num_layers * (((size_t)s->num_experts + 63) / 64);
 }
 
+/* OR expert id (< 256) into the four words w[4] of one layer, without a
+ * branch or a store per id. */
+static inline void eldr_union_bit4(uint64_t w[4], uint32_t id) {
+  uint64_t b = 1ULL << (id & 63);
+  uint32_t q = id >> 6;
+  w[0] |= b & (0 - (uint64_t)(q == 0));
+  w[1] |= b & (0 - (uint64_t)(q == 1));
+  w[2] |= b & (0 - (uint64_t)(q == 2));
+  w[3] |= b & (0 - (uint64_t)(q == 3));
+}
+
 /* Set the bits of one token's selections sel[L * K] in bits[L * W]. Up to
  * 256 experts (W <= 4) a layer's K bits are gathered in registers and each
  * word is written once (no read-modify-write chain through memory per
@@ -59,12 +70,7 @@ static inline void eldr_union_set_bits(uint64_t *restrict bits, size_t L, size_t
     for (size_t l = 0; l < L; l++, sel += K) {
       uint64_t w[4] = {0, 0, 0, 0};
       for (size_t k = 0; k < K; k++) {
-        uint64_t b = 1ULL << (sel[k] & 63);
-        uint32_t q = (uint32_t)(sel[k] >> 6);
-        w[0] |= b & (0 - (uint64_t)(q == 0));
-        w[1] |= b & (0 - (uint64_t)(q == 1));
-        w[2] |= b & (0 - (uint64_t)(q == 2));
-        w[3] |= b & (0 - (uint64_t)(q == 3));
+        eldr_union_bit4(w, sel[k]);
       }
       for (size_t i = 0; i < W; i++) bits[l * W + i] |= w[i];
     }

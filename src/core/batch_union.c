@@ -96,14 +96,7 @@ static void rows_ids8_portable(eldr_union *u, const uint8_t *const *rows, size_t
     uint64_t w[4] = {0, 0, 0, 0};
     for (size_t j = 0; j < n; j++) {
       const uint8_t *p = rows[j] + l * K;
-      for (size_t k = 0; k < K; k++) {
-        uint64_t b = 1ULL << (p[k] & 63);
-        uint32_t q = (uint32_t)(p[k] >> 6);
-        w[0] |= b & (0 - (uint64_t)(q == 0));
-        w[1] |= b & (0 - (uint64_t)(q == 1));
-        w[2] |= b & (0 - (uint64_t)(q == 2));
-        w[3] |= b & (0 - (uint64_t)(q == 3));
-      }
+      for (size_t k = 0; k < K; k++) eldr_union_bit4(w, p[k]);
     }
     memcpy(u->bits + l * W, w, W * sizeof *w);
   }
