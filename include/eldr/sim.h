@@ -48,9 +48,10 @@
 
 /* A pool's decode selections in a compact per-token form, read at every
  * decode step (eldr_sim_tokens_build; eldr/batch_union.h's row forms):
- * ELDR_SIM_TOK_IDS8, L * K one-byte ids per token, where E <= 256 and that
- * is fewer bytes than a bitset; else ELDR_SIM_TOK_BITS, L * ceil(E/64) words
- * per token, where that takes at most twice the selections' bytes. */
+ * ELDR_SIM_TOK_IDS8, L * K one-byte ids per token, where E <= 256 and a
+ * bitset would take at least 4x the bytes; else ELDR_SIM_TOK_BITS,
+ * L * ceil(E/64) words per token, where that takes at most twice the
+ * selections' bytes (else ids8 where E <= 256). */
 typedef enum eldr_sim_tok_form {
   ELDR_SIM_TOK_AUTO = 0, /* eldr_sim_tokens_build: the smaller form that applies */
   ELDR_SIM_TOK_BITS,
@@ -154,7 +155,7 @@ int eldr_sim_run(const eldr_sim_pool *pool, const eldr_latency_model *m, const e
                  eldr_sim_result *r, eldr_diag *d);
 
 /* Build the compact per-token form of a pool's decode selections (form
- * AUTO: ids8 where it applies and is smaller, else bitsets; BITS / IDS8:
+ * AUTO: as described at eldr_sim_tokens; BITS / IDS8:
  * that form where it applies) when it takes at most an eighth of the
  * machine's physical memory (at least 1 GiB); otherwise (or where no form
  * applies) returns 0 with *out = NULL and the runs read the selections

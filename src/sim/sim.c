@@ -151,15 +151,20 @@ int eldr_sim_tokens_build(const eldr_sim_pool *pool, eldr_sim_tok_form form, eld
                           eldr_diag *d) {
   *out = NULL;
   if (!pool || !pool->trace || !pool->idx) return eldr_diag_fail(d, ELDR_EINVAL, "sim: NULL pool");
-  /* A step reads one row per member: the form with the fewest bytes wins
-   * (main memory bandwidth bounds a step at pools of millions of tokens;
-   * bench/bench_sim.c), ids8 (E <= 256) else bitsets when they take at most
-   * twice the bytes of the selections themselves. */
+  /* A step reads one row per member, and at pools of millions of tokens
+   * main memory bandwidth bounds a step: ids8 (E <= 256) where a bitset
+   * takes at least four times its bytes (top-1 and top-4 of 128 experts,
+   * top-8 of 256); else bitsets (cheaper to OR: at twice the bytes, 128
+   * experts top-8, they were faster in bench/bench_sim.c) when they take at
+   * most twice the bytes of the selections themselves. */
   const eldr_trace *tr = pool->trace;
   const size_t L = tr->shape.num_layers, K = tr->shape.top_k, W = (tr->shape.num_experts + 63) / 64;
   const int ids_ok = tr->shape.num_experts <= 256, bits_ok = W * 8 <= 2 * K * 2;
   if (form == ELDR_SIM_TOK_AUTO)
-    form = ids_ok && K < W * 8 ? ELDR_SIM_TOK_IDS8 : bits_ok ? ELDR_SIM_TOK_BITS : ELDR_SIM_TOK_AUTO;
+    form = ids_ok && 4 * K <= W * 8 ? ELDR_SIM_TOK_IDS8
+           : bits_ok                ? ELDR_SIM_TOK_BITS
+           : ids_ok                 ? ELDR_SIM_TOK_IDS8
+                                    : ELDR_SIM_TOK_AUTO;
   if ((form == ELDR_SIM_TOK_IDS8 && !ids_ok) || (form == ELDR_SIM_TOK_BITS && !bits_ok) ||
       form == ELDR_SIM_TOK_AUTO)
     return 0;
