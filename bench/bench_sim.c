@@ -3,20 +3,21 @@
  *
  *   bench_sim [--models LIST] [--requests N] [--arrivals N] [--load F]
  *             [--max-decode-tokens T] [--max-prompt-tokens T] [--workload W]
- *             [--policy P] [--seed S] [--repeat R]
+ *             [--policy P] [--seed S] [--repeat R] [--form auto|bits|ids8]
+ *             [--direct 0|1]
  *
  * For each model (default: every tracegen preset): generate N requests
  * (workload realistic, output lengths capped at T, prompts capped: prefill
  * selections only set prompt lengths here), serve all of them as the pool,
- * build the pool's decode representation (eldr_sim_bitsets_build, timed on
- * its own), then one run of `arrivals` Poisson arrivals at F x the estimated
- * capacity on 8P16D, batch 64, repeated R times (the fastest counts; policy jsq: no fit needed; the step union
- * does not depend on the policy's kind). Prints one table row per model and
- * a line of the result's values (to compare two builds: identical results).
- * With bitsets, the same runs again with direct_union (the column ids_Ms/s:
- * steps/s reading the selections), checked to give the same result.
- * Times are CPU seconds of the bench's thread (the runs are single-threaded).
- */
+ * build the pool's compact decode tokens (eldr_sim_tokens_build with --form,
+ * timed on its own), then one run of `arrivals` Poisson arrivals at F x the
+ * estimated capacity on 8P16D, batch 64, repeated R times (the fastest
+ * counts; policy jsq: no fit needed; the step union does not depend on the
+ * policy's kind). Prints one table row per model and a line of the result's
+ * values (to compare two builds: identical results). With a compact form and
+ * --direct 1 (the default), the same runs again with direct_union (the column
+ * ids_Ms/s: steps/s reading the selections), checked to give the same result.
+ * Times are CPU seconds of the bench's thread (the runs are single-threaded). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,7 +36,8 @@ static double cpu_now(void) {
 }
 
 static int run_model(const char *model, const char *workload, size_t n, size_t arrivals, double load,
-                     uint32_t max_dec, uint32_t max_pre, const char *policy, uint64_t seed, int repeat) {
+                     uint32_t max_dec, uint32_t max_pre, const char *policy, uint64_t seed, int repeat,
+                     eldr_sim_tok_form form, int ids_run) {
   eldr_diag d = {{0}};
   eldr_shape shape;
   char canon[128];
@@ -72,16 +74,14 @@ static int run_model(const char *model, const char *workload, size_t n, size_t a
     return 2;
   }
   eldr_sim_pool pool = {.trace = t, .idx = idx, .n = n};
-  uint64_t *bits = NULL;
-  size_t *off = NULL;
+  eldr_sim_tokens *bits = NULL;
   t0 = cpu_now();
-  if (eldr_sim_bitsets_build(&pool, &bits, &off, &d)) {
+  if (eldr_sim_tokens_build(&pool, form, &bits, &d)) {
     fprintf(stderr, "bench_sim: %s\n", d.msg);
     return 1;
   }
   double t_build = cpu_now() - t0;
-  pool.tokbits = bits;
-  pool.tokoff = off;
+  pool.tokens = bits;
   eldr_sim_config c;
   eldr_sim_config_default(&c);
   c.n_requests = arrivals;
@@ -106,7 +106,7 @@ static int run_model(const char *model, const char *workload, size_t n, size_t a
   double t_ids = 0;
   c.direct_union = 1;
   eldr_sim_result r2;
-  for (int rep = 0; bits && rep < repeat; rep++) { /* the same runs reading the selections */
+  for (int rep = 0; bits && ids_run && rep < repeat; rep++) { /* the same runs reading the selections */
     t0 = cpu_now();
     int rc = eldr_sim_run(&pool, &lm, &c, &r2, &d);
     double dt = cpu_now() - t0;
@@ -121,16 +121,16 @@ static int run_model(const char *model, const char *workload, size_t n, size_t a
     if (!rep || dt < t_ids) t_ids = dt;
   }
   char ids[32] = "-";
-  if (bits) snprintf(ids, sizeof ids, "%.2f", (double)r.steps / t_ids / 1e6);
+  if (bits && ids_run) snprintf(ids, sizeof ids, "%.2f", (double)r.steps / t_ids / 1e6);
   printf("%-16s %6zu %7.2f %6.1f %5s %6.2f %7llu %5.1f %6.3f %8.2f %7.2f %8s\n", model, n,
-         (double)ntok / 1e6, t_gen, bits ? "bits" : "ids", t_build, (unsigned long long)r.steps,
+         (double)ntok / 1e6, t_gen,
+         !bits ? "ids16" : bits->form == ELDR_SIM_TOK_IDS8 ? "ids8" : "bits", t_build, (unsigned long long)r.steps,
          r.mean_batch, t_run, (double)r.steps / t_run / 1e6, (double)r.token_steps / t_run / 1e6,
          ids);
   fprintf(stderr, "result %s: tpot_mean %.17g tpot_p99 %.17g union %.17g batch %.17g steps %llu\n",
           model, r.tpot_mean, r.tpot_p99, r.mean_union, r.mean_batch,
           (unsigned long long)r.steps);
-  free(bits);
-  free(off);
+  eldr_sim_tokens_free(bits);
   free(idx);
   eldr_trace_free(t);
   return 0;
@@ -143,7 +143,8 @@ int main(int argc, char **argv) {
   double load = 0.8;
   uint32_t max_dec = 256, max_pre = 32;
   uint64_t seed = 1;
-  int repeat = 3;
+  int repeat = 3, ids_run = 1;
+  eldr_sim_tok_form form = ELDR_SIM_TOK_AUTO;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--models")) models = argv[i + 1];
     else if (!strcmp(argv[i], "--workload")) workload = argv[i + 1];
@@ -155,6 +156,16 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--max-prompt-tokens")) max_pre = (uint32_t)strtoul(argv[i + 1], NULL, 10);
     else if (!strcmp(argv[i], "--seed")) seed = strtoull(argv[i + 1], NULL, 10);
     else if (!strcmp(argv[i], "--repeat")) repeat = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--form")) {
+      const char *f = argv[i + 1];
+      if (!strcmp(f, "auto")) form = ELDR_SIM_TOK_AUTO;
+      else if (!strcmp(f, "bits")) form = ELDR_SIM_TOK_BITS;
+      else if (!strcmp(f, "ids8")) form = ELDR_SIM_TOK_IDS8;
+      else {
+        fprintf(stderr, "bench_sim: --form must be auto, bits or ids8, not '%s'\n", f);
+        return 2;
+      }
+    } else if (!strcmp(argv[i], "--direct")) ids_run = atoi(argv[i + 1]);
     else {
       fprintf(stderr, "bench_sim: unknown option %s\n", argv[i]);
       return 2;
@@ -173,7 +184,8 @@ int main(int argc, char **argv) {
   snprintf(buf, sizeof buf, "%s", models);
   int rc = 0;
   for (char *sv = NULL, *m = strtok_r(buf, ",", &sv); m; m = strtok_r(NULL, ",", &sv)) {
-    rc = run_model(m, workload, n, arrivals, load, max_dec, max_pre, policy, seed, repeat);
+    rc = run_model(m, workload, n, arrivals, load, max_dec, max_pre, policy, seed, repeat, form,
+                   ids_run);
     if (rc) return rc;
     fflush(stdout);
   }

@@ -26,6 +26,8 @@
 typedef struct eldr_union {
   size_t L, K, W; /* layers, top-k, words per layer */
   uint64_t *bits; /* owned, L * W words */
+  uint64_t *scratch; /* owned: eldr_union_rows_ids8's per-position words when
+                        W <= 4 and K is not a multiple of 4, else NULL */
 } eldr_union;
 
 int eldr_union_init(eldr_union *u, const eldr_shape *s);
@@ -34,6 +36,17 @@ void eldr_union_free(eldr_union *u);
 /* Words of one token's bitset (L * W) for a shape. */
 static inline size_t eldr_union_token_words(const eldr_shape *s) {
   return (size_t)s->num_layers * (((size_t)s->num_experts + 63) / 64);
+}
+
+/* OR expert id (< 256) into the four words w[4] of one layer, without a
+ * branch or a store per id. */
+static inline void eldr_union_bit4(uint64_t w[4], uint32_t id) {
+  uint64_t b = 1ULL << (id & 63);
+  uint32_t q = id >> 6;
+  w[0] |= b & (0 - (uint64_t)(q == 0));
+  w[1] |= b & (0 - (uint64_t)(q == 1));
+  w[2] |= b & (0 - (uint64_t)(q == 2));
+  w[3] |= b & (0 - (uint64_t)(q == 3));
 }
 
 /* Set the bits of one token's selections sel[L * K] in bits[L * W]. Up to
@@ -57,12 +70,7 @@ static inline void eldr_union_set_bits(uint64_t *restrict bits, size_t L, size_t
     for (size_t l = 0; l < L; l++, sel += K) {
       uint64_t w[4] = {0, 0, 0, 0};
       for (size_t k = 0; k < K; k++) {
-        uint64_t b = 1ULL << (sel[k] & 63);
-        uint32_t q = (uint32_t)(sel[k] >> 6);
-        w[0] |= b & (0 - (uint64_t)(q == 0));
-        w[1] |= b & (0 - (uint64_t)(q == 1));
-        w[2] |= b & (0 - (uint64_t)(q == 2));
-        w[3] |= b & (0 - (uint64_t)(q == 3));
+        eldr_union_bit4(w, sel[k]);
       }
       for (size_t i = 0; i < W; i++) bits[l * W + i] |= w[i];
     }
@@ -91,53 +99,26 @@ static inline void eldr_union_add_bits(eldr_union *u, const uint64_t *restrict t
   for (size_t i = 0; i < n; i++) b[i] |= tb[i];
 }
 
-/* Add a whole batch at once: the union of n tokens' selection rows (each
- * L * K ids); for short rows layer by layer in registers (no store until a
- * layer's words are complete). The same bits as n calls of
- * eldr_union_add_token. */
-static inline void eldr_union_add_tokens(eldr_union *u, const uint16_t *const *rows, size_t n) {
-  const size_t L = u->L, K = u->K, W = u->W;
-  /* layer by layer across the rows pays when a row is a few cache lines
-   * (top-1: 48 bytes); long rows (top-8: 768 bytes) go member by member */
-  if (W > 2 || L * K > 128) {
-    for (size_t j = 0; j < n; j++) eldr_union_set_bits(u->bits, L, K, W, rows[j]);
-    return;
-  }
-  for (size_t l = 0; l < L; l++) {
-    uint64_t w0 = 0, w1 = 0;
-    for (size_t j = 0; j < n; j++) {
-      const uint16_t *sl = rows[j] + l * K;
-      for (size_t k = 0; k < K; k++) {
-        uint64_t b = 1ULL << (sl[k] & 63), hi = 0 - (uint64_t)(sl[k] >> 6);
-        w0 |= b & ~hi;
-        w1 |= b & hi;
-      }
-    }
-    u->bits[l * W] |= w0;
-    if (W == 2) u->bits[l * W + 1] |= w1;
-  }
-}
-
-/* Add a whole batch of precomputed token bitsets (each L * W words): eight
- * words (one cache line) at a time across the rows, in registers. The same
- * bits as n calls of eldr_union_add_bits. */
-static inline void eldr_union_add_bits_rows(eldr_union *u, const uint64_t *const *rows, size_t n) {
-  const size_t nw = u->L * u->W;
-  size_t i = 0;
-  for (; i + 8 <= nw; i += 8) {
-    uint64_t a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (size_t j = 0; j < n; j++) {
-      const uint64_t *r = rows[j] + i;
-      for (int x = 0; x < 8; x++) a[x] |= r[x];
-    }
-    for (int x = 0; x < 8; x++) u->bits[i + x] |= a[x];
-  }
-  for (; i < nw; i++) {
-    uint64_t a = 0;
-    for (size_t j = 0; j < n; j++) a |= rows[j][i];
-    u->bits[i] |= a;
-  }
-}
+/* ---- whole batches from compact per-token rows (the simulator's step) ----
+ *
+ * Two row forms of one decode token's selections:
+ *  - bits: L * W words (eldr_union_set_bits);
+ *  - ids8: L * K bytes, layer-major, each an expert id < E <= 256 (the
+ *    selections as uint8: 1/2 to 1/16 of the bits' bytes for top-1..8 of
+ *    128-256 experts), stored with ELDR_UNION_IDS8_PAD readable bytes after
+ *    the last row (the kernels load 4 bytes at a time).
+ * Both kernels set u to the union of n rows (its previous content is
+ * replaced, no eldr_union_clear needed), write the distinct experts per
+ * layer into per_layer[L] (may be NULL) and return their sum: the same
+ * numbers as clearing u, adding each row's selections and eldr_union_count.
+ * AVX2 where the CPU has it and eldr__simd_on() allows (ELDR_NO_SIMD=1 forces
+ * the portable loops; both give identical bits). n = 0: an empty union. */
+#define ELDR_UNION_IDS8_PAD 4
+uint64_t eldr_union_rows_bits(eldr_union *u, const uint64_t *const *rows, size_t n,
+                              uint32_t *per_layer);
+/* ids8 rows need E <= 256 (W <= 4); per_layer as above. */
+uint64_t eldr_union_rows_ids8(eldr_union *u, const uint8_t *const *rows, size_t n,
+                              uint32_t *per_layer);
 
 /* Distinct experts per layer into per_layer[L] (may be NULL); returns their
  * sum over the layers. (Out of line: a popcnt clone where the CPU has it.) */

@@ -46,6 +46,25 @@
 #include "eldr/policy.h"
 #include "eldr/trace_model.h"
 
+/* A pool's decode selections in a compact per-token form, read at every
+ * decode step (eldr_sim_tokens_build; eldr/batch_union.h's row forms):
+ * ELDR_SIM_TOK_IDS8, L * K one-byte ids per token, where E <= 256 and a
+ * bitset would take at least 4x the bytes; else ELDR_SIM_TOK_BITS,
+ * L * ceil(E/64) words per token, where that takes at most twice the
+ * selections' bytes (else ids8 where E <= 256). */
+typedef enum eldr_sim_tok_form {
+  ELDR_SIM_TOK_AUTO = 0, /* eldr_sim_tokens_build: the smaller form that applies */
+  ELDR_SIM_TOK_BITS,
+  ELDR_SIM_TOK_IDS8
+} eldr_sim_tok_form;
+
+typedef struct eldr_sim_tokens {
+  eldr_sim_tok_form form;   /* BITS or IDS8 */
+  size_t row_bytes;         /* bytes of one token's row */
+  unsigned char *rows;      /* owned: all rows, then ELDR_UNION_IDS8_PAD bytes */
+  size_t *off;              /* owned: pool request i's first row is off[i] */
+} eldr_sim_tokens;
+
 /* The recorded requests to serve, and what the router knows about them. */
 typedef struct eldr_sim_pool {
   const eldr_trace *trace;   /* borrowed */
@@ -56,11 +75,10 @@ typedef struct eldr_sim_pool {
   size_t dim;
   const float *centroids;    /* n_centroids * dim, or NULL (ELDR falls back to JSQ) */
   size_t n_centroids;
-  /* Optional, from eldr_sim_bitsets_build (borrowed, read-only, may be shared
-   * by concurrent runs): per-token expert bitsets of the pool's decode
-   * selections. NULL: each run builds its own when worthwhile. */
-  const uint64_t *tokbits;
-  const size_t *tokoff;
+  /* Optional, from eldr_sim_tokens_build (borrowed, read-only, may be shared
+   * by concurrent runs): the pool's decode selections per token in a compact
+   * form. NULL: each run builds its own when one applies. */
+  const eldr_sim_tokens *tokens;
   /* FOOTPRINT: the latency coefficients the policy predicts with (the
    * artifact's latency section; NULL: the policy falls back to JSQ and every
    * decision counts as a fallback). Borrowed. */
@@ -103,7 +121,7 @@ typedef struct eldr_sim_config {
    * eldr_latency_step. */
   const eldr_placement *const *placements;
   int direct_union;          /* 1: steps read the trace's selections even when the pool
-                                has bitsets (benchmarks and tests; the result is the same) */
+                                has compact tokens (benchmarks and tests; the same result) */
 } eldr_sim_config;
 
 /* Defaults: 8P16D, batch 64, 8192 prefill tokens, guard 4, rate 10, 1000
@@ -136,13 +154,16 @@ typedef struct eldr_sim_result {
 int eldr_sim_run(const eldr_sim_pool *pool, const eldr_latency_model *m, const eldr_sim_config *c,
                  eldr_sim_result *r, eldr_diag *d);
 
-/* Build the per-token expert bitsets of a pool (L * ceil(E/64) words per
- * decode token; token rows of pool request i start at row (*off)[i]) when
- * they take at most twice the memory of the selections and at most an
- * eighth of the machine's physical memory (at least 1 GiB);
- * otherwise returns 0 with *bits = *off = NULL (the direct path is used).
- * The caller owns and frees both. ELDR_ENOMEM on allocation failure. */
-int eldr_sim_bitsets_build(const eldr_sim_pool *pool, uint64_t **bits, size_t **off, eldr_diag *d);
+/* Build the compact per-token form of a pool's decode selections (form
+ * AUTO: as described at eldr_sim_tokens; BITS / IDS8:
+ * that form where it applies) when it takes at most an eighth of the
+ * machine's physical memory (at least 1 GiB); otherwise (or where no form
+ * applies) returns 0 with *out = NULL and the runs read the selections
+ * directly. Free with eldr_sim_tokens_free. ELDR_EINVAL on a NULL pool,
+ * ELDR_ENOMEM on allocation failure. */
+int eldr_sim_tokens_build(const eldr_sim_pool *pool, eldr_sim_tok_form form, eldr_sim_tokens **out,
+                          eldr_diag *d);
+void eldr_sim_tokens_free(eldr_sim_tokens *t);
 
 /* Capacity estimate (requests/s) of a configuration for the pool: the lower
  * of decode (D full batches at the expected uniform union) and prefill

@@ -594,12 +594,10 @@ int eldr_cmd_sim(int argc, char **argv) {
   eldr_sim_pool base = {.trace = st, .idx = serve_idx, .n = n_serve,
                         .policy_model = art ? art->latency : NULL};
   eldr_sim_pool pool = make_pool(&base, art, &ps);
-  uint64_t *tokbits = NULL;
-  size_t *tokoff = NULL;
-  rc = eldr_sim_bitsets_build(&pool, &tokbits, &tokoff, &d);
+  eldr_sim_tokens *tokens = NULL;
+  rc = eldr_sim_tokens_build(&pool, ELDR_SIM_TOK_AUTO, &tokens, &d);
   if (rc) cli_fail(cmd, "%s", eldr_diag_msg(&d, rc));
-  pool.tokbits = tokbits;
-  pool.tokoff = tokoff;
+  pool.tokens = tokens;
   eldr_sim_pool pool_v = art_v ? make_pool(&pool, art_v, &ps_v) : pool;
 
   cli_ep_set eps = {0};
@@ -672,8 +670,7 @@ int eldr_cmd_sim(int argc, char **argv) {
 
   cli_ep_set_free(&eps);
   free(rows);
-  free(tokbits);
-  free(tokoff);
+  eldr_sim_tokens_free(tokens);
   eldr_sweep_sigs_free(&ps);
   eldr_sweep_sigs_free(&ps_v);
   if (have_rep) {

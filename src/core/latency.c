@@ -427,6 +427,19 @@ double eldr_latency_step_f(const eldr_latency_model *m, size_t batch, const doub
   double t = m->step_overhead_s;
   const double win = window_ctx(m, batch, ctx_tokens);
   double inv_bw = 1.0 / m->hbm_bw;
+  if (m->sliding_layer_fraction <= 0 || win >= ctx_tokens) {
+    /* every layer reads all of ctx_tokens: the loop below with its
+     * layer-independent terms computed once (the same operations in the
+     * same order, so the same bits) */
+    const double tf = ((double)batch * m->flops_per_token_per_layer +
+                       ctx_tokens * m->attn_flops_per_ctx_token) / m->peak_flops;
+    const double kv = ctx_tokens * m->kv_bytes_per_token;
+    for (uint32_t l = 0; l < L; l++) {
+      double tb = (union_per_layer[l] * m->expert_bytes + m->dense_bytes_per_layer + kv) * inv_bw;
+      t += (tb > tf ? tb : tf) + m->layer_overhead_s;
+    }
+    return t + other_layers(m, batch, ctx_tokens);
+  }
   for (uint32_t l = 0; l < L; l++) {
     double ctx = layer_ctx(m, l, ctx_tokens, win);
     double tf = ((double)batch * m->flops_per_token_per_layer + ctx * m->attn_flops_per_ctx_token) /

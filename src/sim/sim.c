@@ -65,7 +65,7 @@ static event heap_pop(heap *h) {
 }
 
 typedef struct sreq {
-  const uint64_t *tbits; /* first decode token's row of tokbits, or NULL */
+  const unsigned char *trow; /* first decode token's compact row, or NULL */
   const uint16_t *tids;  /* the recorded decode selections (n_decode * L * K) */
   uint32_t pool_i;
   uint32_t n_prefill, n_decode, pos, offset;
@@ -87,6 +87,8 @@ typedef struct dworker {
   uint32_t wlen, nrun;
   uint32_t *run; /* max_batch ids */
   int busy;
+  int changed;   /* the batch's membership changed since dups was counted */
+  uint32_t dups; /* members whose recorded request has another copy in the batch */
 } dworker;
 
 void eldr_sim_config_default(eldr_sim_config *c) {
@@ -145,40 +147,65 @@ static size_t bitsets_budget(void) {
   return budget;
 }
 
-int eldr_sim_bitsets_build(const eldr_sim_pool *pool, uint64_t **bits, size_t **off, eldr_diag *d) {
-  *bits = NULL;
-  *off = NULL;
+int eldr_sim_tokens_build(const eldr_sim_pool *pool, eldr_sim_tok_form form, eldr_sim_tokens **out,
+                          eldr_diag *d) {
+  *out = NULL;
   if (!pool || !pool->trace || !pool->idx) return eldr_diag_fail(d, ELDR_EINVAL, "sim: NULL pool");
-  /* Per-token bitsets make a step's union a few word ORs per member instead
-   * of L*K bit sets (4-7x faster steps, bench/bench_sim.c). Used when they
-   * take at most twice the memory of the selections themselves (e.g. 128
-   * experts top-8: the same) and at most an eighth of the machine's memory
-   * (at least 1 GiB). */
+  /* A step reads one row per member, and at pools of millions of tokens
+   * main memory bandwidth bounds a step: ids8 (E <= 256) where a bitset
+   * takes at least four times its bytes (top-1 and top-4 of 128 experts,
+   * top-8 of 256); else bitsets (cheaper to OR: at twice the bytes, 128
+   * experts top-8, they were faster in bench/bench_sim.c) when they take at
+   * most twice the bytes of the selections themselves. */
   const eldr_trace *tr = pool->trace;
   const size_t L = tr->shape.num_layers, K = tr->shape.top_k, W = (tr->shape.num_experts + 63) / 64;
-  if (W * 8 > 2 * K * 2) return 0;
+  const int ids_ok = tr->shape.num_experts <= 256, bits_ok = W * 8 <= 2 * K * 2;
+  if (form == ELDR_SIM_TOK_AUTO)
+    form = ids_ok && 4 * K <= W * 8 ? ELDR_SIM_TOK_IDS8
+           : bits_ok                ? ELDR_SIM_TOK_BITS
+           : ids_ok                 ? ELDR_SIM_TOK_IDS8
+                                    : ELDR_SIM_TOK_AUTO;
+  if ((form == ELDR_SIM_TOK_IDS8 && !ids_ok) || (form == ELDR_SIM_TOK_BITS && !bits_ok) ||
+      form == ELDR_SIM_TOK_AUTO)
+    return 0;
+  const size_t row = form == ELDR_SIM_TOK_IDS8 ? L * K : L * W * sizeof(uint64_t);
   size_t ntok = 0;
   for (size_t i = 0; i < pool->n; i++) ntok += tr->req[pool->idx[i]].n_decode;
-  if (ntok * L * W * sizeof(uint64_t) > bitsets_budget()) return 0;
-  size_t *o = malloc((pool->n ? pool->n : 1) * sizeof *o);
-  uint64_t *b = calloc(ntok ? ntok * L * W : 1, sizeof *b);
-  if (!o || !b) {
-    free(o);
-    free(b);
-    return eldr_diag_fail(d, ELDR_ENOMEM, "sim: out of memory (expert bitsets)");
+  if (ntok * row > bitsets_budget()) return 0;
+  eldr_sim_tokens *t = calloc(1, sizeof *t);
+  if (t) {
+    t->off = malloc((pool->n ? pool->n : 1) * sizeof *t->off);
+    t->rows = calloc(ntok * row + ELDR_UNION_IDS8_PAD + sizeof(uint64_t), 1);
   }
-  size_t row = 0;
+  if (!t || !t->off || !t->rows) {
+    eldr_sim_tokens_free(t);
+    return eldr_diag_fail(d, ELDR_ENOMEM, "sim: out of memory (compact decode tokens)");
+  }
+  t->form = form;
+  t->row_bytes = row;
+  size_t r_i = 0;
   for (size_t i = 0; i < pool->n; i++) {
     const eldr_request *r = &tr->req[pool->idx[i]];
-    o[i] = row;
-    for (uint32_t tk = 0; tk < r->n_decode; tk++, row++) {
-      uint64_t *tb = b + row * L * W;
-      eldr_union_set_bits(tb, L, K, W, r->decode + (size_t)tk * L * K);
+    t->off[i] = r_i;
+    for (uint32_t tk = 0; tk < r->n_decode; tk++, r_i++) {
+      const uint16_t *sel = r->decode + (size_t)tk * L * K;
+      unsigned char *dst = t->rows + r_i * row;
+      if (form == ELDR_SIM_TOK_IDS8) {
+        for (size_t x = 0; x < L * K; x++) dst[x] = (unsigned char)sel[x];
+      } else {
+        eldr_union_set_bits((uint64_t *)(void *)dst, L, K, W, sel);
+      }
     }
   }
-  *bits = b;
-  *off = o;
+  *out = t;
   return 0;
+}
+
+void eldr_sim_tokens_free(eldr_sim_tokens *t) {
+  if (!t) return;
+  free(t->rows);
+  free(t->off);
+  free(t);
 }
 
 double eldr_sim_capacity(const eldr_sim_pool *pool, const eldr_latency_model *m,
@@ -234,10 +261,9 @@ typedef struct simst {
   uint32_t *run_store, *ploads, *dloads, *uni, *perm, *copies, *bcount;
   eldr_union un;       /* the step's per-layer expert union */
   uint64_t *stamp, *phash;
-  uint64_t *tokbits;   /* precomputed per-token per-layer expert bitsets, or NULL */
-  const uint64_t **brows; /* B: the step's members' bitset rows (with tokbits) */
-  const uint16_t **irows; /* B: the step's members' selection rows (without) */
-  size_t *tokoff;      /* pool index -> first token's row in tokbits */
+  const eldr_sim_tokens *tok; /* the pool's compact decode tokens, or NULL */
+  eldr_sim_tokens *own_tok;   /* built by this run (freed at its end), or NULL */
+  const void **rows;   /* B: the step's members' rows (compact, or selections) */
   double *tpot, *ttft;
   size_t completed, n_tpot, fallbacks;
   uint64_t steps, token_steps, union_sum, dup_steps, tokens_out;
@@ -340,14 +366,14 @@ static int start_step(simst *st, uint32_t k, double now) {
     st->rq[id].next = -1;
     x->wlen--;
     x->run[x->nrun++] = (uint32_t)id;
+    x->changed = 1;
   }
   if (x->nrun == 0) return 0;
   const size_t L = st->L, K = st->K;
-  eldr_union_clear(&st->un);
-  double ctx = 0;
+  uint64_t ctx = 0; /* integers: the same value as summing them as doubles in any order */
   uint64_t stp = ++st->steps;
   st->token_steps += x->nrun;
-  const size_t LW = L * st->W;
+  const size_t rb = st->tok ? st->tok->row_bytes : L * K * sizeof(uint16_t);
   for (uint32_t j = 0; j < x->nrun; j++) {
     sreq *q = &st->rq[x->run[j]];
     uint32_t tok = q->pos + q->offset;
@@ -355,28 +381,38 @@ static int start_step(simst *st, uint32_t k, double now) {
     /* the member's next token is read at this decoder's next step: fetch it
      * now (rows of different requests defeat the hardware prefetcher) */
     uint32_t nxt = tok + 1 < q->n_decode ? tok + 1 : 0;
-    if (q->tbits) {
-      st->brows[j] = q->tbits + (size_t)tok * LW;
-      prefetch_bytes(q->tbits + (size_t)nxt * LW, LW * sizeof *q->tbits);
-    } else {
-      st->irows[j] = q->tids + (size_t)tok * L * K;
-      prefetch_bytes(q->tids + (size_t)nxt * L * K, L * K * sizeof *q->tids);
-    }
-    ctx += (double)q->n_prefill + (double)q->pos;
-    if (st->stamp[q->pool_i] != stp) {
-      st->stamp[q->pool_i] = stp;
-      st->bcount[q->pool_i] = 0;
-    }
-    st->bcount[q->pool_i]++;
+    const unsigned char *base = q->trow ? q->trow : (const unsigned char *)q->tids;
+    st->rows[j] = base + (size_t)tok * rb;
+    prefetch_bytes(base + (size_t)nxt * rb, rb);
+    ctx += (uint64_t)q->n_prefill + q->pos;
   }
-  if (st->tokbits)
-    eldr_union_add_bits_rows(&st->un, st->brows, x->nrun);
-  else
-    eldr_union_add_tokens(&st->un, st->irows, x->nrun);
-  for (uint32_t j = 0; j < x->nrun; j++)
-    if (st->bcount[st->rq[x->run[j]].pool_i] > 1) st->dup_steps++;
-  st->union_sum += eldr_union_count(&st->un, st->uni);
-  double lat = st->c->placements ? ep_step(st, k, x, ctx) : eldr_latency_step(st->m, x->nrun, st->uni, ctx);
+  if (x->changed) { /* copies of one recorded request in the batch: recounted on a change */
+    for (uint32_t j = 0; j < x->nrun; j++) {
+      uint32_t pi = st->rq[x->run[j]].pool_i;
+      if (st->stamp[pi] != stp) {
+        st->stamp[pi] = stp;
+        st->bcount[pi] = 0;
+      }
+      st->bcount[pi]++;
+    }
+    x->dups = 0;
+    for (uint32_t j = 0; j < x->nrun; j++) x->dups += st->bcount[st->rq[x->run[j]].pool_i] > 1;
+    x->changed = 0;
+  }
+  st->dup_steps += x->dups;
+  uint64_t usum;
+  if (!st->tok) {
+    eldr_union_clear(&st->un);
+    for (uint32_t j = 0; j < x->nrun; j++) eldr_union_add_token(&st->un, st->rows[j]);
+    usum = eldr_union_count(&st->un, st->uni);
+  } else if (st->tok->form == ELDR_SIM_TOK_IDS8) {
+    usum = eldr_union_rows_ids8(&st->un, (const uint8_t *const *)st->rows, x->nrun, st->uni);
+  } else {
+    usum = eldr_union_rows_bits(&st->un, (const uint64_t *const *)st->rows, x->nrun, st->uni);
+  }
+  st->union_sum += usum;
+  double lat = st->c->placements ? ep_step(st, k, x, (double)ctx)
+                                 : eldr_latency_step(st->m, x->nrun, st->uni, (double)ctx);
   x->busy = 1;
   return heap_push(&st->h, now + lat, EV_STEP_DONE, k);
 }
@@ -391,9 +427,10 @@ static int step_done(simst *st, uint32_t k, double now) {
     q->pos++;
     st->tokens_out++;
     if (q->pos == 1) q->first = now;
-    if (q->pos >= q->n_decode)
+    if (q->pos >= q->n_decode) {
       finish_request(st, q, k, now);
-    else
+      x->changed = 1;
+    } else
       x->run[keep++] = id;
   }
   x->nrun = keep;
@@ -559,7 +596,7 @@ int eldr_sim_run(const eldr_sim_pool *pool, const eldr_latency_model *m, const e
   st->first_arrival = -1;
   st->tpot_min = INFINITY;
   const size_t P = st->P, D = st->D, B = st->B;
-  int rc = 0, own_bits = 0;
+  int rc = 0;
   st->rq = calloc(N, sizeof *st->rq);
   st->pw = calloc(P, sizeof *st->pw);
   st->dw = calloc(D, sizeof *st->dw);
@@ -568,8 +605,7 @@ int eldr_sim_run(const eldr_sim_pool *pool, const eldr_latency_model *m, const e
   st->dloads = calloc(D, sizeof *st->dloads);
   if (eldr_union_init(&st->un, &S)) st->un.bits = NULL;
   st->uni = calloc(st->L, sizeof *st->uni);
-  st->brows = calloc(B, sizeof *st->brows);
-  st->irows = calloc(B, sizeof *st->irows);
+  st->rows = calloc(B, sizeof *st->rows);
   st->perm = calloc(pool->n, sizeof *st->perm);
   st->copies = calloc(pool->n, sizeof *st->copies);
   st->bcount = calloc(pool->n, sizeof *st->bcount);
@@ -583,7 +619,7 @@ int eldr_sim_run(const eldr_sim_pool *pool, const eldr_latency_model *m, const e
                                c->placements[0]->num_physical, d)) < 0)
     goto out;
   if (!st->rq || !st->pw || !st->dw || !st->run_store || !st->ploads || !st->dloads || !st->un.bits ||
-      !st->uni || !st->brows || !st->irows || !st->perm || !st->copies || !st->bcount || !st->stamp || !st->phash || !st->tpot ||
+      !st->uni || !st->rows || !st->perm || !st->copies || !st->bcount || !st->stamp || !st->phash || !st->tpot ||
       !st->ttft || !shuffle) {
     rc = eldr_diag_fail(d, ELDR_ENOMEM, "sim: out of memory");
     goto out;
@@ -599,14 +635,20 @@ int eldr_sim_run(const eldr_sim_pool *pool, const eldr_latency_model *m, const e
   }
   for (size_t i = 0; i < pool->n; i++) st->phash[i] = prefix_hash(&tr->req[pool->idx[i]]);
   if (c->direct_union) {
-    st->tokbits = NULL;
-  } else if (pool->tokbits && pool->tokoff) {
-    st->tokbits = (uint64_t *)pool->tokbits; /* borrowed: never freed or written here */
-    st->tokoff = (size_t *)pool->tokoff;
-  } else if ((rc = eldr_sim_bitsets_build(pool, &st->tokbits, &st->tokoff, d)) < 0) {
+    st->tok = NULL;
+  } else if (pool->tokens) {
+    st->tok = pool->tokens; /* borrowed: never freed or written here */
+  } else if ((rc = eldr_sim_tokens_build(pool, ELDR_SIM_TOK_AUTO, &st->own_tok, d)) < 0) {
     goto out;
   } else {
-    own_bits = 1;
+    st->tok = st->own_tok;
+  }
+  if (st->tok && (st->tok->row_bytes != (st->tok->form == ELDR_SIM_TOK_IDS8
+                                             ? st->L * st->K
+                                             : st->L * st->W * sizeof(uint64_t)) ||
+                  (st->tok->form == ELDR_SIM_TOK_IDS8 && st->W > 4))) {
+    rc = eldr_diag_fail(d, ELDR_ESHAPE, "sim: the pool's compact tokens do not match the trace's shape");
+    goto out;
   }
   if (c->policy == ELDR_POLICY_FOOTPRINT && pool->policy_model) {
     eldr_footprint_opts fo = {.n_decoders = D, .max_batch = B, .layer_mask = c->footprint_mask};
@@ -663,7 +705,7 @@ int eldr_sim_run(const eldr_sim_pool *pool, const eldr_latency_model *m, const e
       sreq *q = &st->rq[id];
       q->pool_i = pi;
       q->tids = r->decode;
-      q->tbits = st->tokbits ? st->tokbits + st->tokoff[pi] * st->L * st->W : NULL;
+      q->trow = st->tok ? st->tok->rows + st->tok->off[pi] * st->tok->row_bytes : NULL;
       q->n_prefill = r->n_prefill;
       q->n_decode = r->n_decode;
       q->next = -1;
@@ -781,10 +823,7 @@ out:
   free(st->counts);
   eldr_footprint_free(st->fp);
   free(shuffle);
-  if (own_bits) {
-    free(st->tokbits);
-    free(st->tokoff);
-  }
+  eldr_sim_tokens_free(st->own_tok);
   free(st->ttft);
   free(st->tpot);
   free(st->phash);
@@ -792,8 +831,7 @@ out:
   free(st->bcount);
   free(st->copies);
   free(st->perm);
-  free(st->irows);
-  free(st->brows);
+  free(st->rows);
   free(st->uni);
   eldr_union_free(&st->un);
   free(st->dloads);

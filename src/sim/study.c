@@ -95,8 +95,7 @@ void arm_free(study_arm *a) {
   eldr_artifact_free(a->art);
   if (a->have_rep) eldr_fit_report_free(&a->rep);
   eldr_sweep_sigs_free(&a->ps);
-  free(a->tokbits);
-  free(a->tokoff);
+  eldr_sim_tokens_free(a->tokens);
   memset(a, 0, sizeof *a);
 }
 
@@ -160,13 +159,12 @@ int arm_build(const eldr_study_opts *o, uint64_t seed, const eldr_fit_opts *fo, 
     a->pool.centroids = a->art->centroids;
     a->pool.n_centroids = a->art->k;
   }
-  int rc = eldr_sim_bitsets_build(&a->pool, &a->tokbits, &a->tokoff, d);
+  int rc = eldr_sim_tokens_build(&a->pool, ELDR_SIM_TOK_AUTO, &a->tokens, d);
   if (rc) {
     arm_free(a);
     return rc;
   }
-  a->pool.tokbits = a->tokbits;
-  a->pool.tokoff = a->tokoff;
+  a->pool.tokens = a->tokens;
   return ELDR_OK;
 oom:
   arm_free(a);

@@ -25,8 +25,7 @@ typedef struct study_arm {
   const float *sigs;  /* = ps.sigs */
   const uint8_t *ok;  /* = ps.ok */
   eldr_sim_pool pool;
-  uint64_t *tokbits;
-  size_t *tokoff;
+  eldr_sim_tokens *tokens; /* owned: the serve pool's compact decode tokens (or NULL) */
   uint64_t seed;
 } study_arm;
 

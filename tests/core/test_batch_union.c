@@ -1,6 +1,8 @@
 /* test_batch_union.c — the batch-union kernel's three paths (two words per
  * layer, up to four, and one bit at a time) against a plain per-expert
- * count, on random batches of every width. */
+ * count, on random batches of every width; and the whole-batch kernels over
+ * compact rows (bitsets, one-byte ids), AVX2 and portable, against the same
+ * reference union on random traces of every shape they take. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,6 +13,7 @@
 #include <cmocka.h>
 
 #include "eldr/batch_union.h"
+#include "eldr/counts.h"
 #include "eldr/rng.h"
 
 static void check_shape(uint32_t L, uint32_t E, uint32_t K) {
@@ -78,7 +81,96 @@ static void test_every_width(void **st) {
     check_shape(shapes[i][0], shapes[i][1], shapes[i][2]);
 }
 
+/* eldr_union_rows_bits / _ids8 on n random rows against the reference:
+ * distinct ids per layer counted one by one. Rows are placed at odd offsets
+ * of one buffer (any alignment), the last one at the buffer's end (the ids8
+ * kernel may read ELDR_UNION_IDS8_PAD bytes past it). */
+static void check_rows(uint32_t L, uint32_t E, uint32_t K, int simd) {
+  eldr_shape s = {L, E, K};
+  eldr_union u;
+  assert_int_equal(eldr_union_init(&u, &s), 0);
+  const size_t B = 70, LK = (size_t)L * K, LW = L * u.W;
+  eldr_rng r;
+  eldr_rng_seed(&r, (uint64_t)L * 1000003 + E * 131 + K);
+  uint16_t *sel = malloc(B * LK * sizeof *sel);
+  uint8_t *ids = malloc(B * (LK + 3) + ELDR_UNION_IDS8_PAD);
+  uint64_t *bits = calloc(B * LW, sizeof *bits);
+  uint8_t *seen = malloc((size_t)L * E);
+  uint32_t *per = malloc(L * sizeof *per), *per_b = malloc(L * sizeof *per_b);
+  const uint8_t *irow[70];
+  const uint64_t *brow[70];
+  assert_true(sel && ids && bits && seen && per && per_b);
+  for (int round = 0; round < 40; round++) {
+    /* n = 0, 1, a full batch, anything between; ids drawn from all E, from a
+     * few experts (many duplicates) or the extremes 0 and E - 1 */
+    size_t n = round == 0 ? 0 : round == 1 ? 1 : round == 2 ? B : (size_t)eldr_rng_below(&r, B + 1);
+    uint32_t span = round % 3 == 0 ? E : round % 3 == 1 ? (E < 5 ? E : 5) : 2;
+    size_t at = 0;
+    for (size_t j = 0; j < n; j++) {
+      uint16_t *t = sel + j * LK;
+      for (size_t x = 0; x < LK; x++) {
+        uint32_t e = (uint32_t)eldr_rng_below(&r, span);
+        t[x] = (uint16_t)(span == 2 ? (e ? E - 1 : 0) : e);
+      }
+      memset(bits + j * LW, 0, LW * sizeof *bits);
+      eldr_union_set_bits(bits + j * LW, L, K, u.W, t);
+      brow[j] = bits + j * LW;
+      at += (size_t)eldr_rng_below(&r, 4); /* unaligned rows */
+      for (size_t x = 0; x < LK; x++) ids[at + x] = (uint8_t)t[x];
+      irow[j] = ids + at;
+      at += LK;
+    }
+    memset(seen, 0, (size_t)L * E);
+    uint64_t want = 0;
+    for (size_t j = 0; j < n; j++)
+      for (size_t x = 0; x < LK; x++) {
+        size_t cell = (x / K) * E + sel[j * LK + x];
+        want += !seen[cell];
+        seen[cell] = 1;
+      }
+    int was = eldr__simd_set(simd);
+    memset(u.bits, 0xa5, LW * sizeof *u.bits); /* whatever was there is replaced */
+    uint64_t got_b = eldr_union_rows_bits(&u, brow, n, per_b);
+    uint64_t *ub = malloc(LW * sizeof *ub);
+    assert_non_null(ub);
+    memcpy(ub, u.bits, LW * sizeof *ub);
+    uint64_t got_i = E <= 256 ? eldr_union_rows_ids8(&u, irow, n, per) : got_b;
+    eldr__simd_set(was);
+    assert_int_equal(got_b, want);
+    assert_int_equal(got_i, want);
+    for (uint32_t l = 0; l < L; l++) {
+      uint32_t c = 0;
+      for (uint32_t e = 0; e < E; e++) c += seen[(size_t)l * E + e];
+      assert_int_equal(per_b[l], c);
+      if (E <= 256) assert_int_equal(per[l], c);
+    }
+    if (E <= 256) assert_memory_equal(u.bits, ub, LW * sizeof *ub); /* the same bits */
+    free(ub);
+  }
+  free(per_b);
+  free(per);
+  free(seen);
+  free(bits);
+  free(ids);
+  free(sel);
+  eldr_union_free(&u);
+}
+
+static void test_rows_kernels(void **st) {
+  (void)st;
+  /* every preset's shape, widths 1-4 with K a multiple of 4 or not, and
+   * wider than ids8 takes (bitsets only) */
+  static const uint32_t shapes[][3] = {
+      {48, 128, 8}, {36, 128, 4}, {94, 128, 8}, {24, 128, 1}, {16, 64, 8}, {58, 256, 8},
+      {3, 1, 1},    {5, 65, 3},   {7, 200, 12}, {2, 256, 2}, {9, 192, 6}, {1, 64, 5},
+      {4, 100, 16}, {3, 257, 8},  {2, 1000, 20}, {33, 256, 1}};
+  for (int simd = 0; simd <= 1; simd++)
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+      check_rows(shapes[i][0], shapes[i][1], shapes[i][2], simd);
+}
+
 int main(void) {
-  const struct CMUnitTest tests[] = {cmocka_unit_test(test_every_width)};
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_every_width),
+                                     cmocka_unit_test(test_rows_kernels)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -127,7 +127,7 @@ static void test_two_requests(void **st) {
 
 /* 64 experts top-8: the bitset path. Two requests whose 8 experts overlap
  * in 4 batch together: union 12 per layer -> 2 * 12 + 0.5 s per step; the
- * result is the same with bitsets prepared once for the pool. */
+ * result is the same with each compact form prepared once for the pool. */
 static void test_bitset_path(void **st) {
   (void)st;
   eldr_latency_model m;
@@ -137,11 +137,6 @@ static void test_bitset_path(void **st) {
   add_req(t, "b", NULL, 0.0, 4, 4, 0);
   size_t *idx = iota(2);
   eldr_sim_pool pool = {.trace = t, .idx = idx, .n = 2};
-  uint64_t *bits = NULL;
-  size_t *off = NULL;
-  assert_int_equal(eldr_sim_bitsets_build(&pool, &bits, &off, NULL), 0);
-  assert_non_null(bits);
-  assert_non_null(off);
   eldr_sim_config c;
   base_cfg(&c, 1, 1);
   eldr_sim_result r1, r2;
@@ -149,15 +144,24 @@ static void test_bitset_path(void **st) {
   /* add_req puts layer l's experts at base + l + k: layer 0 {0..7} u {4..11}, layer 1 {1..8} u {5..12} */
   assert_true(fabs(r1.tpot_p50 - 24.5) < 1e-9);
   assert_true(fabs(r1.mean_union - 12.0) < 1e-12);
-  pool.tokbits = bits;
-  pool.tokoff = off;
-  assert_int_equal(eldr_sim_run(&pool, &m, &c, &r2, NULL), 0);
-  assert_memory_equal(&r1, &r2, sizeof r1);
-  c.direct_union = 1; /* the pool's bitsets ignored: the same result */
-  assert_int_equal(eldr_sim_run(&pool, &m, &c, &r2, NULL), 0);
-  assert_memory_equal(&r1, &r2, sizeof r1);
-  free(bits);
-  free(off);
+  /* each compact form, built once and borrowed by the run: the same result */
+  static const eldr_sim_tok_form forms[] = {ELDR_SIM_TOK_AUTO, ELDR_SIM_TOK_BITS, ELDR_SIM_TOK_IDS8};
+  for (size_t f = 0; f < 3; f++) {
+    eldr_sim_tokens *tk = NULL;
+    assert_int_equal(eldr_sim_tokens_build(&pool, forms[f], &tk, NULL), 0);
+    assert_non_null(tk);
+    /* AUTO at 64 experts top-8: bitsets (as few bytes as the ids, cheaper to OR) */
+    assert_int_equal(tk->form, f == 2 ? ELDR_SIM_TOK_IDS8 : ELDR_SIM_TOK_BITS);
+    pool.tokens = tk;
+    c.direct_union = 0;
+    assert_int_equal(eldr_sim_run(&pool, &m, &c, &r2, NULL), 0);
+    assert_memory_equal(&r1, &r2, sizeof r1);
+    c.direct_union = 1; /* the pool's compact tokens ignored: the same result */
+    assert_int_equal(eldr_sim_run(&pool, &m, &c, &r2, NULL), 0);
+    assert_memory_equal(&r1, &r2, sizeof r1);
+    pool.tokens = NULL;
+    eldr_sim_tokens_free(tk);
+  }
   free(idx);
   eldr_trace_free(t);
 }
