@@ -24,11 +24,10 @@
 
 #include <cmocka.h>
 
-#include "eldr/routed_experts.h"
 #include "eldr/serve.h"
-#include "eldr/tokenize.h"
 #include "serve/serve_types.h"
 #include "support/fixture.h"
+#include "support/serve_fixture.h"
 
 static const eldr_shape SH = {4, 8, 2};
 
@@ -133,17 +132,8 @@ static double status_window(int port) {
 static void test_prefix_stored_on_one_loop_hits_on_the_other(void **st) {
   (void)st;
   char *art = fx_artifact(&SH, "loops_shared");
-  char prompt[1024] = "";
-  for (int i = 0; i < 48; i++) snprintf(prompt + strlen(prompt), sizeof prompt - strlen(prompt), "w%d ", i);
-  assert_int_equal(eldr_tokenize(prompt, strlen(prompt), NULL, 0), 48);
-  size_t LK = SH.num_layers * SH.top_k;
-  uint16_t sel[48 * 8];
-  for (size_t t = 0; t < 48; t++)
-    for (size_t i = 0; i < LK; i++) sel[t * LK + i] = (uint16_t)((t < 32 ? 6 : 0) + (int)(i % 2));
-  char *all = NULL, *tail = NULL;
-  size_t len;
-  assert_int_equal(eldr_routed_experts_encode(sel, 48, &SH, ELDR_SEL_U8, &all, &len), 0);
-  assert_int_equal(eldr_routed_experts_encode(sel + 32 * LK, 16, &SH, ELDR_SEL_U8, &tail, &len), 0);
+  char prompt[1024], *all = NULL, *tail = NULL;
+  sf_prefix_prompt(&SH, prompt, sizeof prompt, &all, &tail);
   fx_behaviour pb = fx_defaults();
   pb.routed_experts = all;
   pb.prompt_tokens = 48;

@@ -363,24 +363,10 @@ static void test_locality_and_fallbacks(void **st) {
 static void test_sigcache_completion(void **st) {
   (void)st;
   char *art = make_artifact(&SH, "cache");
-  /* a 48-token prompt: 3 blocks */
-  char prompt[1024] = "";
-  for (int i = 0; i < 48; i++) {
-    char w[16];
-    snprintf(w, sizeof w, "w%d ", i);
-    strcat(prompt, w);
-  }
-  size_t P = eldr_tokenize(prompt, strlen(prompt), NULL, 0);
-  assert_int_equal(P, 48);
-  /* first request: all 48 rows, the first 32 tokens on experts 6,7, the last 16 on 0,1 */
-  size_t LK = SH.num_layers * SH.top_k;
-  uint16_t sel[48 * 8];
-  for (size_t t = 0; t < 48; t++)
-    for (size_t i = 0; i < LK; i++) sel[t * LK + i] = (uint16_t)((t < 32 ? 6 : 0) + (int)(i % 2));
-  char *all = NULL, *tail = NULL;
-  size_t len;
-  assert_int_equal(eldr_routed_experts_encode(sel, 48, &SH, ELDR_SEL_U8, &all, &len), 0);
-  assert_int_equal(eldr_routed_experts_encode(sel + 32 * LK, 16, &SH, ELDR_SEL_U8, &tail, &len), 0);
+  /* a 48-token prompt: 3 blocks; all 48 rows (the first 32 tokens on experts
+   * 6,7, the last 16 on 0,1), and the last block's alone */
+  char prompt[1024], *all = NULL, *tail = NULL;
+  sf_prefix_prompt(&SH, prompt, sizeof prompt, &all, &tail);
   fx_behaviour pb = fx_defaults();
   pb.routed_experts = all;
   pb.prompt_tokens = 48;

@@ -18,6 +18,7 @@
 #include <cmocka.h>
 
 #include "eldr/routed_experts.h"
+#include "eldr/tokenize.h"
 #include "support/proc.h"
 #include "worker/wtest.h"
 
@@ -248,6 +249,23 @@ char *sf_routed(const eldr_shape *s, size_t n, int e0) {
   free(sel);
   if (rc) fail_msg("sf: routed_experts of %zu tokens from expert %d: error %d", n, e0, rc);
   return out;
+}
+
+void sf_prefix_prompt(const eldr_shape *s, char *prompt, size_t cap, char **all, char **tail) {
+  size_t off = 0;
+  prompt[0] = 0;
+  for (int i = 0; i < 48 && off < cap; i++) off += (size_t)snprintf(prompt + off, cap - off, "w%d ", i);
+  if (off >= cap || eldr_tokenize(prompt, strlen(prompt), NULL, 0) != 48) fail_msg("sf: the 48-token prompt");
+  size_t LK = (size_t)s->num_layers * s->top_k;
+  uint16_t *sel = malloc(48 * LK * sizeof *sel);
+  if (!sel) fail_msg("sf: out of memory");
+  for (size_t t = 0; t < 48; t++)
+    for (size_t i = 0; i < LK; i++) sel[t * LK + i] = (uint16_t)((t < 32 ? 6 : 0) + (int)(i % s->top_k));
+  size_t len;
+  int rc = eldr_routed_experts_encode(sel, 48, s, ELDR_SEL_U8, all, &len);
+  if (!rc) rc = eldr_routed_experts_encode(sel + 32 * LK, 16, s, ELDR_SEL_U8, tail, &len);
+  free(sel);
+  if (rc) fail_msg("sf: routed_experts of the prefix prompt: error %d", rc);
 }
 
 int sf_served_by(const tc_resp *r) {

@@ -99,6 +99,11 @@ int sf_child_kill(sf_child *ch);
 /* routed_experts text (base64 .npy, uint8) of n tokens each choosing experts
  * e0, e0+1, ..., e0+K-1 on every layer of s. */
 char *sf_routed(const eldr_shape *s, size_t n, int e0);
+/* The prefix-cache scenario: a 48-token prompt (3 blocks of 16 tokens,
+ * "w0 w1 ... w47 ", into prompt, cap >= 1024), *all: routed_experts of its
+ * 48 tokens (the first 32 on experts 6, 7, ..., the last 16 on 0, 1, ...),
+ * *tail: those of the last block alone (malloc'd, uint8 .npy base64). */
+void sf_prefix_prompt(const eldr_shape *s, char *prompt, size_t cap, char **all, char **tail);
 /* The "served_by" port a fixture decoder puts in a non-streaming reply. */
 int sf_served_by(const tc_resp *r);
 /* POST a small completion to the router and return the served_by port
