@@ -25,25 +25,9 @@ for tool in valgrind strace python3 "$NGINX"; do
 done
 [ -x "$ELDR" ] || { echo "router_cost: $ELDR not built" >&2; exit 2; }
 
-T=$(mktemp -d /tmp/eldr_router_cost.XXXXXX)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && wait "$p" 2>/dev/null || true; done
-  rm -rf "$T"
-}
-trap cleanup EXIT
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() {
-  for _ in $(seq 200); do
-    (exec 3<>/dev/tcp/127.0.0.1/$1) 2>/dev/null && return 0
-    sleep 0.05
-  done
-  echo "router_cost: nothing listens on port $1" >&2
-  return 1
-}
-
+BENCH=router_cost
+# shellcheck source=bench/proc_lib.sh
+source "$(dirname "$0")/proc_lib.sh"
 BODY='{"id":"cmpl-b","object":"text_completion","choices":[{"index":0,"text":" a short answer","finish_reason":"stop"}],"usage":{"prompt_tokens":12,"completion_tokens":4},"kv_transfer_params":{"do_remote_prefill":true,"do_remote_decode":false,"remote_engine_id":"e0","remote_block_ids":[1,2,3],"remote_host":"127.0.0.1","remote_port":5600}}'
 UP=$(free_port)
 mkdir -p "$T/up"

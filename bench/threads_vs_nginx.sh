@@ -28,16 +28,9 @@ done
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 [ -x "$ELDR" ] || { echo "threads_vs_nginx: $ELDR not built" >&2; exit 2; }
 
-T=$(mktemp -d /tmp/eldr_threads_bench.XXXXXX)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && wait "$p" 2>/dev/null || true; done
-  rm -rf "$T"
-}
-trap cleanup EXIT
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+BENCH=threads_vs_nginx
+# shellcheck source=bench/proc_lib.sh
+source "$(dirname "$0")/proc_lib.sh"
 
 BODY='{"id":"cmpl-b","object":"text_completion","choices":[{"index":0,"text":" a short answer","finish_reason":"stop"}],"usage":{"prompt_tokens":12,"completion_tokens":4},"kv_transfer_params":{"do_remote_prefill":true,"do_remote_decode":false,"remote_engine_id":"e0","remote_block_ids":[1,2,3],"remote_host":"127.0.0.1","remote_port":5600}}'
 
@@ -66,15 +59,6 @@ EOF
   "$NGINX" -c "$T/$name/nginx.conf" -p "$T/$name" > "$T/$name/out" 2>&1 &
   NGPID=$!
   PIDS+=($NGPID)
-}
-
-wait_port() {
-  for _ in $(seq 100); do
-    (exec 3<>/dev/tcp/127.0.0.1/$1) 2>/dev/null && return 0
-    sleep 0.05
-  done
-  echo "threads_vs_nginx: nothing listens on port $1" >&2
-  return 1
 }
 
 UP=$(free_port)
