@@ -205,7 +205,11 @@ static void test_long_strings_simd(void **state) {
       eldr__simd_set(1);
       assert_int_equal(rc[0], rc[1]);
       assert_string_equal(d[0].msg, d[1].msg);
-      if (!rc[0]) assert_memory_equal(&r[0], &r[1], sizeof r[0]);
+      if (!rc[0]) { /* field by field: the struct's padding bytes are unspecified */
+        assert_int_equal(r[0].off, r[1].off);
+        assert_int_equal(r[0].len, r[1].len);
+        assert_int_equal(r[0].type, r[1].type);
+      }
     }
 }
 
