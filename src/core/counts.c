@@ -298,11 +298,13 @@ KERNELS(uint8_t, _8)
 
 /* ---- the bit-sliced kernel: 1-byte ids, K = 8, E <= 128 ------------------
  *
- * A (token, layer) row of 8 distinct ids < 128 is a 128-bit set. Four rows
- * (one 32-byte load: layers 4j..4j+3 of a token, "slot" j) become two
- * vectors of four 64-bit sets (ids 0..63, ids 64..127), built with variable
- * shifts (an id >= 64, or >= 128, shifts the bit out: it sets nothing).
- * Per slot, the sets of 16 tokens go through a Harley-Seal carry-save tree
+ * A (token, layer) row of 8 distinct ids < 128 is a 128-bit set. The mask's
+ * layers are taken four at a time (a "group": one 32-byte load when they
+ * are consecutive layers, four 8-byte loads else), so only masked rows are
+ * built; the mask's last nl % 4 layers go to the per-id kernel. A group's
+ * four rows of a token become two vectors of four 64-bit sets (ids 0..63,
+ * ids 64..127), built with variable shifts (an id >= 64, or >= 128, shifts
+ * the bit out: it sets nothing). Per group, the sets of 16 tokens go through a Harley-Seal carry-save tree
  * into bit planes (ones, twos, fours, eights carried; sixteens expanded into
  * byte counters), so one vector operation counts 256 (layer, expert)
  * positions at once instead of one increment per id. A block of tokens is
@@ -327,23 +329,32 @@ AVX2_FN void csa(__m256i *h, __m256i *l, __m256i a, __m256i b, __m256i c) {
   *l = _mm256_xor_si256(u, c);
 }
 
-/* The sets of 16 tokens' rows of one slot: m[i] ids 0..63, m[16 + i] ids 64..127. */
-AVX2_FN void bits_build16(const unsigned char *p, size_t tb, __m256i *m) {
-  const __m256i one = _mm256_set1_epi64x(1), off = _mm256_set1_epi64x(64);
+/* The rows of one group at token p: four 8-byte rows at byte offsets off[0..3]
+ * (one 32-byte load when they are consecutive layers). */
+AVX2_FN __m256i bits_load(const unsigned char *p, const uint32_t *off, int contig) {
+  if (contig) return _mm256_loadu_si256((const __m256i *)(const void *)(p + off[0]));
+  uint64_t r[4];
+  for (int i = 0; i < 4; i++) memcpy(&r[i], p + off[i], 8);
+  return _mm256_setr_epi64x((long long)r[0], (long long)r[1], (long long)r[2], (long long)r[3]);
+}
+
+/* The sets of 16 tokens' rows of one group: m[i] ids 0..63, m[16 + i] ids 64..127. */
+AVX2_FN void bits_build16(const unsigned char *p, size_t tb, const uint32_t *off, int contig, __m256i *m) {
+  const __m256i one = _mm256_set1_epi64x(1), off64 = _mm256_set1_epi64x(64);
 #define SEL(k) _mm256_setr_epi8(k, -1, -1, -1, -1, -1, -1, -1, 8 + k, -1, -1, -1, -1, -1, -1, -1, \
                                 k, -1, -1, -1, -1, -1, -1, -1, 8 + k, -1, -1, -1, -1, -1, -1, -1)
   const __m256i s0 = SEL(0), s1 = SEL(1), s2 = SEL(2), s3 = SEL(3), s4 = SEL(4), s5 = SEL(5),
                 s6 = SEL(6), s7 = SEL(7);
 #undef SEL
   for (int i = 0; i < BITS_GROUP; i++, p += tb) {
-    const __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)p);
+    const __m256i v = bits_load(p, off, contig);
     __m256i lo = _mm256_setzero_si256(), hi = lo;
     /* x: one id per 64-bit lane; x - 64 wraps to >= 2^63 below 64: shifted out */
 #define ID(s)                                                        \
   {                                                                  \
     const __m256i x = _mm256_shuffle_epi8(v, s);                     \
     lo = _mm256_or_si256(lo, _mm256_sllv_epi64(one, x));             \
-    hi = _mm256_or_si256(hi, _mm256_sllv_epi64(one, _mm256_sub_epi64(x, off))); \
+    hi = _mm256_or_si256(hi, _mm256_sllv_epi64(one, _mm256_sub_epi64(x, off64))); \
   }
     ID(s0) ID(s1) ID(s2) ID(s3) ID(s4) ID(s5) ID(s6) ID(s7)
 #undef ID
@@ -414,17 +425,19 @@ AVX2_FN void bits_flush(const bits_planes *s, const __m256i *cnt, uint16_t *out,
   }
 }
 
-/* Count ntok (a multiple of 16) tokens of slot j (layers 4j..4j+3) into
- * out[(4j + r) * 128 + e]; returns the number of bits counted. */
-__attribute__((target("avx2"))) static size_t bits_slot(const unsigned char *p, size_t tb, size_t ntok,
-                                                       uint16_t *out) {
+/* Count ntok (a multiple of 16) tokens of one group (rows at byte offsets
+ * off[0..3] of each token) into out[r * 128 + e]; returns the number of
+ * bits counted. */
+__attribute__((target("avx2"))) static size_t bits_group(const unsigned char *p, size_t tb, size_t ntok,
+                                                        const uint32_t *off, uint16_t *out) {
+  const int contig = off[1] == off[0] + 8 && off[2] == off[0] + 16 && off[3] == off[0] + 24;
   bits_planes lo = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
                     _mm256_setzero_si256()};
   bits_planes hi = lo;
   __m256i cnt[16], m[2 * BITS_GROUP];
   for (int c = 0; c < 16; c++) cnt[c] = _mm256_setzero_si256();
   for (size_t t = 0; t < ntok; t += BITS_GROUP, p += BITS_GROUP * tb) {
-    bits_build16(p, tb, m);
+    bits_build16(p, tb, off, contig, m);
     bits_expand(bits_tree16(&lo, m), cnt);
     bits_expand(bits_tree16(&hi, m + BITS_GROUP), cnt + 8);
   }
@@ -438,15 +451,19 @@ __attribute__((target("avx2"))) static size_t bits_slot(const unsigned char *p, 
   return total;
 }
 
-/* Count whole blocks of tokens by bit planes, the mask's layers, while every
- * block passes its check; returns the tokens counted (a multiple of 16:
- * the caller's kernels take the rest). The block's ids of layers 4*(L/4)..L-1
- * (L not a multiple of 4) are range-checked here and counted by kern. */
+/* Count whole blocks of tokens by bit planes, the mask's layers in groups
+ * of four (lay[4g..4g+3]), while every block passes its check; returns the
+ * tokens counted (a multiple of 16: the caller's kernels take the rest).
+ * The mask's last nl % 4 layers (rest) are counted by kern, after the whole
+ * block's range check. */
 __attribute__((target("avx2"))) static size_t count_bits(const unsigned char *p, size_t ntokens, size_t L,
-                                                        size_t E, const uint8_t *mask, uint32_t *counts,
-                                                        kernel_fn kern, const uint16_t *rest, size_t nrest) {
-  const size_t tb = L * 8, nslot = L / 4;
+                                                        size_t E, const uint16_t *lay, size_t nl,
+                                                        uint32_t *counts, kernel_fn kern) {
+  const size_t tb = L * 8, ng = nl / 4, nrest = nl % 4;
+  const uint16_t *rest = lay + 4 * ng;
   uint16_t blk[BITS_MAX_LAYERS * 128];
+  uint32_t off[BITS_MAX_LAYERS];
+  for (size_t i = 0; i < 4 * ng; i++) off[i] = 8u * lay[i];
   size_t done = 0;
   while (ntokens - done >= BITS_GROUP) {
     size_t n = ntokens - done;
@@ -456,18 +473,15 @@ __attribute__((target("avx2"))) static size_t count_bits(const unsigned char *p,
     n -= n % BITS_GROUP;
     const unsigned char *q = p + done * tb;
     if (nrest && max_elem(q, n * L * 8, 1) >= E) return done;
-    for (size_t j = 0; j < nslot; j++) {
-      const uint8_t *mj = mask ? mask + 4 * j : NULL;
-      if (mj && !mj[0] && !mj[1] && !mj[2] && !mj[3]) continue;
-      if (bits_slot(q + 32 * j, tb, n, blk + 4 * j * 128) != n * 32) return done; /* a repeat, or id >= 128 */
+    for (size_t g = 0; g < ng; g++) {
+      if (bits_group(q, tb, n, off + 4 * g, blk + 4 * g * 128) != n * 32) return done; /* a repeat, or id >= 128 */
       for (size_t e = E; e < 128; e++)
         for (int r = 0; r < 4; r++)
-          if (blk[(4 * j + r) * 128 + e]) return done; /* an id >= E */
+          if (blk[(4 * g + r) * 128 + e]) return done; /* an id >= E */
     }
-    for (size_t l = 0; l < 4 * nslot; l++) {
-      if (mask && !mask[l]) continue;
-      uint32_t *row = counts + l * E;
-      const uint16_t *b = blk + l * 128;
+    for (size_t i = 0; i < 4 * ng; i++) {
+      uint32_t *row = counts + (size_t)lay[i] * E;
+      const uint16_t *b = blk + i * 128;
       for (size_t e = 0; e < E; e++) row[e] += b[e];
     }
     if (nrest) {
@@ -479,17 +493,8 @@ __attribute__((target("avx2"))) static size_t count_bits(const unsigned char *p,
   return done;
 }
 
-/* Whether the bit kernel pays: at least half the rows it builds (every
- * layer of a slot with any masked layer) are ones the mask wants. */
 static int bits_off; /* eldr__counts_bits_set(0) */
 
-static int bits_worth(size_t L, const uint8_t *mask, size_t nl) {
-  if (__atomic_load_n(&bits_off, __ATOMIC_RELAXED)) return 0;
-  size_t built = 0;
-  for (size_t j = 0; j < L / 4; j++)
-    if (!mask || mask[4 * j] || mask[4 * j + 1] || mask[4 * j + 2] || mask[4 * j + 3]) built += 4;
-  return built && built <= 2 * nl;
-}
 #endif
 
 #define BLOCK_BYTES 8192 /* range-checked then counted while in L1 */
@@ -535,14 +540,10 @@ int eldr_counts_accumulate_masked(const eldr_shape *s, const void *raw, eldr_sel
   kernel_fn kern = pick_32(w, K);
   size_t t0 = 0;
 #ifdef ELDR_COUNTS_AVX2
-  if (w == 1 && K == 8 && E <= 128 && L >= 4 && L <= BITS_MAX_LAYERS && ntokens >= BITS_MIN &&
-      eldr__simd_on() && bits_worth(L, mask, nl)) {
-    uint16_t rest[3];
-    size_t nrest = 0;
-    for (size_t l = L / 4 * 4; l < L; l++)
-      if (!mask || mask[l]) rest[nrest++] = (uint16_t)l;
-    t0 = count_bits(p, ntokens, L, E, mask, counts, kern, rest, nrest);
-  }
+  /* the bit kernel pays from one group of four masked layers on */
+  if (w == 1 && K == 8 && E <= 128 && nl >= 4 && L <= BITS_MAX_LAYERS && ntokens >= BITS_MIN &&
+      eldr__simd_on() && !__atomic_load_n(&bits_off, __ATOMIC_RELAXED))
+    t0 = count_bits(p, ntokens, L, E, lay, nl, counts, kern);
 #endif
   for (size_t t = t0; t < ntokens; t += bt) {
     size_t n = ntokens - t < bt ? ntokens - t : bt;
