@@ -132,6 +132,28 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       int rs = eldr__decode_reply_fix_pr(body, len, &ps, &fo, &a, &al, NULL, NULL);
       if (rs != rb) abort();
       free(a);
+      /* the reply's own buffer adopted (twice: buffers exchanged): the read's fields */
+      eldr__prefill_reply pa;
+      memset(&pa, 0, sizeof pa);
+      for (int k = 0; k < 2; k++) {
+        size_t cap = len + 1 + (size_t)k * 64;
+        char *buf = malloc(cap);
+        if (!buf) abort();
+        memcpy(buf, body, len);
+        buf[len] = 0;
+        char *was = buf;
+        if (eldr__prefill_reply_adopt(&buf, &cap, len, 0, &pa, NULL) != 0) abort();
+        /* the scanner's read: buffers exchanged; else (a NUL byte: the tree) untouched */
+        if ((!ps.raw) != (!pa.raw) || (ps.raw && (buf == was || memcmp(pa.raw, body, len))) ||
+            (!ps.raw && buf != was) || pa.prompt_tokens != ps.prompt_tokens ||
+            pa.cached_tokens != ps.cached_tokens || pa.kv_len != ps.kv_len || pa.det_len != ps.det_len ||
+            (pa.kv_len + pa.det_len && memcmp(pa.bytes, ps.bytes, pa.kv_len + pa.det_len)) ||
+            pa.routed_experts_len != ps.routed_experts_len || (!pa.routed_experts) != (!ps.routed_experts) ||
+            (pa.routed_experts && memcmp(pa.routed_experts, ps.routed_experts, pa.routed_experts_len)))
+          abort();
+        free(buf);
+      }
+      eldr__prefill_reply_free(&pa);
       eldr__prefill_reply_free(&ps);
     }
     if (pr.routed_experts) {

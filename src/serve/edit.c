@@ -325,8 +325,11 @@ int eldr__prefill_reply_read(const char *body, size_t len, int need_tree, eldr__
   return eldr__prefill_reply_reread(body, len, need_tree, out, d);
 }
 
-int eldr__prefill_reply_reread(const char *body, size_t len, int need_tree, eldr__prefill_reply *out,
-                               eldr_diag *d) {
+/* The scanner's read of body into out: buf (*buf, *cap: a buffer the
+ * caller owns, holding body when adopt) becomes out's copy; without adopt
+ * body is copied into out's own buffer. */
+static int reply_read(const char *body, size_t len, int need_tree, char **buf, size_t *cap,
+                      eldr__prefill_reply *out, eldr_diag *d) {
   eldr__prefill_reply_clear(out);
   static const eldr_js_path paths[] = {{{"kv_transfer_params", NULL}},
                                        {{"usage", "prompt_tokens", NULL}},
@@ -347,16 +350,28 @@ int eldr__prefill_reply_reread(const char *body, size_t len, int need_tree, eldr
   out->kv_len = f[0].type == ELDR_JS_OBJECT ? f[0].len : 0;
   out->det_len = f[2].type == ELDR_JS_OBJECT ? f[2].len : 0;
   size_t need = len + out->kv_len + out->det_len + 1;
-  if (need > out->raw_cap) {
-    char *q = realloc(out->raw, need);
+  char **pb = buf ? buf : &out->raw;
+  size_t *pc = buf ? cap : &out->raw_cap;
+  if (need > *pc) {
+    char *q = realloc(*pb, need);
     if (!q) {
       eldr__prefill_reply_free(out);
       return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
     }
-    out->raw = q;
-    out->raw_cap = need;
+    *pb = q;
+    *pc = need;
+    if (buf) body = q;
   }
-  memcpy(out->raw, body, len);
+  if (buf) { /* the caller's buffer becomes the copy; out's old one goes back */
+    char *t = out->raw;
+    size_t tc = out->raw_cap;
+    out->raw = *buf;
+    out->raw_cap = *cap;
+    *buf = t;
+    *cap = tc;
+  } else {
+    memcpy(out->raw, body, len);
+  }
   out->raw[len] = 0;
   out->raw_len = len;
   if (f[4].type == ELDR_JS_STRING) { /* its text as sent (escapes kept): presence and size */
@@ -366,8 +381,19 @@ int eldr__prefill_reply_reread(const char *body, size_t len, int need_tree, eldr
   /* bytes: borrowed from the same allocation, after the copy */
   if (out->kv_len + out->det_len) {
     out->bytes = out->raw + len + 1;
-    memcpy(out->bytes, body + f[0].off, out->kv_len);
-    memcpy(out->bytes + out->kv_len, body + f[2].off, out->det_len);
+    memcpy(out->bytes, out->raw + f[0].off, out->kv_len);
+    memcpy(out->bytes + out->kv_len, out->raw + f[2].off, out->det_len);
   }
   return 0;
+}
+
+int eldr__prefill_reply_reread(const char *body, size_t len, int need_tree, eldr__prefill_reply *out,
+                               eldr_diag *d) {
+  return reply_read(body, len, need_tree, NULL, NULL, out, d);
+}
+
+int eldr__prefill_reply_adopt(char **buf, size_t *cap, size_t len, int need_tree, eldr__prefill_reply *out,
+                              eldr_diag *d) {
+  if (!*buf || *cap <= len) return reply_read(*buf ? *buf : "", len, need_tree, NULL, NULL, out, d);
+  return reply_read(*buf, len, need_tree, buf, cap, out, d);
 }

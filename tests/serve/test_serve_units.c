@@ -307,6 +307,60 @@ static void test_prefill_reply(void **st) {
   assert_int_equal(eldr__prefill_reply_parse("[]", 2, &p, &d), ELDR_EPARSE);
 }
 
+/* The reply's own buffer adopted: no copy, the buffers exchanged, the same
+ * fields as a read; the tree path (need_tree) leaves the buffer alone. */
+static void test_prefill_reply_adopt(void **st) {
+  (void)st;
+  const char *b = "{\"choices\":[{\"index\":0,\"routed_experts\":\"QUJD\"}],\"usage\":{\"prompt_tokens\":40,"
+                  "\"prompt_tokens_details\":{\"cached_tokens\":32}},\"kv_transfer_params\":{\"a\":1}}";
+  const size_t n = strlen(b);
+  eldr__prefill_reply p;
+  memset(&p, 0, sizeof p);
+  char *prev = NULL;
+  for (int round = 0; round < 3; round++) {
+    size_t cap = n + 1; /* too small for the kv bytes after the copy: grown */
+    char *buf = malloc(cap);
+    assert_non_null(buf);
+    memcpy(buf, b, n + 1);
+    assert_int_equal(eldr__prefill_reply_adopt(&buf, &cap, n, 0, &p, NULL), 0);
+    assert_null(p.root);
+    assert_true(p.raw != buf);
+    assert_ptr_equal(buf, prev); /* the previous round's buffer came back */
+    assert_memory_equal(p.raw, b, n);
+    assert_int_equal(p.raw_len, n);
+    assert_int_equal(p.prompt_tokens, 40);
+    assert_int_equal(p.cached_tokens, 32);
+    assert_int_equal(p.routed_experts_len, 4);
+    assert_memory_equal(p.routed_experts, "QUJD", 4);
+    assert_int_equal(p.kv_len, 7);
+    assert_memory_equal(p.bytes, "{\"a\":1}", 7);
+    free(buf);
+    prev = p.raw;
+    if (round == 1) { /* a big enough buffer is adopted as it is */
+      char *big = malloc(4 * n);
+      size_t bc = 4 * n;
+      memcpy(big, b, n + 1);
+      char *was = big;
+      assert_int_equal(eldr__prefill_reply_adopt(&big, &bc, n, 0, &p, NULL), 0);
+      assert_ptr_equal(p.raw, was);
+      assert_ptr_equal(big, prev);
+      free(big);
+      prev = p.raw;
+    }
+  }
+  /* need_tree: parsed, the caller's buffer untouched */
+  char *buf = malloc(n + 1);
+  size_t cap = n + 1;
+  memcpy(buf, b, n + 1);
+  char *was = buf;
+  assert_int_equal(eldr__prefill_reply_adopt(&buf, &cap, n, 1, &p, NULL), 0);
+  assert_ptr_equal(buf, was);
+  assert_non_null(p.root);
+  assert_int_equal(p.prompt_tokens, 40);
+  free(buf);
+  eldr__prefill_reply_free(&p);
+}
+
 static char *enc(const uint16_t *sel, size_t n, const eldr_shape *s) {
   char *out = NULL;
   size_t len = 0;
@@ -878,6 +932,7 @@ int main(void) {
       cmocka_unit_test(test_prefill_and_decode_bodies),
       cmocka_unit_test(test_req_scan_equals_tree),
       cmocka_unit_test(test_prefill_reply),
+      cmocka_unit_test(test_prefill_reply_adopt),
       cmocka_unit_test(test_sigpath_deferred_store),
       cmocka_unit_test(test_decode_reply_counts),
       cmocka_unit_test(test_splice_and_view),
