@@ -22,12 +22,10 @@ static const char *const dropped[] = {"stream", "max_tokens", "max_completion_to
                                       "kv_transfer_params"};
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  eldr__api api;
-  const char *body;
-  size_t len;
-  if (eldr_fuzz_body(data, size, &api, &body, &len)) return 0;
+  eldr_fuzz_body in;
+  if (eldr_fuzz_body_split(data, size, &in)) return 0;
   eldr__req r;
-  if (eldr__req_parse_tree(body, len, api, &r, NULL) == 0) { /* r.root: the tree to compare with */
+  if (eldr__req_parse_tree(in.body, in.len, in.api, &r, NULL) == 0) { /* r.root: the tree to compare with */
     size_t pl = 0;
     char *p = eldr__prefill_body(&r, &pl);
     if (!p) abort();
@@ -92,16 +90,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   /* the same bytes as a prefill reply and as a decode reply to splice */
   eldr__prefill_reply pr;
-  if (eldr__prefill_reply_parse(body, len, &pr, NULL) == 0) {
+  if (eldr__prefill_reply_parse(in.body, in.len, &pr, NULL) == 0) {
     {
       char *out = NULL;
       size_t ol = 0;
-      if (eldr__splice_routed_experts(body, len, pr.root, &out, &ol, NULL) == 0 && !out) abort();
+      if (eldr__splice_routed_experts(in.body, in.len, pr.root, &out, &ol, NULL) == 0 && !out) abort();
       free(out);
     }
     /* read by the scanner alone: the same fields, the same tree on demand */
     eldr__prefill_reply ps;
-    if (eldr__prefill_reply_read(body, len, 0, &ps, NULL) != 0) abort();
+    if (eldr__prefill_reply_read(in.body, in.len, 0, &ps, NULL) != 0) abort();
     if (ps.prompt_tokens != pr.prompt_tokens || ps.cached_tokens != pr.cached_tokens ||
         ps.kv_len != pr.kv_len || ps.det_len != pr.det_len || (!ps.kv_len) != (!pr.kv_transfer_params) ||
         (ps.kv_len + ps.det_len && memcmp(ps.bytes, pr.bytes, ps.kv_len + ps.det_len)))
@@ -116,8 +114,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       eldr__fix_opts fo = {0, 1, 0};
       char *a = NULL, *b = NULL;
       size_t al = 0, bl = 0;
-      int ra = eldr__decode_reply_fix_pr(body, len, &pr, &fo, &a, &al, NULL, NULL);
-      int rb = eldr__decode_reply_fix(body, len, pr.root, &fo, &b, &bl, NULL, NULL);
+      int ra = eldr__decode_reply_fix_pr(in.body, in.len, &pr, &fo, &a, &al, NULL, NULL);
+      int rb = eldr__decode_reply_fix(in.body, in.len, pr.root, &fo, &b, &bl, NULL, NULL);
       if (ra != rb) abort();
       if (ra == 0) {
         json_t *aj = json_loadb(a, al, 0, NULL), *bj = json_loadb(b, bl, 0, NULL);
@@ -128,8 +126,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       free(a);
       free(b);
       eldr__prefill_reply_free(&ps);
-      if (eldr__prefill_reply_read(body, len, 0, &ps, NULL) != 0) abort(); /* no tree built yet */
-      int rs = eldr__decode_reply_fix_pr(body, len, &ps, &fo, &a, &al, NULL, NULL);
+      if (eldr__prefill_reply_read(in.body, in.len, 0, &ps, NULL) != 0) abort(); /* no tree built yet */
+      int rs = eldr__decode_reply_fix_pr(in.body, in.len, &ps, &fo, &a, &al, NULL, NULL);
       if (rs != rb) abort();
       free(a);
       /* the reply's own buffer adopted (twice: buffers exchanged): the read's fields */

@@ -31,23 +31,21 @@ static void same_fields(const eldr__req *s, const eldr__req *t) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  eldr__api api;
-  const char *body;
-  size_t len;
-  if (eldr_fuzz_body(data, size, &api, &body, &len)) return 0;
+  eldr_fuzz_body in;
+  if (eldr_fuzz_body_split(data, size, &in)) return 0;
   eldr__req t;
   eldr_diag dt = {{0}};
-  int rt = eldr__req_parse_tree(body, len, api, &t, &dt);
+  int rt = eldr__req_parse_tree(in.body, in.len, in.api, &t, &dt);
   /* the router's entry: the same result and message as the tree path */
   eldr__req r = {0};
   eldr_diag dr = {{0}};
-  int rr = eldr__req_read(body, len, api, &r, &dr);
+  int rr = eldr__req_read(in.body, in.len, in.api, &r, &dr);
   if (rr != rt || strcmp(dr.msg, dt.msg)) abort();
   eldr__req_free(&r);
-  if (!memchr(body, 0, len)) {
+  if (!memchr(in.body, 0, in.len)) {
     eldr__req s = {0};
     for (int pass = 0; pass < 2; pass++) { /* the second into the same buffers */
-      int rs = eldr__req_scan(body, len, api, &s);
+      int rs = eldr__req_scan(in.body, in.len, in.api, &s);
       if (rs == ELDR_ENOMEM) break;
       if (rs == 1) continue; /* not taken: the tree path decides */
       if (rs != 0 || rt != 0) abort();

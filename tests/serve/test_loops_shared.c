@@ -11,7 +11,6 @@
  * on the other loop. No sleeps: every wait is on a reply. */
 #define _GNU_SOURCE /* strcasestr */
 #include <jansson.h>
-#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -138,57 +137,49 @@ static void test_prefix_stored_on_one_loop_hits_on_the_other(void **st) {
   pb.routed_experts = all;
   pb.prompt_tokens = 48;
   pb.cached_tokens = 0;
-  fx_worker *p = fx_start(&pb), *d0 = fx_start(NULL), *d1 = fx_start(NULL);
-  eldr_serve_config c;
-  eldr_serve_config_default(&c);
-  c.health_interval_s = 0;
-  c.header_timeout_s = 5;
-  c.threads = 2;
-  c.policy = ELDR_POLICY_ELDR;
-  c.artifact = strdup(art);
-  assert_int_equal(eldr_serve_config_add_worker(&c, 0, fx_url(p), NULL), 0);
-  assert_int_equal(eldr_serve_config_add_worker(&c, 1, fx_url(d0), NULL), 0);
-  assert_int_equal(eldr_serve_config_add_worker(&c, 1, fx_url(d1), NULL), 0);
-  rt_router r;
-  assert_int_equal(rt_start(&r, &c), 0);
-  assert_int_equal(r.srv->grp->n, 2);
+  sf_rig g;
+  sf_start(&g, 1, &pb, 2, NULL);
+  fx_worker *p = g.p[0], *d1 = g.d[1];
+  g.c.header_timeout_s = 5;
+  g.c.threads = 2;
+  g.c.policy = ELDR_POLICY_ELDR;
+  g.c.artifact = strdup(art);
+  sf_run(&g);
+  rt_router *r = &g.r;
+  assert_int_equal(r->srv->grp->n, 2);
   /* one cache and one window for both loops */
-  assert_ptr_equal(r.srv->grp->loops[0]->sp.conf.cache, r.srv->grp->loops[1]->sp.conf.cache);
-  assert_non_null(r.srv->grp->loops[0]->sp.conf.cache);
+  assert_ptr_equal(r->srv->grp->loops[0]->sp.conf.cache, r->srv->grp->loops[1]->sp.conf.cache);
+  assert_non_null(r->srv->grp->loops[0]->sp.conf.cache);
   json_t *b = json_pack("{s:s}", "prompt", prompt);
   char *body = json_dumps(b, JSON_COMPACT);
   json_decref(b);
   int la = -1, lb = -1;
-  int fa = open_conn(&r, &la);
+  int fa = open_conn(r, &la);
   assert_true(fa >= 0);
-  int fb = open_conn_other(&r, la, &lb);
+  int fb = open_conn_other(r, la, &lb);
   assert_int_not_equal(la, lb);
   /* loop A: every row computed, stored in the cache once the decode leg left */
   assert_int_equal(post_on(fa, body), fx_port(d1));
-  assert_int_equal(rt_metric(r.port, "eldr_sigcache_rows"), 3); /* one cache: counted once */
+  assert_int_equal(rt_metric(r->port, "eldr_sigcache_rows"), 3); /* one cache: counted once */
   /* loop B: the engine cached 32 tokens and returns the last 16 only */
   pb.routed_experts = tail;
   pb.cached_tokens = 32;
   fx_set(p, &pb);
   assert_int_equal(post_on(fb, body), fx_port(d1));
-  assert_int_equal(rt_metric(r.port, "eldr_sigcache_hits_total"), 2);
-  assert_int_equal(rt_metric(r.port, "eldr_sigcache_misses_total"), 0);
-  assert_int_equal(rt_metric(r.port, "eldr_signature_blocks_missing_total"), 0);
-  assert_int_equal(rt_metric(r.port, "eldr_sigcache_rows"), 3);
-  assert_true(rt_metric(r.port, "eldr_sigcache_lock_waits_total") >= 0); /* present */
+  assert_int_equal(rt_metric(r->port, "eldr_sigcache_hits_total"), 2);
+  assert_int_equal(rt_metric(r->port, "eldr_sigcache_misses_total"), 0);
+  assert_int_equal(rt_metric(r->port, "eldr_signature_blocks_missing_total"), 0);
+  assert_int_equal(rt_metric(r->port, "eldr_sigcache_rows"), 3);
+  assert_true(rt_metric(r->port, "eldr_sigcache_lock_waits_total") >= 0); /* present */
   /* both decisions, one per loop, in the one window */
-  assert_int_equal(status_window(r.port), 2);
-  assert_int_equal(rt_metric(r.port, "eldr_watch_requests"), 2);
+  assert_int_equal(status_window(r->port), 2);
+  assert_int_equal(rt_metric(r->port, "eldr_watch_requests"), 2);
   close(fa);
   close(fb);
-  rt_stop(&r);
-  eldr_serve_config_free(&c);
+  sf_free(&g);
   free(body);
   free(all);
   free(tail);
-  fx_free(p);
-  fx_free(d0);
-  fx_free(d1);
   unlink(art);
   free(art);
 }
@@ -198,54 +189,33 @@ static void test_prefix_stored_on_one_loop_hits_on_the_other(void **st) {
 static void test_reload_shares_the_new_cache(void **st) {
   (void)st;
   char *art = fx_artifact(&SH, "loops_shared_reload");
-  fx_worker *p = fx_start(NULL), *d0 = fx_start(NULL);
-  char cfgpath[256];
-  snprintf(cfgpath, sizeof cfgpath, "/tmp/eldr_test_loops_shared_%d.json", (int)getpid());
-  FILE *f = fopen(cfgpath, "w");
-  assert_non_null(f);
-  fprintf(f, "{\"prefill\":[\"%s\"],\"decode\":[\"%s\"],\"policy\":\"eldr\",\"artifact\":\"%s\",\"health_interval\":0}",
-          fx_url(p), fx_url(d0), art);
-  fclose(f);
-  eldr_serve_config c;
-  eldr_serve_config_default(&c);
-  eldr_diag d = {{0}};
-  assert_int_equal(eldr_serve_config_load(&c, cfgpath, &d), 0);
-  c.config_path = strdup(cfgpath);
-  c.threads = 3;
-  rt_router r;
-  assert_int_equal(rt_start(&r, &c), 0);
-  eldr__group *g = r.srv->grp;
-  eldr_sigshard *first = eldr_sigshard_ref(g->loops[0]->sp.conf.cache); /* before any reload */
-  for (int i = 1; i < 3; i++) assert_ptr_equal(g->loops[i]->sp.conf.cache, first);
-  f = fopen(cfgpath, "w");
-  assert_non_null(f);
-  fprintf(f, "{\"prefill\":[\"%s\"],\"decode\":[\"%s\"],\"policy\":\"eldr\",\"artifact\":\"%s\",\"health_interval\":0,"
-             "\"sigcache_rows\":1024}",
-          fx_url(p), fx_url(d0), art);
-  fclose(f);
-  eldr_server_reload(r.srv);
-  assert_int_equal(rt_wait_metric(r.port, "eldr_reloads_total{result=\"ok\"}", 1, 10), 0);
+  char extra[512];
+  sf_rig g;
+  sf_start(&g, 1, NULL, 1, NULL);
+  snprintf(extra, sizeof extra, ",\"artifact\":\"%s\"", art);
+  sf_config_file(&g, "loops_shared", "eldr", extra);
+  g.c.threads = 3;
+  sf_run(&g);
+  eldr__group *grp = g.r.srv->grp;
+  eldr_sigshard *first = eldr_sigshard_ref(grp->loops[0]->sp.conf.cache); /* before any reload */
+  for (int i = 1; i < 3; i++) assert_ptr_equal(grp->loops[i]->sp.conf.cache, first);
+  snprintf(extra, sizeof extra, ",\"artifact\":\"%s\",\"sigcache_rows\":1024", art);
+  sf_write_config(&g, "eldr", extra);
+  eldr_server_reload(g.r.srv);
+  assert_int_equal(rt_wait_metric(g.r.port, "eldr_reloads_total{result=\"ok\"}", 1, 10), 0);
   /* stop and join the loops (a follower runs its pending reload before it
    * leaves), then read what each committed */
-  eldr_server_stop(r.srv);
-  pthread_join(*(pthread_t *)r.thread, NULL);
-  eldr_sigshard *now = g->loops[0]->sp.conf.cache;
+  rt_join(&g.r);
+  eldr_sigshard *now = grp->loops[0]->sp.conf.cache;
   assert_non_null(now);
   assert_ptr_not_equal(now, first);
   eldr_sigcache_stats s;
   eldr_sigshard_stats_get(now, &s);
   assert_int_equal(s.capacity, 1024);
-  for (int i = 1; i < 3; i++) assert_ptr_equal(g->loops[i]->sp.conf.cache, now);
-  assert_ptr_equal(g->sigshare.cache, now);
+  for (int i = 1; i < 3; i++) assert_ptr_equal(grp->loops[i]->sp.conf.cache, now);
+  assert_ptr_equal(grp->sigshare.cache, now);
   eldr_sigshard_free(first);
-  free(r.thread);
-  r.thread = NULL;
-  eldr_server_free(r.srv);
-  r.srv = NULL;
-  eldr_serve_config_free(&c);
-  unlink(cfgpath);
-  fx_free(p);
-  fx_free(d0);
+  sf_free(&g);
   unlink(art);
   free(art);
 }

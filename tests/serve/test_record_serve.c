@@ -263,12 +263,17 @@ static void test_writer_behind(void **st) {
   eldr__rec_set_slow(e.s.r.srv->rec, 60.0);
   const char *body = "{\"prompt\":\"a slow disk\",\"max_tokens\":2}";
   post_ok(e.s.r.port, "/v1/completions", body);
-  /* the writer took the first record and stalls */
+  /* A record is submitted when the router frees the request, which can be
+   * after the client read its reply: once no connection but the scrape's
+   * is open, every request so far was freed and its record submitted. */
+  assert_int_equal(rt_wait_metric_le(e.s.r.port, "eldr_connections_open", 1, 10), 0);
+  /* the writer took the first record, alone, and stalls */
   assert_int_equal(rt_wait_metric_le(e.s.r.port, "eldr_record_queue_depth", 0, 10), 0);
   double t0 = fx_now();
   for (int i = 0; i < 10; i++) post_ok(e.s.r.port, "/v1/completions", body);
   double took = fx_now() - t0;
   assert_true(took < 60.0); /* no request waited for the writer's stall */
+  assert_int_equal(rt_wait_metric_le(e.s.r.port, "eldr_connections_open", 1, 10), 0); /* all 11 submitted */
   assert_int_equal(rt_metric(e.s.r.port, "eldr_record_queue_depth"), 2);
   assert_int_equal(rt_metric(e.s.r.port, "eldr_record_dropped_total{reason=\"queue_full\"}"), 8);
   assert_int_equal(rt_metric(e.s.r.port, "eldr_record_written_total"), 0);

@@ -690,11 +690,17 @@ int rt_start(rt_router *r, eldr_serve_config *cfg) {
   return 0;
 }
 
-void rt_stop(rt_router *r) {
-  if (!r->srv) return;
+void rt_join(rt_router *r) {
+  if (!r->srv || !r->thread) return;
   eldr_server_stop(r->srv);
   pthread_join(*(pthread_t *)r->thread, NULL);
   free(r->thread);
+  r->thread = NULL;
+}
+
+void rt_stop(rt_router *r) {
+  if (!r->srv) return;
+  rt_join(r);
   eldr_server_free(r->srv);
   r->srv = NULL;
 }

@@ -112,6 +112,10 @@ typedef struct rt_router {
 } rt_router;
 /* Start with cfg (port forced to 0); 0 or error. */
 int rt_start(rt_router *r, eldr_serve_config *cfg);
+/* Stop the router's loops and join its thread; r->srv stays, to be
+ * inspected (what each loop committed), until rt_stop frees it. */
+void rt_join(rt_router *r);
+/* rt_join if still running, then free the server (r->srv NULL). */
 void rt_stop(rt_router *r);
 /* Value of one metric line (exact series text before the value) from GET /metrics; -1 if absent. */
 double rt_metric(int port, const char *series);
