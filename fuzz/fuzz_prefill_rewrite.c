@@ -134,15 +134,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       eldr__prefill_reply pa;
       memset(&pa, 0, sizeof pa);
       for (int k = 0; k < 2; k++) {
-        size_t cap = len + 1 + (size_t)k * 64;
+        size_t cap = in.len + 1 + (size_t)k * 64;
         char *buf = malloc(cap);
         if (!buf) abort();
-        memcpy(buf, body, len);
-        buf[len] = 0;
+        memcpy(buf, in.body, in.len);
+        buf[in.len] = 0;
         char *was = buf;
-        if (eldr__prefill_reply_adopt(&buf, &cap, len, 0, &pa, NULL) != 0) abort();
+        if (eldr__prefill_reply_adopt(&buf, &cap, in.len, 0, &pa, NULL) != 0) abort();
         /* the scanner's read: buffers exchanged; else (a NUL byte: the tree) untouched */
-        if ((!ps.raw) != (!pa.raw) || (ps.raw && (buf == was || memcmp(pa.raw, body, len))) ||
+        if ((!ps.raw) != (!pa.raw) || (ps.raw && (buf == was || memcmp(pa.raw, in.body, in.len))) ||
             (!ps.raw && buf != was) || pa.prompt_tokens != ps.prompt_tokens ||
             pa.cached_tokens != ps.cached_tokens || pa.kv_len != ps.kv_len || pa.det_len != ps.det_len ||
             (pa.kv_len + pa.det_len && memcmp(pa.bytes, ps.bytes, pa.kv_len + pa.det_len)) ||
