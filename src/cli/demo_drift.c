@@ -76,6 +76,7 @@ typedef struct lg_thread {
   eldr_diag d;
   int rc;
   volatile size_t sent;
+  int finished; /* set (atomically) when eldr_loadgen_run has returned */
 } lg_thread;
 
 static void lg_progress(void *arg, size_t sent, size_t done, double el) {
@@ -87,6 +88,7 @@ static void lg_progress(void *arg, size_t sent, size_t done, double el) {
 static void *lg_main(void *arg) {
   lg_thread *t = arg;
   t->rc = eldr_loadgen_run(&t->lc, t->r, &t->d);
+  __atomic_store_n(&t->finished, 1, __ATOMIC_RELEASE);
   return NULL;
 }
 
@@ -310,7 +312,11 @@ static void run_policy(ctx *x, int k) {
   while (!done) {
     struct timespec ts = {(time_t)tick, (long)((tick - (double)(time_t)tick) * 1e9)};
     nanosleep(&ts, NULL);
-    done = __atomic_load_n(&lt.sent, __ATOMIC_ACQUIRE) >= x->n_eval || *o->stop;
+    /* the load generator's progress comes at most once a second: its last
+     * count may never reach n_eval (the run ends between two reports), so
+     * its end also ends the wait, or the demo would wait forever */
+    done = __atomic_load_n(&lt.sent, __ATOMIC_ACQUIRE) >= x->n_eval ||
+           __atomic_load_n(&lt.finished, __ATOMIC_ACQUIRE) || *o->stop;
     if (k != 0) continue; /* JSQ: no watch */
     char state[16];
     double sc = poll_status(target, state, sizeof state);
