@@ -74,7 +74,7 @@ int eldr_tracegen_new_workload(const eldr_shape *shape, const char *model_name,
   uint64_t st = seed ^ 0x7472616365676e31ULL; /* "tracegn1" */
   eldr_rng r;
   eldr_rng_seed(&r, eldr_splitmix64(&st));
-  tracegen_fill_normal(&r, pop, cells, (float)w->pop_sd, 0);
+  tracegen_fill_normal(&g->sc.zig, &r, pop, cells, (float)w->pop_sd, 0);
   for (size_t l = 0; l < L; l++) {
     for (size_t e = 0; e < E; e++) perm[e] = (uint32_t)e;
     for (size_t j = 0; j < w->generalists; j++) { /* partial Fisher-Yates */
@@ -87,7 +87,7 @@ int eldr_tracegen_new_workload(const eldr_shape *shape, const char *model_name,
   }
   for (size_t dm = 0; dm < D; dm++) {
     float *dl = g->dom_logit + dm * cells;
-    tracegen_fill_normal(&r, dl, cells, (float)w->domain_sd, 0);
+    tracegen_fill_normal(&g->sc.zig, &r, dl, cells, (float)w->domain_sd, 0);
     for (size_t c = 0; c < cells; c++) dl[c] += pop[c];
   }
   double acc = 0;
@@ -136,7 +136,7 @@ static void gen_core(const eldr_tracegen *g, tracegen_scratch *s, eldr_rng *r, i
                      uint32_t n_pre, uint32_t n_dec, uint16_t *pre, uint16_t *dec) {
   const size_t cells = eldr_shape_cells(&g->shape);
   memcpy(s->logit, g->dom_logit + (size_t)dm * cells, cells * sizeof *s->logit);
-  if (g->w.request_sd > 0) tracegen_fill_normal(r, s->logit, cells, (float)g->w.request_sd, 1);
+  if (g->w.request_sd > 0) tracegen_fill_normal(&s->zig, r, s->logit, cells, (float)g->w.request_sd, 1);
   tracegen_build_phase(&g->shape, s, r, g->w.prefill_sd);
   tracegen_sample_tokens(&g->shape, s, r, n_pre, pre);
   tracegen_build_phase(&g->shape, s, r, g->w.decode_sd);
