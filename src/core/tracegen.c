@@ -12,6 +12,7 @@
 #include <xxhash.h>
 
 #include "eldr/grow.h"
+#include "eldr/parallel.h"
 #include "eldr/rng.h"
 #include "tracegen_int.h"
 
@@ -152,9 +153,10 @@ int eldr_tracegen_request(eldr_tracegen *g, size_t index, eldr_tracegen_req *out
   return eldr_tracegen_request_into(g, index, &g->own, out, d);
 }
 
-int eldr_tracegen_request_into(eldr_tracegen *g, size_t index, eldr_tracegen_bufs *b,
-                               eldr_tracegen_req *out, eldr_diag *d) {
-  if (!g || !b || !out) return eldr_diag_fail(d, ELDR_EINVAL, "tracegen: argument missing");
+/* Request `index` with scratch s (g is only read: several threads may
+ * generate from one g, each with its own s and b). */
+static int request_with(const eldr_tracegen *g, tracegen_scratch *s, size_t index, eldr_tracegen_bufs *b,
+                        eldr_tracegen_req *out, eldr_diag *d) {
   uint64_t st = g->seed ^ ((uint64_t)index * 0xd1b54a32d192ed03ULL);
   eldr_rng r;
   st = eldr_splitmix64(&st) ^ 0x5265717565737421ULL;
@@ -172,13 +174,19 @@ int eldr_tracegen_request_into(eldr_tracegen *g, size_t index, eldr_tracegen_buf
       ensure_buf(&b->decode, &b->decode_cap, n_dec, per))
     return eldr_diag_fail(d, ELDR_ENOMEM, "tracegen: out of memory (%u + %u tokens)", n_pre,
                           n_dec);
-  gen_core(g, &g->sc, &r, dm, n_pre, n_dec, b->prefill, b->decode);
+  gen_core(g, s, &r, dm, n_pre, n_dec, b->prefill, b->decode);
   out->domain = dm;
   out->n_prefill = n_pre;
   out->n_decode = n_dec;
   out->prefill = b->prefill;
   out->decode = b->decode;
   return ELDR_OK;
+}
+
+int eldr_tracegen_request_into(eldr_tracegen *g, size_t index, eldr_tracegen_bufs *b,
+                               eldr_tracegen_req *out, eldr_diag *d) {
+  if (!g || !b || !out) return eldr_diag_fail(d, ELDR_EINVAL, "tracegen: argument missing");
+  return request_with(g, &g->sc, index, b, out, d);
 }
 
 eldr_trace *eldr_tracegen_trace_header(const eldr_tracegen *g) {
@@ -211,27 +219,84 @@ void eldr_tracegen_request_id(const eldr_tracegen *g, size_t index, int domain, 
   snprintf(buf, cap, "%s/%zu", dn, index);
 }
 
+/* eldr_tracegen_generate's chunks: GEN_CHUNK requests at a time, worker t
+ * generating those with index = t (mod threads) into the chunk's slots with
+ * its own scratch; the caller then appends them in index order, so the
+ * trace does not depend on the thread count. */
+#define GEN_CHUNK 128
+#define GEN_THREADS_MAX 16
+
+typedef struct gen_chunk {
+  const eldr_tracegen *g;
+  size_t base, count;
+  unsigned threads;
+  tracegen_scratch sc[GEN_THREADS_MAX];
+  eldr_tracegen_bufs buf[GEN_CHUNK];
+  eldr_tracegen_req q[GEN_CHUNK];
+  int rc[GEN_CHUNK];
+  eldr_diag d[GEN_CHUNK];
+} gen_chunk;
+
+static void gen_chunk_task(void *ctx, size_t t) {
+  gen_chunk *c = ctx;
+  for (size_t k = t; k < c->count; k += c->threads)
+    c->rc[k] = request_with(c->g, &c->sc[t], c->base + k, &c->buf[k], &c->q[k], &c->d[k]);
+}
+
 int eldr_tracegen_generate(eldr_tracegen *g, size_t n, eldr_trace **out, eldr_diag *d) {
   if (!g || !out) return eldr_diag_fail(d, ELDR_EINVAL, "tracegen: argument missing");
   *out = NULL;
   if (n == 0) return eldr_diag_fail(d, ELDR_EINVAL, "tracegen: zero requests");
+  unsigned threads = eldr_parallel_cores();
+  if (threads > GEN_THREADS_MAX) threads = GEN_THREADS_MAX;
+  if (n < 2 * GEN_CHUNK) threads = 1; /* small traces: not worth the threads */
   eldr_trace *t = eldr_tracegen_trace_header(g);
-  if (!t) return eldr_diag_fail(d, ELDR_ENOMEM, "tracegen: out of memory");
-  for (size_t i = 0; i < n; i++) {
-    eldr_tracegen_req rq;
-    int rc = eldr_tracegen_request(g, i, &rq, d);
-    if (rc) {
-      eldr_trace_free(t);
-      return rc;
+  gen_chunk *c = calloc(1, sizeof *c);
+  unsigned inited = 0;
+  int rc = ELDR_OK;
+  if (!t || !c) {
+    rc = eldr_diag_fail(d, ELDR_ENOMEM, "tracegen: out of memory");
+    goto done;
+  }
+  for (; inited < threads; inited++)
+    if (tracegen_scratch_init(&c->sc[inited], &g->shape)) {
+      rc = eldr_diag_fail(d, ELDR_ENOMEM, "tracegen: out of memory");
+      goto done;
     }
-    char id[96];
-    eldr_tracegen_request_id(g, i, rq.domain, id, sizeof id);
-    rc = eldr_trace_append(t, id, g->w.domain_names[rq.domain], NULL, -1.0, rq.prefill,
-                           rq.n_prefill, rq.decode, rq.n_decode, NULL);
-    if (rc < 0) {
-      eldr_trace_free(t);
-      return eldr_diag_fail(d, rc, "tracegen: appending request %zu: %s", i, eldr_strerror(rc));
+  c->g = g;
+  c->threads = threads;
+  for (size_t base = 0; base < n && rc == ELDR_OK; base += GEN_CHUNK) {
+    c->base = base;
+    c->count = n - base < GEN_CHUNK ? n - base : GEN_CHUNK;
+    if (threads > 1) eldr_parallel_for(threads, threads, gen_chunk_task, c);
+    else gen_chunk_task(c, 0);
+    for (size_t k = 0; k < c->count && rc == ELDR_OK; k++) {
+      size_t i = base + k;
+      if (c->rc[k]) {
+        rc = c->rc[k];
+        if (d) *d = c->d[k];
+        break;
+      }
+      const eldr_tracegen_req *rq = &c->q[k];
+      char id[96];
+      eldr_tracegen_request_id(g, i, rq->domain, id, sizeof id);
+      int ar = eldr_trace_append(t, id, g->w.domain_names[rq->domain], NULL, -1.0, rq->prefill,
+                                 rq->n_prefill, rq->decode, rq->n_decode, NULL);
+      if (ar < 0) rc = eldr_diag_fail(d, ar, "tracegen: appending request %zu: %s", i, eldr_strerror(ar));
     }
+  }
+done:
+  if (c) {
+    for (unsigned k = 0; k < inited; k++) tracegen_scratch_free(&c->sc[k]);
+    for (size_t k = 0; k < GEN_CHUNK; k++) {
+      free(c->buf[k].prefill);
+      free(c->buf[k].decode);
+    }
+    free(c);
+  }
+  if (rc != ELDR_OK) {
+    eldr_trace_free(t);
+    return rc;
   }
   *out = t;
   return ELDR_OK;

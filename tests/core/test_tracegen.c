@@ -235,6 +235,37 @@ static void hash_u16le(XXH64_state_t *h, const uint16_t *v, size_t n) {
   }
 }
 
+/* eldr_tracegen_generate runs threads over chunks from 256 requests up:
+ * its trace must equal request i of eldr_tracegen_request for every i
+ * (across chunk boundaries, whatever the core count). */
+static void test_generate_parallel_equals_requests(void **state) {
+  (void)state;
+  eldr_shape s;
+  assert_int_equal(eldr_tracegen_model_shape("qwen3-30b-a3b", &s, NULL, 0, NULL), 0);
+  eldr_tracegen *g = NULL;
+  assert_int_equal(eldr_tracegen_new(&s, "Qwen3-30B-A3B", "realistic", 5, &g, NULL), 0);
+  eldr_tracegen_set_lengths(g, 0, 8, 12);
+  eldr_trace *t = NULL;
+  const size_t n = 300;
+  assert_int_equal(eldr_tracegen_generate(g, n, &t, NULL), 0);
+  assert_int_equal(t->n, n);
+  const size_t per = (size_t)s.num_layers * s.top_k;
+  for (size_t i = 0; i < n; i++) {
+    eldr_tracegen_req q;
+    assert_int_equal(eldr_tracegen_request(g, i, &q, NULL), 0);
+    const eldr_request *x = &t->req[i];
+    char id[96];
+    eldr_tracegen_request_id(g, i, q.domain, id, sizeof id);
+    assert_string_equal(x->id, id);
+    assert_int_equal(x->n_prefill, q.n_prefill);
+    assert_int_equal(x->n_decode, q.n_decode);
+    assert_memory_equal(x->prefill, q.prefill, q.n_prefill * per * sizeof(uint16_t));
+    assert_memory_equal(x->decode, q.decode, q.n_decode * per * sizeof(uint16_t));
+  }
+  eldr_trace_free(t);
+  eldr_tracegen_free(g);
+}
+
 static void test_golden_selections(void **state) {
   (void)state;
   static const struct {
@@ -553,6 +584,7 @@ int main(void) {
       cmocka_unit_test(test_golden_selections),
       cmocka_unit_test(test_prefix_stable),
       cmocka_unit_test(test_normal_ziggurat),
+      cmocka_unit_test(test_generate_parallel_equals_requests),
       cmocka_unit_test(test_band_task),
       cmocka_unit_test(test_band_language),
       cmocka_unit_test(test_band_realistic_llama4),
