@@ -106,7 +106,9 @@ static void alias_table(const float *pl, uint32_t E, float *ap, uint32_t *small,
   /* u / 65536 < ap  <=>  u < ap * 65536 (exact: a power-of-two scale)
    * <=>  u < ceil(ap * 65536) for an integer u */
   for (uint32_t e = 0; e < E; e++) {
-    uint32_t t = (uint32_t)ceilf(ap[e] * 65536.0f);
+    const float x = ap[e] * 65536.0f; /* >= 0, < 2^24: t is ceilf(x), without a libm call */
+    uint32_t t = (uint32_t)x;
+    t += (float)t < x;
     col[e] = t >= 65536 ? (e << 16) | 0xffffu : (col[e] & 0xffff0000u) | t;
   }
 }

@@ -86,8 +86,12 @@ AVX2_FN void layer(const eldr_shape *sh, tracegen_scratch *s, uint32_t l, uint64
     _Pragma("GCC unroll 8") for (int w = 0; w < NW; w++) W[w] = _mm256_or_si256(W[w], _mm256_and_si256(bit, eq[w]));
     _mm256_store_si256((__m256i *)ev, e);
     _mm256_store_si256((__m256i *)ov, _mm256_add_epi32(off, k));
-    _Pragma("GCC unroll 8") for (unsigned j = 0; j < 8; j++)
-      if (am >> j & 1) out[ov[j]] = (uint16_t)ev[j];
+    if (am == 0xffu) { /* every lane fills a token: no test per lane */
+      _Pragma("GCC unroll 8") for (unsigned j = 0; j < 8; j++) out[ov[j]] = (uint16_t)ev[j];
+    } else {
+      for (unsigned j = 0; j < 8; j++)
+        if (am >> j & 1) out[ov[j]] = (uint16_t)ev[j];
+    }
     k = _mm256_sub_epi32(k, fresh);
     rep = _mm256_andnot_si256(fresh, _mm256_add_epi32(rep, one));
     const unsigned fb = lanes_of(_mm256_cmpeq_epi32(rep, c64)) & am;
