@@ -16,6 +16,9 @@
 
 #include <stddef.h>
 
+/* Online cores (at least 1): the default thread count of callers. */
+unsigned eldr_parallel_cores(void);
+
 void eldr_parallel_for(size_t n, unsigned threads, void (*body)(void *ctx, size_t i), void *ctx);
 
 #endif

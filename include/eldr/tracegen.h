@@ -159,7 +159,10 @@ void eldr_tracegen_provenance(const eldr_tracegen *g, char *buf, size_t cap);
 void eldr_tracegen_request_id(const eldr_tracegen *g, size_t index, int domain, char *buf,
                               size_t cap);
 
-/* Generate n requests into a new trace. */
+/* Generate n requests into a new trace (requests 0..n-1, the same trace as
+ * n calls of eldr_tracegen_request). Uses one thread per online core (at
+ * most 16) from 256 requests up, each with its own scratch; g is only read
+ * meanwhile, so do not use g from another thread during the call. */
 int eldr_tracegen_generate(eldr_tracegen *g, size_t n, eldr_trace **out, eldr_diag *d);
 
 /* Domain chosen for a text by the built-in stable classifier: hand-written

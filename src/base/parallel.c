@@ -3,6 +3,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <unistd.h>
 
 enum { PAR_MAX_THREADS = 64 };
 
@@ -17,6 +18,11 @@ static void *par_worker(void *arg) {
   par_job *j = arg;
   for (size_t i; (i = atomic_fetch_add(&j->next, 1)) < j->n;) j->body(j->ctx, i);
   return NULL;
+}
+
+unsigned eldr_parallel_cores(void) {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n < 1 ? 1u : n > 4096 ? 4096u : (unsigned)n;
 }
 
 void eldr_parallel_for(size_t n, unsigned threads, void (*body)(void *ctx, size_t i), void *ctx) {

@@ -206,16 +206,14 @@ static int trace_gen(int argc, char **argv) {
   eldr_trace *hdr = eldr_tracegen_trace_header(g);
   if (!hdr) cli_fail(cmd, "out of memory");
 
-  /* write to a temporary file next to the output, then rename */
+  /* write to a temporary file next to the output, then rename (a device
+   * such as /dev/null is written in place) */
   int to_stdout = !strcmp(out_path, "-");
   char *tmp = NULL;
   FILE *f = stdout;
   if (!to_stdout) {
-    size_t tl = strlen(out_path) + 32;
-    tmp = malloc(tl);
-    if (!tmp) cli_fail(cmd, "out of memory");
-    snprintf(tmp, tl, "%s.tmp.%ld", out_path, (long)getpid());
-    f = fopen(tmp, "wb");
+    tmp = cli_output_tmp(cmd, out_path);
+    f = fopen(tmp ? tmp : out_path, "wb");
     if (!f) cli_fail(cmd, "cannot write '%s': %s", out_path, strerror(errno));
   }
   static char iobuf[1 << 20];
@@ -304,10 +302,8 @@ static int trace_gen(int argc, char **argv) {
   free(cnt_pre);
   free(cnt_dec);
   if (fail_msg) {
-    if (tmp) {
-      fclose(f);
-      remove(tmp);
-    }
+    if (!to_stdout) fclose(f);
+    if (tmp) remove(tmp);
     if (fail_errno && !strcmp(fail_msg, "write error"))
       cli_fail(cmd, "writing '%s': %s", out_path, strerror(fail_errno));
     if (write_failed) cli_fail(cmd, "writing '%s': %s", to_stdout ? "stdout" : out_path, fail_msg);
@@ -320,10 +316,10 @@ static int trace_gen(int argc, char **argv) {
   } else {
     if (fclose(f)) {
       int e = errno;
-      remove(tmp);
+      if (tmp) remove(tmp);
       cli_fail(cmd, "writing '%s': %s", out_path, strerror(e));
     }
-    if (rename(tmp, out_path)) {
+    if (tmp && rename(tmp, out_path)) {
       int e = errno;
       remove(tmp);
       cli_fail(cmd, "cannot write '%s': %s", out_path, strerror(e));

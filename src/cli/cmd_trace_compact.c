@@ -108,14 +108,14 @@ int eldr_cmd_trace_compact(int argc, char **argv) {
     free(inputs);
   }
 
-  /* a temporary file next to the output, renamed over it when complete */
+  /* a temporary file next to the output, renamed over it when complete (a
+   * device such as /dev/null is written in place) */
   char *tmp = NULL;
   compact_ctx cx = {.f = stdout, .no_decode = no_decode};
   if (!to_stdout) {
-    size_t tl = strlen(out_path) + 32;
-    if (!(tmp = malloc(tl))) cli_fail(cmd, "out of memory");
-    snprintf(tmp, tl, "%s.tmp.%ld", out_path, (long)getpid());
-    if (!(cx.f = fopen(tmp, "wb"))) cli_fail(cmd, "cannot write '%s': %s", out_path, strerror(errno));
+    tmp = cli_output_tmp(cmd, out_path);
+    if (!(cx.f = fopen(tmp ? tmp : out_path, "wb")))
+      cli_fail(cmd, "cannot write '%s': %s", out_path, strerror(errno));
   }
   static char iobuf[1 << 20];
   setvbuf(cx.f, iobuf, _IOFBF, sizeof iobuf);
@@ -135,12 +135,12 @@ int eldr_cmd_trace_compact(int argc, char **argv) {
       cx.err = errno;
       rc = ELDR_EIO;
     }
-    if (rc == ELDR_OK && rename(tmp, out_path)) {
+    if (rc == ELDR_OK && tmp && rename(tmp, out_path)) {
       cx.werr = 1;
       cx.err = errno;
       rc = ELDR_EIO;
     }
-    if (rc) remove(tmp);
+    if (rc && tmp) remove(tmp);
     free(tmp);
   }
   if (rc) {

@@ -12,6 +12,7 @@
 #include <xxhash.h>
 
 #include "eldr/grow.h"
+#include "eldr/parallel.h"
 #include "eldr/rng.h"
 #include "tracegen_int.h"
 
@@ -74,7 +75,7 @@ int eldr_tracegen_new_workload(const eldr_shape *shape, const char *model_name,
   uint64_t st = seed ^ 0x7472616365676e31ULL; /* "tracegn1" */
   eldr_rng r;
   eldr_rng_seed(&r, eldr_splitmix64(&st));
-  tracegen_fill_normal(&r, pop, cells, (float)w->pop_sd, 0);
+  tracegen_fill_normal(&g->sc.zig, &r, pop, cells, (float)w->pop_sd, 0);
   for (size_t l = 0; l < L; l++) {
     for (size_t e = 0; e < E; e++) perm[e] = (uint32_t)e;
     for (size_t j = 0; j < w->generalists; j++) { /* partial Fisher-Yates */
@@ -87,7 +88,7 @@ int eldr_tracegen_new_workload(const eldr_shape *shape, const char *model_name,
   }
   for (size_t dm = 0; dm < D; dm++) {
     float *dl = g->dom_logit + dm * cells;
-    tracegen_fill_normal(&r, dl, cells, (float)w->domain_sd, 0);
+    tracegen_fill_normal(&g->sc.zig, &r, dl, cells, (float)w->domain_sd, 0);
     for (size_t c = 0; c < cells; c++) dl[c] += pop[c];
   }
   double acc = 0;
@@ -136,7 +137,7 @@ static void gen_core(const eldr_tracegen *g, tracegen_scratch *s, eldr_rng *r, i
                      uint32_t n_pre, uint32_t n_dec, uint16_t *pre, uint16_t *dec) {
   const size_t cells = eldr_shape_cells(&g->shape);
   memcpy(s->logit, g->dom_logit + (size_t)dm * cells, cells * sizeof *s->logit);
-  if (g->w.request_sd > 0) tracegen_fill_normal(r, s->logit, cells, (float)g->w.request_sd, 1);
+  if (g->w.request_sd > 0) tracegen_fill_normal(&s->zig, r, s->logit, cells, (float)g->w.request_sd, 1);
   tracegen_build_phase(&g->shape, s, r, g->w.prefill_sd);
   tracegen_sample_tokens(&g->shape, s, r, n_pre, pre);
   tracegen_build_phase(&g->shape, s, r, g->w.decode_sd);
@@ -152,9 +153,10 @@ int eldr_tracegen_request(eldr_tracegen *g, size_t index, eldr_tracegen_req *out
   return eldr_tracegen_request_into(g, index, &g->own, out, d);
 }
 
-int eldr_tracegen_request_into(eldr_tracegen *g, size_t index, eldr_tracegen_bufs *b,
-                               eldr_tracegen_req *out, eldr_diag *d) {
-  if (!g || !b || !out) return eldr_diag_fail(d, ELDR_EINVAL, "tracegen: argument missing");
+/* Request `index` with scratch s (g is only read: several threads may
+ * generate from one g, each with its own s and b). */
+static int request_with(const eldr_tracegen *g, tracegen_scratch *s, size_t index, eldr_tracegen_bufs *b,
+                        eldr_tracegen_req *out, eldr_diag *d) {
   uint64_t st = g->seed ^ ((uint64_t)index * 0xd1b54a32d192ed03ULL);
   eldr_rng r;
   st = eldr_splitmix64(&st) ^ 0x5265717565737421ULL;
@@ -172,13 +174,19 @@ int eldr_tracegen_request_into(eldr_tracegen *g, size_t index, eldr_tracegen_buf
       ensure_buf(&b->decode, &b->decode_cap, n_dec, per))
     return eldr_diag_fail(d, ELDR_ENOMEM, "tracegen: out of memory (%u + %u tokens)", n_pre,
                           n_dec);
-  gen_core(g, &g->sc, &r, dm, n_pre, n_dec, b->prefill, b->decode);
+  gen_core(g, s, &r, dm, n_pre, n_dec, b->prefill, b->decode);
   out->domain = dm;
   out->n_prefill = n_pre;
   out->n_decode = n_dec;
   out->prefill = b->prefill;
   out->decode = b->decode;
   return ELDR_OK;
+}
+
+int eldr_tracegen_request_into(eldr_tracegen *g, size_t index, eldr_tracegen_bufs *b,
+                               eldr_tracegen_req *out, eldr_diag *d) {
+  if (!g || !b || !out) return eldr_diag_fail(d, ELDR_EINVAL, "tracegen: argument missing");
+  return request_with(g, &g->sc, index, b, out, d);
 }
 
 eldr_trace *eldr_tracegen_trace_header(const eldr_tracegen *g) {
@@ -211,27 +219,84 @@ void eldr_tracegen_request_id(const eldr_tracegen *g, size_t index, int domain, 
   snprintf(buf, cap, "%s/%zu", dn, index);
 }
 
+/* eldr_tracegen_generate's chunks: GEN_CHUNK requests at a time, worker t
+ * generating those with index = t (mod threads) into the chunk's slots with
+ * its own scratch; the caller then appends them in index order, so the
+ * trace does not depend on the thread count. */
+#define GEN_CHUNK 128
+#define GEN_THREADS_MAX 16
+
+typedef struct gen_chunk {
+  const eldr_tracegen *g;
+  size_t base, count;
+  unsigned threads;
+  tracegen_scratch sc[GEN_THREADS_MAX];
+  eldr_tracegen_bufs buf[GEN_CHUNK];
+  eldr_tracegen_req q[GEN_CHUNK];
+  int rc[GEN_CHUNK];
+  eldr_diag d[GEN_CHUNK];
+} gen_chunk;
+
+static void gen_chunk_task(void *ctx, size_t t) {
+  gen_chunk *c = ctx;
+  for (size_t k = t; k < c->count; k += c->threads)
+    c->rc[k] = request_with(c->g, &c->sc[t], c->base + k, &c->buf[k], &c->q[k], &c->d[k]);
+}
+
 int eldr_tracegen_generate(eldr_tracegen *g, size_t n, eldr_trace **out, eldr_diag *d) {
   if (!g || !out) return eldr_diag_fail(d, ELDR_EINVAL, "tracegen: argument missing");
   *out = NULL;
   if (n == 0) return eldr_diag_fail(d, ELDR_EINVAL, "tracegen: zero requests");
+  unsigned threads = eldr_parallel_cores();
+  if (threads > GEN_THREADS_MAX) threads = GEN_THREADS_MAX;
+  if (n < 2 * GEN_CHUNK) threads = 1; /* small traces: not worth the threads */
   eldr_trace *t = eldr_tracegen_trace_header(g);
-  if (!t) return eldr_diag_fail(d, ELDR_ENOMEM, "tracegen: out of memory");
-  for (size_t i = 0; i < n; i++) {
-    eldr_tracegen_req rq;
-    int rc = eldr_tracegen_request(g, i, &rq, d);
-    if (rc) {
-      eldr_trace_free(t);
-      return rc;
+  gen_chunk *c = calloc(1, sizeof *c);
+  unsigned inited = 0;
+  int rc = ELDR_OK;
+  if (!t || !c) {
+    rc = eldr_diag_fail(d, ELDR_ENOMEM, "tracegen: out of memory");
+    goto done;
+  }
+  for (; inited < threads; inited++)
+    if (tracegen_scratch_init(&c->sc[inited], &g->shape)) {
+      rc = eldr_diag_fail(d, ELDR_ENOMEM, "tracegen: out of memory");
+      goto done;
     }
-    char id[96];
-    eldr_tracegen_request_id(g, i, rq.domain, id, sizeof id);
-    rc = eldr_trace_append(t, id, g->w.domain_names[rq.domain], NULL, -1.0, rq.prefill,
-                           rq.n_prefill, rq.decode, rq.n_decode, NULL);
-    if (rc < 0) {
-      eldr_trace_free(t);
-      return eldr_diag_fail(d, rc, "tracegen: appending request %zu: %s", i, eldr_strerror(rc));
+  c->g = g;
+  c->threads = threads;
+  for (size_t base = 0; base < n && rc == ELDR_OK; base += GEN_CHUNK) {
+    c->base = base;
+    c->count = n - base < GEN_CHUNK ? n - base : GEN_CHUNK;
+    if (threads > 1) eldr_parallel_for(threads, threads, gen_chunk_task, c);
+    else gen_chunk_task(c, 0);
+    for (size_t k = 0; k < c->count && rc == ELDR_OK; k++) {
+      size_t i = base + k;
+      if (c->rc[k]) {
+        rc = c->rc[k];
+        if (d) *d = c->d[k];
+        break;
+      }
+      const eldr_tracegen_req *rq = &c->q[k];
+      char id[96];
+      eldr_tracegen_request_id(g, i, rq->domain, id, sizeof id);
+      int ar = eldr_trace_append(t, id, g->w.domain_names[rq->domain], NULL, -1.0, rq->prefill,
+                                 rq->n_prefill, rq->decode, rq->n_decode, NULL);
+      if (ar < 0) rc = eldr_diag_fail(d, ar, "tracegen: appending request %zu: %s", i, eldr_strerror(ar));
     }
+  }
+done:
+  if (c) {
+    for (unsigned k = 0; k < inited; k++) tracegen_scratch_free(&c->sc[k]);
+    for (size_t k = 0; k < GEN_CHUNK; k++) {
+      free(c->buf[k].prefill);
+      free(c->buf[k].decode);
+    }
+    free(c);
+  }
+  if (rc != ELDR_OK) {
+    eldr_trace_free(t);
+    return rc;
   }
   *out = t;
   return ELDR_OK;

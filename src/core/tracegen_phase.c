@@ -1,5 +1,5 @@
 /* tracegen_phase.c — the distributions of one request phase (see
- * tracegen_int.h): Gaussian logit noise, per-layer softmax, and Vose alias
+ * tracegen_int.h): Gaussian logit noise (tracegen_normal.c), per-layer softmax, and Vose alias
  * tables as 16-bit integer columns for the sampler. */
 #include <math.h>
 #include <stdlib.h>
@@ -14,6 +14,7 @@ void tracegen_scratch_free(tracegen_scratch *s) {
   free(s->aprob);
   free(s->col);
   free(s->mark);
+  free(s->lmark);
   free(s->small);
   free(s->large);
   memset(s, 0, sizeof *s);
@@ -27,43 +28,50 @@ int tracegen_scratch_init(tracegen_scratch *s, const eldr_shape *sh) {
   s->aprob = malloc(cells * sizeof *s->aprob);
   s->col = malloc(cells * sizeof *s->col);
   s->mark = calloc(sh->num_experts, sizeof *s->mark);
+  s->lmark = calloc((size_t)TRACEGEN_LANES * sh->num_experts, sizeof *s->lmark);
   s->small = malloc(sh->num_experts * sizeof *s->small);
   s->large = malloc(sh->num_experts * sizeof *s->large);
-  if (!s->logit || !s->prob || !s->aprob || !s->col || !s->mark || !s->small ||
+  if (!s->logit || !s->prob || !s->aprob || !s->col || !s->mark || !s->lmark || !s->small ||
       !s->large) {
     tracegen_scratch_free(s);
     return ELDR_ENOMEM;
   }
+  tracegen_zig_init(&s->zig);
   return 0;
 }
 
-void tracegen_fill_normal(eldr_rng *r, float *v, size_t n, float scale, int add) {
-  size_t i = 0;
-  while (i < n) {
-    double u1 = eldr_rng_bits_to_unit(eldr_rng_next(r));
-    double u2 = eldr_rng_bits_to_unit(eldr_rng_next(r));
-    if (u1 < 1e-300) u1 = 1e-300;
-    double rad = sqrt(-2.0 * log(u1)) * scale, th = 6.283185307179586 * u2;
-    float a = (float)(rad * cos(th)), b = (float)(rad * sin(th));
-    if (add) {
-      v[i++] += a;
-      if (i < n) v[i++] += b;
-    } else {
-      v[i++] = a;
-      if (i < n) v[i++] = b;
-    }
-  }
+/* e^x for x <= 0 in float, for the softmax: 2^(x log2 e) = 2^n 2^f with n
+ * the nearest integer and |f| <= 1/2, 2^f by its Taylor polynomial of
+ * degree 7 (relative error < 1e-8 before rounding), 2^n in the exponent
+ * bits; 0 below 2^-126. Plain + and * (no fused multiply-add in this
+ * file): the same numbers on every platform, and a layer's loop
+ * vectorizes. */
+static inline float exp_neg(float x) {
+  const float t = x * 1.44269504f;
+  const float tc = t > -126.0f ? t : -126.0f;
+  const int n = (int)(tc + 126.5f) - 126; /* nearest integer (the sum is > 0: truncation floors) */
+  const float f = tc - (float)n;
+  float p = 1.525273380e-05f;
+  p = p * f + 1.540353039e-04f;
+  p = p * f + 1.333355815e-03f;
+  p = p * f + 9.618129108e-03f;
+  p = p * f + 5.550410866e-02f;
+  p = p * f + 2.402265070e-01f;
+  p = p * f + 6.931471806e-01f;
+  p = p * f + 1.0f;
+  const int32_t bits = (n + 127) << 23;
+  float two_n;
+  memcpy(&two_n, &bits, sizeof two_n);
+  return p * two_n * (float)(t >= -126.0f); /* a product, not a branch: the loop vectorizes */
 }
 
 /* pl[0..E) := softmax(pl) (float, summed in double in expert order). */
 static void softmax(float *pl, size_t E) {
   float mx = pl[0];
   for (size_t e = 1; e < E; e++) mx = pl[e] > mx ? pl[e] : mx;
+  for (size_t e = 0; e < E; e++) pl[e] = exp_neg(pl[e] - mx);
   double sum = 0;
-  for (size_t e = 0; e < E; e++) {
-    pl[e] = expf(pl[e] - mx);
-    sum += pl[e];
-  }
+  for (size_t e = 0; e < E; e++) sum += pl[e];
   float inv = (float)(1.0 / sum);
   for (size_t e = 0; e < E; e++) pl[e] *= inv;
 }
@@ -74,29 +82,33 @@ static void softmax(float *pl, size_t E) {
  * way, and the threshold fits 16 bits. */
 static void alias_table(const float *pl, uint32_t E, float *ap, uint32_t *small, uint32_t *large,
                         uint32_t *col) {
-  size_t ns = 0, nl = 0;
+  size_t ns = 0, nl = 0; /* an expert goes on both stacks; one of them keeps it (no branch) */
   for (uint32_t e = 0; e < E; e++) {
     ap[e] = pl[e] * (float)E;
-    if (ap[e] < 1.0f)
-      small[ns++] = e;
-    else
-      large[nl++] = e;
+    const size_t sm = ap[e] < 1.0f;
+    small[ns] = e;
+    large[nl] = e;
+    ns += sm;
+    nl += 1 - sm;
   }
   while (ns && nl) {
     uint32_t a = small[--ns], b = large[--nl];
     col[a] = b << 16;
     ap[b] = (ap[b] + ap[a]) - 1.0f;
-    if (ap[b] < 1.0f)
-      small[ns++] = b;
-    else
-      large[nl++] = b;
+    const size_t sm = ap[b] < 1.0f;
+    small[ns] = b;
+    large[nl] = b;
+    ns += sm;
+    nl += 1 - sm;
   }
   while (nl) ap[large[--nl]] = 1.0f;
   while (ns) ap[small[--ns]] = 1.0f;
   /* u / 65536 < ap  <=>  u < ap * 65536 (exact: a power-of-two scale)
    * <=>  u < ceil(ap * 65536) for an integer u */
   for (uint32_t e = 0; e < E; e++) {
-    uint32_t t = (uint32_t)ceilf(ap[e] * 65536.0f);
+    const float x = ap[e] * 65536.0f; /* >= 0, < 2^24: t is ceilf(x), without a libm call */
+    uint32_t t = (uint32_t)x;
+    t += (float)t < x;
     col[e] = t >= 65536 ? (e << 16) | 0xffffu : (col[e] & 0xffff0000u) | t;
   }
 }
@@ -105,7 +117,7 @@ void tracegen_build_phase(const eldr_shape *sh, tracegen_scratch *s, eldr_rng *r
   const size_t L = sh->num_layers, E = sh->num_experts;
   float *p = s->prob;
   memcpy(p, s->logit, L * E * sizeof *p);
-  if (sd > 0) tracegen_fill_normal(r, p, L * E, (float)sd, 1);
+  if (sd > 0) tracegen_fill_normal(&s->zig, r, p, L * E, (float)sd, 1);
   for (size_t l = 0; l < L; l++) {
     softmax(p + l * E, E);
     alias_table(p + l * E, (uint32_t)E, s->aprob + l * E, s->small, s->large, s->col + l * E);

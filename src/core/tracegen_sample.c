@@ -1,31 +1,59 @@
 /* tracegen_sample.c — top-k without replacement from the alias tables of a
- * phase (see tracegen_int.h).
+ * phase (see tracegen_int.h): the definition of the stream (this portable
+ * code) and the switch to the AVX2 version (tracegen_sample_avx2.c), which
+ * makes the same draws in the same order and writes the same bytes.
  *
- * Per token and layer: alias draws, each from 32 random bits (16 pick the
- * column, 16 the acceptance test against the integer threshold), two per
- * 64-bit rng output, until K distinct experts are taken; a draw of an
- * expert already taken for that token is redrawn. After 64 redraws in a row
- * one exact draw from the mass not yet taken ends the wait (draw_rest).
- * A token and layer starts on fresh rng output (a spare half is dropped).
+ * The stream. A phase takes one 64-bit key from the request's rng. Each
+ * layer seeds four xoshiro256** lane streams from (key, layer) with
+ * splitmix64, and eight lanes share its tokens: lane j takes tokens j,
+ * j + 8, j + 16, ... in turn. Every step advances the four streams once;
+ * lane j reads 32 bits of it (the low half of stream j / 2 for even j, the
+ * high half for odd j) if it still has a token to fill. A draw: 16 bits
+ * pick the alias column, 16 the acceptance test against the column's
+ * integer threshold. A token's experts are the first K distinct draws of
+ * its lane after the lane's previous token (K draws without replacement, in
+ * order of first appearance). After 64 repeats in a row, one exact draw
+ * from the mass the token has not taken (tracegen_draw_rest, with an rng
+ * seeded from (key, layer, token, k)) ends the wait.
  *
- * The loop is branch-free per draw: every draw is stored at o[k] and k
- * moves on only when the expert is new, so the only branches are the
- * end of the token-layer and the 64-redraw fallback, both predictable. */
+ * So token t of a layer depends only on the key and the tokens t - 8,
+ * t - 16, ... of its lane: the first n tokens are the same whatever the
+ * phase's token count (a worker's prefix cache relies on it), and the
+ * request's rng moves by one draw per phase. */
 #include <string.h>
 
+#include "eldr/counts.h" /* eldr__simd_on */
 #include "tracegen_int.h"
 
-/* The exact fallback: one draw from the mass not yet taken for this token
- * (taken summed in the order the experts were drawn). */
-static uint32_t draw_rest(const float *pl, const uint32_t *mark, uint32_t st, uint32_t E,
-                          const uint16_t *o, uint32_t k, eldr_rng *r) {
+void tracegen_lane_seed(uint64_t key, uint32_t l, eldr_rng ls[4]) {
+  uint64_t st = key ^ ((uint64_t)l * 0x9e6c63d0676a9a99ULL);
+  for (int m = 0; m < 4; m++) {
+    for (int w = 0; w < 4; w++) ls[m].s[w] = eldr_splitmix64(&st);
+    if (!(ls[m].s[0] | ls[m].s[1] | ls[m].s[2] | ls[m].s[3])) ls[m].s[0] = 1; /* never all-zero */
+  }
+}
+
+uint32_t tracegen_draw_rest(tracegen_scratch *s, const float *pl, uint32_t E, const uint16_t *o,
+                            uint32_t k, uint64_t key, uint32_t l, uint32_t t) {
+  uint64_t h = key ^ ((uint64_t)l << 48) ^ ((uint64_t)t << 16) ^ k ^ 0x72657374ULL; /* "rest" */
+  eldr_rng fr;
+  eldr_rng_seed(&fr, eldr_splitmix64(&h));
+  eldr_rng *r = &fr;
+  if (++s->stamp == 0) {
+    memset(s->mark, 0, E * sizeof *s->mark);
+    s->stamp = 1;
+  }
+  const uint32_t st = s->stamp;
   double taken = 0;
-  for (uint32_t j = 0; j < k; j++) taken += pl[o[j]];
+  for (uint32_t j = 0; j < k; j++) {
+    taken += pl[o[j]];
+    s->mark[o[j]] = st;
+  }
   double rest = 1.0 - taken;
   double x = eldr_rng_bits_to_unit(eldr_rng_next(r)) * (rest > 0 ? rest : 0);
   uint32_t e, last = E;
   for (e = 0; e < E; e++) {
-    if (mark[e] == st) continue;
+    if (s->mark[e] == st) continue;
     last = e;
     x -= pl[e];
     if (x < 0) break;
@@ -33,54 +61,68 @@ static uint32_t draw_rest(const float *pl, const uint32_t *mark, uint32_t st, ui
   return e >= E ? last : e;
 }
 
-/* One alias draw from 32 bits u into o[k]; k advances when it is new. */
-#define DRAW(u)                                                                                    \
-  do {                                                                                             \
-    const uint32_t u_ = (u);                                                                       \
-    const uint32_t i_ = ((u_ >> 16) * E) >> 16;                                                    \
-    const uint32_t c_ = col[i_];                                                                   \
-    const uint32_t keep_ = 0u - (uint32_t)((u_ & 0xffffu) < (c_ & 0xffffu)); /* no branch */     \
-    const uint32_t e_ = (i_ & keep_) | ((c_ >> 16) & ~keep_);                                      \
-    const uint32_t fresh_ = mark[e_] != st;                                                        \
-    o[k] = (uint16_t)e_;                                                                           \
-    mark[e_] = st;                                                                                 \
-    k += fresh_;                                                                                   \
-    redraws = (redraws + 1) & (fresh_ - 1u);                                                       \
-    if (__builtin_expect(redraws == 64, 0)) {                                                      \
-      eldr_rng x_ = rr; /* rr's address is never taken: it stays in registers */                \
-      const uint32_t r_ = draw_rest(s->prob + (size_t)l * E, mark, st, E, o, k, &x_);             \
-      rr = x_;                                                                                     \
-      mark[r_] = st;                                                                               \
-      o[k++] = (uint16_t)r_;                                                                       \
-      redraws = 0;                                                                                 \
-    }                                                                                              \
-  } while (0)
-
-void tracegen_sample_tokens(const eldr_shape *sh, tracegen_scratch *s, eldr_rng *r,
-                            uint32_t ntok, uint16_t *out) {
+/* One layer, portable: per lane a stamp array (lmark + j * E; a token's
+ * experts carry its stamp). */
+static void sample_layer(const eldr_shape *sh, tracegen_scratch *s, uint32_t l, uint64_t key,
+                         uint32_t ntok, uint16_t *out) {
+  eldr_rng ls[4];
+  tracegen_lane_seed(key, l, ls);
   const uint32_t L = sh->num_layers, E = sh->num_experts, K = sh->top_k;
-  eldr_rng rr = *r; /* in registers for the loop */
-  uint32_t *mark = s->mark;
-  uint32_t stamp = s->stamp;
-  for (uint32_t t = 0; t < ntok; t++) {
-    for (uint32_t l = 0; l < L; l++) {
-      const uint32_t *col = s->col + (size_t)l * E;
-      uint16_t *o = out + ((size_t)t * L + l) * K;
-      if (++stamp == 0) {
-        memset(mark, 0, E * sizeof *mark);
-        stamp = 1;
+  const uint32_t *col = s->col + (size_t)l * E;
+  const float *pl = s->prob + (size_t)l * E;
+  if ((uint64_t)s->lstamp + ntok + TRACEGEN_LANES + 1 > UINT32_MAX) {
+    memset(s->lmark, 0, (size_t)TRACEGEN_LANES * E * sizeof *s->lmark);
+    s->lstamp = 0;
+  }
+  uint32_t tj[TRACEGEN_LANES], k[TRACEGEN_LANES], rep[TRACEGEN_LANES], st[TRACEGEN_LANES];
+  unsigned active = 0;
+  for (uint32_t j = 0; j < TRACEGEN_LANES; j++) {
+    tj[j] = j;
+    k[j] = rep[j] = 0;
+    st[j] = ++s->lstamp;
+    if (j < ntok) active |= 1u << j;
+  }
+  while (active) {
+    uint64_t o[4];
+    for (int m = 0; m < 4; m++) o[m] = eldr_rng_next(&ls[m]);
+    for (uint32_t j = 0; j < TRACEGEN_LANES; j++) {
+      if (!(active >> j & 1)) continue;
+      const uint32_t u = (uint32_t)(o[j >> 1] >> (32 * (j & 1)));
+      const uint32_t i = ((u >> 16) * E) >> 16, c = col[i];
+      const uint32_t e = (u & 0xffffu) < (c & 0xffffu) ? i : c >> 16;
+      uint32_t *mj = s->lmark + (size_t)j * E;
+      uint16_t *row = out + ((size_t)tj[j] * L + l) * K;
+      const uint32_t fresh = mj[e] != st[j];
+      mj[e] = st[j];
+      row[k[j]] = (uint16_t)e;
+      k[j] += fresh;
+      rep[j] = fresh ? 0 : rep[j] + 1;
+      if (rep[j] == 64) {
+        const uint32_t x = tracegen_draw_rest(s, pl, E, row, k[j], key, l, tj[j]);
+        mj[x] = st[j];
+        row[k[j]++] = (uint16_t)x;
+        rep[j] = 0;
       }
-      const uint32_t st = stamp;
-      uint32_t k = 0, redraws = 0;
-      for (;;) {
-        const uint64_t bits = eldr_rng_next(&rr);
-        DRAW((uint32_t)bits);
-        if (k == K) break;
-        DRAW((uint32_t)(bits >> 32));
-        if (k == K) break;
+      if (k[j] == K) {
+        k[j] = 0;
+        st[j] = ++s->lstamp;
+        tj[j] += TRACEGEN_LANES;
+        if (tj[j] >= ntok) active &= ~(1u << j);
       }
     }
   }
-  s->stamp = stamp;
-  *r = rr;
+}
+
+void tracegen_sample_tokens(const eldr_shape *sh, tracegen_scratch *s, eldr_rng *r,
+                            uint32_t ntok, uint16_t *out) {
+  const uint64_t key = eldr_rng_next(r);
+  if (ntok == 0) return;
+#ifdef TRACEGEN_AVX2
+  const uint64_t cells = (uint64_t)(ntok + TRACEGEN_LANES) * sh->num_layers * sh->top_k;
+  if (sh->num_experts <= 256 && cells < 0x7fffffffu && eldr__simd_on()) { /* 32-bit offsets */
+    tracegen_sample_avx2(sh, s, key, ntok, out);
+    return;
+  }
+#endif
+  for (uint32_t l = 0; l < sh->num_layers; l++) sample_layer(sh, s, l, key, ntok, out);
 }

@@ -107,6 +107,30 @@ static void test_gen_errors(void **state) {
                "domian_sd");
 }
 
+/* An output that is not a regular file (a FIFO here; /dev/null in
+ * practice) is written in place: the temporary file + rename of a regular
+ * output would replace the device with a file. The test holds the FIFO open
+ * read-write (non-blocking), so nothing waits for a reader; the small trace
+ * fits the pipe's buffer. */
+static void test_gen_to_fifo(void **state) {
+  (void)state;
+  char fifo[512];
+  path_in(fifo, sizeof fifo, "fifo");
+  assert_int_equal(mkfifo(fifo, 0600), 0);
+  int fd = open(fifo, O_RDWR | O_NONBLOCK);
+  assert_true(fd >= 0);
+  const int rc = run("trace", "gen", "--requests", "1", "--max-prompt-tokens", "4",
+                     "--max-decode-tokens", "2", "-q", "-o", fifo, NULL);
+  char buf[65536];
+  ssize_t got = read(fd, buf, sizeof buf);
+  close(fd);
+  assert_int_equal(rc, 0);
+  assert_true(got > 100);
+  struct stat st;
+  assert_int_equal(stat(fifo, &st), 0);
+  assert_true(S_ISFIFO(st.st_mode));
+}
+
 static void test_gen_deterministic(void **state) {
   (void)state;
   char a[512], b[512], c[512];
@@ -337,6 +361,7 @@ int main(void) {
       cmocka_unit_test(test_help),
       cmocka_unit_test(test_gen_errors),
       cmocka_unit_test(test_gen_deterministic),
+      cmocka_unit_test(test_gen_to_fifo),
       cmocka_unit_test(test_presets_in_band),
       cmocka_unit_test(test_stats_table_plot_errors),
       cmocka_unit_test(test_stats_artifact),

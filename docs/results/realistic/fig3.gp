@@ -15,9 +15,9 @@ set title 'fig3'
 set xlabel ''
 set ylabel 'median Pearson (prefill vs decode counts)'
 $d0 << EOD
-"own request" 0.640869
-"random pair" 0.104727
-"same-domain pair" 0.405144
+"own request" 0.644767
+"random pair" 0.106647
+"same-domain pair" 0.411015
 EOD
 set style data histograms
 set style fill solid 0.6

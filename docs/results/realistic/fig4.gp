@@ -15,21 +15,21 @@ set title 'fig4'
 set xlabel 'decode batch size'
 set ylabel 'distinct experts per layer per step'
 $d0 << EOD
-8 49.0711
-16 76.5942
-32 103.836
-64 121.03
+8 49.06
+16 76.5801
+32 103.906
+64 121.052
 EOD
 $d1 << EOD
-8 45.3753
-16 68.8328
-32 92.9607
-64 111.889
+8 45.3308
+16 68.8182
+32 92.866
+64 111.105
 EOD
 $d2 << EOD
-8 45.366
-16 68.7784
-32 93.0374
+8 45.345
+16 68.7797
+32 92.406
 64 NaN
 EOD
 plot $d0 using 1:2 with linespoints title 'random', $d1 using 1:2 with linespoints title 'domain', $d2 using 1:2 with linespoints title 'cluster'
