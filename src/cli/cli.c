@@ -38,16 +38,6 @@ void cli_fail(const char *cmd, const char *fmt, ...) {
   exit(1);
 }
 
-char *cli_output_tmp(const char *cmd, const char *path) {
-  struct stat st;
-  if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) return NULL;
-  size_t tl = strlen(path) + 32;
-  char *tmp = malloc(tl);
-  if (!tmp) cli_fail(cmd, "out of memory");
-  snprintf(tmp, tl, "%s.tmp.%ld", path, (long)getpid());
-  return tmp;
-}
-
 void cli_check_output(const char *cmd, const char *flag, const char *path,
                       const char *const *inputs) {
   if (!*path) cli_usage_error(cmd, "%s: empty path", flag);

@@ -52,11 +52,6 @@ void cli_check_output(const char *cmd, const char *flag, const char *path,
 
 /* The latency preset key ("qwen3-30b-a3b", ...) whose model is named model
  * (a preset key or its canonical Hugging Face name), or NULL. */
-/* The temporary path an output is written to before it is renamed over
- * path ("PATH.tmp.PID", malloc'd; exits on out of memory), or NULL when path
- * exists and is not a regular file (/dev/null, a FIFO, a terminal): such an
- * output is written in place, never replaced by a rename. */
-char *cli_output_tmp(const char *cmd, const char *path);
 const char *cli_latency_preset_for_model(const char *model);
 
 /* Is stderr a terminal (for progress lines)? */

@@ -20,6 +20,8 @@
 #include "eldr/trace.h"
 #include "eldr/preset_files.h"
 #include "eldr/tracegen.h"
+#include "eldr/writefile.h"
+#include "eldr/writefile.h"
 #include "eldr/tracestats.h"
 
 static const char TRACE_HELP[] =
@@ -207,14 +209,14 @@ static int trace_gen(int argc, char **argv) {
   if (!hdr) cli_fail(cmd, "out of memory");
 
   /* write to a temporary file next to the output, then rename (a device
-   * such as /dev/null is written in place) */
+   * such as /dev/null is written in place): eldr/writefile.h */
   int to_stdout = !strcmp(out_path, "-");
-  char *tmp = NULL;
+  eldr_outfile of = {0};
   FILE *f = stdout;
   if (!to_stdout) {
-    tmp = cli_output_tmp(cmd, out_path);
-    f = fopen(tmp ? tmp : out_path, "wb");
-    if (!f) cli_fail(cmd, "cannot write '%s': %s", out_path, strerror(errno));
+    eldr_diag od = {{0}};
+    if (eldr_outfile_open(&of, out_path, &od)) cli_fail(cmd, "%s", od.msg);
+    f = of.f;
   }
   static char iobuf[1 << 20];
   setvbuf(f, iobuf, _IOFBF, sizeof iobuf);
@@ -302,8 +304,7 @@ static int trace_gen(int argc, char **argv) {
   free(cnt_pre);
   free(cnt_dec);
   if (fail_msg) {
-    if (!to_stdout) fclose(f);
-    if (tmp) remove(tmp);
+    if (!to_stdout) eldr_outfile_close(&of, 0, NULL);
     if (fail_errno && !strcmp(fail_msg, "write error"))
       cli_fail(cmd, "writing '%s': %s", out_path, strerror(fail_errno));
     if (write_failed) cli_fail(cmd, "writing '%s': %s", to_stdout ? "stdout" : out_path, fail_msg);
@@ -314,17 +315,8 @@ static int trace_gen(int argc, char **argv) {
     if (fflush(stdout)) cli_fail(cmd, "writing stdout: %s", strerror(errno));
     setvbuf(stdout, NULL, _IOLBF, 0);
   } else {
-    if (fclose(f)) {
-      int e = errno;
-      if (tmp) remove(tmp);
-      cli_fail(cmd, "writing '%s': %s", out_path, strerror(e));
-    }
-    if (tmp && rename(tmp, out_path)) {
-      int e = errno;
-      remove(tmp);
-      cli_fail(cmd, "cannot write '%s': %s", out_path, strerror(e));
-    }
-    free(tmp);
+    eldr_diag od = {{0}};
+    if (eldr_outfile_close(&of, 1, &od)) cli_fail(cmd, "writing '%s': %s", out_path, od.msg);
   }
   if (!quiet)
     fprintf(stderr, "eldr trace gen: wrote %ld requests (%s, workload %s, seed %llu) to %s\n",

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "eldr/writefile.h"
 #include "eldr/trace.h"
 
 static const char COMPACT_HELP[] =
@@ -110,12 +111,12 @@ int eldr_cmd_trace_compact(int argc, char **argv) {
 
   /* a temporary file next to the output, renamed over it when complete (a
    * device such as /dev/null is written in place) */
-  char *tmp = NULL;
+  eldr_outfile of = {0};
   compact_ctx cx = {.f = stdout, .no_decode = no_decode};
   if (!to_stdout) {
-    tmp = cli_output_tmp(cmd, out_path);
-    if (!(cx.f = fopen(tmp ? tmp : out_path, "wb")))
-      cli_fail(cmd, "cannot write '%s': %s", out_path, strerror(errno));
+    eldr_diag od = {{0}};
+    if (eldr_outfile_open(&of, out_path, &od)) cli_fail(cmd, "%s", od.msg);
+    cx.f = of.f;
   }
   static char iobuf[1 << 20];
   setvbuf(cx.f, iobuf, _IOFBF, sizeof iobuf);
@@ -130,18 +131,9 @@ int eldr_cmd_trace_compact(int argc, char **argv) {
   free(cx.pre);
   free(cx.dec);
   if (!to_stdout) {
-    if (fclose(cx.f) && rc == ELDR_OK) {
-      cx.werr = 1;
-      cx.err = errno;
-      rc = ELDR_EIO;
-    }
-    if (rc == ELDR_OK && tmp && rename(tmp, out_path)) {
-      cx.werr = 1;
-      cx.err = errno;
-      rc = ELDR_EIO;
-    }
-    if (rc && tmp) remove(tmp);
-    free(tmp);
+    eldr_diag od = {{0}};
+    if (eldr_outfile_close(&of, rc == ELDR_OK, &od) && rc == ELDR_OK)
+      cli_fail(cmd, "writing '%s': %s", out_path, od.msg);
   }
   if (rc) {
     if (cx.werr) cli_fail(cmd, "writing '%s': %s", to_stdout ? "stdout" : out_path, strerror(cx.err));

@@ -27,6 +27,7 @@
 
 #include "cli.h"
 #include "demo_drift.h"
+#include "eldr/writefile.h"
 #include "eldr/artifact.h"
 #include "eldr/clock.h"
 #include "eldr/loadgen.h"
@@ -174,16 +175,18 @@ static void run_fit(ctx *x, const char *trace, const char *out, const char *like
 }
 
 static void copy_file(const char *from, const char *to) {
-  char tmp[700];
-  snprintf(tmp, sizeof tmp, "%s.tmp", to);
-  FILE *in = fopen(from, "rb"), *out = fopen(tmp, "wb");
-  if (!in || !out) demo_fail("cannot copy %s to %s: %s", from, to, strerror(errno));
+  eldr_outfile o;
+  eldr_diag d = {{0}};
+  FILE *in = fopen(from, "rb");
+  if (!in) demo_fail("cannot copy %s to %s: %s", from, to, strerror(errno));
+  if (eldr_outfile_open(&o, to, &d)) demo_fail("%s", d.msg);
   char buf[1 << 16];
   size_t n;
-  while ((n = fread(buf, 1, sizeof buf, in)) > 0)
-    if (fwrite(buf, 1, n, out) != n) demo_fail("cannot write %s", tmp);
+  int ok = 1;
+  while (ok && (n = fread(buf, 1, sizeof buf, in)) > 0) ok = fwrite(buf, 1, n, o.f) == n;
+  ok = ok && !ferror(in);
   fclose(in);
-  if (fclose(out) || rename(tmp, to)) demo_fail("cannot write %s: %s", to, strerror(errno));
+  if (eldr_outfile_close(&o, ok, &d) || !ok) demo_fail("cannot write %s: %s", to, d.msg[0] ? d.msg : "read error");
 }
 
 /* ---- 2. one policy's run ---------------------------------------------------------- */

@@ -7,6 +7,7 @@
  * jansson's default 17 significant digits, which round-trips every float
  * (and double) bit for bit. */
 #include "eldr/artifact.h"
+#include "eldr/writefile.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -463,46 +464,9 @@ int eldr_artifact_save(const char *path, const eldr_artifact *a, eldr_diag *d) {
   if (!text)
     return eldr_diag_fail(d, ELDR_EINVAL, "cannot serialise the artifact (model name or "
                           "creation strings not valid UTF-8?)");
-  size_t plen = strlen(path);
-  char *tmp = malloc(plen + 16);
-  if (!tmp) {
-    free(text);
-    return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
-  }
-  memcpy(tmp, path, plen);
-  memcpy(tmp + plen, ".tmp.XXXXXX", 12);
-  int fd = mkstemp(tmp);
-  if (fd < 0) {
-    rc = eldr_diag_fail(d, ELDR_EIO, "cannot create a temporary file next to '%s': %s", path,
-                        strerror(errno));
-    goto out;
-  }
-  (void)fchmod(fd, 0644);
   size_t len = strlen(text);
-  const char *p = text;
-  size_t left = len;
-  while (left > 0) {
-    ssize_t w = write(fd, p, left);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      rc = eldr_diag_fail(d, ELDR_EIO, "cannot write '%s': %s", tmp, strerror(errno));
-      break;
-    }
-    p += w;
-    left -= (size_t)w;
-  }
-  if (!rc && write(fd, "\n", 1) != 1)
-    rc = eldr_diag_fail(d, ELDR_EIO, "cannot write '%s': %s", tmp, strerror(errno));
-  if (!rc && fsync(fd) != 0)
-    rc = eldr_diag_fail(d, ELDR_EIO, "cannot sync '%s': %s", tmp, strerror(errno));
-  if (close(fd) != 0 && !rc)
-    rc = eldr_diag_fail(d, ELDR_EIO, "cannot close '%s': %s", tmp, strerror(errno));
-  if (!rc && rename(tmp, path) != 0)
-    rc = eldr_diag_fail(d, ELDR_EIO, "cannot rename '%s' to '%s': %s", tmp, path,
-                        strerror(errno));
-  if (rc) unlink(tmp);
-out:
-  free(tmp);
+  text[len] = '\n'; /* the dump's NUL: the file ends with a newline */
+  rc = eldr_write_file(path, text, len + 1, d);
   free(text);
   return rc;
 }

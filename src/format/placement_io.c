@@ -1,6 +1,7 @@
 /* placement_io.c — SGLang `--init-expert-location` JSON for EP placements
  * (see include/eldr/placement_io.h). */
 #include "eldr/placement_io.h"
+#include "eldr/writefile.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -56,30 +57,7 @@ int eldr_placement_save(const char *path, const eldr_placement *p, const uint32_
   if (!text)
     return eldr_diag_fail(d, ELDR_EINVAL, "%s: cannot serialise the placement (a layer id >= %u rows?)",
                           path, rows);
-  size_t plen = strlen(path);
-  char *tmp = malloc(plen + 16);
-  int rc = 0;
-  if (!tmp) {
-    free(text);
-    return eldr_diag_fail(d, ELDR_ENOMEM, "placement: out of memory");
-  }
-  snprintf(tmp, plen + 16, "%s.tmp.XXXXXX", path);
-  int fd = mkstemp(tmp);
-  FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
-  if (!f) {
-    rc = eldr_diag_fail(d, ELDR_EIO, "%s: cannot create a temporary file: %s", path, strerror(errno));
-    if (fd >= 0) close(fd);
-  } else {
-    size_t n = strlen(text);
-    int bad = fwrite(text, 1, n, f) != n || fflush(f) != 0 || fsync(fileno(f)) != 0;
-    int eno = errno;
-    if (fclose(f) != 0) bad = 1;
-    if (bad) rc = eldr_diag_fail(d, ELDR_EIO, "%s: write error: %s", tmp, strerror(eno));
-    if (!rc && rename(tmp, path) != 0)
-      rc = eldr_diag_fail(d, ELDR_EIO, "cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
-  }
-  if (rc && fd >= 0) unlink(tmp);
-  free(tmp);
+  int rc = eldr_write_file(path, text, strlen(text), d);
   free(text);
   return rc;
 }

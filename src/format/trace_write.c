@@ -13,6 +13,7 @@
 
 #include "eldr/grow.h"
 #include "eldr/trace.h"
+#include "eldr/writefile.h"
 #include "format/trace_internal.h"
 
 /* ------------------------------------------------------------------------ */
@@ -351,28 +352,10 @@ int eldr_trace_write_request(FILE *f, const eldr_trace *t, const eldr_request *r
 int eldr_trace_save(const char *path, const eldr_trace *t, eldr_diag *d) {
   if (!path || !t || t->shape.num_layers == 0)
     return eldr_diag_fail(d, ELDR_EINVAL, "trace or path missing");
-  size_t pl = strlen(path);
-  char *tmp = malloc(pl + 16);
-  if (!tmp) return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
-  memcpy(tmp, path, pl);
-  memcpy(tmp + pl, ".tmp.XXXXXX", 12);
-  int fd = mkstemp(tmp);
-  if (fd < 0) {
-    int err = errno;
-    free(tmp);
-    return eldr_diag_fail(d, ELDR_EIO, "%s: cannot create temporary file: %s", path, strerror(err));
-  }
-  (void)fchmod(fd, 0644);
-  FILE *f = fdopen(fd, "wb");
-  if (!f) {
-    int err = errno;
-    close(fd);
-    unlink(tmp);
-    free(tmp);
-    return eldr_diag_fail(d, ELDR_EIO, "%s: %s", path, strerror(err));
-  }
+  eldr_outfile o;
+  int rc = eldr_outfile_open(&o, path, d);
+  if (rc) return rc;
   wbuf b = {0};
-  int rc = ELDR_OK;
   for (size_t i = 0; i < t->n && rc == ELDR_OK; i++) {
     b.n = 0;
     rc = format_request(&b, t, &t->req[i]);
@@ -381,16 +364,10 @@ int eldr_trace_save(const char *path, const eldr_trace *t, eldr_diag *d) {
                      rc == ELDR_ERANGE ? "non-finite gate value" : eldr_strerror(rc));
       break;
     }
-    if (fwrite(b.p, 1, b.n, f) != b.n) {
+    if (fwrite(b.p, 1, b.n, o.f) != b.n)
       rc = eldr_diag_fail(d, ELDR_EIO, "%s: write failed: %s", path, strerror(errno));
-    }
   }
   free(b.p);
-  if (fclose(f) != 0 && rc == ELDR_OK)
-    rc = eldr_diag_fail(d, ELDR_EIO, "%s: write failed: %s", path, strerror(errno));
-  if (rc == ELDR_OK && rename(tmp, path) != 0)
-    rc = eldr_diag_fail(d, ELDR_EIO, "%s: rename failed: %s", path, strerror(errno));
-  if (rc) unlink(tmp);
-  free(tmp);
-  return rc;
+  int crc = eldr_outfile_close(&o, rc == ELDR_OK, d);
+  return rc ? rc : crc;
 }
