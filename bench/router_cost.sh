@@ -9,12 +9,15 @@
 # start-up and shutdown cancel out; system calls: strace attached to a warm
 # router for N2 requests.
 #
-# usage: bench/router_cost.sh [BUILD_DIR] (env: N1=500 N2=2500)
+# usage: bench/router_cost.sh [BUILD_DIR] (env: N1=500 N2=2500; PROMPT_TOKENS=N: a
+# prompt of N stand-in tokens "w0 w1 ...", so that the router hashes its
+# 16-token blocks; default: a short prompt of one sentence)
 # Skips (exit 0, says so) without nginx, valgrind, strace or python3.
 set -euo pipefail
 BUILD=${1:-build}
 N1=${N1:-500}
 N2=${N2:-2500}
+PROMPT_TOKENS=${PROMPT_TOKENS:-0}
 ELDR=$BUILD/eldr
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 for tool in valgrind strace python3 "$NGINX"; do
@@ -57,7 +60,9 @@ wait_port "$UP"
 cat > "$T/client.py" <<'EOF'
 import http.client, sys
 c = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]))
-body = '{"prompt":"Hello, how are you today?","max_tokens":8}'
+words = int(sys.argv[3])
+prompt = " ".join("w%d" % i for i in range(words)) if words else "Hello, how are you today?"
+body = '{"prompt":"%s","max_tokens":8}' % prompt
 for _ in range(int(sys.argv[2])):
     c.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
     r = c.getresponse()
@@ -77,7 +82,7 @@ run_under() {
   local pid=$!
   PIDS+=($pid)
   wait_port "$port"
-  python3 "$T/client.py" "$port" "$n"
+  python3 "$T/client.py" "$port" "$n" "$PROMPT_TOKENS"
   # the router itself (strace's child; valgrind runs it in its own process)
   kill -INT "$(pgrep -P "$pid" | head -1 || true)" 2>/dev/null || kill -INT "$pid"
   wait "$pid" 2>/dev/null || true
@@ -97,17 +102,19 @@ port=$(free_port)
 pid=$!
 PIDS+=($pid)
 wait_port "$port"
-python3 "$T/client.py" "$port" 50
+python3 "$T/client.py" "$port" 50 "$PROMPT_TOKENS"
 strace -f -c -o "$T/st" -p "$pid" 2> /dev/null &
 spid=$!
 sleep 1 # attached to every thread
-python3 "$T/client.py" "$port" "$N2"
+python3 "$T/client.py" "$port" "$N2" "$PROMPT_TOKENS"
 kill -INT "$spid"
 wait "$spid" 2>/dev/null || true
 
 # strace -c rows: % time, seconds, usecs/call, calls, [errors,] syscall
 calls() { awk '$NF == "total" { print NF == 6 ? $(NF - 2) : $(NF - 1) }' "$1"; }
-echo "eldr serve --threads 1 --policy jsq, one keep-alive connection, ($N2 - $N1) requests"
+prompt="a short sentence"
+[ "$PROMPT_TOKENS" != 0 ] && prompt="$PROMPT_TOKENS tokens"
+echo "eldr serve --threads 1 --policy jsq, one keep-alive connection, ($N2 - $N1) requests, prompt: $prompt"
 awk -v a="$(instr "$T/cg1")" -v b="$(instr "$T/cg2")" -v n=$((N2 - N1)) \
   'BEGIN { printf "instructions per request (callgrind): %.0f\n", (b - a) / n }'
 awk -v c="$(calls "$T/st")" -v n="$N2" 'BEGIN { printf "system calls per request (strace -c):  %.1f\n", c / n }'

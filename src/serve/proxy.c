@@ -47,7 +47,7 @@ static void leg_deadline_cb(evutil_socket_t fd, short ev, void *arg);
 
 static size_t rq_kept_bytes(const rq *r) {
   return r->L.cap + r->req.text_cap + r->req.raw_cap + r->req.ids_cap * sizeof *r->req.ids + r->pr.raw_cap +
-         r->fwd.cap + r->pb.cap + r->db.cap + r->fix.cap;
+         r->prompt.hashcap * sizeof *r->prompt.hashes + r->fwd.cap + r->pb.cap + r->db.cap + r->fix.cap;
 }
 
 static void rq_destroy(rq *r) {
@@ -87,9 +87,7 @@ void eldr__rq_free(rq *r) {
   }
   /* back to the pool: what this request read is dropped, the buffers stay */
   eldr__req_clear(&r->req);
-  eldr__prompt_free(&r->prompt);
-  memset(&r->prompt, 0, sizeof r->prompt);
-  eldr__prefill_reply_clear(&r->pr);
+  eldr__prefill_reply_clear(&r->pr); /* the prompt's hash buffer stays too: the next prompt_init reuses it */
   free(r->wsig);
   r->wsig = NULL;
   r->pool_next = s->rq_pool;
@@ -119,6 +117,8 @@ static rq *rq_alloc(eldr_server *s) {
   r->req = keep.req; /* cleared, buffers kept */
   r->pr.raw = keep.pr.raw;
   r->pr.raw_cap = keep.pr.raw_cap;
+  r->prompt.hashes = keep.prompt.hashes;
+  r->prompt.hashcap = keep.prompt.hashcap;
   r->fwd = keep.fwd;
   r->pb = keep.pb;
   r->db = keep.db;
