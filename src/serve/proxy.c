@@ -29,6 +29,7 @@ static void leg_release(rq *r) {
   leg *L = &r->L;
   eldr__fps_end(r); /* a footprint ticket lives from the decision to the decode leg's end */
   if (L->deadline) event_del(L->deadline);
+  if (L->up && eldr__up_resent(L->up)) r->s->m.resends[L->kind]++; /* a stale kept-alive connection */
   if (L->up && eldr__up_active(L->up)) eldr__up_abort(L->up); /* the worker sees us leave */
   if (L->w) eldr__worker_put(L->w, L->up); /* may free a retired worker */
   L->w = NULL;
@@ -241,7 +242,6 @@ static int leg_start(rq *r, worker *w, int kind, const char *method, const char 
     if (reserved) w->slot->inflight--;
     return ELDR_EIO;
   }
-  if (kind == LEG_DECODE) eldr__up_once(up); /* a decoder must not see the request twice */
   L->w = w;
   L->up = up;
   L->hung_gen = w->slot->hung_gen;

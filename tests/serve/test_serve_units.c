@@ -641,6 +641,7 @@ static void test_upstream_stale_resend(void **st) {
   run_until_done(b, &s, 1);
   assert_int_equal(s.err, 0);
   assert_int_equal(s.status, 200);
+  assert_false(eldr__up_resent(u)); /* a fresh connection */
   s.n = 0;
   assert_int_equal(eldr__up_request(u, &iov, 1, &loop_cbs, &s), 0);
   run_until_done(b, &s, 2);
@@ -648,6 +649,8 @@ static void test_upstream_stale_resend(void **st) {
   assert_int_equal(s.err, 0);
   assert_int_equal(s.n, 2);
   assert_memory_equal(s.body, "ok", 2);
+  assert_true(eldr__up_resent(u)); /* the kept one failed before a reply byte */
+  assert_true(eldr__up_sent(u));
   eldr__up_free(u);
   pthread_join(th, NULL);
   assert_int_equal(srv.served, 2);
