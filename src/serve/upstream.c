@@ -30,7 +30,8 @@ struct eldr__up {
   int reused;              /* the exchange started on an already open connection */
   int resent;              /* ... which failed before any reply byte: sent again on a fresh one */
   int replied;             /* a byte of the reply arrived (no resend after it) */
-  int wrote;               /* request bytes reached a connected socket (a resend starts it again) */
+  int wrote;               /* request bytes reached a connected socket: the stale one's too (a
+                            * worker that read the request and died looks like a stale close) */
   char *in;
   size_t inn, inoff, incap;
   /* exchange */
@@ -231,8 +232,7 @@ static int try_resend(eldr__up *u) {
   if (!u->active || !u->reused || u->resent || u->replied) return 0;
   close_fd(u);
   u->resent = 1;
-  u->reused = 0;
-  u->wrote = 0; /* the stale socket's worker had closed: it never read them */
+  u->reused = 0; /* wrote stays: bytes reached the stale socket, whose worker may have read them */
   if (open_socket(u) != 0) {
     fail(u, ELDR_EIO);
     return 1;
@@ -292,7 +292,6 @@ int eldr__up_request(eldr__up *u, const struct iovec *iov, int iovcnt, const eld
       close_fd(u);
       u->reused = 0;
       u->resent = 1;
-      u->wrote = 0;
       if (open_socket(u) == 0 && (u->connecting || flush_out(u) == 0)) return 0;
     }
     fail_later(u, ELDR_EIO);

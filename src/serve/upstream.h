@@ -46,9 +46,12 @@ int eldr__up_request(eldr__up *u, const struct iovec *iov, int iovcnt, const eld
  * leave), no further callbacks. No-op when idle. */
 void eldr__up_abort(eldr__up *u);
 /* Bytes of the current (or just failed) exchange's request reached a
- * connected socket: the worker may have read it. 0 when the connection was
- * never made (refused, connect timeout), or only a stale kept-alive socket
- * the worker had closed saw them. Valid until the next eldr__up_request. */
+ * connected socket: the worker may have read it. 0 when no connection took
+ * a byte (refused, connect timeout, a kept-alive socket whose write the
+ * kernel refused at once). A kept-alive socket that took the request and
+ * then failed counts, even when the resend's fresh connection is refused:
+ * a worker that read the request and died looks the same as a keep-alive
+ * close that crossed it. Valid until the next eldr__up_request. */
 int eldr__up_sent(const eldr__up *u);
 /* The current (or just ended) exchange was sent again on a fresh connection:
  * it went out on a reused kept-alive connection that failed (EOF, reset,

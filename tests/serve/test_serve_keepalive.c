@@ -26,14 +26,17 @@
 
 #define SERIES(buf, ...) (snprintf(buf, sizeof buf, __VA_ARGS__), buf)
 
-/* The rig's router with one event loop (one pool per worker: which request
- * meets a kept connection is fixed) and JSQ. */
-static void start(sf_rig *g, const fx_behaviour *pb, const fx_behaviour *db) {
-  sf_start(g, 1, pb, 1, db);
+/* The rig's router (one prefill worker, nd decoders) with one event loop
+ * (one pool per worker: which request meets a kept connection is fixed) and
+ * JSQ (ties to the first decoder). */
+static void start_n(sf_rig *g, const fx_behaviour *pb, int nd, const fx_behaviour *db) {
+  sf_start(g, 1, pb, nd, db);
   g->c.threads = 1;
   g->c.policy = ELDR_POLICY_JSQ;
   sf_run(g);
 }
+
+static void start(sf_rig *g, const fx_behaviour *pb, const fx_behaviour *db) { start_n(g, pb, 1, db); }
 
 static double resends(int port, const char *leg) {
   char s[96];
@@ -163,11 +166,41 @@ static void test_resend_once_never_fresh(void **st) {
   sf_free(&g);
 }
 
+/* A decoder that read the request on a kept-alive connection and died (the
+ * connection closed, no reply byte, new connections refused) looks like a
+ * crossed keep-alive close: the resend to it is refused, and the request is
+ * not moved to another decoder (the first may have pulled the KV blocks):
+ * 502. A later request, refused at connect, goes to the other decoder. */
+static void test_died_on_reused_connection(void **st) {
+  (void)st;
+  fx_behaviour die = fx_defaults();
+  die.keepalive_requests = 1;
+  die.keepalive_die = 1;
+  sf_rig g;
+  start_n(&g, NULL, 2, &die);
+  fx_worker *d0 = g.d[0], *d1 = g.d[1];
+  fx_behaviour ok = fx_defaults();
+  fx_set(d1, &ok);
+  assert_int_equal(sf_post_served_by(g.r.port), fx_port(d0)); /* kept alive */
+  tc_resp r;
+  assert_int_equal(tc_post(g.r.port, "/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":4}", NULL, &r), 0);
+  if (r.status != 502 || !strstr(r.body, "not retried")) fail_msg("%d %s", r.status, r.body);
+  tc_free(&r);
+  assert_int_equal(fx_count(d0, "/v1/completions"), 2);
+  assert_int_equal(fx_count(d1, "/v1/completions"), 0);
+  assert_int_equal(resends(g.r.port, "decode"), 1);
+  assert_int_equal(retries(g.r.port, "decode"), 0);
+  assert_int_equal(sf_post_served_by(g.r.port), fx_port(d1));
+  assert_int_equal(retries(g.r.port, "decode"), 1);
+  sf_free(&g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_keepalive_limit_resent),
       cmocka_unit_test(test_no_resend_after_reply_bytes),
       cmocka_unit_test(test_resend_once_never_fresh),
+      cmocka_unit_test(test_died_on_reused_connection),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -45,6 +45,7 @@ struct fx_worker {
   pthread_cond_t cv;
   struct event_base *base;
   struct evhttp *http;
+  struct evhttp_bound_socket *bound; /* the listener (NULL once closed: keepalive_die) */
   struct event *ev_stop;
   int port;
   char url[64];
@@ -252,6 +253,10 @@ static void handle(struct evhttp_request *req, void *arg) {
   }
   fx_conn *fc = conn_of(w, evhttp_request_get_connection(req));
   if (b.keepalive_requests > 0 && fc->answered >= (size_t)b.keepalive_requests) {
+    if (b.keepalive_die && w->bound) {
+      evhttp_del_accept_socket(w->http, w->bound);
+      w->bound = NULL;
+    }
     drop_connection(req, b.keepalive_reset);
     return;
   }
@@ -426,6 +431,7 @@ fx_worker *fx_start_addr(const fx_behaviour *b, const char *addr, int port) {
   struct sockaddr_in sa;
   socklen_t sl = sizeof sa;
   getsockname(evhttp_bound_socket_get_fd(bs), (struct sockaddr *)&sa, &sl);
+  w->bound = bs;
   w->port = ntohs(sa.sin_port);
   snprintf(w->url, sizeof w->url, "http://%s:%d", addr, w->port);
   w->ev_stop = event_new(w->base, -1, 0, stop_cb, w);

@@ -37,6 +37,8 @@ typedef struct fx_behaviour {
                             * (nginx's keepalive_requests) or timeout whose close crossed the
                             * client's next request; FIN, or a reset with keepalive_reset */
   int keepalive_reset;
+  int keepalive_die;       /* ... and the listener closes with it: the worker died on the
+                            * request it read (a new connection is refused) */
   const char *partial_reply; /* completions: these bytes of a reply sent raw, then the
                               * connection closed (FIN): a worker failing mid-reply */
 } fx_behaviour;
