@@ -223,9 +223,10 @@ static int flush_out(eldr__up *u) {
 
 /* A kept-alive connection the worker closed (its keep-alive timeout or
  * request limit) while the request went out: it failed (EOF, reset, a
- * broken pipe) before any byte of a reply. The worker did not take the
- * request, so it is sent once more on a fresh connection, as HTTP clients
- * and proxies do with a reused connection; never after a reply byte, never
+ * broken pipe) before any byte of a reply. The worker most likely did not
+ * take the request (one that read it and died looks the same: wrote stays
+ * set), so it is sent once more on a fresh connection, as HTTP clients and
+ * proxies do with a reused connection; never after a reply byte, never
  * when the connection was fresh, at most once. 1 if resent (or that
  * resend's failure reported). */
 static int try_resend(eldr__up *u) {
