@@ -9,7 +9,9 @@
  * kv_transfer_params, anything else with a short completion); the router runs in-process in its own
  * thread; the load generator is closed-loop over N keep-alive connections.
  *
- * usage: bench_proxy [--duration S] [--conns N] [--policy jsq|eldr|rr]
+ * usage: bench_proxy [--duration S] [--conns N] [--policy jsq|eldr|rr] [--prompt-tokens N]
+ * (prompts of N stand-in tokens, default 48: three 16-token blocks, which the
+ * router hashes at arrival; below 16 it hashes the text instead)
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -32,6 +34,7 @@
 
 #include "eldr/clock.h"
 #include "eldr/serve.h"
+#include "eldr/tokenize.h"
 
 /* ---- fixture worker ------------------------------------------------------- */
 
@@ -184,14 +187,34 @@ static int connect_to(int port) {
   return fd;
 }
 
-static const char BODY[] = "{\"model\":\"m\",\"prompt\":\"What is the capital of France? Answer briefly.\",\"max_tokens\":16,\"temperature\":0}";
-static const char BODY_PREFILL[] =
-    "{\"model\":\"m\",\"prompt\":\"What is the capital of France? Answer briefly.\",\"max_tokens\":1,"
-    "\"temperature\":0,\"stream\":false,\"kv_transfer_params\":{\"do_remote_decode\":true,"
-    "\"do_remote_prefill\":false,\"remote_engine_id\":null,\"remote_block_ids\":null,\"remote_host\":null,"
-    "\"remote_port\":null}}";
+/* The completion request: a prompt of prompt_tokens stand-in tokens
+ * ("w0 w1 ...", one token a word for the router's tokenizer), so that the
+ * router hashes its 16-token blocks as it does a real prompt's. */
+static char body[16384], body_prefill[16384];
+static size_t body_len, body_prefill_len;
 
-static char req_plain[1024], req_prefill[1024];
+static int make_bodies(int prompt_tokens) {
+  char prompt[12288];
+  size_t off = 0;
+  for (int i = 0; i < prompt_tokens; i++) {
+    int w = snprintf(prompt + off, sizeof prompt - off, "w%d ", i);
+    if (w < 0 || (size_t)w >= sizeof prompt - off) return -1;
+    off += (size_t)w;
+  }
+  if (eldr_tokenize(prompt, off, NULL, 0) != (size_t)prompt_tokens) return -1;
+  int n = snprintf(body, sizeof body, "{\"model\":\"m\",\"prompt\":\"%s\",\"max_tokens\":16,\"temperature\":0}", prompt);
+  int m = snprintf(body_prefill, sizeof body_prefill,
+                   "{\"model\":\"m\",\"prompt\":\"%s\",\"max_tokens\":1,\"temperature\":0,\"stream\":false,"
+                   "\"kv_transfer_params\":{\"do_remote_decode\":true,\"do_remote_prefill\":false,"
+                   "\"remote_engine_id\":null,\"remote_block_ids\":null,\"remote_host\":null,\"remote_port\":null}}",
+                   prompt);
+  if (n < 0 || (size_t)n >= sizeof body || m < 0 || (size_t)m >= sizeof body_prefill) return -1;
+  body_len = (size_t)n;
+  body_prefill_len = (size_t)m;
+  return 0;
+}
+
+static char req_plain[17000], req_prefill[17000];
 static size_t req_plain_len, req_prefill_len;
 
 static void send_req(conn *c, int mode) {
@@ -234,6 +257,11 @@ static int cmpd(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
 }
+
+/* heap allocations of the router loop so far, when bench/malloc_count.c is
+ * preloaded (NULL: it is not) */
+static unsigned long (*malloc_count)(void);
+static unsigned long mc_warm; /* malloc_count() when the last load's warm-up ended */
 
 /* mode 1: one request per exchange; mode 2: prefill leg then decode leg */
 static result load(int port, int nconn, double duration, int mode) {
@@ -281,7 +309,10 @@ static result load(int port, int nconn, double duration, int mode) {
         }
         double t = eldr_clock_now();
         if (t >= warm) {
-          if (!n_warm) n_warm = n;
+          if (!n_warm) {
+            n_warm = n;
+            if (malloc_count) mc_warm = malloc_count();
+          }
           if (n < cap) lat[n++] = t - c->t0;
         } else {
           n++;
@@ -321,31 +352,38 @@ static void row(const char *name, int conns, result r, const result *base) {
 int main(int argc, char **argv) {
   double duration = 3;
   int conns = 32;
+  int prompt_tokens = 48; /* three 16-token blocks */
   eldr_policy_kind policy = ELDR_POLICY_JSQ;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--duration") && i + 1 < argc) duration = atof(argv[++i]);
     else if (!strcmp(argv[i], "--conns") && i + 1 < argc) conns = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--prompt-tokens") && i + 1 < argc) prompt_tokens = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--policy") && i + 1 < argc) {
       if (eldr_policy_parse(argv[++i], &policy)) {
         fprintf(stderr, "bench_proxy: unknown policy %s\n", argv[i]);
         return 2;
       }
     } else {
-      fprintf(stderr, "usage: bench_proxy [--duration S] [--conns N] [--policy NAME]\n");
+      fprintf(stderr, "usage: bench_proxy [--duration S] [--conns N] [--policy NAME] [--prompt-tokens N]\n");
       return 2;
     }
   }
-  if (duration <= 0 || conns < 1 || conns > 1000) {
-    fprintf(stderr, "bench_proxy: bad --duration or --conns\n");
+  if (duration <= 0 || conns < 1 || conns > 1000 || prompt_tokens < 1 || prompt_tokens > 1024) {
+    fprintf(stderr, "bench_proxy: bad --duration, --conns or --prompt-tokens (1..1024)\n");
     return 2;
   }
   evthread_use_pthreads();
+  malloc_count = (unsigned long (*)(void))dlsym(RTLD_DEFAULT, "eldr_mc_router");
+  if (make_bodies(prompt_tokens)) {
+    fprintf(stderr, "bench_proxy: --prompt-tokens %d: the request does not fit its buffer\n", prompt_tokens);
+    return 2;
+  }
   req_plain_len = (size_t)snprintf(req_plain, sizeof req_plain,
                                    "POST /v1/completions HTTP/1.1\r\nHost: b\r\nContent-Type: application/json\r\n"
-                                   "Content-Length: %zu\r\n\r\n%s", sizeof BODY - 1, BODY);
+                                   "Content-Length: %zu\r\n\r\n%s", body_len, body);
   req_prefill_len = (size_t)snprintf(req_prefill, sizeof req_prefill,
                                      "POST /v1/completions HTTP/1.1\r\nHost: b\r\nContent-Type: application/json\r\n"
-                                     "Content-Length: %zu\r\n\r\n%s", sizeof BODY_PREFILL - 1, BODY_PREFILL);
+                                     "Content-Length: %zu\r\n\r\n%s", body_prefill_len, body_prefill);
   fixture f;
   if (fx_start(&f)) {
     fprintf(stderr, "bench_proxy: cannot start the fixture worker\n");
@@ -369,8 +407,9 @@ int main(int argc, char **argv) {
   int rport = eldr_server_port(r.s);
   pthread_create(&r.th, NULL, rt_run, &r);
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-  printf("# bench_proxy: %ld CPUs, %.1f s per run (first 10%% warm-up), small non-streaming bodies, policy %s\n",
-         ncpu, duration, eldr_policy_name(policy));
+  printf("# bench_proxy: %ld CPUs, %.1f s per run (first 10%% warm-up), small non-streaming bodies, policy %s, "
+         "prompts of %d tokens (%d blocks)\n",
+         ncpu, duration, eldr_policy_name(policy), prompt_tokens, prompt_tokens / ELDR_BLOCK_TOKENS);
   printf("# router threads: 1 event loop; fixture worker: 1 event loop; load generator: 1 thread\n");
   printf("%-9s %5s %10s %9s %9s %9s %8s %6s\n", "target", "conns", "req/s", "p50_us", "p99_us", "p99.9_us", "n", "errors");
   int levels[] = {1, conns};
@@ -383,8 +422,7 @@ int main(int argc, char **argv) {
     clockid_t cid;
     struct timespec c0, c1;
     pthread_getcpuclockid(r.th, &cid);
-    /* heap allocations of the router loop, when bench/malloc_count.c is preloaded */
-    unsigned long (*mc)(void) = (unsigned long (*)(void))dlsym(RTLD_DEFAULT, "eldr_mc_router");
+    unsigned long (*mc)(void) = malloc_count;
     unsigned long m0 = mc ? mc() : 0;
     clock_gettime(cid, &c0);
     result rr = load(rport, nc, duration, 1);
@@ -396,9 +434,10 @@ int main(int argc, char **argv) {
     printf("%-9s %5s  router loop CPU: %.1f us per request (%.2f cores) -> %.0f req/s per core\n", "", "",
            cpu / (double)total * 1e6, cpu / duration, (double)total / cpu);
     printf("%-9s %5s  router vs direct-1: %.2fx rps, +%.1f us p50\n", "", "", rr.rps / d1.rps, (rr.p50 - d1.p50) * 1e6);
-    if (mc)
-      printf("%-9s %5s  router loop heap allocations: %.1f per request (%lu in all)\n", "", "",
-             (double)(m1 - m0) / (double)total, m1 - m0);
+    if (mc) /* the warm-up tenth fills the loop's pools; after it, steady state */
+      printf("%-9s %5s  router loop heap allocations: %.1f per request (%lu in all, %lu after the warm-up: "
+             "%.4f per request)\n", "", "", (double)(m1 - m0) / (double)total, m1 - m0, m1 - mc_warm,
+             (double)(m1 - mc_warm) / (double)rr.n);
   }
   eldr_server_stop(r.s);
   pthread_join(r.th, NULL);

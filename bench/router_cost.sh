@@ -9,12 +9,18 @@
 # start-up and shutdown cancel out; system calls: strace attached to a warm
 # router for N2 requests.
 #
-# usage: bench/router_cost.sh [BUILD_DIR] (env: N1=500 N2=2500)
+# usage: bench/router_cost.sh [BUILD_DIR] (env: N1=500 N2=2500; PROMPT_TOKENS=N: a
+# prompt of N stand-in tokens "w0 w1 ...", so that the router hashes its
+# 16-token blocks; default: a short prompt of one sentence; GAP_S=S: the idle
+# regime, system calls only, of N2 requests S seconds apart with health checks
+# off, e.g. GAP_S=1.2 N2=16: what a pooled connection idle that long costs)
 # Skips (exit 0, says so) without nginx, valgrind, strace or python3.
 set -euo pipefail
 BUILD=${1:-build}
 N1=${N1:-500}
 N2=${N2:-2500}
+PROMPT_TOKENS=${PROMPT_TOKENS:-0}
+GAP_S=${GAP_S:-0}
 ELDR=$BUILD/eldr
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 for tool in valgrind strace python3 "$NGINX"; do
@@ -55,15 +61,19 @@ wait_port "$UP"
 
 # n sequential requests over one keep-alive connection
 cat > "$T/client.py" <<'EOF'
-import http.client, sys
+import http.client, sys, time
 c = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]))
-body = '{"prompt":"Hello, how are you today?","max_tokens":8}'
+gap = float(sys.argv[4])
+words = int(sys.argv[3])
+prompt = " ".join("w%d" % i for i in range(words)) if words else "Hello, how are you today?"
+body = '{"prompt":"%s","max_tokens":8}' % prompt
 for _ in range(int(sys.argv[2])):
     c.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
     r = c.getresponse()
     r.read()
     if r.status != 200:
         sys.exit("router_cost: HTTP %d" % r.status)
+    time.sleep(gap)
 EOF
 
 # run_under N TOOL...: the router under a tool for N requests
@@ -77,7 +87,7 @@ run_under() {
   local pid=$!
   PIDS+=($pid)
   wait_port "$port"
-  python3 "$T/client.py" "$port" "$n"
+  python3 "$T/client.py" "$port" "$n" "$PROMPT_TOKENS" 0
   # the router itself (strace's child; valgrind runs it in its own process)
   kill -INT "$(pgrep -P "$pid" | head -1 || true)" 2>/dev/null || kill -INT "$pid"
   wait "$pid" 2>/dev/null || true
@@ -86,30 +96,42 @@ run_under() {
 instr() { # total Ir of a callgrind output
   callgrind_annotate "$1" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1 }'
 }
-run_under "$N1" valgrind --tool=callgrind --callgrind-out-file="$T/cg1" 2>/dev/null
-run_under "$N2" valgrind --tool=callgrind --callgrind-out-file="$T/cg2" 2>/dev/null
+if [ "$GAP_S" = 0 ]; then
+  run_under "$N1" valgrind --tool=callgrind --callgrind-out-file="$T/cg1" 2>/dev/null
+  run_under "$N2" valgrind --tool=callgrind --callgrind-out-file="$T/cg2" 2>/dev/null
+  hc=()
+else
+  hc=(--health-interval 0)
+fi
 # system calls: strace attached to the warm router (its threads' calls during
 # the N2 requests only; a router started under strace also counts the
 # start-up spinning of other libraries' threads)
 port=$(free_port)
 "$ELDR" serve --quiet --port "$port" --threads 1 --policy jsq --prefill "http://127.0.0.1:$UP" \
-  --decode "http://127.0.0.1:$UP" > "$T/eldr.out" 2> "$T/eldr.err" &
+  --decode "http://127.0.0.1:$UP" "${hc[@]}" > "$T/eldr.out" 2> "$T/eldr.err" &
 pid=$!
 PIDS+=($pid)
 wait_port "$port"
-python3 "$T/client.py" "$port" 50
+python3 "$T/client.py" "$port" 50 "$PROMPT_TOKENS" 0
 strace -f -c -o "$T/st" -p "$pid" 2> /dev/null &
 spid=$!
 sleep 1 # attached to every thread
-python3 "$T/client.py" "$port" "$N2"
+python3 "$T/client.py" "$port" "$N2" "$PROMPT_TOKENS" "$GAP_S"
 kill -INT "$spid"
 wait "$spid" 2>/dev/null || true
 
 # strace -c rows: % time, seconds, usecs/call, calls, [errors,] syscall
 calls() { awk '$NF == "total" { print NF == 6 ? $(NF - 2) : $(NF - 1) }' "$1"; }
-echo "eldr serve --threads 1 --policy jsq, one keep-alive connection, ($N2 - $N1) requests"
-awk -v a="$(instr "$T/cg1")" -v b="$(instr "$T/cg2")" -v n=$((N2 - N1)) \
-  'BEGIN { printf "instructions per request (callgrind): %.0f\n", (b - a) / n }'
+prompt="a short sentence"
+[ "$PROMPT_TOKENS" != 0 ] && prompt="$PROMPT_TOKENS tokens"
+if [ "$GAP_S" = 0 ]; then
+  echo "eldr serve --threads 1 --policy jsq, one keep-alive connection, ($N2 - $N1) requests, prompt: $prompt"
+  awk -v a="$(instr "$T/cg1")" -v b="$(instr "$T/cg2")" -v n=$((N2 - N1)) \
+    'BEGIN { printf "instructions per request (callgrind): %.0f\n", (b - a) / n }'
+else
+  echo "eldr serve --threads 1 --policy jsq --health-interval 0, one keep-alive connection, $N2 requests" \
+    "$GAP_S s apart, prompt: $prompt"
+fi
 awk -v c="$(calls "$T/st")" -v n="$N2" 'BEGIN { printf "system calls per request (strace -c):  %.1f\n", c / n }'
 echo "by call, per request:"
 awk -v n="$N2" '/^-+ /{f++; next} f == 1 { c = NF == 6 ? $(NF - 2) : $(NF - 1); if (c / n >= 0.05) printf "  %-12s %.2f\n", $NF, c / n }' "$T/st"

@@ -212,6 +212,7 @@ int eldr_bench_route(int argc, char **argv) {
     memset(&pr, 0, sizeof pr);
     char *lbuf = NULL;
     size_t lcap = 0;
+    eldr__prompt prompt = {0}; /* its hash buffer reused from request to request, as a pooled request's */
     for (long it = -5; it < iters; it++) { /* 5 warm-up rounds */
       if (lcap <= (size_t)rl) { /* the receive (not timed) */
         free(lbuf);
@@ -237,10 +238,8 @@ int eldr_bench_route(int argc, char **argv) {
       loads[k] = (loads[k] + 1) % 4;
       sink += (uint64_t)k;
       /* with the cache: full extraction + storing every block (first request of a prefix) */
-      eldr__prompt prompt;
       if (eldr__prompt_init(&sp_c, &prompt, text, tl, NULL, 0)) cli_fail(cmd, "out of memory");
       eldr__sigpath_extract(&sp_c, pr.raw, pr.raw_len, pr.root, 0, &prompt, &res);
-      eldr__prompt_free(&prompt);
       double t4 = eldr_clock_now();
       eldr__sigpath_store(&sp_c, &res);
       double t5 = eldr_clock_now();
@@ -248,7 +247,6 @@ int eldr_bench_route(int argc, char **argv) {
        * once, as at the request's arrival), tail rows + cached rows */
       if (eldr__prompt_init(&sp_c, &prompt, text, tl, NULL, 0)) cli_fail(cmd, "out of memory");
       eldr__sigpath_extract(&sp_c, prt.raw, prt.raw_len, prt.root, 0, &prompt, &res);
-      eldr__prompt_free(&prompt);
       double t6 = eldr_clock_now();
       if (res.fallback != ELDR__FB_NONE) cli_fail(cmd, "cached extraction fell back");
       /* the same, interleaved: the reply read into a jansson tree (the blob
@@ -281,6 +279,7 @@ int eldr_bench_route(int argc, char **argv) {
     free(copy);
     free(lbuf);
     eldr__prefill_reply_free(&pr);
+    eldr__prompt_free(&prompt);
     if (sp_c.blocks_missing)
       cli_fail(cmd, "signature cache missed %llu blocks", (unsigned long long)sp_c.blocks_missing);
     double *tot = malloc((size_t)iters * sizeof(double));

@@ -131,6 +131,13 @@ void eldr__handle_metrics(hconn *c) {
                          "# TYPE eldr_retries_total counter\n"
                          "eldr_retries_total{leg=\"prefill\"} %llu\neldr_retries_total{leg=\"decode\"} %llu\n",
                       (unsigned long long)m->retries[0], (unsigned long long)m->retries[1]);
+  evbuffer_add_printf(o, "# HELP eldr_keepalive_resends_total Upstream legs sent again on a fresh connection: "
+                         "the reused keep-alive connection failed before any reply byte.\n"
+                         "# TYPE eldr_keepalive_resends_total counter\n"
+                         "eldr_keepalive_resends_total{leg=\"prefill\"} %llu\neldr_keepalive_resends_total{leg=\"decode\"} %llu\n"
+                         "eldr_keepalive_resends_total{leg=\"models\"} %llu\n",
+                      (unsigned long long)m->resends[LEG_PREFILL], (unsigned long long)m->resends[LEG_DECODE],
+                      (unsigned long long)m->resends[LEG_MODELS]);
   evbuffer_add_printf(o, "# HELP eldr_client_disconnects_total Clients gone before their response.\n"
                          "# TYPE eldr_client_disconnects_total counter\neldr_client_disconnects_total %llu\n",
                       (unsigned long long)m->disconnects);

@@ -29,6 +29,7 @@ static void leg_release(rq *r) {
   leg *L = &r->L;
   eldr__fps_end(r); /* a footprint ticket lives from the decision to the decode leg's end */
   if (L->deadline) event_del(L->deadline);
+  if (L->up && eldr__up_resent(L->up)) r->s->m.resends[L->kind]++; /* a stale kept-alive connection */
   if (L->up && eldr__up_active(L->up)) eldr__up_abort(L->up); /* the worker sees us leave */
   if (L->w) eldr__worker_put(L->w, L->up); /* may free a retired worker */
   L->w = NULL;
@@ -47,7 +48,7 @@ static void leg_deadline_cb(evutil_socket_t fd, short ev, void *arg);
 
 static size_t rq_kept_bytes(const rq *r) {
   return r->L.cap + r->req.text_cap + r->req.raw_cap + r->req.ids_cap * sizeof *r->req.ids + r->pr.raw_cap +
-         r->fwd.cap + r->pb.cap + r->db.cap + r->fix.cap;
+         r->prompt.hashcap * sizeof *r->prompt.hashes + r->fwd.cap + r->pb.cap + r->db.cap + r->fix.cap;
 }
 
 static void rq_destroy(rq *r) {
@@ -87,9 +88,7 @@ void eldr__rq_free(rq *r) {
   }
   /* back to the pool: what this request read is dropped, the buffers stay */
   eldr__req_clear(&r->req);
-  eldr__prompt_free(&r->prompt);
-  memset(&r->prompt, 0, sizeof r->prompt);
-  eldr__prefill_reply_clear(&r->pr);
+  eldr__prefill_reply_clear(&r->pr); /* the prompt's hash buffer stays too: the next prompt_init reuses it */
   free(r->wsig);
   r->wsig = NULL;
   r->pool_next = s->rq_pool;
@@ -119,6 +118,8 @@ static rq *rq_alloc(eldr_server *s) {
   r->req = keep.req; /* cleared, buffers kept */
   r->pr.raw = keep.pr.raw;
   r->pr.raw_cap = keep.pr.raw_cap;
+  r->prompt.hashes = keep.prompt.hashes;
+  r->prompt.hashcap = keep.prompt.hashcap;
   r->fwd = keep.fwd;
   r->pb = keep.pb;
   r->db = keep.db;
@@ -241,7 +242,6 @@ static int leg_start(rq *r, worker *w, int kind, const char *method, const char 
     if (reserved) w->slot->inflight--;
     return ELDR_EIO;
   }
-  if (kind == LEG_DECODE) eldr__up_once(up); /* a decoder must not see the request twice */
   L->w = w;
   L->up = up;
   L->hung_gen = w->slot->hung_gen;

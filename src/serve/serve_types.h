@@ -78,6 +78,8 @@ typedef struct metrics {
   ctr fallback[FB__N];
   ctr bad[BAD__N];
   ctr retries[2];
+  ctr resends[3];     /* legs sent again on a fresh connection after a reused one failed
+                       * before any reply byte (eldr__up_resent), by kind: prefill, decode, models */
   ctr disconnects;
   ctr no_kv_params;
   ctr re_rejected[ELDR_RE__N]; /* routed_experts rejected, by eldr_re_reason */
@@ -213,6 +215,7 @@ typedef struct dns_group {
 } dns_group;
 
 enum { LEG_PREFILL, LEG_DECODE, LEG_MODELS };
+_Static_assert(LEG_MODELS == 2, "metrics.resends: one counter per leg kind");
 
 typedef struct leg {
   worker *w;

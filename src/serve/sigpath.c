@@ -10,6 +10,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "eldr/grow.h"
 #include "eldr/jscan.h"
 #include "eldr/trace_model.h"
 #include "serve_internal.h"
@@ -139,16 +140,17 @@ void eldr__sigpath_commit(eldr__sigpath *sp, eldr__sigconf *c) {
 
 int eldr__prompt_init(eldr__sigpath *sp, eldr__prompt *p, const char *text, size_t text_len,
                       const uint32_t *ids, size_t n) {
-  memset(p, 0, sizeof *p);
+  p->ntok = 0;
+  p->nblocks = 0;
+  p->prefix_hash = 0;
   if (!ids) { /* a text has at most one token per byte: one pass takes them all */
     if (grow((void **)&sp->ids, &sp->idscap, text_len + 1, sizeof *sp->ids)) return ELDR_ENOMEM;
     n = eldr_tokenize(text, text_len, sp->ids, text_len);
     ids = sp->ids;
   }
-  p->ntok = n;
   size_t nb = n / ELDR_BLOCK_TOKENS;
   if (nb) {
-    if (!(p->hashes = malloc(nb * sizeof *p->hashes))) return ELDR_ENOMEM;
+    if (eldr_grow_array(p->hashes, p->hashcap, nb)) return ELDR_ENOMEM;
     p->nblocks = eldr_block_hashes(ids, n, ELDR_BLOCK_HASH_SEED, p->hashes);
     p->prefix_hash = p->hashes[0];
   } else if (ids == sp->ids) {
@@ -156,6 +158,7 @@ int eldr__prompt_init(eldr__sigpath *sp, eldr__prompt *p, const char *text, size
   } else {
     p->prefix_hash = XXH64(ids, n * sizeof *ids, 0);
   }
+  p->ntok = n;
   return 0;
 }
 

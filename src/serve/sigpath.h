@@ -71,10 +71,13 @@ typedef enum eldr__fallback {
   ELDR__FB__COUNT
 } eldr__fallback;
 
-/* A request's prompt, as blocks: tokenised once at arrival. */
+/* A request's prompt, as blocks: tokenised once at arrival. The hash
+ * buffer is kept from prompt to prompt (eldr__prompt_init reuses it), so a
+ * pooled request hashes a prompt without allocating once warm. */
 typedef struct eldr__prompt {
   size_t ntok;          /* tokens */
-  uint64_t *hashes;     /* owned: block hashes of the full blocks */
+  uint64_t *hashes;     /* owned: block hashes of the full blocks (grown, kept) */
+  size_t hashcap;       /* hashes' capacity, in blocks */
   size_t nblocks;
   uint64_t prefix_hash; /* first block's hash; a hash of the text/ids when shorter */
 } eldr__prompt;
@@ -160,9 +163,12 @@ void eldr__sigconf_drop(const eldr__sigpath *sp, eldr__sigconf *c);
  * c is emptied. */
 void eldr__sigpath_commit(eldr__sigpath *sp, eldr__sigconf *c);
 
-/* Tokenise (when ids is NULL) and hash the prompt: 0 or ELDR_ENOMEM. */
+/* Tokenise (when ids is NULL) and hash the prompt: 0 or ELDR_ENOMEM (the
+ * prompt then has no blocks). p: zeroed, or a prompt filled before, whose
+ * hash buffer is reused (grown when the prompt has more blocks). */
 int eldr__prompt_init(eldr__sigpath *sp, eldr__prompt *p, const char *text, size_t text_len,
                       const uint32_t *ids, size_t n_ids);
+/* Release the hash buffer; p is zeroed. */
 void eldr__prompt_free(eldr__prompt *p);
 
 /* Signature of a prefill reply's prompt rows: body[0..len) is the reply's

@@ -28,9 +28,10 @@ struct eldr__up {
   char *out;               /* the request of the exchange (kept for a resend) */
   size_t outn, outoff, outcap;
   int reused;              /* the exchange started on an already open connection */
-  int resent;              /* ... and was sent again on a fresh one */
-  int once;                /* this exchange is never sent twice (eldr__up_once) */
-  int wrote;               /* request bytes reached a connected socket (not undone by a resend) */
+  int resent;              /* ... which failed before any reply byte: sent again on a fresh one */
+  int replied;             /* a byte of the reply arrived (no resend after it) */
+  int wrote;               /* request bytes reached a connected socket: the stale one's too (a
+                            * worker that read the request and died looks like a stale close) */
   char *in;
   size_t inn, inoff, incap;
   /* exchange */
@@ -41,7 +42,6 @@ struct eldr__up {
   int status;
   int conn_close;
   long long remain;
-  struct timespec idle_at; /* when the last exchange ended (CLOCK_MONOTONIC_COARSE) */
   int pending_err; /* failure to report from fail_ev */
   int paused;      /* rev not armed: the consumer is full */
   int in_cb, dead;
@@ -110,7 +110,7 @@ void eldr__up_free(eldr__up *u) {
 
 int eldr__up_sent(const eldr__up *u) { return u->wrote; }
 
-void eldr__up_once(eldr__up *u) { u->once = 1; }
+int eldr__up_resent(const eldr__up *u) { return u->resent; }
 
 int eldr__up_active(const eldr__up *u) { return u->active; }
 
@@ -221,15 +221,19 @@ static int flush_out(eldr__up *u) {
   return 0;
 }
 
-/* A kept-alive connection that the worker closed just as the request went
- * out (no reply byte yet): send the request once more on a fresh
- * connection, as HTTP clients do. 1 if resent (or its failure reported). */
+/* A kept-alive connection the worker closed (its keep-alive timeout or
+ * request limit) while the request went out: it failed (EOF, reset, a
+ * broken pipe) before any byte of a reply. The worker most likely did not
+ * take the request (one that read it and died looks the same: wrote stays
+ * set), so it is sent once more on a fresh connection, as HTTP clients and
+ * proxies do with a reused connection; never after a reply byte, never
+ * when the connection was fresh, at most once. 1 if resent (or that
+ * resend's failure reported). */
 static int try_resend(eldr__up *u) {
-  if (!u->active || !u->reused || u->resent || u->once || u->inn != 0 || u->st != S_HEAD) return 0;
+  if (!u->active || !u->reused || u->resent || u->replied) return 0;
   close_fd(u);
   u->resent = 1;
-  u->reused = 0;
-  u->wrote = 0; /* the stale socket's worker had closed: it never read them */
+  u->reused = 0; /* wrote stays: bytes reached the stale socket, whose worker may have read them */
   if (open_socket(u) != 0) {
     fail(u, ELDR_EIO);
     return 1;
@@ -239,20 +243,9 @@ static int try_resend(eldr__up *u) {
 }
 
 /* Idle sockets keep their read event armed, so a worker's close is seen
- * (and the socket dropped) at the next loop turn. What the loop has not
- * seen yet is a close that arrived since its last epoll_wait: a worker
- * closes an idle connection after its keep-alive timeout (seconds:
- * uvicorn's 5 s), so a socket idle for PEEK_IDLE_S or more is peeked
- * before it is reused; one that served an exchange just now is not (one
- * recv(MSG_PEEK) syscall less per leg on a busy router). */
-#define PEEK_IDLE_S 1
-
-static int idle_long(const eldr__up *u) {
-  struct timespec now;
-  if (clock_gettime(CLOCK_MONOTONIC_COARSE, &now) != 0) return 1;
-  return now.tv_sec - u->idle_at.tv_sec > PEEK_IDLE_S ||
-         (now.tv_sec - u->idle_at.tv_sec == PEEK_IDLE_S && now.tv_nsec >= u->idle_at.tv_nsec);
-}
+ * (and the socket dropped) at the next loop turn. A close the loop has not
+ * seen yet when the next request goes out (one that crossed it) is the
+ * resend's case above: no socket is peeked before reuse. */
 
 /* A request is under way: the reply parser at the start of a head. */
 static void begin_reply(eldr__up *u, const eldr__up_cbs *cbs, void *arg) {
@@ -260,6 +253,7 @@ static void begin_reply(eldr__up *u, const eldr__up_cbs *cbs, void *arg) {
   u->cbs = cbs;
   u->arg = arg;
   u->st = S_HEAD;
+  u->replied = 0;
   u->status = 0;
   u->conn_close = 0;
   u->remain = 0;
@@ -287,12 +281,6 @@ int eldr__up_request(eldr__up *u, const struct iovec *iov, int iovcnt, const eld
   if (u->paused) eldr__up_pause(u, 0);
   u->resent = 0;
   u->wrote = 0;
-  u->once = 0;
-  if (u->fd >= 0 && !u->connecting && idle_long(u)) { /* a kept-alive socket the worker closed meanwhile: not reused */
-    char c;
-    ssize_t n = recv(u->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) close_fd(u);
-  }
   u->reused = u->fd >= 0;
   int orc;
   if (u->fd < 0 && (orc = open_socket(u)) != 0) {
@@ -305,7 +293,6 @@ int eldr__up_request(eldr__up *u, const struct iovec *iov, int iovcnt, const eld
       close_fd(u);
       u->reused = 0;
       u->resent = 1;
-      u->wrote = 0;
       if (open_socket(u) == 0 && (u->connecting || flush_out(u) == 0)) return 0;
     }
     fail_later(u, ELDR_EIO);
@@ -340,7 +327,6 @@ static void complete(eldr__up *u) {
   if (u->paused) eldr__up_pause(u, 0); /* idle: watch for the worker closing it */
   u->inn = u->inoff = 0;
   u->active = 0;
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &u->idle_at);
   u->in_cb++;
   u->cbs->done(u->arg, 0);
   u->in_cb--;
@@ -580,6 +566,7 @@ static void on_read(evutil_socket_t fd, short ev, void *arg) {
     return;
   }
   u->inn += (size_t)n;
+  u->replied = 1;
   u->in_cb++;
   parse(u);
   u->in_cb--;
@@ -608,6 +595,7 @@ void eldr__up_test_feed(eldr__up *u, const char *p, size_t n, int eof) {
   }
   memcpy(u->in + u->inn, p, n);
   u->inn += n;
+  if (n) u->replied = 1;
   u->in_cb++;
   parse(u);
   if (eof && u->active && !u->dead) {

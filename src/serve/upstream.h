@@ -3,6 +3,8 @@
  * to the socket, the reply parsed incrementally (Content-Length, chunked or
  * until close) and handed over as it arrives. Replaces evhttp's client for
  * the upstream legs: no per-request header lists, no epoll_ctl churn.
+ * A request that went out on a reused connection the worker had closed
+ * (no reply byte came) is sent once more on a fresh one (eldr__up_resent).
  *
  * Callbacks run on the loop thread. From inside a callback the caller may
  * start the next exchange, abort, or free the connection. After done() the
@@ -43,17 +45,21 @@ int eldr__up_request(eldr__up *u, const struct iovec *iov, int iovcnt, const eld
 /* Drop the exchange in flight: closes the socket (the worker sees the client
  * leave), no further callbacks. No-op when idle. */
 void eldr__up_abort(eldr__up *u);
-/* The exchange just started is not sent again on a fresh connection once
- * its bytes reached a kept-alive socket (a socket the worker closed is
- * still dropped before the write: seen by the loop, or, idle for a second
- * or more, peeked; a write the kernel refused at once is still resent):
- * for requests the worker must not see twice. */
-void eldr__up_once(eldr__up *u);
 /* Bytes of the current (or just failed) exchange's request reached a
- * connected socket: the worker may have read it. 0 when the connection was
- * never made (refused, connect timeout), or only a stale kept-alive socket
- * the worker had closed saw them. Valid until the next eldr__up_request. */
+ * connected socket: the worker may have read it. 0 when no connection took
+ * a byte (refused, connect timeout, a kept-alive socket whose write the
+ * kernel refused at once). A kept-alive socket that took the request and
+ * then failed counts, even when the resend's fresh connection is refused:
+ * a worker that read the request and died looks the same as a keep-alive
+ * close that crossed it. Valid until the next eldr__up_request. */
 int eldr__up_sent(const eldr__up *u);
+/* The current (or just ended) exchange was sent again on a fresh connection:
+ * it went out on a reused kept-alive connection that failed (EOF, reset,
+ * broken pipe) before any byte of a reply, which is how a worker's
+ * keep-alive close that crossed the request looks. At most once per
+ * exchange; never after a reply byte, never from a fresh connection (its
+ * failure is the exchange's). Valid until the next eldr__up_request. */
+int eldr__up_resent(const eldr__up *u);
 /* An exchange is in flight. */
 int eldr__up_active(const eldr__up *u);
 /* Stop (on = 1) or resume (0) reading the reply from the socket: bytes

@@ -695,6 +695,7 @@ static void test_upstream_stale_resend(void **st) {
   run_until_done(b, &s, 1);
   assert_int_equal(s.err, 0);
   assert_int_equal(s.status, 200);
+  assert_false(eldr__up_resent(u)); /* a fresh connection */
   s.n = 0;
   assert_int_equal(eldr__up_request(u, &iov, 1, &loop_cbs, &s), 0);
   run_until_done(b, &s, 2);
@@ -702,6 +703,8 @@ static void test_upstream_stale_resend(void **st) {
   assert_int_equal(s.err, 0);
   assert_int_equal(s.n, 2);
   assert_memory_equal(s.body, "ok", 2);
+  assert_true(eldr__up_resent(u)); /* the kept one failed before a reply byte */
+  assert_true(eldr__up_sent(u));
   eldr__up_free(u);
   pthread_join(th, NULL);
   assert_int_equal(srv.served, 2);
@@ -725,20 +728,31 @@ static void test_prompt_blocks(void **st) {
   assert_true(n >= 2 * ELDR_BLOCK_TOKENS && n < 256);
   uint64_t h[16];
   size_t nb = eldr_block_hashes(ids, n, ELDR_BLOCK_HASH_SEED, h);
-  eldr__prompt p;
+  eldr__prompt p = {0};
   assert_int_equal(eldr__prompt_init(&sp, &p, text, len, NULL, 0), 0);
   assert_int_equal(p.ntok, n);
   assert_int_equal(p.nblocks, nb);
   assert_memory_equal(p.hashes, h, nb * sizeof *h);
   assert_true(p.prefix_hash == h[0]);
-  eldr__prompt_free(&p);
-  /* the same prompt as token ids */
+  /* the same prompt as token ids, into the same prompt: its buffer reused */
+  const uint64_t *buf = p.hashes;
   assert_int_equal(eldr__prompt_init(&sp, &p, NULL, 0, ids, n), 0);
+  assert_ptr_equal(p.hashes, buf);
   assert_int_equal(p.nblocks, nb);
   assert_memory_equal(p.hashes, h, nb * sizeof *h);
+  /* a shorter prompt after it: no blocks left over from the longer one */
+  assert_int_equal(eldr__prompt_init(&sp, &p, NULL, 0, ids, ELDR_BLOCK_TOKENS + 3), 0);
+  assert_int_equal(p.ntok, ELDR_BLOCK_TOKENS + 3);
+  assert_int_equal(p.nblocks, 1);
+  assert_true(p.prefix_hash == h[0]);
+  assert_int_equal(eldr__prompt_init(&sp, &p, NULL, 0, ids, 3), 0);
+  assert_int_equal(p.nblocks, 0);
+  assert_true(p.prefix_hash != h[0]);
   eldr__prompt_free(&p);
+  assert_null(p.hashes);
+  assert_int_equal(p.hashcap, 0);
   /* shorter than a block: no blocks; text and ids hash differently */
-  eldr__prompt q;
+  eldr__prompt q = {0};
   assert_int_equal(eldr__prompt_init(&sp, &p, "short", 5, NULL, 0), 0);
   assert_int_equal(eldr__prompt_init(&sp, &q, NULL, 0, ids, 3), 0);
   assert_int_equal(p.nblocks, 0);
@@ -864,6 +878,7 @@ static void test_sigpath_deferred_store(void **st) {
   static uint16_t sel[NP][T * 3 * 2];
   char text[NP][T * 8];
   eldr__prompt pr[NP];
+  memset(pr, 0, sizeof pr);
   json_t *full[NP];
   for (int q = 0; q < NP; q++) {
     size_t tl = 0;

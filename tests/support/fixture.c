@@ -45,6 +45,7 @@ struct fx_worker {
   pthread_cond_t cv;
   struct event_base *base;
   struct evhttp *http;
+  struct evhttp_bound_socket *bound; /* the listener (NULL once closed: keepalive_die) */
   struct event *ev_stop;
   int port;
   char url[64];
@@ -58,8 +59,56 @@ struct fx_worker {
   size_t nbigs, capbigs;
   struct evhttp_request **stall; /* streams held open (loop thread only) */
   size_t nstall, capstall;
+  struct fx_conn *conns;         /* open connections with completions requests (loop thread only) */
+  size_t nconns, capconns;
+  size_t conns_seen;             /* under mu */
   int stopped;
 };
+
+/* A connection's completions requests answered so far (keepalive_requests). */
+typedef struct fx_conn {
+  struct evhttp_connection *c;
+  size_t answered;
+} fx_conn;
+
+static void conn_closed(struct evhttp_connection *c, void *arg) {
+  fx_worker *w = arg;
+  for (size_t i = 0; i < w->nconns; i++)
+    if (w->conns[i].c == c) {
+      w->conns[i] = w->conns[--w->nconns];
+      return;
+    }
+}
+
+/* c's entry, made (and counted) the first time c carries a completions request. */
+static fx_conn *conn_of(fx_worker *w, struct evhttp_connection *c) {
+  for (size_t i = 0; i < w->nconns; i++)
+    if (w->conns[i].c == c) return &w->conns[i];
+  if (w->nconns == w->capconns) {
+    w->capconns = w->capconns ? 2 * w->capconns : 16;
+    w->conns = realloc(w->conns, w->capconns * sizeof *w->conns);
+  }
+  evhttp_connection_set_closecb(c, conn_closed, w);
+  pthread_mutex_lock(&w->mu);
+  w->conns_seen++;
+  pthread_mutex_unlock(&w->mu);
+  w->conns[w->nconns] = (fx_conn){c, 0};
+  return &w->conns[w->nconns++];
+}
+
+/* End req's connection without a reply: a FIN, or (reset) a RST (connect
+ * to AF_UNSPEC aborts a TCP connection and keeps the descriptor, which
+ * libevent still owns and closes). */
+static void drop_connection(struct evhttp_request *req, int reset) {
+  int fd = bufferevent_getfd(evhttp_connection_get_bufferevent(evhttp_request_get_connection(req)));
+  if (reset) {
+    struct sockaddr un = {.sa_family = AF_UNSPEC};
+    connect(fd, &un, sizeof un);
+  } else {
+    shutdown(fd, SHUT_RDWR);
+  }
+  evhttp_send_reply(req, 500, "X", NULL); /* fails on the dead socket; frees req */
+}
 
 static void record(fx_worker *w, struct evhttp_request *req, const char *path) {
   fx_record r;
@@ -200,6 +249,23 @@ static void handle(struct evhttp_request *req, void *arg) {
       w->hung = realloc(w->hung, w->caphung * sizeof *w->hung);
     }
     w->hung[w->nhung++] = req;
+    return;
+  }
+  fx_conn *fc = conn_of(w, evhttp_request_get_connection(req));
+  if (b.keepalive_requests > 0 && fc->answered >= (size_t)b.keepalive_requests) {
+    if (b.keepalive_die && w->bound) {
+      evhttp_del_accept_socket(w->http, w->bound);
+      w->bound = NULL;
+    }
+    drop_connection(req, b.keepalive_reset);
+    return;
+  }
+  fc->answered++;
+  if (b.partial_reply) {
+    int fd = bufferevent_getfd(evhttp_connection_get_bufferevent(evhttp_request_get_connection(req)));
+    size_t n = strlen(b.partial_reply);
+    if (send(fd, b.partial_reply, n, MSG_NOSIGNAL) != (ssize_t)n) fprintf(stderr, "fixture: partial reply not sent\n");
+    drop_connection(req, 0);
     return;
   }
   if (b.close_without_reply) {
@@ -365,6 +431,7 @@ fx_worker *fx_start_addr(const fx_behaviour *b, const char *addr, int port) {
   struct sockaddr_in sa;
   socklen_t sl = sizeof sa;
   getsockname(evhttp_bound_socket_get_fd(bs), (struct sockaddr *)&sa, &sl);
+  w->bound = bs;
   w->port = ntohs(sa.sin_port);
   snprintf(w->url, sizeof w->url, "http://%s:%d", addr, w->port);
   w->ev_stop = event_new(w->base, -1, 0, stop_cb, w);
@@ -391,6 +458,7 @@ void fx_free(fx_worker *w) {
   free(w->rec);
   free(w->hung);
   free(w->stall);
+  free(w->conns);
   for (size_t i = 0; i < w->nbigs; i++) free(w->bigs[i]);
   free(w->bigs);
   pthread_mutex_destroy(&w->mu);
@@ -410,6 +478,13 @@ void fx_set(fx_worker *w, const fx_behaviour *b) {
 static size_t count_locked(fx_worker *w, const char *path) {
   size_t n = 0;
   for (size_t i = 0; i < w->nrec; i++) n += !path || !strcmp(w->rec[i].path, path);
+  return n;
+}
+
+size_t fx_connections(fx_worker *w) {
+  pthread_mutex_lock(&w->mu);
+  size_t n = w->conns_seen;
+  pthread_mutex_unlock(&w->mu);
   return n;
 }
 

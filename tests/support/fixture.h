@@ -32,6 +32,15 @@ typedef struct fx_behaviour {
   const char *metrics_text; /* GET /metrics reply (Prometheus text); NULL: 404 */
   size_t stream_bytes;     /* > 0: streaming decode: that many bytes of SSE events, each
                             * 64 KiB piece sent once the previous one was written */
+  int keepalive_requests;  /* > 0: a connection that answered that many completions requests
+                            * reads the next one and closes unanswered: a keep-alive limit
+                            * (nginx's keepalive_requests) or timeout whose close crossed the
+                            * client's next request; FIN, or a reset with keepalive_reset */
+  int keepalive_reset;
+  int keepalive_die;       /* ... and the listener closes with it: the worker died on the
+                            * request it read (a new connection is refused) */
+  const char *partial_reply; /* completions: these bytes of a reply sent raw, then the
+                              * connection closed (FIN): a worker failing mid-reply */
 } fx_behaviour;
 
 /* Defaults: 200, no routed_experts, no usage. */
@@ -65,6 +74,7 @@ int fx_port(const fx_worker *w);
 const char *fx_url(const fx_worker *w);
 void fx_set(fx_worker *w, const fx_behaviour *b); /* replace the behaviour (thread-safe) */
 size_t fx_count(fx_worker *w, const char *path); /* requests received on path (NULL: all) */
+size_t fx_connections(fx_worker *w); /* connections that carried a completions request */
 size_t fx_stream_sent(fx_worker *w); /* bytes of stream_bytes streams written so far */
 /* Wait until fx_count(w, path) >= n; 0 or -1 after timeout_s. */
 int fx_wait(fx_worker *w, const char *path, size_t n, double timeout_s);
