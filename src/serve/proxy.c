@@ -397,11 +397,29 @@ static void leg_deadline_cb(evutil_socket_t fd, short ev, void *arg) {
   leg_timed_out(r, L->kind == LEG_DECODE && L->started ? "decode timed out" : "timed out");
 }
 
+#define PRESIZE_MAX (32ll << 20)
+
 static void leg_head_cb(void *arg, int status, const char *ctype) {
   rq *r = arg;
-  r->L.status = status;
-  eldr__copy(r->L.ctype, sizeof r->L.ctype, ctype);
-  if (r->L.streaming) leg_arm(r, r->s->cfg.decode_idle_timeout_s);
+  leg *L = &r->L;
+  L->status = status;
+  eldr__copy(L->ctype, sizeof L->ctype, ctype);
+  if (L->streaming) {
+    leg_arm(r, r->s->cfg.decode_idle_timeout_s);
+    return;
+  }
+  /* a body of known length (a prefill reply of megabytes of routed_experts)
+   * gets its buffer at once, not by doubling and copying as it arrives; up
+   * to PRESIZE_MAX only: a worker's header alone does not reserve more */
+  long long cl = L->up ? eldr__up_body_length(L->up) : -1;
+  if (cl > 0 && cl <= PRESIZE_MAX && L->n == 0 && (size_t)cl + 1 > L->cap) {
+    char *q = malloc((size_t)cl + 1);
+    if (q) { /* else the data callback grows it (and reports what fails) */
+      free(L->buf);
+      L->buf = q;
+      L->cap = (size_t)cl + 1;
+    }
+  }
 }
 
 static void leg_data_cb(void *arg, const char *p, size_t n) {

@@ -114,6 +114,8 @@ int eldr__up_resent(const eldr__up *u) { return u->resent; }
 
 int eldr__up_active(const eldr__up *u) { return u->active; }
 
+long long eldr__up_body_length(const eldr__up *u) { return u->st == S_BODY_CL ? u->remain : -1; }
+
 void eldr__up_pause(eldr__up *u, int on) {
   if (on == u->paused) return;
   u->paused = on;

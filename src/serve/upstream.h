@@ -60,6 +60,9 @@ int eldr__up_sent(const eldr__up *u);
  * exchange; never after a reply byte, never from a fresh connection (its
  * failure is the exchange's). Valid until the next eldr__up_request. */
 int eldr__up_resent(const eldr__up *u);
+/* Inside the head callback: the reply body's Content-Length, or -1 when
+ * the body is chunked or runs until close. */
+long long eldr__up_body_length(const eldr__up *u);
 /* An exchange is in flight. */
 int eldr__up_active(const eldr__up *u);
 /* Stop (on = 1) or resume (0) reading the reply from the socket: bytes

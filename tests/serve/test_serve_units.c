@@ -532,6 +532,8 @@ static void test_config(void **st) {
 
 
 typedef struct upst {
+  eldr__up *u;
+  long long blen; /* eldr__up_body_length in the head callback */
   int heads, dones, status, err;
   char ctype[128];
   char body[4096];
@@ -541,6 +543,7 @@ static void u_head(void *a, int status, const char *ct) {
   upst *s = a;
   s->heads++;
   s->status = status;
+  s->blen = s->u ? eldr__up_body_length(s->u) : -2;
   snprintf(s->ctype, sizeof s->ctype, "%s", ct);
 }
 static void u_data(void *a, const char *p, size_t n) {
@@ -566,6 +569,7 @@ static void feed_all(const char *reply, int eof, upst *want) {
     eldr__up *u = eldr__up_new(b, (struct sockaddr *)&sa, sizeof sa);
     upst s;
     memset(&s, 0, sizeof s);
+    s.u = u;
     eldr__up_test_begin(u, &ucbs, &s);
     for (size_t off = 0; off < len && eldr__up_active(u); off += step)
       eldr__up_test_feed(u, reply + off, len - off < step ? len - off : step, 0);
@@ -574,6 +578,7 @@ static void feed_all(const char *reply, int eof, upst *want) {
     assert_int_equal(s.dones, 1);
     assert_int_equal(s.err, want->err);
     assert_int_equal(s.status, want->status);
+    assert_int_equal(s.blen, want->blen);
     assert_int_equal(s.n, want->n);
     assert_memory_equal(s.body, want->body, s.n);
     eldr__up_free(u);
@@ -589,17 +594,21 @@ static void test_upstream_parser(void **st) {
   assert_int_equal(w.status, 200);
   assert_string_equal(w.ctype, "application/json");
   assert_int_equal(w.n, 11);
+  assert_int_equal(w.blen, 11); /* the body length the router sizes its buffer by */
   feed_all("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Type: text/event-stream\r\n\r\n"
            "7\r\ndata: 1\r\nA;x=y\r\n\n\ndata: [D\r\n0\r\nTrailer: t\r\n\r\n", 0, &w);
   assert_int_equal(w.err, 0);
   assert_int_equal(w.n, 17);
   assert_memory_equal(w.body, "data: 1\n\ndata: [D", 17);
+  assert_int_equal(w.blen, -1); /* chunked: unknown */
   feed_all("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 503 Busy\r\nContent-Length: 2\r\n\r\n{}", 0, &w);
   assert_int_equal(w.status, 503);
   assert_int_equal(w.n, 2);
+  assert_int_equal(w.blen, 2);
   feed_all("HTTP/1.0 200 OK\r\n\r\nuntil close", 1, &w);
   assert_int_equal(w.err, 0);
   assert_int_equal(w.n, 11);
+  assert_int_equal(w.blen, -1);
   feed_all("HTTP/1.1 204 No Content\r\n\r\n", 0, &w);
   assert_int_equal(w.err, 0);
   assert_int_equal(w.n, 0);
