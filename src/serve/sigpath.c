@@ -15,17 +15,6 @@
 #include "eldr/trace_model.h"
 #include "serve_internal.h"
 
-static int grow(void **p, size_t *cap, size_t n, size_t elem) {
-  if (n <= *cap) return 0;
-  size_t c = *cap ? *cap : 1024;
-  while (c < n) c *= 2;
-  void *q = realloc(*p, c * elem);
-  if (!q) return -1;
-  *p = q;
-  *cap = c;
-  return 0;
-}
-
 /* Run a slot's pending store; its large buffers go back to the system. */
 static void slot_store(eldr__sigpath *sp, eldr__sigslot *sl) {
   if (!sl->pending) return;
@@ -144,7 +133,7 @@ int eldr__prompt_init(eldr__sigpath *sp, eldr__prompt *p, const char *text, size
   p->nblocks = 0;
   p->prefix_hash = 0;
   if (!ids) { /* a text has at most one token per byte: one pass takes them all */
-    if (grow((void **)&sp->ids, &sp->idscap, text_len + 1, sizeof *sp->ids)) return ELDR_ENOMEM;
+    if (eldr_grow(&sp->ids, &sp->idscap, text_len + 1, sizeof *sp->ids, 1024)) return ELDR_ENOMEM;
     n = eldr_tokenize(text, text_len, sp->ids, text_len);
     ids = sp->ids;
   }
@@ -245,7 +234,7 @@ void eldr__sigpath_extract(eldr__sigpath *sp, const char *body, size_t len, cons
   if (c->cache && p) {
     if (p->ntok != P) {
       sp->tokenizer_mismatch++;
-    } else if (grow((void **)&sl->hashes, &sl->hashcap, p->nblocks + 1, sizeof *sl->hashes) == 0) {
+    } else if (eldr_grow(&sl->hashes, &sl->hashcap, p->nblocks + 1, sizeof *sl->hashes, 1024) == 0) {
       /* the store may run after the request is gone: keep the hashes here */
       if (p->nblocks) memcpy(sl->hashes, p->hashes, p->nblocks * sizeof *sl->hashes);
       res->nblocks = p->nblocks;
