@@ -78,6 +78,9 @@ static const char SIM_HELP[] =
     "      --json              JSON on stdout instead of the table\n"
     "      --csv FILE          one row per (policy, rate)\n"
     "      --plot DIR          gnuplot figures (PNG) into DIR\n"
+    "      --print-latency     print the latency model (--model on --hardware, with\n"
+    "                          --ep-size/--tp and --latency applied) as JSON and exit;\n"
+    "                          needs --model, no trace\n"
     "  -q, --quiet             no progress on stderr\n"
     "  -h, --help              this help\n";
 
@@ -89,7 +92,7 @@ typedef struct sim_args {
   double frac, tau;
   double *rates, *taus;
   size_t nrates, ntaus;
-  int vanilla, decor, decor_rows, json, quiet, trace_arrivals;
+  int vanilla, decor, decor_rows, json, quiet, trace_arrivals, print_latency;
   uint64_t seed;
   uint32_t ep_size, ep_tp, ep_redundant; /* expert parallelism (0: off) */
   eldr_placement_kind ep_kind;
@@ -157,7 +160,7 @@ static void parse_args(const char *cmd, int argc, char **argv, sim_args *a) {
       {"jobs", required_argument, 0, 24},        {"quiet", no_argument, 0, 'q'},
       {"ep-size", required_argument, 0, 25},     {"tp", required_argument, 0, 26},
       {"placement", required_argument, 0, 27},   {"redundant-experts", required_argument, 0, 28},
-      {"help", no_argument, 0, 'h'},
+      {"print-latency", no_argument, 0, 29},     {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   cli_getopt_reset();
   int c;
@@ -207,13 +210,15 @@ static void parse_args(const char *cmd, int argc, char **argv, sim_args *a) {
     case 28:
       a->ep_redundant = (uint32_t)cli_parse_long(cmd, "--redundant-experts", optarg, 0, ELDR_MAX_EXPERTS);
       break;
+    case 29: a->print_latency = 1; break;
     case 'q': a->quiet = 1; break;
     case 'h': fputs(SIM_HELP, stdout); exit(0);
     default: cli_bad_option(cmd, argc, argv, c);
     }
   }
   if (optind < argc) cli_usage_error(cmd, "unexpected argument '%s' (see --help)", argv[optind]);
-  if (!a->trace_path && !a->gen) cli_usage_error(cmd, "--trace or --generate is required (see --help)");
+  if (a->print_latency && !a->model) cli_usage_error(cmd, "--print-latency needs --model");
+  if (!a->print_latency && !a->trace_path && !a->gen) cli_usage_error(cmd, "--trace or --generate is required (see --help)");
   if (a->trace_path && a->gen) cli_usage_error(cmd, "--trace and --generate are exclusive");
   if (a->serve_path && a->frac > 0) cli_usage_error(cmd, "--serve-trace and --fit-fraction are exclusive");
   if (a->trace_arrivals && a->nrates) cli_usage_error(cmd, "--arrivals trace and --rates are exclusive");
@@ -262,7 +267,8 @@ static void load_workload(const char *cmd, const sim_args *a, eldr_trace **t_out
   *ts_out = ts;
 }
 
-/* The latency model: --model (else the trace's) on --hardware, overrides from --latency. */
+/* The latency model: --model (else the trace's) on --hardware, overrides from
+ * --latency; checked against the served trace's shape when st is not NULL. */
 static void latency_model(const char *cmd, const sim_args *a, const eldr_trace *t,
                           const eldr_trace *st, eldr_latency_model *out) {
   eldr_diag d = {{0}};
@@ -282,8 +288,8 @@ static void latency_model(const char *cmd, const sim_args *a, const eldr_trace *
     rc = eldr_latency_load_overrides(a->lat_path, out, &d);
     if (rc) cli_fail(cmd, "--latency: %s", eldr_diag_msg(&d, rc));
   }
-  if (out->shape.num_layers != st->shape.num_layers || out->shape.num_experts != st->shape.num_experts ||
-      out->shape.top_k != st->shape.top_k)
+  if (st && (out->shape.num_layers != st->shape.num_layers || out->shape.num_experts != st->shape.num_experts ||
+      out->shape.top_k != st->shape.top_k))
     cli_usage_error(cmd, "--model %s has %u layers x %u experts top-%u, the trace %u x %u top-%u",
                     model, out->shape.num_layers, out->shape.num_experts, out->shape.top_k,
                     st->shape.num_layers, st->shape.num_experts, st->shape.top_k);
@@ -552,6 +558,17 @@ int eldr_cmd_sim(int argc, char **argv) {
   const char *cmd = "sim";
   sim_args a;
   parse_args(cmd, argc, argv, &a);
+  if (a.print_latency) { /* the model alone: no trace, no run */
+    eldr_latency_model m;
+    latency_model(cmd, &a, NULL, NULL, &m);
+    char *js = eldr_latency_dump(&m);
+    if (!js) cli_fail(cmd, "--print-latency: the latency model does not validate");
+    printf("%s\n", js);
+    free(js);
+    free(a.rates);
+    free(a.taus);
+    return 0;
+  }
   eldr_diag d = {{0}};
   eldr_sweep_variant vs[ELDR_SWEEP_MAX_VARIANTS];
   size_t nv = 0;

@@ -93,6 +93,40 @@ static void test_help_and_errors(void **st) {
   assert_int_equal(run((const char *[]){"bench", "moe-layer", "--help", NULL}), 0);
 }
 
+/* --print-latency: the preset as JSON, overrides and --ep-size applied, no trace */
+static void test_print_latency(void **st) {
+  (void)st;
+  assert_int_equal(run((const char *[]){"sim", "--print-latency", NULL}), 2);
+  assert_non_null(strstr(g_err, "--model"));
+  assert_int_equal(run((const char *[]){"sim", "--print-latency", "--model", "gpt-5", NULL}), 2);
+  assert_non_null(strstr(g_err, "gpt-5"));
+  assert_int_equal(run((const char *[]){"sim", "--print-latency", "--model", "olmoe-1b-7b", "--hardware", "h200",
+                                        NULL}),
+                   0);
+  json_error_t e;
+  json_t *m = json_loads(g_out, 0, &e);
+  assert_non_null(m);
+  assert_string_equal(json_string_value(json_object_get(m, "model")), "olmoe-1b-7b");
+  assert_string_equal(json_string_value(json_object_get(m, "hardware")), "h200");
+  assert_int_equal(json_integer_value(json_object_get(m, "num_layers")), 16);
+  /* OLMoE's SwiGLU expert: 3 x 2048 x 1024 bf16 */
+  assert_true(json_real_value(json_object_get(m, "expert_bytes")) == 3.0 * 2048 * 1024 * 2);
+  json_decref(m);
+  char over[600];
+  snprintf(over, sizeof over, "%s/over.json", g_dir);
+  FILE *f = fopen(over, "w");
+  fputs("{\"hbm_bw\": 1e12}", f);
+  fclose(f);
+  assert_int_equal(run((const char *[]){"sim", "--print-latency", "--model", "qwen3-235b-a22b", "--latency", over,
+                                        "--ep-size", "4", NULL}),
+                   0);
+  m = json_loads(g_out, 0, &e);
+  assert_non_null(m);
+  assert_true(json_real_value(json_object_get(m, "hbm_bw")) == 1e12);
+  assert_true(json_real_value(json_object_get(m, "ep")) == 4);
+  json_decref(m);
+}
+
 static json_t *rows_of(const char *out) {
   json_error_t e;
   json_t *root = json_loads(out, 0, &e);
@@ -424,6 +458,7 @@ static void test_expert_parallel(void **st) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_help_and_errors),
+      cmocka_unit_test(test_print_latency),
       cmocka_unit_test(test_run_json_csv_deterministic),
       cmocka_unit_test(test_table_ablation_trace_arrivals),
       cmocka_unit_test(test_artifact_and_serve_trace),
