@@ -554,7 +554,8 @@ static void print_table(const demo *x) {
     printf("\n");
     if (!strcmp(w->policy, "eldr")) eldr_i = (int)k;
   }
-  /* ELDR against the best load balancer, per metric (smaller is better) */
+  /* ELDR against the best load balancer (random, rr, jsq, p2c: footprint
+   * is locality-aware too), per metric (smaller is better) */
   enum { M_P50, M_P99, M_MEAN, M_TTFT, M_N };
   const char *mname[M_N] = {"TPOT p50", "TPOT p99", "TPOT mean", "TTFT p50"};
   for (int src = 0; src < 2 && eldr_i >= 0; src++) {
@@ -574,7 +575,8 @@ static void print_table(const demo *x) {
                                : m == M_MEAN ? w->sim_tpot_mean
                                              : w->sim_ttft_p50);
         if ((int)k == eldr_i) ev = v;
-        else if (!isnan(v) && v < best) best = v, bp = w->policy;
+        else if (strcmp(w->policy, "footprint") && !isnan(v) && v < best) /* load-only policies */
+          best = v, bp = w->policy;
       }
       if (bp && !isnan(ev)) printf(" %s %+.1f%% (vs %s)%s", mname[m], pct(ev, best), bp, m + 1 < M_N ? "," : "");
     }
