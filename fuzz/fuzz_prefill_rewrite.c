@@ -140,7 +140,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         memcpy(buf, in.body, in.len);
         buf[in.len] = 0;
         char *was = buf;
-        if (eldr__prefill_reply_adopt(&buf, &cap, in.len, 0, &pa, NULL) != 0) abort();
+        size_t alen = in.len;
+        if (eldr__prefill_reply_adopt(&buf, &cap, &alen, 0, &pa, NULL) != 0) abort();
+        if (alen != (ps.raw ? 0 : in.len)) abort(); /* emptied only when exchanged */
         /* the scanner's read: buffers exchanged; else (a NUL byte: the tree) untouched */
         if ((!ps.raw) != (!pa.raw) || (ps.raw && (buf == was || memcmp(pa.raw, in.body, in.len))) ||
             (!ps.raw && buf != was) || pa.prompt_tokens != ps.prompt_tokens ||

@@ -225,7 +225,8 @@ int eldr_bench_route(int argc, char **argv) {
       memcpy(copy, b64, blen);
       __asm__ volatile("" : : "r"(copy) : "memory");
       double t0 = eldr_clock_now();
-      if (eldr__prefill_reply_adopt(&lbuf, &lcap, (size_t)rl, 0, &pr, &d)) cli_fail(cmd, "reply parse: %s", d.msg);
+      size_t ln = (size_t)rl;
+      if (eldr__prefill_reply_adopt(&lbuf, &lcap, &ln, 0, &pr, &d)) cli_fail(cmd, "reply parse: %s", d.msg);
       double t1 = eldr_clock_now();
       eldr__sigres res;
       eldr__sigpath_extract(&sp_nc, pr.raw, pr.raw_len, pr.root, 0, NULL, &res);

@@ -392,8 +392,11 @@ int eldr__prefill_reply_reread(const char *body, size_t len, int need_tree, eldr
   return reply_read(body, len, need_tree, NULL, NULL, out, d);
 }
 
-int eldr__prefill_reply_adopt(char **buf, size_t *cap, size_t len, int need_tree, eldr__prefill_reply *out,
+int eldr__prefill_reply_adopt(char **buf, size_t *cap, size_t *len, int need_tree, eldr__prefill_reply *out,
                               eldr_diag *d) {
-  if (!*buf || *cap <= len) return reply_read(*buf ? *buf : "", len, need_tree, NULL, NULL, out, d);
-  return reply_read(*buf, len, need_tree, buf, cap, out, d);
+  const size_t n = *len;
+  if (!*buf || *cap <= n) return reply_read(*buf ? *buf : "", n, need_tree, NULL, NULL, out, d);
+  int rc = reply_read(*buf, n, need_tree, buf, cap, out, d);
+  if (rc == 0 && out->raw) *len = 0; /* the scanner read it: exchanged, the caller's buffer holds nothing */
+  return rc;
 }

@@ -665,9 +665,8 @@ static void on_prefill_reply(rq *r) {
    * prompt_logprobs (the decode reply takes the prefill's); else the
    * scanner reads the fields and the signature path the bytes */
   int need_tree = s->rec || r->rec || r->req.prompt_logprobs;
-  /* the reply's buffer becomes r->pr's (no copy); L takes r->pr's old one
-   * (L->n is stale until the decode leg's leg_start resets it) */
-  if (eldr__prefill_reply_adopt(&L->buf, &L->cap, L->n, need_tree, &r->pr, &d) != 0) {
+  /* the reply's buffer becomes r->pr's (no copy); L takes r->pr's old one, empty */
+  if (eldr__prefill_reply_adopt(&L->buf, &L->cap, &L->n, need_tree, &r->pr, &d) != 0) {
     worker *w = L->w;
     w->slot->err_status++;
     eldr__worker_failed(w, "bad reply");

@@ -245,12 +245,13 @@ int eldr__prefill_reply_read(const char *body, size_t len, int need_tree, eldr__
  * buffer is reused). */
 int eldr__prefill_reply_reread(const char *body, size_t len, int need_tree, eldr__prefill_reply *out,
                                eldr_diag *d);
-/* The same, without the copy: *buf (capacity *cap > len, owned by the
- * caller) holds the reply; when the scanner reads it, that buffer becomes
- * out's copy and *buf / *cap take out's previous buffer (maybe NULL, 0) in
- * exchange. Else (the tree path, or *buf NULL) as eldr__prefill_reply_reread,
- * *buf untouched. */
-int eldr__prefill_reply_adopt(char **buf, size_t *cap, size_t len, int need_tree, eldr__prefill_reply *out,
+/* The same, without the copy: *buf (capacity *cap > *len, owned by the
+ * caller) holds the reply's *len bytes; when the scanner reads it, that
+ * buffer becomes out's copy and *buf / *cap take out's previous buffer
+ * (maybe NULL, 0) in exchange, *len 0 (it holds nothing now). Else (the
+ * tree path, or *buf NULL) as eldr__prefill_reply_reread, *buf, *cap and
+ * *len untouched. */
+int eldr__prefill_reply_adopt(char **buf, size_t *cap, size_t *len, int need_tree, eldr__prefill_reply *out,
                               eldr_diag *d);
 /* Drop what the last read left but keep the copy's buffer. */
 void eldr__prefill_reply_clear(eldr__prefill_reply *p);

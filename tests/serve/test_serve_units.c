@@ -322,7 +322,9 @@ static void test_prefill_reply_adopt(void **st) {
     char *buf = malloc(cap);
     assert_non_null(buf);
     memcpy(buf, b, n + 1);
-    assert_int_equal(eldr__prefill_reply_adopt(&buf, &cap, n, 0, &p, NULL), 0);
+    size_t len = n;
+    assert_int_equal(eldr__prefill_reply_adopt(&buf, &cap, &len, 0, &p, NULL), 0);
+    assert_int_equal(len, 0); /* exchanged: the caller's buffer holds nothing */
     assert_null(p.root);
     assert_true(p.raw != buf);
     assert_ptr_equal(buf, prev); /* the previous round's buffer came back */
@@ -341,7 +343,9 @@ static void test_prefill_reply_adopt(void **st) {
       size_t bc = 4 * n;
       memcpy(big, b, n + 1);
       char *was = big;
-      assert_int_equal(eldr__prefill_reply_adopt(&big, &bc, n, 0, &p, NULL), 0);
+      size_t bl = n;
+      assert_int_equal(eldr__prefill_reply_adopt(&big, &bc, &bl, 0, &p, NULL), 0);
+      assert_int_equal(bl, 0);
       assert_ptr_equal(p.raw, was);
       assert_ptr_equal(big, prev);
       free(big);
@@ -353,8 +357,10 @@ static void test_prefill_reply_adopt(void **st) {
   size_t cap = n + 1;
   memcpy(buf, b, n + 1);
   char *was = buf;
-  assert_int_equal(eldr__prefill_reply_adopt(&buf, &cap, n, 1, &p, NULL), 0);
+  size_t len = n;
+  assert_int_equal(eldr__prefill_reply_adopt(&buf, &cap, &len, 1, &p, NULL), 0);
   assert_ptr_equal(buf, was);
+  assert_int_equal(len, n); /* the tree path leaves the caller's bytes where they are */
   assert_non_null(p.root);
   assert_int_equal(p.prompt_tokens, 40);
   free(buf);
