@@ -120,6 +120,13 @@ int eldr__counts_block8(const eldr_shape *s, const void *raw, eldr_sel_dtype dty
  * hooks (process-wide, not for use while other threads count). */
 int eldr__simd_on(void);
 int eldr__simd_set(int enable);
+/* Whether the AVX-512 paths run (where a path has one): the SIMD paths run,
+ * the CPU has AVX-512 F, BW, VL and VBMI, and ELDR_NO_AVX512 is unset, empty
+ * or "0". eldr__simd_avx512_set(0) leaves AVX2 the widest, (1) allows AVX-512
+ * again where the CPU has it; returns the previous state. Testing hooks, as
+ * eldr__simd_set. */
+int eldr__simd_avx512(void);
+int eldr__simd_avx512_set(int enable);
 /* Testing hook: allow (1) or forbid (0) the bit-sliced kernel of
  * eldr_counts_accumulate_masked (1-byte ids, top_k 8, at most 128 experts;
  * runs only where the SIMD paths do), leaving the per-id AVX2 kernels.

@@ -23,6 +23,7 @@
 #include <immintrin.h>
 #define ELDR_COUNTS_AVX2 1
 #endif
+#include "core/counts_int.h"
 
 int eldr_shape_validate(const eldr_shape *s, eldr_diag *d) {
   if (!s) return eldr_diag_fail(d, ELDR_EINVAL, "model shape missing");
@@ -68,6 +69,41 @@ int eldr__simd_on(void) {
     __atomic_store_n(&simd_state, s, __ATOMIC_RELAXED);
   }
   return s;
+}
+
+static int avx512_state = -1; /* -1 unknown, 0 off, 1 on (the same benign race) */
+
+/* AVX-512 F/BW/VL/VBMI on the CPU, the SIMD paths on, and neither
+ * ELDR_NO_AVX512 (as ELDR_NO_SIMD) nor eldr__simd_avx512_set(0) said no. */
+int eldr__simd_avx512(void) {
+  if (!eldr__simd_on()) return 0;
+  int s = __atomic_load_n(&avx512_state, __ATOMIC_RELAXED);
+  if (s < 0) {
+    s = 0;
+#ifdef ELDR_COUNTS_BITS512
+    const char *env = getenv("ELDR_NO_AVX512");
+    __builtin_cpu_init();
+    s = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vbmi") &&
+        !(env && *env && strcmp(env, "0"));
+#endif
+    __atomic_store_n(&avx512_state, s, __ATOMIC_RELAXED);
+  }
+  return s;
+}
+
+int eldr__simd_avx512_set(int enable) {
+  int was = eldr__simd_avx512();
+  int now = 0;
+#ifdef ELDR_COUNTS_BITS512
+  __builtin_cpu_init();
+  now = enable && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vbmi");
+#else
+  (void)enable;
+#endif
+  __atomic_store_n(&avx512_state, now, __ATOMIC_RELAXED);
+  return was;
 }
 
 int eldr__simd_set(int enable) {
@@ -313,7 +349,9 @@ KERNELS(uint8_t, _8)
  * in a row, or an id >= 128, sets fewer) and nothing at an expert >= E. A
  * block that fails is left to the kernels below (which count repeats and
  * report the first bad id exactly as the reference does), and so is the
- * rest of the call. */
+ * rest of the call. Where eldr__simd_avx512() holds, a group is counted by
+ * the AVX-512 twin of bits_group (counts_bits512.c, same contract: see
+ * core/counts_int.h); the blocks, checks and the rest stay here. */
 #ifdef ELDR_COUNTS_AVX2
 #define BITS_GROUP 16     /* tokens per carry-save tree */
 #define BITS_BLOCK 2048   /* tokens per checked block: sixteens byte counters stay <= 128 */
@@ -428,7 +466,7 @@ AVX2_FN void bits_flush(const bits_planes *s, const __m256i *cnt, uint16_t *out,
 /* Count ntok (a multiple of 16) tokens of one group (rows at byte offsets
  * off[0..3] of each token) into out[r * 128 + e]; returns the number of
  * bits counted. */
-__attribute__((target("avx2"))) static size_t bits_group(const unsigned char *p, size_t tb, size_t ntok,
+__attribute__((target("avx2"))) static size_t bits_group_avx2(const unsigned char *p, size_t tb, size_t ntok,
                                                         const uint32_t *off, uint16_t *out) {
   const int contig = off[1] == off[0] + 8 && off[2] == off[0] + 16 && off[3] == off[0] + 24;
   bits_planes lo = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
@@ -461,6 +499,11 @@ __attribute__((target("avx2"))) static size_t count_bits(const unsigned char *p,
                                                         uint32_t *counts, kernel_fn kern) {
   const size_t tb = L * 8, ng = nl / 4, nrest = nl % 4;
   const uint16_t *rest = lay + 4 * ng;
+  size_t (*group)(const unsigned char *, size_t, size_t, const uint32_t *, uint16_t *) =
+      bits_group_avx2;
+#ifdef ELDR_COUNTS_BITS512
+  if (eldr__simd_avx512()) group = eldr__bits_group512;
+#endif
   uint16_t blk[BITS_MAX_LAYERS * 128];
   uint32_t off[BITS_MAX_LAYERS];
   for (size_t i = 0; i < 4 * ng; i++) off[i] = 8u * lay[i];
@@ -474,7 +517,7 @@ __attribute__((target("avx2"))) static size_t count_bits(const unsigned char *p,
     const unsigned char *q = p + done * tb;
     if (nrest && max_elem(q, n * L * 8, 1) >= E) return done;
     for (size_t g = 0; g < ng; g++) {
-      if (bits_group(q, tb, n, off + 4 * g, blk + 4 * g * 128) != n * 32) return done; /* a repeat, or id >= 128 */
+      if (group(q, tb, n, off + 4 * g, blk + 4 * g * 128) != n * 32) return done; /* a repeat, or id >= 128 */
       for (size_t e = E; e < 128; e++)
         for (int r = 0; r < 4; r++)
           if (blk[(4 * g + r) * 128 + e]) return done; /* an id >= E */

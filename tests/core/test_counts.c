@@ -253,9 +253,10 @@ static void test_bits_equals_reference(void **state) {
         size_t bad_ref = (size_t)-1;
         int rr = eldr__counts_ref(s, raw, ELDR_SEL_U8, T, mk, ref, &bad_ref);
         if (kind == 0) assert_int_equal(rr, 0);
-        for (int mode = 0; mode < 3; mode++) { /* bits, per-id AVX2, portable */
-          eldr__simd_set(mode < 2);
-          eldr__counts_bits_set(mode == 0);
+        for (int mode = 0; mode < 4; mode++) { /* bits AVX-512, bits AVX2, per-id AVX2, portable */
+          eldr__simd_set(mode < 3);
+          eldr__simd_avx512_set(mode == 0); /* where the CPU has it; else mode 0 = mode 1 */
+          eldr__counts_bits_set(mode < 2);
           uint32_t *a = calloc(cells, sizeof *a);
           assert_non_null(a);
           size_t bad = (size_t)-1;
@@ -271,6 +272,7 @@ static void test_bits_equals_reference(void **state) {
     }
   }
   eldr__simd_set(1);
+  eldr__simd_avx512_set(1);
   eldr__counts_bits_set(1);
 }
 

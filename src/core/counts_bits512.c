@@ -1,0 +1,145 @@
+/* counts_bits512.c — the AVX-512 twin of counts.c's bit-sliced group kernel
+ * (see core/counts_int.h). Same job, same output, fewer instructions:
+ *
+ * - A group's four rows of one token become one 512-bit vector whose 128-bit
+ *   lane r is row r's set (qword 2r: ids 0..63, qword 2r+1: ids 64..127), so
+ *   plane bit p is (row p / 128, expert p % 128) and a flush stores the
+ *   counts in order. Per id slot k, one byte permutation (vpermb, zeroing)
+ *   puts id k of each row in the low byte of its two qwords (the high qword
+ *   reads the row's ids minus 64, which wrap to >= 192 below 64), and one
+ *   variable shift of 1 sets its bit; an id >= 64 (low qword) or outside
+ *   [64, 128) (high qword) shifts the bit out, as in the AVX2 kernel. The
+ *   eight one-hots are ORed three at a time (vpternlog).
+ * - The carry-save tree's adders are two vpternlog each (xor3, majority)
+ *   instead of five operations.
+ * - The sixteens plane goes to 512 byte counters through mask registers:
+ *   vpermb spreads each plane byte over eight, vptestmb picks its bits.
+ *
+ * Built only on x86-64 with GCC or clang; runs only where eldr__simd_avx512()
+ * says so (the CPU has AVX-512 F, BW, VL and VBMI). */
+#include "core/counts_int.h"
+
+#ifdef ELDR_COUNTS_BITS512
+#include <immintrin.h>
+#include <string.h>
+
+#define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi")))
+#define GROUP 16 /* tokens per carry-save tree (as counts.c) */
+
+/* l: a ^ b ^ c; h: majority(a, b, c) */
+T512 static inline void csa(__m512i *h, __m512i *l, __m512i a, __m512i b, __m512i c) {
+  *h = _mm512_ternarylogic_epi64(a, b, c, 0xE8);
+  *l = _mm512_ternarylogic_epi64(a, b, c, 0x96);
+}
+
+/* The four rows at p + off[0..3] in bytes 0..31, the same minus 64 in 32..63. */
+T512 static inline __m512i rows(const unsigned char *p, const uint32_t *off, int contig) {
+  __m256i v;
+  if (contig) {
+    v = _mm256_loadu_si256((const __m256i *)(const void *)(p + off[0]));
+  } else {
+    uint64_t r[4];
+    for (int i = 0; i < 4; i++) memcpy(&r[i], p + off[i], 8);
+    v = _mm256_setr_epi64x((long long)r[0], (long long)r[1], (long long)r[2], (long long)r[3]);
+  }
+  const __m256i m64 = _mm256_sub_epi8(v, _mm256_set1_epi8(64));
+  return _mm512_inserti64x4(_mm512_castsi256_si512(v), m64, 1);
+}
+
+typedef struct planes {
+  __m512i ones, twos, fours, eights;
+} planes;
+
+/* 0xFF.. in the bytes of the 64 positions 64c .. 64c + 63 of plane that are set. */
+
+/* One token's group of four rows as four 128-bit sets. */
+T512 static inline __m512i row_sets(const unsigned char *p, const uint32_t *off, int contig,
+                                    const __m512i *sel) {
+  const __mmask64 low = 0x0101010101010101ULL;
+  const __m512i one = _mm512_set1_epi64(1), v = rows(p, off, contig);
+#define HOT(k) _mm512_sllv_epi64(one, _mm512_maskz_permutexvar_epi8(low, sel[k], v))
+  __m512i a = _mm512_ternarylogic_epi64(HOT(0), HOT(1), HOT(2), 0xFE);
+  a = _mm512_ternarylogic_epi64(a, HOT(3), HOT(4), 0xFE);
+  a = _mm512_ternarylogic_epi64(a, HOT(5), HOT(6), 0xFE);
+  return _mm512_or_si512(a, HOT(7));
+#undef HOT
+}
+
+/* byte i of SPREAD[c]: plane byte 8c + i / 8 (for plane_bits) */
+static const unsigned char SPREAD[8][64] = {
+#define S8(b) b, b, b, b, b, b, b, b
+#define ROW(c) {S8(8 * c), S8(8 * c + 1), S8(8 * c + 2), S8(8 * c + 3), S8(8 * c + 4), S8(8 * c + 5), S8(8 * c + 6), S8(8 * c + 7)}
+    ROW(0), ROW(1), ROW(2), ROW(3), ROW(4), ROW(5), ROW(6), ROW(7)
+#undef ROW
+#undef S8
+};
+
+T512 static inline __mmask64 plane_bits(__m512i plane, int c) {
+  const __m512i bit = _mm512_set1_epi64((long long)0x8040201008040201ULL);
+  return _mm512_test_epi8_mask(_mm512_permutexvar_epi8(_mm512_loadu_si512(SPREAD[c]), plane), bit);
+}
+
+T512 size_t eldr__bits_group512(const unsigned char *p, size_t tb, size_t ntok, const uint32_t *off,
+                                uint16_t *out) {
+  const int contig = off[1] == off[0] + 8 && off[2] == off[0] + 16 && off[3] == off[0] + 24;
+  /* sel[k]: id k of row r into byte 0 of qword 2r (from bytes 0..31) and of
+   * qword 2r + 1 (from bytes 32..63, the ids minus 64) */
+  __m512i sel[8];
+  for (int k = 0; k < 8; k++) {
+    unsigned char b[64] = {0};
+    for (int r = 0; r < 4; r++) {
+      b[16 * r] = (unsigned char)(8 * r + k);
+      b[16 * r + 8] = (unsigned char)(32 + 8 * r + k);
+    }
+    sel[k] = _mm512_loadu_si512(b);
+  }
+  planes s = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(),
+              _mm512_setzero_si512()};
+  __m512i cnt[8];
+  for (int c = 0; c < 8; c++) cnt[c] = _mm512_setzero_si512();
+  for (size_t t = 0; t < ntok; t += GROUP, p += GROUP * tb) {
+    /* the 16 tokens' sets, each built where the tree takes it */
+#define R(i) row_sets(p + (i) * tb, off, contig, sel)
+    __m512i tA, tB, fA, fB, eA, eB, sixteens;
+    csa(&tA, &s.ones, s.ones, R(0), R(1));
+    csa(&tB, &s.ones, s.ones, R(2), R(3));
+    csa(&fA, &s.twos, s.twos, tA, tB);
+    csa(&tA, &s.ones, s.ones, R(4), R(5));
+    csa(&tB, &s.ones, s.ones, R(6), R(7));
+    csa(&fB, &s.twos, s.twos, tA, tB);
+    csa(&eA, &s.fours, s.fours, fA, fB);
+    csa(&tA, &s.ones, s.ones, R(8), R(9));
+    csa(&tB, &s.ones, s.ones, R(10), R(11));
+    csa(&fA, &s.twos, s.twos, tA, tB);
+    csa(&tA, &s.ones, s.ones, R(12), R(13));
+    csa(&tB, &s.ones, s.ones, R(14), R(15));
+    csa(&fB, &s.twos, s.twos, tA, tB);
+    csa(&eB, &s.fours, s.fours, fA, fB);
+    csa(&sixteens, &s.eights, s.eights, eA, eB);
+#undef R
+    for (int c = 0; c < 8; c++) /* a set bit adds one: minus 0xFF */
+      cnt[c] = _mm512_sub_epi8(cnt[c], _mm512_movm_epi8(plane_bits(sixteens, c)));
+  }
+  /* 16 x sixteens + 8 x eights + 4 x fours + 2 x twos + ones, per position */
+  __m512i sum = _mm512_setzero_si512();
+  const __m512i ones16 = _mm512_set1_epi16(1);
+  for (int c = 0; c < 8; c++) {
+    __m512i b = _mm512_maskz_mov_epi8(plane_bits(s.ones, c), _mm512_set1_epi8(1));
+    b = _mm512_mask_add_epi8(b, plane_bits(s.twos, c), b, _mm512_set1_epi8(2));
+    b = _mm512_mask_add_epi8(b, plane_bits(s.fours, c), b, _mm512_set1_epi8(4));
+    b = _mm512_mask_add_epi8(b, plane_bits(s.eights, c), b, _mm512_set1_epi8(8));
+    const __m512i lo = _mm512_add_epi16(
+        _mm512_slli_epi16(_mm512_cvtepu8_epi16(_mm512_castsi512_si256(cnt[c])), 4),
+        _mm512_cvtepu8_epi16(_mm512_castsi512_si256(b)));
+    const __m512i hi = _mm512_add_epi16(
+        _mm512_slli_epi16(_mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(cnt[c], 1)), 4),
+        _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(b, 1)));
+    _mm512_storeu_si512(out + 64 * c, lo);
+    _mm512_storeu_si512(out + 64 * c + 32, hi);
+    sum = _mm512_add_epi32(sum, _mm512_add_epi32(_mm512_madd_epi16(lo, ones16),
+                                                 _mm512_madd_epi16(hi, ones16)));
+  }
+  return (size_t)_mm512_reduce_add_epi32(sum);
+}
+
+#endif
