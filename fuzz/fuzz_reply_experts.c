@@ -144,25 +144,31 @@ static void spans(const char *body, size_t len, const eldr_re_opts *o) {
   eldr_reply_experts_free(&f);
   /* a document the scanner accepted, read again without validation (the
    * router's signature path): what the validating span reader gave */
-  eldr_js_span root;
-  if (eldr_js_scan(body, len, NULL, 0, NULL, &root, NULL) == 0) {
-    w1 = w2 = ELDR_RE__N;
-    d1.msg[0] = d2.msg[0] = '\0';
-    memset(c1, 0, sizeof c1);
-    memset(c2, 0, sizeof c2);
-    r1 = eldr_reply_experts_scan(body, len, &o1, &r, &w1, &d1);
-    r2 = eldr_reply_experts_scanned(body, len, &o2, &f, &w2, &d2);
-    if (r1 != r2 || w1 != w2 || strcmp(d1.msg, d2.msg) || memcmp(c1, c2, sizeof c1)) abort();
-    if (!r1) {
-      if (r.nchoices != f.nchoices || r.layout != f.layout || r.counted != f.counted) abort();
-      for (size_t i = 0; i < r.nchoices; i++)
-        if (!same_view(&r.choices[i].prompt, &f.choices[i].prompt) ||
-            !same_view(&r.choices[i].generated, &f.choices[i].generated))
-          abort();
+  eldr_js_span root, blob[2];
+  /* the spans the router's prefill reply scan finds: each one as a known string */
+  static const eldr_js_path paths[] = {{{"choices", "#0", "routed_experts", NULL}},
+                                       {{"prompt_routed_experts", NULL}}};
+  if (eldr_js_scan(body, len, paths, 2, blob, &root, NULL) == 0)
+    for (int k = 0; k < 3; k++) {
+      const eldr_js_span known = k == 0 ? (eldr_js_span){0, 0, ELDR_JS_NONE} : blob[k - 1];
+      if (k && known.type != ELDR_JS_STRING) continue;
+      w1 = w2 = ELDR_RE__N;
+      d1.msg[0] = d2.msg[0] = '\0';
+      memset(c1, 0, sizeof c1);
+      memset(c2, 0, sizeof c2);
+      r1 = eldr_reply_experts_scan(body, len, &o1, &r, &w1, &d1);
+      r2 = eldr_reply_experts_scanned(body, len, &o2, known, &f, &w2, &d2);
+      if (r1 != r2 || w1 != w2 || strcmp(d1.msg, d2.msg) || memcmp(c1, c2, sizeof c1)) abort();
+      if (!r1) {
+        if (r.nchoices != f.nchoices || r.layout != f.layout || r.counted != f.counted) abort();
+        for (size_t i = 0; i < r.nchoices; i++)
+          if (!same_view(&r.choices[i].prompt, &f.choices[i].prompt) ||
+              !same_view(&r.choices[i].generated, &f.choices[i].generated))
+            abort();
+      }
+      eldr_reply_experts_free(&r);
+      eldr_reply_experts_free(&f);
     }
-    eldr_reply_experts_free(&r);
-    eldr_reply_experts_free(&f);
-  }
 }
 
 static void all(const char *body, size_t len) {

@@ -76,7 +76,16 @@ typedef struct eldr_js_member {
 typedef struct eldr_js_iter {
   const char *doc;
   size_t pos, end;
+  size_t known_off, known_len; /* eldr_js_iter_known (0 length: none) */
 } eldr_js_iter;
+
+/* A string value of the document, quotes included, that an earlier
+ * eldr_js_scan of the same bytes found (a megabyte base64 blob): when the
+ * walk meets a value at s.off it takes its end from s instead of searching
+ * the text for it. Anything else (a span that is no string value of this
+ * document) makes the walk wrong: only spans of that scan. Set after
+ * eldr_js_iter_init / eldr_js_iter_array. */
+void eldr_js_iter_known(eldr_js_iter *it, eldr_js_span s);
 
 /* obj: an ELDR_JS_OBJECT span of a document eldr_js_scan accepted. */
 void eldr_js_iter_init(eldr_js_iter *it, const char *doc, eldr_js_span obj);

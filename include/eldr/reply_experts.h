@@ -49,6 +49,7 @@
 
 #include "eldr/counts.h"
 #include "eldr/error.h"
+#include "eldr/jscan.h" /* eldr_js_span */
 
 /* Which OpenAI endpoint produced the reply: checked against "object". */
 typedef enum eldr_re_api { ELDR_RE_COMPLETIONS = 0, ELDR_RE_CHAT } eldr_re_api;
@@ -179,8 +180,14 @@ int eldr_reply_experts_scan(const char *body, size_t len, const eldr_re_opts *op
                             eldr_re_reason *why, eldr_diag *d);
 /* The same on a document eldr_js_scan already accepted (the caller
  * vouches: nothing is validated again, so the text is read once less).
- * A top-level value other than an object is NOT_JSON. */
-int eldr_reply_experts_scanned(const char *doc, size_t len, const eldr_re_opts *opts, eldr_reply_experts *out,
+ * A top-level value other than an object is NOT_JSON. known (optional:
+ * type ELDR_JS_NONE for none): a string value of doc, quotes included, as
+ * that scan found it (the prefill reply's routed_experts blob): the reader
+ * takes its end from the span instead of searching megabytes for it again
+ * (eldr_js_iter_known). A span that is not one of that scan makes the read
+ * wrong. */
+int eldr_reply_experts_scanned(const char *doc, size_t len, const eldr_re_opts *opts, eldr_js_span known,
+                               eldr_reply_experts *out,
                                eldr_re_reason *why, eldr_diag *d);
 void eldr_reply_experts_free(eldr_reply_experts *r);
 

@@ -229,7 +229,7 @@ int eldr_bench_route(int argc, char **argv) {
       if (eldr__prefill_reply_adopt(&lbuf, &lcap, &ln, 0, &pr, &d)) cli_fail(cmd, "reply parse: %s", d.msg);
       double t1 = eldr_clock_now();
       eldr__sigres res;
-      eldr__sigpath_extract(&sp_nc, pr.raw, pr.raw_len, pr.root, 0, NULL, &res);
+      eldr__sigpath_extract(&sp_nc, pr.raw, pr.raw_len, pr.root, 0, pr.routed_experts, pr.routed_experts_len, NULL, &res);
       if (res.fallback != ELDR__FB_NONE) cli_fail(cmd, "extraction fell back (%d): %s", res.fallback, res.diag.msg);
       double t2 = eldr_clock_now();
       eldr_route_req rr = {res.sig, -1, NULL};
@@ -240,14 +240,14 @@ int eldr_bench_route(int argc, char **argv) {
       sink += (uint64_t)k;
       /* with the cache: full extraction + storing every block (first request of a prefix) */
       if (eldr__prompt_init(&sp_c, &prompt, text, tl, NULL, 0)) cli_fail(cmd, "out of memory");
-      eldr__sigpath_extract(&sp_c, pr.raw, pr.raw_len, pr.root, 0, &prompt, &res);
+      eldr__sigpath_extract(&sp_c, pr.raw, pr.raw_len, pr.root, 0, pr.routed_experts, pr.routed_experts_len, &prompt, &res);
       double t4 = eldr_clock_now();
       eldr__sigpath_store(&sp_c, &res);
       double t5 = eldr_clock_now();
       /* a later request with 75% prefix hit: its prompt's blocks (tokenised
        * once, as at the request's arrival), tail rows + cached rows */
       if (eldr__prompt_init(&sp_c, &prompt, text, tl, NULL, 0)) cli_fail(cmd, "out of memory");
-      eldr__sigpath_extract(&sp_c, prt.raw, prt.raw_len, prt.root, 0, &prompt, &res);
+      eldr__sigpath_extract(&sp_c, prt.raw, prt.raw_len, prt.root, 0, prt.routed_experts, prt.routed_experts_len, &prompt, &res);
       double t6 = eldr_clock_now();
       if (res.fallback != ELDR__FB_NONE) cli_fail(cmd, "cached extraction fell back");
       /* the same, interleaved: the reply read into a jansson tree (the blob
@@ -256,13 +256,13 @@ int eldr_bench_route(int argc, char **argv) {
       double t7 = eldr_clock_now();
       eldr__prefill_reply prj;
       if (eldr__prefill_reply_parse(reply, (size_t)rl, &prj, &d)) cli_fail(cmd, "reply parse: %s", d.msg);
-      eldr__sigpath_extract(&sp_nc, NULL, 0, prj.root, 0, NULL, &res);
+      eldr__sigpath_extract(&sp_nc, NULL, 0, prj.root, 0, NULL, 0, NULL, &res);
       double t8 = eldr_clock_now();
       if (res.fallback != ELDR__FB_NONE) cli_fail(cmd, "tree extraction fell back: %s", res.diag.msg);
       eldr__prefill_reply_free(&prj);
       eldr__counts_bits_set(0);
       double t9 = eldr_clock_now();
-      eldr__sigpath_extract(&sp_nc, pr.raw, pr.raw_len, pr.root, 0, NULL, &res);
+      eldr__sigpath_extract(&sp_nc, pr.raw, pr.raw_len, pr.root, 0, pr.routed_experts, pr.routed_experts_len, NULL, &res);
       double t10 = eldr_clock_now();
       eldr__counts_bits_set(1);
       if (it >= 0) {

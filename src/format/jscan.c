@@ -527,6 +527,22 @@ static void iter_open(eldr_js_iter *it, const char *doc, eldr_js_span c, eldr_js
   it->doc = doc;
   it->pos = c.type == type ? c.off + 1 : c.off;
   it->end = c.type == type ? c.off + c.len - 1 : c.off; /* before the closing bracket */
+  it->known_off = it->known_len = 0;
+}
+
+void eldr_js_iter_known(eldr_js_iter *it, eldr_js_span s) {
+  if (s.type != ELDR_JS_STRING || s.len < 2) return;
+  it->known_off = s.off;
+  it->known_len = s.len;
+}
+
+/* After the value starting at i (the known string: its end, unread). */
+static size_t iter_skip(const eldr_js_iter *it, size_t i, eldr_js_type *t) {
+  if (it->known_len && i == it->known_off && it->known_off + it->known_len <= it->end) {
+    *t = ELDR_JS_STRING;
+    return it->known_off + it->known_len;
+  }
+  return skip_value(it->doc, i, it->end, t);
 }
 
 /* Where the next item starts (past a separating ','), or it->end. */
@@ -552,7 +568,7 @@ int eldr_js_next(eldr_js_iter *it, eldr_js_member *m) {
   size_t v = ws(p, ke, it->end);
   v = ws(p, v + 1, it->end); /* past ':' */
   eldr_js_type t;
-  size_t ve = skip_value(p, v, it->end, &t);
+  size_t ve = iter_skip(it, v, &t);
   m->value = (eldr_js_span){v, ve - v, t};
   m->off = i;
   m->len = ve - i;
@@ -566,7 +582,7 @@ int eldr_js_next_elem(eldr_js_iter *it, eldr_js_span *v) {
   size_t i = iter_item(it);
   if (i >= it->end) return 0;
   eldr_js_type t;
-  size_t e = skip_value(it->doc, i, it->end, &t);
+  size_t e = iter_skip(it, i, &t);
   *v = (eldr_js_span){i, e - i, t};
   it->pos = e;
   return 1;

@@ -154,6 +154,7 @@ typedef struct jv {
   json_t *j;       /* tree reader */
   const char *doc; /* span reader: the document (then j is unused) */
   eldr_js_span s;
+  const eldr_js_span *known; /* span reader: a string whose end is known (eldr_js_iter_known), or NULL */
 } jv;
 
 typedef enum jv_kind { JV_ABSENT = 0, JV_NULL, JV_STRING, JV_OBJECT, JV_ARRAY, JV_INTEGER, JV_OTHER } jv_kind;
@@ -178,13 +179,14 @@ static jv_kind jv_type(jv v) {
  * span, so a large value among the members (a base64 blob) is skipped once. */
 static void jv_getn(jv o, const char *const *keys, size_t n, jv *out) {
   for (size_t i = 0; i < n; i++) {
-    out[i] = (jv){NULL, o.doc, {0, 0, ELDR_JS_NONE}};
+    out[i] = (jv){NULL, o.doc, {0, 0, ELDR_JS_NONE}, o.known};
     if (!o.doc) out[i].j = json_is_object(o.j) ? json_object_get(o.j, keys[i]) : NULL;
   }
   if (!o.doc || o.s.type != ELDR_JS_OBJECT) return;
   eldr_js_iter it;
   eldr_js_member m;
   eldr_js_iter_init(&it, o.doc, o.s);
+  if (o.known) eldr_js_iter_known(&it, *o.known);
   while (eldr_js_next(&it, &m))
     for (size_t i = 0; i < n; i++)
       if (eldr_js_key_is(o.doc, m.key, keys[i])) out[i].s = m.value;
@@ -213,11 +215,14 @@ typedef struct jv_iter {
 static void jv_elems(jv a, jv_iter *it) {
   it->a = a;
   it->i = 0;
-  if (a.doc) eldr_js_iter_array(&it->it, a.doc, a.s);
+  if (a.doc) {
+    eldr_js_iter_array(&it->it, a.doc, a.s);
+    if (a.known) eldr_js_iter_known(&it->it, *a.known);
+  }
 }
 
 static int jv_next(jv_iter *it, jv *v) {
-  *v = (jv){NULL, it->a.doc, {0, 0, ELDR_JS_NONE}};
+  *v = (jv){NULL, it->a.doc, {0, 0, ELDR_JS_NONE}, it->a.known};
   if (it->a.doc) return eldr_js_next_elem(&it->it, &v->s);
   if (it->i >= json_array_size(it->a.j)) return 0;
   v->j = json_array_get(it->a.j, it->i++);
@@ -393,7 +398,7 @@ static jv jv_first(jv a) {
   jv_iter it;
   jv x;
   jv_elems(a, &it);
-  if (jv_type(a) != JV_ARRAY || !jv_next(&it, &x)) x = (jv){NULL, a.doc, {0, 0, ELDR_JS_NONE}};
+  if (jv_type(a) != JV_ARRAY || !jv_next(&it, &x)) x = (jv){NULL, a.doc, {0, 0, ELDR_JS_NONE}, a.known};
   return x;
 }
 
@@ -656,7 +661,7 @@ int eldr_reply_experts_read(const char *body, size_t len, const eldr_re_opts *op
 
 int eldr_reply_experts_from_json(const void *root, const eldr_re_opts *opts,
                                  eldr_reply_experts *out, eldr_re_reason *why, eldr_diag *d) {
-  return read_root((jv){(json_t *)root, NULL, {0, 0, ELDR_JS_NONE}}, opts, out, why, d);
+  return read_root((jv){(json_t *)root, NULL, {0, 0, ELDR_JS_NONE}, NULL}, opts, out, why, d);
 }
 
 int eldr_reply_experts_scan(const char *body, size_t len, const eldr_re_opts *opts, eldr_reply_experts *out,
@@ -666,16 +671,18 @@ int eldr_reply_experts_scan(const char *body, size_t len, const eldr_re_opts *op
   sd.msg[0] = '\0';
   if (!body || eldr_js_scan(body, len, NULL, 0, NULL, &root, &sd))
     return not_json(out, why, d, body ? sd.msg : "body missing", -1);
-  return read_root((jv){NULL, body, root}, opts, out, why, d);
+  return read_root((jv){NULL, body, root, NULL}, opts, out, why, d);
 }
 
-int eldr_reply_experts_scanned(const char *doc, size_t len, const eldr_re_opts *opts, eldr_reply_experts *out,
+int eldr_reply_experts_scanned(const char *doc, size_t len, const eldr_re_opts *opts, eldr_js_span known,
+                               eldr_reply_experts *out,
                                eldr_re_reason *why, eldr_diag *d) {
   size_t a = 0, b = len; /* the top-level value: the document less its surrounding whitespace */
   while (a < b && (doc[a] == ' ' || doc[a] == '\t' || doc[a] == '\n' || doc[a] == '\r')) a++;
   while (b > a && (doc[b - 1] == ' ' || doc[b - 1] == '\t' || doc[b - 1] == '\n' || doc[b - 1] == '\r')) b--;
   const eldr_js_type t = a < b && doc[a] == '{' ? ELDR_JS_OBJECT : ELDR_JS_NULL; /* only an object is read */
-  return read_root((jv){NULL, doc, {a, b - a, t}}, opts, out, why, d);
+  const int k = known.type == ELDR_JS_STRING && known.len >= 2 && known.off >= a && known.off + known.len <= b;
+  return read_root((jv){NULL, doc, {a, b - a, t}, k ? &known : NULL}, opts, out, why, d);
 }
 
 void eldr_re_scratch_trim(eldr_re_scratch *s, size_t keep) {

@@ -584,7 +584,8 @@ static int decide(rq *r, int *fallback) {
     double t0 = eldr__now_s();
     /* the reply's bytes when the scanner read it (no tree), else its tree */
     eldr__sigpath_extract(&s->sp, r->pr.raw, r->pr.raw_len, r->pr.raw ? NULL : eldr__prefill_reply_root(&r->pr),
-                          r->req.api == ELDR__API_CHAT, &r->prompt, &res);
+                          r->req.api == ELDR__API_CHAT, r->pr.routed_experts, r->pr.routed_experts_len,
+                          &r->prompt, &res);
     eldr__histo_add(&s->m.sig, eldr__now_s() - t0);
     if (r->pr.routed_experts) s->re_seen_t = t0;
     have = 1;

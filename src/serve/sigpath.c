@@ -160,15 +160,16 @@ void eldr__prompt_free(eldr__prompt *p) {
 /* The shape of a reply the artifact does not fit, for the reload check. */
 /* The reply's routed_experts: its bytes (the scanner accepted them when the
  * reply was read: eldr__prefill_reply_read) by the span reader, else its tree. */
-static int read_reply(const char *body, size_t len, const void *root, const eldr_re_opts *o, eldr_reply_experts *r,
-                      eldr_re_reason *why, eldr_diag *d) {
-  return body ? eldr_reply_experts_scanned(body, len, o, r, why, d) : eldr_reply_experts_from_json(root, o, r, why, d);
+static int read_reply(const char *body, size_t len, const void *root, const eldr_re_opts *o, eldr_js_span known,
+                      eldr_reply_experts *r, eldr_re_reason *why, eldr_diag *d) {
+  return body ? eldr_reply_experts_scanned(body, len, o, known, r, why, d)
+              : eldr_reply_experts_from_json(root, o, r, why, d);
 }
 
 static void observe_shape(eldr__sigpath *sp, const char *body, size_t len, const void *root, eldr_re_api api) {
   eldr_re_opts any = {api, 0, 0, 0, NULL, NULL, NULL};
   eldr_reply_experts r;
-  if (read_reply(body, len, root, &any, &r, NULL, NULL) == 0 && r.nchoices) {
+  if (read_reply(body, len, root, &any, (eldr_js_span){0, 0, ELDR_JS_NONE}, &r, NULL, NULL) == 0 && r.nchoices) {
     const eldr_re_view *v = r.choices[0].prompt.data ? &r.choices[0].prompt : &r.choices[0].generated;
     if (v->data) {
       sp->observed_L = (int)v->layers;
@@ -179,7 +180,7 @@ static void observe_shape(eldr__sigpath *sp, const char *body, size_t len, const
 }
 
 void eldr__sigpath_extract(eldr__sigpath *sp, const char *body, size_t len, const void *root, int chat,
-                           const eldr__prompt *p, eldr__sigres *res) {
+                           const char *blob, size_t blob_len, const eldr__prompt *p, eldr__sigres *res) {
   /* the next slot: its store (if the loop has not run it yet) needs the
    * buffers this extraction reuses */
   sp->cur = (sp->cur + 1) % ELDR__SIG_RING;
@@ -204,8 +205,11 @@ void eldr__sigpath_extract(eldr__sigpath *sp, const char *body, size_t len, cons
   memset(c->counts, 0, eldr_shape_cells(sh) * sizeof *c->counts);
   eldr_re_opts o = {chat ? ELDR_RE_CHAT : ELDR_RE_COMPLETIONS, sh->num_layers, sh->top_k, sh->num_experts,
                     c->art->mask, &sl->scr, c->counts};
+  eldr_js_span known = {0, 0, ELDR_JS_NONE};
+  if (body && blob && blob > body && blob + blob_len < body + len) /* its quotes within body */
+    known = (eldr_js_span){(size_t)(blob - body) - 1, blob_len + 2, ELDR_JS_STRING};
   eldr_re_reason why = ELDR_RE_OK;
-  if (read_reply(body, len, root, &o, &sl->rex, &why, &res->diag) != 0) {
+  if (read_reply(body, len, root, &o, known, &sl->rex, &why, &res->diag) != 0) {
     res->reason = (int)why;
     if (why == ELDR_RE_SHAPE_MISMATCH) {
       observe_shape(sp, body, len, root, o.api); /* only on this fallback path */

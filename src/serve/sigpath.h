@@ -180,9 +180,12 @@ void eldr__prompt_free(eldr__prompt *p);
  * (eldr/reply_experts.h) against the artifact's shape, experts and layer
  * mask; chat: the reply of /v1/chat/completions. p: the request's prompt
  * (NULL: the cache is not used). Runs a pending store first. A rejected
- * reply gives fallback MALFORMED or SHAPE_MISMATCH with res->reason. */
+ * reply gives fallback MALFORMED or SHAPE_MISMATCH with res->reason.
+ * blob, blob_len (optional, NULL: none): a string of body, quotes excluded,
+ * that the scan which accepted body found (eldr__prefill_reply's
+ * routed_experts): its end is taken from here, not searched again. */
 void eldr__sigpath_extract(eldr__sigpath *sp, const char *body, size_t len, const void *root, int chat,
-                           const eldr__prompt *p, eldr__sigres *res);
+                           const char *blob, size_t blob_len, const eldr__prompt *p, eldr__sigres *res);
 /* Store the rows of the fully computed blocks of an extraction now (res:
  * the last extraction's, or one whose slot was not reused since). */
 void eldr__sigpath_store(eldr__sigpath *sp, const eldr__sigres *res);

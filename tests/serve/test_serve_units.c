@@ -599,13 +599,17 @@ static json_t *npy_reply(const uint16_t *sel, size_t first, size_t n, size_t P, 
 }
 
 /* eldr__sigpath_extract on a reply's text (the span reader, as the router
- * reads a prefill reply), the text freed right after (the views do not
- * point into it). */
+ * reads a prefill reply: with the routed_experts span its scan found), the
+ * text freed right after (the views do not point into it). */
 static void extract_text(eldr__sigpath *sp, json_t *reply, const eldr__prompt *p, eldr__sigres *res) {
   char *txt = json_dumps(reply, JSON_COMPACT);
   assert_non_null(txt);
-  eldr__sigpath_extract(sp, txt, strlen(txt), NULL, 0, p, res);
+  eldr__prefill_reply pr;
+  assert_int_equal(eldr__prefill_reply_read(txt, strlen(txt), 0, &pr, NULL), 0);
   free(txt);
+  assert_non_null(pr.raw); /* the scanner read it */
+  eldr__sigpath_extract(sp, pr.raw, pr.raw_len, NULL, 0, pr.routed_experts, pr.routed_experts_len, p, res);
+  eldr__prefill_reply_free(&pr);
 }
 
 /* A decode reply's text: npy rows sel[0, n) (P prompt, the rest generated);
@@ -742,7 +746,7 @@ static void test_sigpath_deferred_store(void **st) {
   /* a full ring without a loop turn: the extraction that reuses the
    * oldest pending slot stores it first */
   for (int q = 1; q < NP; q++) {
-    eldr__sigpath_extract(&sp, NULL, 0, full[q], 0, &pr[q], &res); /* a tree */
+    eldr__sigpath_extract(&sp, NULL, 0, full[q], 0, NULL, 0, &pr[q], &res); /* a tree */
     eldr__sigpath_defer(&sp, &res);
   }
   assert_int_equal(sp.stores_inline, 1);
