@@ -81,8 +81,8 @@ typedef struct eldr_js_iter {
 
 /* A string value of the document, quotes included, that an earlier
  * eldr_js_scan of the same bytes found (a megabyte base64 blob): when the
- * walk meets a value at s.off it takes its end from s instead of searching
- * the text for it. Anything else (a span that is no string value of this
+ * walk meets that string (as a member's or element's value, or inside one
+ * it steps over) it takes its end from s instead of searching the text. Anything else (a span that is no string value of this
  * document) makes the walk wrong: only spans of that scan. Set after
  * eldr_js_iter_init / eldr_js_iter_array. */
 void eldr_js_iter_known(eldr_js_iter *it, eldr_js_span s);

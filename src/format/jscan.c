@@ -494,19 +494,21 @@ static size_t skip_str(const char *p, size_t i, size_t end) {
   }
 }
 
-/* After the value starting at i. */
-static size_t skip_value(const char *p, size_t i, size_t end, eldr_js_type *t) {
+/* After the value starting at i; a string at koff (klen > 0: a known
+ * string, eldr_js_iter_known) ends at koff + klen, unread, wherever it
+ * lies in the value. */
+static size_t skip_value(const char *p, size_t i, size_t end, eldr_js_type *t, size_t koff, size_t klen) {
   char c = p[i];
   if (c == '"') {
     *t = ELDR_JS_STRING;
-    return skip_str(p, i, end);
+    return klen && i == koff ? koff + klen : skip_str(p, i, end);
   }
   if (c == '{' || c == '[') {
     *t = c == '{' ? ELDR_JS_OBJECT : ELDR_JS_ARRAY;
     size_t depth = 0;
     for (size_t j = i; j < end; j++) {
       char x = p[j];
-      if (x == '"') j = skip_str(p, j, end) - 1;
+      if (x == '"') j = (klen && j == koff ? koff + klen : skip_str(p, j, end)) - 1;
       else if (x == '{' || x == '[') depth++;
       else if ((x == '}' || x == ']') && --depth == 0) return j + 1;
     }
@@ -536,13 +538,11 @@ void eldr_js_iter_known(eldr_js_iter *it, eldr_js_span s) {
   it->known_len = s.len;
 }
 
-/* After the value starting at i (the known string: its end, unread). */
+/* After the value starting at i (the known string, alone or inside it,
+ * not read). */
 static size_t iter_skip(const eldr_js_iter *it, size_t i, eldr_js_type *t) {
-  if (it->known_len && i == it->known_off && it->known_off + it->known_len <= it->end) {
-    *t = ELDR_JS_STRING;
-    return it->known_off + it->known_len;
-  }
-  return skip_value(it->doc, i, it->end, t);
+  const int k = it->known_len && it->known_off >= i && it->known_off + it->known_len <= it->end;
+  return skip_value(it->doc, i, it->end, t, it->known_off, k ? it->known_len : 0);
 }
 
 /* Where the next item starts (past a separating ','), or it->end. */

@@ -337,8 +337,8 @@ static int reply_read(const char *body, size_t len, int need_tree, char **buf, s
                                        {{"usage", "prompt_tokens_details", "cached_tokens", NULL}},
                                        {{"choices", "#0", "routed_experts", NULL}}};
   eldr_js_span f[5], root;
-  /* a NUL byte: the scanner refuses it, jansson may not (it then decides) */
-  if (need_tree || memchr(body, 0, len) || eldr_js_scan(body, len, paths, 5, f, &root, NULL) ||
+  /* a NUL byte: the scanner refuses it (test_jscan), jansson may not: it then decides */
+  if (need_tree || eldr_js_scan(body, len, paths, 5, f, &root, NULL) ||
       root.type != ELDR_JS_OBJECT) {
     eldr__prefill_reply_free(out); /* the tree path: its own allocations (and error message) */
     return eldr__prefill_reply_parse(body, len, out, d);

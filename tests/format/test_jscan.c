@@ -3,6 +3,7 @@
  * overflow, \u0000), error messages naming the byte, the member walk and
  * the string / integer readers. */
 #include <setjmp.h>
+#include <stdio.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -213,6 +214,29 @@ static void test_long_strings_simd(void **state) {
     }
 }
 
+/* A NUL byte anywhere in a document makes the scanner refuse it (the
+ * router's readers rely on it: a body with NUL goes to jansson, which
+ * decides), in a string long enough for the vector loops as well. */
+static void test_nul_anywhere_refused(void **state) {
+  (void)state;
+  char big[400];
+  memset(big, 'A', sizeof big);
+  char doc[1024];
+  int n = snprintf(doc, sizeof doc,
+                   "{\"a\": [1, -2.5e3, true, false, null, \"x\\\"y\"], \"b\": {\"c\": \"%.*s\"}, \"d\": 7}",
+                   (int)sizeof big, big);
+  assert_true(n > 0 && (size_t)n < sizeof doc);
+  assert_int_equal(eldr_js_scan(doc, (size_t)n, NULL, 0, NULL, NULL, NULL), 0);
+  for (int i = 0; i <= n; i++) { /* at i, and appended */
+    char t[1024];
+    memcpy(t, doc, (size_t)n);
+    size_t len = (size_t)n;
+    if (i < n) t[i] = 0;
+    else t[len++] = 0;
+    if (eldr_js_scan(t, len, NULL, 0, NULL, NULL, NULL) == 0) fail_msg("NUL at %d accepted", i);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_paths),
@@ -221,6 +245,7 @@ int main(void) {
       cmocka_unit_test(test_rejects_as_jansson),
       cmocka_unit_test(test_elements),
       cmocka_unit_test(test_long_strings_simd),
+      cmocka_unit_test(test_nul_anywhere_refused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
