@@ -34,16 +34,18 @@ T512 static inline void csa(__m512i *h, __m512i *l, __m512i a, __m512i b, __m512
 
 /* The four rows at p + off[0..3] in bytes 0..31, the same minus 64 in 32..63. */
 T512 static inline __m512i rows(const unsigned char *p, const uint32_t *off, int contig) {
-  __m256i v;
+  /* bytes 32..63 minus 64: one subtraction of the broadcast rows */
+  const __m512i m64 = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi8(64), 1);
+  __m512i v;
   if (contig) {
-    v = _mm256_loadu_si256((const __m256i *)(const void *)(p + off[0]));
+    v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(const void *)(p + off[0])));
   } else {
     uint64_t r[4];
     for (int i = 0; i < 4; i++) memcpy(&r[i], p + off[i], 8);
-    v = _mm256_setr_epi64x((long long)r[0], (long long)r[1], (long long)r[2], (long long)r[3]);
+    v = _mm512_broadcast_i64x4(
+        _mm256_setr_epi64x((long long)r[0], (long long)r[1], (long long)r[2], (long long)r[3]));
   }
-  const __m256i m64 = _mm256_sub_epi8(v, _mm256_set1_epi8(64));
-  return _mm512_inserti64x4(_mm512_castsi256_si512(v), m64, 1);
+  return _mm512_sub_epi8(v, m64);
 }
 
 typedef struct planes {
@@ -117,8 +119,8 @@ T512 size_t eldr__bits_group512(const unsigned char *p, size_t tb, size_t ntok, 
     csa(&eB, &s.fours, s.fours, fA, fB);
     csa(&sixteens, &s.eights, s.eights, eA, eB);
 #undef R
-    for (int c = 0; c < 8; c++) /* a set bit adds one: minus 0xFF */
-      cnt[c] = _mm512_sub_epi8(cnt[c], _mm512_movm_epi8(plane_bits(sixteens, c)));
+    for (int c = 0; c < 8; c++) /* a set bit adds one */
+      cnt[c] = _mm512_mask_sub_epi8(cnt[c], plane_bits(sixteens, c), cnt[c], _mm512_set1_epi8(-1));
   }
   /* 16 x sixteens + 8 x eights + 4 x fours + 2 x twos + ones, per position */
   __m512i sum = _mm512_setzero_si512();
