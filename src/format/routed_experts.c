@@ -2,7 +2,9 @@
  * eldr/routed_experts.h).
  *
  * Hot path (eldr_routed_experts_count): the base64 text is decoded in
- * fixed-size chunks into a stack buffer, 4 chars -> 3 bytes per step through
+ * fixed-size chunks into a stack buffer (a long payload continues in
+ * 192 KiB heap chunks, so the counting kernels get hundreds of tokens a
+ * call while the chunk is in L2), 4 chars -> 3 bytes per step through
  * one lookup table whose invalid entries carry bit 8; the table values of a
  * whole chunk are OR-ed into an accumulator that is tested once per chunk,
  * so the inner loop has no per-character branch. Decoded payload goes to
@@ -550,6 +552,7 @@ int eldr_npy_parse_header(const uint8_t *buf, size_t len, eldr_npy_info *info, e
 /* routed_experts                                                            */
 
 #define CHUNK_Q 4096               /* quads per chunk: 16 KiB of text, 12 KiB decoded */
+#define BIG_Q 65536                /* quads per heap chunk: 256 KiB of text, 192 KiB decoded */
 #define MAX_UNIT (ELDR_MAX_TOPK * 8) /* bytes of one (token, layer) row */
 
 /* Checks shared by count and decode: ndim, dims against the model (0 =
@@ -672,22 +675,31 @@ int eldr_routed_experts_count_masked(const char *b64, size_t len, const eldr_sha
   if ((rc = check_array(&h, s.total, shape->num_layers, shape->top_k, &payload, d))) return rc;
   counter c = {shape, h.dtype, (size_t)shape->top_k * eldr_sel_dtype_size(h.dtype), 0, 0, counts,
                mask};
-  /* payload bytes in buf: [data_offset, got) */
+  /* payload bytes in buf: [data_offset, got). A long payload continues in
+   * a heap buffer of BIG_Q quads (hundreds of tokens a chunk, still in L2:
+   * the bit-sliced counting kernel takes blocks of 256 tokens and more);
+   * without one, in the stack buffer. */
+  uint8_t *big = s.total - got > 4 * (size_t)CHUNK_Q * 3 ? malloc(MAX_UNIT + BIG_Q * 3) : NULL;
+  uint8_t *b = buf;
+  const size_t q = big ? BIG_Q : CHUNK_Q;
   size_t start = h.data_offset, avail = got - h.data_offset;
   for (;;) {
     size_t nrows = avail / c.unit;
-    if (nrows && (rc = count_rows(&c, buf + start, nrows, d))) return rc;
+    if (nrows && (rc = count_rows(&c, b + start, nrows, d))) break;
     size_t carry = avail - nrows * c.unit;
-    memmove(buf, buf + start + nrows * c.unit, carry);
-    if ((rc = b64s_read(&s, buf + carry, CHUNK_Q, &got, d))) return rc;
+    uint8_t *to = big ? big : b; /* the first time from the stack buffer into big */
+    memmove(to, b + start + nrows * c.unit, carry);
+    b = to;
+    if ((rc = b64s_read(&s, b + carry, q, &got, d))) break;
     if (!got) {
-      if (carry)
-        return eldr_diag_fail(d, ELDR_EPARSE, "routed_experts: payload ends inside a row");
+      if (carry) rc = eldr_diag_fail(d, ELDR_EPARSE, "routed_experts: payload ends inside a row");
       break;
     }
     start = 0;
     avail = carry + got;
   }
+  free(big);
+  if (rc) return rc;
   if (ntokens) *ntokens = h.shape[0];
   return ELDR_OK;
 }

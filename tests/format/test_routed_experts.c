@@ -453,6 +453,23 @@ static void test_count_chunk_boundaries(void **state) {
   check_count(2, "<u2", 211, 11, 700, 5);
   /* one token larger than a chunk: 512 layers x 64 x int32 = 128 KiB */
   check_count(1, "<i4", 3, 512, 4096, 64);
+  /* long payloads continue in 192 KiB heap chunks: whole tokens of top-8
+   * rows (the bit-sliced kernel), and 104-byte tokens straddling them */
+  check_count(1, "|u1", 2000, 48, 128, 8);
+  check_count(1, "|u1", 5000, 13, 128, 8);
+  /* a bad id deep in a long payload is named by token, layer and slot */
+  int32_t *ids = random_ids(3000 * 13 * 8, 100);
+  ids[(2711 * 13 + 5) * 8 + 3] = 117;
+  char *b = blob(1, "|u1", 3000, 13, 8, ids);
+  eldr_shape s = {13, 100, 8};
+  uint32_t *got = calloc(13 * 100, sizeof *got);
+  size_t nt;
+  eldr_diag d = {{0}};
+  assert_int_equal(count_str(b, &s, got, &nt, &d), ELDR_ERANGE);
+  ASSERT_MSG(d, "token 2711 layer 5 slot 3: expert id 117 out of range");
+  free(got);
+  free(b);
+  free(ids);
 }
 
 static void test_count_errors(void **state) {
