@@ -489,6 +489,17 @@ __attribute__((target("avx2"))) static size_t bits_group_avx2(const unsigned cha
   return total;
 }
 
+/* row[0, E) += b[0, E) (E <= 128). */
+__attribute__((target("avx2"))) static void add_row(uint32_t *restrict row, const uint16_t *restrict b, size_t E) {
+  size_t e = 0;
+  for (; e + 8 <= E; e += 8) {
+    const __m256i x = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(b + e)));
+    const __m256i r = _mm256_loadu_si256((const __m256i *)(const void *)(row + e));
+    _mm256_storeu_si256((__m256i *)(void *)(row + e), _mm256_add_epi32(r, x));
+  }
+  for (; e < E; e++) row[e] += b[e];
+}
+
 /* Count whole blocks of tokens by bit planes, the mask's layers in groups
  * of four (lay[4g..4g+3]), while every block passes its check; returns the
  * tokens counted (a multiple of 16: the caller's kernels take the rest).
@@ -522,11 +533,8 @@ __attribute__((target("avx2"))) static size_t count_bits(const unsigned char *p,
         for (int r = 0; r < 4; r++)
           if (blk[(4 * g + r) * 128 + e]) return done; /* an id >= E */
     }
-    for (size_t i = 0; i < 4 * ng; i++) {
-      uint32_t *row = counts + (size_t)lay[i] * E;
-      const uint16_t *b = blk + i * 128;
-      for (size_t e = 0; e < E; e++) row[e] += b[e];
-    }
+    for (size_t i = 0; i < 4 * ng; i++) /* 8 counters a step (the compiler kept this scalar) */
+      add_row(counts + (size_t)lay[i] * E, blk + i * 128, E);
     if (nrest) {
       kargs a = {q, n, L, 8, E, rest, nrest, counts};
       kern(&a);
