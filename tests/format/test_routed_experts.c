@@ -175,6 +175,44 @@ static void test_b64_random_roundtrip(void **state) {
   }
 }
 
+/* The same text at every offset of a cache line (the vector decoders load
+ * whole lines and put the chars together; nothing may be read outside the
+ * text: ASan watches): the same bytes, and a bad char in the first or last
+ * vector step named at its offset. */
+static void test_b64_every_alignment(void **state) {
+  (void)state;
+  enum { N = 3 * 200 }; /* 800 chars: 12 steps of 64 and a scalar tail */
+  uint8_t raw[N], out[N];
+  for (int i = 0; i < N; i++) raw[i] = (uint8_t)(i * 13 + 5);
+  char *txt = ref_b64(raw, N);
+  const size_t len = strlen(txt);
+  for (size_t off = 0; off < 64; off++) {
+    for (int bad = -1; bad < 4; bad++) {
+      /* bad: -1 none, else at 3, 70, len - 70 (the last step) or len - 3 */
+      const size_t at = bad == 0 ? 3 : bad == 1 ? 70 : bad == 2 ? len - 70 : len - 3;
+      char *buf = malloc(off + len); /* the text ends where the allocation does */
+      assert_non_null(buf);
+      memcpy(buf + off, txt, len);
+      if (bad >= 0) buf[off + at] = '*';
+      size_t got = 0;
+      eldr_diag d = {{0}};
+      int rc = eldr_b64_decode(buf + off, len, out, sizeof out, &got, &d);
+      if (bad < 0) {
+        if (rc) fail_msg("offset %zu: %s", off, d.msg);
+        assert_int_equal(got, N);
+        assert_memory_equal(out, raw, N);
+      } else {
+        char want[32];
+        snprintf(want, sizeof want, "offset %zu", at);
+        assert_int_equal(rc, ELDR_EPARSE);
+        ASSERT_MSG(d, want);
+      }
+      free(buf);
+    }
+  }
+  free(txt);
+}
+
 static void test_b64_errors(void **state) {
   (void)state;
   uint8_t out[64];
@@ -808,6 +846,7 @@ int main(void) {
       cmocka_unit_test(test_b64_random_roundtrip),
       cmocka_unit_test(test_b64_errors),
       cmocka_unit_test(test_b64_every_byte_every_position),
+      cmocka_unit_test(test_b64_every_alignment),
       cmocka_unit_test(test_count_chunk_boundaries),
       cmocka_unit_test(test_count_errors),
   };
@@ -816,6 +855,7 @@ int main(void) {
       cmocka_unit_test(test_b64_random_roundtrip),
       cmocka_unit_test(test_b64_errors),
       cmocka_unit_test(test_b64_every_byte_every_position),
+      cmocka_unit_test(test_b64_every_alignment),
       cmocka_unit_test(test_npy_versions_dtypes),
       cmocka_unit_test(test_npy_dict_variants),
       cmocka_unit_test(test_npy_header_errors),
