@@ -636,6 +636,28 @@ int eldr_counts_check_masked(const eldr_shape *s, const void *raw, eldr_sel_dtyp
   return ELDR_OK;
 }
 
+#ifdef ELDR_COUNTS_BITS512
+/* A 16-token block of 1-byte top-8 rows over 128 experts, the mask's layers
+ * four at a time by the AVX-512 bit kernel, added to counts8 once every
+ * group passed (each row 8 distinct ids: a repeat sets fewer bits). Returns
+ * the masked layers it counted: 4 * (nl / 4), or 0 (nothing added: the
+ * caller's per-id kernel counts every layer, repeats included). */
+static size_t block16_bits(const unsigned char *p, size_t L, const uint16_t *lay, size_t nl, uint8_t *counts8) {
+  const size_t ng = nl / 4;
+  uint8_t blk[ELDR_MAX_LAYERS * 128];
+  for (size_t g = 0; g < ng; g++) {
+    const uint32_t off[4] = {8u * lay[4 * g], 8u * lay[4 * g + 1], 8u * lay[4 * g + 2], 8u * lay[4 * g + 3]};
+    if (eldr__bits_block16_512(p, L * 8, off, blk + 4 * g * 128) != 16 * 32) return 0;
+  }
+  for (size_t i = 0; i < 4 * ng; i++) {
+    uint8_t *row = counts8 + (size_t)lay[i] * 128;
+    const uint8_t *b = blk + i * 128;
+    for (size_t e = 0; e < 128; e++) row[e] = (uint8_t)(row[e] + b[e]);
+  }
+  return 4 * ng;
+}
+#endif
+
 int eldr__counts_block8(const eldr_shape *s, const void *raw, eldr_sel_dtype dtype, size_t ntokens,
                         const uint8_t *mask, uint8_t *counts8) {
   const size_t L = s->num_layers, E = s->num_experts, K = s->top_k;
@@ -651,7 +673,13 @@ int eldr__counts_block8(const eldr_shape *s, const void *raw, eldr_sel_dtype dty
     size_t nl = 0;
     for (size_t l = 0; l < L; l++)
       if (!mask || mask[l]) lay[nl++] = (uint16_t)l;
-    kargs a = {p, ntokens, L, K, E, lay, nl, counts8};
+    size_t done = 0; /* masked layers counted by the bit kernel */
+#ifdef ELDR_COUNTS_BITS512
+    if (w == 1 && K == 8 && E == 128 && ntokens == 16 && nl >= 4 && eldr__simd_avx512() &&
+        !__atomic_load_n(&bits_off, __ATOMIC_RELAXED))
+      done = block16_bits(p, L, lay, nl, counts8);
+#endif
+    kargs a = {p, ntokens, L, K, E, lay + done, nl - done, counts8};
     pick_8(w, K)(&a);
     return ELDR_OK;
   }

@@ -67,6 +67,16 @@ T512 static inline __m512i row_sets(const unsigned char *p, const uint32_t *off,
 #undef HOT
 }
 
+/* SEL[k]: id k of row r into byte 0 of qword 2r (from bytes 0..31) and of
+ * qword 2r + 1 (from bytes 32..63, the ids minus 64); 0 elsewhere (masked) */
+static const unsigned char SEL[8][64] = {
+#define Q(r, k) 8 * r + k, 0, 0, 0, 0, 0, 0, 0, 32 + 8 * r + k, 0, 0, 0, 0, 0, 0, 0
+#define K8(k) {Q(0, k), Q(1, k), Q(2, k), Q(3, k)}
+    K8(0), K8(1), K8(2), K8(3), K8(4), K8(5), K8(6), K8(7)
+#undef K8
+#undef Q
+};
+
 /* byte i of SPREAD[c]: plane byte 8c + i / 8 (for plane_bits) */
 static const unsigned char SPREAD[8][64] = {
 #define S8(b) b, b, b, b, b, b, b, b
@@ -84,17 +94,8 @@ T512 static inline __mmask64 plane_bits(__m512i plane, int c) {
 T512 size_t eldr__bits_group512(const unsigned char *p, size_t tb, size_t ntok, const uint32_t *off,
                                 uint16_t *out) {
   const int contig = off[1] == off[0] + 8 && off[2] == off[0] + 16 && off[3] == off[0] + 24;
-  /* sel[k]: id k of row r into byte 0 of qword 2r (from bytes 0..31) and of
-   * qword 2r + 1 (from bytes 32..63, the ids minus 64) */
   __m512i sel[8];
-  for (int k = 0; k < 8; k++) {
-    unsigned char b[64] = {0};
-    for (int r = 0; r < 4; r++) {
-      b[16 * r] = (unsigned char)(8 * r + k);
-      b[16 * r + 8] = (unsigned char)(32 + 8 * r + k);
-    }
-    sel[k] = _mm512_loadu_si512(b);
-  }
+  for (int k = 0; k < 8; k++) sel[k] = _mm512_loadu_si512(SEL[k]);
   planes s = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(),
               _mm512_setzero_si512()};
   __m512i cnt[8];
@@ -142,6 +143,45 @@ T512 size_t eldr__bits_group512(const unsigned char *p, size_t tb, size_t ntok, 
                                                  _mm512_madd_epi16(hi, ones16)));
   }
   return (size_t)_mm512_reduce_add_epi32(sum);
+}
+
+
+/* One 16-token block of one group into bytes (see core/counts_int.h). */
+T512 size_t eldr__bits_block16_512(const unsigned char *p, size_t tb, const uint32_t *off, uint8_t *out) {
+  const int contig = off[1] == off[0] + 8 && off[2] == off[0] + 16 && off[3] == off[0] + 24;
+  __m512i sel[8];
+  for (int k = 0; k < 8; k++) sel[k] = _mm512_loadu_si512(SEL[k]);
+  const __m512i z = _mm512_setzero_si512();
+  planes s = {z, z, z, z};
+  __m512i tA, tB, fA, fB, eA, eB, sixteens;
+#define R(i) row_sets(p + (i) * tb, off, contig, sel)
+  csa(&tA, &s.ones, s.ones, R(0), R(1));
+  csa(&tB, &s.ones, s.ones, R(2), R(3));
+  csa(&fA, &s.twos, s.twos, tA, tB);
+  csa(&tA, &s.ones, s.ones, R(4), R(5));
+  csa(&tB, &s.ones, s.ones, R(6), R(7));
+  csa(&fB, &s.twos, s.twos, tA, tB);
+  csa(&eA, &s.fours, s.fours, fA, fB);
+  csa(&tA, &s.ones, s.ones, R(8), R(9));
+  csa(&tB, &s.ones, s.ones, R(10), R(11));
+  csa(&fA, &s.twos, s.twos, tA, tB);
+  csa(&tA, &s.ones, s.ones, R(12), R(13));
+  csa(&tB, &s.ones, s.ones, R(14), R(15));
+  csa(&fB, &s.twos, s.twos, tA, tB);
+  csa(&eB, &s.fours, s.fours, fA, fB);
+  csa(&sixteens, &s.eights, s.eights, eA, eB);
+#undef R
+  __m512i sum = z;
+  for (int c = 0; c < 8; c++) {
+    __m512i b = _mm512_maskz_mov_epi8(plane_bits(s.ones, c), _mm512_set1_epi8(1));
+    b = _mm512_mask_add_epi8(b, plane_bits(s.twos, c), b, _mm512_set1_epi8(2));
+    b = _mm512_mask_add_epi8(b, plane_bits(s.fours, c), b, _mm512_set1_epi8(4));
+    b = _mm512_mask_add_epi8(b, plane_bits(s.eights, c), b, _mm512_set1_epi8(8));
+    b = _mm512_mask_add_epi8(b, plane_bits(sixteens, c), b, _mm512_set1_epi8(16));
+    _mm512_storeu_si512(out + 64 * c, b);
+    sum = _mm512_add_epi64(sum, _mm512_sad_epu8(b, z));
+  }
+  return (size_t)_mm512_reduce_add_epi64(sum);
 }
 
 #endif

@@ -19,6 +19,10 @@
 /* AVX-512 F/BW/VL/VBMI: call only where eldr__simd_avx512() is true. */
 size_t eldr__bits_group512(const unsigned char *p, size_t tb, size_t ntok, const uint32_t *off,
                            uint16_t *out);
+/* The same for exactly 16 tokens into bytes: out[r * 128 + e] (4 x 128,
+ * overwritten, each <= 16); returns the bits counted (512 when every row
+ * held 8 distinct ids below 128). For the signature cache's 16-token rows. */
+size_t eldr__bits_block16_512(const unsigned char *p, size_t tb, const uint32_t *off, uint8_t *out);
 #endif
 
 #endif

@@ -276,6 +276,53 @@ static void test_bits_equals_reference(void **state) {
   eldr__counts_bits_set(1);
 }
 
+/* The signature cache's 16-token byte rows (eldr__counts_block8): with the
+ * AVX-512 bit kernel (1-byte ids, top-8 of 128 experts, 16 tokens, four
+ * masked layers and more) and without it, the reference's counts: rows of
+ * distinct ids, a repeated id (handed to the per-id kernel), an id out of
+ * range (ELDR_ERANGE, nothing counted); masks dense, half, sparse, none. */
+static void test_block8_equals_reference(void **state) {
+  (void)state;
+  eldr_rng r;
+  eldr_rng_seed(&r, 11);
+  const eldr_shape shapes[] = {{48, 128, 8}, {7, 128, 8}, {4, 128, 8}, {3, 128, 8}, {48, 100, 8}};
+  for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+    const eldr_shape *sh = &shapes[si];
+    const size_t L = sh->num_layers, E = sh->num_experts, T = 16, cells = L * E;
+    for (int trial = 0; trial < 12; trial++) {
+      uint8_t raw[16 * 48 * 8];
+      fill_rows(&r, raw, T * L, 8, E);
+      const int kind = trial % 4; /* 0, 1 clean; 2 a repeat; 3 an id >= E */
+      const size_t at = (size_t)(eldr_rng_next(&r) % (T * L * 8));
+      if (kind == 2) raw[at] = raw[at ^ 1];
+      if (kind == 3) raw[at] = (uint8_t)(E + eldr_rng_next(&r) % (256 - E));
+      uint8_t mask[48];
+      const unsigned keep = trial % 3 == 0 ? 8 : trial % 3 == 1 ? 4 : 2;
+      for (size_t l = 0; l < L; l++) mask[l] = (uint8_t)(eldr_rng_next(&r) % 8 < keep);
+      const uint8_t *mk = trial % 6 == 5 ? NULL : mask;
+      uint32_t ref[48 * 128] = {0};
+      size_t bad = 0;
+      const int rr = eldr__counts_ref(sh, raw, ELDR_SEL_U8, T, mk, ref, &bad);
+      for (int mode = 0; mode < 3; mode++) { /* bits (AVX-512 where the CPU has it), per-id, portable */
+        eldr__simd_set(mode < 2);
+        eldr__counts_bits_set(mode == 0);
+        uint8_t c8[48 * 128];
+        memset(c8, 7, sizeof c8); /* accumulated onto */
+        const int rc = eldr__counts_block8(sh, raw, ELDR_SEL_U8, T, mk, c8);
+        if (rr) {
+          assert_int_equal(rc, ELDR_ERANGE);
+          continue;
+        }
+        assert_int_equal(rc, 0);
+        for (size_t i = 0; i < cells; i++)
+          if (c8[i] != (uint8_t)(7 + ref[i])) fail_msg("shape %zu trial %d mode %d cell %zu: %u, want %u", si, trial, mode, i, c8[i], 7 + ref[i]);
+      }
+    }
+  }
+  eldr__simd_set(1);
+  eldr__counts_bits_set(1);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_shape_validate),
@@ -284,6 +331,7 @@ int main(void) {
       cmocka_unit_test(test_masked),
       cmocka_unit_test(test_fast_equals_reference),
       cmocka_unit_test(test_bits_equals_reference),
+      cmocka_unit_test(test_block8_equals_reference),
       cmocka_unit_test(test_routed_experts_masked_equals_full),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
