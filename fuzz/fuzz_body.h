@@ -1,6 +1,6 @@
 /* fuzz_body.h — the input convention of the fuzz targets that read a
- * client body (fuzz_req_scan, fuzz_prefill_rewrite): the first byte picks
- * the API (odd: chat), the rest is the body.
+ * client body (fuzz_req_scan, fuzz_prefill_rewrite, fuzz_worker_request):
+ * the first byte picks the API (odd: chat), the rest is the body.
  * Ownership: body points into the fuzzer's input (nothing is copied; the
  * input ends where the body ends, so a read past it is caught by ASan).
  * Errors: -1 for an empty input (the target returns at once), else 0.

@@ -1,16 +1,17 @@
 /* fuzz_worker_request.c — the emulated worker's request parsing
  * (eldr__worker_check_request, the code path of POST /v1/completions and
- * /v1/chat/completions). The first input byte picks the API; the rest is the
- * body. Checks: never crashes, never reads out of bounds, an error carries a
+ * /v1/chat/completions). Input: fuzz_body.h's split (the first byte picks
+ * the API; the rest is the body, read in place, so ASan catches a read past
+ * it). Checks: never crashes, never reads out of bounds, an error carries a
  * 4xx/500 status and a message. The worker (with a one-record trace, so the
  * eldr_trace_id path is reached) is built once; its loop never runs. */
 #include <event2/event.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "eldr/tracegen.h"
 #include "eldr/worker.h"
+#include "fuzz_body.h"
 #include "worker/worker_internal.h"
 
 static eldr_worker *worker(void) {
@@ -38,16 +39,10 @@ static eldr_worker *worker(void) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   eldr_worker *w = worker();
-  if (size == 0) return 0;
-  int chat = data[0] & 1;
-  /* an exact-size copy: reading past it is caught by ASan */
-  size_t n = size - 1;
-  char *body = malloc(n ? n : 1);
-  if (!body) return 0;
-  memcpy(body, data + 1, n);
+  eldr_fuzz_body in;
+  if (eldr_fuzz_body_split(data, size, &in)) return 0;
   char err[320];
-  int st = eldr__worker_check_request(w, body, n, chat, err, sizeof err);
+  int st = eldr__worker_check_request(w, in.body, in.len, in.api == ELDR__API_CHAT, err, sizeof err);
   if (st != 0 && ((st < 400 || st > 599) || !err[0])) abort();
-  free(body);
   return 0;
 }

@@ -132,6 +132,7 @@ int eldr__prompt_init(eldr__sigpath *sp, eldr__prompt *p, const char *text, size
   p->ntok = 0;
   p->nblocks = 0;
   p->prefix_hash = 0;
+  int rc = 0;
   if (!ids) { /* a text has at most one token per byte: one pass takes them all */
     if (eldr_grow(&sp->ids, &sp->idscap, text_len + 1, sizeof *sp->ids, 1024)) return ELDR_ENOMEM;
     n = eldr_tokenize(text, text_len, sp->ids, text_len);
@@ -139,7 +140,10 @@ int eldr__prompt_init(eldr__sigpath *sp, eldr__prompt *p, const char *text, size
   }
   size_t nb = n / ELDR_BLOCK_TOKENS;
   if (nb) {
-    if (eldr_grow_array(p->hashes, p->hashcap, nb)) return ELDR_ENOMEM;
+    if (eldr_grow_array(p->hashes, p->hashcap, nb)) {
+      rc = ELDR_ENOMEM;
+      goto out;
+    }
     p->nblocks = eldr_block_hashes(ids, n, ELDR_BLOCK_HASH_SEED, p->hashes);
     p->prefix_hash = p->hashes[0];
   } else if (ids == sp->ids) {
@@ -148,7 +152,14 @@ int eldr__prompt_init(eldr__sigpath *sp, eldr__prompt *p, const char *text, size
     p->prefix_hash = XXH64(ids, n * sizeof *ids, 0);
   }
   p->ntok = n;
-  return 0;
+out:
+  /* a large prompt's ids go: the loop keeps no more than ELDR__IDS_KEEP */
+  if (sp->idscap * sizeof *sp->ids > ELDR__IDS_KEEP) {
+    free(sp->ids);
+    sp->ids = NULL;
+    sp->idscap = 0;
+  }
+  return rc;
 }
 
 void eldr__prompt_free(eldr__prompt *p) {

@@ -107,6 +107,8 @@ typedef struct eldr__sigres {
 
 #define ELDR__SIG_RING 4                 /* extractions whose store may wait */
 #define ELDR__SIG_KEEP ((size_t)8 << 20) /* decode bytes a slot keeps between replies */
+#define ELDR__IDS_KEEP ((size_t)1 << 20) /* token-id bytes a sigpath keeps between prompts (256 Ki
+                                          * ids); a larger prompt's are freed once hashed */
 
 /* One extraction's buffers, kept until its store ran. */
 typedef struct eldr__sigslot {
@@ -132,7 +134,8 @@ typedef struct eldr__sigpath {
   eldr_sigspec spec;         /* of conf.art */
   eldr__sigslot ring[ELDR__SIG_RING];
   unsigned cur;              /* slot of the last extraction */
-  uint32_t *ids;             /* token ids of the prompt being tokenised (grown) */
+  uint32_t *ids;             /* token ids of the prompt being tokenised (grown; kept
+                              * up to ELDR__IDS_KEEP bytes) */
   size_t idscap;
   struct event *ev_store;    /* NULL without a loop: stores wait until their slot is reused */
   eldr__sigshare *share;     /* borrowed; NULL: the cache is this sigpath's alone */

@@ -583,6 +583,47 @@ static void test_prompt_blocks(void **st) {
   eldr__sigpath_free(&sp);
 }
 
+/* The loop's token-id buffer does not keep a large prompt's size: a 16 MiB
+ * prompt once pinned 64 MiB of ids per loop for the router's lifetime
+ * (ELDR_TEST_BIG_KIB=16384 build/test_bounded). The hashes are the same. */
+static void test_prompt_ids_bounded(void **st) {
+  (void)st;
+  eldr__sigpath sp;
+  assert_int_equal(eldr__sigpath_init(&sp, NULL), 0);
+  const char *small = "a prompt that fits the kept buffer, with a block or two of stand-in tokens in it";
+  eldr__prompt p = {0};
+  assert_int_equal(eldr__prompt_init(&sp, &p, small, strlen(small), NULL, 0), 0);
+  assert_non_null(sp.ids); /* kept for the next prompt */
+  size_t len = 4 * ELDR__IDS_KEEP; /* bytes: up to as many tokens */
+  char *big = malloc(len);
+  assert_non_null(big);
+  for (size_t i = 0; i < len; i++) big[i] = i % 7 == 6 ? ' ' : (char)('a' + i % 5);
+  uint32_t *ids = malloc(len * sizeof *ids);
+  assert_non_null(ids);
+  size_t n = eldr_tokenize(big, len, ids, len);
+  assert_true(n * sizeof *ids > ELDR__IDS_KEEP);
+  size_t nb = n / ELDR_BLOCK_TOKENS;
+  uint64_t *h = malloc(nb * sizeof *h);
+  assert_non_null(h);
+  assert_int_equal(eldr_block_hashes(ids, n, ELDR_BLOCK_HASH_SEED, h), nb);
+  assert_int_equal(eldr__prompt_init(&sp, &p, big, len, NULL, 0), 0);
+  assert_int_equal(p.ntok, n);
+  assert_int_equal(p.nblocks, nb);
+  assert_memory_equal(p.hashes, h, nb * sizeof *h);
+  assert_true(sp.idscap * sizeof *sp.ids <= ELDR__IDS_KEEP); /* the large one went */
+  /* a small prompt after it tokenises as before */
+  eldr__prompt q = {0};
+  assert_int_equal(eldr__prompt_init(&sp, &q, small, strlen(small), NULL, 0), 0);
+  assert_non_null(sp.ids);
+  assert_true(sp.idscap * sizeof *sp.ids <= ELDR__IDS_KEEP);
+  free(big);
+  free(ids);
+  free(h);
+  eldr__prompt_free(&p);
+  eldr__prompt_free(&q);
+  eldr__sigpath_free(&sp);
+}
+
 
 /* A prefill reply (npy layout) of rows [first, first + n) of sel. */
 static json_t *npy_reply(const uint16_t *sel, size_t first, size_t n, size_t P, const eldr_shape *sh) {
@@ -776,6 +817,7 @@ int main(void) {
       cmocka_unit_test(test_splice_and_view),
       cmocka_unit_test(test_splice_layouts),
       cmocka_unit_test(test_prompt_blocks),
+      cmocka_unit_test(test_prompt_ids_bounded),
       cmocka_unit_test(test_config),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -691,6 +691,11 @@ out:
 }
 
 int tc_post(int port, const char *path, const char *body, const char *extra, tc_resp *out) {
+  return tc_post_within(port, path, body, extra, 20, out);
+}
+
+int tc_post_within(int port, const char *path, const char *body, const char *extra, double timeout_s,
+                   tc_resp *out) {
   size_t bl = strlen(body);
   size_t cap = bl + strlen(path) + (extra ? strlen(extra) : 0) + 256;
   char *raw = malloc(cap);
@@ -698,7 +703,7 @@ int tc_post(int port, const char *path, const char *body, const char *extra, tc_
                    "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                    "Content-Length: %zu\r\n%s\r\n%s",
                    path, bl, extra ? extra : "", body);
-  int rc = tc_raw(port, raw, (size_t)n, 20, out);
+  int rc = tc_raw(port, raw, (size_t)n, timeout_s, out);
   free(raw);
   return rc;
 }

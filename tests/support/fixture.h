@@ -100,6 +100,9 @@ typedef struct tc_resp {
 int tc_raw(int port, const char *raw, size_t len, double timeout_s, tc_resp *out);
 /* POST path with a JSON body (extra: additional header lines, each ending CRLF, or NULL). */
 int tc_post(int port, const char *path, const char *body, const char *extra, tc_resp *out);
+/* tc_post with the response awaited up to timeout_s (tc_post: 20 s) after the request was sent. */
+int tc_post_within(int port, const char *path, const char *body, const char *extra, double timeout_s,
+                   tc_resp *out);
 int tc_get(int port, const char *path, tc_resp *out);
 void tc_free(tc_resp *r);
 /* Value of a response header (case-insensitive) copied into buf; 0 or -1. */
