@@ -340,6 +340,17 @@ int eldr_trace_format_counts(const eldr_counts_line *ln, char **buf, size_t *len
   return ELDR_OK;
 }
 
+int eldr_trace_format_request(const eldr_trace *t, const eldr_request *r, char **buf,
+                              size_t *len, size_t *cap) {
+  if (!t || !r || !buf || !len || !cap || t->shape.num_layers == 0) return ELDR_EINVAL;
+  wbuf b = {*buf, *len, *cap};
+  int rc = format_request(&b, t, r);
+  *buf = b.p;
+  *cap = b.cap;
+  if (rc == ELDR_OK) *len = b.n;
+  return rc;
+}
+
 int eldr_trace_write_request(FILE *f, const eldr_trace *t, const eldr_request *r) {
   if (!f || !t || !r || t->shape.num_layers == 0) return ELDR_EINVAL;
   wbuf b = {0};
@@ -349,6 +360,9 @@ int eldr_trace_write_request(FILE *f, const eldr_trace *t, const eldr_request *r
   return rc;
 }
 
+/* Lines are batched into chunks of about this size, one write each. */
+#define SAVE_CHUNK ((size_t)4 << 20)
+
 int eldr_trace_save(const char *path, const eldr_trace *t, eldr_diag *d) {
   if (!path || !t || t->shape.num_layers == 0)
     return eldr_diag_fail(d, ELDR_EINVAL, "trace or path missing");
@@ -357,15 +371,16 @@ int eldr_trace_save(const char *path, const eldr_trace *t, eldr_diag *d) {
   if (rc) return rc;
   wbuf b = {0};
   for (size_t i = 0; i < t->n && rc == ELDR_OK; i++) {
-    b.n = 0;
     rc = format_request(&b, t, &t->req[i]);
     if (rc) {
       eldr_diag_fail(d, rc, "%s: request %zu ('%.60s'): %s", path, i, t->req[i].id,
                      rc == ELDR_ERANGE ? "non-finite gate value" : eldr_strerror(rc));
       break;
     }
-    if (fwrite(b.p, 1, b.n, o.f) != b.n)
-      rc = eldr_diag_fail(d, ELDR_EIO, "%s: write failed: %s", path, strerror(errno));
+    if (b.n >= SAVE_CHUNK || i + 1 == t->n) {
+      rc = eldr_outfile_write(&o, b.p, b.n, d);
+      b.n = 0;
+    }
   }
   free(b.p);
   int crc = eldr_outfile_close(&o, rc == ELDR_OK, d);
