@@ -51,7 +51,7 @@ typedef struct tracegen_scratch {
   uint32_t stamp;
   uint32_t *lmark; /* TRACEGEN_LANES * E stamps of the portable sampler's lanes */
   uint32_t lstamp;
-  uint32_t *small, *large; /* E work lists for alias construction */
+  uint32_t *small, *large; /* 2 * E work lists for alias construction (two layers) */
 } tracegen_scratch;
 
 int tracegen_scratch_init(tracegen_scratch *s, const eldr_shape *sh);
