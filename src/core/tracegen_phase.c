@@ -8,6 +8,8 @@
 #include "eldr/error.h"
 #include "tracegen_int.h"
 
+#define ALIAS_GROUP 4 /* layers whose alias tables are built side by side */
+
 void tracegen_scratch_free(tracegen_scratch *s) {
   free(s->logit);
   free(s->prob);
@@ -29,8 +31,8 @@ int tracegen_scratch_init(tracegen_scratch *s, const eldr_shape *sh) {
   s->col = malloc(cells * sizeof *s->col);
   s->mark = calloc(sh->num_experts, sizeof *s->mark);
   s->lmark = calloc((size_t)TRACEGEN_LANES * sh->num_experts, sizeof *s->lmark);
-  s->small = malloc(2 * (size_t)sh->num_experts * sizeof *s->small); /* two layers at a time */
-  s->large = malloc(2 * (size_t)sh->num_experts * sizeof *s->large);
+  s->small = malloc(ALIAS_GROUP * (size_t)sh->num_experts * sizeof *s->small); /* a group of layers */
+  s->large = malloc(ALIAS_GROUP * (size_t)sh->num_experts * sizeof *s->large);
   if (!s->logit || !s->prob || !s->aprob || !s->col || !s->mark || !s->lmark || !s->small ||
       !s->large) {
     tracegen_scratch_free(s);
@@ -100,9 +102,10 @@ static void softmax(float *pl, size_t E) {
  * way, and the threshold fits 16 bits.
  *
  * One layer's construction is a chain of dependent loads and float adds, so
- * two layers are built side by side (alias_pair): their steps interleave
- * in one loop while both have work, and each runs exactly the steps it
- * would alone (the layers share no memory), so the tables are the same. */
+ * ALIAS_GROUP layers are built side by side (alias_group): their steps
+ * interleave in one loop while all have work, and each runs exactly the
+ * steps it would alone (the layers share no memory), so the tables are the
+ * same. */
 typedef struct vose {
   const float *pl;
   float *ap;
@@ -155,28 +158,28 @@ static inline __attribute__((always_inline)) void vose_finish(vose *v, uint32_t 
   }
 }
 
-static void alias_table(vose *v, uint32_t E) {
-  vose_init(v, E);
-  size_t ns = v->ns, nl = v->nl;
-  while (ns && nl) vose_step(v->ap, v->small, v->large, v->col, &ns, &nl);
-  v->ns = ns;
-  v->nl = nl;
-  vose_finish(v, E);
-}
-
-static void alias_pair(vose *v, vose *w, uint32_t E) {
-  vose_init(v, E);
-  vose_init(w, E);
-  size_t vs = v->ns, vl = v->nl, ws = w->ns, wl = w->nl;
-  while (vs && vl && ws && wl) {
-    vose_step(v->ap, v->small, v->large, v->col, &vs, &vl);
-    vose_step(w->ap, w->small, w->large, w->col, &ws, &wl);
+/* n layers' tables (n a constant, 1..ALIAS_GROUP): the steps of all n
+ * interleave while each has a pairing to make, then each finishes alone. */
+static inline __attribute__((always_inline)) void alias_group(vose *v, const int n, uint32_t E) {
+  size_t ns[ALIAS_GROUP], nl[ALIAS_GROUP];
+  _Pragma("GCC unroll 4") for (int g = 0; g < n; g++) {
+    vose_init(&v[g], E);
+    ns[g] = v[g].ns;
+    nl[g] = v[g].nl;
   }
-  while (vs && vl) vose_step(v->ap, v->small, v->large, v->col, &vs, &vl);
-  while (ws && wl) vose_step(w->ap, w->small, w->large, w->col, &ws, &wl);
-  v->ns = vs, v->nl = vl, w->ns = ws, w->nl = wl;
-  vose_finish(v, E);
-  vose_finish(w, E);
+  for (;;) {
+    int all = 1;
+    _Pragma("GCC unroll 4") for (int g = 0; g < n; g++) all &= ns[g] && nl[g];
+    if (!all) break;
+    _Pragma("GCC unroll 4") for (int g = 0; g < n; g++)
+      vose_step(v[g].ap, v[g].small, v[g].large, v[g].col, &ns[g], &nl[g]);
+  }
+  _Pragma("GCC unroll 4") for (int g = 0; g < n; g++) {
+    while (ns[g] && nl[g]) vose_step(v[g].ap, v[g].small, v[g].large, v[g].col, &ns[g], &nl[g]);
+    v[g].ns = ns[g];
+    v[g].nl = nl[g];
+    vose_finish(&v[g], E);
+  }
 }
 
 void tracegen_build_phase(const eldr_shape *sh, tracegen_scratch *s, eldr_rng *r, double sd) {
@@ -185,15 +188,17 @@ void tracegen_build_phase(const eldr_shape *sh, tracegen_scratch *s, eldr_rng *r
   memcpy(p, s->logit, L * E * sizeof *p);
   if (sd > 0) tracegen_fill_normal(&s->zig, r, p, L * E, (float)sd, 1);
   for (size_t l = 0; l < L; l++) softmax(p + l * E, E);
-  size_t l = 0;
-  for (; l + 2 <= L; l += 2) {
-    vose v = {p + l * E, s->aprob + l * E, s->small, s->large, s->col + l * E, 0, 0};
-    vose w = {p + (l + 1) * E, s->aprob + (l + 1) * E, s->small + E, s->large + E,
-              s->col + (l + 1) * E, 0, 0};
-    alias_pair(&v, &w, (uint32_t)E);
-  }
-  if (l < L) {
-    vose v = {p + l * E, s->aprob + l * E, s->small, s->large, s->col + l * E, 0, 0};
-    alias_table(&v, (uint32_t)E);
+  vose v[ALIAS_GROUP];
+  for (size_t l = 0; l < L; l += ALIAS_GROUP) {
+    const size_t n = L - l < ALIAS_GROUP ? L - l : ALIAS_GROUP;
+    for (size_t g = 0; g < n; g++)
+      v[g] = (vose){p + (l + g) * E, s->aprob + (l + g) * E, s->small + g * E, s->large + g * E,
+                    s->col + (l + g) * E, 0, 0};
+    switch (n) {
+    case 4: alias_group(v, 4, (uint32_t)E); break;
+    case 3: alias_group(v, 3, (uint32_t)E); break;
+    case 2: alias_group(v, 2, (uint32_t)E); break;
+    default: alias_group(v, 1, (uint32_t)E); break;
+    }
   }
 }
