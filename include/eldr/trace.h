@@ -125,6 +125,15 @@ int eldr_trace_parse_line(eldr_trace *t, const char *line, size_t len, size_t li
  * ELDR_EINVAL, ELDR_ERANGE (a non-finite gate), ELDR_ENOMEM or ELDR_EIO. */
 int eldr_trace_write_request(FILE *f, const eldr_trace *t, const eldr_request *r);
 
+/* The same line appended to the growable buffer *buf (*len bytes used of
+ * *cap; *buf may start NULL/0/0: it grows with realloc and stays the
+ * caller's to free), for a writer that batches many lines into one write.
+ * On error *len is unchanged. Returns 0, ELDR_EINVAL, ELDR_ERANGE (a
+ * non-finite gate) or ELDR_ENOMEM. Thread-safe (touches only its
+ * arguments). */
+int eldr_trace_format_request(const eldr_trace *t, const eldr_request *r, char **buf,
+                              size_t *len, size_t *cap);
+
 /* One counts-form line for a writer that has no eldr_trace (eldr serve
  * --record): the header fields, the token counts, the dense L*E matrices
  * and an optional pre-serialised "serve" object. Nothing is owned. */

@@ -21,7 +21,6 @@
 #include "eldr/preset_files.h"
 #include "eldr/tracegen.h"
 #include "eldr/writefile.h"
-#include "eldr/writefile.h"
 #include "eldr/tracestats.h"
 
 static const char TRACE_HELP[] =
@@ -153,6 +152,19 @@ static void gen_pipe_free(gen_pipe *p) {
   free(p);
 }
 
+/* The writer's chunk: lines are batched into about this many bytes, one
+ * write each. */
+#define GEN_CHUNK ((size_t)4 << 20)
+
+/* n bytes to the output (the outfile, or stdout): 0, or -1 with *err. */
+static int gen_put(eldr_outfile *of, int to_stdout, const char *p, size_t n, int *err) {
+  if (to_stdout ? eldr_write_all(STDOUT_FILENO, p, n) : eldr_outfile_write(of, p, n, NULL)) {
+    *err = errno;
+    return -1;
+  }
+  return 0;
+}
+
 static int trace_gen(int argc, char **argv) {
   const char *cmd = "trace gen";
   const char *model = "qwen3-30b-a3b", *workload = "realistic", *out_path = NULL;
@@ -212,14 +224,13 @@ static int trace_gen(int argc, char **argv) {
    * such as /dev/null is written in place): eldr/writefile.h */
   int to_stdout = !strcmp(out_path, "-");
   eldr_outfile of = {0};
-  FILE *f = stdout;
   if (!to_stdout) {
     eldr_diag od = {{0}};
     if (eldr_outfile_open(&of, out_path, &od)) cli_fail(cmd, "%s", od.msg);
-    f = of.f;
   }
-  static char iobuf[1 << 20];
-  setvbuf(f, iobuf, _IOFBF, sizeof iobuf);
+  /* lines are formatted into one buffer, written a chunk at a time */
+  char *obuf = NULL;
+  size_t olen = 0, ocap = 0;
   const int progress = !quiet && requests >= 200;
   /* a generator thread fills a ring of requests while this thread writes */
   gen_pipe *pp = calloc(1, sizeof *pp);
@@ -283,11 +294,18 @@ static int trace_gen(int argc, char **argv) {
       r.prefill_counts = cnt_pre;
       r.decode_counts = cnt_dec;
     }
-    if ((rc = eldr_trace_write_request(f, hdr, &r)) < 0 || ferror(f)) {
-      fail_errno = errno;
+    if ((rc = eldr_trace_format_request(hdr, &r, &obuf, &olen, &ocap)) < 0) {
       write_failed = 1;
-      fail_msg = rc < 0 ? eldr_strerror(rc) : "write error";
+      fail_msg = eldr_strerror(rc);
       break;
+    }
+    if (olen >= GEN_CHUNK || i + 1 == requests) {
+      if (gen_put(&of, to_stdout, obuf, olen, &fail_errno)) {
+        write_failed = 1;
+        fail_msg = "write error";
+        break;
+      }
+      olen = 0;
     }
     pthread_mutex_lock(&pp->mu);
     sl->ready = 0;
@@ -301,6 +319,7 @@ static int trace_gen(int argc, char **argv) {
   pthread_mutex_unlock(&pp->mu);
   for (size_t j = 0; j < pp->jobs; j++) pthread_join(th[j], NULL);
   gen_pipe_free(pp);
+  free(obuf);
   free(cnt_pre);
   free(cnt_dec);
   if (fail_msg) {
@@ -313,7 +332,6 @@ static int trace_gen(int argc, char **argv) {
   if (progress) cli_progress("trace gen: requests", (size_t)requests, (size_t)requests, 1);
   if (to_stdout) {
     if (fflush(stdout)) cli_fail(cmd, "writing stdout: %s", strerror(errno));
-    setvbuf(stdout, NULL, _IOLBF, 0);
   } else {
     eldr_diag od = {{0}};
     if (eldr_outfile_close(&of, 1, &od)) cli_fail(cmd, "writing '%s': %s", out_path, od.msg);

@@ -9,6 +9,7 @@
  *   tracegen_phase.c    per request and phase: noise, softmax, alias tables
  *   tracegen_sample.c   K distinct experts per token and layer from the alias tables
  *   tracegen_sample_avx2.c  the same draws, eight lanes at a time (x86-64 AVX2)
+ *   tracegen_sample_avx512.c  the same draws, two layers' lanes at a time (AVX-512F)
  *
  * Ownership: a tracegen_scratch is owned by its user (one generator, or one
  * eldr_tracegen_from_text call); nothing here is thread-safe on a shared
@@ -50,7 +51,7 @@ typedef struct tracegen_scratch {
   uint32_t stamp;
   uint32_t *lmark; /* TRACEGEN_LANES * E stamps of the portable sampler's lanes */
   uint32_t lstamp;
-  uint32_t *small, *large; /* E work lists for alias construction */
+  uint32_t *small, *large; /* 2 * E work lists for alias construction (two layers) */
 } tracegen_scratch;
 
 int tracegen_scratch_init(tracegen_scratch *s, const eldr_shape *sh);
@@ -88,6 +89,17 @@ uint32_t tracegen_draw_rest(tracegen_scratch *s, const float *pl, uint32_t E, co
  * has AVX2; (ntok + 8) * L * K < 2^31): the phase's key. */
 void tracegen_sample_avx2(const eldr_shape *sh, tracegen_scratch *s, uint64_t key, uint32_t ntok,
                           uint16_t *out);
+#define TRACEGEN_AVX512 1
+/* The same with AVX-512F, two layers per step (the same conditions, and the
+ * CPU has AVX-512F). */
+void tracegen_sample_avx512(const eldr_shape *sh, tracegen_scratch *s, uint64_t key,
+                            uint32_t ntok, uint16_t *out);
 #endif
+
+/* Testing hook: allow (1) or forbid (0) the AVX-512 sampler (it runs where
+ * the SIMD paths do, eldr__simd_on, and the CPU has AVX-512F; forbidden,
+ * the AVX2 one runs). Returns the previous state. Process-wide, not for
+ * use while other threads generate. */
+int tracegen__avx512_set(int enable);
 
 #endif

@@ -8,6 +8,8 @@
 #include "eldr/error.h"
 #include "tracegen_int.h"
 
+#define ALIAS_GROUP 4 /* layers whose alias tables are built side by side */
+
 void tracegen_scratch_free(tracegen_scratch *s) {
   free(s->logit);
   free(s->prob);
@@ -29,8 +31,8 @@ int tracegen_scratch_init(tracegen_scratch *s, const eldr_shape *sh) {
   s->col = malloc(cells * sizeof *s->col);
   s->mark = calloc(sh->num_experts, sizeof *s->mark);
   s->lmark = calloc((size_t)TRACEGEN_LANES * sh->num_experts, sizeof *s->lmark);
-  s->small = malloc(sh->num_experts * sizeof *s->small);
-  s->large = malloc(sh->num_experts * sizeof *s->large);
+  s->small = malloc(ALIAS_GROUP * (size_t)sh->num_experts * sizeof *s->small); /* a group of layers */
+  s->large = malloc(ALIAS_GROUP * (size_t)sh->num_experts * sizeof *s->large);
   if (!s->logit || !s->prob || !s->aprob || !s->col || !s->mark || !s->lmark || !s->small ||
       !s->large) {
     tracegen_scratch_free(s);
@@ -65,10 +67,28 @@ static inline float exp_neg(float x) {
   return p * two_n * (float)(t >= -126.0f); /* a product, not a branch: the loop vectorizes */
 }
 
+/* The largest of p[0..E) (E >= 1; no NaN): eight running maxima, so the
+ * loop vectorizes. The maximum of a set does not depend on the order it is
+ * taken in (a -0 / +0 tie changes no softmax value: x - mx and exp_neg
+ * give the same numbers for either zero). */
+static float max_of(const float *p, size_t E) {
+  float mx = p[0];
+  size_t e = 1;
+  if (E >= 16) {
+    float m[8];
+    for (int j = 0; j < 8; j++) m[j] = p[j];
+    for (e = 8; e + 8 <= E; e += 8)
+      for (int j = 0; j < 8; j++) m[j] = p[e + j] > m[j] ? p[e + j] : m[j];
+    mx = m[0];
+    for (int j = 1; j < 8; j++) mx = m[j] > mx ? m[j] : mx;
+  }
+  for (; e < E; e++) mx = p[e] > mx ? p[e] : mx;
+  return mx;
+}
+
 /* pl[0..E) := softmax(pl) (float, summed in double in expert order). */
 static void softmax(float *pl, size_t E) {
-  float mx = pl[0];
-  for (size_t e = 1; e < E; e++) mx = pl[e] > mx ? pl[e] : mx;
+  const float mx = max_of(pl, E);
   for (size_t e = 0; e < E; e++) pl[e] = exp_neg(pl[e] - mx);
   double sum = 0;
   for (size_t e = 0; e < E; e++) sum += pl[e];
@@ -79,30 +99,55 @@ static void softmax(float *pl, size_t E) {
 /* Vose's alias method on pl[0..E) into the columns col (see
  * tracegen_scratch). A column whose threshold would be 65536 (always kept)
  * gets itself as alias and threshold 65535: the draw is the column either
- * way, and the threshold fits 16 bits. */
-static void alias_table(const float *pl, uint32_t E, float *ap, uint32_t *small, uint32_t *large,
-                        uint32_t *col) {
+ * way, and the threshold fits 16 bits.
+ *
+ * One layer's construction is a chain of dependent loads and float adds, so
+ * ALIAS_GROUP layers are built side by side (alias_group): their steps
+ * interleave in one loop while all have work, and each runs exactly the
+ * steps it would alone (the layers share no memory), so the tables are the
+ * same. */
+typedef struct vose {
+  const float *pl;
+  float *ap;
+  uint32_t *small, *large, *col;
+  size_t ns, nl;
+} vose;
+
+static inline __attribute__((always_inline)) void vose_init(vose *v, uint32_t E) {
   size_t ns = 0, nl = 0; /* an expert goes on both stacks; one of them keeps it (no branch) */
   for (uint32_t e = 0; e < E; e++) {
-    ap[e] = pl[e] * (float)E;
-    const size_t sm = ap[e] < 1.0f;
-    small[ns] = e;
-    large[nl] = e;
+    v->ap[e] = v->pl[e] * (float)E;
+    const size_t sm = v->ap[e] < 1.0f;
+    v->small[ns] = e;
+    v->large[nl] = e;
     ns += sm;
     nl += 1 - sm;
   }
-  while (ns && nl) {
-    uint32_t a = small[--ns], b = large[--nl];
-    col[a] = b << 16;
-    ap[b] = (ap[b] + ap[a]) - 1.0f;
-    const size_t sm = ap[b] < 1.0f;
-    small[ns] = b;
-    large[nl] = b;
-    ns += sm;
-    nl += 1 - sm;
-  }
-  while (nl) ap[large[--nl]] = 1.0f;
-  while (ns) ap[small[--ns]] = 1.0f;
+  v->ns = ns;
+  v->nl = nl;
+}
+
+/* One pairing: the top small column takes its alias from the top large one. */
+static inline __attribute__((always_inline)) void vose_step(float *restrict ap,
+                                                            uint32_t *restrict small,
+                                                            uint32_t *restrict large,
+                                                            uint32_t *restrict col, size_t *ns,
+                                                            size_t *nl) {
+  uint32_t a = small[--*ns], b = large[--*nl];
+  col[a] = b << 16;
+  ap[b] = (ap[b] + ap[a]) - 1.0f;
+  const size_t sm = ap[b] < 1.0f;
+  small[*ns] = b;
+  large[*nl] = b;
+  *ns += sm;
+  *nl += 1 - sm;
+}
+
+static inline __attribute__((always_inline)) void vose_finish(vose *v, uint32_t E) {
+  float *ap = v->ap;
+  uint32_t *col = v->col;
+  while (v->nl) ap[v->large[--v->nl]] = 1.0f;
+  while (v->ns) ap[v->small[--v->ns]] = 1.0f;
   /* u / 65536 < ap  <=>  u < ap * 65536 (exact: a power-of-two scale)
    * <=>  u < ceil(ap * 65536) for an integer u */
   for (uint32_t e = 0; e < E; e++) {
@@ -113,13 +158,47 @@ static void alias_table(const float *pl, uint32_t E, float *ap, uint32_t *small,
   }
 }
 
+/* n layers' tables (n a constant, 1..ALIAS_GROUP): the steps of all n
+ * interleave while each has a pairing to make, then each finishes alone. */
+static inline __attribute__((always_inline)) void alias_group(vose *v, const int n, uint32_t E) {
+  size_t ns[ALIAS_GROUP], nl[ALIAS_GROUP];
+  _Pragma("GCC unroll 4") for (int g = 0; g < n; g++) {
+    vose_init(&v[g], E);
+    ns[g] = v[g].ns;
+    nl[g] = v[g].nl;
+  }
+  for (;;) {
+    int all = 1;
+    _Pragma("GCC unroll 4") for (int g = 0; g < n; g++) all &= ns[g] && nl[g];
+    if (!all) break;
+    _Pragma("GCC unroll 4") for (int g = 0; g < n; g++)
+      vose_step(v[g].ap, v[g].small, v[g].large, v[g].col, &ns[g], &nl[g]);
+  }
+  _Pragma("GCC unroll 4") for (int g = 0; g < n; g++) {
+    while (ns[g] && nl[g]) vose_step(v[g].ap, v[g].small, v[g].large, v[g].col, &ns[g], &nl[g]);
+    v[g].ns = ns[g];
+    v[g].nl = nl[g];
+    vose_finish(&v[g], E);
+  }
+}
+
 void tracegen_build_phase(const eldr_shape *sh, tracegen_scratch *s, eldr_rng *r, double sd) {
   const size_t L = sh->num_layers, E = sh->num_experts;
   float *p = s->prob;
   memcpy(p, s->logit, L * E * sizeof *p);
   if (sd > 0) tracegen_fill_normal(&s->zig, r, p, L * E, (float)sd, 1);
-  for (size_t l = 0; l < L; l++) {
-    softmax(p + l * E, E);
-    alias_table(p + l * E, (uint32_t)E, s->aprob + l * E, s->small, s->large, s->col + l * E);
+  for (size_t l = 0; l < L; l++) softmax(p + l * E, E);
+  vose v[ALIAS_GROUP];
+  for (size_t l = 0; l < L; l += ALIAS_GROUP) {
+    const size_t n = L - l < ALIAS_GROUP ? L - l : ALIAS_GROUP;
+    for (size_t g = 0; g < n; g++)
+      v[g] = (vose){p + (l + g) * E, s->aprob + (l + g) * E, s->small + g * E, s->large + g * E,
+                    s->col + (l + g) * E, 0, 0};
+    switch (n) {
+    case 4: alias_group(v, 4, (uint32_t)E); break;
+    case 3: alias_group(v, 3, (uint32_t)E); break;
+    case 2: alias_group(v, 2, (uint32_t)E); break;
+    default: alias_group(v, 1, (uint32_t)E); break;
+    }
   }
 }

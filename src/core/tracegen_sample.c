@@ -1,7 +1,9 @@
 /* tracegen_sample.c — top-k without replacement from the alias tables of a
  * phase (see tracegen_int.h): the definition of the stream (this portable
- * code) and the switch to the AVX2 version (tracegen_sample_avx2.c), which
- * makes the same draws in the same order and writes the same bytes.
+ * code) and the switch to the AVX2 version (tracegen_sample_avx2.c) or,
+ * where the CPU has AVX-512F, the two-layer AVX-512 one
+ * (tracegen_sample_avx512.c), which make the same draws and write the same
+ * bytes.
  *
  * The stream. A phase takes one 64-bit key from the request's rng. Each
  * layer seeds four xoshiro256** lane streams from (key, layer) with
@@ -113,6 +115,28 @@ static void sample_layer(const eldr_shape *sh, tracegen_scratch *s, uint32_t l, 
   }
 }
 
+static int avx512_allowed = 1;
+
+int tracegen__avx512_set(int enable) {
+  const int was = __atomic_load_n(&avx512_allowed, __ATOMIC_RELAXED);
+  __atomic_store_n(&avx512_allowed, enable ? 1 : 0, __ATOMIC_RELAXED);
+  return was;
+}
+
+#ifdef TRACEGEN_AVX512
+/* Whether the CPU has AVX-512F (asked once; benign race: same value). */
+static int cpu_avx512(void) {
+  static int has = -1;
+  int h = __atomic_load_n(&has, __ATOMIC_RELAXED);
+  if (h < 0) {
+    __builtin_cpu_init();
+    h = __builtin_cpu_supports("avx512f") ? 1 : 0;
+    __atomic_store_n(&has, h, __ATOMIC_RELAXED);
+  }
+  return h;
+}
+#endif
+
 void tracegen_sample_tokens(const eldr_shape *sh, tracegen_scratch *s, eldr_rng *r,
                             uint32_t ntok, uint16_t *out) {
   const uint64_t key = eldr_rng_next(r);
@@ -120,7 +144,10 @@ void tracegen_sample_tokens(const eldr_shape *sh, tracegen_scratch *s, eldr_rng 
 #ifdef TRACEGEN_AVX2
   const uint64_t cells = (uint64_t)(ntok + TRACEGEN_LANES) * sh->num_layers * sh->top_k;
   if (sh->num_experts <= 256 && cells < 0x7fffffffu && eldr__simd_on()) { /* 32-bit offsets */
-    tracegen_sample_avx2(sh, s, key, ntok, out);
+    if (__atomic_load_n(&avx512_allowed, __ATOMIC_RELAXED) && cpu_avx512())
+      tracegen_sample_avx512(sh, s, key, ntok, out);
+    else
+      tracegen_sample_avx2(sh, s, key, ntok, out);
     return;
   }
 #endif

@@ -149,6 +149,40 @@ static int wb_gates(wbuf *b, const eldr_shape *sh, const float *gates, uint32_t 
   return ELDR_OK;
 }
 
+/* "v," for an id past the table. */
+static __attribute__((noinline)) char *put_id_slow(char *o, uint32_t v) {
+  o += put_u32(o, v);
+  *o++ = ',';
+  return o;
+}
+
+/* One token's selections, "[[a,b],[c,d]]," (L rows of K ids) at o; returns
+ * the end. Inlined with K a constant for the common top-k values, so the
+ * row loop unrolls. */
+static inline __attribute__((always_inline)) char *sel_token(char *o, const uint16_t *row,
+                                                             uint32_t L, uint32_t K,
+                                                             const id_tab *tb, uint32_t ntab) {
+  *o++ = '[';
+  for (uint32_t l = 0; l < L; l++) {
+    *o++ = '[';
+    _Pragma("GCC unroll 8") for (uint32_t k = 0; k < K; k++) {
+      const uint32_t v = row[k];
+      if (__builtin_expect(v < ntab, 1)) {
+        memcpy(o, tb->txt[v], 8);
+        o += tb->len[v];
+      } else {
+        o = put_id_slow(o, v);
+      }
+    }
+    row += K;
+    o[-1] = ']'; /* the last "," (K >= 1) */
+    *o++ = ',';
+  }
+  o[-1] = ']';
+  *o++ = ',';
+  return o;
+}
+
 static int wb_sel(wbuf *b, const eldr_shape *sh, const uint16_t *ids, uint32_t ntok) {
   const uint32_t L = sh->num_layers, K = sh->top_k;
   /* per token: "[" + L * ("[" + K * (5 digits + "," + 2 spare for the
@@ -162,26 +196,14 @@ static int wb_sel(wbuf *b, const eldr_shape *sh, const uint16_t *ids, uint32_t n
   for (uint32_t t = 0; t < ntok; t++) {
     if (wb_reserve(b, per_tok)) return ELDR_ENOMEM;
     char *o = b->p + b->n;
-    *o++ = '[';
     const uint16_t *row = ids + (size_t)t * L * K;
-    for (uint32_t l = 0; l < L; l++) {
-      *o++ = '[';
-      for (uint32_t k = 0; k < K; k++) {
-        uint32_t v = row[k];
-        if (v < ntab) {
-          memcpy(o, tb.txt[v], 8);
-          o += tb.len[v];
-        } else {
-          o += put_u32(o, v);
-          *o++ = ',';
-        }
-      }
-      row += K;
-      o[-1] = ']'; /* the last "," (K >= 1) */
-      *o++ = ',';
+    switch (K) {
+    case 8: o = sel_token(o, row, L, 8, &tb, ntab); break;
+    case 4: o = sel_token(o, row, L, 4, &tb, ntab); break;
+    case 2: o = sel_token(o, row, L, 2, &tb, ntab); break;
+    case 1: o = sel_token(o, row, L, 1, &tb, ntab); break;
+    default: o = sel_token(o, row, L, K, &tb, ntab); break;
     }
-    o[-1] = ']';
-    *o++ = ',';
     b->n = (size_t)(o - b->p);
   }
   if (ntok) b->n--; /* the last token's "," */
@@ -340,6 +362,17 @@ int eldr_trace_format_counts(const eldr_counts_line *ln, char **buf, size_t *len
   return ELDR_OK;
 }
 
+int eldr_trace_format_request(const eldr_trace *t, const eldr_request *r, char **buf,
+                              size_t *len, size_t *cap) {
+  if (!t || !r || !buf || !len || !cap || t->shape.num_layers == 0) return ELDR_EINVAL;
+  wbuf b = {*buf, *len, *cap};
+  int rc = format_request(&b, t, r);
+  *buf = b.p;
+  *cap = b.cap;
+  if (rc == ELDR_OK) *len = b.n;
+  return rc;
+}
+
 int eldr_trace_write_request(FILE *f, const eldr_trace *t, const eldr_request *r) {
   if (!f || !t || !r || t->shape.num_layers == 0) return ELDR_EINVAL;
   wbuf b = {0};
@@ -349,6 +382,9 @@ int eldr_trace_write_request(FILE *f, const eldr_trace *t, const eldr_request *r
   return rc;
 }
 
+/* Lines are batched into chunks of about this size, one write each. */
+#define SAVE_CHUNK ((size_t)4 << 20)
+
 int eldr_trace_save(const char *path, const eldr_trace *t, eldr_diag *d) {
   if (!path || !t || t->shape.num_layers == 0)
     return eldr_diag_fail(d, ELDR_EINVAL, "trace or path missing");
@@ -357,15 +393,16 @@ int eldr_trace_save(const char *path, const eldr_trace *t, eldr_diag *d) {
   if (rc) return rc;
   wbuf b = {0};
   for (size_t i = 0; i < t->n && rc == ELDR_OK; i++) {
-    b.n = 0;
     rc = format_request(&b, t, &t->req[i]);
     if (rc) {
       eldr_diag_fail(d, rc, "%s: request %zu ('%.60s'): %s", path, i, t->req[i].id,
                      rc == ELDR_ERANGE ? "non-finite gate value" : eldr_strerror(rc));
       break;
     }
-    if (fwrite(b.p, 1, b.n, o.f) != b.n)
-      rc = eldr_diag_fail(d, ELDR_EIO, "%s: write failed: %s", path, strerror(errno));
+    if (b.n >= SAVE_CHUNK || i + 1 == t->n) {
+      rc = eldr_outfile_write(&o, b.p, b.n, d);
+      b.n = 0;
+    }
   }
   free(b.p);
   int crc = eldr_outfile_close(&o, rc == ELDR_OK, d);

@@ -79,6 +79,25 @@ static void test_whole_or_nothing(void **st) {
   assert_int_equal(entries(), 1);
 }
 
+/* eldr_outfile_write puts its chunks after what the stream buffered, and
+ * the file appears whole at close. */
+static void test_chunks_after_stream(void **st) {
+  (void)st;
+  char path[128];
+  snprintf(path, sizeof path, "%s/out.json", dir);
+  eldr_outfile o;
+  assert_int_equal(eldr_outfile_open(&o, path, NULL), 0);
+  fputs("head,", o.f);
+  assert_int_equal(eldr_outfile_write(&o, "chunk1,", 7, NULL), 0);
+  assert_int_equal(eldr_outfile_write(&o, "", 0, NULL), 0);
+  assert_int_equal(eldr_outfile_write(&o, "chunk2", 6, NULL), 0);
+  assert_int_equal(eldr_outfile_close(&o, 1, NULL), 0);
+  expect_text(path, "head,chunk1,chunk2");
+  assert_int_equal(entries(), 1);
+  eldr_diag d = {{0}};
+  assert_int_equal(eldr_outfile_write(&o, "x", 1, &d), ELDR_EINVAL); /* closed */
+}
+
 /* A missing directory: an error naming the path, nothing created. */
 static void test_errors(void **st) {
   (void)st;
@@ -114,6 +133,7 @@ static void test_fifo_in_place(void **st) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_whole_or_nothing, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_chunks_after_stream, setup, teardown),
       cmocka_unit_test_setup_teardown(test_errors, setup, teardown),
       cmocka_unit_test_setup_teardown(test_fifo_in_place, setup, teardown),
   };

@@ -278,6 +278,7 @@ static void test_golden_selections(void **state) {
       {"llama4-maverick", "realistic", 0x8e68a1b7a73c46ceULL},
       {"custom:3,300,5", "task", 0x5b9acbbb3cd38d87ULL},
       {"custom:2,16,16", "language", 0x0791c98ce623b6deULL},
+      {"custom:5,200,6", "realistic", 0xc121937d1ce78d9cULL},
   };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     eldr_shape s;
@@ -288,10 +289,12 @@ static void test_golden_selections(void **state) {
     eldr_tracegen_set_lengths(g, 0, 24, 40);
     const size_t per = (size_t)s.num_layers * s.top_k;
     eldr_tracegen_bufs bufs = {0};
-    /* into: eldr_tracegen_request_into; pass 2: the portable sampler (no AVX2),
-     * which must make the same draws as the AVX2 one */
-    for (int into = 0; into < 3; into++) {
+    /* into: eldr_tracegen_request_into; pass 2: the portable sampler (no
+     * SIMD), pass 3: the AVX2 one where the CPU would run the AVX-512 one;
+     * all must make the same draws */
+    for (int into = 0; into < 4; into++) {
       const int was = into == 2 ? eldr__simd_set(0) : -1;
+      const int was512 = into == 3 ? tracegen__avx512_set(0) : -1;
       XXH64_state_t *h = XXH64_createState();
       assert_non_null(h);
       XXH64_reset(h, 0);
@@ -309,9 +312,11 @@ static void test_golden_selections(void **state) {
       uint64_t got = XXH64_digest(h);
       XXH64_freeState(h);
       if (was >= 0) eldr__simd_set(was);
+      if (was512 >= 0) tracegen__avx512_set(was512);
+      static const char *const pass[] = {"request", "request_into", "portable", "no AVX-512"};
       if (got != cases[c].hash)
         fail_msg("%s %s (%s): selections hash 0x%016llx, pinned 0x%016llx", cases[c].model,
-                 cases[c].workload, into == 2 ? "portable" : into ? "request_into" : "request",
+                 cases[c].workload, pass[into],
                  (unsigned long long)got, (unsigned long long)cases[c].hash);
     }
     free(bufs.prefill);
@@ -334,8 +339,8 @@ static void test_prefix_stable(void **state) {
     eldr_tracegen *g = NULL;
     assert_int_equal(eldr_tracegen_new(&s, canon, "realistic", 3, &g, NULL), 0);
     const size_t per = (size_t)s.num_layers * s.top_k;
-    for (int simd = 1; simd >= 0; simd--) {
-      const int was = eldr__simd_set(simd);
+    for (int simd = 2; simd >= 0; simd--) { /* AVX-512 where the CPU has it, AVX2, portable */
+      const int was = eldr__simd_set(simd > 0), was512 = tracegen__avx512_set(simd == 2);
       uint16_t *p[3], *d[3];
       const uint32_t np[3] = {5, 37, 130};
       for (int i = 0; i < 3; i++)
@@ -343,6 +348,7 @@ static void test_prefix_stable(void **state) {
                                                  NULL),
                          0);
       eldr__simd_set(was);
+      tracegen__avx512_set(was512);
       assert_memory_equal(p[0], p[2], np[0] * per * sizeof *p[0]);
       assert_memory_equal(p[1], p[2], np[1] * per * sizeof *p[1]);
       for (int i = 0; i < 3; i++) {

@@ -185,6 +185,15 @@ static void test_write_request_and_parse(void **state) {
   assert_string_equal(buf, "{\"id\":\"a\",\"domain\":\"d\",\"model\":\"m\",\"num_experts\":4,\"top_k\":2,"
                            "\"layers\":[0,1],\"arrival\":0.5,\"prefill\":[[[0,1],[2,3]],[[3,2],[1,0]]],"
                            "\"decode\":[[[1,1],[2,2]]]}\n");
+  /* the batching form appends the same bytes after what the buffer holds */
+  char *fb = NULL;
+  size_t fl = 0, fc = 0;
+  assert_int_equal(eldr_trace_format_request(t, &t->req[0], &fb, &fl, &fc), 0);
+  assert_int_equal(eldr_trace_format_request(t, &t->req[0], &fb, &fl, &fc), 0);
+  assert_int_equal(fl, 2 * len);
+  assert_memory_equal(fb, buf, len);
+  assert_memory_equal(fb + len, buf, len);
+  free(fb);
   eldr_trace *p = NULL;
   assert_int_equal(eldr_trace_parse(buf, len, &p, NULL), 0);
   assert_traces_equal(t, p);
