@@ -123,8 +123,10 @@ int eldr__simd_set(int enable);
 /* Whether the AVX-512 paths run (where a path has one): the SIMD paths run,
  * the CPU has AVX-512 F, BW, VL and VBMI, and ELDR_NO_AVX512 is unset, empty
  * or "0". eldr__simd_avx512_set(0) leaves AVX2 the widest, (1) allows AVX-512
- * again where the CPU has it; returns the previous state. Testing hooks, as
- * eldr__simd_set. */
+ * again where the CPU has it; returns the previous state of that switch (of
+ * the CPU and the switch, whatever eldr__simd_set said). Testing hooks, as
+ * eldr__simd_set. One switch for every AVX-512 path (counting, base64, the
+ * trace generator's sampler, the simulator's unions). */
 int eldr__simd_avx512(void);
 int eldr__simd_avx512_set(int enable);
 /* Testing hook: allow (1) or forbid (0) the bit-sliced kernel of

@@ -75,8 +75,7 @@ static int avx512_state = -1; /* -1 unknown, 0 off, 1 on (the same benign race) 
 
 /* AVX-512 F/BW/VL/VBMI on the CPU, the SIMD paths on, and neither
  * ELDR_NO_AVX512 (as ELDR_NO_SIMD) nor eldr__simd_avx512_set(0) said no. */
-int eldr__simd_avx512(void) {
-  if (!eldr__simd_on()) return 0;
+static int avx512_allowed(void) {
   int s = __atomic_load_n(&avx512_state, __ATOMIC_RELAXED);
   if (s < 0) {
     s = 0;
@@ -92,8 +91,10 @@ int eldr__simd_avx512(void) {
   return s;
 }
 
+int eldr__simd_avx512(void) { return eldr__simd_on() && avx512_allowed(); }
+
 int eldr__simd_avx512_set(int enable) {
-  int was = eldr__simd_avx512();
+  int was = avx512_allowed(); /* whatever eldr__simd_set says */
   int now = 0;
 #ifdef ELDR_COUNTS_BITS512
   __builtin_cpu_init();

@@ -90,16 +90,16 @@ uint32_t tracegen_draw_rest(tracegen_scratch *s, const float *pl, uint32_t E, co
 void tracegen_sample_avx2(const eldr_shape *sh, tracegen_scratch *s, uint64_t key, uint32_t ntok,
                           uint16_t *out);
 #define TRACEGEN_AVX512 1
-/* The same with AVX-512F, two layers per step (the same conditions, and the
- * CPU has AVX-512F). */
+/* The same with AVX-512F, two layers per step (the same conditions, and
+ * eldr__simd_avx512(): the CPU has AVX-512 F/BW/VL/VBMI, ELDR_NO_AVX512 unset). */
 void tracegen_sample_avx512(const eldr_shape *sh, tracegen_scratch *s, uint64_t key,
                             uint32_t ntok, uint16_t *out);
 #endif
 
 /* Testing hook: allow (1) or forbid (0) the AVX-512 sampler (it runs where
- * the SIMD paths do, eldr__simd_on, and the CPU has AVX-512F; forbidden,
- * the AVX2 one runs). Returns the previous state. Process-wide, not for
- * use while other threads generate. */
+ * eldr__simd_avx512() says; forbidden, the AVX2 one runs): the process-wide
+ * eldr__simd_avx512_set. Returns the previous state. Not for use while
+ * other threads generate. */
 int tracegen__avx512_set(int enable);
 
 #endif
