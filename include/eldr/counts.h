@@ -113,6 +113,11 @@ int eldr_counts_check_masked(const eldr_shape *s, const void *raw, eldr_sel_dtyp
 int eldr__counts_block8(const eldr_shape *s, const void *raw, eldr_sel_dtype dtype, size_t ntokens,
                         const uint8_t *mask, uint8_t *counts8);
 
+/* dst[i] += src[i] (sign-extended) for i < n: a signature-cache row (int8
+ * counts) onto 32-bit counts, 16 (AVX-512) or 8 (AVX2) at a time. dst and
+ * src do not overlap. Any thread. */
+void eldr__add_i8_u32(uint32_t *restrict dst, const int8_t *restrict src, size_t n);
+
 /* Whether the SIMD (AVX2) paths of the counting and base64 code run: the
  * CPU has AVX2 and the environment variable ELDR_NO_SIMD is unset, empty or
  * "0" (read once). eldr__simd_set(0) forces the portable paths, (1) allows

@@ -659,6 +659,43 @@ static size_t block16_bits(const unsigned char *p, size_t L, const uint16_t *lay
 }
 #endif
 
+#ifdef ELDR_COUNTS_BITS512
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi"))) static size_t add_i8_512(uint32_t *restrict dst,
+                                                                                      const int8_t *restrict src,
+                                                                                      size_t n) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512i x = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(src + i)));
+    _mm512_storeu_si512(dst + i, _mm512_add_epi32(_mm512_loadu_si512(dst + i), x));
+  }
+  return i;
+}
+#endif
+#ifdef ELDR_COUNTS_AVX2
+__attribute__((target("avx2"))) static size_t add_i8_avx2(uint32_t *restrict dst, const int8_t *restrict src,
+                                                         size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i x = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(src + i)));
+    const __m256i d = _mm256_loadu_si256((const __m256i *)(const void *)(dst + i));
+    _mm256_storeu_si256((__m256i *)(void *)(dst + i), _mm256_add_epi32(d, x));
+  }
+  return i;
+}
+#endif
+
+void eldr__add_i8_u32(uint32_t *restrict dst, const int8_t *restrict src, size_t n) {
+  size_t i = 0;
+#ifdef ELDR_COUNTS_BITS512
+  if (eldr__simd_avx512()) i = add_i8_512(dst, src, n);
+  else
+#endif
+#ifdef ELDR_COUNTS_AVX2
+  if (eldr__simd_on()) i = add_i8_avx2(dst, src, n);
+#endif
+  for (; i < n; i++) dst[i] += (uint32_t)src[i];
+}
+
 int eldr__counts_block8(const eldr_shape *s, const void *raw, eldr_sel_dtype dtype, size_t ntokens,
                         const uint8_t *mask, uint8_t *counts8) {
   const size_t L = s->num_layers, E = s->num_experts, K = s->top_k;

@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "eldr/counts.h" /* eldr__add_i8_u32 */
+
 /* ---- cache ----------------------------------------------------------------
  * Fixed arrays: rows (capacity * cells int8), per-slot key and LRU links,
  * and an open-addressing index (linear probing, backward-shift deletion)
@@ -188,11 +190,11 @@ int eldr_sigcache_add(eldr_sigcache *c, uint64_t hash, uint32_t *counts) {
   const int8_t *row = c->rows + (size_t)s * c->cells;
   const size_t L = c->shape.num_layers, E = c->shape.num_experts;
   const uint8_t *mask = c->mask;
-  for (size_t l = 0; l < L; l++) {
-    if (mask && !mask[l]) continue;
-    uint32_t *restrict dst = counts + l * E;
-    const int8_t *restrict src = row + l * E;
-    for (size_t e = 0; e < E; e++) dst[e] += (uint32_t)src[e];
+  if (!mask) {
+    eldr__add_i8_u32(counts, row, L * E);
+  } else {
+    for (size_t l = 0; l < L; l++)
+      if (mask[l]) eldr__add_i8_u32(counts + l * E, row + l * E, E);
   }
   lru_unlink(c, s);
   lru_push_front(c, s);

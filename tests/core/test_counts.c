@@ -323,6 +323,26 @@ static void test_block8_equals_reference(void **state) {
   eldr__counts_bits_set(1);
 }
 
+/* eldr__add_i8_u32 on every SIMD level and length (vector bodies, tails). */
+static void test_add_i8_u32(void **state) {
+  (void)state;
+  int8_t src[301];
+  uint32_t want[301], got[301];
+  for (int i = 0; i < 301; i++) src[i] = (int8_t)(i * 37 % 251 - 120);
+  for (int mode = 0; mode < 3; mode++) { /* AVX-512 where the CPU has it, AVX2, portable */
+    eldr__simd_set(mode < 2);
+    eldr__simd_avx512_set(mode == 0);
+    for (size_t n = 0; n <= 301; n += n < 40 ? 1 : 29) {
+      for (size_t i = 0; i < 301; i++) want[i] = got[i] = (uint32_t)(1000 + i);
+      for (size_t i = 0; i < n; i++) want[i] += (uint32_t)src[i];
+      eldr__add_i8_u32(got, src, n);
+      assert_memory_equal(got, want, sizeof got);
+    }
+  }
+  eldr__simd_set(1);
+  eldr__simd_avx512_set(1);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_shape_validate),
@@ -332,6 +352,7 @@ int main(void) {
       cmocka_unit_test(test_fast_equals_reference),
       cmocka_unit_test(test_bits_equals_reference),
       cmocka_unit_test(test_block8_equals_reference),
+      cmocka_unit_test(test_add_i8_u32),
       cmocka_unit_test(test_routed_experts_masked_equals_full),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
