@@ -394,22 +394,26 @@ onehot8(const uint8_t *const *rows, size_t n, size_t c, __mmask8 m, __m512i acc[
   acc[3] = a3;
 }
 
-/* Fold the eight lanes of acc (positions c.., m of them) into their layers of out. */
+/* Fold the eight lanes of acc (m row positions from layer l's position k)
+ * into their layers of out; advances l and k past them. */
 AVX512_FN static inline __attribute__((always_inline)) void
-fold8(const eldr_union *u, const __m512i acc[4], size_t c, size_t m, uint64_t *out, const size_t W) {
-  const size_t K = u->K;
+fold8(size_t K, const __m512i acc[4], size_t m, size_t *l, size_t *k, uint64_t *out, const size_t W) {
   if (K % 8 == 0) { /* the eight positions are of one layer */
-    uint64_t *o = out + (c / K) * W;
+    uint64_t *o = out + *l * W;
     for (size_t w = 0; w < W; w++) o[w] |= (uint64_t)_mm512_reduce_or_epi64(acc[w]);
+    if ((*k += 8) == K) {
+      *k = 0;
+      ++*l;
+    }
     return;
   }
   uint64_t lane[4][8];
   for (size_t w = 0; w < W; w++) _mm512_storeu_si512(lane[w], acc[w]);
-  for (size_t i = 0, l = c / K, k = c % K; i < m; i++) {
-    for (size_t w = 0; w < W; w++) out[l * W + w] |= lane[w][i];
-    if (++k == K) {
-      k = 0;
-      l++;
+  for (size_t i = 0; i < m; i++) {
+    for (size_t w = 0; w < W; w++) out[*l * W + w] |= lane[w][i];
+    if (++*k == K) {
+      *k = 0;
+      ++*l;
     }
   }
 }
@@ -421,14 +425,14 @@ ids8_avx512_w(const eldr_union *u, const uint8_t *const *rows, size_t n, uint64_
   const size_t K = u->K, P = u->L * K;
   memset(out, 0, u->L * W * sizeof *out);
   __m512i acc[4];
-  size_t c = 0;
+  size_t c = 0, l = 0, k = 0; /* position c is layer l's k-th */
   for (; c + 8 <= P; c += 8) {
     onehot8(rows, n, c, 0xff, acc, W, 1);
-    fold8(u, acc, c, 8, out, W);
+    fold8(K, acc, 8, &l, &k, out, W);
   }
   if (c < P) {
     onehot8(rows, n, c, (__mmask8)((1u << (P - c)) - 1), acc, W, 0);
-    fold8(u, acc, c, P - c, out, W);
+    fold8(K, acc, P - c, &l, &k, out, W);
   }
 }
 
