@@ -830,9 +830,9 @@ int eldr_sim_run(const eldr_sim_pool *pool, const eldr_latency_model *m, const e
   res->tpot_mean = st->n_tpot ? sum / (double)st->n_tpot : NAN;
   res->tpot_min = st->n_tpot ? st->tpot_min : NAN;
   res->tpot_p50 = eldr_quantile(st->tpot, st->n_tpot, 0.5);
-  res->tpot_p99 = eldr_quantile(st->tpot, st->n_tpot, 0.99);
+  res->tpot_p99 = eldr_quantile_sorted(st->tpot, st->n_tpot, 0.99); /* sorted by the p50 */
   res->ttft_p50 = eldr_quantile(st->ttft, st->completed, 0.5);
-  res->ttft_p99 = eldr_quantile(st->ttft, st->completed, 0.99);
+  res->ttft_p99 = eldr_quantile_sorted(st->ttft, st->completed, 0.99);
   res->throughput_tok_s = res->makespan_s > 0 ? (double)st->tokens_out / res->makespan_s : 0;
   res->throughput_req_s = res->makespan_s > 0 ? (double)st->completed / res->makespan_s : 0;
   res->mean_batch = st->steps ? (double)st->token_steps / (double)st->steps : 0;
