@@ -1,8 +1,9 @@
 /* test_batch_union.c — the batch-union kernel's three paths (two words per
  * layer, up to four, and one bit at a time) against a plain per-expert
  * count, on random batches of every width; and the whole-batch kernels over
- * compact rows (bitsets, one-byte ids), AVX2 and portable, against the same
- * reference union on random traces of every shape they take. */
+ * compact rows (bitsets, one-byte ids) and the ids8-to-bitset rows, on every
+ * path this CPU runs (portable, AVX2, AVX-512), against the same reference
+ * union on random traces of every shape they take. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -85,7 +86,9 @@ static void test_every_width(void **st) {
  * distinct ids per layer counted one by one. Rows are placed at odd offsets
  * of one buffer (any alignment), the last one at the buffer's end (the ids8
  * kernel may read ELDR_UNION_IDS8_PAD bytes past it). */
-static void check_rows(uint32_t L, uint32_t E, uint32_t K, int simd) {
+/* path: 0 portable, 1 AVX2, 2 AVX-512 (each where the CPU has it, else the
+ * next one down: then a path is checked twice). */
+static void check_rows(uint32_t L, uint32_t E, uint32_t K, int path) {
   eldr_shape s = {L, E, K};
   eldr_union u;
   assert_int_equal(eldr_union_init(&u, &s), 0);
@@ -128,14 +131,23 @@ static void check_rows(uint32_t L, uint32_t E, uint32_t K, int simd) {
         want += !seen[cell];
         seen[cell] = 1;
       }
-    int was = eldr__simd_set(simd);
+    int was = eldr__simd_set(path > 0), was512 = eldr__union_avx512_set(path > 1);
     memset(u.bits, 0xa5, LW * sizeof *u.bits); /* whatever was there is replaced */
     uint64_t got_b = eldr_union_rows_bits(&u, brow, n, per_b);
-    uint64_t *ub = malloc(LW * sizeof *ub);
+    uint64_t *ub = malloc(LW * sizeof *ub), *tb = malloc((n ? n : 1) * LW * sizeof *tb);
     assert_non_null(ub);
+    assert_non_null(tb);
     memcpy(ub, u.bits, LW * sizeof *ub);
     uint64_t got_i = E <= 256 ? eldr_union_rows_ids8(&u, irow, n, per) : got_b;
+    if (E <= 256) { /* each row's own bitset, the same as eldr_union_set_bits' */
+      memset(tb, 0x5a, n * LW * sizeof *tb);
+      eldr_union_ids8_bits(&u, irow, n, tb);
+      if (n) assert_memory_equal(tb, bits, n * LW * sizeof *tb);
+      (void)eldr_union_rows_ids8(&u, irow, n, NULL); /* u's bits again */
+    }
+    eldr__union_avx512_set(was512);
     eldr__simd_set(was);
+    free(tb);
     assert_int_equal(got_b, want);
     assert_int_equal(got_i, want);
     for (uint32_t l = 0; l < L; l++) {
@@ -163,10 +175,11 @@ static void test_rows_kernels(void **st) {
   static const uint32_t shapes[][3] = {
       {48, 128, 8}, {36, 128, 4}, {94, 128, 8}, {24, 128, 1}, {16, 64, 8}, {58, 256, 8},
       {3, 1, 1},    {5, 65, 3},   {7, 200, 12}, {2, 256, 2}, {9, 192, 6}, {1, 64, 5},
-      {4, 100, 16}, {3, 257, 8},  {2, 1000, 20}, {33, 256, 1}};
-  for (int simd = 0; simd <= 1; simd++)
+      {4, 100, 16}, {3, 257, 8},  {2, 1000, 20}, {33, 256, 1}, {61, 256, 8}, {37, 128, 4},
+      {13, 64, 1},  {11, 192, 3}, {5, 256, 16}, {29, 100, 2}};
+  for (int path = 0; path <= 2; path++)
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
-      check_rows(shapes[i][0], shapes[i][1], shapes[i][2], simd);
+      check_rows(shapes[i][0], shapes[i][1], shapes[i][2], path);
 }
 
 int main(void) {
