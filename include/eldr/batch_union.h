@@ -125,8 +125,9 @@ uint64_t eldr_union_rows_ids8(eldr_union *u, const uint8_t *const *rows, size_t 
  * content afterwards is unspecified). The same kernels and dispatch. */
 void eldr_union_ids8_bits(eldr_union *u, const uint8_t *const *rows, size_t n, uint64_t *out);
 /* Testing hook: allow (1) or forbid (0) the AVX-512 kernels (forbidden, the
- * AVX2 ones run where eldr__simd_on()); returns the previous state.
- * Process-wide, not for use while other threads run the kernels. */
+ * AVX2 ones run where eldr__simd_on()): the process-wide
+ * eldr__simd_avx512_set, the one AVX-512 switch; returns the previous
+ * state. Not for use while other threads run the kernels. */
 int eldr__union_avx512_set(int enable);
 
 /* Distinct experts per layer into per_layer[L] (may be NULL); returns their

@@ -77,8 +77,6 @@ UNION_CLONES uint64_t eldr_union_count(const eldr_union *u, uint32_t *per_layer)
 
 /* ---- whole batches of compact rows -------------------------------------- */
 
-static int avx512_allowed = 1; /* eldr__union_avx512_set */
-
 static void rows_bits_portable(eldr_union *u, const uint64_t *const *rows, size_t n) {
   const size_t nw = u->L * u->W;
   size_t i = 0;
@@ -283,18 +281,17 @@ AVX2_FN static void rows_ids8_avx2(eldr_union *u, const uint8_t *const *rows, si
 
 #define AVX512_FN __attribute__((target("avx512f,avx512bw,avx512vl,avx512vpopcntdq,avx2,popcnt")))
 
-/* Whether the AVX-512 kernels run: the AVX2 ones would (eldr__simd_on) and
- * the CPU has AVX-512 F, BW, VL and VPOPCNTDQ. */
+/* Whether the AVX-512 kernels run: the AVX-512 paths do (eldr__simd_avx512:
+ * the one switch, ELDR_NO_AVX512) and the CPU also has VPOPCNTDQ. */
 static int avx512_on(void) {
   static int cpu = -1; /* benign race: same value */
   int c = __atomic_load_n(&cpu, __ATOMIC_RELAXED);
   if (c < 0) {
     __builtin_cpu_init();
-    c = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vpopcntdq");
+    c = __builtin_cpu_supports("avx512vpopcntdq");
     __atomic_store_n(&cpu, c, __ATOMIC_RELAXED);
   }
-  return c && __atomic_load_n(&avx512_allowed, __ATOMIC_RELAXED) && eldr__simd_on();
+  return c && eldr__simd_avx512();
 }
 
 #define OR3 0xfe /* vpternlogq: a | b | c */
@@ -506,6 +503,4 @@ void eldr_union_ids8_bits(eldr_union *u, const uint8_t *const *rows, size_t n, u
   }
 }
 
-int eldr__union_avx512_set(int enable) {
-  return __atomic_exchange_n(&avx512_allowed, enable ? 1 : 0, __ATOMIC_RELAXED);
-}
+int eldr__union_avx512_set(int enable) { return eldr__simd_avx512_set(enable); }
