@@ -192,9 +192,11 @@ static void observe_shape(eldr__sigpath *sp, const char *body, size_t len, const
 
 void eldr__sigpath_extract(eldr__sigpath *sp, const char *body, size_t len, const void *root, int chat,
                            const char *blob, size_t blob_len, const eldr__prompt *p, eldr__sigres *res) {
-  /* the next slot: its store (if the loop has not run it yet) needs the
-   * buffers this extraction reuses */
-  sp->cur = (sp->cur + 1) % ELDR__SIG_RING;
+  /* the current slot again when its store has run (its decode buffer is
+   * still in the cache: a reply of megabytes decodes into warm lines), else
+   * the next: its store (if the loop has not run it yet) needs the buffers
+   * this extraction reuses */
+  if (sp->ring[sp->cur].pending) sp->cur = (sp->cur + 1) % ELDR__SIG_RING;
   eldr__sigslot *sl = &sp->ring[sp->cur];
   if (sl->pending) sp->stores_inline++;
   slot_store(sp, sl);

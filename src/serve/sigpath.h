@@ -15,11 +15,13 @@
  *   eldr__sigpath_defer   the rows of the blocks this prefill computed are
  *                         stored in the cache once the decode leg is on its
  *                         way: on the next loop turn, every pending store in
- *                         one batch. Each extraction decodes into the next
- *                         of ELDR__SIG_RING slots, so up to that many stores
- *                         wait without delaying a request; only when the
- *                         ring is full does an extraction store the oldest
- *                         first (counted in stores_inline).
+ *                         one batch. An extraction decodes into the last
+ *                         slot again once its store ran (warm buffers),
+ *                         else into the next of ELDR__SIG_RING slots, so up
+ *                         to that many stores wait without delaying a
+ *                         request; only when the ring is full does an
+ *                         extraction store the oldest first (counted in
+ *                         stores_inline).
  *
  * Configuration (artifact, cache) is built off to the side with
  * eldr__sigconf_build and swapped in with eldr__sigpath_commit (cannot fail),

@@ -794,6 +794,17 @@ static void test_sigpath_deferred_store(void **st) {
   eldr__sigpath_flush(&sp);
   eldr_sigshard_stats_get(sp.conf.cache, &cs);
   assert_int_equal(cs.rows, 3 * NP);
+  /* nothing pending: the next extractions decode into the same slot (its
+   * buffers still in the CPU's cache), the answers unchanged */
+  const unsigned cur = sp.cur;
+  for (int q = 1; q < 3; q++) {
+    extract_text(&sp, full[q], NULL, &res);
+    assert_int_equal(res.fallback, ELDR__FB_NONE);
+    memset(expect, 0, sizeof expect);
+    assert_int_equal(eldr_counts_accumulate(&sh, sel[q], ELDR_SEL_U16, T, expect, NULL), 0);
+    assert_memory_equal(res.counts, expect, sizeof expect);
+    assert_int_equal(sp.cur, cur);
+  }
   for (int q = 0; q < NP; q++) {
     eldr__prompt_free(&pr[q]);
     json_decref(full[q]);
