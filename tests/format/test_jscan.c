@@ -194,22 +194,35 @@ static void test_long_strings_simd(void **state) {
       n += 420;
       doc[n++] = '"';
       doc[n++] = ']';
-      eldr_js_span r[2];
-      eldr_diag d[2];
-      int rc[2];
-      for (int simd = 0; simd < 2; simd++) {
-        eldr__simd_set(simd);
-        d[simd].msg[0] = '\0';
-        r[simd] = (eldr_js_span){0, 0, ELDR_JS_NONE};
-        rc[simd] = eldr_js_scan(doc, n, NULL, 0, NULL, &r[simd], &d[simd]);
-      }
-      eldr__simd_set(1);
-      assert_int_equal(rc[0], rc[1]);
-      assert_string_equal(d[0].msg, d[1].msg);
-      if (!rc[0]) { /* field by field: the struct's padding bytes are unspecified */
-        assert_int_equal(r[0].off, r[1].off);
-        assert_int_equal(r[0].len, r[1].len);
-        assert_int_equal(r[0].type, r[1].type);
+      /* portable, AVX2, AVX-512 (where the CPU has them), the document at
+       * several offsets of a cache line and ending where its allocation ends */
+      const size_t offs[4] = {0, 1, 17, 63};
+      for (size_t o = 0; o < 4; o++) {
+        char *buf = malloc(offs[o] + n);
+        assert_non_null(buf);
+        memcpy(buf + offs[o], doc, n);
+        eldr_js_span r[3];
+        eldr_diag d[3];
+        int rc[3];
+        for (int simd = 0; simd < 3; simd++) {
+          eldr__simd_set(simd > 0);
+          eldr__simd_avx512_set(simd == 2);
+          d[simd].msg[0] = '\0';
+          r[simd] = (eldr_js_span){0, 0, ELDR_JS_NONE};
+          rc[simd] = eldr_js_scan(buf + offs[o], n, NULL, 0, NULL, &r[simd], &d[simd]);
+        }
+        eldr__simd_set(1);
+        eldr__simd_avx512_set(1);
+        free(buf);
+        for (int k = 1; k < 3; k++) {
+          assert_int_equal(rc[0], rc[k]);
+          assert_string_equal(d[0].msg, d[k].msg);
+          if (!rc[0]) { /* field by field: the struct's padding bytes are unspecified */
+            assert_int_equal(r[0].off, r[k].off);
+            assert_int_equal(r[0].len, r[k].len);
+            assert_int_equal(r[0].type, r[k].type);
+          }
+        }
       }
     }
 }
