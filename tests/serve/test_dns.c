@@ -247,7 +247,7 @@ static void test_unresolvable_worker_named_and_retried(void **st) {
   post_ok(r.port);
   assert_int_equal(fx_count(a, "/v1/completions"), 1);
   rt_stop(&r);
-  assert_non_null(strstr(r.log, "cannot resolve 'late.eldr.test'"));
+  assert_non_null(strstr(rt_log_text(&r), "cannot resolve 'late.eldr.test'"));
   eldr_serve_config_free(&c);
   fx_free(a);
   fx_free(p);

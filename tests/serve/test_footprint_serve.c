@@ -122,7 +122,7 @@ static void test_footprint_decides_and_drains(void **st) {
                                   3, 10), 0);
   assert_int_equal(rt_metric(g.r.port, inflight), 0);
   sf_stop(&g);
-  assert_null(strstr(g.r.log, "runs as JSQ"));
+  assert_null(strstr(rt_log_text(&g.r), "runs as JSQ"));
   sf_free(&g);
   unlink(art);
   free(art);
@@ -154,10 +154,10 @@ static void test_footprint_without_latency_is_jsq(void **st) {
   assert_int_equal(rt_metric(g.r.port, "eldr_requests_total{policy=\"footprint\",decision=\"load\",outcome=\"ok\"}"), 2);
   assert_int_equal(rt_metric(g.r.port, "eldr_footprint_inflight"), -1);
   sf_stop(&g);
-  const char *m = strstr(g.r.log, "carries no latency coefficients");
+  const char *m = strstr(rt_log_text(&g.r), "carries no latency coefficients");
   assert_non_null(m);
   assert_null(strstr(m + 1, "carries no latency coefficients"));
-  assert_non_null(strstr(g.r.log, "runs as JSQ"));
+  assert_non_null(strstr(rt_log_text(&g.r), "runs as JSQ"));
   sf_free(&g);
   unlink(art);
   free(art);

@@ -70,9 +70,9 @@ static void test_failed_reload_changes_nothing(void **st) {
   assert_int_equal(rt_metric(port, SERIES("eldr_worker_healthy{role=\"decode\",worker=\"%s\"}", fx_url(g.d[1]))), 1);
   sf_stop(&g);
   /* the log says what was wrong */
-  assert_non_null(strstr(g.r.log, "reload failed"));
-  assert_non_null(strstr(g.r.log, "eldr-test.invalid"));
-  assert_null(strstr(g.r.log, "reloaded:"));
+  assert_non_null(strstr(rt_log_text(&g.r), "reload failed"));
+  assert_non_null(strstr(rt_log_text(&g.r), "eldr-test.invalid"));
+  assert_null(strstr(rt_log_text(&g.r), "reloaded:"));
   sf_free(&g);
 }
 
@@ -157,7 +157,7 @@ static void test_reload_health_interval(void **st) {
   for (int i = 0; i < 4; i++) seen1 |= sf_post_served_by(port) == port1;
   assert_true(seen1);
   sf_stop(&g);
-  assert_non_null(strstr(g.r.log, "re-admitted"));
+  assert_non_null(strstr(rt_log_text(&g.r), "re-admitted"));
   sf_free(&g);
   fx_free(back);
   fx_free(again);

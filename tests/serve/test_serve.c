@@ -327,7 +327,7 @@ static void test_locality_and_fallbacks(void **st) {
   expect_error(&resp, 502, "prefill");
   tc_free(&resp);
   sf_stop(&g);
-  assert_non_null(strstr(g.r.log, "logged once"));
+  assert_non_null(strstr(rt_log_text(&g.r), "logged once"));
   /* no artifact: load-only, counted */
   pb = fx_defaults();
   pb.routed_experts = lo;
@@ -514,7 +514,7 @@ static void test_retries(void **st) {
   tc_free(&resp);
   assert_int_equal(fx_count(d0, "/v1/completions"), 0);
   assert_int_equal(fx_count(d1, "/v1/completions"), sent_before + 2);
-  if (rt_metric(g.r.port, "eldr_retries_total{leg=\"decode\"}") != 9) fail_msg("%s", g.r.log); /* d0's refusal only */
+  if (rt_metric(g.r.port, "eldr_retries_total{leg=\"decode\"}") != 9) fail_msg("%s", rt_log_text(&g.r)); /* d0's refusal only */
   /* a 4xx from the worker is the client's error: relayed, not retried */
   fx_behaviour four = fx_defaults();
   four.status = 400;
@@ -917,7 +917,7 @@ static void test_worker_killed_and_health(void **st) {
     tc_free(&resp);
   }
   assert_true(seen1);
-  assert_non_null(strstr(g.r.log, "re-admitted"));
+  assert_non_null(strstr(rt_log_text(&g.r), "re-admitted"));
   /* every decoder down: /health says so */
   fx_behaviour sick = fx_defaults();
   sick.health_status = 503;
@@ -1098,7 +1098,7 @@ static void test_reload(void **st) {
   assert_int_equal(rt_metric(g.r.port, "eldr_requests_total{policy=\"eldr\",decision=\"locality\",outcome=\"ok\"}"), 3);
   assert_int_equal(rt_metric(g.r.port, "eldr_retries_total{leg=\"decode\"}"), 0);
   sf_stop(&g);
-  assert_non_null(strstr(g.r.log, "refused"));
+  assert_non_null(strstr(rt_log_text(&g.r), "refused"));
   sf_free(&g);
   fx_free(d1);
   unlink(art);

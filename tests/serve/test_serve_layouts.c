@@ -81,7 +81,7 @@ static void test_fixture_layouts(void **st) {
     b.raw_reply = reply;
     fx_set(p, &b);
     post_ok(g.r.port, is_chat(reply));
-    if (rt_metric(g.r.port, LOCALITY) != (double)(i + 1)) fail_msg("%s: not a locality decision\n%s", files[i], g.r.log);
+    if (rt_metric(g.r.port, LOCALITY) != (double)(i + 1)) fail_msg("%s: not a locality decision\n%s", files[i], rt_log_text(&g.r));
     fx_behaviour none = fx_defaults();
     fx_set(p, &none);
     free(reply);
@@ -169,7 +169,7 @@ static void test_emulated_layouts(void **st) {
     for (int chat = 0; chat < 2; chat++) post_ok(g.r.port, chat);
     if (rt_metric(g.r.port, LOCALITY) != 2)
       fail_msg("%s: %g locality decisions of 2\n%s", eldr_re_layout_name(lays[li]), rt_metric(g.r.port, LOCALITY),
-               g.r.log);
+               rt_log_text(&g.r));
     sf_free(&g);
   }
   unlink(art);

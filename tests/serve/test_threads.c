@@ -130,7 +130,7 @@ static void test_burst_one_per_decoder(void **st) {
   assert_int_equal(total, ND);
   for (int i = 0; i < ND; i++)
     if (fx_count(d[i], "/v1/completions") != 1)
-      fail_msg("decoder %d got %zu decode legs of the burst\n%s", i, fx_count(d[i], "/v1/completions"), g.r.log);
+      fail_msg("decoder %d got %zu decode legs of the burst\n%s", i, fx_count(d[i], "/v1/completions"), rt_log_text(&g.r));
   /* both loops took part (a 2^-15 chance that the kernel put all on one) */
   double l0 = rt_metric(g.r.port, "eldr_loop_connections_total{loop=\"0\"}");
   double l1 = rt_metric(g.r.port, "eldr_loop_connections_total{loop=\"1\"}");

@@ -410,7 +410,7 @@ static void test_k_ne_d(void **st) {
   assert_true(fabs(c0 - 2.0 / 3) < 1e-5);
   assert_true(fabs(rt_metric(port, "eldr_centroid_share{centroid=\"0\"}") - 4.0 / 6) < 1e-5);
   sf_stop(&g.s);
-  assert_non_null(strstr(g.s.r.log, "decoder i uses centroid i % 2"));
+  assert_non_null(strstr(rt_log_text(&g.s.r), "decoder i uses centroid i % 2"));
   rig_stop(&g);
   unlink(art);
   free(art);

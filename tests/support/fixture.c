@@ -718,8 +718,18 @@ int tc_get(int port, const char *path, tc_resp *out) {
 
 static void rt_log(void *ctx, const char *line) {
   rt_router *r = ctx;
+  pthread_mutex_lock(&r->log_mu);
   int n = snprintf(r->log + r->loglen, sizeof r->log - r->loglen, "%s\n", line);
   if (n > 0 && r->loglen + (size_t)n < sizeof r->log) r->loglen += (size_t)n;
+  pthread_mutex_unlock(&r->log_mu);
+}
+
+const char *rt_log_text(rt_router *r) {
+  pthread_mutex_lock(&r->log_mu);
+  memcpy(r->log_copy, r->log, sizeof r->log);
+  pthread_mutex_unlock(&r->log_mu);
+  r->log_copy[sizeof r->log_copy - 1] = 0;
+  return r->log_copy;
 }
 
 static void *rt_thread(void *arg) {
@@ -754,6 +764,7 @@ void tc_read_until(int fd, char *buf, size_t cap, const char *until) {
 
 int rt_start(rt_router *r, eldr_serve_config *cfg) {
   memset(r, 0, sizeof *r);
+  pthread_mutex_init(&r->log_mu, NULL);
   cfg->port = 0;
   cfg->log = rt_log;
   cfg->log_ctx = r;

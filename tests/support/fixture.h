@@ -8,6 +8,7 @@
 #ifndef ELDR_TEST_FIXTURE_H
 #define ELDR_TEST_FIXTURE_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -120,9 +121,15 @@ typedef struct rt_router {
   eldr_server *srv;
   int port;
   void *thread;
-  char log[8192];
+  pthread_mutex_t log_mu; /* taken by the log callback (the router's threads) and rt_log_text */
+  char log[8192];         /* written by the router's threads: read it with rt_log_text */
   size_t loglen;
+  char log_copy[8192];
 } rt_router;
+/* The router's log so far, copied under the lock its log callback takes
+ * (the router may be writing it from its threads); valid until the next
+ * call on r. */
+const char *rt_log_text(rt_router *r);
 /* Start with cfg (port forced to 0); 0 or error. */
 int rt_start(rt_router *r, eldr_serve_config *cfg);
 /* Stop the router's loops and join its thread; r->srv stays, to be

@@ -121,7 +121,7 @@ void sf_config_file(sf_rig *g, const char *tag, const char *policy, const char *
 
 void sf_run(sf_rig *g) {
   if (g->running) fail_msg("sf: the router is already running");
-  if (rt_start(&g->r, &g->c)) fail_msg("sf: the router did not start: %s", g->r.log);
+  if (rt_start(&g->r, &g->c)) fail_msg("sf: the router did not start: %s", rt_log_text(&g->r));
   g->running = 1;
 }
 

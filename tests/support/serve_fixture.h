@@ -44,7 +44,7 @@ typedef struct sf_rig {
   eldr_serve_config c; /* the router's configuration: adjust it before sf_run */
   int have_cfg;
   char cfgpath[256]; /* the config file (sf_config_file), "" when none */
-  rt_router r;       /* r.port: the router's port once running; r.log: its log */
+  rt_router r;       /* r.port: the router's port once running; rt_log_text(&r): its log */
   int running;
 } sf_rig;
 
