@@ -1,7 +1,7 @@
 /* reply_experts.c — routed_experts of a whole vLLM reply, every layout (see
  * eldr/reply_experts.h). The JSON is a jansson tree or the byte scanner's spans
  * (one reader over both, the jv_* accessors); base64 and .npy
- * through the codec of routed_experts.c (AVX2 base64, npy header parser).
+ * through the codec of routed_experts.c (npy header parser) and base64.c.
  * Each value becomes a view over a buffer the result owns: decoded npy
  * payloads and compact base64 data stay in their wire dtype, nested lists
  * are converted to host-order uint16 after their ids are checked. */

@@ -1,0 +1,381 @@
+/* base64.c — the base64 codec (eldr/routed_experts.h's eldr_b64_*) and the
+ * streaming decoder the routed_experts readers use (format/base64_int.h).
+ *
+ * Decoding goes 4 chars -> 3 bytes per step through one lookup table whose
+ * invalid entries carry bit 8; the table values of a whole call are OR-ed
+ * into an accumulator tested once, so the inner loop has no per-character
+ * branch. AVX2 and AVX-512 VBMI loops run where the CPU has them
+ * (eldr__simd_on, eldr__simd_avx512); a bad character is then located by
+ * the scalar loop, for the same message. */
+#include "base64_int.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define ELDR_B64_AVX2 1
+#endif
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------------ */
+/* base64                                                                    */
+
+#define X 0x100
+static const uint32_t B64D[256] = {
+     X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,
+     X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,
+     X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X, 62,  X,  X,  X, 63,
+    52, 53, 54, 55, 56, 57, 58, 59, 60, 61,  X,  X,  X,  X,  X,  X,
+     X,  0,  1,  2,  3,  4,  5,  6,  7,  8,  9, 10, 11, 12, 13, 14,
+    15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25,  X,  X,  X,  X,  X,
+     X, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40,
+    41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51,  X,  X,  X,  X,  X,
+     X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,
+     X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,
+     X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,
+     X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,
+     X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,
+     X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,
+     X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,
+     X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,
+};
+#undef X
+static const char B64E[64] =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+size_t eldr_b64_decoded_max(size_t len) { return len / 4 * 3 + (len % 4 ? 3 : 0); }
+
+size_t eldr_b64_encoded_len(size_t n) { return (n + 2) / 3 * 4; }
+
+/* Decode nq full quads (no '='); returns non-zero if any char is invalid. */
+static uint32_t dec_quads(const unsigned char *in, size_t nq, uint8_t *out) {
+  uint32_t bad = 0;
+  size_t i = 0;
+  for (; i + 4 <= nq; i += 4, in += 16, out += 12) {
+    uint32_t a0 = B64D[in[0]], a1 = B64D[in[1]], a2 = B64D[in[2]], a3 = B64D[in[3]];
+    uint32_t b0 = B64D[in[4]], b1 = B64D[in[5]], b2 = B64D[in[6]], b3 = B64D[in[7]];
+    uint32_t c0 = B64D[in[8]], c1 = B64D[in[9]], c2 = B64D[in[10]], c3 = B64D[in[11]];
+    uint32_t d0 = B64D[in[12]], d1 = B64D[in[13]], d2 = B64D[in[14]], d3 = B64D[in[15]];
+    bad |= a0 | a1 | a2 | a3 | b0 | b1 | b2 | b3 | c0 | c1 | c2 | c3 | d0 | d1 | d2 | d3;
+    uint32_t x = a0 << 18 | a1 << 12 | a2 << 6 | a3;
+    uint32_t y = b0 << 18 | b1 << 12 | b2 << 6 | b3;
+    uint32_t z = c0 << 18 | c1 << 12 | c2 << 6 | c3;
+    uint32_t w = d0 << 18 | d1 << 12 | d2 << 6 | d3;
+    out[0] = (uint8_t)(x >> 16); out[1] = (uint8_t)(x >> 8); out[2] = (uint8_t)x;
+    out[3] = (uint8_t)(y >> 16); out[4] = (uint8_t)(y >> 8); out[5] = (uint8_t)y;
+    out[6] = (uint8_t)(z >> 16); out[7] = (uint8_t)(z >> 8); out[8] = (uint8_t)z;
+    out[9] = (uint8_t)(w >> 16); out[10] = (uint8_t)(w >> 8); out[11] = (uint8_t)w;
+  }
+  for (; i < nq; i++, in += 4, out += 3) {
+    uint32_t a0 = B64D[in[0]], a1 = B64D[in[1]], a2 = B64D[in[2]], a3 = B64D[in[3]];
+    bad |= a0 | a1 | a2 | a3;
+    uint32_t x = a0 << 18 | a1 << 12 | a2 << 6 | a3;
+    out[0] = (uint8_t)(x >> 16); out[1] = (uint8_t)(x >> 8); out[2] = (uint8_t)x;
+  }
+  return bad & 0x100;
+}
+
+#ifdef ELDR_B64_AVX2
+/* AVX2: 32 chars -> 24 bytes per step. Validation by two nibble lookups
+ * whose AND is non-zero exactly for characters outside the alphabet:
+ * lut_hi gives each high nibble a class bit, lut_lo[low nibble] the set of
+ * classes that are invalid with it (class 0x10: bytes 0x00-0x1f and
+ * >= 0x80, always invalid; 0x01: 0x2_, valid only '+' and '/'; 0x02: 0x3_,
+ * digits; 0x04: 0x4_ and 0x6_, valid but '@' and '`'; 0x08: 0x5_ and 0x7_,
+ * valid up to 'Z' / 'z'). Translation adds an offset chosen by the high
+ * nibble ('/' moved to index 1). Packing: maddubs makes 12-bit pairs,
+ * madd 24-bit groups, a byte shuffle and a lane permute make them
+ * contiguous. Returns the number of quads done (a multiple of 8) and sets
+ * *bad when an invalid character was seen. */
+__attribute__((target("avx2"))) static size_t dec_quads_avx2(const unsigned char *in, size_t nq,
+                                                             uint8_t *out, uint32_t *bad) {
+  const __m256i lut_lo = _mm256_setr_epi8(
+      0x15, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x13, 0x1a, 0x1b, 0x1b, 0x1b, 0x1a,
+      0x15, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x13, 0x1a, 0x1b, 0x1b, 0x1b, 0x1a);
+  const __m256i lut_hi = _mm256_setr_epi8(
+      0x10, 0x10, 0x01, 0x02, 0x04, 0x08, 0x04, 0x08, 0x10, 0x10, 0x10, 0x10, 0x10, 0x10, 0x10, 0x10,
+      0x10, 0x10, 0x01, 0x02, 0x04, 0x08, 0x04, 0x08, 0x10, 0x10, 0x10, 0x10, 0x10, 0x10, 0x10, 0x10);
+  const __m256i lut_roll = _mm256_setr_epi8(0, 16, 19, 4, -65, -65, -71, -71, 0, 0, 0, 0, 0, 0, 0, 0,
+                                            0, 16, 19, 4, -65, -65, -71, -71, 0, 0, 0, 0, 0, 0, 0, 0);
+  const __m256i nib = _mm256_set1_epi8(0x0f);
+  const __m256i slash = _mm256_set1_epi8('/');
+  const __m256i w_ab = _mm256_set1_epi32(0x01400140);
+  const __m256i w_abcd = _mm256_set1_epi32(0x00011000);
+  const __m256i pack = _mm256_setr_epi8(2, 1, 0, 6, 5, 4, 10, 9, 8, 14, 13, 12, -1, -1, -1, -1,
+                                        2, 1, 0, 6, 5, 4, 10, 9, 8, 14, 13, 12, -1, -1, -1, -1);
+  const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 4, 5, 6, 7, 7);
+  __m256i err = _mm256_setzero_si256();
+  size_t i = 0;
+  for (; i + 8 <= nq; i += 8, in += 32, out += 24) {
+    __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)in);
+    __m256i hi = _mm256_and_si256(_mm256_srli_epi32(v, 4), nib);
+    __m256i lo = _mm256_and_si256(v, nib);
+    err = _mm256_or_si256(err, _mm256_and_si256(_mm256_shuffle_epi8(lut_lo, lo),
+                                                _mm256_shuffle_epi8(lut_hi, hi)));
+    __m256i roll = _mm256_shuffle_epi8(lut_roll, _mm256_add_epi8(hi, _mm256_cmpeq_epi8(v, slash)));
+    __m256i sx = _mm256_add_epi8(v, roll);
+    __m256i ab = _mm256_maddubs_epi16(sx, w_ab);
+    __m256i abcd = _mm256_madd_epi16(ab, w_abcd);
+    __m256i o = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(abcd, pack), lanes);
+    _mm_storeu_si128((__m128i *)(void *)out, _mm256_castsi256_si128(o));
+    _mm_storel_epi64((__m128i *)(void *)(out + 16), _mm256_extracti128_si256(o, 1));
+  }
+  *bad = !_mm256_testz_si256(err, err);
+  return i;
+}
+
+/* AVX-512 VBMI: 64 chars -> 48 bytes per step (the scheme of Muła and
+ * Lemire, "Base64 encoding and decoding at almost the speed of a memory
+ * copy", 2019). One two-table byte permutation (vpermi2b, indexed by the
+ * low 7 bits) translates all 64 chars, its table holding 0x80 for every
+ * invalid char below 0x80, so a char is invalid exactly when the char or
+ * its translation has bit 7 set (one vpternlog accumulates both); maddubs
+ * and madd pack as the AVX2 loop, one vpermb makes the 48 bytes
+ * contiguous. Same contract as dec_quads_avx2 (a multiple of 16 quads);
+ * never writes past the 3 * (quads done) output bytes. */
+#define B64_512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi")))
+B64_512 static size_t dec_quads_avx512(const unsigned char *in, size_t nq, uint8_t *out,
+                                       uint32_t *bad) {
+  /* lut: B64D below 0x80, 0x80 for invalid; pk: output byte j is byte
+   * 2 - j mod 3 of 24-bit group j / 3 */
+  static const unsigned char lut[128] = {
+      0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80,
+      0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80,
+      0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x3e, 0x80, 0x80, 0x80, 0x3f,
+      0x34, 0x35, 0x36, 0x37, 0x38, 0x39, 0x3a, 0x3b, 0x3c, 0x3d, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80,
+      0x80, 0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e,
+      0x0f, 0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18, 0x19, 0x80, 0x80, 0x80, 0x80, 0x80,
+      0x80, 0x1a, 0x1b, 0x1c, 0x1d, 0x1e, 0x1f, 0x20, 0x21, 0x22, 0x23, 0x24, 0x25, 0x26, 0x27, 0x28,
+      0x29, 0x2a, 0x2b, 0x2c, 0x2d, 0x2e, 0x2f, 0x30, 0x31, 0x32, 0x33, 0x80, 0x80, 0x80, 0x80, 0x80,
+  };
+  static const unsigned char pk[64] = {
+      0x02, 0x01, 0x00, 0x06, 0x05, 0x04, 0x0a, 0x09, 0x08, 0x0e, 0x0d, 0x0c, 0x12, 0x11, 0x10, 0x16,
+      0x15, 0x14, 0x1a, 0x19, 0x18, 0x1e, 0x1d, 0x1c, 0x22, 0x21, 0x20, 0x26, 0x25, 0x24, 0x2a, 0x29,
+      0x28, 0x2e, 0x2d, 0x2c, 0x32, 0x31, 0x30, 0x36, 0x35, 0x34, 0x3a, 0x39, 0x38, 0x3e, 0x3d, 0x3c,
+      0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+  };
+  const __m512i lut0 = _mm512_loadu_si512(lut), lut1 = _mm512_loadu_si512(lut + 64);
+  const __m512i pack = _mm512_loadu_si512(pk);
+  const __m512i w_ab = _mm512_set1_epi32(0x01400140), w_abcd = _mm512_set1_epi32(0x00011000);
+  __m512i err = _mm512_setzero_si512();
+#define B64_DECODE(v)                                                                   \
+  {                                                                                     \
+    const __m512i t = _mm512_permutex2var_epi8(lut0, v, lut1);                          \
+    err = _mm512_ternarylogic_epi64(err, v, t, 0xFE);                                   \
+    const __m512i abcd = _mm512_madd_epi16(_mm512_maddubs_epi16(t, w_ab), w_abcd);      \
+    /* a masked store: faster than 32 + 16 bytes on Zen 5 */                           \
+    _mm512_mask_storeu_epi8(out, 0x0000FFFFFFFFFFFFULL, _mm512_permutexvar_epi8(pack, abcd)); \
+  }
+  size_t i = 0;
+  const size_t mis = (uintptr_t)in & 63;
+  if (!mis) {
+    for (; i + 16 <= nq; i += 16, in += 64, out += 48) {
+      const __m512i v = _mm512_load_si512(in);
+      B64_DECODE(v)
+    }
+  } else if (nq >= 16) {
+    /* Text not on a cache line: aligned loads (a load across two lines
+     * costs about a third of the loop's time), each step's 64 chars put
+     * together from two of them by one vpermt2b. Masked loads keep every
+     * read inside the text: the first line's bytes before it, the last
+     * line's after it. */
+    const unsigned char *line = in - mis, *end = in + 4 * nq;
+    __m512i idx;
+    {
+      unsigned char b[64];
+      for (int j = 0; j < 64; j++) b[j] = (unsigned char)(j + mis);
+      idx = _mm512_loadu_si512(b);
+    }
+    __m512i a = _mm512_maskz_loadu_epi8(~0ULL << mis, line);
+    for (; i + 16 <= nq; i += 16, line += 64, out += 48) {
+      const size_t avail = (size_t)(end - (line + 64)); /* >= 1: this step needs a byte of it */
+      const __m512i b = avail >= 64 ? _mm512_load_si512(line + 64)
+                                    : _mm512_maskz_loadu_epi8((1ULL << avail) - 1, line + 64);
+      const __m512i v = _mm512_permutex2var_epi8(a, idx, b);
+      B64_DECODE(v)
+      a = b;
+    }
+  }
+#undef B64_DECODE
+  *bad = _mm512_movepi8_mask(err) != 0;
+  return i;
+}
+
+/* The CPU has AVX2 and ELDR_NO_SIMD / eldr__simd_set did not turn it off. */
+static int have_avx2(void) { return eldr__simd_on(); }
+#endif
+
+static int simd_off; /* testing hook: eldr__b64_set_simd(0) */
+
+int eldr__b64_set_simd(int enable) {
+  int was = !__atomic_load_n(&simd_off, __ATOMIC_RELAXED);
+  __atomic_store_n(&simd_off, !enable, __ATOMIC_RELAXED);
+#ifdef ELDR_B64_AVX2
+  return was && have_avx2();
+#else
+  (void)was;
+  return 0;
+#endif
+}
+
+/* Decode nq full quads with the fastest available loop. */
+static uint32_t dec_quads_any(const unsigned char *in, size_t nq, uint8_t *out) {
+#ifdef ELDR_B64_AVX2
+  if (nq >= 8 && !__atomic_load_n(&simd_off, __ATOMIC_RELAXED) && have_avx2()) {
+    uint32_t bad = 0;
+    size_t done = nq >= 16 && eldr__simd_avx512() ? dec_quads_avx512(in, nq, out, &bad)
+                                                  : dec_quads_avx2(in, nq, out, &bad);
+    if (bad) return 0x100;
+    return dec_quads(in + 4 * done, nq - done, out + 3 * done);
+  }
+#endif
+  return dec_quads(in, nq, out);
+}
+
+static int bad_char(const unsigned char *in, size_t len, size_t base, eldr_diag *d) {
+  for (size_t i = 0; i < len; i++)
+    if (B64D[in[i]] & 0x100) {
+      if (in[i] >= 0x21 && in[i] < 0x7f)
+        return eldr_diag_fail(d, ELDR_EPARSE, "base64: invalid character '%c' at offset %zu",
+                              in[i], base + i);
+      return eldr_diag_fail(d, ELDR_EPARSE, "base64: invalid byte 0x%02x at offset %zu", in[i],
+                            base + i);
+    }
+  return eldr_diag_fail(d, ELDR_EPARSE, "base64: invalid input");
+}
+
+int eldr__b64s_init(eldr__b64s *s, const char *in, size_t len, eldr_diag *d) {
+  memset(s, 0, sizeof *s);
+  if (len % 4)
+    return eldr_diag_fail(d, ELDR_EPARSE, "base64: length %zu is not a multiple of 4", len);
+  s->in = (const unsigned char *)in;
+  s->len = len;
+  if (len) {
+    if (in[len - 1] == '=') s->pad = in[len - 2] == '=' ? 2 : 1;
+  }
+  s->nq_full = len / 4 - (s->pad ? 1 : 0);
+  s->tail_done = s->pad == 0;
+  s->total = len / 4 * 3 - (size_t)s->pad;
+  return ELDR_OK;
+}
+
+int eldr__b64s_read(eldr__b64s *s, uint8_t *out, size_t maxq, size_t *got, eldr_diag *d) {
+  size_t n = s->q < s->nq_full ? s->nq_full - s->q : 0;
+  if (n > maxq) n = maxq;
+  *got = 0;
+  if (n) {
+    if (dec_quads_any(s->in + 4 * s->q, n, out))
+      return bad_char(s->in + 4 * s->q, 4 * n, 4 * s->q, d);
+    s->q += n;
+    *got = 3 * n;
+    out += 3 * n;
+  }
+  if (!s->tail_done && n < maxq && s->q == s->nq_full) {
+    const unsigned char *t = s->in + 4 * s->q;
+    size_t keep = 4 - (size_t)s->pad; /* 2 or 3 significant chars */
+    uint32_t v[3] = {0, 0, 0}, bad = 0;
+    for (size_t i = 0; i < keep; i++) bad |= v[i] = B64D[t[i]];
+    if (bad & 0x100) return bad_char(t, keep, 4 * s->q, d);
+    if (s->pad == 2) {
+      if (v[1] & 0xf)
+        return eldr_diag_fail(d, ELDR_EPARSE, "base64: bad padding at offset %zu (non-zero bits)",
+                              4 * s->q + 1);
+      out[0] = (uint8_t)(v[0] << 2 | v[1] >> 4);
+      *got += 1;
+    } else {
+      if (v[2] & 0x3)
+        return eldr_diag_fail(d, ELDR_EPARSE, "base64: bad padding at offset %zu (non-zero bits)",
+                              4 * s->q + 2);
+      out[0] = (uint8_t)(v[0] << 2 | v[1] >> 4);
+      out[1] = (uint8_t)((v[1] & 0xf) << 4 | v[2] >> 2);
+      *got += 2;
+    }
+    s->q++;
+    s->tail_done = true;
+  }
+  return ELDR_OK;
+}
+
+int eldr_b64_decode(const char *in, size_t len, uint8_t *out, size_t cap, size_t *out_len,
+                    eldr_diag *d) {
+  if ((!in && len) || !out_len) return eldr_diag_fail(d, ELDR_EINVAL, "base64: argument missing");
+  *out_len = 0;
+  eldr__b64s s;
+  int rc = eldr__b64s_init(&s, in, len, d);
+  if (rc) return rc;
+  if (s.total > cap)
+    return eldr_diag_fail(d, ELDR_ERANGE, "base64: %zu decoded bytes exceed the buffer (%zu)",
+                          s.total, cap);
+  if (s.total && !out) return eldr_diag_fail(d, ELDR_EINVAL, "base64: output missing");
+  if (s.total == 0) return ELDR_OK; /* nothing to write (out may be NULL) */
+  size_t n = 0;
+  for (;;) {
+    size_t got;
+    if ((rc = eldr__b64s_read(&s, out + n, (size_t)-1 / 4, &got, d))) return rc;
+    if (!got) break;
+    n += got;
+  }
+  *out_len = n;
+  return ELDR_OK;
+}
+
+/* Two output characters per 12 input bits. */
+typedef struct b64pairs {
+  char c[4096][2];
+} b64pairs;
+
+static void build_pairs(b64pairs *t) {
+  for (int i = 0; i < 4096; i++) {
+    t->c[i][0] = B64E[i >> 6];
+    t->c[i][1] = B64E[i & 63];
+  }
+}
+
+static const b64pairs *pairs(void) {
+  static b64pairs table;
+  static int ready; /* 0 no, 1 being built, 2 ready */
+  if (__atomic_load_n(&ready, __ATOMIC_ACQUIRE) == 2) return &table;
+  int expected = 0;
+  if (__atomic_compare_exchange_n(&ready, &expected, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+    build_pairs(&table);
+    __atomic_store_n(&ready, 2, __ATOMIC_RELEASE);
+    return &table;
+  }
+  return NULL; /* another thread is building it: use the plain loop */
+}
+
+void eldr_b64_encode(const uint8_t *in, size_t n, char *out) {
+  size_t i = 0;
+  const b64pairs *t = n >= 3072 ? pairs() : NULL;
+  if (t) {
+    for (; i + 3 <= n; i += 3, out += 4) {
+      uint32_t x = (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8 | in[i + 2];
+      memcpy(out, t->c[x >> 12], 2);
+      memcpy(out + 2, t->c[x & 4095], 2);
+    }
+  }
+  for (; i + 3 <= n; i += 3, out += 4) {
+    uint32_t x = (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8 | in[i + 2];
+    out[0] = B64E[x >> 18];
+    out[1] = B64E[(x >> 12) & 63];
+    out[2] = B64E[(x >> 6) & 63];
+    out[3] = B64E[x & 63];
+  }
+  if (n - i == 1) {
+    uint32_t x = (uint32_t)in[i] << 16;
+    out[0] = B64E[x >> 18];
+    out[1] = B64E[(x >> 12) & 63];
+    out[2] = '=';
+    out[3] = '=';
+    out += 4;
+  } else if (n - i == 2) {
+    uint32_t x = (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8;
+    out[0] = B64E[x >> 18];
+    out[1] = B64E[(x >> 12) & 63];
+    out[2] = B64E[(x >> 6) & 63];
+    out[3] = '=';
+    out += 4;
+  }
+  *out = '\0';
+}

@@ -1,0 +1,34 @@
+/* base64_int.h — the streaming base64 decoder shared by the routed_experts
+ * readers (format/base64.c), internal to src/format.
+ *
+ * Ownership: an eldr__b64s borrows the text it decodes (it must outlive the
+ * stream) and owns nothing. Errors: ELDR_EPARSE with a message naming the
+ * offset of a bad character or padding. Threads: one stream per thread; the
+ * functions hold no global state beyond the SIMD switches. */
+#ifndef ELDR_FORMAT_BASE64_INT_H
+#define ELDR_FORMAT_BASE64_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "eldr/routed_experts.h"
+
+/* A streaming decoder over a whole base64 text. */
+typedef struct eldr__b64s {
+  const unsigned char *in;
+  size_t len;     /* chars */
+  size_t nq_full; /* quads without padding */
+  size_t q;       /* next quad */
+  int pad;        /* '=' count in the last quad (0..2) */
+  bool tail_done;
+  size_t total;   /* decoded length of the whole text */
+} eldr__b64s;
+
+/* Start a stream over in[0, len): ELDR_EPARSE when len is not a multiple of 4. */
+int eldr__b64s_init(eldr__b64s *s, const char *in, size_t len, eldr_diag *d);
+/* Decode up to maxq quads into out (capacity >= maxq * 3), the final padded
+ * quad included when it fits; *got bytes (0 at the end of the text). */
+int eldr__b64s_read(eldr__b64s *s, uint8_t *out, size_t maxq, size_t *got, eldr_diag *d);
+
+#endif
