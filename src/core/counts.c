@@ -55,6 +55,23 @@ size_t eldr_sel_dtype_size(eldr_sel_dtype t) {
 
 static int simd_state = -1; /* -1 unknown, 0 portable, 1 AVX2 (benign race: same value) */
 
+/* The environment variable name is set to anything but "" or "0". */
+static int env_says_no(const char *name) {
+  const char *env = getenv(name);
+  return env && *env && strcmp(env, "0");
+}
+
+/* The CPU has what the AVX-512 paths use: F, BW, VL and VBMI. */
+static int cpu_avx512(void) {
+#ifdef ELDR_COUNTS_BITS512
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vbmi");
+#else
+  return 0;
+#endif
+}
+
 /* Whether the AVX2 paths run: the CPU has AVX2 and neither ELDR_NO_SIMD
  * (environment, any non-empty value but "0") nor eldr__simd_set(0) said no. */
 int eldr__simd_on(void) {
@@ -62,9 +79,8 @@ int eldr__simd_on(void) {
   if (s < 0) {
     s = 0;
 #ifdef ELDR_COUNTS_AVX2
-    const char *env = getenv("ELDR_NO_SIMD");
     __builtin_cpu_init();
-    s = __builtin_cpu_supports("avx2") && !(env && *env && strcmp(env, "0")) ? 1 : 0;
+    s = __builtin_cpu_supports("avx2") && !env_says_no("ELDR_NO_SIMD") ? 1 : 0;
 #endif
     __atomic_store_n(&simd_state, s, __ATOMIC_RELAXED);
   }
@@ -78,14 +94,7 @@ static int avx512_state = -1; /* -1 unknown, 0 off, 1 on (the same benign race) 
 static int avx512_allowed(void) {
   int s = __atomic_load_n(&avx512_state, __ATOMIC_RELAXED);
   if (s < 0) {
-    s = 0;
-#ifdef ELDR_COUNTS_BITS512
-    const char *env = getenv("ELDR_NO_AVX512");
-    __builtin_cpu_init();
-    s = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vbmi") &&
-        !(env && *env && strcmp(env, "0"));
-#endif
+    s = cpu_avx512() && !env_says_no("ELDR_NO_AVX512");
     __atomic_store_n(&avx512_state, s, __ATOMIC_RELAXED);
   }
   return s;
@@ -95,15 +104,7 @@ int eldr__simd_avx512(void) { return eldr__simd_on() && avx512_allowed(); }
 
 int eldr__simd_avx512_set(int enable) {
   int was = avx512_allowed(); /* whatever eldr__simd_set says */
-  int now = 0;
-#ifdef ELDR_COUNTS_BITS512
-  __builtin_cpu_init();
-  now = enable && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vbmi");
-#else
-  (void)enable;
-#endif
-  __atomic_store_n(&avx512_state, now, __ATOMIC_RELAXED);
+  __atomic_store_n(&avx512_state, enable && cpu_avx512(), __ATOMIC_RELAXED);
   return was;
 }
 

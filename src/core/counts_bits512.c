@@ -91,68 +91,13 @@ T512 static inline __mmask64 plane_bits(__m512i plane, int c) {
   return _mm512_test_epi8_mask(_mm512_permutexvar_epi8(_mm512_loadu_si512(SPREAD[c]), plane), bit);
 }
 
-T512 size_t eldr__bits_group512(const unsigned char *p, size_t tb, size_t ntok, const uint32_t *off,
-                                uint16_t *out) {
-  const int contig = off[1] == off[0] + 8 && off[2] == off[0] + 16 && off[3] == off[0] + 24;
-  __m512i sel[8];
-  for (int k = 0; k < 8; k++) sel[k] = _mm512_loadu_si512(SEL[k]);
-  planes s = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(),
-              _mm512_setzero_si512()};
-  __m512i cnt[8];
-  for (int c = 0; c < 8; c++) cnt[c] = _mm512_setzero_si512();
-  for (size_t t = 0; t < ntok; t += GROUP, p += GROUP * tb) {
-    /* the 16 tokens' sets, each built where the tree takes it */
-#define R(i) row_sets(p + (i) * tb, off, contig, sel)
-    __m512i tA, tB, fA, fB, eA, eB, sixteens;
-    csa(&tA, &s.ones, s.ones, R(0), R(1));
-    csa(&tB, &s.ones, s.ones, R(2), R(3));
-    csa(&fA, &s.twos, s.twos, tA, tB);
-    csa(&tA, &s.ones, s.ones, R(4), R(5));
-    csa(&tB, &s.ones, s.ones, R(6), R(7));
-    csa(&fB, &s.twos, s.twos, tA, tB);
-    csa(&eA, &s.fours, s.fours, fA, fB);
-    csa(&tA, &s.ones, s.ones, R(8), R(9));
-    csa(&tB, &s.ones, s.ones, R(10), R(11));
-    csa(&fA, &s.twos, s.twos, tA, tB);
-    csa(&tA, &s.ones, s.ones, R(12), R(13));
-    csa(&tB, &s.ones, s.ones, R(14), R(15));
-    csa(&fB, &s.twos, s.twos, tA, tB);
-    csa(&eB, &s.fours, s.fours, fA, fB);
-    csa(&sixteens, &s.eights, s.eights, eA, eB);
-#undef R
-    for (int c = 0; c < 8; c++) /* a set bit adds one */
-      cnt[c] = _mm512_mask_sub_epi8(cnt[c], plane_bits(sixteens, c), cnt[c], _mm512_set1_epi8(-1));
-  }
-  /* 16 x sixteens + 8 x eights + 4 x fours + 2 x twos + ones, per position */
-  __m512i sum = _mm512_setzero_si512();
-  const __m512i ones16 = _mm512_set1_epi16(1);
-  for (int c = 0; c < 8; c++) {
-    __m512i b = _mm512_maskz_mov_epi8(plane_bits(s.ones, c), _mm512_set1_epi8(1));
-    b = _mm512_mask_add_epi8(b, plane_bits(s.twos, c), b, _mm512_set1_epi8(2));
-    b = _mm512_mask_add_epi8(b, plane_bits(s.fours, c), b, _mm512_set1_epi8(4));
-    b = _mm512_mask_add_epi8(b, plane_bits(s.eights, c), b, _mm512_set1_epi8(8));
-    const __m512i lo = _mm512_add_epi16(
-        _mm512_slli_epi16(_mm512_cvtepu8_epi16(_mm512_castsi512_si256(cnt[c])), 4),
-        _mm512_cvtepu8_epi16(_mm512_castsi512_si256(b)));
-    const __m512i hi = _mm512_add_epi16(
-        _mm512_slli_epi16(_mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(cnt[c], 1)), 4),
-        _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(b, 1)));
-    _mm512_storeu_si512(out + 64 * c, lo);
-    _mm512_storeu_si512(out + 64 * c + 32, hi);
-    sum = _mm512_add_epi32(sum, _mm512_add_epi32(_mm512_madd_epi16(lo, ones16),
-                                                 _mm512_madd_epi16(hi, ones16)));
-  }
-  return (size_t)_mm512_reduce_add_epi32(sum);
-}
-
-
-/* One 16-token block of one group into bytes (see core/counts_int.h). */
-T512 size_t eldr__bits_block16_512(const unsigned char *p, size_t tb, const uint32_t *off, uint8_t *out) {
-  const int contig = off[1] == off[0] + 8 && off[2] == off[0] + 16 && off[3] == off[0] + 24;
-  __m512i sel[8];
-  for (int k = 0; k < 8; k++) sel[k] = _mm512_loadu_si512(SEL[k]);
-  const __m512i z = _mm512_setzero_si512();
-  planes s = {z, z, z, z};
+/* The sets of 16 tokens' rows of one group (p: the first token, tb bytes
+ * apart) through a Harley-Seal carry-save tree into the carried planes of
+ * s; returns the sixteens plane. Each set is built where the tree takes it. */
+T512 static inline __attribute__((always_inline)) __m512i tree16(planes *sp, const unsigned char *p, size_t tb,
+                                                                 const uint32_t *off, int contig,
+                                                                 const __m512i *sel) {
+  planes s = *sp;
   __m512i tA, tB, fA, fB, eA, eB, sixteens;
 #define R(i) row_sets(p + (i) * tb, off, contig, sel)
   csa(&tA, &s.ones, s.ones, R(0), R(1));
@@ -171,12 +116,62 @@ T512 size_t eldr__bits_block16_512(const unsigned char *p, size_t tb, const uint
   csa(&eB, &s.fours, s.fours, fA, fB);
   csa(&sixteens, &s.eights, s.eights, eA, eB);
 #undef R
+  *sp = s;
+  return sixteens;
+}
+
+/* Positions 64c .. 64c + 63 as bytes: ones + 2 twos + 4 fours + 8 eights. */
+T512 static inline __m512i plane_bytes(const planes *s, int c) {
+  __m512i b = _mm512_maskz_mov_epi8(plane_bits(s->ones, c), _mm512_set1_epi8(1));
+  b = _mm512_mask_add_epi8(b, plane_bits(s->twos, c), b, _mm512_set1_epi8(2));
+  b = _mm512_mask_add_epi8(b, plane_bits(s->fours, c), b, _mm512_set1_epi8(4));
+  return _mm512_mask_add_epi8(b, plane_bits(s->eights, c), b, _mm512_set1_epi8(8));
+}
+
+T512 size_t eldr__bits_group512(const unsigned char *p, size_t tb, size_t ntok, const uint32_t *off,
+                                uint16_t *out) {
+  const int contig = off[1] == off[0] + 8 && off[2] == off[0] + 16 && off[3] == off[0] + 24;
+  __m512i sel[8];
+  for (int k = 0; k < 8; k++) sel[k] = _mm512_loadu_si512(SEL[k]);
+  planes s = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(),
+              _mm512_setzero_si512()};
+  __m512i cnt[8];
+  for (int c = 0; c < 8; c++) cnt[c] = _mm512_setzero_si512();
+  for (size_t t = 0; t < ntok; t += GROUP, p += GROUP * tb) {
+    const __m512i sixteens = tree16(&s, p, tb, off, contig, sel);
+    for (int c = 0; c < 8; c++) /* a set bit adds one */
+      cnt[c] = _mm512_mask_sub_epi8(cnt[c], plane_bits(sixteens, c), cnt[c], _mm512_set1_epi8(-1));
+  }
+  /* 16 x sixteens + 8 x eights + 4 x fours + 2 x twos + ones, per position */
+  __m512i sum = _mm512_setzero_si512();
+  const __m512i ones16 = _mm512_set1_epi16(1);
+  for (int c = 0; c < 8; c++) {
+    __m512i b = plane_bytes(&s, c);
+    const __m512i lo = _mm512_add_epi16(
+        _mm512_slli_epi16(_mm512_cvtepu8_epi16(_mm512_castsi512_si256(cnt[c])), 4),
+        _mm512_cvtepu8_epi16(_mm512_castsi512_si256(b)));
+    const __m512i hi = _mm512_add_epi16(
+        _mm512_slli_epi16(_mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(cnt[c], 1)), 4),
+        _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(b, 1)));
+    _mm512_storeu_si512(out + 64 * c, lo);
+    _mm512_storeu_si512(out + 64 * c + 32, hi);
+    sum = _mm512_add_epi32(sum, _mm512_add_epi32(_mm512_madd_epi16(lo, ones16),
+                                                 _mm512_madd_epi16(hi, ones16)));
+  }
+  return (size_t)_mm512_reduce_add_epi32(sum);
+}
+
+/* One 16-token block of one group into bytes (see core/counts_int.h). */
+T512 size_t eldr__bits_block16_512(const unsigned char *p, size_t tb, const uint32_t *off, uint8_t *out) {
+  const int contig = off[1] == off[0] + 8 && off[2] == off[0] + 16 && off[3] == off[0] + 24;
+  __m512i sel[8];
+  for (int k = 0; k < 8; k++) sel[k] = _mm512_loadu_si512(SEL[k]);
+  const __m512i z = _mm512_setzero_si512();
+  planes s = {z, z, z, z};
+  const __m512i sixteens = tree16(&s, p, tb, off, contig, sel);
   __m512i sum = z;
   for (int c = 0; c < 8; c++) {
-    __m512i b = _mm512_maskz_mov_epi8(plane_bits(s.ones, c), _mm512_set1_epi8(1));
-    b = _mm512_mask_add_epi8(b, plane_bits(s.twos, c), b, _mm512_set1_epi8(2));
-    b = _mm512_mask_add_epi8(b, plane_bits(s.fours, c), b, _mm512_set1_epi8(4));
-    b = _mm512_mask_add_epi8(b, plane_bits(s.eights, c), b, _mm512_set1_epi8(8));
+    __m512i b = plane_bytes(&s, c);
     b = _mm512_mask_add_epi8(b, plane_bits(sixteens, c), b, _mm512_set1_epi8(16));
     _mm512_storeu_si512(out + 64 * c, b);
     sum = _mm512_add_epi64(sum, _mm512_sad_epu8(b, z));
