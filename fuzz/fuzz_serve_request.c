@@ -3,13 +3,18 @@
  * request, as the server does for POST /v1/(chat/)completions. Checks: never
  * crashes, never reads out of bounds, a parsed head's length is within the
  * input, errors carry a 4xx/5xx status and a message, a parsed body yields
- * both leg bodies that are valid JSON objects. */
+ * both leg bodies that are valid JSON objects; an accepted head is never an
+ * HTTP/1.0 one with Transfer-Encoding; the constant-time token comparison
+ * (auth.c) agrees with strcmp on the head's Authorization. */
 #include <jansson.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "serve/serve_internal.h"
+
+/* auth.c's comparison (declared in serve_types.h, which needs libevent) */
+int eldr__token_equal(const char *given, const char *want);
 
 static void check_body(const char *b, size_t n, eldr__api api) {
   eldr__req r;
@@ -49,6 +54,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (n > 0) {
     if ((size_t)n > size) abort();
     if (h.path[0] != '/') abort();
+    if (h.minor == 0 && h.chunked) abort(); /* RFC 9112 6.1: refused */
+    const char *keys[] = {"sk-test-key-0001", "x", h.authorization};
+    for (size_t i = 0; i < 3; i++) {
+      int want = keys[i][0] && h.authorization[0] && !strcmp(h.authorization, keys[i]);
+      if (eldr__token_equal(h.authorization, keys[i]) != want) abort();
+    }
     size_t rest = size - (size_t)n;
     size_t blen = h.content_length >= 0 && (size_t)h.content_length < rest ? (size_t)h.content_length : rest;
     check_body(buf + n, blen, strstr(h.path, "chat") ? ELDR__API_CHAT : ELDR__API_COMPLETIONS);

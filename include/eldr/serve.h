@@ -61,8 +61,11 @@ typedef struct eldr_serve_config {
   double connect_timeout_s;  /* TCP connect to a worker; one health check (default 10) */
   double prefill_timeout_s;  /* whole prefill leg (default 120) */
   double decode_timeout_s;   /* whole decode leg (default 1800) */
-  double decode_first_byte_timeout_s; /* streaming decode leg: to the reply's head (default 30; 0 = off) */
-  double decode_idle_timeout_s;       /* streaming decode leg: between reads (default 30; 0 = off) */
+  double decode_first_byte_timeout_s; /* streaming decode leg: the queue timeout, to its first
+                                       * byte; ends that request alone, never the decoder
+                                       * (default 600; 0 = off) */
+  double decode_idle_timeout_s;       /* streaming decode leg: between reads, the same way
+                                       * (default 600; 0 = off) */
   double header_timeout_s;   /* client must send head and body within (default 15) */
   double idle_timeout_s;     /* idle keep-alive client connections closed after (default 120) */
   int retries;               /* extra attempts per leg on another worker (default 2) */
@@ -104,6 +107,21 @@ typedef struct eldr_serve_config {
   size_t watch_requests;     /* locality decisions kept for that window (default 4096) */
   char *admin_token;         /* POST /admin/reload needs "Authorization: Bearer <token>"
                               * (config file only; NULL: no such endpoint, 404) */
+  char **api_keys;           /* clients must send "Authorization: Bearer <one of these>" on
+                              * every /v1 path, as vLLM's --api-key (config api_key: a
+                              * string or an array; NULL: open, default); compared in
+                              * constant time; 401 {"error":"Unauthorized"} otherwise */
+  size_t n_api_keys;
+  double shutdown_timeout_s; /* SIGTERM/SIGINT: /health 503, listeners closed, requests in
+                              * flight finish within this (vLLM's --shutdown-timeout),
+                              * then the server stops; a second signal stops it at once
+                              * (default 30) */
+  double health_timeout_s;   /* one health check (and hang probe) must answer within
+                              * this, its own short bound (default 2) */
+  double hang_window_s;      /* a worker whose legs in flight made no progress (no byte
+                              * from it) for this long is probed; a probe that does not
+                              * answer in health_timeout makes it hung: ejected, its legs
+                              * ended (default 5; 0 = off; docs/serve.md, Faults) */
   int handle_signals;        /* SIGHUP reloads, SIGINT/SIGTERM stop (for the CLI) */
   char *config_path;         /* JSON config re-read on reload (NULL: reload artifact only) */
   char *overrides;           /* JSON object in the config file's syntax applied over the
@@ -122,6 +140,8 @@ int eldr_serve_config_copy(eldr_serve_config *dst, const eldr_serve_config *src)
 int eldr_serve_config_add_worker(eldr_serve_config *c, int decode, const char *url, eldr_diag *d);
 /* Append a DNS-discovered worker group "NAME:PORT" (validated). */
 int eldr_serve_config_add_dns(eldr_serve_config *c, int decode, const char *hostport, eldr_diag *d);
+/* Append a client API key (checked by eldr_serve_config_validate). */
+int eldr_serve_config_add_api_key(eldr_serve_config *c, const char *key, eldr_diag *d);
 /* Apply a JSON config document over c. Keys (all optional):
  *   host, port, prefill [urls], decode [urls], prefill_dns [NAME:PORT],
  *   decode_dns [NAME:PORT], dns_interval, dns_server, scrape_interval, access_log, artifact, policy, tau, seed,
@@ -133,7 +153,9 @@ int eldr_serve_config_add_dns(eldr_serve_config *c, int decode, const char *host
  *   splice_routed_experts (boolean), backend_api_key (string or null),
  *   forward_authorization (boolean), cors_origin (string or null),
  *   record (directory or null), record_sample, record_max_bytes,
- *   record_max_seconds, record_queue, record_queue_bytes, record_experts.
+ *   record_max_seconds, record_queue, record_queue_bytes, record_experts,
+ *   api_key (string, array of strings, or null), shutdown_timeout,
+ *   health_timeout, hang_window.
  * A "prefill"/"decode" list replaces the current one. Unknown keys and
  * wrong types are errors naming the key. */
 int eldr_serve_config_parse(eldr_serve_config *c, const char *json, size_t len, eldr_diag *d);
@@ -166,6 +188,12 @@ int eldr_server_port(const eldr_server *s);
 int eldr_server_run(eldr_server *s);
 /* Ask the loop to exit (any thread). */
 void eldr_server_stop(eldr_server *s);
+/* Graceful drain (any thread; what the first SIGTERM does): /health answers
+ * 503 at once, the listeners are closed, idle keep-alive connections are
+ * closed, every response from now on closes its connection, and the loops
+ * stop once no request is in flight or cfg.shutdown_timeout_s has passed.
+ * A second call stops at once. */
+void eldr_server_drain(eldr_server *s);
 /* Ask the loop to reload the config file (if any; then overrides over it)
  * and the artifact (any thread). The new state (configuration, artifact,
  * policy, signature buffers, worker list with resolved addresses, pool

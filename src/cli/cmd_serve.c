@@ -52,11 +52,23 @@ static void usage(FILE *f) {
           "                        re-read on SIGHUP together with the artifact\n"
           "  --prefill-timeout S   whole prefill leg (default 120)\n"
           "  --decode-timeout S    whole decode leg (default 1800)\n"
-          "  --decode-first-byte-timeout S  streaming decode leg: the reply's head within S,\n"
-          "                        else the decoder is ejected as hung (default 30; 0 = off)\n"
-          "  --decode-idle-timeout S  streaming decode leg: at most S between reads (default 30)\n"
+          "  --decode-first-byte-timeout S  streaming decode leg: the queue timeout, its first\n"
+          "                        byte within S, else that request ends with 504; the decoder\n"
+          "                        is never ejected for it (default 600; 0 = off)\n"
+          "  --decode-idle-timeout S  streaming decode leg: at most S between reads, the same way\n"
+          "                        (default 600; 0 = off)\n"
+          "  --hang-window S       a worker whose legs made no progress for S is probed; it is\n"
+          "                        hung (ejected, its legs ended) only when the probe does not\n"
+          "                        answer within --health-timeout (default 5; 0 = off)\n"
+          "  --health-timeout S    one health check or hang probe must answer within S (default 2)\n"
+          "  --shutdown-timeout S  SIGTERM: /health 503, listener closed, requests in flight\n"
+          "                        finish within S, then exit 0; a second SIGTERM exits at\n"
+          "                        once (default 30)\n"
+          "  --api-key KEY         clients must send \"Authorization: Bearer KEY\" on /v1 paths\n"
+          "                        (repeatable: any one admits; vLLM's --api-key); also from\n"
+          "                        $ELDR_API_KEY (kept out of the process list)\n"
           "  --header-timeout S    client must send its request within (default 15)\n"
-          "  --connect-timeout S   TCP connect to a worker and one health check (default 10)\n"
+          "  --connect-timeout S   TCP connect to a worker (default 10)\n"
           "  --health-interval S   active health checks, 0 = off (default 2)\n"
           "  --eject-after N       consecutive failures that eject a worker (default 3)\n"
           "  --retries N           extra attempts of a leg on another worker (default 2)\n"
@@ -100,7 +112,8 @@ int eldr_cmd_serve(int argc, char **argv) {
     O_PREFILL = 256, O_DECODE, O_ARTIFACT, O_POLICY, O_TAU, O_HOST, O_PORT, O_CONFIG, O_PT, O_DT,
     O_HT, O_CT, O_HI, O_EJ, O_RETRIES, O_MAXBODY, O_GUARD, O_SCR, O_SEED, O_NOSPLICE, O_DFB, O_DIDLE, O_APIKEY, O_FWDAUTH, O_CORS, O_QUIET, O_HELP,
     O_PDNS, O_DDNS, O_DNSI, O_DNSS, O_CHECK, O_SCRAPE, O_ALOG,
-    O_MAXCONN, O_STREAMBUF, O_REC, O_RECSAMPLE, O_RECBYTES, O_RECSECS, O_RECEXP, O_THREADS
+    O_MAXCONN, O_STREAMBUF, O_REC, O_RECSAMPLE, O_RECBYTES, O_RECSECS, O_RECEXP, O_THREADS,
+    O_CLIENTKEY, O_SHUTDOWN, O_HEALTHTO, O_HANG
   };
   static const struct option opts[] = {
       {"prefill", required_argument, 0, O_PREFILL}, {"decode", required_argument, 0, O_DECODE},
@@ -124,7 +137,9 @@ int eldr_cmd_serve(int argc, char **argv) {
       {"stream-buffer", required_argument, 0, O_STREAMBUF}, {"record", required_argument, 0, O_REC},
       {"record-sample", required_argument, 0, O_RECSAMPLE}, {"record-max-bytes", required_argument, 0, O_RECBYTES},
       {"record-max-seconds", required_argument, 0, O_RECSECS}, {"record-experts", required_argument, 0, O_RECEXP},
-      {"threads", required_argument, 0, O_THREADS}, {0, 0, 0, 0}};
+      {"threads", required_argument, 0, O_THREADS}, {"api-key", required_argument, 0, O_CLIENTKEY},
+      {"shutdown-timeout", required_argument, 0, O_SHUTDOWN}, {"health-timeout", required_argument, 0, O_HEALTHTO},
+      {"hang-window", required_argument, 0, O_HANG}, {0, 0, 0, 0}};
   /* pass 1: --help and --config (the file is applied before the other flags) */
   const char *config = NULL;
   cli_getopt_reset();
@@ -145,7 +160,7 @@ int eldr_cmd_serve(int argc, char **argv) {
     if (rc) cli_usage_error(cmd, "%s", eldr_diag_msg(&d, rc));
     c.config_path = strdup(config);
   }
-  int quiet = 0, cli_prefill = 0, cli_decode = 0, cli_pdns = 0, cli_ddns = 0, check = -1;
+  int quiet = 0, cli_prefill = 0, cli_decode = 0, cli_pdns = 0, cli_ddns = 0, check = -1, cli_keys = 0;
   /* every flag also goes into ov, in the config file's syntax: re-applied
    * over the file on each reload */
   json_t *ov = json_object();
@@ -275,6 +290,20 @@ int eldr_cmd_serve(int argc, char **argv) {
       c.backend_api_key = strdup(optarg);
       OV("backend_api_key", json_string(optarg));
       break;
+    case O_CLIENTKEY: /* flags replace the config file's keys; re-applied on reload */
+      if (!cli_keys++) {
+        for (size_t i = 0; i < c.n_api_keys; i++) free(c.api_keys[i]);
+        free(c.api_keys);
+        c.api_keys = NULL;
+        c.n_api_keys = 0;
+        json_object_set_new(ov, "api_key", json_array());
+      }
+      if ((rc = eldr_serve_config_add_api_key(&c, optarg, &d))) cli_usage_error(cmd, "--api-key: %s", eldr_diag_msg(&d, rc));
+      json_array_append_new(json_object_get(ov, "api_key"), json_string(optarg));
+      break;
+    case O_SHUTDOWN: c.shutdown_timeout_s = cli_parse_double(cmd, "--shutdown-timeout", optarg, 0, 86400); OV("shutdown_timeout", json_real(c.shutdown_timeout_s)); break;
+    case O_HEALTHTO: c.health_timeout_s = cli_parse_double(cmd, "--health-timeout", optarg, 0.001, 3600); OV("health_timeout", json_real(c.health_timeout_s)); break;
+    case O_HANG: c.hang_window_s = cli_parse_double(cmd, "--hang-window", optarg, 0, 86400); OV("hang_window", json_real(c.hang_window_s)); break;
     case O_FWDAUTH: c.forward_authorization = 1; OV("forward_authorization", json_true()); break;
     case O_CORS:
       free(c.cors_origin);
@@ -287,10 +316,18 @@ int eldr_cmd_serve(int argc, char **argv) {
     }
     (void)rc;
   }
+  int rc0;
   const char *envkey = getenv("ELDR_BACKEND_API_KEY");
   if (!c.backend_api_key && envkey && *envkey) {
     c.backend_api_key = strdup(envkey);
     OV("backend_api_key", json_string(envkey));
+  }
+  const char *envckey = getenv("ELDR_API_KEY"); /* a key from the environment stays out of ps */
+  if (!c.n_api_keys && envckey && *envckey) {
+    if ((rc0 = eldr_serve_config_add_api_key(&c, envckey, &d))) cli_fail(cmd, "$ELDR_API_KEY: %s", eldr_diag_msg(&d, rc0));
+    json_t *a = json_array();
+    json_array_append_new(a, json_string(envckey));
+    OV("api_key", a);
   }
   if (json_object_size(ov) && !(c.overrides = json_dumps(ov, JSON_COMPACT))) cli_fail(cmd, "out of memory");
   json_decref(ov);

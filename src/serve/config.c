@@ -28,8 +28,11 @@ void eldr_serve_config_default(eldr_serve_config *c) {
   c->connect_timeout_s = 10;
   c->prefill_timeout_s = 120;
   c->decode_timeout_s = 1800;
-  c->decode_first_byte_timeout_s = 30;
-  c->decode_idle_timeout_s = 30;
+  c->decode_first_byte_timeout_s = 600;
+  c->decode_idle_timeout_s = 600;
+  c->shutdown_timeout_s = 30;
+  c->health_timeout_s = 2;
+  c->hang_window_s = 5;
   c->header_timeout_s = 15;
   c->idle_timeout_s = 120;
   c->retries = 2;
@@ -73,6 +76,7 @@ void eldr_serve_config_free(eldr_serve_config *c) {
   free(c->cors_origin);
   free(c->record_dir);
   free(c->admin_token);
+  free_list(c->api_keys, c->n_api_keys);
   memset(c, 0, sizeof *c);
 }
 
@@ -98,7 +102,7 @@ int eldr_serve_config_copy(eldr_serve_config *dst, const eldr_serve_config *src)
   dst->cors_origin = xstrdup(src->cors_origin);
   dst->record_dir = xstrdup(src->record_dir);
   dst->admin_token = xstrdup(src->admin_token);
-  dst->prefill = dst->decode = dst->prefill_dns = dst->decode_dns = NULL;
+  dst->prefill = dst->decode = dst->prefill_dns = dst->decode_dns = dst->api_keys = NULL;
   int bad = (src->host && !dst->host) || (src->artifact && !dst->artifact) ||
             (src->dns_server && !dst->dns_server) || (src->access_log && !dst->access_log) ||
             (src->config_path && !dst->config_path) || (src->overrides && !dst->overrides) ||
@@ -109,6 +113,7 @@ int eldr_serve_config_copy(eldr_serve_config *dst, const eldr_serve_config *src)
   bad |= copy_list(&dst->decode, src->decode, src->n_decode);
   bad |= copy_list(&dst->prefill_dns, src->prefill_dns, src->n_prefill_dns);
   bad |= copy_list(&dst->decode_dns, src->decode_dns, src->n_decode_dns);
+  bad |= copy_list(&dst->api_keys, src->api_keys, src->n_api_keys);
   if (bad) {
     eldr_serve_config_free(dst);
     return ELDR_ENOMEM;
@@ -187,6 +192,43 @@ int eldr_serve_config_add_worker(eldr_serve_config *c, int decode, const char *u
   size_t ul = strlen(url);
   if (ul > 7 && (*v)[*n - 1][ul - 1] == '/') (*v)[*n - 1][ul - 1] = 0;
   return 0;
+}
+
+int eldr_serve_config_add_api_key(eldr_serve_config *c, const char *key, eldr_diag *d) {
+  if (!key) return eldr_diag_fail(d, ELDR_EINVAL, "api_key: missing");
+  return append(&c->api_keys, &c->n_api_keys, key) ? eldr_diag_fail(d, ELDR_ENOMEM, "out of memory") : 0;
+}
+
+/* api_key: a string, an array of strings (any one admits), or null (off);
+ * replaces the current keys, or nothing changes. */
+static int set_api_keys(eldr_serve_config *c, json_t *v, eldr_diag *d) {
+  eldr_serve_config tmp;
+  memset(&tmp, 0, sizeof tmp);
+  int rc = 0;
+  if (json_is_string(v)) {
+    rc = eldr_serve_config_add_api_key(&tmp, json_string_value(v), d);
+  } else if (json_is_array(v)) {
+    size_t i;
+    json_t *u;
+    json_array_foreach(v, i, u) {
+      if (!json_is_string(u)) {
+        rc = eldr_diag_fail(d, ELDR_EINVAL, "config: 'api_key[%zu]' must be a string", i);
+        break;
+      }
+      if ((rc = eldr_serve_config_add_api_key(&tmp, json_string_value(u), d))) break;
+    }
+  } else if (!json_is_null(v)) {
+    rc = eldr_diag_fail(d, ELDR_EINVAL, "config: 'api_key' must be a string, an array of strings or null");
+  }
+  if (!rc) {
+    free_list(c->api_keys, c->n_api_keys);
+    c->api_keys = tmp.api_keys;
+    c->n_api_keys = tmp.n_api_keys;
+    tmp.api_keys = NULL;
+    tmp.n_api_keys = 0;
+  }
+  eldr_serve_config_free(&tmp);
+  return rc;
 }
 
 int eldr_serve_config_add_dns(eldr_serve_config *c, int decode, const char *hostport, eldr_diag *d) {
@@ -337,6 +379,10 @@ int eldr_serve_config_parse(eldr_serve_config *c, const char *json, size_t len, 
     else if (!strcmp(key, "record_queue")) { if (!(rc = get_int(v, key, 1, 1 << 24, &n, d))) c->record_queue = (size_t)n; }
     else if (!strcmp(key, "record_queue_bytes")) { if (!(rc = get_int(v, key, 1 << 16, 1ll << 40, &n, d))) c->record_queue_bytes = (size_t)n; }
     else if (!strcmp(key, "record_experts")) { if (!(rc = get_int(v, key, 0, ELDR_MAX_EXPERTS, &n, d))) c->record_experts = (uint32_t)n; }
+    else if (!strcmp(key, "api_key")) rc = set_api_keys(c, v, d);
+    else if (!strcmp(key, "shutdown_timeout")) { if (!(rc = get_num(v, key, 0, 86400, &x, d))) c->shutdown_timeout_s = x; }
+    else if (!strcmp(key, "health_timeout")) { if (!(rc = get_num(v, key, 0.001, 3600, &x, d))) c->health_timeout_s = x; }
+    else if (!strcmp(key, "hang_window")) { if (!(rc = get_num(v, key, 0, 86400, &x, d))) c->hang_window_s = x; }
     else rc = eldr_diag_fail(d, ELDR_EINVAL, "config: unknown key '%s'", key);
     if (rc) break;
   }
@@ -427,5 +473,11 @@ int eldr_serve_config_validate(const eldr_serve_config *c, eldr_diag *d) {
   if (c->admin_token && (!header_safe(c->admin_token, 0) || strlen(c->admin_token) < 16 || strlen(c->admin_token) > 4096))
     return eldr_diag_fail(d, ELDR_EINVAL, "admin_token must be 16 to 4096 visible ASCII characters without spaces");
   if (c->watch_requests < 1) return eldr_diag_fail(d, ELDR_ERANGE, "watch_requests must be >= 1");
+  if (c->n_api_keys > 64) return eldr_diag_fail(d, ELDR_ERANGE, "api_key: at most 64 keys");
+  for (size_t i = 0; i < c->n_api_keys; i++)
+    if (!c->api_keys[i] || !header_safe(c->api_keys[i], 0) || !*c->api_keys[i] || strlen(c->api_keys[i]) > 4096)
+      return eldr_diag_fail(d, ELDR_EINVAL, "api_key %zu: must be 1 to 4096 visible ASCII characters without spaces", i + 1);
+  if (!(c->shutdown_timeout_s >= 0) || !(c->health_timeout_s > 0) || !(c->hang_window_s >= 0))
+    return eldr_diag_fail(d, ELDR_ERANGE, "shutdown_timeout and hang_window must be >= 0 and health_timeout > 0");
   return 0;
 }

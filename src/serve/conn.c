@@ -28,6 +28,8 @@ static const char *reason(int st) {
   case 200: return "OK";
   case 204: return "No Content";
   case 400: return "Bad Request";
+  case 401: return "Unauthorized";
+  case 403: return "Forbidden";
   case 404: return "Not Found";
   case 405: return "Method Not Allowed";
   case 408: return "Request Timeout";
@@ -43,7 +45,7 @@ static const char *reason(int st) {
   case 503: return "Service Unavailable";
   case 504: return "Gateway Timeout";
   case 505: return "HTTP Version Not Supported";
-  default: return st < 300 ? "OK" : st < 500 ? "Client Error" : "Server Error";
+  default: return st < 300 ? "OK" : st < 500 ? "Bad Request" : "Internal Server Error";
   }
 }
 
@@ -279,6 +281,10 @@ static void dispatch(hconn *c, const char *body, size_t len) {
   eldr__method m = c->head.method;
   int known = 1;
   c->state = C_BUSY;
+  if (c->unauth) { /* the body was read (framing kept), never looked at */
+    eldr__auth_refuse(c);
+    return;
+  }
   c->head_only = m == ELDR__M_HEAD;
   if (!strcmp(p, "/v1/completions") || !strcmp(p, "/v1/chat/completions")) {
     if (m != ELDR__M_POST) goto bad_method;
@@ -451,6 +457,16 @@ static void conn_process(hconn *c) {
         break;
       }
       int64_t cl = c->head.content_length;
+      /* credentials first: an unauthenticated client learns nothing else
+       * (not 411, not 413); a body it sent is read and dropped in dispatch */
+      c->unauth = eldr__auth_check(c);
+      if (c->unauth && ((c->head.method == ELDR__M_POST && cl < 0 && !c->head.chunked) ||
+                        (cl > 0 && (uint64_t)cl > s->cfg.max_body))) {
+        evtimer_del(c->deadline);
+        if (cl > 0) c->keep_alive = 0; /* a body too large to read stays unread: close */
+        eldr__auth_refuse(c);
+        break;
+      }
       if (c->head.chunked) { /* Node's http, fetch with a stream, requests with a generator, curl -T - */
         if (!c->cbody && !(c->cbody = evbuffer_new())) {
           evtimer_del(c->deadline);

@@ -1,5 +1,6 @@
 /* http_parse.c — strict, bounded parser of an HTTP/1.x request head.
  * Pure: no allocation, never reads past the given length. */
+#include <ctype.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -41,6 +42,37 @@ static int list_has(const char *v, size_t n, const char *tok) {
     if (e - s == tl && strncasecmp(v + s, tok, tl) == 0) return 1;
   }
   return 0;
+}
+
+/* A Host value (RFC 9110 7.2, RFC 3986 3.2.2): empty, or uri-host [":" port]:
+ * a reg-name or IPv4 (unreserved, pct-encoded, sub-delims) or an
+ * IP-literal in brackets, then digits after one colon. */
+static int host_valid(const char *v, size_t n) {
+  size_t i = 0;
+  if (n && v[0] == '[') {
+    while (i < n && v[i] != ']') {
+      unsigned char c = (unsigned char)v[i];
+      if (i && !(isxdigit(c) || c == ':' || c == '.' || c == 'v' || c == 'V')) return 0;
+      i++;
+    }
+    if (i == n) return 0;
+    i++; /* past ']' */
+  } else {
+    for (; i < n && v[i] != ':'; i++) {
+      unsigned char c = (unsigned char)v[i];
+      if (c == '%') {
+        if (i + 2 >= n || !isxdigit((unsigned char)v[i + 1]) || !isxdigit((unsigned char)v[i + 2])) return 0;
+        i += 2;
+      } else if (!c || (!isalnum(c) && !strchr("-._~!$&'()*+,;=", c))) {
+        return 0;
+      }
+    }
+  }
+  if (i == n) return 1;
+  if (v[i] != ':') return 0;
+  for (i++; i < n; i++)
+    if (!isdigit((unsigned char)v[i])) return 0;
+  return 1;
 }
 
 static int copy_value(char *dst, size_t cap, const char *v, size_t n) {
@@ -128,7 +160,7 @@ long eldr__http_parse_head(const char *buf, size_t len, size_t max_header, eldr_
   if (buf[p + 5] != '1') return fail(h, 505, "HTTP version not supported");
   h->minor = buf[p + 7] - '0';
   h->keep_alive = h->minor >= 1;
-  int conn_close = 0, conn_keep = 0, have_te = 0;
+  int conn_close = 0, conn_keep = 0, have_te = 0, n_host = 0, n_auth = 0, n_reqid = 0;
   /* headers */
   while (i < end) {
     size_t hs = i;
@@ -173,13 +205,18 @@ long eldr__http_parse_head(const char *buf, size_t len, size_t max_header, eldr_
     } else if (NAME_IS("Expect")) {
       if (vl == 12 && !strncasecmp(v, "100-continue", 12)) h->expect_continue = 1;
       else return fail(h, 417, "unsupported Expect");
+    } else if (NAME_IS("Host")) { /* RFC 9112 3.2: exactly one in HTTP/1.1, a valid authority */
+      if (++n_host > 1) return fail(h, 400, "more than one Host header");
+      if (!host_valid(v, vl)) return fail(h, 400, "invalid Host header");
     } else if (NAME_IS("X-Request-Id")) {
+      if (++n_reqid > 1) return fail(h, 400, "more than one X-Request-Id header");
       for (size_t k = 0; k < vl; k++)
         if ((unsigned char)v[k] <= 0x20 || (unsigned char)v[k] >= 0x7f)
           return fail(h, 400, "X-Request-Id must be visible ASCII without spaces");
       if (copy_value(h->request_id, sizeof h->request_id, v, vl))
         return fail(h, 400, "X-Request-Id too long");
-    } else if (NAME_IS("Authorization")) {
+    } else if (NAME_IS("Authorization")) { /* two would leave the router to pick one: refused */
+      if (++n_auth > 1) return fail(h, 400, "more than one Authorization header");
       if (copy_value(h->authorization, sizeof h->authorization, v, vl))
         return fail(h, 431, "Authorization header too large");
     } else if (NAME_IS("traceparent")) {
@@ -198,6 +235,9 @@ long eldr__http_parse_head(const char *buf, size_t len, size_t max_header, eldr_
   }
   if (have_te && h->content_length >= 0)
     return fail(h, 400, "both Transfer-Encoding and Content-Length");
+  /* RFC 9112 6.1: Transfer-Encoding in an HTTP/1.0 message is faulty framing */
+  if (have_te && h->minor == 0) return fail(h, 400, "Transfer-Encoding in an HTTP/1.0 request");
+  if (!n_host && h->minor >= 1) return fail(h, 400, "HTTP/1.1 request without a Host header");
   if (conn_close) h->keep_alive = 0;
   else if (conn_keep) h->keep_alive = 1;
   return (long)end;

@@ -18,7 +18,7 @@ static const char *const fb_name[FB__N] = {"no_routed_experts", "malformed", "no
                                            "shape_mismatch", "empty_signature"};
 static const char *const bad_name[BAD__N] = {"malformed_json", "invalid_field", "body_too_large",
                                              "malformed_head", "timeout", "unknown_path",
-                                             "method_not_allowed", "length_required"};
+                                             "method_not_allowed", "length_required", "unauthorized"};
 
 static void histo_init(histo *h, const double *b) {
   memset(h, 0, sizeof *h);

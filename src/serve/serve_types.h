@@ -57,7 +57,7 @@
 enum { DEC_LOCALITY, DEC_LOAD, DEC_NONE, DEC__N };
 enum { OUT_OK, OUT_CLIENT_ERROR, OUT_UPSTREAM_ERROR, OUT_TIMEOUT, OUT_CANCELLED, OUT_STREAM_ABORTED, OUT__N };
 enum { FB_NONE = ELDR__FB_NONE, FB_SHAPE_MISMATCH = ELDR__FB_SHAPE_MISMATCH, FB__N = ELDR__FB__COUNT };
-enum { BAD_JSON, BAD_FIELD, BAD_TOO_LARGE, BAD_HEAD, BAD_TIMEOUT, BAD_PATH, BAD_METHOD, BAD_LENGTH, BAD__N };
+enum { BAD_JSON, BAD_FIELD, BAD_TOO_LARGE, BAD_HEAD, BAD_TIMEOUT, BAD_PATH, BAD_METHOD, BAD_LENGTH, BAD_AUTH, BAD__N };
 
 #define HB 14
 /* A loop's counters are written by that loop only and read by whichever
@@ -155,6 +155,8 @@ struct eldr__group {
   eldr__sigshare sigshare; /* the signature cache committed last (sigpath.h) */
   struct eldr__watchcore *watch; /* a reference on the watch committed last, or NULL */
   uint64_t reload_gen;     /* reloads committed so far, any loop (mu) */
+  double auth_log_t;       /* auth.c: the last refusal logged (mu) */
+  uint64_t auth_refused;   /* refusals not logged since (mu) */
 };
 eldr__group *eldr__group_new(int n);
 void eldr__group_free(eldr__group *g);
@@ -303,6 +305,7 @@ struct hconn {
   int head_only;
   int resp_chunked; /* 1 = chunked, 2 = raw until close (HTTP/1.0) */
   int refusing;     /* accepted above max_connections: answered 503 */
+  int unauth;       /* the head's credentials failed (auth.c): 1 API key, 2 admin token */
   size_t body_need;
   /* a chunked request body: decoded into cbody as it arrives */
   struct evbuffer *cbody;
@@ -591,6 +594,16 @@ void eldr__handle_admin_reload(hconn *c);
 /* server.c: reload now, as SIGHUP does (all or nothing, logged and
  * counted): 0, or the error with the reason in d. */
 int eldr__reload_now(eldr_server *s, eldr_diag *d);
+
+/* ---- auth.c: client credentials ------------------------------------------------ */
+/* Constant-time equality of a given token and a configured one (the time
+ * depends on want's length only); 0 when either is empty. */
+int eldr__token_equal(const char *given, const char *want);
+/* The credential c's request head needs and lacks: 0 (none needed, or it
+ * passes), 1 (an API key on a /v1 path), 2 (the admin token). */
+int eldr__auth_check(const hconn *c);
+/* Answer c's 401 (c->unauth's kind), count it and log it at a bounded rate. */
+void eldr__auth_refuse(hconn *c);
 
 /* ---- metrics.c -------------------------------------------------------------- */
 

@@ -147,7 +147,7 @@ static void test_fd_exhaustion(void **st) {
   /* a request sent now waits in the backlog too; meanwhile the router must
    * not spin (CPU) nor flood its log */
   int waiting = idle_conn(ch.port);
-  const char *req = "POST /v1/completions HTTP/1.1\r\nContent-Length: 14\r\nConnection: close\r\n\r\n{\"prompt\":\"a\"}";
+  const char *req = "POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Length: 14\r\nConnection: close\r\n\r\n{\"prompt\":\"a\"}";
   assert_int_equal(send(waiting, req, strlen(req), MSG_NOSIGNAL), (ssize_t)strlen(req));
   double cpu0 = proc_cpu_s(ch.pid);
   double t0 = fx_now();
@@ -226,7 +226,7 @@ static void test_slow_reader_bounded(void **st) {
   assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
   const char *body = "{\"prompt\":\"a\",\"stream\":true}";
   char req[256];
-  int n = snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nContent-Length: %zu\r\n\r\n%s", strlen(body),
+  int n = snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Length: %zu\r\n\r\n%s", strlen(body),
                    body);
   assert_int_equal(send(fd, req, (size_t)n, MSG_NOSIGNAL), n);
   /* the stream starts and the router pauses it */

@@ -170,7 +170,7 @@ static void test_decode_dns_adds_and_drains(void **st) {
   fx_behaviour hold = fx_defaults();
   hold.stall_after_chunks = 1;
   fx_set(b, &hold);
-  const char *stream = "POST /v1/completions HTTP/1.1\r\nContent-Length: 28\r\n\r\n{\"prompt\":\"a\",\"stream\":true}";
+  const char *stream = "POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Length: 28\r\n\r\n{\"prompt\":\"a\",\"stream\":true}";
   char buf[8192];
   int fd = -1;
   for (int k = 0; k < 3 && fd < 0; k++) { /* round robin: within two streams one is on b */

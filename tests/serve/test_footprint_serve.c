@@ -56,7 +56,7 @@ static char *make_artifact(int with_latency, const char *tag) {
 }
 
 static const char *STREAM =
-    "POST /v1/completions HTTP/1.1\r\nContent-Length: 28\r\n\r\n{\"prompt\":\"a\",\"stream\":true}";
+    "POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Length: 28\r\n\r\n{\"prompt\":\"a\",\"stream\":true}";
 
 /* A streaming request held open after its first chunk: its decode leg (and
  * footprint ticket) stays in flight until the fd is closed. */

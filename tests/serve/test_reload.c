@@ -93,7 +93,7 @@ static void test_reload_raises_pool_size(void **st) {
   reload_and_wait(&g.r, "ok", 1);
   enum { N = 4 };
   int fd[N];
-  const char *req = "POST /v1/completions HTTP/1.1\r\nContent-Length: 28\r\n\r\n{\"prompt\":\"a\",\"stream\":true}";
+  const char *req = "POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Length: 28\r\n\r\n{\"prompt\":\"a\",\"stream\":true}";
   for (int i = 0; i < N; i++) fd[i] = tc_send_raw(port, req);
   char buf[N][8192];
   for (int i = 0; i < N; i++) { /* every stream has started */
@@ -222,7 +222,7 @@ static void test_removed_workers_drain_and_free(void **st) {
   fx_behaviour hang = fx_defaults();
   hang.hang = 1;
   fx_set(d0, &hang);
-  int fd = tc_send_raw(port, "POST /v1/completions HTTP/1.1\r\nContent-Length: 14\r\n\r\n{\"prompt\":\"b\"}");
+  int fd = tc_send_raw(port, "POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Length: 14\r\n\r\n{\"prompt\":\"b\"}");
   assert_int_equal(fx_wait(d0, "/v1/completions", 1, 10), 0);
   snprintf(doc, sizeof doc, "{\"decode\":[\"%s\"]}", fx_url(d1));
   sf_rewrite(&g, doc);

@@ -245,7 +245,7 @@ static void test_streaming_relay(void **st) {
   db.die_after_chunks = 0;
   db.stall_after_chunks = 1;
   fx_set(d, &db);
-  int fd = tc_send_raw(g.r.port, "POST /v1/completions HTTP/1.1\r\nContent-Length: 28\r\n\r\n{\"prompt\":\"z\",\"stream\":true}");
+  int fd = tc_send_raw(g.r.port, "POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Length: 28\r\n\r\n{\"prompt\":\"z\",\"stream\":true}");
   assert_true(fd >= 0);
   char buf[1024];
   tc_read_until(fd, buf, sizeof buf, chunks[0]); /* the first relayed chunk */
@@ -792,7 +792,7 @@ static void test_chunked_bodies(void **st) {
   }
   /* bounded by max_body across chunks */
   char big[6000];
-  int n = snprintf(big, sizeof big, "POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n");
+  int n = snprintf(big, sizeof big, "POST /v1/completions HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n");
   for (int i = 0; i < 5; i++) {
     n += snprintf(big + n, sizeof big - (size_t)n, "3E8\r\n");
     memset(big + n, ' ', 1000);
@@ -868,7 +868,7 @@ static void test_timeouts_and_disconnect(void **st) {
   reconfig(&g);
   g.c.decode_timeout_s = 60;
   sf_run(&g);
-  int fd = tc_send_raw(g.r.port, "POST /v1/completions HTTP/1.1\r\nContent-Length: 14\r\n\r\n{\"prompt\":\"a\"}");
+  int fd = tc_send_raw(g.r.port, "POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Length: 14\r\n\r\n{\"prompt\":\"a\"}");
   assert_true(fd >= 0);
   size_t before = fx_count(d, "/v1/completions");
   assert_int_equal(fx_wait(d, "/v1/completions", before + 1, 10), 0);
@@ -982,13 +982,13 @@ static void test_bad_input(void **st) {
   } raw[] = {
       {"BLAH\r\n\r\n", 400},
       {"GET / HTTP/3.0\r\n\r\n", 505},
-      {"POST /v1/completions HTTP/1.1\r\n\r\n", 411},
-      {"POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n", 400},
-      {"POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhelloXX0\r\n\r\n", 400},
-      {"POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nFFFFFF\r\n{", 413},
-      {"POST /v1/completions HTTP/1.1\r\nContent-Length: 99999999\r\n\r\n{", 413},
-      {"DELETE /health HTTP/1.1\r\n\r\n", 405},
-      {"GET /health HTTP/1.1\r\nContent-Length: x\r\n\r\n", 400},
+      {"POST /v1/completions HTTP/1.1\r\nHost: t\r\n\r\n", 411},
+      {"POST /v1/completions HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n", 400},
+      {"POST /v1/completions HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhelloXX0\r\n\r\n", 400},
+      {"POST /v1/completions HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\nFFFFFF\r\n{", 413},
+      {"POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Length: 99999999\r\n\r\n{", 413},
+      {"DELETE /health HTTP/1.1\r\nHost: t\r\n\r\n", 405},
+      {"GET /health HTTP/1.1\r\nHost: t\r\nContent-Length: x\r\n\r\n", 400},
   };
   for (size_t i = 0; i < sizeof raw / sizeof raw[0]; i++) {
     assert_int_equal(tc_raw(g.r.port, raw[i].raw, strlen(raw[i].raw), 10, &resp), 0);
@@ -997,7 +997,7 @@ static void test_bad_input(void **st) {
   }
   /* endless headers */
   char big[4096];
-  int n = snprintf(big, sizeof big, "GET /health HTTP/1.1\r\n");
+  int n = snprintf(big, sizeof big, "GET /health HTTP/1.1\r\nHost: t\r\n");
   while (n < 3000) n += snprintf(big + n, sizeof big - (size_t)n, "X-Pad: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n");
   assert_int_equal(tc_raw(g.r.port, big, (size_t)n, 10, &resp), 0);
   expect_error(&resp, 431, "too large");
@@ -1024,12 +1024,12 @@ static void test_bad_input(void **st) {
   assert_non_null(strstr(buf, "\"error\""));
   close(slow);
   /* a body that never completes: 408 too */
-  const char *partial = "POST /v1/completions HTTP/1.1\r\nContent-Length: 100\r\n\r\n{\"pro";
+  const char *partial = "POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\n{\"pro";
   assert_int_equal(tc_raw(g.r.port, partial, strlen(partial), 10, &resp), 0);
   expect_error(&resp, 408, "not received");
   tc_free(&resp);
   /* pipelined requests on one connection are answered in order */
-  const char *pipe2 = "GET /metrics HTTP/1.1\r\n\r\nGET /nope HTTP/1.1\r\n\r\n";
+  const char *pipe2 = "GET /metrics HTTP/1.1\r\nHost: t\r\n\r\nGET /nope HTTP/1.1\r\nHost: t\r\n\r\n";
   assert_int_equal(tc_raw(g.r.port, pipe2, strlen(pipe2), 10, &resp), 0);
   assert_int_equal(resp.status, 200);
   tc_free(&resp);
@@ -1067,7 +1067,7 @@ static void test_reload(void **st) {
   fx_behaviour hang = fx_defaults();
   hang.hang = 1;
   fx_set(d0, &hang);
-  int fd = tc_send_raw(g.r.port, "POST /v1/completions HTTP/1.1\r\nContent-Length: 14\r\n\r\n{\"prompt\":\"b\"}");
+  int fd = tc_send_raw(g.r.port, "POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Length: 14\r\n\r\n{\"prompt\":\"b\"}");
   assert_true(fd >= 0);
   assert_int_equal(fx_wait(d0, "/v1/completions", 2, 10), 0);
   snprintf(doc, sizeof doc, "{\"decode\":[\"%s\"]}", fx_url(d1));

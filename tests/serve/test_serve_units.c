@@ -40,11 +40,11 @@ static void test_http_head(void **st) {
   assert_int_equal(h.keep_alive, 0);
   assert_int_equal(h.content_length, -1);
   assert_true(parse("GET /health HTTP/1.0\r\nConnection: keep-alive\r\n\r\n", &h) > 0 && h.keep_alive);
-  assert_true(parse("GET /health HTTP/1.1\r\nConnection: Close\r\n\r\n", &h) > 0 && !h.keep_alive);
-  assert_true(parse("GET http://x:1/metrics HTTP/1.1\n\n", &h) > 0);
+  assert_true(parse("GET /health HTTP/1.1\r\nHost: a\r\nConnection: Close\r\n\r\n", &h) > 0 && !h.keep_alive);
+  assert_true(parse("GET http://x:1/metrics HTTP/1.1\nHost: x:1\n\n", &h) > 0);
   assert_string_equal(h.path, "/metrics");
-  assert_true(parse("\r\nGET / HTTP/1.1\r\n\r\n", &h) > 0);
-  assert_true(parse("PUT /x HTTP/1.1\r\n\r\n", &h) > 0 && h.method == ELDR__M_OTHER);
+  assert_true(parse("\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n", &h) > 0);
+  assert_true(parse("PUT /x HTTP/1.1\r\nHost: a\r\n\r\n", &h) > 0 && h.method == ELDR__M_OTHER);
   /* incomplete */
   assert_int_equal(parse("GET /health HTTP/1.1\r\nHost: a\r\n", &h), 0);
   assert_int_equal(parse("", &h), 0);
@@ -71,13 +71,40 @@ static void test_http_head(void **st) {
       {"GET / HTTP/1.1\r\nX-Request-Id: a b\r\n\r\n", 400},
       {"GET / HTTP/1.1\r\nX: a\x01b\r\n\r\n", 400},
       {"VERYLONGMETHODNAMEXX / HTTP/1.1\r\n\r\n", 501},
+      /* RFC 9112 3.2: an HTTP/1.1 request has exactly one Host, with a valid value */
+      {"GET / HTTP/1.1\r\n\r\n", 400},
+      {"GET / HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n", 400},
+      {"GET / HTTP/1.1\r\nHost: a b\r\n\r\n", 400},
+      {"GET / HTTP/1.1\r\nHost: a:80x\r\n\r\n", 400},
+      {"GET / HTTP/1.1\r\nHost: a/b\r\n\r\n", 400},
+      {"GET / HTTP/1.1\r\nHost: [::1\r\n\r\n", 400},
+      {"GET / HTTP/1.1\r\nHost: %zz\r\n\r\n", 400},
+      /* two credentials (or two ids) would leave the router to pick one */
+      {"GET / HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer x\r\nAuthorization: Bearer y\r\n\r\n", 400},
+      {"GET / HTTP/1.1\r\nHost: a\r\nX-Request-Id: a\r\nX-Request-Id: b\r\n\r\n", 400},
+      /* RFC 9112 6.1: Transfer-Encoding in HTTP/1.0 is faulty framing */
+      {"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", 400},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     long r = parse(bad[i].req, &h);
     if (r != -1 || h.status != bad[i].status) fail_msg("case %zu (%s): rc %ld status %d", i, bad[i].req, r, h.status);
     assert_true(h.error[0] != 0);
   }
-  assert_true(parse("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", &h) > 0 && h.chunked);
+  assert_true(parse("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n", &h) > 0 && h.chunked);
+  /* the messages name what is wrong */
+  assert_int_equal(parse("GET / HTTP/1.1\r\n\r\n", &h), -1);
+  assert_string_equal(h.error, "HTTP/1.1 request without a Host header");
+  assert_int_equal(parse("GET / HTTP/1.1\r\nHost: a\r\nauthorization: x\r\nAuthorization: y\r\n\r\n", &h), -1);
+  assert_string_equal(h.error, "more than one Authorization header");
+  /* valid Host forms; HTTP/1.0 needs none */
+  const char *hosts[] = {"", "a", "a:8000", "10.0.0.1:80", "[::1]:8000", "[fe80::1]", "x.example-1.com", "a%41b"};
+  for (size_t i = 0; i < sizeof hosts / sizeof hosts[0]; i++) {
+    char req[128];
+    snprintf(req, sizeof req, "GET / HTTP/1.1\r\nHost: %s\r\n\r\n", hosts[i]);
+    if (parse(req, &h) <= 0) fail_msg("Host '%s' refused: %s", hosts[i], h.error);
+  }
+  assert_true(parse("GET / HTTP/1.0\r\n\r\n", &h) > 0);
+  assert_true(parse("POST / HTTP/1.0\r\nContent-Length: 2\r\n\r\n{}", &h) > 0);
   /* too large: no blank line within max_header */
   char big[600];
   memset(big, 'a', sizeof big);
@@ -92,7 +119,7 @@ static void test_http_head(void **st) {
   assert_int_equal(h.status, 414);
   /* X-Request-Id: at most ELDR__HTTP_REQID_MAX - 1 bytes (what a record keeps whole) */
   char rid[ELDR__HTTP_REQID_MAX + 64];
-  int hl = snprintf(rid, sizeof rid, "GET / HTTP/1.1\r\nX-Request-Id: ");
+  int hl = snprintf(rid, sizeof rid, "GET / HTTP/1.1\r\nHost: a\r\nX-Request-Id: ");
   memset(rid + hl, 'r', ELDR__HTTP_REQID_MAX - 1);
   memcpy(rid + hl + ELDR__HTTP_REQID_MAX - 1, "\r\n\r\n", 5);
   assert_true(parse(rid, &h) > 0);

@@ -115,7 +115,7 @@ static void test_burst_one_per_decoder(void **st) {
   int fd[ND];
   for (int i = 0; i < ND; i++) {
     char req[256];
-    snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nContent-Length: 16\r\n\r\n{\"prompt\":\"b%02d\"}", i);
+    snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Length: 16\r\n\r\n{\"prompt\":\"b%02d\"}", i);
     fd[i] = tc_send_raw(g.r.port, req);
     assert_true(fd[i] >= 0);
   }

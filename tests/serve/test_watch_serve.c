@@ -264,8 +264,12 @@ static void test_admin_reload_auth(void **st) {
     tc_free(&r);
   }
   assert_int_equal(rt_metric(port, "eldr_reloads_total{result=\"ok\"}"), 0);
-  tc_resp g2;
+  tc_resp g2; /* credentials first: without them a wrong method is not even named */
   assert_int_equal(tc_get(port, "/admin/reload", &g2), 0);
+  assert_int_equal(g2.status, 401);
+  tc_free(&g2);
+  const char *get = "GET /admin/reload HTTP/1.1\r\nHost: t\r\n" AUTH "\r\n";
+  assert_int_equal(tc_raw(port, get, strlen(get), 10, &g2), 0);
   assert_int_equal(g2.status, 405);
   tc_free(&g2);
   /* a reload that fails (the artifact is no longer valid): 500, the
