@@ -138,6 +138,13 @@ void eldr__handle_metrics(hconn *c) {
                          "eldr_keepalive_resends_total{leg=\"models\"} %llu\n",
                       (unsigned long long)m->resends[LEG_PREFILL], (unsigned long long)m->resends[LEG_DECODE],
                       (unsigned long long)m->resends[LEG_MODELS]);
+  evbuffer_add_printf(o, "# HELP eldr_hang_probes_total Health probes of workers whose legs made no progress for the hang window.\n"
+                         "# TYPE eldr_hang_probes_total counter\n"
+                         "eldr_hang_probes_total{result=\"answered\"} %llu\neldr_hang_probes_total{result=\"unanswered\"} %llu\n"
+                         "# HELP eldr_queue_timeouts_total Streaming decode legs ended alone by their own queue timeout (the worker not ejected).\n"
+                         "# TYPE eldr_queue_timeouts_total counter\neldr_queue_timeouts_total %llu\n",
+                      (unsigned long long)m->hang_probes[0], (unsigned long long)m->hang_probes[1],
+                      (unsigned long long)m->queue_timeouts);
   evbuffer_add_printf(o, "# HELP eldr_client_disconnects_total Clients gone before their response.\n"
                          "# TYPE eldr_client_disconnects_total counter\neldr_client_disconnects_total %llu\n",
                       (unsigned long long)m->disconnects);
@@ -211,15 +218,17 @@ void eldr__handle_metrics(hconn *c) {
       {"eldr_worker_requests_total", "counter", "Upstream legs sent per worker."},
       {"eldr_worker_ejections_total", "counter", "Times the worker was ejected."},
       {"eldr_worker_load", "gauge", "Load decisions use: in-flight legs, or scraped running+waiting plus own legs since."},
+      {"eldr_worker_hangs_total", "counter", "Times the worker was found hung: no progress on its legs for the hang window and its health probe unanswered."},
   };
-  for (int q = 0; q < 5; q++) {
+  for (int q = 0; q < 6; q++) {
     evbuffer_add_printf(o, "# HELP %s %s\n# TYPE %s %s\n", wm[q][0], wm[q][2], wm[q][0], wm[q][1]);
     for (int role = 0; role < 2; role++)
       for (size_t i = 0; i < s->nw[role]; i++) {
         worker *w = s->w[role][i];
         const eldr__slot *sl = w->slot; /* every loop's legs and counts */
         unsigned long long v = q == 0 ? sl->inflight : q == 1 ? (unsigned long long)eldr__worker_up(w)
-                               : q == 2 ? sl->requests : q == 3 ? sl->ejections : eldr__worker_load(w);
+                               : q == 2 ? sl->requests : q == 3 ? sl->ejections : q == 4 ? eldr__worker_load(w)
+                               : sl->hangs;
         evbuffer_add_printf(o, "%s{role=\"%s\",worker=\"%s\"} %llu\n", wm[q][0], eldr__role_name[role], w->url, v);
       }
   }

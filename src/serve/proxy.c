@@ -247,6 +247,7 @@ static int leg_start(rq *r, worker *w, int kind, const char *method, const char 
   L->hung_gen = w->slot->hung_gen;
   w->inflight++;
   if (!reserved) w->slot->inflight++;
+  if (w->slot->inflight == 1) eldr__slot_progress(w->slot); /* work arrived: the hang clock starts now */
   w->slot->requests++;
   if (r->ntried < MAX_TRIED) r->tried[r->ntried++] = w->id;
   double t = kind == LEG_PREFILL ? s->cfg.prefill_timeout_s
@@ -277,6 +278,7 @@ static void leg_failed(rq *r, int timeout, const char *why) {
   eldr_server *s = r->s;
   int kind = r->L.kind;
   snprintf(r->last_err, sizeof r->last_err, "%s", why);
+  r->last_timeout = timeout;
   if (kind == LEG_MODELS) {
     client_upstream_error(r, timeout ? 504 : 502, timeout ? OUT_TIMEOUT : OUT_UPSTREAM_ERROR,
                           "model list: %s", why);
@@ -305,10 +307,10 @@ static void leg_failed(rq *r, int timeout, const char *why) {
 
 /* A started stream cannot be retried: end it with an SSE error event. */
 static void abort_stream(rq *r, int code, const char *type, const char *msg) {
-  char ev[256];
-  int n = snprintf(ev, sizeof ev, "data: {\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"code\":%d}}\n\n",
-                   msg, type, code);
-  eldr__stream_chunk(r->c, ev, (size_t)n);
+  char ev[512];
+  int n = snprintf(ev, sizeof ev, "data: {\"error\":{\"message\":\"%.300s\",\"type\":\"%.32s\",\"code\":%d}}\n\n",
+                   msg, type, code); /* bounded: the event fits whatever the message (no quote in one) */
+  eldr__stream_chunk(r->c, ev, n > 0 && (size_t)n < sizeof ev ? (size_t)n : 0);
   rq_finish_metrics(r, OUT_STREAM_ABORTED);
   eldr__stream_end(r->c);
 }
@@ -327,14 +329,13 @@ static void leg_timed_out(rq *r, const char *why) {
   leg_failed(r, 1, why);
 }
 
-/* r's decode leg is on w (NULL: on a worker a loop found hung since the
- * leg started). */
+/* r's leg is on w (NULL: on a worker found hung since the leg started). */
 static int leg_on_hung(const rq *r, const worker *w, const rq *except) {
-  if (!r || r == except || r->L.kind != LEG_DECODE || !r->L.w) return 0;
+  if (!r || r == except || !r->L.w) return 0;
   return w ? r->L.w == w : r->L.w->slot->hung_gen != r->L.hung_gen;
 }
 
-/* This loop's decode legs on w (NULL: on any worker found hung) end now. */
+/* This loop's legs on w (NULL: on any worker found hung) end now. */
 static void end_hung_legs(eldr_server *s, const worker *w, const rq *except) {
   size_t n = 0;
   for (hconn *c = s->conns; c; c = c->next) n += leg_on_hung(c->r, w, except);
@@ -346,7 +347,7 @@ static void end_hung_legs(eldr_server *s, const worker *w, const rq *except) {
     if (leg_on_hung(c->r, w, except)) v[k++] = c->r;
   for (size_t i = 0; i < k; i++) {
     v[i]->L.w->slot->err_timeout++;
-    leg_timed_out(v[i], "decode worker hung (ejected)");
+    leg_timed_out(v[i], v[i]->L.kind == LEG_DECODE ? "decode worker hung (ejected)" : "worker hung (ejected)");
   }
   free(v);
 }
@@ -357,21 +358,19 @@ void eldr__hung_sweep(evutil_socket_t fd, short ev, void *arg) {
   end_hung_legs(arg, NULL, NULL);
 }
 
-/* A decoder that sent nothing within the first-byte / idle bound is hung
- * (SIGSTOPped, wedged): ejected at once (health checks re-admit it), and
- * every other decode leg on it ends now with 504 instead of waiting for
- * the whole leg's timeout, on every loop (a non-streaming leg has no
- * first-byte bound of its own). */
-static void decoder_hung(eldr_server *s, worker *w, const rq *except) {
-  if (w->slot->healthy && s->cfg.health_interval_s > 0) {
-    if (w->slot->fails < s->cfg.eject_after - 1) w->slot->fails = s->cfg.eject_after - 1; /* this failure ejects */
-    eldr__worker_failed(w, "hung: no reply byte within the first-byte / idle timeout");
-  }
-  w->slot->hung_gen++;
+void eldr__worker_hung(worker *w, const char *why) {
+  (void)why; /* hang.c logged it */
+  eldr_server *s = w->s;
+  eldr__slot *sl = w->slot;
+  /* ejected for every loop; a successful health check re-admits it (without
+   * health checks nothing would: it stays admitted, its legs still end) */
+  if (s->cfg.health_interval_s > 0 && atomic_exchange(&sl->healthy, 0)) sl->ejections++;
+  sl->fails = 0;
+  sl->hung_gen++;
   const eldr__group *g = s->grp;
   for (int i = 0; g && i < g->n; i++)
     if (g->loops[i] && g->loops[i] != s && g->loops[i]->ev_hung) event_active(g->loops[i]->ev_hung, EV_TIMEOUT, 0);
-  end_hung_legs(s, w, except);
+  end_hung_legs(s, w, NULL);
 }
 
 static void leg_deadline_cb(evutil_socket_t fd, short ev, void *arg) {
@@ -381,12 +380,14 @@ static void leg_deadline_cb(evutil_socket_t fd, short ev, void *arg) {
   leg *L = &r->L;
   worker *w = L->w;
   eldr_server *s = r->s;
-  if (L->hung_timer && w) {
+  if (L->hung_timer && w) { /* this request's own queue timeout: it alone ends, the worker is not judged */
     w->slot->err_timeout++;
-    char why[96];
-    snprintf(why, sizeof why, L->status ? "decode stream idle for %gs" : "no reply from the decode worker within %gs",
-             L->status ? s->cfg.decode_idle_timeout_s : s->cfg.decode_first_byte_timeout_s);
-    if (!w->retired) decoder_hung(s, w, r); /* first: r's leg keeps w alive */
+    s->m.queue_timeouts++;
+    char why[160];
+    snprintf(why, sizeof why,
+             L->started ? "no token from the decode worker for %g s (decode_idle_timeout; the worker is not ejected)"
+                        : "no token from the decode worker within %g s (queued; decode_first_byte_timeout; the worker is not ejected)",
+             L->started ? s->cfg.decode_idle_timeout_s : s->cfg.decode_first_byte_timeout_s);
     leg_timed_out(r, why);
     return;
   }
@@ -403,11 +404,9 @@ static void leg_head_cb(void *arg, int status, const char *ctype) {
   rq *r = arg;
   leg *L = &r->L;
   L->status = status;
+  if (L->w) eldr__slot_progress(L->w->slot);
   eldr__copy(L->ctype, sizeof L->ctype, ctype);
-  if (L->streaming) {
-    leg_arm(r, r->s->cfg.decode_idle_timeout_s);
-    return;
-  }
+  if (L->streaming) return; /* the first-byte bound runs on to the first token (vLLM sends its head at once) */
   /* a body of known length (a prefill reply of megabytes of routed_experts)
    * gets its buffer at once, not by doubling and copying as it arrives; up
    * to PRESIZE_MAX only: a worker's header alone does not reserve more */
@@ -425,6 +424,7 @@ static void leg_head_cb(void *arg, int status, const char *ctype) {
 static void leg_data_cb(void *arg, const char *p, size_t n) {
   rq *r = arg;
   leg *L = &r->L;
+  if (L->w) eldr__slot_progress(L->w->slot);
   if (L->kind == LEG_DECODE && (r->s->access_log || r->rec)) eldr__al_data(r, p, n);
   if (L->kind == LEG_DECODE && L->streaming && r->rec) eldr__record_data(r, p, n);
   if (L->streaming) leg_arm(r, r->s->cfg.decode_idle_timeout_s);
@@ -716,9 +716,9 @@ static void start_decode(rq *r, int retry) {
       return;
     }
   }
-  if (k < 0) {
-    client_upstream_error(r, 502, OUT_UPSTREAM_ERROR, "decode failed (%s) and no other healthy decode worker",
-                          r->last_err);
+  if (k < 0) { /* a timeout is still a timeout when no worker is left to retry on: 504 */
+    client_upstream_error(r, r->last_timeout ? 504 : 502, r->last_timeout ? OUT_TIMEOUT : OUT_UPSTREAM_ERROR,
+                          "decode failed (%s) and no other healthy decode worker", r->last_err);
     return;
   }
   if (leg_start(r, s->w[ROLE_DECODE][k], LEG_DECODE, "POST",
@@ -737,7 +737,8 @@ static void start_prefill(rq *r) {
   int k = eldr_policy_prefill(r->prompt.prefix_hash, s->loads, s->healthy, n, s->cfg.prefill_guard);
   if (k < 0) {
     if (r->ntried == 0) client_upstream_error(r, 503, OUT_UPSTREAM_ERROR, "no healthy prefill worker");
-    else client_upstream_error(r, 502, OUT_UPSTREAM_ERROR, "prefill failed (%s) and no other healthy prefill worker", r->last_err);
+    else client_upstream_error(r, r->last_timeout ? 504 : 502, r->last_timeout ? OUT_TIMEOUT : OUT_UPSTREAM_ERROR,
+                               "prefill failed (%s) and no other healthy prefill worker", r->last_err);
     return;
   }
   if (leg_start(r, s->w[ROLE_PREFILL][k], LEG_PREFILL, "POST",

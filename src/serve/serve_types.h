@@ -93,6 +93,8 @@ typedef struct metrics {
   ctr stream_pauses;  /* decode legs paused for a slow streaming client */
   ctr mem_trims;      /* heap trims after large requests */
   ctr accepted;       /* client connections this loop accepted */
+  ctr hang_probes[2];  /* hang probes (hang.c): answered, not answered */
+  ctr queue_timeouts;  /* streaming decode legs ended by their own queue timeout */
   histo sig, decision, request;
 } metrics;
 
@@ -124,9 +126,14 @@ struct eldr__slot {
   /* loop 0's last scrape of the worker's /metrics (scrape.c), for every loop */
   _Atomic int scrape_valid;
   _Atomic uint32_t scraped, inflight_at_scrape;
-  _Atomic uint32_t hung_gen;  /* times a loop found it hung: every loop ends the
-                               * decode legs on it that started before */
-  ctr requests, ejections, err_connect, err_status, err_timeout;
+  _Atomic uint32_t hung_gen;  /* times it was found hung: every loop ends the
+                               * legs on it that started before */
+  /* the hang detector (hang.c): monotonic nanoseconds of the last byte from
+   * the worker on any leg, or of a leg started while none was in flight
+   * (the clock starts when work arrives); of the last answered health
+   * check or probe */
+  _Atomic int64_t progress_ns, answered_ns;
+  ctr requests, ejections, err_connect, err_status, err_timeout, hangs;
   int role;
   size_t refs;                /* worker objects using it (group mutex) */
   eldr__slot *next;           /* group list (group mutex) */
@@ -188,6 +195,8 @@ struct worker {
   eldr__up *hc;        /* health check connection */
   struct event *hc_timer;
   int hc_status;
+  int hc_hang;         /* the check in flight is a hang probe (hang.c) */
+  int64_t hc_progress; /* the slot's progress_ns when it was made one */
   dns_ticket *dns;            /* lookup of host in flight (resolve.c), or NULL */
   struct event *dns_timer;    /* retry of a host that did not resolve (NULL: numeric host) */
   eldr__up *sc;               /* /metrics scrape connection (scrape.c) */
@@ -274,6 +283,7 @@ struct rq {
   size_t big;         /* bytes of large buffers it held (trim the heap after) */
   double t0;
   char last_err[200];
+  int last_timeout;    /* the last failed leg ran out of time (the answer is then 504, not 502) */
   float *wsig;         /* the signature kept for a live-rho pair (status.c), or NULL */
   uint64_t wsig_hash;  /* the artifact it was built under */
   /* access log (accesslog.c) */
@@ -328,7 +338,8 @@ struct eldr_server {
   struct event_base *base;
   struct evconnlistener *lis;
   struct event *ev_stop, *ev_reload, *ev_health, *ev_scrape, *sig_hup, *sig_int, *sig_term;
-  struct event *ev_hung;  /* another loop found a decoder hung: end this loop's legs on it */
+  struct event *ev_hung;  /* a worker was found hung: end this loop's legs on it */
+  struct event *ev_hang;  /* loop 0: the hang detector's tick (hang.c) */
   int port;
   worker **w[2];
   size_t nw[2];
@@ -427,9 +438,14 @@ int eldr__uuid4(char out[37]);
 /* POST /v1/completions and /v1/chat/completions; GET /v1/models. */
 void eldr__handle_completion(hconn *c, eldr__api api, const char *body, size_t len);
 void eldr__handle_models(hconn *c);
-/* Event callback (arg = s): end this loop's decode legs on decoders another
- * loop found hung since they started. */
+/* Event callback (arg = s): end this loop's legs on workers found hung
+ * since they started. */
 void eldr__hung_sweep(evutil_socket_t fd, short ev, void *arg);
+/* w is hung (hang.c's verdict): ejected (with health checks on; a
+ * successful check re-admits it), and every leg in flight on it, on every
+ * loop, ends now: a decode leg with 504 (an SSE error event once streaming),
+ * a prefill leg retried on another worker or 504. */
+void eldr__worker_hung(worker *w, const char *why);
 /* Free the loop's pool of ended requests (before its event base). */
 void eldr__rq_pool_free(eldr_server *s);
 /* Release a request (its leg's worker reference and connection included). */
@@ -562,6 +578,10 @@ void eldr__pool_give(worker *w, eldr__up *u);
 void eldr__worker_failed(worker *w, const char *why);
 /* Active health checks of every listed worker (timer callback; arg = s). */
 void eldr__health_tick(evutil_socket_t fd, short ev, void *arg);
+/* A health check of w now (its result goes through eldr__hang_probe_done
+ * when w->hc_hang); one already in flight is kept. 0, or -1 when none
+ * could be sent (no address, no socket). */
+int eldr__health_check(worker *w);
 
 /* ---- status.c: the watch ------------------------------------------------------
  * The window of decisions and the live-rho pairs (struct eldr__watchcore)
@@ -594,6 +614,33 @@ void eldr__handle_admin_reload(hconn *c);
 /* server.c: reload now, as SIGHUP does (all or nothing, logged and
  * counted): 0, or the error with the reason in d. */
 int eldr__reload_now(eldr_server *s, eldr_diag *d);
+
+/* ---- hang.c: the hang detector --------------------------------------------------
+ * A worker is hung only when none of its legs in flight made progress (a
+ * byte from it) for hang_window AND a health probe does not answer within
+ * health_timeout. A leg merely waiting in the engine's queue is never a
+ * hang while the engine answers its probe. Loop 0 ticks; progress is the
+ * slot's (every loop's legs). */
+static inline int64_t eldr__now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+/* A byte arrived from the worker (any leg, any loop). */
+static inline void eldr__slot_progress(eldr__slot *sl) {
+  atomic_store_explicit(&sl->progress_ns, eldr__now_ns(), memory_order_relaxed);
+}
+/* Timer callback (arg = s, loop 0). */
+void eldr__hang_tick(evutil_socket_t fd, short ev, void *arg);
+/* (Re)arm the tick after a commit at s->cfg.hang_window_s (0 = off). */
+void eldr__hang_schedule(eldr_server *s);
+/* A health check or probe of w ended (ok: answered 200). Returns 1 when it
+ * was decided here (a hang probe: answered, or a verdict), 0 when it is an
+ * ordinary check the caller counts. */
+int eldr__hang_probe_done(worker *w, int ok, const char *why);
+/* A failed ordinary health check of a worker whose legs progressed within
+ * the hang window is not held against it (it is demonstrably serving). */
+int eldr__hang_progressing(const worker *w);
 
 /* ---- auth.c: client credentials ------------------------------------------------ */
 /* Constant-time equality of a given token and a configured one (the time

@@ -187,6 +187,7 @@ static void stage_commit(eldr_server *s, stage *st) {
   memset(st, 0, sizeof *st);
   eldr__dns_sync(s);
   eldr__scrape_schedule(s, old_scrape);
+  eldr__hang_schedule(s);
   eldr__record_commit(s);
   const eldr_artifact *a = s->art;
   if (a && a->k != s->nw[ROLE_DECODE] && s->nw[ROLE_DECODE]) {
@@ -354,8 +355,9 @@ static int loop_new(const eldr_serve_config *cfg, eldr__group *g, int idx, int p
   s->ev_scrape = event_new(s->base, -1, EV_PERSIST, eldr__scrape_tick, s);
   s->ev_accept = evtimer_new(s->base, eldr__accept_resume, s);
   s->ev_trim = evtimer_new(s->base, eldr__mem_trim, s);
+  s->ev_hang = event_new(s->base, -1, EV_PERSIST, eldr__hang_tick, s);
   s->accept_log_t = -1e9;
-  if (!s->ev_health || !s->ev_scrape || !s->ev_accept || !s->ev_trim || (rc = eldr__sigpath_init(&s->sp, s->base))) {
+  if (!s->ev_health || !s->ev_scrape || !s->ev_accept || !s->ev_trim || !s->ev_hang || (rc = eldr__sigpath_init(&s->sp, s->base))) {
     rc = eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
     goto fail;
   }
@@ -498,7 +500,7 @@ static void loop_free(eldr_server *s) {
   while (s->conns) eldr__conn_free(s->conns);
   if (s->lis) evconnlistener_free(s->lis);
   struct event *evs[] = {s->ev_stop, s->ev_reload, s->ev_health, s->ev_scrape, s->sig_hup,
-                         s->sig_int, s->sig_term, s->ev_accept, s->ev_trim, s->ev_hung};
+                         s->sig_int, s->sig_term, s->ev_accept, s->ev_trim, s->ev_hung, s->ev_hang};
   for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)
     if (evs[i]) event_free(evs[i]);
   while (s->all_workers) eldr__worker_free(s->all_workers);

@@ -125,13 +125,15 @@ void eldr__worker_failed(worker *w, const char *why) {
 
 static void health_result(worker *w, int ok, const char *why) {
   evtimer_del(w->hc_timer);
+  if (ok) atomic_store(&w->slot->answered_ns, eldr__now_ns());
+  if (eldr__hang_probe_done(w, ok, why)) return; /* a hang probe: hang.c decided */
   if (ok) {
     w->slot->fails = 0;
     w->slot->probed = 1;
     if (!w->retired && !atomic_exchange(&w->slot->healthy, 1)) {
       eldr__logf(w->s, "%s worker %s re-admitted", eldr__role_name[w->role], w->url);
     }
-  } else {
+  } else if (!eldr__hang_progressing(w)) { /* a slow /health of a worker whose legs progress is no failure */
     eldr__worker_failed(w, why);
   }
 }
@@ -149,6 +151,7 @@ static void hc_done(void *arg, int err) {
   worker *w = arg;
   if (err == ELDR_ENOMEM) { /* no socket: the router's fds are exhausted, no verdict on w */
     evtimer_del(w->hc_timer);
+    w->hc_hang = 0;
     return;
   }
   health_result(w, err == 0 && w->hc_status == 200, err ? "health check failed" : "health check status");
@@ -164,25 +167,30 @@ static void health_timeout_cb(evutil_socket_t fd, short ev, void *arg) {
   health_result(w, 0, "health check timed out");
 }
 
+int eldr__health_check(worker *w) {
+  eldr_server *s = w->s;
+  if (!w->addrlen || w->retired) return -1; /* still resolving, or gone */
+  if (!w->hc) w->hc = eldr__up_new(s->base, (struct sockaddr *)&w->addr, w->addrlen);
+  if (!w->hc) return -1;
+  if (eldr__up_active(w->hc)) return 0; /* the one in flight answers */
+  char req[400];
+  int n = snprintf(req, sizeof req, "GET /health HTTP/1.1\r\nHost: %s\r\n\r\n", w->hosthdr);
+  struct iovec iov = {req, (size_t)n};
+  w->hc_status = 0;
+  if (eldr__up_request(w->hc, &iov, 1, &hc_cbs, w) != 0) return -1;
+  /* its own short bound, connect included (a stopped process's kernel
+   * still accepts: only the answer tells) */
+  struct timeval tv = eldr__tv_of(s->cfg.health_timeout_s);
+  evtimer_add(w->hc_timer, &tv);
+  return 0;
+}
+
 void eldr__health_tick(evutil_socket_t fd, short ev, void *arg) {
   (void)fd;
   (void)ev;
   eldr_server *s = arg;
   for (int role = 0; role < 2; role++)
-    for (size_t i = 0; i < s->nw[role]; i++) {
-      worker *w = s->w[role][i];
-      if (!w->addrlen) continue; /* still resolving */
-      if (!w->hc) w->hc = eldr__up_new(s->base, (struct sockaddr *)&w->addr, w->addrlen);
-      if (!w->hc || eldr__up_active(w->hc)) continue;
-      char req[400];
-      int n = snprintf(req, sizeof req, "GET /health HTTP/1.1\r\nHost: %s\r\n\r\n", w->hosthdr);
-      struct iovec iov = {req, (size_t)n};
-      w->hc_status = 0;
-      if (eldr__up_request(w->hc, &iov, 1, &hc_cbs, w) == 0) {
-        struct timeval tv = eldr__tv_of(s->cfg.connect_timeout_s);
-        evtimer_add(w->hc_timer, &tv);
-      }
-    }
+    for (size_t i = 0; i < s->nw[role]; i++) (void)eldr__health_check(s->w[role][i]);
 }
 
 void eldr__workers_drop(worker_plan *p) {

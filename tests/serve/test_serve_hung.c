@@ -1,8 +1,9 @@
 /* test_serve_hung.c — a hung decoder: a real `eldr worker` process stopped
- * with SIGSTOP behind the real router. Its streaming decode legs end with
- * 504 within the first-byte timeout, it is ejected at once, requests in
- * flight on it end too, no request hangs, and it is re-admitted after
- * SIGCONT. */
+ * with SIGSTOP behind the real (in-process) router, with a short hang
+ * window. Its legs (streaming and not) end with 504 once the window passed
+ * without progress and its probe went unanswered, it is ejected, no
+ * request hangs, and it is re-admitted after SIGCONT. test_hang.c runs the
+ * same on the defaults, every process separate. */
 #include <jansson.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -75,9 +76,8 @@ static void test_sigstopped_decoder(void **st) {
   eldr_serve_config *c = &g.c;
   c->policy = ELDR_POLICY_RR;
   c->health_interval_s = 0.2;
-  c->connect_timeout_s = 0.5; /* one health check's bound too */
-  c->decode_first_byte_timeout_s = 1;
-  c->decode_idle_timeout_s = 1;
+  c->health_timeout_s = 0.3; /* one health check's (and hang probe's) bound */
+  c->hang_window_s = 1;
   c->retries = 1;
   char hurl[64];
   snprintf(hurl, sizeof hurl, "http://127.0.0.1:%d", hport);
@@ -111,7 +111,7 @@ static void test_sigstopped_decoder(void **st) {
     else fail_msg("request %d: status %d after %.2fs\n%s", i, jobs[i].status, jobs[i].secs, rt_log_text(&g.r));
     if (jobs[i].secs > worst) worst = jobs[i].secs;
   }
-  /* no request hangs: every one answered within the first-byte timeout plus slack */
+  /* no request hangs: every one answered within the hang window and probe plus slack */
   if (worst > 4) fail_msg("a request took %.2fs\n%s", worst, rt_log_text(&g.r));
   assert_true(n504 >= 1);
   assert_int_equal(n504 + n200, N);
