@@ -1,7 +1,8 @@
 /* cmd_serve.c — `eldr serve`: the HTTP router in front of prefill and decode
  * workers. Flags override the config file, also when SIGHUP re-reads it
  * (they travel as the config's overrides); SIGHUP re-reads the config file
- * and the artifact; SIGINT/SIGTERM stop. */
+ * and the artifact; SIGTERM/SIGINT drain (requests in flight finish within
+ * --shutdown-timeout, then exit 0), a second one stops at once. */
 #include <getopt.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -19,7 +20,8 @@ static void usage(FILE *f) {
           "The ELDR router: an OpenAI-compatible HTTP endpoint (POST /v1/completions,\n"
           "/v1/chat/completions; GET /health, /metrics, /v1/models, /eldr/status) in\n"
           "front of vLLM prefill and decode workers with pull-style (NIXL) KV handoff.\n"
-          "SIGHUP, or POST /admin/reload with the config file's admin_token, reloads.\n"
+          "SIGHUP, or POST /admin/reload with the config file's admin_token, reloads;\n"
+          "SIGTERM drains (requests in flight finish, then exit 0; a second one: at once).\n"
           "See docs/serve.md.\n"
           "\n"
           "  --prefill URL         prefill worker http://host:port (repeatable)\n"

@@ -446,7 +446,7 @@ static void conn_process(hconn *c) {
         break;
       }
       c->inoff += (size_t)hl;
-      c->keep_alive = c->head.keep_alive;
+      c->keep_alive = c->head.keep_alive && !eldr__draining(s); /* draining: the last on this connection */
       if (c->refusing) { /* accepted above max_connections: the head read, answered */
         evtimer_del(c->deadline);
         s->m.conn_refused++;

@@ -273,8 +273,10 @@ void eldr__handle_health(hconn *c) {
       pr[role] += w->slot->probed != 0;
       h[role] += eldr__worker_up(w) && w->slot->probed;
     }
-  /* ready: a prefill and a decode worker answered (a health check, or a leg) */
-  int ok = h[0] > 0 && h[1] > 0;
+  /* ready: a prefill and a decode worker answered (a health check, or a
+   * leg), and not draining (a load balancer takes the replica out) */
+  int draining = eldr__draining(s);
+  int ok = h[0] > 0 && h[1] > 0 && !draining;
   const eldr_artifact *a = s->art;
   int L = s->sp.observed_L, K = s->sp.observed_K;
   int shape_ok = a && (!L || ((int)a->shape.num_layers == L && (int)a->shape.top_k == K));
@@ -301,7 +303,7 @@ void eldr__handle_health(hconn *c) {
                    "\"locality\":{\"on\":%s,\"reason\":\"%s\",\"policy\":\"%s\",\"artifact_loaded\":%s,"
                    "\"shape_match\":%s,\"routed_experts_seen_s_ago\":%s,\"recent_decisions\":%zu,"
                    "\"recent_fallback_fraction\":%.4f}}",
-                   ok ? "ok" : "unavailable", h[0], pr[0], s->nw[0], h[1], pr[1], s->nw[1], a ? "true" : "false",
+                   draining ? "draining" : ok ? "ok" : "unavailable", h[0], pr[0], s->nw[0], h[1], pr[1], s->nw[1], a ? "true" : "false",
                    on ? "true" : "false", why, eldr_policy_name(s->cfg.policy), a ? "true" : "false",
                    !a ? "null" : shape_ok ? "true" : "false", seen, s->nrecent, frac);
   eldr__send_body(c, ok ? 200 : 503, "application/json", b, (size_t)n, NULL);

@@ -162,6 +162,9 @@ struct eldr__group {
   eldr__sigshare sigshare; /* the signature cache committed last (sigpath.h) */
   struct eldr__watchcore *watch; /* a reference on the watch committed last, or NULL */
   uint64_t reload_gen;     /* reloads committed so far, any loop (mu) */
+  _Atomic int draining;    /* drain.c: eldr_server_drain was called */
+  _Atomic double drain_start, drain_deadline; /* monotonic seconds */
+  _Atomic size_t drain_busy, drain_idle; /* connections with a request at its start; idle ones closed */
   double auth_log_t;       /* auth.c: the last refusal logged (mu) */
   uint64_t auth_refused;   /* refusals not logged since (mu) */
 };
@@ -340,6 +343,8 @@ struct eldr_server {
   struct event *ev_stop, *ev_reload, *ev_health, *ev_scrape, *sig_hup, *sig_int, *sig_term;
   struct event *ev_hung;  /* a worker was found hung: end this loop's legs on it */
   struct event *ev_hang;  /* loop 0: the hang detector's tick (hang.c) */
+  struct event *ev_drain; /* drain.c: this loop's part of a drain */
+  struct event *ev_drain_tick; /* loop 0: is the drain over yet */
   int port;
   worker **w[2];
   size_t nw[2];
@@ -641,6 +646,14 @@ int eldr__hang_probe_done(worker *w, int ok, const char *why);
 /* A failed ordinary health check of a worker whose legs progressed within
  * the hang window is not held against it (it is demonstrably serving). */
 int eldr__hang_progressing(const worker *w);
+
+/* ---- drain.c: graceful shutdown ------------------------------------------------- */
+/* The server is draining (any thread). */
+int eldr__draining(const eldr_server *s);
+/* The loop's drain events; 0 or ELDR_ENOMEM. */
+int eldr__drain_init(eldr_server *s);
+/* SIGTERM / SIGINT on loop 0: the first drains, the second stops at once. */
+void eldr__drain_signal(evutil_socket_t fd, short ev, void *arg);
 
 /* ---- auth.c: client credentials ------------------------------------------------ */
 /* Constant-time equality of a given token and a configured one (the time

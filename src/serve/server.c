@@ -408,14 +408,14 @@ static int loop_new(const eldr_serve_config *cfg, eldr__group *g, int idx, int p
   s->ev_stop = event_new(s->base, -1, 0, stop_cb, s);
   s->ev_reload = event_new(s->base, -1, 0, reload_cb, s);
   s->ev_hung = event_new(s->base, -1, 0, eldr__hung_sweep, s);
-  if (!s->ev_stop || !s->ev_reload || !s->ev_hung) {
+  if (!s->ev_stop || !s->ev_reload || !s->ev_hung || eldr__drain_init(s)) {
     rc = ELDR_ENOMEM;
     goto fail;
   }
   if (cfg->handle_signals && idx == 0) {
     s->sig_hup = evsignal_new(s->base, SIGHUP, reload_cb, s);
-    s->sig_int = evsignal_new(s->base, SIGINT, stop_cb, s);
-    s->sig_term = evsignal_new(s->base, SIGTERM, stop_cb, s);
+    s->sig_int = evsignal_new(s->base, SIGINT, eldr__drain_signal, s); /* drain; the second stops */
+    s->sig_term = evsignal_new(s->base, SIGTERM, eldr__drain_signal, s);
     if (!s->sig_hup || !s->sig_int || !s->sig_term || event_add(s->sig_hup, NULL) ||
         event_add(s->sig_int, NULL) || event_add(s->sig_term, NULL)) {
       rc = ELDR_ENOMEM;
@@ -500,7 +500,8 @@ static void loop_free(eldr_server *s) {
   while (s->conns) eldr__conn_free(s->conns);
   if (s->lis) evconnlistener_free(s->lis);
   struct event *evs[] = {s->ev_stop, s->ev_reload, s->ev_health, s->ev_scrape, s->sig_hup,
-                         s->sig_int, s->sig_term, s->ev_accept, s->ev_trim, s->ev_hung, s->ev_hang};
+                         s->sig_int, s->sig_term, s->ev_accept, s->ev_trim, s->ev_hung, s->ev_hang,
+                         s->ev_drain, s->ev_drain_tick};
   for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)
     if (evs[i]) event_free(evs[i]);
   while (s->all_workers) eldr__worker_free(s->all_workers);

@@ -33,42 +33,23 @@
 #include <cmocka.h>
 
 #include "eldr/serve.h"
+#include "support/engines.h"
 #include "support/fixture.h"
 #include "support/proc.h"
 #include "support/serve_fixture.h"
-#include "worker/wtest.h"
 
-enum { MAXP = 4 };
-static pid_t procs[MAXP];
-static int nprocs;
 static sf_child router;
 
 static int teardown(void **st) {
   (void)st;
-  for (int i = 0; i < nprocs; i++) {
-    if (procs[i] > 0) {
-      kill(procs[i], SIGCONT);
-      wt_kill(procs[i]);
-    }
-    procs[i] = 0;
-  }
-  nprocs = 0;
+  eng_stop_all();
   sf_child_kill(&router);
   return 0;
 }
 
-/* `eldr worker --role ROLE ...` as a process; its port. */
+/* An engine process; its port. */
 static int spawn_worker(const char *role, const char *scale, const char *max_seqs, pid_t *pid) {
-  char *argv[] = {(char *)eldr_test_binary(), "worker", "--role", (char *)role, "--port", "0", "--time-scale",
-                  (char *)scale, "--max-num-seqs", (char *)max_seqs, NULL};
-  char line[256];
-  pid_t p = wt_spawn(argv, line, sizeof line, 20);
-  if (p <= 0) fail_msg("cannot start eldr worker --role %s", role);
-  procs[nprocs++] = p;
-  *pid = p;
-  int port = wt_port_of(line);
-  if (port <= 0) fail_msg("eldr worker printed no port: %s", line);
-  return port;
+  return eng_start(role, scale, max_seqs, pid);
 }
 
 typedef struct job {
