@@ -221,10 +221,15 @@ void eldr__record_metrics(eldr_server *s, struct evbuffer *o) {
                          "# TYPE eldr_record_queue_depth gauge\neldr_record_queue_depth %zu\n"
                          "# HELP eldr_record_queue_bytes Memory held by queued records.\n"
                          "# TYPE eldr_record_queue_bytes gauge\neldr_record_queue_bytes %zu\n"
+                         "# HELP eldr_record_write_errors_total Failed opens, writes and syncs of record files (disk full, directory gone).\n"
+                         "# TYPE eldr_record_write_errors_total counter\neldr_record_write_errors_total %llu\n"
+                         "# HELP eldr_record_paused 1 while the recorder leaves the disk alone after a failure (records dropped as write_error).\n"
+                         "# TYPE eldr_record_paused gauge\neldr_record_paused %d\n"
                          "# HELP eldr_record_dropped_total Sampled requests not recorded, by reason.\n"
                          "# TYPE eldr_record_dropped_total counter\n",
                       (unsigned long long)st.written, (unsigned long long)st.bytes, (unsigned long long)st.files,
-                      (unsigned long long)st.sampled_out, st.queued, st.queued_bytes);
+                      (unsigned long long)st.sampled_out, st.queued, st.queued_bytes,
+                      (unsigned long long)st.write_errors, st.paused);
   for (int w = 0; w < ELDR__REC_DROP__N; w++)
     evbuffer_add_printf(o, "eldr_record_dropped_total{reason=\"%s\"} %llu\n", eldr__rec_drop_name((eldr__rec_drop)w),
                         (unsigned long long)st.dropped[w]);

@@ -24,6 +24,15 @@ const char *eldr__rec_drop_name(eldr__rec_drop r) {
 
 /* fdatasync of the open file at most this often while lines are written. */
 #define SYNC_INTERVAL_S 1.0
+/* After a failed open or write (disk full, directory gone) the disk is left
+ * alone for a delay that doubles from BACKOFF_MIN_S to BACKOFF_MAX_S while
+ * the failures last; the records sampled meanwhile are dropped and counted
+ * (write_error), never queued up or spread over empty files. */
+#define BACKOFF_MIN_S 1.0
+#define BACKOFF_MAX_S 60.0
+/* An error report for the log at most this often (the count in between
+ * goes into the next one). */
+#define REPORT_INTERVAL_S 30.0
 
 struct eldr__rec {
   pthread_mutex_t mu;
@@ -51,6 +60,14 @@ struct eldr__rec {
   char fmodel[128];
   uint32_t *flayers;
   double t0;           /* monotonic start */
+  char fname[96];      /* the open file's name in dir */
+  dev_t ddev;          /* the directory opened as dirfd: still the one named dir? */
+  ino_t dino;
+  double backoff_s, backoff_until; /* 0: writing; else the disk is left alone until then */
+  uint64_t dropped_off;            /* records dropped since the backoff began */
+  double report_t;                 /* when the last error report was made (mu) */
+  uint64_t unreported;             /* errors since it (mu) */
+  double paused_until;             /* backoff_until while backing off, else 0 (mu) */
 };
 
 static double mono_now(void) {
@@ -65,17 +82,73 @@ const char *eldr__rec_dir(const eldr__rec *r) { return r->dir; }
 
 /* ---- files (writer thread) ------------------------------------------------------ */
 
-static void note_error(eldr__rec *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void note_error(eldr__rec *r, const char *fmt, ...) {
-  char msg[200];
+/* Count an error (force 0) or a notice (force 1: always reported); it
+ * becomes a report for the log (st.errors, st.last_error) when none was
+ * made for REPORT_INTERVAL_S, naming how many came in between. */
+static void report(eldr__rec *r, int force, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void report(eldr__rec *r, int force, const char *fmt, ...) {
+  char msg[160];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  double now = mono_now();
   pthread_mutex_lock(&r->mu);
-  r->st.errors++;
-  snprintf(r->st.last_error, sizeof r->st.last_error, "%s", msg);
+  if (!force) r->st.write_errors++;
+  if (force || !r->report_t || now - r->report_t >= REPORT_INTERVAL_S) {
+    r->st.errors++;
+    if (r->unreported)
+      snprintf(r->st.last_error, sizeof r->st.last_error, "%.140s (%llu more errors since the last report)", msg,
+               (unsigned long long)r->unreported);
+    else
+      snprintf(r->st.last_error, sizeof r->st.last_error, "%s", msg);
+    if (!force) r->report_t = now;
+    r->unreported = 0;
+  } else {
+    r->unreported++;
+  }
   pthread_mutex_unlock(&r->mu);
+}
+#define note_error(r, ...) report(r, 0, __VA_ARGS__)
+
+/* The directory as dirfd: 0, or -1 (reported). Remembers its identity. */
+static int dir_open(eldr__rec *r) {
+  if (mkdir(r->dir, 0755) != 0 && errno != EEXIST) {
+    note_error(r, "record: cannot create directory %s: %s", r->dir, strerror(errno));
+    return -1;
+  }
+  int fd = open(r->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st) != 0) {
+    note_error(r, "record: cannot open directory %s: %s", r->dir, strerror(errno));
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  if (r->dirfd >= 0) close(r->dirfd);
+  r->dirfd = fd;
+  r->ddev = st.st_dev;
+  r->dino = st.st_ino;
+  return 0;
+}
+
+/* The directory named dir is still the one being written: not removed
+ * (a removed directory's files are unlinked: records written there are
+ * lost), not renamed or replaced. Otherwise the open file is closed and
+ * dir opened again (created when missing, as at start). 0, or -1. */
+static int dir_check(eldr__rec *r) {
+  struct stat a, b;
+  int same = r->dirfd >= 0 && fstat(r->dirfd, &a) == 0 && a.st_nlink > 0 && stat(r->dir, &b) == 0 &&
+             b.st_dev == r->ddev && b.st_ino == r->dino;
+  if (same) return 0;
+  int was = r->dirfd >= 0;
+  if (r->fd >= 0) {
+    close(r->fd); /* its directory is gone: nothing to sync for */
+    r->fd = -1;
+    r->dirty = 0;
+  }
+  if (dir_open(r) != 0) return -1;
+  if (was) report(r, 1, "record: directory %s was removed or replaced: writing into %s again", r->dir, r->dir);
+  return 0;
 }
 
 static void file_close(eldr__rec *r) {
@@ -102,6 +175,7 @@ static int file_open(eldr__rec *r, const eldr__rec_item *it) {
     note_error(r, "record: cannot create a file in %s: %s", r->dir, strerror(errno));
     return -1;
   }
+  snprintf(r->fname, sizeof r->fname, "%s", name);
   if (fsync(r->dirfd) != 0) note_error(r, "record: fsync of %s: %s", r->dir, strerror(errno));
   r->fbytes = 0;
   r->fopened = mono_now();
@@ -136,6 +210,13 @@ static int file_append(eldr__rec *r, const char *buf, size_t n) {
       note_error(r, "record: write to %s: %s", r->dir, w < 0 ? strerror(errno) : "no progress");
       if (off && ftruncate(r->fd, (off_t)r->fbytes) != 0)
         note_error(r, "record: cannot cut a torn line: %s", strerror(errno));
+      if (!r->fbytes) { /* nothing of it was written: no empty file left behind */
+        close(r->fd);
+        r->fd = -1;
+        r->dirty = 0;
+        unlinkat(r->dirfd, r->fname, 0);
+        return -1;
+      }
       file_close(r);
       return -1;
     }
@@ -158,13 +239,29 @@ static void write_one(eldr__rec *r, eldr__rec_item *it, const eldr__rec_limits *
   eldr__rec_drop why = ELDR__REC_DROP__N;
   if (rc == ELDR_EEMPTY) why = ELDR__REC_NO_COUNTS;
   else if (rc) why = ELDR__REC_NO_MEMORY;
-  if (!rc) {
-    maybe_age_out(r, lim, mono_now());
+  double now = mono_now();
+  if (!rc && r->backoff_s > 0 && now < r->backoff_until) { /* the disk is left alone a while */
+    why = ELDR__REC_WRITE_ERROR;
+    r->dropped_off++;
+  } else if (!rc) {
+    maybe_age_out(r, lim, now);
     if (r->fd >= 0 && (!same_header(r, it) || (lim->max_bytes && r->fbytes && r->fbytes + n > lim->max_bytes)))
       file_close(r);
-    if ((r->fd < 0 && file_open(r, it) != 0) || file_append(r, line, n) != 0) why = ELDR__REC_WRITE_ERROR;
+    if (dir_check(r) != 0 || (r->fd < 0 && file_open(r, it) != 0) || file_append(r, line, n) != 0) {
+      why = ELDR__REC_WRITE_ERROR;
+      r->dropped_off++;
+      r->backoff_s = r->backoff_s > 0 ? (r->backoff_s * 2 < BACKOFF_MAX_S ? r->backoff_s * 2 : BACKOFF_MAX_S)
+                                       : BACKOFF_MIN_S;
+      r->backoff_until = now + r->backoff_s;
+    } else if (r->backoff_s > 0) {
+      report(r, 1, "record: writing to %s again (%llu sampled records dropped while it failed)", r->dir,
+             (unsigned long long)r->dropped_off);
+      r->backoff_s = 0;
+      r->dropped_off = 0;
+    }
   }
   pthread_mutex_lock(&r->mu);
+  r->paused_until = r->backoff_s > 0 ? r->backoff_until : 0;
   if (why == ELDR__REC_DROP__N) {
     r->st.written++;
     r->st.bytes += n;
@@ -245,6 +342,12 @@ int eldr__rec_new(const char *dir, const eldr__rec_limits *lim, size_t max_items
     return eldr_diag_fail(d, ELDR_EIO, "record: cannot create directory %s: %s", dir, strerror(errno));
   int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd < 0) return eldr_diag_fail(d, ELDR_EIO, "record: %s is not a directory: %s", dir, strerror(errno));
+  struct stat dst;
+  if (fstat(dfd, &dst) != 0) {
+    int e = errno;
+    close(dfd);
+    return eldr_diag_fail(d, ELDR_EIO, "record: %s: %s", dir, strerror(e));
+  }
   if (faccessat(dfd, ".", W_OK, AT_EACCESS) != 0) {
     int e = errno;
     close(dfd);
@@ -257,6 +360,8 @@ int eldr__rec_new(const char *dir, const eldr__rec_limits *lim, size_t max_items
     return eldr_diag_fail(d, ELDR_ENOMEM, "record: out of memory");
   }
   r->dirfd = dfd;
+  r->ddev = dst.st_dev;
+  r->dino = dst.st_ino;
   r->fd = -1;
   r->lim = *lim;
   r->max_items = max_items ? max_items : 1;
@@ -352,6 +457,7 @@ int eldr__rec_submit(eldr__rec *r, eldr__rec_item *it) {
 void eldr__rec_stats_get(eldr__rec *r, eldr__rec_stats *st) {
   pthread_mutex_lock(&r->mu);
   *st = r->st;
+  st->paused = r->paused_until > 0 && mono_now() < r->paused_until;
   st->queued = r->n;
   st->queued_bytes = r->bytes;
   pthread_mutex_unlock(&r->mu);

@@ -33,8 +33,14 @@
  * Threads: eldr__rec_sample / submit / set_limits / stats may be called from
  * any thread; new and free from one thread (the server's owner).
  * Errors: eldr__rec_new fails (ELDR_EIO naming the directory) when DIR
- * cannot be created or written; later write errors are counted (reason
- * "write_error") and the last message kept for the log (eldr__rec_stats).
+ * cannot be created or written. Later: a directory removed or replaced
+ * while recording is made again (one level, as at start) and the files go
+ * there, checked before every batch; a failed open or write (disk full)
+ * leaves no empty file and makes the writer leave the disk alone for 1 s,
+ * doubling to 60 s while failures last, the records sampled meanwhile
+ * dropped and counted (reason "write_error"); errors are counted
+ * (write_errors) and reported for the log at most once per 30 s
+ * (eldr__rec_stats: errors, last_error).
  */
 #ifndef ELDR_SERVE_RECORD_H
 #define ELDR_SERVE_RECORD_H
@@ -140,8 +146,13 @@ typedef struct eldr__rec_stats {
   uint64_t written, bytes, files, sampled_out;
   uint64_t dropped[ELDR__REC_DROP__N];
   size_t queued, queued_bytes;
-  uint64_t errors;        /* write errors so far (the last message below) */
+  uint64_t errors;        /* reports for the log so far: an error at most once per
+                           * 30 s (naming the count since the previous report),
+                           * and the notices (directory made again, writing
+                           * again); the last in last_error */
   char last_error[200];
+  uint64_t write_errors;  /* failed opens, writes and syncs, every one */
+  int paused;             /* backing off after a failure: the disk is left alone */
 } eldr__rec_stats;
 void eldr__rec_stats_get(eldr__rec *r, eldr__rec_stats *st);
 

@@ -384,8 +384,10 @@ static void test_rotation_age_and_shape(void **st) {
 }
 
 /* A write cut short (the file size limit, as a full disk would): the torn
- * part is cut back, the record counted as a write error, the next record
- * goes to a new file; every file holds whole lines only. */
+ * part is cut back, the record counted as a write error; the writer then
+ * leaves the disk alone for its backoff (the next record is dropped and
+ * counted too), and after it the next record goes to a new file; every
+ * file holds whole lines only. */
 static void test_short_write_cut_back(void **st) {
   (void)st;
   char dir[256];
@@ -409,18 +411,29 @@ static void test_short_write_cut_back(void **st) {
   }
   eldr__rec_stats s;
   eldr__rec_stats_get(r, &s);
+  assert_int_equal(s.written, 2);
+  assert_int_equal(s.dropped[ELDR__REC_WRITE_ERROR], 2); /* the torn one, and one in the backoff */
+  assert_true(s.errors >= 1);
+  assert_true(s.write_errors >= 1);
+  assert_non_null(strstr(s.last_error, "write"));
+  assert_true(s.paused);
+  for (double t0 = fx_now(); s.paused; eldr__rec_stats_get(r, &s)) { /* the backoff ends (1 s) */
+    assert_true(fx_now() - t0 < 10);
+    usleep(2000);
+  }
+  assert_int_equal(eldr__rec_submit(r, item_counts("s04", &SH, 2)), 0);
+  wait_written(r, 5);
+  eldr__rec_stats_get(r, &s);
+  assert_int_equal(s.written, 3);
+  assert_non_null(strstr(s.last_error, "writing to")); /* the notice that it writes again */
   eldr__rec_free(r);
   assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
   signal(SIGXFSZ, prev);
-  assert_int_equal(s.written, 3);
-  assert_int_equal(s.dropped[ELDR__REC_WRITE_ERROR], 1);
-  assert_true(s.errors >= 1);
-  assert_non_null(strstr(s.last_error, "write"));
   char ids[4][48];
   size_t nf;
   assert_int_equal(read_all(dir, ids, 4, &nf, 0), 3); /* whole lines only */
   assert_int_equal(nf, 2);
-  assert_string_equal(ids[2], "s03");
+  assert_string_equal(ids[2], "s04");
   rm_dir(dir);
 }
 
