@@ -58,6 +58,8 @@ static void forget(dns_ticket **slot) {
   if (t->req) evdns_getaddrinfo_cancel(t->req);
 }
 
+static void group_forget(dns_group *g);
+
 int eldr__dns_init(eldr_server *s, const char *server, eldr_diag *d) {
   s->dns = evdns_base_new(s->base, server ? 0 : EVDNS_BASE_INITIALIZE_NAMESERVERS);
   if (!s->dns) return eldr_diag_fail(d, ELDR_EIO, "cannot set up the DNS resolver (/etc/resolv.conf)");
@@ -76,7 +78,7 @@ void eldr__dns_free(eldr_server *s) {
   while (s->groups) {
     dns_group *g = s->groups;
     s->groups = g->next;
-    forget(&g->t);
+    group_forget(g);
     if (g->timer) event_free(g->timer);
     for (size_t i = 0; i < g->n; i++) free(g->urls[i]);
     free(g->urls);
@@ -196,49 +198,186 @@ static void group_set(dns_group *g, char **urls, size_t n) {
   free(old);
 }
 
-static void group_resolved(void *owner, int err, struct evutil_addrinfo *ai) {
-  dns_group *g = owner;
-  g->t = NULL;
-  /* no such name / no records: the group is empty (a headless Service
-   * with no ready endpoints); any other error keeps what we have */
-  if (err && err != EVUTIL_EAI_NONAME && err != EVUTIL_EAI_NODATA) {
-    g->s->m.dns_errors++;
-    eldr__logf(g->s, "%s_dns %s: cannot resolve '%s': %s; keeping %zu addresses, retrying in %g s",
-               eldr__role_name[g->role], g->spec, g->host, evutil_gai_strerror(err), g->n,
-               g->s->cfg.dns_interval_s);
-    if (ai) evutil_freeaddrinfo(ai);
+/* One lookup of a group's name: A and AAAA over UDP (evdns's low-level
+ * queries: unlike its getaddrinfo, which reports a NOERROR answer without
+ * records as EAI_FAIL, they tell "no records" and "no such name" from a
+ * failure), then over TCP when an answer was cut (TC) or full to evdns's
+ * limit of 32 addresses per family (dnstcp.c). The group forgets it by
+ * clearing q->g; it frees itself when its last callback has run. */
+/* evdns (libevent 2.1) keeps at most this many addresses of one family
+ * from an answer (MAX_V4_ADDRS, MAX_V6_ADDRS in evdns.c) */
+#define EVDNS_LIMIT 32
+#define EVDNS_CAP ELDR__DNS_MAX_ADDRS
+
+typedef struct group_query group_query;
+typedef struct famref {
+  group_query *q;
+  int k; /* 0: A, 1: AAAA */
+} famref;
+
+struct group_query {
+  dns_group *g;
+  int pending;                  /* UDP callbacks to come */
+  struct evdns_request *req[2]; /* A, AAAA */
+  famref fam[2];
+  int rc[2];                    /* ELDR__DNS_* per family */
+  size_t n[2];
+  uint8_t addr[2][EVDNS_CAP][16];
+  eldr__dnstcp *tcp;
+};
+
+static void query_free(group_query *q) {
+  eldr__dnstcp_cancel(q->tcp);
+  free(q);
+}
+
+static void group_forget(dns_group *g) {
+  group_query *q = g->q;
+  if (!q) return;
+  g->q = NULL;
+  q->g = NULL;
+  if (q->tcp) { /* the UDP part is over */
+    query_free(q);
     return;
   }
-  if (err || !ai) {
-    g->s->m.dns_errors++;
-    eldr__logf(g->s, "%s_dns %s: '%s' has no address (%s)", eldr__role_name[g->role], g->spec, g->host,
-               err ? evutil_gai_strerror(err) : "empty answer");
+  for (int k = 0; k < 2; k++) /* each calls back with DNS_ERR_CANCEL, which frees q at the last */
+    if (q->req[k]) evdns_cancel_request(g->s->dns, q->req[k]);
+}
+
+/* The answers are in: install them, or keep the current list on a failure. */
+static void group_answer(dns_group *g, group_query *q, const char *tcp_err) {
+  eldr_server *s = g->s;
+  static const char *const rcname[] = {"ok", "no records", "no such name", "server failure", "truncated", "malformed"};
+  int usable = 1;
+  for (int k = 0; k < 2; k++) usable &= q->rc[k] == ELDR__DNS_OK || q->rc[k] == ELDR__DNS_NODATA || q->rc[k] == ELDR__DNS_NXDOMAIN;
+  if (!usable) { /* says nothing about the name: keep what we have */
+    s->m.dns_errors++;
+    eldr__logf(s, "%s_dns %s: cannot resolve '%s' (A: %s, AAAA: %s%s%s); keeping %zu addresses, retrying in %g s",
+               eldr__role_name[g->role], g->spec, g->host, rcname[q->rc[0]], rcname[q->rc[1]], tcp_err ? "; " : "",
+               tcp_err ? tcp_err : "", g->n, s->cfg.dns_interval_s);
+    return;
   }
-  size_t cap = 0, n = 0;
-  for (struct evutil_addrinfo *p = ai; p; p = p->ai_next) cap++;
-  char **urls = calloc(cap ? cap : 1, sizeof *urls);
-  for (struct evutil_addrinfo *p = ai; p && urls; p = p->ai_next) {
-    char ip[INET6_ADDRSTRLEN], url[INET6_ADDRSTRLEN + 32];
-    const void *a = p->ai_family == AF_INET6 ? (const void *)&((struct sockaddr_in6 *)p->ai_addr)->sin6_addr
-                                             : (const void *)&((struct sockaddr_in *)p->ai_addr)->sin_addr;
-    if ((p->ai_family != AF_INET && p->ai_family != AF_INET6) || !evutil_inet_ntop(p->ai_family, a, ip, sizeof ip))
-      continue;
-    snprintf(url, sizeof url, p->ai_family == AF_INET6 ? "http://[%s]:%d" : "http://%s:%d", ip, g->port);
-    int dup = 0;
-    for (size_t i = 0; i < n; i++) dup |= !strcmp(urls[i], url);
-    if (!dup && !(urls[n++] = strdup(url))) n--;
+  size_t total = q->n[0] + q->n[1];
+  if (!total) {
+    s->m.dns_errors++;
+    eldr__logf(s, "%s_dns %s: '%s' has no address (%s)", eldr__role_name[g->role], g->spec, g->host,
+               q->rc[0] == ELDR__DNS_NXDOMAIN && q->rc[1] == ELDR__DNS_NXDOMAIN ? "no such name"
+                                                                                : "no A or AAAA records");
   }
-  if (ai) evutil_freeaddrinfo(ai);
+  char **urls = calloc(total ? total : 1, sizeof *urls);
   if (!urls) return;
+  size_t n = 0;
+  for (int k = 0; k < 2; k++)
+    for (size_t i = 0; i < q->n[k]; i++) {
+      char ip[INET6_ADDRSTRLEN], url[INET6_ADDRSTRLEN + 32];
+      if (!evutil_inet_ntop(k ? AF_INET6 : AF_INET, q->addr[k][i], ip, sizeof ip)) continue;
+      snprintf(url, sizeof url, k ? "http://[%s]:%d" : "http://%s:%d", ip, g->port);
+      if ((urls[n] = strdup(url))) n++;
+    }
   if (n) qsort(urls, n, sizeof *urls, cmp_str);
-  group_set(g, urls, n);
+  size_t u = 0; /* one worker per address */
+  for (size_t i = 0; i < n; i++) {
+    if (u && !strcmp(urls[u - 1], urls[i])) {
+      free(urls[i]);
+      continue;
+    }
+    urls[u++] = urls[i];
+  }
+  group_set(g, urls, u);
+}
+
+static int rc_of(int result, int count) {
+  switch (result) {
+  case DNS_ERR_NONE: return count > 0 ? ELDR__DNS_OK : ELDR__DNS_NODATA;
+  case DNS_ERR_NODATA: return ELDR__DNS_NODATA;
+  case DNS_ERR_NOTEXIST: return ELDR__DNS_NXDOMAIN;
+  case DNS_ERR_TRUNCATED: return ELDR__DNS_TRUNCATED;
+  default: return ELDR__DNS_FAILED;
+  }
+}
+
+static void tcp_done(void *arg, const int *rc, const eldr__dns_addrs *const *res, const char *err) {
+  group_query *q = arg;
+  q->tcp = NULL;
+  dns_group *g = q->g;
+  if (!g) { /* forgotten meanwhile (cannot happen: forgetting cancels), for safety */
+    free(q);
+    return;
+  }
+  g->q = NULL;
+  for (int k = 0; k < 2; k++) {
+    int ok = rc[k] == ELDR__DNS_OK || rc[k] == ELDR__DNS_NODATA || rc[k] == ELDR__DNS_NXDOMAIN;
+    if (!ok) continue; /* the UDP answer stands (cut, or failed) */
+    q->rc[k] = rc[k];
+    q->n[k] = 0;
+    if (res[k]->n > EVDNS_CAP && !g->logged_cut++)
+      eldr__logf(g->s, "%s_dns %s: %zu %s addresses (over TCP: the UDP answer was cut)", eldr__role_name[g->role],
+                 g->spec, res[k]->n, k ? "AAAA" : "A");
+    q->n[k] = res[k]->n; /* EVDNS_CAP is ELDR__DNS_MAX_ADDRS: room for all */
+    memcpy(q->addr[k], res[k]->addr, res[k]->n * sizeof res[k]->addr[0]);
+  }
+  group_answer(g, q, err);
+  free(q);
+}
+
+static void udp_done(group_query *q) {
+  dns_group *g = q->g;
+  if (!g) {
+    query_free(q);
+    return;
+  }
+  int cut = 0;
+  for (int k = 0; k < 2; k++) cut |= q->rc[k] == ELDR__DNS_TRUNCATED || q->n[k] >= EVDNS_LIMIT;
+  if (cut) { /* the same name over TCP to the first nameserver, which has the whole answer */
+    struct sockaddr_storage ns;
+    int nl = evdns_base_get_nameserver_addr(g->s->dns, 0, (struct sockaddr *)&ns, sizeof ns);
+    if (nl > 0 && (size_t)nl <= sizeof ns &&
+        (q->tcp = eldr__dnstcp_start(g->s->base, (struct sockaddr *)&ns, (socklen_t)nl, g->host, 4, tcp_done, q)))
+      return;
+    eldr__logf(g->s, "%s_dns %s: the answer was cut (%zu A, %zu AAAA%s) and no TCP query could be made: using it",
+               eldr__role_name[g->role], g->spec, q->n[0], q->n[1], q->n[0] >= EVDNS_LIMIT || q->n[1] >= EVDNS_LIMIT ?
+               ", evdns keeps at most 32 per family" : "");
+  }
+  g->q = NULL;
+  group_answer(g, q, NULL);
+  free(q);
+}
+
+static void udp_cb(int result, char type, int count, int ttl, void *addresses, void *arg) {
+  (void)ttl;
+  famref *f = arg;
+  group_query *q = f->q;
+  int k = f->k;
+  q->req[k] = NULL;
+  q->rc[k] = rc_of(result, count);
+  size_t alen = k ? 16 : 4;
+  if (result == DNS_ERR_NONE && addresses && type == (k ? DNS_IPv6_AAAA : DNS_IPv4_A))
+    for (int i = 0; i < count && q->n[k] < EVDNS_CAP; i++)
+      memcpy(q->addr[k][q->n[k]++], (const uint8_t *)addresses + (size_t)i * alen, alen);
+  if (--q->pending == 0) udp_done(q);
 }
 
 static void group_tick(evutil_socket_t fd, short ev, void *arg) {
   (void)fd;
   (void)ev;
   dns_group *g = arg;
-  if (!g->t) lookup(g->s, g->host, g->port, g, &g->t, group_resolved);
+  if (g->q) return; /* one lookup at a time */
+  group_query *q = calloc(1, sizeof *q);
+  if (!q) return;
+  q->g = g;
+  g->q = q;
+  q->pending = 2;
+  for (int k = 0; k < 2; k++) {
+    q->fam[k] = (famref){q, k};
+    q->rc[k] = ELDR__DNS_FAILED;
+  }
+  /* the search list applies as to any lookup (flags 0); each calls back
+   * once, on the loop */
+  q->req[0] = evdns_base_resolve_ipv4(g->s->dns, g->host, 0, udp_cb, &q->fam[0]);
+  if (!q->req[0]) q->pending--;
+  q->req[1] = evdns_base_resolve_ipv6(g->s->dns, g->host, 0, udp_cb, &q->fam[1]);
+  if (!q->req[1]) q->pending--;
+  if (!q->pending) udp_done(q); /* neither could be sent: a failure, the list kept */
 }
 
 static dns_group *group_new(eldr_server *s, int role, const char *spec) {
@@ -277,7 +416,7 @@ void eldr__dns_sync(eldr_server *s) {
       continue;
     }
     *pp = g->next;
-    forget(&g->t);
+    group_forget(g);
     event_free(g->timer);
     for (size_t i = 0; i < g->n; i++) free(g->urls[i]);
     free(g->urls);

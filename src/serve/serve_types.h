@@ -48,6 +48,7 @@
 #include "eldr/policy.h"
 #include "eldr/serve.h"
 #include "serve_internal.h"
+#include "dnsmsg.h"
 #include "record.h"
 #include "sigpath.h"
 #include "upstream.h"
@@ -224,7 +225,8 @@ typedef struct dns_group {
   char **urls;             /* current addresses as worker URLs, sorted */
   size_t n;
   struct event *timer;     /* re-resolution every dns_interval */
-  dns_ticket *t;           /* lookup in flight, or NULL */
+  struct group_query *q;   /* lookup in flight (resolve.c), or NULL */
+  int logged_cut;          /* an answer cut at evdns's limit was logged */
   struct dns_group *next;
 } dns_group;
 
@@ -474,6 +476,21 @@ void eldr__worker_resolve_stop(worker *w);
 void eldr__dns_sync(eldr_server *s);
 /* The group of role named spec, or NULL. */
 const dns_group *eldr__dns_group_find(const eldr_server *s, int role, const char *spec);
+
+/* ---- dnstcp.c: a name's A and AAAA records over TCP --------------------------- */
+typedef struct eldr__dnstcp eldr__dnstcp;
+/* rc[0] / rc[1]: the A / AAAA lookups' ELDR__DNS_* codes (connection
+ * failures and the deadline are ELDR__DNS_FAILED), res their records, err
+ * the first failure's reason or NULL. The results are freed after it. */
+typedef void (*eldr__dnstcp_done)(void *arg, const int *rc, const eldr__dns_addrs *const *res, const char *err);
+/* Ask nameserver ns over TCP for name's A and AAAA records, one connection
+ * each, within timeout_s; done is called once, from the loop (never from
+ * inside this call). NULL when it could not start (no memory, no socket,
+ * a name that cannot be encoded). */
+eldr__dnstcp *eldr__dnstcp_start(struct event_base *base, const struct sockaddr *ns, socklen_t nslen, const char *name,
+                                 double timeout_s, eldr__dnstcp_done done, void *arg);
+/* Drop a lookup in flight: no callback. NULL is a no-op. */
+void eldr__dnstcp_cancel(eldr__dnstcp *t);
 
 /* ---- scrape.c: load from the engines' /metrics ------------------------------ */
 /* The load a decision uses: this replica's in-flight legs, or with a valid
