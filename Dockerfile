@@ -1,8 +1,8 @@
 # eldr router image: multi-stage on Debian bookworm, runs as a non-root user.
 #
-#   docker build -t eldr .
+#   docker build -t eldr:dev .
 #   docker run --rm -p 8000:8000 -v $PWD/deploy/eldr.json:/etc/eldr/eldr.json:ro \
-#       -v $PWD/routing.json:/etc/eldr/routing.json:ro eldr
+#       -v $PWD/routing.json:/etc/eldr/routing.json:ro eldr:dev
 #
 # The config (and the artifact it names) are mounted, never baked in; see
 # deploy/README.md for Kubernetes and systemd.
@@ -27,9 +27,17 @@ RUN apt-get update \
  && useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin eldr
 COPY --from=build /opt/eldr /opt/eldr
 USER 10001:10001
+# The port the router listens on and the health check asks: one variable, so
+# they cannot disagree (it is passed as --port, which overrides the config
+# file's "port"; run with -e ELDR_PORT=9000 -p 9000:9000 to move it).
+ENV ELDR_PORT=8000
 EXPOSE 8000
-# /health is 200 only while at least one prefill and one decode worker answer.
+# /health is 200 only while at least one prefill and one decode worker
+# answer, and 503 from the moment a SIGTERM starts the drain.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 \
-  CMD curl -fsS http://127.0.0.1:8000/health >/dev/null || exit 1
-ENTRYPOINT ["/opt/eldr/bin/eldr", "serve"]
+  CMD curl -fsS "http://127.0.0.1:${ELDR_PORT}/health" >/dev/null || exit 1
+# docker stop sends SIGTERM: requests in flight finish (--shutdown-timeout,
+# 30 s by default); give it that long: docker stop -t 40
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["/bin/sh", "-c", "exec /opt/eldr/bin/eldr serve --port \"$ELDR_PORT\" \"$@\"", "eldr"]
 CMD ["--config", "/etc/eldr/eldr.json"]

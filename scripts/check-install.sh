@@ -13,5 +13,11 @@ for f in bin/eldr share/doc/eldr/README.md share/doc/eldr/docs/serve.md \
          share/doc/eldr/examples/vllm-headless.yaml; do
   [ -e "$prefix/$f" ] || { echo "check-install: $f is not installed" >&2; exit 1; }
 done
+# the unit's Documentation= pages, where they are after an install
+root=$(cd "$(dirname "$0")/.." && pwd)
+for doc in $(sed -n 's/^Documentation=//p' "$root/deploy/systemd/eldr.service"); do
+  f=${doc#file:///usr/local/}
+  [ -e "$prefix/$f" ] || { echo "check-install: the unit's Documentation= $doc is not installed" >&2; exit 1; }
+done
 "$prefix/bin/eldr" --help >/dev/null
 echo "check-install: ok ($prefix)"

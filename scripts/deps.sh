@@ -3,7 +3,8 @@
 # Idempotent: does nothing when everything is already installed.
 set -euo pipefail
 PKGS=(build-essential cmake ninja-build pkg-config libjansson-dev libevent-dev libxxhash-dev
-      libcmocka-dev libopenblas-dev gnuplot-nox clang libclang-rt-14-dev curl)
+      libcmocka-dev libopenblas-dev gnuplot-nox clang libclang-rt-14-dev curl
+      python3-yaml python3-jsonschema)  # the last two: scripts/check_deploy.py (ctest deploy_*)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
