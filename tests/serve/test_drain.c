@@ -83,21 +83,12 @@ static double refused_within(int port, double timeout_s) {
 
 typedef struct job {
   int port, max_tokens;
-  int status, tokens, done;
-  double t_end;
+  eng_stream r;
 } job;
 
 static void *stream_main(void *arg) {
   job *j = arg;
-  char body[128];
-  snprintf(body, sizeof body, "{\"prompt\":\"drain me gently\",\"max_tokens\":%d,\"stream\":true}", j->max_tokens);
-  tc_resp r;
-  j->status = tc_post_within(j->port, "/v1/completions", body, NULL, 60, &r) == 0 ? r.status : -1;
-  j->t_end = fx_now();
-  if (j->status < 0) return NULL;
-  for (const char *p = r.body; (p = strstr(p, "\"text\":\"")) != NULL; p += 8) j->tokens += p[8] != '"';
-  j->done = strstr(r.body, "data: [DONE]") != NULL && !strstr(r.body, "data: {\"error\"");
-  tc_free(&r);
+  eng_stream_post(j->port, "drain me gently", j->max_tokens, 60, &j->r);
   return NULL;
 }
 
@@ -117,7 +108,7 @@ static void rig(sf_child *ch, const char *scale, const char *const *flags) {
 /* n streams of max_tokens started, in flight at the decoder. */
 static void start_streams(sf_child *ch, job *j, pthread_t *th, int n, int max_tokens) {
   for (int i = 0; i < n; i++) {
-    j[i] = (job){ch->port, max_tokens, 0, 0, 0, 0};
+    j[i] = (job){ch->port, max_tokens, {0}};
     pthread_create(&th[i], NULL, stream_main, &j[i]);
   }
   char s[128] = "eldr_worker_inflight{role=\"decode\"";
@@ -168,9 +159,9 @@ static void test_drain(void **st) {
   double t_exit = 0, last = 0;
   int rc = wait_exit(ch, 30, &t_exit);
   for (int i = 0; i < N; i++) {
-    if (j[i].status != 200 || j[i].tokens != 600 || !j[i].done)
-      fail_msg("stream %d: %d, %d of 600 tokens, done %d", i, j[i].status, j[i].tokens, j[i].done);
-    if (j[i].t_end > last) last = j[i].t_end;
+    if (j[i].r.status != 200 || j[i].r.tokens != 600 || !j[i].r.done)
+      fail_msg("stream %d: %d, %d of 600 tokens, done %d", i, j[i].r.status, j[i].r.tokens, j[i].r.done);
+    if (j[i].r.t_end > last) last = j[i].r.t_end;
   }
   print_message("SIGTERM with %d streams of 600 tokens in flight: new connections refused %.3f s after it, "
                 "/health on an open connection: %.40s..., idle keep-alive connection %s; the streams finished "
@@ -206,10 +197,10 @@ static void test_second_signal(void **st) {
   for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
   eldr_test_read_into(ch->logpath, log, sizeof log);
   print_message("second SIGTERM during the drain: exit %d %.3f s after it; the 2 streams were cut (%d, %d tokens)\n", rc,
-                t_exit - t1, j[0].tokens, j[1].tokens);
+                t_exit - t1, j[0].r.tokens, j[1].r.tokens);
   assert_int_equal(rc, 0);
   assert_true(t_exit - t1 < 10); /* at once, not at the 60 s timeout */
-  assert_true(!j[0].done && !j[1].done);
+  assert_true(!j[0].r.done && !j[1].r.done);
   assert_non_null(strstr(log, "second stop signal"));
   unlink(ch->logpath);
   teardown(NULL);
@@ -233,7 +224,7 @@ static void test_shutdown_timeout(void **st) {
                 t_exit - t0);
   assert_int_equal(rc, 0);
   assert_true(t_exit - t0 >= 1 && t_exit - t0 < 15); /* at the timeout, not when the streams end */
-  assert_true(!j[0].done && !j[1].done);
+  assert_true(!j[0].r.done && !j[1].r.done);
   assert_non_null(strstr(log, "shutdown timeout (1 s)"));
   unlink(ch->logpath);
   teardown(NULL);

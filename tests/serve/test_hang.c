@@ -53,35 +53,14 @@ static int spawn_worker(const char *role, const char *scale, const char *max_seq
 }
 
 typedef struct job {
-  int port;
-  int max_tokens;
+  int port, max_tokens;
   double timeout_s;
-  int status;   /* HTTP status, 504 for a stream ended by an error event, -1 no answer */
-  int tokens;   /* text events received */
-  int engine;   /* the decoder's port from eldr_engine_id ("eldr-decode-<port>"), 0 unknown */
-  double t_end; /* fx_now() when the answer was complete */
-  char err[200];
+  eng_stream r;
 } job;
 
 static void *stream_main(void *arg) {
   job *j = arg;
-  char body[160];
-  snprintf(body, sizeof body, "{\"prompt\":\"the queue and the hang\",\"max_tokens\":%d,\"stream\":true}", j->max_tokens);
-  tc_resp r;
-  j->status = tc_post_within(j->port, "/v1/completions", body, NULL, j->timeout_s, &r) == 0 ? r.status : -1;
-  j->t_end = fx_now();
-  if (j->status < 0) return NULL;
-  for (const char *p = r.body; (p = strstr(p, "\"text\":")) != NULL; p += 7) j->tokens++;
-  const char *e = strstr(r.body, "\"eldr_engine_id\":\"eldr-decode-");
-  if (e) j->engine = atoi(e + 30);
-  const char *x = strstr(r.body, "data: {\"error\"");
-  if (j->status == 200 && x) {
-    j->status = strstr(x, "\"code\":504") ? 504 : 502;
-    snprintf(j->err, sizeof j->err, "%.180s", x);
-  } else if (j->status != 200) {
-    snprintf(j->err, sizeof j->err, "%.180s", r.body);
-  }
-  tc_free(&r);
+  eng_stream_post(j->port, "the queue and the hang", j->max_tokens, j->timeout_s, &j->r);
   return NULL;
 }
 
@@ -99,7 +78,7 @@ static void queued_case(const char *health_interval, const char *const *flags, j
   int pport = spawn_worker("prefill", "0.5", "256", &pp);
   *dport = spawn_worker("decode", "0.5", "2", &dp);
   char purl[64], durl[64];
-  snprintf(purl, sizeof purl, "http://127.0.0.1:%d", pport);
+  eng_url(pport, purl, sizeof purl);
   snprintf(durl, sizeof durl, "http://127.0.0.1:%d", *dport);
   const char *args[24] = {"--port", "0", "--prefill", purl, "--decode", durl, "--policy", "jsq", "--threads", "1",
                           "--health-interval", health_interval};
@@ -109,7 +88,7 @@ static void queued_case(const char *health_interval, const char *const *flags, j
   sf_child_start(&router, 0, args);
   pthread_t th[3];
   for (int i = 0; i < 3; i++) {
-    jobs[i] = (job){router.port, 800, 60, 0, 0, 0, 0, ""};
+    jobs[i] = (job){router.port, 800, 60, {0}};
     pthread_create(&th[i], NULL, stream_main, &jobs[i]);
     if (i < 2) { /* the first two are running before the third arrives */
       char s[128];
@@ -129,20 +108,20 @@ static void test_queued_stream_not_a_hang(void **st) {
   int dport;
   queued_case("30", flags, j, &dport);
   for (int i = 0; i < 3; i++)
-    if (j[i].status != 200 || j[i].tokens != 800)
-      fail_msg("stream %d: status %d, %d of 800 tokens: %s", i, j[i].status, j[i].tokens, j[i].err);
+    if (j[i].r.status != 200 || j[i].r.tokens != 800)
+      fail_msg("stream %d: status %d, %d of 800 tokens: %s", i, j[i].r.status, j[i].r.tokens, j[i].r.err);
   double ej = metric(router.port, "eldr_worker_ejections_total{role=\"decode\",worker=\"http://127.0.0.1:%d\"}", dport);
   double hangs = metric(router.port, "eldr_worker_hangs_total{role=\"decode\",worker=\"http://127.0.0.1:%d\"}", dport);
   double probes = rt_metric(router.port, "eldr_hang_probes_total{result=\"answered\"}");
   double qto = rt_metric(router.port, "eldr_queue_timeouts_total");
-  double t_first = j[0].t_end < j[1].t_end ? j[0].t_end : j[1].t_end;
+  double t_first = j[0].r.t_end < j[1].r.t_end ? j[0].r.t_end : j[1].r.t_end;
   print_message("queued stream, hang window 1 s: 3 of 3 streams complete (800 tokens each), the queued one "
                 "finished %.2f s after the first running one; ejections %g, hang verdicts %g, probes answered %g, "
-                "queue timeouts %g\n", j[2].t_end - t_first, ej, hangs, probes, qto);
+                "queue timeouts %g\n", j[2].r.t_end - t_first, ej, hangs, probes, qto);
   assert_int_equal(ej, 0);
   assert_int_equal(hangs, 0);
   assert_int_equal(qto, 0);
-  assert_true(j[2].t_end > t_first); /* it did wait for a running one */
+  assert_true(j[2].r.t_end > t_first); /* it did wait for a running one */
   /* a leg that sends nothing for longer than the window (a whole reply of
    * 800 tokens, about 2 s): probed, answered, not a hang */
   tc_resp r;
@@ -168,15 +147,15 @@ static void test_queue_timeout_ends_only_the_queued(void **st) {
   queued_case("2", flags, j, &dport);
   int ok = 0, ended = -1;
   for (int i = 0; i < 3; i++) {
-    if (j[i].status == 200 && j[i].tokens == 800) ok++;
-    else if (j[i].status == 504 && j[i].tokens == 0) ended = i;
-    else fail_msg("stream %d: status %d, %d tokens: %s", i, j[i].status, j[i].tokens, j[i].err);
+    if (j[i].r.status == 200 && j[i].r.tokens == 800) ok++;
+    else if (j[i].r.status == 504 && j[i].r.tokens == 0) ended = i;
+    else fail_msg("stream %d: status %d, %d tokens: %s", i, j[i].r.status, j[i].r.tokens, j[i].r.err);
   }
   double ej = metric(router.port, "eldr_worker_ejections_total{role=\"decode\",worker=\"http://127.0.0.1:%d\"}", dport);
   double qto = rt_metric(router.port, "eldr_queue_timeouts_total");
   print_message("queued stream, decode-first-byte-timeout 0.8 s: %d streams complete (800 tokens each), stream %d "
                 "ended alone with 504 (%s); ejections %g, queue timeouts %g\n",
-                ok, ended, j[ended >= 0 ? ended : 0].err, ej, qto);
+                ok, ended, j[ended >= 0 ? ended : 0].r.err, ej, qto);
   assert_int_equal(ok, 2);
   assert_int_equal(ended, 2);
   assert_int_equal(ej, 0);
@@ -192,9 +171,9 @@ static void test_sigstop_on_defaults(void **st) {
   int aport = spawn_worker("decode", "1", "256", &da);
   int bport = spawn_worker("decode", "1", "256", &db);
   char purl[64], aurl[64], burl[64];
-  snprintf(purl, sizeof purl, "http://127.0.0.1:%d", pport);
-  snprintf(aurl, sizeof aurl, "http://127.0.0.1:%d", aport);
-  snprintf(burl, sizeof burl, "http://127.0.0.1:%d", bport);
+  eng_url(pport, purl, sizeof purl);
+  eng_url(aport, aurl, sizeof aurl);
+  eng_url(bport, burl, sizeof burl);
   /* every timing flag at its default */
   const char *args[] = {"--port", "0", "--prefill", purl, "--decode", aurl, "--decode", burl, "--policy", "jsq", NULL};
   sf_child_start(&router, 0, args);
@@ -206,7 +185,7 @@ static void test_sigstop_on_defaults(void **st) {
   job j[N];
   pthread_t th[N];
   for (int i = 0; i < N; i++) {
-    j[i] = (job){router.port, 2000, 60, 0, 0, 0, 0, ""};
+    j[i] = (job){router.port, 2000, 60, {0}};
     pthread_create(&th[i], NULL, stream_main, &j[i]);
     char s[160];
     snprintf(s, sizeof s, "eldr_worker_inflight{role=\"decode\",worker=\"%s\"}", i % 2 ? burl : aurl);
@@ -228,14 +207,14 @@ static void test_sigstop_on_defaults(void **st) {
   double worst_a = 0;
   int on_a = 0, on_b = 0;
   for (int i = 0; i < N; i++) {
-    if (j[i].engine == aport || (j[i].engine == 0 && j[i].status == 504)) {
+    if (j[i].r.engine == aport || (j[i].r.engine == 0 && j[i].r.status == 504)) {
       on_a++;
-      if (j[i].status != 504) fail_msg("stream %d on the stopped decoder: status %d, %d tokens", i, j[i].status, j[i].tokens);
-      if (j[i].t_end - t0 > worst_a) worst_a = j[i].t_end - t0;
+      if (j[i].r.status != 504) fail_msg("stream %d on the stopped decoder: status %d, %d tokens", i, j[i].r.status, j[i].r.tokens);
+      if (j[i].r.t_end - t0 > worst_a) worst_a = j[i].r.t_end - t0;
     } else {
       on_b++;
-      if (j[i].status != 200 || j[i].tokens != 2000)
-        fail_msg("stream %d on the running decoder: status %d, %d of 2000 tokens: %s", i, j[i].status, j[i].tokens, j[i].err);
+      if (j[i].r.status != 200 || j[i].r.tokens != 2000)
+        fail_msg("stream %d on the running decoder: status %d, %d of 2000 tokens: %s", i, j[i].r.status, j[i].r.tokens, j[i].r.err);
     }
   }
   double hangs = metric(router.port, "eldr_worker_hangs_total{role=\"decode\",worker=\"http://127.0.0.1:%d\"}", aport);
@@ -249,9 +228,9 @@ static void test_sigstop_on_defaults(void **st) {
   assert_int_equal(hangs, 1);
   /* new requests go to B while A is out */
   for (int i = 0; i < 3; i++) {
-    job k = {router.port, 4, 10, 0, 0, 0, 0, ""};
+    job k = {router.port, 4, 10, {0}};
     stream_main(&k);
-    if (k.status != 200 || k.engine != bport) fail_msg("request after the ejection: %d on %d", k.status, k.engine);
+    if (k.r.status != 200 || k.r.engine != bport) fail_msg("request after the ejection: %d on %d", k.r.status, k.r.engine);
   }
   /* continued: re-admitted by a health check */
   assert_int_equal(kill(da, SIGCONT), 0);
@@ -268,9 +247,9 @@ static void test_stopped_prefill_retried(void **st) {
   int pbport = spawn_worker("prefill", "1", "256", &pb);
   int dport = spawn_worker("decode", "1", "256", &d);
   char a[64], b[64], du[64];
-  snprintf(a, sizeof a, "http://127.0.0.1:%d", paport);
-  snprintf(b, sizeof b, "http://127.0.0.1:%d", pbport);
-  snprintf(du, sizeof du, "http://127.0.0.1:%d", dport);
+  eng_url(paport, a, sizeof a);
+  eng_url(pbport, b, sizeof b);
+  eng_url(dport, du, sizeof du);
   const char *args[] = {"--port", "0", "--prefill", a, "--prefill", b, "--decode", du, "--hang-window", "1",
                         "--health-timeout", "0.5", "--health-interval", "30", NULL};
   sf_child_start(&router, 0, args);

@@ -8,6 +8,7 @@
 
 #include <cmocka.h>
 
+#include "support/fixture.h"
 #include "support/proc.h"
 #include "worker/wtest.h"
 
@@ -41,4 +42,26 @@ void eng_stop_all(void) {
       engines[i] = 0;
     }
   n_engines = 0;
+}
+
+void eng_stream_post(int port, const char *prompt, int max_tokens, double timeout_s, eng_stream *o) {
+  memset(o, 0, sizeof *o);
+  char body[256];
+  snprintf(body, sizeof body, "{\"prompt\":\"%s\",\"max_tokens\":%d,\"stream\":true}", prompt, max_tokens);
+  tc_resp r;
+  o->status = tc_post_within(port, "/v1/completions", body, NULL, timeout_s, &r) == 0 ? r.status : -1;
+  o->t_end = fx_now();
+  if (o->status < 0) return;
+  for (const char *p = r.body; (p = strstr(p, "\"text\":\"")) != NULL; p += 8) o->tokens += p[8] != '"';
+  const char *e = strstr(r.body, "\"eldr_engine_id\":\"eldr-decode-");
+  if (e) o->engine = atoi(e + 30);
+  const char *x = strstr(r.body, "data: {\"error\"");
+  o->done = !x && strstr(r.body, "data: [DONE]") != NULL;
+  if (o->status == 200 && x) {
+    o->status = strstr(x, "\"code\":504") ? 504 : 502;
+    snprintf(o->err, sizeof o->err, "%.180s", x);
+  } else if (o->status != 200) {
+    snprintf(o->err, sizeof o->err, "%.180s", r.body);
+  }
+  tc_free(&r);
 }

@@ -22,4 +22,17 @@ const char *eng_url(int port, char *buf, size_t cap);
 /* Stop and reap every engine started. */
 void eng_stop_all(void);
 
+/* One streamed completion through a router, read to its end. */
+typedef struct eng_stream {
+  int status;   /* HTTP status; 504 / 502 for a stream ended by an error event; -1: no answer */
+  int tokens;   /* token events (non-empty "text") */
+  int done;     /* "data: [DONE]" and no error event */
+  int engine;   /* the decoder's port from eldr_engine_id ("eldr-decode-<port>"), 0 unknown */
+  double t_end; /* fx_now() when the answer was complete */
+  char err[200];
+} eng_stream;
+/* POST /v1/completions {"prompt": prompt, "max_tokens": n, "stream": true}
+ * to 127.0.0.1:port, the answer awaited up to timeout_s. */
+void eng_stream_post(int port, const char *prompt, int max_tokens, double timeout_s, eng_stream *out);
+
 #endif
