@@ -3,7 +3,8 @@
  * path, sends), and the query builder. Input: two bytes choose the query id
  * and type; the rest is the reply. Checks: never crashes or reads out of
  * bounds (an exact-size copy); the code is one of the defined ones; OK has
- * records, every other code none (and MALFORMED no RCODE when the header is
+ * records, every other code none (a reply that breaks off is not used in
+ * part; MALFORMED has no RCODE when the header is
  * short or not the reply asked for); a query built from the input's first
  * bytes as a name is well-formed (its answer to itself, with QR set and no
  * records, reads as NODATA). */

@@ -58,6 +58,12 @@ static int skip_name(const uint8_t *m, size_t len, size_t *i) {
   return 0;
 }
 
+/* A reply that breaks off is not used in part. */
+static int malformed(eldr__dns_addrs *out) {
+  out->n = 0;
+  return ELDR__DNS_MALFORMED;
+}
+
 int eldr__dns_answer(const uint8_t *m, size_t len, uint16_t id, uint16_t qtype, eldr__dns_addrs *out) {
   out->n = 0;
   out->ttl = 0;
@@ -70,19 +76,19 @@ int eldr__dns_answer(const uint8_t *m, size_t len, uint16_t id, uint16_t qtype, 
   if (out->rcode) return ELDR__DNS_FAILED;
   size_t qd = get16(m + 4), an = get16(m + 6), i = 12;
   for (size_t q = 0; q < qd; q++) {
-    if (skip_name(m, len, &i) || i + 4 > len) return ELDR__DNS_MALFORMED;
+    if (skip_name(m, len, &i) || i + 4 > len) return malformed(out);
     i += 4;
   }
   size_t alen = qtype == ELDR__DNS_AAAA ? 16 : 4;
   for (size_t a = 0; a < an; a++) {
-    if (skip_name(m, len, &i) || i + 10 > len) return ELDR__DNS_MALFORMED;
+    if (skip_name(m, len, &i) || i + 10 > len) return malformed(out);
     uint16_t type = get16(m + i), cls = get16(m + i + 2), rdl = get16(m + i + 8);
     uint32_t ttl = (uint32_t)get16(m + i + 4) << 16 | get16(m + i + 6);
     i += 10;
-    if (i + rdl > len) return ELDR__DNS_MALFORMED;
+    if (i + rdl > len) return malformed(out);
     if (type == qtype && cls == 1) { /* CNAMEs and anything else are stepped over */
-      if (rdl != alen) return ELDR__DNS_MALFORMED;
-      if (out->n >= ELDR__DNS_MAX_ADDRS) return ELDR__DNS_MALFORMED; /* more than any Service has */
+      if (rdl != alen) return malformed(out);
+      if (out->n >= ELDR__DNS_MAX_ADDRS) return malformed(out); /* more than any Service has */
       memcpy(out->addr[out->n++], m + i, alen);
       if (out->n == 1 || ttl < out->ttl) out->ttl = ttl;
     }
