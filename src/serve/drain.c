@@ -43,7 +43,7 @@ static void drain_tick(evutil_socket_t fd, short ev, void *arg) {
   eldr_server *s = arg;
   eldr__group *g = s->grp;
   size_t open = 0;
-  for (int i = 0; i < g->n; i++) open += atomic_load(&g->loops[i]->nconns) + g->loops[i]->nrefusing;
+  for (int i = 0; i < g->n; i++) open += atomic_load(&g->loops[i]->nconns); /* (connections refused at the limit close by themselves) */
   double now = eldr__now_s();
   if (open && now < atomic_load(&g->drain_deadline)) {
     struct timeval tv = eldr__tv_of(DRAIN_TICK_S);

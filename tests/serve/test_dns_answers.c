@@ -123,18 +123,25 @@ static void *srv_main(void *arg) {
 static void srv_start(dns_srv *d) {
   memset(d, 0, sizeof *d);
   pthread_mutex_init(&d->mu, NULL);
-  d->udp = socket(AF_INET, SOCK_DGRAM, 0);
-  struct sockaddr_in sa = {0};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  assert_int_equal(bind(d->udp, (struct sockaddr *)&sa, sizeof sa), 0);
-  socklen_t sl = sizeof sa;
-  getsockname(d->udp, (struct sockaddr *)&sa, &sl);
-  d->port = ntohs(sa.sin_port);
-  d->tcp = socket(AF_INET, SOCK_STREAM, 0);
-  int one = 1;
-  setsockopt(d->tcp, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  assert_int_equal(bind(d->tcp, (struct sockaddr *)&sa, sizeof sa), 0); /* the same port, TCP */
+  /* one port for both: TCP's from the kernel, then UDP on it (taken by
+   * another test meanwhile: try another) */
+  for (int tries = 0; tries < 50; tries++) {
+    struct sockaddr_in sa = {0};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    d->tcp = socket(AF_INET, SOCK_STREAM, 0);
+    d->udp = socket(AF_INET, SOCK_DGRAM, 0);
+    assert_true(d->tcp >= 0 && d->udp >= 0);
+    socklen_t sl = sizeof sa;
+    if (bind(d->tcp, (struct sockaddr *)&sa, sizeof sa) == 0 && getsockname(d->tcp, (struct sockaddr *)&sa, &sl) == 0 &&
+        bind(d->udp, (struct sockaddr *)&sa, sizeof sa) == 0) {
+      d->port = ntohs(sa.sin_port);
+      break;
+    }
+    close(d->tcp);
+    close(d->udp);
+  }
+  if (!d->port) fail_msg("no port free for both UDP and TCP");
   assert_int_equal(listen(d->tcp, 16), 0);
   assert_int_equal(pthread_create(&d->th, NULL, srv_main, d), 0);
 }
