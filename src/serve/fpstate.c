@@ -7,9 +7,10 @@
 
 #include "serve_types.h"
 
-int eldr__fps_new(const eldr_artifact *a, eldr_policy_kind kind, size_t n_decode, eldr__fpstate **out,
+int eldr__fps_new(eldr__art *art, eldr_policy_kind kind, size_t n_decode, eldr__fpstate **out,
                   eldr_diag *d) {
   *out = NULL;
+  const eldr_artifact *a = art ? art->a : NULL;
   if (kind != ELDR_POLICY_FOOTPRINT || !a || !a->latency || n_decode == 0) return 0;
   eldr__fpstate *f = calloc(1, sizeof *f);
   if (!f) return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory for the footprint state");
@@ -24,6 +25,7 @@ int eldr__fps_new(const eldr_artifact *a, eldr_policy_kind kind, size_t n_decode
   eldr_policy_attach_footprint(&f->pol, f->fp);
   f->n = n_decode;
   f->refs = 1;
+  f->art = eldr__art_ref(art);
   *out = f;
   return 0;
 }
@@ -31,6 +33,7 @@ int eldr__fps_new(const eldr_artifact *a, eldr_policy_kind kind, size_t n_decode
 void eldr__fps_put(eldr__fpstate *f) {
   if (!f || --f->refs) return;
   eldr_footprint_free(f->fp);
+  eldr__art_put(f->art);
   free(f);
 }
 

@@ -1,12 +1,37 @@
 /* loops.c — what the router's event loops share (docs/architecture.md,
- * "Threads"): the group of loops and its threads, and the workers' slots,
- * whose in-flight counts every loop's decisions read and reserve. Each loop
+ * "Threads"): the group of loops and its threads, the workers' slots,
+ * whose in-flight counts every loop's decisions read and reserve, and the
+ * artifact each start or reload loads once for all of them (eldr__art). Each loop
  * is a whole eldr_server (server.c) on its own thread with its own
  * SO_REUSEPORT listener, connections and upstream pools. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "serve_types.h"
+
+void (*eldr__lead_hook)(eldr_server *leader);
+
+eldr__art *eldr__art_wrap(eldr_artifact *a) {
+  eldr__art *r = malloc(sizeof *r);
+  if (!r) {
+    eldr_artifact_free(a);
+    return NULL;
+  }
+  atomic_init(&r->refs, 1);
+  r->a = a;
+  return r;
+}
+
+eldr__art *eldr__art_ref(eldr__art *r) {
+  if (r) atomic_fetch_add_explicit(&r->refs, 1, memory_order_relaxed);
+  return r;
+}
+
+void eldr__art_put(eldr__art *r) {
+  if (!r || atomic_fetch_sub_explicit(&r->refs, 1, memory_order_acq_rel) != 1) return;
+  eldr_artifact_free(r->a);
+  free(r);
+}
 
 eldr__group *eldr__group_new(int n) {
   eldr__group *g = calloc(1, sizeof *g);

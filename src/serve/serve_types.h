@@ -111,6 +111,28 @@ typedef struct dns_ticket dns_ticket;
 typedef struct eldr__slot eldr__slot;
 typedef struct eldr__group eldr__group;
 
+/* ---- loops.c: one artifact per load ---------------------------------------------
+ * An artifact file is read, parsed and validated once, by the loop that
+ * leads a start or a reload (loop 0 at start; the loop whose reload
+ * committed); every other loop, and every footprint generation built on
+ * it, takes a reference, so all loops run the very artifact the leader
+ * validated even when the file changes meanwhile. The artifact is
+ * read-only once loaded; the last reference frees it. Any thread. */
+typedef struct eldr__art {
+  _Atomic size_t refs;
+  eldr_artifact *a; /* owned */
+} eldr__art;
+/* Wrap a loaded artifact (taken; freed on failure): NULL on ENOMEM. */
+eldr__art *eldr__art_wrap(eldr_artifact *a);
+/* One more reference (NULL: NULL). */
+eldr__art *eldr__art_ref(eldr__art *r);
+/* One fewer; the last frees the artifact. NULL is a no-op. */
+void eldr__art_put(eldr__art *r);
+/* Test hook: called on the leading loop's thread after it committed a
+ * start's or a reload's configuration and before the other loops are
+ * handed it (NULL: none). */
+extern void (*eldr__lead_hook)(eldr_server *leader);
+
 /* ---- loops.c: what the loops share ------------------------------------------
  * Every loop has its own worker object per listed URL (its own pool, health
  * check, scrape); the loops' objects of one (role, URL) share a slot: the
@@ -257,6 +279,7 @@ typedef struct leg {
  * FOOTPRINT with fp attached, for on_route / on_end of this generation. */
 typedef struct eldr__fpstate {
   eldr_footprint *fp;
+  eldr__art *art; /* the artifact it was built from (a reference) */
   eldr_policy pol;
   size_t n;    /* decoders it was built for */
   size_t refs;
@@ -337,6 +360,8 @@ struct eldr_server {
   int loop;               /* this loop's index (0 owns the group and the signals) */
   eldr_serve_config *follow_cfg; /* another loop's reloaded configuration to
                                   * build, or NULL (group mutex) */
+  eldr__art *follow_art;         /* the artifact that loop loaded for it (a
+                                  * reference, NULL: none) (group mutex) */
   uint64_t follow_gen, cfg_gen;  /* its reload number, and that of the
                                   * configuration this loop runs (group mutex) */
   _Atomic int reload_req;        /* eldr_server_reload asked this loop to lead one */
@@ -369,7 +394,10 @@ struct eldr_server {
   uint8_t recent[256];
   size_t nrecent, irecent;
   double re_seen_t;
-  eldr_artifact *art;
+  const eldr_artifact *art; /* artref's artifact, or NULL (read-only: other loops use it) */
+  eldr__art *artref;      /* the committed configuration's artifact (one reference) */
+  _Atomic uint64_t art_hash; /* its text hash (0: none), for any loop's /eldr/status */
+  _Atomic uint64_t run_gen;  /* the reload number of the configuration committed (0: the start's) */
   eldr_policy pol, jsq;
   eldr__fpstate *fps;     /* FOOTPRINT with latency coefficients, else NULL (JSQ) */
   int logged_fp;
@@ -539,10 +567,11 @@ void eldr__record_submit(rq *r);
 void eldr__record_metrics(eldr_server *s, struct evbuffer *o);
 
 /* ---- fpstate.c: the footprint policy's state --------------------------------- */
-/* A new generation (refs 1) when kind is FOOTPRINT and a carries latency
- * coefficients (and n_decode > 0), else *out = NULL and 0; errors name the
+/* A new generation (refs 1) when kind is FOOTPRINT and art's artifact
+ * carries latency coefficients (and n_decode > 0; it keeps a reference on
+ * art), else *out = NULL and 0; errors name the
  * footprint policy (ELDR_ENOMEM, the latency model's). */
-int eldr__fps_new(const eldr_artifact *a, eldr_policy_kind kind, size_t n_decode, eldr__fpstate **out,
+int eldr__fps_new(eldr__art *art, eldr_policy_kind kind, size_t n_decode, eldr__fpstate **out,
                   eldr_diag *d);
 /* Drop one reference; the last frees it. NULL is a no-op. */
 void eldr__fps_put(eldr__fpstate *f);

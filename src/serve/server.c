@@ -68,8 +68,9 @@ static size_t resolve_max_conns(const eldr_serve_config *c) {
 
 /* ---- artifact, workers, reload --------------------------------------------- */
 
-/* Load and check an artifact against what the server knows. */
-static int load_artifact(eldr_server *s, const char *path, eldr_artifact **out, eldr_diag *d) {
+/* Load and check an artifact against what the server knows (every loop's
+ * observed shape): done once per start or reload, by the leading loop. */
+static int load_artifact(eldr_server *s, const char *path, eldr__art **out, eldr_diag *d) {
   *out = NULL;
   if (!path) return 0;
   eldr_artifact *a = NULL;
@@ -91,7 +92,7 @@ static int load_artifact(eldr_server *s, const char *path, eldr_artifact **out, 
       return rc;
     }
   }
-  *out = a;
+  if (!(*out = eldr__art_wrap(a))) return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory for artifact %s", path);
   return 0;
 }
 
@@ -99,7 +100,7 @@ static int load_artifact(eldr_server *s, const char *path, eldr_artifact **out, 
  * swapped in by stage_commit, which cannot fail, or dropped. */
 typedef struct stage {
   eldr_serve_config cfg;
-  eldr_artifact *art;
+  eldr__art *art;
   eldr_policy pol;
   eldr__fpstate *fps;
   eldr__sigconf sig;
@@ -112,13 +113,17 @@ static void stage_drop(eldr_server *s, stage *st) {
   eldr__workers_drop(&st->wp);
   eldr__sigconf_drop(&s->sp, &st->sig);
   eldr__fps_put(st->fps);
-  eldr_artifact_free(st->art);
+  eldr__art_put(st->art);
   eldr_serve_config_free(&st->cfg);
 }
 
 /* base: the configuration to start from; reread: apply the config file
- * (cfg.config_path) and then the command-line overrides over it. */
-static int stage_build(eldr_server *s, const eldr_serve_config *base, int reread, stage *st, eldr_diag *d) {
+ * (cfg.config_path) and then the command-line overrides over it. lead: this
+ * loop loads and validates the artifact; else it takes a reference on
+ * `given`, the one the leading loop loaded for the same configuration
+ * (NULL: none), and never opens the file. */
+static int stage_build(eldr_server *s, const eldr_serve_config *base, int reread, int lead, eldr__art *given,
+                       stage *st, eldr_diag *d) {
   memset(st, 0, sizeof *st);
   int rc = eldr_serve_config_copy(&st->cfg, base);
   if (rc) return eldr_diag_fail(d, rc, "out of memory for the configuration");
@@ -129,8 +134,9 @@ static int stage_build(eldr_server *s, const eldr_serve_config *base, int reread
     goto fail;
   }
   if ((rc = eldr_serve_config_validate(c, d))) goto fail;
-  if ((rc = load_artifact(s, c->artifact, &st->art, d))) goto fail;
-  const eldr_artifact *a = st->art;
+  if (lead && (rc = load_artifact(s, c->artifact, &st->art, d))) goto fail;
+  if (!lead) st->art = eldr__art_ref(given);
+  const eldr_artifact *a = st->art ? st->art->a : NULL;
   double tau = c->tau >= 0 ? c->tau : a ? a->tau : 0.1;
   if ((rc = eldr_policy_init(&st->pol, c->policy, tau, c->seed, a ? a->centroids : NULL, a ? a->k : 0,
                              a ? a->dim : 0, 1))) {
@@ -139,7 +145,7 @@ static int stage_build(eldr_server *s, const eldr_serve_config *base, int reread
   }
   if ((rc = eldr__sigconf_build(&s->sp, a, c->sigcache_rows, &st->sig, d))) goto fail;
   if ((rc = eldr__workers_plan(s, c, &st->wp, d))) goto fail;
-  if ((rc = eldr__fps_new(a, c->policy, st->wp.nw[1], &st->fps, d))) goto fail;
+  if ((rc = eldr__fps_new(st->art, c->policy, st->wp.nw[1], &st->fps, d))) goto fail;
   eldr_policy_attach_footprint(&st->pol, st->fps ? st->fps->fp : NULL);
   if ((rc = eldr__watchst_new(s, a, c, &st->watch, d))) goto fail;
   return 0;
@@ -153,8 +159,10 @@ static void stage_commit(eldr_server *s, stage *st) {
   eldr_serve_config_free(&s->cfg);
   s->cfg = st->cfg;
   eldr__sigpath_commit(&s->sp, &st->sig);
-  eldr_artifact_free(s->art);
-  s->art = st->art;
+  eldr__art_put(s->artref);
+  s->artref = st->art;
+  s->art = s->artref ? s->artref->a : NULL;
+  atomic_store(&s->art_hash, s->art ? s->art->text_hash : 0);
   s->pol = st->pol;
   size_t nl = s->grp ? (size_t)s->grp->n : 1; /* each loop takes its share */
   s->max_conns = (resolve_max_conns(&s->cfg) + nl - 1) / nl;
@@ -213,6 +221,7 @@ static void reload_followers(eldr_server *s) {
   pthread_mutex_lock(&g->mu);
   uint64_t gen = s->cfg_gen = ++g->reload_gen;
   pthread_mutex_unlock(&g->mu);
+  atomic_store(&s->run_gen, gen);
   for (int i = 0; i < g->n; i++) {
     eldr_server *f = g->loops[i];
     if (f == s) continue;
@@ -222,18 +231,23 @@ static void reload_followers(eldr_server *s) {
       eldr__logf(s, "reload: out of memory: event loop %d keeps its configuration", i);
       continue;
     }
+    eldr__art *art = eldr__art_ref(s->artref), *old_art = NULL; /* the artifact this loop loaded: not read again */
     pthread_mutex_lock(&g->mu);
     eldr_serve_config *old = NULL;
     if (!f->follow_cfg || f->follow_gen < gen) { /* a newer one replaces one not yet taken */
       old = f->follow_cfg;
+      old_art = f->follow_art;
       f->follow_cfg = c;
+      f->follow_art = art;
       f->follow_gen = gen;
     } else {
       old = c;
+      old_art = art;
     }
     pthread_mutex_unlock(&g->mu);
     if (old) eldr_serve_config_free(old);
     free(old);
+    eldr__art_put(old_art);
     event_active(f->ev_reload, EV_TIMEOUT, 0);
   }
 }
@@ -244,8 +258,10 @@ static int follow_reload(eldr_server *s) {
   eldr__group *g = s->grp;
   pthread_mutex_lock(&g->mu);
   eldr_serve_config *c = s->follow_cfg;
+  eldr__art *art = s->follow_art;
   uint64_t gen = s->follow_gen;
   s->follow_cfg = NULL;
+  s->follow_art = NULL;
   int stale = c && gen <= s->cfg_gen;
   if (c && !stale) s->cfg_gen = gen;
   pthread_mutex_unlock(&g->mu);
@@ -253,10 +269,14 @@ static int follow_reload(eldr_server *s) {
   if (!stale) {
     eldr_diag d = {{0}};
     stage st;
-    int rc = stage_build(s, c, 0, &st, &d);
+    int rc = stage_build(s, c, 0, 0, art, &st, &d);
     if (rc) eldr__logf(s, "reload: event loop %d keeps its configuration: %s", s->loop, eldr_diag_msg(&d, rc));
-    else stage_commit(s, &st);
+    else {
+      stage_commit(s, &st);
+      atomic_store(&s->run_gen, gen);
+    }
   }
+  eldr__art_put(art);
   eldr_serve_config_free(c);
   free(c);
   return 1;
@@ -264,7 +284,7 @@ static int follow_reload(eldr_server *s) {
 
 int eldr__reload_now(eldr_server *s, eldr_diag *d) {
   stage st;
-  int rc = stage_build(s, &s->cfg, 1, &st, d);
+  int rc = stage_build(s, &s->cfg, 1, 1, NULL, &st, d);
   if (rc) {
     s->m.reloads_err++;
     eldr__logf(s, "reload failed, keeping the running configuration: %s", eldr_diag_msg(d, rc));
@@ -276,6 +296,7 @@ int eldr__reload_now(eldr_server *s, eldr_diag *d) {
   if (st.cfg.port != s->cfg.port || strcmp(st.cfg.host, s->cfg.host))
     eldr__logf(s, "reload: listen address changes need a restart (still %s:%d)", s->cfg.host, s->port);
   stage_commit(s, &st);
+  if (eldr__lead_hook) eldr__lead_hook(s);
   reload_followers(s);
   s->m.reloads_ok++;
   eldr__logf(s, "reloaded: %zu prefill, %zu decode workers, artifact %s, policy %s", s->nw[0], s->nw[1],
@@ -370,8 +391,8 @@ static int loop_new(const eldr_serve_config *cfg, eldr__group *g, int idx, int p
     s->access_log = g->loops[0]->access_log; /* borrowed: loop 0 closes it */
     s->rec = g->loops[0]->rec;               /* borrowed (its queue is locked): loop 0 stops it */
   }
-  stage st;
-  if ((rc = stage_build(s, cfg, 0, &st, d))) goto fail;
+  stage st; /* loop 0 loads the artifact; the others take loop 0's */
+  if ((rc = stage_build(s, cfg, 0, idx == 0, idx ? g->loops[0]->artref : NULL, &st, d))) goto fail;
   stage_commit(s, &st); /* starts the health checks */
   if (s->cfg.health_interval_s > 0 && idx == 0) event_active(s->ev_health, EV_TIMEOUT, 0); /* first probe now */
   eldr_policy_init(&s->jsq, ELDR_POLICY_JSQ, 0, cfg->seed, NULL, 0, 0, 1);
@@ -455,6 +476,7 @@ int eldr_server_new(const eldr_serve_config *cfg, eldr_server **out, eldr_diag *
     eldr__group_free(g);
     return rc;
   }
+  if (eldr__lead_hook) eldr__lead_hook(s0);
   for (int i = 1; i < n; i++) {
     eldr_server *si;
     if ((rc = loop_new(cfg, g, i, s0->port, &si, d))) {
@@ -518,7 +540,7 @@ static void loop_free(eldr_server *s) {
     eldr__rq_pool_free(s); /* their timers belong to the base */
     event_base_free(s->base);
   }
-  eldr_artifact_free(s->art);
+  eldr__art_put(s->artref);
   eldr__fps_put(s->fps);
   eldr__watchst_free(s->watch);
   free(s->loads);
@@ -526,6 +548,7 @@ static void loop_free(eldr_server *s) {
   free(s->healthy);
   if (s->follow_cfg) eldr_serve_config_free(s->follow_cfg);
   free(s->follow_cfg);
+  eldr__art_put(s->follow_art);
   eldr_serve_config_free(&s->cfg);
   free(s);
 }

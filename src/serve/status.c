@@ -255,6 +255,22 @@ static void view_get(eldr_server *s, view *v) {
   snprintf(v->hash, sizeof v->hash, "%016" PRIx64, w->hash);
 }
 
+/* Each event loop's running configuration: its reload number and the
+ * artifact it routes by (every loop runs the one its leader loaded). */
+static json_t *loops_json(const eldr_server *s) {
+  json_t *arr = json_array();
+  for (int i = 0; s->grp && i < s->grp->n; i++) {
+    const eldr_server *x = s->grp->loops[i];
+    if (!x) continue;
+    uint64_t h = atomic_load(&x->art_hash);
+    char hash[20];
+    snprintf(hash, sizeof hash, "%016" PRIx64, h);
+    json_array_append_new(arr, json_pack("{sisIso}", "loop", i, "reload", (json_int_t)atomic_load(&x->run_gen),
+                                         "artifact_hash", h ? json_string(hash) : json_null()));
+  }
+  return arr;
+}
+
 /* A double for Prometheus text (NaN allowed). */
 static void num(char *b, size_t cap, double x) {
   if (isnan(x)) snprintf(b, cap, "NaN");
@@ -322,6 +338,7 @@ void eldr__handle_status(hconn *c) {
   json_object_set_new(o, "decoders", json_integer((json_int_t)s->nw[ROLE_DECODE]));
   json_object_set_new(o, "reloads", json_pack("{sIsI}", "ok", (json_int_t)s->m.reloads_ok, "error",
                                               (json_int_t)s->m.reloads_err));
+  json_object_set_new(o, "loops", loops_json(s));
   eldr__watchst *w = s->watch;
   if (!w || !s->art) {
     json_object_set_new(o, "artifact", json_null());
