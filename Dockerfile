@@ -11,7 +11,7 @@ FROM debian:bookworm AS build
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
       build-essential cmake ninja-build pkg-config libjansson-dev libevent-dev \
-      libxxhash-dev libcmocka-dev libopenblas-dev \
+      libxxhash-dev libcmocka-dev libopenblas-dev libnats-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
@@ -22,7 +22,7 @@ RUN cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREF
 FROM debian:bookworm-slim
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-      libjansson4 libevent-2.1-7 libevent-pthreads-2.1-7 libxxhash0 libopenblas0-pthread curl \
+      libjansson4 libevent-2.1-7 libevent-pthreads-2.1-7 libxxhash0 libopenblas0-pthread libnats3.4 curl \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin eldr
 COPY --from=build /opt/eldr /opt/eldr

@@ -4,7 +4,8 @@
 set -euo pipefail
 PKGS=(build-essential cmake ninja-build pkg-config libjansson-dev libevent-dev libxxhash-dev
       libcmocka-dev libopenblas-dev gnuplot-nox clang libclang-rt-14-dev curl
-      python3-yaml python3-jsonschema)  # the last two: scripts/check_deploy.py (ctest deploy_*)
+      python3-yaml python3-jsonschema  # scripts/check_deploy.py (ctest deploy_*)
+      nats-server libnats-dev)  # the fleet bus: libnats links in, tests/serve/test_bus.c and `eldr demo --bus nats` run nats-server
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

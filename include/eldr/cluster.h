@@ -70,6 +70,8 @@ typedef struct eldr_cluster_spec {
                                  * (0 or 1: one; at most ELDR_CLUSTER_MAX_ROUTERS) */
   double scrape_interval;       /* the routers' --scrape-interval (0: off) */
   const char *router_config;    /* the routers' --config FILE (NULL: none) */
+  int bus;                      /* 1: a nats-server on a free loopback port and every
+                                 * router on it (--bus, replica ids r0, r1, ...) */
 } eldr_cluster_spec;
 
 #define ELDR_CLUSTER_MAX_ROUTERS 8
@@ -79,8 +81,9 @@ typedef struct eldr_cluster_spec {
  * how many. */
 size_t eldr_cluster_routers(const eldr_cluster *c, const char *const **urls);
 
-/* Start the workers, then the router(s) in front of them; target = the
- * (first) router's "http://127.0.0.1:PORT". */
+/* Start the workers, then (with s->bus) nats-server, then the router(s)
+ * in front of them; target = the (first) router's "http://127.0.0.1:PORT".
+ * nats-server is found on PATH (Debian's package nats-server). */
 int eldr_cluster_up(eldr_cluster *c, const eldr_cluster_spec *s, char *target, size_t cap,
                     eldr_diag *d);
 
@@ -92,6 +95,10 @@ typedef struct eldr_decode_counters {
   double union_sum; /* sum of per-layer expert unions over steps */
   double token_s;   /* model seconds per token, summed */
 } eldr_decode_counters;
+/* The running cluster's nats-server: SIGKILL it (the bus lost mid-run);
+ * 0, or ELDR_ENOTFOUND when there is none. */
+int eldr_cluster_kill_bus(eldr_cluster *c);
+
 int eldr_cluster_scrape_decoders(eldr_cluster *c, double timeout_s, eldr_decode_counters *out,
                                  eldr_diag *d);
 

@@ -91,6 +91,22 @@ uint64_t eldr_footprint_route(eldr_footprint *f, size_t k, const eldr_fp_request
  * returns ELDR_ENOTFOUND (0 otherwise). */
 int eldr_footprint_end(eldr_footprint *f, uint64_t ticket);
 
+/* Contributions routed elsewhere (another event loop or router replica,
+ * over the router's fleet bus): the ticket's decoder, its nnz flat
+ * (l*E + e) indices (ascending), fixed-point weights and prompt tokens, as
+ * route added them (borrowed: valid until the ticket ends); ELDR_ENOTFOUND
+ * for an unknown or ended ticket. */
+int eldr_footprint_ticket(const eldr_footprint *f, uint64_t ticket, size_t *k, uint32_t *nnz,
+                          const uint32_t **idx, const uint32_t **w, uint32_t *ctx);
+/* Add n integer deltas dw at flat indices idx (each < L*E, any order, no
+ * repeats) to decoder k's sums, and dctx to its prompt tokens in flight:
+ * what requests routed elsewhere add and remove. The caller keeps them
+ * consistent (it removes exactly what it added), so the sums stay exact.
+ * ELDR_EINVAL for k or an index out of range (nothing changed). O(n + the
+ * touched layers' E). */
+int eldr_footprint_adjust(eldr_footprint *f, size_t k, const uint32_t *idx, const int64_t *dw, size_t n,
+                          int64_t dctx);
+
 /* Inspection (tests, diagnostics). Requests in flight on decoder k; its
  * expected distinct experts at layer l; its raw fixed-point sum at (l, e). */
 size_t eldr_footprint_inflight(const eldr_footprint *f, size_t k);

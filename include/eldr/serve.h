@@ -122,6 +122,14 @@ typedef struct eldr_serve_config {
                               * from it) for this long is probed; a probe that does not
                               * answer in health_timeout makes it hung: ejected, its legs
                               * ended (default 5; 0 = off; docs/serve.md, Faults) */
+  char *bus;                 /* the fleet bus: "nats://HOST:PORT" (NULL: none, default);
+                              * replicas share every decoder's requests in flight and
+                              * footprint weights (docs/serve.md "A fleet of routers");
+                              * fixed at start */
+  char *bus_subject;         /* subject prefix (NULL: "eldr.fleet"; messages go to PREFIX.state) */
+  char *bus_replica_id;      /* this replica's id on the bus (NULL: HOSTNAME:PORT) */
+  double bus_snapshot_s;     /* full-state snapshot (and heartbeat) interval (default 1) */
+  double bus_peer_timeout_s; /* a replica silent this long is expired (default 3) */
   int handle_signals;        /* SIGHUP reloads, SIGINT/SIGTERM stop (for the CLI) */
   char *config_path;         /* JSON config re-read on reload (NULL: reload artifact only) */
   char *overrides;           /* JSON object in the config file's syntax applied over the
@@ -155,7 +163,8 @@ int eldr_serve_config_add_api_key(eldr_serve_config *c, const char *key, eldr_di
  *   record (directory or null), record_sample, record_max_bytes,
  *   record_max_seconds, record_queue, record_queue_bytes, record_experts,
  *   api_key (string, array of strings, or null), shutdown_timeout,
- *   health_timeout, hang_window.
+ *   health_timeout, hang_window, bus (URL or null), bus_subject, bus_replica_id,
+ *   bus_snapshot_interval, bus_peer_timeout.
  * A "prefill"/"decode" list replaces the current one. Unknown keys and
  * wrong types are errors naming the key. */
 int eldr_serve_config_parse(eldr_serve_config *c, const char *json, size_t len, eldr_diag *d);

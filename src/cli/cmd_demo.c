@@ -112,6 +112,12 @@ typedef struct demo {
   long n_fit, n_eval, max_decode, P, D, max_seqs;
   double fit_fraction, rate, scale, duration, scrape;
   long routers;
+  long router_list[4];  /* --routers 1,2,4: one fleet run per count */
+  size_t n_router_list;
+  int bus_list[2];      /* --bus none,nats: 0 none, 1 nats */
+  size_t n_bus_list;
+  int bus;              /* the run's */
+  double kill_bus_s;    /* --kill-bus-after S: the bus's nats-server killed S wall seconds into each bus run */
   uint64_t seed;
   int do_sim, json, drift, duration_set;
   const char *pols[8];
@@ -122,6 +128,7 @@ typedef struct demo {
   size_t nfit;
   eldr_trace *eval;
   prow rows[8];
+  prow fleet[4][2][8];  /* routers x bus x policy */
   size_t sched_n, *sched_idx; /* the schedule of the first policy, for the simulator */
   double *sched_t;
   int have_sim;
@@ -159,7 +166,13 @@ static void usage(FILE *f) {
           "  --policies LIST    comma list of eldr, footprint, random, rr, jsq, p2c (default all six)\n"
           "  --seed N           seed of the trace, split, fit and arrivals (default " ELDR_SEED_DEFAULT_STR ")\n"
           "  --routers N        router replicas in front of the same workers, clients spread\n"
-          "                     over them round robin (default 1, at most 8)\n"
+          "                     over them round robin (default 1, at most 8); a list (1,2,4)\n"
+          "                     runs each count in turn and prints the fleet table\n"
+          "  --bus LIST         none (default), nats, or none,nats: the replicas share every\n"
+          "                     decoder's in-flight state over a nats-server the demo starts\n"
+          "                     (docs/serve.md, A fleet of routers); a list runs both\n"
+          "  --kill-bus-after S with --bus nats: kill the nats-server S wall seconds into each\n"
+          "                     run (the replicas fall back to their own view)\n"
           "  --scrape-interval S  the routers read the workers' /metrics this often and route\n"
           "                     on the engines' load (0 = off, default; see docs/serve.md)\n"
           "  --no-sim           do not run `eldr sim` for comparison\n"
@@ -217,6 +230,35 @@ static void progress_cb(void *ctx, size_t sent, size_t done, double el) {
 
 static double pct(double x, double base) { return (x / base - 1.0) * 100.0; }
 
+/* --routers N or a comma list of at most 4 counts. */
+static void parse_routers(demo *x, const char *arg) {
+  char buf[64], *save = NULL;
+  snprintf(buf, sizeof buf, "%s", arg);
+  x->n_router_list = 0;
+  for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    if (x->n_router_list == 4) cli_usage_error(CMD, "--routers: at most 4 counts");
+    x->router_list[x->n_router_list++] = cli_parse_long(CMD, "--routers", t, 1, ELDR_CLUSTER_MAX_ROUTERS);
+  }
+  if (!x->n_router_list) cli_usage_error(CMD, "--routers: empty list");
+  x->routers = x->router_list[0];
+}
+
+/* --bus none, nats, or both. */
+static void parse_bus(demo *x, const char *arg) {
+  char buf[64], *save = NULL;
+  snprintf(buf, sizeof buf, "%s", arg);
+  x->n_bus_list = 0;
+  for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    int b = !strcmp(t, "nats") ? 1 : !strcmp(t, "none") ? 0 : -1;
+    if (b < 0) cli_usage_error(CMD, "--bus: '%s' (none, nats)", t);
+    for (size_t i = 0; i < x->n_bus_list; i++)
+      if (x->bus_list[i] == b) cli_usage_error(CMD, "--bus: '%s' given twice", t);
+    x->bus_list[x->n_bus_list++] = b;
+  }
+  if (!x->n_bus_list) cli_usage_error(CMD, "--bus: empty list");
+  x->bus = x->bus_list[0];
+}
+
 /* Flags into x (exit 2 on a bad flag or value, 0 after --help). */
 static void parse_args(int argc, char **argv, demo *x) {
   memset(x, 0, sizeof *x);
@@ -249,6 +291,7 @@ static void parse_args(int argc, char **argv, demo *x) {
       {"no-sim", no_argument, 0, 'N'},            {"plot", required_argument, 0, 'o'},
       {"keep", no_argument, 0, 'k'},              {"help", no_argument, 0, 'h'},
       {"json", no_argument, 0, 'j'},              {"drift", no_argument, 0, 'W'},
+      {"bus", required_argument, 0, 'U'},         {"kill-bus-after", required_argument, 0, 'K'},
       {0, 0, 0, 0},
   };
   cli_getopt_reset();
@@ -272,7 +315,9 @@ static void parse_args(int argc, char **argv, demo *x) {
     case 'p': x->policies_arg = optarg; break;
     case 'S': x->seed = cli_parse_u64(CMD, "--seed", optarg); break;
     case 'N': x->do_sim = 0; break;
-    case 'R': x->routers = cli_parse_long(CMD, "--routers", optarg, 1, ELDR_CLUSTER_MAX_ROUTERS); break;
+    case 'R': parse_routers(x, optarg); break;
+    case 'U': parse_bus(x, optarg); break;
+    case 'K': x->kill_bus_s = cli_parse_double(CMD, "--kill-bus-after", optarg, 0.1, 3600); break;
     case 'I':
       x->scrape = cli_parse_double(CMD, "--scrape-interval", optarg, 0, 60);
       if (x->scrape > 0 && x->scrape < 0.01) cli_usage_error(CMD, "--scrape-interval: 0 (off) or >= 0.01");
@@ -397,9 +442,26 @@ static void fit_artifact(demo *x) {
   if (code != 0) demo_fail("eldr fit failed (exit %d); see %s", code, x->log_path);
 }
 
+typedef struct prog {
+  const char *policy;
+  demo *x;
+  int killed;
+} prog;
+
+static void fleet_progress(void *ctx, size_t sent, size_t done, double el) {
+  prog *p = ctx;
+  if (p->x->bus && p->x->kill_bus_s > 0 && !p->killed && el >= p->x->kill_bus_s) {
+    p->killed = 1;
+    eldr_cluster_kill_bus(g_cluster);
+    fprintf(stderr, "\r  %-6s the bus's nats-server killed at %.1f s\n", p->policy, el);
+  }
+  progress_cb((void *)p->policy, sent, done, el);
+}
+
 /* 3. one policy: its cluster up, the load through it, its counters, down. */
-static void run_policy(demo *x, size_t pi) {
-  prow *row = &x->rows[pi];
+static void run_policy_into(demo *x, size_t pi, prow *row);
+static void run_policy(demo *x, size_t pi) { run_policy_into(x, pi, &x->rows[pi]); }
+static void run_policy_into(demo *x, size_t pi, prow *row) {
   row->policy = x->pols[pi];
   row->sim_tpot_p50 = row->sim_tpot_p99 = row->sim_ttft_p50 = NAN;
   row->sim_batch = row->sim_uni = row->sim_tpot_mean = NAN;
@@ -407,7 +469,7 @@ static void run_policy(demo *x, size_t pi) {
                           .hardware = x->hardware, .trace_path = x->eval_path,
                           .time_scale = x->scale, .max_num_seqs = (size_t)x->max_seqs,
                           .artifact_path = x->art_path, .policy = x->pols[pi], .seed = x->seed,
-                          .n_routers = (size_t)x->routers, .scrape_interval = x->scrape};
+                          .n_routers = (size_t)x->routers, .scrape_interval = x->scrape, .bus = x->bus};
   eldr_diag d = {{0}};
   char target[64];
   int rc = eldr_cluster_up(g_cluster, &cs, target, sizeof target, &d);
@@ -423,14 +485,15 @@ static void run_policy(demo *x, size_t pi) {
   lc.drain_s = 120;
   lc.timeout_s = 60;
   lc.stop = &g_stop;
-  lc.progress = progress_cb;
-  lc.progress_ctx = (void *)x->pols[pi];
+  prog pg = {x->pols[pi], x, 0};
+  lc.progress = fleet_progress;
+  lc.progress_ctx = &pg;
   eldr_loadgen_result r;
   rc = eldr_loadgen_run(&lc, &r, &d);
   if (cli_stderr_tty()) fprintf(stderr, "\r%60s\r", "");
   if (rc < 0) demo_fail("load generator: %s", eldr_diag_msg(&d, rc));
   eldr_loadgen_summarize(&r, &row->s);
-  if (pi == 0 && r.n) { /* the schedule the simulator replays */
+  if (pi == 0 && r.n && !x->sched_idx) { /* the schedule the simulator replays */
     x->sched_n = r.n;
     x->sched_idx = malloc(r.n * sizeof *x->sched_idx);
     x->sched_t = malloc(r.n * sizeof *x->sched_t);
@@ -641,6 +704,94 @@ static int plot_figure(const demo *x) {
   return rc;
 }
 
+/* The fleet (--routers LIST and/or --bus LIST): every policy at every router
+ * count, with and without the bus; footprint's TPOT p50 against the best
+ * load balancer of the same run (random, rr, jsq, p2c: whichever of them
+ * were asked), and that gain as a share of the one-router gain without the
+ * bus (the first row). Model time, ms. */
+static void demo_fleet_run(demo *x) {
+  size_t nr = x->n_router_list ? x->n_router_list : 1, nb = x->n_bus_list ? x->n_bus_list : 1;
+  if (!x->n_router_list) x->router_list[0] = x->routers;
+  if (!x->n_bus_list) x->bus_list[0] = 0;
+  fprintf(stderr,
+          "eldr demo: [3/3] the fleet: %zu router count%s x %zu bus setting%s x %zu policies, %ld prefill + %ld "
+          "decode workers (%s on %s, time scale %g), %.3g req/s of model time for %g s each\n",
+          nr, nr > 1 ? "s" : "", nb, nb > 1 ? "s" : "", x->npol, x->P, x->D, x->model, x->hardware, x->scale, x->rate,
+          x->duration);
+  for (size_t i = 0; i < nr && !g_stop; i++)
+    for (size_t b = 0; b < nb && !g_stop; b++) {
+      x->routers = x->router_list[i];
+      x->bus = x->bus_list[b];
+      fprintf(stderr, "  %ld router%s, bus %s\n", x->routers, x->routers > 1 ? "s" : "", x->bus ? "nats" : "none");
+      for (size_t pi = 0; pi < x->npol && !g_stop; pi++) run_policy_into(x, pi, &x->fleet[i][b][pi]);
+    }
+  if (g_stop) demo_fail("interrupted");
+  /* footprint's gain over the best load balancer, per (routers, bus) */
+  double gain[4][2], base = NAN;
+  const char *lb[4][2];
+  for (size_t i = 0; i < nr; i++)
+    for (size_t b = 0; b < nb; b++) {
+      double fp = NAN, best = INFINITY;
+      lb[i][b] = NULL;
+      for (size_t pi = 0; pi < x->npol; pi++) {
+        double v = x->fleet[i][b][pi].s.tpot_p50;
+        if (!strcmp(x->pols[pi], "footprint")) fp = v;
+        else if (strcmp(x->pols[pi], "eldr") && v < best) best = v, lb[i][b] = x->pols[pi];
+      }
+      gain[i][b] = lb[i][b] && !isnan(fp) ? -pct(fp, best) : NAN; /* positive: footprint faster */
+      if (i == 0 && b == 0) base = gain[i][b];
+    }
+  if (x->json) {
+    json_t *rows = json_array();
+    for (size_t i = 0; i < nr; i++)
+      for (size_t b = 0; b < nb; b++)
+        for (size_t pi = 0; pi < x->npol; pi++) {
+          const prow *w = &x->fleet[i][b][pi];
+          json_array_append_new(rows, json_pack("{sIsssssIsIsosososososo}", "routers", (json_int_t)x->router_list[i],
+                                                "bus", x->bus_list[b] ? "nats" : "none", "policy", x->pols[pi], "sent",
+                                                (json_int_t)w->sent, "ok", (json_int_t)w->ok, "tpot_p50_ms",
+                                                jms(w->s.tpot_p50 / x->scale * 1e3), "tpot_mean_ms",
+                                                jms(w->s.tpot_mean / x->scale * 1e3), "tpot_p99_ms",
+                                                jms(w->s.tpot_p99 / x->scale * 1e3), "mean_union", jms(w->uni),
+                                                "footprint_gain_pct", jms(gain[i][b]), "share_of_one_router_gain",
+                                                jms(gain[i][b] / base)));
+        }
+    json_t *j = json_pack("{sssssIsIsfsfsfsfsIso}", "model", x->model, "hardware", x->hardware, "prefill",
+                          (json_int_t)x->P, "decode", (json_int_t)x->D, "rate_req_s", x->rate, "time_scale", x->scale,
+                          "duration_s", x->duration, "kill_bus_after_s", x->kill_bus_s, "seed", (json_int_t)x->seed,
+                          "rows", rows);
+    char *out = j ? json_dumps(j, JSON_INDENT(2) | JSON_REAL_PRECISION(6)) : NULL;
+    printf("%s\n", out ? out : "{}");
+    free(out);
+    json_decref(j);
+    return;
+  }
+  printf("\neldr demo, the fleet: %ldP%ldD, %s on %s, %g req/s (model time), time scale %g%s\n", x->P, x->D, x->model,
+         x->hardware, x->rate, x->scale, x->kill_bus_s > 0 ? ", the bus killed mid-run" : "");
+  printf("%-7s %-4s %-9s %9s %8s %8s %8s %6s\n", "routers", "bus", "policy", "ok/sent", "TPOT p50", "mean", "p99",
+         "union");
+  for (size_t i = 0; i < nr; i++)
+    for (size_t b = 0; b < nb; b++)
+      for (size_t pi = 0; pi < x->npol; pi++) {
+        const prow *w = &x->fleet[i][b][pi];
+        char okb[32];
+        snprintf(okb, sizeof okb, "%zu/%zu", w->ok, w->sent);
+        printf("%-7ld %-4s %-9s %9s %8.3f %8.3f %8.3f %6.2f\n", x->router_list[i], x->bus_list[b] ? "nats" : "none",
+               x->pols[pi], okb, w->s.tpot_p50 / x->scale * 1e3, w->s.tpot_mean / x->scale * 1e3,
+               w->s.tpot_p99 / x->scale * 1e3, w->uni);
+      }
+  printf("\nfootprint's TPOT p50 gain over the best load balancer (positive = footprint faster):\n");
+  for (size_t i = 0; i < nr; i++)
+    for (size_t b = 0; b < nb; b++) {
+      printf("  %ld router%s, bus %-4s: ", x->router_list[i], x->router_list[i] > 1 ? "s" : " ",
+             x->bus_list[b] ? "nats" : "none");
+      if (isnan(gain[i][b])) printf("no footprint and load-balancer pair\n");
+      else if (!i && !b) printf("%+.1f%% (vs %s), the one-router gain\n", gain[i][b], lb[i][b]);
+      else printf("%+.1f%% (vs %s), %.0f%% of the one-router gain\n", gain[i][b], lb[i][b], 100 * gain[i][b] / base);
+    }
+  printf("\n(total %.0f s)\n", eldr_clock_now() - x->t_start);
+}
+
 int eldr_cmd_demo(int argc, char **argv) {
   static demo x; /* large; one per process */
   parse_args(argc, argv, &x);
@@ -684,6 +835,15 @@ int eldr_cmd_demo(int argc, char **argv) {
   }
   make_splits(&x);
   fit_artifact(&x);
+  if (x.n_router_list > 1 || x.n_bus_list > 0) { /* the fleet: docs/demo.md "A fleet of routers" */
+    demo_fleet_run(&x);
+    int frc = x.plot ? 0 : 0;
+    eldr_trace_free(x.eval);
+    free(x.sched_idx);
+    free(x.sched_t);
+    cleanup();
+    return frc;
+  }
   fprintf(stderr,
           "eldr demo: [3/4] %ld prefill + %ld decode workers (%s on %s, time scale %g) and %ld "
           "router%s (scrape %s), %.3g req/s of model time (%.3g req/s wall) for %g s per policy\n",

@@ -66,6 +66,13 @@ static void usage(FILE *f) {
           "  --shutdown-timeout S  SIGTERM: /health 503, listener closed, requests in flight\n"
           "                        finish within S, then exit 0; a second SIGTERM exits at\n"
           "                        once (default 30)\n"
+          "  --bus URL             share every decoder's requests in flight and footprint weights\n"
+          "                        with the other router replicas over NATS (nats://HOST:PORT;\n"
+          "                        none = off, default; docs/serve.md, A fleet of routers)\n"
+          "  --bus-subject P       subject prefix (default eldr.fleet)\n"
+          "  --bus-replica-id ID   this replica's id on the bus (default HOSTNAME:PORT)\n"
+          "  --bus-snapshot-interval S  full state to the bus every S (default 1)\n"
+          "  --bus-peer-timeout S  a replica silent for S is expired (default 3)\n"
           "  --api-key KEY         clients must send \"Authorization: Bearer KEY\" on /v1 paths\n"
           "                        (repeatable: any one admits; vLLM's --api-key); also from\n"
           "                        $ELDR_API_KEY (kept out of the process list)\n"
@@ -115,7 +122,7 @@ int eldr_cmd_serve(int argc, char **argv) {
     O_HT, O_CT, O_HI, O_EJ, O_RETRIES, O_MAXBODY, O_GUARD, O_SCR, O_SEED, O_NOSPLICE, O_DFB, O_DIDLE, O_APIKEY, O_FWDAUTH, O_CORS, O_QUIET, O_HELP,
     O_PDNS, O_DDNS, O_DNSI, O_DNSS, O_CHECK, O_SCRAPE, O_ALOG,
     O_MAXCONN, O_STREAMBUF, O_REC, O_RECSAMPLE, O_RECBYTES, O_RECSECS, O_RECEXP, O_THREADS,
-    O_CLIENTKEY, O_SHUTDOWN, O_HEALTHTO, O_HANG
+    O_CLIENTKEY, O_SHUTDOWN, O_HEALTHTO, O_HANG, O_BUS, O_BUSSUBJ, O_BUSID, O_BUSSNAP, O_BUSPEER
   };
   static const struct option opts[] = {
       {"prefill", required_argument, 0, O_PREFILL}, {"decode", required_argument, 0, O_DECODE},
@@ -141,7 +148,10 @@ int eldr_cmd_serve(int argc, char **argv) {
       {"record-max-seconds", required_argument, 0, O_RECSECS}, {"record-experts", required_argument, 0, O_RECEXP},
       {"threads", required_argument, 0, O_THREADS}, {"api-key", required_argument, 0, O_CLIENTKEY},
       {"shutdown-timeout", required_argument, 0, O_SHUTDOWN}, {"health-timeout", required_argument, 0, O_HEALTHTO},
-      {"hang-window", required_argument, 0, O_HANG}, {0, 0, 0, 0}};
+      {"hang-window", required_argument, 0, O_HANG}, {"bus", required_argument, 0, O_BUS},
+      {"bus-subject", required_argument, 0, O_BUSSUBJ}, {"bus-replica-id", required_argument, 0, O_BUSID},
+      {"bus-snapshot-interval", required_argument, 0, O_BUSSNAP}, {"bus-peer-timeout", required_argument, 0, O_BUSPEER},
+      {0, 0, 0, 0}};
   /* pass 1: --help and --config (the file is applied before the other flags) */
   const char *config = NULL;
   cli_getopt_reset();
@@ -306,6 +316,14 @@ int eldr_cmd_serve(int argc, char **argv) {
     case O_SHUTDOWN: c.shutdown_timeout_s = cli_parse_double(cmd, "--shutdown-timeout", optarg, 0, 86400); OV("shutdown_timeout", json_real(c.shutdown_timeout_s)); break;
     case O_HEALTHTO: c.health_timeout_s = cli_parse_double(cmd, "--health-timeout", optarg, 0.001, 3600); OV("health_timeout", json_real(c.health_timeout_s)); break;
     case O_HANG: c.hang_window_s = cli_parse_double(cmd, "--hang-window", optarg, 0, 86400); OV("hang_window", json_real(c.hang_window_s)); break;
+    case O_BUS: /* fixed at start: a reload keeps the bus it started with */
+      free(c.bus);
+      c.bus = strcmp(optarg, "none") ? strdup(optarg) : NULL;
+      break;
+    case O_BUSSUBJ: free(c.bus_subject); c.bus_subject = strdup(optarg); break;
+    case O_BUSID: free(c.bus_replica_id); c.bus_replica_id = strdup(optarg); break;
+    case O_BUSSNAP: c.bus_snapshot_s = cli_parse_double(cmd, "--bus-snapshot-interval", optarg, 0.01, 3600); break;
+    case O_BUSPEER: c.bus_peer_timeout_s = cli_parse_double(cmd, "--bus-peer-timeout", optarg, 0.03, 86400); break;
     case O_FWDAUTH: c.forward_authorization = 1; OV("forward_authorization", json_true()); break;
     case O_CORS:
       free(c.cors_origin);

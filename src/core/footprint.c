@@ -372,3 +372,37 @@ double eldr_footprint_union(const eldr_footprint *f, size_t k, size_t l) {
 int64_t eldr_footprint_raw(const eldr_footprint *f, size_t k, size_t l, size_t e) {
   return f && k < f->D && l < f->L && e < f->E ? f->acc[(k * f->L + l) * f->E + e] : 0;
 }
+
+/* ---- contributions routed elsewhere (the router's fleet bus) ------------------- */
+
+int eldr_footprint_ticket(const eldr_footprint *f, uint64_t tk, size_t *k, uint32_t *nnz, const uint32_t **idx,
+                          const uint32_t **w, uint32_t *ctx) {
+  if (!f || tk == ELDR_FP_NO_TICKET) return ELDR_ENOTFOUND;
+  size_t s = (size_t)(tk & 0xffffffffu);
+  if (s >= f->ntk || !f->tk[s].used || f->tk[s].gen != (uint32_t)(tk >> 32)) return ELDR_ENOTFOUND;
+  const ticket *t = &f->tk[s];
+  *k = t->dec;
+  *nnz = t->nnz;
+  *idx = t->idx;
+  *w = t->w;
+  *ctx = t->ctx;
+  return 0;
+}
+
+int eldr_footprint_adjust(eldr_footprint *f, size_t k, const uint32_t *idx, const int64_t *dw, size_t n,
+                          int64_t dctx) {
+  if (!f || k >= f->D) return ELDR_EINVAL;
+  const size_t LE = f->L * f->E;
+  for (size_t j = 0; j < n; j++)
+    if (idx[j] >= LE) return ELDR_EINVAL;
+  memset(f->touched, 0, f->L);
+  int64_t *acc = f->acc + k * LE;
+  for (size_t j = 0; j < n; j++) {
+    acc[idx[j]] += dw[j];
+    set_q(f, k, idx[j]);
+    f->touched[idx[j] / f->E] = 1;
+  }
+  f->ctx[k] = (uint64_t)((int64_t)f->ctx[k] + dctx);
+  refresh_layers(f, k);
+  return 0;
+}

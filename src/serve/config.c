@@ -53,6 +53,8 @@ void eldr_serve_config_default(eldr_serve_config *c) {
   c->record_queue_bytes = 64u << 20;
   c->watch_window_s = 60;
   c->watch_requests = 4096;
+  c->bus_snapshot_s = 1;
+  c->bus_peer_timeout_s = 3;
 }
 
 static void free_list(char **v, size_t n) {
@@ -76,6 +78,9 @@ void eldr_serve_config_free(eldr_serve_config *c) {
   free(c->cors_origin);
   free(c->record_dir);
   free(c->admin_token);
+  free(c->bus);
+  free(c->bus_subject);
+  free(c->bus_replica_id);
   free_list(c->api_keys, c->n_api_keys);
   memset(c, 0, sizeof *c);
 }
@@ -102,13 +107,17 @@ int eldr_serve_config_copy(eldr_serve_config *dst, const eldr_serve_config *src)
   dst->cors_origin = xstrdup(src->cors_origin);
   dst->record_dir = xstrdup(src->record_dir);
   dst->admin_token = xstrdup(src->admin_token);
+  dst->bus = xstrdup(src->bus);
+  dst->bus_subject = xstrdup(src->bus_subject);
+  dst->bus_replica_id = xstrdup(src->bus_replica_id);
   dst->prefill = dst->decode = dst->prefill_dns = dst->decode_dns = dst->api_keys = NULL;
   int bad = (src->host && !dst->host) || (src->artifact && !dst->artifact) ||
             (src->dns_server && !dst->dns_server) || (src->access_log && !dst->access_log) ||
             (src->config_path && !dst->config_path) || (src->overrides && !dst->overrides) ||
             (src->backend_api_key && !dst->backend_api_key) || (src->cors_origin && !dst->cors_origin) ||
             (src->record_dir && !dst->record_dir) ||
-            (src->admin_token && !dst->admin_token);
+            (src->admin_token && !dst->admin_token) || (src->bus && !dst->bus) ||
+            (src->bus_subject && !dst->bus_subject) || (src->bus_replica_id && !dst->bus_replica_id);
   bad |= copy_list(&dst->prefill, src->prefill, src->n_prefill);
   bad |= copy_list(&dst->decode, src->decode, src->n_decode);
   bad |= copy_list(&dst->prefill_dns, src->prefill_dns, src->n_prefill_dns);
@@ -383,6 +392,11 @@ int eldr_serve_config_parse(eldr_serve_config *c, const char *json, size_t len, 
     else if (!strcmp(key, "shutdown_timeout")) { if (!(rc = get_num(v, key, 0, 86400, &x, d))) c->shutdown_timeout_s = x; }
     else if (!strcmp(key, "health_timeout")) { if (!(rc = get_num(v, key, 0.001, 3600, &x, d))) c->health_timeout_s = x; }
     else if (!strcmp(key, "hang_window")) { if (!(rc = get_num(v, key, 0, 86400, &x, d))) c->hang_window_s = x; }
+    else if (!strcmp(key, "bus")) rc = json_is_null(v) ? (free(c->bus), c->bus = NULL, 0) : set_str(&c->bus, v, key, d);
+    else if (!strcmp(key, "bus_subject")) rc = set_str(&c->bus_subject, v, key, d);
+    else if (!strcmp(key, "bus_replica_id")) rc = set_str(&c->bus_replica_id, v, key, d);
+    else if (!strcmp(key, "bus_snapshot_interval")) { if (!(rc = get_num(v, key, 0.01, 3600, &x, d))) c->bus_snapshot_s = x; }
+    else if (!strcmp(key, "bus_peer_timeout")) { if (!(rc = get_num(v, key, 0.03, 86400, &x, d))) c->bus_peer_timeout_s = x; }
     else rc = eldr_diag_fail(d, ELDR_EINVAL, "config: unknown key '%s'", key);
     if (rc) break;
   }
@@ -479,5 +493,14 @@ int eldr_serve_config_validate(const eldr_serve_config *c, eldr_diag *d) {
       return eldr_diag_fail(d, ELDR_EINVAL, "api_key %zu: must be 1 to 4096 visible ASCII characters without spaces", i + 1);
   if (!(c->shutdown_timeout_s >= 0) || !(c->health_timeout_s > 0) || !(c->hang_window_s >= 0))
     return eldr_diag_fail(d, ELDR_ERANGE, "shutdown_timeout and hang_window must be >= 0 and health_timeout > 0");
+  if (c->bus && (strncmp(c->bus, "nats://", 7) || strlen(c->bus) < 8 || strlen(c->bus) > 1024))
+    return eldr_diag_fail(d, ELDR_EINVAL, "bus: '%s' is not nats://HOST:PORT", c->bus);
+  if (c->bus_subject && (!*c->bus_subject || strlen(c->bus_subject) > 200 || strpbrk(c->bus_subject, " \t\r\n*>")))
+    return eldr_diag_fail(d, ELDR_EINVAL, "bus_subject: 1 to 200 characters, no spaces or wildcards");
+  if (c->bus_replica_id && (!*c->bus_replica_id || strlen(c->bus_replica_id) > 64))
+    return eldr_diag_fail(d, ELDR_EINVAL, "bus_replica_id: 1 to 64 characters");
+  if (!(c->bus_peer_timeout_s > c->bus_snapshot_s))
+    return eldr_diag_fail(d, ELDR_ERANGE, "bus_peer_timeout (%g s) must exceed bus_snapshot_interval (%g s)",
+                          c->bus_peer_timeout_s, c->bus_snapshot_s);
   return 0;
 }

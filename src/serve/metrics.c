@@ -251,6 +251,7 @@ void eldr__handle_metrics(hconn *c) {
     evbuffer_add_printf(o, "eldr_loop_connections_total{loop=\"%d\"} %llu\n", l,
                         (unsigned long long)g->loops[l]->m.accepted);
   eldr__watch_metrics(s, o);
+  eldr__bus_metrics(s->grp ? s->grp->bus : NULL, o);
   render_histo(o, "eldr_signature_seconds", "Signature extraction (decode, counts, cache, build).", &m->sig);
   render_histo(o, "eldr_decision_seconds", "Decode routing decision.", &m->decision);
   render_histo(o, "eldr_request_seconds", "Completion request latency at the router.", &m->request);
@@ -296,15 +297,21 @@ void eldr__handle_health(hconn *c) {
                                         : "";
   char seen[32] = "null";
   if (seen_ago >= 0) snprintf(seen, sizeof seen, "%.3f", seen_ago);
-  char b[1024];
+  /* the fleet bus: its state, and whether this replica routes on its own view */
+  const eldr__bus *bus = s->grp ? s->grp->bus : NULL;
+  const char *bst = eldr__bus_state(bus);
+  char busj[160];
+  snprintf(busj, sizeof busj, "{\"state\":\"%s\",\"fallback\":%s}", bst,
+           !strcmp(bst, "down") || !strcmp(bst, "connecting") ? "\"own view plus scraping\"" : "null");
+  char b[1200];
   int n = snprintf(b, sizeof b,
                    "{\"status\":\"%s\",\"prefill_healthy\":%zu,\"prefill_probed\":%zu,\"prefill_total\":%zu,"
                    "\"decode_healthy\":%zu,\"decode_probed\":%zu,\"decode_total\":%zu,\"artifact\":%s,"
                    "\"locality\":{\"on\":%s,\"reason\":\"%s\",\"policy\":\"%s\",\"artifact_loaded\":%s,"
                    "\"shape_match\":%s,\"routed_experts_seen_s_ago\":%s,\"recent_decisions\":%zu,"
-                   "\"recent_fallback_fraction\":%.4f}}",
+                   "\"recent_fallback_fraction\":%.4f},\"bus\":%s}",
                    draining ? "draining" : ok ? "ok" : "unavailable", h[0], pr[0], s->nw[0], h[1], pr[1], s->nw[1], a ? "true" : "false",
                    on ? "true" : "false", why, eldr_policy_name(s->cfg.policy), a ? "true" : "false",
-                   !a ? "null" : shape_ok ? "true" : "false", seen, s->nrecent, frac);
+                   !a ? "null" : shape_ok ? "true" : "false", seen, s->nrecent, frac, busj);
   eldr__send_body(c, ok ? 200 : 503, "application/json", b, (size_t)n, NULL);
 }

@@ -27,6 +27,7 @@ static void rq_finish_metrics(rq *r, int outcome) {
 /* The leg's exchange is over (or is dropped): connection back to the pool. */
 static void leg_release(rq *r) {
   leg *L = &r->L;
+  eldr__bus_end(r); /* the fleet's view of the leg (before its ticket's weights go) */
   eldr__fps_end(r); /* a footprint ticket lives from the decision to the decode leg's end */
   if (L->deadline) event_del(L->deadline);
   if (L->up && eldr__up_resent(L->up)) r->s->m.resends[L->kind]++; /* a stale kept-alive connection */
@@ -249,6 +250,7 @@ static int leg_start(rq *r, worker *w, int kind, const char *method, const char 
   if (!reserved) w->slot->inflight++;
   if (w->slot->inflight == 1) eldr__slot_progress(w->slot); /* work arrived: the hang clock starts now */
   w->slot->requests++;
+  if (kind == LEG_DECODE) eldr__bus_route(r, w);
   if (r->ntried < MAX_TRIED) r->tried[r->ntried++] = w->id;
   double t = kind == LEG_PREFILL ? s->cfg.prefill_timeout_s
              : kind == LEG_DECODE ? s->cfg.decode_timeout_s
@@ -601,6 +603,7 @@ static int decide(rq *r, int *fallback) {
     }
   }
   size_t n;
+  eldr__bus_pull(s); /* the other loops' and replicas' footprints, never waiting */
   if (fill_loads(s, ROLE_DECODE, r, &n)) return ELDR_ENOMEM;
   double t1 = eldr__now_s();
   eldr_route_req rr = {have ? res.sig : NULL, -1, have ? eldr__watch_sims(s) : NULL};

@@ -73,6 +73,8 @@ void eldr__scrape_parse(worker *w, const char *text, size_t len) {
 
 uint32_t eldr__worker_load_at(const worker *w, uint32_t inflight) {
   const eldr__slot *sl = w->slot;
+  if (w->role == ROLE_DECODE && eldr__bus_up(w->s && w->s->grp ? w->s->grp->bus : NULL)) /* the fleet's own counts */
+    return inflight + eldr__bus_peer_load(w);
   if (!(sl ? sl->scrape_valid : w->scrape_valid)) return inflight;
   uint32_t scraped = sl ? sl->scraped : w->scraped, at = sl ? sl->inflight_at_scrape : w->inflight_at_scrape;
   int64_t l = (int64_t)scraped + (int64_t)inflight - (int64_t)at;

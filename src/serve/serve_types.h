@@ -48,6 +48,7 @@
 #include "eldr/policy.h"
 #include "eldr/serve.h"
 #include "serve_internal.h"
+#include "bus.h"
 #include "dnsmsg.h"
 #include "record.h"
 #include "sigpath.h"
@@ -186,6 +187,7 @@ struct eldr__group {
   struct eldr__watchcore *watch; /* a reference on the watch committed last, or NULL */
   uint64_t reload_gen;     /* reloads committed so far, any loop (mu) */
   _Atomic int draining;    /* drain.c: eldr_server_drain was called */
+  eldr__bus *bus;          /* the fleet bus (bus.h), or NULL: --bus not set */
   _Atomic double drain_start, drain_deadline; /* monotonic seconds */
   _Atomic size_t drain_busy, drain_idle; /* connections with a request at its start; idle ones closed */
   double auth_log_t;       /* auth.c: the last refusal logged (mu) */
@@ -233,6 +235,7 @@ struct worker {
   uint32_t scraped;           /* vllm:num_requests_running + waiting */
   double scraped_kv;          /* vllm:kv_cache_usage_perc (-1: absent) */
   uint32_t inflight_at_scrape; /* this replica's in-flight legs when it was sent */
+  int bus_di1;                /* the fleet bus's index of this decoder + 1 (0: not looked up) */
   worker *next_all;
 };
 
@@ -323,6 +326,9 @@ struct rq {
   uint64_t fp_ticket;
   /* serve --record: the record being built (rechook.c), NULL when not sampled */
   eldr__rec_item *rec;
+  /* the fleet bus (busview.c): the decode leg's route was published */
+  uint64_t bus_dec;
+  int bus_on, bus_w;
 };
 
 enum { C_HEAD, C_BODY, C_BUSY, C_CLOSING };
@@ -402,6 +408,7 @@ struct eldr_server {
   eldr__fpstate *fps;     /* FOOTPRINT with latency coefficients, else NULL (JSQ) */
   int logged_fp;
   eldr__sigpath sp;       /* signature extraction, cache, deferred store */
+  eldr__busview *bv;      /* this loop's side of the fleet bus, or NULL */
   eldr__watchst *watch;   /* with an artifact: the watch (status.c), else NULL */
   uint32_t *loads;
   uint32_t *seen;         /* in-flight counts the loads were computed from */

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#include "busmsg.h"
 #include "serve_types.h"
 
 void eldr__logf(eldr_server *s, const char *fmt, ...) {
@@ -168,6 +169,7 @@ static void stage_commit(eldr_server *s, stage *st) {
   s->max_conns = (resolve_max_conns(&s->cfg) + nl - 1) / nl;
   eldr__fps_put(s->fps); /* the old generation lives on while its tickets do */
   s->fps = st->fps;
+  eldr__busview_stale(s->bv); /* the new footprint starts without the others' weights */
   s->logged_fp = 0;
   eldr__watch_commit(s, st->watch);
   if (s->cfg.policy == ELDR_POLICY_FOOTPRINT && !s->fps)
@@ -290,6 +292,8 @@ int eldr__reload_now(eldr_server *s, eldr_diag *d) {
     eldr__logf(s, "reload failed, keeping the running configuration: %s", eldr_diag_msg(d, rc));
     return rc;
   }
+  if ((st.cfg.bus || s->cfg.bus) && (!st.cfg.bus || !s->cfg.bus || strcmp(st.cfg.bus, s->cfg.bus)))
+    eldr__logf(s, "reload: bus changes need a restart");
   if ((st.cfg.dns_server || s->cfg.dns_server) &&
       (!st.cfg.dns_server || !s->cfg.dns_server || strcmp(st.cfg.dns_server, s->cfg.dns_server)))
     eldr__logf(s, "reload: dns_server changes need a restart");
@@ -451,6 +455,32 @@ fail:
   return rc;
 }
 
+/* The fleet bus (bus.h) of s's group and every loop's view of it: its
+ * footprint shape is the start's artifact's (a reload to another shape
+ * shares counts only); the replica id defaults to HOSTNAME:PORT. */
+static int bus_start(eldr_server *s, eldr_diag *d) {
+  const eldr_serve_config *c = &s->cfg;
+  char id[ELDR__BUS_ID_MAX + 1], host[256] = "eldr";
+  if (c->bus_replica_id) snprintf(id, sizeof id, "%s", c->bus_replica_id);
+  else {
+    gethostname(host, sizeof host - 1);
+    host[sizeof host - 1] = 0;
+    snprintf(id, sizeof id, "%.50s:%d", host, s->port);
+  }
+  const eldr_artifact *a = s->art;
+  eldr__bus_opts o = {.url = c->bus, .subject = c->bus_subject, .replica = id, .snapshot_s = c->bus_snapshot_s,
+                      .peer_timeout_s = c->bus_peer_timeout_s, .nloops = s->grp->n,
+                      .L = a ? a->shape.num_layers : 0, .E = a ? a->shape.num_experts : 0};
+  int rc = eldr__bus_new(&o, &s->grp->bus, d);
+  for (int i = 0; !rc && i < s->grp->n; i++)
+    if ((rc = eldr__busview_new(s->grp->bus, i, &s->grp->loops[i]->bv)))
+      eldr_diag_fail(d, rc, "bus: out of memory");
+  if (!rc)
+    eldr__logf(s, "bus %s: replica %s, subject %s.state, every %g s a snapshot, peers expire after %g s", c->bus, id,
+               c->bus_subject ? c->bus_subject : "eldr.fleet", c->bus_snapshot_s, c->bus_peer_timeout_s);
+  return rc;
+}
+
 /* cfg.threads, 0 resolved to the online cores. */
 static int resolve_threads(const eldr_serve_config *c) {
   if (c->threads > 0) return c->threads;
@@ -485,6 +515,10 @@ int eldr_server_new(const eldr_serve_config *cfg, eldr_server **out, eldr_diag *
       return rc;
     }
   }
+  if (cfg->bus && (rc = bus_start(s0, d))) {
+    eldr_server_free(s0);
+    return rc;
+  }
   *out = s0;
   return 0;
 }
@@ -495,7 +529,7 @@ int eldr_server_run(eldr_server *s) {
   eldr__logf(s, "eldr serve listening on %s:%d (%zu prefill, %zu decode workers, policy %s, artifact %s, %d event loop%s)",
         s->cfg.host, s->port, s->nw[0], s->nw[1], eldr_policy_name(s->cfg.policy),
         s->art ? s->cfg.artifact : "none", s->grp->n, s->grp->n == 1 ? "" : "s");
-  if (s->grp->n > 1 && s->cfg.policy == ELDR_POLICY_FOOTPRINT)
+  if (s->grp->n > 1 && s->cfg.policy == ELDR_POLICY_FOOTPRINT && !s->grp->bus)
     eldr__logf(s, "footprint: each of the %d event loops models only the requests it routed (--threads 1 "
                   "gives it the whole picture)", s->grp->n);
   return eldr__group_run(s->grp);
@@ -543,6 +577,7 @@ static void loop_free(eldr_server *s) {
   eldr__art_put(s->artref);
   eldr__fps_put(s->fps);
   eldr__watchst_free(s->watch);
+  eldr__busview_free(s->bv);
   free(s->loads);
   free(s->seen);
   free(s->healthy);
@@ -561,5 +596,6 @@ void eldr_server_free(eldr_server *s) {
     g->loops[i] = NULL;
   }
   loop_free(s);
+  eldr__bus_free(g->bus); /* after the loops: their last ends are in its rings */
   eldr__group_free(g);
 }

@@ -339,6 +339,14 @@ void eldr__handle_status(hconn *c) {
   json_object_set_new(o, "reloads", json_pack("{sIsI}", "ok", (json_int_t)s->m.reloads_ok, "error",
                                               (json_int_t)s->m.reloads_err));
   json_object_set_new(o, "loops", loops_json(s));
+  json_t *bus = eldr__bus_status_json(s->grp ? s->grp->bus : NULL), *decs = json_array();
+  for (size_t k = 0; s->grp && s->grp->bus && k < s->nw[ROLE_DECODE]; k++) { /* what decisions see */
+    const worker *w = s->w[ROLE_DECODE][k];
+    json_array_append_new(decs, json_pack("{sssIsI}", "url", w->url, "in_flight", (json_int_t)w->slot->inflight,
+                                          "peers_in_flight", (json_int_t)eldr__bus_peer_load(w)));
+  }
+  json_object_set_new(bus, "decoders", decs);
+  json_object_set_new(o, "bus", bus);
   eldr__watchst *w = s->watch;
   if (!w || !s->art) {
     json_object_set_new(o, "artifact", json_null());

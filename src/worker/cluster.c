@@ -13,6 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
@@ -35,6 +38,8 @@ struct eldr_cluster {
   char routers[ELDR_CLUSTER_MAX_ROUTERS][48]; /* router replica URLs */
   const char *router_ptrs[ELDR_CLUSTER_MAX_ROUTERS];
   size_t n_routers;
+  pid_t natsd;          /* the bus's nats-server, or 0 */
+  char bus_url[48];
 };
 
 size_t eldr_cluster_routers(const eldr_cluster *c, const char *const **urls) {
@@ -92,6 +97,7 @@ void eldr_cluster_stop_all(eldr_cluster *c) {
     eldr_child_stop(pid, 5);
     forget(c, pid);
   }
+  c->natsd = 0;
   c->n_urls[0] = c->n_urls[1] = 0;
 }
 
@@ -192,6 +198,62 @@ int eldr_cluster_run(eldr_cluster *c, char *const args[], const char *out_path, 
   return rc ? eldr_diag_fail(d, ELDR_EIO, "eldr %s: lost the child", args[0]) : 0;
 }
 
+/* nats-server on a free loopback port, ready once it greets a connection
+ * with its INFO line (10 s). */
+static int start_natsd(eldr_cluster *c, eldr_diag *d) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t al = sizeof a;
+  if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) || getsockname(fd, (struct sockaddr *)&a, &al)) {
+    if (fd >= 0) close(fd);
+    return eldr_diag_fail(d, ELDR_EIO, "no free port for nats-server");
+  }
+  close(fd);
+  int port = ntohs(a.sin_port);
+  char ps[16];
+  snprintf(ps, sizeof ps, "%d", port);
+  char *argv[] = {"nats-server", "-a", "127.0.0.1", "-p", ps, NULL};
+  eldr_child_opts o;
+  eldr_child_opts_default(&o);
+  o.stdout_null = 1;
+  o.stderr_path = c->log_path;
+  o.pgid = c->pgid > 0 ? c->pgid : 0;
+  o.pdeath_signal = SIGTERM;
+  o.default_signals = 1;
+  pid_t pid;
+  int rc = eldr_child_spawn(argv, &o, &pid, NULL, d);
+  if (rc) return rc;
+  if (c->pgid <= 0) c->pgid = pid;
+  c->children[c->n++] = pid;
+  c->natsd = pid;
+  for (double end = eldr_clock_now() + 10; eldr_clock_now() < end && !stopping(c);) {
+    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    char buf[4] = "";
+    struct timeval tv = {1, 0};
+    setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    int ok = s >= 0 && connect(s, (struct sockaddr *)&a, sizeof a) == 0 && recv(s, buf, 4, MSG_WAITALL) == 4 &&
+             !memcmp(buf, "INFO", 4);
+    if (s >= 0) close(s);
+    if (ok) {
+      snprintf(c->bus_url, sizeof c->bus_url, "nats://127.0.0.1:%d", port);
+      return 0;
+    }
+    struct timespec ts = {0, 20000000};
+    nanosleep(&ts, NULL);
+  }
+  return eldr_diag_fail(d, ELDR_EIO, "nats-server did not start on 127.0.0.1:%d (is it installed? see %s)", port,
+                        c->log_path ? c->log_path : "stderr");
+}
+
+int eldr_cluster_kill_bus(eldr_cluster *c) {
+  if (!c->natsd) return ELDR_ENOTFOUND;
+  kill(c->natsd, SIGKILL);
+  eldr_child_stop(c->natsd, 5);
+  forget(c, c->natsd);
+  c->natsd = 0;
+  return 0;
+}
+
 int eldr_cluster_up(eldr_cluster *c, const eldr_cluster_spec *s, char *target, size_t cap,
                     eldr_diag *d) {
   if (s->n_prefill < 1 || s->n_prefill > ELDR_CLUSTER_MAX_WORKERS || s->n_decode < 1 ||
@@ -205,6 +267,7 @@ int eldr_cluster_up(eldr_cluster *c, const eldr_cluster_spec *s, char *target, s
   double rt = s->router_timeout_s > 0 ? s->router_timeout_s : 30;
   c->n_urls[0] = c->n_urls[1] = 0;
   c->n_routers = 0;
+  c->natsd = 0;
   size_t nr = s->n_routers ? s->n_routers : 1;
   if (nr > ELDR_CLUSTER_MAX_ROUTERS)
     return eldr_diag_fail(d, ELDR_EINVAL, "1..%d routers", ELDR_CLUSTER_MAX_ROUTERS);
@@ -248,9 +311,19 @@ int eldr_cluster_up(eldr_cluster *c, const eldr_cluster_spec *s, char *target, s
     sargs[na++] = "--config";
     sargs[na++] = (char *)s->router_config;
   }
+  char idbuf[16];
+  if (s->bus) {
+    int rc = start_natsd(c, d);
+    if (rc) return rc;
+    sargs[na++] = "--bus";
+    sargs[na++] = c->bus_url;
+    sargs[na++] = "--bus-replica-id";
+    sargs[na++] = idbuf;
+  }
   sargs[na] = NULL;
   for (size_t k = 0; k < nr; k++) { /* replicas: same workers, same flags */
     char line[512];
+    snprintf(idbuf, sizeof idbuf, "r%zu", k);
     int rc = eldr_cluster_spawn(c, sargs, rt, line, sizeof line, d);
     if (rc)
       return eldr_diag_fail(d, rc, "the router did not start (see %s)",
