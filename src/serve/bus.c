@@ -187,6 +187,10 @@ static void on_msg(natsConnection *nc, natsSubscription *sub, natsMsg *msg, void
   (void)nc;
   (void)sub;
   eldr__bus *b = closure;
+  if (atomic_load(&b->stop)) {
+    natsMsg_Destroy(msg);
+    return;
+  }
   size_t len = (size_t)natsMsg_GetDataLength(msg);
   pthread_mutex_lock(&b->qmu);
   int full = b->qn == ELDR__BUS_QUEUE || b->qbytes + len > ELDR__BUS_QUEUE_BYTES;
@@ -224,6 +228,7 @@ static void on_closed(natsConnection *nc, void *closure) {
   eldr__bus *b = closure;
   atomic_store(&b->conn, ELDR__BUS_DOWN);
   wake(b);
+  atomic_store(&b->closed, 1); /* last: eldr__bus_free waits for it */
 }
 
 static void on_error(natsConnection *nc, natsSubscription *sub, natsStatus err, void *closure) {
@@ -702,8 +707,12 @@ void eldr__bus_free(eldr__bus *b) {
     natsSubscription_Unsubscribe(b->sub);
     natsSubscription_Destroy(b->sub);
   }
-  if (b->nc) {
+  if (b->nc) { /* closed, and its closed callback over, before anything it uses goes */
     natsConnection_Close(b->nc);
+    for (int i = 0; i < 400 && !atomic_load(&b->closed); i++) {
+      struct timespec ts = {0, 5000000};
+      nanosleep(&ts, NULL);
+    }
     natsConnection_Destroy(b->nc);
   }
   natsOptions_Destroy(b->opts);

@@ -82,7 +82,7 @@ struct eldr__bus {
   _Atomic uint64_t ver[ELDR__BUS_MAX_DEC];   /* bumped on every change of tot */
   _Atomic int64_t peer_n[ELDR__BUS_MAX_DEC]; /* peers' requests in flight */
   eldr__ring *rings;               /* nloops */
-  _Atomic int sleeping, stop, conn;
+  _Atomic int sleeping, stop, conn, closed;
   _Atomic uint64_t conn_changes;
   _Atomic size_t npeers_pub;
   int efd;                         /* eventfd: wakes the hub */
