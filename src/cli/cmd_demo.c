@@ -104,6 +104,8 @@ typedef struct prow {
   double sim_tpot_p50, sim_tpot_p99, sim_ttft_p50, sim_tpot_mean; /* ms of model time; NaN if absent */
   double batch, uni, sim_batch, sim_uni;            /* mean decode batch / per-layer union */
   double tok_ms; /* mean model step time per generated token on the decoders (ms) */
+  double lag_p99, lag_max; /* the bus: the routers' worst lag p99 bound and max (s; NaN without) */
+  long lag_n, peers;       /* messages behind them; peers seen by the first router */
 } prow;
 
 /* One run of the demo: flags, work files, results. */
@@ -458,6 +460,35 @@ static void fleet_progress(void *ctx, size_t sent, size_t done, double el) {
   progress_cb((void *)p->policy, sent, done, el);
 }
 
+/* The bus's lag as each router measured it (GET /eldr/status): the worst
+ * p99 bound and max over the routers into row. */
+static void bus_lag(demo *x, prow *row) {
+  row->lag_p99 = row->lag_max = NAN;
+  row->lag_n = row->peers = 0;
+  if (!x->bus) return;
+  const char *const *urls;
+  size_t n = eldr_cluster_routers(g_cluster, &urls);
+  for (size_t i = 0; i < n; i++) {
+    int st = 0;
+    char *body = NULL;
+    eldr_diag d = {{0}};
+    if (eldr_cluster_http(urls[i], "GET", "/eldr/status", NULL, NULL, 5, &st, &body, &d) || st != 200) {
+      free(body);
+      continue;
+    }
+    json_t *j = json_loads(body, 0, NULL), *bus = json_object_get(j, "bus"), *lag = json_object_get(bus, "lag_seconds");
+    double p99 = json_number_value(json_object_get(lag, "p99_le")), mx = json_number_value(json_object_get(lag, "max"));
+    if (json_is_number(json_object_get(lag, "p99_le")) && !(p99 <= row->lag_p99)) row->lag_p99 = p99;
+    if (json_is_number(json_object_get(lag, "max")) && !(mx <= row->lag_max)) row->lag_max = mx;
+    row->lag_n += (long)json_integer_value(json_object_get(lag, "messages"));
+    if (i == 0) row->peers = (long)json_integer_value(json_object_get(bus, "peers"));
+    json_decref(j);
+    free(body);
+  }
+  fprintf(stderr, "    bus: %ld peers seen by r0; lag p99 <= %.4g ms, max %.4g ms over %ld messages (all routers)\n",
+          row->peers, row->lag_p99 * 1e3, row->lag_max * 1e3, row->lag_n);
+}
+
 /* 3. one policy: its cluster up, the load through it, its counters, down. */
 static void run_policy_into(demo *x, size_t pi, prow *row);
 static void run_policy(demo *x, size_t pi) { run_policy_into(x, pi, &x->rows[pi]); }
@@ -506,6 +537,7 @@ static void run_policy_into(demo *x, size_t pi, prow *row) {
   row->sent = r.n;
   row->ok = r.ok;
   row->failed = r.n - r.ok;
+  bus_lag(x, row);
   eldr_decode_counters dc;
   int scraped = eldr_cluster_scrape_decoders(g_cluster, 5, &dc, &d) == 0;
   row->tok_ms = scraped && dc.batch_sum > 0 ? dc.token_s / dc.batch_sum / x->scale * 1e3 : NAN;
@@ -755,6 +787,9 @@ static void demo_fleet_run(demo *x) {
                                                 jms(w->s.tpot_p99 / x->scale * 1e3), "mean_union", jms(w->uni),
                                                 "footprint_gain_pct", jms(gain[i][b]), "share_of_one_router_gain",
                                                 jms(gain[i][b] / base)));
+          json_t *last = json_array_get(rows, json_array_size(rows) - 1);
+          json_object_set_new(last, "bus_lag_p99_le_ms", jms(w->lag_p99 * 1e3));
+          json_object_set_new(last, "bus_lag_max_ms", jms(w->lag_max * 1e3));
         }
     json_t *j = json_pack("{sssssIsIsfsfsfsfsIso}", "model", x->model, "hardware", x->hardware, "prefill",
                           (json_int_t)x->P, "decode", (json_int_t)x->D, "rate_req_s", x->rate, "time_scale", x->scale,
@@ -789,6 +824,16 @@ static void demo_fleet_run(demo *x) {
       else if (!i && !b) printf("%+.1f%% (vs %s), the one-router gain\n", gain[i][b], lb[i][b]);
       else printf("%+.1f%% (vs %s), %.0f%% of the one-router gain\n", gain[i][b], lb[i][b], 100 * gain[i][b] / base);
     }
+  int said = 0;
+  for (size_t i = 0; i < nr; i++)
+    for (size_t b = 0; b < nb; b++)
+      for (size_t pi = 0; x->bus_list[b] && pi < x->npol; pi++) {
+        const prow *w = &x->fleet[i][b][pi];
+        if (!w->lag_n) continue;
+        printf("%s%ld router%s, %s: bus lag p99 <= %.3g ms, max %.3g ms over %ld messages\n",
+               said++ ? "" : "\nthe bus, as the routers measured it (an event on one to its application on another):\n",
+               x->router_list[i], x->router_list[i] > 1 ? "s" : "", x->pols[pi], w->lag_p99 * 1e3, w->lag_max * 1e3, w->lag_n);
+      }
   printf("\n(total %.0f s)\n", eldr_clock_now() - x->t_start);
 }
 
