@@ -771,7 +771,7 @@ static void demo_fleet_run(demo *x) {
         else if (strcmp(x->pols[pi], "eldr") && v < best) best = v, lb[i][b] = x->pols[pi];
       }
       gain[i][b] = lb[i][b] && !isnan(fp) ? -pct(fp, best) : NAN; /* positive: footprint faster */
-      if (i == 0 && b == 0) base = gain[i][b];
+      if (i == 0 && b == 0 && x->router_list[0] == 1 && x->bus_list[0] == 0) base = gain[i][b]; /* the one-router gain */
     }
   if (x->json) {
     json_t *rows = json_array();
@@ -821,7 +821,8 @@ static void demo_fleet_run(demo *x) {
       printf("  %ld router%s, bus %-4s: ", x->router_list[i], x->router_list[i] > 1 ? "s" : " ",
              x->bus_list[b] ? "nats" : "none");
       if (isnan(gain[i][b])) printf("no footprint and load-balancer pair\n");
-      else if (!i && !b) printf("%+.1f%% (vs %s), the one-router gain\n", gain[i][b], lb[i][b]);
+      else if (!i && !b && !isnan(base)) printf("%+.1f%% (vs %s), the one-router gain\n", gain[i][b], lb[i][b]);
+      else if (isnan(base)) printf("%+.1f%% (vs %s)\n", gain[i][b], lb[i][b]);
       else printf("%+.1f%% (vs %s), %.0f%% of the one-router gain\n", gain[i][b], lb[i][b], 100 * gain[i][b] / base);
     }
   int said = 0;
