@@ -261,11 +261,11 @@ int eldr_bench_route(int argc, char **argv) {
       double t8 = eldr_clock_now();
       if (res.fallback != ELDR__FB_NONE) cli_fail(cmd, "tree extraction fell back: %s", res.diag.msg);
       eldr__prefill_reply_free(&prj);
-      eldr__counts_bits_set(0);
+      eldr_counts_bits_set(0);
       double t9 = eldr_clock_now();
       eldr__sigpath_extract(&sp_nc, pr.raw, pr.raw_len, pr.root, 0, pr.routed_experts, pr.routed_experts_len, NULL, &res);
       double t10 = eldr_clock_now();
-      eldr__counts_bits_set(1);
+      eldr_counts_bits_set(1);
       if (it >= 0) {
         t_parse[it] = t1 - t0;
         t_sig[it] = t2 - t1;

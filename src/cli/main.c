@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "eldr/cpu.h"
 
 #define DECL(name) int eldr_cmd_##name(int argc, char **argv) __attribute__((weak));
 DECL(fit)
@@ -69,7 +70,8 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (!strcmp(argv[1], "--version")) {
-    printf("eldr 0.1.0\n");
+    printf("eldr 0.1.0\nsimd: %s (this CPU: %s; ELDR_NO_SIMD=1 / ELDR_NO_AVX512=1 lower it)\n",
+           eldr_cpu_level_name(eldr_cpu_level_now()), eldr_cpu_level_name(eldr_cpu_detected()));
     return 0;
   }
   for (size_t i = 0; i < n; i++) {
