@@ -50,7 +50,7 @@
 #include "serve_internal.h"
 #include "record.h"
 #include "sigpath.h"
-#include "upstream.h"
+#include "eldr/upstream.h"
 
 /* ---- metrics ---------------------------------------------------------------- */
 
@@ -79,7 +79,7 @@ typedef struct metrics {
   ctr bad[BAD__N];
   ctr retries[2];
   ctr resends[3];     /* legs sent again on a fresh connection after a reused one failed
-                       * before any reply byte (eldr__up_resent), by kind: prefill, decode, models */
+                       * before any reply byte (eldr_up_resent), by kind: prefill, decode, models */
   ctr disconnects;
   ctr no_kv_params;
   ctr re_rejected[ELDR_RE__N]; /* routed_experts rejected, by eldr_re_reason */
@@ -181,14 +181,14 @@ struct worker {
   eldr__slot *slot;    /* shared with the other loops' worker of this role and URL */
   struct sockaddr_storage addr;
   socklen_t addrlen;
-  eldr__up **pool;     /* idle keep-alive connections */
+  eldr_up **pool;     /* idle keep-alive connections */
   size_t npool, poolcap;
-  eldr__up *hc;        /* health check connection */
+  eldr_up *hc;        /* health check connection */
   struct event *hc_timer;
   int hc_status;
   dns_ticket *dns;            /* lookup of host in flight (resolve.c), or NULL */
   struct event *dns_timer;    /* retry of a host that did not resolve (NULL: numeric host) */
-  eldr__up *sc;               /* /metrics scrape connection (scrape.c) */
+  eldr_up *sc;               /* /metrics scrape connection (scrape.c) */
   char *sc_buf;
   size_t sc_n, sc_cap;
   int sc_status;
@@ -219,11 +219,11 @@ _Static_assert(LEG_MODELS == 2, "metrics.resends: one counter per leg kind");
 
 typedef struct leg {
   worker *w;
-  eldr__up *up;            /* connection of the exchange in flight, or NULL */
+  eldr_up *up;            /* connection of the exchange in flight, or NULL */
   struct event *deadline;
   int kind;
   int streaming, started;
-  int sent;                /* the worker may have read the request (eldr__up_sent) */
+  int sent;                /* the worker may have read the request (eldr_up_sent) */
   int hung_timer;          /* the deadline armed is a first-byte / idle one, not the whole leg's */
   double t_end;            /* the whole leg's deadline (monotonic seconds) */
   uint32_t hung_gen;       /* the worker slot's hung_gen when the leg started */
@@ -534,7 +534,7 @@ void eldr__worker_free(worker *w);
 void eldr__worker_retire(worker *w);
 /* A leg on w is over: its connection back to the pool (or closed); frees a
  * retired worker whose last leg this was. */
-void eldr__worker_put(worker *w, eldr__up *u);
+void eldr__worker_put(worker *w, eldr_up *u);
 
 /* The worker lists a reload installs, built off to the side: listed workers
  * kept by URL (health, counters, in-flight legs and idle connections
@@ -544,7 +544,7 @@ typedef struct worker_plan {
   worker **w[2];
   size_t nw[2];
   worker *fresh;         /* new workers, chained through next_all */
-  eldr__up ***grown[2];  /* per planned worker: its larger pool array, or NULL */
+  eldr_up ***grown[2];  /* per planned worker: its larger pool array, or NULL */
 } worker_plan;
 int eldr__workers_plan(eldr_server *s, const eldr_serve_config *cfg, worker_plan *p, eldr_diag *d);
 void eldr__workers_drop(worker_plan *p);
@@ -553,8 +553,8 @@ void eldr__workers_drop(worker_plan *p);
  * retired. p is emptied. */
 void eldr__workers_commit(eldr_server *s, worker_plan *p);
 /* A connection for a new leg (idle one, or a new one); NULL on ENOMEM. */
-eldr__up *eldr__pool_take(worker *w);
-void eldr__pool_give(worker *w, eldr__up *u);
+eldr_up *eldr__pool_take(worker *w);
+void eldr__pool_give(worker *w, eldr_up *u);
 /* Count one failure; ejects after eject_after of them (health checks on). */
 void eldr__worker_failed(worker *w, const char *why);
 /* Active health checks of every listed worker (timer callback; arg = s). */

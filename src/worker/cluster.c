@@ -19,7 +19,7 @@
 
 #include "eldr/child.h"
 #include "eldr/clock.h"
-#include "serve/upstream.h"
+#include "eldr/upstream.h"
 
 #define MAX_CHILDREN (2 * ELDR_CLUSTER_MAX_WORKERS + 8)
 
@@ -337,12 +337,12 @@ int eldr_cluster_http(const char *url, const char *method, const char *path, con
     return eldr_diag_fail(d, ELDR_EINVAL, "'%s' is not http://host:port", url);
   scrape s = {0};
   s.base = event_base_new();
-  eldr__up *u = s.base ? eldr__up_new(s.base, (struct sockaddr *)&ss, (socklen_t)len) : NULL;
+  eldr_up *u = s.base ? eldr_up_new(s.base, (struct sockaddr *)&ss, (socklen_t)len) : NULL;
   if (!u) {
     if (s.base) event_base_free(s.base);
     return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
   }
-  eldr__up_set_connect_timeout(u, timeout_s);
+  eldr_up_set_connect_timeout(u, timeout_s);
   char req[1024];
   size_t bl = body ? strlen(body) : 0;
   int rl = snprintf(req, sizeof req, "%s %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n%s", method, path,
@@ -350,19 +350,19 @@ int eldr_cluster_http(const char *url, const char *method, const char *path, con
   if (body) rl += snprintf(req + rl, sizeof req - (size_t)rl, "Content-Type: application/json\r\nContent-Length: %zu\r\n", bl);
   rl += snprintf(req + rl, sizeof req - (size_t)rl, "\r\n");
   if (rl >= (int)sizeof req) {
-    eldr__up_free(u);
+    eldr_up_free(u);
     event_base_free(s.base);
     return eldr_diag_fail(d, ELDR_ERANGE, "%s%s: request head too long", url, path);
   }
   struct iovec iov[2] = {{req, (size_t)rl}, {(void *)body, bl}};
-  const eldr__up_cbs cbs = {on_head, on_data, on_done};
-  int rc = eldr__up_request(u, iov, bl ? 2 : 1, &cbs, &s);
+  const eldr_up_cbs cbs = {on_head, on_data, on_done};
+  int rc = eldr_up_request(u, iov, bl ? 2 : 1, &cbs, &s);
   if (!rc) {
     struct timeval tv = {(time_t)timeout_s, (suseconds_t)((timeout_s - (double)(time_t)timeout_s) * 1e6)};
     event_base_loopexit(s.base, &tv);
     event_base_dispatch(s.base);
     if (!s.done) {
-      eldr__up_abort(u);
+      eldr_up_abort(u);
       rc = eldr_diag_fail(d, ELDR_ETIMEOUT, "%s%s: no reply within %g s", url, path, timeout_s);
     } else if (s.err) {
       rc = eldr_diag_fail(d, s.err, "%s%s: %s", url, path, eldr_strerror(s.err));
@@ -370,7 +370,7 @@ int eldr_cluster_http(const char *url, const char *method, const char *path, con
       rc = eldr_diag_fail(d, ELDR_EIO, "%s%s: reply too large", url, path);
     }
   }
-  eldr__up_free(u);
+  eldr_up_free(u);
   event_base_free(s.base);
   if (rc) {
     free(s.buf);
