@@ -15,8 +15,6 @@
 #include "core/batch_union_int.h"
 #include "eldr/cpu.h"
 
-size_t eldr__union_groups(const eldr_union *u) { return (u->L * u->K + 3) / 4; }
-
 /* Whether the AVX-512 kernels run: the AVX-512 level is in use (eldr/cpu.h)
  * and the CPU also has VPOPCNTDQ. */
 static int avx512_on(void) { return eldr_cpu_feature(ELDR_CPU_VPOPCNTDQ); }
@@ -98,20 +96,25 @@ static void rows_ids8_portable(eldr_union *u, const uint8_t *const *rows, size_t
   }
 }
 
+/* The per-layer counts of u->bits: the twins take unions of up to 4 words
+ * a layer (256 experts), eldr_union_count (popcnt clone) wider ones. */
+static uint64_t count_any(const eldr_union *u, uint32_t *per_layer) {
+#ifdef ELDR_UNION_X86
+  if (u->W <= 4 && avx512_on()) return eldr__union_count_avx512(u, per_layer);
+  if (u->W <= 4 && eldr_cpu_has(ELDR_CPU_AVX2)) return eldr__union_count_avx2(u, per_layer);
+#endif
+  return eldr_union_count(u, per_layer);
+}
+
 uint64_t eldr_union_rows_bits(eldr_union *u, const uint64_t *const *rows, size_t n,
                               uint32_t *per_layer) {
 #ifdef ELDR_UNION_X86
-  if (avx512_on()) {
-    eldr__union_rows_bits_avx512(u, rows, n);
-    return eldr__union_count_avx512(u, per_layer);
-  }
-  if (eldr_cpu_has(ELDR_CPU_AVX2)) {
-    eldr__union_rows_bits_avx2(u, rows, n);
-    return eldr__union_count_avx2(u, per_layer);
-  }
+  if (avx512_on()) eldr__union_rows_bits_avx512(u, rows, n);
+  else if (eldr_cpu_has(ELDR_CPU_AVX2)) eldr__union_rows_bits_avx2(u, rows, n);
+  else
 #endif
-  rows_bits_portable(u, rows, n);
-  return eldr_union_count(u, per_layer);
+    rows_bits_portable(u, rows, n);
+  return count_any(u, per_layer);
 }
 
 /* u->bits = the union of n ids8 rows. */
@@ -127,14 +130,6 @@ static void ids8_union(eldr_union *u, const uint8_t *const *rows, size_t n) {
   }
 #endif
   rows_ids8_portable(u, rows, n);
-}
-
-static uint64_t count_any(const eldr_union *u, uint32_t *per_layer) {
-#ifdef ELDR_UNION_X86
-  if (avx512_on()) return eldr__union_count_avx512(u, per_layer);
-  if (eldr_cpu_has(ELDR_CPU_AVX2)) return eldr__union_count_avx2(u, per_layer);
-#endif
-  return eldr_union_count(u, per_layer);
 }
 
 uint64_t eldr_union_rows_ids8(eldr_union *u, const uint8_t *const *rows, size_t n,

@@ -34,8 +34,7 @@ AVX2_FN uint64_t eldr__union_count_avx2(const eldr_union *u, uint32_t *per_layer
   case 1: return count_w(u, per_layer, 1);
   case 2: return count_w(u, per_layer, 2);
   case 3: return count_w(u, per_layer, 3);
-  case 4: return count_w(u, per_layer, 4);
-  default: return eldr_union_count(u, per_layer);
+  default: return count_w(u, per_layer, 4);
   }
 }
 

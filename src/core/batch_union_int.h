@@ -5,7 +5,9 @@
  * the same bits: rows_bits sets u->bits to the OR of n bitset rows,
  * rows_ids8 / ids8 to the union of n ids8 rows (ids8: into out, L * W words,
  * written whole), count writes the distinct experts per layer into
- * per_layer (may be NULL) and returns their sum. Called only where
+ * per_layer (may be NULL) and returns their sum (count: W <= 4 only;
+ * eldr_union_count takes wider unions). A twin calls nothing of
+ * batch_union.c, so the files do not call each other in a loop. Called only where
  * eldr_cpu_has(ELDR_CPU_AVX2) (the avx2 ones; rows_ids8 with K % 4 != 0
  * needs u->scratch) or eldr_cpu_feature(ELDR_CPU_VPOPCNTDQ) (the avx512
  * ones). Threads: as eldr/batch_union.h (one union per thread). */
@@ -18,7 +20,7 @@
 #include "eldr/batch_union.h"
 
 /* Groups of four row positions of an ids8 row (L * K bytes). */
-size_t eldr__union_groups(const eldr_union *u);
+static inline size_t eldr__union_groups(const eldr_union *u) { return (u->L * u->K + 3) / 4; }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define ELDR_UNION_X86 1

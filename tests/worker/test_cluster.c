@@ -21,6 +21,7 @@
 
 #include "eldr/artifact.h"
 #include "eldr/cluster.h"
+#include "eldr/http_fetch.h"
 #include "eldr/loadgen.h"
 #include "eldr/signature.h"
 #include "eldr/preset_files.h"
@@ -439,7 +440,7 @@ static void test_reload_under_load(void **state) {
       int st = 0;
       eldr_diag d = {{0}};
       snprintf(url, sizeof url, "http://127.0.0.1:%d", C.rport);
-      assert_int_equal(eldr_cluster_http(url, "POST", "/admin/reload", "Authorization: Bearer " TOKEN "\r\n", "", 10,
+      assert_int_equal(eldr_http_fetch(url, "POST", "/admin/reload", "Authorization: Bearer " TOKEN "\r\n", "", 10,
                                          &st, &body, &d), 0);
       if (st != 200 || !strstr(body, "\"result\":\"ok\"")) fail_msg("reload %d: %d %s", i, st, body);
       free(body);
