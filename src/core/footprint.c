@@ -4,7 +4,7 @@
 
 #include "core/footprint_int.h"
 #include "eldr/cpu.h"
-#include "eldr/policy.h"
+#include "eldr/dot.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -28,7 +28,7 @@ typedef void (*dots_fn)(const float *q, const float *p, size_t L, size_t E, cons
 static void dots_base(const float *q, const float *p, size_t L, size_t E, const uint8_t *mask,
                       float *out) {
   for (size_t l = 0; l < L; l++)
-    if (mask[l]) out[l] = eldr__dot_lanes8(q + l * E, p + l * E, E);
+    if (mask[l]) out[l] = eldr_dot_lanes8(q + l * E, p + l * E, E);
 }
 
 /* Picked once per footprint, at its creation. */

@@ -11,7 +11,7 @@
 /* Per layer l with mask[l]: out[l] = sum_e q[l*E+e] * p[l*E+e], eight lanes
  * (lane j: e = j mod 8), lanes j and j+4 added, the four reduced as
  * ((0+2)+(1+3)), then the tail summed in order: the bits of
- * eldr__dot_lanes8 (eldr/policy.h). Call only where
+ * eldr_dot_lanes8 (eldr/dot.h). Call only where
  * eldr_cpu_has(ELDR_CPU_AVX2). */
 void eldr__fp_dots_avx(const float *q, const float *p, size_t L, size_t E, const uint8_t *mask, float *out);
 #endif

@@ -153,7 +153,9 @@ static int fill_loads(eldr_server *s, int role, rq *r, size_t *n) {
     if (sn) s->seen = sn;
     uint8_t *h = realloc(s->healthy, k);
     if (h) s->healthy = h;
-    if (!l || !sn || !h) return ELDR_ENOMEM;
+    uint64_t *ky = realloc(s->keys, k * sizeof *ky);
+    if (ky) s->keys = ky;
+    if (!l || !sn || !h || !ky) return ELDR_ENOMEM;
     s->loadcap = k;
   }
   for (size_t i = 0; i < k; i++) {
@@ -161,6 +163,7 @@ static int fill_loads(eldr_server *s, int role, rq *r, size_t *n) {
     s->seen[i] = w->slot->inflight;
     s->loads[i] = eldr__worker_load_at(w, s->seen[i]);
     s->healthy[i] = (uint8_t)(eldr__worker_up(w) && !was_tried(r, w));
+    s->keys[i] = w->slot->key;
   }
   *n = k;
   return 0;
@@ -734,7 +737,7 @@ static void start_prefill(rq *r) {
     client_upstream_error(r, 500, OUT_UPSTREAM_ERROR, "out of memory");
     return;
   }
-  int k = eldr_policy_prefill(r->prompt.prefix_hash, s->loads, s->healthy, n, s->cfg.prefill_guard);
+  int k = eldr_policy_prefill(r->prompt.prefix_hash, s->keys, s->loads, s->healthy, n, s->cfg.prefill_guard);
   if (k < 0) {
     if (r->ntried == 0) client_upstream_error(r, 503, OUT_UPSTREAM_ERROR, "no healthy prefill worker");
     else client_upstream_error(r, 502, OUT_UPSTREAM_ERROR, "prefill failed (%s) and no other healthy prefill worker", r->last_err);

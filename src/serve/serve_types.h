@@ -126,6 +126,7 @@ struct eldr__slot {
   _Atomic uint32_t scraped, inflight_at_scrape;
   _Atomic uint32_t hung_gen;  /* times a loop found it hung: every loop ends the
                                * decode legs on it that started before */
+  uint64_t key;               /* rendezvous identity: eldr_policy_worker_key(url) */
   ctr requests, ejections, err_connect, err_status, err_timeout;
   int role;
   size_t refs;                /* worker objects using it (group mutex) */
@@ -356,6 +357,7 @@ struct eldr_server {
   eldr__watchst *watch;   /* with an artifact: the watch (status.c), else NULL */
   uint32_t *loads;
   uint32_t *seen;         /* in-flight counts the loads were computed from */
+  uint64_t *keys;         /* the workers' rendezvous keys (slot->key), as loads */
   uint8_t *healthy;
   size_t loadcap;
   int logged_shape_mismatch, logged_splice;
@@ -400,8 +402,6 @@ void eldr__rq_drained(rq *r);
 /* A request that held `bytes` (>= 1 MiB) of buffers ended: trim the heap
  * soon (one trim per burst). */
 void eldr__mem_note(eldr_server *s, size_t bytes);
-/* Timer callback of eldr__mem_note (arg = s). */
-void eldr__mem_trim(evutil_socket_t fd, short ev, void *arg);
 /* Close the connection; a request still in flight is aborted (eldr__rq_abort). */
 void eldr__conn_free(hconn *c);
 /* Whole responses; the connection then reads its next request or closes

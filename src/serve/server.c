@@ -45,7 +45,7 @@ void eldr__mem_note(eldr_server *s, size_t bytes) {
   evtimer_add(s->ev_trim, &tv);
 }
 
-void eldr__mem_trim(evutil_socket_t fd, short ev, void *arg) {
+static void mem_trim(evutil_socket_t fd, short ev, void *arg) {
   (void)fd;
   (void)ev;
   eldr_server *s = arg;
@@ -353,7 +353,7 @@ static int loop_new(const eldr_serve_config *cfg, eldr__group *g, int idx, int p
   s->ev_health = event_new(s->base, -1, EV_PERSIST, eldr__health_tick, s);
   s->ev_scrape = event_new(s->base, -1, EV_PERSIST, eldr__scrape_tick, s);
   s->ev_accept = evtimer_new(s->base, eldr__accept_resume, s);
-  s->ev_trim = evtimer_new(s->base, eldr__mem_trim, s);
+  s->ev_trim = evtimer_new(s->base, mem_trim, s);
   s->accept_log_t = -1e9;
   if (!s->ev_health || !s->ev_scrape || !s->ev_accept || !s->ev_trim || (rc = eldr__sigpath_init(&s->sp, s->base))) {
     rc = eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
@@ -519,6 +519,7 @@ static void loop_free(eldr_server *s) {
   eldr__fps_put(s->fps);
   eldr__watchst_free(s->watch);
   free(s->loads);
+  free(s->keys);
   free(s->seen);
   free(s->healthy);
   if (s->follow_cfg) eldr_serve_config_free(s->follow_cfg);
