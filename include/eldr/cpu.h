@@ -20,6 +20,8 @@
  * NEON, then SVE) is: their enumerators below, their detection in cpu.c
  * under #if, their switch if any, and the paths' files.
  *
+ * Beside the level, eldr_cpu_count: how many CPUs the process may use.
+ *
  * Errors: none. Threads: every function may be called from any thread; the
  * level is one relaxed atomic (detection may run twice at start, with the
  * same answer). eldr_cpu_set is for tests and benchmarks: call it while no
@@ -65,5 +67,14 @@ eldr_cpu_level eldr_cpu_set(eldr_cpu_level level);
 
 /* "portable", "avx2", "avx512". */
 const char *eldr_cpu_level_name(eldr_cpu_level level);
+
+/* The CPUs this process may run on (>= 1): its affinity mask (what
+ * `taskset`, `docker --cpuset-cpus` and a Kubernetes static CPU policy
+ * set), capped by its cgroup's CPU quota rounded up (cgroup v2 cpu.max, v1
+ * cpu.cfs_quota_us / cpu.cfs_period_us: `docker --cpus`, Kubernetes CPU
+ * limits). Read from the kernel and /sys/fs/cgroup on each call; 1 when
+ * nothing can be read. For thread-count defaults, not for the vector
+ * level. */
+int eldr_cpu_count(void);
 
 #endif

@@ -1,9 +1,14 @@
 /* cpu.c — the one CPU-dispatch module (see eldr/cpu.h): detection once,
- * the environment's switches once, one level every vector path reads. */
+ * the environment's switches once, one level every vector path reads; and
+ * the CPUs the process may use (affinity, cgroup quota). */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "eldr/cpu.h"
 
+#include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define CPU_X86 1
@@ -126,4 +131,97 @@ int eldr_cpu_feature(eldr_cpu_feature_id f) {
 
 const char *eldr_cpu_level_name(eldr_cpu_level level) {
   return known(level) ? LEVELS[level].name : "unknown";
+}
+
+/* ---- the CPUs the process may use --------------------------------------- */
+
+/* The first line of a small file, NUL-terminated; 0 or -1. */
+static int read_line(const char *path, char *buf, size_t cap) {
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  const int ok = fgets(buf, (int)cap, f) != NULL;
+  fclose(f);
+  return ok ? 0 : -1;
+}
+
+/* The process's cgroup path for a v1 controller ("cpu") or, with
+ * controller NULL, the v2 one ("0::/path"), into path; 0 or -1. */
+static int cgroup_path(const char *controller, char *path, size_t cap) {
+  FILE *f = fopen("/proc/self/cgroup", "r");
+  if (!f) return -1;
+  char line[512];
+  int rc = -1;
+  while (rc && fgets(line, sizeof line, f)) {
+    char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+    if (!c2) continue;
+    *c2 = 0;
+    const char *ctl = c1 + 1, *p = c2 + 1;
+    int match = 0;
+    if (!controller) {
+      match = !strncmp(line, "0:", 2) && !*ctl;
+    } else { /* "cpu,cpuacct" lists several */
+      for (const char *t = ctl; *t;) {
+        size_t n = strcspn(t, ",");
+        if (n == strlen(controller) && !strncmp(t, controller, n)) match = 1;
+        t += n + (t[n] == ',');
+      }
+    }
+    if (!match) continue;
+    snprintf(path, cap, "%.*s", (int)strcspn(p, "\n"), p);
+    rc = 0;
+  }
+  fclose(f);
+  return rc;
+}
+
+/* ceil(quota / period), or 0 when there is no quota. */
+static int quota_cpus(double quota, double period) {
+  if (!(quota > 0) || !(period > 0)) return 0;
+  const double q = quota / period;
+  const int n = (int)q;
+  return n + (q > n);
+}
+
+/* The cgroup CPU quota in CPUs (rounded up), 0 when none is set. Its own
+ * cgroup's file, then the mount's root (inside a container the two are the
+ * same directory). */
+static int cgroup_cpus(void) {
+  char cg[384], file[512], line[128];
+  if (!cgroup_path(NULL, cg, sizeof cg)) { /* v2: "max 100000" or "200000 100000" */
+    const char *const dirs[2] = {cg, ""};
+    for (int i = 0; i < 2; i++) {
+      snprintf(file, sizeof file, "/sys/fs/cgroup%s/cpu.max", dirs[i]);
+      if (read_line(file, line, sizeof line)) continue;
+      if (!strncmp(line, "max", 3)) return 0;
+      double q = 0, p = 0;
+      return sscanf(line, "%lf %lf", &q, &p) == 2 ? quota_cpus(q, p) : 0;
+    }
+  }
+  if (!cgroup_path("cpu", cg, sizeof cg)) { /* v1 */
+    const char *const roots[2] = {"/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"};
+    for (int r = 0; r < 2; r++) {
+      const char *const dirs[2] = {cg, ""};
+      for (int i = 0; i < 2; i++) {
+        char q[64], p[64];
+        snprintf(file, sizeof file, "%s%s/cpu.cfs_quota_us", roots[r], dirs[i]);
+        if (read_line(file, q, sizeof q)) continue;
+        snprintf(file, sizeof file, "%s%s/cpu.cfs_period_us", roots[r], dirs[i]);
+        if (read_line(file, p, sizeof p)) continue;
+        return quota_cpus(atof(q), atof(p));
+      }
+    }
+  }
+  return 0;
+}
+
+int eldr_cpu_count(void) {
+  int n = 0;
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) n = CPU_COUNT(&set);
+  if (n < 1) {
+    const long on = sysconf(_SC_NPROCESSORS_ONLN);
+    n = on > 0 ? (int)on : 1;
+  }
+  const int q = cgroup_cpus();
+  return q > 0 && q < n ? q : n;
 }

@@ -17,16 +17,17 @@ static void usage(FILE *f) {
           "usage: eldr bench route [options]\n\n"
           "Router-side cost per request: routed_experts (base64 .npy) -> counts -> (+ signature\n"
           "cache rows) -> signature -> locality-band decision, on the server's own code.\n\n"
-          "  --tokens LIST    prompt lengths (default 1024,4096)\n"
-          "  --layers N       MoE layers (default 48)\n"
-          "  --experts N      experts per layer (default 128)\n"
-          "  --topk N         experts per token (default 8)\n"
-          "  --decoders N     decode workers = centroids (default 8)\n"
-          "  --mask-layers N  layers in the artifact's layer mask, evenly spread (default: all)\n"
-          "  --iters N        timed repetitions (default 200)\n"
-          "  --seed N         (default 1)\n"
-          "  --json           one JSON object on stdout instead of the table\n"
-          "  -h, --help       this text\n");
+          "      --tokens LIST       prompt lengths, tokens                    [1024,4096]\n"
+          "      --layers N          MoE layers                                [48]\n"
+          "      --experts N         experts per layer                         [128]\n"
+          "      --topk N            experts per token                         [8]\n"
+          "      --decoders N        decode workers = centroids                [8]\n"
+          "      --mask-layers N     layers in the artifact's layer mask, evenly spread\n"
+          "                                                                    [all]\n"
+          "      --iters N           timed repetitions                         [200]\n"
+          "  -s, --seed N                                                      [1]\n"
+          "      --json              one JSON object on stdout instead of the table\n"
+          "  -h, --help              this help\n");
 }
 
 typedef struct opts {
@@ -53,7 +54,7 @@ static void parse(int argc, char **argv, opts *o) {
                                      {0, 0, 0, 0}};
   cli_getopt_reset();
   int c;
-  while ((c = getopt_long(argc, argv, ":h", lo, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, ":hs:", lo, NULL)) != -1) {
     switch (c) {
     case 't': free(o->tokens); o->ntok = cli_parse_long_list(cmd, "--tokens", optarg, 1, 1 << 20, &o->tokens); break;
     case 'l': L = cli_parse_long(cmd, "--layers", optarg, 1, ELDR_MAX_LAYERS); break;

@@ -30,7 +30,9 @@ typedef struct command {
 static void usage(FILE *f, const command *cmds, size_t n) {
   fprintf(f,
           "eldr — expert-locality-aware decode routing for PD-disaggregated MoE serving\n\n"
-          "usage: eldr <command> [options]   (eldr <command> --help for details)\n\ncommands:\n");
+          "usage: eldr <command> [options]   (eldr <command> --help for details)\n"
+          "       eldr --version             the version and the SIMD level in use\n"
+          "       eldr --help                this list\n\ncommands:\n");
   for (size_t i = 0; i < n; i++) {
     fprintf(f, "  %-8s %s%s\n", cmds[i].name, cmds[i].summary, cmds[i].fn ? "" : " (not built)");
     for (const char *p = cmds[i].subs; p && *p;) {
@@ -39,6 +41,13 @@ static void usage(FILE *f, const command *cmds, size_t n) {
       p += eol + (p[eol] == '\n');
     }
   }
+  fprintf(f,
+          "\nexit status, every command:\n"
+          "  0  done\n"
+          "  1  the work failed: an input missing, unreadable or malformed, an output that\n"
+          "     cannot be written, a port in use, a peer that failed (the message names it)\n"
+          "  2  the command line is wrong: an unknown flag or command, a missing or malformed\n"
+          "     value, a value out of range, flags that conflict (nothing was started)\n");
 }
 
 int main(int argc, char **argv) {

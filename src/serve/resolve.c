@@ -97,10 +97,10 @@ static void worker_resolved(void *owner, int err, struct evutil_addrinfo *ai) {
   if (!err && ai && ai->ai_addrlen <= sizeof w->addr) {
     memcpy(&w->addr, ai->ai_addr, ai->ai_addrlen);
     w->addrlen = (socklen_t)ai->ai_addrlen;
-    eldr__logf(w->s, "%s worker %s: '%s' resolved", eldr__role_name[w->role], w->url, w->host);
+    eldr__logf_process(w->s, "%s worker %s: '%s' resolved", eldr__role_name[w->role], w->url, w->host);
   } else {
     w->s->m.dns_errors++;
-    eldr__logf(w->s, "%s worker %s: cannot resolve '%s': %s; retrying in %g s", eldr__role_name[w->role],
+    eldr__logf_process(w->s, "%s worker %s: cannot resolve '%s': %s; retrying in %g s", eldr__role_name[w->role],
                w->url, w->host, err ? evutil_gai_strerror(err) : "no usable address",
                w->s->cfg.dns_interval_s);
     struct timeval tv = eldr__tv_of(w->s->cfg.dns_interval_s);
@@ -183,12 +183,12 @@ static void group_set(dns_group *g, char **urls, size_t n) {
       g->n = nold;
       old = urls;
       nold = n;
-      eldr__logf(s, "%s_dns %s: cannot update the workers: %s", eldr__role_name[g->role], g->spec,
+      eldr__logf_process(s, "%s_dns %s: cannot update the workers: %s", eldr__role_name[g->role], g->spec,
                  eldr_diag_msg(&d, rc));
     } else {
       eldr__workers_commit(s, &p);
       s->m.dns_updates++;
-      eldr__logf(s, "%s_dns %s: %zu addresses (%zu added, %zu draining)", eldr__role_name[g->role], g->spec,
+      eldr__logf_process(s, "%s_dns %s: %zu addresses (%zu added, %zu draining)", eldr__role_name[g->role], g->spec,
                  n, added, removed);
     }
   }
@@ -203,7 +203,7 @@ static void group_resolved(void *owner, int err, struct evutil_addrinfo *ai) {
    * with no ready endpoints); any other error keeps what we have */
   if (err && err != EVUTIL_EAI_NONAME && err != EVUTIL_EAI_NODATA) {
     g->s->m.dns_errors++;
-    eldr__logf(g->s, "%s_dns %s: cannot resolve '%s': %s; keeping %zu addresses, retrying in %g s",
+    eldr__logf_process(g->s, "%s_dns %s: cannot resolve '%s': %s; keeping %zu addresses, retrying in %g s",
                eldr__role_name[g->role], g->spec, g->host, evutil_gai_strerror(err), g->n,
                g->s->cfg.dns_interval_s);
     if (ai) evutil_freeaddrinfo(ai);
@@ -211,7 +211,7 @@ static void group_resolved(void *owner, int err, struct evutil_addrinfo *ai) {
   }
   if (err || !ai) {
     g->s->m.dns_errors++;
-    eldr__logf(g->s, "%s_dns %s: '%s' has no address (%s)", eldr__role_name[g->role], g->spec, g->host,
+    eldr__logf_process(g->s, "%s_dns %s: '%s' has no address (%s)", eldr__role_name[g->role], g->spec, g->host,
                err ? evutil_gai_strerror(err) : "empty answer");
   }
   size_t cap = 0, n = 0;

@@ -388,6 +388,13 @@ static inline struct timeval eldr__tv_of(double s) {
 
 /* One log line through cfg.log (no-op without one). */
 void eldr__logf(eldr_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* host:port can be listened on now (a plain bind, closed at once; port 0:
+ * yes): what the start checks first. 0 or ELDR_EIO naming the address. */
+int eldr__port_check(const char *host, int port, eldr_diag *d);
+/* The same for what concerns the whole process and every loop meets alike
+ * (a configuration committed, a name resolved): logged by loop 0 only, so
+ * that --threads N does not print it N times. */
+void eldr__logf_process(eldr_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* ---- conn.c: client connections and responses ------------------------------ */
 

@@ -3,12 +3,15 @@
  * environment and reads what the child's module says), the order of the
  * levels, and the one hook (eldr_cpu_set) capped by the CPU and the
  * switches. Every assertion holds on any CPU: what the switches must give
- * is computed from what the CPU has (eldr_cpu_detected). */
+ * is computed from what the CPU has (eldr_cpu_detected). eldr_cpu_count
+ * follows the affinity mask (a child pinned to one CPU counts one). */
+#define _GNU_SOURCE /* sched_setaffinity */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,6 +105,41 @@ static void test_set_and_has(void **state) {
   assert_string_equal(eldr_cpu_level_name((eldr_cpu_level)99), "unknown");
 }
 
+/* A child pinned to the first CPU it may use counts 1; this process counts
+ * at most its mask's CPUs (the cgroup quota may lower it) and at least 1. */
+static void test_count_follows_affinity(void **state) {
+  (void)state;
+  cpu_set_t set;
+  assert_int_equal(sched_getaffinity(0, sizeof set, &set), 0);
+  const int n = eldr_cpu_count();
+  assert_true(n >= 1 && n <= CPU_COUNT(&set));
+  int fd[2];
+  assert_int_equal(pipe(fd), 0);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    for (int c = 0; c < CPU_SETSIZE; c++)
+      if (CPU_ISSET(c, &set)) {
+        CPU_SET(c, &one);
+        break;
+      }
+    if (sched_setaffinity(0, sizeof one, &one)) _exit(3);
+    char b[16];
+    int k = snprintf(b, sizeof b, "%d", eldr_cpu_count());
+    _exit(write(fd[1], b, (size_t)k) == k ? 0 : 4);
+  }
+  close(fd[1]);
+  char b[16] = {0};
+  assert_true(read(fd[0], b, sizeof b - 1) > 0);
+  close(fd[0]);
+  int st = 0;
+  assert_int_equal(waitpid(pid, &st, 0), pid);
+  assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  assert_int_equal(atoi(b), 1);
+}
+
 int main(int argc, char **argv) {
   if (argc == 2 && !strcmp(argv[1], "--probe")) {
     printf("%d %d %d\n", (int)eldr_cpu_detected(), (int)eldr_cpu_allowed(), (int)eldr_cpu_level_now());
@@ -110,6 +148,7 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_switches),
       cmocka_unit_test(test_set_and_has),
+      cmocka_unit_test(test_count_follows_affinity),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

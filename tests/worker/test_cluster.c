@@ -381,7 +381,7 @@ static void test_ep_worker_with_placement(void **state) {
   char path[600], line[512];
   snprintf(path, sizeof path, "%s/%s", C.dir, C.art_obj->placement->decoders[0]);
   char *argv[] = {(char *)eldr_test_binary(), "worker", "--role", "both", "--model", MODEL, "--hardware", "h200",
-                  "--trace", C.eval, "--port", "0", "--ep-size", "4", "--placement", path, NULL};
+                  "--trace", C.eval, "--port", "0", "--ep-size", "4", "--placement", path, "--corpus", "none", NULL};
   pid_t pid = wt_spawn(argv, line, sizeof line, 20);
   int port = wt_port_of(line);
   assert_true(port > 0);
