@@ -224,8 +224,8 @@ static void bench_sigpath(size_t T, int iters, int distinct) {
   for (int v = 0; v < 6; v++) {
     const uint8_t *mask = (v & 1) ? mask12 : NULL;
     const int view = v >= 2;
-    const int bits = v < 4; /* 4, 5: the per-id kernels only (eldr__counts_bits_set(0)) */
-    eldr__counts_bits_set(bits);
+    const int bits = v < 4; /* 4, 5: the per-id kernels only (eldr_counts_bits_set(0)) */
+    eldr_counts_bits_set(bits);
     eldr_sigspec spec = {s, ELDR_REPR_COUNT, NULL, mask};
     for (int i = 0; i < iters; i++) {
       double c0 = cpu_s();
@@ -253,7 +253,7 @@ static void bench_sigpath(size_t T, int iters, int distinct) {
              bits ? "" : ", per-id");
     printf("  %-30s %9.1f %10.1f %6.2fx\n", name, m * 1e6, c * 1e6, c / m);
   }
-  eldr__counts_bits_set(1);
+  eldr_counts_bits_set(1);
   sink = (uint32_t)sig[0] + (uint32_t)dst[len - 1];
   free(vbuf);
   free(cc);

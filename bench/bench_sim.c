@@ -136,6 +136,26 @@ static int run_model(const char *model, const char *workload, size_t n, size_t a
   return 0;
 }
 
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: bench_sim [options]\n\n"
+          "Decode batch-steps per second of the simulator, per model preset, on a generated\n"
+          "pool (see the top of bench/bench_sim.c). All of it takes about 35 s and 5 GB.\n\n"
+          "      --models LIST       comma list of model presets          [every tracegen preset]\n"
+          "      --requests N        generated requests (the pool)        [10000]\n"
+          "      --arrivals N        Poisson arrivals per run             [5000]\n"
+          "      --load F            arrival rate, x estimated capacity   [0.8]\n"
+          "      --max-decode-tokens T  cap of the output lengths         [256]\n"
+          "      --max-prompt-tokens T  cap of the prompt lengths         [32]\n"
+          "      --workload W        realistic | task | language          [realistic]\n"
+          "      --policy P          decode policy                        [jsq]\n"
+          "      --seed S                                                 [1]\n"
+          "      --repeat R          runs per model, the fastest counts   [3]\n"
+          "      --form F            auto | bits | ids8 compact tokens    [auto]\n"
+          "      --direct 0|1        also run with direct_union           [1]\n"
+          "  -h, --help              this help\n");
+}
+
 int main(int argc, char **argv) {
   const char *models = "qwen3-30b-a3b,gpt-oss-120b,qwen3-235b-a22b,llama4-maverick,olmoe-1b-7b,deepseek-v3";
   const char *workload = "realistic", *policy = "jsq";
@@ -145,7 +165,17 @@ int main(int argc, char **argv) {
   uint64_t seed = 1;
   int repeat = 3, ids_run = 1;
   eldr_sim_tok_form form = ELDR_SIM_TOK_AUTO;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+      usage(stdout);
+      return 0;
+    }
+  /* every option takes a value: a lone last one is an error, not dropped */
+  for (int i = 1; i < argc; i += 2) {
+    if (i + 1 >= argc) {
+      fprintf(stderr, "bench_sim: option %s needs a value (see --help)\n", argv[i]);
+      return 2;
+    }
     if (!strcmp(argv[i], "--models")) models = argv[i + 1];
     else if (!strcmp(argv[i], "--workload")) workload = argv[i + 1];
     else if (!strcmp(argv[i], "--policy")) policy = argv[i + 1];

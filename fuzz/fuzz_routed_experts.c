@@ -18,7 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/counts_int.h"
 #include "core/counts_ref.h"
+#include "eldr/cpu.h"
 #include "eldr/routed_experts.h"
 
 static const eldr_shape S = {3, 16, 2};
@@ -77,8 +79,7 @@ static void check_counts(const uint8_t *data, size_t size) {
   const size_t T = (size - 4) / row, cells = eldr_shape_cells(&s);
   uint32_t a[6 * 512], b[6 * 512];
   for (int m = 0; m < 6; m++) { /* AVX-512 where the CPU has it, AVX2, portable; no mask, mask */
-    eldr__simd_set(m < 4);
-    eldr__simd_avx512_set(m < 2);
+    eldr_cpu_set(m < 2 ? ELDR_CPU_AVX512 : m < 4 ? ELDR_CPU_AVX2 : ELDR_CPU_PORTABLE);
     const uint8_t *mk = m & 1 ? mask : NULL;
     memset(a, 0, cells * sizeof *a);
     memset(b, 0, cells * sizeof *b);
@@ -98,8 +99,7 @@ static void check_counts(const uint8_t *data, size_t size) {
         if (c8[i] != (rb ? 0 : b[i])) abort();
     }
   }
-  eldr__simd_set(1);
-  eldr__simd_avx512_set(1);
+  eldr_cpu_set(eldr_cpu_allowed());
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -136,11 +136,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int m = 0; m < 2; m++) { /* scalar; AVX2 the widest (where the CPU has AVX-512) */
       size_t n2 = 0;
       d2.msg[0] = '\0';
-      if (m == 0) eldr__b64_set_simd(0);
-      else eldr__simd_avx512_set(0);
+      eldr_cpu_set(m == 0 ? ELDR_CPU_PORTABLE : ELDR_CPU_AVX2);
       int r2 = eldr_b64_decode((const char *)data, size, o2, cap, &n2, &d2);
-      eldr__b64_set_simd(1);
-      eldr__simd_avx512_set(1);
+      eldr_cpu_set(eldr_cpu_allowed());
       if (r1 != r2 || strcmp(d1.msg, d2.msg) || n1 != n2 || (r1 == 0 && n1 && memcmp(o1, o2, n1)))
         abort();
     }

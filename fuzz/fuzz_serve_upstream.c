@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "serve/upstream.h"
+#include "eldr/upstream.h"
 
 typedef struct st {
   int heads, dones, status, err;
@@ -34,7 +34,7 @@ static void on_done(void *a, int err) {
   s->dones++;
   s->err = err;
 }
-static const eldr__up_cbs cbs = {on_head, on_data, on_done};
+static const eldr_up_cbs cbs = {on_head, on_data, on_done};
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   static struct event_base *base;
@@ -42,24 +42,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1) return 0;
   struct sockaddr_in sa = {0};
   sa.sin_family = AF_INET;
-  eldr__up *u = eldr__up_new(base, (struct sockaddr *)&sa, sizeof sa);
+  eldr_up *u = eldr_up_new(base, (struct sockaddr *)&sa, sizeof sa);
   if (!u) return 0;
   st s = {0};
-  eldr__up_test_begin(u, &cbs, &s);
+  eldr_up_test_begin(u, &cbs, &s);
   size_t step = (size_t)data[0] % 64 + 1, off = 1;
   const char *p = (const char *)data;
-  while (off < size && eldr__up_active(u)) {
+  while (off < size && eldr_up_active(u)) {
     size_t n = size - off < step ? size - off : step;
     /* copy into an exact-size buffer so that over-reads are caught */
     char *piece = malloc(n);
     memcpy(piece, p + off, n);
-    eldr__up_test_feed(u, piece, n, 0);
+    eldr_up_test_feed(u, piece, n, 0);
     free(piece);
     off += n;
   }
-  if (eldr__up_active(u)) eldr__up_test_feed(u, "", 0, 1);
+  if (eldr_up_active(u)) eldr_up_test_feed(u, "", 0, 1);
   if (s.dones != 1) abort();
   if (s.err == 0 && (s.heads != 1 || s.status < 200 || s.status > 599)) abort();
-  eldr__up_free(u);
+  eldr_up_free(u);
   return 0;
 }

@@ -38,7 +38,7 @@ run() { # title command...
   } >>"$TMP"
 }
 
-run "Defaults (qwen3-30b-a3b on h200, generated realistic workload)" "$ELDR" demo
+run "qwen3-30b-a3b on h200, generated realistic workload (the defaults otherwise)" "$ELDR" demo --hardware h200
 run "The real Llama-4 trace at 150 req/s" "$ELDR" demo --trace "$REAL" --rate 150
 
 {

@@ -111,9 +111,9 @@ static inline void eldr_union_add_bits(eldr_union *u, const uint64_t *restrict t
  * replaced, no eldr_union_clear needed), write the distinct experts per
  * layer into per_layer[L] (may be NULL) and return their sum: the same
  * numbers as clearing u, adding each row's selections and eldr_union_count.
- * AVX-512 (F, BW, VL, VPOPCNTDQ) or else AVX2 where the CPU has it and
- * eldr__simd_on() allows (ELDR_NO_SIMD=1 forces the portable loops; all
- * paths give identical bits). n = 0: an empty union. */
+ * AVX-512 (F, BW, VL, VPOPCNTDQ) or else AVX2 where eldr/cpu.h allows
+ * (ELDR_NO_SIMD=1 forces the portable loops; all paths give identical
+ * bits). n = 0: an empty union. */
 #define ELDR_UNION_IDS8_PAD 4
 uint64_t eldr_union_rows_bits(eldr_union *u, const uint64_t *const *rows, size_t n,
                               uint32_t *per_layer);
@@ -124,11 +124,6 @@ uint64_t eldr_union_rows_ids8(eldr_union *u, const uint8_t *const *rows, size_t 
  * into out[j * L * W ...], written whole; u's bitmap is scratch (its
  * content afterwards is unspecified). The same kernels and dispatch. */
 void eldr_union_ids8_bits(eldr_union *u, const uint8_t *const *rows, size_t n, uint64_t *out);
-/* Testing hook: allow (1) or forbid (0) the AVX-512 kernels (forbidden, the
- * AVX2 ones run where eldr__simd_on()): the process-wide
- * eldr__simd_avx512_set, the one AVX-512 switch; returns the previous
- * state. Not for use while other threads run the kernels. */
-int eldr__union_avx512_set(int enable);
 
 /* Distinct experts per layer into per_layer[L] (may be NULL); returns their
  * sum over the layers. (Out of line: a popcnt clone where the CPU has it.) */

@@ -3,8 +3,8 @@
  * router of `eldr demo`, started from this program's own binary on
  * ephemeral loopback ports, each one ready when it prints its "listening on"
  * line; one-shot children (`eldr fit`, `eldr sim`) run to completion; the
- * decoders' step counters are read from their /metrics with the router's
- * HTTP client (upstream.h).
+ * decoders' step counters are read from their /metrics with the net layer's
+ * HTTP client (eldr/http_fetch.h).
  *
  * Every child runs in one process group of the supervisor's, with a
  * parent-death signal (SIGTERM) and default signal dispositions, its stderr
@@ -102,18 +102,10 @@ int eldr_cluster_kill_bus(eldr_cluster *c);
 int eldr_cluster_scrape_decoders(eldr_cluster *c, double timeout_s, eldr_decode_counters *out,
                                  eldr_diag *d);
 
-/* GET <url>/metrics (url "http://host:port") with the router's client and
+/* GET <url>/metrics (url "http://host:port") with eldr_http_fetch and
  * add the decode counters of an eldr worker to *acc. ELDR_EPARSE when a
  * counter is missing. */
 int eldr_cluster_scrape(const char *url, double timeout_s, eldr_decode_counters *acc,
                         eldr_diag *d);
-
-/* One blocking HTTP/1.1 exchange with url ("http://host:port") over the
- * router's client: method path, extra header lines (each ending CRLF, or
- * NULL), a JSON body (NULL: none); *status and the reply body (*reply,
- * malloc'd, NUL-terminated, at most 4 MiB) on return 0. Errors:
- * ELDR_EINVAL (url), ELDR_ETIMEOUT, ELDR_EIO, ELDR_ENOMEM. */
-int eldr_cluster_http(const char *url, const char *method, const char *path, const char *headers,
-                      const char *body, double timeout_s, int *status, char **reply, eldr_diag *d);
 
 #endif

@@ -7,8 +7,8 @@
  * was selected at MoE layer index l. Traces and vLLM responses go through
  * eldr_counts_accumulate(), the single counting routine.
  *
- * Pure computation: no allocation, no I/O (ELDR_NO_SIMD is read from the
- * environment once). Thread-safe: no state but the SIMD switch.
+ * Pure computation: no allocation, no I/O. Thread-safe: no state but the
+ * bit-sliced kernel's switch; which vector level runs is eldr/cpu.h's.
  */
 #ifndef ELDR_COUNTS_H
 #define ELDR_COUNTS_H
@@ -92,7 +92,7 @@ int eldr_counts_accumulate(const eldr_shape *s, const void *raw, eldr_sel_dtype 
  * (and range-checked); the rows of other layers are not counted. mask
  * (L flags) may be NULL for all layers. Used on the router's hot path, where
  * the signature needs only the artifact's layer mask. Blocks of tokens are
- * range-checked a vector at a time (AVX2 when the CPU has it), then counted
+ * range-checked a vector at a time (AVX2 where eldr_cpu_has says), then counted
  * by kernels unrolled for the common top_k; results (return code, bad index,
  * partial sums) are exactly those of the per-id loop of core/counts_ref.h. */
 int eldr_counts_accumulate_masked(const eldr_shape *s, const void *raw, eldr_sel_dtype dtype,
@@ -105,39 +105,12 @@ int eldr_counts_accumulate_masked(const eldr_shape *s, const void *raw, eldr_sel
 int eldr_counts_check_masked(const eldr_shape *s, const void *raw, eldr_sel_dtype dtype,
                              size_t ntokens, const uint8_t *mask, size_t *bad_index);
 
-/* Internal (the signature cache's block rows): count ntokens tokens into
- * 8-bit counters counts8 (L*E, accumulated), the mask's layers only, after
- * range-checking every id of those layers. Needs ntokens * top_k <= 255 (no
- * counter can wrap); else ELDR_EINVAL. ELDR_ERANGE on a bad id: then
- * nothing was counted. */
-int eldr__counts_block8(const eldr_shape *s, const void *raw, eldr_sel_dtype dtype, size_t ntokens,
-                        const uint8_t *mask, uint8_t *counts8);
-
-/* dst[i] += src[i] (sign-extended) for i < n: a signature-cache row (int8
- * counts) onto 32-bit counts, 16 (AVX-512) or 8 (AVX2) at a time. dst and
- * src do not overlap. Any thread. */
-void eldr__add_i8_u32(uint32_t *restrict dst, const int8_t *restrict src, size_t n);
-
-/* Whether the SIMD (AVX2) paths of the counting and base64 code run: the
- * CPU has AVX2 and the environment variable ELDR_NO_SIMD is unset, empty or
- * "0" (read once). eldr__simd_set(0) forces the portable paths, (1) allows
- * AVX2 again where the CPU has it; it returns the previous state. Testing
- * hooks (process-wide, not for use while other threads count). */
-int eldr__simd_on(void);
-int eldr__simd_set(int enable);
-/* Whether the AVX-512 paths run (where a path has one): the SIMD paths run,
- * the CPU has AVX-512 F, BW, VL and VBMI, and ELDR_NO_AVX512 is unset, empty
- * or "0". eldr__simd_avx512_set(0) leaves AVX2 the widest, (1) allows AVX-512
- * again where the CPU has it; returns the previous state of that switch (of
- * the CPU and the switch, whatever eldr__simd_set said). Testing hooks, as
- * eldr__simd_set. One switch for every AVX-512 path (counting, base64, the
- * trace generator's sampler, the simulator's unions). */
-int eldr__simd_avx512(void);
-int eldr__simd_avx512_set(int enable);
-/* Testing hook: allow (1) or forbid (0) the bit-sliced kernel of
+/* Allow (1) or forbid (0) the bit-sliced kernel of
  * eldr_counts_accumulate_masked (1-byte ids, top_k 8, at most 128 experts;
- * runs only where the SIMD paths do), leaving the per-id AVX2 kernels.
- * Returns the previous state. Process-wide, as eldr__simd_set. */
-int eldr__counts_bits_set(int enable);
+ * it runs where eldr_cpu_has(ELDR_CPU_AVX2)), leaving the per-id kernels:
+ * for tests and benchmarks that compare the two on one CPU (`eldr bench
+ * route`). Returns the previous state. Process-wide; not while another
+ * thread counts. Allowed by default. */
+int eldr_counts_bits_set(int enable);
 
 #endif

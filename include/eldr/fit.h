@@ -160,19 +160,6 @@ typedef struct eldr_fit_source {
 int eldr_fit_stream(const eldr_fit_source *src, const eldr_fit_opts *o, eldr_artifact **out,
                     eldr_fit_report *report, eldr_diag *d);
 
-/* A source over an in-memory trace (and o->subset, when set): fills src and
- * ctx (opaque storage, released by eldr_fit_trace_source_free). */
-typedef struct eldr_fit_trace_ctx {
-  const eldr_trace *t;
-  const size_t *subset;
-  size_t n_subset;
-  uint32_t *pre, *dec;
-  float *gates;
-} eldr_fit_trace_ctx;
-int eldr_fit_trace_source(const eldr_trace *t, const size_t *subset, size_t n_subset,
-                          eldr_fit_trace_ctx *ctx, eldr_fit_source *src);
-void eldr_fit_trace_source_free(eldr_fit_trace_ctx *ctx);
-
 /* eldr_fit_stream over the trace (o->subset honoured). */
 int eldr_fit(const eldr_trace *t, const eldr_fit_opts *o, eldr_artifact **out,
              eldr_fit_report *report, eldr_diag *d);

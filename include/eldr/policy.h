@@ -25,9 +25,12 @@
  * similarity, then lower index; P2C by the first drawn. Only RANDOM and P2C
  * draw from the policy's own seeded generator.
  *
- * No allocation, no I/O in a decision. The policy borrows the centroids and
- * the footprint state (the caller keeps them alive, e.g. the loaded artifact). Not thread-safe: one policy object
- * per decision thread, or a lock around eldr_policy_decode.
+ * No allocation, no I/O in a decision. A decision changes the policy's rng
+ * (RANDOM, P2C) and round-robin position (RR), and a FOOTPRINT decision the
+ * attached footprint's scratch; on_route / on_end change the footprint's
+ * live sums. The policy borrows the centroids and the footprint state (the
+ * caller keeps them alive, e.g. the loaded artifact). Not thread-safe: one
+ * policy object per decision thread, or a lock around eldr_policy_decode.
  */
 #ifndef ELDR_POLICY_H
 #define ELDR_POLICY_H
@@ -138,17 +141,20 @@ uint64_t eldr_policy_on_route(eldr_policy *p, int k, const eldr_fp_request *fr);
 void eldr_policy_on_end(eldr_policy *p, uint64_t ticket);
 
 /* Choose a prefill worker by prefix hash with a load guard: home =
- * hash-ordered healthy worker (rendezvous hashing, stable when workers come
- * and go); if loads[home] > min healthy load + guard, the least-loaded
- * healthy worker (lowest index on ties). Returns index or ELDR_EUNAVAIL
- * (ELDR_EINVAL when loads is NULL or n == 0). The rendezvous weight of
- * worker i is XXH64 of (prefix_hash, i), highest wins (lower index on ties). */
-int eldr_policy_prefill(uint64_t prefix_hash, const uint32_t *loads, const uint8_t *healthy,
-                        size_t n, uint32_t guard);
+ * hash-ordered healthy worker (rendezvous hashing); if loads[home] > min
+ * healthy load + guard, the least-loaded healthy worker (lowest index on
+ * ties). Returns index or ELDR_EUNAVAIL (ELDR_EINVAL when loads is NULL or
+ * n == 0). The rendezvous weight of worker i is XXH64 of (prefix_hash,
+ * keys[i]), highest wins (lower index on ties): keys[i] is the worker's
+ * identity (the router: a hash of its URL, eldr_policy_worker_key), so a
+ * prompt keeps its home worker however the list is ordered, through a
+ * reload or a DNS change that reorders it, and only the prompts whose
+ * home leaves, or that a new worker wins, move. keys NULL: the index is
+ * the identity (the simulator, whose worker list never changes). */
+int eldr_policy_prefill(uint64_t prefix_hash, const uint64_t *keys, const uint32_t *loads,
+                        const uint8_t *healthy, size_t n, uint32_t guard);
+/* The rendezvous key of a worker named by a string (its URL): XXH64. */
+uint64_t eldr_policy_worker_key(const char *name);
 
-/* Internal (shared with footprint.c, so both compute dot products with the
- * same bits): sum a[i]*b[i] in eight float lanes (lane j: i = j mod 8), lanes
- * j and j+4 added, reduced as ((0+2)+(1+3)), then the tail in order. */
-float eldr__dot_lanes8(const float *a, const float *b, size_t dim);
 
 #endif

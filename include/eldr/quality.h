@@ -35,18 +35,12 @@ typedef struct eldr_pairs_opts {
   uint64_t seed;
 } eldr_pairs_opts;
 
-/* Internal (exposed for tests): the pairs rho is computed over, i < j,
- * sorted by (i, j), distinct. *pi receives one malloc'ed block holding both
- * arrays (*pj points into it; free(*pi) only). ELDR_EINVAL for n < 2 or
- * n > UINT32_MAX, ELDR_ERANGE if the pair count needs >= 2^32, ELDR_ENOMEM. */
-int eldr__quality_pairs(size_t n, const eldr_pairs_opts *po, uint32_t **pi, uint32_t **pj,
-                        size_t *npairs);
-
 /* rho between signature distances (sigs: n * sdim, unit rows or zero rows)
  * and decode-pattern distances (dec: n * ddim, unit rows or zero rows).
  * Distances are cosine distances 1 - cos (1 when either row is zero),
  * clamped to [0, 2] and rounded to multiples of 2^-16 before ranking, so
- * that distances equal up to float rounding of the inputs are ties. Pairs are those of eldr__quality_pairs.
+ * that distances equal up to float rounding of the inputs are ties. Pairs are
+ * those eldr_pairs_opts chooses (all pairs, or a sample).
  * Errors: ELDR_EINVAL (NULL, n < 2, zero dim), ELDR_EEMPTY (all decode or
  * all signature distances equal: rho undefined), ELDR_ERANGE (a non-finite
  * row), ELDR_ENOMEM. */

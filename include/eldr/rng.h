@@ -39,8 +39,6 @@ double eldr_rng_uniform(eldr_rng *r);
 double eldr_rng_normal(eldr_rng *r);
 /* Exponential with the given rate (> 0). */
 double eldr_rng_exponential(eldr_rng *r, double rate);
-/* Gamma(shape, 1) for shape > 0 (Marsaglia-Tsang). */
-double eldr_rng_gamma(eldr_rng *r, double shape);
 /* splitmix64 step: a good 64-bit mixer, also used to derive sub-seeds. */
 uint64_t eldr_splitmix64(uint64_t *state);
 

@@ -26,10 +26,6 @@ size_t eldr_b64_decoded_max(size_t len);
  * (invalid char / bad padding / bad length, position in d) or ELDR_ERANGE (cap). */
 int eldr_b64_decode(const char *in, size_t len, uint8_t *out, size_t cap, size_t *out_len,
                     eldr_diag *d);
-/* Testing hook: enable (1) or disable (0) the SIMD (AVX2) base64 decoder,
- * which is used when the CPU has it. Returns whether SIMD was in use
- * before the call. Not for production use (process-wide switch). */
-int eldr__b64_set_simd(int enable);
 /* Encoded length (with padding) of n bytes, excluding a terminating NUL. */
 size_t eldr_b64_encoded_len(size_t n);
 /* Encode n bytes; out needs eldr_b64_encoded_len(n) + 1 bytes; NUL-terminated. */

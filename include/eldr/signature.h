@@ -63,11 +63,4 @@ double eldr_dot(const float *a, const float *b, size_t dim);
  * or not finite). */
 double eldr_l2_normalize(float *v, size_t dim);
 
-/* Internal (shared with quality.c so that its fast path computes exactly the
- * values eldr_signature_build does): one layer row of the representation,
- * IDF applied. c: E counts; g: E gate sums (GATE/LOGIT only, else unused);
- * w: E IDF weights or NULL; o: E outputs (not normalised). */
-void eldr__signature_layer_values(eldr_repr repr, const uint32_t *c, const float *g,
-                                  const float *w, size_t E, float *o);
-
 #endif

@@ -40,10 +40,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "eldr/artifact.h"
+#include "eldr/artifact_model.h"
 #include "eldr/error.h"
 #include "eldr/latency.h"
-#include "eldr/trace.h"
+#include "eldr/trace_model.h"
 
 typedef struct eldr_study_opts {
   const eldr_trace *trace;  /* fitted on (split by fit_fraction unless serve is set); borrowed */

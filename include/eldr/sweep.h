@@ -21,12 +21,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "eldr/artifact.h"
+#include "eldr/artifact_model.h"
 #include "eldr/error.h"
 #include "eldr/latency.h"
 #include "eldr/policy.h"
 #include "eldr/sim.h"
-#include "eldr/trace.h"
+#include "eldr/trace_model.h"
 
 #define ELDR_SWEEP_MAX_VARIANTS 64
 #define ELDR_SWEEP_MAX_JOBS 64

@@ -111,9 +111,8 @@ void eldr_tracegen_free(eldr_tracegen *g);
 void eldr_tracegen_set_lengths(eldr_tracegen *g, uint32_t force_decode, uint32_t max_decode,
                                uint32_t max_prompt);
 
-/* Number of domains and a domain's name (owned by g). */
+/* Number of domains. */
 size_t eldr_tracegen_domains(const eldr_tracegen *g);
-const char *eldr_tracegen_domain_name(const eldr_tracegen *g, size_t i);
 const eldr_tracegen_workload *eldr_tracegen_get_workload(const eldr_tracegen *g);
 const eldr_shape *eldr_tracegen_shape(const eldr_tracegen *g);
 const char *eldr_tracegen_model(const eldr_tracegen *g);

@@ -55,7 +55,6 @@ int eldr_drift_ref_compute(const float *centroids, size_t k, size_t dim, const f
                            size_t n, eldr_drift_ref **out);
 /* A reference for k centroids with zeroed arrays (for the codec); NULL on ENOMEM or k == 0. */
 eldr_drift_ref *eldr_drift_ref_new(size_t k);
-eldr_drift_ref *eldr_drift_ref_copy(const eldr_drift_ref *r);
 void eldr_drift_ref_free(eldr_drift_ref *r);
 /* Fractions non-negative, finite, each set summing to 1 within 1e-6
  * (an all-zero reference with n == 0 too): 0 or ELDR_ERANGE naming the field. */

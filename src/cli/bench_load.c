@@ -21,28 +21,29 @@ static void usage(FILE *f) {
           "eldr worker, a vLLM cluster), streaming, and reports TTFT and TPOT percentiles.\n"
           "Each request: a prompt of the record's prefill length (placeholder words, or the\n"
           "record's prompt), max_tokens = its decode length, ignore_eos, and \"eldr_trace_id\"\n"
-          "(an eldr worker with the same trace replays the record's expert selections).\n"
-          "Arrivals stop after --duration; open requests are cancelled --drain seconds later.\n\n"
-          "options:\n"
-          "  --target URL      base URL, e.g. http://127.0.0.1:8000 (required)\n"
-          "  --trace T         JSONL trace, per-token or counts form (prompts and lengths\n"
-          "                    are all it needs); a directory of *.jsonl or a glob; repeat\n"
-          "                    for more (required)\n"
-          "  --rate R          arrivals per second (default 2)\n"
-          "  --duration S      seconds of arrivals (default 30)\n"
-          "  --requests N      stop after N arrivals (default: no limit)\n"
-          "  --first I         first trace record to use (default 0)\n"
-          "  --count N         records to cycle through (default: to the end)\n"
-          "  --seed N          arrival schedule seed (default 1)\n"
-          "  --no-stream       non-streaming requests (TTFT = end-to-end, no TPOT)\n"
-          "  --chat            /v1/chat/completions instead of /v1/completions\n"
-          "  --model NAME      send \"model\": NAME (default: omitted)\n"
-          "  --max-tokens N    cap every request's max_tokens\n"
-          "  --no-trace-id     do not send \"eldr_trace_id\"\n"
-          "  --timeout S       per-request inactivity timeout (default 60)\n"
-          "  --drain S         wait this long for open requests after the last arrival (default 60)\n"
-          "  --json            one JSON object on stdout instead of the table\n"
-          "  -h, --help        this text\n");
+          "(an eldr worker with the same trace replays the record's expert selections; one\n"
+          "without a trace, and vLLM, ignore it). Arrivals stop after --duration; open\n"
+          "requests are cancelled --drain seconds later.\n\n"
+          "      --target URL        base URL, e.g. http://127.0.0.1:8000      (required)\n"
+          "  -t, --trace T           JSONL trace, per-token or counts form (prompts and\n"
+          "                          lengths are all it needs); a directory of *.jsonl or a\n"
+          "                          glob; repeat for more                     (required)\n"
+          "      --rate R            arrivals per second                       [2]\n"
+          "      --duration S        seconds of arrivals                       [30]\n"
+          "  -n, --requests N        stop after N arrivals                     [no limit]\n"
+          "      --first I           first trace record to use                 [0]\n"
+          "      --count N           records to cycle through                  [to the end]\n"
+          "  -s, --seed N            arrival schedule seed                     [1]\n"
+          "      --no-stream         non-streaming requests (TTFT = end-to-end, no TPOT)\n"
+          "      --chat              /v1/chat/completions instead of /v1/completions\n"
+          "  -m, --model NAME        send \"model\": NAME                      [omitted]\n"
+          "      --max-tokens N      cap of every request's max_tokens         [no cap]\n"
+          "      --no-trace-id       do not send \"eldr_trace_id\"\n"
+          "      --timeout S         seconds a request may be idle             [60]\n"
+          "      --drain S           seconds to wait for open requests after the last\n"
+          "                          arrival                                   [60]\n"
+          "      --json              one JSON object on stdout instead of the table\n"
+          "  -h, --help              this help\n");
 }
 
 /* A progress line: rewritten in place on a terminal, one line every 5 s
@@ -88,7 +89,7 @@ int eldr_bench_load(int argc, char **argv) {
   };
   cli_getopt_reset();
   int o;
-  while ((o = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+  while ((o = getopt_long(argc, argv, ":ht:n:s:m:", opts, NULL)) != -1) {
     switch (o) {
     case 'u': c.target = optarg; break;
     case 't': cli_trace_add(CMD, &tin, optarg); break;

@@ -34,7 +34,7 @@ static const char HELP[] =
     "      --batches LIST    batch sizes (tokens)                      [1,2,4,8,16,32,64,256]\n"
     "      --threads N       OpenBLAS threads                          [1]\n"
     "      --min-time S      seconds of repetitions per point          [0.15]\n"
-    "      --seed S          weights/activations seed                  [1]\n"
+    "      --seed N          weights/activations seed                  [1]\n"
     "      --json            JSON instead of the table\n"
     "  -h, --help            this help\n";
 

@@ -1,83 +1,62 @@
 /* bench_route.c — `eldr bench route`: the router-side cost of signature
  * extraction plus the decode decision, measured on the exact code the server
- * runs (src/serve/sigpath.c + eldr_policy_decode), for prompts of given
- * token counts on a model shape (default 48 MoE layers, 128 experts, top-8).
- * Also reports the JSON parse of the prefill reply that carries the
- * routed_experts (the rest of the router's per-request work on it) and the
- * signature-cache path (prompt with a prefix-cache hit). Interleaved in the
- * same run, for comparison: the reply read into a jansson tree and the
- * signature read from it (the path before the span reader), and the
- * signature with the per-id counting kernels only (no bit-sliced kernel). */
+ * runs (eldr/routebench.h, in the serve layer: its signature path and
+ * eldr_policy_decode), for prompts of given token counts on a model shape
+ * (default 48 MoE layers, 128 experts, top-8). This file reads the flags
+ * and prints the table or the JSON. */
 #include <getopt.h>
 #include <jansson.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "cli.h"
-#include "eldr/artifact.h"
-#include "eldr/policy.h"
-#include "eldr/rng.h"
-#include "eldr/routed_experts.h"
-#include "eldr/sigcache.h"
-#include "serve/serve_internal.h"
-#include "serve/sigpath.h"
-
-static int cmp_d(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
+#include "eldr/routebench.h"
 
 static void usage(FILE *f) {
   fprintf(f,
           "usage: eldr bench route [options]\n\n"
           "Router-side cost per request: routed_experts (base64 .npy) -> counts -> (+ signature\n"
           "cache rows) -> signature -> locality-band decision, on the server's own code.\n\n"
-          "  --tokens LIST    prompt lengths (default 1024,4096)\n"
-          "  --layers N       MoE layers (default 48)\n"
-          "  --experts N      experts per layer (default 128)\n"
-          "  --topk N         experts per token (default 8)\n"
-          "  --decoders N     decode workers = centroids (default 8)\n"
-          "  --mask-layers N  layers in the artifact's layer mask, evenly spread (default: all)\n"
-          "  --iters N        timed repetitions (default 200)\n"
-          "  --seed N         (default 1)\n"
-          "  --json           one JSON object on stdout instead of the table\n"
-          "  -h, --help       this text\n");
+          "      --tokens LIST       prompt lengths, tokens                    [1024,4096]\n"
+          "      --layers N          MoE layers                                [48]\n"
+          "      --experts N         experts per layer                         [128]\n"
+          "      --topk N            experts per token                         [8]\n"
+          "      --decoders N        decode workers = centroids                [8]\n"
+          "      --mask-layers N     layers in the artifact's layer mask, evenly spread\n"
+          "                                                                    [all]\n"
+          "      --iters N           timed repetitions                         [200]\n"
+          "  -s, --seed N                                                      [1]\n"
+          "      --json              one JSON object on stdout instead of the table\n"
+          "  -h, --help              this help\n");
 }
 
-typedef struct stats {
-  double p50, p99, mean;
-} stats;
+typedef struct opts {
+  long *tokens;
+  size_t ntok;
+  eldr_routebench_cfg cfg;
+  int json;
+} opts;
 
-static stats summarize(double *v, size_t n) {
-  stats s = {0, 0, 0};
-  for (size_t i = 0; i < n; i++) s.mean += v[i];
-  s.mean /= (double)n;
-  qsort(v, n, sizeof *v, cmp_d);
-  s.p50 = v[n / 2];
-  s.p99 = v[(size_t)((double)(n - 1) * 0.99)];
-  return s;
-}
-
-int eldr_bench_route(int argc, char **argv) {
+static void parse(int argc, char **argv, opts *o) {
   const char *cmd = "bench route";
-  long *tokens = NULL;
-  size_t ntok = 0;
   long L = 48, E = 128, K = 8, D = 8, iters = 200, M = -1;
   uint64_t seed = 1;
-  int json = 0;
-  static const struct option opts[] = {{"json", no_argument, 0, 'j'},{"tokens", required_argument, 0, 't'}, {"layers", required_argument, 0, 'l'},
-                                       {"experts", required_argument, 0, 'e'}, {"topk", required_argument, 0, 'k'},
-                                       {"decoders", required_argument, 0, 'd'}, {"iters", required_argument, 0, 'i'},
-                                       {"mask-layers", required_argument, 0, 'm'},
-                                       {"seed", required_argument, 0, 's'}, {"help", no_argument, 0, 'h'},
-                                       {0, 0, 0, 0}};
+  static const struct option lo[] = {{"json", no_argument, 0, 'j'},
+                                     {"tokens", required_argument, 0, 't'},
+                                     {"layers", required_argument, 0, 'l'},
+                                     {"experts", required_argument, 0, 'e'},
+                                     {"topk", required_argument, 0, 'k'},
+                                     {"decoders", required_argument, 0, 'd'},
+                                     {"iters", required_argument, 0, 'i'},
+                                     {"mask-layers", required_argument, 0, 'm'},
+                                     {"seed", required_argument, 0, 's'},
+                                     {"help", no_argument, 0, 'h'},
+                                     {0, 0, 0, 0}};
   cli_getopt_reset();
-  int o;
-  while ((o = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
-    switch (o) {
-    case 't': free(tokens); ntok = cli_parse_long_list(cmd, "--tokens", optarg, 1, 1 << 20, &tokens); break;
+  int c;
+  while ((c = getopt_long(argc, argv, ":hs:", lo, NULL)) != -1) {
+    switch (c) {
+    case 't': free(o->tokens); o->ntok = cli_parse_long_list(cmd, "--tokens", optarg, 1, 1 << 20, &o->tokens); break;
     case 'l': L = cli_parse_long(cmd, "--layers", optarg, 1, ELDR_MAX_LAYERS); break;
     case 'e': E = cli_parse_long(cmd, "--experts", optarg, 1, 65535); break;
     case 'k': K = cli_parse_long(cmd, "--topk", optarg, 1, ELDR_MAX_TOPK); break;
@@ -85,274 +64,84 @@ int eldr_bench_route(int argc, char **argv) {
     case 'i': iters = cli_parse_long(cmd, "--iters", optarg, 1, 1000000); break;
     case 'm': M = cli_parse_long(cmd, "--mask-layers", optarg, 1, ELDR_MAX_LAYERS); break;
     case 's': seed = cli_parse_u64(cmd, "--seed", optarg); break;
-    case 'j': json = 1; break;
-    case 'h': usage(stdout); free(tokens); return 0;
-    default: cli_bad_option(cmd, argc, argv, o);
+    case 'j': o->json = 1; break;
+    case 'h': usage(stdout); exit(0);
+    default: cli_bad_option(cmd, argc, argv, c);
     }
   }
   if (optind < argc) cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
   if (K > E) cli_usage_error(cmd, "--topk %ld exceeds --experts %ld", K, E);
   if (M > L) cli_usage_error(cmd, "--mask-layers %ld exceeds --layers %ld", M, L);
   if (M < 0) M = L;
-  if (!tokens) {
-    ntok = 2;
-    tokens = malloc(2 * sizeof *tokens);
-    tokens[0] = 1024;
-    tokens[1] = 4096;
+  if (!o->tokens) {
+    o->ntok = 2;
+    if (!(o->tokens = malloc(2 * sizeof *o->tokens))) cli_fail(cmd, "out of memory");
+    o->tokens[0] = 1024;
+    o->tokens[1] = 4096;
   }
-  eldr_shape sh = {(uint32_t)L, (uint32_t)E, (uint32_t)K};
+  o->cfg = (eldr_routebench_cfg){{(uint32_t)L, (uint32_t)E, (uint32_t)K}, (uint32_t)D, (uint32_t)M,
+                                 (uint32_t)iters, seed};
   eldr_diag d = {{0}};
-  if (eldr_shape_validate(&sh, &d)) cli_usage_error(cmd, "%s", d.msg);
-  eldr_rng rng;
-  eldr_rng_seed(&rng, seed);
-  /* artifact: IDF on, M of L layers in the mask, D random unit centroids (non-negative) */
-  uint8_t *mask = calloc((size_t)L, 1);
-  if (!mask) cli_fail(cmd, "out of memory");
-  for (long j = 0; j < M; j++) mask[(size_t)(j * L / M)] = 1;
-  eldr_artifact *a = eldr_artifact_new("bench", &sh, NULL, ELDR_REPR_COUNT, 1, mask, (size_t)D);
-  free(mask);
-  if (!a) cli_fail(cmd, "out of memory");
-  for (size_t i = 0; i < (size_t)(L * E); i++) a->idf[i] = (float)(0.1 + 2 * eldr_rng_uniform(&rng));
-  for (size_t c = 0; c < (size_t)D; c++) {
-    float *v = a->centroids + c * a->dim;
-    for (size_t j = 0; j < a->dim; j++) v[j] = (float)eldr_rng_uniform(&rng);
-    eldr_l2_normalize(v, a->dim);
+  if (eldr_shape_validate(&o->cfg.shape, &d)) cli_usage_error(cmd, "%s", d.msg);
+}
+
+static void print_rows(const eldr_routebench_result *r) {
+  const double kib = (double)r->b64_bytes / 1024;
+  for (int s = 0; s < ELDR_RB_NSTAGES; s++)
+    printf("%-7zu %-9.0f %-26s %10.1f %10.1f %10.1f\n", r->tokens, kib, r->rows[s].name, r->rows[s].p50_s * 1e6,
+           r->rows[s].p99_s * 1e6, r->rows[s].mean_s * 1e6);
+  /* the acceptance figure: signature+decision over the memcpy, medians of
+   * the same interleaved run */
+  printf("%-7zu %-9.0f %-26s %10.2fx (p50 / p50)\n", r->tokens, kib, "sig+decision / memcpy", r->ratio_p50);
+  fflush(stdout);
+}
+
+static int json_rows(json_t *rows, const eldr_routebench_result *r) {
+  int bad = 0;
+  for (int s = 0; s < ELDR_RB_NSTAGES; s++)
+    bad |= json_array_append_new(rows, json_pack("{s:I,s:f,s:s,s:f,s:f,s:f}", "tokens", (json_int_t)r->tokens,
+                                                 "b64_kib", (double)r->b64_bytes / 1024, "stage", r->rows[s].name,
+                                                 "p50_us", r->rows[s].p50_s * 1e6, "p99_us",
+                                                 r->rows[s].p99_s * 1e6, "mean_us", r->rows[s].mean_s * 1e6));
+  bad |= json_array_append_new(rows, json_pack("{s:I,s:s,s:f}", "tokens", (json_int_t)r->tokens, "stage",
+                                               "ratio signature+decision / memcpy", "p50_ratio", r->ratio_p50));
+  return bad;
+}
+
+int eldr_bench_route(int argc, char **argv) {
+  const char *cmd = "bench route";
+  opts o = {0};
+  parse(argc, argv, &o);
+  const eldr_routebench_cfg *c = &o.cfg;
+  eldr_diag d = {{0}};
+  eldr_routebench *b = NULL;
+  if (eldr_routebench_new(c, &b, &d)) cli_fail(cmd, "%s", d.msg);
+  json_t *rows = o.json ? json_array() : NULL;
+  if (o.json && !rows) cli_fail(cmd, "out of memory");
+  if (!o.json) {
+    printf("# eldr bench route: %u layers x %u experts, top-%u, %u of %u layers in the mask, %u "
+           "decoders, %u iterations\n",
+           c->shape.num_layers, c->shape.num_experts, c->shape.top_k, c->mask_layers, c->shape.num_layers,
+           c->decoders, c->iters);
+    printf("%-7s %-9s %-26s %10s %10s %10s\n", "tokens", "b64_KiB", "stage", "p50_us", "p99_us", "mean_us");
   }
-  a->tau = 0.1;
-  eldr_policy pol;
-  if (eldr_policy_init(&pol, ELDR_POLICY_ELDR, 0.1, seed, a->centroids, a->k, a->dim, 1))
-    cli_fail(cmd, "policy init failed");
-  /* the server's signature path, without and with a signature cache */
-  eldr__sigpath sp_nc, sp_c;
-  eldr__sigconf conf;
-  if (eldr__sigpath_init(&sp_nc, NULL) || eldr__sigpath_init(&sp_c, NULL) ||
-      eldr__sigconf_build(&sp_nc, a, 0, &conf, &d))
-    cli_fail(cmd, "out of memory");
-  eldr__sigpath_commit(&sp_nc, &conf);
-  uint32_t *loads = calloc((size_t)D, sizeof *loads);
-  double *t_parse = malloc((size_t)iters * sizeof(double)), *t_sig = malloc((size_t)iters * sizeof(double)),
-         *t_dec = malloc((size_t)iters * sizeof(double)), *t_store = malloc((size_t)iters * sizeof(double)),
-         *t_hit = malloc((size_t)iters * sizeof(double)), *t_copy = malloc((size_t)iters * sizeof(double)),
-         *t_tree = malloc((size_t)iters * sizeof(double)), *t_perid = malloc((size_t)iters * sizeof(double)),
-         *t_pscan = malloc((size_t)iters * sizeof(double));
-  if (!loads || !t_parse || !t_sig || !t_dec || !t_store || !t_hit || !t_copy || !t_tree || !t_perid || !t_pscan)
-    cli_fail(cmd, "out of memory");
-  json_t *jrows = json ? json_array() : NULL;
-  if (json && !jrows) cli_fail(cmd, "out of memory");
-  if (!json) {
-    printf("# eldr bench route: %ld layers x %ld experts, top-%ld, %ld of %ld layers in the mask, %ld "
-           "decoders, %ld iterations\n", L, E, K, M, L, D, iters);
-    printf("%-7s %-9s %-26s %10s %10s %10s\n", "tokens", "b64_KiB", "stage", "p50_us", "p99_us",
-           "mean_us");
+  for (size_t i = 0; i < o.ntok; i++) {
+    eldr_routebench_result r;
+    if (eldr_routebench_run(b, (size_t)o.tokens[i], &r, &d)) cli_fail(cmd, "%s", d.msg);
+    if (o.json ? json_rows(rows, &r) : (print_rows(&r), 0)) cli_fail(cmd, "out of memory");
   }
-  for (size_t ti = 0; ti < ntok; ti++) {
-    size_t T = (size_t)tokens[ti];
-    /* selections: each token draws from a skewed per-layer popularity */
-    uint16_t *sel = malloc(T * (size_t)(L * K) * sizeof *sel);
-    if (!sel) cli_fail(cmd, "out of memory");
-    for (size_t t = 0; t < T; t++)
-      for (size_t l = 0; l < (size_t)L; l++) {
-        uint16_t *row = sel + (t * (size_t)L + l) * (size_t)K;
-        for (size_t k = 0; k < (size_t)K; k++) {
-          uint16_t e;
-          int dup;
-          do {
-            double u = eldr_rng_uniform(&rng);
-            e = (uint16_t)((double)E * u * u);
-            dup = 0;
-            for (size_t j = 0; j < k; j++) dup |= row[j] == e;
-          } while (dup);
-          row[k] = e;
-        }
-      }
-    char *b64 = NULL;
-    size_t blen = 0;
-    if (eldr_routed_experts_encode(sel, T, &sh, E > 256 ? ELDR_SEL_U16LE : ELDR_SEL_U8, &b64, &blen))
-      cli_fail(cmd, "encode failed");
-    /* a prompt of exactly T stand-in tokens ("w0 w1 ...": one token per word) */
-    size_t tl = 0, tcap = T * 9 + 16;
-    char *text = malloc(tcap);
-    for (size_t t = 0; t < T; t++) tl += (size_t)snprintf(text + tl, tcap - tl, "w%zx ", t % 0xfff);
-    if (eldr_tokenize(text, tl, NULL, 0) != T) cli_fail(cmd, "stand-in prompt is not %zu tokens", T);
-    /* the prefill reply that carries it */
-    size_t rcap = blen + 512;
-    char *reply = malloc(rcap);
-    int rl = snprintf(reply, rcap,
-                      "{\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"choices\":[{\"index\":0,\"text\":\"x\","
-                      "\"finish_reason\":\"length\",\"routed_experts\":\"%s\"}],\"usage\":{\"prompt_tokens\":%zu,"
-                      "\"completion_tokens\":1},\"kv_transfer_params\":{\"do_remote_prefill\":true,"
-                      "\"remote_engine_id\":\"e\",\"remote_block_ids\":[1,2],\"remote_host\":\"h\",\"remote_port\":1}}",
-                      b64, T);
-    /* a fresh cache per prompt length: drop the last one, build anew */
-    eldr__sigconf_build(&sp_c, NULL, 0, &conf, NULL);
-    eldr__sigpath_commit(&sp_c, &conf);
-    if (eldr__sigconf_build(&sp_c, a, 1 << 14, &conf, &d)) cli_fail(cmd, "%s", d.msg);
-    eldr__sigpath_commit(&sp_c, &conf);
-    /* the prefix-hit variant: the engine computed only the last 25% (rounded to blocks) */
-    size_t first = (T * 3 / 4) / ELDR_BLOCK_TOKENS * ELDR_BLOCK_TOKENS;
-    char *b64tail = NULL;
-    size_t tlen = 0;
-    eldr_routed_experts_encode(sel + first * (size_t)(L * K), T - first, &sh,
-                               E > 256 ? ELDR_SEL_U16LE : ELDR_SEL_U8, &b64tail, &tlen);
-    /* its reply, parsed once here: the loop measures the extraction */
-    size_t rtcap = tlen + 512;
-    char *rtail = malloc(rtcap);
-    if (!rtail) cli_fail(cmd, "out of memory");
-    int rtl = snprintf(rtail, rtcap,
-                       "{\"object\":\"text_completion\",\"choices\":[{\"index\":0,\"routed_experts\":\"%s\"}],"
-                       "\"usage\":{\"prompt_tokens\":%zu,\"completion_tokens\":1}}", b64tail, T);
-    eldr__prefill_reply prt;
-    if (eldr__prefill_reply_read(rtail, (size_t)rtl, 0, &prt, &d)) cli_fail(cmd, "reply parse: %s", d.msg);
-    uint64_t sink = 0;
-    char *copy = malloc(blen);
-    if (!copy) cli_fail(cmd, "out of memory");
-    /* the reply as the router holds it: received into the leg's buffer,
-     * which the read adopts (and gives its previous one back) */
-    eldr__prefill_reply pr;
-    memset(&pr, 0, sizeof pr);
-    char *lbuf = NULL;
-    size_t lcap = 0;
-    eldr__prompt prompt = {0}; /* its hash buffer reused from request to request, as a pooled request's */
-    for (long it = -5; it < iters; it++) { /* 5 warm-up rounds */
-      if (lcap <= (size_t)rl) { /* the receive (not timed) */
-        free(lbuf);
-        lcap = (size_t)rl + 1;
-        if (!(lbuf = malloc(lcap))) cli_fail(cmd, "out of memory");
-      }
-      memcpy(lbuf, reply, (size_t)rl + 1);
-      /* the yardstick, interleaved: a memcpy of the base64 blob */
-      double tc = eldr_clock_now();
-      memcpy(copy, b64, blen);
-      __asm__ volatile("" : : "r"(copy) : "memory");
-      double t0 = eldr_clock_now();
-      size_t ln = (size_t)rl;
-      if (eldr__prefill_reply_adopt(&lbuf, &lcap, &ln, 0, &pr, &d)) cli_fail(cmd, "reply parse: %s", d.msg);
-      double t1 = eldr_clock_now();
-      eldr__sigres res;
-      eldr__sigpath_extract(&sp_nc, pr.raw, pr.raw_len, pr.root, 0, pr.routed_experts, pr.routed_experts_len, NULL, &res);
-      if (res.fallback != ELDR__FB_NONE) cli_fail(cmd, "extraction fell back (%d): %s", res.fallback, res.diag.msg);
-      double t2 = eldr_clock_now();
-      eldr_route_req rr = {res.sig, -1, NULL};
-      eldr_decision dec;
-      int k = eldr_policy_decode(&pol, loads, NULL, (size_t)D, &rr, &dec);
-      double t3 = eldr_clock_now();
-      loads[k] = (loads[k] + 1) % 4;
-      sink += (uint64_t)k;
-      /* with the cache: full extraction + storing every block (first request of a prefix) */
-      if (eldr__prompt_init(&sp_c, &prompt, text, tl, NULL, 0)) cli_fail(cmd, "out of memory");
-      eldr__sigpath_extract(&sp_c, pr.raw, pr.raw_len, pr.root, 0, pr.routed_experts, pr.routed_experts_len, &prompt, &res);
-      double t4 = eldr_clock_now();
-      eldr__sigpath_store(&sp_c, &res);
-      double t5 = eldr_clock_now();
-      /* a later request with 75% prefix hit: its prompt's blocks (tokenised
-       * once, as at the request's arrival: not timed), tail rows + cached rows */
-      if (eldr__prompt_init(&sp_c, &prompt, text, tl, NULL, 0)) cli_fail(cmd, "out of memory");
-      const double t5b = eldr_clock_now();
-      eldr__sigpath_extract(&sp_c, prt.raw, prt.raw_len, prt.root, 0, prt.routed_experts, prt.routed_experts_len, &prompt, &res);
-      double t6 = eldr_clock_now();
-      if (res.fallback != ELDR__FB_NONE) cli_fail(cmd, "cached extraction fell back");
-      /* the same, interleaved: the reply read into a jansson tree (the blob
-       * set aside) and the signature read from the tree (the router before
-       * the span reader), and the span reader with the per-id kernels only */
-      double t7 = eldr_clock_now();
-      eldr__prefill_reply prj;
-      if (eldr__prefill_reply_parse(reply, (size_t)rl, &prj, &d)) cli_fail(cmd, "reply parse: %s", d.msg);
-      eldr__sigpath_extract(&sp_nc, NULL, 0, prj.root, 0, NULL, 0, NULL, &res);
-      double t8 = eldr_clock_now();
-      if (res.fallback != ELDR__FB_NONE) cli_fail(cmd, "tree extraction fell back: %s", res.diag.msg);
-      eldr__prefill_reply_free(&prj);
-      eldr__counts_bits_set(0);
-      double t9 = eldr_clock_now();
-      eldr__sigpath_extract(&sp_nc, pr.raw, pr.raw_len, pr.root, 0, pr.routed_experts, pr.routed_experts_len, NULL, &res);
-      double t10 = eldr_clock_now();
-      eldr__counts_bits_set(1);
-      if (it >= 0) {
-        t_parse[it] = t1 - t0;
-        t_sig[it] = t2 - t1;
-        t_dec[it] = t3 - t2;
-        t_store[it] = (t5 - t4);
-        t_hit[it] = t6 - t5b;
-        t_copy[it] = t0 - tc;
-        t_pscan[it] = t2 - t0;
-        t_tree[it] = t8 - t7;
-        t_perid[it] = t10 - t9;
-      }
-    }
-    free(copy);
-    free(lbuf);
-    eldr__prefill_reply_free(&pr);
-    eldr__prompt_free(&prompt);
-    if (sp_c.blocks_missing)
-      cli_fail(cmd, "signature cache missed %llu blocks", (unsigned long long)sp_c.blocks_missing);
-    double *tot = malloc((size_t)iters * sizeof(double));
-    for (long i = 0; i < iters; i++) tot[i] = t_sig[i] + t_dec[i];
-    struct {
-      const char *name;
-      double *v;
-    } rows[] = {{"signature (no cache)", t_sig},
-                {"decision", t_dec},
-                {"signature+decision", tot},
-                {"signature, 75% prefix hit", t_hit},
-                {"store block rows", t_store},
-                {"prefill reply JSON parse", t_parse},
-                {"parse+signature, scanner", t_pscan},
-                {"parse+signature, tree", t_tree},
-                {"signature, per-id kernels", t_perid},
-                {"memcpy of the base64 blob", t_copy}};
-    for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
-      stats s = summarize(rows[r].v, (size_t)iters);
-      if (json)
-        json_array_append_new(jrows, json_pack("{s:I,s:f,s:s,s:f,s:f,s:f}", "tokens", (json_int_t)T,
-                                               "b64_kib", (double)blen / 1024, "stage", rows[r].name,
-                                               "p50_us", s.p50 * 1e6, "p99_us", s.p99 * 1e6,
-                                               "mean_us", s.mean * 1e6));
-      else
-        printf("%-7zu %-9.0f %-26s %10.1f %10.1f %10.1f\n", T, (double)blen / 1024, rows[r].name,
-               s.p50 * 1e6, s.p99 * 1e6, s.mean * 1e6);
-    }
-    /* the acceptance figure: signature+decision over the memcpy, medians of
-     * the same interleaved run */
-    stats st = summarize(tot, (size_t)iters), sc = summarize(t_copy, (size_t)iters);
-    if (json)
-      json_array_append_new(jrows, json_pack("{s:I,s:s,s:f}", "tokens", (json_int_t)T, "stage",
-                                             "ratio signature+decision / memcpy", "p50_ratio", st.p50 / sc.p50));
-    else
-      printf("%-7zu %-9.0f %-26s %10.2fx (p50 / p50)\n", T, (double)blen / 1024,
-             "sig+decision / memcpy", st.p50 / sc.p50);
-    fflush(stdout);
-    (void)sink;
-    free(tot);
-    eldr__prefill_reply_free(&prt);
-    free(rtail);
-    free(b64tail);
-    free(reply);
-    free(text);
-    free(b64);
-    free(sel);
-  }
-  if (json) {
-    json_t *j = json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:o}", "layers", (json_int_t)L, "experts",
-                          (json_int_t)E, "top_k", (json_int_t)K, "mask_layers", (json_int_t)M,
-                          "decoders", (json_int_t)D, "iterations", (json_int_t)iters, "rows", jrows);
+  if (o.json) {
+    json_t *j = json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:o}", "layers", (json_int_t)c->shape.num_layers, "experts",
+                          (json_int_t)c->shape.num_experts, "top_k", (json_int_t)c->shape.top_k, "mask_layers",
+                          (json_int_t)c->mask_layers, "decoders", (json_int_t)c->decoders, "iterations",
+                          (json_int_t)c->iters, "rows", rows);
     char *out = j ? json_dumps(j, JSON_INDENT(2) | JSON_REAL_PRECISION(6)) : NULL;
     if (!out) cli_fail(cmd, "out of memory");
     printf("%s\n", out);
     free(out);
     json_decref(j);
   }
-  eldr__sigpath_free(&sp_nc);
-  eldr__sigpath_free(&sp_c);
-  free(loads);
-  free(t_parse);
-  free(t_sig);
-  free(t_dec);
-  free(t_store);
-  free(t_hit);
-  free(t_copy);
-  free(t_tree);
-  free(t_perid);
-  free(t_pscan);
-  free(tokens);
-  eldr_artifact_free(a);
+  eldr_routebench_free(b);
+  free(o.tokens);
   return 0;
 }

@@ -16,10 +16,18 @@
 #include "eldr/latency.h"
 #include "eldr/tracegen.h"
 
+/* "eldr <cmd>: <message>": a message that already starts with the
+ * command's name ("eldr serve: ...", "worker: ..." from a library that
+ * names its module after the command) is not prefixed twice. */
 static void vreport(const char *cmd, const char *fmt, va_list ap) {
-  fprintf(stderr, "eldr %s: ", cmd);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
+  char msg[4096];
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  const char *m = msg;
+  if (!strncmp(m, "eldr ", 5)) m += 5;
+  const size_t n = strlen(cmd);
+  if (!strncmp(m, cmd, n) && m[n] == ':' && m[n + 1] == ' ') m += n + 2;
+  else m = msg;
+  fprintf(stderr, "eldr %s: %s\n", cmd, m);
 }
 
 void cli_usage_error(const char *cmd, const char *fmt, ...) {
@@ -38,30 +46,56 @@ void cli_fail(const char *cmd, const char *fmt, ...) {
   exit(1);
 }
 
+void cli_fail_at(const char *cmd, const char *where, const char *msg) {
+  const size_t n = strcspn(where, " ");
+  if (n && !strncmp(msg, where, n)) cli_fail(cmd, "%s", msg); /* it names its file already */
+  cli_fail(cmd, "%s: %s", where, msg);
+}
+
 void cli_check_output(const char *cmd, const char *flag, const char *path,
                       const char *const *inputs) {
   if (!*path) cli_usage_error(cmd, "%s: empty path", flag);
   struct stat st;
   int exists = stat(path, &st) == 0;
-  if (exists && S_ISDIR(st.st_mode)) cli_usage_error(cmd, "%s %s: is a directory", flag, path);
   for (size_t i = 0; exists && inputs && inputs[i]; i++) {
     struct stat in;
     if (stat(inputs[i], &in) == 0 && in.st_dev == st.st_dev && in.st_ino == st.st_ino)
       cli_usage_error(cmd, "%s %s: refusing to write over the input %s", flag, path, inputs[i]);
   }
+  /* the rest is this machine's file system: an output that cannot be
+   * written (exit 1, as an input that cannot be read) */
+  if (exists && S_ISDIR(st.st_mode)) cli_fail(cmd, "%s %s: is a directory", flag, path);
   if (exists) {
-    if (access(path, W_OK))
-      cli_usage_error(cmd, "%s %s: %s", flag, path, strerror(errno));
+    if (access(path, W_OK)) cli_fail(cmd, "%s %s: %s", flag, path, strerror(errno));
     return;
   }
   char dir[PATH_MAX];
   snprintf(dir, sizeof dir, "%s", path);
   const char *d = dirname(dir);
   struct stat ds;
-  if (stat(d, &ds)) cli_usage_error(cmd, "%s %s: directory %s: %s", flag, path, d, strerror(errno));
-  if (!S_ISDIR(ds.st_mode)) cli_usage_error(cmd, "%s %s: %s is not a directory", flag, path, d);
-  if (access(d, W_OK | X_OK))
-    cli_usage_error(cmd, "%s %s: directory %s: %s", flag, path, d, strerror(errno));
+  if (stat(d, &ds)) cli_fail(cmd, "%s %s: directory %s: %s", flag, path, d, strerror(errno));
+  if (!S_ISDIR(ds.st_mode)) cli_fail(cmd, "%s %s: %s is not a directory", flag, path, d);
+  if (access(d, W_OK | X_OK)) cli_fail(cmd, "%s %s: directory %s: %s", flag, path, d, strerror(errno));
+}
+
+void cli_check_outdir(const char *cmd, const char *flag, const char *dir) {
+  if (!*dir) cli_usage_error(cmd, "%s: empty path", flag);
+  struct stat st;
+  if (stat(dir, &st) == 0) {
+    if (!S_ISDIR(st.st_mode)) cli_fail(cmd, "%s %s: not a directory", flag, dir);
+    if (access(dir, W_OK | X_OK)) cli_fail(cmd, "%s %s: %s", flag, dir, strerror(errno));
+    return;
+  }
+  char parent[PATH_MAX];
+  snprintf(parent, sizeof parent, "%s", dir);
+  const char *p = dirname(parent);
+  if (stat(p, &st)) cli_fail(cmd, "%s %s: directory %s: %s", flag, dir, p, strerror(errno));
+  if (!S_ISDIR(st.st_mode)) cli_fail(cmd, "%s %s: %s is not a directory", flag, dir, p);
+  if (access(p, W_OK | X_OK)) cli_fail(cmd, "%s %s: directory %s: %s", flag, dir, p, strerror(errno));
+}
+
+const char *cli_hardware_default(const char *model) {
+  return model && !strcmp(model, "llama4-maverick") ? "h200" : "mi300x";
 }
 
 void cli_getopt_reset(void) {

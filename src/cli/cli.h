@@ -17,12 +17,26 @@
 
 #include "eldr/clock.h" /* eldr_clock_now: the commands' timing */
 
+/* The exit status of every command (README, `eldr --help`):
+ *   0  done;
+ *   1  the work failed: an input missing, unreadable or malformed, an
+ *      output that cannot be written, a port in use, a peer that failed
+ *      (cli_fail: the message names the file, port or peer);
+ *   2  the command line is wrong: an unknown flag or subcommand, a missing
+ *      or malformed value, a value out of range, flags that conflict
+ *      (cli_usage_error; before anything starts).
+ * A message that already starts with "<cmd>: " is not prefixed twice. */
+
 /* Prints "eldr <cmd>: <message>\n" to stderr and exits with status 2. */
 _Noreturn void cli_usage_error(const char *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* Prints "eldr <cmd>: <message>\n" to stderr and exits with status 1. */
 _Noreturn void cli_fail(const char *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+/* cli_fail with "<where>: <msg>", or msg alone when it already starts with
+ * where's path (a reader's "FILE:LINE: ..."): no file named twice. */
+_Noreturn void cli_fail_at(const char *cmd, const char *where, const char *msg);
 
 /* Reset getopt state (optind=1, opterr=0) before parsing a command's argv. */
 void cli_getopt_reset(void);
@@ -44,11 +58,19 @@ size_t cli_parse_long_list(const char *cmd, const char *flag, const char *val, l
 /* Check, before any work, that `path` (given with `flag`) can be written as an
  * output file: not a directory, its directory exists and is writable, an
  * existing file is writable, and it is not the same file as any of `inputs`
- * (NULL-terminated; NULL entries before the end are not allowed). Exits with a
- * usage error (status 2) naming the flag and the cause otherwise. Creates
- * nothing. */
+ * (NULL-terminated; NULL entries before the end are not allowed). An empty
+ * path or one of the inputs is a usage error (status 2); a path the file
+ * system refuses exits 1, naming the flag and the cause. Creates nothing. */
 void cli_check_output(const char *cmd, const char *flag, const char *path,
                       const char *const *inputs);
+
+/* The same for an output directory `dir` (created by the command): it is a
+ * writable directory, or can be made in one. Creates nothing. */
+void cli_check_outdir(const char *cmd, const char *flag, const char *dir);
+
+/* The one default of --hardware, every command alike: mi300x, or h200 for a
+ * model the mi300x presets do not serve on one worker (llama4-maverick). */
+const char *cli_hardware_default(const char *model);
 
 /* The latency preset key ("qwen3-30b-a3b", ...) whose model is named model
  * (a preset key or its canonical Hugging Face name), or NULL. */

@@ -25,6 +25,7 @@
 #include "demo_drift.h"
 #include "figures.h"
 #include "eldr/cluster.h"
+#include "eldr/http_fetch.h"
 #include "eldr/fit.h"
 #include "eldr/latency.h"
 #include "eldr/loadgen.h"
@@ -121,7 +122,7 @@ typedef struct demo {
   int bus;              /* the run's */
   double kill_bus_s;    /* --kill-bus-after S: the bus's nats-server killed S wall seconds into each bus run */
   uint64_t seed;
-  int do_sim, json, drift, duration_set;
+  int do_sim, json, drift, duration_set, hardware_set;
   const char *pols[8];
   size_t npol;
   char fit_path[PATH_MAX + 32], eval_path[PATH_MAX + 32], art_path[PATH_MAX + 32],
@@ -148,45 +149,51 @@ static void usage(FILE *f) {
           "ELDR's change against the best load balancer, next to `eldr sim` on the same\n"
           "configuration. Emulated time runs --time-scale times slower than the modelled GPU so\n"
           "that a small machine keeps up; the table reports model time (wall time / scale).\n\n"
-          "options:\n"
-          "  --model M          model preset (default qwen3-30b-a3b)\n"
-          "  --hardware H       hardware preset (default h200)\n"
-          "  --workload W       generated workload: realistic (default; calibrated to real\n"
-          "                     traces), or the paper-shaped presets task and language\n"
-          "  --trace T          use this JSONL trace instead of generating one (the model preset\n"
-          "                     is taken from its shape unless --model is given)\n"
-          "  --fit-requests N   generated requests to fit on (default 400)\n"
-          "  --eval-requests N  generated requests to replay (default 200)\n"
-          "  --fit-fraction F   with --trace: fraction fitted on, seeded split (default 0.6)\n"
-          "  --max-decode N     cap generated output lengths (default 64)\n"
-          "  --prefill P        prefill workers (default 2)\n"
-          "  --decode D         decode workers (default 4)\n"
-          "  --max-num-seqs B   decode batch limit per worker (default 64)\n"
-          "  --rate R           arrivals per second of model time (default 100)\n"
-          "  --time-scale S     emulated durations = model time x S (default 8)\n"
-          "  --duration S       wall seconds of arrivals per policy (default 20)\n"
-          "  --policies LIST    comma list of eldr, footprint, random, rr, jsq, p2c (default all six)\n"
-          "  --seed N           seed of the trace, split, fit and arrivals (default " ELDR_SEED_DEFAULT_STR ")\n"
-          "  --routers N        router replicas in front of the same workers, clients spread\n"
-          "                     over them round robin (default 1, at most 8); a list (1,2,4)\n"
-          "                     runs each count in turn and prints the fleet table\n"
-          "  --bus LIST         none (default), nats, or none,nats: the replicas share every\n"
-          "                     decoder's in-flight state over a nats-server the demo starts\n"
-          "                     (docs/serve.md, A fleet of routers); a list runs both\n"
-          "  --kill-bus-after S with --bus nats: kill the nats-server S wall seconds into each\n"
-          "                     run (the replicas fall back to their own view)\n"
-          "  --scrape-interval S  the routers read the workers' /metrics this often and route\n"
-          "                     on the engines' load (0 = off, default; see docs/serve.md)\n"
-          "  --no-sim           do not run `eldr sim` for comparison\n"
-          "  --json             one JSON object on stdout instead of the table (ms of model time)\n"
-          "  --plot FILE        write a bar chart with gnuplot (FILE ends in .png or .svg)\n"
-          "  --keep             keep the work directory (traces, artifact, logs)\n"
-          "  --drift            the production loop instead: fit on half of the domains, replay them\n"
-          "                     and then the others; the router's drift score rises, the demo refits\n"
-          "                     on the shifted requests and reloads the router (POST /admin/reload);\n"
-          "                     a table (and --plot) over time of drift and TPOT p50, ELDR vs JSQ\n"
-          "                     (--duration defaults to 40 s there: detection and refit need time)\n"
-          "  -h, --help         this text\n\n"
+          "workload\n"
+          "  -m, --model M           model preset                [qwen3-30b-a3b; with --trace:\n"
+          "                                                       the preset of its shape]\n"
+          "      --hardware H        mi300x | h200 | h100   [mi300x; h200 for llama4-maverick]\n"
+          "  -w, --workload W        generated: realistic (calibrated to real traces) | task |\n"
+          "                          language (paper-shaped presets)           [realistic]\n"
+          "  -t, --trace T           use this JSONL trace instead of generating one  [none]\n"
+          "      --fit-requests N    generated requests to fit on              [400]\n"
+          "      --eval-requests N   generated requests to replay              [200]\n"
+          "      --fit-fraction F    with --trace: fraction fitted on, seeded split  [0.6]\n"
+          "      --max-decode N      cap of the generated output lengths, tokens  [64]\n"
+          "cluster\n"
+          "      --prefill P         prefill workers                           [2]\n"
+          "      --decode D          decode workers                            [4]\n"
+          "      --max-num-seqs B    decode batch limit per worker             [64]\n"
+          "      --routers N         router replicas in front of the same workers, clients\n"
+          "                          spread over them round robin (at most 8); a list\n"
+          "                          (1,2,4) runs each count in turn, a fleet table  [1]\n"
+          "      --bus LIST          none | nats | none,nats: the replicas share every\n"
+          "                          decoder's in-flight state over a nats-server the demo\n"
+          "                          starts (docs/serve.md, A fleet of routers); a list\n"
+          "                          runs each                                 [none]\n"
+          "      --kill-bus-after S  with --bus nats: kill the nats-server S wall seconds\n"
+          "                          into each run (replicas fall back to their own view)\n"
+          "                                                                    [never]\n"
+          "      --scrape-interval S  seconds between the routers' reads of the workers'\n"
+          "                          /metrics, routed on (0 = off; docs/serve.md)  [0]\n"
+          "runs\n"
+          "      --rate R            arrivals per second of model time         [100]\n"
+          "      --time-scale X      emulated durations = model time x X       [8]\n"
+          "      --duration S        seconds (wall) of arrivals per policy     [20; --drift: 40]\n"
+          "      --policies LIST     comma list of eldr, footprint, random, rr, jsq, p2c  [all six]\n"
+          "  -s, --seed N            seed of the trace, split, fit and arrivals  [" ELDR_SEED_DEFAULT_STR "]\n"
+          "      --no-sim            do not run `eldr sim` for comparison\n"
+          "      --drift             the production loop instead: fit on half of the domains,\n"
+          "                          replay them and then the others; the router's drift score\n"
+          "                          rises, the demo refits on the shifted requests and reloads\n"
+          "                          the router (POST /admin/reload); a table (and --plot) over\n"
+          "                          time of drift and TPOT p50, ELDR vs JSQ\n"
+          "output\n"
+          "      --json              one JSON object on stdout instead of the table (ms of\n"
+          "                          model time)\n"
+          "      --plot FILE         a bar chart with gnuplot (.png or .svg)   [none]\n"
+          "      --keep              keep the work directory (traces, artifact, logs)\n"
+          "  -h, --help              this help\n\n"
           "Ctrl-C stops every process the demo started.\n");
 }
 
@@ -264,7 +271,6 @@ static void parse_bus(demo *x, const char *arg) {
 /* Flags into x (exit 2 on a bad flag or value, 0 after --help). */
 static void parse_args(int argc, char **argv, demo *x) {
   memset(x, 0, sizeof *x);
-  x->hardware = "h200";
   x->workload = "realistic";
   x->policies_arg = "eldr,footprint,random,rr,jsq,p2c";
   x->n_fit = 400;
@@ -288,8 +294,8 @@ static void parse_args(int argc, char **argv, demo *x) {
       {"fit-fraction", required_argument, 0, 'F'}, {"max-decode", required_argument, 0, 'x'},
       {"prefill", required_argument, 0, 'P'},     {"decode", required_argument, 0, 'D'},
       {"max-num-seqs", required_argument, 0, 'B'}, {"rate", required_argument, 0, 'r'},
-      {"time-scale", required_argument, 0, 's'},  {"duration", required_argument, 0, 'd'},
-      {"policies", required_argument, 0, 'p'},    {"seed", required_argument, 0, 'S'},
+      {"time-scale", required_argument, 0, 'T'},  {"duration", required_argument, 0, 'd'},
+      {"policies", required_argument, 0, 'p'},    {"seed", required_argument, 0, 's'},
       {"no-sim", no_argument, 0, 'N'},            {"plot", required_argument, 0, 'o'},
       {"keep", no_argument, 0, 'k'},              {"help", no_argument, 0, 'h'},
       {"json", no_argument, 0, 'j'},              {"drift", no_argument, 0, 'W'},
@@ -298,10 +304,10 @@ static void parse_args(int argc, char **argv, demo *x) {
   };
   cli_getopt_reset();
   int o;
-  while ((o = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+  while ((o = getopt_long(argc, argv, ":hm:w:t:s:", opts, NULL)) != -1) {
     switch (o) {
     case 'm': x->model = optarg; break;
-    case 'H': x->hardware = optarg; break;
+    case 'H': x->hardware = optarg; x->hardware_set = 1; break;
     case 'w': x->workload = optarg; break;
     case 't': x->trace_path = optarg; break;
     case 'f': x->n_fit = cli_parse_long(CMD, "--fit-requests", optarg, 8, 1000000); break;
@@ -312,10 +318,10 @@ static void parse_args(int argc, char **argv, demo *x) {
     case 'D': x->D = cli_parse_long(CMD, "--decode", optarg, 1, 64); break;
     case 'B': x->max_seqs = cli_parse_long(CMD, "--max-num-seqs", optarg, 1, 4096); break;
     case 'r': x->rate = cli_parse_double(CMD, "--rate", optarg, 0.01, 1e5); break;
-    case 's': x->scale = cli_parse_double(CMD, "--time-scale", optarg, 0.01, 1000); break;
+    case 'T': x->scale = cli_parse_double(CMD, "--time-scale", optarg, 0.01, 1000); break;
     case 'd': x->duration = cli_parse_double(CMD, "--duration", optarg, 0.5, 3600); x->duration_set = 1; break;
     case 'p': x->policies_arg = optarg; break;
-    case 'S': x->seed = cli_parse_u64(CMD, "--seed", optarg); break;
+    case 's': x->seed = cli_parse_u64(CMD, "--seed", optarg); break;
     case 'N': x->do_sim = 0; break;
     case 'R': parse_routers(x, optarg); break;
     case 'U': parse_bus(x, optarg); break;
@@ -351,8 +357,9 @@ static void parse_args(int argc, char **argv, demo *x) {
   if (!x->npol) cli_usage_error(CMD, "--policies: empty list");
   if (x->drift && x->trace_path) cli_usage_error(CMD, "--drift generates its own traces (two domain mixes): drop --trace");
   /* inputs and outputs are checked before the work directory exists */
-  if (x->trace_path && access(x->trace_path, R_OK))
-    cli_usage_error(CMD, "--trace %s: %s", x->trace_path, strerror(errno));
+  if (x->trace_path && access(x->trace_path, R_OK)) /* an input: exit 1, as every command */
+    cli_fail(CMD, "--trace %s: %s", x->trace_path, strerror(errno));
+  if (!x->hardware_set) x->hardware = cli_hardware_default(x->model); /* again once a trace names the model */
   if (x->plot) {
     const char *inputs[] = {x->trace_path, NULL};
     cli_check_output(CMD, "--plot", x->plot, inputs);
@@ -389,6 +396,7 @@ static void make_splits(demo *x) {
     cli_trace_require_tokens("demo", x->trace_path, all, "the demo's workers replay per-token selections");
     if (all->n < 4) demo_fail("--trace: %zu requests; need at least 4 to split", all->n);
     if (!x->model) x->model = preset_for_shape(&all->shape);
+    if (!x->hardware_set) x->hardware = cli_hardware_default(x->model);
     if (!x->model)
       demo_fail("--trace: no model preset has its shape (%u layers, %u experts, top-%u); pass --model",
                 all->shape.num_layers, all->shape.num_experts, all->shape.top_k);
@@ -472,7 +480,7 @@ static void bus_lag(demo *x, prow *row) {
     int st = 0;
     char *body = NULL;
     eldr_diag d = {{0}};
-    if (eldr_cluster_http(urls[i], "GET", "/eldr/status", NULL, NULL, 5, &st, &body, &d) || st != 200) {
+    if (eldr_http_fetch(urls[i], "GET", "/eldr/status", NULL, NULL, 5, &st, &body, &d) || st != 200) {
       free(body);
       continue;
     }

@@ -34,13 +34,14 @@ static const char FIT_HELP[] =
     "      --idf M             auto|on|off                                [auto]\n"
     "      --layers L          auto (greedy mask) | all | comma list of MoE layer ids\n"
     "                          (as in the trace's 'layers')               [auto]\n"
-    "      --seed S            split, K-means and pair-sampling seed      [" ELDR_SEED_DEFAULT_STR "]\n"
+    "      --seed N            split, K-means and pair-sampling seed      [" ELDR_SEED_DEFAULT_STR "]\n"
     "      --restarts N        K-means restarts                           [8]\n"
     "      --max-pairs N       request pairs for rho (0 = all)            [200000]\n"
     "      --vanilla           unbalanced K-means (ablation only)\n"
     "      --previous FILE     the artifact being replaced: order the new centroids so\n"
     "                          that each decoder keeps as much of its calibration\n"
     "                          traffic as possible, and report the share that moves\n"
+    "                                                                     [none]\n"
     "      --rho-sample N      requests sampled for rho and the layer mask  [4000]\n"
     "      --exact-limit N     above N requests: mini-batch K-means closed by exact\n"
     "                          balanced assignments of every request      [5000]\n"
@@ -50,20 +51,23 @@ static const char FIT_HELP[] =
     "                          the K-means re-reads the trace (streamed)  [3072]\n"
     "      --created T         fit.created in the artifact (UTC, YYYY-MM-DDTHH:MM:SSZ)\n"
     "                          instead of now: the same seed and T give the same bytes\n"
+    "                                                                     [now]\n"
     "      --fit-fraction F    fit on a random F of the requests (seeded by --seed,\n"
     "                          the split eldr sim uses)                   [1]\n"
     "      --ep-size R         also write expert-parallel placements for R EP ranks:\n"
     "                          one per decoder (its cluster's decode traffic) and\n"
     "                          a global one, as SGLang --init-expert-location files\n"
-    "                          next to the artifact, which names them\n"
+    "                          next to the artifact, which names them    [off]\n"
     "      --redundant-experts N  replicas of hot experts per layer (E + N must\n"
     "                          split over R ranks; SGLang --ep-num-redundant-experts) [0]\n"
     "      --model M           store this latency preset's coefficients in the artifact\n"
     "                          (the footprint policy needs them): qwen3-30b-a3b\n"
     "                          gpt-oss-120b qwen3-235b-a22b llama4-maverick olmoe-1b-7b\n"
-    "      --hardware H        mi300x | h200 | h100 (with --model)         [mi300x]\n"
+    "                                                                     [none]\n"
+    "      --hardware H        mi300x | h200 | h100 (with --model)\n"
+    "                                           [mi300x; h200 for llama4-maverick]\n"
     "      --latency FILE      calibration JSON: overrides on --model's preset, or a\n"
-    "                          complete model (every field) without --model\n"
+    "                          complete model (every field) without --model  [none]\n"
     "      --json              print the report as JSON\n"
     "  -q, --quiet             no progress on stderr\n"
     "  -h, --help              this help\n";
@@ -195,7 +199,7 @@ int eldr_cmd_fit(int argc, char **argv) {
     eldr_diag ld = {{0}};
     int lrc = 0;
     if (lat_model) {
-      lrc = eldr_latency_preset(lat_model, lat_hw ? lat_hw : "mi300x", &lm, &ld);
+      lrc = eldr_latency_preset(lat_model, lat_hw ? lat_hw : cli_hardware_default(lat_model), &lm, &ld);
       if (lrc) cli_usage_error(cmd, "--model/--hardware: %s", eldr_diag_msg(&ld, lrc));
       if (lat_path && (lrc = eldr_latency_load_overrides(lat_path, &lm, &ld)))
         cli_fail(cmd, "--latency: %s", eldr_diag_msg(&ld, lrc));
@@ -283,7 +287,7 @@ int eldr_cmd_fit(int argc, char **argv) {
   eldr_fit_report rep;
   rc = stream ? eldr_fit_stream(&fsrc, &o, &a, &rep, &d) : eldr_fit(t, &o, &a, &rep, &d);
   if (rc == ELDR_EUNSUPPORTED && ff.need_gates) cli_fail(cmd, "%s", eldr_diag_msg(&d, rc));
-  if (rc) cli_fail(cmd, "%s: %s", trace_path, eldr_diag_msg(&d, rc));
+  if (rc) cli_fail_at(cmd, trace_path, eldr_diag_msg(&d, rc));
   if (stream && ff.info.torn)
     fprintf(stderr, "eldr fit: note: %s%s\n", ff.info.note,
             ff.info.torn > 1 ? " (and more files with a torn last line)" : "");

@@ -23,12 +23,12 @@ static const char RHO_HELP[] =
     "\n"
     "  -t, --trace T           trace: JSONL file (per-token or counts form), directory\n"
     "                          of *.jsonl or glob; repeat for more        (required)\n"
-    "  -a, --artifact FILE     routing artifact\n"
+    "  -a, --artifact FILE     routing artifact        [none: the options below]\n"
     "      --representation R  count|binary|gate|logit                     [count]\n"
     "      --idf M             on|off                                      [on]\n"
     "      --layers L          all | comma list of MoE layer ids           [all]\n"
     "      --max-pairs N       request pairs (0 = all)                     [200000]\n"
-    "      --seed S            pair-sampling seed                          [0]\n"
+    "      --seed N            pair-sampling seed                          [0]\n"
     "      --json              JSON output\n"
     "  -h, --help              this help\n";
 

@@ -3,8 +3,10 @@
  * (they travel as the config's overrides); SIGHUP re-reads the config file
  * and the artifact; SIGTERM/SIGINT drain (requests in flight finish within
  * --shutdown-timeout, then exit 0), a second one stops at once. */
+#include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,87 +24,125 @@ static void usage(FILE *f) {
           "front of vLLM prefill and decode workers with pull-style (NIXL) KV handoff.\n"
           "SIGHUP, or POST /admin/reload with the config file's admin_token, reloads;\n"
           "SIGTERM drains (requests in flight finish, then exit 0; a second one: at once).\n"
-          "See docs/serve.md.\n"
+          "Every flag is also a config file key, spelled as the flag or in snake_case\n"
+          "(--prefill-timeout: \"prefill-timeout\" or \"prefill_timeout\"); flags override\n"
+          "the file. The one key without a flag: admin_token (a secret; the process list\n"
+          "shows every flag). See docs/serve.md.\n"
           "\n"
-          "  --prefill URL         prefill worker http://host:port (repeatable)\n"
-          "  --decode URL          decode worker http://host:port (repeatable)\n"
-          "  --prefill-dns NAME:PORT  every A/AAAA address of NAME is a prefill worker;\n"
-          "                        re-resolved every --dns-interval (repeatable)\n"
-          "  --decode-dns NAME:PORT   the same for decode workers (a headless Service)\n"
-          "  --dns-interval S      re-resolution of --*-dns names and retry of worker names\n"
-          "                        that did not resolve (default 5)\n"
-          "  --dns-server IP[:PORT]  nameserver to use instead of /etc/resolv.conf\n"
-          "  --access-log FILE     one JSON line per request (id, policy, decision, decoder,\n"
-          "                        similarity, ttft_ms, tpot_ms, status) to FILE, or - for stdout\n"
-          "  --record DIR          record every sampled request's expert counts, decision\n"
-          "                        and latency as trace lines (counts form) for `eldr fit`\n"
-          "                        into DIR/record-<UTC>-<seq>.jsonl (docs/serve.md, Recording)\n"
-          "  --record-sample F     fraction of requests recorded, (0, 1] (default 1)\n"
-          "  --record-max-bytes N  start a new file before one would pass N bytes\n"
-          "                        (default 268435456; 0 = no limit)\n"
-          "  --record-max-seconds S  start a new file after S seconds (default 3600; 0 = no limit)\n"
-          "  --record-experts E    routed experts per layer, for recording without an artifact\n"
-          "  --scrape-interval S   read every worker's /metrics (vllm:num_requests_running +\n"
-          "                        waiting) this often and route on it plus this router's own\n"
-          "                        legs since; for replicas sharing workers (0 = off, default)\n"
-          "  --artifact FILE       routing artifact from `eldr fit` (without: load-only routing)\n"
-          "  --policy NAME         decode policy: eldr (default), jsq, p2c, rr, random\n"
-          "  --tau X               locality band width in [0, 2] (default: the artifact's)\n"
-          "  --host ADDR           listen address (default 127.0.0.1)\n"
-          "  --port N              listen port (default 8000; 0 = any free port)\n"
-          "  --config FILE         JSON config (keys as in docs/serve.md); flags override it;\n"
-          "                        re-read on SIGHUP together with the artifact\n"
-          "  --prefill-timeout S   whole prefill leg (default 120)\n"
-          "  --decode-timeout S    whole decode leg (default 1800)\n"
-          "  --decode-first-byte-timeout S  streaming decode leg: the queue timeout, its first\n"
-          "                        byte within S, else that request ends with 504; the decoder\n"
-          "                        is never ejected for it (default 600; 0 = off)\n"
-          "  --decode-idle-timeout S  streaming decode leg: at most S between reads, the same way\n"
-          "                        (default 600; 0 = off)\n"
-          "  --hang-window S       a worker whose legs made no progress for S is probed; it is\n"
-          "                        hung (ejected, its legs ended) only when the probe does not\n"
-          "                        answer within --health-timeout (default 5; 0 = off)\n"
-          "  --health-timeout S    one health check or hang probe must answer within S (default 2)\n"
-          "  --shutdown-timeout S  SIGTERM: /health 503, listener closed, requests in flight\n"
-          "                        finish within S, then exit 0; a second SIGTERM exits at\n"
-          "                        once (default 30)\n"
-          "  --bus URL             share every decoder's requests in flight and footprint weights\n"
-          "                        with the other router replicas over NATS (nats://HOST:PORT;\n"
-          "                        none = off, default; docs/serve.md, A fleet of routers)\n"
-          "  --bus-subject P       subject prefix (default eldr.fleet)\n"
-          "  --bus-replica-id ID   this replica's id on the bus (default HOSTNAME:PORT)\n"
-          "  --bus-snapshot-interval S  full state to the bus every S (default 1)\n"
-          "  --bus-peer-timeout S  a replica silent for S is expired (default 3)\n"
-          "  --api-key KEY         clients must send \"Authorization: Bearer KEY\" on /v1 paths\n"
-          "                        (repeatable: any one admits; vLLM's --api-key); also from\n"
-          "                        $ELDR_API_KEY (kept out of the process list)\n"
-          "  --header-timeout S    client must send its request within (default 15)\n"
-          "  --connect-timeout S   TCP connect to a worker (default 10)\n"
-          "  --health-interval S   active health checks, 0 = off (default 2)\n"
-          "  --eject-after N       consecutive failures that eject a worker (default 3)\n"
-          "  --retries N           extra attempts of a leg on another worker (default 2)\n"
-          "  --max-body BYTES      client body limit (default 16777216)\n"
-          "  --max-connections N   open client connections, more get 503 (default 0: half the fd limit)\n"
-          "  --threads N           event loops, each accepting on its own SO_REUSEPORT listener\n"
-          "                        (default 0: the number of online cores)\n"
-          "  --stream-buffer BYTES bytes queued to a streaming client before the decode leg\n"
-          "                        is paused (default 262144)\n"
-          "  --prefill-guard N     prefill load guard in requests (default 4)\n"
-          "  --sigcache-rows N     signature cache capacity in KV blocks, 0 = off (default 65536)\n"
-          "  --backend-api-key KEY send \"Authorization: Bearer KEY\" to the workers (vLLM --api-key);\n"
-          "                        also from $ELDR_BACKEND_API_KEY (kept out of the process list)\n"
-          "  --forward-authorization  pass the client's Authorization to the workers when no\n"
-          "                        backend key is set (default: never forwarded)\n"
-          "  --cors-origin O       CORS: '*' or comma-separated allowed origins; answers\n"
-          "                        preflight OPTIONS (default: no CORS)\n"
-          "  --no-splice           relay the decoder's routed_experts as sent (default: the\n"
-          "                        prefill's prompt rows spliced in when both carry them)\n"
-          "  --seed N              seed for random/p2c (default 1)\n"
-          "  --check-config[=resolve]  check the config (file and flags) and the artifact,\n"
-          "                        print a summary and exit 0 (2 naming what is wrong);\n"
-          "                        =resolve also resolves every worker name\n"
-          "  --quiet               no log lines on stderr\n"
-          "  -h, --help            this text\n");
+          "workers\n"
+          "      --prefill URL       prefill worker http://host:port; repeatable\n"
+          "                          (required: one --prefill or --prefill-dns)\n"
+          "      --decode URL        decode worker http://host:port; repeatable\n"
+          "                          (required: one --decode or --decode-dns)\n"
+          "      --prefill-dns NAME:PORT  every A/AAAA address of NAME is a prefill worker,\n"
+          "                          re-resolved every --dns-interval; repeatable      [none]\n"
+          "      --decode-dns NAME:PORT  the same for decode workers (a headless Service)  [none]\n"
+          "      --dns-interval S    seconds between re-resolutions of the --*-dns names and\n"
+          "                          retries of worker names that did not resolve      [5]\n"
+          "      --dns-server IP[:PORT]  nameserver instead of /etc/resolv.conf   [the system's]\n"
+          "routing\n"
+          "      --artifact FILE     routing artifact from `eldr fit`        [none: load only]\n"
+          "      --policy NAME       decode policy: eldr, footprint, jsq, p2c, rr, random\n"
+          "                                                                    [eldr]\n"
+          "      --tau X             locality band width in [0, 2]           [the artifact's]\n"
+          "      --prefill-guard N   prefill load guard, requests in flight above the least\n"
+          "                          loaded worker                             [4]\n"
+          "      --sigcache-rows N   signature cache capacity, KV blocks (0 = off)  [65536]\n"
+          "      --scrape-interval S  seconds between reads of every worker's /metrics\n"
+          "                          (vllm:num_requests_running + waiting), routed on with\n"
+          "                          this router's own legs since; for replicas sharing\n"
+          "                          workers (0 = off)                         [0]\n"
+          "      --no-splice         relay the decoder's routed_experts as sent (config key\n"
+          "                          splice_routed_experts: false)\n"
+          "                          [off: the prefill's prompt rows spliced in]\n"
+          "      --seed N            seed of random and p2c                    [1]\n"
+          "listening\n"
+          "      --host ADDR         listen address                            [127.0.0.1]\n"
+          "      --port N            listen port (0 = any free port)           [8000]\n"
+          "      --threads N         event loops, each accepting on its own SO_REUSEPORT\n"
+          "                          listener (0 = the CPUs this process may run on:\n"
+          "                          affinity and cgroup quota)                [0]\n"
+          "      --max-connections N  open client connections, more get 503 (0 = half the\n"
+          "                          fd limit)                                 [0]\n"
+          "      --max-body BYTES    client body limit, bytes                  [16777216]\n"
+          "      --max-header BYTES  client request head limit, bytes          [32768]\n"
+          "      --stream-buffer BYTES  bytes queued to a streaming client before the decode\n"
+          "                          leg is paused                             [262144]\n"
+          "      --cors-origin O     CORS: '*' or comma-separated allowed origins; answers\n"
+          "                          preflight OPTIONS                         [off]\n"
+          "timeouts and health\n"
+          "      --prefill-timeout S  seconds for the whole prefill leg        [120]\n"
+          "      --decode-timeout S  seconds for the whole decode leg          [1800]\n"
+          "      --decode-first-byte-timeout S  the queue timeout: seconds to a streaming\n"
+          "                          decode leg's first token, else that request alone ends\n"
+          "                          with 504; the decoder is never ejected for it (0 = off)\n"
+          "                                                                    [600]\n"
+          "      --decode-idle-timeout S  seconds between tokens of a streaming decode leg,\n"
+          "                          the same way (0 = off)                    [600]\n"
+          "      --hang-window S     a worker whose legs made no progress for S seconds is\n"
+          "                          probed; hung (ejected, its legs ended) only when the\n"
+          "                          probe does not answer within --health-timeout (0 = off)\n"
+          "                                                                    [5]\n"
+          "      --health-timeout S  seconds one health check or hang probe may take  [2]\n"
+          "      --shutdown-timeout S  SIGTERM: /health 503, listener closed, requests in\n"
+          "                          flight finish within S seconds, then exit 0; a second\n"
+          "                          SIGTERM exits at once                     [30]\n"
+          "      --header-timeout S  seconds a client has to send its request  [15]\n"
+          "      --idle-timeout S    seconds an idle keep-alive client connection is kept\n"
+          "                                                                    [120]\n"
+          "      --connect-timeout S  seconds for a TCP connect to a worker  [10]\n"
+          "      --health-interval S  seconds between active health checks (0 = off)  [2]\n"
+          "      --eject-after N     consecutive failures that eject a worker  [3]\n"
+          "      --retries N         extra attempts of a leg on another worker  [2]\n"
+          "      --pool-size N       idle keep-alive connections kept per worker  [256]\n"
+          "fleet (docs/serve.md, A fleet of routers; fixed at start)\n"
+          "      --bus URL           share every decoder's requests in flight and footprint\n"
+          "                          weights with the other router replicas over NATS\n"
+          "                          (nats://HOST:PORT; none = off)            [none]\n"
+          "      --bus-subject P     subject prefix                            [eldr.fleet]\n"
+          "      --bus-replica-id ID  this replica's id on the bus            [HOSTNAME:PORT]\n"
+          "      --bus-snapshot-interval S  seconds between full states sent to the bus  [1]\n"
+          "      --bus-peer-timeout S  seconds after which a silent replica is expired  [3]\n"
+          "clients' and workers' authorization\n"
+          "      --api-key KEY       clients must send \"Authorization: Bearer KEY\" on /v1\n"
+          "                          paths (vLLM's --api-key); repeatable, any one admits;\n"
+          "                          also $ELDR_API_KEY, kept out of the process list  [none]\n"
+          "      --backend-api-key KEY  send \"Authorization: Bearer KEY\" to the workers\n"
+          "                          (vLLM --api-key); also $ELDR_BACKEND_API_KEY, kept out\n"
+          "                          of the process list                       [none]\n"
+          "      --forward-authorization  pass the client's Authorization to the workers\n"
+          "                          when no backend key is set                [off]\n"
+          "watch, logs and recording\n"
+          "      --watch-window S    seconds of decisions in /eldr/status's window  [60]\n"
+          "      --watch-requests N  decisions the window holds at most        [4096]\n"
+          "      --access-log FILE   one JSON line per request (id, policy, decision,\n"
+          "                          decoder, similarity, ttft_ms, tpot_ms, status) to FILE,\n"
+          "                          or - for stdout                           [off]\n"
+          "      --record DIR        record every sampled request's expert counts, decision\n"
+          "                          and latency as trace lines (counts form) for `eldr fit`\n"
+          "                          into DIR/record-<UTC>-<seq>.jsonl          [off]\n"
+          "      --record-sample F   fraction of requests recorded, (0, 1]     [1]\n"
+          "      --record-max-bytes BYTES  start a new file before one would pass this many\n"
+          "                          bytes (0 = no limit)                      [268435456]\n"
+          "      --record-max-seconds S  start a new file after this many seconds\n"
+          "                          (0 = no limit)                            [3600]\n"
+          "      --record-experts E  routed experts per layer, for recording without an\n"
+          "                          artifact                                  [the artifact's]\n"
+          "      --record-queue N    records queued for the writer at most     [1024]\n"
+          "      --record-queue-bytes BYTES  bytes of records queued at most   [67108864]\n"
+          "  -q, --quiet             no log lines on stderr\n"
+          "the run\n"
+          "      --config FILE       JSON config (keys as the flags); re-read on SIGHUP\n"
+          "                          together with the artifact                [none]\n"
+          "      --check-config[=resolve]  check the config (file and flags) and the artifact,\n"
+          "                          print a summary and exit; =resolve also checks what the\n"
+          "                          start needs on this machine: every worker name resolves,\n"
+          "                          the port is free, the access log and the record\n"
+          "                          directory can be written\n"
+          "  -h, --help              this help\n"
+          "\n"
+          "Exit status: 0 done; 1 the router could not start or run (a file that cannot\n"
+          "be read or written, a port in use); 2 a wrong flag or config value.\n");
 }
 
 static void log_stderr(void *ctx, const char *line) {
@@ -115,258 +155,261 @@ static void log_stderr(void *ctx, const char *line) {
   fprintf(stderr, "%s eldr serve: %s\n", ts, line);
 }
 
-int eldr_cmd_serve(int argc, char **argv) {
-  const char *cmd = "serve";
-  enum {
-    O_PREFILL = 256, O_DECODE, O_ARTIFACT, O_POLICY, O_TAU, O_HOST, O_PORT, O_CONFIG, O_PT, O_DT,
-    O_HT, O_CT, O_HI, O_EJ, O_RETRIES, O_MAXBODY, O_GUARD, O_SCR, O_SEED, O_NOSPLICE, O_DFB, O_DIDLE, O_APIKEY, O_FWDAUTH, O_CORS, O_QUIET, O_HELP,
-    O_PDNS, O_DDNS, O_DNSI, O_DNSS, O_CHECK, O_SCRAPE, O_ALOG,
-    O_MAXCONN, O_STREAMBUF, O_REC, O_RECSAMPLE, O_RECBYTES, O_RECSECS, O_RECEXP, O_THREADS,
-    O_CLIENTKEY, O_SHUTDOWN, O_HEALTHTO, O_HANG, O_BUS, O_BUSSUBJ, O_BUSID, O_BUSSNAP, O_BUSPEER
-  };
-  static const struct option opts[] = {
-      {"prefill", required_argument, 0, O_PREFILL}, {"decode", required_argument, 0, O_DECODE},
-      {"artifact", required_argument, 0, O_ARTIFACT}, {"policy", required_argument, 0, O_POLICY},
-      {"tau", required_argument, 0, O_TAU}, {"host", required_argument, 0, O_HOST},
-      {"port", required_argument, 0, O_PORT}, {"config", required_argument, 0, O_CONFIG},
-      {"prefill-timeout", required_argument, 0, O_PT}, {"decode-timeout", required_argument, 0, O_DT},
-      {"header-timeout", required_argument, 0, O_HT}, {"connect-timeout", required_argument, 0, O_CT},
-      {"health-interval", required_argument, 0, O_HI}, {"eject-after", required_argument, 0, O_EJ},
-      {"retries", required_argument, 0, O_RETRIES}, {"max-body", required_argument, 0, O_MAXBODY},
-      {"prefill-guard", required_argument, 0, O_GUARD}, {"sigcache-rows", required_argument, 0, O_SCR},
-      {"seed", required_argument, 0, O_SEED}, {"quiet", no_argument, 0, O_QUIET},
-      {"help", no_argument, 0, O_HELP}, {"prefill-dns", required_argument, 0, O_PDNS},
-      {"decode-dns", required_argument, 0, O_DDNS}, {"dns-interval", required_argument, 0, O_DNSI},
-      {"dns-server", required_argument, 0, O_DNSS}, {"check-config", optional_argument, 0, O_CHECK},
-      {"scrape-interval", required_argument, 0, O_SCRAPE}, {"access-log", required_argument, 0, O_ALOG},
-      {"no-splice", no_argument, 0, O_NOSPLICE}, {"backend-api-key", required_argument, 0, O_APIKEY},
-      {"forward-authorization", no_argument, 0, O_FWDAUTH}, {"cors-origin", required_argument, 0, O_CORS},
-      {"decode-first-byte-timeout", required_argument, 0, O_DFB}, {"decode-idle-timeout", required_argument, 0, O_DIDLE},
-      {"max-connections", required_argument, 0, O_MAXCONN},
-      {"stream-buffer", required_argument, 0, O_STREAMBUF}, {"record", required_argument, 0, O_REC},
-      {"record-sample", required_argument, 0, O_RECSAMPLE}, {"record-max-bytes", required_argument, 0, O_RECBYTES},
-      {"record-max-seconds", required_argument, 0, O_RECSECS}, {"record-experts", required_argument, 0, O_RECEXP},
-      {"threads", required_argument, 0, O_THREADS}, {"api-key", required_argument, 0, O_CLIENTKEY},
-      {"shutdown-timeout", required_argument, 0, O_SHUTDOWN}, {"health-timeout", required_argument, 0, O_HEALTHTO},
-      {"hang-window", required_argument, 0, O_HANG}, {"bus", required_argument, 0, O_BUS},
-      {"bus-subject", required_argument, 0, O_BUSSUBJ}, {"bus-replica-id", required_argument, 0, O_BUSID},
-      {"bus-snapshot-interval", required_argument, 0, O_BUSSNAP}, {"bus-peer-timeout", required_argument, 0, O_BUSPEER},
-      {0, 0, 0, 0}};
+/* The flags that set one config key: the key's own parser and ranges
+ * (eldr_serve_config_parse) read the value, so a flag and its key accept
+ * the same values and give the same errors. kind: 'I' integer, 'N' number,
+ * 'S' string, 'T' / 'F' a flag without value that sets a boolean key true /
+ * false. */
+typedef struct flagkey {
+  const char *flag, *key;
+  char kind;
+} flagkey;
+static const flagkey FLAGS[] = {
+    {"artifact", "artifact", 'S'},
+    {"policy", "policy", 'S'},
+    {"tau", "tau", 'N'},
+    {"host", "host", 'S'},
+    {"port", "port", 'I'},
+    {"prefill-timeout", "prefill_timeout", 'N'},
+    {"decode-timeout", "decode_timeout", 'N'},
+    {"decode-first-byte-timeout", "decode_first_byte_timeout", 'N'},
+    {"decode-idle-timeout", "decode_idle_timeout", 'N'},
+    {"header-timeout", "header_timeout", 'N'},
+    {"idle-timeout", "idle_timeout", 'N'},
+    {"connect-timeout", "connect_timeout", 'N'},
+    {"hang-window", "hang_window", 'N'},
+    {"health-timeout", "health_timeout", 'N'},
+    {"shutdown-timeout", "shutdown_timeout", 'N'},
+    {"bus", "bus", 'S'},
+    {"bus-subject", "bus_subject", 'S'},
+    {"bus-replica-id", "bus_replica_id", 'S'},
+    {"bus-snapshot-interval", "bus_snapshot_interval", 'N'},
+    {"bus-peer-timeout", "bus_peer_timeout", 'N'},
+    {"health-interval", "health_interval", 'N'},
+    {"eject-after", "eject_after", 'I'},
+    {"retries", "retries", 'I'},
+    {"pool-size", "pool_size", 'I'},
+    {"max-body", "max_body", 'I'},
+    {"max-header", "max_header", 'I'},
+    {"max-connections", "max_connections", 'I'},
+    {"threads", "threads", 'I'},
+    {"stream-buffer", "stream_buffer", 'I'},
+    {"prefill-guard", "prefill_guard", 'I'},
+    {"sigcache-rows", "sigcache_rows", 'I'},
+    {"scrape-interval", "scrape_interval", 'N'},
+    {"dns-interval", "dns_interval", 'N'},
+    {"dns-server", "dns_server", 'S'},
+    {"access-log", "access_log", 'S'},
+    {"backend-api-key", "backend_api_key", 'S'},
+    {"forward-authorization", "forward_authorization", 'T'},
+    {"cors-origin", "cors_origin", 'S'},
+    {"no-splice", "splice_routed_experts", 'F'},
+    {"watch-window", "watch_window", 'N'},
+    {"watch-requests", "watch_requests", 'I'},
+    {"record", "record", 'S'},
+    {"record-sample", "record_sample", 'N'},
+    {"record-max-bytes", "record_max_bytes", 'I'},
+    {"record-max-seconds", "record_max_seconds", 'N'},
+    {"record-experts", "record_experts", 'I'},
+    {"record-queue", "record_queue", 'I'},
+    {"record-queue-bytes", "record_queue_bytes", 'I'},
+};
+#define NFLAGS (sizeof FLAGS / sizeof FLAGS[0])
+
+/* The flags handled here rather than through a key. */
+enum { O_KEY = 256, O_PREFILL = O_KEY + (int)NFLAGS, O_DECODE, O_PDNS, O_DDNS, O_CONFIG, O_CHECK, O_SEED, O_QUIET, O_HELP, O_APIKEY };
+
+typedef struct serve_args {
+  const char *config;
+  int check;   /* -1 no check, 0 --check-config, 1 =resolve */
+  int quiet;
+  json_t *ov;  /* every flag in the config file's syntax: re-applied over the file on each reload */
+} serve_args;
+
+/* The JSON value of a flag's text for a key of kind k; NULL with a usage
+ * error's message in why when the text is not of that kind. */
+static json_t *flag_value(char k, const char *text, const char **why) {
+  char *end = NULL;
+  errno = 0;
+  switch (k) {
+  case 'I': {
+    long long v = strtoll(text, &end, 10);
+    if (!*text || *end || errno) break;
+    return json_integer(v);
+  }
+  case 'N': {
+    double v = strtod(text, &end);
+    if (!*text || *end || errno || !isfinite(v)) break;
+    return json_real(v);
+  }
+  case 'S': return json_string(text);
+  case 'T': return json_true();
+  case 'F': return json_false();
+  }
+  *why = k == 'I' ? "not an integer" : "not a number";
+  return NULL;
+}
+
+/* Set a flag's key on c through the config parser; also into the overrides. */
+static void set_key(const char *cmd, eldr_serve_config *c, json_t *ov, const flagkey *f, const char *text) {
+  const char *why = NULL;
+  json_t *v = flag_value(f->kind, text ? text : "", &why);
+  if (!v) cli_usage_error(cmd, "--%s: '%s' is %s", f->flag, text, why);
+  json_t *one = json_pack("{s:O}", f->key, v);
+  char *doc = one ? json_dumps(one, JSON_COMPACT) : NULL;
+  if (!doc) cli_fail(cmd, "out of memory");
+  eldr_diag d = {{0}};
+  int rc = eldr_serve_config_parse(c, doc, strlen(doc), &d);
+  free(doc);
+  json_decref(one);
+  if (rc) {
+    const char *m = eldr_diag_msg(&d, rc);
+    if (!strncmp(m, "config: ", 8)) m += 8;
+    cli_usage_error(cmd, "--%s: %s", f->flag, m);
+  }
+  json_object_set_new(ov, f->key, v);
+}
+
+/* --api-key (repeatable): the flags' keys replace the config file's. */
+static void add_api_key(const char *cmd, eldr_serve_config *c, json_t *ov, const char *key, int *first) {
+  if (!*first) {
+    for (size_t i = 0; i < c->n_api_keys; i++) free(c->api_keys[i]);
+    free(c->api_keys);
+    c->api_keys = NULL;
+    c->n_api_keys = 0;
+    json_object_set_new(ov, "api_key", json_array());
+    *first = 1;
+  }
+  eldr_diag d = {{0}};
+  const int rc = eldr_serve_config_add_api_key(c, key, &d);
+  if (rc) cli_usage_error(cmd, "--api-key: %s", eldr_diag_msg(&d, rc));
+  json_array_append_new(json_object_get(ov, "api_key"), json_string(key));
+}
+
+/* --prefill, --decode, --*-dns: the flags' lists replace the config file's. */
+static void add_worker(const char *cmd, eldr_serve_config *c, json_t *ov, int o, const char *val, int *first) {
+  const int dec = o == O_DECODE || o == O_DDNS, dns = o == O_PDNS || o == O_DDNS;
+  char ***v = dns ? (dec ? &c->decode_dns : &c->prefill_dns) : (dec ? &c->decode : &c->prefill);
+  size_t *n = dns ? (dec ? &c->n_decode_dns : &c->n_prefill_dns) : (dec ? &c->n_decode : &c->n_prefill);
+  if (!*first) {
+    for (size_t i = 0; i < *n; i++) free((*v)[i]);
+    free(*v);
+    *v = NULL;
+    *n = 0;
+    *first = 1;
+  }
+  eldr_diag d = {{0}};
+  const int rc = dns ? eldr_serve_config_add_dns(c, dec, val, &d) : eldr_serve_config_add_worker(c, dec, val, &d);
+  const char *key = dns ? (dec ? "decode_dns" : "prefill_dns") : (dec ? "decode" : "prefill");
+  if (rc) cli_usage_error(cmd, "--%s%s: %s", dec ? "decode" : "prefill", dns ? "-dns" : "", eldr_diag_msg(&d, rc));
+  if (!json_object_get(ov, key)) json_object_set_new(ov, key, json_array());
+  json_array_append_new(json_object_get(ov, key), json_string(val));
+}
+
+static void parse(const char *cmd, int argc, char **argv, eldr_serve_config *c, serve_args *a) {
+  struct option opts[NFLAGS + 12];
+  size_t no = 0;
+  for (size_t i = 0; i < NFLAGS; i++)
+    opts[no++] = (struct option){FLAGS[i].flag, FLAGS[i].kind == 'T' || FLAGS[i].kind == 'F' ? no_argument : required_argument,
+                                 0, O_KEY + (int)i};
+  const struct option more[] = {{"prefill", required_argument, 0, O_PREFILL},   {"decode", required_argument, 0, O_DECODE},
+                                {"prefill-dns", required_argument, 0, O_PDNS}, {"decode-dns", required_argument, 0, O_DDNS},
+                                {"config", required_argument, 0, O_CONFIG},     {"check-config", optional_argument, 0, O_CHECK},
+                                {"seed", required_argument, 0, O_SEED},         {"quiet", no_argument, 0, O_QUIET},
+                                {"help", no_argument, 0, O_HELP},               {"api-key", required_argument, 0, O_APIKEY},
+                                {0, 0, 0, 0}};
+  for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) opts[no++] = more[i];
   /* pass 1: --help and --config (the file is applied before the other flags) */
-  const char *config = NULL;
   cli_getopt_reset();
   int o;
-  while ((o = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+  while ((o = getopt_long(argc, argv, ":hq", opts, NULL)) != -1) {
     if (o == O_HELP || o == 'h') {
       usage(stdout);
-      return 0;
+      exit(0);
     }
-    if (o == O_CONFIG) config = optarg;
+    if (o == O_CONFIG) a->config = optarg;
     if (o == '?' || o == ':') cli_bad_option(cmd, argc, argv, o);
   }
-  eldr_serve_config c;
-  eldr_serve_config_default(&c);
-  eldr_diag d = {{0}};
-  if (config) {
-    int rc = eldr_serve_config_load(&c, config, &d);
-    if (rc) cli_usage_error(cmd, "%s", eldr_diag_msg(&d, rc));
-    c.config_path = strdup(config);
+  eldr_serve_config_default(c);
+  if (a->config) {
+    eldr_diag d = {{0}};
+    const int rc = eldr_serve_config_load(c, a->config, &d);
+    if (rc == ELDR_EIO) cli_fail(cmd, "%s", eldr_diag_msg(&d, rc)); /* cannot be read: an input */
+    if (rc) cli_usage_error(cmd, "%s", eldr_diag_msg(&d, rc));      /* a wrong value in it */
+    c->config_path = strdup(a->config);
   }
-  int quiet = 0, cli_prefill = 0, cli_decode = 0, cli_pdns = 0, cli_ddns = 0, check = -1, cli_keys = 0;
-  /* every flag also goes into ov, in the config file's syntax: re-applied
-   * over the file on each reload */
-  json_t *ov = json_object();
-  if (!ov) cli_fail(cmd, "out of memory");
-#define OV(key, value) json_object_set_new(ov, key, value)
+  a->check = -1;
+  if (!(a->ov = json_object())) cli_fail(cmd, "out of memory");
+  int first[4] = {0, 0, 0, 0}, first_key = 0;
   cli_getopt_reset();
-  while ((o = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
-    int rc = 0;
+  while ((o = getopt_long(argc, argv, ":hq", opts, NULL)) != -1) {
+    if (o >= O_KEY && o < O_KEY + (int)NFLAGS) {
+      set_key(cmd, c, a->ov, &FLAGS[o - O_KEY], optarg);
+      continue;
+    }
     switch (o) {
     case O_PREFILL:
-    case O_DECODE: {
-      int dec = o == O_DECODE;
-      int *first = dec ? &cli_decode : &cli_prefill;
-      if (!*first) { /* flags replace the config file's list */
-        char ***v = dec ? &c.decode : &c.prefill;
-        size_t *n = dec ? &c.n_decode : &c.n_prefill;
-        for (size_t i = 0; i < *n; i++) free((*v)[i]);
-        free(*v);
-        *v = NULL;
-        *n = 0;
-        *first = 1;
-      }
-      rc = eldr_serve_config_add_worker(&c, dec, optarg, &d);
-      if (rc) cli_usage_error(cmd, "--%s: %s", dec ? "decode" : "prefill", eldr_diag_msg(&d, rc));
-      const char *k = dec ? "decode" : "prefill";
-      if (!json_object_get(ov, k)) json_object_set_new(ov, k, json_array());
-      json_array_append_new(json_object_get(ov, k), json_string(optarg));
-      break;
-    }
+    case O_DECODE:
     case O_PDNS:
-    case O_DDNS: {
-      int dec = o == O_DDNS;
-      int *first = dec ? &cli_ddns : &cli_pdns;
-      char ***v = dec ? &c.decode_dns : &c.prefill_dns;
-      size_t *n = dec ? &c.n_decode_dns : &c.n_prefill_dns;
-      if (!*first) { /* flags replace the config file's list */
-        for (size_t i = 0; i < *n; i++) free((*v)[i]);
-        free(*v);
-        *v = NULL;
-        *n = 0;
-        *first = 1;
-      }
-      rc = eldr_serve_config_add_dns(&c, dec, optarg, &d);
-      if (rc) cli_usage_error(cmd, "--%s: %s", dec ? "decode-dns" : "prefill-dns", eldr_diag_msg(&d, rc));
-      const char *k = dec ? "decode_dns" : "prefill_dns";
-      if (!json_object_get(ov, k)) json_object_set_new(ov, k, json_array());
-      json_array_append_new(json_object_get(ov, k), json_string(optarg));
-      break;
-    }
-    case O_ALOG:
-      free(c.access_log);
-      c.access_log = strdup(optarg);
-      OV("access_log", json_string(optarg));
-      break;
-    case O_REC:
-      if (!*optarg) cli_usage_error(cmd, "--record: empty directory name");
-      free(c.record_dir);
-      c.record_dir = strdup(optarg);
-      OV("record", json_string(optarg));
-      break;
-    case O_RECSAMPLE:
-      c.record_sample = cli_parse_double(cmd, "--record-sample", optarg, 0, 1);
-      if (!(c.record_sample > 0)) cli_usage_error(cmd, "--record-sample: must be in (0, 1]");
-      OV("record_sample", json_real(c.record_sample));
-      break;
-    case O_RECBYTES: c.record_max_bytes = (uint64_t)cli_parse_long(cmd, "--record-max-bytes", optarg, 0, 1l << 50); OV("record_max_bytes", json_integer((json_int_t)c.record_max_bytes)); break;
-    case O_RECSECS: c.record_max_seconds = cli_parse_double(cmd, "--record-max-seconds", optarg, 0, 86400 * 366); OV("record_max_seconds", json_real(c.record_max_seconds)); break;
-    case O_RECEXP: c.record_experts = (uint32_t)cli_parse_long(cmd, "--record-experts", optarg, 1, ELDR_MAX_EXPERTS); OV("record_experts", json_integer((json_int_t)c.record_experts)); break;
-    case O_SCRAPE:
-      c.scrape_interval_s = cli_parse_double(cmd, "--scrape-interval", optarg, 0, 3600);
-      if (c.scrape_interval_s > 0 && c.scrape_interval_s < 0.01) cli_usage_error(cmd, "--scrape-interval: 0 (off) or >= 0.01");
-      OV("scrape_interval", json_real(c.scrape_interval_s));
-      break;
-    case O_DNSI: c.dns_interval_s = cli_parse_double(cmd, "--dns-interval", optarg, 0.01, 86400); OV("dns_interval", json_real(c.dns_interval_s)); break;
-    case O_DNSS:
-      free(c.dns_server);
-      c.dns_server = strdup(optarg);
-      OV("dns_server", json_string(optarg));
-      break;
+    case O_DDNS: add_worker(cmd, c, a->ov, o, optarg, &first[o - O_PREFILL]); break;
+    case O_APIKEY: add_api_key(cmd, c, a->ov, optarg, &first_key); break;
     case O_CHECK:
       if (optarg && strcmp(optarg, "resolve")) cli_usage_error(cmd, "--check-config: '%s' is not 'resolve'", optarg);
-      check = optarg != NULL;
+      a->check = optarg != NULL;
       break;
-    case O_ARTIFACT:
-      free(c.artifact);
-      c.artifact = strdup(optarg);
-      OV("artifact", json_string(optarg));
-      break;
-    case O_POLICY: {
-      eldr_policy_kind k;
-      if (eldr_policy_parse(optarg, &k) || k == ELDR_POLICY_DOMAIN)
-        cli_usage_error(cmd, "--policy: '%s' is not one of eldr, jsq, p2c, rr, random", optarg);
-      c.policy = k;
-      OV("policy", json_string(optarg));
-      break;
-    }
-    case O_TAU: c.tau = cli_parse_double(cmd, "--tau", optarg, 0, 2); OV("tau", json_real(c.tau)); break;
-    case O_HOST:
-      free(c.host);
-      c.host = strdup(optarg);
-      OV("host", json_string(optarg));
-      break;
-    case O_PORT: c.port = (int)cli_parse_long(cmd, "--port", optarg, 0, 65535); OV("port", json_integer((json_int_t)c.port)); break;
-    case O_CONFIG: break;
-    case O_PT: c.prefill_timeout_s = cli_parse_double(cmd, "--prefill-timeout", optarg, 0.001, 86400); OV("prefill_timeout", json_real(c.prefill_timeout_s)); break;
-    case O_DT: c.decode_timeout_s = cli_parse_double(cmd, "--decode-timeout", optarg, 0.001, 86400); OV("decode_timeout", json_real(c.decode_timeout_s)); break;
-    case O_HT: c.header_timeout_s = cli_parse_double(cmd, "--header-timeout", optarg, 0.001, 86400); OV("header_timeout", json_real(c.header_timeout_s)); break;
-    case O_CT: c.connect_timeout_s = cli_parse_double(cmd, "--connect-timeout", optarg, 0.001, 86400); OV("connect_timeout", json_real(c.connect_timeout_s)); break;
-    case O_HI: c.health_interval_s = cli_parse_double(cmd, "--health-interval", optarg, 0, 86400); OV("health_interval", json_real(c.health_interval_s)); break;
-    case O_EJ: c.eject_after = (int)cli_parse_long(cmd, "--eject-after", optarg, 1, 1000); OV("eject_after", json_integer((json_int_t)c.eject_after)); break;
-    case O_RETRIES: c.retries = (int)cli_parse_long(cmd, "--retries", optarg, 0, 16); OV("retries", json_integer((json_int_t)c.retries)); break;
-    case O_MAXBODY: c.max_body = (size_t)cli_parse_long(cmd, "--max-body", optarg, 1, 1l << 34); OV("max_body", json_integer((json_int_t)c.max_body)); break;
-    case O_MAXCONN: c.max_connections = (size_t)cli_parse_long(cmd, "--max-connections", optarg, 0, 1l << 24); OV("max_connections", json_integer((json_int_t)c.max_connections)); break;
-    case O_THREADS: c.threads = (int)cli_parse_long(cmd, "--threads", optarg, 0, ELDR_SERVE_MAX_THREADS); OV("threads", json_integer((json_int_t)c.threads)); break;
-    case O_STREAMBUF: c.stream_buffer = (size_t)cli_parse_long(cmd, "--stream-buffer", optarg, 4096, 1l << 30); OV("stream_buffer", json_integer((json_int_t)c.stream_buffer)); break;
-    case O_GUARD: c.prefill_guard = (uint32_t)cli_parse_long(cmd, "--prefill-guard", optarg, 0, 1000000); OV("prefill_guard", json_integer((json_int_t)c.prefill_guard)); break;
-    case O_SCR: c.sigcache_rows = (size_t)cli_parse_long(cmd, "--sigcache-rows", optarg, 0, 1l << 26); OV("sigcache_rows", json_integer((json_int_t)c.sigcache_rows)); break;
     case O_SEED:
-      c.seed = cli_parse_u64(cmd, "--seed", optarg);
-      if (config && c.seed > INT64_MAX) cli_usage_error(cmd, "--seed: with --config at most %lld", (long long)INT64_MAX);
-      OV("seed", json_integer((json_int_t)c.seed));
+      c->seed = cli_parse_u64(cmd, "--seed", optarg);
+      if (a->config && c->seed > INT64_MAX) cli_usage_error(cmd, "--seed: with --config at most %lld", (long long)INT64_MAX);
+      json_object_set_new(a->ov, "seed", json_integer((json_int_t)c->seed));
       break;
-    case O_DFB: c.decode_first_byte_timeout_s = cli_parse_double(cmd, "--decode-first-byte-timeout", optarg, 0, 86400); OV("decode_first_byte_timeout", json_real(c.decode_first_byte_timeout_s)); break;
-    case O_DIDLE: c.decode_idle_timeout_s = cli_parse_double(cmd, "--decode-idle-timeout", optarg, 0, 86400); OV("decode_idle_timeout", json_real(c.decode_idle_timeout_s)); break;
-    case O_APIKEY: /* also in the overrides: a reload re-applies it over the file */
-      free(c.backend_api_key);
-      c.backend_api_key = strdup(optarg);
-      OV("backend_api_key", json_string(optarg));
-      break;
-    case O_CLIENTKEY: /* flags replace the config file's keys; re-applied on reload */
-      if (!cli_keys++) {
-        for (size_t i = 0; i < c.n_api_keys; i++) free(c.api_keys[i]);
-        free(c.api_keys);
-        c.api_keys = NULL;
-        c.n_api_keys = 0;
-        json_object_set_new(ov, "api_key", json_array());
-      }
-      if ((rc = eldr_serve_config_add_api_key(&c, optarg, &d))) cli_usage_error(cmd, "--api-key: %s", eldr_diag_msg(&d, rc));
-      json_array_append_new(json_object_get(ov, "api_key"), json_string(optarg));
-      break;
-    case O_SHUTDOWN: c.shutdown_timeout_s = cli_parse_double(cmd, "--shutdown-timeout", optarg, 0, 86400); OV("shutdown_timeout", json_real(c.shutdown_timeout_s)); break;
-    case O_HEALTHTO: c.health_timeout_s = cli_parse_double(cmd, "--health-timeout", optarg, 0.001, 3600); OV("health_timeout", json_real(c.health_timeout_s)); break;
-    case O_HANG: c.hang_window_s = cli_parse_double(cmd, "--hang-window", optarg, 0, 86400); OV("hang_window", json_real(c.hang_window_s)); break;
-    case O_BUS: /* fixed at start: a reload keeps the bus it started with */
-      free(c.bus);
-      c.bus = strcmp(optarg, "none") ? strdup(optarg) : NULL;
-      break;
-    case O_BUSSUBJ: free(c.bus_subject); c.bus_subject = strdup(optarg); break;
-    case O_BUSID: free(c.bus_replica_id); c.bus_replica_id = strdup(optarg); break;
-    case O_BUSSNAP: c.bus_snapshot_s = cli_parse_double(cmd, "--bus-snapshot-interval", optarg, 0.01, 3600); break;
-    case O_BUSPEER: c.bus_peer_timeout_s = cli_parse_double(cmd, "--bus-peer-timeout", optarg, 0.03, 86400); break;
-    case O_FWDAUTH: c.forward_authorization = 1; OV("forward_authorization", json_true()); break;
-    case O_CORS:
-      free(c.cors_origin);
-      c.cors_origin = strdup(optarg);
-      OV("cors_origin", json_string(optarg));
-      break;
-    case O_NOSPLICE: c.splice_routed_experts = 0; OV("splice_routed_experts", json_false()); break;
-    case O_QUIET: quiet = 1; break;
+    case 'q':
+    case O_QUIET: a->quiet = 1; break;
+    case O_CONFIG: break;
     default: cli_bad_option(cmd, argc, argv, o);
     }
-    (void)rc;
   }
-  int rc0;
+  if (optind < argc) cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+  if (c->record_dir && !*c->record_dir) cli_usage_error(cmd, "--record: empty directory name");
   const char *envkey = getenv("ELDR_BACKEND_API_KEY");
-  if (!c.backend_api_key && envkey && *envkey) {
-    c.backend_api_key = strdup(envkey);
-    OV("backend_api_key", json_string(envkey));
+  if (!c->backend_api_key && envkey && *envkey) {
+    c->backend_api_key = strdup(envkey);
+    json_object_set_new(a->ov, "backend_api_key", json_string(envkey));
   }
   const char *envckey = getenv("ELDR_API_KEY"); /* a key from the environment stays out of ps */
-  if (!c.n_api_keys && envckey && *envckey) {
-    if ((rc0 = eldr_serve_config_add_api_key(&c, envckey, &d))) cli_fail(cmd, "$ELDR_API_KEY: %s", eldr_diag_msg(&d, rc0));
-    json_t *a = json_array();
-    json_array_append_new(a, json_string(envckey));
-    OV("api_key", a);
+  if (!c->n_api_keys && envckey && *envckey) {
+    eldr_diag d = {{0}};
+    const int rc = eldr_serve_config_add_api_key(c, envckey, &d);
+    if (rc) cli_usage_error(cmd, "$ELDR_API_KEY: %s", eldr_diag_msg(&d, rc));
+    json_t *keys = json_array();
+    json_array_append_new(keys, json_string(envckey));
+    json_object_set_new(a->ov, "api_key", keys);
   }
-  if (json_object_size(ov) && !(c.overrides = json_dumps(ov, JSON_COMPACT))) cli_fail(cmd, "out of memory");
-  json_decref(ov);
-#undef OV
-  if (optind < argc) cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
-  if (!c.host) cli_fail(cmd, "out of memory");
+  if (json_object_size(a->ov) && !(c->overrides = json_dumps(a->ov, JSON_COMPACT))) cli_fail(cmd, "out of memory");
+  if (!c->host) cli_fail(cmd, "out of memory");
+}
+
+int eldr_cmd_serve(int argc, char **argv) {
+  const char *cmd = "serve";
+  eldr_serve_config c;
+  serve_args a = {0};
+  parse(cmd, argc, argv, &c, &a);
+  json_decref(a.ov);
+  eldr_diag d = {{0}};
   int rc = eldr_serve_config_validate(&c, &d);
   if (rc) cli_usage_error(cmd, "%s", eldr_diag_msg(&d, rc));
-  if (check >= 0) {
-    if ((rc = eldr_serve_config_check(&c, check, &d))) cli_usage_error(cmd, "%s", eldr_diag_msg(&d, rc));
+  if (a.check >= 0) {
+    /* the values are right (above): what is left is this machine's (files,
+     * names, the port) and the artifact's, an input */
+    if ((rc = eldr_serve_config_check(&c, a.check, &d))) cli_fail(cmd, "%s", eldr_diag_msg(&d, rc));
     printf("config ok: %zu prefill, %zu decode worker URLs; %zu prefill, %zu decode DNS names%s; "
            "artifact %s; policy %s; listen %s:%d\n",
-           c.n_prefill, c.n_decode, c.n_prefill_dns, c.n_decode_dns, check ? " (all resolve)" : "",
+           c.n_prefill, c.n_decode, c.n_prefill_dns, c.n_decode_dns, a.check ? " (all resolve)" : "",
            c.artifact ? c.artifact : "none", eldr_policy_name(c.policy), c.host, c.port);
     eldr_serve_config_free(&c);
     return 0;
   }
   c.handle_signals = 1;
-  if (!quiet) c.log = log_stderr;
+  if (!a.quiet) c.log = log_stderr;
   eldr_server *s = NULL;
   rc = eldr_server_new(&c, &s, &d);
   if (rc) {

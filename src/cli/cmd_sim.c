@@ -34,15 +34,15 @@ static const char SIM_HELP[] =
     "Decisions come from the same policy code as `eldr serve`.\n"
     "\n"
     "workload\n"
-    "  -t, --trace FILE        expert trace (JSONL)\n"
+    "  -t, --trace FILE        expert trace (JSONL)   (required: this or --generate)\n"
     "      --generate W        generate in-process: realistic (calibrated to real\n"
     "                          traces) | task | language (paper-shaped presets) |\n"
-    "                          custom:FILE\n"
+    "                          custom:FILE             (required: this or --trace)\n"
     "      --gen-requests N    requests to generate                      [1000]\n"
-    "      --serve-trace FILE  serve this trace; fit on all of --trace\n"
+    "      --serve-trace FILE  serve this trace; fit on all of --trace    [none]\n"
     "      --fit-fraction F    fit on a seeded random F of the requests, serve the rest [0.5]\n"
     "  -a, --artifact FILE     use this artifact instead of fitting (serves all of\n"
-    "                          the trace unless --fit-fraction is given)\n"
+    "                          the trace unless --fit-fraction is given)  [none]\n"
     "      --arrivals trace    use the trace's arrival timestamps instead of --rates\n"
     "cluster and model\n"
     "      --prefill P         prefill workers                           [8]\n"
@@ -51,9 +51,10 @@ static const char SIM_HELP[] =
     "  -m, --model M           latency preset: qwen3-30b-a3b gpt-oss-120b qwen3-235b-a22b\n"
     "                          llama4-maverick olmoe-1b-7b deepseek-v3 [from the trace's model]\n"
     "      --hardware H        mi300x | h200 | h100   [mi300x; h200 for llama4-maverick]\n"
-    "      --latency FILE      JSON overrides of the latency model's fields\n"
+    "      --latency FILE      JSON overrides of the latency model's fields  [none]\n"
     "      --ep-size R         decoders run experts over R EP ranks (latency: slowest\n"
     "                          rank + all-to-all, eldr_latency_preset_ep); also prefill\n"
+    "                                                                    [off]\n"
     "      --tp T              attention tensor parallelism with --ep-size  [= R]\n"
     "      --placement K       linear | global | per-decoder expert placement   [linear]\n"
     "                          (global/per-decoder: the artifact's files, else fitted\n"
@@ -66,20 +67,20 @@ static const char SIM_HELP[] =
     "                          eldr-permuted footprint footprint-oracle footprint-permuted\n"
     "                          footprint-all footprint-mask    [all: up to footprint]\n"
     "      --tau X             ELDR locality band          [artifact's tau, or 0.1]\n"
-    "      --taus LIST         also run ELDR at each tau (ablation)\n"
+    "      --taus LIST         also run ELDR at each tau (ablation)      [none]\n"
     "      --vanilla           also fit unbalanced K-means and run it (ablation)\n"
     "      --ablation          shorthand: --taus 0,0.05,0.1,0.2,0.5,1 --vanilla\n"
     "      --decorrelate       every arrival starts at a random offset of its recorded\n"
     "                          decode sequence (wrapping); default off\n"
     "      --decorrelated-rows also run eldr and the best baselines decorrelated\n"
-    "      --seed S            seed of arrivals, split, fit and policies [" ELDR_SEED_DEFAULT_STR "]\n"
-    "      --jobs N            simulations run in parallel threads       [1]\n"
+    "      --seed N            seed of arrivals, split, fit and policies [" ELDR_SEED_DEFAULT_STR "]\n"
+    "  -j, --jobs N            simulations run in parallel threads       [1]\n"
     "output\n"
     "      --json              JSON on stdout instead of the table\n"
-    "      --csv FILE          one row per (policy, rate)\n"
-    "      --plot DIR          gnuplot figures (PNG) into DIR\n"
+    "      --csv FILE          one row per (policy, rate)                [none]\n"
+    "      --plot DIR          gnuplot figures (PNG) into DIR            [none]\n"
     "      --print-latency     print the latency model (--model on --hardware, with\n"
-    "                          --ep-size/--tp and --latency applied) as JSON and exit;\n"
+    "                          the EP flags and --latency applied) as JSON and exit;\n"
     "                          needs --model, no trace\n"
     "  -q, --quiet             no progress on stderr\n"
     "  -h, --help              this help\n";
@@ -164,7 +165,7 @@ static void parse_args(const char *cmd, int argc, char **argv, sim_args *a) {
       {0, 0, 0, 0}};
   cli_getopt_reset();
   int c;
-  while ((c = getopt_long(argc, argv, ":t:a:m:qh", lo, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, ":t:a:m:j:qh", lo, NULL)) != -1) {
     switch (c) {
     case 't': a->trace_path = optarg; break;
     case 1: a->gen = optarg; break;
@@ -199,6 +200,7 @@ static void parse_args(const char *cmd, int argc, char **argv, sim_args *a) {
     case 21: a->json = 1; break;
     case 22: a->csv_path = optarg; break;
     case 23: a->plot_dir = optarg; break;
+    case 'j':
     case 24: a->jobs = (size_t)cli_parse_long(cmd, "--jobs", optarg, 1, 64); break;
     case 25: a->ep_size = (uint32_t)cli_parse_long(cmd, "--ep-size", optarg, 1, 64); break;
     case 26: a->ep_tp = (uint32_t)cli_parse_long(cmd, "--tp", optarg, 1, 64); break;
@@ -225,6 +227,14 @@ static void parse_args(const char *cmd, int argc, char **argv, sim_args *a) {
   if (a->art_path && a->vanilla) cli_usage_error(cmd, "--vanilla fits in-process; it cannot be used with --artifact");
   if ((a->ep_kind_set || a->ep_tp || a->ep_redundant) && !a->ep_size)
     cli_usage_error(cmd, "--placement, --tp and --redundant-experts need --ep-size");
+  /* outputs, before the minutes of work */
+  const char *inputs[4] = {NULL, NULL, NULL, NULL};
+  size_t ni = 0;
+  const char *const given[3] = {a->trace_path, a->serve_path, a->art_path};
+  for (int i = 0; i < 3; i++)
+    if (given[i]) inputs[ni++] = given[i];
+  if (a->csv_path) cli_check_output(cmd, "--csv", a->csv_path, inputs);
+  if (a->plot_dir) cli_check_outdir(cmd, "--plot", a->plot_dir);
 }
 
 /* The trace to fit on (*t) and, with --serve-trace, the one to serve (*ts). */
@@ -279,7 +289,7 @@ static void latency_model(const char *cmd, const sim_args *a, const eldr_trace *
     if (!model)
       cli_usage_error(cmd, "--model is required: no latency preset for the trace's model '%s'", t->model);
   }
-  if (!hardware) hardware = !strcmp(model, "llama4-maverick") ? "h200" : "mi300x";
+  if (!hardware) hardware = cli_hardware_default(model);
   rc = a->ep_size ? eldr_latency_preset_ep(model, hardware, a->ep_tp ? a->ep_tp : a->ep_size,
                                            a->ep_size, out, &d)
                   : eldr_latency_preset(model, hardware, out, &d);

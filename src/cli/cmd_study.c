@@ -44,17 +44,17 @@ static const char STUDY_HELP[] =
     "\n"
     "workload\n"
     "  -t, --trace FILE        expert trace (JSONL)   [generate --workload instead]\n"
-    "      --serve-trace FILE  serve this trace; fit on all of --trace\n"
+    "      --serve-trace FILE  serve this trace; fit on all of --trace  [none]\n"
     "      --fit-fraction F    fitted share of the seeded split        [0.5]\n"
     "  -w, --workload W        generated: realistic | task | language (paper-shaped)\n"
     "                          | custom:FILE                           [realistic]\n"
     "      --gen-requests N    requests to generate                    [600]\n"
-    "      --gen-seed S        seed of the generated trace             [" ELDR_SEED_DEFAULT_STR "]\n"
+    "      --gen-seed N        seed of the generated trace             [" ELDR_SEED_DEFAULT_STR "]\n"
     "      --max-decode-tokens T  cap generated output lengths         [128]\n"
     "cluster and model\n"
     "  -m, --model M           model preset (shape and latency) [from the trace; qwen3-30b-a3b]\n"
     "      --hardware H        mi300x | h200 | h100   [mi300x; h200 for llama4-maverick]\n"
-    "      --latency FILE      JSON overrides of the latency model's fields\n"
+    "      --latency FILE      JSON overrides of the latency model's fields  [none]\n"
     "      --prefill P         prefill workers                         [8]\n"
     "      --decode D          decode workers (table2: 8, 16, 24)      [16]\n"
     "      --max-batch B       decode batch limit per worker           [64]\n"
@@ -300,6 +300,7 @@ int eldr_cmd_study(int argc, char **argv) {
   if (!eldr_study_names[known])
     cli_usage_error(cmd, "unknown study '%s' (fig2 fig3 fig4 fig11 fig15 fig16 table2 rho-gain)", name);
   if (!out_dir) cli_usage_error(cmd, "--out DIR is required");
+  cli_check_outdir(cmd, "--out", out_dir); /* before the minutes of work */
   if (serve_path && !trace_path) cli_usage_error(cmd, "--serve-trace needs --trace");
   if (!quiet) o.progress = progress;
 
@@ -335,7 +336,7 @@ int eldr_cmd_study(int argc, char **argv) {
   o.serve = ts;
   const char *preset = model ? model : cli_latency_preset_for_model(t->model);
   if (!preset) cli_usage_error(cmd, "--model is required: no latency preset for '%s'", t->model);
-  if (!hardware) hardware = !strcmp(preset, "llama4-maverick") ? "h200" : "mi300x";
+  if (!hardware) hardware = cli_hardware_default(preset);
   if ((rc = eldr_latency_preset(preset, hardware, &o.lm, &d)))
     cli_usage_error(cmd, "%s", eldr_diag_msg(&d, rc));
   if (lat_path && (rc = eldr_latency_load_overrides(lat_path, &o.lm, &d)))

@@ -43,11 +43,11 @@ static const char GEN_HELP[] =
     "                            language (paper-shaped presets) | custom:FILE (JSON)\n"
     "                                                               [realistic]\n"
     "  -n, --requests N          requests to generate (>= 1)         (required)\n"
-    "  -s, --seed S              seed; the same seed gives the same bytes [" ELDR_SEED_DEFAULT_STR "]\n"
+    "  -s, --seed N              seed; the same seed gives the same bytes [" ELDR_SEED_DEFAULT_STR "]\n"
     "  -o, --output FILE         trace to write ('-' = stdout)        (required)\n"
-    "      --decode-tokens T     every request generates exactly T tokens\n"
-    "      --max-decode-tokens T cap the drawn output lengths at T\n"
-    "      --max-prompt-tokens T cap the drawn prompt lengths at T\n"
+    "      --decode-tokens T     every request generates exactly T tokens  [drawn]\n"
+    "      --max-decode-tokens T cap of the drawn output lengths, tokens [no cap]\n"
+    "      --max-prompt-tokens T cap of the drawn prompt lengths, tokens [no cap]\n"
     "  -j, --jobs N              generator threads (the output does not depend on it)\n"
     "                                                               [2]\n"
     "      --form F              tokens (per-token rows) | counts (per-layer expert\n"
@@ -70,15 +70,17 @@ static const char STATS_HELP[] =
     "(c) domain mix, prompt and output lengths, popularity skew.\n"
     "\n"
     "  -a, --artifact FILE   cluster = nearest centroid of the request's signature\n"
+    "                                                                   [none]\n"
     "  -b, --batch LIST      batch sizes                                [8,16,32,64]\n"
     "      --batches N       batches drawn per size and rule            [64]\n"
     "      --steps N         decode steps per batch (0 = median output length) [0]\n"
-    "  -s, --seed S          batch sampling seed                        [0]\n"
-    "  -j, --json            JSON instead of a table\n"
+    "  -s, --seed N          batch sampling seed                        [0]\n"
+    "      --json            JSON instead of a table\n"
     "  -p, --plot FILE       distinct experts vs batch size, per rule (.png or .svg;\n"
-    "                        needs gnuplot)\n"
+    "                        needs gnuplot)                             [none]\n"
     "      --olmoe-counts F  also report the popularity skew of a per-domain counts\n"
     "                        file (e.g. olmoe-domain-expert-counts.json) for comparison\n"
+    "                                                                   [none]\n"
     "  -h, --help            this help\n"
     "\n"
     "Batches are decode batches of B slots under continuous batching: at every step each\n"
@@ -446,12 +448,12 @@ static int trace_stats(int argc, char **argv) {
   static const struct option lo[] = {
       {"artifact", required_argument, 0, 'a'}, {"batch", required_argument, 0, 'b'},
       {"batches", required_argument, 0, 1},    {"steps", required_argument, 0, 2},
-      {"seed", required_argument, 0, 's'},     {"json", no_argument, 0, 'j'},
+      {"seed", required_argument, 0, 's'},     {"json", no_argument, 0, 4},
       {"plot", required_argument, 0, 'p'},     {"olmoe-counts", required_argument, 0, 3},
       {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
   cli_getopt_reset();
   int c;
-  while ((c = getopt_long(argc, argv, ":a:b:s:jp:h", lo, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, ":a:b:s:p:h", lo, NULL)) != -1) { /* no -j: it is --jobs everywhere */
     switch (c) {
     case 'a': art_path = optarg; break;
     case 'b':
@@ -461,7 +463,7 @@ static int trace_stats(int argc, char **argv) {
     case 1: batches = cli_parse_long(cmd, "--batches", optarg, 1, 1000000); break;
     case 2: max_steps = cli_parse_long(cmd, "--steps", optarg, 0, 100000000L); break;
     case 's': seed = cli_parse_u64(cmd, "--seed", optarg); break;
-    case 'j': json = 1; break;
+    case 4: json = 1; break;
     case 'p': plot_path = optarg; break;
     case 3: ref_path = optarg; break;
     case 'h': fputs(STATS_HELP, stdout); return 0;

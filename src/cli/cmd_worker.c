@@ -1,11 +1,13 @@
 /* cmd_worker.c — `eldr worker`: run the emulated vLLM-compatible MoE engine. */
 #include <event2/event.h>
 #include <getopt.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "eldr/latency.h"
@@ -24,52 +26,62 @@ static void usage(FILE *f) {
           "metric names) with the PD handoff (kv_transfer_params) and routed_experts, timed in\n"
           "real time by the latency model: prefill batches last the prefill model's time, each\n"
           "decode step lasts the step model's time for the union of experts its batch selects.\n"
-          "Generated text is words of --corpus (else placeholder words \" tok0 tok1 ...\"); their number is the\n"
-          "request's decode length (trace record, else max_tokens, default 16), capped by\n"
-          "max_tokens.\n\n"
-          "options:\n"
-          "  --role R              prefill, decode or both (default both)\n"
-          "  --model M             model preset (default qwen3-30b-a3b; also gpt-oss-120b,\n"
-          "                        qwen3-235b-a22b, llama4-maverick, olmoe-1b-7b, deepseek-v3)\n"
-          "  --hardware H          hardware preset: h200 (default), h100, mi300x\n"
-          "  --trace T             JSONL trace: a request naming \"eldr_trace_id\" uses that\n"
-          "                        record's expert selections; others derive them from the prompt\n"
-          "  --host A              listen address (default 127.0.0.1)\n"
-          "  --port N              listen port (default 8100; 0 = any free port)\n"
-          "  --time-scale S        emulated durations = model time x S (default 1; 4 runs\n"
-          "                        4x slower than the modelled GPU, for small machines)\n"
-          "  --kv-blocks N         KV cache blocks of 16 tokens (default 4096)\n"
-          "  --max-num-seqs N      decode batch limit (default 256)\n"
-          "  --max-batched-tokens N  prefill batch token budget (default 8192)\n"
-          "  --seed N              seed of the text-derived selections (default 0)\n"
-          "  --served-model-name S model name in replies (default: the preset)\n"
-          "  --engine-id S         remote_engine_id reported (default eldr-<role>-<port>)\n"
-          "  --no-routed-experts   do not return routed_experts on prefill replies\n"
-          "  --routed-experts-layout L  their wire layout, as vLLM shipped it (docs/vllm.md):\n"
-          "                        npy (default; vLLM main: base64 .npy per choice),\n"
-          "                        v021-lists (vLLM 0.21: prompt_routed_experts + per-choice\n"
-          "                        nested lists) or v021-base64 (the same split, each an\n"
-          "                        {encoding,dtype,shape,data} int16 object) or lists\n"
-          "                        (vLLM PR #38939: whole sequence as nested lists)\n"
-          "  --ep-size R           a TP x EP decode worker: steps last the slowest EP rank's\n"
-          "                        expert time plus the all-to-all (docs/sim.md)\n"
-          "  --tp T                attention tensor parallelism with --ep-size (default R)\n"
-          "  --placement P         linear (default) or an SGLang --init-expert-location JSON\n"
-          "                        file (e.g. one `eldr fit --ep-size` wrote for this decoder)\n"
-          "  --routed-experts-prompt full|computed  prompt rows of every token (default, vLLM\n"
-          "                        since PR #39917) or of the computed tokens only\n"
-          "  --routed-experts-decode  decode replies carry routed_experts too (prompt rows, then\n"
-          "                        the generated tokens'), as a patched vLLM decode instance\n"
-          "  --enable-prompt-tokens-details  usage.prompt_tokens_details.cached_tokens (as vLLM's\n"
-          "                        flag; default: null)\n"
-          "  --kv-abort-timeout S  a prefill holds a request's KV for the decode pull this long\n"
-          "                        (default 480, vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT)\n"
-          "  --kv-pull-timeout S   the decode side's side-channel timeout (default 30)\n"
-          "  --corpus DIR          draw generated words from DIR/*.txt (default ../shared/corpus\n"
-          "                        when it exists, else placeholder words)\n"
-          "  -h, --help            this text\n\n"
+          "Generated text is words of the corpus (else placeholder words \" tok0 tok1 ...\");\n"
+          "their number is the request's decode length (trace record, else max_tokens,\n"
+          "default 16), capped by max_tokens.\n\n"
+          "engine\n"
+          "      --role R            prefill, decode or both                   [both]\n"
+          "  -m, --model M           model preset: qwen3-30b-a3b gpt-oss-120b qwen3-235b-a22b\n"
+          "                          llama4-maverick olmoe-1b-7b deepseek-v3   [qwen3-30b-a3b]\n"
+          "      --hardware H        mi300x | h200 | h100   [mi300x; h200 for llama4-maverick]\n"
+          "      --time-scale X      emulated durations = model time x X (4 runs 4x slower\n"
+          "                          than the modelled GPU, for small machines)  [1]\n"
+          "      --kv-blocks N       KV cache blocks of 16 tokens              [4096]\n"
+          "      --max-num-seqs N    decode batch limit                        [256]\n"
+          "      --max-batched-tokens N  prefill batch budget, tokens          [8192]\n"
+          "      --ep-size R         a TP x EP decode worker: steps last the slowest EP\n"
+          "                          rank's expert time plus the all-to-all (docs/sim.md)\n"
+          "                                                                    [off]\n"
+          "      --tp T              attention tensor parallelism with --ep-size  [R]\n"
+          "      --placement P       linear, or an SGLang --init-expert-location JSON file\n"
+          "                          (e.g. one `eldr fit --ep-size` wrote for this decoder)\n"
+          "                                                                    [linear]\n"
+          "      --kv-abort-timeout S  seconds a prefill holds a request's KV for the decode\n"
+          "                          pull (vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT)  [480]\n"
+          "      --kv-pull-timeout S  seconds of the decode side's side-channel timeout  [30]\n"
+          "what it sends\n"
+          "  -t, --trace T           JSONL trace: a request naming \"eldr_trace_id\" uses that\n"
+          "                          record's expert selections; others derive them from\n"
+          "                          the prompt (without a trace eldr_trace_id is ignored,\n"
+          "                          as vLLM ignores fields it does not know)  [none]\n"
+          "      --corpus DIR        generated words from DIR/*.txt (none: placeholder words)\n"
+          "                          [<prefix>/share/eldr/corpus beside the program, else the\n"
+          "                          build's shared corpus, else none; never the current\n"
+          "                          directory]\n"
+          "      --seed N            seed of the text-derived selections       [0]\n"
+          "      --served-model-name NAME  model name in replies               [the preset]\n"
+          "      --engine-id ID      remote_engine_id reported                 [eldr-ROLE-PORT]\n"
+          "      --no-routed-experts  no routed_experts on prefill replies     [sent]\n"
+          "      --routed-experts-layout L  their wire layout, as vLLM shipped it (docs/vllm.md):\n"
+          "                          npy (vLLM main: base64 .npy per choice), v021-lists (vLLM\n"
+          "                          0.21: prompt_routed_experts + per-choice nested lists),\n"
+          "                          v021-base64 (the same split, each an {encoding,dtype,\n"
+          "                          shape,data} int16 object), lists (vLLM PR #38939: the\n"
+          "                          whole sequence as nested lists)           [npy]\n"
+          "      --routed-experts-prompt P  full: prompt rows of every token (vLLM since PR\n"
+          "                          #39917); computed: of the computed tokens only  [full]\n"
+          "      --routed-experts-decode  decode replies carry routed_experts too (prompt\n"
+          "                          rows, then the generated tokens'), as a patched vLLM\n"
+          "                          decode instance                           [off]\n"
+          "      --enable-prompt-tokens-details  usage.prompt_tokens_details.cached_tokens\n"
+          "                          (as vLLM's flag)                          [off: null]\n"
+          "listening\n"
+          "      --host ADDR         listen address                            [127.0.0.1]\n"
+          "      --port N            listen port (0 = any free port)           [8100]\n"
+          "  -h, --help              this help\n\n"
           "On start it prints one line \"eldr worker: listening on http://HOST:PORT ...\" on\n"
-          "stdout. SIGINT / SIGTERM stop it.\n");
+          "stdout. SIGINT / SIGTERM stop it. Exit status: 0 stopped; 1 it could not start\n"
+          "(a file that cannot be read, a port in use); 2 a wrong flag or value.\n");
 }
 
 static void on_signal(evutil_socket_t sig, short what, void *arg) {
@@ -78,12 +90,46 @@ static void on_signal(evutil_socket_t sig, short what, void *arg) {
   event_base_loopbreak(arg);
 }
 
+static int is_dir(const char *p) {
+  struct stat st;
+  return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* The corpus: --corpus DIR (exit 1 when it is not a directory; "none":
+ * placeholder words); else the
+ * one installed beside the program (<prefix>/share/eldr/corpus for
+ * <prefix>/bin/eldr) or, for a program in its build tree, the build's
+ * shared data (ELDR_CORPUS_DIR, fixed at configure time); else NULL
+ * (placeholder words). Never a path relative to the current directory:
+ * the text must not change with where the worker is started. */
+static const char *find_corpus(const char *flag, char *buf, size_t cap) {
+  if (flag && !strcmp(flag, "none")) return NULL;
+  if (flag) {
+    if (!is_dir(flag)) cli_fail(CMD, "--corpus: '%s' is not a directory", flag);
+    return flag;
+  }
+  char exe[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n > 0) {
+    exe[n] = 0;
+    char *slash = strrchr(exe, '/');
+    if (slash) {
+      *slash = 0;
+      if ((size_t)snprintf(buf, cap, "%s/../share/eldr/corpus", exe) < cap && is_dir(buf)) return buf;
+    }
+  }
+#ifdef ELDR_CORPUS_DIR
+  if (is_dir(ELDR_CORPUS_DIR)) return ELDR_CORPUS_DIR;
+#endif
+  return NULL;
+}
+
 int eldr_cmd_worker(int argc, char **argv) {
   eldr_worker_config cfg;
   eldr_worker_config_default(&cfg);
   cfg.port = 8100;
   const char *trace_path = NULL, *placement_path = NULL;
-  const char *corpus = NULL;
+  const char *corpus = NULL, *hardware = NULL;
   static const struct option opts[] = {
       {"role", required_argument, 0, 'r'},
       {"model", required_argument, 0, 'm'},
@@ -114,14 +160,14 @@ int eldr_cmd_worker(int argc, char **argv) {
   };
   cli_getopt_reset();
   int c;
-  while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, ":hm:t:", opts, NULL)) != -1) {
     switch (c) {
     case 'r':
       if (eldr_worker_role_parse(optarg, &cfg.role) < 0)
         cli_usage_error(CMD, "--role: '%s' is not prefill, decode or both", optarg);
       break;
     case 'm': cfg.model = optarg; break;
-    case 'H': cfg.hardware = optarg; break;
+    case 'H': hardware = optarg; break;
     case 't': trace_path = optarg; break;
     case 'A': cfg.host = optarg; break;
     case 'p': cfg.port = (uint16_t)cli_parse_long(CMD, "--port", optarg, 0, 65535); break;
@@ -158,13 +204,10 @@ int eldr_cmd_worker(int argc, char **argv) {
     }
   }
   if (optind < argc) cli_usage_error(CMD, "unexpected argument '%s' (see --help)", argv[optind]);
+  cfg.hardware = hardware ? hardware : cli_hardware_default(cfg.model);
 
-  /* the corpus: the flag (must be readable), else ../shared/corpus when present */
-  struct stat cst;
-  if (corpus && (stat(corpus, &cst) < 0 || !S_ISDIR(cst.st_mode)))
-    cli_usage_error(CMD, "--corpus: '%s' is not a directory", corpus);
-  if (!corpus && stat("../shared/corpus", &cst) == 0 && S_ISDIR(cst.st_mode)) corpus = "../shared/corpus";
-  cfg.corpus_dir = corpus;
+  char corpus_buf[PATH_MAX];
+  cfg.corpus_dir = corpus = find_corpus(corpus, corpus_buf, sizeof corpus_buf);
   eldr_diag d = {{0}};
   /* a bad --model/--hardware is a bad flag value (exit 2), found before anything starts */
   eldr_latency_model lm;
@@ -214,10 +257,10 @@ int eldr_cmd_worker(int argc, char **argv) {
   if (cfg.ep_size)
     snprintf(epdesc, sizeof epdesc, " tp=%u ep=%u placement=%s", cfg.tp ? cfg.tp : cfg.ep_size,
              cfg.ep_size, placement ? "file" : "linear");
-  printf("eldr worker: listening on http://%s:%u role=%s model=%s hardware=%s time_scale=%g%s%s\n",
+  printf("eldr worker: listening on http://%s:%u role=%s model=%s hardware=%s time_scale=%g%s%s corpus=%s\n",
          cfg.host ? cfg.host : "127.0.0.1", (unsigned)eldr_worker_port(w),
          eldr_worker_role_name(cfg.role), cfg.model, cfg.hardware, cfg.time_scale,
-         trace ? " trace=yes" : "", epdesc);
+         trace ? " trace=yes" : "", epdesc, corpus ? corpus : "none");
   fflush(stdout);
   event_base_dispatch(base);
   if (sint) event_free(sint);

@@ -30,6 +30,7 @@
 #include "eldr/writefile.h"
 #include "eldr/artifact.h"
 #include "eldr/clock.h"
+#include "eldr/http_fetch.h"
 #include "eldr/loadgen.h"
 #include "eldr/plot.h"
 #include "eldr/preset_files.h"
@@ -198,7 +199,7 @@ static double poll_status(const char *router, char *state, size_t cap) {
   eldr_diag d = {{0}};
   double score = NAN;
   snprintf(state, cap, "none");
-  if (eldr_cluster_http(router, "GET", "/eldr/status", NULL, NULL, 5, &st, &body, &d) || st != 200) {
+  if (eldr_http_fetch(router, "GET", "/eldr/status", NULL, NULL, 5, &st, &body, &d) || st != 200) {
     free(body);
     return NAN;
   }
@@ -265,7 +266,7 @@ static int refit_and_reload(ctx *x, run *rn, const char *router, size_t need, do
   copy_file(x->new_path, x->live_path);
   int st = 0;
   char *body = NULL;
-  int rc = eldr_cluster_http(router, "POST", "/admin/reload", x->auth, "", 30, &st, &body, &d);
+  int rc = eldr_http_fetch(router, "POST", "/admin/reload", x->auth, "", 30, &st, &body, &d);
   if (rc) demo_fail("POST /admin/reload: %s", eldr_diag_msg(&d, rc));
   json_t *j = json_loads(body, 0, NULL);
   const char *res = json_string_value(json_object_get(j, "result"));

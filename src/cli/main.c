@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "eldr/cpu.h"
 
 #define DECL(name) int eldr_cmd_##name(int argc, char **argv) __attribute__((weak));
 DECL(fit)
@@ -29,7 +30,9 @@ typedef struct command {
 static void usage(FILE *f, const command *cmds, size_t n) {
   fprintf(f,
           "eldr — expert-locality-aware decode routing for PD-disaggregated MoE serving\n\n"
-          "usage: eldr <command> [options]   (eldr <command> --help for details)\n\ncommands:\n");
+          "usage: eldr <command> [options]   (eldr <command> --help for details)\n"
+          "       eldr --version             the version and the SIMD level in use\n"
+          "       eldr --help                this list\n\ncommands:\n");
   for (size_t i = 0; i < n; i++) {
     fprintf(f, "  %-8s %s%s\n", cmds[i].name, cmds[i].summary, cmds[i].fn ? "" : " (not built)");
     for (const char *p = cmds[i].subs; p && *p;) {
@@ -38,6 +41,13 @@ static void usage(FILE *f, const command *cmds, size_t n) {
       p += eol + (p[eol] == '\n');
     }
   }
+  fprintf(f,
+          "\nexit status, every command:\n"
+          "  0  done\n"
+          "  1  the work failed: an input missing, unreadable or malformed, an output that\n"
+          "     cannot be written, a port in use, a peer that failed (the message names it)\n"
+          "  2  the command line is wrong: an unknown flag or command, a missing or malformed\n"
+          "     value, a value out of range, flags that conflict (nothing was started)\n");
 }
 
 int main(int argc, char **argv) {
@@ -69,7 +79,8 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (!strcmp(argv[1], "--version")) {
-    printf("eldr 0.1.0\n");
+    printf("eldr 0.1.0\nsimd: %s (this CPU: %s; ELDR_NO_SIMD=1 / ELDR_NO_AVX512=1 lower it)\n",
+           eldr_cpu_level_name(eldr_cpu_level_now()), eldr_cpu_level_name(eldr_cpu_detected()));
     return 0;
   }
   for (size_t i = 0; i < n; i++) {

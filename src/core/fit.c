@@ -142,8 +142,18 @@ static int score_candidates(rho_jobs *j) {
 
 /* ---- the in-memory trace as a source ------------------------------------ */
 
+/* A source over an in-memory trace (and a subset of its requests, when
+ * set): the context trace_each reads, with its count buffers. */
+typedef struct trace_ctx {
+  const eldr_trace *t;
+  const size_t *subset;
+  size_t n_subset;
+  uint32_t *pre, *dec;
+  float *gates;
+} trace_ctx;
+
 static int trace_each(void *ctx, eldr_fit_visit visit, void *ud, eldr_diag *d) {
-  eldr_fit_trace_ctx *c = ctx;
+  trace_ctx *c = ctx;
   const eldr_trace *t = c->t;
   const size_t n = c->subset ? c->n_subset : t->n;
   for (size_t i = 0; i < n; i++) {
@@ -166,8 +176,16 @@ static int trace_each(void *ctx, eldr_fit_visit visit, void *ud, eldr_diag *d) {
   return ELDR_OK;
 }
 
-int eldr_fit_trace_source(const eldr_trace *t, const size_t *subset, size_t n_subset,
-                          eldr_fit_trace_ctx *ctx, eldr_fit_source *src) {
+static void trace_source_free(trace_ctx *ctx) {
+  free(ctx->pre);
+  free(ctx->dec);
+  free(ctx->gates);
+  memset(ctx, 0, sizeof *ctx);
+}
+
+/* Fills src and ctx (released by trace_source_free). */
+static int trace_source(const eldr_trace *t, const size_t *subset, size_t n_subset, trace_ctx *ctx,
+                        eldr_fit_source *src) {
   memset(ctx, 0, sizeof *ctx);
   memset(src, 0, sizeof *src);
   const size_t LE = eldr_shape_cells(&t->shape);
@@ -178,7 +196,7 @@ int eldr_fit_trace_source(const eldr_trace *t, const size_t *subset, size_t n_su
   ctx->dec = malloc(LE * sizeof *ctx->dec);
   ctx->gates = malloc(LE * sizeof *ctx->gates);
   if (!ctx->pre || !ctx->dec || !ctx->gates) {
-    eldr_fit_trace_source_free(ctx);
+    trace_source_free(ctx);
     return ELDR_ENOMEM;
   }
   src->model = t->model;
@@ -190,23 +208,16 @@ int eldr_fit_trace_source(const eldr_trace *t, const size_t *subset, size_t n_su
   return ELDR_OK;
 }
 
-void eldr_fit_trace_source_free(eldr_fit_trace_ctx *ctx) {
-  free(ctx->pre);
-  free(ctx->dec);
-  free(ctx->gates);
-  memset(ctx, 0, sizeof *ctx);
-}
-
 int eldr_fit(const eldr_trace *t, const eldr_fit_opts *o, eldr_artifact **out,
              eldr_fit_report *report, eldr_diag *d) {
-  eldr_fit_trace_ctx ctx;
+  trace_ctx ctx;
   eldr_fit_source src;
   *out = NULL;
   memset(report, 0, sizeof *report);
-  if (eldr_fit_trace_source(t, o->subset, o->subset ? o->n_subset : 0, &ctx, &src))
+  if (trace_source(t, o->subset, o->subset ? o->n_subset : 0, &ctx, &src))
     return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
   int rc = eldr_fit_stream(&src, o, out, report, d);
-  eldr_fit_trace_source_free(&ctx);
+  trace_source_free(&ctx);
   return rc;
 }
 

@@ -2,7 +2,9 @@
  * cost of a request (see include/eldr/footprint.h, docs/footprint.md). */
 #include "eldr/footprint.h"
 
-#include "eldr/policy.h"
+#include "core/footprint_int.h"
+#include "eldr/cpu.h"
+#include "eldr/dot.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -18,42 +20,21 @@ typedef int32_t v4i __attribute__((vector_size(16)));
  * lanes, lane j summing the products at e = j mod 8, then lanes j and j+4
  * added, the four reduced as ((0+2)+(1+3)), plus the tail summed in order: the
  * same bits from the baseline (two 4-lane halves) and the AVX kernel (one
- * 8-lane vector), picked once at run time. Never contracted into FMA. */
+ * 8-lane vector, footprint_avx2.c), picked at run time where eldr/cpu.h
+ * allows AVX2. Never contracted into FMA. */
 typedef void (*dots_fn)(const float *q, const float *p, size_t L, size_t E, const uint8_t *mask,
                         float *out);
 
 static void dots_base(const float *q, const float *p, size_t L, size_t E, const uint8_t *mask,
                       float *out) {
   for (size_t l = 0; l < L; l++)
-    if (mask[l]) out[l] = eldr__dot_lanes8(q + l * E, p + l * E, E);
+    if (mask[l]) out[l] = eldr_dot_lanes8(q + l * E, p + l * E, E);
 }
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-typedef float v8f __attribute__((vector_size(32)));
-__attribute__((target("avx"))) static void dots_avx(const float *q, const float *p, size_t L,
-                                                    size_t E, const uint8_t *mask, float *out) {
-  for (size_t l = 0; l < L; l++) {
-    if (!mask[l]) continue;
-    const float *ql = q + l * E, *pl = p + l * E;
-    v8f acc = {0};
-    size_t e = 0;
-    for (; e + 8 <= E; e += 8) {
-      v8f a, b;
-      memcpy(&a, ql + e, sizeof a);
-      memcpy(&b, pl + e, sizeof b);
-      acc += a * b;
-    }
-    float tail = 0.0f;
-    for (; e < E; e++) tail += ql[e] * pl[e];
-    out[l] = (((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]))) + tail;
-  }
-}
-#endif
-
+/* Picked once per footprint, at its creation. */
 static dots_fn pick_dots(void) {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx")) return dots_avx;
+#ifdef ELDR_FP_X86
+  if (eldr_cpu_has(ELDR_CPU_AVX2)) return eldr__fp_dots_avx;
 #endif
   return dots_base;
 }

@@ -1,13 +1,18 @@
 /* policy.c — routing decisions (see include/eldr/policy.h).
  *
- * Pure computation: no allocation, no I/O. The only state a decision changes
- * is the policy's own rng (RANDOM, P2C) and rr_next (RR). */
+ * Computation only: no I/O, and no allocation in a decision. What a call
+ * changes: a decision, the policy's own rng (RANDOM, P2C) and rr_next (RR);
+ * a FOOTPRINT decision also the attached footprint's scratch (its per-layer
+ * products: not its state); eldr_policy_on_route and eldr_policy_on_end the
+ * footprint's live sums and tickets (on_route allocates the ticket's
+ * arrays, footprint.c). The similarities are eldr/dot.h's. */
 #include "eldr/policy.h"
 
 #include <math.h>
 #include <string.h>
 #include <xxhash.h>
 
+#include "eldr/dot.h"
 #include "eldr/error.h"
 
 /* Tolerance on the ELDR band edge, so that tau = 0 keeps exact (and
@@ -96,78 +101,6 @@ static size_t nth_healthy(const uint8_t *healthy, size_t n, size_t idx) {
   return 0; /* unreachable when idx < number of healthy decoders */
 }
 
-/* Similarities. Every similarity is computed with the same arithmetic
- * whichever kernel computes it: eight float lanes (two 4-lane halves, lo and
- * hi) over i = 0, 8, 16.., lane j summing a[i+j]*b[i+j]; then lo + hi, the
- * four lanes reduced in a fixed order, then the tail (dim % 8) in order. So
- * a similarity does not depend on how centroids were grouped, and lane-wise
- * vector ops (exact IEEE operations, never contracted into FMA) give the
- * same bits on every target. sim4 reads the signature once for four
- * centroids; 4-lane vectors stay in SSE registers on baseline x86-64. */
-#ifdef __clang__
-#pragma STDC FP_CONTRACT OFF /* GCC: off already in ISO C mode (-std=c17) */
-#endif
-typedef float v4f __attribute__((vector_size(16)));
-
-/* Unaligned load. */
-#define LOAD4(dst, p) memcpy(&(dst), (p), sizeof(v4f))
-
-static inline float reduce(const v4f *lo, const v4f *hi, float tail) {
-  v4f s = *lo + *hi;
-  return ((s[0] + s[2]) + (s[1] + s[3])) + tail;
-}
-
-static inline float tail_dot(const float *a, const float *b, size_t from, size_t dim) {
-  float t = 0.0f;
-  for (size_t i = from; i < dim; i++) t += a[i] * b[i];
-  return t;
-}
-
-float eldr__dot_lanes8(const float *sig, const float *c, size_t dim) {
-  v4f lo = {0}, hi = {0};
-  size_t i = 0;
-  for (; i + 8 <= dim; i += 8) {
-    v4f x0, x1, y0, y1;
-    LOAD4(x0, sig + i);
-    LOAD4(x1, sig + i + 4);
-    LOAD4(y0, c + i);
-    LOAD4(y1, c + i + 4);
-    lo += x0 * y0;
-    hi += x1 * y1;
-  }
-  return reduce(&lo, &hi, tail_dot(sig, c, i, dim));
-}
-
-static void sim4(const float *sig, const float *c, size_t dim, float *out) {
-  const float *c0 = c, *c1 = c + dim, *c2 = c + 2 * dim, *c3 = c + 3 * dim;
-  v4f l0 = {0}, h0 = {0}, l1 = {0}, h1 = {0}, l2 = {0}, h2 = {0}, l3 = {0}, h3 = {0};
-  size_t i = 0;
-  for (; i + 8 <= dim; i += 8) {
-    v4f x0, x1, y0, y1;
-    LOAD4(x0, sig + i);
-    LOAD4(x1, sig + i + 4);
-    LOAD4(y0, c0 + i);
-    LOAD4(y1, c0 + i + 4);
-    l0 += x0 * y0;
-    h0 += x1 * y1;
-    LOAD4(y0, c1 + i);
-    LOAD4(y1, c1 + i + 4);
-    l1 += x0 * y0;
-    h1 += x1 * y1;
-    LOAD4(y0, c2 + i);
-    LOAD4(y1, c2 + i + 4);
-    l2 += x0 * y0;
-    h2 += x1 * y1;
-    LOAD4(y0, c3 + i);
-    LOAD4(y1, c3 + i + 4);
-    l3 += x0 * y0;
-    h3 += x1 * y1;
-  }
-  out[0] = reduce(&l0, &h0, tail_dot(sig, c0, i, dim));
-  out[1] = reduce(&l1, &h1, tail_dot(sig, c1, i, dim));
-  out[2] = reduce(&l2, &h2, tail_dot(sig, c2, i, dim));
-  out[3] = reduce(&l3, &h3, tail_dot(sig, c3, i, dim));
-}
 
 static int decide_domain(const eldr_policy *p, const uint32_t *loads, const uint8_t *healthy,
                          size_t n, const eldr_route_req *req, eldr_decision *dec) {
@@ -196,7 +129,7 @@ static float decoder_sim(const eldr_policy *p, const float *sig, const float *ca
   float best = NAN;
   size_t bc = k % nc;
   for (size_t c = k % nc; c < nc; c += n) {
-    float s = c < ncache ? cache[c] : eldr__dot_lanes8(sig, p->centroids + c * dim, dim);
+    float s = c < ncache ? cache[c] : eldr_dot_lanes8(sig, p->centroids + c * dim, dim);
     if (c == k % nc || s > best) {
       best = s;
       bc = c;
@@ -223,11 +156,11 @@ static int decide_eldr(const eldr_policy *p, const uint32_t *loads, const uint8_
   float cache[ELDR_SIM_CACHE];
   const size_t ncache = nc < ELDR_SIM_CACHE ? nc : ELDR_SIM_CACHE;
   size_t c0 = 0;
-  for (; c0 + 4 <= ncache; c0 += 4) sim4(req->sig, p->centroids + c0 * dim, dim, cache + c0);
-  for (; c0 < ncache; c0++) cache[c0] = eldr__dot_lanes8(req->sig, p->centroids + c0 * dim, dim);
+  for (; c0 + 4 <= ncache; c0 += 4) eldr_dot_lanes8_x4(req->sig, p->centroids + c0 * dim, dim, cache + c0);
+  for (; c0 < ncache; c0++) cache[c0] = eldr_dot_lanes8(req->sig, p->centroids + c0 * dim, dim);
   if (req->sims)
     for (size_t c = 0; c < nc; c++)
-      req->sims[c] = c < ncache ? cache[c] : eldr__dot_lanes8(req->sig, p->centroids + c * dim, dim);
+      req->sims[c] = c < ncache ? cache[c] : eldr_dot_lanes8(req->sig, p->centroids + c * dim, dim);
 
   float best = -INFINITY;
   for (size_t k = 0; k < n; k++) {
@@ -355,20 +288,22 @@ int eldr_policy_decide(eldr_policy *p, const uint32_t *loads, const uint8_t *hea
   return c;
 }
 
-/* Rendezvous weight of worker i for a key. */
-static uint64_t hrw_weight(uint64_t key, size_t i) {
-  uint64_t buf[2] = {key, (uint64_t)i};
+/* Rendezvous weight of the worker whose identity is id for a key. */
+static uint64_t hrw_weight(uint64_t key, uint64_t id) {
+  uint64_t buf[2] = {key, id};
   return XXH64(buf, sizeof buf, 0x656c6472ULL /* "eldr" */);
 }
 
-int eldr_policy_prefill(uint64_t prefix_hash, const uint32_t *loads, const uint8_t *healthy,
-                        size_t n, uint32_t guard) {
+uint64_t eldr_policy_worker_key(const char *name) { return XXH64(name, strlen(name), 0x656c6472ULL); }
+
+int eldr_policy_prefill(uint64_t prefix_hash, const uint64_t *keys, const uint32_t *loads,
+                        const uint8_t *healthy, size_t n, uint32_t guard) {
   if (!loads || n == 0 || n > (size_t)INT32_MAX) return ELDR_EINVAL;
   int home = -1;
   uint64_t home_w = 0;
   for (size_t i = 0; i < n; i++) {
     if (!is_up(healthy, i)) continue;
-    uint64_t w = hrw_weight(prefix_hash, i);
+    uint64_t w = hrw_weight(prefix_hash, keys ? keys[i] : (uint64_t)i);
     if (home < 0 || w > home_w) {
       home = (int)i;
       home_w = w;

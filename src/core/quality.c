@@ -13,6 +13,9 @@
  */
 #include "eldr/quality.h"
 
+#include "core/quality_int.h"
+#include "core/signature_int.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

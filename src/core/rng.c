@@ -40,22 +40,3 @@ double eldr_rng_exponential(eldr_rng *r, double rate) {
   return -log1p(-u) / rate;
 }
 
-double eldr_rng_gamma(eldr_rng *r, double shape) {
-  if (shape < 1.0) {
-    double u = eldr_rng_uniform(r);
-    if (u < 1e-300) u = 1e-300;
-    return eldr_rng_gamma(r, shape + 1.0) * pow(u, 1.0 / shape);
-  }
-  double d = shape - 1.0 / 3.0, c = 1.0 / sqrt(9.0 * d);
-  for (;;) {
-    double x, v;
-    do {
-      x = eldr_rng_normal(r);
-      v = 1.0 + c * x;
-    } while (v <= 0.0);
-    v = v * v * v;
-    double u = eldr_rng_uniform(r);
-    if (u < 1.0 - 0.0331 * x * x * x * x) return d * v;
-    if (log(u) < 0.5 * x * x + d * (1.0 - v + log(v))) return d * v;
-  }
-}

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "eldr/counts.h" /* eldr__add_i8_u32 */
+#include "core/counts_int.h" /* eldr__add_i8_u32, eldr__counts_block8 */
 
 /* ---- cache ----------------------------------------------------------------
  * Fixed arrays: rows (capacity * cells int8), per-slot key and LRU links,

@@ -8,6 +8,8 @@
  */
 #include "eldr/signature.h"
 
+#include "core/signature_int.h"
+
 #include <math.h>
 #include <string.h>
 

@@ -123,9 +123,6 @@ void eldr_tracegen_set_lengths(eldr_tracegen *g, uint32_t force_decode, uint32_t
 }
 
 size_t eldr_tracegen_domains(const eldr_tracegen *g) { return g->w.n_domains; }
-const char *eldr_tracegen_domain_name(const eldr_tracegen *g, size_t i) {
-  return i < g->w.n_domains ? g->w.domain_names[i] : NULL;
-}
 const eldr_tracegen_workload *eldr_tracegen_get_workload(const eldr_tracegen *g) { return &g->w; }
 const eldr_shape *eldr_tracegen_shape(const eldr_tracegen *g) { return &g->shape; }
 const char *eldr_tracegen_model(const eldr_tracegen *g) { return g->model; }

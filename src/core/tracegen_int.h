@@ -85,21 +85,16 @@ uint32_t tracegen_draw_rest(tracegen_scratch *s, const float *pl, uint32_t E, co
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define TRACEGEN_AVX2 1
-/* tracegen_sample_tokens's layers with AVX2 (num_experts <= 256; the CPU
- * has AVX2; (ntok + 8) * L * K < 2^31): the phase's key. */
+/* tracegen_sample_tokens's layers with AVX2 (num_experts <= 256;
+ * eldr_cpu_has(ELDR_CPU_AVX2); (ntok + 8) * L * K < 2^31): the phase's key. */
 void tracegen_sample_avx2(const eldr_shape *sh, tracegen_scratch *s, uint64_t key, uint32_t ntok,
                           uint16_t *out);
 #define TRACEGEN_AVX512 1
 /* The same with AVX-512F, two layers per step (the same conditions, and
- * eldr__simd_avx512(): the CPU has AVX-512 F/BW/VL/VBMI, ELDR_NO_AVX512 unset). */
+ * eldr_cpu_has(ELDR_CPU_AVX512)). */
 void tracegen_sample_avx512(const eldr_shape *sh, tracegen_scratch *s, uint64_t key,
                             uint32_t ntok, uint16_t *out);
 #endif
 
-/* Testing hook: allow (1) or forbid (0) the AVX-512 sampler (it runs where
- * eldr__simd_avx512() says; forbidden, the AVX2 one runs): the process-wide
- * eldr__simd_avx512_set. Returns the previous state. Not for use while
- * other threads generate. */
-int tracegen__avx512_set(int enable);
 
 #endif

@@ -24,7 +24,7 @@
  * request's rng moves by one draw per phase. */
 #include <string.h>
 
-#include "eldr/counts.h" /* eldr__simd_on */
+#include "eldr/cpu.h"
 #include "tracegen_int.h"
 
 void tracegen_lane_seed(uint64_t key, uint32_t l, eldr_rng ls[4]) {
@@ -115,20 +115,15 @@ static void sample_layer(const eldr_shape *sh, tracegen_scratch *s, uint32_t l, 
   }
 }
 
-/* The AVX-512 sampler runs where eldr__simd_avx512() says (the CPU, and
- * neither ELDR_NO_SIMD nor ELDR_NO_AVX512): one switch for every AVX-512
- * path; this hook is that switch, kept under the name the tests use. */
-int tracegen__avx512_set(int enable) { return eldr__simd_avx512_set(enable); }
-
 void tracegen_sample_tokens(const eldr_shape *sh, tracegen_scratch *s, eldr_rng *r,
                             uint32_t ntok, uint16_t *out) {
   const uint64_t key = eldr_rng_next(r);
   if (ntok == 0) return;
 #ifdef TRACEGEN_AVX2
   const uint64_t cells = (uint64_t)(ntok + TRACEGEN_LANES) * sh->num_layers * sh->top_k;
-  if (sh->num_experts <= 256 && cells < 0x7fffffffu && eldr__simd_on()) { /* 32-bit offsets */
+  if (sh->num_experts <= 256 && cells < 0x7fffffffu && eldr_cpu_has(ELDR_CPU_AVX2)) { /* 32-bit offsets */
 #ifdef TRACEGEN_AVX512
-    if (eldr__simd_avx512())
+    if (eldr_cpu_has(ELDR_CPU_AVX512))
       tracegen_sample_avx512(sh, s, key, ntok, out);
     else
 #endif

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "eldr/policy.h"
+#include "eldr/dot.h"
 #include "eldr/quality.h"
 
 int eldr_watch_sim_bin(float s) {
@@ -31,16 +31,6 @@ void eldr_drift_ref_free(eldr_drift_ref *r) {
   if (!r) return;
   free(r->nearest_share);
   free(r);
-}
-
-eldr_drift_ref *eldr_drift_ref_copy(const eldr_drift_ref *r) {
-  if (!r) return NULL;
-  eldr_drift_ref *c = eldr_drift_ref_new(r->k);
-  if (!c) return NULL;
-  c->n = r->n;
-  memcpy(c->nearest_share, r->nearest_share, r->k * sizeof *c->nearest_share);
-  memcpy(c->sim_hist, r->sim_hist, sizeof c->sim_hist);
-  return c;
 }
 
 /* Index of the largest similarity (lower index on ties); -1 if none is a number. */
@@ -68,7 +58,7 @@ int eldr_drift_ref_compute(const float *centroids, size_t k, size_t dim, const f
     int zero = 1;
     for (size_t j = 0; j < dim && zero; j++) zero = s[j] == 0.0f;
     if (zero) continue;
-    for (size_t c = 0; c < k; c++) sims[c] = eldr__dot_lanes8(s, centroids + c * dim, dim);
+    for (size_t c = 0; c < k; c++) sims[c] = eldr_dot_lanes8(s, centroids + c * dim, dim);
     int b = argmax(sims, k);
     if (b < 0) continue;
     r->nearest_share[b] += 1;

@@ -4,17 +4,15 @@
  * Decoding goes 4 chars -> 3 bytes per step through one lookup table whose
  * invalid entries carry bit 8; the table values of a whole call are OR-ed
  * into an accumulator tested once, so the inner loop has no per-character
- * branch. AVX2 and AVX-512 VBMI loops run where the CPU has them
- * (eldr__simd_on, eldr__simd_avx512); a bad character is then located by
- * the scalar loop, for the same message. */
+ * branch. The AVX2 and AVX-512 VBMI loops (base64_avx2.c, base64_avx512.c)
+ * run where eldr_cpu_has says (eldr/cpu.h); a bad character is then
+ * located by the scalar loop, for the same message. */
 #include "base64_int.h"
+
+#include "eldr/cpu.h"
 
 #include <stdbool.h>
 #include <stdio.h>
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
-#define ELDR_B64_AVX2 1
-#endif
 #include <stdlib.h>
 #include <string.h>
 
@@ -76,156 +74,13 @@ static uint32_t dec_quads(const unsigned char *in, size_t nq, uint8_t *out) {
   return bad & 0x100;
 }
 
-#ifdef ELDR_B64_AVX2
-/* AVX2: 32 chars -> 24 bytes per step. Validation by two nibble lookups
- * whose AND is non-zero exactly for characters outside the alphabet:
- * lut_hi gives each high nibble a class bit, lut_lo[low nibble] the set of
- * classes that are invalid with it (class 0x10: bytes 0x00-0x1f and
- * >= 0x80, always invalid; 0x01: 0x2_, valid only '+' and '/'; 0x02: 0x3_,
- * digits; 0x04: 0x4_ and 0x6_, valid but '@' and '`'; 0x08: 0x5_ and 0x7_,
- * valid up to 'Z' / 'z'). Translation adds an offset chosen by the high
- * nibble ('/' moved to index 1). Packing: maddubs makes 12-bit pairs,
- * madd 24-bit groups, a byte shuffle and a lane permute make them
- * contiguous. Returns the number of quads done (a multiple of 8) and sets
- * *bad when an invalid character was seen. */
-__attribute__((target("avx2"))) static size_t dec_quads_avx2(const unsigned char *in, size_t nq,
-                                                             uint8_t *out, uint32_t *bad) {
-  const __m256i lut_lo = _mm256_setr_epi8(
-      0x15, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x13, 0x1a, 0x1b, 0x1b, 0x1b, 0x1a,
-      0x15, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x13, 0x1a, 0x1b, 0x1b, 0x1b, 0x1a);
-  const __m256i lut_hi = _mm256_setr_epi8(
-      0x10, 0x10, 0x01, 0x02, 0x04, 0x08, 0x04, 0x08, 0x10, 0x10, 0x10, 0x10, 0x10, 0x10, 0x10, 0x10,
-      0x10, 0x10, 0x01, 0x02, 0x04, 0x08, 0x04, 0x08, 0x10, 0x10, 0x10, 0x10, 0x10, 0x10, 0x10, 0x10);
-  const __m256i lut_roll = _mm256_setr_epi8(0, 16, 19, 4, -65, -65, -71, -71, 0, 0, 0, 0, 0, 0, 0, 0,
-                                            0, 16, 19, 4, -65, -65, -71, -71, 0, 0, 0, 0, 0, 0, 0, 0);
-  const __m256i nib = _mm256_set1_epi8(0x0f);
-  const __m256i slash = _mm256_set1_epi8('/');
-  const __m256i w_ab = _mm256_set1_epi32(0x01400140);
-  const __m256i w_abcd = _mm256_set1_epi32(0x00011000);
-  const __m256i pack = _mm256_setr_epi8(2, 1, 0, 6, 5, 4, 10, 9, 8, 14, 13, 12, -1, -1, -1, -1,
-                                        2, 1, 0, 6, 5, 4, 10, 9, 8, 14, 13, 12, -1, -1, -1, -1);
-  const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 4, 5, 6, 7, 7);
-  __m256i err = _mm256_setzero_si256();
-  size_t i = 0;
-  for (; i + 8 <= nq; i += 8, in += 32, out += 24) {
-    __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)in);
-    __m256i hi = _mm256_and_si256(_mm256_srli_epi32(v, 4), nib);
-    __m256i lo = _mm256_and_si256(v, nib);
-    err = _mm256_or_si256(err, _mm256_and_si256(_mm256_shuffle_epi8(lut_lo, lo),
-                                                _mm256_shuffle_epi8(lut_hi, hi)));
-    __m256i roll = _mm256_shuffle_epi8(lut_roll, _mm256_add_epi8(hi, _mm256_cmpeq_epi8(v, slash)));
-    __m256i sx = _mm256_add_epi8(v, roll);
-    __m256i ab = _mm256_maddubs_epi16(sx, w_ab);
-    __m256i abcd = _mm256_madd_epi16(ab, w_abcd);
-    __m256i o = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(abcd, pack), lanes);
-    _mm_storeu_si128((__m128i *)(void *)out, _mm256_castsi256_si128(o));
-    _mm_storel_epi64((__m128i *)(void *)(out + 16), _mm256_extracti128_si256(o, 1));
-  }
-  *bad = !_mm256_testz_si256(err, err);
-  return i;
-}
-
-/* AVX-512 VBMI: 64 chars -> 48 bytes per step (the scheme of Muła and
- * Lemire, "Base64 encoding and decoding at almost the speed of a memory
- * copy", 2019). One two-table byte permutation (vpermi2b, indexed by the
- * low 7 bits) translates all 64 chars, its table holding 0x80 for every
- * invalid char below 0x80, so a char is invalid exactly when the char or
- * its translation has bit 7 set (one vpternlog accumulates both); maddubs
- * and madd pack as the AVX2 loop, one vpermb makes the 48 bytes
- * contiguous. Same contract as dec_quads_avx2 (a multiple of 16 quads);
- * never writes past the 3 * (quads done) output bytes. */
-#define B64_512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi")))
-B64_512 static size_t dec_quads_avx512(const unsigned char *in, size_t nq, uint8_t *out,
-                                       uint32_t *bad) {
-  /* lut: B64D below 0x80, 0x80 for invalid; pk: output byte j is byte
-   * 2 - j mod 3 of 24-bit group j / 3 */
-  static const unsigned char lut[128] = {
-      0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80,
-      0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80,
-      0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x3e, 0x80, 0x80, 0x80, 0x3f,
-      0x34, 0x35, 0x36, 0x37, 0x38, 0x39, 0x3a, 0x3b, 0x3c, 0x3d, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80,
-      0x80, 0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e,
-      0x0f, 0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18, 0x19, 0x80, 0x80, 0x80, 0x80, 0x80,
-      0x80, 0x1a, 0x1b, 0x1c, 0x1d, 0x1e, 0x1f, 0x20, 0x21, 0x22, 0x23, 0x24, 0x25, 0x26, 0x27, 0x28,
-      0x29, 0x2a, 0x2b, 0x2c, 0x2d, 0x2e, 0x2f, 0x30, 0x31, 0x32, 0x33, 0x80, 0x80, 0x80, 0x80, 0x80,
-  };
-  static const unsigned char pk[64] = {
-      0x02, 0x01, 0x00, 0x06, 0x05, 0x04, 0x0a, 0x09, 0x08, 0x0e, 0x0d, 0x0c, 0x12, 0x11, 0x10, 0x16,
-      0x15, 0x14, 0x1a, 0x19, 0x18, 0x1e, 0x1d, 0x1c, 0x22, 0x21, 0x20, 0x26, 0x25, 0x24, 0x2a, 0x29,
-      0x28, 0x2e, 0x2d, 0x2c, 0x32, 0x31, 0x30, 0x36, 0x35, 0x34, 0x3a, 0x39, 0x38, 0x3e, 0x3d, 0x3c,
-      0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
-  };
-  const __m512i lut0 = _mm512_loadu_si512(lut), lut1 = _mm512_loadu_si512(lut + 64);
-  const __m512i pack = _mm512_loadu_si512(pk);
-  const __m512i w_ab = _mm512_set1_epi32(0x01400140), w_abcd = _mm512_set1_epi32(0x00011000);
-  __m512i err = _mm512_setzero_si512();
-#define B64_DECODE(v)                                                                   \
-  {                                                                                     \
-    const __m512i t = _mm512_permutex2var_epi8(lut0, v, lut1);                          \
-    err = _mm512_ternarylogic_epi64(err, v, t, 0xFE);                                   \
-    const __m512i abcd = _mm512_madd_epi16(_mm512_maddubs_epi16(t, w_ab), w_abcd);      \
-    /* a masked store: faster than 32 + 16 bytes on Zen 5 */                           \
-    _mm512_mask_storeu_epi8(out, 0x0000FFFFFFFFFFFFULL, _mm512_permutexvar_epi8(pack, abcd)); \
-  }
-  size_t i = 0;
-  const size_t mis = (uintptr_t)in & 63;
-  if (!mis) {
-    for (; i + 16 <= nq; i += 16, in += 64, out += 48) {
-      const __m512i v = _mm512_load_si512(in);
-      B64_DECODE(v)
-    }
-  } else if (nq >= 16) {
-    /* Text not on a cache line: aligned loads (a load across two lines
-     * costs about a third of the loop's time), each step's 64 chars put
-     * together from two of them by one vpermt2b. Masked loads keep every
-     * read inside the text: the first line's bytes before it, the last
-     * line's after it. */
-    const unsigned char *line = in - mis, *end = in + 4 * nq;
-    __m512i idx;
-    {
-      unsigned char b[64];
-      for (int j = 0; j < 64; j++) b[j] = (unsigned char)(j + mis);
-      idx = _mm512_loadu_si512(b);
-    }
-    __m512i a = _mm512_maskz_loadu_epi8(~0ULL << mis, line);
-    for (; i + 16 <= nq; i += 16, line += 64, out += 48) {
-      const size_t avail = (size_t)(end - (line + 64)); /* >= 1: this step needs a byte of it */
-      const __m512i b = avail >= 64 ? _mm512_load_si512(line + 64)
-                                    : _mm512_maskz_loadu_epi8((1ULL << avail) - 1, line + 64);
-      const __m512i v = _mm512_permutex2var_epi8(a, idx, b);
-      B64_DECODE(v)
-      a = b;
-    }
-  }
-#undef B64_DECODE
-  *bad = _mm512_movepi8_mask(err) != 0;
-  return i;
-}
-
-/* The CPU has AVX2 and ELDR_NO_SIMD / eldr__simd_set did not turn it off. */
-static int have_avx2(void) { return eldr__simd_on(); }
-#endif
-
-static int simd_off; /* testing hook: eldr__b64_set_simd(0) */
-
-int eldr__b64_set_simd(int enable) {
-  int was = !__atomic_load_n(&simd_off, __ATOMIC_RELAXED);
-  __atomic_store_n(&simd_off, !enable, __ATOMIC_RELAXED);
-#ifdef ELDR_B64_AVX2
-  return was && have_avx2();
-#else
-  (void)was;
-  return 0;
-#endif
-}
-
 /* Decode nq full quads with the fastest available loop. */
 static uint32_t dec_quads_any(const unsigned char *in, size_t nq, uint8_t *out) {
-#ifdef ELDR_B64_AVX2
-  if (nq >= 8 && !__atomic_load_n(&simd_off, __ATOMIC_RELAXED) && have_avx2()) {
+#ifdef ELDR_B64_X86
+  if (nq >= 8 && eldr_cpu_has(ELDR_CPU_AVX2)) {
     uint32_t bad = 0;
-    size_t done = nq >= 16 && eldr__simd_avx512() ? dec_quads_avx512(in, nq, out, &bad)
-                                                  : dec_quads_avx2(in, nq, out, &bad);
+    size_t done = nq >= 16 && eldr_cpu_has(ELDR_CPU_AVX512) ? eldr__b64_quads_avx512(in, nq, out, &bad)
+                                                            : eldr__b64_quads_avx2(in, nq, out, &bad);
     if (bad) return 0x100;
     return dec_quads(in + 4 * done, nq - done, out + 3 * done);
   }

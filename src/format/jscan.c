@@ -2,7 +2,8 @@
  * spans of a few wanted paths (jscan.h). An explicit stack (no recursion),
  * strings scanned 16 bytes at a time for the bytes that need a look
  * ('"', '\\', controls, non-ASCII), 64 at a time with AVX2 on long runs
- * (ELDR_NO_SIMD=1: the 16-byte loop only). */
+ * (jscan_avx2.c, where eldr/cpu.h allows: ELDR_NO_SIMD=1 leaves the 16-byte
+ * loop only). */
 #include "eldr/jscan.h"
 
 #include <errno.h>
@@ -12,11 +13,9 @@
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
-#endif
 
-#include "eldr/counts.h" /* eldr__simd_on */
+#include "eldr/cpu.h"
+#include "jscan_int.h"
 
 typedef struct want {
   const char *key[ELDR_JS_MAX_PATH]; /* NULL: an array index */
@@ -94,34 +93,10 @@ static size_t utf8_len(const unsigned char *p, size_t n) {
 
 /* Index of the first byte at or after i that is '"', '\\', < 0x20 or
  * >= 0x80 (n when none). */
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define JS_AVX2 1
-/* 64 bytes a step: long plain runs (a base64 blob of megabytes) at memory
- * speed; the rest of the run is left to the SSE2 loop below. */
-__attribute__((target("avx2"))) static size_t next_special_avx2(const char *p, size_t i, size_t n) {
-  const __m256i q = _mm256_set1_epi8('"'), bs = _mm256_set1_epi8('\\'), sp = _mm256_set1_epi8(0x20);
-  for (; i + 64 <= n; i += 64) {
-    const __m256i a = _mm256_loadu_si256((const __m256i *)(const void *)(p + i));
-    const __m256i b = _mm256_loadu_si256((const __m256i *)(const void *)(p + i + 32));
-    /* signed compare: bytes >= 0x80 are negative, so below 0x20 too */
-    const __m256i ma = _mm256_or_si256(_mm256_or_si256(_mm256_cmpeq_epi8(a, q), _mm256_cmpeq_epi8(a, bs)),
-                                       _mm256_cmpgt_epi8(sp, a));
-    const __m256i mb = _mm256_or_si256(_mm256_or_si256(_mm256_cmpeq_epi8(b, q), _mm256_cmpeq_epi8(b, bs)),
-                                       _mm256_cmpgt_epi8(sp, b));
-    if (!_mm256_testz_si256(_mm256_or_si256(ma, mb), _mm256_or_si256(ma, mb))) {
-      const uint64_t bits = (uint64_t)(uint32_t)_mm256_movemask_epi8(ma) |
-                            (uint64_t)(uint32_t)_mm256_movemask_epi8(mb) << 32;
-      return i + (size_t)__builtin_ctzll(bits);
-    }
-  }
-  return i;
-}
-#endif
-
 static size_t next_special(const char *p, size_t i, size_t n) {
-#ifdef JS_AVX2
-  if (n - i >= 256 && eldr__simd_on()) { /* the switch of the counting and base64 code */
-    i = next_special_avx2(p, i, n);
+#ifdef ELDR_JS_X86
+  if (n - i >= 256 && eldr_cpu_has(ELDR_CPU_AVX2)) {
+    i = eldr__js_special_avx2(p, i, n);
     if (i + 64 <= n) return i; /* found within the vectors */
   }
 #endif

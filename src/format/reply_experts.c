@@ -297,16 +297,16 @@ static int b64_value(rctx *c, const char *what, jv v, uint8_t **buf, size_t *len
     c->why = why;
     if (!memchr(raw, '\\', rl)) return b64_own(c, what, raw, rl, buf, len); /* again, for the message */
   }
-  const char *txt;
-  size_t tl;
+  const char *txt = NULL; /* set when jv_str succeeds (-O3 cannot see it) */
+  size_t tl = 0;
   int rc = jv_str(c, what, v, &txt, &tl);
   return rc ? rc : b64_own(c, what, txt, tl, buf, len);
 }
 
 /* A base64 .npy string (npy layout). */
 static int read_npy(rctx *c, const char *what, jv v, eldr_re_view *out, int check) {
-  uint8_t *b;
-  size_t n;
+  uint8_t *b = NULL; /* set when b64_value succeeds (-O3 cannot see it) */
+  size_t n = 0;
   int rc = b64_value(c, what, v, &b, &n);
   if (rc) return rc;
   eldr_npy_info h;

@@ -1,11 +1,15 @@
 /* check.c — `eldr serve --check-config`: the configuration, the artifact
- * and (optionally) the worker names checked without starting the router;
- * and the artifact check the running router shares with it. */
+ * and, with =resolve, what the start needs on this machine (worker names,
+ * the port, the access log, the record directory), checked without
+ * starting the router; and the artifact check the running router shares
+ * with it. */
+#include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
-#include <sys/stat.h>
-#include <unistd.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "serve_types.h"
 
@@ -28,27 +32,37 @@ static int resolves(const char *what, const char *host, int port, eldr_diag *d) 
   int grc = getaddrinfo(host, ps, &hints, &ai);
   if (ai) freeaddrinfo(ai);
   if (grc || !ai)
-    return eldr_diag_fail(d, ELDR_EINVAL, "%s: cannot resolve '%s': %s", what, host,
+    return eldr_diag_fail(d, ELDR_EUNAVAIL, "%s: cannot resolve '%s': %s", what, host,
                           grc ? gai_strerror(grc) : "no address");
   return 0;
 }
 
-/* dir is a writable directory, or does not exist in a writable one. */
+/* The record directory as the start opens it (record.c, eldr__rec_new):
+ * created when missing (here: removed again), a directory, writable by
+ * this process's effective ids. */
 static int record_dir_ok(const char *dir, eldr_diag *d) {
-  struct stat st;
-  if (stat(dir, &st) == 0) {
-    if (!S_ISDIR(st.st_mode)) return eldr_diag_fail(d, ELDR_EINVAL, "record: %s is not a directory", dir);
-    if (access(dir, W_OK | X_OK)) return eldr_diag_fail(d, ELDR_EINVAL, "record: directory %s is not writable", dir);
-    return 0;
-  }
-  char parent[4096];
-  snprintf(parent, sizeof parent, "%s", dir);
-  char *slash = strrchr(parent, '/');
-  if (slash == parent) slash[1] = 0;
-  else if (slash) *slash = 0;
-  else snprintf(parent, sizeof parent, ".");
-  if (access(parent, W_OK | X_OK))
-    return eldr_diag_fail(d, ELDR_EINVAL, "record: %s does not exist and %s is not a writable directory", dir, parent);
+  int made = mkdir(dir, 0755) == 0;
+  if (!made && errno != EEXIST)
+    return eldr_diag_fail(d, ELDR_EIO, "record: cannot create directory %s: %s", dir, strerror(errno));
+  int rc = 0;
+  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) rc = eldr_diag_fail(d, ELDR_EIO, "record: %s is not a directory: %s", dir, strerror(errno));
+  else if (faccessat(dfd, ".", W_OK, AT_EACCESS) != 0)
+    rc = eldr_diag_fail(d, ELDR_EIO, "record: directory %s is not writable: %s", dir, strerror(errno));
+  if (dfd >= 0) close(dfd);
+  if (made) rmdir(dir);
+  return rc;
+}
+
+/* The access log as the start opens it (accesslog.c: appended to, created
+ * when missing; here removed again). "-" is stdout. */
+static int access_log_ok(const char *path, eldr_diag *d) {
+  if (!strcmp(path, "-")) return 0;
+  const int existed = access(path, F_OK) == 0;
+  int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return eldr_diag_fail(d, ELDR_EIO, "access log %s: %s", path, strerror(errno));
+  close(fd);
+  if (!existed) unlink(path);
   return 0;
 }
 
@@ -62,14 +76,11 @@ int eldr_serve_config_check(const eldr_serve_config *c, int resolve, eldr_diag *
     eldr_artifact_free(a);
     if (rc) return rc;
   }
-  if (c->dns_server) {
-    struct sockaddr_storage ss;
-    int sl = sizeof ss;
-    if (evutil_parse_sockaddr_port(c->dns_server, (struct sockaddr *)&ss, &sl))
-      return eldr_diag_fail(d, ELDR_EINVAL, "dns_server '%s' must be IP[:PORT]", c->dns_server);
-  }
   if (!resolve) return 0;
-  /* on the machine that will run it: the record directory can be written */
+  /* on the machine that will run it, what the start checks: the port is
+   * free, the access log and the record directory can be written */
+  if ((rc = eldr__port_check(c->host, c->port, d))) return rc;
+  if (c->access_log && (rc = access_log_ok(c->access_log, d))) return rc;
   if (c->record_dir && (rc = record_dir_ok(c->record_dir, d))) return rc;
   char host[256], what[300];
   int port;

@@ -1,5 +1,6 @@
 /* config.c — eldr serve configuration: defaults, worker URLs, JSON file. */
 #include <errno.h>
+#include <event2/util.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -327,9 +328,16 @@ int eldr_serve_config_parse(eldr_serve_config *c, const char *json, size_t len, 
     rc = eldr_diag_fail(d, ELDR_EPARSE, "config: top level must be an object");
     goto out;
   }
-  const char *key;
+  const char *raw;
   json_t *v;
-  json_object_foreach(root, key, v) {
+  json_object_foreach(root, raw, v) {
+    /* a key spelled as its flag ("prefill-timeout") is the snake_case key */
+    char kb[64];
+    const char *key = raw;
+    if (strchr(raw, '-') && strlen(raw) < sizeof kb) {
+      for (size_t i = 0; (kb[i] = raw[i] == '-' ? '_' : raw[i]); i++) {}
+      key = kb;
+    }
     double x = 0;     /* set by get_num/get_int on success; initialised so */
     long long n = 0;  /* -O3's inliner sees no maybe-uninitialized path */
     if (!strcmp(key, "host")) rc = set_str(&c->host, v, key, d);
@@ -342,7 +350,7 @@ int eldr_serve_config_parse(eldr_serve_config *c, const char *json, size_t len, 
       eldr_policy_kind k;
       if (!json_is_string(v) || eldr_policy_parse(json_string_value(v), &k) ||
           k == ELDR_POLICY_DOMAIN)
-        rc = eldr_diag_fail(d, ELDR_EINVAL, "config: 'policy' must be one of eldr, jsq, p2c, rr, random");
+        rc = eldr_diag_fail(d, ELDR_EINVAL, "config: 'policy' must be one of eldr, footprint, jsq, p2c, rr, random");
       else c->policy = k;
     } else if (!strcmp(key, "tau")) { if (!(rc = get_num(v, key, 0, 2, &x, d))) c->tau = x; }
     else if (!strcmp(key, "seed")) { if (!(rc = get_int(v, key, 0, INT64_MAX, &n, d))) c->seed = (uint64_t)n; }
@@ -392,12 +400,14 @@ int eldr_serve_config_parse(eldr_serve_config *c, const char *json, size_t len, 
     else if (!strcmp(key, "shutdown_timeout")) { if (!(rc = get_num(v, key, 0, 86400, &x, d))) c->shutdown_timeout_s = x; }
     else if (!strcmp(key, "health_timeout")) { if (!(rc = get_num(v, key, 0.001, 3600, &x, d))) c->health_timeout_s = x; }
     else if (!strcmp(key, "hang_window")) { if (!(rc = get_num(v, key, 0, 86400, &x, d))) c->hang_window_s = x; }
-    else if (!strcmp(key, "bus")) rc = json_is_null(v) ? (free(c->bus), c->bus = NULL, 0) : set_str(&c->bus, v, key, d);
+    else if (!strcmp(key, "bus")) /* null or "none": off (the flag's --bus none) */
+      rc = json_is_null(v) || (json_is_string(v) && !strcmp(json_string_value(v), "none")) ? (free(c->bus), c->bus = NULL, 0)
+                                                                                            : set_str(&c->bus, v, key, d);
     else if (!strcmp(key, "bus_subject")) rc = set_str(&c->bus_subject, v, key, d);
     else if (!strcmp(key, "bus_replica_id")) rc = set_str(&c->bus_replica_id, v, key, d);
     else if (!strcmp(key, "bus_snapshot_interval")) { if (!(rc = get_num(v, key, 0.01, 3600, &x, d))) c->bus_snapshot_s = x; }
     else if (!strcmp(key, "bus_peer_timeout")) { if (!(rc = get_num(v, key, 0.03, 86400, &x, d))) c->bus_peer_timeout_s = x; }
-    else rc = eldr_diag_fail(d, ELDR_EINVAL, "config: unknown key '%s'", key);
+    else rc = eldr_diag_fail(d, ELDR_EINVAL, "config: unknown key '%s'", raw);
     if (rc) break;
   }
 out:
@@ -459,13 +469,13 @@ int eldr_serve_config_validate(const eldr_serve_config *c, eldr_diag *d) {
   if (c->port < 0 || c->port > 65535) return eldr_diag_fail(d, ELDR_ERANGE, "port %d out of range", c->port);
   if (!c->host || !*c->host) return eldr_diag_fail(d, ELDR_EINVAL, "no listen host");
   if (c->policy == ELDR_POLICY_DOMAIN || c->policy >= ELDR_POLICY__COUNT)
-    return eldr_diag_fail(d, ELDR_EINVAL, "policy must be one of eldr, jsq, p2c, rr, random");
+    return eldr_diag_fail(d, ELDR_EINVAL, "policy must be one of eldr, footprint, jsq, p2c, rr, random");
   if (!(c->tau < 0 || (c->tau >= 0 && c->tau <= 2)) || isnan(c->tau))
     return eldr_diag_fail(d, ELDR_ERANGE, "tau out of range [0, 2]");
   if (c->max_body == 0 || c->max_header < 256)
     return eldr_diag_fail(d, ELDR_ERANGE, "max_body must be > 0 and max_header >= 256");
   if (c->threads < 0 || c->threads > ELDR_SERVE_MAX_THREADS)
-    return eldr_diag_fail(d, ELDR_ERANGE, "threads must be 0 (online cores) to %d", ELDR_SERVE_MAX_THREADS);
+    return eldr_diag_fail(d, ELDR_ERANGE, "threads must be 0 (the CPUs the process may use) to %d", ELDR_SERVE_MAX_THREADS);
   if (c->retries < 0 || c->eject_after < 1)
     return eldr_diag_fail(d, ELDR_ERANGE, "retries must be >= 0 and eject_after >= 1");
   if (!(c->connect_timeout_s > 0 && c->prefill_timeout_s > 0 && c->decode_timeout_s > 0 &&
@@ -502,5 +512,11 @@ int eldr_serve_config_validate(const eldr_serve_config *c, eldr_diag *d) {
   if (!(c->bus_peer_timeout_s > c->bus_snapshot_s))
     return eldr_diag_fail(d, ELDR_ERANGE, "bus_peer_timeout (%g s) must exceed bus_snapshot_interval (%g s)",
                           c->bus_peer_timeout_s, c->bus_snapshot_s);
+  if (c->dns_server) {
+    struct sockaddr_storage ss;
+    int sl = sizeof ss;
+    if (evutil_parse_sockaddr_port(c->dns_server, (struct sockaddr *)&ss, &sl))
+      return eldr_diag_fail(d, ELDR_EINVAL, "dns_server '%s' must be IP[:PORT]", c->dns_server);
+  }
   return 0;
 }

@@ -83,6 +83,7 @@ eldr__slot *eldr__slot_get(eldr__group *g, int role, const char *url) {
     sl = calloc(1, sizeof *sl + n + 1);
     if (sl) {
       memcpy(sl->url, url, n + 1);
+      sl->key = eldr_policy_worker_key(url);
       sl->role = role;
       sl->healthy = 1;
       sl->next = g->slots;

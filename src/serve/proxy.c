@@ -30,8 +30,8 @@ static void leg_release(rq *r) {
   eldr__bus_end(r); /* the fleet's view of the leg (before its ticket's weights go) */
   eldr__fps_end(r); /* a footprint ticket lives from the decision to the decode leg's end */
   if (L->deadline) event_del(L->deadline);
-  if (L->up && eldr__up_resent(L->up)) r->s->m.resends[L->kind]++; /* a stale kept-alive connection */
-  if (L->up && eldr__up_active(L->up)) eldr__up_abort(L->up); /* the worker sees us leave */
+  if (L->up && eldr_up_resent(L->up)) r->s->m.resends[L->kind]++; /* a stale kept-alive connection */
+  if (L->up && eldr_up_active(L->up)) eldr_up_abort(L->up); /* the worker sees us leave */
   if (L->w) eldr__worker_put(L->w, L->up); /* may free a retired worker */
   L->w = NULL;
   L->up = NULL;
@@ -154,7 +154,9 @@ static int fill_loads(eldr_server *s, int role, rq *r, size_t *n) {
     if (sn) s->seen = sn;
     uint8_t *h = realloc(s->healthy, k);
     if (h) s->healthy = h;
-    if (!l || !sn || !h) return ELDR_ENOMEM;
+    uint64_t *ky = realloc(s->keys, k * sizeof *ky);
+    if (ky) s->keys = ky;
+    if (!l || !sn || !h || !ky) return ELDR_ENOMEM;
     s->loadcap = k;
   }
   for (size_t i = 0; i < k; i++) {
@@ -162,6 +164,7 @@ static int fill_loads(eldr_server *s, int role, rq *r, size_t *n) {
     s->seen[i] = w->slot->inflight;
     s->loads[i] = eldr__worker_load_at(w, s->seen[i]);
     s->healthy[i] = (uint8_t)(eldr__worker_up(w) && !was_tried(r, w));
+    s->keys[i] = w->slot->key;
   }
   *n = k;
   return 0;
@@ -183,7 +186,7 @@ static int reserve(rq *r, int k, int last) {
 static void leg_head_cb(void *arg, int status, const char *ctype);
 static void leg_data_cb(void *arg, const char *p, size_t n);
 static void leg_done_cb(void *arg, int err);
-static const eldr__up_cbs leg_cbs = {leg_head_cb, leg_data_cb, leg_done_cb};
+static const eldr_up_cbs leg_cbs = {leg_head_cb, leg_data_cb, leg_done_cb};
 static void leg_deadline_cb(evutil_socket_t fd, short ev, void *arg);
 static void start_prefill(rq *r);
 static void start_decode(rq *r, int retry);
@@ -213,7 +216,7 @@ static int leg_start(rq *r, worker *w, int kind, const char *method, const char 
   int reserved = r->reserved == w->slot; /* the decision took the in-flight count already */
   if (r->reserved && !reserved) r->reserved->inflight--; /* not this worker's: given back */
   r->reserved = NULL;
-  eldr__up *up = eldr__pool_take(w);
+  eldr_up *up = eldr__pool_take(w);
   if (!up) {
     if (reserved) w->slot->inflight--;
     return ELDR_ENOMEM;
@@ -238,7 +241,7 @@ static int leg_start(rq *r, worker *w, int kind, const char *method, const char 
   }
   size_t hn = (size_t)(h - head);
   struct iovec iov[3] = {{head, hn}, {r->fwd.p, r->fwd.n}, {(void *)body, body ? len : 0}};
-  if (eldr__up_request(up, iov, body ? 3 : 2, &leg_cbs, r) != 0) {
+  if (eldr_up_request(up, iov, body ? 3 : 2, &leg_cbs, r) != 0) {
     eldr__pool_give(w, up);
     if (reserved) w->slot->inflight--;
     return ELDR_EIO;
@@ -322,7 +325,7 @@ static void abort_stream(rq *r, int code, const char *type, const char *msg) {
 static void leg_timed_out(rq *r, const char *why) {
   leg *L = &r->L;
   int started = L->started;
-  L->sent = L->up && eldr__up_sent(L->up);
+  L->sent = L->up && eldr_up_sent(L->up);
   leg_release(r); /* aborts the exchange */
   if (started) {
     abort_stream(r, 504, "timeout", why);
@@ -412,7 +415,7 @@ static void leg_head_cb(void *arg, int status, const char *ctype) {
   /* a body of known length (a prefill reply of megabytes of routed_experts)
    * gets its buffer at once, not by doubling and copying as it arrives; up
    * to PRESIZE_MAX only: a worker's header alone does not reserve more */
-  long long cl = L->up ? eldr__up_body_length(L->up) : -1;
+  long long cl = L->up ? eldr_up_body_length(L->up) : -1;
   if (cl > 0 && cl <= PRESIZE_MAX && L->n == 0 && (size_t)cl + 1 > L->cap) {
     char *q = malloc((size_t)cl + 1);
     if (q) { /* else the data callback grows it (and reports what fails) */
@@ -441,7 +444,7 @@ static void leg_data_cb(void *arg, const char *p, size_t n) {
     if (!r->paused && L->up && eldr__conn_pending(r->c) > r->s->cfg.stream_buffer) {
       r->paused = 1;
       r->s->m.stream_pauses++;
-      eldr__up_pause(L->up, 1);
+      eldr_up_pause(L->up, 1);
     }
     return;
   }
@@ -472,7 +475,7 @@ static void leg_data_cb(void *arg, const char *p, size_t n) {
 
 void eldr__rq_drained(rq *r) {
   r->paused = 0;
-  if (r->L.up && eldr__up_active(r->L.up)) eldr__up_pause(r->L.up, 0);
+  if (r->L.up && eldr_up_active(r->L.up)) eldr_up_pause(r->L.up, 0);
 }
 
 /* Relay the buffered upstream reply to the client (frees r). */
@@ -491,7 +494,7 @@ static void leg_done_cb(void *arg, int err) {
   leg *L = &r->L;
   worker *w = L->w;
   if (L->deadline) event_del(L->deadline);
-  L->sent = !err || (L->up && eldr__up_sent(L->up));
+  L->sent = !err || (L->up && eldr_up_sent(L->up));
   if (err) { /* connection refused / reset / EOF mid-reply / not HTTP / connect timeout */
     if (w && err != ELDR_ENOMEM) { /* no socket (fds exhausted) is the router's failure */
       if (err == ELDR_ETIMEOUT) w->slot->err_timeout++;
@@ -737,7 +740,7 @@ static void start_prefill(rq *r) {
     client_upstream_error(r, 500, OUT_UPSTREAM_ERROR, "out of memory");
     return;
   }
-  int k = eldr_policy_prefill(r->prompt.prefix_hash, s->loads, s->healthy, n, s->cfg.prefill_guard);
+  int k = eldr_policy_prefill(r->prompt.prefix_hash, s->keys, s->loads, s->healthy, n, s->cfg.prefill_guard);
   if (k < 0) {
     if (r->ntried == 0) client_upstream_error(r, 503, OUT_UPSTREAM_ERROR, "no healthy prefill worker");
     else client_upstream_error(r, r->last_timeout ? 504 : 502, r->last_timeout ? OUT_TIMEOUT : OUT_UPSTREAM_ERROR,

@@ -13,6 +13,7 @@
 #include <time.h>
 #include <xxhash.h>
 
+#include "eldr/dot.h"
 #include "serve_types.h"
 
 _Static_assert(ELDR__REC_CLIENT_ID_MAX >= ELDR__HTTP_REQID_MAX, "a record holds every X-Request-Id the parser accepts");
@@ -153,7 +154,7 @@ void eldr__record_decision(rq *r, const eldr__sigres *res, int k, const eldr_dec
   if (a && a->k) {
     if (k >= 0) it->centroid = dec && dec->centroid >= 0 ? dec->centroid : (int)((size_t)k % a->k);
     if (res && res->sig && (it->sims = malloc(a->k * sizeof *it->sims))) {
-      for (size_t c = 0; c < a->k; c++) it->sims[c] = eldr__dot_lanes8(res->sig, a->centroids + c * a->dim, a->dim);
+      for (size_t c = 0; c < a->k; c++) it->sims[c] = eldr_dot_lanes8(res->sig, a->centroids + c * a->dim, a->dim);
       it->nsims = a->k;
       it->bytes += a->k * sizeof *it->sims;
     }

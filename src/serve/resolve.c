@@ -99,10 +99,10 @@ static void worker_resolved(void *owner, int err, struct evutil_addrinfo *ai) {
   if (!err && ai && ai->ai_addrlen <= sizeof w->addr) {
     memcpy(&w->addr, ai->ai_addr, ai->ai_addrlen);
     w->addrlen = (socklen_t)ai->ai_addrlen;
-    eldr__logf(w->s, "%s worker %s: '%s' resolved", eldr__role_name[w->role], w->url, w->host);
+    eldr__logf_process(w->s, "%s worker %s: '%s' resolved", eldr__role_name[w->role], w->url, w->host);
   } else {
     w->s->m.dns_errors++;
-    eldr__logf(w->s, "%s worker %s: cannot resolve '%s': %s; retrying in %g s", eldr__role_name[w->role],
+    eldr__logf_process(w->s, "%s worker %s: cannot resolve '%s': %s; retrying in %g s", eldr__role_name[w->role],
                w->url, w->host, err ? evutil_gai_strerror(err) : "no usable address",
                w->s->cfg.dns_interval_s);
     struct timeval tv = eldr__tv_of(w->s->cfg.dns_interval_s);
@@ -185,12 +185,12 @@ static void group_set(dns_group *g, char **urls, size_t n) {
       g->n = nold;
       old = urls;
       nold = n;
-      eldr__logf(s, "%s_dns %s: cannot update the workers: %s", eldr__role_name[g->role], g->spec,
+      eldr__logf_process(s, "%s_dns %s: cannot update the workers: %s", eldr__role_name[g->role], g->spec,
                  eldr_diag_msg(&d, rc));
     } else {
       eldr__workers_commit(s, &p);
       s->m.dns_updates++;
-      eldr__logf(s, "%s_dns %s: %zu addresses (%zu added, %zu draining)", eldr__role_name[g->role], g->spec,
+      eldr__logf_process(s, "%s_dns %s: %zu addresses (%zu added, %zu draining)", eldr__role_name[g->role], g->spec,
                  n, added, removed);
     }
   }
@@ -252,7 +252,7 @@ static void group_answer(dns_group *g, group_query *q, const char *tcp_err) {
   for (int k = 0; k < 2; k++) usable &= q->rc[k] == ELDR__DNS_OK || q->rc[k] == ELDR__DNS_NODATA || q->rc[k] == ELDR__DNS_NXDOMAIN;
   if (!usable) { /* says nothing about the name: keep what we have */
     s->m.dns_errors++;
-    eldr__logf(s, "%s_dns %s: cannot resolve '%s' (A: %s, AAAA: %s%s%s); keeping %zu addresses, retrying in %g s",
+    eldr__logf_process(s, "%s_dns %s: cannot resolve '%s' (A: %s, AAAA: %s%s%s); keeping %zu addresses, retrying in %g s",
                eldr__role_name[g->role], g->spec, g->host, rcname[q->rc[0]], rcname[q->rc[1]], tcp_err ? "; " : "",
                tcp_err ? tcp_err : "", g->n, s->cfg.dns_interval_s);
     return;
@@ -260,7 +260,7 @@ static void group_answer(dns_group *g, group_query *q, const char *tcp_err) {
   size_t total = q->n[0] + q->n[1];
   if (!total) {
     s->m.dns_errors++;
-    eldr__logf(s, "%s_dns %s: '%s' has no address (%s)", eldr__role_name[g->role], g->spec, g->host,
+    eldr__logf_process(s, "%s_dns %s: '%s' has no address (%s)", eldr__role_name[g->role], g->spec, g->host,
                q->rc[0] == ELDR__DNS_NXDOMAIN && q->rc[1] == ELDR__DNS_NXDOMAIN ? "no such name"
                                                                                 : "no A or AAAA records");
   }
@@ -311,7 +311,7 @@ static void tcp_done(void *arg, const int *rc, const eldr__dns_addrs *const *res
     q->rc[k] = rc[k];
     q->n[k] = 0;
     if (res[k]->n > EVDNS_CAP && !g->logged_cut++)
-      eldr__logf(g->s, "%s_dns %s: %zu %s addresses (over TCP: the UDP answer was cut)", eldr__role_name[g->role],
+      eldr__logf_process(g->s, "%s_dns %s: %zu %s addresses (over TCP: the UDP answer was cut)", eldr__role_name[g->role],
                  g->spec, res[k]->n, k ? "AAAA" : "A");
     q->n[k] = res[k]->n; /* EVDNS_CAP is ELDR__DNS_MAX_ADDRS: room for all */
     memcpy(q->addr[k], res[k]->addr, res[k]->n * sizeof res[k]->addr[0]);
@@ -334,7 +334,7 @@ static void udp_done(group_query *q) {
     if (nl > 0 && (size_t)nl <= sizeof ns &&
         (q->tcp = eldr__dnstcp_start(g->s->base, (struct sockaddr *)&ns, (socklen_t)nl, g->host, 4, tcp_done, q)))
       return;
-    eldr__logf(g->s, "%s_dns %s: the answer was cut (%zu A, %zu AAAA%s) and no TCP query could be made: using it",
+    eldr__logf_process(g->s, "%s_dns %s: the answer was cut (%zu A, %zu AAAA%s) and no TCP query could be made: using it",
                eldr__role_name[g->role], g->spec, q->n[0], q->n[1], q->n[0] >= EVDNS_LIMIT || q->n[1] >= EVDNS_LIMIT ?
                ", evdns keeps at most 32 per family" : "");
   }

@@ -128,10 +128,10 @@ static void sc_done(void *arg, int err) {
   }
 }
 
-static const eldr__up_cbs sc_cbs = {sc_head, sc_data, sc_done};
+static const eldr_up_cbs sc_cbs = {sc_head, sc_data, sc_done};
 
 void eldr__scrape_stop(worker *w) {
-  eldr__up_free(w->sc); /* an exchange in flight ends without a callback */
+  eldr_up_free(w->sc); /* an exchange in flight ends without a callback */
   w->sc = NULL;
   free(w->sc_buf);
   w->sc_buf = NULL;
@@ -147,24 +147,24 @@ void eldr__scrape_tick(evutil_socket_t fd, short ev, void *arg) {
     for (size_t i = 0; i < s->nw[role]; i++) {
       worker *w = s->w[role][i];
       if (!w->addrlen) continue;
-      if (w->sc && eldr__up_active(w->sc)) { /* the last one took a whole interval */
-        eldr__up_abort(w->sc);
+      if (w->sc && eldr_up_active(w->sc)) { /* the last one took a whole interval */
+        eldr_up_abort(w->sc);
         w->scrape_valid = 0;
         w->s->m.scrapes[1]++;
         publish(w);
         w->sc_n = 0;
       }
       if (!w->sc) {
-        w->sc = eldr__up_new(s->base, (struct sockaddr *)&w->addr, w->addrlen);
+        w->sc = eldr_up_new(s->base, (struct sockaddr *)&w->addr, w->addrlen);
         if (!w->sc) continue;
-        eldr__up_set_connect_timeout(w->sc, s->cfg.connect_timeout_s);
+        eldr_up_set_connect_timeout(w->sc, s->cfg.connect_timeout_s);
       }
       char req[400];
       int n = snprintf(req, sizeof req, "GET /metrics HTTP/1.1\r\nHost: %s\r\n\r\n", w->hosthdr);
       struct iovec iov = {req, (size_t)n};
       w->sc_status = 0;
       w->sc_n = 0;
-      if (eldr__up_request(w->sc, &iov, 1, &sc_cbs, w) == 0) w->inflight_at_scrape = w->slot->inflight;
+      if (eldr_up_request(w->sc, &iov, 1, &sc_cbs, w) == 0) w->inflight_at_scrape = w->slot->inflight;
     }
 }
 

@@ -52,7 +52,7 @@
 #include "dnsmsg.h"
 #include "record.h"
 #include "sigpath.h"
-#include "upstream.h"
+#include "eldr/upstream.h"
 
 /* ---- metrics ---------------------------------------------------------------- */
 
@@ -81,7 +81,7 @@ typedef struct metrics {
   ctr bad[BAD__N];
   ctr retries[2];
   ctr resends[3];     /* legs sent again on a fresh connection after a reused one failed
-                       * before any reply byte (eldr__up_resent), by kind: prefill, decode, models */
+                       * before any reply byte (eldr_up_resent), by kind: prefill, decode, models */
   ctr disconnects;
   ctr no_kv_params;
   ctr re_rejected[ELDR_RE__N]; /* routed_experts rejected, by eldr_re_reason */
@@ -157,6 +157,7 @@ struct eldr__slot {
    * (the clock starts when work arrives); of the last answered health
    * check or probe */
   _Atomic int64_t progress_ns, answered_ns;
+  uint64_t key;               /* rendezvous identity: eldr_policy_worker_key(url) */
   ctr requests, ejections, err_connect, err_status, err_timeout, hangs;
   int role;
   size_t refs;                /* worker objects using it (group mutex) */
@@ -218,16 +219,16 @@ struct worker {
   eldr__slot *slot;    /* shared with the other loops' worker of this role and URL */
   struct sockaddr_storage addr;
   socklen_t addrlen;
-  eldr__up **pool;     /* idle keep-alive connections */
+  eldr_up **pool;     /* idle keep-alive connections */
   size_t npool, poolcap;
-  eldr__up *hc;        /* health check connection */
+  eldr_up *hc;        /* health check connection */
   struct event *hc_timer;
   int hc_status;
   int hc_hang;         /* the check in flight is a hang probe (hang.c) */
   int64_t hc_progress; /* the slot's progress_ns when it was made one */
   dns_ticket *dns;            /* lookup of host in flight (resolve.c), or NULL */
   struct event *dns_timer;    /* retry of a host that did not resolve (NULL: numeric host) */
-  eldr__up *sc;               /* /metrics scrape connection (scrape.c) */
+  eldr_up *sc;               /* /metrics scrape connection (scrape.c) */
   char *sc_buf;
   size_t sc_n, sc_cap;
   int sc_status;
@@ -260,11 +261,11 @@ _Static_assert(LEG_MODELS == 2, "metrics.resends: one counter per leg kind");
 
 typedef struct leg {
   worker *w;
-  eldr__up *up;            /* connection of the exchange in flight, or NULL */
+  eldr_up *up;            /* connection of the exchange in flight, or NULL */
   struct event *deadline;
   int kind;
   int streaming, started;
-  int sent;                /* the worker may have read the request (eldr__up_sent) */
+  int sent;                /* the worker may have read the request (eldr_up_sent) */
   int hung_timer;          /* the deadline armed is a first-byte / idle one, not the whole leg's */
   double t_end;            /* the whole leg's deadline (monotonic seconds) */
   uint32_t hung_gen;       /* the worker slot's hung_gen when the leg started */
@@ -412,6 +413,7 @@ struct eldr_server {
   eldr__watchst *watch;   /* with an artifact: the watch (status.c), else NULL */
   uint32_t *loads;
   uint32_t *seen;         /* in-flight counts the loads were computed from */
+  uint64_t *keys;         /* the workers' rendezvous keys (slot->key), as loads */
   uint8_t *healthy;
   size_t loadcap;
   int logged_shape_mismatch, logged_splice;
@@ -442,6 +444,13 @@ static inline struct timeval eldr__tv_of(double s) {
 
 /* One log line through cfg.log (no-op without one). */
 void eldr__logf(eldr_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* host:port can be listened on now (a plain bind, closed at once; port 0:
+ * yes): what the start checks first. 0 or ELDR_EIO naming the address. */
+int eldr__port_check(const char *host, int port, eldr_diag *d);
+/* The same for what concerns the whole process and every loop meets alike
+ * (a configuration committed, a name resolved): logged by loop 0 only, so
+ * that --threads N does not print it N times. */
+void eldr__logf_process(eldr_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* ---- conn.c: client connections and responses ------------------------------ */
 
@@ -456,8 +465,6 @@ void eldr__rq_drained(rq *r);
 /* A request that held `bytes` (>= 1 MiB) of buffers ended: trim the heap
  * soon (one trim per burst). */
 void eldr__mem_note(eldr_server *s, size_t bytes);
-/* Timer callback of eldr__mem_note (arg = s). */
-void eldr__mem_trim(evutil_socket_t fd, short ev, void *arg);
 /* Close the connection; a request still in flight is aborted (eldr__rq_abort). */
 void eldr__conn_free(hconn *c);
 /* Whole responses; the connection then reads its next request or closes
@@ -611,7 +618,7 @@ void eldr__worker_free(worker *w);
 void eldr__worker_retire(worker *w);
 /* A leg on w is over: its connection back to the pool (or closed); frees a
  * retired worker whose last leg this was. */
-void eldr__worker_put(worker *w, eldr__up *u);
+void eldr__worker_put(worker *w, eldr_up *u);
 
 /* The worker lists a reload installs, built off to the side: listed workers
  * kept by URL (health, counters, in-flight legs and idle connections
@@ -621,7 +628,7 @@ typedef struct worker_plan {
   worker **w[2];
   size_t nw[2];
   worker *fresh;         /* new workers, chained through next_all */
-  eldr__up ***grown[2];  /* per planned worker: its larger pool array, or NULL */
+  eldr_up ***grown[2];  /* per planned worker: its larger pool array, or NULL */
 } worker_plan;
 int eldr__workers_plan(eldr_server *s, const eldr_serve_config *cfg, worker_plan *p, eldr_diag *d);
 void eldr__workers_drop(worker_plan *p);
@@ -630,8 +637,8 @@ void eldr__workers_drop(worker_plan *p);
  * retired. p is emptied. */
 void eldr__workers_commit(eldr_server *s, worker_plan *p);
 /* A connection for a new leg (idle one, or a new one); NULL on ENOMEM. */
-eldr__up *eldr__pool_take(worker *w);
-void eldr__pool_give(worker *w, eldr__up *u);
+eldr_up *eldr__pool_take(worker *w);
+void eldr__pool_give(worker *w, eldr_up *u);
 /* Count one failure; ejects after eject_after of them (health checks on). */
 void eldr__worker_failed(worker *w, const char *why);
 /* Active health checks of every listed worker (timer callback; arg = s). */

@@ -19,18 +19,31 @@
 #include <sys/resource.h>
 
 #include "busmsg.h"
+#include "eldr/cpu.h"
 #include "serve_types.h"
 
-void eldr__logf(eldr_server *s, const char *fmt, ...) {
+static void vlogf(eldr_server *s, const char *fmt, va_list ap) {
   if (!s->cfg.log) return;
   char line[512];
-  va_list ap;
-  va_start(ap, fmt);
   vsnprintf(line, sizeof line, fmt, ap);
-  va_end(ap);
   if (s->grp) pthread_mutex_lock(&s->grp->logmu);
   s->cfg.log(s->cfg.log_ctx, line);
   if (s->grp) pthread_mutex_unlock(&s->grp->logmu);
+}
+
+void eldr__logf(eldr_server *s, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vlogf(s, fmt, ap);
+  va_end(ap);
+}
+
+void eldr__logf_process(eldr_server *s, const char *fmt, ...) {
+  if (s->loop != 0) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vlogf(s, fmt, ap);
+  va_end(ap);
 }
 
 /* ---- memory ------------------------------------------------------------------ */
@@ -46,7 +59,7 @@ void eldr__mem_note(eldr_server *s, size_t bytes) {
   evtimer_add(s->ev_trim, &tv);
 }
 
-void eldr__mem_trim(evutil_socket_t fd, short ev, void *arg) {
+static void mem_trim(evutil_socket_t fd, short ev, void *arg) {
   (void)fd;
   (void)ev;
   eldr_server *s = arg;
@@ -172,8 +185,8 @@ static void stage_commit(eldr_server *s, stage *st) {
   eldr__busview_stale(s->bv); /* the new footprint starts without the others' weights */
   s->logged_fp = 0;
   eldr__watch_commit(s, st->watch);
-  if (s->cfg.policy == ELDR_POLICY_FOOTPRINT && !s->fps)
-    eldr__logf(s, "footprint: %s: it runs as JSQ",
+  if (s->cfg.policy == ELDR_POLICY_FOOTPRINT && !s->fps) /* every loop commits the same */
+    eldr__logf_process(s, "footprint: %s: it runs as JSQ",
                !s->art ? "no artifact" : !s->art->latency
                    ? "the artifact carries no latency coefficients (refit with `eldr fit --model M --hardware H`)"
                    : "no decode workers listed yet");
@@ -203,10 +216,10 @@ static void stage_commit(eldr_server *s, stage *st) {
   if (a && a->k != s->nw[ROLE_DECODE] && s->nw[ROLE_DECODE]) {
     size_t n = s->nw[ROLE_DECODE];
     if (n > a->k)
-      eldr__logf(s, "artifact has %zu centroids for %zu decode workers: decoder i uses centroid i %% %zu "
+      eldr__logf_process(s, "artifact has %zu centroids for %zu decode workers: decoder i uses centroid i %% %zu "
                     "(decoders sharing a centroid split its traffic by load)", a->k, n, a->k);
     else
-      eldr__logf(s, "artifact has %zu centroids for %zu decode workers: decoder i serves centroids i, i + %zu, ... "
+      eldr__logf_process(s, "artifact has %zu centroids for %zu decode workers: decoder i serves centroids i, i + %zu, ... "
                     "(its similarity is the best of theirs)", a->k, n, n);
   }
 }
@@ -345,6 +358,22 @@ static int port_free(const struct evutil_addrinfo *ai, const char *host, int por
   return 0;
 }
 
+int eldr__port_check(const char *host, int port, eldr_diag *d) {
+  if (port == 0) return 0; /* any free port */
+  struct evutil_addrinfo hints, *ai = NULL;
+  memset(&hints, 0, sizeof hints);
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = EVUTIL_AI_PASSIVE | EVUTIL_AI_NUMERICSERV;
+  char portstr[16];
+  snprintf(portstr, sizeof portstr, "%d", port);
+  if (evutil_getaddrinfo(host, portstr, &hints, &ai) != 0 || !ai)
+    return eldr_diag_fail(d, ELDR_EIO, "cannot resolve listen address %s", host);
+  const int rc = port_free(ai, host, port, d);
+  evutil_freeaddrinfo(ai);
+  return rc;
+}
+
 /* One loop: its event base, timers, workers, listener on cfg->host:port
  * (SO_REUSEPORT when the server has several loops: the kernel spreads the
  * connections over their listeners), and, for loop 0, the signals. Loops
@@ -379,7 +408,7 @@ static int loop_new(const eldr_serve_config *cfg, eldr__group *g, int idx, int p
   s->ev_health = event_new(s->base, -1, EV_PERSIST, eldr__health_tick, s);
   s->ev_scrape = event_new(s->base, -1, EV_PERSIST, eldr__scrape_tick, s);
   s->ev_accept = evtimer_new(s->base, eldr__accept_resume, s);
-  s->ev_trim = evtimer_new(s->base, eldr__mem_trim, s);
+  s->ev_trim = evtimer_new(s->base, mem_trim, s);
   s->ev_hang = event_new(s->base, -1, EV_PERSIST, eldr__hang_tick, s);
   s->accept_log_t = -1e9;
   if (!s->ev_health || !s->ev_scrape || !s->ev_accept || !s->ev_trim || !s->ev_hang || (rc = eldr__sigpath_init(&s->sp, s->base))) {
@@ -481,11 +510,12 @@ static int bus_start(eldr_server *s, eldr_diag *d) {
   return rc;
 }
 
-/* cfg.threads, 0 resolved to the online cores. */
+/* cfg.threads, 0 resolved to the CPUs the process may run on (affinity,
+ * cgroup quota: eldr_cpu_count). */
 static int resolve_threads(const eldr_serve_config *c) {
   if (c->threads > 0) return c->threads;
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n < 1 ? 1 : n > ELDR_SERVE_MAX_THREADS ? ELDR_SERVE_MAX_THREADS : (int)n;
+  const int n = eldr_cpu_count();
+  return n > ELDR_SERVE_MAX_THREADS ? ELDR_SERVE_MAX_THREADS : n;
 }
 
 int eldr_server_new(const eldr_serve_config *cfg, eldr_server **out, eldr_diag *d) {
@@ -526,7 +556,7 @@ int eldr_server_new(const eldr_serve_config *cfg, eldr_server **out, eldr_diag *
 int eldr_server_port(const eldr_server *s) { return s ? s->port : -1; }
 
 int eldr_server_run(eldr_server *s) {
-  eldr__logf(s, "eldr serve listening on %s:%d (%zu prefill, %zu decode workers, policy %s, artifact %s, %d event loop%s)",
+  eldr__logf(s, "listening on %s:%d (%zu prefill, %zu decode workers, policy %s, artifact %s, %d event loop%s)",
         s->cfg.host, s->port, s->nw[0], s->nw[1], eldr_policy_name(s->cfg.policy),
         s->art ? s->cfg.artifact : "none", s->grp->n, s->grp->n == 1 ? "" : "s");
   if (s->grp->n > 1 && s->cfg.policy == ELDR_POLICY_FOOTPRINT && !s->grp->bus)
@@ -579,6 +609,7 @@ static void loop_free(eldr_server *s) {
   eldr__watchst_free(s->watch);
   eldr__busview_free(s->bv);
   free(s->loads);
+  free(s->keys);
   free(s->seen);
   free(s->healthy);
   if (s->follow_cfg) eldr_serve_config_free(s->follow_cfg);

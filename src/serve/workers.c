@@ -61,8 +61,8 @@ static void unlink_worker(worker *w) {
 void eldr__worker_free(worker *w) {
   if (!w) return;
   unlink_worker(w);
-  for (size_t i = 0; i < w->npool; i++) eldr__up_free(w->pool[i]);
-  eldr__up_free(w->hc);
+  for (size_t i = 0; i < w->npool; i++) eldr_up_free(w->pool[i]);
+  eldr_up_free(w->hc);
   eldr__worker_resolve_stop(w);
   eldr__scrape_stop(w);
   event_free(w->hc_timer);
@@ -74,42 +74,42 @@ void eldr__worker_free(worker *w) {
 
 void eldr__worker_retire(worker *w) {
   w->retired = 1;
-  for (size_t i = 0; i < w->npool; i++) eldr__up_free(w->pool[i]);
+  for (size_t i = 0; i < w->npool; i++) eldr_up_free(w->pool[i]);
   w->npool = 0;
   evtimer_del(w->hc_timer);
   eldr__worker_resolve_stop(w);
   eldr__scrape_stop(w);
-  eldr__up_free(w->hc); /* a health check in flight ends without a callback */
+  eldr_up_free(w->hc); /* a health check in flight ends without a callback */
   w->hc = NULL;
   if (!w->inflight) eldr__worker_free(w);
 }
 
-void eldr__worker_put(worker *w, eldr__up *u) {
+void eldr__worker_put(worker *w, eldr_up *u) {
   w->inflight--;
   w->slot->inflight--; /* every loop's decisions see it */
   eldr__pool_give(w, u);
   if (w->retired && !w->inflight) eldr__worker_free(w);
 }
 
-eldr__up *eldr__pool_take(worker *w) {
+eldr_up *eldr__pool_take(worker *w) {
   if (w->npool) return w->pool[--w->npool];
   if (!w->addrlen) return NULL; /* not resolved (never chosen: unhealthy) */
-  eldr__up *u = eldr__up_new(w->s->base, (struct sockaddr *)&w->addr, w->addrlen);
-  if (u) eldr__up_set_connect_timeout(u, w->s->cfg.connect_timeout_s);
+  eldr_up *u = eldr_up_new(w->s->base, (struct sockaddr *)&w->addr, w->addrlen);
+  if (u) eldr_up_set_connect_timeout(u, w->s->cfg.connect_timeout_s);
   return u;
 }
 
 /* A pooled connection keeps at most this much of request/reply buffers. */
 #define POOL_KEEP_BYTES (256u << 10)
 
-void eldr__pool_give(worker *w, eldr__up *u) {
+void eldr__pool_give(worker *w, eldr_up *u) {
   if (!u) return;
-  eldr__up_trim(u, POOL_KEEP_BYTES); /* no-op while active; a large body's buffer goes */
-  if (!w->retired && w->npool < w->s->cfg.pool_size && w->npool < w->poolcap && !eldr__up_active(u)) {
+  eldr_up_trim(u, POOL_KEEP_BYTES); /* no-op while active; a large body's buffer goes */
+  if (!w->retired && w->npool < w->s->cfg.pool_size && w->npool < w->poolcap && !eldr_up_active(u)) {
     w->pool[w->npool++] = u;
     return;
   }
-  eldr__up_free(u); /* deferred by the connection itself inside its callbacks */
+  eldr_up_free(u); /* deferred by the connection itself inside its callbacks */
 }
 
 void eldr__worker_failed(worker *w, const char *why) {
@@ -156,28 +156,28 @@ static void hc_done(void *arg, int err) {
   }
   health_result(w, err == 0 && w->hc_status == 200, err ? "health check failed" : "health check status");
 }
-static const eldr__up_cbs hc_cbs = {hc_head, hc_data, hc_done};
+static const eldr_up_cbs hc_cbs = {hc_head, hc_data, hc_done};
 
 static void health_timeout_cb(evutil_socket_t fd, short ev, void *arg) {
   (void)fd;
   (void)ev;
   worker *w = arg;
-  if (!w->hc || !eldr__up_active(w->hc)) return;
-  eldr__up_abort(w->hc);
+  if (!w->hc || !eldr_up_active(w->hc)) return;
+  eldr_up_abort(w->hc);
   health_result(w, 0, "health check timed out");
 }
 
 int eldr__health_check(worker *w) {
   eldr_server *s = w->s;
   if (!w->addrlen || w->retired) return -1; /* still resolving, or gone */
-  if (!w->hc) w->hc = eldr__up_new(s->base, (struct sockaddr *)&w->addr, w->addrlen);
+  if (!w->hc) w->hc = eldr_up_new(s->base, (struct sockaddr *)&w->addr, w->addrlen);
   if (!w->hc) return -1;
-  if (eldr__up_active(w->hc)) return 0; /* the one in flight answers */
+  if (eldr_up_active(w->hc)) return 0; /* the one in flight answers */
   char req[400];
   int n = snprintf(req, sizeof req, "GET /health HTTP/1.1\r\nHost: %s\r\n\r\n", w->hosthdr);
   struct iovec iov = {req, (size_t)n};
   w->hc_status = 0;
-  if (eldr__up_request(w->hc, &iov, 1, &hc_cbs, w) != 0) return -1;
+  if (eldr_up_request(w->hc, &iov, 1, &hc_cbs, w) != 0) return -1;
   /* its own short bound, connect included (a stopped process's kernel
    * still accepts: only the answer tells) */
   struct timeval tv = eldr__tv_of(s->cfg.health_timeout_s);
@@ -291,7 +291,7 @@ void eldr__workers_commit(eldr_server *s, worker_plan *p) {
         w->pool = p->grown[role][i];
         w->poolcap = cap ? cap : 1;
       }
-      while (w->npool > cap) eldr__up_free(w->pool[--w->npool]);
+      while (w->npool > cap) eldr_up_free(w->pool[--w->npool]);
     }
     worker **old = s->w[role];
     size_t nold = s->nw[role];

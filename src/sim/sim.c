@@ -758,7 +758,7 @@ int eldr_sim_run(const eldr_sim_pool *pool, const eldr_latency_model *m, const e
       if (st->first_arrival < 0) st->first_arrival = now;
       st->copies[pi]++;
       for (size_t p = 0; p < P; p++) st->ploads[p] = st->pw[p].qlen + st->pw[p].blen;
-      int w = eldr_policy_prefill(st->phash[pi], st->ploads, NULL, P, c->prefill_guard);
+      int w = eldr_policy_prefill(st->phash[pi], NULL, st->ploads, NULL, P, c->prefill_guard);
       if (w < 0) w = 0;
       q->pw = w;
       pworker *pp = &st->pw[w];

@@ -1,11 +1,10 @@
 /* cluster.c — the local-cluster supervisor of `eldr demo` (see
  * eldr/cluster.h): children in one process group, readiness by their
- * "listening on" line, /metrics read with the router's HTTP client. */
+ * "listening on" line, /metrics read with the net layer's HTTP client
+ * (eldr/http_fetch.h). */
 #include "eldr/cluster.h"
 
 #include <errno.h>
-#include <event2/event.h>
-#include <event2/util.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
@@ -22,7 +21,7 @@
 
 #include "eldr/child.h"
 #include "eldr/clock.h"
-#include "serve/upstream.h"
+#include "eldr/http_fetch.h"
 
 #define MAX_CHILDREN (2 * ELDR_CLUSTER_MAX_WORKERS + 8)
 
@@ -338,47 +337,7 @@ int eldr_cluster_up(eldr_cluster *c, const eldr_cluster_spec *s, char *target, s
   return 0;
 }
 
-/* ---- /metrics over the router's HTTP client ---------------------------- */
-
-#define SCRAPE_MAX (4u << 20)
-
-typedef struct scrape {
-  struct event_base *base;
-  char *buf;
-  size_t n, cap;
-  int status, done, err, too_big;
-} scrape;
-
-static void on_head(void *arg, int status, const char *ctype) {
-  (void)ctype;
-  ((scrape *)arg)->status = status;
-}
-
-static void on_data(void *arg, const char *p, size_t n) {
-  scrape *s = arg;
-  if (s->too_big) return;
-  if (s->n + n + 1 > s->cap) {
-    size_t nc = s->cap ? s->cap : 1 << 16;
-    while (nc < s->n + n + 1) nc *= 2;
-    char *nb = nc <= SCRAPE_MAX ? realloc(s->buf, nc) : NULL;
-    if (!nb) {
-      s->too_big = 1;
-      return;
-    }
-    s->buf = nb;
-    s->cap = nc;
-  }
-  memcpy(s->buf + s->n, p, n);
-  s->n += n;
-  s->buf[s->n] = 0;
-}
-
-static void on_done(void *arg, int err) {
-  scrape *s = arg;
-  s->done = 1;
-  s->err = err;
-  event_base_loopbreak(s->base);
-}
+/* ---- /metrics over the net layer's HTTP client ------------------------- */
 
 /* The value after the first sample of metric name (its "{" labels or a space). */
 static int metric_value(const char *text, const char *name, double *v) {
@@ -395,84 +354,24 @@ static int metric_value(const char *text, const char *name, double *v) {
   return -1;
 }
 
-int eldr_cluster_http(const char *url, const char *method, const char *path, const char *headers,
-                      const char *body, double timeout_s, int *status, char **reply, eldr_diag *d) {
-  *reply = NULL;
-  *status = 0;
-  const char *hp = strncmp(url, "http://", 7) ? NULL : url + 7;
-  char hostport[128];
-  if (!hp || (size_t)snprintf(hostport, sizeof hostport, "%.*s", (int)strcspn(hp, "/"), hp) >=
-                 sizeof hostport)
-    return eldr_diag_fail(d, ELDR_EINVAL, "'%s' is not http://host:port", url);
-  struct sockaddr_storage ss;
-  int len = (int)sizeof ss;
-  if (evutil_parse_sockaddr_port(hostport, (struct sockaddr *)&ss, &len) < 0)
-    return eldr_diag_fail(d, ELDR_EINVAL, "'%s' is not http://host:port", url);
-  scrape s = {0};
-  s.base = event_base_new();
-  eldr__up *u = s.base ? eldr__up_new(s.base, (struct sockaddr *)&ss, (socklen_t)len) : NULL;
-  if (!u) {
-    if (s.base) event_base_free(s.base);
-    return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
-  }
-  eldr__up_set_connect_timeout(u, timeout_s);
-  char req[1024];
-  size_t bl = body ? strlen(body) : 0;
-  int rl = snprintf(req, sizeof req, "%s %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n%s", method, path,
-                    hostport, headers ? headers : "");
-  if (body) rl += snprintf(req + rl, sizeof req - (size_t)rl, "Content-Type: application/json\r\nContent-Length: %zu\r\n", bl);
-  rl += snprintf(req + rl, sizeof req - (size_t)rl, "\r\n");
-  if (rl >= (int)sizeof req) {
-    eldr__up_free(u);
-    event_base_free(s.base);
-    return eldr_diag_fail(d, ELDR_ERANGE, "%s%s: request head too long", url, path);
-  }
-  struct iovec iov[2] = {{req, (size_t)rl}, {(void *)body, bl}};
-  const eldr__up_cbs cbs = {on_head, on_data, on_done};
-  int rc = eldr__up_request(u, iov, bl ? 2 : 1, &cbs, &s);
-  if (!rc) {
-    struct timeval tv = {(time_t)timeout_s, (suseconds_t)((timeout_s - (double)(time_t)timeout_s) * 1e6)};
-    event_base_loopexit(s.base, &tv);
-    event_base_dispatch(s.base);
-    if (!s.done) {
-      eldr__up_abort(u);
-      rc = eldr_diag_fail(d, ELDR_ETIMEOUT, "%s%s: no reply within %g s", url, path, timeout_s);
-    } else if (s.err) {
-      rc = eldr_diag_fail(d, s.err, "%s%s: %s", url, path, eldr_strerror(s.err));
-    } else if (s.too_big) {
-      rc = eldr_diag_fail(d, ELDR_EIO, "%s%s: reply too large", url, path);
-    }
-  }
-  eldr__up_free(u);
-  event_base_free(s.base);
-  if (rc) {
-    free(s.buf);
-    return rc;
-  }
-  *status = s.status;
-  *reply = s.buf ? s.buf : calloc(1, 1);
-  return *reply ? 0 : eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
-}
-
 int eldr_cluster_scrape(const char *url, double timeout_s, eldr_decode_counters *acc,
                         eldr_diag *d) {
   int status;
   char *buf;
-  int rc = eldr_cluster_http(url, "GET", "/metrics", NULL, NULL, timeout_s, &status, &buf, d);
+  int rc = eldr_http_fetch(url, "GET", "/metrics", NULL, NULL, timeout_s, &status, &buf, d);
   if (rc) return rc;
   if (status != 200) {
     free(buf);
     return eldr_diag_fail(d, ELDR_EIO, "%s/metrics: status %d", url, status);
   }
-  scrape s = {.buf = buf};
   static const char *names[4] = {"eldr_worker_decode_steps_total", "eldr_worker_decode_batch_sum",
                                  "eldr_worker_decode_union_experts_sum",
                                  "eldr_worker_decode_token_seconds_sum"};
   double v[4];
   for (int i = 0; !rc && i < 4; i++)
-    if (metric_value(s.buf, names[i], &v[i]))
+    if (metric_value(buf, names[i], &v[i]))
       rc = eldr_diag_fail(d, ELDR_EPARSE, "%s/metrics: no %s", url, names[i]);
-  free(s.buf);
+  free(buf);
   if (rc) return rc;
   acc->steps += v[0];
   acc->batch_sum += v[1];

@@ -104,8 +104,6 @@ void eldr__corpus_free(eldr__corpus *c) {
   free(c);
 }
 
-size_t eldr__corpus_words(const eldr__corpus *c) { return c ? c->n : 0; }
-
 const char *eldr__corpus_word(const eldr__corpus *c, uint64_t i, size_t *len) {
   size_t k = (size_t)(i % c->n);
   *len = c->len[k];

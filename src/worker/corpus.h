@@ -26,7 +26,6 @@ typedef struct eldr__corpus eldr__corpus;
 
 int eldr__corpus_load(const char *dir, eldr__corpus **out, eldr_diag *d);
 void eldr__corpus_free(eldr__corpus *c);
-size_t eldr__corpus_words(const eldr__corpus *c);
 /* Word i mod the number of words; *len receives its length (not NUL-terminated). */
 const char *eldr__corpus_word(const eldr__corpus *c, uint64_t i, size_t *len);
 

@@ -64,7 +64,7 @@ static char *json_quote(const char *s) {
   return out;
 }
 
-uint64_t eldr__w_str_hash(const char *s) {
+static uint64_t str_hash(const char *s) {
   uint64_t h = 1469598103934665603ULL;
   for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
   return h;
@@ -72,7 +72,7 @@ uint64_t eldr__w_str_hash(const char *s) {
 
 long eldr__w_trace_find(const eldr_worker *w, const char *id) {
   if (!w->trace_index) return -1;
-  for (size_t i = eldr__w_str_hash(id) & w->trace_mask;; i = (i + 1) & w->trace_mask) {
+  for (size_t i = str_hash(id) & w->trace_mask;; i = (i + 1) & w->trace_mask) {
     size_t v = w->trace_index[i];
     if (!v) return -1;
     if (!strcmp(w->trace->req[v - 1].id, id)) return (long)(v - 1);
@@ -603,7 +603,7 @@ static void handle_completion(eldr_worker *w, struct evhttp_request *req, int ch
       eldr__w_send_error(req, 400, NULL, "Request id %s already running.", r->rid);
       goto fail;
     }
-  r->text_seed = eldr__w_str_hash(r->rid) ^ w->seq;
+  r->text_seed = str_hash(r->rid) ^ w->seq;
   char *qrid = json_quote(r->rid);
   if (qrid) {
     size_t cap = strlen(qrid) + strlen(w->served_json) + strlen(w->engine_json) + 160;
@@ -775,7 +775,7 @@ int eldr_worker_new(struct event_base *base, const eldr_worker_config *cfg, eldr
     w->trace_mask = cap - 1;
     for (size_t i = 0; i < cfg->trace->n; i++) {
       if (eldr__w_trace_find(w, cfg->trace->req[i].id) >= 0) continue; /* first wins */
-      size_t s = eldr__w_str_hash(cfg->trace->req[i].id) & w->trace_mask;
+      size_t s = str_hash(cfg->trace->req[i].id) & w->trace_mask;
       while (w->trace_index[s]) s = (s + 1) & w->trace_mask;
       w->trace_index[s] = i + 1;
     }

@@ -154,7 +154,6 @@ typedef struct preq {
 
 
 /* worker.c */
-uint64_t eldr__w_str_hash(const char *s);
 long eldr__w_trace_find(const eldr_worker *w, const char *id); /* record index or -1 */
 void eldr__w_detach(wreq *r);                /* drop the connection close callback */
 void eldr__w_prefill_try(eldr_worker *w);    /* start a prefill batch if blocks allow */

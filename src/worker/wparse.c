@@ -278,12 +278,12 @@ int eldr__w_parse_body(const eldr_worker *w, const char *body, size_t blen, int 
   }
   long rec = -1;
   json_t *tid = json_object_get(j, "eldr_trace_id");
-  if (tid && !json_is_null(tid)) {
+  /* without a trace the field is ignored, as vLLM ignores a field it does
+   * not know (OpenAIBaseModel: extra="allow", entrypoints/openai/protocol.py):
+   * `eldr bench load` sends it to any endpoint */
+  if (tid && !json_is_null(tid) && w->trace) {
     if (!json_is_string(tid)) {
       FAIL(400, "eldr_trace_id", "'eldr_trace_id' must be a string");
-    }
-    if (!w->trace) {
-      FAIL(400, "eldr_trace_id", "'eldr_trace_id' given but this worker was started without --trace");
     }
     rec = eldr__w_trace_find(w, json_string_value(tid));
     if (rec < 0) {

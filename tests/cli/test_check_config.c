@@ -1,8 +1,9 @@
 /* test_check_config.c — `eldr serve --check-config` as CI and the systemd
  * unit run it: the repository's example config (deploy/eldr.json) with an
  * artifact passes without resolving its (cluster-internal) names and fails
- * with =resolve naming the first name; a bad key, a bad value, a missing or
- * unservable artifact and a bad DNS name each exit 2 naming what is wrong. */
+ * with =resolve naming the first name (exit 1, as the start); a bad key, a
+ * bad value and a bad DNS name each exit 2 naming what is wrong, a missing
+ * or unservable artifact 1 (an input). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -76,12 +77,13 @@ static void test_example_config_passes(void **state) {
   assert_non_null(strstr(g_out, "0 prefill, 0 decode worker URLs; 1 prefill, 1 decode DNS names"));
 }
 
-/* =resolve: the example's StatefulSet names do not resolve outside the cluster. */
+/* =resolve: the example's StatefulSet names do not resolve outside the
+ * cluster: this machine's, not a wrong value (exit 1, as the start would). */
 static void test_resolve_names_the_host(void **state) {
   (void)state;
   const char *args[] = {"serve", "--config", ELDR_SOURCE_DIR "/deploy/eldr.json", "--artifact", g_art,
                         "--check-config=resolve", NULL};
-  assert_int_equal(run(args), 2);
+  assert_int_equal(run(args), 1);
   assert_non_null(strstr(g_err, "cannot resolve 'vllm-prefill-0.vllm-prefill'"));
   const char *ok[] = {"serve", "--prefill", "http://127.0.0.1:8100", "--decode-dns", "localhost:8200",
                       "--check-config=resolve", NULL};
@@ -92,12 +94,16 @@ static void test_resolve_names_the_host(void **state) {
   assert_non_null(strstr(g_err, "--check-config: 'maybe'"));
 }
 
-static void expect_config_error(const char *json, const char *needle) {
+/* status: 2 for a wrong value of the file, 1 for an artifact that cannot be
+ * loaded or served (an input, as in every command) */
+static void expect_check_error(const char *json, const char *needle, int status) {
   eldr_test_write(g_cfg, json);
   const char *args[] = {"serve", "--config", g_cfg, "--check-config", NULL};
-  assert_int_equal(run(args), 2);
+  assert_int_equal(run(args), status);
   if (!strstr(g_err, needle)) fail_msg("expected '%s' in: %s", needle, g_err);
 }
+
+static void expect_config_error(const char *json, const char *needle) { expect_check_error(json, needle, 2); }
 
 static void test_bad_configs_name_the_problem(void **state) {
   (void)state;
@@ -108,16 +114,16 @@ static void test_bad_configs_name_the_problem(void **state) {
   expect_config_error("{\"prefill\": [\"http://a:1\"], \"decode\": [\"ftp://b:2\"]}", "'decode[0]'");
   expect_config_error("{\"prefill\": [\"http://a:1\"], \"decode_dns\": [\"svc\"]}", "'svc' must be NAME:PORT");
   expect_config_error("{\"prefill\": [\"http://a:1\"]}", "no decode worker");
-  expect_config_error("{\"prefill\": [\"http://a:1\"], \"decode\": [\"http://b:2\"], \"artifact\": "
-                      "\"/nonexistent/routing.json\"}",
-                      "/nonexistent/routing.json");
+  expect_check_error("{\"prefill\": [\"http://a:1\"], \"decode\": [\"http://b:2\"], \"artifact\": "
+                     "\"/nonexistent/routing.json\"}",
+                     "/nonexistent/routing.json", 1);
   expect_config_error("{\"prefill\": [\"http://a:1\"], \"decode\": [\"http://b:2\"], \"dns_server\": \"x\"}",
                       "dns_server 'x'");
   expect_config_error("{\"prefill\": [\"http://a:1\"", "invalid JSON at line 1");
   char json[512];
   snprintf(json, sizeof json, "{\"prefill\": [\"http://a:1\"], \"decode\": [\"http://b:2\"], \"artifact\": \"%s\"}",
            g_gate);
-  expect_config_error(json, "needs gate scores");
+  expect_check_error(json, "needs gate scores", 1);
 }
 
 int main(void) {

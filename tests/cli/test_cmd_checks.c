@@ -94,7 +94,7 @@ static void test_worker_port_in_use(void **state) {
     fail_msg("rc=%d stderr='%s'", rc, g_err);
 }
 
-/* --trace that does not exist: exit 2 naming it, no work directory left. */
+/* --trace that does not exist: exit 1 (an input, as every command) naming it, no work directory left. */
 static void test_demo_missing_trace_leaves_nothing(void **state) {
   (void)state;
   char tmp[512];
@@ -104,7 +104,7 @@ static void test_demo_missing_trace_leaves_nothing(void **state) {
   const char *args[] = {"demo", "--trace", "/nonexistent/t.jsonl", NULL};
   int rc = run(args);
   unsetenv("TMPDIR");
-  if (rc != 2 || !strstr(g_err, "/nonexistent/t.jsonl") || !strstr(g_err, "No such file"))
+  if (rc != 1 || !strstr(g_err, "/nonexistent/t.jsonl") || !strstr(g_err, "No such file"))
     fail_msg("rc=%d stderr='%s'", rc, g_err);
   assert_int_equal(entries(tmp), 0);
 }
@@ -120,7 +120,7 @@ static void test_demo_plot_checked_first(void **state) {
   for (size_t i = 0; i < 2; i++) {
     const char *args[] = {"demo", "--plot", targets[i], NULL};
     int rc = run(args);
-    if (rc != 2 || !strstr(g_err, "--plot") || strstr(g_err, "work directory"))
+    if (rc != 1 || !strstr(g_err, "--plot") || strstr(g_err, "work directory"))
       fail_msg("case %zu: rc=%d stderr='%s'", i, rc, g_err);
   }
   rmdir(dir_png);

@@ -13,6 +13,7 @@
 
 #include <cmocka.h>
 
+#include "eldr/cpu.h"
 #include "eldr/batch_union.h"
 #include "eldr/counts.h"
 #include "eldr/rng.h"
@@ -131,7 +132,8 @@ static void check_rows(uint32_t L, uint32_t E, uint32_t K, int path) {
         want += !seen[cell];
         seen[cell] = 1;
       }
-    int was = eldr__simd_set(path > 0), was512 = eldr__union_avx512_set(path > 1);
+    const eldr_cpu_level lv[3] = {ELDR_CPU_PORTABLE, ELDR_CPU_AVX2, ELDR_CPU_AVX512};
+    const eldr_cpu_level was = eldr_cpu_set(lv[path]);
     memset(u.bits, 0xa5, LW * sizeof *u.bits); /* whatever was there is replaced */
     uint64_t got_b = eldr_union_rows_bits(&u, brow, n, per_b);
     uint64_t *ub = malloc(LW * sizeof *ub), *tb = malloc((n ? n : 1) * LW * sizeof *tb);
@@ -145,8 +147,7 @@ static void check_rows(uint32_t L, uint32_t E, uint32_t K, int path) {
       if (n) assert_memory_equal(tb, bits, n * LW * sizeof *tb);
       (void)eldr_union_rows_ids8(&u, irow, n, NULL); /* u's bits again */
     }
-    eldr__union_avx512_set(was512);
-    eldr__simd_set(was);
+    eldr_cpu_set(was);
     free(tb);
     assert_int_equal(got_b, want);
     assert_int_equal(got_i, want);

@@ -10,7 +10,9 @@
 #include "eldr/counts.h"
 #include "eldr/routed_experts.h"
 #include "eldr/rng.h"
+#include "core/counts_int.h"
 #include "core/counts_ref.h"
+#include "eldr/cpu.h"
 
 static void test_shape_validate(void **state) {
   (void)state;
@@ -139,7 +141,7 @@ static void test_fast_equals_reference(void **state) {
   eldr_rng r;
   eldr_rng_seed(&r, 1234);
   for (int simd = 0; simd < 2; simd++) {
-  eldr__simd_set(simd);
+  eldr_cpu_set(simd ? eldr_cpu_allowed() : ELDR_CPU_PORTABLE);
   for (int sh = 0; sh < 8; sh++) {
     const eldr_shape *s = &shapes[sh];
     const size_t L = s->num_layers, E = s->num_experts, K = s->top_k, cells = L * E;
@@ -196,7 +198,7 @@ static void test_fast_equals_reference(void **state) {
     }
   }
   }
-  eldr__simd_set(1);
+  eldr_cpu_set(eldr_cpu_allowed());
 }
 
 /* Rows of K distinct ids < E (a router's top-k). */
@@ -254,9 +256,9 @@ static void test_bits_equals_reference(void **state) {
         int rr = eldr__counts_ref(s, raw, ELDR_SEL_U8, T, mk, ref, &bad_ref);
         if (kind == 0) assert_int_equal(rr, 0);
         for (int mode = 0; mode < 4; mode++) { /* bits AVX-512, bits AVX2, per-id AVX2, portable */
-          eldr__simd_set(mode < 3);
-          eldr__simd_avx512_set(mode == 0); /* where the CPU has it; else mode 0 = mode 1 */
-          eldr__counts_bits_set(mode < 2);
+          /* where the CPU has it; else mode 0 = mode 1 */
+          eldr_cpu_set(mode == 0 ? ELDR_CPU_AVX512 : mode < 3 ? ELDR_CPU_AVX2 : ELDR_CPU_PORTABLE);
+          eldr_counts_bits_set(mode < 2);
           uint32_t *a = calloc(cells, sizeof *a);
           assert_non_null(a);
           size_t bad = (size_t)-1;
@@ -271,9 +273,8 @@ static void test_bits_equals_reference(void **state) {
       free(raw);
     }
   }
-  eldr__simd_set(1);
-  eldr__simd_avx512_set(1);
-  eldr__counts_bits_set(1);
+  eldr_cpu_set(eldr_cpu_allowed());
+  eldr_counts_bits_set(1);
 }
 
 /* The signature cache's 16-token byte rows (eldr__counts_block8): with the
@@ -304,8 +305,8 @@ static void test_block8_equals_reference(void **state) {
       size_t bad = 0;
       const int rr = eldr__counts_ref(sh, raw, ELDR_SEL_U8, T, mk, ref, &bad);
       for (int mode = 0; mode < 3; mode++) { /* bits (AVX-512 where the CPU has it), per-id, portable */
-        eldr__simd_set(mode < 2);
-        eldr__counts_bits_set(mode == 0);
+        eldr_cpu_set(mode < 2 ? eldr_cpu_allowed() : ELDR_CPU_PORTABLE);
+        eldr_counts_bits_set(mode == 0);
         uint8_t c8[48 * 128];
         memset(c8, 7, sizeof c8); /* accumulated onto */
         const int rc = eldr__counts_block8(sh, raw, ELDR_SEL_U8, T, mk, c8);
@@ -319,8 +320,8 @@ static void test_block8_equals_reference(void **state) {
       }
     }
   }
-  eldr__simd_set(1);
-  eldr__counts_bits_set(1);
+  eldr_cpu_set(eldr_cpu_allowed());
+  eldr_counts_bits_set(1);
 }
 
 /* eldr__add_i8_u32 on every SIMD level and length (vector bodies, tails). */
@@ -330,8 +331,7 @@ static void test_add_i8_u32(void **state) {
   uint32_t want[301], got[301];
   for (int i = 0; i < 301; i++) src[i] = (int8_t)(i * 37 % 251 - 120);
   for (int mode = 0; mode < 3; mode++) { /* AVX-512 where the CPU has it, AVX2, portable */
-    eldr__simd_set(mode < 2);
-    eldr__simd_avx512_set(mode == 0);
+    eldr_cpu_set(mode == 0 ? ELDR_CPU_AVX512 : mode == 1 ? ELDR_CPU_AVX2 : ELDR_CPU_PORTABLE);
     for (size_t n = 0; n <= 301; n += n < 40 ? 1 : 29) {
       for (size_t i = 0; i < 301; i++) want[i] = got[i] = (uint32_t)(1000 + i);
       for (size_t i = 0; i < n; i++) want[i] += (uint32_t)src[i];
@@ -339,8 +339,7 @@ static void test_add_i8_u32(void **state) {
       assert_memory_equal(got, want, sizeof got);
     }
   }
-  eldr__simd_set(1);
-  eldr__simd_avx512_set(1);
+  eldr_cpu_set(eldr_cpu_allowed());
 }
 
 int main(void) {

@@ -4,6 +4,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -518,9 +519,9 @@ static void test_prefill_stability(void **state) {
   uint64_t st = 1234;
   for (int i = 0; i < KEYS; i++) {
     uint64_t key = eldr_splitmix64(&st);
-    home[i] = eldr_policy_prefill(key, loads, h, N, 0);
+    home[i] = eldr_policy_prefill(key, NULL, loads, h, N, 0);
     assert_true(home[i] >= 0 && home[i] < N);
-    assert_int_equal(eldr_policy_prefill(key, loads, NULL, N, 0), home[i]);
+    assert_int_equal(eldr_policy_prefill(key, NULL, loads, NULL, N, 0), home[i]);
     hist[home[i]]++;
   }
   for (int i = 0; i < N; i++) assert_true(hist[i] > KEYS / N / 2 && hist[i] < KEYS / N * 2);
@@ -530,7 +531,7 @@ static void test_prefill_stability(void **state) {
   int moved = 0;
   for (int i = 0; i < KEYS; i++) {
     uint64_t key = eldr_splitmix64(&st);
-    int c = eldr_policy_prefill(key, loads, h, N, 0);
+    int c = eldr_policy_prefill(key, NULL, loads, h, N, 0);
     assert_int_not_equal(c, 5);
     if (home[i] != 5) assert_int_equal(c, home[i]);
     else moved++;
@@ -542,7 +543,7 @@ static void test_prefill_stability(void **state) {
   int gained = 0;
   for (int i = 0; i < KEYS; i++) {
     uint64_t key = eldr_splitmix64(&st);
-    int c = eldr_policy_prefill(key, loads, h, N + 1, 0);
+    int c = eldr_policy_prefill(key, NULL, loads, h, N + 1, 0);
     if (c != home[i]) {
       assert_int_equal(c, N);
       gained++;
@@ -550,9 +551,53 @@ static void test_prefill_stability(void **state) {
   }
   assert_true(gained > KEYS / (N + 1) / 2);
   uint8_t none[N] = {0};
-  assert_int_equal(eldr_policy_prefill(1, loads, none, N, 0), ELDR_EUNAVAIL);
-  assert_int_equal(eldr_policy_prefill(1, loads, NULL, 0, 0), ELDR_EINVAL);
-  assert_int_equal(eldr_policy_prefill(1, NULL, NULL, 4, 0), ELDR_EINVAL);
+  assert_int_equal(eldr_policy_prefill(1, NULL, loads, none, N, 0), ELDR_EUNAVAIL);
+  assert_int_equal(eldr_policy_prefill(1, NULL, loads, NULL, 0, 0), ELDR_EINVAL);
+  assert_int_equal(eldr_policy_prefill(1, NULL, NULL, NULL, 4, 0), ELDR_EINVAL);
+}
+
+/* Keyed by the workers' identities (their URLs, as the router keys them):
+ * the list reordered (a reload that lists them in another order, a DNS
+ * answer that sorts a new address first) keeps every prompt's home worker;
+ * a worker added in front wins only prompts that move onto it. Keyed by
+ * index, the same reorder moves most prompts: the defect this keying
+ * removes. */
+static void test_prefill_keyed_by_identity(void **state) {
+  (void)state;
+  enum { N = 8, KEYS = 2000 };
+  char urls[N + 1][48];
+  uint64_t ids[N + 1];
+  for (int i = 0; i <= N; i++) {
+    snprintf(urls[i], sizeof urls[i], "http://10.0.0.%d:8100", i + 1);
+    ids[i] = eldr_policy_worker_key(urls[i]);
+  }
+  assert_int_equal(eldr_policy_worker_key(urls[0]), eldr_policy_worker_key("http://10.0.0.1:8100"));
+  uint32_t loads[N + 1] = {0};
+  /* the list in order 0..N-1, then reversed (worker j at position N-1-j) */
+  uint64_t rev[N];
+  for (int j = 0; j < N; j++) rev[N - 1 - j] = ids[j];
+  /* then worker N added at the front: position 0, the others shifted by one */
+  uint64_t grown[N + 1];
+  grown[0] = ids[N];
+  for (int j = 0; j < N; j++) grown[j + 1] = ids[j];
+  uint64_t st = 99;
+  int by_index_moved = 0, onto_new = 0;
+  for (int i = 0; i < KEYS; i++) {
+    const uint64_t key = eldr_splitmix64(&st);
+    const int home = eldr_policy_prefill(key, ids, loads, NULL, N, 0);
+    assert_true(home >= 0 && home < N);
+    const int r = eldr_policy_prefill(key, rev, loads, NULL, N, 0);
+    assert_int_equal(r, N - 1 - home); /* the same worker, at its new position */
+    const int g = eldr_policy_prefill(key, grown, loads, NULL, N + 1, 0);
+    if (g == 0) onto_new++;
+    else assert_int_equal(g, home + 1);
+    /* by index, the reversed list sends the prompt to another worker unless
+     * the index happens to name it */
+    by_index_moved += eldr_policy_prefill(key, NULL, loads, NULL, N, 0) !=
+                      N - 1 - eldr_policy_prefill(key, NULL, loads, NULL, N, 0);
+  }
+  assert_true(onto_new > KEYS / (N + 1) / 2 && onto_new < KEYS / (N + 1) * 2);
+  assert_true(by_index_moved > KEYS / 2);
 }
 
 static void test_prefill_guard(void **state) {
@@ -560,7 +605,7 @@ static void test_prefill_guard(void **state) {
   enum { N = 4 };
   uint32_t loads[N] = {0};
   const uint64_t key = 0xdeadbeefcafeULL;
-  int home = eldr_policy_prefill(key, loads, NULL, N, 2);
+  int home = eldr_policy_prefill(key, NULL, loads, NULL, N, 2);
   assert_true(home >= 0);
   int other1 = (home + 1) % N, other2 = (home + 2) % N, other3 = (home + 3) % N;
   for (int i = 0; i < N; i++) loads[i] = 10;
@@ -568,24 +613,25 @@ static void test_prefill_guard(void **state) {
   loads[other2] = 5;
   loads[other3] = 7;
   loads[home] = 7; /* = min + guard: stays home */
-  assert_int_equal(eldr_policy_prefill(key, loads, NULL, N, 2), home);
+  assert_int_equal(eldr_policy_prefill(key, NULL, loads, NULL, N, 2), home);
   loads[home] = 8; /* > min + guard: least loaded, lower index on ties */
   int want = other1 < other2 ? other1 : other2;
-  assert_int_equal(eldr_policy_prefill(key, loads, NULL, N, 2), want);
+  assert_int_equal(eldr_policy_prefill(key, NULL, loads, NULL, N, 2), want);
   /* the least loaded is down: the next least loaded healthy */
   uint8_t h[N] = {1, 1, 1, 1};
   h[other1] = 0;
   h[other2] = 0;
-  assert_int_equal(eldr_policy_prefill(key, loads, h, N, 2), home); /* 8 <= 7 + 2 */
-  assert_int_equal(eldr_policy_prefill(key, loads, h, N, 0), other3);
+  assert_int_equal(eldr_policy_prefill(key, NULL, loads, h, N, 2), home); /* 8 <= 7 + 2 */
+  assert_int_equal(eldr_policy_prefill(key, NULL, loads, h, N, 0), other3);
   /* huge guard never overflows */
   loads[home] = UINT32_MAX;
-  assert_int_equal(eldr_policy_prefill(key, loads, NULL, N, UINT32_MAX), home);
+  assert_int_equal(eldr_policy_prefill(key, NULL, loads, NULL, N, UINT32_MAX), home);
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_names),
+      cmocka_unit_test(test_prefill_keyed_by_identity),
       cmocka_unit_test(test_init_errors),
       cmocka_unit_test(test_eldr_tau0_nearest),
       cmocka_unit_test(test_eldr_tau1_is_jsq),

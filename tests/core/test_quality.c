@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/quality_int.h"
 #include "eldr/quality.h"
 #include "eldr/rng.h"
 #include "eldr/signature.h"

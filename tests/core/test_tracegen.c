@@ -14,6 +14,7 @@
 #include <xxhash.h>
 
 #include "core/tracegen_int.h"
+#include "eldr/cpu.h"
 #include "eldr/counts.h"
 #include "eldr/trace.h"
 #include "eldr/preset_files.h"
@@ -293,8 +294,9 @@ static void test_golden_selections(void **state) {
      * SIMD), pass 3: the AVX2 one where the CPU would run the AVX-512 one;
      * all must make the same draws */
     for (int into = 0; into < 4; into++) {
-      const int was = into == 2 ? eldr__simd_set(0) : -1;
-      const int was512 = into == 3 ? tracegen__avx512_set(0) : -1;
+      const eldr_cpu_level was = eldr_cpu_set(into == 2   ? ELDR_CPU_PORTABLE
+                                               : into == 3 ? ELDR_CPU_AVX2
+                                                           : eldr_cpu_allowed());
       XXH64_state_t *h = XXH64_createState();
       assert_non_null(h);
       XXH64_reset(h, 0);
@@ -311,8 +313,7 @@ static void test_golden_selections(void **state) {
       }
       uint64_t got = XXH64_digest(h);
       XXH64_freeState(h);
-      if (was >= 0) eldr__simd_set(was);
-      if (was512 >= 0) tracegen__avx512_set(was512);
+      eldr_cpu_set(was);
       static const char *const pass[] = {"request", "request_into", "portable", "no AVX-512"};
       if (got != cases[c].hash)
         fail_msg("%s %s (%s): selections hash 0x%016llx, pinned 0x%016llx", cases[c].model,
@@ -340,15 +341,15 @@ static void test_prefix_stable(void **state) {
     assert_int_equal(eldr_tracegen_new(&s, canon, "realistic", 3, &g, NULL), 0);
     const size_t per = (size_t)s.num_layers * s.top_k;
     for (int simd = 2; simd >= 0; simd--) { /* AVX-512 where the CPU has it, AVX2, portable */
-      const int was = eldr__simd_set(simd > 0), was512 = tracegen__avx512_set(simd == 2);
+      const eldr_cpu_level lv[3] = {ELDR_CPU_PORTABLE, ELDR_CPU_AVX2, ELDR_CPU_AVX512};
+      const eldr_cpu_level was = eldr_cpu_set(lv[simd]);
       uint16_t *p[3], *d[3];
       const uint32_t np[3] = {5, 37, 130};
       for (int i = 0; i < 3; i++)
         assert_int_equal(eldr_tracegen_from_text(g, text, strlen(text), np[i], 3, &p[i], &d[i], NULL,
                                                  NULL),
                          0);
-      eldr__simd_set(was);
-      tracegen__avx512_set(was512);
+      eldr_cpu_set(was);
       assert_memory_equal(p[0], p[2], np[0] * per * sizeof *p[0]);
       assert_memory_equal(p[1], p[2], np[1] * per * sizeof *p[1]);
       for (int i = 0; i < 3; i++) {

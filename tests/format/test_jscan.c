@@ -12,6 +12,7 @@
 #include <cmocka.h>
 #include <stdlib.h>
 
+#include "eldr/cpu.h"
 #include "eldr/counts.h"
 #include "eldr/jscan.h"
 
@@ -204,15 +205,14 @@ static void test_long_strings_simd(void **state) {
         eldr_js_span r[3];
         eldr_diag d[3];
         int rc[3];
+        const eldr_cpu_level lv[3] = {ELDR_CPU_PORTABLE, ELDR_CPU_AVX2, ELDR_CPU_AVX512};
         for (int simd = 0; simd < 3; simd++) {
-          eldr__simd_set(simd > 0);
-          eldr__simd_avx512_set(simd == 2);
+          eldr_cpu_set(lv[simd]);
           d[simd].msg[0] = '\0';
           r[simd] = (eldr_js_span){0, 0, ELDR_JS_NONE};
           rc[simd] = eldr_js_scan(buf + offs[o], n, NULL, 0, NULL, &r[simd], &d[simd]);
         }
-        eldr__simd_set(1);
-        eldr__simd_avx512_set(1);
+        eldr_cpu_set(eldr_cpu_allowed());
         free(buf);
         for (int k = 1; k < 3; k++) {
           assert_int_equal(rc[0], rc[k]);

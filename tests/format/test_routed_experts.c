@@ -12,6 +12,7 @@
 
 #include "support/trace_expect.h"
 
+#include "eldr/cpu.h"
 #include "eldr/routed_experts.h"
 
 /* ---- helpers ------------------------------------------------------------ */
@@ -788,23 +789,23 @@ static void test_encode_errors(void **state) {
 /* The same base64 and codec tests with the SIMD decoder switched off. */
 static int scalar_setup(void **state) {
   (void)state;
-  eldr__b64_set_simd(0);
+  eldr_cpu_set(ELDR_CPU_PORTABLE);
   return 0;
 }
 static int scalar_teardown(void **state) {
   (void)state;
-  eldr__b64_set_simd(1);
+  eldr_cpu_set(eldr_cpu_allowed());
   return 0;
 }
 /* ... and with AVX2 the widest (the AVX-512 decoder off, where the CPU has it). */
 static int avx2_setup(void **state) {
   (void)state;
-  eldr__simd_avx512_set(0);
+  eldr_cpu_set(ELDR_CPU_AVX2);
   return 0;
 }
 static int avx2_teardown(void **state) {
   (void)state;
-  eldr__simd_avx512_set(1);
+  eldr_cpu_set(eldr_cpu_allowed());
   return 0;
 }
 

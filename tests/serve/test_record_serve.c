@@ -122,15 +122,6 @@ static json_t **records(const char *dir, size_t *n) {
 
 static int64_t ival(json_t *o, const char *k) { return (int64_t)json_integer_value(json_object_get(o, k)); }
 
-/* extra: header lines (each ending CRLF) or NULL */
-static void post_ok_with(int port, const char *path, const char *body, const char *extra) {
-  tc_resp resp;
-  assert_int_equal(tc_post(port, path, body, extra, &resp), 0);
-  assert_int_equal(resp.status, 200);
-  tc_free(&resp);
-}
-
-static void post_ok(int port, const char *path, const char *body) { post_ok_with(port, path, body, NULL); }
 
 static void test_records(void **st) {
   (void)st;
@@ -151,8 +142,8 @@ static void test_records(void **st) {
   };
   /* the client's X-Request-Id on two of the recorded requests (the 2nd and 6th) */
   for (int i = 0; i < 8; i++)
-    post_ok_with(e.s.r.port, i == 4 || i == 5 ? chat : comp, body[i],
-                 i == 1 ? "X-Request-Id: client-\"one\"\r\n" : i == 5 ? "X-Request-Id: client-5\r\n" : NULL);
+    sf_post_ok(e.s.r.port, i == 4 || i == 5 ? chat : comp, body[i],
+               i == 1 ? "X-Request-Id: client-\"one\"\r\n" : i == 5 ? "X-Request-Id: client-5\r\n" : NULL, NULL);
   /* every other request (a stride of 0.5): 2, 4, 6, 8 */
   assert_int_equal(rt_wait_metric(e.s.r.port, "eldr_record_written_total", 4, 10), 0);
   assert_int_equal(rt_metric(e.s.r.port, "eldr_record_sampled_out_total"), 4);
@@ -232,8 +223,8 @@ static void test_cache_completed(void **st) {
   int n = snprintf(bodyb, sizeof bodyb, "{\"prompt\":\"");
   for (int i = 0; i < 60; i++) n += snprintf(bodyb + n, sizeof bodyb - (size_t)n, "word%d ", i);
   snprintf(bodyb + n, sizeof bodyb - (size_t)n, "\",\"max_tokens\":3}");
-  post_ok(e.s.r.port, "/v1/completions", bodyb);
-  post_ok(e.s.r.port, "/v1/completions", bodyb); /* prefix-cached at the worker now */
+  sf_post_ok(e.s.r.port, "/v1/completions", bodyb, NULL, NULL);
+  sf_post_ok(e.s.r.port, "/v1/completions", bodyb, NULL, NULL); /* prefix-cached at the worker now */
   assert_int_equal(rt_wait_metric(e.s.r.port, "eldr_record_written_total", 2, 10), 0);
   assert_true(rt_metric(e.s.r.port, "eldr_sigcache_hits_total") > 0);
   env_stop(&e);
@@ -262,7 +253,7 @@ static void test_writer_behind(void **st) {
   /* every batch: a 60 s stall, ended early by set_slow(0) below */
   eldr__rec_set_slow(e.s.r.srv->rec, 60.0);
   const char *body = "{\"prompt\":\"a slow disk\",\"max_tokens\":2}";
-  post_ok(e.s.r.port, "/v1/completions", body);
+  sf_post_ok(e.s.r.port, "/v1/completions", body, NULL, NULL);
   /* A record is submitted when the router frees the request, which can be
    * after the client read its reply: once no connection but the scrape's
    * is open, every request so far was freed and its record submitted. */
@@ -270,7 +261,7 @@ static void test_writer_behind(void **st) {
   /* the writer took the first record, alone, and stalls */
   assert_int_equal(rt_wait_metric_le(e.s.r.port, "eldr_record_queue_depth", 0, 10), 0);
   double t0 = fx_now();
-  for (int i = 0; i < 10; i++) post_ok(e.s.r.port, "/v1/completions", body);
+  for (int i = 0; i < 10; i++) sf_post_ok(e.s.r.port, "/v1/completions", body, NULL, NULL);
   double took = fx_now() - t0;
   assert_true(took < 60.0); /* no request waited for the writer's stall */
   assert_int_equal(rt_wait_metric_le(e.s.r.port, "eldr_connections_open", 1, 10), 0); /* all 11 submitted */
@@ -300,9 +291,9 @@ static void test_list_layouts(void **st) {
   for (no_artifact = 0; no_artifact < 2; no_artifact++) {
     env e;
     env_start(&e, mask, 0, 1, 64, no_artifact ? "lists0" : "lists1");
-    post_ok(e.s.r.port, "/v1/completions", "{\"prompt\":\"a prompt in lists\",\"max_tokens\":4}");
-    post_ok(e.s.r.port, "/v1/chat/completions",
-            "{\"messages\":[{\"role\":\"user\",\"content\":\"lists in chat\"}],\"max_tokens\":3}");
+    sf_post_ok(e.s.r.port, "/v1/completions", "{\"prompt\":\"a prompt in lists\",\"max_tokens\":4}", NULL, NULL);
+    sf_post_ok(e.s.r.port, "/v1/chat/completions",
+               "{\"messages\":[{\"role\":\"user\",\"content\":\"lists in chat\"}],\"max_tokens\":3}", NULL, NULL);
     assert_int_equal(rt_wait_metric(e.s.r.port, "eldr_record_written_total", 2, 10), 0);
     env_stop(&e);
     size_t n;

@@ -2,7 +2,9 @@
  * sockets against fixture workers (tests/support): a failed reload changes
  * nothing, a larger pool_size is honoured (and does not overflow the pool),
  * a changed health_interval takes effect, command-line flags survive
- * SIGHUP, and workers dropped by a reload finish their legs and are freed.
+ * SIGHUP, workers dropped by a reload finish their legs and are freed, and
+ * a reload that lists the prefill workers in another order keeps every
+ * prompt on its prefill worker.
  * Waits are on conditions with deadlines. */
 #include <jansson.h>
 #include <poll.h>
@@ -73,6 +75,35 @@ static void test_failed_reload_changes_nothing(void **st) {
   assert_non_null(strstr(rt_log_text(&g.r), "reload failed"));
   assert_non_null(strstr(rt_log_text(&g.r), "eldr-test.invalid"));
   assert_null(strstr(rt_log_text(&g.r), "reloaded:"));
+  sf_free(&g);
+}
+
+/* ---- a reordered prefill list keeps each prompt's worker ---------------------- */
+
+/* The rendezvous hash keys on each worker's URL, not its position: the same
+ * three prefill workers listed in reverse order after a reload serve the
+ * same prompts as before. (Keyed by position, most prompts moved.) */
+static void test_reload_reorder_keeps_prefill_home(void **st) {
+  (void)st;
+  enum { N = 24 };
+  sf_rig g;
+  sf_start(&g, 3, NULL, 1, NULL);
+  sf_config_file(&g, "reorder", "jsq", ",\"prefill_guard\":1000");
+  sf_run(&g);
+  int before[N], after[N];
+  sf_prefill_homes(g.r.port, g.p, 3, N, before);
+  int used[3] = {0};
+  for (int i = 0; i < N; i++) used[before[i]] = 1;
+  assert_true(used[0] + used[1] + used[2] >= 2);
+  char doc[1024];
+  snprintf(doc, sizeof doc, "{\"prefill\":[\"%s\",\"%s\",\"%s\"],\"decode\":[\"%s\"],\"policy\":\"jsq\","
+           "\"health_interval\":0,\"prefill_guard\":1000}",
+           g.purl[2], g.purl[0], g.purl[1], g.durl[0]);
+  sf_rewrite(&g, doc);
+  reload_and_wait(&g.r, "ok", 1);
+  sf_prefill_homes(g.r.port, g.p, 3, N, after);
+  for (int i = 0; i < N; i++)
+    if (after[i] != before[i]) fail_msg("prompt %d: prefill worker %d after the reload, %d before", i, after[i], before[i]);
   sf_free(&g);
 }
 
@@ -251,6 +282,7 @@ static void test_removed_workers_drain_and_free(void **st) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_failed_reload_changes_nothing),
+      cmocka_unit_test(test_reload_reorder_keeps_prefill_home),
       cmocka_unit_test(test_reload_raises_pool_size),
       cmocka_unit_test(test_reload_health_interval),
       cmocka_unit_test(test_reload_keeps_overrides),

@@ -49,12 +49,11 @@ static double retries(int port, const char *leg) {
 }
 
 /* Request i (a stream when i is odd) must be answered 200, in full. */
-static void post_ok(int port, int i) {
+static void post_whole(int port, int i) {
   char body[96];
   snprintf(body, sizeof body, "{\"prompt\":\"keep-alive %d\",\"max_tokens\":4%s}", i, i % 2 ? ",\"stream\":true" : "");
   tc_resp r;
-  assert_int_equal(tc_post(port, "/v1/completions", body, NULL, &r), 0);
-  if (r.status != 200) fail_msg("request %d: %d %s", i, r.status, r.body);
+  sf_post_ok(port, "/v1/completions", body, NULL, &r);
   if (i % 2 && !strstr(r.body, "data: [DONE]")) fail_msg("request %d: stream not ended: %s", i, r.body);
   if (!(i % 2) && !strstr(r.body, "cmpl-decode")) fail_msg("request %d: not the decode reply: %s", i, r.body);
   tc_free(&r);
@@ -72,7 +71,7 @@ static void limit_run(int limit, int pfin) {
   start(&g, &pb, &db);
   assert_int_equal(resends(g.r.port, "prefill"), 0);
   assert_int_equal(resends(g.r.port, "decode"), 0);
-  for (int i = 0; i < K; i++) post_ok(g.r.port, i);
+  for (int i = 0; i < K; i++) post_whole(g.r.port, i);
   /* a connection answers `limit` requests and reads the next, which is sent
    * again on a new connection: (K - 1) / limit stale sends per leg */
   const size_t stale = (K - 1) / (size_t)limit;
@@ -106,7 +105,7 @@ static void test_no_resend_after_reply_bytes(void **st) {
   sf_rig g;
   start(&g, NULL, NULL);
   fx_worker *p = g.p[0], *d = g.d[0];
-  post_ok(g.r.port, 0); /* both connections kept alive */
+  post_whole(g.r.port, 0); /* both connections kept alive */
   for (size_t k = 0; k < sizeof partial / sizeof partial[0]; k++) {
     fx_behaviour cut = fx_defaults();
     cut.partial_reply = partial[k];
@@ -121,7 +120,7 @@ static void test_no_resend_after_reply_bytes(void **st) {
     assert_int_equal(resends(g.r.port, "decode"), 0);
     fx_behaviour ok = fx_defaults();
     fx_set(d, &ok);
-    post_ok(g.r.port, (int)(2 * k + 2)); /* a fresh connection serves again, kept */
+    post_whole(g.r.port, (int)(2 * k + 2)); /* a fresh connection serves again, kept */
   }
   /* the prefill leg likewise: not resent to the same worker (the only one:
    * its retry on another worker finds none) */
@@ -146,7 +145,7 @@ static void test_resend_once_never_fresh(void **st) {
   sf_rig g;
   start(&g, NULL, NULL);
   fx_worker *d = g.d[0];
-  post_ok(g.r.port, 0); /* the decode connection kept alive */
+  post_whole(g.r.port, 0); /* the decode connection kept alive */
   fx_behaviour dead = fx_defaults();
   dead.close_without_reply = 1;
   fx_set(d, &dead);

@@ -50,13 +50,12 @@ static int is_chat(const char *reply) {
   return chat;
 }
 
-static void post_ok(int port, int chat) {
-  tc_resp r;
-  const char *body = chat ? "{\"messages\":[{\"role\":\"user\",\"content\":\"a b c d\"}],\"max_tokens\":4}"
-                          : "{\"prompt\":\"a b c d e\",\"max_tokens\":4}";
-  assert_int_equal(tc_post(port, chat ? "/v1/chat/completions" : "/v1/completions", body, NULL, &r), 0);
-  if (r.status != 200) fail_msg("status %d: %s", r.status, r.body);
-  tc_free(&r);
+/* A small chat or completions request, answered 200. */
+static void post_api(int port, int chat) {
+  sf_post_ok(port, chat ? "/v1/chat/completions" : "/v1/completions",
+             chat ? "{\"messages\":[{\"role\":\"user\",\"content\":\"a b c d\"}],\"max_tokens\":4}"
+                  : "{\"prompt\":\"a b c d e\",\"max_tokens\":4}",
+             NULL, NULL);
 }
 
 /* Each fixture reply as the prefill's: a locality decision, nothing rejected. */
@@ -80,7 +79,7 @@ static void test_fixture_layouts(void **st) {
     fx_behaviour b = fx_defaults();
     b.raw_reply = reply;
     fx_set(p, &b);
-    post_ok(g.r.port, is_chat(reply));
+    post_api(g.r.port, is_chat(reply));
     if (rt_metric(g.r.port, LOCALITY) != (double)(i + 1)) fail_msg("%s: not a locality decision\n%s", files[i], rt_log_text(&g.r));
     fx_behaviour none = fx_defaults();
     fx_set(p, &none);
@@ -114,7 +113,7 @@ static void test_fixture_layouts(void **st) {
     char series[160];
     snprintf(series, sizeof series, "eldr_routed_experts_rejected_total{reason=\"%s\"}", bad[i].reason);
     double before = rt_metric(g.r.port, series);
-    post_ok(g.r.port, is_chat(reply));
+    post_api(g.r.port, is_chat(reply));
     assert_int_equal(rt_metric(g.r.port, series), before + 1);
     fx_behaviour none = fx_defaults();
     fx_set(p, &none);
@@ -135,7 +134,7 @@ static void test_fixture_layouts(void **st) {
   fx_behaviour b = fx_defaults();
   b.raw_reply = reply;
   fx_set(p, &b);
-  post_ok(g.r.port, 0);
+  post_api(g.r.port, 0);
   assert_int_equal(rt_metric(g.r.port, "eldr_routed_experts_rejected_total{reason=\"shape_mismatch\"}"), 1);
   assert_int_equal(rt_metric(g.r.port, "eldr_fallback_total{reason=\"shape_mismatch\"}"), 1);
   sf_free(&g);
@@ -166,7 +165,7 @@ static void test_emulated_layouts(void **st) {
     sf_start_engines(&g, 1, &pc, 2, &dc);
     eldr_cfg(&g, art);
     sf_run(&g);
-    for (int chat = 0; chat < 2; chat++) post_ok(g.r.port, chat);
+    for (int chat = 0; chat < 2; chat++) post_api(g.r.port, chat);
     if (rt_metric(g.r.port, LOCALITY) != 2)
       fail_msg("%s: %g locality decisions of 2\n%s", eldr_re_layout_name(lays[li]), rt_metric(g.r.port, LOCALITY),
                rt_log_text(&g.r));

@@ -13,7 +13,7 @@
 #include <cmocka.h>
 
 #include "eldr/error.h"
-#include "serve/upstream.h"
+#include "eldr/upstream.h"
 
 #include <event2/event.h>
 #include <netinet/in.h>
@@ -23,8 +23,8 @@
 #include <unistd.h>
 
 typedef struct upst {
-  eldr__up *u;
-  long long blen; /* eldr__up_body_length in the head callback */
+  eldr_up *u;
+  long long blen; /* eldr_up_body_length in the head callback */
   int heads, dones, status, err;
   char ctype[128];
   char body[4096];
@@ -34,7 +34,7 @@ static void u_head(void *a, int status, const char *ct) {
   upst *s = a;
   s->heads++;
   s->status = status;
-  s->blen = s->u ? eldr__up_body_length(s->u) : -2;
+  s->blen = s->u ? eldr_up_body_length(s->u) : -2;
   snprintf(s->ctype, sizeof s->ctype, "%s", ct);
 }
 static void u_data(void *a, const char *p, size_t n) {
@@ -48,7 +48,7 @@ static void u_done(void *a, int err) {
   s->dones++;
   s->err = err;
 }
-static const eldr__up_cbs ucbs = {u_head, u_data, u_done};
+static const eldr_up_cbs ucbs = {u_head, u_data, u_done};
 
 /* Feed a reply in pieces of every size 1..len; the result must not depend on it. */
 static void feed_all(const char *reply, int eof, upst *want) {
@@ -57,14 +57,14 @@ static void feed_all(const char *reply, int eof, upst *want) {
   sa.sin_family = AF_INET;
   size_t len = strlen(reply);
   for (size_t step = 1; step <= len; step++) {
-    eldr__up *u = eldr__up_new(b, (struct sockaddr *)&sa, sizeof sa);
+    eldr_up *u = eldr_up_new(b, (struct sockaddr *)&sa, sizeof sa);
     upst s;
     memset(&s, 0, sizeof s);
     s.u = u;
-    eldr__up_test_begin(u, &ucbs, &s);
-    for (size_t off = 0; off < len && eldr__up_active(u); off += step)
-      eldr__up_test_feed(u, reply + off, len - off < step ? len - off : step, 0);
-    if (eof && eldr__up_active(u)) eldr__up_test_feed(u, "", 0, 1);
+    eldr_up_test_begin(u, &ucbs, &s);
+    for (size_t off = 0; off < len && eldr_up_active(u); off += step)
+      eldr_up_test_feed(u, reply + off, len - off < step ? len - off : step, 0);
+    if (eof && eldr_up_active(u)) eldr_up_test_feed(u, "", 0, 1);
     if (step == 1) *want = s;
     assert_int_equal(s.dones, 1);
     assert_int_equal(s.err, want->err);
@@ -72,7 +72,7 @@ static void feed_all(const char *reply, int eof, upst *want) {
     assert_int_equal(s.blen, want->blen);
     assert_int_equal(s.n, want->n);
     assert_memory_equal(s.body, want->body, s.n);
-    eldr__up_free(u);
+    eldr_up_free(u);
   }
   event_base_free(b);
 }
@@ -166,7 +166,7 @@ static void stop_loop(void *a, int err) {
   s->dones++;
   s->err = err;
 }
-static const eldr__up_cbs loop_cbs = {u_head, u_data, stop_loop};
+static const eldr_up_cbs loop_cbs = {u_head, u_data, stop_loop};
 
 static void run_until_done(struct event_base *b, upst *s, int want) {
   for (int i = 0; i < 100000 && s->dones < want; i++) event_base_loop(b, EVLOOP_ONCE);
@@ -186,26 +186,26 @@ static void test_upstream_stale_resend(void **st) {
   pthread_t th;
   pthread_create(&th, NULL, stale_thread, &srv);
   struct event_base *b = event_base_new();
-  eldr__up *u = eldr__up_new(b, (struct sockaddr *)&sa, sizeof sa);
+  eldr_up *u = eldr_up_new(b, (struct sockaddr *)&sa, sizeof sa);
   upst s;
   memset(&s, 0, sizeof s);
   static const char req[] = "GET /x HTTP/1.1\r\nHost: h\r\n\r\n";
   struct iovec iov = {(void *)req, sizeof req - 1};
-  assert_int_equal(eldr__up_request(u, &iov, 1, &loop_cbs, &s), 0);
+  assert_int_equal(eldr_up_request(u, &iov, 1, &loop_cbs, &s), 0);
   run_until_done(b, &s, 1);
   assert_int_equal(s.err, 0);
   assert_int_equal(s.status, 200);
-  assert_false(eldr__up_resent(u)); /* a fresh connection */
+  assert_false(eldr_up_resent(u)); /* a fresh connection */
   s.n = 0;
-  assert_int_equal(eldr__up_request(u, &iov, 1, &loop_cbs, &s), 0);
+  assert_int_equal(eldr_up_request(u, &iov, 1, &loop_cbs, &s), 0);
   run_until_done(b, &s, 2);
   assert_int_equal(s.dones, 2);
   assert_int_equal(s.err, 0);
   assert_int_equal(s.n, 2);
   assert_memory_equal(s.body, "ok", 2);
-  assert_true(eldr__up_resent(u)); /* the kept one failed before a reply byte */
-  assert_true(eldr__up_sent(u));
-  eldr__up_free(u);
+  assert_true(eldr_up_resent(u)); /* the kept one failed before a reply byte */
+  assert_true(eldr_up_sent(u));
+  eldr_up_free(u);
   pthread_join(th, NULL);
   assert_int_equal(srv.served, 2);
   assert_int_equal(srv.dropped, 1);

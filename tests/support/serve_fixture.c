@@ -1,8 +1,14 @@
 /* serve_fixture.c — see serve_fixture.h. */
 #include "support/serve_fixture.h"
 
+#include <arpa/inet.h>
+#include <event2/dns.h>
+#include <event2/dns_struct.h>
+#include <event2/event.h>
+#include <event2/thread.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -11,7 +17,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -276,6 +284,29 @@ int sf_served_by(const tc_resp *r) {
   return port;
 }
 
+void sf_post_ok(int port, const char *path, const char *body, const char *extra, tc_resp *out) {
+  tc_resp r;
+  if (tc_post(port, path, body, extra, &r)) fail_msg("POST %s to port %d failed", path, port);
+  if (r.status != 200) fail_msg("POST %s: status %d: %s", path, r.status, r.body);
+  if (out) *out = r;
+  else tc_free(&r);
+}
+
+void sf_prefill_homes(int port, fx_worker *const *w, int nw, int n, int *who) {
+  if (nw < 1 || nw > 8) fail_msg("sf_prefill_homes: %d workers (1 to 8)", nw);
+  for (int i = 0; i < n; i++) {
+    size_t before[8];
+    for (int k = 0; k < nw; k++) before[k] = fx_count(w[k], "/v1/completions");
+    char body[160];
+    snprintf(body, sizeof body, "{\"prompt\":\"q%d a b c d e f g h i j k l m n o p q r s\",\"max_tokens\":2}", i);
+    sf_post_ok(port, "/v1/completions", body, NULL, NULL);
+    who[i] = -1;
+    for (int k = 0; k < nw; k++)
+      if (fx_count(w[k], "/v1/completions") > before[k]) who[i] = k;
+    if (who[i] < 0) fail_msg("prompt %d reached no prefill worker", i);
+  }
+}
+
 int sf_post_served_by(int port) {
   tc_resp r;
   if (tc_post(port, "/v1/completions", "{\"prompt\":\"a\"}", NULL, &r)) fail_msg("POST to port %d failed", port);
@@ -300,4 +331,76 @@ void sf_check_counts(const json_t *counts, const eldr_shape *s, long long tokens
     }
     if (sum != tokens * s->top_k) fail_msg("counts row %zu sums to %lld, want %lld x %u", l, sum, tokens, s->top_k);
   }
+}
+
+/* ---- the DNS responder -------------------------------------------------------- */
+
+static void dns_cb(struct evdns_server_request *req, void *arg) {
+  sf_dns *d = arg;
+  int known = 0;
+  pthread_mutex_lock(&d->mu);
+  d->queries++;
+  for (int i = 0; i < req->nquestions; i++) {
+    struct evdns_server_question *q = req->questions[i];
+    if (strcasecmp(q->name, d->name)) continue;
+    known = 1;
+    for (int k = 0; q->type == EVDNS_TYPE_A && k < d->n; k++)
+      evdns_server_request_add_a_reply(req, q->name, 1, &d->addr[k], 0);
+  }
+  pthread_mutex_unlock(&d->mu);
+  evdns_server_request_respond(req, known ? 0 : DNS_ERR_NOTEXIST);
+}
+
+static void *dns_thread(void *arg) {
+  event_base_dispatch(((sf_dns *)arg)->base);
+  return NULL;
+}
+
+void sf_dns_start(sf_dns *d, const char *name) {
+  memset(d, 0, sizeof *d);
+  evthread_use_pthreads();
+  pthread_mutex_init(&d->mu, NULL);
+  d->name = name;
+  d->base = event_base_new();
+  d->fd = socket(AF_INET, SOCK_DGRAM, 0);
+  struct sockaddr_in sa = {0};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (!d->base || d->fd < 0 || bind(d->fd, (struct sockaddr *)&sa, sizeof sa))
+    fail_msg("sf_dns: no UDP socket on 127.0.0.1");
+  socklen_t sl = sizeof sa;
+  getsockname(d->fd, (struct sockaddr *)&sa, &sl);
+  d->port = ntohs(sa.sin_port);
+  evutil_make_socket_nonblocking(d->fd);
+  d->sp = evdns_add_server_port_with_base(d->base, d->fd, 0, dns_cb, d);
+  if (!d->sp) fail_msg("sf_dns: evdns server port");
+  /* keeps the loop alive while there is nothing to answer */
+  d->keep = event_new(d->base, -1, EV_PERSIST, NULL, NULL);
+  struct timeval tv = {3600, 0};
+  event_add(d->keep, &tv);
+  if (pthread_create(&d->th, NULL, dns_thread, d)) fail_msg("sf_dns: thread");
+}
+
+void sf_dns_answer(sf_dns *d, const char *const *addrs) {
+  pthread_mutex_lock(&d->mu);
+  d->n = 0;
+  for (int i = 0; addrs && addrs[i] && d->n < 8; i++)
+    if (inet_pton(AF_INET, addrs[i], &d->addr[d->n]) == 1) d->n++;
+  pthread_mutex_unlock(&d->mu);
+}
+
+void sf_dns_rename(sf_dns *d, const char *name) {
+  pthread_mutex_lock(&d->mu);
+  d->name = name;
+  pthread_mutex_unlock(&d->mu);
+}
+
+void sf_dns_stop(sf_dns *d) {
+  event_base_loopexit(d->base, NULL);
+  pthread_join(d->th, NULL);
+  evdns_close_server_port(d->sp);
+  evutil_closesocket(d->fd);
+  event_free(d->keep);
+  event_base_free(d->base);
+  pthread_mutex_destroy(&d->mu);
 }

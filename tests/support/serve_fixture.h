@@ -5,15 +5,18 @@
  *     naming them (built in memory, or written to a file the router re-reads
  *     on reload), and the router (eldr_server) on a thread of the test;
  *   - sf_child: `eldr serve ARGS` as a child process, as a user starts it;
- *   - small helpers the serve tests share (routed_experts text, the decoder
- *     that served a reply).
+ *   - sf_dns: a DNS responder on loopback (libevent's evdns server, its own
+ *     thread) whose answer a test changes, for worker discovery by DNS;
+ *   - small helpers the serve tests share (a POST that must be answered
+ *     200, routed_experts text, the decoder that served a reply).
  *
  * Readiness: sf_run returns once eldr_server_new has bound the listener, so
  * a connection made after it is accepted (at worst it waits in the backlog
  * until the loop thread runs); sf_child_start returns once the child printed
  * "listening on HOST:PORT" on stdout, within a 20 s deadline. No sleeps.
  *
- * Ownership: a rig owns its workers, its configuration, its config file and
+ * Ownership: an sf_dns owns its thread, socket and loop (sf_dns_stop).
+ * A rig owns its workers, its configuration, its config file and
  * its router; sf_free releases them all (the behaviours passed in are
  * copied). An sf_child owns its process and its log file (sf_child_stop /
  * sf_child_kill reap it and remove the file). Strings returned by sf_routed
@@ -25,7 +28,9 @@
 #define ELDR_TEST_SERVE_FIXTURE_H
 
 #include <jansson.h>
+#include <pthread.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "eldr/counts.h"
@@ -94,7 +99,37 @@ void sf_child_stop(sf_child *ch);
  * returns the wait status (-1 when none ran). The log is removed. */
 int sf_child_kill(sf_child *ch);
 
+/* ---- a DNS responder -------------------------------------------------------- */
+
+typedef struct sf_dns {
+  struct event_base *base;
+  struct evdns_server_port *sp;
+  int fd;
+  int port;           /* its UDP port on 127.0.0.1 (config dns_server "127.0.0.1:PORT") */
+  pthread_t th;
+  pthread_mutex_t mu;
+  const char *name;   /* the one name it knows (borrowed); others: NXDOMAIN */
+  uint32_t addr[8];   /* its A records (network order), in answer order */
+  int n;
+  int queries;
+  struct event *keep;
+} sf_dns;
+
+/* Answer A queries for name (no records until sf_dns_answer). */
+void sf_dns_start(sf_dns *d, const char *name);
+/* The A records from now on: the dotted IPv4 addresses of a NULL-terminated
+ * list (at most 8), in that order. */
+void sf_dns_answer(sf_dns *d, const char *const *addrs);
+/* Answer for another name (the old one gets NXDOMAIN). */
+void sf_dns_rename(sf_dns *d, const char *name);
+void sf_dns_stop(sf_dns *d);
+
 /* ---- shared helpers -------------------------------------------------------- */
+
+/* POST body to path on port (extra: header lines, each ending CRLF, or
+ * NULL); the reply must be 200, else the test fails naming the status and
+ * body. out: the reply (the caller tc_frees it), or NULL. */
+void sf_post_ok(int port, const char *path, const char *body, const char *extra, tc_resp *out);
 
 /* routed_experts text (base64 .npy, uint8) of n tokens each choosing experts
  * e0, e0+1, ..., e0+K-1 on every layer of s. */
@@ -104,6 +139,11 @@ char *sf_routed(const eldr_shape *s, size_t n, int e0);
  * 48 tokens (the first 32 on experts 6, 7, ..., the last 16 on 0, 1, ...),
  * *tail: those of the last block alone (malloc'd, uint8 .npy base64). */
 void sf_prefix_prompt(const eldr_shape *s, char *prompt, size_t cap, char **all, char **tail);
+/* Send prompts 0..n-1 to the router one at a time (prompt i: 20 words, the
+ * first naming i, so each has its own first block and prefix hash);
+ * who[i]: the index in w[0..nw) (fixture workers, at most 8) of the
+ * prefill worker that received prompt i. Fails when a prompt reached none. */
+void sf_prefill_homes(int port, fx_worker *const *w, int nw, int n, int *who);
 /* The "served_by" port a fixture decoder puts in a non-streaming reply. */
 int sf_served_by(const tc_resp *r);
 /* POST a small completion to the router and return the served_by port

@@ -21,6 +21,7 @@
 
 #include "eldr/artifact.h"
 #include "eldr/cluster.h"
+#include "eldr/http_fetch.h"
 #include "eldr/loadgen.h"
 #include "eldr/signature.h"
 #include "eldr/preset_files.h"
@@ -380,7 +381,7 @@ static void test_ep_worker_with_placement(void **state) {
   char path[600], line[512];
   snprintf(path, sizeof path, "%s/%s", C.dir, C.art_obj->placement->decoders[0]);
   char *argv[] = {(char *)eldr_test_binary(), "worker", "--role", "both", "--model", MODEL, "--hardware", "h200",
-                  "--trace", C.eval, "--port", "0", "--ep-size", "4", "--placement", path, NULL};
+                  "--trace", C.eval, "--port", "0", "--ep-size", "4", "--placement", path, "--corpus", "none", NULL};
   pid_t pid = wt_spawn(argv, line, sizeof line, 20);
   int port = wt_port_of(line);
   assert_true(port > 0);
@@ -439,7 +440,7 @@ static void test_reload_under_load(void **state) {
       int st = 0;
       eldr_diag d = {{0}};
       snprintf(url, sizeof url, "http://127.0.0.1:%d", C.rport);
-      assert_int_equal(eldr_cluster_http(url, "POST", "/admin/reload", "Authorization: Bearer " TOKEN "\r\n", "", 10,
+      assert_int_equal(eldr_http_fetch(url, "POST", "/admin/reload", "Authorization: Bearer " TOKEN "\r\n", "", 10,
                                          &st, &body, &d), 0);
       if (st != 200 || !strstr(body, "\"result\":\"ok\"")) fail_msg("reload %d: %d %s", i, st, body);
       free(body);

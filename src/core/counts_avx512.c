@@ -1,5 +1,6 @@
-/* counts_bits512.c — the AVX-512 twin of counts.c's bit-sliced group kernel
- * (see core/counts_int.h). Same job, same output, fewer instructions:
+/* counts_avx512.c — the counting code's AVX-512 twins (see core/counts_int.h):
+ * the bit-sliced group kernel of counts_avx2.c and the int8 row add. Same
+ * job, same output, fewer instructions:
  *
  * - A group's four rows of one token become one 512-bit vector whose 128-bit
  *   lane r is row r's set (qword 2r: ids 0..63, qword 2r+1: ids 64..127), so
@@ -15,16 +16,17 @@
  * - The sixteens plane goes to 512 byte counters through mask registers:
  *   vpermb spreads each plane byte over eight, vptestmb picks its bits.
  *
- * Built only on x86-64 with GCC or clang; runs only where eldr__simd_avx512()
- * says so (the CPU has AVX-512 F, BW, VL and VBMI). */
+ * Built only on x86-64 with GCC or clang; runs only where
+ * eldr_cpu_has(ELDR_CPU_AVX512) (eldr/cpu.h: AVX-512 F, BW, VL and VBMI, and
+ * no ELDR_NO_AVX512 / ELDR_NO_SIMD). */
 #include "core/counts_int.h"
 
-#ifdef ELDR_COUNTS_BITS512
+#ifdef ELDR_COUNTS_X86
 #include <immintrin.h>
 #include <string.h>
 
 #define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi")))
-#define GROUP 16 /* tokens per carry-save tree (as counts.c) */
+#define GROUP ELDR_BITS_GROUP
 
 /* l: a ^ b ^ c; h: majority(a, b, c) */
 T512 static inline void csa(__m512i *h, __m512i *l, __m512i a, __m512i b, __m512i c) {
@@ -51,8 +53,6 @@ T512 static inline __m512i rows(const unsigned char *p, const uint32_t *off, int
 typedef struct planes {
   __m512i ones, twos, fours, eights;
 } planes;
-
-/* 0xFF.. in the bytes of the 64 positions 64c .. 64c + 63 of plane that are set. */
 
 /* One token's group of four rows as four 128-bit sets. */
 T512 static inline __m512i row_sets(const unsigned char *p, const uint32_t *off, int contig,
@@ -86,6 +86,7 @@ static const unsigned char SPREAD[8][64] = {
 #undef S8
 };
 
+/* Bit i of the mask: position 64c + i of plane is set (i < 64). */
 T512 static inline __mmask64 plane_bits(__m512i plane, int c) {
   const __m512i bit = _mm512_set1_epi64((long long)0x8040201008040201ULL);
   return _mm512_test_epi8_mask(_mm512_permutexvar_epi8(_mm512_loadu_si512(SPREAD[c]), plane), bit);
@@ -179,4 +180,16 @@ T512 size_t eldr__bits_block16_512(const unsigned char *p, size_t tb, const uint
   return (size_t)_mm512_reduce_add_epi64(sum);
 }
 
+/* dst[0, i) += src[0, i) sign-extended, 16 at a time; returns i. */
+T512 size_t eldr__add_i8_512(uint32_t *restrict dst, const int8_t *restrict src, size_t n) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512i x = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(src + i)));
+    _mm512_storeu_si512(dst + i, _mm512_add_epi32(_mm512_loadu_si512(dst + i), x));
+  }
+  return i;
+}
+
+#else
+typedef int counts_avx512_unused; /* not an empty translation unit */
 #endif

@@ -1,5 +1,5 @@
-/* upstream.c — see upstream.h. */
-#include "upstream.h"
+/* upstream.c — the HTTP/1.1 client connection (see eldr/upstream.h). */
+#include "eldr/upstream.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -17,7 +17,7 @@
 
 enum { S_HEAD, S_BODY_CL, S_CHUNK_SIZE, S_CHUNK_DATA, S_CHUNK_CRLF, S_TRAILER, S_UNTIL_CLOSE };
 
-struct eldr__up {
+struct eldr_up {
   struct event_base *base;
   struct sockaddr_storage addr;
   socklen_t addrlen;
@@ -36,7 +36,7 @@ struct eldr__up {
   size_t inn, inoff, incap;
   /* exchange */
   int active;
-  const eldr__up_cbs *cbs;
+  const eldr_up_cbs *cbs;
   void *arg;
   int st;
   int status;
@@ -52,14 +52,14 @@ static void on_write(evutil_socket_t fd, short ev, void *arg);
 static void on_fail(evutil_socket_t fd, short ev, void *arg);
 static void on_connect_timeout(evutil_socket_t fd, short ev, void *arg);
 
-void eldr__up_set_connect_timeout(eldr__up *u, double seconds) {
+void eldr_up_set_connect_timeout(eldr_up *u, double seconds) {
   u->cto.tv_sec = (time_t)seconds;
   u->cto.tv_usec = (suseconds_t)((seconds - (double)u->cto.tv_sec) * 1e6);
 }
 
-eldr__up *eldr__up_new(struct event_base *base, const struct sockaddr *addr, socklen_t len) {
+eldr_up *eldr_up_new(struct event_base *base, const struct sockaddr *addr, socklen_t len) {
   if (len > sizeof(struct sockaddr_storage)) return NULL;
-  eldr__up *u = calloc(1, sizeof *u);
+  eldr_up *u = calloc(1, sizeof *u);
   if (!u) return NULL;
   u->base = base;
   memcpy(&u->addr, addr, len);
@@ -76,7 +76,7 @@ eldr__up *eldr__up_new(struct event_base *base, const struct sockaddr *addr, soc
   return u;
 }
 
-static void close_fd(eldr__up *u) {
+static void close_fd(eldr_up *u) {
   if (u->rev) event_free(u->rev);
   if (u->wev) event_free(u->wev);
   u->rev = u->wev = NULL;
@@ -88,7 +88,7 @@ static void close_fd(eldr__up *u) {
   u->inn = u->inoff = 0;
 }
 
-static void really_free(eldr__up *u) {
+static void really_free(eldr_up *u) {
   close_fd(u);
   event_free(u->fail_ev);
   event_free(u->cto_ev);
@@ -97,7 +97,7 @@ static void really_free(eldr__up *u) {
   free(u);
 }
 
-void eldr__up_free(eldr__up *u) {
+void eldr_up_free(eldr_up *u) {
   if (!u) return;
   u->active = 0;
   if (u->in_cb) {
@@ -108,15 +108,15 @@ void eldr__up_free(eldr__up *u) {
   really_free(u);
 }
 
-int eldr__up_sent(const eldr__up *u) { return u->wrote; }
+int eldr_up_sent(const eldr_up *u) { return u->wrote; }
 
-int eldr__up_resent(const eldr__up *u) { return u->resent; }
+int eldr_up_resent(const eldr_up *u) { return u->resent; }
 
-int eldr__up_active(const eldr__up *u) { return u->active; }
+int eldr_up_active(const eldr_up *u) { return u->active; }
 
-long long eldr__up_body_length(const eldr__up *u) { return u->st == S_BODY_CL ? u->remain : -1; }
+long long eldr_up_body_length(const eldr_up *u) { return u->st == S_BODY_CL ? u->remain : -1; }
 
-void eldr__up_pause(eldr__up *u, int on) {
+void eldr_up_pause(eldr_up *u, int on) {
   if (on == u->paused) return;
   u->paused = on;
   if (!u->rev) return;
@@ -124,7 +124,7 @@ void eldr__up_pause(eldr__up *u, int on) {
   else event_add(u->rev, NULL);
 }
 
-size_t eldr__up_trim(eldr__up *u, size_t keep) {
+size_t eldr_up_trim(eldr_up *u, size_t keep) {
   if (u->active) return 0;
   size_t freed = 0;
   if (u->outcap > keep) {
@@ -142,7 +142,7 @@ size_t eldr__up_trim(eldr__up *u, size_t keep) {
   return freed;
 }
 
-void eldr__up_abort(eldr__up *u) {
+void eldr_up_abort(eldr_up *u) {
   if (!u->active) return;
   u->active = 0;
   event_del(u->fail_ev);
@@ -150,7 +150,7 @@ void eldr__up_abort(eldr__up *u) {
 }
 
 /* Close and report err to the exchange (if any). */
-static void fail(eldr__up *u, int err) {
+static void fail(eldr_up *u, int err) {
   close_fd(u);
   if (!u->active) return;
   u->active = 0;
@@ -162,7 +162,7 @@ static void fail(eldr__up *u, int err) {
 static void on_connect_timeout(evutil_socket_t fd, short ev, void *arg) {
   (void)fd;
   (void)ev;
-  eldr__up *u = arg;
+  eldr_up *u = arg;
   if (!u->connecting) return;
   fail(u, ELDR_ETIMEOUT);
   if (u->dead && !u->in_cb) really_free(u);
@@ -171,12 +171,12 @@ static void on_connect_timeout(evutil_socket_t fd, short ev, void *arg) {
 static void on_fail(evutil_socket_t fd, short ev, void *arg) {
   (void)fd;
   (void)ev;
-  eldr__up *u = arg;
+  eldr_up *u = arg;
   fail(u, u->pending_err);
   if (u->dead && !u->in_cb) really_free(u);
 }
 
-static void fail_later(eldr__up *u, int err) {
+static void fail_later(eldr_up *u, int err) {
   close_fd(u);
   u->pending_err = err;
   static const struct timeval zero = {0, 0};
@@ -185,7 +185,7 @@ static void fail_later(eldr__up *u, int err) {
 
 /* 0, -1 (the connection failed) or -2 (no socket: the router is out of fds
  * or memory, not the worker's fault). */
-static int open_socket(eldr__up *u) {
+static int open_socket(eldr_up *u) {
   int fd = socket(u->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM ? -2 : -1;
   int one = 1;
@@ -205,7 +205,7 @@ static int open_socket(eldr__up *u) {
 }
 
 /* Write what is queued; 0 or -1 (connection broken). */
-static int flush_out(eldr__up *u) {
+static int flush_out(eldr_up *u) {
   while (u->outoff < u->outn) {
     ssize_t n = send(u->fd, u->out + u->outoff, u->outn - u->outoff, MSG_NOSIGNAL);
     if (n > 0) {
@@ -231,7 +231,7 @@ static int flush_out(eldr__up *u) {
  * proxies do with a reused connection; never after a reply byte, never
  * when the connection was fresh, at most once. 1 if resent (or that
  * resend's failure reported). */
-static int try_resend(eldr__up *u) {
+static int try_resend(eldr_up *u) {
   if (!u->active || !u->reused || u->resent || u->replied) return 0;
   close_fd(u);
   u->resent = 1;
@@ -250,7 +250,7 @@ static int try_resend(eldr__up *u) {
  * resend's case above: no socket is peeked before reuse. */
 
 /* A request is under way: the reply parser at the start of a head. */
-static void begin_reply(eldr__up *u, const eldr__up_cbs *cbs, void *arg) {
+static void begin_reply(eldr_up *u, const eldr_up_cbs *cbs, void *arg) {
   u->active = 1;
   u->cbs = cbs;
   u->arg = arg;
@@ -262,7 +262,7 @@ static void begin_reply(eldr__up *u, const eldr__up_cbs *cbs, void *arg) {
   u->inn = u->inoff = 0;
 }
 
-int eldr__up_request(eldr__up *u, const struct iovec *iov, int iovcnt, const eldr__up_cbs *cbs,
+int eldr_up_request(eldr_up *u, const struct iovec *iov, int iovcnt, const eldr_up_cbs *cbs,
                      void *arg) {
   if (u->active || u->dead) return ELDR_EINVAL;
   size_t total = 0;
@@ -280,7 +280,7 @@ int eldr__up_request(eldr__up *u, const struct iovec *iov, int iovcnt, const eld
     u->outn += iov[i].iov_len;
   }
   begin_reply(u, cbs, arg);
-  if (u->paused) eldr__up_pause(u, 0);
+  if (u->paused) eldr_up_pause(u, 0);
   u->resent = 0;
   u->wrote = 0;
   u->reused = u->fd >= 0;
@@ -305,7 +305,7 @@ int eldr__up_request(eldr__up *u, const struct iovec *iov, int iovcnt, const eld
 static void on_write(evutil_socket_t fd, short ev, void *arg) {
   (void)fd;
   (void)ev;
-  eldr__up *u = arg;
+  eldr_up *u = arg;
   if (u->connecting) {
     int err = 0;
     socklen_t el = sizeof err;
@@ -324,9 +324,9 @@ static void on_write(evutil_socket_t fd, short ev, void *arg) {
 }
 
 /* The reply is complete: reset to idle, then tell the caller. */
-static void complete(eldr__up *u) {
+static void complete(eldr_up *u) {
   if (u->conn_close || u->inoff < u->inn) close_fd(u); /* leftovers: not ours to keep */
-  if (u->paused) eldr__up_pause(u, 0); /* idle: watch for the worker closing it */
+  if (u->paused) eldr_up_pause(u, 0); /* idle: watch for the worker closing it */
   u->inn = u->inoff = 0;
   u->active = 0;
   u->in_cb++;
@@ -334,7 +334,7 @@ static void complete(eldr__up *u) {
   u->in_cb--;
 }
 
-static int deliver(eldr__up *u, const char *p, size_t n) {
+static int deliver(eldr_up *u, const char *p, size_t n) {
   if (!n) return 0;
   u->in_cb++;
   u->cbs->data(u->arg, p, n);
@@ -343,7 +343,7 @@ static int deliver(eldr__up *u, const char *p, size_t n) {
 }
 
 /* Parse the head in in[inoff..inn); returns 1 done, 0 need more, -1 error. */
-static int parse_head(eldr__up *u) {
+static int parse_head(eldr_up *u) {
   char *b = u->in + u->inoff;
   size_t n = u->inn - u->inoff;
   char *e = NULL;
@@ -420,7 +420,7 @@ static int parse_head(eldr__up *u) {
 
 /* Run the reply parser over the buffered bytes. Returns -1 once the exchange
  * ended (completed, failed or aborted by a callback), else 0. */
-static int parse(eldr__up *u) {
+static int parse(eldr_up *u) {
   for (;;) {
     if (!u->active || u->dead) return -1;
     char *b = u->in + u->inoff;
@@ -531,7 +531,7 @@ static int parse(eldr__up *u) {
 
 static void on_read(evutil_socket_t fd, short ev, void *arg) {
   (void)ev;
-  eldr__up *u = arg;
+  eldr_up *u = arg;
   if (u->inoff == u->inn) u->inn = u->inoff = 0;
   if (u->incap - u->inn < 16384) {
     if (u->inoff > 0) { /* compact */
@@ -575,11 +575,11 @@ static void on_read(evutil_socket_t fd, short ev, void *arg) {
   if (u->dead && !u->in_cb) really_free(u);
 }
 
-void eldr__up_test_begin(eldr__up *u, const eldr__up_cbs *cbs, void *arg) {
+void eldr_up_test_begin(eldr_up *u, const eldr_up_cbs *cbs, void *arg) {
   begin_reply(u, cbs, arg);
 }
 
-void eldr__up_test_feed(eldr__up *u, const char *p, size_t n, int eof) {
+void eldr_up_test_feed(eldr_up *u, const char *p, size_t n, int eof) {
   if (!u->active) return;
   if (u->inoff == u->inn) u->inn = u->inoff = 0;
   if (u->incap - u->inn < n + 1) {

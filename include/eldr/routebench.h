@@ -1,0 +1,77 @@
+/* eldr/routebench.h — the router-side cost of one request (serve layer):
+ * signature extraction plus the decode decision, measured on the code the
+ * server runs (its signature path and eldr_policy_decode), for prompts of a
+ * given token count on a model shape. `eldr bench route` prints it.
+ *
+ * Per prompt length, in one loop with the stages interleaved: the prefill
+ * reply read by the scanner, the signature without and with a signature
+ * cache (the store of a prompt's block rows, a later prompt with a 75%
+ * prefix hit), the decision, and for comparison the reply read into a
+ * jansson tree with the signature read from it, the signature with the
+ * per-id counting kernels only, and a memcpy of the reply's base64 blob
+ * (the yardstick: about as disturbed by other load as the stages).
+ *
+ * Ownership: an eldr_routebench owns its artifact, policy and signature
+ * paths; a result's stage names are static strings. Errors: ELDR_EINVAL (a
+ * shape or option out of range), ELDR_ENOMEM, ELDR_EIO (an extraction fell
+ * back or the cache missed a block: the measured path is not the one the
+ * server takes). Threads: one bench per thread; it switches the process's
+ * counting kernel (eldr_counts_bits_set) during a run, so nothing else may
+ * count meanwhile.
+ */
+#ifndef ELDR_ROUTEBENCH_H
+#define ELDR_ROUTEBENCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "eldr/counts.h"
+#include "eldr/error.h"
+
+typedef struct eldr_routebench_cfg {
+  eldr_shape shape;     /* the model: layers, experts, top-k */
+  uint32_t decoders;    /* decode workers = centroids (>= 1) */
+  uint32_t mask_layers; /* layers in the artifact's mask, evenly spread (1..layers) */
+  uint32_t iters;       /* timed repetitions per prompt length (>= 1; 5 warm-up rounds besides) */
+  uint64_t seed;
+} eldr_routebench_cfg;
+
+typedef enum eldr_routebench_stage {
+  ELDR_RB_SIG,        /* signature, no cache */
+  ELDR_RB_DECISION,   /* the decode decision */
+  ELDR_RB_SIG_DEC,    /* the two together */
+  ELDR_RB_SIG_HIT,    /* signature with a 75% prefix hit */
+  ELDR_RB_STORE,      /* the store of the block rows */
+  ELDR_RB_PARSE,      /* the prefill reply read by the scanner */
+  ELDR_RB_PARSE_SIG,  /* read + signature, scanner */
+  ELDR_RB_TREE,       /* read + signature, jansson tree */
+  ELDR_RB_PERID,      /* signature, per-id kernels only */
+  ELDR_RB_MEMCPY,     /* memcpy of the base64 blob */
+  ELDR_RB_NSTAGES
+} eldr_routebench_stage;
+
+typedef struct eldr_routebench_row {
+  const char *name; /* e.g. "signature (no cache)" */
+  double p50_s, p99_s, mean_s;
+} eldr_routebench_row;
+
+typedef struct eldr_routebench_result {
+  size_t tokens;
+  size_t b64_bytes; /* the reply's base64 blob */
+  eldr_routebench_row rows[ELDR_RB_NSTAGES];
+  double ratio_p50; /* signature + decision over the memcpy, p50 over p50 */
+} eldr_routebench_result;
+
+typedef struct eldr_routebench eldr_routebench;
+
+/* The artifact (IDF on, cfg->mask_layers layers in the mask, random unit
+ * centroids), its policy and two signature paths (without and with a
+ * cache). */
+int eldr_routebench_new(const eldr_routebench_cfg *cfg, eldr_routebench **out, eldr_diag *d);
+/* Measure prompts of `tokens` tokens (1 .. 2^20): selections drawn from a
+ * skewed per-layer popularity, the prefill reply that carries them. The
+ * draws continue from the previous run's (one seeded stream per bench). */
+int eldr_routebench_run(eldr_routebench *b, size_t tokens, eldr_routebench_result *out, eldr_diag *d);
+void eldr_routebench_free(eldr_routebench *b);
+
+#endif

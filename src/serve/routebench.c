@@ -1,0 +1,331 @@
+/* routebench.c — the router-side cost of one request on the server's own
+ * signature path (see eldr/routebench.h). A run goes in phases: the
+ * prompt's selections and the prefill replies that carry them
+ * (make_inputs), the timed loop with every stage interleaved (measure), the
+ * medians (summarize). */
+#include "eldr/routebench.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "eldr/artifact.h"
+#include "eldr/clock.h"
+#include "eldr/policy.h"
+#include "eldr/rng.h"
+#include "eldr/routed_experts.h"
+#include "eldr/signature.h"
+#include "eldr/tokenize.h"
+#include "serve_internal.h"
+#include "sigpath.h"
+
+struct eldr_routebench {
+  eldr_routebench_cfg cfg;
+  eldr_rng rng;
+  eldr_artifact *a;
+  eldr_policy pol;
+  eldr__sigpath sp_nc, sp_c; /* without and with a signature cache */
+  uint32_t *loads;           /* decoders' in-flight counts, cycled */
+  double *t[ELDR_RB_NSTAGES]; /* iters samples a stage */
+};
+
+static const char *const STAGE_NAMES[ELDR_RB_NSTAGES] = {
+    [ELDR_RB_SIG] = "signature (no cache)",
+    [ELDR_RB_DECISION] = "decision",
+    [ELDR_RB_SIG_DEC] = "signature+decision",
+    [ELDR_RB_SIG_HIT] = "signature, 75% prefix hit",
+    [ELDR_RB_STORE] = "store block rows",
+    [ELDR_RB_PARSE] = "prefill reply JSON parse",
+    [ELDR_RB_PARSE_SIG] = "parse+signature, scanner",
+    [ELDR_RB_TREE] = "parse+signature, tree",
+    [ELDR_RB_PERID] = "signature, per-id kernels",
+    [ELDR_RB_MEMCPY] = "memcpy of the base64 blob",
+};
+
+void eldr_routebench_free(eldr_routebench *b) {
+  if (!b) return;
+  eldr__sigpath_free(&b->sp_nc);
+  eldr__sigpath_free(&b->sp_c);
+  eldr_artifact_free(b->a);
+  free(b->loads);
+  for (int s = 0; s < ELDR_RB_NSTAGES; s++) free(b->t[s]);
+  free(b);
+}
+
+/* The artifact: IDF on, M of L layers in the mask, D random unit centroids
+ * (non-negative), tau 0.1. */
+static eldr_artifact *make_artifact(const eldr_routebench_cfg *c, eldr_rng *rng) {
+  const size_t L = c->shape.num_layers, E = c->shape.num_experts, M = c->mask_layers;
+  uint8_t *mask = calloc(L, 1);
+  if (!mask) return NULL;
+  for (size_t j = 0; j < M; j++) mask[j * L / M] = 1;
+  eldr_artifact *a = eldr_artifact_new("bench", &c->shape, NULL, ELDR_REPR_COUNT, 1, mask, c->decoders);
+  free(mask);
+  if (!a) return NULL;
+  for (size_t i = 0; i < L * E; i++) a->idf[i] = (float)(0.1 + 2 * eldr_rng_uniform(rng));
+  for (size_t k = 0; k < c->decoders; k++) {
+    float *v = a->centroids + k * a->dim;
+    for (size_t j = 0; j < a->dim; j++) v[j] = (float)eldr_rng_uniform(rng);
+    eldr_l2_normalize(v, a->dim);
+  }
+  a->tau = 0.1;
+  return a;
+}
+
+int eldr_routebench_new(const eldr_routebench_cfg *cfg, eldr_routebench **out, eldr_diag *d) {
+  *out = NULL;
+  if (eldr_shape_validate(&cfg->shape, d)) return ELDR_EINVAL;
+  if (!cfg->decoders || !cfg->iters || !cfg->mask_layers || cfg->mask_layers > cfg->shape.num_layers)
+    return eldr_diag_fail(d, ELDR_EINVAL, "decoders, iterations and mask layers (at most the layers) must be >= 1");
+  eldr_routebench *b = calloc(1, sizeof *b);
+  if (!b) return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
+  b->cfg = *cfg;
+  eldr_rng_seed(&b->rng, cfg->seed);
+  int rc = ELDR_ENOMEM;
+  if (!(b->a = make_artifact(cfg, &b->rng))) goto fail;
+  if (eldr_policy_init(&b->pol, ELDR_POLICY_ELDR, 0.1, cfg->seed, b->a->centroids, b->a->k, b->a->dim, 1)) {
+    rc = eldr_diag_fail(d, ELDR_EINVAL, "policy init failed");
+    goto fail;
+  }
+  eldr__sigconf conf;
+  if (eldr__sigpath_init(&b->sp_nc, NULL) || eldr__sigpath_init(&b->sp_c, NULL) ||
+      eldr__sigconf_build(&b->sp_nc, b->a, 0, &conf, d))
+    goto fail;
+  eldr__sigpath_commit(&b->sp_nc, &conf);
+  if (!(b->loads = calloc(cfg->decoders, sizeof *b->loads))) goto fail;
+  for (int s = 0; s < ELDR_RB_NSTAGES; s++)
+    if (!(b->t[s] = malloc(cfg->iters * sizeof(double)))) goto fail;
+  *out = b;
+  return 0;
+fail:
+  eldr_routebench_free(b);
+  return rc == ELDR_ENOMEM ? eldr_diag_fail(d, ELDR_ENOMEM, "out of memory") : rc;
+}
+
+/* One prompt length's inputs. */
+typedef struct inputs {
+  size_t T;
+  uint16_t *sel;   /* T x L x K selections */
+  char *b64;       /* their base64 npy */
+  size_t blen;
+  char *text;      /* a prompt of exactly T stand-in tokens */
+  size_t tl;
+  char *reply;     /* the prefill reply that carries b64 */
+  int rl;
+  char *rtail;     /* the reply of a prompt whose first 75% the engine had cached */
+  int rtl;
+  char *b64tail;
+} inputs;
+
+static void inputs_free(inputs *in) {
+  free(in->sel);
+  free(in->b64);
+  free(in->text);
+  free(in->reply);
+  free(in->rtail);
+  free(in->b64tail);
+}
+
+static int make_inputs(eldr_routebench *b, size_t T, inputs *in, eldr_diag *d) {
+  const eldr_shape *sh = &b->cfg.shape;
+  const size_t L = sh->num_layers, E = sh->num_experts, K = sh->top_k;
+  const eldr_sel_dtype dt = E > 256 ? ELDR_SEL_U16LE : ELDR_SEL_U8;
+  memset(in, 0, sizeof *in);
+  in->T = T;
+  /* selections: each token draws from a skewed per-layer popularity */
+  if (!(in->sel = malloc(T * L * K * sizeof *in->sel))) return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
+  for (size_t t = 0; t < T; t++)
+    for (size_t l = 0; l < L; l++) {
+      uint16_t *row = in->sel + (t * L + l) * K;
+      for (size_t k = 0; k < K; k++) {
+        uint16_t e;
+        int dup;
+        do {
+          double u = eldr_rng_uniform(&b->rng);
+          e = (uint16_t)((double)E * u * u);
+          dup = 0;
+          for (size_t j = 0; j < k; j++) dup |= row[j] == e;
+        } while (dup);
+        row[k] = e;
+      }
+    }
+  if (eldr_routed_experts_encode(in->sel, T, sh, dt, &in->b64, &in->blen))
+    return eldr_diag_fail(d, ELDR_ENOMEM, "encode failed");
+  /* a prompt of exactly T stand-in tokens ("w0 w1 ...": one token per word) */
+  const size_t tcap = T * 9 + 16;
+  if (!(in->text = malloc(tcap))) return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
+  for (size_t t = 0; t < T; t++) in->tl += (size_t)snprintf(in->text + in->tl, tcap - in->tl, "w%zx ", t % 0xfff);
+  if (eldr_tokenize(in->text, in->tl, NULL, 0) != T)
+    return eldr_diag_fail(d, ELDR_EINVAL, "stand-in prompt is not %zu tokens", T);
+  /* the prefill reply that carries it */
+  const size_t rcap = in->blen + 512;
+  if (!(in->reply = malloc(rcap))) return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
+  in->rl = snprintf(in->reply, rcap,
+                    "{\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"choices\":[{\"index\":0,\"text\":\"x\","
+                    "\"finish_reason\":\"length\",\"routed_experts\":\"%s\"}],\"usage\":{\"prompt_tokens\":%zu,"
+                    "\"completion_tokens\":1},\"kv_transfer_params\":{\"do_remote_prefill\":true,"
+                    "\"remote_engine_id\":\"e\",\"remote_block_ids\":[1,2],\"remote_host\":\"h\",\"remote_port\":1}}",
+                    in->b64, T);
+  /* the prefix-hit variant: the engine computed only the last 25% (rounded to blocks) */
+  const size_t first = (T * 3 / 4) / ELDR_BLOCK_TOKENS * ELDR_BLOCK_TOKENS;
+  size_t tlen = 0;
+  if (eldr_routed_experts_encode(in->sel + first * L * K, T - first, sh, dt, &in->b64tail, &tlen))
+    return eldr_diag_fail(d, ELDR_ENOMEM, "encode failed");
+  const size_t rtcap = tlen + 512;
+  if (!(in->rtail = malloc(rtcap))) return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
+  in->rtl = snprintf(in->rtail, rtcap,
+                     "{\"object\":\"text_completion\",\"choices\":[{\"index\":0,\"routed_experts\":\"%s\"}],"
+                     "\"usage\":{\"prompt_tokens\":%zu,\"completion_tokens\":1}}",
+                     in->b64tail, T);
+  return 0;
+}
+
+/* The timed loop: 5 warm-up rounds, then cfg.iters, every stage once a
+ * round, interleaved. */
+static int measure(eldr_routebench *b, const inputs *in, eldr_diag *d) {
+  const long iters = (long)b->cfg.iters;
+  const size_t D = b->cfg.decoders;
+  double **t = b->t;
+  /* a fresh cache per prompt length: drop the last one, build anew */
+  eldr__sigconf conf;
+  eldr__sigconf_build(&b->sp_c, NULL, 0, &conf, NULL);
+  eldr__sigpath_commit(&b->sp_c, &conf);
+  if (eldr__sigconf_build(&b->sp_c, b->a, 1 << 14, &conf, d)) return ELDR_ENOMEM;
+  eldr__sigpath_commit(&b->sp_c, &conf);
+  /* the prefix-hit reply, read once here: the loop measures the extraction */
+  eldr__prefill_reply prt;
+  if (eldr__prefill_reply_read(in->rtail, (size_t)in->rtl, 0, &prt, d)) return ELDR_EPARSE;
+  char *copy = malloc(in->blen);
+  /* the reply as the router holds it: received into the leg's buffer,
+   * which the read adopts (and gives its previous one back) */
+  eldr__prefill_reply pr;
+  memset(&pr, 0, sizeof pr);
+  char *lbuf = NULL;
+  size_t lcap = 0;
+  eldr__prompt prompt = {0}; /* its hash buffer reused from request to request, as a pooled request's */
+  uint64_t sink = 0;
+  int rc = copy ? 0 : eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
+  for (long it = -5; !rc && it < iters; it++) {
+    if (lcap <= (size_t)in->rl) { /* the receive (not timed) */
+      free(lbuf);
+      lcap = (size_t)in->rl + 1;
+      if (!(lbuf = malloc(lcap))) {
+        rc = eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
+        break;
+      }
+    }
+    memcpy(lbuf, in->reply, (size_t)in->rl + 1);
+    /* the yardstick, interleaved: a memcpy of the base64 blob */
+    const double tc = eldr_clock_now();
+    memcpy(copy, in->b64, in->blen);
+    __asm__ volatile("" : : "r"(copy) : "memory");
+    const double t0 = eldr_clock_now();
+    size_t ln = (size_t)in->rl;
+    if ((rc = eldr__prefill_reply_adopt(&lbuf, &lcap, &ln, 0, &pr, d))) break;
+    const double t1 = eldr_clock_now();
+    eldr__sigres res;
+    eldr__sigpath_extract(&b->sp_nc, pr.raw, pr.raw_len, pr.root, 0, pr.routed_experts, pr.routed_experts_len, NULL,
+                          &res);
+    if (res.fallback != ELDR__FB_NONE) {
+      rc = eldr_diag_fail(d, ELDR_EIO, "extraction fell back (%d): %s", res.fallback, res.diag.msg);
+      break;
+    }
+    const double t2 = eldr_clock_now();
+    eldr_route_req rr = {res.sig, -1, NULL};
+    eldr_decision dec;
+    const int k = eldr_policy_decode(&b->pol, b->loads, NULL, D, &rr, &dec);
+    const double t3 = eldr_clock_now();
+    b->loads[k] = (b->loads[k] + 1) % 4;
+    sink += (uint64_t)k;
+    /* with the cache: full extraction + storing every block (first request of a prefix) */
+    if ((rc = eldr__prompt_init(&b->sp_c, &prompt, in->text, in->tl, NULL, 0))) break;
+    eldr__sigpath_extract(&b->sp_c, pr.raw, pr.raw_len, pr.root, 0, pr.routed_experts, pr.routed_experts_len, &prompt,
+                          &res);
+    const double t4 = eldr_clock_now();
+    eldr__sigpath_store(&b->sp_c, &res);
+    const double t5 = eldr_clock_now();
+    /* a later request with 75% prefix hit: its prompt's blocks (tokenised
+     * once, as at the request's arrival: not timed), tail rows + cached rows */
+    if ((rc = eldr__prompt_init(&b->sp_c, &prompt, in->text, in->tl, NULL, 0))) break;
+    const double t5b = eldr_clock_now();
+    eldr__sigpath_extract(&b->sp_c, prt.raw, prt.raw_len, prt.root, 0, prt.routed_experts, prt.routed_experts_len,
+                          &prompt, &res);
+    const double t6 = eldr_clock_now();
+    if (res.fallback != ELDR__FB_NONE) {
+      rc = eldr_diag_fail(d, ELDR_EIO, "cached extraction fell back");
+      break;
+    }
+    /* the same, interleaved: the reply read into a jansson tree (the blob
+     * set aside) and the signature read from the tree (the router before
+     * the span reader), and the span reader with the per-id kernels only */
+    const double t7 = eldr_clock_now();
+    eldr__prefill_reply prj;
+    if ((rc = eldr__prefill_reply_parse(in->reply, (size_t)in->rl, &prj, d))) break;
+    eldr__sigpath_extract(&b->sp_nc, NULL, 0, prj.root, 0, NULL, 0, NULL, &res);
+    const double t8 = eldr_clock_now();
+    eldr__prefill_reply_free(&prj);
+    if (res.fallback != ELDR__FB_NONE) {
+      rc = eldr_diag_fail(d, ELDR_EIO, "tree extraction fell back: %s", res.diag.msg);
+      break;
+    }
+    eldr_counts_bits_set(0);
+    const double t9 = eldr_clock_now();
+    eldr__sigpath_extract(&b->sp_nc, pr.raw, pr.raw_len, pr.root, 0, pr.routed_experts, pr.routed_experts_len, NULL,
+                          &res);
+    const double t10 = eldr_clock_now();
+    eldr_counts_bits_set(1);
+    if (it >= 0) {
+      t[ELDR_RB_PARSE][it] = t1 - t0;
+      t[ELDR_RB_SIG][it] = t2 - t1;
+      t[ELDR_RB_DECISION][it] = t3 - t2;
+      t[ELDR_RB_SIG_DEC][it] = (t2 - t1) + (t3 - t2);
+      t[ELDR_RB_STORE][it] = t5 - t4;
+      t[ELDR_RB_SIG_HIT][it] = t6 - t5b;
+      t[ELDR_RB_MEMCPY][it] = t0 - tc;
+      t[ELDR_RB_PARSE_SIG][it] = t2 - t0;
+      t[ELDR_RB_TREE][it] = t8 - t7;
+      t[ELDR_RB_PERID][it] = t10 - t9;
+    }
+  }
+  (void)sink;
+  free(copy);
+  free(lbuf);
+  eldr__prefill_reply_free(&pr);
+  eldr__prefill_reply_free(&prt);
+  eldr__prompt_free(&prompt);
+  if (!rc && b->sp_c.blocks_missing)
+    rc = eldr_diag_fail(d, ELDR_EIO, "signature cache missed %llu blocks", (unsigned long long)b->sp_c.blocks_missing);
+  return rc;
+}
+
+static int cmp_d(const void *x, const void *y) {
+  const double a = *(const double *)x, c = *(const double *)y;
+  return (a > c) - (a < c);
+}
+
+/* p50, p99 and mean of n samples (sorted in place). */
+static eldr_routebench_row summarize(const char *name, double *v, size_t n) {
+  eldr_routebench_row r = {name, 0, 0, 0};
+  for (size_t i = 0; i < n; i++) r.mean_s += v[i];
+  r.mean_s /= (double)n;
+  qsort(v, n, sizeof *v, cmp_d);
+  r.p50_s = v[n / 2];
+  r.p99_s = v[(size_t)((double)(n - 1) * 0.99)];
+  return r;
+}
+
+int eldr_routebench_run(eldr_routebench *b, size_t tokens, eldr_routebench_result *out, eldr_diag *d) {
+  memset(out, 0, sizeof *out);
+  if (tokens < 1 || tokens > (1u << 20)) return eldr_diag_fail(d, ELDR_EINVAL, "tokens %zu out of range [1, 2^20]", tokens);
+  inputs in;
+  int rc = make_inputs(b, tokens, &in, d);
+  if (!rc) rc = measure(b, &in, d);
+  if (!rc) {
+    out->tokens = tokens;
+    out->b64_bytes = in.blen;
+    for (int s = 0; s < ELDR_RB_NSTAGES; s++) out->rows[s] = summarize(STAGE_NAMES[s], b->t[s], b->cfg.iters);
+    out->ratio_p50 = out->rows[ELDR_RB_SIG_DEC].p50_s / out->rows[ELDR_RB_MEMCPY].p50_s;
+  }
+  inputs_free(&in);
+  return rc;
+}
