@@ -21,6 +21,7 @@
 #include "eldr/rng.h"
 #include "eldr/routed_experts.h"
 #include "eldr/sigcache.h"
+#include "eldr/tracegen.h"
 #include "serve/serve_internal.h"
 #include "serve/sigpath.h"
 
@@ -35,6 +36,11 @@ static void usage(FILE *f) {
           "Router-side cost per request: routed_experts (base64 .npy) -> counts -> (+ signature\n"
           "cache rows) -> signature -> locality-band decision, on the server's own code.\n\n"
           "  --tokens LIST    prompt lengths (default 1024,4096)\n"
+          "  --model P        a model preset's shape and MoE layer ids (qwen3-30b-a3b, gpt-oss-120b,\n"
+          "                   qwen3-235b-a22b, llama4-maverick, olmoe-1b-7b, deepseek-v3) instead of\n"
+          "                   --layers/--experts/--topk\n"
+          "  --routed-experts-layers all|moe  with --model: a row per hidden layer, the dense\n"
+          "                   layers' rows 0 (vLLM's capturer; the default) or the MoE layers only\n"
           "  --layers N       MoE layers (default 48)\n"
           "  --experts N      experts per layer (default 128)\n"
           "  --topk N         experts per token (default 8)\n"
@@ -66,12 +72,15 @@ int eldr_bench_route(int argc, char **argv) {
   size_t ntok = 0;
   long L = 48, E = 128, K = 8, D = 8, iters = 200, M = -1;
   uint64_t seed = 1;
-  int json = 0;
+  int json = 0, moe_only = 0;
+  const char *model = NULL;
   static const struct option opts[] = {{"json", no_argument, 0, 'j'},{"tokens", required_argument, 0, 't'}, {"layers", required_argument, 0, 'l'},
                                        {"experts", required_argument, 0, 'e'}, {"topk", required_argument, 0, 'k'},
                                        {"decoders", required_argument, 0, 'd'}, {"iters", required_argument, 0, 'i'},
                                        {"mask-layers", required_argument, 0, 'm'},
                                        {"seed", required_argument, 0, 's'}, {"help", no_argument, 0, 'h'},
+                                       {"model", required_argument, 0, 'M'},
+                                       {"routed-experts-layers", required_argument, 0, 'Y'},
                                        {0, 0, 0, 0}};
   cli_getopt_reset();
   int o;
@@ -86,11 +95,29 @@ int eldr_bench_route(int argc, char **argv) {
     case 'm': M = cli_parse_long(cmd, "--mask-layers", optarg, 1, ELDR_MAX_LAYERS); break;
     case 's': seed = cli_parse_u64(cmd, "--seed", optarg); break;
     case 'j': json = 1; break;
+    case 'M': model = optarg; break;
+    case 'Y':
+      if (strcmp(optarg, "all") && strcmp(optarg, "moe"))
+        cli_usage_error(cmd, "--routed-experts-layers: '%s' is not all or moe", optarg);
+      moe_only = !strcmp(optarg, "moe");
+      break;
     case 'h': usage(stdout); free(tokens); return 0;
     default: cli_bad_option(cmd, argc, argv, o);
     }
   }
   if (optind < argc) cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+  /* a preset: its shape, its MoE layer ids, the hidden layers vLLM's rows cover */
+  uint32_t ids[ELDR_MAX_LAYERS], hidden = 0;
+  eldr_diag pd = {{0}};
+  if (model) {
+    eldr_shape ps;
+    if (eldr_tracegen_model_shape(model, &ps, NULL, 0, &pd)) cli_usage_error(cmd, "--model: %s", pd.msg);
+    L = ps.num_layers;
+    E = ps.num_experts;
+    K = ps.top_k;
+    eldr_tracegen_layer_ids(model, &ps, ids);
+    hidden = moe_only ? (uint32_t)L : ids[L - 1] + 1;
+  }
   if (K > E) cli_usage_error(cmd, "--topk %ld exceeds --experts %ld", K, E);
   if (M > L) cli_usage_error(cmd, "--mask-layers %ld exceeds --layers %ld", M, L);
   if (M < 0) M = L;
@@ -109,7 +136,7 @@ int eldr_bench_route(int argc, char **argv) {
   uint8_t *mask = calloc((size_t)L, 1);
   if (!mask) cli_fail(cmd, "out of memory");
   for (long j = 0; j < M; j++) mask[(size_t)(j * L / M)] = 1;
-  eldr_artifact *a = eldr_artifact_new("bench", &sh, NULL, ELDR_REPR_COUNT, 1, mask, (size_t)D);
+  eldr_artifact *a = eldr_artifact_new("bench", &sh, model ? ids : NULL, ELDR_REPR_COUNT, 1, mask, (size_t)D);
   free(mask);
   if (!a) cli_fail(cmd, "out of memory");
   for (size_t i = 0; i < (size_t)(L * E); i++) a->idf[i] = (float)(0.1 + 2 * eldr_rng_uniform(&rng));
@@ -141,7 +168,9 @@ int eldr_bench_route(int argc, char **argv) {
   if (json && !jrows) cli_fail(cmd, "out of memory");
   if (!json) {
     printf("# eldr bench route: %ld layers x %ld experts, top-%ld, %ld of %ld layers in the mask, %ld "
-           "decoders, %ld iterations\n", L, E, K, M, L, D, iters);
+           "decoders, %ld iterations", L, E, K, M, L, D, iters);
+    if (model) printf("; %s, routed_experts rows of %u layers", model, hidden);
+    printf("\n");
     printf("%-7s %-9s %-26s %10s %10s %10s\n", "tokens", "b64_KiB", "stage", "p50_us", "p99_us",
            "mean_us");
   }
@@ -167,7 +196,17 @@ int eldr_bench_route(int argc, char **argv) {
       }
     char *b64 = NULL;
     size_t blen = 0;
-    if (eldr_routed_experts_encode(sel, T, &sh, E > 256 ? ELDR_SEL_U16LE : ELDR_SEL_U8, &b64, &blen))
+    /* as vLLM sends them: with a preset, every hidden layer's row (dense ones 0) */
+    const eldr_shape wsh = {model ? hidden : (uint32_t)L, (uint32_t)E, (uint32_t)K};
+    uint16_t *wire = sel;
+    if (model && hidden != (uint32_t)L) {
+      if (!(wire = calloc(T * (size_t)hidden * (size_t)K, sizeof *wire))) cli_fail(cmd, "out of memory");
+      for (size_t t = 0; t < T; t++)
+        for (size_t l = 0; l < (size_t)L; l++)
+          memcpy(wire + (t * hidden + ids[l]) * (size_t)K, sel + (t * (size_t)L + l) * (size_t)K,
+                 (size_t)K * sizeof *wire);
+    }
+    if (eldr_routed_experts_encode(wire, T, &wsh, E > 256 ? ELDR_SEL_U16LE : ELDR_SEL_U8, &b64, &blen))
       cli_fail(cmd, "encode failed");
     /* a prompt of exactly T stand-in tokens ("w0 w1 ...": one token per word) */
     size_t tl = 0, tcap = T * 9 + 16;
@@ -192,8 +231,9 @@ int eldr_bench_route(int argc, char **argv) {
     size_t first = (T * 3 / 4) / ELDR_BLOCK_TOKENS * ELDR_BLOCK_TOKENS;
     char *b64tail = NULL;
     size_t tlen = 0;
-    eldr_routed_experts_encode(sel + first * (size_t)(L * K), T - first, &sh,
+    eldr_routed_experts_encode(wire + first * (size_t)wsh.num_layers * (size_t)K, T - first, &wsh,
                                E > 256 ? ELDR_SEL_U16LE : ELDR_SEL_U8, &b64tail, &tlen);
+    if (wire != sel) free(wire);
     /* its reply, parsed once here: the loop measures the extraction */
     size_t rtcap = tlen + 512;
     char *rtail = malloc(rtcap);

@@ -51,6 +51,9 @@ static void usage(FILE *f) {
           "                        nested lists) or v021-base64 (the same split, each an\n"
           "                        {encoding,dtype,shape,data} int16 object) or lists\n"
           "                        (vLLM PR #38939: whole sequence as nested lists)\n"
+          "  --routed-experts-layers all|moe  a row per hidden layer, the dense layers' rows 0\n"
+          "                        (default: vLLM's capturer) or the MoE layers' rows only\n"
+          "                        (older builds, SGLang)\n"
           "  --ep-size R           a TP x EP decode worker: steps last the slowest EP rank's\n"
           "                        expert time plus the all-to-all (docs/sim.md)\n"
           "  --tp T                attention tensor parallelism with --ep-size (default R)\n"
@@ -106,6 +109,7 @@ int eldr_cmd_worker(int argc, char **argv) {
       {"routed-experts-prompt", required_argument, 0, 'q'},
       {"enable-prompt-tokens-details", no_argument, 0, 'D'},
       {"routed-experts-decode", no_argument, 0, 'G'},
+      {"routed-experts-layers", required_argument, 0, 'Y'},
       {"kv-abort-timeout", required_argument, 0, 'a'},
       {"kv-pull-timeout", required_argument, 0, 'U'},
       {"corpus", required_argument, 0, 'C'},
@@ -150,6 +154,11 @@ int eldr_cmd_worker(int argc, char **argv) {
       break;
     case 'D': cfg.enable_prompt_tokens_details = 1; break;
     case 'G': cfg.routed_experts_decode = 1; break;
+    case 'Y':
+      if (!strcmp(optarg, "all")) cfg.routed_experts_moe_only = 0;
+      else if (!strcmp(optarg, "moe")) cfg.routed_experts_moe_only = 1;
+      else cli_usage_error(CMD, "--routed-experts-layers: '%s' is not all or moe", optarg);
+      break;
     case 'a': cfg.kv_abort_timeout = cli_parse_double(CMD, "--kv-abort-timeout", optarg, 1e-3, 1e6); break;
     case 'U': cfg.kv_pull_timeout = cli_parse_double(CMD, "--kv-pull-timeout", optarg, 1e-3, 1e6); break;
     case 'C': corpus = optarg; break;

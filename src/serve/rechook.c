@@ -94,6 +94,7 @@ static int prompt_counts(eldr_server *s, rq *r, const eldr__sigres *res, eldr__r
     eldr__rec_item *it = *out = eldr__rec_item_new(a ? &a->shape : &one, a ? a->layer_ids : NULL);
     if (!it) return -1;
     it->experts = E;
+    it->from_artifact = a != NULL;
     it->bytes += r->pr.routed_experts_len;
     return 0;
   }
@@ -101,16 +102,18 @@ static int prompt_counts(eldr_server *s, rq *r, const eldr__sigres *res, eldr__r
     eldr__rec_item *it = *out = eldr__rec_item_new(&a->shape, a->layer_ids);
     return it ? take_rows(it, res->view.data, res->view.dtype, res->view.rows) : -1;
   }
-  /* no artifact, or rows of another shape, in a JSON-list layout: read them here */
+  /* no artifact, or rows of another shape, in a JSON-list layout: read them
+   * here, over the model's MoE layers (eldr_reply_experts_moe_rows) */
   if (!E || !r->pr.root) return -1;
-  eldr_re_opts o = {r->req.api == ELDR__API_CHAT ? ELDR_RE_CHAT : ELDR_RE_COMPLETIONS, 0, 0, E, NULL, NULL, NULL};
   eldr_reply_experts rex;
-  if (eldr_reply_experts_from_json(r->pr.root, &o, &rex, NULL, NULL) != 0) return -1;
+  uint32_t ids[ELDR_MAX_LAYERS];
+  if (eldr_reply_experts_moe_rows(r->pr.root, r->req.api == ELDR__API_CHAT ? ELDR_RE_CHAT : ELDR_RE_COMPLETIONS, E,
+                                  a ? &a->shape : NULL, a ? a->layer_ids : NULL, &rex, ids) != 0)
+    return -1;
   const eldr_re_view *v = rex.nchoices ? &rex.choices[0].prompt : NULL;
   int rc = -1;
   if (v && v->data && v->rows) {
     eldr_shape sh = {(uint32_t)v->layers, E, (uint32_t)v->top_k};
-    const uint32_t *ids = a && a->shape.num_layers == sh.num_layers ? a->layer_ids : NULL;
     if (sh.top_k <= E && (*out = eldr__rec_item_new(&sh, ids)))
       rc = take_rows(*out, v->data, v->dtype, v->rows);
   }

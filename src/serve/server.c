@@ -82,11 +82,12 @@ static int load_artifact(eldr_server *s, const char *path, eldr_artifact **out, 
   for (int i = 0; i < s->grp->n; i++) { /* the shape any loop saw */
     const eldr_server *x = s->grp->loops[i];
     int L = x ? x->sp.observed_L : 0, K = x ? x->sp.observed_K : 0;
-    if (L && ((int)a->shape.num_layers != L || (int)a->shape.top_k != K)) {
+    if (L && (!eldr_re_layers_fit((size_t)L, a->shape.num_layers, a->layer_ids) || (int)a->shape.top_k != K)) {
       rc = eldr_diag_fail(d, ELDR_ESHAPE,
-                          "artifact %s is for %u MoE layers x top-%u but the workers' routed_experts "
-                          "are %d layers x top-%d: refused",
-                          path, a->shape.num_layers, a->shape.top_k, L, K);
+                          "artifact %s is for %u MoE layers (model layers %u..%u) x top-%u but the workers' "
+                          "routed_experts are %d layers x top-%d: refused",
+                          path, a->shape.num_layers, a->layer_ids[0], a->layer_ids[a->shape.num_layers - 1],
+                          a->shape.top_k, L, K);
       eldr_artifact_free(a);
       return rc;
     }

@@ -178,12 +178,12 @@ static int read_reply(const char *body, size_t len, const void *root, const eldr
 }
 
 static void observe_shape(eldr__sigpath *sp, const char *body, size_t len, const void *root, eldr_re_api api) {
-  eldr_re_opts any = {api, 0, 0, 0, NULL, NULL, NULL};
+  eldr_re_opts any = {.api = api};
   eldr_reply_experts r;
   if (read_reply(body, len, root, &any, (eldr_js_span){0, 0, ELDR_JS_NONE}, &r, NULL, NULL) == 0 && r.nchoices) {
     const eldr_re_view *v = r.choices[0].prompt.data ? &r.choices[0].prompt : &r.choices[0].generated;
     if (v->data) {
-      sp->observed_L = (int)v->layers;
+      sp->observed_L = (int)r.array_layers; /* as sent: the all-layers form's every row */
       sp->observed_K = (int)v->top_k;
     }
   }
@@ -216,8 +216,9 @@ void eldr__sigpath_extract(eldr__sigpath *sp, const char *body, size_t len, cons
   /* counted by the reader in the pass that range-checks the prompt rows,
    * over the artifact's layer mask */
   memset(c->counts, 0, eldr_shape_cells(sh) * sizeof *c->counts);
+  /* the artifact's layer ids map an all-layers array onto its MoE layers */
   eldr_re_opts o = {chat ? ELDR_RE_CHAT : ELDR_RE_COMPLETIONS, sh->num_layers, sh->top_k, sh->num_experts,
-                    c->art->mask, &sl->scr, c->counts};
+                    c->art->mask, &sl->scr, c->counts, c->art->layer_ids, 0};
   eldr_js_span known = {0, 0, ELDR_JS_NONE};
   if (body && blob && blob > body && blob + blob_len < body + len) /* its quotes within body */
     known = (eldr_js_span){(size_t)(blob - body) - 1, blob_len + 2, ELDR_JS_STRING};
@@ -243,7 +244,7 @@ void eldr__sigpath_extract(eldr__sigpath *sp, const char *body, size_t len, cons
   v->rows = pv->rows;
   v->layers = pv->layers;
   v->top_k = pv->top_k;
-  sp->observed_L = (int)v->layers;
+  sp->observed_L = (int)sl->rex.array_layers;
   sp->observed_K = (int)v->top_k;
   size_t first = pv->first_token, P = first + v->rows;
   res->first_token = first;
@@ -292,7 +293,8 @@ void eldr__sigpath_defer(eldr__sigpath *sp, const eldr__sigres *res) {
 }
 
 int64_t eldr__decode_reply_counts(const char *body, size_t len, int chat, const eldr_shape *shape,
-                                  int64_t prompt_tokens, uint32_t *counts, int64_t *completion_tokens) {
+                                  const uint32_t *layer_ids, int64_t prompt_tokens, uint32_t *counts,
+                                  int64_t *completion_tokens) {
   const int nul = memchr(body, 0, len) != NULL;
   if (completion_tokens && !nul) {
     static const eldr_js_path ct[] = {{{"usage", "completion_tokens", NULL}}};
@@ -303,7 +305,7 @@ int64_t eldr__decode_reply_counts(const char *body, size_t len, int chat, const 
   }
   if (!eldr__memmem(body, len, "routed_experts", 14)) return -1;
   eldr_re_opts o = {chat ? ELDR_RE_CHAT : ELDR_RE_COMPLETIONS, shape->num_layers, shape->top_k,
-                    shape->num_experts, NULL, NULL, NULL};
+                    shape->num_experts, NULL, NULL, NULL, layer_ids, 0};
   eldr_reply_experts rex;
   int rc = nul ? eldr_reply_experts_read(body, len, &o, &rex, NULL, NULL)
                : eldr_reply_experts_scan(body, len, &o, &rex, NULL, NULL);

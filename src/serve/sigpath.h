@@ -142,7 +142,9 @@ typedef struct eldr__sigpath {
   struct event *ev_store;    /* NULL without a loop: stores wait until their slot is reused */
   eldr__sigshare *share;     /* borrowed; NULL: the cache is this sigpath's alone */
   /* observations */
-  _Atomic int observed_L, observed_K; /* routed_experts shape seen last (0: none yet);
+  _Atomic int observed_L, observed_K; /* routed_experts seen last: layer rows as sent (the
+                                       * all-layers form: every hidden layer) and top-k (0:
+                                       * none yet);
                                        * any loop's reload checks every loop's */
   _Atomic uint64_t tokenizer_mismatch, blocks_missing; /* read by any loop's /metrics */
   uint64_t stores_deferred;  /* stores run by the loop, after the decode leg left */
@@ -204,7 +206,9 @@ void eldr__sigpath_flush(eldr__sigpath *sp);
  * counted: the one reader of decode replies behind the watch's live rho
  * (status.c) and the recorder's decode counts (record_line.c). body[0..len)
  * is read by the span reader (a body with a NUL byte: by jansson), every
- * layout, against shape (L, K, E all checked). prompt_tokens: the prefill's
+ * layout, against shape (L, K, E all checked; layer_ids, the model layer of
+ * each of the L layers or NULL, read an all-layers array at those rows).
+ * prompt_tokens: the prefill's
  * usage.prompt_tokens (-1: unknown); when the reply's own split leaves no
  * generated rows (a reply without usage or token_ids counts every row as
  * the prompt's), its rows past prompt_tokens are taken as generated.
@@ -215,6 +219,7 @@ void eldr__sigpath_flush(eldr__sigpath *sp);
  * top-k: eldr_counts_rows_check); counts are then meaningless. Any thread
  * (no state). */
 int64_t eldr__decode_reply_counts(const char *body, size_t len, int chat, const eldr_shape *shape,
-                                  int64_t prompt_tokens, uint32_t *counts, int64_t *completion_tokens);
+                                  const uint32_t *layer_ids, int64_t prompt_tokens, uint32_t *counts,
+                                  int64_t *completion_tokens);
 
 #endif

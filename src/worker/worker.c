@@ -752,6 +752,9 @@ int eldr_worker_new(struct event_base *base, const eldr_worker_config *cfg, eldr
     goto fail;
   }
   w->LK = (size_t)w->shape.num_layers * w->shape.top_k;
+  /* vLLM's capturer: a row per hidden layer, MoE layer l at its layer index */
+  eldr_tracegen_layer_ids(cfg->model, &w->shape, w->re_ids);
+  w->re_hidden = cfg->routed_experts_moe_only ? w->shape.num_layers : w->re_ids[w->shape.num_layers - 1] + 1;
   w->LE = eldr_shape_cells(&w->shape);
   if (cfg->trace) {
     const eldr_shape *ts = &cfg->trace->shape;

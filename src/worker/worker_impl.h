@@ -136,6 +136,10 @@ struct eldr_worker {
   eldr__kvhold *hold;   /* prefill legs' blocks waiting for a pull */
   eldr__corpus *corpus; /* NULL: placeholder words */
   int re_computed_only, prompt_details, re_decode;
+  /* routed_experts rows over re_hidden layers, MoE layer l at re_ids[l]
+   * (vLLM's all-layers form); re_hidden == shape.num_layers: as they are */
+  uint32_t re_hidden;
+  uint32_t re_ids[ELDR_MAX_LAYERS];
   double pull_timeout;
 };
 

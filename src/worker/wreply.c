@@ -229,9 +229,9 @@ void eldr__w_reply_done(wreq *r) {
      * with --routed-experts-prompt computed) only the computed tokens do.
      * The one generated token was never forwarded: no generated rows. */
     uint32_t skip = w->re_computed_only ? r->cached : 0;
-    (void)eldr_reply_experts_emit(body, json_array_get(choices, 0), w->re_layout,
-                                  r->psel + (size_t)skip * w->LK, r->n_prompt - skip, NULL, 0,
-                                  &w->shape);
+    (void)eldr_reply_experts_emit_layers(body, json_array_get(choices, 0), w->re_layout,
+                                         r->psel + (size_t)skip * w->LK, r->n_prompt - skip, NULL, 0, &w->shape,
+                                         w->re_ids, w->re_hidden);
   }
   if (body && r->remote_prefill && w->re_decode && r->psel && r->dsel && r->n_dsel) {
     /* a vLLM decode instance (docs/vllm.md): rows up to the last forwarded
@@ -242,8 +242,8 @@ void eldr__w_reply_done(wreq *r) {
     if (!g || gen) {
       for (uint32_t i = 0; i < g; i++)
         memcpy(gen + (size_t)i * w->LK, r->dsel + (size_t)(i % r->n_dsel) * w->LK, w->LK * sizeof *gen);
-      (void)eldr_reply_experts_emit(body, json_array_get(choices, 0), w->re_layout, r->psel, r->n_prompt, gen,
-                                    g, &w->shape);
+      (void)eldr_reply_experts_emit_layers(body, json_array_get(choices, 0), w->re_layout, r->psel, r->n_prompt,
+                                           gen, g, &w->shape, w->re_ids, w->re_hidden);
     }
     free(gen);
   }

@@ -690,20 +690,20 @@ static void test_decode_reply_counts(void **st) {
   assert_int_equal(eldr_counts_accumulate(&sh, sel + P * 6, ELDR_SEL_U16, G - 1, expect, NULL), 0);
   char *t = decode_text(sel, R, &sh, 1, P, G);
   int64_t ct = -7;
-  assert_int_equal(eldr__decode_reply_counts(t, strlen(t), 0, &sh, -1, got, &ct), G - 1);
+  assert_int_equal(eldr__decode_reply_counts(t, strlen(t), 0, &sh, NULL, -1, got, &ct), G - 1);
   assert_memory_equal(got, expect, sizeof expect);
   assert_int_equal(ct, G);
   /* a chat reader refuses a text_completion reply */
-  assert_int_equal(eldr__decode_reply_counts(t, strlen(t), 1, &sh, P, got, NULL), -1);
+  assert_int_equal(eldr__decode_reply_counts(t, strlen(t), 1, &sh, NULL, P, got, NULL), -1);
   free(t);
   /* no usage: the prefill's prompt_tokens split the rows; unknown: -1 */
   t = decode_text(sel, R, &sh, 0, 0, 0);
   memset(got, 0xff, sizeof got);
   ct = -7;
-  assert_int_equal(eldr__decode_reply_counts(t, strlen(t), 0, &sh, P, got, &ct), G - 1);
+  assert_int_equal(eldr__decode_reply_counts(t, strlen(t), 0, &sh, NULL, P, got, &ct), G - 1);
   assert_memory_equal(got, expect, sizeof expect);
   assert_int_equal(ct, -7);
-  assert_int_equal(eldr__decode_reply_counts(t, strlen(t), 0, &sh, -1, got, NULL), -1);
+  assert_int_equal(eldr__decode_reply_counts(t, strlen(t), 0, &sh, NULL, -1, got, NULL), -1);
   free(t);
   /* one expert twice in layer 0 of every generated row: counts above the
    * rows, which no trace holds (eldr_counts_rows_check) */
@@ -711,12 +711,12 @@ static void test_decode_reply_counts(void **st) {
   memcpy(rep, sel, sizeof rep);
   for (size_t t0 = P; t0 < R; t0++) rep[t0 * 6] = rep[t0 * 6 + 1] = 3;
   t = decode_text(rep, R, &sh, 1, P, G);
-  assert_int_equal(eldr__decode_reply_counts(t, strlen(t), 0, &sh, P, got, NULL), -1);
+  assert_int_equal(eldr__decode_reply_counts(t, strlen(t), 0, &sh, NULL, P, got, NULL), -1);
   free(t);
   /* no routed_experts: -1, the usage still read */
   static const char none[] = "{\"object\":\"text_completion\",\"choices\":[{\"index\":0}],\"usage\":{\"completion_tokens\":9}}";
   ct = -7;
-  assert_int_equal(eldr__decode_reply_counts(none, sizeof none - 1, 0, &sh, P, got, &ct), -1);
+  assert_int_equal(eldr__decode_reply_counts(none, sizeof none - 1, 0, &sh, NULL, P, got, &ct), -1);
   assert_int_equal(ct, 9);
 }
 
