@@ -51,7 +51,8 @@
 #include "eldr/error.h"
 #include "eldr/jscan.h" /* eldr_js_span */
 
-/* Which OpenAI endpoint produced the reply: checked against "object". */
+/* Which OpenAI endpoint produced the reply: checked against "object" (the
+ * endpoint's, or its stream chunk's: "chat.completion.chunk"). */
 typedef enum eldr_re_api { ELDR_RE_COMPLETIONS = 0, ELDR_RE_CHAT } eldr_re_api;
 
 typedef enum eldr_re_layout {

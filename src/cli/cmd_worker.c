@@ -51,6 +51,10 @@ static void usage(FILE *f) {
           "                        nested lists) or v021-base64 (the same split, each an\n"
           "                        {encoding,dtype,shape,data} int16 object) or lists\n"
           "                        (vLLM PR #38939: whole sequence as nested lists)\n"
+          "  --routed-experts-stream none|final  with --routed-experts-decode: a streamed reply's\n"
+          "                        last chunk carries the whole sequence's rows (npy), as vLLM's\n"
+          "                        /inference/v1/generate stream; none (default): no chunk does,\n"
+          "                        as vLLM's /v1/completions and /v1/chat/completions streams\n"
           "  --routed-experts-layers all|moe  a row per hidden layer, the dense layers' rows 0\n"
           "                        (default: vLLM's capturer) or the MoE layers' rows only\n"
           "                        (older builds, SGLang)\n"
@@ -110,6 +114,7 @@ int eldr_cmd_worker(int argc, char **argv) {
       {"enable-prompt-tokens-details", no_argument, 0, 'D'},
       {"routed-experts-decode", no_argument, 0, 'G'},
       {"routed-experts-layers", required_argument, 0, 'Y'},
+      {"routed-experts-stream", required_argument, 0, 'Z'},
       {"kv-abort-timeout", required_argument, 0, 'a'},
       {"kv-pull-timeout", required_argument, 0, 'U'},
       {"corpus", required_argument, 0, 'C'},
@@ -154,6 +159,11 @@ int eldr_cmd_worker(int argc, char **argv) {
       break;
     case 'D': cfg.enable_prompt_tokens_details = 1; break;
     case 'G': cfg.routed_experts_decode = 1; break;
+    case 'Z':
+      if (!strcmp(optarg, "none")) cfg.routed_experts_stream = 0;
+      else if (!strcmp(optarg, "final")) cfg.routed_experts_stream = 1;
+      else cli_usage_error(CMD, "--routed-experts-stream: '%s' is not none or final", optarg);
+      break;
     case 'Y':
       if (!strcmp(optarg, "all")) cfg.routed_experts_moe_only = 0;
       else if (!strcmp(optarg, "moe")) cfg.routed_experts_moe_only = 1;
@@ -167,6 +177,9 @@ int eldr_cmd_worker(int argc, char **argv) {
     }
   }
   if (optind < argc) cli_usage_error(CMD, "unexpected argument '%s' (see --help)", argv[optind]);
+  if (cfg.routed_experts_stream && !cfg.routed_experts_decode)
+    cli_usage_error(CMD, "--routed-experts-stream final needs --routed-experts-decode (only a decode leg's "
+                         "stream carries rows)");
 
   /* the corpus: the flag (must be readable), else ../shared/corpus when present */
   struct stat cst;

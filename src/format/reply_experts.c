@@ -628,7 +628,9 @@ static int read_body(rctx *c, jv root) {
     size_t on;
     int rc = jv_str(c, "reply", obj, &os, &on);
     if (rc) return rc;
-    if (!str_is(os, on, api_object(c->o.api)))
+    const size_t an = strlen(api_object(c->o.api)); /* the endpoint's object, or its stream chunk's */
+    if (!str_is(os, on, api_object(c->o.api)) &&
+        !(on == an + 6 && !memcmp(os, api_object(c->o.api), an) && !memcmp(os + an, ".chunk", 6)))
       return FAILF(c, ELDR_RE_WRONG_OBJECT, ELDR_EPARSE, "reply object '%.*s' is not %s", (int)(on < 40 ? on : 40),
                    os, api_object(c->o.api));
   }

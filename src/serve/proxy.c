@@ -62,6 +62,7 @@ static void rq_destroy(rq *r) {
   eldr__buf_free(&r->db);
   eldr__buf_free(&r->fix);
   free(r->wsig);
+  eldr__record_stream_free(r);
   free(r);
 }
 
@@ -91,6 +92,7 @@ void eldr__rq_free(rq *r) {
   eldr__prefill_reply_clear(&r->pr); /* the prompt's hash buffer stays too: the next prompt_init reuses it */
   free(r->wsig);
   r->wsig = NULL;
+  eldr__record_stream_free(r);
   r->pool_next = s->rq_pool;
   s->rq_pool = r;
   s->rq_pooled++;
@@ -426,7 +428,7 @@ static void leg_data_cb(void *arg, const char *p, size_t n) {
   rq *r = arg;
   leg *L = &r->L;
   if (L->kind == LEG_DECODE && (r->s->access_log || r->rec)) eldr__al_data(r, p, n);
-  if (L->kind == LEG_DECODE && L->streaming && r->rec) eldr__record_data(r, p, n);
+  if (L->kind == LEG_DECODE && L->streaming && (r->rec || r->wsig)) eldr__record_data(r, p, n);
   if (L->streaming) leg_arm(r, r->s->cfg.decode_idle_timeout_s);
   if (L->streaming && L->status == 200) { /* relay as it arrives */
     if (!L->started) {
@@ -534,6 +536,7 @@ static void on_decode_reply(rq *r) {
   int code = L->status;
   leg_release(r);
   if (L->started) { /* streaming relay done */
+    eldr__record_stream_end(r); /* its routed_experts, if streamed, to the live rho */
     rq_finish_metrics(r, OUT_OK);
     eldr__stream_end(r->c);
     return;
@@ -587,7 +590,9 @@ static int decide(rq *r, int *fallback) {
                           r->req.api == ELDR__API_CHAT, r->pr.routed_experts, r->pr.routed_experts_len,
                           &r->prompt, &res);
     eldr__histo_add(&s->m.sig, eldr__now_s() - t0);
-    if (r->pr.routed_experts) s->re_seen_t = t0;
+    /* seen in any layout (a top-level prompt_routed_experts, lists), not only a blob */
+    if (r->pr.routed_experts || (res.fallback != ELDR__FB_NO_ROUTED_EXPERTS && res.fallback != ELDR__FB_NO_ARTIFACT))
+      s->re_seen_t = t0;
     have = 1;
     *fallback = res.fallback;
     if (res.fallback != FB_NONE) {

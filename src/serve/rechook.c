@@ -13,6 +13,7 @@
 #include <time.h>
 #include <xxhash.h>
 
+#include "eldr/reply_stream.h"
 #include "serve_types.h"
 
 _Static_assert(ELDR__REC_CLIENT_ID_MAX >= ELDR__HTTP_REQID_MAX, "a record holds every X-Request-Id the parser accepts");
@@ -166,9 +167,27 @@ void eldr__record_decision(rq *r, const eldr__sigres *res, int k, const eldr_dec
 }
 
 /* The streamed decode reply: its usage.completion_tokens (stream_options
- * include_usage; the last seen wins; a number split across reads is missed). */
+ * include_usage; the last seen wins; a number split across reads is missed),
+ * and the event carrying routed_experts, when the decoder streams them
+ * (bounded by the record queue's byte bound). */
 void eldr__record_data(rq *r, const char *p, size_t n) {
   if (r->rec) r->rec->output_tokens = eldr__rec_scan_usage(p, n, r->rec->output_tokens);
+  if (!r->rs && (r->rs = malloc(sizeof *r->rs)))
+    eldr_re_stream_init(r->rs, r->s->cfg.record_queue_bytes ? r->s->cfg.record_queue_bytes : 0);
+  if (r->rs) eldr_re_stream_feed(r->rs, p, n);
+}
+
+void eldr__record_stream_end(rq *r) {
+  size_t n;
+  const char *kept = r->rs ? eldr_re_stream_kept(r->rs, &n) : NULL;
+  if (kept) eldr__watch_decode_reply(r, kept, n);
+}
+
+void eldr__record_stream_free(rq *r) {
+  if (!r->rs) return;
+  eldr_re_stream_free(r->rs);
+  free(r->rs);
+  r->rs = NULL;
 }
 
 void eldr__record_finish(rq *r, int status) {
@@ -193,6 +212,10 @@ void eldr__record_submit(rq *r) {
     it->bytes += L->cap;
     L->buf = NULL;
     L->n = L->cap = 0;
+  } else if (L->kind == LEG_DECODE && L->streaming && L->status == 200 && r->rs && r->rs->kept) {
+    /* a stream's routed_experts event, read like a whole reply */
+    it->decode_body = eldr_re_stream_take(r->rs, &it->decode_len);
+    it->bytes += it->decode_len;
   }
   if (it->experts && !it->prefill_counts && !it->prefill_raw) {
     it->prefill_root = r->pr.root;

@@ -273,6 +273,8 @@ struct rq {
   double t0;
   char last_err[200];
   float *wsig;         /* the signature kept for a live-rho pair (status.c), or NULL */
+  struct eldr_re_stream *rs; /* a streamed decode reply's event carrying routed_experts
+                                (rechook.c, for the record and the live rho), or NULL */
   uint64_t wsig_hash;  /* the artifact it was built under */
   /* access log (accesslog.c) */
   double al_sim, al_first, al_last; /* similarity; first/last decode byte */
@@ -487,8 +489,14 @@ void eldr__record_stop(eldr_server *s);
  * when the policy does not use one; k: the decoder or < 0): a sampled
  * request's record is started in r->rec. */
 void eldr__record_decision(rq *r, const eldr__sigres *res, int k, const eldr_decision *dec);
-/* Decode reply bytes as they are relayed (streaming: usage). */
+/* Streamed decode reply bytes as they are relayed: the record's usage,
+ * and (for the record or a live-rho pair) the event carrying routed_experts
+ * (eldr/reply_stream.h: vLLM's final chunk of a stream that has them). */
 void eldr__record_data(rq *r, const char *p, size_t n);
+/* The stream ended: its routed_experts event, if any, to the live rho. */
+void eldr__record_stream_end(rq *r);
+/* Release r->rs. */
+void eldr__record_stream_free(rq *r);
 /* The request ended with the client's status (TTFT, TPOT noted). */
 void eldr__record_finish(rq *r, int status);
 /* The request is being freed: its record, with the decode reply's buffer

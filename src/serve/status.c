@@ -268,9 +268,11 @@ void eldr__watch_metrics(eldr_server *s, struct evbuffer *o) {
   view_get(s, &v);
   const eldr_artifact *a = s->art;
   char x[4][40];
-  evbuffer_add_printf(o, "# HELP eldr_artifact_info The loaded artifact: XXH3-64 of its file and fit.created.\n"
-                         "# TYPE eldr_artifact_info gauge\neldr_artifact_info{hash=\"%s\",created=\"%s\",k=\"%zu\"} 1\n",
-                      v.hash, a->created ? a->created : "", a->k);
+  evbuffer_add_printf(o, "# HELP eldr_artifact_info The loaded artifact: XXH3-64 of its file, fit.created, and what "
+                         "chose its representation and layers (fit.chosen_by).\n"
+                         "# TYPE eldr_artifact_info gauge\n"
+                         "eldr_artifact_info{hash=\"%s\",created=\"%s\",k=\"%zu\",chosen_by=\"%s\"} 1\n",
+                      v.hash, a->created ? a->created : "", a->k, eldr_fit_evidence_name(a->fit_chosen_by));
   num(x[0], sizeof x[0], v.age);
   evbuffer_add_printf(o, "# HELP eldr_artifact_age_seconds Now minus the artifact's fit.created (NaN without it).\n"
                          "# TYPE eldr_artifact_age_seconds gauge\neldr_artifact_age_seconds %s\n", x[0]);
@@ -337,6 +339,7 @@ void eldr__handle_status(hconn *c) {
     json_object_set_new(art, "age_seconds", jnum(v.age));
     json_object_set_new(art, "k", json_integer((json_int_t)a->k));
     json_object_set_new(art, "fit_rho", jnum(a->fit_rho));
+    json_object_set_new(art, "fit_chosen_by", json_string(eldr_fit_evidence_name(a->fit_chosen_by)));
     json_object_set_new(art, "drift_reference", json_boolean(a->drift_ref != NULL));
     json_object_set_new(o, "artifact", art);
     json_object_set_new(o, "window", json_pack("{sfsI}", "seconds", s->cfg.watch_window_s, "requests", (json_int_t)v.st.n));
