@@ -92,16 +92,17 @@ void eldr_re_stream_feed(eldr_re_stream *s, const char *p, size_t n) {
     const char *nl = memchr(p, '\n', n);
     const size_t take = nl ? (size_t)(nl - p) + 1 : n;
     if (s->skipping) {
-      /* an event over max: only its end matters (a line that is empty) */
+      /* an event over max: only its end matters (an empty line: nothing, or
+       * one "\r", before its "\n"); line: 0 empty so far, 1 one "\r", 2 more */
       for (size_t k = 0; k < take; k++) {
         if (p[k] == '\n') {
-          if (s->line == 0) {
+          if (s->line < 2) {
             s->skipping = 0;
             s->n = 0;
           }
           s->line = 0;
-        } else if (p[k] != '\r') {
-          s->line = 1; /* the current line has content */
+        } else {
+          s->line = p[k] == '\r' && s->line == 0 ? 1 : 2;
         }
       }
       p += take;
@@ -111,7 +112,9 @@ void eldr_re_stream_feed(eldr_re_stream *s, const char *p, size_t n) {
     if (s->n + take > s->max || eldr_grow(&s->ev, &s->cap, s->n + take, 1, 4096)) {
       s->dropped++;
       s->skipping = 1;
-      s->line = s->n > s->line; /* is the line in progress empty so far? */
+      /* the line in progress so far, as the skipping state counts it */
+      const size_t ll = s->n - s->line;
+      s->line = ll == 0 ? 0 : ll == 1 && s->ev[s->line] == '\r' ? 1 : 2;
       s->n = 0;
       continue; /* these bytes again, skipping */
     }

@@ -50,6 +50,7 @@ void eldr_serve_config_default(eldr_serve_config *c) {
   c->record_queue_bytes = 64u << 20;
   c->watch_window_s = 60;
   c->watch_requests = 4096;
+  c->decode_max_batch = 256;
 }
 
 static void free_list(char **v, size_t n) {
@@ -336,6 +337,7 @@ int eldr_serve_config_parse(eldr_serve_config *c, const char *json, size_t len, 
     else if (!strcmp(key, "record_max_seconds")) { if (!(rc = get_num(v, key, 0, 86400 * 366, &x, d))) c->record_max_seconds = x; }
     else if (!strcmp(key, "record_queue")) { if (!(rc = get_int(v, key, 1, 1 << 24, &n, d))) c->record_queue = (size_t)n; }
     else if (!strcmp(key, "record_queue_bytes")) { if (!(rc = get_int(v, key, 1 << 16, 1ll << 40, &n, d))) c->record_queue_bytes = (size_t)n; }
+    else if (!strcmp(key, "decode_max_batch")) { if (!(rc = get_int(v, key, 1, 1 << 20, &n, d))) c->decode_max_batch = (size_t)n; }
     else if (!strcmp(key, "record_experts")) { if (!(rc = get_int(v, key, 0, ELDR_MAX_EXPERTS, &n, d))) c->record_experts = (uint32_t)n; }
     else rc = eldr_diag_fail(d, ELDR_EINVAL, "config: unknown key '%s'", key);
     if (rc) break;

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "eldr/jscan.h"
+#include "eldr/reply_splice.h"
 #include "serve_internal.h"
 
 int eldr__buf_reserve(eldr__buf *b, size_t need) {
@@ -258,12 +259,48 @@ static int usage_edit(const char *body, size_t len, const eldr__prefill_reply *p
   return 0;
 }
 
+/* routed_experts and prompt_logprobs by editing bytes (format/reply_splice.c),
+ * then the usage edit: every byte the router does not mean to change is the
+ * decoder's. 0, ELDR_ENOTFOUND (nothing changed), ELDR_EPARSE (the scanner
+ * refused a document: the tree path decides) or ELDR_ENOMEM. */
+static int bytes_fix(const char *body, size_t len, eldr__prefill_reply *pr, const eldr__fix_opts *o, int re,
+                     eldr__buf *out, int *spliced, eldr_diag *d) {
+  eldr_splice_opts so = {re, o->prompt_logprobs};
+  eldr_splice_result res;
+  eldr_diag sd = {{0}};
+  int rc = eldr_reply_splice(body, len, pr->raw, pr->raw_len, &so, &res, &sd);
+  if (rc != 0 && rc != ELDR_ENOTFOUND) return rc;
+  if (spliced) *spliced = res.spliced;
+  if (res.spliced < 0 && d) *d = sd;
+  const char *b = rc == 0 ? res.out : body;
+  size_t bl = rc == 0 ? res.len : len;
+  int urc = ELDR_ENOTFOUND;
+  if (o->usage && pr->prompt_tokens >= 0) urc = usage_edit(b, bl, pr, out);
+  if (urc == 0 || urc == ELDR_ENOMEM || urc == ELDR_EPARSE) {
+    free(res.out);
+    if (urc == ELDR_EPARSE) out->n = 0;
+    return urc;
+  }
+  if (rc == ELDR_ENOTFOUND) return eldr_diag_fail(d, ELDR_ENOTFOUND, "nothing to change in the decode reply");
+  take(out, res.out, res.len);
+  return 0;
+}
+
 int eldr__decode_reply_fix_buf(const char *decode_body, size_t len, eldr__prefill_reply *pr,
                                const eldr__fix_opts *o, eldr__buf *out, int *spliced, eldr_diag *d) {
   out->n = 0;
   if (spliced) *spliced = 0;
-  int tree = !o->usage || o->prompt_logprobs || pr->prompt_tokens < 0 ||
-             (o->splice && eldr__memmem(decode_body, len, "routed_experts", 14));
+  const int re = o->splice && eldr__memmem(decode_body, len, "routed_experts", 14);
+  if ((re || o->prompt_logprobs) && pr->raw) { /* the prefill's bytes: edit, never re-serialise */
+    int rc = bytes_fix(decode_body, len, pr, o, re, out, spliced, d);
+    if (rc != ELDR_EPARSE) {
+      if (rc == ELDR_ENOMEM) return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
+      return rc;
+    }
+    out->n = 0; /* refused by the scanner: jansson decides (and reports) */
+    if (spliced) *spliced = 0;
+  }
+  int tree = !o->usage || o->prompt_logprobs || pr->prompt_tokens < 0 || re;
   if (!tree) {
     int rc = usage_edit(decode_body, len, pr, out);
     if (rc == 0) return 0;
@@ -338,10 +375,27 @@ static int reply_read(const char *body, size_t len, int need_tree, char **buf, s
                                        {{"choices", "#0", "routed_experts", NULL}}};
   eldr_js_span f[5], root;
   /* a NUL byte: the scanner refuses it (test_jscan), jansson may not: it then decides */
-  if (need_tree || eldr_js_scan(body, len, paths, 5, f, &root, NULL) ||
-      root.type != ELDR_JS_OBJECT) {
+  const int scanned = !memchr(body, 0, len) && eldr_js_scan(body, len, paths, 5, f, &root, NULL) == 0 &&
+                      root.type == ELDR_JS_OBJECT;
+  if (need_tree || !scanned) {
     eldr__prefill_reply_free(out); /* the tree path: its own allocations (and error message) */
-    return eldr__prefill_reply_parse(body, len, out, d);
+    int rc = eldr__prefill_reply_parse(body, len, out, d);
+    if (rc == 0 && scanned) { /* the bytes too: the decode reply's edits insert the prefill's bytes */
+      if (buf) { /* the caller's buffer becomes ours: nothing copied */
+        out->raw = *buf;
+        out->raw_cap = *cap;
+        *buf = NULL;
+        *cap = 0;
+      } else if ((out->raw = malloc(len + 1))) {
+        memcpy(out->raw, body, len);
+        out->raw_cap = len + 1;
+      }
+      if (out->raw) {
+        out->raw[len] = 0;
+        out->raw_len = len;
+      }
+    }
+    return rc;
   }
   out->prompt_tokens = -1;
   int64_t x;

@@ -305,11 +305,14 @@ static void leg_failed(rq *r, int timeout, const char *why) {
                         attempts, attempts == 1 ? "" : "s", why);
 }
 
-/* A started stream cannot be retried: end it with an SSE error event. */
+/* A started stream cannot be retried: end it with an SSE error event, then
+ * "data: [DONE]", as vLLM's stream generators end after an error
+ * (completion_stream_generator: the error event, then [DONE]). */
 static void abort_stream(rq *r, int code, const char *type, const char *msg) {
-  char ev[256];
-  int n = snprintf(ev, sizeof ev, "data: {\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"code\":%d}}\n\n",
-                   msg, type, code);
+  char ev[320];
+  int n = snprintf(ev, sizeof ev,
+                   "data: {\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"code\":%d}}\n\ndata: [DONE]\n\n", msg,
+                   type, code);
   eldr__stream_chunk(r->c, ev, (size_t)n);
   rq_finish_metrics(r, OUT_STREAM_ABORTED);
   eldr__stream_end(r->c);

@@ -507,10 +507,11 @@ void eldr__record_metrics(eldr_server *s, struct evbuffer *o);
 
 /* ---- fpstate.c: the footprint policy's state --------------------------------- */
 /* A new generation (refs 1) when kind is FOOTPRINT and a carries latency
- * coefficients (and n_decode > 0), else *out = NULL and 0; errors name the
+ * coefficients (and n_decode > 0), else *out = NULL and 0; max_batch: the
+ * decoders' batch limit (config decode_max_batch); errors name the
  * footprint policy (ELDR_ENOMEM, the latency model's). */
-int eldr__fps_new(const eldr_artifact *a, eldr_policy_kind kind, size_t n_decode, eldr__fpstate **out,
-                  eldr_diag *d);
+int eldr__fps_new(const eldr_artifact *a, eldr_policy_kind kind, size_t n_decode, size_t max_batch,
+                  eldr__fpstate **out, eldr_diag *d);
 /* Drop one reference; the last frees it. NULL is a no-op. */
 void eldr__fps_put(eldr__fpstate *f);
 /* r was sent to decoder k by p (f's policy attached): its ticket and a

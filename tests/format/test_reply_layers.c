@@ -45,11 +45,9 @@ static int64_t want_id(const preset *p, size_t t, size_t i, size_t k) {
 }
 
 static char *capturer(const char *name) {
-  char path[512];
-  snprintf(path, sizeof path, "%s/tests/fixtures/vllm/capturer_%s.json", ELDR_SOURCE_DIR, name);
-  char *s = eldr_test_slurp(path, NULL);
-  if (!s) fail_msg("cannot read %s", path);
-  return s;
+  char f[128];
+  snprintf(f, sizeof f, "capturer_%s.json", name);
+  return eldr_test_vllm_fixture(f);
 }
 
 /* v holds the preset's MoE layers of the fixture, row t at position t */

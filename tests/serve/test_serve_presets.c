@@ -61,11 +61,9 @@ static char *preset_artifact(const char *preset, const char *tag) {
 }
 
 static char *fixture(const char *preset) {
-  char path[1024];
-  snprintf(path, sizeof path, "%s/tests/fixtures/vllm/capturer_%s.json", ELDR_SOURCE_DIR, preset);
-  char *s = eldr_test_slurp(path, NULL);
-  if (!s) fail_msg("cannot read %s", path);
-  return s;
+  char name[128];
+  snprintf(name, sizeof name, "capturer_%s.json", preset);
+  return eldr_test_vllm_fixture(name);
 }
 
 /* base64 of a .npy '<i4' array (format 1.0) of rows x L x K ids. */

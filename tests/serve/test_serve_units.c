@@ -347,18 +347,20 @@ static void test_prefill_reply_adopt(void **st) {
       prev = p.raw;
     }
   }
-  /* need_tree: parsed, the caller's buffer untouched */
+  /* need_tree: parsed, and the caller's buffer adopted as the bytes (the
+   * decode reply's edits insert the prefill's bytes, never re-serialised) */
   char *buf = malloc(n + 1);
   size_t cap = n + 1;
   memcpy(buf, b, n + 1);
   char *was = buf;
   size_t len = n;
   assert_int_equal(eldr__prefill_reply_adopt(&buf, &cap, &len, 1, &p, NULL), 0);
-  assert_ptr_equal(buf, was);
-  assert_int_equal(len, n); /* the tree path leaves the caller's bytes where they are */
+  assert_null(buf);
+  assert_int_equal(len, 0);
+  assert_ptr_equal(p.raw, was);
+  assert_int_equal(p.raw_len, n);
   assert_non_null(p.root);
   assert_int_equal(p.prompt_tokens, 40);
-  free(buf);
   eldr__prefill_reply_free(&p);
 }
 
@@ -494,6 +496,10 @@ static void test_config(void **st) {
   assert_string_equal(c.decode[0], "http://a:2");
   assert_int_equal(c.policy, ELDR_POLICY_JSQ);
   assert_int_equal(c.max_body, 1000);
+  assert_int_equal(c.decode_max_batch, 256); /* vLLM's --max-num-seqs default below 70 GiB */
+  const char *mb = "{\"decode_max_batch\":1024}";
+  assert_int_equal(eldr_serve_config_parse(&c, mb, strlen(mb), &d), 0);
+  assert_int_equal(c.decode_max_batch, 1024);
   assert_int_equal(eldr_serve_config_validate(&c, &d), 0);
   eldr_serve_config cp;
   assert_int_equal(eldr_serve_config_copy(&cp, &c), 0);
@@ -506,6 +512,7 @@ static void test_config(void **st) {
       {"{\"port\":\"x\"}", "port"},
       {"{\"port\":70000}", "port"},
       {"{\"tau\":3}", "tau"},
+      {"{\"decode_max_batch\":0}", "decode_max_batch"},
       {"{\"policy\":\"domain\"}", "policy"},
       {"{\"decode\":\"http://a:1\"}", "decode"},
       {"{\"decode\":[\"ftp://a\"]}", "decode[0]"},
