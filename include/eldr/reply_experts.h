@@ -62,9 +62,12 @@ typedef enum eldr_re_layout {
   ELDR_RE_LAYOUT_V021_BASE64,
   ELDR_RE_LAYOUT_LISTS, /* vLLM PR #38939 (first OpenAI form): per choice nested
                            lists of the whole sequence, no prompt_routed_experts */
+  ELDR_RE_LAYOUT_COMPACT, /* not routed_experts at all: the prompt's counts in
+                             kv_transfer_params (eldr/reply_compact.h); an emitter's
+                             choice only, the readers never report it */
 } eldr_re_layout;
 
-/* "npy", "v021-lists", "v021-base64", "lists" ("none" for NONE). */
+/* "npy", "v021-lists", "v021-base64", "lists", "compact" ("none" for NONE). */
 const char *eldr_re_layout_name(eldr_re_layout l);
 /* Parse a layout name (not "none"); -1 when unknown. */
 int eldr_re_layout_parse(const char *s, eldr_re_layout *out);
@@ -95,6 +98,7 @@ typedef enum eldr_re_reason {
   ELDR_RE_ID_OUT_OF_RANGE,    /* id_out_of_range: id >= num_experts */
   ELDR_RE_TOO_LARGE,          /* too_large: sizes overflow */
   ELDR_RE_NO_MEMORY,          /* out_of_memory */
+  ELDR_RE_BAD_COUNTS,         /* bad_counts: compact counts no prompt of their tokens gives */
   ELDR_RE__N
 } eldr_re_reason;
 

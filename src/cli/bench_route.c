@@ -20,6 +20,7 @@
 #include "eldr/policy.h"
 #include "eldr/rng.h"
 #include "eldr/routed_experts.h"
+#include "eldr/reply_compact.h"
 #include "eldr/sigcache.h"
 #include "eldr/tracegen.h"
 #include "serve/serve_internal.h"
@@ -161,8 +162,10 @@ int eldr_bench_route(int argc, char **argv) {
          *t_dec = malloc((size_t)iters * sizeof(double)), *t_store = malloc((size_t)iters * sizeof(double)),
          *t_hit = malloc((size_t)iters * sizeof(double)), *t_copy = malloc((size_t)iters * sizeof(double)),
          *t_tree = malloc((size_t)iters * sizeof(double)), *t_perid = malloc((size_t)iters * sizeof(double)),
-         *t_pscan = malloc((size_t)iters * sizeof(double));
-  if (!loads || !t_parse || !t_sig || !t_dec || !t_store || !t_hit || !t_copy || !t_tree || !t_perid || !t_pscan)
+         *t_pscan = malloc((size_t)iters * sizeof(double)), *t_csig = malloc((size_t)iters * sizeof(double)),
+         *t_cpar = malloc((size_t)iters * sizeof(double));
+  if (!loads || !t_parse || !t_sig || !t_dec || !t_store || !t_hit || !t_copy || !t_tree || !t_perid || !t_pscan ||
+      !t_csig || !t_cpar)
     cli_fail(cmd, "out of memory");
   json_t *jrows = json ? json_array() : NULL;
   if (json && !jrows) cli_fail(cmd, "out of memory");
@@ -222,6 +225,23 @@ int eldr_bench_route(int argc, char **argv) {
                       "\"completion_tokens\":1},\"kv_transfer_params\":{\"do_remote_prefill\":true,"
                       "\"remote_engine_id\":\"e\",\"remote_block_ids\":[1,2],\"remote_host\":\"h\",\"remote_port\":1}}",
                       b64, T);
+    /* the same prompt's compact form (eldr/reply_compact.h): the engine's
+     * counts in kv_transfer_params, no routed_experts */
+    char *creply = NULL;
+    {
+      json_t *kv = json_pack("{s:b,s:s,s:[i,i],s:s,s:i}", "do_remote_prefill", 1, "remote_engine_id", "e",
+                             "remote_block_ids", 1, 2, "remote_host", "h", "remote_port", 1);
+      json_t *cr = kv ? json_pack("{s:s,s:s,s:[{s:i,s:s,s:s}],s:{s:I,s:i},s:o}", "id", "cmpl-1", "object",
+                                  "text_completion", "choices", "index", 0, "text", "x", "finish_reason", "length",
+                                  "usage", "prompt_tokens", (json_int_t)T, "completion_tokens", 1,
+                                  "kv_transfer_params", kv)
+                      : NULL;
+      if (!cr || eldr_compact_emit(kv, sel, T, &sh, model ? ids : NULL, 0) ||
+          !(creply = json_dumps(cr, JSON_COMPACT | JSON_PRESERVE_ORDER)))
+        cli_fail(cmd, "out of memory");
+      json_decref(cr);
+    }
+    const size_t crl = strlen(creply);
     /* a fresh cache per prompt length: drop the last one, build anew */
     eldr__sigconf_build(&sp_c, NULL, 0, &conf, NULL);
     eldr__sigpath_commit(&sp_c, &conf);
@@ -269,7 +289,7 @@ int eldr_bench_route(int argc, char **argv) {
       if (eldr__prefill_reply_adopt(&lbuf, &lcap, &ln, 0, &pr, &d)) cli_fail(cmd, "reply parse: %s", d.msg);
       double t1 = eldr_clock_now();
       eldr__sigres res;
-      eldr__sigpath_extract(&sp_nc, pr.raw, pr.raw_len, pr.root, 0, pr.routed_experts, pr.routed_experts_len, NULL, &res);
+      eldr__sigpath_extract(&sp_nc, pr.raw, pr.raw_len, pr.root, 0, pr.routed_experts, pr.routed_experts_len, pr.compact, NULL, &res);
       if (res.fallback != ELDR__FB_NONE) cli_fail(cmd, "extraction fell back (%d): %s", res.fallback, res.diag.msg);
       double t2 = eldr_clock_now();
       eldr_route_req rr = {res.sig, -1, NULL};
@@ -280,7 +300,7 @@ int eldr_bench_route(int argc, char **argv) {
       sink += (uint64_t)k;
       /* with the cache: full extraction + storing every block (first request of a prefix) */
       if (eldr__prompt_init(&sp_c, &prompt, text, tl, NULL, 0)) cli_fail(cmd, "out of memory");
-      eldr__sigpath_extract(&sp_c, pr.raw, pr.raw_len, pr.root, 0, pr.routed_experts, pr.routed_experts_len, &prompt, &res);
+      eldr__sigpath_extract(&sp_c, pr.raw, pr.raw_len, pr.root, 0, pr.routed_experts, pr.routed_experts_len, pr.compact, &prompt, &res);
       double t4 = eldr_clock_now();
       eldr__sigpath_store(&sp_c, &res);
       double t5 = eldr_clock_now();
@@ -288,7 +308,7 @@ int eldr_bench_route(int argc, char **argv) {
        * once, as at the request's arrival: not timed), tail rows + cached rows */
       if (eldr__prompt_init(&sp_c, &prompt, text, tl, NULL, 0)) cli_fail(cmd, "out of memory");
       const double t5b = eldr_clock_now();
-      eldr__sigpath_extract(&sp_c, prt.raw, prt.raw_len, prt.root, 0, prt.routed_experts, prt.routed_experts_len, &prompt, &res);
+      eldr__sigpath_extract(&sp_c, prt.raw, prt.raw_len, prt.root, 0, prt.routed_experts, prt.routed_experts_len, prt.compact, &prompt, &res);
       double t6 = eldr_clock_now();
       if (res.fallback != ELDR__FB_NONE) cli_fail(cmd, "cached extraction fell back");
       /* the same, interleaved: the reply read into a jansson tree (the blob
@@ -297,16 +317,34 @@ int eldr_bench_route(int argc, char **argv) {
       double t7 = eldr_clock_now();
       eldr__prefill_reply prj;
       if (eldr__prefill_reply_parse(reply, (size_t)rl, &prj, &d)) cli_fail(cmd, "reply parse: %s", d.msg);
-      eldr__sigpath_extract(&sp_nc, NULL, 0, prj.root, 0, NULL, 0, NULL, &res);
+      eldr__sigpath_extract(&sp_nc, NULL, 0, prj.root, 0, NULL, 0, (eldr_js_span){0, 0, ELDR_JS_NONE}, NULL, &res);
       double t8 = eldr_clock_now();
       if (res.fallback != ELDR__FB_NONE) cli_fail(cmd, "tree extraction fell back: %s", res.diag.msg);
       eldr__prefill_reply_free(&prj);
       eldr__counts_bits_set(0);
       double t9 = eldr_clock_now();
-      eldr__sigpath_extract(&sp_nc, pr.raw, pr.raw_len, pr.root, 0, pr.routed_experts, pr.routed_experts_len, NULL, &res);
+      eldr__sigpath_extract(&sp_nc, pr.raw, pr.raw_len, pr.root, 0, pr.routed_experts, pr.routed_experts_len, pr.compact, NULL, &res);
       double t10 = eldr_clock_now();
       eldr__counts_bits_set(1);
+      /* the compact form, interleaved: its reply read as the router reads it, its signature */
+      if (lcap <= crl) {
+        free(lbuf);
+        lcap = crl + 1;
+        if (!(lbuf = malloc(lcap))) cli_fail(cmd, "out of memory");
+      }
+      memcpy(lbuf, creply, crl + 1);
+      double t11 = eldr_clock_now();
+      ln = crl;
+      if (eldr__prefill_reply_adopt(&lbuf, &lcap, &ln, 0, &pr, &d)) cli_fail(cmd, "compact reply parse: %s", d.msg);
+      double t12 = eldr_clock_now();
+      eldr__sigpath_extract(&sp_nc, pr.raw, pr.raw_len, pr.root, 0, pr.routed_experts, pr.routed_experts_len, pr.compact,
+                            NULL, &res);
+      double t13 = eldr_clock_now();
+      if (res.fallback != ELDR__FB_NONE || pr.compact.type != ELDR_JS_OBJECT)
+        cli_fail(cmd, "compact extraction fell back (%d): %s", res.fallback, res.diag.msg);
       if (it >= 0) {
+        t_csig[it] = t13 - t12;
+        t_cpar[it] = t13 - t11;
         t_parse[it] = t1 - t0;
         t_sig[it] = t2 - t1;
         t_dec[it] = t3 - t2;
@@ -338,7 +376,9 @@ int eldr_bench_route(int argc, char **argv) {
                 {"parse+signature, scanner", t_pscan},
                 {"parse+signature, tree", t_tree},
                 {"signature, per-id kernels", t_perid},
-                {"memcpy of the base64 blob", t_copy}};
+                {"memcpy of the base64 blob", t_copy},
+                {"compact: signature", t_csig},
+                {"compact: parse+signature", t_cpar}};
     for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
       stats s = summarize(rows[r].v, (size_t)iters);
       if (json)
@@ -359,6 +399,16 @@ int eldr_bench_route(int argc, char **argv) {
     else
       printf("%-7zu %-9.0f %-26s %10.2fx (p50 / p50)\n", T, (double)blen / 1024,
              "sig+decision / memcpy", st.p50 / sc.p50);
+    /* what each form costs on the wire: the whole prefill reply */
+    stats sn = summarize(t_pscan, (size_t)iters), sk = summarize(t_cpar, (size_t)iters);
+    if (json)
+      json_array_append_new(jrows, json_pack("{s:I,s:s,s:I,s:I,s:f}", "tokens", (json_int_t)T, "stage",
+                                             "prefill reply bytes, npy vs compact", "npy_bytes", (json_int_t)rl,
+                                             "compact_bytes", (json_int_t)crl, "p50_ratio_npy_over_compact",
+                                             sn.p50 / sk.p50));
+    else
+      printf("%-7zu %-9.0f %-26s npy %zu bytes, compact %zu bytes (%.0fx); parse+signature p50 %.0fx\n", T,
+             (double)blen / 1024, "prefill reply", (size_t)rl, crl, (double)rl / (double)crl, sn.p50 / sk.p50);
     fflush(stdout);
     (void)sink;
     free(tot);
@@ -366,6 +416,7 @@ int eldr_bench_route(int argc, char **argv) {
     free(rtail);
     free(b64tail);
     free(reply);
+    free(creply);
     free(text);
     free(b64);
     free(sel);
@@ -392,6 +443,8 @@ int eldr_bench_route(int argc, char **argv) {
   free(t_tree);
   free(t_perid);
   free(t_pscan);
+  free(t_csig);
+  free(t_cpar);
   free(tokens);
   eldr_artifact_free(a);
   return 0;

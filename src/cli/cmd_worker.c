@@ -50,7 +50,9 @@ static void usage(FILE *f) {
           "                        v021-lists (vLLM 0.21: prompt_routed_experts + per-choice\n"
           "                        nested lists) or v021-base64 (the same split, each an\n"
           "                        {encoding,dtype,shape,data} int16 object) or lists\n"
-          "                        (vLLM PR #38939: whole sequence as nested lists)\n"
+          "                        (vLLM PR #38939: whole sequence as nested lists) or compact\n"
+          "                        (no routed_experts: the prompt's per-(layer, expert) counts in\n"
+          "                        kv_transfer_params.eldr_expert_counts, docs/vllm.md)\n"
           "  --routed-experts-stream none|final  with --routed-experts-decode: a streamed reply's\n"
           "                        last chunk carries the whole sequence's rows (npy), as vLLM's\n"
           "                        /inference/v1/generate stream; none (default): no chunk does,\n"
@@ -146,7 +148,7 @@ int eldr_cmd_worker(int argc, char **argv) {
     case 'R': cfg.return_routed_experts = 0; break;
     case 'L':
       if (eldr_re_layout_parse(optarg, &cfg.routed_experts_layout) < 0)
-        cli_usage_error(CMD, "--routed-experts-layout: '%s' is not npy, v021-lists, v021-base64 or lists",
+        cli_usage_error(CMD, "--routed-experts-layout: '%s' is not npy, v021-lists, v021-base64, lists or compact",
                         optarg);
       break;
     case 'E': cfg.ep_size = (uint32_t)cli_parse_long(CMD, "--ep-size", optarg, 1, 64); break;

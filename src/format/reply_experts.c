@@ -16,7 +16,7 @@
 #include "eldr/routed_experts.h"
 #include "reply_layers_int.h"
 
-static const char *const layout_names[] = {"none", "npy", "v021-lists", "v021-base64", "lists"};
+static const char *const layout_names[] = {"none", "npy", "v021-lists", "v021-base64", "lists", "compact"};
 
 const char *eldr_re_layout_name(eldr_re_layout l) {
   return (unsigned)l < sizeof layout_names / sizeof *layout_names ? layout_names[l] : "unknown";
@@ -35,7 +35,7 @@ static const char *const reason_names[ELDR_RE__N] = {
     "ok",           "not_json",        "wrong_object",       "no_choices",  "bad_type",
     "bad_base64",   "bad_npy",         "unknown_dtype",      "unknown_encoding",
     "bad_shape",    "shape_mismatch",  "length_mismatch",    "rows_exceed_tokens",
-    "negative_id",  "id_out_of_range", "too_large",          "out_of_memory"};
+    "negative_id",  "id_out_of_range", "too_large",          "out_of_memory", "bad_counts"};
 
 const char *eldr_re_reason_name(eldr_re_reason r) {
   return (unsigned)r < ELDR_RE__N ? reason_names[r] : "unknown";

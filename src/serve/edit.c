@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "eldr/jscan.h"
+#include "eldr/reply_compact.h"
 #include "eldr/reply_splice.h"
 #include "serve_internal.h"
 
@@ -192,8 +193,16 @@ int eldr__prefill_reply_bytes(const char *doc, size_t n, eldr__prefill_reply *pr
     eldr_js_span t = u.type == ELDR_JS_OBJECT ? eldr_js_get(doc, u, "prompt_tokens_details") : u;
     if (k.type == ELDR_JS_OBJECT) kv = doc + k.off, pr->kv_len = k.len;
     if (t.type == ELDR_JS_OBJECT) det = doc + t.off, pr->det_len = t.len;
+    if (k.type == ELDR_JS_OBJECT && eldr_js_get(doc, k, ELDR_COMPACT_KEY).type != ELDR_JS_NONE) {
+      static const char *const drop[] = {ELDR_COMPACT_KEY, NULL}; /* never sent on */
+      eldr__buf kb = {0};
+      if (cut_object(&kb, doc, k, drop, NULL, 0)) return ELDR_ENOMEM;
+      kv = kvd = kb.p;
+      pr->kv_len = kb.n;
+    }
   } else if (json_is_object(pr->root)) { /* the tree's values, serialised */
     json_t *k = json_object_get(pr->root, "kv_transfer_params");
+    if (json_object_get(k, ELDR_COMPACT_KEY)) json_object_del(k, ELDR_COMPACT_KEY); /* never sent on */
     json_t *t = json_object_get(json_object_get(pr->root, "usage"), "prompt_tokens_details");
     if (json_is_object(k) && !(kv = kvd = json_dumps(k, JSON_COMPACT | JSON_PRESERVE_ORDER))) return ELDR_ENOMEM;
     if (json_is_object(t) && !(det = detd = json_dumps(t, JSON_COMPACT | JSON_PRESERVE_ORDER))) {
@@ -372,10 +381,11 @@ static int reply_read(const char *body, size_t len, int need_tree, char **buf, s
                                        {{"usage", "prompt_tokens", NULL}},
                                        {{"usage", "prompt_tokens_details", NULL}},
                                        {{"usage", "prompt_tokens_details", "cached_tokens", NULL}},
-                                       {{"choices", "#0", "routed_experts", NULL}}};
-  eldr_js_span f[5], root;
+                                       {{"choices", "#0", "routed_experts", NULL}},
+                                       {{"kv_transfer_params", ELDR_COMPACT_KEY, NULL}}};
+  eldr_js_span f[6], root;
   /* a NUL byte: the scanner refuses it (test_jscan), jansson may not: it then decides */
-  const int scanned = !memchr(body, 0, len) && eldr_js_scan(body, len, paths, 5, f, &root, NULL) == 0 &&
+  const int scanned = !memchr(body, 0, len) && eldr_js_scan(body, len, paths, 6, f, &root, NULL) == 0 &&
                       root.type == ELDR_JS_OBJECT;
   if (need_tree || !scanned) {
     eldr__prefill_reply_free(out); /* the tree path: its own allocations (and error message) */
@@ -393,6 +403,7 @@ static int reply_read(const char *body, size_t len, int need_tree, char **buf, s
       if (out->raw) {
         out->raw[len] = 0;
         out->raw_len = len;
+        if (f[5].type == ELDR_JS_OBJECT && f[0].type == ELDR_JS_OBJECT) out->compact = f[5];
       }
     }
     return rc;
@@ -432,10 +443,24 @@ static int reply_read(const char *body, size_t len, int need_tree, char **buf, s
     out->routed_experts = out->raw + f[4].off + 1;
     out->routed_experts_len = f[4].len - 2;
   }
-  /* bytes: borrowed from the same allocation, after the copy */
+  /* bytes: borrowed from the same allocation, after the copy; the
+   * kv_transfer_params without eldr's compact counts (never sent on) */
+  if (f[5].type == ELDR_JS_OBJECT && f[0].type == ELDR_JS_OBJECT) out->compact = f[5];
   if (out->kv_len + out->det_len) {
     out->bytes = out->raw + len + 1;
-    memcpy(out->bytes, out->raw + f[0].off, out->kv_len);
+    if (out->compact.type == ELDR_JS_OBJECT) {
+      static const char *const drop[] = {ELDR_COMPACT_KEY, NULL};
+      eldr__buf kb = {0};
+      if (cut_object(&kb, out->raw, f[0], drop, NULL, 0)) {
+        eldr__prefill_reply_free(out);
+        return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
+      }
+      out->kv_len = kb.n; /* shorter than the span reserved for it */
+      memcpy(out->bytes, kb.p, out->kv_len);
+      eldr__buf_free(&kb);
+    } else {
+      memcpy(out->bytes, out->raw + f[0].off, out->kv_len);
+    }
     memcpy(out->bytes + out->kv_len, out->raw + f[2].off, out->det_len);
   }
   return 0;

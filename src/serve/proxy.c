@@ -591,9 +591,9 @@ static int decide(rq *r, int *fallback) {
     /* the reply's bytes when the scanner read it (no tree), else its tree */
     eldr__sigpath_extract(&s->sp, r->pr.raw, r->pr.raw_len, r->pr.raw ? NULL : eldr__prefill_reply_root(&r->pr),
                           r->req.api == ELDR__API_CHAT, r->pr.routed_experts, r->pr.routed_experts_len,
-                          &r->prompt, &res);
+                          r->pr.raw ? r->pr.compact : (eldr_js_span){0, 0, ELDR_JS_NONE}, &r->prompt, &res);
     eldr__histo_add(&s->m.sig, eldr__now_s() - t0);
-    /* seen in any layout (a top-level prompt_routed_experts, lists), not only a blob */
+    /* seen in any layout (a top-level prompt_routed_experts, lists, compact), not only a blob */
     if (r->pr.routed_experts || (res.fallback != ELDR__FB_NO_ROUTED_EXPERTS && res.fallback != ELDR__FB_NO_ARTIFACT))
       s->re_seen_t = t0;
     have = 1;

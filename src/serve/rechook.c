@@ -13,6 +13,7 @@
 #include <time.h>
 #include <xxhash.h>
 
+#include "eldr/reply_compact.h"
 #include "eldr/reply_stream.h"
 #include "serve_types.h"
 
@@ -77,8 +78,30 @@ static int take_rows(eldr__rec_item *it, const void *data, eldr_sel_dtype dt, si
  * was built from when they are every layer's; else the prefill reply's
  * tree is handed to the writer at the end (a .npy string: its size is
  * known); else (JSON-list layouts) the decoded rows are copied. */
+/* The compact form (eldr/reply_compact.h): the engine's counts, every
+ * layer the artifact has (else every MoE row it carries), read on the loop
+ * (a few KB). 0, 1 (not this form) or -1. */
+static int compact_counts(const eldr_artifact *a, rq *r, eldr__rec_item **out) {
+  if (!r->pr.raw || r->pr.compact.type != ELDR_JS_OBJECT) return 1;
+  eldr_compact_opts co = {0};
+  if (a) co = (eldr_compact_opts){a->shape.num_layers, a->layer_ids, a->shape.num_experts, a->shape.top_k, NULL};
+  eldr_compact_info ci;
+  uint32_t ids[ELDR_MAX_LAYERS];
+  if (eldr_compact_read(r->pr.raw, r->pr.compact, &co, NULL, ids, &ci, NULL, NULL) || ci.tokens > UINT32_MAX) return -1;
+  eldr_shape sh = {a ? a->shape.num_layers : ci.layers, ci.experts, ci.top_k};
+  eldr__rec_item *it = *out = eldr__rec_item_new(&sh, a ? a->layer_ids : ids);
+  size_t cells = eldr_shape_cells(&sh);
+  if (!it || !(it->prefill_counts = calloc(cells, sizeof *it->prefill_counts))) return -1;
+  if (eldr_compact_read(r->pr.raw, r->pr.compact, &co, it->prefill_counts, ids, &ci, NULL, NULL)) return -1;
+  it->prefill_tokens = (uint32_t)ci.tokens;
+  it->bytes += cells * sizeof *it->prefill_counts;
+  return 0;
+}
+
 static int prompt_counts(eldr_server *s, rq *r, const eldr__sigres *res, eldr__rec_item **out) {
   const eldr_artifact *a = s->art;
+  int crc = compact_counts(a, r, out);
+  if (crc <= 0) return crc;
   int sig_rows = res && a && (res->fallback == FB_NONE || res->fallback == ELDR__FB_EMPTY_SIGNATURE) && res->view.data;
   uint32_t E = s->cfg.record_experts ? s->cfg.record_experts : a ? a->shape.num_experts : 0;
   if (sig_rows && res->counts && res->fallback == FB_NONE && mask_all(a)) {

@@ -336,7 +336,9 @@ char *eldr__decode_body_tree(const eldr__req *r, json_t *kvp, size_t *len) {
 void eldr__prefill_reply_free(eldr__prefill_reply *p) {
   if (!p) return;
   json_decref(p->root);
-  if (!p->raw) free(p->bytes); /* read by the scanner: bytes lie in raw's allocation */
+  /* read by the scanner: bytes lie in raw's allocation; parsed into a
+   * tree (raw then a copy of the reply kept beside it): bytes are their own */
+  if (!p->raw || (uintptr_t)p->bytes - (uintptr_t)p->raw >= p->raw_cap) free(p->bytes);
   free(p->raw);
   memset(p, 0, sizeof *p);
 }

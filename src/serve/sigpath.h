@@ -149,6 +149,7 @@ typedef struct eldr__sigpath {
   _Atomic uint64_t tokenizer_mismatch, blocks_missing; /* read by any loop's /metrics */
   uint64_t stores_deferred;  /* stores run by the loop, after the decode leg left */
   uint64_t stores_inline;    /* stores run by an extraction (the ring was full) */
+  uint64_t compact_reads;    /* signatures from the compact form (eldr/reply_compact.h) */
 } eldr__sigpath;
 
 /* base: the loop whose next turn runs deferred stores (NULL: none). 0 or
@@ -190,9 +191,15 @@ void eldr__prompt_free(eldr__prompt *p);
  * reply gives fallback MALFORMED or SHAPE_MISMATCH with res->reason.
  * blob, blob_len (optional, NULL: none): a string of body, quotes excluded,
  * that the scan which accepted body found (eldr__prefill_reply's
- * routed_experts): its end is taken from here, not searched again. */
+ * routed_experts): its end is taken from here, not searched again.
+ * compact (type NONE: none): the span of body's
+ * kv_transfer_params.eldr_expert_counts (eldr/reply_compact.h): when
+ * present, the engine's counts are read instead of any rows (the artifact's
+ * masked layers, by layer id), completed from the cache for the prefix
+ * they skip; nothing is stored in the cache (no per-block rows). */
 void eldr__sigpath_extract(eldr__sigpath *sp, const char *body, size_t len, const void *root, int chat,
-                           const char *blob, size_t blob_len, const eldr__prompt *p, eldr__sigres *res);
+                           const char *blob, size_t blob_len, eldr_js_span compact, const eldr__prompt *p,
+                           eldr__sigres *res);
 /* Store the rows of the fully computed blocks of an extraction now (res:
  * the last extraction's, or one whose slot was not reused since). */
 void eldr__sigpath_store(eldr__sigpath *sp, const eldr__sigres *res);

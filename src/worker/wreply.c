@@ -4,6 +4,8 @@
  * vLLM metrics, and the /metrics, /v1/models and side-channel endpoints. */
 #include "worker/worker_impl.h"
 
+#include "eldr/reply_compact.h"
+
 /* ------------------------------------------------------------ HTTP replies */
 
 static void add_json_headers(struct evhttp_request *req, const char *ctype) {
@@ -305,9 +307,10 @@ void eldr__w_reply_done(wreq *r) {
      * with --routed-experts-prompt computed) only the computed tokens do.
      * The one generated token was never forwarded: no generated rows. */
     uint32_t skip = w->re_computed_only ? r->cached : 0;
-    (void)eldr_reply_experts_emit_layers(body, json_array_get(choices, 0), w->re_layout,
-                                         r->psel + (size_t)skip * w->LK, r->n_prompt - skip, NULL, 0, &w->shape,
-                                         w->re_ids, w->re_hidden);
+    if (w->re_layout != ELDR_RE_LAYOUT_COMPACT) /* compact: the counts go into kv_transfer_params (below) */
+      (void)eldr_reply_experts_emit_layers(body, json_array_get(choices, 0), w->re_layout,
+                                           r->psel + (size_t)skip * w->LK, r->n_prompt - skip, NULL, 0, &w->shape,
+                                           w->re_ids, w->re_hidden);
   }
   if (body && r->remote_prefill && w->re_decode && r->psel && r->dsel && r->n_dsel) {
     /* a vLLM decode instance (docs/vllm.md): rows up to the last forwarded
@@ -315,12 +318,22 @@ void eldr__w_reply_done(wreq *r) {
      * the router's splice replaces them) and the generated tokens' */
     uint16_t *gen;
     uint32_t g = r->emitted ? r->emitted - 1 : 0;
-    if (decode_rows(r, g, &gen) == 0)
-      (void)eldr_reply_experts_emit_layers(body, json_array_get(choices, 0), w->re_layout, r->psel, r->n_prompt,
-                                           gen, g, &w->shape, w->re_ids, w->re_hidden);
+    if (decode_rows(r, g, &gen) == 0) /* a decode leg's rows: npy when the prefill sends counts */
+      (void)eldr_reply_experts_emit_layers(body, json_array_get(choices, 0),
+                                           w->re_layout == ELDR_RE_LAYOUT_COMPACT ? ELDR_RE_LAYOUT_NPY : w->re_layout,
+                                           r->psel, r->n_prompt, gen, g, &w->shape, w->re_ids, w->re_hidden);
     free(gen);
   }
-  if (body && r->remote_decode) json_object_set_new(body, "kv_transfer_params", kv_params_json(r));
+  if (body && r->remote_decode) {
+    json_t *kv = kv_params_json(r);
+    /* the compact form: the prompt's counts next to the handoff, computed here
+     * (contrib/vllm-eldr-counts does this inside vLLM) */
+    if (kv && w->return_re && r->psel && w->re_layout == ELDR_RE_LAYOUT_COMPACT) {
+      uint32_t skip = w->re_computed_only ? r->cached : 0;
+      (void)eldr_compact_emit(kv, r->psel + (size_t)skip * w->LK, r->n_prompt - skip, &w->shape, w->re_ids, skip);
+    }
+    json_object_set_new(body, "kv_transfer_params", kv);
+  }
   if (!body) {
     eldr__w_send_error(r->http, 500, NULL, "cannot build the reply");
   } else {

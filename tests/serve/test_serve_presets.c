@@ -42,22 +42,9 @@ static char *preset_artifact(const char *preset, const char *tag) {
   assert_int_equal(eldr_tracegen_model_shape(preset, &s, canon, sizeof canon, NULL), 0);
   uint32_t ids[ELDR_MAX_LAYERS];
   eldr_tracegen_layer_ids(preset, &s, ids);
-  eldr_artifact *a = eldr_artifact_new(canon, &s, ids, ELDR_REPR_COUNT, 0, NULL, 2);
-  assert_non_null(a);
-  const float v = 1.0f / sqrtf((float)a->dim / 2);
-  for (size_t c = 0; c < 2; c++)
-    for (size_t j = 0; j < a->dim; j++)
-      a->centroids[c * a->dim + j] = (j % s.num_experts) / (s.num_experts / 2) == c ? v : 0.0f;
-  a->cluster_sizes[0] = a->cluster_sizes[1] = 1;
-  a->tau = 0.1;
-  a->fit_n = 2;
-  a->fit_balanced = 1;
-  char *path = malloc(256);
-  snprintf(path, 256, "/tmp/eldr_test_presets_%d_%s.json", (int)getpid(), tag);
-  eldr_diag d = {{0}};
-  assert_int_equal(eldr_artifact_save(path, a, &d), 0);
-  eldr_artifact_free(a);
-  return path;
+  char name[96];
+  snprintf(name, sizeof name, "presets_%s", tag);
+  return sf_artifact_save(sf_halves_artifact(canon, &s, ids, 0, NULL), name);
 }
 
 static char *fixture(const char *preset) {

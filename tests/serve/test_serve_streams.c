@@ -42,22 +42,9 @@ static char *artifact(const char *tag) {
   eldr_worker_config_default(&wc);
   eldr_shape s;
   assert_int_equal(eldr_tracegen_model_shape(wc.model, &s, NULL, 0, NULL), 0);
-  eldr_artifact *a = eldr_artifact_new(wc.model, &s, NULL, ELDR_REPR_COUNT, 0, NULL, 2);
-  assert_non_null(a);
-  const float v = 1.0f / sqrtf((float)a->dim / 2);
-  for (size_t c = 0; c < 2; c++)
-    for (size_t j = 0; j < a->dim; j++)
-      a->centroids[c * a->dim + j] = (j % s.num_experts) / (s.num_experts / 2) == c ? v : 0.0f;
-  a->cluster_sizes[0] = a->cluster_sizes[1] = 1;
-  a->tau = 0.1;
-  a->fit_n = 2;
-  a->fit_balanced = 1;
-  char *path = malloc(256);
-  snprintf(path, 256, "/tmp/eldr_test_streams_%d_%s.json", (int)getpid(), tag);
-  eldr_diag d = {{0}};
-  assert_int_equal(eldr_artifact_save(path, a, &d), 0);
-  eldr_artifact_free(a);
-  return path;
+  char name[96];
+  snprintf(name, sizeof name, "streams_%s", tag);
+  return sf_artifact_save(sf_halves_artifact(wc.model, &s, NULL, 0, NULL), name);
 }
 
 /* n streamed completions through a router recording into dir, in front of

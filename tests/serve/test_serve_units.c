@@ -656,7 +656,7 @@ static void extract_text(eldr__sigpath *sp, json_t *reply, const eldr__prompt *p
   assert_int_equal(eldr__prefill_reply_read(txt, strlen(txt), 0, &pr, NULL), 0);
   free(txt);
   assert_non_null(pr.raw); /* the scanner read it */
-  eldr__sigpath_extract(sp, pr.raw, pr.raw_len, NULL, 0, pr.routed_experts, pr.routed_experts_len, p, res);
+  eldr__sigpath_extract(sp, pr.raw, pr.raw_len, NULL, 0, pr.routed_experts, pr.routed_experts_len, pr.compact, p, res);
   eldr__prefill_reply_free(&pr);
 }
 
@@ -794,7 +794,7 @@ static void test_sigpath_deferred_store(void **st) {
   /* a full ring without a loop turn: the extraction that reuses the
    * oldest pending slot stores it first */
   for (int q = 1; q < NP; q++) {
-    eldr__sigpath_extract(&sp, NULL, 0, full[q], 0, NULL, 0, &pr[q], &res); /* a tree */
+    eldr__sigpath_extract(&sp, NULL, 0, full[q], 0, NULL, 0, (eldr_js_span){0, 0, ELDR_JS_NONE}, &pr[q], &res); /* a tree */
     eldr__sigpath_defer(&sp, &res);
   }
   assert_int_equal(sp.stores_inline, 1);
