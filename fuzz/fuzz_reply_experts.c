@@ -173,10 +173,13 @@ static void spans(const char *body, size_t len, const eldr_re_opts *o) {
 
 static void all(const char *body, size_t len) {
   static const uint8_t mask[2] = {0, 1};
+  static const uint32_t ids[2] = {1, 3}; /* an all-layers array of 4 or more layers: rows 1 and 3 */
   const eldr_re_opts os[] = {
-      {ELDR_RE_COMPLETIONS, 2, 2, 8, NULL, NULL, NULL},
-      {ELDR_RE_CHAT, 2, 2, 8, mask, NULL, NULL},
-      {ELDR_RE_COMPLETIONS, 0, 0, 0, NULL, NULL, NULL},
+      {ELDR_RE_COMPLETIONS, 2, 2, 8, NULL, NULL, NULL, NULL, 0},
+      {ELDR_RE_CHAT, 2, 2, 8, mask, NULL, NULL, NULL, 0},
+      {ELDR_RE_COMPLETIONS, 0, 0, 0, NULL, NULL, NULL, NULL, 0},
+      {ELDR_RE_COMPLETIONS, 2, 2, 8, mask, NULL, NULL, ids, 0},
+      {ELDR_RE_CHAT, 0, 0, 8, NULL, NULL, NULL, NULL, 1},
   };
   for (size_t i = 0; i < sizeof os / sizeof *os; i++) {
     one(body, len, &os[i]);
@@ -184,6 +187,7 @@ static void all(const char *body, size_t len) {
   }
   fused(body, len, &os[0]);
   fused(body, len, &os[1]);
+  fused(body, len, &os[3]);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -196,7 +200,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   int n = sprintf(wrap, "{\"usage\":{\"prompt_tokens\":3},\"choices\":[{\"routed_experts\":\"%s\"}]}", b64);
   all(wrap, (size_t)n);
   /* shape from the first bytes so that lengths sometimes agree */
-  unsigned rows = size ? data[0] % 5 : 0, L = size > 1 ? data[1] % 3 : 2, K = size > 2 ? data[2] % 3 : 2;
+  unsigned rows = size ? data[0] % 5 : 0, L = size > 1 ? data[1] % 6 : 2, K = size > 2 ? data[2] % 3 : 2;
   const char *dt[] = {"int16", "uint8", "int32", "int64", "uint16"};
   n = sprintf(wrap,
               "{\"usage\":{\"prompt_tokens\":4},\"choices\":[{}],\"prompt_routed_experts\":"

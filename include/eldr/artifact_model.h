@@ -27,6 +27,18 @@
 
 #define ELDR_ARTIFACT_VERSION 1
 
+/* What chose an artifact's representation, IDF and layer mask (fit.chosen_by). */
+typedef enum eldr_fit_evidence {
+  ELDR_FIT_BY_UNKNOWN = 0,   /* an artifact written before it was recorded */
+  ELDR_FIT_BY_RHO,           /* "rho": the signature quality on decode selections */
+  ELDR_FIT_BY_NAMED,         /* "named": the user named representation and layers */
+  ELDR_FIT_BY_PREFILL_ONLY,  /* "prefill_only": no decode selections; the defaults,
+                                accepted by the user (eldr fit --prefill-only) */
+} eldr_fit_evidence;
+
+/* "unknown", "rho", "named", "prefill_only". */
+const char *eldr_fit_evidence_name(int e);
+
 typedef struct eldr_artifact {
   int version;
   char *model;          /* owned */
@@ -45,6 +57,9 @@ typedef struct eldr_artifact {
   uint64_t fit_seed;
   double fit_rho;
   int fit_balanced;
+  int fit_chosen_by;     /* eldr_fit_evidence: what chose repr, IDF and mask */
+  size_t fit_decode_n;   /* requests of the fit carrying decode selections
+                            (SIZE_MAX: not recorded, an older artifact) */
   size_t *cluster_sizes; /* owned, k entries */
   char *created;         /* owned, may be NULL */
   char *trace;           /* owned, may be NULL */

@@ -8,7 +8,11 @@
  * centroids on the chosen signatures. When rho is undefined for every
  * candidate (constant distances, e.g. one decode token per request), the fit
  * still succeeds with the count representation (IDF as allowed), all layers,
- * and rho = NaN (written as null).
+ * and rho = NaN (written as null). When no request carries decode
+ * selections at all (a recording of streamed replies: prefill counts only)
+ * the fit fails with ELDR_EEMPTY and a message saying so, unless the caller
+ * named the representation and the layers or set opts.prefill_only; the
+ * artifact records which evidence chose it (fit_chosen_by).
  *
  * At scale (eldr_fit_stream): the calibration requests come from a source
  * the fit reads in passes, one request at a time, as per-(layer, expert)
@@ -83,6 +87,10 @@ typedef struct eldr_fit_opts {
   int final_iters;       /* exact balanced assignments at the end (default 2) */
   size_t sig_budget;     /* bytes for the in-memory signature matrix (3 GiB) */
   const struct eldr_artifact *previous; /* continuity with this artifact, or NULL */
+  int prefill_only;      /* 1: accept a fit on requests none of which carries decode
+                            selections (rho unmeasurable): count, every layer, IDF as
+                            asked; 0 (default): such a fit fails (ELDR_EEMPTY) unless
+                            repr and layers are both named */
   /* progress callback (may be NULL): stage name, done, total */
   void (*progress)(void *ctx, const char *stage, size_t done, size_t total);
   void *progress_ctx;
@@ -116,6 +124,7 @@ typedef struct eldr_fit_report {
   size_t skipped_empty;     /* requests with no prefill selections */
   size_t rho_undefined;     /* candidates whose rho is undefined (NaN): constant
                                distances, e.g. no decode selections */
+  size_t with_decode;       /* requests carrying decode selections */
   double kmeans_objective;
   size_t capacity;          /* ceil(n / k) (balanced) */
   double seconds_rho, seconds_kmeans;

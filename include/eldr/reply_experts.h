@@ -51,7 +51,8 @@
 #include "eldr/error.h"
 #include "eldr/jscan.h" /* eldr_js_span */
 
-/* Which OpenAI endpoint produced the reply: checked against "object". */
+/* Which OpenAI endpoint produced the reply: checked against "object" (the
+ * endpoint's, or its stream chunk's: "chat.completion.chunk"). */
 typedef enum eldr_re_api { ELDR_RE_COMPLETIONS = 0, ELDR_RE_CHAT } eldr_re_api;
 
 typedef enum eldr_re_layout {
@@ -61,12 +62,22 @@ typedef enum eldr_re_layout {
   ELDR_RE_LAYOUT_V021_BASE64,
   ELDR_RE_LAYOUT_LISTS, /* vLLM PR #38939 (first OpenAI form): per choice nested
                            lists of the whole sequence, no prompt_routed_experts */
+  ELDR_RE_LAYOUT_COMPACT, /* not routed_experts at all: the prompt's counts in
+                             kv_transfer_params (eldr/reply_compact.h); an emitter's
+                             choice only, the readers never report it */
 } eldr_re_layout;
 
-/* "npy", "v021-lists", "v021-base64", "lists" ("none" for NONE). */
+/* "npy", "v021-lists", "v021-base64", "lists", "compact" ("none" for NONE). */
 const char *eldr_re_layout_name(eldr_re_layout l);
 /* Parse a layout name (not "none"); -1 when unknown. */
 int eldr_re_layout_parse(const char *s, eldr_re_layout *out);
+
+/* Can arrays of array_layers layer rows be read onto L MoE layers at model
+ * layers layer_ids (NULL: exactly L rows)? The readers' rule (eldr_re_opts,
+ * "The layer axis"): 1 for array_layers == L, or more rows than L with
+ * layer_ids strictly increasing, below array_layers and not 0..L-1 (ids
+ * 0..L-1 say there is no dense layer: more rows are another model); else 0. */
+int eldr_re_layers_fit(size_t array_layers, uint32_t L, const uint32_t *layer_ids);
 
 /* Why a reply was rejected. The labels are stable metric label values. */
 typedef enum eldr_re_reason {
@@ -87,6 +98,7 @@ typedef enum eldr_re_reason {
   ELDR_RE_ID_OUT_OF_RANGE,    /* id_out_of_range: id >= num_experts */
   ELDR_RE_TOO_LARGE,          /* too_large: sizes overflow */
   ELDR_RE_NO_MEMORY,          /* out_of_memory */
+  ELDR_RE_BAD_COUNTS,         /* bad_counts: compact counts no prompt of their tokens gives */
   ELDR_RE__N
 } eldr_re_reason;
 
@@ -114,10 +126,22 @@ typedef struct eldr_re_scratch {
 void eldr_re_scratch_trim(eldr_re_scratch *s, size_t keep);
 void eldr_re_scratch_free(eldr_re_scratch *s);
 
-/* What the caller expects; 0 / NULL = accept any. */
+/* What the caller expects; 0 / NULL = accept any.
+ *
+ * The layer axis (docs/vllm.md, "The layer axis"): vLLM's capturer sends a
+ * row for every hidden layer of the model, the MoE layers' ids at their
+ * layer index and the dense layers' rows zero (the all-layers form: Llama-4
+ * Maverick (rows, 48, 1), 24 of them MoE); older builds and SGLang send the
+ * MoE layers only. With num_layers L and layer_ids (the model layer of each
+ * of the L MoE layers, the artifact's), an array of L layers is read as is
+ * and an array of more is read at rows layer_ids[0..L) (eldr_re_layers_fit:
+ * not when the ids are 0..L-1, which leave no room for a dense layer): the views hold the
+ * L MoE layers either way, so everything downstream (counts, signature
+ * cache, records) sees one shape. The dense rows are never read, whatever
+ * they hold. Without layer_ids only L layers are accepted. */
 typedef struct eldr_re_opts {
   eldr_re_api api;
-  uint32_t num_layers;       /* the artifact's L */
+  uint32_t num_layers;       /* the artifact's L (MoE layers) */
   uint32_t top_k;            /* the artifact's K */
   uint32_t num_experts;      /* ids must be < this (0: < ELDR_MAX_EXPERTS) */
   const uint8_t *layer_mask; /* num_layers flags: ids are checked only in these
@@ -129,6 +153,15 @@ typedef struct eldr_re_opts {
                                 same pass that range-checks them; the result's
                                 `counted` says so. On an error counts may hold
                                 a partial sum: discard them. */
+  const uint32_t *layer_ids; /* num_layers entries, strictly increasing: the model
+                                layer of each MoE layer (the artifact's
+                                layer_ids); NULL: an array must have exactly
+                                num_layers layers */
+  int drop_dense;            /* with num_layers 0: layers whose rows are a dense
+                                layer's fill (every id <= 0, and top_k >= 2 or an
+                                id negative: a top-k row never repeats an id) are
+                                dropped, decided on the first array with rows;
+                                the result's layer_ids name the layers kept */
 } eldr_re_opts;
 
 /* Rows of one (tokens, layers, top_k) array, row-major, in the wire dtype
@@ -156,6 +189,11 @@ typedef struct eldr_reply_experts {
   void **bufs;             /* owned buffers the views point into */
   size_t nbufs;
   int counted;             /* opts->counts holds choices[0].prompt's counts */
+  size_t array_layers;     /* layer rows of the arrays as sent (0: none read) */
+  const uint32_t *layer_ids; /* the model layer of each view layer, when the
+                                arrays were cut down to their MoE layers (all-layers
+                                form, drop_dense); NULL when the views' layers are
+                                the arrays' (owned with the views) */
 } eldr_reply_experts;
 
 /* Read a whole non-streaming reply body. Returns 0 (out filled; a reply
@@ -191,6 +229,19 @@ int eldr_reply_experts_scanned(const char *doc, size_t len, const eldr_re_opts *
                                eldr_re_reason *why, eldr_diag *d);
 void eldr_reply_experts_free(eldr_reply_experts *r);
 
+/* A reply's rows over the model's MoE layers, whatever its layer axis (for
+ * a record: eldr serve --record). root is a jansson tree of the whole reply,
+ * read as eldr_reply_experts_from_json with num_experts and no other
+ * expectation but the layers: first as the artifact's (art: its L and K,
+ * art_ids its layer ids; NULL: none) in either form; else as the MoE layers
+ * of the preset the reply's "model" names (eldr_tracegen_served_layers)
+ * when the arrays have that preset's hidden layers and top_k; else the
+ * arrays' layers less those holding only a dense layer's fill
+ * (drop_dense). ids (ELDR_MAX_LAYERS capacity) receives the model layer of
+ * each view layer. Errors: the last attempt's, as from_json's. */
+int eldr_reply_experts_moe_rows(const void *root, eldr_re_api api, uint32_t num_experts, const eldr_shape *art,
+                                const uint32_t *art_ids, eldr_reply_experts *out, uint32_t *ids);
+
 /* ---- emitting (the emulated worker) ------------------------------------- */
 
 /* Attach routed_experts in the given layout to a reply being built:
@@ -206,5 +257,13 @@ void eldr_reply_experts_free(eldr_reply_experts *r);
 int eldr_reply_experts_emit(void *body, void *choice, eldr_re_layout layout,
                             const uint16_t *prompt, size_t prompt_rows, const uint16_t *gen,
                             size_t gen_rows, const eldr_shape *shape);
+/* The same in vLLM's all-layers form: each row spread over hidden_layers
+ * layers, MoE layer l at layer_ids[l] (strictly increasing, < hidden_layers),
+ * every other (dense) layer's ids 0, as vLLM's capturer leaves them.
+ * hidden_layers == shape->num_layers is eldr_reply_experts_emit. */
+int eldr_reply_experts_emit_layers(void *body, void *choice, eldr_re_layout layout, const uint16_t *prompt,
+                                   size_t prompt_rows, const uint16_t *gen, size_t gen_rows,
+                                   const eldr_shape *shape, const uint32_t *layer_ids,
+                                   uint32_t hidden_layers);
 
 #endif

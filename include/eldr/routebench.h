@@ -8,8 +8,10 @@
  * cache (the store of a prompt's block rows, a later prompt with a 75%
  * prefix hit), the decision, and for comparison the reply read into a
  * jansson tree with the signature read from it, the signature with the
- * per-id counting kernels only, and a memcpy of the reply's base64 blob
- * (the yardstick: about as disturbed by other load as the stages).
+ * per-id counting kernels only, a memcpy of the reply's base64 blob
+ * (the yardstick: about as disturbed by other load as the stages), and the
+ * same prompt's compact form (eldr/reply_compact.h: the engine's counts in
+ * kv_transfer_params) read and turned into the signature.
  *
  * Ownership: an eldr_routebench owns its artifact, policy and signature
  * paths; a result's stage names are static strings. Errors: ELDR_EINVAL (a
@@ -34,6 +36,9 @@ typedef struct eldr_routebench_cfg {
   uint32_t mask_layers; /* layers in the artifact's mask, evenly spread (1..layers) */
   uint32_t iters;       /* timed repetitions per prompt length (>= 1; 5 warm-up rounds besides) */
   uint64_t seed;
+  const uint32_t *layer_ids; /* the MoE layers' model layer ids (shape.num_layers entries; NULL: 0..L-1) */
+  uint32_t hidden_layers;    /* rows a token has on the wire: vLLM's all-layers form sends one per
+                                hidden layer, the dense ones 0 (0: shape.num_layers, the MoE rows only) */
 } eldr_routebench_cfg;
 
 typedef enum eldr_routebench_stage {
@@ -47,6 +52,8 @@ typedef enum eldr_routebench_stage {
   ELDR_RB_TREE,       /* read + signature, jansson tree */
   ELDR_RB_PERID,      /* signature, per-id kernels only */
   ELDR_RB_MEMCPY,     /* memcpy of the base64 blob */
+  ELDR_RB_COMPACT_SIG,       /* signature from the compact form */
+  ELDR_RB_COMPACT_PARSE_SIG, /* the compact reply read + its signature */
   ELDR_RB_NSTAGES
 } eldr_routebench_stage;
 
@@ -58,6 +65,7 @@ typedef struct eldr_routebench_row {
 typedef struct eldr_routebench_result {
   size_t tokens;
   size_t b64_bytes; /* the reply's base64 blob */
+  size_t reply_bytes, compact_reply_bytes; /* the whole prefill reply, npy and compact form */
   eldr_routebench_row rows[ELDR_RB_NSTAGES];
   double ratio_p50; /* signature + decision over the memcpy, p50 over p50 */
 } eldr_routebench_result;

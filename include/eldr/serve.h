@@ -98,6 +98,10 @@ typedef struct eldr_serve_config {
   size_t record_queue;       /* records queued for the writer at most (default 1024) */
   size_t record_queue_bytes; /* their memory at most (default 64 MiB) */
   uint32_t record_experts;   /* routed experts per layer when no artifact says (0: the artifact's) */
+  size_t decode_max_batch;   /* the footprint policy's decode batch limit per decoder: the
+                              * engines' --max-num-seqs (default 256, vLLM's default below
+                              * 70 GiB of GPU memory; 1024 on H100/H200/MI300X-class GPUs:
+                              * vllm/engine/arg_utils.py, EngineArgs.get_batch_defaults) */
   int threads;               /* event loops, each with its own SO_REUSEPORT listener
                               * (docs/architecture.md, "Threads"); 0 = the number of
                               * online cores (default 0); fixed at start (a reload
@@ -164,7 +168,7 @@ int eldr_serve_config_add_api_key(eldr_serve_config *c, const char *key, eldr_di
  *   record_max_seconds, record_queue, record_queue_bytes, record_experts,
  *   api_key (string, array of strings, or null), shutdown_timeout,
  *   health_timeout, hang_window, bus (URL or null), bus_subject, bus_replica_id,
- *   bus_snapshot_interval, bus_peer_timeout.
+ *   bus_snapshot_interval, bus_peer_timeout, decode_max_batch.
  * A "prefill"/"decode" list replaces the current one. Unknown keys and
  * wrong types are errors naming the key. */
 int eldr_serve_config_parse(eldr_serve_config *c, const char *json, size_t len, eldr_diag *d);

@@ -47,6 +47,15 @@ int eldr_tracegen_model_shape(const char *name, eldr_shape *shape, char *canonic
  * entries. model_name may be a preset key or a canonical name. */
 void eldr_tracegen_layer_ids(const char *model_name, const eldr_shape *shape, uint32_t *ids);
 
+/* The preset a served model name belongs to: its last path component
+ * starts with the preset's Hugging Face name, case aside (e.g.
+ * "meta-llama/Llama-4-Maverick-17B-128E-Instruct-FP8" is llama4-maverick),
+ * or equals its key. Fills shape, its MoE layer ids (shape->num_layers
+ * entries, ids capacity ELDR_MAX_LAYERS) and *hidden, the model's hidden
+ * layers (the last MoE layer id + 1: the layer rows vLLM's routed_experts
+ * carry). ELDR_ENOTFOUND (no message) when no preset matches. */
+int eldr_tracegen_served_layers(const char *served, eldr_shape *shape, uint32_t *ids, uint32_t *hidden);
+
 #define ELDR_TRACEGEN_MAX_DOMAINS 64
 #define ELDR_TRACEGEN_NAME_MAX 48
 

@@ -88,6 +88,16 @@ typedef struct eldr_worker_config {
                                decode instance with the KV-connector patch (docs/vllm.md):
                                the sequence up to the last forwarded token, prompt rows
                                then the generated tokens' rows; 0 (default): none */
+  int routed_experts_stream; /* with routed_experts_decode: 1 ("final") a streamed decode
+                               reply's last token chunk carries the whole sequence's rows
+                               (npy), as vLLM's /inference/v1/generate stream does (its
+                               scheduler attaches them to the finishing output only);
+                               0 (default, "none"): no routed_experts in any chunk, as
+                               vLLM's /v1/completions and /v1/chat/completions streams */
+  int routed_experts_moe_only; /* 1: rows of the MoE layers only (older vLLM builds,
+                                  SGLang); 0 (default): vLLM's all-layers form, a row per
+                                  hidden layer, the dense layers' rows 0 (docs/vllm.md,
+                                  "The layer axis"; the same for models without dense layers) */
   int enable_prompt_tokens_details; /* 1: usage.prompt_tokens_details (vLLM's
                                        --enable-prompt-tokens-details); 0 (default): null */
   double kv_abort_timeout;  /* s a prefill holds a request's KV blocks for the decode

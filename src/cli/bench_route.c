@@ -8,9 +8,11 @@
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cli.h"
 #include "eldr/routebench.h"
+#include "eldr/tracegen.h"
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -18,6 +20,13 @@ static void usage(FILE *f) {
           "Router-side cost per request: routed_experts (base64 .npy) -> counts -> (+ signature\n"
           "cache rows) -> signature -> locality-band decision, on the server's own code.\n\n"
           "      --tokens LIST       prompt lengths, tokens                    [1024,4096]\n"
+          "      --model P           a model preset's shape and MoE layer ids instead of\n"
+          "                          the --layers, --experts and --topk values\n"
+          "                          (qwen3-30b-a3b, gpt-oss-120b, qwen3-235b-a22b,\n"
+          "                          llama4-maverick, olmoe-1b-7b, deepseek-v3)  [none]\n"
+          "      --routed-experts-layers all|moe  with --model: a row per hidden layer, the\n"
+          "                          dense layers' rows 0 (vLLM's capturer), or the MoE\n"
+          "                          layers' rows only                         [all]\n"
           "      --layers N          MoE layers                                [48]\n"
           "      --experts N         experts per layer                         [128]\n"
           "      --topk N            experts per token                         [8]\n"
@@ -35,12 +44,15 @@ typedef struct opts {
   size_t ntok;
   eldr_routebench_cfg cfg;
   int json;
+  const char *model;
+  uint32_t ids[ELDR_MAX_LAYERS]; /* the preset's MoE layer ids */
 } opts;
 
 static void parse(int argc, char **argv, opts *o) {
   const char *cmd = "bench route";
   long L = 48, E = 128, K = 8, D = 8, iters = 200, M = -1;
   uint64_t seed = 1;
+  int moe_only = 0;
   static const struct option lo[] = {{"json", no_argument, 0, 'j'},
                                      {"tokens", required_argument, 0, 't'},
                                      {"layers", required_argument, 0, 'l'},
@@ -51,6 +63,8 @@ static void parse(int argc, char **argv, opts *o) {
                                      {"mask-layers", required_argument, 0, 'm'},
                                      {"seed", required_argument, 0, 's'},
                                      {"help", no_argument, 0, 'h'},
+                                     {"model", required_argument, 0, 'M'},
+                                     {"routed-experts-layers", required_argument, 0, 'Y'},
                                      {0, 0, 0, 0}};
   cli_getopt_reset();
   int c;
@@ -65,11 +79,29 @@ static void parse(int argc, char **argv, opts *o) {
     case 'm': M = cli_parse_long(cmd, "--mask-layers", optarg, 1, ELDR_MAX_LAYERS); break;
     case 's': seed = cli_parse_u64(cmd, "--seed", optarg); break;
     case 'j': o->json = 1; break;
+    case 'M': o->model = optarg; break;
+    case 'Y':
+      if (strcmp(optarg, "all") && strcmp(optarg, "moe"))
+        cli_usage_error(cmd, "--routed-experts-layers: '%s' is not all or moe", optarg);
+      moe_only = !strcmp(optarg, "moe");
+      break;
     case 'h': usage(stdout); exit(0);
     default: cli_bad_option(cmd, argc, argv, c);
     }
   }
   if (optind < argc) cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+  /* a preset: its shape, its MoE layer ids, the hidden layers vLLM's rows cover */
+  uint32_t hidden = 0;
+  eldr_diag pd = {{0}};
+  if (o->model) {
+    eldr_shape ps;
+    if (eldr_tracegen_model_shape(o->model, &ps, NULL, 0, &pd)) cli_usage_error(cmd, "--model: %s", pd.msg);
+    L = ps.num_layers;
+    E = ps.num_experts;
+    K = ps.top_k;
+    eldr_tracegen_layer_ids(o->model, &ps, o->ids);
+    hidden = moe_only ? (uint32_t)L : o->ids[L - 1] + 1;
+  }
   if (K > E) cli_usage_error(cmd, "--topk %ld exceeds --experts %ld", K, E);
   if (M > L) cli_usage_error(cmd, "--mask-layers %ld exceeds --layers %ld", M, L);
   if (M < 0) M = L;
@@ -80,7 +112,7 @@ static void parse(int argc, char **argv, opts *o) {
     o->tokens[1] = 4096;
   }
   o->cfg = (eldr_routebench_cfg){{(uint32_t)L, (uint32_t)E, (uint32_t)K}, (uint32_t)D, (uint32_t)M,
-                                 (uint32_t)iters, seed};
+                                 (uint32_t)iters, seed, o->model ? o->ids : NULL, hidden};
   eldr_diag d = {{0}};
   if (eldr_shape_validate(&o->cfg.shape, &d)) cli_usage_error(cmd, "%s", d.msg);
 }
@@ -93,6 +125,10 @@ static void print_rows(const eldr_routebench_result *r) {
   /* the acceptance figure: signature+decision over the memcpy, medians of
    * the same interleaved run */
   printf("%-7zu %-9.0f %-26s %10.2fx (p50 / p50)\n", r->tokens, kib, "sig+decision / memcpy", r->ratio_p50);
+  /* what each form costs on the wire: the whole prefill reply */
+  printf("%-7zu %-9.0f %-26s npy %zu bytes, compact %zu bytes (%.0fx); parse+signature p50 %.0fx\n", r->tokens, kib,
+         "prefill reply", r->reply_bytes, r->compact_reply_bytes, (double)r->reply_bytes / (double)r->compact_reply_bytes,
+         r->rows[ELDR_RB_PARSE_SIG].p50_s / r->rows[ELDR_RB_COMPACT_PARSE_SIG].p50_s);
   fflush(stdout);
 }
 
@@ -105,6 +141,11 @@ static int json_rows(json_t *rows, const eldr_routebench_result *r) {
                                                  r->rows[s].p99_s * 1e6, "mean_us", r->rows[s].mean_s * 1e6));
   bad |= json_array_append_new(rows, json_pack("{s:I,s:s,s:f}", "tokens", (json_int_t)r->tokens, "stage",
                                                "ratio signature+decision / memcpy", "p50_ratio", r->ratio_p50));
+  bad |= json_array_append_new(
+      rows, json_pack("{s:I,s:s,s:I,s:I,s:f}", "tokens", (json_int_t)r->tokens, "stage",
+                      "prefill reply bytes, npy vs compact", "npy_bytes", (json_int_t)r->reply_bytes, "compact_bytes",
+                      (json_int_t)r->compact_reply_bytes, "p50_ratio_npy_over_compact",
+                      r->rows[ELDR_RB_PARSE_SIG].p50_s / r->rows[ELDR_RB_COMPACT_PARSE_SIG].p50_s));
   return bad;
 }
 
@@ -120,9 +161,11 @@ int eldr_bench_route(int argc, char **argv) {
   if (o.json && !rows) cli_fail(cmd, "out of memory");
   if (!o.json) {
     printf("# eldr bench route: %u layers x %u experts, top-%u, %u of %u layers in the mask, %u "
-           "decoders, %u iterations\n",
+           "decoders, %u iterations",
            c->shape.num_layers, c->shape.num_experts, c->shape.top_k, c->mask_layers, c->shape.num_layers,
            c->decoders, c->iters);
+    if (o.model) printf("; %s, routed_experts rows of %u layers", o.model, c->hidden_layers);
+    printf("\n");
     printf("%-7s %-9s %-26s %10s %10s %10s\n", "tokens", "b64_KiB", "stage", "p50_us", "p99_us", "mean_us");
   }
   for (size_t i = 0; i < o.ntok; i++) {

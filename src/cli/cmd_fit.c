@@ -49,6 +49,10 @@ static const char FIT_HELP[] =
     "      --epochs N          mini-batch passes                          [2]\n"
     "      --memory-mb M       signature matrix + counts cache budget; beyond it\n"
     "                          the K-means re-reads the trace (streamed)  [3072]\n"
+    "      --prefill-only      accept a trace without decode selections (e.g. recorded\n"
+    "                          streams): rho cannot choose, so count, every layer (IDF\n"
+    "                          as --idf); without it such a fit fails unless it\n"
+    "                          names both --representation and --layers  [off]\n"
     "      --created T         fit.created in the artifact (UTC, YYYY-MM-DDTHH:MM:SSZ)\n"
     "                          instead of now: the same seed and T give the same bytes\n"
     "                                                                     [now]\n"
@@ -131,6 +135,7 @@ int eldr_cmd_fit(int argc, char **argv) {
       {"previous", required_argument, 0, 17}, {"rho-sample", required_argument, 0, 18},
       {"exact-limit", required_argument, 0, 19}, {"batch", required_argument, 0, 20},
       {"epochs", required_argument, 0, 21},   {"memory-mb", required_argument, 0, 22},
+      {"prefill-only", no_argument, 0, 23},
       {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
   cli_getopt_reset();
   int c;
@@ -182,6 +187,7 @@ int eldr_cmd_fit(int argc, char **argv) {
     case 20: o.batch = (size_t)cli_parse_long(cmd, "--batch", optarg, 1, 1L << 24); break;
     case 21: o.epochs = (int)cli_parse_long(cmd, "--epochs", optarg, 0, 1000); break;
     case 22: mem_mb = (size_t)cli_parse_long(cmd, "--memory-mb", optarg, 1, 1L << 30); break;
+    case 23: o.prefill_only = 1; break;
     case 'q': quiet = 1; break;
     case 'h': fputs(FIT_HELP, stdout); return 0;
     default: cli_bad_option(cmd, argc, argv, c);
@@ -352,6 +358,8 @@ int eldr_cmd_fit(int argc, char **argv) {
     json_object_set_new(root, "candidates", cands);
     json_object_set_new(root, "chosen", json_integer((json_int_t)rep.chosen));
     json_object_set_new(root, "rho", jreal(a->fit_rho));
+    json_object_set_new(root, "chosen_by", json_string(eldr_fit_evidence_name(a->fit_chosen_by)));
+    json_object_set_new(root, "decode_requests", json_integer((json_int_t)rep.with_decode));
     json_t *mask = json_array();
     for (size_t l = 0; l < t->shape.num_layers; l++)
       if (a->mask[l]) json_array_append_new(mask, json_integer(t->layer_ids[l]));
@@ -419,6 +427,11 @@ int eldr_cmd_fit(int argc, char **argv) {
     for (size_t l = 0; l < t->shape.num_layers; l++)
       if (a->mask[l]) printf(" %u", t->layer_ids[l]);
     printf("\nrho        %.4f\n", a->fit_rho);
+    printf("chosen by  %s (%zu of %zu requests carry decode selections)\n",
+           a->fit_chosen_by == ELDR_FIT_BY_RHO         ? "rho"
+           : a->fit_chosen_by == ELDR_FIT_BY_NAMED     ? "the representation and layers named"
+                                                       : "nothing: a prefill-only fit (--prefill-only), the defaults",
+           rep.with_decode, rep.n);
     if (rep.rho_undefined)
       printf("note       rho is undefined for %zu of %zu candidates (constant distances: do the\n"
              "           requests carry decode selections?)\n", rep.rho_undefined, rep.n_cand);

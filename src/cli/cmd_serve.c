@@ -48,6 +48,8 @@ static void usage(FILE *f) {
           "      --prefill-guard N   prefill load guard, requests in flight above the least\n"
           "                          loaded worker                             [4]\n"
           "      --sigcache-rows N   signature cache capacity, KV blocks (0 = off)  [65536]\n"
+          "      --decode-max-batch N  the decoders' batch limit (their vLLM --max-num-seqs),\n"
+          "                          footprint's batch model                   [256]\n"
           "      --scrape-interval S  seconds between reads of every worker's /metrics\n"
           "                          (vllm:num_requests_running + waiting), routed on with\n"
           "                          this router's own legs since; for replicas sharing\n"
@@ -195,6 +197,7 @@ static const flagkey FLAGS[] = {
     {"threads", "threads", 'I'},
     {"stream-buffer", "stream_buffer", 'I'},
     {"prefill-guard", "prefill_guard", 'I'},
+    {"decode-max-batch", "decode_max_batch", 'I'},
     {"sigcache-rows", "sigcache_rows", 'I'},
     {"scrape-interval", "scrape_interval", 'N'},
     {"dns-interval", "dns_interval", 'N'},

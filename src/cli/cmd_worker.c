@@ -67,7 +67,16 @@ static void usage(FILE *f) {
           "                          0.21: prompt_routed_experts + per-choice nested lists),\n"
           "                          v021-base64 (the same split, each an {encoding,dtype,\n"
           "                          shape,data} int16 object), lists (vLLM PR #38939: the\n"
-          "                          whole sequence as nested lists)           [npy]\n"
+          "                          whole sequence as nested lists), compact (no\n"
+          "                          routed_experts: the prompt's per-(layer, expert) counts\n"
+          "                          in kv_transfer_params.eldr_expert_counts)  [npy]\n"
+          "      --routed-experts-layers L  all: a row per hidden layer, the dense layers' rows\n"
+          "                          0 (vLLM's capturer); moe: the MoE layers' rows only\n"
+          "                          (older builds, SGLang)                    [all]\n"
+          "      --routed-experts-stream none|final  with --routed-experts-decode: final: a\n"
+          "                          streamed reply's last chunk carries the whole sequence's rows\n"
+          "                          (npy), as vLLM's /inference/v1/generate stream; none: no\n"
+          "                          chunk does, as its /v1/completions and chat streams  [none]\n"
           "      --routed-experts-prompt P  full: prompt rows of every token (vLLM since PR\n"
           "                          #39917); computed: of the computed tokens only  [full]\n"
           "      --routed-experts-decode  decode replies carry routed_experts too (prompt\n"
@@ -152,6 +161,8 @@ int eldr_cmd_worker(int argc, char **argv) {
       {"routed-experts-prompt", required_argument, 0, 'q'},
       {"enable-prompt-tokens-details", no_argument, 0, 'D'},
       {"routed-experts-decode", no_argument, 0, 'G'},
+      {"routed-experts-layers", required_argument, 0, 'Y'},
+      {"routed-experts-stream", required_argument, 0, 'Z'},
       {"kv-abort-timeout", required_argument, 0, 'a'},
       {"kv-pull-timeout", required_argument, 0, 'U'},
       {"corpus", required_argument, 0, 'C'},
@@ -183,7 +194,7 @@ int eldr_cmd_worker(int argc, char **argv) {
     case 'R': cfg.return_routed_experts = 0; break;
     case 'L':
       if (eldr_re_layout_parse(optarg, &cfg.routed_experts_layout) < 0)
-        cli_usage_error(CMD, "--routed-experts-layout: '%s' is not npy, v021-lists, v021-base64 or lists",
+        cli_usage_error(CMD, "--routed-experts-layout: '%s' is not npy, v021-lists, v021-base64, lists or compact",
                         optarg);
       break;
     case 'E': cfg.ep_size = (uint32_t)cli_parse_long(CMD, "--ep-size", optarg, 1, 64); break;
@@ -196,6 +207,16 @@ int eldr_cmd_worker(int argc, char **argv) {
       break;
     case 'D': cfg.enable_prompt_tokens_details = 1; break;
     case 'G': cfg.routed_experts_decode = 1; break;
+    case 'Z':
+      if (!strcmp(optarg, "none")) cfg.routed_experts_stream = 0;
+      else if (!strcmp(optarg, "final")) cfg.routed_experts_stream = 1;
+      else cli_usage_error(CMD, "--routed-experts-stream: '%s' is not none or final", optarg);
+      break;
+    case 'Y':
+      if (!strcmp(optarg, "all")) cfg.routed_experts_moe_only = 0;
+      else if (!strcmp(optarg, "moe")) cfg.routed_experts_moe_only = 1;
+      else cli_usage_error(CMD, "--routed-experts-layers: '%s' is not all or moe", optarg);
+      break;
     case 'a': cfg.kv_abort_timeout = cli_parse_double(CMD, "--kv-abort-timeout", optarg, 1e-3, 1e6); break;
     case 'U': cfg.kv_pull_timeout = cli_parse_double(CMD, "--kv-pull-timeout", optarg, 1e-3, 1e6); break;
     case 'C': corpus = optarg; break;
@@ -205,6 +226,9 @@ int eldr_cmd_worker(int argc, char **argv) {
   }
   if (optind < argc) cli_usage_error(CMD, "unexpected argument '%s' (see --help)", argv[optind]);
   cfg.hardware = hardware ? hardware : cli_hardware_default(cfg.model);
+  if (cfg.routed_experts_stream && !cfg.routed_experts_decode)
+    cli_usage_error(CMD, "--routed-experts-stream final needs --routed-experts-decode (only a decode leg's "
+                         "stream carries rows)");
 
   char corpus_buf[PATH_MAX];
   cfg.corpus_dir = corpus = find_corpus(corpus, corpus_buf, sizeof corpus_buf);

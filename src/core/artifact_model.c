@@ -5,6 +5,7 @@
 
 #include <inttypes.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,6 +38,7 @@ eldr_artifact *eldr_artifact_new(const char *model, const eldr_shape *shape,
   a->mask = calloc(L, sizeof *a->mask);
   a->centroids = calloc(k * dim, sizeof *a->centroids);
   a->cluster_sizes = calloc(k, sizeof *a->cluster_sizes);
+  a->fit_decode_n = SIZE_MAX; /* not recorded until a fit says */
   if (a->idf_enabled) a->idf = calloc(L * E, sizeof *a->idf);
   if (!a->model || !a->layer_ids || !a->mask || !a->centroids || !a->cluster_sizes ||
       (a->idf_enabled && !a->idf)) {
@@ -185,4 +187,9 @@ int eldr_artifact_set_latency(eldr_artifact *a, const eldr_latency_model *m, eld
   }
   free(old);
   return ELDR_OK;
+}
+
+const char *eldr_fit_evidence_name(int e) {
+  static const char *const names[] = {"unknown", "rho", "named", "prefill_only"};
+  return e >= 0 && e < (int)(sizeof names / sizeof *names) ? names[e] : "unknown";
 }

@@ -226,6 +226,7 @@ int eldr_fit(const eldr_trace *t, const eldr_fit_opts *o, eldr_artifact **out,
 typedef struct pass1 {
   size_t LE, cap;       /* cells, sample capacity */
   size_t n, skipped, ns; /* usable requests, skipped, sampled */
+  size_t with_decode;   /* usable requests carrying decode selections */
   uint32_t *df;         /* LE */
   uint32_t *pre, *dec;  /* cap * LE */
   float *gates;         /* cap * LE (while every request so far had gates) */
@@ -242,7 +243,12 @@ static int pass1_visit(void *ud, const eldr_fit_item *it) {
     return 0;
   }
   const size_t i = p->n++;
-  for (size_t c = 0; c < LE; c++) p->df[c] += it->prefill[c] != 0;
+  uint32_t dsum = 0;
+  for (size_t c = 0; c < LE; c++) {
+    p->df[c] += it->prefill[c] != 0;
+    if (it->decode) dsum |= it->decode[c];
+  }
+  p->with_decode += dsum != 0;
   if (!it->gates && p->have_gates) {
     p->have_gates = 0;
     free(p->gates);
@@ -412,6 +418,22 @@ int eldr_fit_stream(const eldr_fit_source *src, const eldr_fit_opts *o, eldr_art
     cd->mask_size = ms;
   }
   report->seconds_rho = eldr_clock_now() - t0;
+  report->with_decode = p1.with_decode;
+  /* which evidence chooses: rho, or the caller's named representation and
+   * mask; without decode selections rho cannot be measured, and a choice
+   * nobody made is refused unless the caller accepts a prefill-only fit */
+  const int named = o->repr >= 0 && o->layers != ELDR_FIT_LAYERS_AUTO;
+  int chosen_by = named ? ELDR_FIT_BY_NAMED : ELDR_FIT_BY_RHO;
+  if (!p1.with_decode) {
+    if (!named && !o->prefill_only) {
+      rc = eldr_diag_fail(d, ELDR_EEMPTY,
+                          "none of the %zu requests carries decode selections (e.g. recorded streams): rho "
+                          "cannot choose the representation and layers; name both (--representation, "
+                          "--layers) or pass --prefill-only", n);
+      goto fail;
+    }
+    if (!named) chosen_by = ELDR_FIT_BY_PREFILL_ONLY;
+  }
 
   /* without any defined rho: the count representation, IDF as allowed */
   size_t best = 0;
@@ -451,6 +473,8 @@ int eldr_fit_stream(const eldr_fit_source *src, const eldr_fit_opts *o, eldr_art
     if (eldr_quality_rho(sigs_s, dim, decpat, LE, ns, &po, &r) == ELDR_OK) report->cand[best].rho_mask = r;
   }
   a->fit_rho = o->layers == ELDR_FIT_LAYERS_ALL ? ch->rho_all : report->cand[best].rho_mask;
+  a->fit_chosen_by = chosen_by;
+  a->fit_decode_n = p1.with_decode;
   report->rho_ci.rho = report->rho_ci.se = report->rho_ci.lo = report->rho_ci.hi = NAN;
   if (ns >= 40) { /* 20 jackknife groups of at least 2 requests */
     int q = eldr_quality_rho_ci(sigs_s, dim, decpat, LE, ns, &po, 20, &report->rho_ci);

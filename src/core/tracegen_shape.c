@@ -3,6 +3,7 @@
 #include <ctype.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #include "eldr/tracegen.h"
 #include "tracegen_int.h"
@@ -89,4 +90,19 @@ void eldr_tracegen_layer_ids(const char *model_name, const eldr_shape *shape, ui
     }
   }
   for (uint32_t l = 0; l < shape->num_layers; l++) ids[l] = first + l * step;
+}
+
+int eldr_tracegen_served_layers(const char *served, eldr_shape *shape, uint32_t *ids, uint32_t *hidden) {
+  if (!served) return ELDR_ENOTFOUND;
+  const char *base = strrchr(served, '/');
+  base = base ? base + 1 : served;
+  for (size_t i = 0; i < N_SHAPES; i++) {
+    const shape_preset *p = &k_shapes[i];
+    if (strcasecmp(base, p->key) && strncasecmp(base, p->canonical, strlen(p->canonical))) continue;
+    *shape = (eldr_shape){p->L, p->E, p->K};
+    for (uint32_t l = 0; l < p->L; l++) ids[l] = p->first_layer + l * p->layer_step;
+    *hidden = ids[p->L - 1] + 1;
+    return ELDR_OK;
+  }
+  return ELDR_ENOTFOUND;
 }

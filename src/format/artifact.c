@@ -302,6 +302,21 @@ static int parse_root(const json_t *root, eldr_artifact **out, eldr_diag *d) {
     goto fail;
   }
   if ((rc = parse_seed(fit, &a->fit_seed, d))) goto fail;
+  /* which evidence chose the fit (optional: older artifacts lack it) */
+  if ((rc = get_field(fit, "fit", "chosen_by", JSON_STRING, 1, &v, d))) goto fail;
+  if (v) {
+    for (a->fit_chosen_by = ELDR_FIT_BY_PREFILL_ONLY; a->fit_chosen_by > ELDR_FIT_BY_UNKNOWN; a->fit_chosen_by--)
+      if (!strcmp(json_string_value(v), eldr_fit_evidence_name(a->fit_chosen_by))) break;
+    if (a->fit_chosen_by == ELDR_FIT_BY_UNKNOWN) {
+      rc = eldr_diag_fail(d, ELDR_EPARSE, "fit.chosen_by: '%s' is not rho, named or prefill_only",
+                          json_string_value(v));
+      goto fail;
+    }
+  }
+  if (json_object_get(fit, "decode_n")) {
+    if ((rc = get_int(fit, "fit", "decode_n", 0, LLONG_MAX, &x, d))) goto fail;
+    a->fit_decode_n = (size_t)x;
+  }
   if ((rc = get_field(fit, "fit", "balanced", JSON_TRUE, 0, &v, d))) goto fail;
   a->fit_balanced = json_is_true(v);
   for (size_t c = 0; c < k; c++) {
@@ -438,6 +453,9 @@ char *eldr_artifact_dump(const eldr_artifact *a) {
       set(fit, "seed", json_string(s), &bad);
     }
     set(fit, "balanced", json_boolean(a->fit_balanced), &bad);
+    if (a->fit_chosen_by != ELDR_FIT_BY_UNKNOWN)
+      set(fit, "chosen_by", json_string(eldr_fit_evidence_name(a->fit_chosen_by)), &bad);
+    if (a->fit_decode_n != SIZE_MAX) set(fit, "decode_n", json_integer((json_int_t)a->fit_decode_n), &bad);
     json_t *sizes = json_array();
     for (size_t c = 0; sizes && c < a->k; c++)
       if (json_array_append_new(sizes, json_integer((json_int_t)a->cluster_sizes[c]))) bad = 1;

@@ -14,8 +14,9 @@
 
 #include "eldr/jscan.h"
 #include "eldr/routed_experts.h"
+#include "reply_layers_int.h"
 
-static const char *const layout_names[] = {"none", "npy", "v021-lists", "v021-base64", "lists"};
+static const char *const layout_names[] = {"none", "npy", "v021-lists", "v021-base64", "lists", "compact"};
 
 const char *eldr_re_layout_name(eldr_re_layout l) {
   return (unsigned)l < sizeof layout_names / sizeof *layout_names ? layout_names[l] : "unknown";
@@ -34,7 +35,7 @@ static const char *const reason_names[ELDR_RE__N] = {
     "ok",           "not_json",        "wrong_object",       "no_choices",  "bad_type",
     "bad_base64",   "bad_npy",         "unknown_dtype",      "unknown_encoding",
     "bad_shape",    "shape_mismatch",  "length_mismatch",    "rows_exceed_tokens",
-    "negative_id",  "id_out_of_range", "too_large",          "out_of_memory"};
+    "negative_id",  "id_out_of_range", "too_large",          "out_of_memory", "bad_counts"};
 
 const char *eldr_re_reason_name(eldr_re_reason r) {
   return (unsigned)r < ELDR_RE__N ? reason_names[r] : "unknown";
@@ -43,11 +44,20 @@ const char *eldr_re_reason_name(eldr_re_reason r) {
 /* ------------------------------------------------------------------------ */
 /* reading                                                                   */
 
+/* The layer plan, fixed by the first array read (every array of a reply
+ * must have the same layers): keep its rows at keep[0..nkeep), or (nkeep 0)
+ * all of them as they are. */
+enum { PLAN_NONE = 0, PLAN_FIXED, PLAN_DETECT };
+
 typedef struct rctx {
   eldr_re_opts o;
   eldr_reply_experts *out;
   eldr_re_reason why;
   eldr_diag *d;
+  int plan;
+  size_t La; /* the arrays' layers, once planned */
+  size_t nkeep;
+  uint32_t keep[ELDR_MAX_LAYERS];
 } rctx;
 
 static int fail(rctx *c, eldr_re_reason why, int err, const char *what, const char *msg) {
@@ -89,10 +99,33 @@ static int check_dims(rctx *c, const char *what, size_t rows, size_t L, size_t K
     return FAILF(c, ELDR_RE_BAD_SHAPE, ELDR_ESHAPE,
                  "%s: shape (%zu, %zu, %zu): layers must be in [1, %d] and top_k in [1, %d]", what,
                  rows, L, K, ELDR_MAX_LAYERS, ELDR_MAX_TOPK);
-  if ((c->o.num_layers && L != c->o.num_layers) || (c->o.top_k && K != c->o.top_k))
+  if (c->plan != PLAN_NONE && L != c->La)
+    return FAILF(c, ELDR_RE_SHAPE_MISMATCH, ELDR_ESHAPE,
+                 "%s: shape (%zu, %zu, %zu): %zu layers, but the reply's other routed_experts have %zu", what,
+                 rows, L, K, L, c->La);
+  if ((c->o.num_layers && !eldr__re_layers_mappable(L, c->o.num_layers, c->o.layer_ids)) ||
+      (c->o.top_k && K != c->o.top_k)) {
+    if (c->o.num_layers && c->o.layer_ids && L > c->o.num_layers)
+      return FAILF(c, ELDR_RE_SHAPE_MISMATCH, ELDR_ESHAPE,
+                   "%s: shape (%zu, %zu, %zu) disagrees with the artifact (%u MoE layers at model layers "
+                   "%u..%u, top-%u)", what, rows, L, K, c->o.num_layers, c->o.layer_ids[0],
+                   c->o.layer_ids[c->o.num_layers - 1], c->o.top_k);
     return FAILF(c, ELDR_RE_SHAPE_MISMATCH, ELDR_ESHAPE,
                  "%s: shape (%zu, %zu, %zu) disagrees with the artifact (%u layers, top-%u)", what,
                  rows, L, K, c->o.num_layers, c->o.top_k);
+  }
+  if (c->plan == PLAN_NONE) {
+    c->La = L;
+    c->out->array_layers = L;
+    c->plan = PLAN_FIXED;
+    c->nkeep = 0;
+    if (c->o.num_layers && L != c->o.num_layers) { /* the all-layers form: the MoE layers' rows */
+      c->nkeep = c->o.num_layers;
+      memcpy(c->keep, c->o.layer_ids, c->nkeep * sizeof *c->keep);
+    } else if (!c->o.num_layers && c->o.drop_dense) {
+      c->plan = PLAN_DETECT; /* on the first array with rows */
+    }
+  }
   size_t n;
   if (__builtin_mul_overflow(rows, L * K, &n) || __builtin_mul_overflow(n, isz, &n))
     return FAILF(c, ELDR_RE_TOO_LARGE, ELDR_ERANGE, "%s: shape (%zu, %zu, %zu) too large", what,
@@ -143,6 +176,36 @@ static int check_rows(rctx *c, const char *what, const eldr_re_view *v, size_t r
 /* Every id of the view in the mask's layers must be in [0, lim). */
 static int check_ids(rctx *c, const char *what, const eldr_re_view *v) {
   return check_rows(c, what, v, 0, v->rows, NULL);
+}
+
+/* The dense layers of the first array with rows, when asked to drop them:
+ * the plan keeps the others. */
+static int plan_from_dense(rctx *c, const char *what, const uint8_t *dense, size_t nd) {
+  if (nd == c->La)
+    return FAILF(c, ELDR_RE_BAD_SHAPE, ELDR_ESHAPE,
+                 "%s: every one of the %zu layers holds only a dense layer's fill (ids <= 0)", what, c->La);
+  c->plan = PLAN_FIXED;
+  c->nkeep = 0;
+  if (nd)
+    for (size_t l = 0; l < c->La; l++)
+      if (!dense[l]) c->keep[c->nkeep++] = (uint32_t)l;
+  return 0;
+}
+
+static int detect_plan(rctx *c, const char *what, const void *data, eldr_sel_dtype t, size_t rows, size_t K) {
+  if (c->plan != PLAN_DETECT || !rows) return 0;
+  uint8_t dense[ELDR_MAX_LAYERS];
+  return plan_from_dense(c, what, dense, eldr__re_dense_layers(data, t, rows, c->La, K, dense));
+}
+
+/* A view of the arrays' La layers cut, in place, to the plan's layers. */
+static int apply_plan(rctx *c, const char *what, eldr_re_view *v) {
+  int rc = detect_plan(c, what, v->data, v->dtype, v->rows, v->top_k);
+  if (rc || !c->nkeep || !v->layers) return rc;
+  eldr__re_keep_layers((void *)v->data, eldr_sel_dtype_size(v->dtype), v->rows, v->layers, v->top_k, c->keep,
+                       c->nkeep);
+  v->layers = c->nkeep;
+  return 0;
 }
 
 /* ---- one value of the reply: a jansson node, or a span of a document the
@@ -327,6 +390,7 @@ static int read_npy(rctx *c, const char *what, jv v, eldr_re_view *out, int chec
                  "%s: payload is %zu bytes, shape (%zu, %zu, %zu) needs %zu", what,
                  n - h.data_offset, h.shape[0], h.shape[1], h.shape[2], bytes);
   *out = (eldr_re_view){b + h.data_offset, h.dtype, h.shape[0], h.shape[1], h.shape[2], 0};
+  if ((rc = apply_plan(c, what, out))) return rc;
   return check ? check_ids(c, what, out) : 0;
 }
 
@@ -390,6 +454,7 @@ static int read_compact(rctx *c, const char *what, jv v, eldr_re_view *out, int 
                  "%s: data is %zu bytes, shape [%zu, %zu, %zu] of %.*s needs %zu", what, n, dims[0],
                  dims[1], dims[2], (int)dn, ds, bytes);
   *out = (eldr_re_view){b, t, dims[0], dims[1], dims[2], 0};
+  if ((rc = apply_plan(c, what, out))) return rc;
   return check ? check_ids(c, what, out) : 0;
 }
 
@@ -402,7 +467,34 @@ static jv jv_first(jv a) {
   return x;
 }
 
-/* Nested lists [rows][L][K] of integers, converted to host-order uint16. */
+/* The dense layers of nested lists [rows][La][K] (the rule of
+ * eldr__re_dense_layers), for a plan that drops them. A value that is not
+ * an integer leaves its layer MoE (the conversion names it). */
+static int detect_lists(rctx *c, const char *what, jv v, size_t rows, size_t K) {
+  if (c->plan != PLAN_DETECT || !rows) return 0;
+  uint8_t le0[ELDR_MAX_LAYERS], neg[ELDR_MAX_LAYERS], dense[ELDR_MAX_LAYERS];
+  memset(le0, 1, c->La);
+  memset(neg, 0, c->La);
+  jv_iter ri, li, ki;
+  jv r, ls, x;
+  jv_elems(v, &ri);
+  for (size_t t = 0; t < rows && jv_next(&ri, &r); t++) {
+    jv_elems(r, &li);
+    for (size_t l = 0; l < c->La && jv_next(&li, &ls); l++) {
+      jv_elems(ls, &ki);
+      for (size_t k = 0; le0[l] && k < K && jv_next(&ki, &x); k++) {
+        if (jv_type(x) != JV_INTEGER || jv_int(x) > 0) le0[l] = 0;
+        else neg[l] |= jv_int(x) < 0;
+      }
+    }
+  }
+  size_t nd = 0;
+  for (size_t l = 0; l < c->La; l++) nd += dense[l] = (uint8_t)(le0[l] && (neg[l] || K >= 2));
+  return plan_from_dense(c, what, dense, nd);
+}
+
+/* Nested lists [rows][L][K] of integers, converted to host-order uint16
+ * (the plan's layers only: a dense layer's row is not read). */
 static int read_lists(rctx *c, const char *what, jv v, eldr_re_view *out) {
   const size_t rows = jv_len(v);
   jv r0 = jv_first(v);
@@ -412,11 +504,19 @@ static int read_lists(rctx *c, const char *what, jv v, eldr_re_view *out) {
   const size_t L = rows ? jv_len(r0) : 0, K = rows ? jv_len(l0) : 0;
   size_t bytes;
   int rc = check_dims(c, what, rows, L, K, 2, &bytes);
-  if (rc) return rc;
+  if (rc || (rc = detect_lists(c, what, v, rows, K))) return rc;
+  /* the output layer of each array layer, -1 for a row not read */
+  int32_t pos[ELDR_MAX_LAYERS];
+  size_t Lo = L;
+  for (size_t l = 0; l < L; l++) pos[l] = c->nkeep ? -1 : (int32_t)l;
+  if (c->nkeep && L) {
+    for (size_t i = 0; i < c->nkeep; i++) pos[c->keep[i]] = (int32_t)i;
+    Lo = c->nkeep;
+    bytes = rows * Lo * K * 2; /* less than the checked rows * L * K * 2 */
+  }
   uint16_t *sel = own(c, bytes);
   if (!sel) return fail(c, ELDR_RE_NO_MEMORY, ELDR_ENOMEM, what, "out of memory");
   const uint64_t lim = c->o.num_experts ? c->o.num_experts : ELDR_MAX_EXPERTS;
-  size_t i = 0;
   jv_iter ri;
   jv r;
   jv_elems(v, &ri);
@@ -428,23 +528,25 @@ static int read_lists(rctx *c, const char *what, jv v, eldr_re_view *out) {
     jv ls;
     jv_elems(r, &li);
     for (size_t l = 0; l < L && jv_next(&li, &ls); l++) {
+      if (pos[l] < 0) continue; /* a dense layer: whatever it holds */
       if (jv_type(ls) != JV_ARRAY || jv_len(ls) != K)
         return FAILF(c, ELDR_RE_BAD_SHAPE, ELDR_ESHAPE,
                      "%s: row %zu layer %zu is not a list of %zu ids", what, t, l, K);
       jv_iter ki;
       jv x;
       jv_elems(ls, &ki);
-      for (size_t k = 0; k < K && jv_next(&ki, &x); k++, i++) {
+      uint16_t *dst = sel + (t * Lo + (size_t)pos[l]) * K;
+      for (size_t k = 0; k < K && jv_next(&ki, &x); k++) {
         if (jv_type(x) != JV_INTEGER)
           return FAILF(c, ELDR_RE_BAD_TYPE, ELDR_EPARSE,
                        "%s: row %zu layer %zu slot %zu is not an integer", what, t, l, k);
         const int64_t e = jv_int(x);
         if ((rc = id_ok(c, what, t, l, k, e, lim))) return rc;
-        sel[i] = (uint16_t)e;
+        dst[k] = (uint16_t)e;
       }
     }
   }
-  *out = (eldr_re_view){sel, ELDR_SEL_U16, rows, L, K, 0};
+  *out = (eldr_re_view){sel, ELDR_SEL_U16, rows, Lo, K, 0};
   return 0;
 }
 
@@ -526,7 +628,9 @@ static int read_body(rctx *c, jv root) {
     size_t on;
     int rc = jv_str(c, "reply", obj, &os, &on);
     if (rc) return rc;
-    if (!str_is(os, on, api_object(c->o.api)))
+    const size_t an = strlen(api_object(c->o.api)); /* the endpoint's object, or its stream chunk's */
+    if (!str_is(os, on, api_object(c->o.api)) &&
+        !(on == an + 6 && !memcmp(os, api_object(c->o.api), an) && !memcmp(os + an, ".chunk", 6)))
       return FAILF(c, ELDR_RE_WRONG_OBJECT, ELDR_EPARSE, "reply object '%.*s' is not %s", (int)(on < 40 ? on : 40),
                    os, api_object(c->o.api));
   }
@@ -629,6 +733,15 @@ static int read_root(jv root, const eldr_re_opts *opts, eldr_reply_experts *out,
   if (c.o.scratch) c.o.scratch->used = 0;
   int rc = jv_type(root) == JV_OBJECT ? read_body(&c, root)
                                       : fail(&c, ELDR_RE_NOT_JSON, ELDR_EPARSE, "reply", "not a JSON object");
+  if (!rc && c.nkeep) { /* the model layers the views hold */
+    uint32_t *ids = own(&c, c.nkeep * sizeof *ids);
+    if (ids) {
+      memcpy(ids, c.keep, c.nkeep * sizeof *ids);
+      out->layer_ids = ids;
+    } else {
+      rc = fail(&c, ELDR_RE_NO_MEMORY, ELDR_ENOMEM, "reply", "out of memory");
+    }
+  }
   if (rc) {
     eldr_reply_experts_free(out);
     out->prompt_tokens = -1;
@@ -706,88 +819,4 @@ void eldr_reply_experts_free(eldr_reply_experts *r) {
   free(r->bufs);
   free(r->choices);
   memset(r, 0, sizeof *r);
-}
-
-/* ------------------------------------------------------------------------ */
-/* emitting                                                                  */
-
-static json_t *lists_json(const uint16_t *sel, size_t rows, const eldr_shape *s) {
-  json_t *a = json_array();
-  for (size_t t = 0; a && t < rows; t++) {
-    json_t *row = json_array();
-    for (size_t l = 0; row && l < s->num_layers; l++) {
-      json_t *ks = json_array();
-      for (size_t k = 0; ks && k < s->top_k; k++)
-        if (json_array_append_new(ks, json_integer(sel[(t * s->num_layers + l) * s->top_k + k])))
-          ks = (json_decref(ks), NULL);
-      if (!ks || json_array_append_new(row, ks)) row = (json_decref(row), NULL);
-    }
-    if (!row || json_array_append_new(a, row)) a = (json_decref(a), NULL);
-  }
-  return a;
-}
-
-static json_t *compact_json(const uint16_t *sel, size_t rows, const eldr_shape *s) {
-  size_t n = rows * s->num_layers * s->top_k;
-  uint8_t *raw = malloc(n * 2 + 1);
-  char *txt = malloc(eldr_b64_encoded_len(n * 2) + 1);
-  json_t *o = NULL;
-  if (raw && txt) {
-    for (size_t i = 0; i < n; i++) { /* int16 little-endian */
-      raw[2 * i] = (uint8_t)sel[i];
-      raw[2 * i + 1] = (uint8_t)(sel[i] >> 8);
-    }
-    eldr_b64_encode(raw, n * 2, txt);
-    o = json_pack("{s:s,s:s,s:[I,i,i],s:s}", "encoding", "base64", "dtype", "int16", "shape",
-                  (json_int_t)rows, (int)s->num_layers, (int)s->top_k, "data", txt);
-  }
-  free(raw);
-  free(txt);
-  return o;
-}
-
-int eldr_reply_experts_emit(void *body, void *choice, eldr_re_layout layout,
-                            const uint16_t *prompt, size_t prompt_rows, const uint16_t *gen,
-                            size_t gen_rows, const eldr_shape *shape) {
-  json_t *b = body, *c = choice;
-  if (!c || !shape || eldr_shape_validate(shape, NULL) || (prompt_rows && !prompt) ||
-      (gen_rows && !gen) || shape->num_experts > 32768)
-    return ELDR_EINVAL;
-  const size_t LK = (size_t)shape->num_layers * shape->top_k;
-  if (layout == ELDR_RE_LAYOUT_NPY) {
-    size_t n = prompt_rows + gen_rows;
-    uint16_t *all = malloc((n ? n : 1) * LK * sizeof *all);
-    if (!all) return ELDR_ENOMEM;
-    if (prompt_rows) memcpy(all, prompt, prompt_rows * LK * sizeof *all);
-    if (gen_rows) memcpy(all + prompt_rows * LK, gen, gen_rows * LK * sizeof *all);
-    char *b64 = NULL;
-    size_t blen = 0;
-    int rc = eldr_routed_experts_encode(all, n, shape, ELDR_SEL_U16, &b64, &blen);
-    free(all);
-    if (rc) return rc;
-    rc = json_object_set_new(c, "routed_experts", json_stringn(b64, blen)) ? ELDR_ENOMEM : 0;
-    free(b64);
-    return rc;
-  }
-  if (layout == ELDR_RE_LAYOUT_LISTS) { /* the whole sequence, one list */
-    json_t *a = lists_json(prompt, prompt_rows, shape), *g = lists_json(gen, gen_rows, shape);
-    if (!a || !g || json_array_extend(a, g)) {
-      json_decref(a);
-      json_decref(g);
-      return ELDR_ENOMEM;
-    }
-    json_decref(g);
-    return json_object_set_new(c, "routed_experts", a) ? ELDR_ENOMEM : 0;
-  }
-  if (layout != ELDR_RE_LAYOUT_V021_LISTS && layout != ELDR_RE_LAYOUT_V021_BASE64)
-    return ELDR_EINVAL;
-  json_t *(*make)(const uint16_t *, size_t, const eldr_shape *) =
-      layout == ELDR_RE_LAYOUT_V021_LISTS ? lists_json : compact_json;
-  if (b) {
-    json_t *p = make(prompt, prompt_rows, shape);
-    if (!p || json_object_set_new(b, "prompt_routed_experts", p)) return ELDR_ENOMEM;
-  }
-  json_t *g = make(gen, gen_rows, shape);
-  if (!g || json_object_set_new(c, "routed_experts", g)) return ELDR_ENOMEM;
-  return 0;
 }

@@ -56,6 +56,7 @@ void eldr_serve_config_default(eldr_serve_config *c) {
   c->watch_requests = 4096;
   c->bus_snapshot_s = 1;
   c->bus_peer_timeout_s = 3;
+  c->decode_max_batch = 256;
 }
 
 static void free_list(char **v, size_t n) {
@@ -395,6 +396,7 @@ int eldr_serve_config_parse(eldr_serve_config *c, const char *json, size_t len, 
     else if (!strcmp(key, "record_max_seconds")) { if (!(rc = get_num(v, key, 0, 86400 * 366, &x, d))) c->record_max_seconds = x; }
     else if (!strcmp(key, "record_queue")) { if (!(rc = get_int(v, key, 1, 1 << 24, &n, d))) c->record_queue = (size_t)n; }
     else if (!strcmp(key, "record_queue_bytes")) { if (!(rc = get_int(v, key, 1 << 16, 1ll << 40, &n, d))) c->record_queue_bytes = (size_t)n; }
+    else if (!strcmp(key, "decode_max_batch")) { if (!(rc = get_int(v, key, 1, 1 << 20, &n, d))) c->decode_max_batch = (size_t)n; }
     else if (!strcmp(key, "record_experts")) { if (!(rc = get_int(v, key, 0, ELDR_MAX_EXPERTS, &n, d))) c->record_experts = (uint32_t)n; }
     else if (!strcmp(key, "api_key")) rc = set_api_keys(c, v, d);
     else if (!strcmp(key, "shutdown_timeout")) { if (!(rc = get_num(v, key, 0, 86400, &x, d))) c->shutdown_timeout_s = x; }

@@ -14,6 +14,8 @@
 #include <string.h>
 
 #include "eldr/jscan.h"
+#include "eldr/reply_compact.h"
+#include "eldr/reply_splice.h"
 #include "serve_internal.h"
 
 int eldr__buf_reserve(eldr__buf *b, size_t need) {
@@ -191,8 +193,16 @@ int eldr__prefill_reply_bytes(const char *doc, size_t n, eldr__prefill_reply *pr
     eldr_js_span t = u.type == ELDR_JS_OBJECT ? eldr_js_get(doc, u, "prompt_tokens_details") : u;
     if (k.type == ELDR_JS_OBJECT) kv = doc + k.off, pr->kv_len = k.len;
     if (t.type == ELDR_JS_OBJECT) det = doc + t.off, pr->det_len = t.len;
+    if (k.type == ELDR_JS_OBJECT && eldr_js_get(doc, k, ELDR_COMPACT_KEY).type != ELDR_JS_NONE) {
+      static const char *const drop[] = {ELDR_COMPACT_KEY, NULL}; /* never sent on */
+      eldr__buf kb = {0};
+      if (cut_object(&kb, doc, k, drop, NULL, 0)) return ELDR_ENOMEM;
+      kv = kvd = kb.p;
+      pr->kv_len = kb.n;
+    }
   } else if (json_is_object(pr->root)) { /* the tree's values, serialised */
     json_t *k = json_object_get(pr->root, "kv_transfer_params");
+    if (json_object_get(k, ELDR_COMPACT_KEY)) json_object_del(k, ELDR_COMPACT_KEY); /* never sent on */
     json_t *t = json_object_get(json_object_get(pr->root, "usage"), "prompt_tokens_details");
     if (json_is_object(k) && !(kv = kvd = json_dumps(k, JSON_COMPACT | JSON_PRESERVE_ORDER))) return ELDR_ENOMEM;
     if (json_is_object(t) && !(det = detd = json_dumps(t, JSON_COMPACT | JSON_PRESERVE_ORDER))) {
@@ -258,12 +268,48 @@ static int usage_edit(const char *body, size_t len, const eldr__prefill_reply *p
   return 0;
 }
 
+/* routed_experts and prompt_logprobs by editing bytes (format/reply_splice.c),
+ * then the usage edit: every byte the router does not mean to change is the
+ * decoder's. 0, ELDR_ENOTFOUND (nothing changed), ELDR_EPARSE (the scanner
+ * refused a document: the tree path decides) or ELDR_ENOMEM. */
+static int bytes_fix(const char *body, size_t len, eldr__prefill_reply *pr, const eldr__fix_opts *o, int re,
+                     eldr__buf *out, int *spliced, eldr_diag *d) {
+  eldr_splice_opts so = {re, o->prompt_logprobs};
+  eldr_splice_result res;
+  eldr_diag sd = {{0}};
+  int rc = eldr_reply_splice(body, len, pr->raw, pr->raw_len, &so, &res, &sd);
+  if (rc != 0 && rc != ELDR_ENOTFOUND) return rc;
+  if (spliced) *spliced = res.spliced;
+  if (res.spliced < 0 && d) *d = sd;
+  const char *b = rc == 0 ? res.out : body;
+  size_t bl = rc == 0 ? res.len : len;
+  int urc = ELDR_ENOTFOUND;
+  if (o->usage && pr->prompt_tokens >= 0) urc = usage_edit(b, bl, pr, out);
+  if (urc == 0 || urc == ELDR_ENOMEM || urc == ELDR_EPARSE) {
+    free(res.out);
+    if (urc == ELDR_EPARSE) out->n = 0;
+    return urc;
+  }
+  if (rc == ELDR_ENOTFOUND) return eldr_diag_fail(d, ELDR_ENOTFOUND, "nothing to change in the decode reply");
+  take(out, res.out, res.len);
+  return 0;
+}
+
 int eldr__decode_reply_fix_buf(const char *decode_body, size_t len, eldr__prefill_reply *pr,
                                const eldr__fix_opts *o, eldr__buf *out, int *spliced, eldr_diag *d) {
   out->n = 0;
   if (spliced) *spliced = 0;
-  int tree = !o->usage || o->prompt_logprobs || pr->prompt_tokens < 0 ||
-             (o->splice && eldr__memmem(decode_body, len, "routed_experts", 14));
+  const int re = o->splice && eldr__memmem(decode_body, len, "routed_experts", 14);
+  if ((re || o->prompt_logprobs) && pr->raw) { /* the prefill's bytes: edit, never re-serialise */
+    int rc = bytes_fix(decode_body, len, pr, o, re, out, spliced, d);
+    if (rc != ELDR_EPARSE) {
+      if (rc == ELDR_ENOMEM) return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
+      return rc;
+    }
+    out->n = 0; /* refused by the scanner: jansson decides (and reports) */
+    if (spliced) *spliced = 0;
+  }
+  int tree = !o->usage || o->prompt_logprobs || pr->prompt_tokens < 0 || re;
   if (!tree) {
     int rc = usage_edit(decode_body, len, pr, out);
     if (rc == 0) return 0;
@@ -335,13 +381,32 @@ static int reply_read(const char *body, size_t len, int need_tree, char **buf, s
                                        {{"usage", "prompt_tokens", NULL}},
                                        {{"usage", "prompt_tokens_details", NULL}},
                                        {{"usage", "prompt_tokens_details", "cached_tokens", NULL}},
-                                       {{"choices", "#0", "routed_experts", NULL}}};
-  eldr_js_span f[5], root;
+                                       {{"choices", "#0", "routed_experts", NULL}},
+                                       {{"kv_transfer_params", ELDR_COMPACT_KEY, NULL}}};
+  eldr_js_span f[6], root;
   /* a NUL byte: the scanner refuses it (test_jscan), jansson may not: it then decides */
-  if (need_tree || eldr_js_scan(body, len, paths, 5, f, &root, NULL) ||
-      root.type != ELDR_JS_OBJECT) {
+  const int scanned = !memchr(body, 0, len) && eldr_js_scan(body, len, paths, 6, f, &root, NULL) == 0 &&
+                      root.type == ELDR_JS_OBJECT;
+  if (need_tree || !scanned) {
     eldr__prefill_reply_free(out); /* the tree path: its own allocations (and error message) */
-    return eldr__prefill_reply_parse(body, len, out, d);
+    int rc = eldr__prefill_reply_parse(body, len, out, d);
+    if (rc == 0 && scanned) { /* the bytes too: the decode reply's edits insert the prefill's bytes */
+      if (buf) { /* the caller's buffer becomes ours: nothing copied */
+        out->raw = *buf;
+        out->raw_cap = *cap;
+        *buf = NULL;
+        *cap = 0;
+      } else if ((out->raw = malloc(len + 1))) {
+        memcpy(out->raw, body, len);
+        out->raw_cap = len + 1;
+      }
+      if (out->raw) {
+        out->raw[len] = 0;
+        out->raw_len = len;
+        if (f[5].type == ELDR_JS_OBJECT && f[0].type == ELDR_JS_OBJECT) out->compact = f[5];
+      }
+    }
+    return rc;
   }
   out->prompt_tokens = -1;
   int64_t x;
@@ -378,10 +443,24 @@ static int reply_read(const char *body, size_t len, int need_tree, char **buf, s
     out->routed_experts = out->raw + f[4].off + 1;
     out->routed_experts_len = f[4].len - 2;
   }
-  /* bytes: borrowed from the same allocation, after the copy */
+  /* bytes: borrowed from the same allocation, after the copy; the
+   * kv_transfer_params without eldr's compact counts (never sent on) */
+  if (f[5].type == ELDR_JS_OBJECT && f[0].type == ELDR_JS_OBJECT) out->compact = f[5];
   if (out->kv_len + out->det_len) {
     out->bytes = out->raw + len + 1;
-    memcpy(out->bytes, out->raw + f[0].off, out->kv_len);
+    if (out->compact.type == ELDR_JS_OBJECT) {
+      static const char *const drop[] = {ELDR_COMPACT_KEY, NULL};
+      eldr__buf kb = {0};
+      if (cut_object(&kb, out->raw, f[0], drop, NULL, 0)) {
+        eldr__prefill_reply_free(out);
+        return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
+      }
+      out->kv_len = kb.n; /* shorter than the span reserved for it */
+      memcpy(out->bytes, kb.p, out->kv_len);
+      eldr__buf_free(&kb);
+    } else {
+      memcpy(out->bytes, out->raw + f[0].off, out->kv_len);
+    }
     memcpy(out->bytes + out->kv_len, out->raw + f[2].off, out->det_len);
   }
   return 0;

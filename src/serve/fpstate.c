@@ -7,14 +7,15 @@
 
 #include "serve_types.h"
 
-int eldr__fps_new(eldr__art *art, eldr_policy_kind kind, size_t n_decode, eldr__fpstate **out,
+int eldr__fps_new(eldr__art *art, eldr_policy_kind kind, size_t n_decode, size_t max_batch, eldr__fpstate **out,
                   eldr_diag *d) {
   *out = NULL;
   const eldr_artifact *a = art ? art->a : NULL;
   if (kind != ELDR_POLICY_FOOTPRINT || !a || !a->latency || n_decode == 0) return 0;
   eldr__fpstate *f = calloc(1, sizeof *f);
   if (!f) return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory for the footprint state");
-  eldr_footprint_opts o = {.n_decoders = n_decode, .max_batch = 0, .layer_mask = a->mask};
+  /* B: the engines' --max-num-seqs (config decode_max_batch) */
+  eldr_footprint_opts o = {.n_decoders = n_decode, .max_batch = max_batch, .layer_mask = a->mask};
   int rc = eldr_footprint_new(a->latency, &o, &f->fp, d);
   if (rc) {
     free(f);

@@ -280,7 +280,8 @@ void eldr__handle_health(hconn *c) {
   int ok = h[0] > 0 && h[1] > 0 && !draining;
   const eldr_artifact *a = s->art;
   int L = s->sp.observed_L, K = s->sp.observed_K;
-  int shape_ok = a && (!L || ((int)a->shape.num_layers == L && (int)a->shape.top_k == K));
+  int shape_ok = a && (!L || (eldr_re_layers_fit((size_t)L, a->shape.num_layers, a->layer_ids) &&
+                              (int)a->shape.top_k == K));
   double now = eldr__now_s();
   double seen_ago = s->re_seen_t > 0 ? now - s->re_seen_t : -1;
   size_t nfb = 0;

@@ -63,6 +63,7 @@ static void rq_destroy(rq *r) {
   eldr__buf_free(&r->db);
   eldr__buf_free(&r->fix);
   free(r->wsig);
+  eldr__record_stream_free(r);
   free(r);
 }
 
@@ -92,6 +93,7 @@ void eldr__rq_free(rq *r) {
   eldr__prefill_reply_clear(&r->pr); /* the prompt's hash buffer stays too: the next prompt_init reuses it */
   free(r->wsig);
   r->wsig = NULL;
+  eldr__record_stream_free(r);
   r->pool_next = s->rq_pool;
   s->rq_pool = r;
   s->rq_pooled++;
@@ -310,11 +312,14 @@ static void leg_failed(rq *r, int timeout, const char *why) {
                         attempts, attempts == 1 ? "" : "s", why);
 }
 
-/* A started stream cannot be retried: end it with an SSE error event. */
+/* A started stream cannot be retried: end it with an SSE error event, then
+ * "data: [DONE]", as vLLM's stream generators end after an error
+ * (completion_stream_generator: the error event, then [DONE]). */
 static void abort_stream(rq *r, int code, const char *type, const char *msg) {
-  char ev[512];
-  int n = snprintf(ev, sizeof ev, "data: {\"error\":{\"message\":\"%.300s\",\"type\":\"%.32s\",\"code\":%d}}\n\n",
-                   msg, type, code); /* bounded: the event fits whatever the message (no quote in one) */
+  char ev[560];
+  int n = snprintf(ev, sizeof ev,
+                   "data: {\"error\":{\"message\":\"%.300s\",\"type\":\"%.32s\",\"code\":%d}}\n\ndata: [DONE]\n\n", msg,
+                   type, code); /* bounded: the event fits whatever the message (no quote in one) */
   eldr__stream_chunk(r->c, ev, n > 0 && (size_t)n < sizeof ev ? (size_t)n : 0);
   rq_finish_metrics(r, OUT_STREAM_ABORTED);
   eldr__stream_end(r->c);
@@ -431,7 +436,7 @@ static void leg_data_cb(void *arg, const char *p, size_t n) {
   leg *L = &r->L;
   if (L->w) eldr__slot_progress(L->w->slot);
   if (L->kind == LEG_DECODE && (r->s->access_log || r->rec)) eldr__al_data(r, p, n);
-  if (L->kind == LEG_DECODE && L->streaming && r->rec) eldr__record_data(r, p, n);
+  if (L->kind == LEG_DECODE && L->streaming && (r->rec || r->wsig)) eldr__record_data(r, p, n);
   if (L->streaming) leg_arm(r, r->s->cfg.decode_idle_timeout_s);
   if (L->streaming && L->status == 200) { /* relay as it arrives */
     if (!L->started) {
@@ -539,6 +544,7 @@ static void on_decode_reply(rq *r) {
   int code = L->status;
   leg_release(r);
   if (L->started) { /* streaming relay done */
+    eldr__record_stream_end(r); /* its routed_experts, if streamed, to the live rho */
     rq_finish_metrics(r, OUT_OK);
     eldr__stream_end(r->c);
     return;
@@ -590,9 +596,11 @@ static int decide(rq *r, int *fallback) {
     /* the reply's bytes when the scanner read it (no tree), else its tree */
     eldr__sigpath_extract(&s->sp, r->pr.raw, r->pr.raw_len, r->pr.raw ? NULL : eldr__prefill_reply_root(&r->pr),
                           r->req.api == ELDR__API_CHAT, r->pr.routed_experts, r->pr.routed_experts_len,
-                          &r->prompt, &res);
+                          r->pr.raw ? r->pr.compact : (eldr_js_span){0, 0, ELDR_JS_NONE}, &r->prompt, &res);
     eldr__histo_add(&s->m.sig, eldr__now_s() - t0);
-    if (r->pr.routed_experts) s->re_seen_t = t0;
+    /* seen in any layout (a top-level prompt_routed_experts, lists, compact), not only a blob */
+    if (r->pr.routed_experts || (res.fallback != ELDR__FB_NO_ROUTED_EXPERTS && res.fallback != ELDR__FB_NO_ARTIFACT))
+      s->re_seen_t = t0;
     have = 1;
     *fallback = res.fallback;
     if (res.fallback != FB_NONE) {

@@ -14,6 +14,8 @@
 #include <xxhash.h>
 
 #include "eldr/dot.h"
+#include "eldr/reply_compact.h"
+#include "eldr/reply_stream.h"
 #include "serve_types.h"
 
 _Static_assert(ELDR__REC_CLIENT_ID_MAX >= ELDR__HTTP_REQID_MAX, "a record holds every X-Request-Id the parser accepts");
@@ -77,8 +79,30 @@ static int take_rows(eldr__rec_item *it, const void *data, eldr_sel_dtype dt, si
  * was built from when they are every layer's; else the prefill reply's
  * tree is handed to the writer at the end (a .npy string: its size is
  * known); else (JSON-list layouts) the decoded rows are copied. */
+/* The compact form (eldr/reply_compact.h): the engine's counts, every
+ * layer the artifact has (else every MoE row it carries), read on the loop
+ * (a few KB). 0, 1 (not this form) or -1. */
+static int compact_counts(const eldr_artifact *a, rq *r, eldr__rec_item **out) {
+  if (!r->pr.raw || r->pr.compact.type != ELDR_JS_OBJECT) return 1;
+  eldr_compact_opts co = {0};
+  if (a) co = (eldr_compact_opts){a->shape.num_layers, a->layer_ids, a->shape.num_experts, a->shape.top_k, NULL};
+  eldr_compact_info ci;
+  uint32_t ids[ELDR_MAX_LAYERS];
+  if (eldr_compact_read(r->pr.raw, r->pr.compact, &co, NULL, ids, &ci, NULL, NULL) || ci.tokens > UINT32_MAX) return -1;
+  eldr_shape sh = {a ? a->shape.num_layers : ci.layers, ci.experts, ci.top_k};
+  eldr__rec_item *it = *out = eldr__rec_item_new(&sh, a ? a->layer_ids : ids);
+  size_t cells = eldr_shape_cells(&sh);
+  if (!it || !(it->prefill_counts = calloc(cells, sizeof *it->prefill_counts))) return -1;
+  if (eldr_compact_read(r->pr.raw, r->pr.compact, &co, it->prefill_counts, ids, &ci, NULL, NULL)) return -1;
+  it->prefill_tokens = (uint32_t)ci.tokens;
+  it->bytes += cells * sizeof *it->prefill_counts;
+  return 0;
+}
+
 static int prompt_counts(eldr_server *s, rq *r, const eldr__sigres *res, eldr__rec_item **out) {
   const eldr_artifact *a = s->art;
+  int crc = compact_counts(a, r, out);
+  if (crc <= 0) return crc;
   int sig_rows = res && a && (res->fallback == FB_NONE || res->fallback == ELDR__FB_EMPTY_SIGNATURE) && res->view.data;
   uint32_t E = s->cfg.record_experts ? s->cfg.record_experts : a ? a->shape.num_experts : 0;
   if (sig_rows && res->counts && res->fallback == FB_NONE && mask_all(a)) {
@@ -95,6 +119,7 @@ static int prompt_counts(eldr_server *s, rq *r, const eldr__sigres *res, eldr__r
     eldr__rec_item *it = *out = eldr__rec_item_new(a ? &a->shape : &one, a ? a->layer_ids : NULL);
     if (!it) return -1;
     it->experts = E;
+    it->from_artifact = a != NULL;
     it->bytes += r->pr.routed_experts_len;
     return 0;
   }
@@ -102,16 +127,18 @@ static int prompt_counts(eldr_server *s, rq *r, const eldr__sigres *res, eldr__r
     eldr__rec_item *it = *out = eldr__rec_item_new(&a->shape, a->layer_ids);
     return it ? take_rows(it, res->view.data, res->view.dtype, res->view.rows) : -1;
   }
-  /* no artifact, or rows of another shape, in a JSON-list layout: read them here */
+  /* no artifact, or rows of another shape, in a JSON-list layout: read them
+   * here, over the model's MoE layers (eldr_reply_experts_moe_rows) */
   if (!E || !r->pr.root) return -1;
-  eldr_re_opts o = {r->req.api == ELDR__API_CHAT ? ELDR_RE_CHAT : ELDR_RE_COMPLETIONS, 0, 0, E, NULL, NULL, NULL};
   eldr_reply_experts rex;
-  if (eldr_reply_experts_from_json(r->pr.root, &o, &rex, NULL, NULL) != 0) return -1;
+  uint32_t ids[ELDR_MAX_LAYERS];
+  if (eldr_reply_experts_moe_rows(r->pr.root, r->req.api == ELDR__API_CHAT ? ELDR_RE_CHAT : ELDR_RE_COMPLETIONS, E,
+                                  a ? &a->shape : NULL, a ? a->layer_ids : NULL, &rex, ids) != 0)
+    return -1;
   const eldr_re_view *v = rex.nchoices ? &rex.choices[0].prompt : NULL;
   int rc = -1;
   if (v && v->data && v->rows) {
     eldr_shape sh = {(uint32_t)v->layers, E, (uint32_t)v->top_k};
-    const uint32_t *ids = a && a->shape.num_layers == sh.num_layers ? a->layer_ids : NULL;
     if (sh.top_k <= E && (*out = eldr__rec_item_new(&sh, ids)))
       rc = take_rows(*out, v->data, v->dtype, v->rows);
   }
@@ -164,9 +191,27 @@ void eldr__record_decision(rq *r, const eldr__sigres *res, int k, const eldr_dec
 }
 
 /* The streamed decode reply: its usage.completion_tokens (stream_options
- * include_usage; the last seen wins; a number split across reads is missed). */
+ * include_usage; the last seen wins; a number split across reads is missed),
+ * and the event carrying routed_experts, when the decoder streams them
+ * (bounded by the record queue's byte bound). */
 void eldr__record_data(rq *r, const char *p, size_t n) {
   if (r->rec) r->rec->output_tokens = eldr__rec_scan_usage(p, n, r->rec->output_tokens);
+  if (!r->rs && (r->rs = malloc(sizeof *r->rs)))
+    eldr_re_stream_init(r->rs, r->s->cfg.record_queue_bytes ? r->s->cfg.record_queue_bytes : 0);
+  if (r->rs) eldr_re_stream_feed(r->rs, p, n);
+}
+
+void eldr__record_stream_end(rq *r) {
+  size_t n;
+  const char *kept = r->rs ? eldr_re_stream_kept(r->rs, &n) : NULL;
+  if (kept) eldr__watch_decode_reply(r, kept, n);
+}
+
+void eldr__record_stream_free(rq *r) {
+  if (!r->rs) return;
+  eldr_re_stream_free(r->rs);
+  free(r->rs);
+  r->rs = NULL;
 }
 
 void eldr__record_finish(rq *r, int status) {
@@ -191,6 +236,10 @@ void eldr__record_submit(rq *r) {
     it->bytes += L->cap;
     L->buf = NULL;
     L->n = L->cap = 0;
+  } else if (L->kind == LEG_DECODE && L->streaming && L->status == 200 && r->rs && r->rs->kept) {
+    /* a stream's routed_experts event, read like a whole reply */
+    it->decode_body = eldr_re_stream_take(r->rs, &it->decode_len);
+    it->bytes += it->decode_len;
   }
   if (it->experts && !it->prefill_counts && !it->prefill_raw) {
     it->prefill_root = r->pr.root;

@@ -89,6 +89,8 @@ typedef struct eldr__rec_item {
    * shape is then the reply's rows' (layer_ids kept when L matches) */
   void *prefill_root;
   uint32_t experts;
+  int from_artifact;        /* shape and layer_ids are the artifact's: the writer
+                               reads the tree's rows onto them first */
   uint32_t *prefill_counts;
   uint32_t prefill_tokens;  /* tokens prefill_counts cover */
   void *prefill_raw;        /* rows x L x K ids of prefill_dtype, or NULL */

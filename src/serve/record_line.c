@@ -119,32 +119,33 @@ static void sb_num(sb *b, double x, const char *fmt) {
  * number, or -1 (eldr__decode_reply_counts, the watch's reader too).
  * *out_tokens: usage.completion_tokens (unchanged when absent). */
 static int64_t decode_counts(const eldr__rec_item *it, uint32_t *dc, int64_t *out_tokens) {
-  return eldr__decode_reply_counts(it->decode_body, it->decode_len, it->chat, &it->shape, it->prompt_tokens, dc,
-                                   out_tokens);
+  return eldr__decode_reply_counts(it->decode_body, it->decode_len, it->chat, &it->shape, it->layer_ids,
+                                   it->prompt_tokens, dc, out_tokens);
 }
 
-/* The prompt rows of the prefill reply tree, counted into a new buffer:
- * it->shape becomes the rows' (E: it->experts). 0 or -1. */
+/* The prompt rows of the prefill reply tree over the model's MoE layers
+ * (eldr_reply_experts_moe_rows: the artifact's layers the item was made
+ * with, else the reply's model's preset, else less the dense layers'
+ * rows), counted into a new buffer: it->shape and it->layer_ids become the
+ * rows' (E: it->experts). 0 or -1. */
 static int root_counts(eldr__rec_item *it, uint32_t **out, uint32_t *tokens) {
-  eldr_re_opts o = {it->chat ? ELDR_RE_CHAT : ELDR_RE_COMPLETIONS, 0, 0, it->experts, NULL, NULL, NULL};
   eldr_reply_experts rex;
-  if (!it->experts || eldr_reply_experts_from_json(it->prefill_root, &o, &rex, NULL, NULL) != 0) return -1;
+  uint32_t ids[ELDR_MAX_LAYERS];
+  const eldr_shape *art = it->from_artifact ? &it->shape : NULL;
+  if (!it->experts || eldr_reply_experts_moe_rows(it->prefill_root, it->chat ? ELDR_RE_CHAT : ELDR_RE_COMPLETIONS,
+                                                  it->experts, art, it->layer_ids, &rex, ids) != 0)
+    return -1;
   const eldr_re_view *v = rex.nchoices ? &rex.choices[0].prompt : NULL;
   int rc = -1;
   if (v && v->data && v->rows && v->rows <= UINT32_MAX && v->top_k <= it->experts) {
     eldr_shape sh = {(uint32_t)v->layers, it->experts, (uint32_t)v->top_k};
     uint32_t *c = calloc(eldr_shape_cells(&sh), sizeof *c);
-    if (sh.num_layers != it->shape.num_layers) { /* not the artifact's layers: 0..L-1 */
-      uint32_t *ly = realloc(it->layer_ids, sh.num_layers * sizeof *ly);
-      if (ly) {
-        for (uint32_t l = 0; l < sh.num_layers; l++) ly[l] = l;
-        it->layer_ids = ly;
-      } else {
-        free(c);
-        c = NULL;
-      }
+    uint32_t *ly = c ? realloc(it->layer_ids, sh.num_layers * sizeof *ly) : NULL;
+    if (ly) {
+      memcpy(ly, ids, sh.num_layers * sizeof *ly);
+      it->layer_ids = ly;
     }
-    if (c && eldr_counts_accumulate(&sh, v->data, v->dtype, v->rows, c, NULL) == 0) {
+    if (ly && eldr_counts_accumulate(&sh, v->data, v->dtype, v->rows, c, NULL) == 0) {
       it->shape = sh;
       *out = c;
       *tokens = (uint32_t)v->rows;

@@ -75,7 +75,11 @@ static int decoder_rules(json_t *root, int stream, eldr_diag *d) {
   int64_t mx = int_or(root, "max_completion_tokens", int_or(root, "max_tokens", -1));
   if (json_object_get(root, "max_completion_tokens") && json_is_null(json_object_get(root, "max_completion_tokens")))
     mx = int_or(root, "max_tokens", -1);
-  if (mx == 0) return eldr_diag_fail(d, ELDR_EINVAL, "max_tokens must be at least 1, got 0.");
+  /* completions with echo: max_tokens 0 asks for the prompt alone (vLLM's
+   * CompletionRequest.to_sampling_params, echo_without_generation; lm-eval's
+   * loglikelihood requests) */
+  const int echo_only = json_is_true(json_object_get(root, "echo")) && !json_object_get(root, "messages");
+  if (mx == 0 && !echo_only) return eldr_diag_fail(d, ELDR_EINVAL, "max_tokens must be at least 1, got 0.");
   int64_t mn = int_or(root, "min_tokens", 0);
   if (mx >= 0 && mn > mx)
     return eldr_diag_fail(d, ELDR_EINVAL, "min_tokens must be less than or equal to max_tokens=%lld, got %lld.",
@@ -332,7 +336,9 @@ char *eldr__decode_body_tree(const eldr__req *r, json_t *kvp, size_t *len) {
 void eldr__prefill_reply_free(eldr__prefill_reply *p) {
   if (!p) return;
   json_decref(p->root);
-  if (!p->raw) free(p->bytes); /* read by the scanner: bytes lie in raw's allocation */
+  /* read by the scanner: bytes lie in raw's allocation; parsed into a
+   * tree (raw then a copy of the reply kept beside it): bytes are their own */
+  if (!p->raw || (uintptr_t)p->bytes - (uintptr_t)p->raw >= p->raw_cap) free(p->bytes);
   free(p->raw);
   memset(p, 0, sizeof *p);
 }

@@ -5,6 +5,7 @@
  * medians (summarize). */
 #include "eldr/routebench.h"
 
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 #include "eldr/artifact.h"
 #include "eldr/clock.h"
 #include "eldr/policy.h"
+#include "eldr/reply_compact.h"
 #include "eldr/rng.h"
 #include "eldr/routed_experts.h"
 #include "eldr/signature.h"
@@ -26,6 +28,7 @@ struct eldr_routebench {
   eldr_policy pol;
   eldr__sigpath sp_nc, sp_c; /* without and with a signature cache */
   uint32_t *loads;           /* decoders' in-flight counts, cycled */
+  uint32_t *layer_ids;       /* cfg.layer_ids copied, or NULL */
   double *t[ELDR_RB_NSTAGES]; /* iters samples a stage */
 };
 
@@ -40,6 +43,8 @@ static const char *const STAGE_NAMES[ELDR_RB_NSTAGES] = {
     [ELDR_RB_TREE] = "parse+signature, tree",
     [ELDR_RB_PERID] = "signature, per-id kernels",
     [ELDR_RB_MEMCPY] = "memcpy of the base64 blob",
+    [ELDR_RB_COMPACT_SIG] = "compact: signature",
+    [ELDR_RB_COMPACT_PARSE_SIG] = "compact: parse+signature",
 };
 
 void eldr_routebench_free(eldr_routebench *b) {
@@ -48,6 +53,7 @@ void eldr_routebench_free(eldr_routebench *b) {
   eldr__sigpath_free(&b->sp_c);
   eldr_artifact_free(b->a);
   free(b->loads);
+  free(b->layer_ids);
   for (int s = 0; s < ELDR_RB_NSTAGES; s++) free(b->t[s]);
   free(b);
 }
@@ -59,7 +65,7 @@ static eldr_artifact *make_artifact(const eldr_routebench_cfg *c, eldr_rng *rng)
   uint8_t *mask = calloc(L, 1);
   if (!mask) return NULL;
   for (size_t j = 0; j < M; j++) mask[j * L / M] = 1;
-  eldr_artifact *a = eldr_artifact_new("bench", &c->shape, NULL, ELDR_REPR_COUNT, 1, mask, c->decoders);
+  eldr_artifact *a = eldr_artifact_new("bench", &c->shape, c->layer_ids, ELDR_REPR_COUNT, 1, mask, c->decoders);
   free(mask);
   if (!a) return NULL;
   for (size_t i = 0; i < L * E; i++) a->idf[i] = (float)(0.1 + 2 * eldr_rng_uniform(rng));
@@ -77,11 +83,24 @@ int eldr_routebench_new(const eldr_routebench_cfg *cfg, eldr_routebench **out, e
   if (eldr_shape_validate(&cfg->shape, d)) return ELDR_EINVAL;
   if (!cfg->decoders || !cfg->iters || !cfg->mask_layers || cfg->mask_layers > cfg->shape.num_layers)
     return eldr_diag_fail(d, ELDR_EINVAL, "decoders, iterations and mask layers (at most the layers) must be >= 1");
+  const uint32_t L = cfg->shape.num_layers;
+  if (cfg->hidden_layers && (cfg->hidden_layers < L || cfg->hidden_layers > ELDR_MAX_LAYERS ||
+                             (cfg->hidden_layers > L && !cfg->layer_ids)))
+    return eldr_diag_fail(d, ELDR_EINVAL, "hidden layers %u: at least the %u MoE layers (with their ids when more)",
+                          cfg->hidden_layers, L);
+  for (uint32_t l = 0; cfg->layer_ids && l < L; l++)
+    if ((cfg->hidden_layers ? cfg->layer_ids[l] >= cfg->hidden_layers : 0) || (l && cfg->layer_ids[l] <= cfg->layer_ids[l - 1]))
+      return eldr_diag_fail(d, ELDR_EINVAL, "layer ids must rise and lie below the hidden layers");
   eldr_routebench *b = calloc(1, sizeof *b);
   if (!b) return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
   b->cfg = *cfg;
   eldr_rng_seed(&b->rng, cfg->seed);
   int rc = ELDR_ENOMEM;
+  if (cfg->layer_ids) {
+    if (!(b->layer_ids = malloc(L * sizeof *b->layer_ids))) goto fail;
+    memcpy(b->layer_ids, cfg->layer_ids, L * sizeof *b->layer_ids);
+    b->cfg.layer_ids = b->layer_ids;
+  }
   if (!(b->a = make_artifact(cfg, &b->rng))) goto fail;
   if (eldr_policy_init(&b->pol, ELDR_POLICY_ELDR, 0.1, cfg->seed, b->a->centroids, b->a->k, b->a->dim, 1)) {
     rc = eldr_diag_fail(d, ELDR_EINVAL, "policy init failed");
@@ -115,6 +134,8 @@ typedef struct inputs {
   char *rtail;     /* the reply of a prompt whose first 75% the engine had cached */
   int rtl;
   char *b64tail;
+  char *creply;    /* the same prompt's compact reply (eldr/reply_compact.h) */
+  size_t crl;
 } inputs;
 
 static void inputs_free(inputs *in) {
@@ -124,6 +145,41 @@ static void inputs_free(inputs *in) {
   free(in->reply);
   free(in->rtail);
   free(in->b64tail);
+  free(in->creply);
+}
+
+/* The compact form of the same prompt: the engine's counts in
+ * kv_transfer_params, no routed_experts. */
+static int make_compact(const eldr_routebench *b, inputs *in, eldr_diag *d) {
+  json_t *kv = json_pack("{s:b,s:s,s:[i,i],s:s,s:i}", "do_remote_prefill", 1, "remote_engine_id", "e",
+                         "remote_block_ids", 1, 2, "remote_host", "h", "remote_port", 1);
+  json_t *cr = kv ? json_pack("{s:s,s:s,s:[{s:i,s:s,s:s}],s:{s:I,s:i},s:o}", "id", "cmpl-1", "object",
+                              "text_completion", "choices", "index", 0, "text", "x", "finish_reason", "length",
+                              "usage", "prompt_tokens", (json_int_t)in->T, "completion_tokens", 1,
+                              "kv_transfer_params", kv)
+                  : NULL;
+  int bad = !cr || eldr_compact_emit(kv, in->sel, in->T, &b->cfg.shape, b->cfg.layer_ids, 0) ||
+            !(in->creply = json_dumps(cr, JSON_COMPACT | JSON_PRESERVE_ORDER));
+  json_decref(cr);
+  if (bad) return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
+  in->crl = strlen(in->creply);
+  return 0;
+}
+
+/* The rows as vLLM sends them: with hidden layers beyond the MoE ones, a
+ * row per hidden layer, the dense ones 0 (its capturer's buffer). *wire is
+ * in->sel itself when there are none. */
+static int wire_rows(const eldr_routebench *b, const inputs *in, uint16_t **wire, eldr_shape *wsh) {
+  const eldr_shape *sh = &b->cfg.shape;
+  const size_t L = sh->num_layers, K = sh->top_k, H = b->cfg.hidden_layers ? b->cfg.hidden_layers : L;
+  *wsh = (eldr_shape){(uint32_t)H, sh->num_experts, sh->top_k};
+  *wire = in->sel;
+  if (H == L) return 0;
+  if (!(*wire = calloc(in->T * H * K, sizeof **wire))) return ELDR_ENOMEM;
+  for (size_t t = 0; t < in->T; t++)
+    for (size_t l = 0; l < L; l++)
+      memcpy(*wire + (t * H + b->cfg.layer_ids[l]) * K, in->sel + (t * L + l) * K, K * sizeof **wire);
+  return 0;
 }
 
 static int make_inputs(eldr_routebench *b, size_t T, inputs *in, eldr_diag *d) {
@@ -149,8 +205,15 @@ static int make_inputs(eldr_routebench *b, size_t T, inputs *in, eldr_diag *d) {
         row[k] = e;
       }
     }
-  if (eldr_routed_experts_encode(in->sel, T, sh, dt, &in->b64, &in->blen))
-    return eldr_diag_fail(d, ELDR_ENOMEM, "encode failed");
+  uint16_t *wire;
+  eldr_shape wsh;
+  if (wire_rows(b, in, &wire, &wsh)) return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
+  const size_t first = (T * 3 / 4) / ELDR_BLOCK_TOKENS * ELDR_BLOCK_TOKENS; /* the prefix-hit variant's (below) */
+  size_t tlen = 0;
+  int bad = eldr_routed_experts_encode(wire, T, &wsh, dt, &in->b64, &in->blen) ||
+            eldr_routed_experts_encode(wire + first * wsh.num_layers * K, T - first, &wsh, dt, &in->b64tail, &tlen);
+  if (wire != in->sel) free(wire);
+  if (bad) return eldr_diag_fail(d, ELDR_ENOMEM, "encode failed");
   /* a prompt of exactly T stand-in tokens ("w0 w1 ...": one token per word) */
   const size_t tcap = T * 9 + 16;
   if (!(in->text = malloc(tcap))) return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
@@ -167,17 +230,13 @@ static int make_inputs(eldr_routebench *b, size_t T, inputs *in, eldr_diag *d) {
                     "\"remote_engine_id\":\"e\",\"remote_block_ids\":[1,2],\"remote_host\":\"h\",\"remote_port\":1}}",
                     in->b64, T);
   /* the prefix-hit variant: the engine computed only the last 25% (rounded to blocks) */
-  const size_t first = (T * 3 / 4) / ELDR_BLOCK_TOKENS * ELDR_BLOCK_TOKENS;
-  size_t tlen = 0;
-  if (eldr_routed_experts_encode(in->sel + first * L * K, T - first, sh, dt, &in->b64tail, &tlen))
-    return eldr_diag_fail(d, ELDR_ENOMEM, "encode failed");
   const size_t rtcap = tlen + 512;
   if (!(in->rtail = malloc(rtcap))) return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
   in->rtl = snprintf(in->rtail, rtcap,
                      "{\"object\":\"text_completion\",\"choices\":[{\"index\":0,\"routed_experts\":\"%s\"}],"
                      "\"usage\":{\"prompt_tokens\":%zu,\"completion_tokens\":1}}",
                      in->b64tail, T);
-  return 0;
+  return make_compact(b, in, d);
 }
 
 /* The timed loop: 5 warm-up rounds, then cfg.iters, every stage once a
@@ -224,7 +283,7 @@ static int measure(eldr_routebench *b, const inputs *in, eldr_diag *d) {
     if ((rc = eldr__prefill_reply_adopt(&lbuf, &lcap, &ln, 0, &pr, d))) break;
     const double t1 = eldr_clock_now();
     eldr__sigres res;
-    eldr__sigpath_extract(&b->sp_nc, pr.raw, pr.raw_len, pr.root, 0, pr.routed_experts, pr.routed_experts_len, NULL,
+    eldr__sigpath_extract(&b->sp_nc, pr.raw, pr.raw_len, pr.root, 0, pr.routed_experts, pr.routed_experts_len, pr.compact, NULL,
                           &res);
     if (res.fallback != ELDR__FB_NONE) {
       rc = eldr_diag_fail(d, ELDR_EIO, "extraction fell back (%d): %s", res.fallback, res.diag.msg);
@@ -239,7 +298,7 @@ static int measure(eldr_routebench *b, const inputs *in, eldr_diag *d) {
     sink += (uint64_t)k;
     /* with the cache: full extraction + storing every block (first request of a prefix) */
     if ((rc = eldr__prompt_init(&b->sp_c, &prompt, in->text, in->tl, NULL, 0))) break;
-    eldr__sigpath_extract(&b->sp_c, pr.raw, pr.raw_len, pr.root, 0, pr.routed_experts, pr.routed_experts_len, &prompt,
+    eldr__sigpath_extract(&b->sp_c, pr.raw, pr.raw_len, pr.root, 0, pr.routed_experts, pr.routed_experts_len, pr.compact, &prompt,
                           &res);
     const double t4 = eldr_clock_now();
     eldr__sigpath_store(&b->sp_c, &res);
@@ -249,7 +308,7 @@ static int measure(eldr_routebench *b, const inputs *in, eldr_diag *d) {
     if ((rc = eldr__prompt_init(&b->sp_c, &prompt, in->text, in->tl, NULL, 0))) break;
     const double t5b = eldr_clock_now();
     eldr__sigpath_extract(&b->sp_c, prt.raw, prt.raw_len, prt.root, 0, prt.routed_experts, prt.routed_experts_len,
-                          &prompt, &res);
+                          prt.compact, &prompt, &res);
     const double t6 = eldr_clock_now();
     if (res.fallback != ELDR__FB_NONE) {
       rc = eldr_diag_fail(d, ELDR_EIO, "cached extraction fell back");
@@ -261,7 +320,7 @@ static int measure(eldr_routebench *b, const inputs *in, eldr_diag *d) {
     const double t7 = eldr_clock_now();
     eldr__prefill_reply prj;
     if ((rc = eldr__prefill_reply_parse(in->reply, (size_t)in->rl, &prj, d))) break;
-    eldr__sigpath_extract(&b->sp_nc, NULL, 0, prj.root, 0, NULL, 0, NULL, &res);
+    eldr__sigpath_extract(&b->sp_nc, NULL, 0, prj.root, 0, NULL, 0, (eldr_js_span){0, 0, ELDR_JS_NONE}, NULL, &res);
     const double t8 = eldr_clock_now();
     eldr__prefill_reply_free(&prj);
     if (res.fallback != ELDR__FB_NONE) {
@@ -270,11 +329,34 @@ static int measure(eldr_routebench *b, const inputs *in, eldr_diag *d) {
     }
     eldr_counts_bits_set(0);
     const double t9 = eldr_clock_now();
-    eldr__sigpath_extract(&b->sp_nc, pr.raw, pr.raw_len, pr.root, 0, pr.routed_experts, pr.routed_experts_len, NULL,
+    eldr__sigpath_extract(&b->sp_nc, pr.raw, pr.raw_len, pr.root, 0, pr.routed_experts, pr.routed_experts_len, pr.compact, NULL,
                           &res);
     const double t10 = eldr_clock_now();
     eldr_counts_bits_set(1);
+    /* the compact form, interleaved: its reply read as the router reads it, its signature */
+    if (lcap <= in->crl) {
+      free(lbuf);
+      lcap = in->crl + 1;
+      if (!(lbuf = malloc(lcap))) {
+        rc = eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
+        break;
+      }
+    }
+    memcpy(lbuf, in->creply, in->crl + 1);
+    const double t11 = eldr_clock_now();
+    ln = in->crl;
+    if ((rc = eldr__prefill_reply_adopt(&lbuf, &lcap, &ln, 0, &pr, d))) break;
+    const double t12 = eldr_clock_now();
+    eldr__sigpath_extract(&b->sp_nc, pr.raw, pr.raw_len, pr.root, 0, pr.routed_experts, pr.routed_experts_len, pr.compact,
+                          NULL, &res);
+    const double t13 = eldr_clock_now();
+    if (res.fallback != ELDR__FB_NONE || pr.compact.type != ELDR_JS_OBJECT) {
+      rc = eldr_diag_fail(d, ELDR_EIO, "compact extraction fell back (%d): %s", res.fallback, res.diag.msg);
+      break;
+    }
     if (it >= 0) {
+      t[ELDR_RB_COMPACT_SIG][it] = t13 - t12;
+      t[ELDR_RB_COMPACT_PARSE_SIG][it] = t13 - t11;
       t[ELDR_RB_PARSE][it] = t1 - t0;
       t[ELDR_RB_SIG][it] = t2 - t1;
       t[ELDR_RB_DECISION][it] = t3 - t2;
@@ -323,6 +405,8 @@ int eldr_routebench_run(eldr_routebench *b, size_t tokens, eldr_routebench_resul
   if (!rc) {
     out->tokens = tokens;
     out->b64_bytes = in.blen;
+    out->reply_bytes = (size_t)in.rl;
+    out->compact_reply_bytes = in.crl;
     for (int s = 0; s < ELDR_RB_NSTAGES; s++) out->rows[s] = summarize(STAGE_NAMES[s], b->t[s], b->cfg.iters);
     out->ratio_p50 = out->rows[ELDR_RB_SIG_DEC].p50_s / out->rows[ELDR_RB_MEMCPY].p50_s;
   }

@@ -11,6 +11,7 @@
 
 #include "eldr/counts.h"
 #include "eldr/error.h"
+#include "eldr/jscan.h"
 
 /* First occurrence of k[0..kn) in h[0..n), or NULL. */
 static inline const char *eldr__memmem(const char *h, size_t n, const char *k, size_t kn) {
@@ -194,6 +195,10 @@ typedef struct eldr__prefill_reply {
    * until eldr__prefill_reply_root parses this copy of the reply (owned) */
   char *raw;
   size_t raw_len, raw_cap;
+  /* kv_transfer_params.eldr_expert_counts (eldr/reply_compact.h), an object
+   * span of raw (type NONE: absent); never sent on: bytes hold the
+   * kv_transfer_params without it */
+  eldr_js_span compact;
 } eldr__prefill_reply;
 
 int eldr__prefill_reply_parse(const char *body, size_t len, eldr__prefill_reply *out,

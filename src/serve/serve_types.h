@@ -317,6 +317,8 @@ struct rq {
   char last_err[200];
   int last_timeout;    /* the last failed leg ran out of time (the answer is then 504, not 502) */
   float *wsig;         /* the signature kept for a live-rho pair (status.c), or NULL */
+  struct eldr_re_stream *rs; /* a streamed decode reply's event carrying routed_experts
+                                (rechook.c, for the record and the live rho), or NULL */
   uint64_t wsig_hash;  /* the artifact it was built under */
   /* access log (accesslog.c) */
   double al_sim, al_first, al_last; /* similarity; first/last decode byte */
@@ -570,8 +572,14 @@ void eldr__record_stop(eldr_server *s);
  * when the policy does not use one; k: the decoder or < 0): a sampled
  * request's record is started in r->rec. */
 void eldr__record_decision(rq *r, const eldr__sigres *res, int k, const eldr_decision *dec);
-/* Decode reply bytes as they are relayed (streaming: usage). */
+/* Streamed decode reply bytes as they are relayed: the record's usage,
+ * and (for the record or a live-rho pair) the event carrying routed_experts
+ * (eldr/reply_stream.h: vLLM's final chunk of a stream that has them). */
 void eldr__record_data(rq *r, const char *p, size_t n);
+/* The stream ended: its routed_experts event, if any, to the live rho. */
+void eldr__record_stream_end(rq *r);
+/* Release r->rs. */
+void eldr__record_stream_free(rq *r);
 /* The request ended with the client's status (TTFT, TPOT noted). */
 void eldr__record_finish(rq *r, int status);
 /* The request is being freed: its record, with the decode reply's buffer
@@ -583,9 +591,10 @@ void eldr__record_metrics(eldr_server *s, struct evbuffer *o);
 /* ---- fpstate.c: the footprint policy's state --------------------------------- */
 /* A new generation (refs 1) when kind is FOOTPRINT and art's artifact
  * carries latency coefficients (and n_decode > 0; it keeps a reference on
- * art), else *out = NULL and 0; errors name the
- * footprint policy (ELDR_ENOMEM, the latency model's). */
-int eldr__fps_new(eldr__art *art, eldr_policy_kind kind, size_t n_decode, eldr__fpstate **out,
+ * art), else *out = NULL and 0; max_batch: the decoders' batch limit
+ * (config decode_max_batch); errors name the footprint policy (ELDR_ENOMEM,
+ * the latency model's). */
+int eldr__fps_new(eldr__art *art, eldr_policy_kind kind, size_t n_decode, size_t max_batch, eldr__fpstate **out,
                   eldr_diag *d);
 /* Drop one reference; the last frees it. NULL is a no-op. */
 void eldr__fps_put(eldr__fpstate *f);

@@ -97,11 +97,12 @@ static int load_artifact(eldr_server *s, const char *path, eldr__art **out, eldr
   for (int i = 0; i < s->grp->n; i++) { /* the shape any loop saw */
     const eldr_server *x = s->grp->loops[i];
     int L = x ? x->sp.observed_L : 0, K = x ? x->sp.observed_K : 0;
-    if (L && ((int)a->shape.num_layers != L || (int)a->shape.top_k != K)) {
+    if (L && (!eldr_re_layers_fit((size_t)L, a->shape.num_layers, a->layer_ids) || (int)a->shape.top_k != K)) {
       rc = eldr_diag_fail(d, ELDR_ESHAPE,
-                          "artifact %s is for %u MoE layers x top-%u but the workers' routed_experts "
-                          "are %d layers x top-%d: refused",
-                          path, a->shape.num_layers, a->shape.top_k, L, K);
+                          "artifact %s is for %u MoE layers (model layers %u..%u) x top-%u but the workers' "
+                          "routed_experts are %d layers x top-%d: refused",
+                          path, a->shape.num_layers, a->layer_ids[0], a->layer_ids[a->shape.num_layers - 1],
+                          a->shape.top_k, L, K);
       eldr_artifact_free(a);
       return rc;
     }
@@ -159,7 +160,7 @@ static int stage_build(eldr_server *s, const eldr_serve_config *base, int reread
   }
   if ((rc = eldr__sigconf_build(&s->sp, a, c->sigcache_rows, &st->sig, d))) goto fail;
   if ((rc = eldr__workers_plan(s, c, &st->wp, d))) goto fail;
-  if ((rc = eldr__fps_new(st->art, c->policy, st->wp.nw[1], &st->fps, d))) goto fail;
+  if ((rc = eldr__fps_new(st->art, c->policy, st->wp.nw[1], c->decode_max_batch, &st->fps, d))) goto fail;
   eldr_policy_attach_footprint(&st->pol, st->fps ? st->fps->fp : NULL);
   if ((rc = eldr__watchst_new(s, a, c, &st->watch, d))) goto fail;
   return 0;

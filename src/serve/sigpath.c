@@ -12,6 +12,7 @@
 
 #include "eldr/grow.h"
 #include "eldr/jscan.h"
+#include "eldr/reply_compact.h"
 #include "eldr/trace_model.h"
 #include "serve_internal.h"
 
@@ -178,20 +179,76 @@ static int read_reply(const char *body, size_t len, const void *root, const eldr
 }
 
 static void observe_shape(eldr__sigpath *sp, const char *body, size_t len, const void *root, eldr_re_api api) {
-  eldr_re_opts any = {api, 0, 0, 0, NULL, NULL, NULL};
+  eldr_re_opts any = {.api = api};
   eldr_reply_experts r;
   if (read_reply(body, len, root, &any, (eldr_js_span){0, 0, ELDR_JS_NONE}, &r, NULL, NULL) == 0 && r.nchoices) {
     const eldr_re_view *v = r.choices[0].prompt.data ? &r.choices[0].prompt : &r.choices[0].generated;
     if (v->data) {
-      sp->observed_L = (int)v->layers;
+      sp->observed_L = (int)r.array_layers; /* as sent: the all-layers form's every row */
       sp->observed_K = (int)v->top_k;
     }
   }
   eldr_reply_experts_free(&r);
 }
 
+/* The counts of prompt tokens [first, first + rows) are in c->counts: the
+ * prefix-cached blocks before first completed from the signature cache,
+ * then the signature. rows_stored: the view holds those rows (their blocks
+ * go to the cache); else nothing is stored (the compact form). */
+static void complete_and_sign(eldr__sigpath *sp, eldr__sigslot *sl, eldr__sigres *res, const eldr__prompt *p,
+                              size_t first, size_t rows, int rows_stored) {
+  const eldr__sigconf *c = &sp->conf;
+  size_t P = first + rows;
+  res->first_token = first;
+  size_t covered = rows;
+  if (c->cache && p) {
+    if (p->ntok != P) {
+      sp->tokenizer_mismatch++;
+    } else if (eldr_grow(&sl->hashes, &sl->hashcap, p->nblocks + 1, sizeof *sl->hashes, 1024) == 0) {
+      /* the store may run after the request is gone: keep the hashes here */
+      if (p->nblocks) memcpy(sl->hashes, p->hashes, p->nblocks * sizeof *sl->hashes);
+      res->nblocks = rows_stored ? p->nblocks : 0;
+      res->hashes = sl->hashes;
+      if (first > 0) {
+        size_t miss = eldr_sigshard_add_blocks(c->cache, sl->hashes, first / ELDR_BLOCK_TOKENS, c->counts);
+        sp->blocks_missing += miss;
+        covered += (first / ELDR_BLOCK_TOKENS - miss) * ELDR_BLOCK_TOKENS;
+      }
+      if (first % ELDR_BLOCK_TOKENS) sp->blocks_missing++;
+    }
+  } else if (first > 0) {
+    sp->blocks_missing += (first + ELDR_BLOCK_TOKENS - 1) / ELDR_BLOCK_TOKENS;
+  }
+  res->counts = c->counts;
+  res->n_tokens = covered > UINT32_MAX ? UINT32_MAX : (uint32_t)covered;
+  if (eldr_signature_build(&sp->spec, c->counts, NULL, c->sig) != 0) {
+    res->fallback = ELDR__FB_EMPTY_SIGNATURE;
+    return;
+  }
+  res->sig = c->sig;
+}
+
+/* The compact form (eldr/reply_compact.h): the engine's counts, the
+ * artifact's masked layers read by layer id. */
+static void extract_compact(eldr__sigpath *sp, eldr__sigslot *sl, const char *body, eldr_js_span compact,
+                            const eldr__prompt *p, eldr__sigres *res) {
+  const eldr__sigconf *c = &sp->conf;
+  const eldr_shape *sh = &c->art->shape;
+  eldr_compact_opts co = {sh->num_layers, c->art->layer_ids, sh->num_experts, sh->top_k, c->art->mask};
+  eldr_compact_info ci;
+  eldr_re_reason why = ELDR_RE_OK;
+  if (eldr_compact_read(body, compact, &co, c->counts, NULL, &ci, &why, &res->diag)) {
+    res->reason = (int)why;
+    res->fallback = why == ELDR_RE_SHAPE_MISMATCH ? ELDR__FB_SHAPE_MISMATCH : ELDR__FB_MALFORMED;
+    return;
+  }
+  sp->compact_reads++;
+  complete_and_sign(sp, sl, res, p, ci.first_token, ci.tokens, 0);
+}
+
 void eldr__sigpath_extract(eldr__sigpath *sp, const char *body, size_t len, const void *root, int chat,
-                           const char *blob, size_t blob_len, const eldr__prompt *p, eldr__sigres *res) {
+                           const char *blob, size_t blob_len, eldr_js_span compact, const eldr__prompt *p,
+                           eldr__sigres *res) {
   /* the current slot again when its store has run (its decode buffer is
    * still in the cache: a reply of megabytes decodes into warm lines), else
    * the next: its store (if the loop has not run it yet) needs the buffers
@@ -216,8 +273,13 @@ void eldr__sigpath_extract(eldr__sigpath *sp, const char *body, size_t len, cons
   /* counted by the reader in the pass that range-checks the prompt rows,
    * over the artifact's layer mask */
   memset(c->counts, 0, eldr_shape_cells(sh) * sizeof *c->counts);
+  if (body && compact.type == ELDR_JS_OBJECT && compact.off + compact.len <= len) { /* counted by the engine */
+    extract_compact(sp, sl, body, compact, p, res);
+    return;
+  }
+  /* the artifact's layer ids map an all-layers array onto its MoE layers */
   eldr_re_opts o = {chat ? ELDR_RE_CHAT : ELDR_RE_COMPLETIONS, sh->num_layers, sh->top_k, sh->num_experts,
-                    c->art->mask, &sl->scr, c->counts};
+                    c->art->mask, &sl->scr, c->counts, c->art->layer_ids, 0};
   eldr_js_span known = {0, 0, ELDR_JS_NONE};
   if (body && blob && blob > body && blob + blob_len < body + len) /* its quotes within body */
     known = (eldr_js_span){(size_t)(blob - body) - 1, blob_len + 2, ELDR_JS_STRING};
@@ -243,36 +305,9 @@ void eldr__sigpath_extract(eldr__sigpath *sp, const char *body, size_t len, cons
   v->rows = pv->rows;
   v->layers = pv->layers;
   v->top_k = pv->top_k;
-  sp->observed_L = (int)v->layers;
+  sp->observed_L = (int)sl->rex.array_layers;
   sp->observed_K = (int)v->top_k;
-  size_t first = pv->first_token, P = first + v->rows;
-  res->first_token = first;
-  size_t covered = v->rows;
-  if (c->cache && p) {
-    if (p->ntok != P) {
-      sp->tokenizer_mismatch++;
-    } else if (eldr_grow(&sl->hashes, &sl->hashcap, p->nblocks + 1, sizeof *sl->hashes, 1024) == 0) {
-      /* the store may run after the request is gone: keep the hashes here */
-      if (p->nblocks) memcpy(sl->hashes, p->hashes, p->nblocks * sizeof *sl->hashes);
-      res->nblocks = p->nblocks;
-      res->hashes = sl->hashes;
-      if (first > 0) {
-        size_t miss = eldr_sigshard_add_blocks(c->cache, sl->hashes, first / ELDR_BLOCK_TOKENS, c->counts);
-        sp->blocks_missing += miss;
-        covered += (first / ELDR_BLOCK_TOKENS - miss) * ELDR_BLOCK_TOKENS;
-      }
-      if (first % ELDR_BLOCK_TOKENS) sp->blocks_missing++;
-    }
-  } else if (first > 0) {
-    sp->blocks_missing += (first + ELDR_BLOCK_TOKENS - 1) / ELDR_BLOCK_TOKENS;
-  }
-  res->counts = c->counts;
-  res->n_tokens = covered > UINT32_MAX ? UINT32_MAX : (uint32_t)covered;
-  if (eldr_signature_build(&sp->spec, c->counts, NULL, c->sig) != 0) {
-    res->fallback = ELDR__FB_EMPTY_SIGNATURE;
-    return;
-  }
-  res->sig = c->sig;
+  complete_and_sign(sp, sl, res, p, pv->first_token, v->rows, 1);
 }
 
 void eldr__sigpath_store(eldr__sigpath *sp, const eldr__sigres *res) {
@@ -292,7 +327,8 @@ void eldr__sigpath_defer(eldr__sigpath *sp, const eldr__sigres *res) {
 }
 
 int64_t eldr__decode_reply_counts(const char *body, size_t len, int chat, const eldr_shape *shape,
-                                  int64_t prompt_tokens, uint32_t *counts, int64_t *completion_tokens) {
+                                  const uint32_t *layer_ids, int64_t prompt_tokens, uint32_t *counts,
+                                  int64_t *completion_tokens) {
   const int nul = memchr(body, 0, len) != NULL;
   if (completion_tokens && !nul) {
     static const eldr_js_path ct[] = {{{"usage", "completion_tokens", NULL}}};
@@ -303,7 +339,7 @@ int64_t eldr__decode_reply_counts(const char *body, size_t len, int chat, const 
   }
   if (!eldr__memmem(body, len, "routed_experts", 14)) return -1;
   eldr_re_opts o = {chat ? ELDR_RE_CHAT : ELDR_RE_COMPLETIONS, shape->num_layers, shape->top_k,
-                    shape->num_experts, NULL, NULL, NULL};
+                    shape->num_experts, NULL, NULL, NULL, layer_ids, 0};
   eldr_reply_experts rex;
   int rc = nul ? eldr_reply_experts_read(body, len, &o, &rex, NULL, NULL)
                : eldr_reply_experts_scan(body, len, &o, &rex, NULL, NULL);

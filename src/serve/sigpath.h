@@ -142,11 +142,14 @@ typedef struct eldr__sigpath {
   struct event *ev_store;    /* NULL without a loop: stores wait until their slot is reused */
   eldr__sigshare *share;     /* borrowed; NULL: the cache is this sigpath's alone */
   /* observations */
-  _Atomic int observed_L, observed_K; /* routed_experts shape seen last (0: none yet);
+  _Atomic int observed_L, observed_K; /* routed_experts seen last: layer rows as sent (the
+                                       * all-layers form: every hidden layer) and top-k (0:
+                                       * none yet);
                                        * any loop's reload checks every loop's */
   _Atomic uint64_t tokenizer_mismatch, blocks_missing; /* read by any loop's /metrics */
   uint64_t stores_deferred;  /* stores run by the loop, after the decode leg left */
   uint64_t stores_inline;    /* stores run by an extraction (the ring was full) */
+  uint64_t compact_reads;    /* signatures from the compact form (eldr/reply_compact.h) */
 } eldr__sigpath;
 
 /* base: the loop whose next turn runs deferred stores (NULL: none). 0 or
@@ -188,9 +191,15 @@ void eldr__prompt_free(eldr__prompt *p);
  * reply gives fallback MALFORMED or SHAPE_MISMATCH with res->reason.
  * blob, blob_len (optional, NULL: none): a string of body, quotes excluded,
  * that the scan which accepted body found (eldr__prefill_reply's
- * routed_experts): its end is taken from here, not searched again. */
+ * routed_experts): its end is taken from here, not searched again.
+ * compact (type NONE: none): the span of body's
+ * kv_transfer_params.eldr_expert_counts (eldr/reply_compact.h): when
+ * present, the engine's counts are read instead of any rows (the artifact's
+ * masked layers, by layer id), completed from the cache for the prefix
+ * they skip; nothing is stored in the cache (no per-block rows). */
 void eldr__sigpath_extract(eldr__sigpath *sp, const char *body, size_t len, const void *root, int chat,
-                           const char *blob, size_t blob_len, const eldr__prompt *p, eldr__sigres *res);
+                           const char *blob, size_t blob_len, eldr_js_span compact, const eldr__prompt *p,
+                           eldr__sigres *res);
 /* Store the rows of the fully computed blocks of an extraction now (res:
  * the last extraction's, or one whose slot was not reused since). */
 void eldr__sigpath_store(eldr__sigpath *sp, const eldr__sigres *res);
@@ -204,7 +213,9 @@ void eldr__sigpath_flush(eldr__sigpath *sp);
  * counted: the one reader of decode replies behind the watch's live rho
  * (status.c) and the recorder's decode counts (record_line.c). body[0..len)
  * is read by the span reader (a body with a NUL byte: by jansson), every
- * layout, against shape (L, K, E all checked). prompt_tokens: the prefill's
+ * layout, against shape (L, K, E all checked; layer_ids, the model layer of
+ * each of the L layers or NULL, read an all-layers array at those rows).
+ * prompt_tokens: the prefill's
  * usage.prompt_tokens (-1: unknown); when the reply's own split leaves no
  * generated rows (a reply without usage or token_ids counts every row as
  * the prompt's), its rows past prompt_tokens are taken as generated.
@@ -215,6 +226,7 @@ void eldr__sigpath_flush(eldr__sigpath *sp);
  * top-k: eldr_counts_rows_check); counts are then meaningless. Any thread
  * (no state). */
 int64_t eldr__decode_reply_counts(const char *body, size_t len, int chat, const eldr_shape *shape,
-                                  int64_t prompt_tokens, uint32_t *counts, int64_t *completion_tokens);
+                                  const uint32_t *layer_ids, int64_t prompt_tokens, uint32_t *counts,
+                                  int64_t *completion_tokens);
 
 #endif

@@ -190,8 +190,8 @@ void eldr__watch_decode_reply(rq *r, const char *body, size_t len) {
   uint32_t *counts = NULL;
   if (w && a && r->wsig_hash == w->hash &&
       (counts = malloc((size_t)a->shape.num_layers * a->shape.num_experts * sizeof *counts)) &&
-      eldr__decode_reply_counts(body, len, r->req.api == ELDR__API_CHAT, &a->shape, r->pr.prompt_tokens, counts,
-                                NULL) > 0) {
+      eldr__decode_reply_counts(body, len, r->req.api == ELDR__API_CHAT, &a->shape, a->layer_ids,
+                                r->pr.prompt_tokens, counts, NULL) > 0) {
     pthread_mutex_lock(&w->core->mu);
     if (eldr_rho_ring_add(w->core->rho, sig, counts) == 0) w->core->rho_adds++;
     pthread_mutex_unlock(&w->core->mu);
@@ -284,9 +284,11 @@ void eldr__watch_metrics(eldr_server *s, struct evbuffer *o) {
   view_get(s, &v);
   const eldr_artifact *a = s->art;
   char x[4][40];
-  evbuffer_add_printf(o, "# HELP eldr_artifact_info The loaded artifact: XXH3-64 of its file and fit.created.\n"
-                         "# TYPE eldr_artifact_info gauge\neldr_artifact_info{hash=\"%s\",created=\"%s\",k=\"%zu\"} 1\n",
-                      v.hash, a->created ? a->created : "", a->k);
+  evbuffer_add_printf(o, "# HELP eldr_artifact_info The loaded artifact: XXH3-64 of its file, fit.created, and what "
+                         "chose its representation and layers (fit.chosen_by).\n"
+                         "# TYPE eldr_artifact_info gauge\n"
+                         "eldr_artifact_info{hash=\"%s\",created=\"%s\",k=\"%zu\",chosen_by=\"%s\"} 1\n",
+                      v.hash, a->created ? a->created : "", a->k, eldr_fit_evidence_name(a->fit_chosen_by));
   num(x[0], sizeof x[0], v.age);
   evbuffer_add_printf(o, "# HELP eldr_artifact_age_seconds Now minus the artifact's fit.created (NaN without it).\n"
                          "# TYPE eldr_artifact_age_seconds gauge\neldr_artifact_age_seconds %s\n", x[0]);
@@ -362,6 +364,7 @@ void eldr__handle_status(hconn *c) {
     json_object_set_new(art, "age_seconds", jnum(v.age));
     json_object_set_new(art, "k", json_integer((json_int_t)a->k));
     json_object_set_new(art, "fit_rho", jnum(a->fit_rho));
+    json_object_set_new(art, "fit_chosen_by", json_string(eldr_fit_evidence_name(a->fit_chosen_by)));
     json_object_set_new(art, "drift_reference", json_boolean(a->drift_ref != NULL));
     json_object_set_new(o, "artifact", art);
     json_object_set_new(o, "window", json_pack("{sfsI}", "seconds", s->cfg.watch_window_s, "requests", (json_int_t)v.st.n));

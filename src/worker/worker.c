@@ -129,6 +129,7 @@ static void req_free(wreq *r) {
   }
   free(r->blocks);
   free(r->chunk_head);
+  free(r->echo);
   free(r->ids);
   free(r->hashes);
   free(r->psel);
@@ -525,6 +526,15 @@ static void handle_completion(eldr_worker *w, struct evhttp_request *req, int ch
   r->include_usage = stream && include_usage;
   r->remote_decode = remote_decode;
   r->remote_prefill = remote_prefill;
+  if (pq.echo && !remote_decode) { /* the prefill leg's reply is the router's, not the client's */
+    if (!(r->echo = malloc(plen + 1))) {
+      eldr__w_send_error(req, 500, NULL, "out of memory");
+      goto fail;
+    }
+    memcpy(r->echo, prompt, plen);
+    r->echo[plen] = '\0';
+    r->echo_only = max_tokens == 0;
+  }
   r->all_next = w->all;
   if (w->all) w->all->all_prev = r;
   w->all = r;
@@ -549,6 +559,10 @@ static void handle_completion(eldr_worker *w, struct evhttp_request *req, int ch
   r->n_out = want;
   if (max_tokens > 0 && (json_int_t)r->n_out >= max_tokens) {
     r->n_out = (uint32_t)max_tokens;
+    r->capped = 1;
+  }
+  if (max_tokens == 0) { /* echo alone: one token runs, the reply shows the prompt */
+    r->n_out = 1;
     r->capped = 1;
   }
   if (remote_decode) {
@@ -724,6 +738,7 @@ int eldr_worker_new(struct event_base *base, const eldr_worker_config *cfg, eldr
   w->return_re = cfg->return_routed_experts;
   w->re_computed_only = cfg->routed_experts_computed_only;
   w->re_decode = cfg->routed_experts_decode && cfg->return_routed_experts;
+  w->re_stream = w->re_decode && cfg->routed_experts_stream;
   w->prompt_details = cfg->enable_prompt_tokens_details;
   w->pull_timeout = cfg->kv_pull_timeout > 0 ? cfg->kv_pull_timeout : DEFAULT_PULL_TIMEOUT;
   eldr__wmetrics_init(&w->m);
@@ -752,6 +767,9 @@ int eldr_worker_new(struct event_base *base, const eldr_worker_config *cfg, eldr
     goto fail;
   }
   w->LK = (size_t)w->shape.num_layers * w->shape.top_k;
+  /* vLLM's capturer: a row per hidden layer, MoE layer l at its layer index */
+  eldr_tracegen_layer_ids(cfg->model, &w->shape, w->re_ids);
+  w->re_hidden = cfg->routed_experts_moe_only ? w->shape.num_layers : w->re_ids[w->shape.num_layers - 1] + 1;
   w->LE = eldr_shape_cells(&w->shape);
   if (cfg->trace) {
     const eldr_shape *ts = &cfg->trace->shape;

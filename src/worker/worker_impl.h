@@ -61,6 +61,9 @@ struct wreq {
   int remote_decode;  /* prefill leg: reply after prefill with kv_transfer_params */
   int remote_prefill; /* decode leg: pull the KV instead of computing it */
   int capped;         /* output length limited by max_tokens */
+  char *echo;         /* completions with echo: the prompt text the reply starts with
+                         (malloc'd), else NULL */
+  int echo_only;      /* echo with max_tokens 0: the prompt alone, no generated text */
   char rid[ELDR__PULL_MAX_ID];
   char *chunk_head;   /* escaped JSON prefix shared by every stream chunk */
   uint32_t n_prompt, n_out, emitted, n_dsel;
@@ -135,7 +138,11 @@ struct eldr_worker {
   eldr__wmetrics m;
   eldr__kvhold *hold;   /* prefill legs' blocks waiting for a pull */
   eldr__corpus *corpus; /* NULL: placeholder words */
-  int re_computed_only, prompt_details, re_decode;
+  int re_computed_only, prompt_details, re_decode, re_stream;
+  /* routed_experts rows over re_hidden layers, MoE layer l at re_ids[l]
+   * (vLLM's all-layers form); re_hidden == shape.num_layers: as they are */
+  uint32_t re_hidden;
+  uint32_t re_ids[ELDR_MAX_LAYERS];
   double pull_timeout;
 };
 
@@ -144,7 +151,8 @@ typedef struct preq {
   char *prompt;
   size_t plen;
   int stream, include_usage, remote_decode, remote_prefill;
-  json_int_t max_tokens; /* -1 = not given */
+  json_int_t max_tokens; /* -1 = not given; 0 only with echo (completions) */
+  int echo;              /* completions: "echo": true */
   long rec;              /* trace record, -1 = derive from the text */
   uint32_t n;            /* choices */
   char *pull_body;       /* decode leg: the side-channel pull (malloc'd) */

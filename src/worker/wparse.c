@@ -258,13 +258,18 @@ int eldr__w_parse_body(const eldr_worker *w, const char *body, size_t blen, int 
       FAIL(400, "stream_options", "'stream_options' must be an object with a boolean 'include_usage'");
     }
   }
+  /* echo (completions): the reply starts with the prompt; with max_tokens 0
+   * it is the prompt alone (vLLM's CompletionRequest.to_sampling_params:
+   * echo_without_generation runs one token the reply does not show) */
+  int echo = 0;
+  if (!chat && get_bool(j, "echo", 0, &echo) < 0) FAIL(400, "echo", "'echo' must be a boolean");
   json_int_t max_tokens = -1;
   const char *mt_keys[2] = {"max_completion_tokens", "max_tokens"};
   for (int k = 0; k < 2; k++) {
     json_t *mt = json_object_get(j, mt_keys[k]);
     if (!mt || json_is_null(mt)) continue;
-    if (!json_is_integer(mt) || json_integer_value(mt) < 1) {
-      FAIL(400, mt_keys[k], "'%s' must be an integer >= 1", mt_keys[k]);
+    if (!json_is_integer(mt) || json_integer_value(mt) < (echo ? 0 : 1)) {
+      FAIL(400, mt_keys[k], "'%s' must be an integer >= %d", mt_keys[k], echo ? 0 : 1);
     }
     if (max_tokens < 0) max_tokens = json_integer_value(mt);
   }
@@ -349,6 +354,7 @@ int eldr__w_parse_body(const eldr_worker *w, const char *body, size_t blen, int 
   o->remote_decode = remote_decode;
   o->remote_prefill = remote_prefill;
   o->max_tokens = max_tokens;
+  o->echo = echo;
   o->rec = rec;
   o->n = (uint32_t)nval;
   prompt = NULL;

@@ -4,6 +4,8 @@
  * vLLM metrics, and the /metrics, /v1/models and side-channel endpoints. */
 #include "worker/worker_impl.h"
 
+#include "eldr/reply_compact.h"
+
 /* ------------------------------------------------------------ HTTP replies */
 
 static void add_json_headers(struct evhttp_request *req, const char *ctype) {
@@ -101,10 +103,82 @@ void eldr__w_stream_start(wreq *r) {
   }
 }
 
+/* A decode leg's rows as a vLLM decode instance returns them (docs/vllm.md):
+ * the prompt's (which it could not compute: the router splices them in a
+ * whole reply) then g generated tokens' (malloc'd into *gen, may be NULL
+ * for g 0). 0, or -1 (no memory). */
+static int decode_rows(const wreq *r, uint32_t g, uint16_t **gen) {
+  const size_t LK = r->w->LK;
+  *gen = g ? malloc((size_t)g * LK * sizeof **gen) : NULL;
+  if (g && !*gen) return -1;
+  for (uint32_t i = 0; i < g; i++)
+    memcpy(*gen + (size_t)i * LK, r->dsel + (size_t)(i % r->n_dsel) * LK, LK * sizeof **gen);
+  return 0;
+}
+
+/* The last chunk of a stream with --routed-experts-stream final: the chunk
+ * built as a tree, with the whole sequence's rows (P + i, npy) in its
+ * choice, as vLLM's /inference/v1/generate final chunk. 0, or -1. */
+static int stream_last_with_rows(wreq *r, uint32_t c, uint32_t i, const char *tok_raw, const char *fin) {
+  const eldr_worker *w = r->w;
+  json_t *ch = r->chat ? json_pack("{s:I,s:{s:s},s:n,s:s}", "index", (json_int_t)c, "delta", "content", tok_raw,
+                                   "logprobs", "finish_reason", fin)
+                       : json_pack("{s:I,s:s,s:n,s:s,s:n}", "index", (json_int_t)c, "text", tok_raw, "logprobs",
+                                   "finish_reason", fin, "stop_reason");
+  json_t *body = ch ? json_pack("{s:s,s:s,s:I,s:s,s:[o]}", "id", r->rid, "object",
+                                r->chat ? "chat.completion.chunk" : "text_completion", "created",
+                                (json_int_t)w->created, "model", w->served, "choices", ch)
+                    : NULL;
+  uint16_t *gen = NULL;
+  int rc = -1;
+  if (body && decode_rows(r, i, &gen) == 0 &&
+      eldr_reply_experts_emit_layers(NULL, ch, ELDR_RE_LAYOUT_NPY, r->psel, r->n_prompt, gen, i, &w->shape,
+                                     w->re_ids, w->re_hidden) == 0) {
+    char *s = json_dumps(body, JSON_COMPACT);
+    if (s) {
+      sse_send(r, s, strlen(s));
+      rc = 0;
+    }
+    free(s);
+  }
+  free(gen);
+  json_decref(body);
+  return rc;
+}
+
+/* The first chunk of an echo (completions): the prompt's text and the
+ * first token's (the prompt alone with max_tokens 0), built as a tree: the
+ * prompt has any length. */
+static void stream_echo(wreq *r, uint32_t c, const char *tok_raw, int last) {
+  const size_t el = strlen(r->echo), tl = r->echo_only ? 0 : strlen(tok_raw);
+  char *text = malloc(el + tl + 1);
+  if (!text) return;
+  memcpy(text, r->echo, el);
+  memcpy(text + el, tok_raw, tl);
+  text[el + tl] = 0;
+  json_t *ch = json_pack("{s:I,s:s,s:n,s:o,s:n}", "index", (json_int_t)c, "text", text, "logprobs",
+                         "finish_reason", last ? json_string(finish_reason(r)) : json_null(), "stop_reason");
+  json_t *body = ch ? json_pack("{s:s,s:s,s:I,s:s,s:[o]}", "id", r->rid, "object", "text_completion", "created",
+                                (json_int_t)r->w->created, "model", r->w->served, "choices", ch)
+                    : NULL;
+  char *s = body ? json_dumps(body, JSON_COMPACT) : NULL;
+  if (s) sse_send(r, s, strlen(s));
+  free(s);
+  json_decref(body);
+  free(text);
+}
+
 /* One streamed token chunk of choice c (last: carries finish_reason). */
 void eldr__w_stream_token(wreq *r, uint32_t c, uint32_t i, int last) {
   char raw[64], tok[128], buf[1024], fin[32];
   token_text(r, c, i, raw, sizeof raw);
+  if (r->echo && i == 0) { /* vLLM's first delta of an echo: the prompt, then the token */
+    stream_echo(r, c, raw, last);
+    return;
+  }
+  if (last && r->w->re_stream && r->remote_prefill && r->psel && r->dsel && r->n_dsel &&
+      stream_last_with_rows(r, c, i, raw, finish_reason(r)) == 0)
+    return;
   json_esc(raw, tok, sizeof tok);
   if (last) snprintf(fin, sizeof fin, "\"%s\"", finish_reason(r));
   else strcpy(fin, "null");
@@ -171,13 +245,17 @@ void eldr__w_observe_first(wreq *r) {
   eldr__hist_observe(&r->w->m.ttft, r->t_first - r->t_arrival);
 }
 
-/* The text of choice c (raw UTF-8, malloc'd), or NULL. */
+/* The text of choice c (raw UTF-8, malloc'd), or NULL: with echo the
+ * prompt first (vLLM's completion serving: prompt_text + output.text, or
+ * the prompt alone for max_tokens 0). */
 static char *choice_text(const wreq *r, uint32_t c) {
-  size_t cap = (size_t)r->emitted * (ELDR__CORPUS_MAX_WORD + 2) + 16, off = 0;
+  const size_t el = r->echo ? strlen(r->echo) : 0;
+  size_t cap = el + (size_t)r->emitted * (ELDR__CORPUS_MAX_WORD + 2) + 16, off = el;
   char *text = malloc(cap);
   if (!text) return NULL;
-  text[0] = 0;
-  for (uint32_t i = 0; i < r->emitted; i++) {
+  memcpy(text, r->echo ? r->echo : "", el);
+  text[el] = 0;
+  for (uint32_t i = 0; i < r->emitted && !r->echo_only; i++) {
     char tok[64];
     token_text(r, c, i, tok, sizeof tok);
     size_t l = strlen(tok);
@@ -229,25 +307,33 @@ void eldr__w_reply_done(wreq *r) {
      * with --routed-experts-prompt computed) only the computed tokens do.
      * The one generated token was never forwarded: no generated rows. */
     uint32_t skip = w->re_computed_only ? r->cached : 0;
-    (void)eldr_reply_experts_emit(body, json_array_get(choices, 0), w->re_layout,
-                                  r->psel + (size_t)skip * w->LK, r->n_prompt - skip, NULL, 0,
-                                  &w->shape);
+    if (w->re_layout != ELDR_RE_LAYOUT_COMPACT) /* compact: the counts go into kv_transfer_params (below) */
+      (void)eldr_reply_experts_emit_layers(body, json_array_get(choices, 0), w->re_layout,
+                                           r->psel + (size_t)skip * w->LK, r->n_prompt - skip, NULL, 0, &w->shape,
+                                           w->re_ids, w->re_hidden);
   }
   if (body && r->remote_prefill && w->re_decode && r->psel && r->dsel && r->n_dsel) {
     /* a vLLM decode instance (docs/vllm.md): rows up to the last forwarded
      * token, P + G - 1: the prompt's (which vLLM could not compute there:
      * the router's splice replaces them) and the generated tokens' */
+    uint16_t *gen;
     uint32_t g = r->emitted ? r->emitted - 1 : 0;
-    uint16_t *gen = g ? malloc((size_t)g * w->LK * sizeof *gen) : NULL;
-    if (!g || gen) {
-      for (uint32_t i = 0; i < g; i++)
-        memcpy(gen + (size_t)i * w->LK, r->dsel + (size_t)(i % r->n_dsel) * w->LK, w->LK * sizeof *gen);
-      (void)eldr_reply_experts_emit(body, json_array_get(choices, 0), w->re_layout, r->psel, r->n_prompt, gen,
-                                    g, &w->shape);
-    }
+    if (decode_rows(r, g, &gen) == 0) /* a decode leg's rows: npy when the prefill sends counts */
+      (void)eldr_reply_experts_emit_layers(body, json_array_get(choices, 0),
+                                           w->re_layout == ELDR_RE_LAYOUT_COMPACT ? ELDR_RE_LAYOUT_NPY : w->re_layout,
+                                           r->psel, r->n_prompt, gen, g, &w->shape, w->re_ids, w->re_hidden);
     free(gen);
   }
-  if (body && r->remote_decode) json_object_set_new(body, "kv_transfer_params", kv_params_json(r));
+  if (body && r->remote_decode) {
+    json_t *kv = kv_params_json(r);
+    /* the compact form: the prompt's counts next to the handoff, computed here
+     * (contrib/vllm-eldr-counts does this inside vLLM) */
+    if (kv && w->return_re && r->psel && w->re_layout == ELDR_RE_LAYOUT_COMPACT) {
+      uint32_t skip = w->re_computed_only ? r->cached : 0;
+      (void)eldr_compact_emit(kv, r->psel + (size_t)skip * w->LK, r->n_prompt - skip, &w->shape, w->re_ids, skip);
+    }
+    json_object_set_new(body, "kv_transfer_params", kv);
+  }
   if (!body) {
     eldr__w_send_error(r->http, 500, NULL, "cannot build the reply");
   } else {

@@ -378,12 +378,16 @@ static void test_json_on_every_table(void **st) {
   json_error_t e;
   json_t *j = json_loads(g_out, 0, &e);
   if (!j) fail_msg("bench route --json: %s in '%.200s'", e.text, g_out);
-  /* 10 stages (the A/B rows: parse+signature by scanner and by tree, the
-   * per-id kernels; the memcpy of the blob last) and the ratio
-   * signature+decision / memcpy */
-  assert_int_equal(json_array_size(json_object_get(j, "rows")), 11);
-  assert_true(json_is_number(json_object_get(json_array_get(json_object_get(j, "rows"), 0), "p50_us")));
-  assert_true(json_is_number(json_object_get(json_array_get(json_object_get(j, "rows"), 10), "p50_ratio")));
+  /* 12 stages (the A/B rows: parse+signature by scanner and by tree, the
+   * per-id kernels; the memcpy of the blob; the compact form's two), the
+   * ratio signature+decision / memcpy, and the two forms' reply bytes */
+  json_t *rows = json_object_get(j, "rows");
+  assert_int_equal(json_array_size(rows), 14);
+  assert_true(json_is_number(json_object_get(json_array_get(rows, 0), "p50_us")));
+  assert_true(json_is_number(json_object_get(json_array_get(rows, 11), "p50_us")));
+  assert_true(json_is_number(json_object_get(json_array_get(rows, 12), "p50_ratio")));
+  assert_true(json_integer_value(json_object_get(json_array_get(rows, 13), "npy_bytes")) > 0);
+  assert_true(json_integer_value(json_object_get(json_array_get(rows, 13), "compact_bytes")) > 0);
   json_decref(j);
 }
 

@@ -185,7 +185,9 @@ static void test_fit_subset(void **state) {
   eldr_trace_free(t);
 }
 
-/* No decode selections: rho is undefined, the fit still produces an artifact. */
+/* No decode selections: rho cannot be measured, so the fit refuses to
+ * choose (ELDR_EEMPTY, saying why) unless the caller accepts a prefill-only
+ * fit or names representation and layers; the artifact says which. */
 static void test_fit_without_decode(void **state) {
   (void)state;
   eldr_shape s = {.num_layers = 2, .num_experts = 8, .top_k = 1};
@@ -203,7 +205,27 @@ static void test_fit_without_decode(void **state) {
   eldr_artifact *a = NULL;
   eldr_fit_report rep;
   eldr_diag d = {{0}};
+  assert_int_equal(eldr_fit(t, &o, &a, &rep, &d), ELDR_EEMPTY);
+  assert_null(a);
+  assert_non_null(strstr(d.msg, "none of the 12 requests carries decode selections"));
+  assert_non_null(strstr(d.msg, "--prefill-only"));
+  eldr_fit_report_free(&rep);
+  o.repr = ELDR_REPR_BINARY; /* named, with the layers still auto: refused too */
+  assert_int_equal(eldr_fit(t, &o, &a, &rep, &d), ELDR_EEMPTY);
+  eldr_fit_report_free(&rep);
+  o.layers = ELDR_FIT_LAYERS_ALL; /* both named: their choice */
   assert_int_equal(eldr_fit(t, &o, &a, &rep, &d), 0);
+  assert_int_equal(a->repr, ELDR_REPR_BINARY);
+  assert_int_equal(a->fit_chosen_by, ELDR_FIT_BY_NAMED);
+  eldr_fit_report_free(&rep);
+  eldr_artifact_free(a);
+  eldr_fit_opts_default(&o);
+  o.k = 3;
+  o.prefill_only = 1;
+  assert_int_equal(eldr_fit(t, &o, &a, &rep, &d), 0);
+  assert_int_equal(a->fit_chosen_by, ELDR_FIT_BY_PREFILL_ONLY);
+  assert_int_equal(a->fit_decode_n, 0);
+  assert_int_equal(rep.with_decode, 0);
   assert_int_equal(rep.rho_undefined, rep.n_cand);
   assert_true(isnan(a->fit_rho));
   assert_int_equal(a->repr, ELDR_REPR_COUNT);
@@ -215,6 +237,8 @@ static void test_fit_without_decode(void **state) {
   eldr_artifact *b = NULL;
   assert_int_equal(eldr_artifact_parse(js, strlen(js), &b, &d), 0);
   assert_true(isnan(b->fit_rho));
+  assert_int_equal(b->fit_chosen_by, ELDR_FIT_BY_PREFILL_ONLY);
+  assert_int_equal(b->fit_decode_n, 0);
   eldr_artifact_free(b);
   free(js);
   eldr_fit_report_free(&rep);

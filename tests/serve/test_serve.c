@@ -229,7 +229,8 @@ static void test_streaming_relay(void **st) {
   assert_false(resp.chunked);
   assert_memory_equal(resp.body, want, strlen(want));
   tc_free(&resp);
-  /* mid-stream failure: the stream ends with an SSE error event */
+  /* mid-stream failure: the stream ends with an SSE error event, then
+   * data: [DONE] (as vLLM's completion_stream_generator ends) */
   db.die_after_chunks = 2;
   fx_set(d, &db);
   assert_int_equal(tc_post(g.r.port, "/v1/completions", "{\"prompt\":\"y\",\"stream\":true}", NULL, &resp), 0);
@@ -239,6 +240,11 @@ static void test_streaming_relay(void **st) {
   snprintf(part, sizeof part, "%s%s", chunks[0], chunks[1]);
   assert_memory_equal(resp.body, part, strlen(part));
   assert_non_null(strstr(resp.body + strlen(part), "data: {\"error\":"));
+  {
+    const char *done = "}}\n\ndata: [DONE]\n\n";
+    assert_true(resp.body_len >= strlen(done));
+    assert_memory_equal(resp.body + resp.body_len - strlen(done), done, strlen(done));
+  }
   tc_free(&resp);
   assert_int_equal(rt_metric(g.r.port, "eldr_requests_total{policy=\"jsq\",decision=\"load\",outcome=\"stream_aborted\"}"), 1);
   /* the client leaves in the middle of a stream: the decode leg is closed too */

@@ -33,14 +33,7 @@ static void eldr_cfg(sf_rig *g, const char *art) {
   g->c.artifact = strdup(art);
 }
 
-static char *fixture(const char *name) {
-  char path[1024];
-  snprintf(path, sizeof path, "%s/tests/fixtures/vllm/%s", ELDR_SOURCE_DIR, name);
-  size_t n;
-  char *s = eldr_test_slurp(path, &n);
-  if (!s) fail_msg("cannot read %s", path);
-  return s;
-}
+static char *fixture(const char *name) { return eldr_test_vllm_fixture(name); }
 
 static int is_chat(const char *reply) {
   json_t *j = json_loads(reply, 0, NULL);

@@ -374,18 +374,20 @@ static void test_prefill_reply_adopt(void **st) {
       prev = p.raw;
     }
   }
-  /* need_tree: parsed, the caller's buffer untouched */
+  /* need_tree: parsed, and the caller's buffer adopted as the bytes (the
+   * decode reply's edits insert the prefill's bytes, never re-serialised) */
   char *buf = malloc(n + 1);
   size_t cap = n + 1;
   memcpy(buf, b, n + 1);
   char *was = buf;
   size_t len = n;
   assert_int_equal(eldr__prefill_reply_adopt(&buf, &cap, &len, 1, &p, NULL), 0);
-  assert_ptr_equal(buf, was);
-  assert_int_equal(len, n); /* the tree path leaves the caller's bytes where they are */
+  assert_null(buf);
+  assert_int_equal(len, 0);
+  assert_ptr_equal(p.raw, was);
+  assert_int_equal(p.raw_len, n);
   assert_non_null(p.root);
   assert_int_equal(p.prompt_tokens, 40);
-  free(buf);
   eldr__prefill_reply_free(&p);
 }
 
@@ -521,6 +523,10 @@ static void test_config(void **st) {
   assert_string_equal(c.decode[0], "http://a:2");
   assert_int_equal(c.policy, ELDR_POLICY_JSQ);
   assert_int_equal(c.max_body, 1000);
+  assert_int_equal(c.decode_max_batch, 256); /* vLLM's --max-num-seqs default below 70 GiB */
+  const char *mb = "{\"decode_max_batch\":1024}";
+  assert_int_equal(eldr_serve_config_parse(&c, mb, strlen(mb), &d), 0);
+  assert_int_equal(c.decode_max_batch, 1024);
   assert_int_equal(eldr_serve_config_validate(&c, &d), 0);
   eldr_serve_config cp;
   assert_int_equal(eldr_serve_config_copy(&cp, &c), 0);
@@ -533,6 +539,7 @@ static void test_config(void **st) {
       {"{\"port\":\"x\"}", "port"},
       {"{\"port\":70000}", "port"},
       {"{\"tau\":3}", "tau"},
+      {"{\"decode_max_batch\":0}", "decode_max_batch"},
       {"{\"policy\":\"domain\"}", "policy"},
       {"{\"decode\":\"http://a:1\"}", "decode"},
       {"{\"decode\":[\"ftp://a\"]}", "decode[0]"},
@@ -676,7 +683,7 @@ static void extract_text(eldr__sigpath *sp, json_t *reply, const eldr__prompt *p
   assert_int_equal(eldr__prefill_reply_read(txt, strlen(txt), 0, &pr, NULL), 0);
   free(txt);
   assert_non_null(pr.raw); /* the scanner read it */
-  eldr__sigpath_extract(sp, pr.raw, pr.raw_len, NULL, 0, pr.routed_experts, pr.routed_experts_len, p, res);
+  eldr__sigpath_extract(sp, pr.raw, pr.raw_len, NULL, 0, pr.routed_experts, pr.routed_experts_len, pr.compact, p, res);
   eldr__prefill_reply_free(&pr);
 }
 
@@ -717,20 +724,20 @@ static void test_decode_reply_counts(void **st) {
   assert_int_equal(eldr_counts_accumulate(&sh, sel + P * 6, ELDR_SEL_U16, G - 1, expect, NULL), 0);
   char *t = decode_text(sel, R, &sh, 1, P, G);
   int64_t ct = -7;
-  assert_int_equal(eldr__decode_reply_counts(t, strlen(t), 0, &sh, -1, got, &ct), G - 1);
+  assert_int_equal(eldr__decode_reply_counts(t, strlen(t), 0, &sh, NULL, -1, got, &ct), G - 1);
   assert_memory_equal(got, expect, sizeof expect);
   assert_int_equal(ct, G);
   /* a chat reader refuses a text_completion reply */
-  assert_int_equal(eldr__decode_reply_counts(t, strlen(t), 1, &sh, P, got, NULL), -1);
+  assert_int_equal(eldr__decode_reply_counts(t, strlen(t), 1, &sh, NULL, P, got, NULL), -1);
   free(t);
   /* no usage: the prefill's prompt_tokens split the rows; unknown: -1 */
   t = decode_text(sel, R, &sh, 0, 0, 0);
   memset(got, 0xff, sizeof got);
   ct = -7;
-  assert_int_equal(eldr__decode_reply_counts(t, strlen(t), 0, &sh, P, got, &ct), G - 1);
+  assert_int_equal(eldr__decode_reply_counts(t, strlen(t), 0, &sh, NULL, P, got, &ct), G - 1);
   assert_memory_equal(got, expect, sizeof expect);
   assert_int_equal(ct, -7);
-  assert_int_equal(eldr__decode_reply_counts(t, strlen(t), 0, &sh, -1, got, NULL), -1);
+  assert_int_equal(eldr__decode_reply_counts(t, strlen(t), 0, &sh, NULL, -1, got, NULL), -1);
   free(t);
   /* one expert twice in layer 0 of every generated row: counts above the
    * rows, which no trace holds (eldr_counts_rows_check) */
@@ -738,12 +745,12 @@ static void test_decode_reply_counts(void **st) {
   memcpy(rep, sel, sizeof rep);
   for (size_t t0 = P; t0 < R; t0++) rep[t0 * 6] = rep[t0 * 6 + 1] = 3;
   t = decode_text(rep, R, &sh, 1, P, G);
-  assert_int_equal(eldr__decode_reply_counts(t, strlen(t), 0, &sh, P, got, NULL), -1);
+  assert_int_equal(eldr__decode_reply_counts(t, strlen(t), 0, &sh, NULL, P, got, NULL), -1);
   free(t);
   /* no routed_experts: -1, the usage still read */
   static const char none[] = "{\"object\":\"text_completion\",\"choices\":[{\"index\":0}],\"usage\":{\"completion_tokens\":9}}";
   ct = -7;
-  assert_int_equal(eldr__decode_reply_counts(none, sizeof none - 1, 0, &sh, P, got, &ct), -1);
+  assert_int_equal(eldr__decode_reply_counts(none, sizeof none - 1, 0, &sh, NULL, P, got, &ct), -1);
   assert_int_equal(ct, 9);
 }
 
@@ -814,7 +821,7 @@ static void test_sigpath_deferred_store(void **st) {
   /* a full ring without a loop turn: the extraction that reuses the
    * oldest pending slot stores it first */
   for (int q = 1; q < NP; q++) {
-    eldr__sigpath_extract(&sp, NULL, 0, full[q], 0, NULL, 0, &pr[q], &res); /* a tree */
+    eldr__sigpath_extract(&sp, NULL, 0, full[q], 0, NULL, 0, (eldr_js_span){0, 0, ELDR_JS_NONE}, &pr[q], &res); /* a tree */
     eldr__sigpath_defer(&sp, &res);
   }
   assert_int_equal(sp.stores_inline, 1);

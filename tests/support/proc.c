@@ -134,3 +134,11 @@ int eldr_test_run_captured(const char *binary, const char *dir, const char *cons
   eldr_test_read_into(efile, err, err_cap);
   return rc;
 }
+
+char *eldr_test_vllm_fixture(const char *name) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/tests/fixtures/vllm/%s", ELDR_SOURCE_DIR, name);
+  char *s = eldr_test_slurp(path, NULL);
+  if (!s) fail_msg("cannot read %s", path);
+  return s;
+}

@@ -44,6 +44,10 @@ void eldr_test_write(const char *path, const char *text);
 /* Read a whole file; NULL when it cannot be read. *len (optional) = bytes. */
 char *eldr_test_slurp(const char *path, size_t *len);
 
+/* tests/fixtures/vllm/NAME of the source tree, read whole (malloc'd,
+ * NUL-terminated); fails the test when it cannot be read. */
+char *eldr_test_vllm_fixture(const char *name);
+
 /* Read a file into buf (cap bytes, NUL-terminated, truncated); "" on error. */
 void eldr_test_read_into(const char *path, char *buf, size_t cap);
 

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <netinet/in.h>
+#include <math.h>
 #include <poll.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -403,4 +404,31 @@ void sf_dns_stop(sf_dns *d) {
   event_free(d->keep);
   event_base_free(d->base);
   pthread_mutex_destroy(&d->mu);
+}
+
+eldr_artifact *sf_halves_artifact(const char *model, const eldr_shape *s, const uint32_t *ids, int idf,
+                                  const uint8_t *mask) {
+  eldr_artifact *a = eldr_artifact_new(model, s, ids, ELDR_REPR_COUNT, idf, mask, 2);
+  if (!a) fail_msg("artifact for %s: out of memory", model);
+  if (a->idf)
+    for (size_t i = 0; i < eldr_shape_cells(s); i++) a->idf[i] = 1.0f;
+  const float v = 1.0f / sqrtf((float)a->dim / 2);
+  for (size_t c = 0; c < 2; c++)
+    for (size_t j = 0; j < a->dim; j++)
+      a->centroids[c * a->dim + j] = (j % s->num_experts) / (s->num_experts / 2) == c ? v : 0.0f;
+  a->cluster_sizes[0] = a->cluster_sizes[1] = 1;
+  a->tau = 0.1;
+  a->fit_n = 2;
+  a->fit_balanced = 1;
+  return a;
+}
+
+char *sf_artifact_save(eldr_artifact *a, const char *tag) {
+  char *path = malloc(256);
+  if (!path) fail_msg("out of memory");
+  snprintf(path, 256, "/tmp/eldr_test_%s_%d.json", tag, (int)getpid());
+  eldr_diag d = {{0}};
+  if (eldr_artifact_save(path, a, &d) != 0) fail_msg("saving %s: %s", path, d.msg);
+  eldr_artifact_free(a);
+  return path;
 }

@@ -33,6 +33,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "eldr/artifact.h"
 #include "eldr/counts.h"
 #include "eldr/serve.h"
 #include "eldr/worker.h"
@@ -154,5 +155,13 @@ int sf_post_served_by(int port);
  * tokens x top_k and no entry exceeds tokens (a token's experts are
  * distinct). Fails the test naming the row otherwise. */
 void sf_check_counts(const json_t *counts, const eldr_shape *s, long long tokens);
+/* An artifact that tells the halves of the experts apart: 2 centroids, the
+ * lower and the upper half of every layer's experts (unit length), tau
+ * 0.1, balanced; for model with shape s at model layers ids (NULL:
+ * 0..L-1), IDF on (all 1) when idf, over the layers of mask (NULL: all). */
+eldr_artifact *sf_halves_artifact(const char *model, const eldr_shape *s, const uint32_t *ids, int idf,
+                                  const uint8_t *mask);
+/* a saved (then freed) to /tmp/eldr_test_TAG_PID.json; the path, malloc'd. */
+char *sf_artifact_save(eldr_artifact *a, const char *tag);
 
 #endif

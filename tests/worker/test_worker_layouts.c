@@ -53,7 +53,7 @@ static void test_each_layout_reads_back(void **state) {
       json_decref(b);
       assert_int_equal(status, 200);
       eldr_re_opts o = {chat ? ELDR_RE_CHAT : ELDR_RE_COMPLETIONS, sh.num_layers, sh.top_k,
-                        sh.num_experts, NULL, NULL, NULL};
+                        sh.num_experts, NULL, NULL, NULL, NULL, 0};
       eldr_reply_experts r;
       eldr_re_reason why;
       if (eldr_reply_experts_read(body, len, &o, &r, &why, &d))
@@ -92,6 +92,58 @@ static void test_each_layout_reads_back(void **state) {
   }
 }
 
+/* --routed-experts-layers: vLLM's all-layers rows by default (Maverick: 48
+ * rows, the dense layers' 0), the MoE rows with moe; both read onto the
+ * preset's MoE layers give the worker's own selections. */
+static void test_layer_forms(void **state) {
+  (void)state;
+  for (int moe_only = 0; moe_only < 2; moe_only++) {
+    eldr_worker_config cfg;
+    eldr_worker_config_default(&cfg);
+    cfg.role = ELDR_WORKER_PREFILL;
+    cfg.model = "llama4-maverick";
+    cfg.time_scale = 0.01;
+    cfg.routed_experts_moe_only = moe_only;
+    wt_worker ww;
+    eldr_diag d = {{0}};
+    if (wt_worker_start(&ww, &cfg, &d) < 0) fail_msg("worker: %s", d.msg);
+    eldr_shape sh;
+    uint32_t ids[ELDR_MAX_LAYERS];
+    assert_int_equal(eldr_tracegen_model_shape(cfg.model, &sh, NULL, 0, NULL), 0);
+    eldr_tracegen_layer_ids(cfg.model, &sh, ids);
+    const char *prompt = "layers of a model with dense and moe layers interleaved";
+    json_t *b = json_pack("{s:s,s:i,s:{s:b}}", "prompt", prompt, "max_tokens", 1, "kv_transfer_params",
+                          "do_remote_decode", 1);
+    int status;
+    size_t len;
+    char *body = post(ww.port, "/v1/completions", b, &status, &len);
+    json_decref(b);
+    assert_int_equal(status, 200);
+    eldr_re_opts o = {ELDR_RE_COMPLETIONS, sh.num_layers, sh.top_k, sh.num_experts, NULL, NULL, NULL, ids, 0};
+    eldr_reply_experts r;
+    if (eldr_reply_experts_read(body, len, &o, &r, NULL, &d)) fail_msg("%s", d.msg);
+    assert_int_equal(r.array_layers, moe_only ? 24 : 48);
+    const eldr_re_view *v = &r.choices[0].prompt;
+    assert_int_equal(v->layers, 24);
+    uint16_t *sel = NULL;
+    size_t n = 0;
+    assert_int_equal(eldr_worker_prompt_selections(ww.w, prompt, strlen(prompt), NULL, &sel, &n, &d), 0);
+    assert_int_equal(n, v->rows);
+    for (size_t i = 0; i < v->rows * 24; i++) assert_int_equal(eldr_sel_load(v->data, v->dtype, i), sel[i]);
+    free(sel);
+    eldr_reply_experts_free(&r);
+    /* read as it is: the dense rows (even layers) are 0 */
+    eldr_re_opts any = {.api = ELDR_RE_COMPLETIONS};
+    assert_int_equal(eldr_reply_experts_read(body, len, &any, &r, NULL, &d), 0);
+    if (!moe_only)
+      for (size_t t = 0; t < r.choices[0].prompt.rows; t++)
+        for (size_t l = 0; l < 48; l += 2) assert_int_equal(eldr_sel_load(r.choices[0].prompt.data, ELDR_SEL_U8, t * 48 + l), 0);
+    eldr_reply_experts_free(&r);
+    free(body);
+    wt_worker_stop(&ww);
+  }
+}
+
 static void test_bad_layout_flag(void **state) {
   (void)state;
   const char *bin = eldr_test_binary();
@@ -111,6 +163,7 @@ static void test_bad_layout_flag(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_each_layout_reads_back),
+      cmocka_unit_test(test_layer_forms),
       cmocka_unit_test(test_bad_layout_flag),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
