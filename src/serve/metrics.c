@@ -235,6 +235,26 @@ void eldr__handle_metrics(hconn *c) {
                           eldr__role_name[role], w->url, (unsigned long long)w->slot->err_status,
                           eldr__role_name[role], w->url, (unsigned long long)w->slot->err_timeout);
     }
+  unsigned long long bt = 0, ba = 0, bf = 0, bi = 0, bn = 0; /* the loops' reply buffer pools (bufpool.h) */
+  for (int l = 0; l < g->n; l++) {
+    const eldr__bufpool_stats *b = &g->loops[l]->bufs.st;
+    bt += atomic_load_explicit(&b->takes, memory_order_relaxed);
+    ba += atomic_load_explicit(&b->allocs, memory_order_relaxed);
+    bf += atomic_load_explicit(&b->frees, memory_order_relaxed);
+    bi += atomic_load_explicit(&b->idle_bytes, memory_order_relaxed);
+    bn += atomic_load_explicit(&b->idle_n, memory_order_relaxed);
+  }
+  evbuffer_add_printf(o, "# HELP eldr_reply_buffers_taken_total Large reply buffers (64 KiB and more) handed out by the event loops' pools.\n"
+                         "# TYPE eldr_reply_buffers_taken_total counter\neldr_reply_buffers_taken_total %llu\n"
+                         "# HELP eldr_reply_buffers_allocated_total Large reply buffers allocated (the rest of those taken were reused).\n"
+                         "# TYPE eldr_reply_buffers_allocated_total counter\neldr_reply_buffers_allocated_total %llu\n"
+                         "# HELP eldr_reply_buffers_freed_total Large reply buffers given back to the system by the pools' policy.\n"
+                         "# TYPE eldr_reply_buffers_freed_total counter\neldr_reply_buffers_freed_total %llu\n"
+                         "# HELP eldr_reply_buffers_idle_bytes Bytes of large reply buffers the pools hold idle.\n"
+                         "# TYPE eldr_reply_buffers_idle_bytes gauge\neldr_reply_buffers_idle_bytes %llu\n"
+                         "# HELP eldr_reply_buffers_idle Large reply buffers the pools hold idle.\n"
+                         "# TYPE eldr_reply_buffers_idle gauge\neldr_reply_buffers_idle %llu\n",
+                      bt, ba, bf, bi, bn);
   eldr__record_metrics(s, o);
   evbuffer_add_printf(o, "# HELP eldr_loop_connections_total Client connections accepted, by event loop.\n"
                          "# TYPE eldr_loop_connections_total counter\n");

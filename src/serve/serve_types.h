@@ -47,6 +47,7 @@
 #include "eldr/artifact.h"
 #include "eldr/policy.h"
 #include "eldr/serve.h"
+#include "bufpool.h"
 #include "serve_internal.h"
 #include "record.h"
 #include "sigpath.h"
@@ -366,6 +367,7 @@ struct eldr_server {
   /* requests that ended, kept with their buffers for the next (proxy.c) */
   rq *rq_pool;
   size_t rq_pooled;
+  eldr__bufpool bufs;     /* the loop's large reply buffers (bufpool.h) */
   metrics m;
 };
 

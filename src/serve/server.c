@@ -56,6 +56,9 @@ void eldr__mem_trim(evutil_socket_t fd, short ev, void *arg) {
   malloc_trim(0);
 }
 
+/* The loop's buffer pool freed a buffer: the heap is trimmed soon. */
+static void pool_freed(void *arg, size_t bytes) { eldr__mem_note(arg, bytes); }
+
 /* max_connections, or half the fd limit when 0. */
 static size_t resolve_max_conns(const eldr_serve_config *c) {
   if (c->max_connections) return c->max_connections;
@@ -355,10 +358,13 @@ static int loop_new(const eldr_serve_config *cfg, eldr__group *g, int idx, int p
   s->ev_accept = evtimer_new(s->base, eldr__accept_resume, s);
   s->ev_trim = evtimer_new(s->base, eldr__mem_trim, s);
   s->accept_log_t = -1e9;
-  if (!s->ev_health || !s->ev_scrape || !s->ev_accept || !s->ev_trim || (rc = eldr__sigpath_init(&s->sp, s->base))) {
+  if (!s->ev_health || !s->ev_scrape || !s->ev_accept || !s->ev_trim || (rc = eldr__sigpath_init(&s->sp, s->base)) ||
+      (rc = eldr__bufpool_init(&s->bufs, s->base, ELDR__BUFPOOL_IDLE_MAX))) {
     rc = eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
     goto fail;
   }
+  s->bufs.on_free = pool_freed;
+  s->bufs.on_free_arg = s;
   s->sp.share = &g->sigshare; /* one signature cache for every loop */
   if ((rc = eldr__dns_init(s, cfg->dns_server, d))) goto fail;
   if (idx == 0) {
@@ -513,6 +519,7 @@ static void loop_free(eldr_server *s) {
   if (s->base) {
     for (int i = 0; i < 4; i++) event_base_loop(s->base, EVLOOP_NONBLOCK);
     eldr__rq_pool_free(s); /* their timers belong to the base */
+    eldr__bufpool_free(&s->bufs);
     event_base_free(s->base);
   }
   eldr_artifact_free(s->art);
