@@ -35,7 +35,7 @@
 #   env: SECTIONS="replies memory stream" ROUNDS=3 DURATION=5 CONNS=32
 #        PROMPT_TOKENS=4096 IDLE_CONNS=2000 STREAMS=200 STREAM_CONNS=64
 #        STREAM_TOKENS=200 TOKEN_MS=20 PROXIES="nginx haproxy eldr"
-#        ELDR_ARGS="" (more flags for eldr serve)
+#        ELDR_ARGS="" (more flags for eldr serve) ELDR=path/to/eldr (default BUILD_DIR/eldr)
 # Skips (exit 0, says so) without wrk, nginx or haproxy.
 set -euo pipefail
 BUILD=${1:-build}
@@ -51,7 +51,7 @@ STREAM_TOKENS=${STREAM_TOKENS:-200}
 TOKEN_MS=${TOKEN_MS:-20}
 PROXIES=${PROXIES:-nginx haproxy eldr}
 ELDR_ARGS=${ELDR_ARGS:-}
-ELDR=$BUILD/eldr
+ELDR=${ELDR:-$BUILD/eldr} # ELDR=path: another build of eldr against the same upstream (before and after)
 UPSTREAM=$BUILD/bench_upstream
 SSE=$BUILD/bench_sse
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
@@ -293,12 +293,7 @@ import socket, sys, select
 port, n, mode = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 body = b'{"prompt":"Hello, how are you today?","max_tokens":1000%s}' % (b',"stream":true' if mode == "stream" else b"")
 req = b"POST /v1/completions HTTP/1.1\r\nHost: b\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
-socks = []
-for i in range(n):
-    s = socket.create_connection(("127.0.0.1", port))
-    s.sendall(req)
-    socks.append(s)
-for s in socks:  # idle: the whole reply (Content-Length); stream: the first event
+def read_reply(s):  # idle: the whole reply (Content-Length); stream: the first event
     buf = b""
     while True:
         d = s.recv(65536)
@@ -315,6 +310,16 @@ for s in socks:  # idle: the whole reply (Content-Length); stream: the first eve
             cl = [l for l in buf[:h].split(b"\r\n") if l.lower().startswith(b"content-length:")]
             if cl and len(buf) - h - 4 >= int(cl[0].split(b":")[1]):
                 break
+socks = []
+for i in range(n):
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(req)
+    socks.append(s)
+    if mode == "idle":  # one request at a time: only idle connections stay
+        read_reply(s)
+if mode == "stream":  # all streams in flight at once
+    for s in socks:
+        read_reply(s)
 print("ready", flush=True)
 sys.stdin.readline()
 EOF
@@ -356,7 +361,7 @@ section_memory() {
       mem_run "$p" "$STREAMS" stream
       M[stream.$p]+="$RES "
       stop_proxy
-      echo "round $r: $p: idle ${M[idle.$p]##* }..., stream ... KB  load $(load)" >&2
+      echo "round $r: $p: KB per idle connection, per stream: $(awk '{ print $NF }' <<<"${M[idle.$p]}") $(awk '{ print $NF }' <<<"${M[stream.$p]}")  load $(load)" >&2
     done
   done
   echo

@@ -24,6 +24,34 @@
 #include "serve/serve_internal.h"
 #include "serve/sigpath.h"
 
+/* The stages callgrind counts one at a time (--toggle-collect=stage_...):
+ * each a function of its own, never inlined. */
+#define STAGE __attribute__((noinline, noipa)) static
+STAGE void stage_sig(eldr__sigpath *sp, const eldr__prefill_reply *pr, eldr__sigres *res) {
+  eldr__sigpath_extract(sp, pr->raw, pr->raw_len, pr->root, 0, pr->routed_experts, pr->routed_experts_len, NULL, res);
+}
+/* The deferred store of an extraction's computed blocks: a prompt seen
+ * before (its blocks held), a new one. */
+STAGE void stage_store_held(eldr__sigpath *sp, const eldr__sigres *res) { eldr__sigpath_store(sp, res); }
+STAGE void stage_store_new(eldr__sigpath *sp, const eldr__sigres *res) { eldr__sigpath_store(sp, res); }
+/* A prompt the cache holds, whole signature path: extraction and store;
+ * the reply with every row, or with the last block only. */
+static void cached(eldr__sigpath *sp, const eldr__prefill_reply *pr, const eldr__prompt *p, eldr__sigres *res) {
+  eldr__sigpath_extract(sp, pr->raw, pr->raw_len, pr->root, 0, pr->routed_experts, pr->routed_experts_len, p, res);
+  eldr__sigpath_store(sp, res);
+}
+STAGE void stage_cached_all(eldr__sigpath *sp, const eldr__prefill_reply *pr, const eldr__prompt *p,
+                            eldr__sigres *res) {
+  cached(sp, pr, p, res);
+}
+STAGE void stage_cached_last(eldr__sigpath *sp, const eldr__prefill_reply *pr, const eldr__prompt *p,
+                             eldr__sigres *res) {
+  cached(sp, pr, p, res);
+}
+
+#define CACHE_PROMPTS 8
+#define WARMUP (CACHE_PROMPTS + 4)
+
 static int cmp_d(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
@@ -134,8 +162,10 @@ int eldr_bench_route(int argc, char **argv) {
          *t_dec = malloc((size_t)iters * sizeof(double)), *t_store = malloc((size_t)iters * sizeof(double)),
          *t_hit = malloc((size_t)iters * sizeof(double)), *t_copy = malloc((size_t)iters * sizeof(double)),
          *t_tree = malloc((size_t)iters * sizeof(double)), *t_perid = malloc((size_t)iters * sizeof(double)),
-         *t_pscan = malloc((size_t)iters * sizeof(double));
-  if (!loads || !t_parse || !t_sig || !t_dec || !t_store || !t_hit || !t_copy || !t_tree || !t_perid || !t_pscan)
+         *t_pscan = malloc((size_t)iters * sizeof(double)), *t_snew = malloc((size_t)iters * sizeof(double)),
+         *t_call = malloc((size_t)iters * sizeof(double)), *t_clast = malloc((size_t)iters * sizeof(double));
+  if (!loads || !t_parse || !t_sig || !t_dec || !t_store || !t_hit || !t_copy || !t_tree || !t_perid || !t_pscan ||
+      !t_snew || !t_call || !t_clast)
     cli_fail(cmd, "out of memory");
   json_t *jrows = json ? json_array() : NULL;
   if (json && !jrows) cli_fail(cmd, "out of memory");
@@ -186,7 +216,11 @@ int eldr_bench_route(int argc, char **argv) {
     /* a fresh cache per prompt length: drop the last one, build anew */
     eldr__sigconf_build(&sp_c, NULL, 0, &conf, NULL);
     eldr__sigpath_commit(&sp_c, &conf);
-    if (eldr__sigconf_build(&sp_c, a, 1 << 14, &conf, &d)) cli_fail(cmd, "%s", d.msg);
+    /* a cache of CACHE_PROMPTS prompts' blocks: the warm-up's new prompts
+     * fill it, so the timed stores reuse evicted rows (as a router's cache
+     * in its steady state) instead of touching fresh pages */
+    size_t nblk = T / ELDR_BLOCK_TOKENS;
+    if (eldr__sigconf_build(&sp_c, a, (nblk ? nblk : 1) * CACHE_PROMPTS, &conf, &d)) cli_fail(cmd, "%s", d.msg);
     eldr__sigpath_commit(&sp_c, &conf);
     /* the prefix-hit variant: the engine computed only the last 25% (rounded to blocks) */
     size_t first = (T * 3 / 4) / ELDR_BLOCK_TOKENS * ELDR_BLOCK_TOKENS;
@@ -203,6 +237,25 @@ int eldr_bench_route(int argc, char **argv) {
                        "\"usage\":{\"prompt_tokens\":%zu,\"completion_tokens\":1}}", b64tail, T);
     eldr__prefill_reply prt;
     if (eldr__prefill_reply_read(rtail, (size_t)rtl, 0, &prt, &d)) cli_fail(cmd, "reply parse: %s", d.msg);
+    /* a prompt the cache holds, the reply carrying only the block of its
+     * last token (vLLM before PR #39917, or --routed-experts-prompt computed) */
+    size_t flast = (T - 1) / ELDR_BLOCK_TOKENS * ELDR_BLOCK_TOKENS;
+    char *b64last = NULL;
+    size_t llen = 0;
+    eldr_routed_experts_encode(sel + flast * (size_t)(L * K), T - flast, &sh, E > 256 ? ELDR_SEL_U16LE : ELDR_SEL_U8,
+                               &b64last, &llen);
+    char *rlast = malloc(llen + 512);
+    if (!rlast) cli_fail(cmd, "out of memory");
+    int rll = snprintf(rlast, llen + 512,
+                       "{\"object\":\"text_completion\",\"choices\":[{\"index\":0,\"routed_experts\":\"%s\"}],"
+                       "\"usage\":{\"prompt_tokens\":%zu,\"completion_tokens\":1}}", b64last, T);
+    eldr__prefill_reply prl;
+    if (eldr__prefill_reply_read(rlast, (size_t)rll, 0, &prl, &d)) cli_fail(cmd, "reply parse: %s", d.msg);
+    /* the new prompts of the "new prompt" store: the text with its first
+     * word replaced by one that names the iteration (every block hash new) */
+    const char *rest = strchr(text, ' ');
+    char *ntext = malloc(tl + 32);
+    if (!ntext || !rest) cli_fail(cmd, "out of memory");
     uint64_t sink = 0;
     char *copy = malloc(blen);
     if (!copy) cli_fail(cmd, "out of memory");
@@ -213,7 +266,8 @@ int eldr_bench_route(int argc, char **argv) {
     char *lbuf = NULL;
     size_t lcap = 0;
     eldr__prompt prompt = {0}; /* its hash buffer reused from request to request, as a pooled request's */
-    for (long it = -5; it < iters; it++) { /* 5 warm-up rounds */
+    eldr__prompt nprompt = {0};
+    for (long it = -WARMUP; it < iters; it++) { /* warm-up rounds: they fill the cache */
       if (lcap <= (size_t)rl) { /* the receive (not timed) */
         free(lbuf);
         lcap = (size_t)rl + 1;
@@ -229,7 +283,7 @@ int eldr_bench_route(int argc, char **argv) {
       if (eldr__prefill_reply_adopt(&lbuf, &lcap, &ln, 0, &pr, &d)) cli_fail(cmd, "reply parse: %s", d.msg);
       double t1 = eldr_clock_now();
       eldr__sigres res;
-      eldr__sigpath_extract(&sp_nc, pr.raw, pr.raw_len, pr.root, 0, pr.routed_experts, pr.routed_experts_len, NULL, &res);
+      stage_sig(&sp_nc, &pr, &res);
       if (res.fallback != ELDR__FB_NONE) cli_fail(cmd, "extraction fell back (%d): %s", res.fallback, res.diag.msg);
       double t2 = eldr_clock_now();
       eldr_route_req rr = {res.sig, -1, NULL};
@@ -242,8 +296,29 @@ int eldr_bench_route(int argc, char **argv) {
       if (eldr__prompt_init(&sp_c, &prompt, text, tl, NULL, 0)) cli_fail(cmd, "out of memory");
       eldr__sigpath_extract(&sp_c, pr.raw, pr.raw_len, pr.root, 0, pr.routed_experts, pr.routed_experts_len, &prompt, &res);
       double t4 = eldr_clock_now();
-      eldr__sigpath_store(&sp_c, &res);
+      stage_store_held(&sp_c, &res); /* the same prompt again: its blocks are held */
       double t5 = eldr_clock_now();
+      /* the first request of a prompt: the store counts every block */
+      int nl = snprintf(ntext, 32, "q%ld", it + WARMUP);
+      memcpy(ntext + nl, rest, tl - (size_t)(rest - text));
+      size_t ntl = (size_t)nl + tl - (size_t)(rest - text);
+      if (eldr__prompt_init(&sp_c, &nprompt, ntext, ntl, NULL, 0) || nprompt.ntok != T) cli_fail(cmd, "new prompt");
+      eldr__sigpath_extract(&sp_c, pr.raw, pr.raw_len, pr.root, 0, pr.routed_experts, pr.routed_experts_len, &nprompt,
+                            &res);
+      if (res.fallback != ELDR__FB_NONE) cli_fail(cmd, "new prompt's extraction fell back");
+      double tn0 = eldr_clock_now();
+      stage_store_new(&sp_c, &res);
+      double tn1 = eldr_clock_now();
+      /* the prompt the cache holds, again, whole path (extraction, store):
+       * the reply with every row (vLLM since PR #39917), then with its last block only */
+      if (eldr__prompt_init(&sp_c, &prompt, text, tl, NULL, 0)) cli_fail(cmd, "out of memory");
+      double tc0 = eldr_clock_now();
+      stage_cached_all(&sp_c, &pr, &prompt, &res);
+      double tc1 = eldr_clock_now();
+      if (res.fallback != ELDR__FB_NONE || res.n_tokens != T) cli_fail(cmd, "cached extraction (all rows) wrong");
+      stage_cached_last(&sp_c, &prl, &prompt, &res);
+      double tc2 = eldr_clock_now();
+      if (res.fallback != ELDR__FB_NONE || res.n_tokens != T) cli_fail(cmd, "cached extraction (last block) wrong");
       /* a later request with 75% prefix hit: its prompt's blocks (tokenised
        * once, as at the request's arrival: not timed), tail rows + cached rows */
       if (eldr__prompt_init(&sp_c, &prompt, text, tl, NULL, 0)) cli_fail(cmd, "out of memory");
@@ -274,6 +349,9 @@ int eldr_bench_route(int argc, char **argv) {
         t_hit[it] = t6 - t5b;
         t_copy[it] = t0 - tc;
         t_pscan[it] = t2 - t0;
+        t_snew[it] = tn1 - tn0;
+        t_call[it] = tc1 - tc0;
+        t_clast[it] = tc2 - tc1;
         t_tree[it] = t8 - t7;
         t_perid[it] = t10 - t9;
       }
@@ -282,6 +360,7 @@ int eldr_bench_route(int argc, char **argv) {
     free(lbuf);
     eldr__prefill_reply_free(&pr);
     eldr__prompt_free(&prompt);
+    eldr__prompt_free(&nprompt);
     if (sp_c.blocks_missing)
       cli_fail(cmd, "signature cache missed %llu blocks", (unsigned long long)sp_c.blocks_missing);
     double *tot = malloc((size_t)iters * sizeof(double));
@@ -293,7 +372,10 @@ int eldr_bench_route(int argc, char **argv) {
                 {"decision", t_dec},
                 {"signature+decision", tot},
                 {"signature, 75% prefix hit", t_hit},
-                {"store block rows", t_store},
+                {"store block rows, new", t_snew},
+                {"store block rows, held", t_store},
+                {"cached prompt, all rows", t_call},
+                {"cached prompt, last block", t_clast},
                 {"prefill reply JSON parse", t_parse},
                 {"parse+signature, scanner", t_pscan},
                 {"parse+signature, tree", t_tree},
@@ -319,10 +401,30 @@ int eldr_bench_route(int argc, char **argv) {
     else
       printf("%-7zu %-9.0f %-26s %10.2fx (p50 / p50)\n", T, (double)blen / 1024,
              "sig+decision / memcpy", st.p50 / sc.p50);
+    /* the signature cache's figures against the signature itself */
+    stats ss = summarize(t_sig, (size_t)iters), sn = summarize(t_snew, (size_t)iters),
+          sa = summarize(t_call, (size_t)iters), sl = summarize(t_clast, (size_t)iters);
+    const struct {
+      const char *name;
+      double v;
+    } ratios[] = {{"store new / signature", sn.p50 / ss.p50},
+                  {"cached all / signature", sa.p50 / ss.p50},
+                  {"cached last / signature", sl.p50 / ss.p50}};
+    for (size_t q = 0; q < 3; q++) {
+      if (json)
+        json_array_append_new(jrows, json_pack("{s:I,s:s,s:f}", "tokens", (json_int_t)T, "stage", ratios[q].name,
+                                               "p50_ratio", ratios[q].v));
+      else
+        printf("%-7zu %-9.0f %-26s %10.2fx (p50 / p50)\n", T, (double)blen / 1024, ratios[q].name, ratios[q].v);
+    }
     fflush(stdout);
     (void)sink;
     free(tot);
     eldr__prefill_reply_free(&prt);
+    eldr__prefill_reply_free(&prl);
+    free(rlast);
+    free(b64last);
+    free(ntext);
     free(rtail);
     free(b64tail);
     free(reply);
@@ -352,6 +454,9 @@ int eldr_bench_route(int argc, char **argv) {
   free(t_tree);
   free(t_perid);
   free(t_pscan);
+  free(t_snew);
+  free(t_call);
+  free(t_clast);
   free(tokens);
   eldr_artifact_free(a);
   return 0;

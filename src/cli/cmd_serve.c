@@ -10,7 +10,9 @@
 #include <time.h>
 
 #include "cli.h"
+#include "eldr/artifact.h"
 #include "eldr/serve.h"
+#include "eldr/sigcache.h"
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -68,6 +70,8 @@ static void usage(FILE *f) {
           "                        is paused (default 262144)\n"
           "  --prefill-guard N     prefill load guard in requests (default 4)\n"
           "  --sigcache-rows N     signature cache capacity in KV blocks, 0 = off (default 65536)\n"
+          "  --sig-cache-mb N      signature cache memory bound in MiB: rows of the artifact's masked\n"
+          "                        layers x experts bytes (+32 each) that fit, 0 = off (default 256)\n"
           "  --backend-api-key KEY send \"Authorization: Bearer KEY\" to the workers (vLLM --api-key);\n"
           "                        also from $ELDR_BACKEND_API_KEY (kept out of the process list)\n"
           "  --forward-authorization  pass the client's Authorization to the workers when no\n"
@@ -98,7 +102,7 @@ int eldr_cmd_serve(int argc, char **argv) {
   const char *cmd = "serve";
   enum {
     O_PREFILL = 256, O_DECODE, O_ARTIFACT, O_POLICY, O_TAU, O_HOST, O_PORT, O_CONFIG, O_PT, O_DT,
-    O_HT, O_CT, O_HI, O_EJ, O_RETRIES, O_MAXBODY, O_GUARD, O_SCR, O_SEED, O_NOSPLICE, O_DFB, O_DIDLE, O_APIKEY, O_FWDAUTH, O_CORS, O_QUIET, O_HELP,
+    O_HT, O_CT, O_HI, O_EJ, O_RETRIES, O_MAXBODY, O_GUARD, O_SCR, O_SCMB, O_SEED, O_NOSPLICE, O_DFB, O_DIDLE, O_APIKEY, O_FWDAUTH, O_CORS, O_QUIET, O_HELP,
     O_PDNS, O_DDNS, O_DNSI, O_DNSS, O_CHECK, O_SCRAPE, O_ALOG,
     O_MAXCONN, O_STREAMBUF, O_REC, O_RECSAMPLE, O_RECBYTES, O_RECSECS, O_RECEXP, O_THREADS
   };
@@ -112,6 +116,7 @@ int eldr_cmd_serve(int argc, char **argv) {
       {"health-interval", required_argument, 0, O_HI}, {"eject-after", required_argument, 0, O_EJ},
       {"retries", required_argument, 0, O_RETRIES}, {"max-body", required_argument, 0, O_MAXBODY},
       {"prefill-guard", required_argument, 0, O_GUARD}, {"sigcache-rows", required_argument, 0, O_SCR},
+      {"sig-cache-mb", required_argument, 0, O_SCMB},
       {"seed", required_argument, 0, O_SEED}, {"quiet", no_argument, 0, O_QUIET},
       {"help", no_argument, 0, O_HELP}, {"prefill-dns", required_argument, 0, O_PDNS},
       {"decode-dns", required_argument, 0, O_DDNS}, {"dns-interval", required_argument, 0, O_DNSI},
@@ -263,6 +268,7 @@ int eldr_cmd_serve(int argc, char **argv) {
     case O_STREAMBUF: c.stream_buffer = (size_t)cli_parse_long(cmd, "--stream-buffer", optarg, 4096, 1l << 30); OV("stream_buffer", json_integer((json_int_t)c.stream_buffer)); break;
     case O_GUARD: c.prefill_guard = (uint32_t)cli_parse_long(cmd, "--prefill-guard", optarg, 0, 1000000); OV("prefill_guard", json_integer((json_int_t)c.prefill_guard)); break;
     case O_SCR: c.sigcache_rows = (size_t)cli_parse_long(cmd, "--sigcache-rows", optarg, 0, 1l << 26); OV("sigcache_rows", json_integer((json_int_t)c.sigcache_rows)); break;
+    case O_SCMB: c.sig_cache_mb = (size_t)cli_parse_long(cmd, "--sig-cache-mb", optarg, 0, 1l << 20); OV("sig_cache_mb", json_integer((json_int_t)c.sig_cache_mb)); break;
     case O_SEED:
       c.seed = cli_parse_u64(cmd, "--seed", optarg);
       if (config && c.seed > INT64_MAX) cli_usage_error(cmd, "--seed: with --config at most %lld", (long long)INT64_MAX);
@@ -305,6 +311,17 @@ int eldr_cmd_serve(int argc, char **argv) {
            "artifact %s; policy %s; listen %s:%d\n",
            c.n_prefill, c.n_decode, c.n_prefill_dns, c.n_decode_dns, check ? " (all resolve)" : "",
            c.artifact ? c.artifact : "none", eldr_policy_name(c.policy), c.host, c.port);
+    eldr_artifact *a = NULL;
+    if (c.artifact && eldr_artifact_load(c.artifact, &a, &d) == 0) { /* what the signature cache will take */
+      size_t rb = eldr_sigcache_row_bytes(&a->shape, a->mask);
+      size_t fit = eldr_sigcache_capacity_for(&a->shape, a->mask, c.sig_cache_mb << 20);
+      size_t rows = c.sig_cache_mb && c.sigcache_rows ? (fit < c.sigcache_rows ? fit : c.sigcache_rows) : 0;
+      printf("signature cache: %zu rows of %zu bytes (%zu of %u layers x %u experts), at most %.1f MiB "
+             "(sigcache_rows %zu, sig_cache_mb %zu)\n",
+             rows, rb, rb / a->shape.num_experts, a->shape.num_layers, a->shape.num_experts,
+             (double)rows * (double)(rb + ELDR_SIGCACHE_ROW_OVERHEAD) / (1 << 20), c.sigcache_rows, c.sig_cache_mb);
+      eldr_artifact_free(a);
+    }
     eldr_serve_config_free(&c);
     return 0;
   }

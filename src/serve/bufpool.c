@@ -148,3 +148,29 @@ void eldr__bufpool_give(eldr__bufpool *bp, char *p, size_t cap) {
     evtimer_add(bp->ev_decay, &tv);
   }
 }
+
+/* ---- spares ---------------------------------------------------------------- */
+
+void eldr__spares_init(eldr__spares *sp, size_t size, size_t max) {
+  memset(sp, 0, sizeof *sp);
+  sp->size = size;
+  sp->max = max;
+}
+
+void eldr__spares_free(eldr__spares *sp) {
+  for (size_t i = 0; i < sp->n; i++) free(sp->v[i]);
+  free(sp->v);
+  sp->v = NULL;
+  sp->n = 0;
+}
+
+void *eldr__spares_take(eldr__spares *sp) { return sp->n ? sp->v[--sp->n] : malloc(sp->size); }
+
+void eldr__spares_give(eldr__spares *sp, void *p) {
+  if (!p) return;
+  if (sp->n == sp->max || (!sp->v && !(sp->v = malloc(sp->max * sizeof *sp->v)))) {
+    free(p);
+    return;
+  }
+  sp->v[sp->n++] = p;
+}

@@ -83,4 +83,23 @@ void eldr__bufpool_give(eldr__bufpool *bp, char *p, size_t cap);
 /* Free every idle buffer now. */
 void eldr__bufpool_drain(eldr__bufpool *bp);
 
+/* ---- spares: small blocks of one size a loop hands from connection to
+ * connection (a request head being parsed, a connection's input buffer):
+ * taken when a connection has a request in progress, given back when it
+ * goes idle, so an idle keep-alive connection holds neither. At most max
+ * spares stay (the rest are freed): a bound of max x size bytes per loop.
+ * Ownership and threads as the pool's. */
+typedef struct eldr__spares {
+  void **v;
+  size_t n, max, size;
+} eldr__spares;
+
+/* A spares list of blocks of size bytes, keeping at most max. */
+void eldr__spares_init(eldr__spares *sp, size_t size, size_t max);
+void eldr__spares_free(eldr__spares *sp);
+/* A block of sp->size bytes (contents undefined); NULL on ENOMEM. */
+void *eldr__spares_take(eldr__spares *sp);
+/* p (a block of sp->size bytes; NULL is a no-op) back: kept or freed. */
+void eldr__spares_give(eldr__spares *sp, void *p);
+
 #endif

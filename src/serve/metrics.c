@@ -167,9 +167,19 @@ void eldr__handle_metrics(hconn *c) {
                          "# HELP eldr_sigcache_evictions_total Block rows evicted from the signature cache.\n"
                          "# TYPE eldr_sigcache_evictions_total counter\neldr_sigcache_evictions_total %llu\n"
                          "# HELP eldr_sigcache_lock_waits_total Signature cache operations that waited for a shard another event loop held.\n"
-                         "# TYPE eldr_sigcache_lock_waits_total counter\neldr_sigcache_lock_waits_total %llu\n",
+                         "# TYPE eldr_sigcache_lock_waits_total counter\neldr_sigcache_lock_waits_total %llu\n"
+                         "# HELP eldr_sigcache_capacity Block rows the signature cache can hold (--sigcache-rows, --sig-cache-mb).\n"
+                         "# TYPE eldr_sigcache_capacity gauge\neldr_sigcache_capacity %zu\n"
+                         "# HELP eldr_sigcache_bytes Memory the signature cache allocated (rows, keys, links, index).\n"
+                         "# TYPE eldr_sigcache_bytes gauge\neldr_sigcache_bytes %zu\n"
+                         "# HELP eldr_sigcache_stored_total Blocks counted and stored in the signature cache.\n"
+                         "# TYPE eldr_sigcache_stored_total counter\neldr_sigcache_stored_total %llu\n"
+                         "# HELP eldr_sigcache_present_total Blocks to store that the signature cache held already (not counted again).\n"
+                         "# TYPE eldr_sigcache_present_total counter\neldr_sigcache_present_total %llu\n",
                       cs.rows, (unsigned long long)cs.hits, (unsigned long long)cs.misses,
-                      (unsigned long long)cs.evictions, (unsigned long long)eldr_sigshard_lock_waits(s->sp.conf.cache));
+                      (unsigned long long)cs.evictions, (unsigned long long)eldr_sigshard_lock_waits(s->sp.conf.cache),
+                      cs.capacity, eldr_sigshard_bytes(s->sp.conf.cache), (unsigned long long)cs.stored,
+                      (unsigned long long)cs.present);
   evbuffer_add_printf(o, "# HELP eldr_reloads_total Configuration/artifact reloads.\n"
                          "# TYPE eldr_reloads_total counter\neldr_reloads_total{result=\"ok\"} %llu\n"
                          "eldr_reloads_total{result=\"error\"} %llu\n",

@@ -864,11 +864,11 @@ static rq *rq_new(hconn *c) {
   /* the engines' request id: random per request (a client's X-Request-Id is
    * echoed and logged, never an engine's id: replicas and restarts would
    * collide on it, and a client could name another request) */
-  if (eldr__uuid4(r->reqid) != 0 || forwarded_lines(c->s, &c->head, &r->fwd) != 0) {
+  if (eldr__uuid4(r->reqid) != 0 || forwarded_lines(c->s, c->head, &r->fwd) != 0) {
     rq_destroy(r);
     return NULL;
   }
-  if (c->head.request_id[0]) eldr__copy(r->client_reqid, sizeof r->client_reqid, c->head.request_id);
+  if (c->head->request_id[0]) eldr__copy(r->client_reqid, sizeof r->client_reqid, c->head->request_id);
   c->r = r;
   return r;
 }

@@ -140,7 +140,8 @@ static int stage_build(eldr_server *s, const eldr_serve_config *base, int reread
     rc = eldr_diag_fail(d, rc, "policy %s cannot be initialised (tau %g)", eldr_policy_name(c->policy), tau);
     goto fail;
   }
-  if ((rc = eldr__sigconf_build(&s->sp, a, c->sigcache_rows, &st->sig, d))) goto fail;
+  if ((rc = eldr__sigconf_build(&s->sp, a, eldr__sigcache_capacity(a, c->sigcache_rows, c->sig_cache_mb), &st->sig, d)))
+    goto fail;
   if ((rc = eldr__workers_plan(s, c, &st->wp, d))) goto fail;
   if ((rc = eldr__fps_new(a, c->policy, st->wp.nw[1], &st->fps, d))) goto fail;
   eldr_policy_attach_footprint(&st->pol, st->fps ? st->fps->fp : NULL);
@@ -363,6 +364,7 @@ static int loop_new(const eldr_serve_config *cfg, eldr__group *g, int idx, int p
     rc = eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
     goto fail;
   }
+  eldr__conn_spares_init(s);
   s->bufs.on_free = pool_freed;
   s->bufs.on_free_arg = s;
   s->sp.share = &g->sigshare; /* one signature cache for every loop */
@@ -477,6 +479,17 @@ int eldr_server_run(eldr_server *s) {
   eldr__logf(s, "eldr serve listening on %s:%d (%zu prefill, %zu decode workers, policy %s, artifact %s, %d event loop%s)",
         s->cfg.host, s->port, s->nw[0], s->nw[1], eldr_policy_name(s->cfg.policy),
         s->art ? s->cfg.artifact : "none", s->grp->n, s->grp->n == 1 ? "" : "s");
+  if (s->sp.conf.cache) {
+    eldr_sigcache_stats cs;
+    eldr_sigshard_stats_get(s->sp.conf.cache, &cs);
+    const eldr_artifact *a = s->art;
+    eldr__logf(s, "signature cache: %zu rows of %zu bytes (%zu of %u layers x %u experts), %.1f MiB "
+                  "(--sigcache-rows %zu, --sig-cache-mb %zu)",
+               cs.capacity, eldr_sigcache_row_bytes(&a->shape, a->mask),
+               eldr_sigcache_row_bytes(&a->shape, a->mask) / a->shape.num_experts, a->shape.num_layers,
+               a->shape.num_experts, (double)eldr_sigshard_bytes(s->sp.conf.cache) / (1 << 20), s->cfg.sigcache_rows,
+               s->cfg.sig_cache_mb);
+  }
   if (s->grp->n > 1 && s->cfg.policy == ELDR_POLICY_FOOTPRINT)
     eldr__logf(s, "footprint: each of the %d event loops models only the requests it routed (--threads 1 "
                   "gives it the whole picture)", s->grp->n);
@@ -520,6 +533,8 @@ static void loop_free(eldr_server *s) {
     for (int i = 0; i < 4; i++) event_base_loop(s->base, EVLOOP_NONBLOCK);
     eldr__rq_pool_free(s); /* their timers belong to the base */
     eldr__bufpool_free(&s->bufs);
+    eldr__spares_free(&s->heads);
+    eldr__spares_free(&s->inbufs);
     event_base_free(s->base);
   }
   eldr_artifact_free(s->art);

@@ -388,7 +388,7 @@ static int token_equal(const char *a, const char *b) {
 
 void eldr__handle_admin_reload(hconn *c) {
   eldr_server *s = c->s;
-  const char *auth = c->head.authorization, *tok = "";
+  const char *auth = c->head->authorization, *tok = "";
   if (!strncasecmp(auth, "Bearer ", 7)) tok = auth + 7;
   if (!token_equal(tok, s->cfg.admin_token)) {
     eldr__logf(s, "POST /admin/reload refused: %s", auth[0] ? "wrong token" : "no Authorization header");
