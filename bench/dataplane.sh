@@ -158,6 +158,7 @@ global
 defaults
   mode http
   option http-keep-alive
+  option http-no-delay
   timeout connect 5s
   timeout client 300s
   timeout server 300s

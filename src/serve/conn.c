@@ -229,20 +229,38 @@ void eldr__stream_start(hconn *c, int status, const char *ctype) {
   }
 }
 
+/* A streamed chunk goes from the worker's read buffer to the client's
+ * socket in one sendmsg (its size line built on the stack, the data where
+ * it lies: no copy, no allocation per chunk), as a whole response does;
+ * only what the socket does not take, or a chunk behind bytes still
+ * queued, waits in the output evbuffer. */
 void eldr__stream_chunk(hconn *c, const char *p, size_t n) {
   if (!n) return;
   struct evbuffer *o = c->out;
+  char line[24], *w = line + sizeof line;
   if (c->resp_chunked == 1) { /* the chunk's size line, in hex */
-    char line[24], *w = line + sizeof line;
     *--w = '\n';
     *--w = '\r';
     size_t v = n;
     do *--w = "0123456789abcdef"[v & 15], v >>= 4;
     while (v);
-    evbuffer_add(o, w, (size_t)(line + sizeof line - w));
   }
-  evbuffer_add(o, p, n);
-  if (c->resp_chunked == 1) evbuffer_add(o, "\r\n", 2);
+  const size_t ln = (size_t)(line + sizeof line - w), tn = c->resp_chunked == 1 ? 2 : 0;
+  struct iovec iov[3] = {{w, ln}, {(void *)p, n}, {(void *)"\r\n", tn}};
+  size_t done = 0;
+  if (!evbuffer_get_length(o)) {
+    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = tn ? 3 : 2};
+    ssize_t sent;
+    do sent = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
+    while (sent < 0 && errno == EINTR);
+    done = sent > 0 ? (size_t)sent : 0; /* an error: queued, the write callback sees it */
+    if (done == ln + n + tn) return;
+  }
+  for (int i = 0; i < 3; i++) { /* what is left, in order */
+    size_t len = iov[i].iov_len, skip = done < len ? done : len;
+    done -= skip;
+    if (len > skip) evbuffer_add(o, (const char *)iov[i].iov_base + skip, len - skip);
+  }
   conn_flush(c);
 }
 
