@@ -9,7 +9,9 @@
  *   - behind the real router, megabyte prefill replies are received into
  *     reused buffers (eldr_reply_buffers_allocated_total stays at the
  *     concurrency while eldr_reply_buffers_taken_total counts every reply),
- *     and the idle ones go back to the system once the traffic stops. */
+ *     and the idle ones go back to the system once the traffic stops;
+ *   - an idle keep-alive connection holds no request head and no input
+ *     buffer (the loop's spares). */
 #include <event2/event.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -18,10 +20,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
 #include "serve/bufpool.h"
+#include "serve/serve_types.h"
 #include "support/fixture.h"
 #include "support/serve_fixture.h"
 
@@ -176,8 +180,57 @@ static void test_router_reuses(void **st) {
   free(re);
 }
 
+/* An idle keep-alive connection holds no request head, no input buffer
+ * and no Origin: after a plain request, a streamed one and one with a
+ * chunked body (each answered in full), the router's one connection has
+ * given them back to its loop's spares (inspected once the loop stopped). */
+static void test_idle_connection_holds_no_buffers(void **st) {
+  (void)st;
+  sf_rig g;
+  sf_start(&g, 1, NULL, 1, NULL);
+  g.c.threads = 1;
+  g.c.policy = ELDR_POLICY_JSQ;
+  g.c.cors_origin = strdup("*");
+  sf_run(&g);
+  int fd = tc_connect(g.r.port);
+  assert_true(fd >= 0);
+  const char *bodies[] = {"{\"prompt\":\"idle a\",\"max_tokens\":2}",
+                          "{\"prompt\":\"idle b\",\"max_tokens\":2,\"stream\":true}",
+                          "{\"prompt\":\"idle c\",\"max_tokens\":2}"};
+  static const char *const ends[] = {"cmpl-decode", "0\r\n\r\n", "cmpl-decode"};
+  char req[1024], buf[16384];
+  for (int i = 0; i < 3; i++) {
+    size_t bl = strlen(bodies[i]);
+    int n = i == 2 ? snprintf(req, sizeof req, /* a chunked body */
+                              "POST /v1/completions HTTP/1.1\r\nHost: r\r\nTransfer-Encoding: chunked\r\n\r\n"
+                              "%zx\r\n%s\r\n0\r\n\r\n", bl, bodies[i])
+                   : snprintf(req, sizeof req,
+                              "POST /v1/completions HTTP/1.1\r\nHost: r\r\n%sContent-Length: %zu\r\n\r\n%s",
+                              i == 0 ? "Origin: https://a.example\r\n" : "", bl, bodies[i]);
+    assert_int_equal(send(fd, req, (size_t)n, MSG_NOSIGNAL), n);
+    tc_read_until(fd, buf, sizeof buf, ends[i]);
+    if (!strstr(buf, "200 OK") || !strstr(buf, ends[i])) fail_msg("request %d: %.300s", i, buf);
+    if (i == 0 && !strstr(buf, "Access-Control-Allow-Origin: *")) fail_msg("no CORS header: %.300s", buf);
+  }
+  assert_int_equal(rt_wait_metric(g.r.port, "eldr_requests_total{policy=\"jsq\",decision=\"load\",outcome=\"ok\"}", 3, 10), 0);
+  rt_join(&g.r); /* the loop stopped: its connections stay until the router is freed */
+  const eldr_server *s = g.r.srv;
+  size_t n = 0;
+  for (const hconn *c = s->conns; c; c = c->next, n++) {
+    assert_null(c->head);
+    assert_null(c->in.p);
+    assert_int_equal(c->in.cap, 0);
+    assert_null(c->origin);
+  }
+  assert_true(n >= 1);
+  assert_true(s->heads.n >= 1 && s->inbufs.n >= 1); /* back with the loop, for the next request */
+  close(fd);
+  sf_free(&g);
+}
+
 int main(void) {
   const struct CMUnitTest t[] = {
+      cmocka_unit_test(test_idle_connection_holds_no_buffers),
       cmocka_unit_test(test_classes),
       cmocka_unit_test(test_reuse_and_bound),
       cmocka_unit_test(test_decay),
