@@ -36,6 +36,7 @@
 #        PROMPT_TOKENS=4096 IDLE_CONNS=2000 STREAMS=200 STREAM_CONNS=64
 #        STREAM_TOKENS=200 TOKEN_MS=20 PROXIES="nginx haproxy eldr"
 #        ELDR_ARGS="" (more flags for eldr serve) ELDR=path/to/eldr (default BUILD_DIR/eldr)
+#        ELDR_BASE=path/to/another/eldr (adds the proxy "eldr-base": before and after, interleaved)
 # Skips (exit 0, says so) without wrk, nginx or haproxy.
 set -euo pipefail
 BUILD=${1:-build}
@@ -49,7 +50,8 @@ STREAMS=${STREAMS:-200}
 STREAM_CONNS=${STREAM_CONNS:-64}
 STREAM_TOKENS=${STREAM_TOKENS:-200}
 TOKEN_MS=${TOKEN_MS:-20}
-PROXIES=${PROXIES:-nginx haproxy eldr}
+ELDR_BASE=${ELDR_BASE:-}
+PROXIES=${PROXIES:-nginx haproxy eldr${ELDR_BASE:+ eldr-base}}
 ELDR_ARGS=${ELDR_ARGS:-}
 ELDR=${ELDR:-$BUILD/eldr} # ELDR=path: another build of eldr against the same upstream (before and after)
 UPSTREAM=$BUILD/bench_upstream
@@ -173,9 +175,11 @@ EOF
     "$HAPROXY" -db -f "$T/haproxy.cfg" > "$T/haproxy.out" 2>&1 &
     PPID_=$!
     ;;
-  eldr)
+  eldr | eldr-base)
+    local bin=$ELDR
+    [ "$kind" = eldr-base ] && bin=$ELDR_BASE
     # shellcheck disable=SC2086
-    "$ELDR" serve --quiet --port "$PPORT" --threads 1 --prefill "http://127.0.0.1:$up" \
+    "$bin" serve --quiet --port "$PPORT" --threads 1 --prefill "http://127.0.0.1:$up" \
       --decode "http://127.0.0.1:$up" --health-interval 0 $EPOLICY $ELDR_ARGS \
       > "$T/eldr.out" 2> "$T/eldr.err" &
     PPID_=$!
@@ -197,7 +201,9 @@ stop_proxy() {
 
 # ---- replies --------------------------------------------------------------------
 
-words() { python3 -c "import sys; print(' '.join('w%d' % i for i in range(int(sys.argv[1]))))" "$1"; }
+# a prompt of N tokens for eldr's tokenizer: words of at most 4 characters
+# ("w" and three hex digits) are one token each
+words() { python3 -c "import sys; print(' '.join('w%x' % (i % 0xfff) for i in range(int(sys.argv[1]))))" "$1"; }
 
 # wrk_run KIND CONNS LUA: RES="req/s cpu_us/request faults/request"
 wrk_run() {
@@ -229,6 +235,19 @@ wrk.method = "POST"
 wrk.body = '{"prompt":"$(words "$PROMPT_TOKENS")","max_tokens":8}'
 wrk.headers["Content-Type"] = "application/json"
 EOF
+  # the same prompt length, but a new prompt every request (its first two
+  # words random: every block hash new): eldr decodes every reply whole and
+  # stores every block, where the prompt above is the signature cache's
+  cat > "$T/new.lua" <<EOF
+local rest = '$(words "$PROMPT_TOKENS" | cut -d' ' -f3-)'
+function init(args)
+  math.randomseed(tonumber(tostring({}):match("0x(%x+)"), 16) % 2147483647 + os.time())
+end
+function request()
+  local body = string.format('{"prompt":"q%x r%x %s","max_tokens":8}', math.random(0, 4095), math.random(0, 4095), rest)
+  return wrk.format("POST", nil, {["Content-Type"] = "application/json"}, body)
+end
+EOF
   NGX_BUFFERING=on # nginx's default (in memory: proxy_max_temp_file_size 0)
   upstream up_small
   local up_small=$UPORT
@@ -240,15 +259,15 @@ EOF
   "$ELDR" trace gen --model qwen3-30b-a3b --requests 200 --max-decode-tokens 16 -q -o "$T/trace.jsonl"
   "$ELDR" fit --trace "$T/trace.jsonl" --decoders 2 -o "$T/art.json" > /dev/null
   declare -gA R
-  local cases=("small $CONNS" "big 1" "big $CONNS")
+  local cases=("small $CONNS" "big 1" "big $CONNS" "new $CONNS")
   for r in $(seq "$ROUNDS"); do
     for cs in "${cases[@]}"; do
       read -r kind c <<<"$cs"
       for p in $PROXIES; do
         local up=$up_small lua=$T/small.lua
         EPOLICY="--policy jsq"
-        if [ "$kind" = big ]; then
-          up=$up_big lua=$T/big.lua EPOLICY="--policy eldr --artifact $T/art.json"
+        if [ "$kind" != small ]; then
+          up=$up_big lua=$T/$kind.lua EPOLICY="--policy eldr --artifact $T/art.json"
         fi
         start_proxy "$p" "$up"
         wrk_run "$p" "$c" "$lua"
@@ -261,7 +280,9 @@ EOF
   echo
   echo "### Replies (wrk keep-alive, ${DURATION} s, medians of $ROUNDS interleaved rounds; load average $(load))"
   echo
-  echo "big: the prefill reply with routed_experts of $PROMPT_TOKENS tokens x 48 x top-8 ($size bytes with its head)"
+  echo "big: the prefill reply with routed_experts of $PROMPT_TOKENS tokens x 48 x top-8 ($size bytes with its head),"
+  echo "one prompt of $PROMPT_TOKENS tokens repeated (eldr's signature cache holds it); new: the same reply, a new"
+  echo "prompt every request (eldr reads every reply whole and stores every block)"
   echo
   echo "| case | proxy | req/s | vs nginx | CPU us/request | vs nginx | minor faults/request |"
   echo "|---|---|---|---|---|---|---|"
