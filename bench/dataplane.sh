@@ -35,6 +35,7 @@
 #   env: SECTIONS="replies memory stream" ROUNDS=3 DURATION=5 CONNS=32
 #        PROMPT_TOKENS=4096 IDLE_CONNS=2000 STREAMS=200 STREAM_CONNS=64
 #        STREAM_TOKENS=200 TOKEN_MS=20 PROXIES="nginx haproxy eldr"
+#        CASES="small:32 big:1 big:32 new:32" (the replies section's cases)
 #        ELDR_ARGS="" (more flags for eldr serve) ELDR=path/to/eldr (default BUILD_DIR/eldr)
 #        ELDR_BASE=path/to/another/eldr (adds the proxy "eldr-base": before and after, interleaved)
 # Skips (exit 0, says so) without wrk, nginx or haproxy.
@@ -259,10 +260,11 @@ EOF
   "$ELDR" trace gen --model qwen3-30b-a3b --requests 200 --max-decode-tokens 16 -q -o "$T/trace.jsonl"
   "$ELDR" fit --trace "$T/trace.jsonl" --decoders 2 -o "$T/art.json" > /dev/null
   declare -gA R
-  local cases=("small $CONNS" "big 1" "big $CONNS" "new $CONNS")
+  local cases
+  read -r -a cases <<<"${CASES:-small:$CONNS big:1 big:$CONNS new:$CONNS}"
   for r in $(seq "$ROUNDS"); do
     for cs in "${cases[@]}"; do
-      read -r kind c <<<"$cs"
+      kind=${cs%%:*} c=${cs##*:}
       for p in $PROXIES; do
         local up=$up_small lua=$T/small.lua
         EPOLICY="--policy jsq"
@@ -287,7 +289,7 @@ EOF
   echo "| case | proxy | req/s | vs nginx | CPU us/request | vs nginx | minor faults/request |"
   echo "|---|---|---|---|---|---|---|"
   for cs in "${cases[@]}"; do
-    read -r kind c <<<"$cs"
+    kind=${cs%%:*} c=${cs##*:}
     local nr nc
     nr=$(median "$(tr ';' '\n' <<<"${R[$kind.$c.nginx]:-}" | cut -d' ' -f1)")
     nc=$(median "$(tr ';' '\n' <<<"${R[$kind.$c.nginx]:-}" | cut -d' ' -f2)")
