@@ -160,7 +160,7 @@ void eldr__handle_metrics(hconn *c) {
                       missing);
   evbuffer_add_printf(o, "# HELP eldr_sigcache_rows Block rows held by the signature cache.\n"
                          "# TYPE eldr_sigcache_rows gauge\neldr_sigcache_rows %zu\n"
-                         "# HELP eldr_sigcache_hits_total Prefix-cached blocks whose row the signature cache held.\n"
+                         "# HELP eldr_sigcache_hits_total Prompt blocks whose row the signature cache supplied (the engine did not send it, or the reply was not read for it).\n"
                          "# TYPE eldr_sigcache_hits_total counter\neldr_sigcache_hits_total %llu\n"
                          "# HELP eldr_sigcache_misses_total Prefix-cached blocks whose row the signature cache lacked.\n"
                          "# TYPE eldr_sigcache_misses_total counter\neldr_sigcache_misses_total %llu\n"
