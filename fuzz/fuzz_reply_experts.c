@@ -20,6 +20,7 @@
  * what eldr_reply_experts_scan does, and eldr_reply_experts_scanned_skip
  * the same less the first choice's prompt rows it was told to leave out.
  * Else abort. */
+#include <jansson.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -114,13 +115,27 @@ static void fused(const char *body, size_t len, const eldr_re_opts *o) {
   eldr_reply_experts_free(&f);
 }
 
+/* Whether the reader may leave rows out of body's first choice: its prompt
+ * rows come apart (prompt_routed_experts), or the generated token count
+ * that splits a whole-sequence array is known (as the reader takes it:
+ * choice 0's token_ids, or usage.completion_tokens with one choice). */
+static int may_skip(const char *body, size_t len) {
+  json_t *r = json_loadb(body, len, 0, NULL);
+  json_t *ch = json_array_get(json_object_get(r, "choices"), 0);
+  json_t *ct = json_object_get(json_object_get(r, "usage"), "completion_tokens");
+  int ok = json_object_get(r, "prompt_routed_experts") != NULL || json_is_array(json_object_get(ch, "token_ids")) ||
+           (json_array_size(json_object_get(r, "choices")) == 1 && json_is_integer(ct) && json_integer_value(ct) >= 0);
+  json_decref(r);
+  return ok;
+}
+
 /* eldr_reply_experts_scanned_skip against the whole read full (which
  * succeeded, counted): it succeeds too, its first choice's prompt view is
  * the full one without the rows of prompt tokens before skip (at most all
  * but the last, none without usage), its counts those of that view, every
  * other view the same. */
 static void skipped(const char *body, size_t len, const eldr_re_opts *o, eldr_js_span known,
-                    const eldr_reply_experts *full, size_t skip) {
+                    const eldr_reply_experts *full, size_t skip, int skips) {
   uint32_t c[2 * 8];
   memset(c, 0, sizeof c);
   eldr_re_opts os = *o;
@@ -134,7 +149,7 @@ static void skipped(const char *body, size_t len, const eldr_re_opts *o, eldr_js
     abort();
   eldr_re_view want = full->choices[0].prompt;
   size_t k = 0;
-  if (full->prompt_tokens >= 0 && skip > want.first_token && want.rows >= 2)
+  if (full->prompt_tokens >= 0 && skip > want.first_token && want.rows >= 2 && skips)
     k = skip - want.first_token < want.rows - 1 ? skip - want.first_token : want.rows - 1;
   want.data = (const uint8_t *)want.data + k * want.layers * want.top_k * eldr_sel_dtype_size(want.dtype);
   want.rows -= k;
@@ -205,7 +220,7 @@ static void spans(const char *body, size_t len, const eldr_re_opts *o) {
           if (!same_view(&r.choices[i].prompt, &f.choices[i].prompt) ||
               !same_view(&r.choices[i].generated, &f.choices[i].generated))
             abort();
-        if (o->num_layers == 2 && r.counted) skipped(body, len, &o2, known, &r, len % 7);
+        if (o->num_layers == 2 && r.counted) skipped(body, len, &o2, known, &r, len % 7, may_skip(body, len));
       }
       eldr_reply_experts_free(&r);
       eldr_reply_experts_free(&f);

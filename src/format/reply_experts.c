@@ -364,7 +364,7 @@ static int read_npy_tail(rctx *c, const char *what, jv v, eldr_re_view *out, int
       __builtin_mul_overflow(R, L * K * isz, &bytes) || __builtin_add_overflow(bytes, h.data_offset, &total) ||
       tl != 4 * ((total + 2) / 3))
     return 1;
-  const size_t k = skip_rows(c, R, gen_rows(R, c->sk_P, c->sk_G), c->sk_P);
+  const size_t k = c->sk_G < 0 ? 0 : skip_rows(c, R, gen_rows(R, c->sk_P, c->sk_G), c->sk_P);
   if (!k) return 1;
   const size_t x = h.data_offset + k * L * K * isz, q = x / 3; /* the first quad of the rows kept */
   uint8_t *b;
@@ -682,7 +682,7 @@ static int read_body(rctx *c, jv root) {
     if (rc) return rc;
     /* c->skip: the prompt's rows the caller holds are left out (read_npy
      * did already; any other layout here) */
-    if (count0 && v.data && !c->sk_done) {
+    if (count0 && v.data && !c->sk_done && G >= 0) { /* (an unknown G splits by the row count: kept) */
       view_skip(&v, skip_rows(c, v.rows, gen_rows(v.rows, P, G), P));
       v.first_token = 0; /* a whole-sequence array: the split below places its rows */
     }
