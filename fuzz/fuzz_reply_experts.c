@@ -17,7 +17,10 @@
  * NUL bytes: same return code, reason, message (but a NOT_JSON one's
  * wording), layout, views and counts as the tree reader; and on a body the
  * scanner accepts, eldr_reply_experts_scanned (no second validation) gives
- * what eldr_reply_experts_scan does. Else abort. */
+ * what eldr_reply_experts_scan does, and eldr_reply_experts_scanned_skip
+ * the same less the first choice's prompt rows it was told to leave out.
+ * Else abort. */
+#include <jansson.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,6 +115,58 @@ static void fused(const char *body, size_t len, const eldr_re_opts *o) {
   eldr_reply_experts_free(&f);
 }
 
+/* Whether the reader may leave rows out of body's first choice: its prompt
+ * rows come apart (prompt_routed_experts), or the generated token count
+ * that splits a whole-sequence array is known (as the reader takes it:
+ * choice 0's token_ids, or usage.completion_tokens with one choice). */
+static int may_skip(const char *body, size_t len) {
+  json_t *r = json_loadb(body, len, 0, NULL);
+  json_t *ch = json_array_get(json_object_get(r, "choices"), 0);
+  json_t *ct = json_object_get(json_object_get(r, "usage"), "completion_tokens");
+  int ok = json_object_get(r, "prompt_routed_experts") != NULL || json_is_array(json_object_get(ch, "token_ids")) ||
+           (json_array_size(json_object_get(r, "choices")) == 1 && json_is_integer(ct) && json_integer_value(ct) >= 0);
+  json_decref(r);
+  return ok;
+}
+
+/* eldr_reply_experts_scanned_skip against the whole read full (which
+ * succeeded, counted): it succeeds too, its first choice's prompt view is
+ * the full one without the rows of prompt tokens before skip (at most all
+ * but the last, none without usage), its counts those of that view, every
+ * other view the same. */
+static void skipped(const char *body, size_t len, const eldr_re_opts *o, eldr_js_span known,
+                    const eldr_reply_experts *full, size_t skip, int skips) {
+  uint32_t c[2 * 8];
+  memset(c, 0, sizeof c);
+  eldr_re_opts os = *o;
+  os.counts = c;
+  eldr_reply_experts s;
+  eldr_re_reason w = ELDR_RE__N;
+  eldr_diag d;
+  d.msg[0] = '\0';
+  if (eldr_reply_experts_scanned_skip(body, len, &os, known, skip, &s, &w, &d) || s.nchoices != full->nchoices ||
+      s.layout != full->layout || !s.counted)
+    abort();
+  eldr_re_view want = full->choices[0].prompt;
+  size_t k = 0;
+  if (full->prompt_tokens >= 0 && skip > want.first_token && want.rows >= 2 && skips)
+    k = skip - want.first_token < want.rows - 1 ? skip - want.first_token : want.rows - 1;
+  want.data = (const uint8_t *)want.data + k * want.layers * want.top_k * eldr_sel_dtype_size(want.dtype);
+  want.rows -= k;
+  want.first_token += k;
+  if (!same_view(&s.choices[0].prompt, &want)) abort();
+  for (size_t i = 0; i < s.nchoices; i++)
+    if ((i && !same_view(&s.choices[i].prompt, &full->choices[i].prompt)) ||
+        !same_view(&s.choices[i].generated, &full->choices[i].generated))
+      abort();
+  uint32_t ref[2 * 8];
+  memset(ref, 0, sizeof ref);
+  const eldr_shape sh = {2, 8, 2};
+  if (eldr__counts_ref(&sh, want.data, want.dtype, want.rows, o->layer_mask, ref, NULL) || memcmp(ref, c, sizeof c))
+    abort();
+  eldr_reply_experts_free(&s);
+}
+
 /* The span reader against the tree reader (counts with both, or neither). */
 static void spans(const char *body, size_t len, const eldr_re_opts *o) {
   if (memchr(body, 0, len)) return; /* jansson reads past some NULs, the scanner refuses them */
@@ -165,6 +220,7 @@ static void spans(const char *body, size_t len, const eldr_re_opts *o) {
           if (!same_view(&r.choices[i].prompt, &f.choices[i].prompt) ||
               !same_view(&r.choices[i].generated, &f.choices[i].generated))
             abort();
+        if (o->num_layers == 2 && r.counted) skipped(body, len, &o2, known, &r, len % 7, may_skip(body, len));
       }
       eldr_reply_experts_free(&r);
       eldr_reply_experts_free(&f);

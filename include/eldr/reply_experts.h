@@ -227,6 +227,20 @@ int eldr_reply_experts_scan(const char *body, size_t len, const eldr_re_opts *op
 int eldr_reply_experts_scanned(const char *doc, size_t len, const eldr_re_opts *opts, eldr_js_span known,
                                eldr_reply_experts *out,
                                eldr_re_reason *why, eldr_diag *d);
+/* eldr_reply_experts_scanned for a caller that holds the counts of the
+ * prompt's first tokens already (the router's signature cache): with
+ * opts->counts, the first choice's rows of prompt tokens before
+ * skip_tokens are left out: not counted, not range-checked, and in the npy
+ * layout not even decoded (their base64 text is not read, so not validated
+ * either); its prompt view (and first_token) then starts after them, as if
+ * the reply had sent only the later rows. At least the prompt's last row
+ * is kept. Needs usage.prompt_tokens and, for a whole-sequence array, the
+ * generated token count (token_ids, or usage.completion_tokens with one
+ * choice): without them nothing is left out. skip_tokens 0 is
+ * eldr_reply_experts_scanned. */
+int eldr_reply_experts_scanned_skip(const char *doc, size_t len, const eldr_re_opts *opts, eldr_js_span known,
+                                    size_t skip_tokens, eldr_reply_experts *out, eldr_re_reason *why,
+                                    eldr_diag *d);
 void eldr_reply_experts_free(eldr_reply_experts *r);
 
 /* A reply's rows over the model's MoE layers, whatever its layer axis (for

@@ -5,8 +5,9 @@
  *
  * Per prompt length, in one loop with the stages interleaved: the prefill
  * reply read by the scanner, the signature without and with a signature
- * cache (the store of a prompt's block rows, a later prompt with a 75%
- * prefix hit), the decision, and for comparison the reply read into a
+ * cache (the store of a prompt's block rows, new and held; a later prompt
+ * with a 75% prefix hit; a prompt the cache holds, whole path, the reply
+ * with every row and with its last block only), the decision, and for comparison the reply read into a
  * jansson tree with the signature read from it, the signature with the
  * per-id counting kernels only, a memcpy of the reply's base64 blob
  * (the yardstick: about as disturbed by other load as the stages), and the
@@ -19,7 +20,10 @@
  * back or the cache missed a block: the measured path is not the one the
  * server takes). Threads: one bench per thread; it switches the process's
  * counting kernel (eldr_counts_bits_set) during a run, so nothing else may
- * count meanwhile.
+ * count meanwhile. Each stage callgrind is to count alone runs in a
+ * function of its own, never inlined (routebench.c: stage_sig,
+ * stage_store_new, stage_store_held, stage_cached_all, stage_cached_last:
+ * valgrind --tool=callgrind --toggle-collect=stage_store_new ...).
  */
 #ifndef ELDR_ROUTEBENCH_H
 #define ELDR_ROUTEBENCH_H
@@ -46,7 +50,10 @@ typedef enum eldr_routebench_stage {
   ELDR_RB_DECISION,   /* the decode decision */
   ELDR_RB_SIG_DEC,    /* the two together */
   ELDR_RB_SIG_HIT,    /* signature with a 75% prefix hit */
-  ELDR_RB_STORE,      /* the store of the block rows */
+  ELDR_RB_STORE_NEW,  /* the store of a new prompt's block rows (counted) */
+  ELDR_RB_STORE_HELD, /* the store of a prompt whose blocks the cache holds (looked up) */
+  ELDR_RB_CACHED_ALL, /* a held prompt, whole path (extraction + store), the reply with every row */
+  ELDR_RB_CACHED_LAST,/* the same, the reply with the last block's rows only */
   ELDR_RB_PARSE,      /* the prefill reply read by the scanner */
   ELDR_RB_PARSE_SIG,  /* read + signature, scanner */
   ELDR_RB_TREE,       /* read + signature, jansson tree */

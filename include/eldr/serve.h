@@ -77,6 +77,8 @@ typedef struct eldr_serve_config {
                               * (default; only this replica's legs count) */
   int eject_after;           /* consecutive failures that eject a worker (default 3) */
   size_t sigcache_rows;      /* signature cache capacity in blocks; 0 = off (default 65536) */
+  size_t sig_cache_mb;       /* its memory bound in MiB (rows x (masked layers x experts + 32)
+                              * bytes); 0 = off (default 256) */
   size_t pool_size;          /* idle upstream connections kept per worker (default 256) */
   char *backend_api_key;     /* sent to workers as "Authorization: Bearer <key>" (NULL: none) */
   int forward_authorization; /* pass the client's Authorization to workers when no
@@ -160,7 +162,7 @@ int eldr_serve_config_add_api_key(eldr_serve_config *c, const char *key, eldr_di
  *   prefill_guard, connect_timeout, prefill_timeout, decode_timeout,
  *   decode_first_byte_timeout, decode_idle_timeout,
  *   header_timeout, idle_timeout, retries, max_body, max_header,
- *   health_interval, eject_after, sigcache_rows, pool_size, max_connections,
+ *   health_interval, eject_after, sigcache_rows, sig_cache_mb, pool_size, max_connections,
  *   stream_buffer, threads, watch_window, watch_requests, admin_token (string or null),
  *   splice_routed_experts (boolean), backend_api_key (string or null),
  *   forward_authorization (boolean), cors_origin (string or null),

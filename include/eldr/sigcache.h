@@ -3,7 +3,10 @@
  *
  * The cache stores, per block hash, one row of int8 per-(layer, expert)
  * counts of that block's tokens (saturating at 127; a block of 16 tokens
- * selects at most 16 times any expert of a layer, so the row is exact).
+ * selects at most 16 times any expert of a layer, so the row is exact),
+ * for the layers of its layer mask only (eldr_sigcache_set_layer_mask): a
+ * row is (masked layers) x E bytes. Memory: capacity x (row bytes +
+ * ELDR_SIGCACHE_ROW_OVERHEAD) at most (eldr_sigcache_bytes).
  * A request's prefill counts = sum of its cached blocks' rows + counts of
  * the tokens the engine computed; exact under partial prefix hits and
  * evictions as long as each used block's row is present.
@@ -25,6 +28,14 @@
 
 typedef struct eldr_sigcache eldr_sigcache;
 
+/* Bytes a row costs besides its counts: its key, LRU links and index
+ * entries (at most 4 of 4 bytes: the index holds 2 to 4 entries a row). */
+#define ELDR_SIGCACHE_ROW_OVERHEAD 32
+/* The bytes of one row for shape and mask (NULL: every layer). */
+size_t eldr_sigcache_row_bytes(const eldr_shape *shape, const uint8_t *mask);
+/* The most rows that fit in bytes (row bytes plus the overhead each). */
+size_t eldr_sigcache_capacity_for(const eldr_shape *shape, const uint8_t *mask, size_t bytes);
+
 /* capacity: number of block rows kept (LRU beyond). NULL on error. */
 eldr_sigcache *eldr_sigcache_new(const eldr_shape *shape, size_t capacity);
 void eldr_sigcache_free(eldr_sigcache *c);
@@ -39,19 +50,25 @@ int eldr_sigcache_add(eldr_sigcache *c, uint64_t hash, uint32_t *counts);
 /* Drop a row (e.g. when the engine evicts the block). 0 or ELDR_ENOTFOUND. */
 int eldr_sigcache_remove(eldr_sigcache *c, uint64_t hash);
 
-/* Rows currently held; hits, misses, evictions since creation. */
+/* Rows currently held; hits, misses, evictions since creation; blocks
+ * eldr_sigcache_store_blocks counted and stored (stored), and found held
+ * already (present: not counted again). */
 typedef struct eldr_sigcache_stats {
   size_t rows, capacity;
   uint64_t hits, misses, evictions;
+  uint64_t stored, present;
 } eldr_sigcache_stats;
 void eldr_sigcache_stats_get(const eldr_sigcache *c, eldr_sigcache_stats *s);
 
 /* Restrict the cache to the layers with mask[l] != 0 (L flags, copied; NULL
- * = all layers, the default): eldr_sigcache_store_blocks counts only those
- * layers, put stores zeros for the others, add adds only those. For a router
- * whose signature uses the artifact's layer mask; drop the cache's rows
- * (create a new cache) when the mask changes. 0, or ELDR_ENOMEM. */
+ * = all layers, the default): rows hold only those layers (the rows array
+ * is re-sized to them), eldr_sigcache_store_blocks counts only those, put
+ * ignores the others, add adds only those. For a router whose signature
+ * uses the artifact's layer mask. Every row held is dropped (the layout
+ * changes). 0, or ELDR_ENOMEM (the cache unchanged). */
 int eldr_sigcache_set_layer_mask(eldr_sigcache *c, const uint8_t *mask);
+/* The bytes the cache allocated for its rows, keys, links and index. */
+size_t eldr_sigcache_bytes(const eldr_sigcache *c);
 
 /* The shape the cache was created with. */
 const eldr_shape *eldr_sigcache_shape(const eldr_sigcache *c);
@@ -61,7 +78,18 @@ const eldr_shape *eldr_sigcache_shape(const eldr_sigcache *c);
 size_t eldr_sigcache_add_blocks(eldr_sigcache *c, const uint64_t *hashes, size_t nblocks,
                                 uint32_t *counts);
 
-/* Store the rows of every block fully covered by a selection array.
+/* Add the rows of the leading blocks hashes[0..) that are held, stopping at
+ * the first one that is not (not counted as a miss: a prompt's later blocks
+ * may simply be new); the number added. The blocks of a prompt the cache
+ * holds, before its reply is read. acc: a scratch of L*E bytes (contents
+ * ignored, left zeroed): rows are summed there a byte a cell, a vector at a
+ * time (a row of 16 distinct-expert tokens counts at most 16 a cell: 15
+ * rows a byte), widened into counts before any byte could wrap. */
+size_t eldr_sigcache_add_prefix(eldr_sigcache *c, const uint64_t *hashes, size_t nblocks, uint32_t *counts,
+                                uint8_t *acc);
+
+/* Store the rows of every block fully covered by a selection array; a
+ * block already held is not counted again (made the most recent).
  * raw: nrows * L * K selections of dtype (as in eldr_counts_accumulate),
  * holding the prompt tokens [first_token, first_token + nrows). hashes:
  * the prompt's nblocks block hashes. scratch: L*E uint32 (caller's buffer,
@@ -71,5 +99,20 @@ size_t eldr_sigcache_add_blocks(eldr_sigcache *c, const uint64_t *hashes, size_t
 int eldr_sigcache_store_blocks(eldr_sigcache *c, const uint64_t *hashes, size_t nblocks,
                                size_t first_token, const void *raw, eldr_sel_dtype dtype,
                                size_t nrows, uint32_t *scratch, size_t *stored);
+
+/* Internal (eldr/sigshard.h): one block of ELDR_BLOCK_TOKENS rows at p
+ * stored under hash unless held (1: held, made the most recent; 0: counted
+ * and stored; ELDR_ERANGE: refused, nothing stored). row8: a scratch of
+ * L*E uint32, zero in the stored layers, left so; NULL: only the lookup
+ * (ELDR_ENOTFOUND when not held). */
+int eldr__sigcache_store1(eldr_sigcache *c, uint64_t hash, const unsigned char *p, eldr_sel_dtype dtype,
+                          uint8_t *row8);
+/* The row under hash added into the byte sums acc (the stored layers, in
+ * row order) when held (1, made the most recent), else 0 (not a miss).
+ * *room: what acc's bytes can still take (255 after a flush); when the row
+ * could wrap one, acc is flushed into counts first. */
+int eldr__sigcache_add_if(eldr_sigcache *c, uint64_t hash, uint8_t *acc, unsigned *room, uint32_t *counts);
+/* The byte sums acc added into counts (L*E), acc zeroed. */
+void eldr__sigcache_acc_flush(const eldr_sigcache *c, uint8_t *acc, uint32_t *counts);
 
 #endif

@@ -55,12 +55,21 @@ unsigned eldr_sigshard_nshards(const eldr_sigshard *c);
 size_t eldr_sigshard_add_blocks(eldr_sigshard *c, const uint64_t *hashes, size_t nblocks,
                                 uint32_t *counts);
 
+/* eldr_sigcache_add_prefix over the shards: the rows of the leading held
+ * blocks added into counts, up to the first block not held; their number.
+ * acc: L*E bytes of scratch (left zeroed). */
+size_t eldr_sigshard_add_prefix(eldr_sigshard *c, const uint64_t *hashes, size_t nblocks, uint32_t *counts,
+                                uint8_t *acc);
+
 /* eldr_sigcache_store_blocks over the shards (same arguments and errors;
- * scratch: L*E uint32, the caller's, left zeroed). Each block is counted
- * and stored under its shard's lock. */
+ * scratch: L*E uint32, the caller's, left zeroed). Each block is looked up,
+ * and counted and stored only when not held, under its shard's lock. */
 int eldr_sigshard_store_blocks(eldr_sigshard *c, const uint64_t *hashes, size_t nblocks,
                                size_t first_token, const void *raw, eldr_sel_dtype dtype,
                                size_t nrows, uint32_t *scratch, size_t *stored);
+
+/* The bytes every shard allocated (eldr_sigcache_bytes); 0 for NULL. */
+size_t eldr_sigshard_bytes(const eldr_sigshard *c);
 
 /* The statistics of every shard summed (each shard read under its lock). */
 void eldr_sigshard_stats_get(eldr_sigshard *c, eldr_sigcache_stats *s);

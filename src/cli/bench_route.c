@@ -117,6 +117,14 @@ static void parse(int argc, char **argv, opts *o) {
   if (eldr_shape_validate(&o->cfg.shape, &d)) cli_usage_error(cmd, "%s", d.msg);
 }
 
+/* The signature cache's ratios, each a stage's p50 over the signature's. */
+static const struct {
+  const char *name;
+  eldr_routebench_stage stage;
+} CACHE_RATIO[3] = {{"store new / signature", ELDR_RB_STORE_NEW},
+                    {"cached all / signature", ELDR_RB_CACHED_ALL},
+                    {"cached last / signature", ELDR_RB_CACHED_LAST}};
+
 static void print_rows(const eldr_routebench_result *r) {
   const double kib = (double)r->b64_bytes / 1024;
   for (int s = 0; s < ELDR_RB_NSTAGES; s++)
@@ -125,6 +133,10 @@ static void print_rows(const eldr_routebench_result *r) {
   /* the acceptance figure: signature+decision over the memcpy, medians of
    * the same interleaved run */
   printf("%-7zu %-9.0f %-26s %10.2fx (p50 / p50)\n", r->tokens, kib, "sig+decision / memcpy", r->ratio_p50);
+  /* the signature cache's figures against the signature itself */
+  for (int q = 0; q < 3; q++)
+    printf("%-7zu %-9.0f %-26s %10.2fx (p50 / p50)\n", r->tokens, kib, CACHE_RATIO[q].name,
+           r->rows[CACHE_RATIO[q].stage].p50_s / r->rows[ELDR_RB_SIG].p50_s);
   /* what each form costs on the wire: the whole prefill reply */
   printf("%-7zu %-9.0f %-26s npy %zu bytes, compact %zu bytes (%.0fx); parse+signature p50 %.0fx\n", r->tokens, kib,
          "prefill reply", r->reply_bytes, r->compact_reply_bytes, (double)r->reply_bytes / (double)r->compact_reply_bytes,
@@ -141,6 +153,10 @@ static int json_rows(json_t *rows, const eldr_routebench_result *r) {
                                                  r->rows[s].p99_s * 1e6, "mean_us", r->rows[s].mean_s * 1e6));
   bad |= json_array_append_new(rows, json_pack("{s:I,s:s,s:f}", "tokens", (json_int_t)r->tokens, "stage",
                                                "ratio signature+decision / memcpy", "p50_ratio", r->ratio_p50));
+  for (int q = 0; q < 3; q++)
+    bad |= json_array_append_new(rows, json_pack("{s:I,s:s,s:f}", "tokens", (json_int_t)r->tokens, "stage",
+                                                 CACHE_RATIO[q].name, "p50_ratio",
+                                                 r->rows[CACHE_RATIO[q].stage].p50_s / r->rows[ELDR_RB_SIG].p50_s));
   bad |= json_array_append_new(
       rows, json_pack("{s:I,s:s,s:I,s:I,s:f}", "tokens", (json_int_t)r->tokens, "stage",
                       "prefill reply bytes, npy vs compact", "npy_bytes", (json_int_t)r->reply_bytes, "compact_bytes",

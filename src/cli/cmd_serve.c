@@ -13,7 +13,9 @@
 #include <time.h>
 
 #include "cli.h"
+#include "eldr/artifact.h"
 #include "eldr/serve.h"
+#include "eldr/sigcache.h"
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -48,6 +50,9 @@ static void usage(FILE *f) {
           "      --prefill-guard N   prefill load guard, requests in flight above the least\n"
           "                          loaded worker                             [4]\n"
           "      --sigcache-rows N   signature cache capacity, KV blocks (0 = off)  [65536]\n"
+          "      --sig-cache-mb N    signature cache memory bound, MiB: the rows of the\n"
+          "                          artifact's masked layers x experts bytes (+32 each)\n"
+          "                          that fit (0 = off)                        [256]\n"
           "      --decode-max-batch N  the decoders' batch limit (their vLLM --max-num-seqs),\n"
           "                          footprint's batch model                   [256]\n"
           "      --scrape-interval S  seconds between reads of every worker's /metrics\n"
@@ -199,6 +204,7 @@ static const flagkey FLAGS[] = {
     {"prefill-guard", "prefill_guard", 'I'},
     {"decode-max-batch", "decode_max_batch", 'I'},
     {"sigcache-rows", "sigcache_rows", 'I'},
+    {"sig-cache-mb", "sig_cache_mb", 'I'},
     {"scrape-interval", "scrape_interval", 'N'},
     {"dns-interval", "dns_interval", 'N'},
     {"dns-server", "dns_server", 'S'},
@@ -408,6 +414,17 @@ int eldr_cmd_serve(int argc, char **argv) {
            "artifact %s; policy %s; listen %s:%d\n",
            c.n_prefill, c.n_decode, c.n_prefill_dns, c.n_decode_dns, a.check ? " (all resolve)" : "",
            c.artifact ? c.artifact : "none", eldr_policy_name(c.policy), c.host, c.port);
+    eldr_artifact *art = NULL;
+    if (c.artifact && eldr_artifact_load(c.artifact, &art, &d) == 0) { /* what the signature cache will take */
+      size_t rb = eldr_sigcache_row_bytes(&art->shape, art->mask);
+      size_t fit = eldr_sigcache_capacity_for(&art->shape, art->mask, c.sig_cache_mb << 20);
+      size_t rows = c.sig_cache_mb && c.sigcache_rows ? (fit < c.sigcache_rows ? fit : c.sigcache_rows) : 0;
+      printf("signature cache: %zu rows of %zu bytes (%zu of %u layers x %u experts), at most %.1f MiB "
+             "(sigcache_rows %zu, sig_cache_mb %zu)\n",
+             rows, rb, rb / art->shape.num_experts, art->shape.num_layers, art->shape.num_experts,
+             (double)rows * (double)(rb + ELDR_SIGCACHE_ROW_OVERHEAD) / (1 << 20), c.sigcache_rows, c.sig_cache_mb);
+      eldr_artifact_free(art);
+    }
     eldr_serve_config_free(&c);
     return 0;
   }

@@ -138,31 +138,63 @@ size_t eldr_sigshard_add_blocks(eldr_sigshard *c, const uint64_t *hashes, size_t
   return missing;
 }
 
+size_t eldr_sigshard_add_prefix(eldr_sigshard *c, const uint64_t *hashes, size_t nblocks, uint32_t *counts,
+                                uint8_t *acc) {
+  /* every shard's rows have one layout (one shape, one mask): shard 0's
+   * flushes the byte sums */
+  const eldr_sigcache *lay = c->sh[0].c;
+  memset(acc, 0, eldr_sigcache_row_bytes(&c->shape, c->mask));
+  size_t b = 0;
+  unsigned room = 255;
+  for (; b < nblocks; b++) {
+    shard *s = shard_of(c, hashes[b]);
+    shard_lock(s);
+    int held = eldr__sigcache_add_if(s->c, hashes[b], acc, &room, counts);
+    pthread_mutex_unlock(&s->mu);
+    if (!held) break;
+  }
+  eldr__sigcache_acc_flush(lay, acc, counts);
+  return b;
+}
+
 int eldr_sigshard_store_blocks(eldr_sigshard *c, const uint64_t *hashes, size_t nblocks,
                                size_t first_token, const void *raw, eldr_sel_dtype dtype,
                                size_t nrows, uint32_t *scratch, size_t *stored) {
   if (stored) *stored = 0;
   if (!c || (!hashes && nblocks) || (!raw && nrows) || !scratch) return ELDR_EINVAL;
   const size_t row_bytes = (size_t)c->shape.num_layers * c->shape.top_k * eldr_sel_dtype_size(dtype);
+  const size_t cells = eldr_shape_cells(&c->shape);
+  int zeroed = 0; /* zeroed once, at the first block not held: each block leaves it so */
   size_t n = 0;
+  int rc = ELDR_OK;
   for (size_t b = (first_token + ELDR_BLOCK_TOKENS - 1) / ELDR_BLOCK_TOKENS; b < nblocks; b++) {
     size_t t0 = b * ELDR_BLOCK_TOKENS;
     if (t0 + ELDR_BLOCK_TOKENS > first_token + nrows) break;
     const unsigned char *p = (const unsigned char *)raw + (t0 - first_token) * row_bytes;
     shard *s = shard_of(c, hashes[b]);
-    size_t one = 0;
     shard_lock(s);
-    /* the block alone: hash b as block 0 of a prompt starting at t0 */
-    int rc = eldr_sigcache_store_blocks(s->c, hashes + b, 1, 0, p, dtype, ELDR_BLOCK_TOKENS, scratch, &one);
-    pthread_mutex_unlock(&s->mu);
-    n += one;
-    if (rc != 0) {
-      if (stored) *stored = n;
-      return rc;
+    int r = eldr__sigcache_store1(s->c, hashes[b], p, dtype, zeroed ? (uint8_t *)scratch : NULL);
+    if (r == ELDR_ENOTFOUND) { /* not held: it needs the scratch */
+      memset(scratch, 0, cells * sizeof *scratch);
+      zeroed = 1;
+      r = eldr__sigcache_store1(s->c, hashes[b], p, dtype, (uint8_t *)scratch);
     }
+    pthread_mutex_unlock(&s->mu);
+    if (r < 0) {
+      rc = r;
+      break;
+    }
+    n++;
   }
+  if (!zeroed) memset(scratch, 0, cells * sizeof *scratch); /* the contract: left zeroed */
   if (stored) *stored = n;
-  return ELDR_OK;
+  return rc;
+}
+
+size_t eldr_sigshard_bytes(const eldr_sigshard *c) {
+  size_t n = 0;
+  for (unsigned i = 0; c && i < c->n; i++) n += eldr_sigcache_bytes(c->sh[i].c);
+  return n;
 }
 
 uint64_t eldr_sigshard_lock_waits(const eldr_sigshard *c) {
@@ -185,5 +217,7 @@ void eldr_sigshard_stats_get(eldr_sigshard *c, eldr_sigcache_stats *s) {
     s->hits += x.hits;
     s->misses += x.misses;
     s->evictions += x.evictions;
+    s->stored += x.stored;
+    s->present += x.present;
   }
 }

@@ -58,6 +58,12 @@ typedef struct rctx {
   size_t La; /* the arrays' layers, once planned */
   size_t nkeep;
   uint32_t keep[ELDR_MAX_LAYERS];
+  /* c->skip for the value being read (the first choice's
+   * whole-sequence array): its prompt and generated tokens, and whether
+   * read_npy already left the skipped rows out */
+  size_t skip;     /* eldr_reply_experts_scanned_skip's skip_tokens (0: none) */
+  int sk_on, sk_done;
+  int64_t sk_P, sk_G;
 } rctx;
 
 static int fail(rctx *c, eldr_re_reason why, int err, const char *what, const char *msg) {
@@ -366,8 +372,92 @@ static int b64_value(rctx *c, const char *what, jv v, uint8_t **buf, size_t *len
   return rc ? rc : b64_own(c, what, txt, tl, buf, len);
 }
 
+static size_t gen_rows(size_t R, int64_t P, int64_t G);
+
+/* Rows of a value of R rows (prompt rows first, then gen generated ones)
+ * to leave out for c->skip: those of prompt tokens before it, at
+ * most all prompt rows but the last (a prompt view is never emptied). 0
+ * without the prompt's token count, or when the rows do not fit it (the
+ * reader reports that). */
+static size_t skip_rows(const rctx *c, size_t R, size_t gen, int64_t P) {
+  const size_t skip = c->skip;
+  if (!skip || P < 0 || gen > R || R - gen > (size_t)P || R - gen < 2) return 0;
+  const size_t pr = R - gen, first = (size_t)P - pr;
+  if (skip <= first) return 0;
+  return skip - first < pr - 1 ? skip - first : pr - 1;
+}
+
+/* The view without its first k rows (its first_token moves with them). */
+static void view_skip(eldr_re_view *v, size_t k) {
+  if (!k) return;
+  v->data = (const uint8_t *)v->data + k * v->layers * v->top_k * eldr_sel_dtype_size(v->dtype);
+  v->rows -= k;
+  v->first_token += k;
+}
+
+/* c->skip on a base64 .npy value: only the rows from the first one
+ * kept are decoded (the base64 text of the others is not read: not
+ * validated either). 0 (out filled, c->sk_done), or 1: not taken (no
+ * skip, a text whose length does not match its header (an escape, a
+ * damaged value), anything unusual): the whole value is read as without. */
+static int read_npy_tail(rctx *c, const char *what, jv v, eldr_re_view *out, int check) {
+  const char *txt;
+  size_t tl;
+  if (v.doc) { /* as it lies: an escape makes the length disagree below */
+    txt = v.doc + v.s.off + 1;
+    tl = v.s.len - 2;
+  } else {
+    txt = json_string_value(v.j);
+    tl = json_string_length(v.j);
+  }
+  uint8_t hb[3 * 344]; /* the header: prefix and dict, at most 1 KiB here */
+  size_t hn;
+  eldr_diag dd;
+  if (tl < 16 || eldr_b64_decode(txt, 16, hb, sizeof hb, &hn, &dd)) return 1;
+  const size_t pre = hb[6] == 1 ? 10 : 12;
+  const size_t hlen = hb[6] == 1 ? (size_t)hb[8] | (size_t)hb[9] << 8 : (size_t)hb[8] | (size_t)hb[9] << 8 | (size_t)hb[10] << 16;
+  const size_t hq = (pre + hlen + 2) / 3; /* quads that hold the header */
+  if (pre + hlen > 3 * 340 || 4 * hq > tl || eldr_b64_decode(txt, 4 * hq, hb, sizeof hb, &hn, &dd)) return 1;
+  eldr_npy_info h;
+  if (eldr_npy_parse_header(hb, hn, &h, &dd) || h.ndim != 3) return 1;
+  const size_t isz = eldr_sel_dtype_size(h.dtype), R = h.shape[0], L = h.shape[1], K = h.shape[2];
+  size_t bytes, total;
+  if (!isz || L < 1 || L > ELDR_MAX_LAYERS || K < 1 || K > ELDR_MAX_TOPK ||
+      (c->o.num_layers && !eldr__re_layers_mappable(L, c->o.num_layers, c->o.layer_ids)) ||
+      (c->o.top_k && K != c->o.top_k) || (c->plan != PLAN_NONE && L != c->La) ||
+      __builtin_mul_overflow(R, L * K * isz, &bytes) || __builtin_add_overflow(bytes, h.data_offset, &total) ||
+      tl != 4 * ((total + 2) / 3))
+    return 1;
+  const size_t k = c->sk_G < 0 ? 0 : skip_rows(c, R, gen_rows(R, c->sk_P, c->sk_G), c->sk_P);
+  if (!k) return 1;
+  const size_t x = h.data_offset + k * L * K * isz, q = x / 3; /* the first quad of the rows kept */
+  uint8_t *b;
+  size_t n;
+  const size_t used = c->o.scratch ? c->o.scratch->used : 0;
+  const eldr_re_reason why = c->why;
+  eldr_diag *d = c->d;
+  c->d = NULL;
+  int rc = b64_own(c, what, txt + 4 * q, tl - 4 * q, &b, &n);
+  c->d = d;
+  if (rc || n != total - 3 * q) { /* the whole value once more, for its message */
+    if (c->o.scratch) c->o.scratch->used = used;
+    c->why = why;
+    return 1;
+  }
+  size_t kept_bytes; /* the rows kept: the shape checks and the layer plan, as read_npy's */
+  if ((rc = check_dims(c, what, R - k, L, K, isz, &kept_bytes))) return rc;
+  *out = (eldr_re_view){b + (x - 3 * q), h.dtype, R - k, L, K, 0};
+  c->sk_done = 1;
+  if ((rc = apply_plan(c, what, out))) return rc;
+  return check ? check_ids(c, what, out) : 0;
+}
+
 /* A base64 .npy string (npy layout). */
 static int read_npy(rctx *c, const char *what, jv v, eldr_re_view *out, int check) {
+  if (c->sk_on) {
+    int t = read_npy_tail(c, what, v, out, check);
+    if (t <= 0) return t;
+  }
   uint8_t *b = NULL; /* set when b64_value succeeds (-O3 cannot see it) */
   size_t n = 0;
   int rc = b64_value(c, what, v, &b, &n);
@@ -651,8 +741,13 @@ static int read_body(rctx *c, jv root) {
   uint32_t *counts = c->o.counts && c->o.num_layers && c->o.top_k && c->o.num_experts ? c->o.counts : NULL;
   int rc = read_value(c, "prompt_routed_experts", pre, &prompt, &vl, !counts);
   if (rc) return rc;
+  /* c->skip: the prompt's rows the caller holds are not counted, and left
+   * out of the first choice's view (the other choices share them: checked) */
+  const size_t k0 = counts && prompt.data && nc ? skip_rows(c, prompt.rows, 0, P) : 0;
   if (counts && prompt.data) {
-    if ((rc = check_rows(c, "prompt_routed_experts", &prompt, 0, prompt.rows, counts))) return rc;
+    if ((rc = check_rows(c, "prompt_routed_experts", &prompt, 0, k0, NULL)) ||
+        (rc = check_rows(c, "prompt_routed_experts", &prompt, k0, prompt.rows - k0, counts)))
+      return rc;
     out->counted = nc > 0;
   }
   if (prompt.data || jv_type(pre) == JV_ARRAY) {
@@ -685,9 +780,22 @@ static int read_body(rctx *c, jv root) {
     vl = ELDR_RE_LAYOUT_NONE;
     /* the first choice of a whole-sequence layout: counted below */
     const int count0 = counts && i == 0 && !has_prompt_key;
-    if ((rc = read_value(c, what, cf[1], &v, &vl, !count0))) return rc;
+    const int64_t G = gen_tokens(usage, cf[2], nc);
+    c->sk_on = count0 && c->skip;
+    c->sk_done = 0;
+    c->sk_P = P;
+    c->sk_G = G;
+    rc = read_value(c, what, cf[1], &v, &vl, !count0);
+    c->sk_on = 0;
+    if (rc) return rc;
+    /* c->skip: the prompt's rows the caller holds are left out (read_npy
+     * did already; any other layout here) */
+    if (count0 && v.data && !c->sk_done && G >= 0) { /* (an unknown G splits by the row count: kept) */
+      view_skip(&v, skip_rows(c, v.rows, gen_rows(v.rows, P, G), P));
+      v.first_token = 0; /* a whole-sequence array: the split below places its rows */
+    }
     if (count0 && v.data) { /* its prompt rows counted, the generated ones checked */
-      size_t pr = v.rows - gen_rows(v.rows, P, gen_tokens(usage, cf[2], nc));
+      size_t pr = v.rows - gen_rows(v.rows, P, G);
       if ((rc = check_rows(c, what, &v, 0, pr, counts)) ||
           (rc = check_rows(c, what, &v, pr, v.rows - pr, NULL)))
         return rc;
@@ -704,6 +812,7 @@ static int read_body(rctx *c, jv root) {
       if ((rc = split_npy(c, &v, P, gen_tokens(usage, cf[2], nc), oc))) return rc;
     } else {
       oc->prompt = prompt;
+      if (i == 0) view_skip(&oc->prompt, k0);
       oc->generated = v;
       if (!v.rows) oc->generated.data = NULL;
     }
@@ -722,13 +831,13 @@ static int read_body(rctx *c, jv root) {
 }
 
 /* The read of an object value (tree or span) into out. */
-static int read_root(jv root, const eldr_re_opts *opts, eldr_reply_experts *out, eldr_re_reason *why,
-                     eldr_diag *d) {
+static int read_root_skip(jv root, const eldr_re_opts *opts, size_t skip, eldr_reply_experts *out,
+                          eldr_re_reason *why, eldr_diag *d) {
   if (why) *why = ELDR_RE_OK;
   if (!out) return eldr_diag_fail(d, ELDR_EINVAL, "reply_experts: argument missing");
   memset(out, 0, sizeof *out);
   out->prompt_tokens = -1;
-  rctx c = {.out = out, .why = ELDR_RE_OK, .d = d};
+  rctx c = {.out = out, .why = ELDR_RE_OK, .d = d, .skip = skip};
   if (opts) c.o = *opts;
   if (c.o.scratch) c.o.scratch->used = 0;
   int rc = jv_type(root) == JV_OBJECT ? read_body(&c, root)
@@ -749,6 +858,11 @@ static int read_root(jv root, const eldr_re_opts *opts, eldr_reply_experts *out,
   if (c.o.scratch) c.o.scratch->used = 0; /* the next read starts at slot 0 again */
   if (why) *why = c.why;
   return rc;
+}
+
+static int read_root(jv root, const eldr_re_opts *opts, eldr_reply_experts *out, eldr_re_reason *why,
+                     eldr_diag *d) {
+  return read_root_skip(root, opts, 0, out, why, d);
 }
 
 static int not_json(eldr_reply_experts *out, eldr_re_reason *why, eldr_diag *d, const char *msg, int col) {
@@ -790,12 +904,19 @@ int eldr_reply_experts_scan(const char *body, size_t len, const eldr_re_opts *op
 int eldr_reply_experts_scanned(const char *doc, size_t len, const eldr_re_opts *opts, eldr_js_span known,
                                eldr_reply_experts *out,
                                eldr_re_reason *why, eldr_diag *d) {
+  return eldr_reply_experts_scanned_skip(doc, len, opts, known, 0, out, why, d);
+}
+
+int eldr_reply_experts_scanned_skip(const char *doc, size_t len, const eldr_re_opts *opts, eldr_js_span known,
+                                    size_t skip_tokens, eldr_reply_experts *out, eldr_re_reason *why,
+                                    eldr_diag *d) {
   size_t a = 0, b = len; /* the top-level value: the document less its surrounding whitespace */
   while (a < b && (doc[a] == ' ' || doc[a] == '\t' || doc[a] == '\n' || doc[a] == '\r')) a++;
   while (b > a && (doc[b - 1] == ' ' || doc[b - 1] == '\t' || doc[b - 1] == '\n' || doc[b - 1] == '\r')) b--;
   const eldr_js_type t = a < b && doc[a] == '{' ? ELDR_JS_OBJECT : ELDR_JS_NULL; /* only an object is read */
   const int k = known.type == ELDR_JS_STRING && known.len >= 2 && known.off >= a && known.off + known.len <= b;
-  return read_root((jv){NULL, doc, {a, b - a, t}, k ? &known : NULL}, opts, out, why, d);
+  return read_root_skip((jv){NULL, doc, {a, b - a, t}, k ? &known : NULL}, opts,
+                        opts && opts->counts ? skip_tokens : 0, out, why, d);
 }
 
 void eldr_re_scratch_trim(eldr_re_scratch *s, size_t keep) {

@@ -38,7 +38,7 @@ static const char *bearer(const char *auth) {
 
 int eldr__auth_check(const hconn *c) {
   const eldr_server *s = c->s;
-  const eldr__http_head *h = &c->head;
+  const eldr__http_head *h = c->head;
   if (h->method == ELDR__M_OPTIONS) return 0; /* CORS preflights carry no credentials */
   if (s->cfg.n_api_keys && !strncmp(h->path, "/v1", 3)) {
     const char *tok = bearer(h->authorization);
@@ -70,7 +70,7 @@ static void auth_log(hconn *c, int what) {
   pthread_mutex_unlock(&g->mu);
   if (log)
     eldr__logf(s, "%s %s refused (401): %s%s (%llu more refusals since the last such line; at most one line per %g s)",
-               c->head.method_name, c->head.path, c->head.authorization[0] ? "wrong " : "no ",
+               c->head->method_name, c->head->path, c->head->authorization[0] ? "wrong " : "no ",
                what == 2 ? "admin token" : "API key", (unsigned long long)since, AUTH_LOG_S);
 }
 

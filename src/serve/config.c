@@ -42,6 +42,7 @@ void eldr_serve_config_default(eldr_serve_config *c) {
   c->health_interval_s = 2;
   c->eject_after = 3;
   c->sigcache_rows = 65536;
+  c->sig_cache_mb = 256;
   c->pool_size = 256;
   c->dns_interval_s = 5;
   c->splice_routed_experts = 1;
@@ -369,6 +370,7 @@ int eldr_serve_config_parse(eldr_serve_config *c, const char *json, size_t len, 
     else if (!strcmp(key, "max_body")) { if (!(rc = get_int(v, key, 1, 1ll << 34, &n, d))) c->max_body = (size_t)n; }
     else if (!strcmp(key, "max_header")) { if (!(rc = get_int(v, key, 256, 1 << 24, &n, d))) c->max_header = (size_t)n; }
     else if (!strcmp(key, "sigcache_rows")) { if (!(rc = get_int(v, key, 0, 1 << 26, &n, d))) c->sigcache_rows = (size_t)n; }
+    else if (!strcmp(key, "sig_cache_mb")) { if (!(rc = get_int(v, key, 0, 1 << 20, &n, d))) c->sig_cache_mb = (size_t)n; }
     else if (!strcmp(key, "scrape_interval")) { if (!(rc = get_num(v, key, 0, 3600, &x, d))) c->scrape_interval_s = x; }
     else if (!strcmp(key, "dns_interval")) { if (!(rc = get_num(v, key, 0.01, 86400, &x, d))) c->dns_interval_s = x; }
     else if (!strcmp(key, "access_log")) rc = json_is_null(v) ? (free(c->access_log), c->access_log = NULL, 0) : set_str(&c->access_log, v, key, d);

@@ -3,9 +3,11 @@
  * parser (every malformed, oversized or slow request gets a JSON 4xx),
  * dispatch by path, and responses written straight to the socket (whole, or
  * streamed chunked). Keep-alive and pipelining. The socket is read with
- * recv into a buffer the connection keeps (no allocation, no FIONREAD per
- * read); output goes to the socket at once and only what it did not take
- * waits in an evbuffer for EV_WRITE. Loop thread only. */
+ * recv into an input buffer and the head parsed into a head struct, both
+ * the loop's spares (bufpool.h) lent while a request's bytes wait: an idle
+ * connection holds neither (no allocation, no FIONREAD per read); output
+ * goes to the socket at once and only what it did not take waits in an
+ * evbuffer for EV_WRITE. Loop thread only. */
 #include <event2/buffer.h>
 #include <event2/listener.h>
 #include <errno.h>
@@ -52,8 +54,8 @@ static const char *reason(int st) {
 /* CORS (cfg.cors_origin): "*" allows any origin; a list allows its
  * members, echoed with Vary: Origin. Nothing without an Origin header. */
 static int cors_allowed(const hconn *c) {
-  const char *list = c->s->cfg.cors_origin, *o = c->head.origin;
-  if (!list || !o[0]) return 0;
+  const char *list = c->s->cfg.cors_origin, *o = c->origin;
+  if (!list || !o || !o[0]) return 0;
   if (!strcmp(list, "*")) return 1;
   size_t ol = strlen(o);
   for (const char *p = list; *p;) {
@@ -71,7 +73,7 @@ static int cors_allowed(const hconn *c) {
 static size_t head_bound(const hconn *c, int status, const char *ctype, const char *extra) {
   const char *rid = !c->r ? "" : c->r->client_reqid[0] ? c->r->client_reqid : c->r->reqid;
   return 256 + strlen(reason(status)) + strlen(ctype ? ctype : "application/json") + strlen(rid) +
-         (extra ? strlen(extra) : 0) + strlen(c->head.origin);
+         (extra ? strlen(extra) : 0) + (c->origin ? strlen(c->origin) : 0);
 }
 
 static size_t format_head(const hconn *c, int status, const char *ctype, long long clen, const char *extra,
@@ -95,7 +97,7 @@ static size_t format_head(const hconn *c, int status, const char *ctype, long lo
   if (extra) w = eldr__puts(w, extra);
   if (cors_allowed(c)) {
     if (!strcmp(c->s->cfg.cors_origin, "*")) w = ELDR__PUT_LIT(w, "Access-Control-Allow-Origin: *\r\n");
-    else w = ELDR__PUT_LIT(eldr__puts(ELDR__PUT_LIT(w, "Access-Control-Allow-Origin: "), c->head.origin), "\r\nVary: Origin\r\n");
+    else w = ELDR__PUT_LIT(eldr__puts(ELDR__PUT_LIT(w, "Access-Control-Allow-Origin: "), c->origin), "\r\nVary: Origin\r\n");
     w = ELDR__PUT_LIT(w, "Access-Control-Expose-Headers: X-Request-Id\r\n");
   }
   if (c->keep_alive) w = ELDR__PUT_LIT(w, "Connection: keep-alive\r\n\r\n");
@@ -151,6 +153,8 @@ static void conn_finish(hconn *c) {
     if (!c->in_process && evbuffer_get_length(c->out) == 0) eldr__conn_free(c);
     return; /* write callback frees once flushed */
   }
+  free(c->origin); /* the response is out: its request's Origin is done with */
+  c->origin = NULL;
   c->state = C_HEAD;
   c->resp_chunked = 0;
   arm_idle(c, c->s->cfg.idle_timeout_s);
@@ -204,11 +208,12 @@ void eldr__send_error(hconn *c, int status, const char *type, const char *fmt, .
   va_end(ap);
   size_t len = 0;
   char *j = eldr__error_json(status, type, msg, &len);
+  const char *path = c->head ? c->head->path : ""; /* 405s are answered from dispatch: the head is there */
   eldr__send_body(c, status, "application/json", j ? j : "{}", j ? len : 2,
-            status == 405 ? (c->head.path[0] && !strcmp(c->head.path, "/health")
+            status == 405 ? (path[0] && !strcmp(path, "/health")
                                  ? "Allow: GET, HEAD\r\n"
-                                 : (!strcmp(c->head.path, "/metrics") || !strcmp(c->head.path, "/v1/models") ||
-                                  !strcmp(c->head.path, "/eldr/status"))
+                                 : (!strcmp(path, "/metrics") || !strcmp(path, "/v1/models") ||
+                                  !strcmp(path, "/eldr/status"))
                                        ? "Allow: GET\r\n"
                                        : "Allow: POST\r\n")
                           : NULL);
@@ -216,7 +221,7 @@ void eldr__send_error(hconn *c, int status, const char *type, const char *fmt, .
 }
 
 void eldr__stream_start(hconn *c, int status, const char *ctype) {
-  if (c->head.minor >= 1) {
+  if (c->minor >= 1) {
     c->resp_chunked = 1;
     write_head(c, status, ctype, -1, "Transfer-Encoding: chunked\r\nCache-Control: no-cache\r\n");
   } else {
@@ -226,20 +231,38 @@ void eldr__stream_start(hconn *c, int status, const char *ctype) {
   }
 }
 
+/* A streamed chunk goes from the worker's read buffer to the client's
+ * socket in one sendmsg (its size line built on the stack, the data where
+ * it lies: no copy, no allocation per chunk), as a whole response does;
+ * only what the socket does not take, or a chunk behind bytes still
+ * queued, waits in the output evbuffer. */
 void eldr__stream_chunk(hconn *c, const char *p, size_t n) {
   if (!n) return;
   struct evbuffer *o = c->out;
+  char line[24], *w = line + sizeof line;
   if (c->resp_chunked == 1) { /* the chunk's size line, in hex */
-    char line[24], *w = line + sizeof line;
     *--w = '\n';
     *--w = '\r';
     size_t v = n;
     do *--w = "0123456789abcdef"[v & 15], v >>= 4;
     while (v);
-    evbuffer_add(o, w, (size_t)(line + sizeof line - w));
   }
-  evbuffer_add(o, p, n);
-  if (c->resp_chunked == 1) evbuffer_add(o, "\r\n", 2);
+  const size_t ln = (size_t)(line + sizeof line - w), tn = c->resp_chunked == 1 ? 2 : 0;
+  struct iovec iov[3] = {{w, ln}, {(void *)p, n}, {(void *)"\r\n", tn}};
+  size_t done = 0;
+  if (!evbuffer_get_length(o)) {
+    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = tn ? 3 : 2};
+    ssize_t sent;
+    do sent = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
+    while (sent < 0 && errno == EINTR);
+    done = sent > 0 ? (size_t)sent : 0; /* an error: queued, the write callback sees it */
+    if (done == ln + n + tn) return;
+  }
+  for (int i = 0; i < 3; i++) { /* what is left, in order */
+    size_t len = iov[i].iov_len, skip = done < len ? done : len;
+    done -= skip;
+    if (len > skip) evbuffer_add(o, (const char *)iov[i].iov_base + skip, len - skip);
+  }
   conn_flush(c);
 }
 
@@ -252,6 +275,34 @@ void eldr__stream_end(hconn *c) {
 }
 
 /* ---- client connections --------------------------------------------------- */
+
+/* An idle keep-alive connection holds no request head and no input buffer:
+ * both are the loop's spares (bufpool.h), taken when a request's bytes
+ * arrive and given back once its head is dispatched and its bytes are all
+ * consumed (nginx does the same with its header buffers). A loop keeps at
+ * most HEAD_SPARES heads and INBUF_SPARES input buffers for the next
+ * requests: a few hundred KiB, whatever the number of connections. */
+#define INBUF 16384
+#define HEAD_SPARES 32
+#define INBUF_SPARES 64
+
+void eldr__conn_spares_init(eldr_server *s) {
+  eldr__spares_init(&s->heads, sizeof(eldr__http_head), HEAD_SPARES);
+  eldr__spares_init(&s->inbufs, INBUF, INBUF_SPARES);
+}
+
+static void head_release(hconn *c) {
+  eldr__spares_give(&c->s->heads, c->head);
+  c->head = NULL;
+}
+
+/* The input buffer back to the loop (one grown for a large body is freed). */
+static void in_release(hconn *c) {
+  if (c->in.cap == INBUF) eldr__spares_give(&c->s->inbufs, c->in.p);
+  else free(c->in.p);
+  c->in = (eldr__buf){0};
+  c->inoff = 0;
+}
 
 void eldr__conn_free(hconn *c) {
   eldr_server *s = c->s;
@@ -271,14 +322,16 @@ void eldr__conn_free(hconn *c) {
   event_free(c->wev);
   evbuffer_free(c->out);
   evutil_closesocket(c->fd);
-  eldr__buf_free(&c->in);
+  head_release(c);
+  in_release(c);
+  free(c->origin);
   free(c);
 }
 
 static void dispatch(hconn *c, const char *body, size_t len) {
   eldr_server *s = c->s;
-  const char *p = c->head.path;
-  eldr__method m = c->head.method;
+  const char *p = c->head->path;
+  eldr__method m = c->head->method;
   int known = 1;
   c->state = C_BUSY;
   if (c->unauth) { /* the body was read (framing kept), never looked at */
@@ -323,14 +376,14 @@ bad_method:
     snprintf(extra, sizeof extra,
              "Access-Control-Allow-Methods: GET, POST, HEAD, OPTIONS\r\n"
              "Access-Control-Allow-Headers: %s\r\nAccess-Control-Max-Age: 600\r\n",
-             c->head.acr_headers[0] ? c->head.acr_headers
+             c->head->acr_headers[0] ? c->head->acr_headers
                                     : "Authorization, Content-Type, X-Request-Id, traceparent, tracestate, baggage");
     eldr__send_body(c, 204, "text/plain", "", 0, extra);
     return;
   }
   s->m.bad[known ? BAD_METHOD : BAD_PATH]++;
   c->head_only = 0;
-  if (known) eldr__send_error(c, 405, "invalid_request_error", "method %s not allowed on %s", c->head.method_name, p);
+  if (known) eldr__send_error(c, 405, "invalid_request_error", "method %s not allowed on %s", c->head->method_name, p);
   else eldr__send_error(c, 404, "invalid_request_error", "unknown path %s", p);
 }
 
@@ -413,12 +466,12 @@ bad:
   return -400;
 }
 
-/* Consumed input gone: the buffer restarts at its beginning; one grown
- * past 64 KiB (a large body) is given back while nothing is buffered. */
+/* Consumed input gone: the buffer goes back to the loop until more bytes
+ * arrive (one grown for a large body is freed). Not while dispatch may
+ * still read a body in it: conn_process calls this after its loop. */
 static void in_compact(hconn *c) {
   if (c->inoff < c->in.n) return;
-  c->in.n = c->inoff = 0;
-  if (c->in.cap > (64u << 10) && c->state == C_HEAD) eldr__buf_free(&c->in);
+  in_release(c);
 }
 
 static void conn_process(hconn *c) {
@@ -435,18 +488,28 @@ static void conn_process(hconn *c) {
       }
       size_t look = avail < s->cfg.max_header + 1 ? avail : s->cfg.max_header + 1;
       const char *buf = c->in.p + c->inoff;
-      long hl = eldr__http_parse_head(buf, look, s->cfg.max_header, &c->head);
+      if (!c->head && !(c->head = eldr__spares_take(&s->heads))) {
+        evtimer_del(c->deadline);
+        c->keep_alive = 0;
+        c->state = C_BUSY;
+        eldr__send_error(c, 500, "internal_error", "out of memory");
+        break;
+      }
+      long hl = eldr__http_parse_head(buf, look, s->cfg.max_header, c->head);
       if (hl == 0) break;
       if (hl < 0) {
         evtimer_del(c->deadline);
-        s->m.bad[c->head.status == 431 ? BAD_TOO_LARGE : BAD_HEAD]++;
+        s->m.bad[c->head->status == 431 ? BAD_TOO_LARGE : BAD_HEAD]++;
         c->keep_alive = 0;
         c->state = C_BUSY;
-        eldr__send_error(c, c->head.status, "invalid_request_error", "%s", c->head.error);
+        eldr__send_error(c, c->head->status, "invalid_request_error", "%s", c->head->error);
         break;
       }
       c->inoff += (size_t)hl;
-      c->keep_alive = c->head.keep_alive && !eldr__draining(s); /* draining: the last on this connection */
+      c->keep_alive = c->head->keep_alive && !eldr__draining(s); /* draining: the last on this connection */
+      c->minor = c->head->minor;
+      free(c->origin); /* what the response needs once the head is given back */
+      c->origin = c->head->origin[0] ? strdup(c->head->origin) : NULL;
       if (c->refusing) { /* accepted above max_connections: the head read, answered */
         evtimer_del(c->deadline);
         s->m.conn_refused++;
@@ -456,18 +519,18 @@ static void conn_process(hconn *c) {
                          s->max_conns);
         break;
       }
-      int64_t cl = c->head.content_length;
+      int64_t cl = c->head->content_length;
       /* credentials first: an unauthenticated client learns nothing else
        * (not 411, not 413); a body it sent is read and dropped in dispatch */
       c->unauth = eldr__auth_check(c);
-      if (c->unauth && ((c->head.method == ELDR__M_POST && cl < 0 && !c->head.chunked) ||
+      if (c->unauth && ((c->head->method == ELDR__M_POST && cl < 0 && !c->head->chunked) ||
                         (cl > 0 && (uint64_t)cl > s->cfg.max_body))) {
         evtimer_del(c->deadline);
         if (cl > 0) c->keep_alive = 0; /* a body too large to read stays unread: close */
         eldr__auth_refuse(c);
         break;
       }
-      if (c->head.chunked) { /* Node's http, fetch with a stream, requests with a generator, curl -T - */
+      if (c->head->chunked) { /* Node's http, fetch with a stream, requests with a generator, curl -T - */
         if (!c->cbody && !(c->cbody = evbuffer_new())) {
           evtimer_del(c->deadline);
           c->keep_alive = 0;
@@ -478,14 +541,14 @@ static void conn_process(hconn *c) {
         evbuffer_drain(c->cbody, evbuffer_get_length(c->cbody));
         c->cst = CH_SIZE;
         c->cleft = 0;
-        if (c->head.expect_continue) {
+        if (c->head->expect_continue) {
           evbuffer_add(c->out, "HTTP/1.1 100 Continue\r\n\r\n", 25);
           conn_flush(c);
         }
         c->state = C_BODY;
         continue;
       }
-      if (c->head.method == ELDR__M_POST && cl < 0) {
+      if (c->head->method == ELDR__M_POST && cl < 0) {
         evtimer_del(c->deadline);
         s->m.bad[BAD_LENGTH]++;
         c->keep_alive = 0;
@@ -503,7 +566,7 @@ static void conn_process(hconn *c) {
         break;
       }
       c->body_need = cl > 0 ? (size_t)cl : 0;
-      if (c->head.expect_continue && c->body_need) {
+      if (c->head->expect_continue && c->body_need) {
         evbuffer_add(c->out, "HTTP/1.1 100 Continue\r\n\r\n", 25);
         conn_flush(c);
       }
@@ -511,7 +574,7 @@ static void conn_process(hconn *c) {
       continue;
     }
     /* C_BODY */
-    if (c->head.chunked) {
+    if (c->head->chunked) {
       int rc = read_chunked(c);
       if (rc == 0) break; /* more bytes needed */
       evtimer_del(c->deadline);
@@ -525,6 +588,7 @@ static void conn_process(hconn *c) {
       size_t blen = evbuffer_get_length(c->cbody);
       const char *body = blen ? (const char *)evbuffer_pullup(c->cbody, -1) : "";
       dispatch(c, body, blen);
+      head_release(c); /* dispatched: what the response needs was kept (minor, origin) */
       evbuffer_drain(c->cbody, blen); /* parsed by now: its memory goes back */
       continue;
     }
@@ -535,11 +599,13 @@ static void conn_process(hconn *c) {
      * read happens meanwhile: the buffer does not move) */
     size_t blen = c->body_need;
     dispatch(c, body, blen);
+    head_release(c);
     c->inoff += blen;
     /* dispatch either answered (state back to C_HEAD / C_CLOSING) or is
      * waiting for upstream (C_BUSY) */
   }
   c->in_process = 0;
+  if (c->state != C_BODY) head_release(c); /* a partial head is parsed again from its first byte */
   in_compact(c);
   if (c->state == C_CLOSING && evbuffer_get_length(c->out) == 0) eldr__conn_free(c);
 }
@@ -557,6 +623,13 @@ static void conn_read_cb(evutil_socket_t fd, short ev, void *arg) {
     c->rsusp = 1;
     event_del(c->rev);
     return;
+  }
+  if (!c->in.p) { /* bytes arrive: a buffer from the loop's spares */
+    if (!(c->in.p = eldr__spares_take(&c->s->inbufs))) {
+      eldr__conn_free(c); /* out of memory */
+      return;
+    }
+    c->in.cap = INBUF;
   }
   if (c->in.cap - c->in.n < 4096) {
     if (c->inoff > 0) { /* move the unconsumed bytes down */
@@ -578,7 +651,10 @@ static void conn_read_cb(evutil_socket_t fd, short ev, void *arg) {
     return;
   }
   ssize_t n = recv(fd, c->in.p + c->in.n, room, 0);
-  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+    if (c->in.n == c->inoff) in_release(c); /* nothing came: not held while waiting */
+    return;
+  }
   if (n <= 0) { /* EOF or error: a request in flight is aborted (eldr__conn_free) */
     eldr__conn_free(c);
     return;

@@ -167,16 +167,26 @@ void eldr__handle_metrics(hconn *c) {
                       missing);
   evbuffer_add_printf(o, "# HELP eldr_sigcache_rows Block rows held by the signature cache.\n"
                          "# TYPE eldr_sigcache_rows gauge\neldr_sigcache_rows %zu\n"
-                         "# HELP eldr_sigcache_hits_total Prefix-cached blocks whose row the signature cache held.\n"
+                         "# HELP eldr_sigcache_hits_total Prompt blocks whose row the signature cache supplied (the engine did not send it, or the reply was not read for it).\n"
                          "# TYPE eldr_sigcache_hits_total counter\neldr_sigcache_hits_total %llu\n"
                          "# HELP eldr_sigcache_misses_total Prefix-cached blocks whose row the signature cache lacked.\n"
                          "# TYPE eldr_sigcache_misses_total counter\neldr_sigcache_misses_total %llu\n"
                          "# HELP eldr_sigcache_evictions_total Block rows evicted from the signature cache.\n"
                          "# TYPE eldr_sigcache_evictions_total counter\neldr_sigcache_evictions_total %llu\n"
                          "# HELP eldr_sigcache_lock_waits_total Signature cache operations that waited for a shard another event loop held.\n"
-                         "# TYPE eldr_sigcache_lock_waits_total counter\neldr_sigcache_lock_waits_total %llu\n",
+                         "# TYPE eldr_sigcache_lock_waits_total counter\neldr_sigcache_lock_waits_total %llu\n"
+                         "# HELP eldr_sigcache_capacity Block rows the signature cache can hold (--sigcache-rows, --sig-cache-mb).\n"
+                         "# TYPE eldr_sigcache_capacity gauge\neldr_sigcache_capacity %zu\n"
+                         "# HELP eldr_sigcache_bytes Memory the signature cache allocated (rows, keys, links, index).\n"
+                         "# TYPE eldr_sigcache_bytes gauge\neldr_sigcache_bytes %zu\n"
+                         "# HELP eldr_sigcache_stored_total Blocks counted and stored in the signature cache.\n"
+                         "# TYPE eldr_sigcache_stored_total counter\neldr_sigcache_stored_total %llu\n"
+                         "# HELP eldr_sigcache_present_total Blocks to store that the signature cache held already (not counted again).\n"
+                         "# TYPE eldr_sigcache_present_total counter\neldr_sigcache_present_total %llu\n",
                       cs.rows, (unsigned long long)cs.hits, (unsigned long long)cs.misses,
-                      (unsigned long long)cs.evictions, (unsigned long long)eldr_sigshard_lock_waits(s->sp.conf.cache));
+                      (unsigned long long)cs.evictions, (unsigned long long)eldr_sigshard_lock_waits(s->sp.conf.cache),
+                      cs.capacity, eldr_sigshard_bytes(s->sp.conf.cache), (unsigned long long)cs.stored,
+                      (unsigned long long)cs.present);
   evbuffer_add_printf(o, "# HELP eldr_reloads_total Configuration/artifact reloads.\n"
                          "# TYPE eldr_reloads_total counter\neldr_reloads_total{result=\"ok\"} %llu\n"
                          "eldr_reloads_total{result=\"error\"} %llu\n",
@@ -244,6 +254,26 @@ void eldr__handle_metrics(hconn *c) {
                           eldr__role_name[role], w->url, (unsigned long long)w->slot->err_status,
                           eldr__role_name[role], w->url, (unsigned long long)w->slot->err_timeout);
     }
+  unsigned long long bt = 0, ba = 0, bf = 0, bi = 0, bn = 0; /* the loops' reply buffer pools (bufpool.h) */
+  for (int l = 0; l < g->n; l++) {
+    const eldr__bufpool_stats *b = &g->loops[l]->bufs.st;
+    bt += atomic_load_explicit(&b->takes, memory_order_relaxed);
+    ba += atomic_load_explicit(&b->allocs, memory_order_relaxed);
+    bf += atomic_load_explicit(&b->frees, memory_order_relaxed);
+    bi += atomic_load_explicit(&b->idle_bytes, memory_order_relaxed);
+    bn += atomic_load_explicit(&b->idle_n, memory_order_relaxed);
+  }
+  evbuffer_add_printf(o, "# HELP eldr_reply_buffers_taken_total Large reply buffers (64 KiB and more) handed out by the event loops' pools.\n"
+                         "# TYPE eldr_reply_buffers_taken_total counter\neldr_reply_buffers_taken_total %llu\n"
+                         "# HELP eldr_reply_buffers_allocated_total Large reply buffers allocated (the rest of those taken were reused).\n"
+                         "# TYPE eldr_reply_buffers_allocated_total counter\neldr_reply_buffers_allocated_total %llu\n"
+                         "# HELP eldr_reply_buffers_freed_total Large reply buffers given back to the system by the pools' policy.\n"
+                         "# TYPE eldr_reply_buffers_freed_total counter\neldr_reply_buffers_freed_total %llu\n"
+                         "# HELP eldr_reply_buffers_idle_bytes Bytes of large reply buffers the pools hold idle.\n"
+                         "# TYPE eldr_reply_buffers_idle_bytes gauge\neldr_reply_buffers_idle_bytes %llu\n"
+                         "# HELP eldr_reply_buffers_idle Large reply buffers the pools hold idle.\n"
+                         "# TYPE eldr_reply_buffers_idle gauge\neldr_reply_buffers_idle %llu\n",
+                      bt, ba, bf, bi, bn);
   eldr__record_metrics(s, o);
   evbuffer_add_printf(o, "# HELP eldr_loop_connections_total Client connections accepted, by event loop.\n"
                          "# TYPE eldr_loop_connections_total counter\n");

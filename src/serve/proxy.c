@@ -39,13 +39,17 @@ static void leg_release(rq *r) {
 
 static void leg_deadline_cb(evutil_socket_t fd, short ev, void *arg);
 
-/* Requests that held at least this much trim the heap when they end. */
+/* Requests whose buffers (other than the pooled large ones) add up to at
+ * least this much trim the heap when they are freed. */
 #define BIG_REQUEST (1u << 20)
 /* Ended requests a loop keeps for reuse (with their timer and buffers), and
  * the most buffer bytes one may hold to be kept: a loop's pool stays under
- * RQ_POOL_MAX x RQ_KEEP_BYTES. */
+ * RQ_POOL_MAX x RQ_KEEP_BYTES. A prompt of 4096 tokens is about 25 KB of
+ * JSON, and a request holds it about five times (the client's body, its
+ * text, both legs' bodies): kept, so that long prompts do not allocate and
+ * free 125 KB per request (the large reply buffers are the loop's: bufpool.h). */
 #define RQ_POOL_MAX 64
-#define RQ_KEEP_BYTES (64u << 10)
+#define RQ_KEEP_BYTES (256u << 10)
 
 static size_t rq_kept_bytes(const rq *r) {
   return r->L.cap + r->req.text_cap + r->req.raw_cap + r->req.ids_cap * sizeof *r->req.ids + r->pr.raw_cap +
@@ -76,21 +80,44 @@ void eldr__rq_pool_free(eldr_server *s) {
   s->rq_pooled = 0;
 }
 
+/* The request's large buffers (a worker's reply, the prefill reply it became,
+ * the decode reply as fixed) go back to the loop's pool (bufpool.h), whose
+ * policy decides what stays; the request keeps only small ones. */
+static void rq_give_large(rq *r) {
+  eldr__bufpool *bp = &r->s->bufs;
+  if (r->L.cap >= ELDR__BUFPOOL_MIN) {
+    eldr__bufpool_give(bp, r->L.buf, r->L.cap);
+    r->L.buf = NULL;
+    r->L.n = r->L.cap = 0;
+  }
+  eldr__prefill_reply_clear(&r->pr); /* keeps its copy's buffer (and nothing borrows from it now) */
+  if (r->pr.raw_cap >= ELDR__BUFPOOL_MIN) {
+    eldr__bufpool_give(bp, r->pr.raw, r->pr.raw_cap);
+    r->pr.raw = NULL;
+    r->pr.raw_cap = 0;
+  }
+  if (r->fix.cap >= ELDR__BUFPOOL_MIN) {
+    eldr__bufpool_give(bp, r->fix.p, r->fix.cap);
+    r->fix = (eldr__buf){0};
+  }
+}
+
 void eldr__rq_free(rq *r) {
   if (!r) return;
   eldr_server *s = r->s;
-  size_t big = r->L.cap + r->pb.n + r->db.n + r->req.text_len + r->pr.routed_experts_len;
-  if (big >= BIG_REQUEST) eldr__mem_note(s, big);
   leg_release(r);
   if (r->reserved) r->reserved->inflight--; /* reserved, never started (not reached today) */
   if (r->rec) eldr__record_submit(r); /* takes L.buf and pr.root when it needs them */
+  rq_give_large(r);
   if (s->rq_pooled >= RQ_POOL_MAX || rq_kept_bytes(r) > RQ_KEEP_BYTES || !r->L.deadline) {
+    size_t big = rq_kept_bytes(r); /* a large prompt's buffers: freed, the heap trimmed soon */
+    if (big >= BIG_REQUEST) eldr__mem_note(s, big);
     rq_destroy(r);
     return;
   }
   /* back to the pool: what this request read is dropped, the buffers stay */
   eldr__req_clear(&r->req);
-  eldr__prefill_reply_clear(&r->pr); /* the prompt's hash buffer stays too: the next prompt_init reuses it */
+  /* the prompt's hash buffer stays too: the next prompt_init reuses it */
   free(r->wsig);
   r->wsig = NULL;
   eldr__record_stream_free(r);
@@ -409,6 +436,32 @@ static void leg_deadline_cb(evutil_socket_t fd, short ev, void *arg) {
 }
 
 #define PRESIZE_MAX (32ll << 20)
+#define REPLY_SLACK 4096
+
+/* The leg's reply buffer to at least need bytes, its bytes kept: a large one
+ * from the loop's pool (bufpool.h: reused, no page faults once warm), a
+ * small one grown in place. 0 or ELDR_ENOMEM (L unchanged). */
+static int leg_buf_grow(rq *r, size_t need) {
+  leg *L = &r->L;
+  if (need <= L->cap) return 0;
+  size_t cap = L->cap ? L->cap : 4096;
+  while (cap < need) cap *= 2;
+  if (cap < ELDR__BUFPOOL_MIN) {
+    char *q = realloc(L->buf, cap);
+    if (!q) return ELDR_ENOMEM;
+    L->buf = q;
+    L->cap = cap;
+    return 0;
+  }
+  size_t got;
+  char *q = eldr__bufpool_take(&r->s->bufs, L->n ? cap : need, &got);
+  if (!q) return ELDR_ENOMEM;
+  if (L->n) memcpy(q, L->buf, L->n);
+  eldr__bufpool_give(&r->s->bufs, L->buf, L->cap);
+  L->buf = q;
+  L->cap = got;
+  return 0;
+}
 
 static void leg_head_cb(void *arg, int status, const char *ctype) {
   rq *r = arg;
@@ -419,15 +472,14 @@ static void leg_head_cb(void *arg, int status, const char *ctype) {
   if (L->streaming) return; /* the first-byte bound runs on to the first token (vLLM sends its head at once) */
   /* a body of known length (a prefill reply of megabytes of routed_experts)
    * gets its buffer at once, not by doubling and copying as it arrives; up
-   * to PRESIZE_MAX only: a worker's header alone does not reserve more */
+   * to PRESIZE_MAX only: a worker's header alone does not reserve more. A
+   * large one comes from the loop's pool, with room for what the prefill
+   * reply's reader appends (its kv_transfer_params and usage details) */
   long long cl = L->up ? eldr_up_body_length(L->up) : -1;
-  if (cl > 0 && cl <= PRESIZE_MAX && L->n == 0 && (size_t)cl + 1 > L->cap) {
-    char *q = malloc((size_t)cl + 1);
-    if (q) { /* else the data callback grows it (and reports what fails) */
-      free(L->buf);
-      L->buf = q;
-      L->cap = (size_t)cl + 1;
-    }
+  if (cl > 0 && cl <= PRESIZE_MAX && L->n == 0) {
+    size_t need = (size_t)cl + 1;
+    if (need >= ELDR__BUFPOOL_MIN) need += REPLY_SLACK + need / 64;
+    if (need > L->cap) leg_buf_grow(r, need); /* on failure the data callback grows it (and reports) */
   }
 }
 
@@ -461,17 +513,10 @@ static void leg_data_cb(void *arg, const char *p, size_t n) {
     client_upstream_error(r, 502, OUT_UPSTREAM_ERROR, "worker reply exceeds %u MiB", MAX_REPLY >> 20);
     return;
   }
-  if (L->n + n + 1 > L->cap) {
-    size_t cap = L->cap ? L->cap : 4096;
-    while (cap < L->n + n + 1) cap *= 2;
-    char *q = realloc(L->buf, cap);
-    if (!q) {
-      leg_release(r);
-      client_upstream_error(r, 502, OUT_UPSTREAM_ERROR, "out of memory for the worker's reply");
-      return;
-    }
-    L->buf = q;
-    L->cap = cap;
+  if (L->n + n + 1 > L->cap && leg_buf_grow(r, L->n + n + 1)) {
+    leg_release(r);
+    client_upstream_error(r, 502, OUT_UPSTREAM_ERROR, "out of memory for the worker's reply");
+    return;
   }
   memcpy(L->buf + L->n, p, n);
   L->n += n;
@@ -834,11 +879,11 @@ static rq *rq_new(hconn *c) {
   /* the engines' request id: random per request (a client's X-Request-Id is
    * echoed and logged, never an engine's id: replicas and restarts would
    * collide on it, and a client could name another request) */
-  if (eldr__uuid4(r->reqid) != 0 || forwarded_lines(c->s, &c->head, &r->fwd) != 0) {
+  if (eldr__uuid4(r->reqid) != 0 || forwarded_lines(c->s, c->head, &r->fwd) != 0) {
     rq_destroy(r);
     return NULL;
   }
-  if (c->head.request_id[0]) eldr__copy(r->client_reqid, sizeof r->client_reqid, c->head.request_id);
+  if (c->head->request_id[0]) eldr__copy(r->client_reqid, sizeof r->client_reqid, c->head->request_id);
   c->r = r;
   return r;
 }

@@ -37,7 +37,10 @@ static const char *const STAGE_NAMES[ELDR_RB_NSTAGES] = {
     [ELDR_RB_DECISION] = "decision",
     [ELDR_RB_SIG_DEC] = "signature+decision",
     [ELDR_RB_SIG_HIT] = "signature, 75% prefix hit",
-    [ELDR_RB_STORE] = "store block rows",
+    [ELDR_RB_STORE_NEW] = "store block rows, new",
+    [ELDR_RB_STORE_HELD] = "store block rows, held",
+    [ELDR_RB_CACHED_ALL] = "cached prompt, all rows",
+    [ELDR_RB_CACHED_LAST] = "cached prompt, last block",
     [ELDR_RB_PARSE] = "prefill reply JSON parse",
     [ELDR_RB_PARSE_SIG] = "parse+signature, scanner",
     [ELDR_RB_TREE] = "parse+signature, tree",
@@ -46,6 +49,39 @@ static const char *const STAGE_NAMES[ELDR_RB_NSTAGES] = {
     [ELDR_RB_COMPACT_SIG] = "compact: signature",
     [ELDR_RB_COMPACT_PARSE_SIG] = "compact: parse+signature",
 };
+
+/* The stages callgrind counts one at a time (--toggle-collect=stage_...):
+ * each a function of its own, never inlined. */
+#define STAGE __attribute__((noinline, noipa)) static
+STAGE void stage_sig(eldr__sigpath *sp, const eldr__prefill_reply *pr, eldr__sigres *res) {
+  eldr__sigpath_extract(sp, pr->raw, pr->raw_len, pr->root, 0, pr->routed_experts, pr->routed_experts_len, pr->compact,
+                        NULL, res);
+}
+/* The deferred store of an extraction's computed blocks: a prompt seen
+ * before (its blocks held), a new one. */
+STAGE void stage_store_held(eldr__sigpath *sp, const eldr__sigres *res) { eldr__sigpath_store(sp, res); }
+STAGE void stage_store_new(eldr__sigpath *sp, const eldr__sigres *res) { eldr__sigpath_store(sp, res); }
+/* A prompt the cache holds, whole signature path: extraction and store;
+ * the reply with every row, or with the last block only. */
+static void cached(eldr__sigpath *sp, const eldr__prefill_reply *pr, const eldr__prompt *p, eldr__sigres *res) {
+  eldr__sigpath_extract(sp, pr->raw, pr->raw_len, pr->root, 0, pr->routed_experts, pr->routed_experts_len, pr->compact,
+                        p, res);
+  eldr__sigpath_store(sp, res);
+}
+STAGE void stage_cached_all(eldr__sigpath *sp, const eldr__prefill_reply *pr, const eldr__prompt *p,
+                            eldr__sigres *res) {
+  cached(sp, pr, p, res);
+}
+STAGE void stage_cached_last(eldr__sigpath *sp, const eldr__prefill_reply *pr, const eldr__prompt *p,
+                             eldr__sigres *res) {
+  cached(sp, pr, p, res);
+}
+
+/* The cache holds this many prompts' blocks: the warm-up's new prompts
+ * fill it, so the timed stores reuse evicted rows (as a router's cache in
+ * its steady state) instead of touching fresh pages. */
+#define CACHE_PROMPTS 8
+#define WARMUP (CACHE_PROMPTS + 4)
 
 void eldr_routebench_free(eldr_routebench *b) {
   if (!b) return;
@@ -134,6 +170,9 @@ typedef struct inputs {
   char *rtail;     /* the reply of a prompt whose first 75% the engine had cached */
   int rtl;
   char *b64tail;
+  char *rlast;     /* the reply of a prompt the cache holds, with its last block's rows only */
+  int rll;
+  char *b64last;
   char *creply;    /* the same prompt's compact reply (eldr/reply_compact.h) */
   size_t crl;
 } inputs;
@@ -145,6 +184,8 @@ static void inputs_free(inputs *in) {
   free(in->reply);
   free(in->rtail);
   free(in->b64tail);
+  free(in->rlast);
+  free(in->b64last);
   free(in->creply);
 }
 
@@ -209,9 +250,11 @@ static int make_inputs(eldr_routebench *b, size_t T, inputs *in, eldr_diag *d) {
   eldr_shape wsh;
   if (wire_rows(b, in, &wire, &wsh)) return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
   const size_t first = (T * 3 / 4) / ELDR_BLOCK_TOKENS * ELDR_BLOCK_TOKENS; /* the prefix-hit variant's (below) */
-  size_t tlen = 0;
+  const size_t flast = (T - 1) / ELDR_BLOCK_TOKENS * ELDR_BLOCK_TOKENS;    /* the last-block variant's */
+  size_t tlen = 0, llen = 0;
   int bad = eldr_routed_experts_encode(wire, T, &wsh, dt, &in->b64, &in->blen) ||
-            eldr_routed_experts_encode(wire + first * wsh.num_layers * K, T - first, &wsh, dt, &in->b64tail, &tlen);
+            eldr_routed_experts_encode(wire + first * wsh.num_layers * K, T - first, &wsh, dt, &in->b64tail, &tlen) ||
+            eldr_routed_experts_encode(wire + flast * wsh.num_layers * K, T - flast, &wsh, dt, &in->b64last, &llen);
   if (wire != in->sel) free(wire);
   if (bad) return eldr_diag_fail(d, ELDR_ENOMEM, "encode failed");
   /* a prompt of exactly T stand-in tokens ("w0 w1 ...": one token per word) */
@@ -236,6 +279,13 @@ static int make_inputs(eldr_routebench *b, size_t T, inputs *in, eldr_diag *d) {
                      "{\"object\":\"text_completion\",\"choices\":[{\"index\":0,\"routed_experts\":\"%s\"}],"
                      "\"usage\":{\"prompt_tokens\":%zu,\"completion_tokens\":1}}",
                      in->b64tail, T);
+  /* a prompt the cache holds, the reply carrying only the block of its
+   * last token (vLLM before PR #39917, or --routed-experts-prompt computed) */
+  if (!(in->rlast = malloc(llen + 512))) return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
+  in->rll = snprintf(in->rlast, llen + 512,
+                     "{\"object\":\"text_completion\",\"choices\":[{\"index\":0,\"routed_experts\":\"%s\"}],"
+                     "\"usage\":{\"prompt_tokens\":%zu,\"completion_tokens\":1}}",
+                     in->b64last, T);
   return make_compact(b, in, d);
 }
 
@@ -249,11 +299,21 @@ static int measure(eldr_routebench *b, const inputs *in, eldr_diag *d) {
   eldr__sigconf conf;
   eldr__sigconf_build(&b->sp_c, NULL, 0, &conf, NULL);
   eldr__sigpath_commit(&b->sp_c, &conf);
-  if (eldr__sigconf_build(&b->sp_c, b->a, 1 << 14, &conf, d)) return ELDR_ENOMEM;
+  const size_t nblk = in->T / ELDR_BLOCK_TOKENS;
+  if (eldr__sigconf_build(&b->sp_c, b->a, (nblk ? nblk : 1) * CACHE_PROMPTS, &conf, d)) return ELDR_ENOMEM;
   eldr__sigpath_commit(&b->sp_c, &conf);
   /* the prefix-hit reply, read once here: the loop measures the extraction */
   eldr__prefill_reply prt;
   if (eldr__prefill_reply_read(in->rtail, (size_t)in->rtl, 0, &prt, d)) return ELDR_EPARSE;
+  eldr__prefill_reply prl;
+  if (eldr__prefill_reply_read(in->rlast, (size_t)in->rll, 0, &prl, d)) {
+    eldr__prefill_reply_free(&prt);
+    return ELDR_EPARSE;
+  }
+  /* the new prompts of the "new prompt" store: the text with its first
+   * word replaced by one that names the iteration (every block hash new) */
+  const char *rest = strchr(in->text, ' ');
+  char *ntext = malloc(in->tl + 32);
   char *copy = malloc(in->blen);
   /* the reply as the router holds it: received into the leg's buffer,
    * which the read adopts (and gives its previous one back) */
@@ -262,9 +322,10 @@ static int measure(eldr_routebench *b, const inputs *in, eldr_diag *d) {
   char *lbuf = NULL;
   size_t lcap = 0;
   eldr__prompt prompt = {0}; /* its hash buffer reused from request to request, as a pooled request's */
+  eldr__prompt nprompt = {0};
   uint64_t sink = 0;
-  int rc = copy ? 0 : eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
-  for (long it = -5; !rc && it < iters; it++) {
+  int rc = copy && ntext && rest ? 0 : eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
+  for (long it = -WARMUP; !rc && it < iters; it++) { /* warm-up rounds: they fill the cache */
     if (lcap <= (size_t)in->rl) { /* the receive (not timed) */
       free(lbuf);
       lcap = (size_t)in->rl + 1;
@@ -283,8 +344,7 @@ static int measure(eldr_routebench *b, const inputs *in, eldr_diag *d) {
     if ((rc = eldr__prefill_reply_adopt(&lbuf, &lcap, &ln, 0, &pr, d))) break;
     const double t1 = eldr_clock_now();
     eldr__sigres res;
-    eldr__sigpath_extract(&b->sp_nc, pr.raw, pr.raw_len, pr.root, 0, pr.routed_experts, pr.routed_experts_len, pr.compact, NULL,
-                          &res);
+    stage_sig(&b->sp_nc, &pr, &res);
     if (res.fallback != ELDR__FB_NONE) {
       rc = eldr_diag_fail(d, ELDR_EIO, "extraction fell back (%d): %s", res.fallback, res.diag.msg);
       break;
@@ -301,8 +361,42 @@ static int measure(eldr_routebench *b, const inputs *in, eldr_diag *d) {
     eldr__sigpath_extract(&b->sp_c, pr.raw, pr.raw_len, pr.root, 0, pr.routed_experts, pr.routed_experts_len, pr.compact, &prompt,
                           &res);
     const double t4 = eldr_clock_now();
-    eldr__sigpath_store(&b->sp_c, &res);
+    stage_store_held(&b->sp_c, &res); /* the same prompt again: its blocks are held */
     const double t5 = eldr_clock_now();
+    /* the first request of a prompt: the store counts every block */
+    const int nl = snprintf(ntext, 32, "q%ld", it + WARMUP);
+    memcpy(ntext + nl, rest, in->tl - (size_t)(rest - in->text));
+    const size_t ntl = (size_t)nl + in->tl - (size_t)(rest - in->text);
+    if ((rc = eldr__prompt_init(&b->sp_c, &nprompt, ntext, ntl, NULL, 0))) break;
+    if (nprompt.ntok != in->T) {
+      rc = eldr_diag_fail(d, ELDR_EIO, "the new prompt is not %zu tokens", in->T);
+      break;
+    }
+    eldr__sigpath_extract(&b->sp_c, pr.raw, pr.raw_len, pr.root, 0, pr.routed_experts, pr.routed_experts_len, pr.compact,
+                          &nprompt, &res);
+    if (res.fallback != ELDR__FB_NONE) {
+      rc = eldr_diag_fail(d, ELDR_EIO, "the new prompt's extraction fell back");
+      break;
+    }
+    const double tn0 = eldr_clock_now();
+    stage_store_new(&b->sp_c, &res);
+    const double tn1 = eldr_clock_now();
+    /* the prompt the cache holds, again, whole path (extraction, store):
+     * the reply with every row (vLLM since PR #39917), then with its last block only */
+    if ((rc = eldr__prompt_init(&b->sp_c, &prompt, in->text, in->tl, NULL, 0))) break;
+    const double tc0 = eldr_clock_now();
+    stage_cached_all(&b->sp_c, &pr, &prompt, &res);
+    const double tc1 = eldr_clock_now();
+    if (res.fallback != ELDR__FB_NONE || res.n_tokens != in->T) {
+      rc = eldr_diag_fail(d, ELDR_EIO, "cached extraction (all rows) wrong");
+      break;
+    }
+    stage_cached_last(&b->sp_c, &prl, &prompt, &res);
+    const double tc2 = eldr_clock_now();
+    if (res.fallback != ELDR__FB_NONE || res.n_tokens != in->T) {
+      rc = eldr_diag_fail(d, ELDR_EIO, "cached extraction (last block) wrong");
+      break;
+    }
     /* a later request with 75% prefix hit: its prompt's blocks (tokenised
      * once, as at the request's arrival: not timed), tail rows + cached rows */
     if ((rc = eldr__prompt_init(&b->sp_c, &prompt, in->text, in->tl, NULL, 0))) break;
@@ -361,7 +455,10 @@ static int measure(eldr_routebench *b, const inputs *in, eldr_diag *d) {
       t[ELDR_RB_SIG][it] = t2 - t1;
       t[ELDR_RB_DECISION][it] = t3 - t2;
       t[ELDR_RB_SIG_DEC][it] = (t2 - t1) + (t3 - t2);
-      t[ELDR_RB_STORE][it] = t5 - t4;
+      t[ELDR_RB_STORE_HELD][it] = t5 - t4;
+      t[ELDR_RB_STORE_NEW][it] = tn1 - tn0;
+      t[ELDR_RB_CACHED_ALL][it] = tc1 - tc0;
+      t[ELDR_RB_CACHED_LAST][it] = tc2 - tc1;
       t[ELDR_RB_SIG_HIT][it] = t6 - t5b;
       t[ELDR_RB_MEMCPY][it] = t0 - tc;
       t[ELDR_RB_PARSE_SIG][it] = t2 - t0;
@@ -374,7 +471,10 @@ static int measure(eldr_routebench *b, const inputs *in, eldr_diag *d) {
   free(lbuf);
   eldr__prefill_reply_free(&pr);
   eldr__prefill_reply_free(&prt);
+  eldr__prefill_reply_free(&prl);
+  free(ntext);
   eldr__prompt_free(&prompt);
+  eldr__prompt_free(&nprompt);
   if (!rc && b->sp_c.blocks_missing)
     rc = eldr_diag_fail(d, ELDR_EIO, "signature cache missed %llu blocks", (unsigned long long)b->sp_c.blocks_missing);
   return rc;

@@ -47,6 +47,7 @@
 #include "eldr/artifact.h"
 #include "eldr/policy.h"
 #include "eldr/serve.h"
+#include "bufpool.h"
 #include "serve_internal.h"
 #include "bus.h"
 #include "dnsmsg.h"
@@ -341,7 +342,9 @@ struct hconn {
   evutil_socket_t fd;
   struct event *rev, *wev; /* read (persistent, on unless suspended); write (only while out is not empty) */
   struct evbuffer *out;    /* what the socket did not take yet */
-  eldr__buf in;            /* bytes read, [inoff, in.n) not consumed; kept across requests */
+  eldr__buf in;            /* bytes read, [inoff, in.n) not consumed: a loop's spare
+                            * (s->inbufs) taken when bytes arrive, given back once
+                            * they are all consumed (an idle connection holds none) */
   size_t inoff;
   int rsusp;               /* reading suspended: the input bound is reached */
   struct event *deadline;  /* idle keep-alive (dl_idle) or the request head/body bound */
@@ -360,7 +363,13 @@ struct hconn {
   uint64_t cleft;         /* bytes left in the current chunk */
   rq *r;
   hconn *prev, *next;
-  eldr__http_head head;
+  /* the request head being read and dispatched: a loop's spare (s->heads)
+   * from a request's first byte until its dispatch returned (NULL while
+   * idle or while the request waits for its workers); what the response
+   * needs of it afterwards is kept below */
+  eldr__http_head *head;
+  int minor;               /* HTTP/1.<minor> of the request being answered */
+  char *origin;            /* its Origin header (CORS; NULL: none), until the response is done */
 };
 
 struct eldr_server {
@@ -426,6 +435,8 @@ struct eldr_server {
   /* requests that ended, kept with their buffers for the next (proxy.c) */
   rq *rq_pool;
   size_t rq_pooled;
+  eldr__bufpool bufs;     /* the loop's large reply buffers (bufpool.h) */
+  eldr__spares heads, inbufs; /* spare request heads and connection input buffers (conn.c) */
   metrics m;
 };
 
@@ -467,6 +478,8 @@ void eldr__rq_drained(rq *r);
 /* A request that held `bytes` (>= 1 MiB) of buffers ended: trim the heap
  * soon (one trim per burst). */
 void eldr__mem_note(eldr_server *s, size_t bytes);
+/* The loop's spare request heads and input buffers (s->heads, s->inbufs). */
+void eldr__conn_spares_init(eldr_server *s);
 /* Close the connection; a request still in flight is aborted (eldr__rq_abort). */
 void eldr__conn_free(hconn *c);
 /* Whole responses; the connection then reads its next request or closes

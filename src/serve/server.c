@@ -70,6 +70,9 @@ static void mem_trim(evutil_socket_t fd, short ev, void *arg) {
   malloc_trim(0);
 }
 
+/* The loop's buffer pool freed a buffer: the heap is trimmed soon. */
+static void pool_freed(void *arg, size_t bytes) { eldr__mem_note(arg, bytes); }
+
 /* max_connections, or half the fd limit when 0. */
 static size_t resolve_max_conns(const eldr_serve_config *c) {
   if (c->max_connections) return c->max_connections;
@@ -158,7 +161,8 @@ static int stage_build(eldr_server *s, const eldr_serve_config *base, int reread
     rc = eldr_diag_fail(d, rc, "policy %s cannot be initialised (tau %g)", eldr_policy_name(c->policy), tau);
     goto fail;
   }
-  if ((rc = eldr__sigconf_build(&s->sp, a, c->sigcache_rows, &st->sig, d))) goto fail;
+  if ((rc = eldr__sigconf_build(&s->sp, a, eldr__sigcache_capacity(a, c->sigcache_rows, c->sig_cache_mb), &st->sig, d)))
+    goto fail;
   if ((rc = eldr__workers_plan(s, c, &st->wp, d))) goto fail;
   if ((rc = eldr__fps_new(st->art, c->policy, st->wp.nw[1], c->decode_max_batch, &st->fps, d))) goto fail;
   eldr_policy_attach_footprint(&st->pol, st->fps ? st->fps->fp : NULL);
@@ -412,10 +416,14 @@ static int loop_new(const eldr_serve_config *cfg, eldr__group *g, int idx, int p
   s->ev_trim = evtimer_new(s->base, mem_trim, s);
   s->ev_hang = event_new(s->base, -1, EV_PERSIST, eldr__hang_tick, s);
   s->accept_log_t = -1e9;
-  if (!s->ev_health || !s->ev_scrape || !s->ev_accept || !s->ev_trim || !s->ev_hang || (rc = eldr__sigpath_init(&s->sp, s->base))) {
+  if (!s->ev_health || !s->ev_scrape || !s->ev_accept || !s->ev_trim || !s->ev_hang ||
+      (rc = eldr__sigpath_init(&s->sp, s->base)) || (rc = eldr__bufpool_init(&s->bufs, s->base, ELDR__BUFPOOL_IDLE_MAX))) {
     rc = eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
     goto fail;
   }
+  eldr__conn_spares_init(s);
+  s->bufs.on_free = pool_freed;
+  s->bufs.on_free_arg = s;
   s->sp.share = &g->sigshare; /* one signature cache for every loop */
   if ((rc = eldr__dns_init(s, cfg->dns_server, d))) goto fail;
   if (idx == 0) {
@@ -560,6 +568,17 @@ int eldr_server_run(eldr_server *s) {
   eldr__logf(s, "listening on %s:%d (%zu prefill, %zu decode workers, policy %s, artifact %s, %d event loop%s)",
         s->cfg.host, s->port, s->nw[0], s->nw[1], eldr_policy_name(s->cfg.policy),
         s->art ? s->cfg.artifact : "none", s->grp->n, s->grp->n == 1 ? "" : "s");
+  if (s->sp.conf.cache) {
+    eldr_sigcache_stats cs;
+    eldr_sigshard_stats_get(s->sp.conf.cache, &cs);
+    const eldr_artifact *a = s->art;
+    eldr__logf(s, "signature cache: %zu rows of %zu bytes (%zu of %u layers x %u experts), %.1f MiB "
+                  "(--sigcache-rows %zu, --sig-cache-mb %zu)",
+               cs.capacity, eldr_sigcache_row_bytes(&a->shape, a->mask),
+               eldr_sigcache_row_bytes(&a->shape, a->mask) / a->shape.num_experts, a->shape.num_layers,
+               a->shape.num_experts, (double)eldr_sigshard_bytes(s->sp.conf.cache) / (1 << 20), s->cfg.sigcache_rows,
+               s->cfg.sig_cache_mb);
+  }
   if (s->grp->n > 1 && s->cfg.policy == ELDR_POLICY_FOOTPRINT && !s->grp->bus)
     eldr__logf(s, "footprint: each of the %d event loops models only the requests it routed (--threads 1 "
                   "gives it the whole picture)", s->grp->n);
@@ -603,6 +622,9 @@ static void loop_free(eldr_server *s) {
   if (s->base) {
     for (int i = 0; i < 4; i++) event_base_loop(s->base, EVLOOP_NONBLOCK);
     eldr__rq_pool_free(s); /* their timers belong to the base */
+    eldr__bufpool_free(&s->bufs);
+    eldr__spares_free(&s->heads);
+    eldr__spares_free(&s->inbufs);
     event_base_free(s->base);
   }
   eldr__art_put(s->artref);

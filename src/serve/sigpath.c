@@ -76,6 +76,12 @@ void eldr__sigpath_free(eldr__sigpath *sp) {
   memset(sp, 0, sizeof *sp);
 }
 
+size_t eldr__sigcache_capacity(const eldr_artifact *a, size_t rows, size_t mb) {
+  if (!a || !rows || !mb) return 0;
+  size_t fit = eldr_sigcache_capacity_for(&a->shape, a->mask, mb << 20);
+  return fit < rows ? fit : rows;
+}
+
 int eldr__sigconf_build(const eldr__sigpath *sp, const eldr_artifact *a, size_t cache_rows,
                         eldr__sigconf *out, eldr_diag *d) {
   memset(out, 0, sizeof *out);
@@ -196,7 +202,7 @@ static void observe_shape(eldr__sigpath *sp, const char *body, size_t len, const
  * then the signature. rows_stored: the view holds those rows (their blocks
  * go to the cache); else nothing is stored (the compact form). */
 static void complete_and_sign(eldr__sigpath *sp, eldr__sigslot *sl, eldr__sigres *res, const eldr__prompt *p,
-                              size_t first, size_t rows, int rows_stored) {
+                              size_t first, size_t rows, size_t held, int rows_stored) {
   const eldr__sigconf *c = &sp->conf;
   size_t P = first + rows;
   res->first_token = first;
@@ -209,10 +215,15 @@ static void complete_and_sign(eldr__sigpath *sp, eldr__sigslot *sl, eldr__sigres
       if (p->nblocks) memcpy(sl->hashes, p->hashes, p->nblocks * sizeof *sl->hashes);
       res->nblocks = rows_stored ? p->nblocks : 0;
       res->hashes = sl->hashes;
-      if (first > 0) {
-        size_t miss = eldr_sigshard_add_blocks(c->cache, sl->hashes, first / ELDR_BLOCK_TOKENS, c->counts);
+      /* blocks before the reply's rows: the `held` ones added before the
+       * reply was read, then the rest the engine did not send (its prefix
+       * cache) */
+      size_t need = first / ELDR_BLOCK_TOKENS;
+      covered += held * ELDR_BLOCK_TOKENS;
+      if (need > held) {
+        size_t miss = eldr_sigshard_add_blocks(c->cache, sl->hashes + held, need - held, c->counts);
         sp->blocks_missing += miss;
-        covered += (first / ELDR_BLOCK_TOKENS - miss) * ELDR_BLOCK_TOKENS;
+        covered += (need - held - miss) * ELDR_BLOCK_TOKENS;
       }
       if (first % ELDR_BLOCK_TOKENS) sp->blocks_missing++;
     }
@@ -243,7 +254,7 @@ static void extract_compact(eldr__sigpath *sp, eldr__sigslot *sl, const char *bo
     return;
   }
   sp->compact_reads++;
-  complete_and_sign(sp, sl, res, p, ci.first_token, ci.tokens, 0);
+  complete_and_sign(sp, sl, res, p, ci.first_token, ci.tokens, 0, 0);
 }
 
 void eldr__sigpath_extract(eldr__sigpath *sp, const char *body, size_t len, const void *root, int chat,
@@ -283,8 +294,29 @@ void eldr__sigpath_extract(eldr__sigpath *sp, const char *body, size_t len, cons
   eldr_js_span known = {0, 0, ELDR_JS_NONE};
   if (body && blob && blob > body && blob + blob_len < body + len) /* its quotes within body */
     known = (eldr_js_span){(size_t)(blob - body) - 1, blob_len + 2, ELDR_JS_STRING};
+  /* the prompt's leading blocks the cache holds (every block but the one
+   * of the prompt's last token, which the reply must carry) are added now,
+   * and their rows are not read from the reply (not even decoded): a
+   * repeated prompt costs lookups and adds, not its megabytes again */
+  size_t held = 0;
+  if (c->cache && p && body && p->nblocks && p->ntok) {
+    size_t lim = (p->ntok - 1) / ELDR_BLOCK_TOKENS;
+    held = eldr_sigshard_add_prefix(c->cache, p->hashes, lim < p->nblocks ? lim : p->nblocks, c->counts,
+                                    (uint8_t *)c->scratch); /* the store's scratch, free until the store */
+  }
   eldr_re_reason why = ELDR_RE_OK;
-  if (read_reply(body, len, root, &o, known, &sl->rex, &why, &res->diag) != 0) {
+  int rrc = held ? eldr_reply_experts_scanned_skip(body, len, &o, known, held * ELDR_BLOCK_TOKENS, &sl->rex, &why,
+                                                   &res->diag)
+                 : read_reply(body, len, root, &o, known, &sl->rex, &why, &res->diag);
+  if (rrc == 0 && held && sl->rex.prompt_tokens != (int64_t)p->ntok) {
+    /* the engine's prompt is not the one hashed (another tokenizer): the
+     * rows added may be another prompt's; read the reply whole instead */
+    eldr_reply_experts_free(&sl->rex);
+    memset(c->counts, 0, eldr_shape_cells(sh) * sizeof *c->counts);
+    held = 0;
+    rrc = read_reply(body, len, root, &o, known, &sl->rex, &why, &res->diag);
+  }
+  if (rrc != 0) {
     res->reason = (int)why;
     if (why == ELDR_RE_SHAPE_MISMATCH) {
       observe_shape(sp, body, len, root, o.api); /* only on this fallback path */
@@ -307,7 +339,7 @@ void eldr__sigpath_extract(eldr__sigpath *sp, const char *body, size_t len, cons
   v->top_k = pv->top_k;
   sp->observed_L = (int)sl->rex.array_layers;
   sp->observed_K = (int)v->top_k;
-  complete_and_sign(sp, sl, res, p, pv->first_token, v->rows, 1);
+  complete_and_sign(sp, sl, res, p, pv->first_token, v->rows, held, 1);
 }
 
 void eldr__sigpath_store(eldr__sigpath *sp, const eldr__sigres *res) {

@@ -157,6 +157,10 @@ typedef struct eldr__sigpath {
 int eldr__sigpath_init(eldr__sigpath *sp, struct event_base *base);
 void eldr__sigpath_free(eldr__sigpath *sp);
 
+/* The signature cache's rows for artifact a (NULL: 0): at most rows, and
+ * what fits in mb MiB, each row the artifact's masked layers x experts
+ * bytes plus ELDR_SIGCACHE_ROW_OVERHEAD (0 when either is 0). */
+size_t eldr__sigcache_capacity(const eldr_artifact *a, size_t rows, size_t mb);
 /* Build the configuration for artifact a (NULL: none) with a cache of
  * cache_rows blocks (0: none). The shared cache (sp->share), else the
  * running one, is kept when it fits a's shape and layer mask and holds

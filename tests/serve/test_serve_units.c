@@ -849,8 +849,129 @@ static void test_sigpath_deferred_store(void **st) {
   eldr_artifact_free(a);
 }
 
+/* extract_text on a reply's JSON text as given (escapes and all). */
+static void extract_raw(eldr__sigpath *sp, const char *txt, const eldr__prompt *p, eldr__sigres *res) {
+  eldr__prefill_reply pr;
+  assert_int_equal(eldr__prefill_reply_read(txt, strlen(txt), 0, &pr, NULL), 0);
+  assert_non_null(pr.raw);
+  eldr__sigpath_extract(sp, pr.raw, pr.raw_len, NULL, 0, pr.routed_experts, pr.routed_experts_len, pr.compact, p, res);
+  eldr__prefill_reply_free(&pr);
+}
+
+/* A prompt the cache holds, its reply carrying every row (vLLM since PR
+ * #39917): the rows of the held blocks are taken from the cache and not
+ * read from the reply (its view starts after them), the counts are the
+ * full prompt's; the store counts nothing again. The same with the reply's
+ * base64 written with escaped slashes (read whole, then the held rows left
+ * out), in vLLM 0.21's list layout, and for a prompt hashed with another
+ * token count than the engine's (the reply read whole). */
+static void test_sigpath_cached_prompt(void **st) {
+  (void)st;
+  const eldr_shape sh = {3, 16, 2};
+  const uint8_t mask[3] = {1, 0, 1};
+  eldr_artifact *a = eldr_artifact_new("t", &sh, NULL, ELDR_REPR_COUNT, 0, mask, 2);
+  assert_non_null(a);
+  for (size_t i = 0; i < 2 * a->dim; i++) a->centroids[i] = (float)((i * 7919) % 13) + 1.0f;
+  eldr__sigpath sp;
+  eldr__sigconf conf;
+  assert_int_equal(eldr__sigpath_init(&sp, NULL), 0);
+  assert_int_equal(eldr__sigconf_build(&sp, a, 256, &conf, NULL), 0);
+  eldr__sigpath_commit(&sp, &conf);
+  enum { T = 4 * ELDR_BLOCK_TOKENS + 5 };
+  static uint16_t sel[T * 3 * 2];
+  for (size_t i = 0; i < T * 6; i += 2) {
+    sel[i] = (uint16_t)((i * 5 + i / 7) % 16);
+    sel[i + 1] = (uint16_t)((sel[i] + 1 + i % 7) % 16);
+  }
+  char text[T * 8], text2[T * 8 + 8];
+  size_t tl = 0;
+  for (size_t t = 0; t < T; t++) tl += (size_t)snprintf(text + tl, sizeof text - tl, "c%02zx ", t);
+  eldr__prompt pr = {0}, pr2 = {0};
+  assert_int_equal(eldr__prompt_init(&sp, &pr, text, tl, NULL, 0), 0);
+  assert_int_equal(pr.ntok, T);
+  uint32_t expect[3 * 16];
+  memset(expect, 0, sizeof expect);
+  assert_int_equal(eldr_counts_accumulate_masked(&sh, sel, ELDR_SEL_U16, T, mask, expect, NULL), 0);
+  json_t *full = npy_reply(sel, 0, T, T, &sh);
+  eldr__sigres res;
+  eldr_sigcache_stats c0, c1;
+  extract_text(&sp, full, &pr, &res); /* the first time: every row read, every block stored */
+  assert_int_equal(res.fallback, ELDR__FB_NONE);
+  assert_int_equal(res.view.rows, T);
+  eldr__sigpath_store(&sp, &res);
+  eldr_sigshard_stats_get(sp.conf.cache, &c0);
+  assert_int_equal(c0.stored, 4);
+  /* again: the 4 held blocks come from the cache (the last token's block too:
+   * T is not a multiple of 16), the reply's rows from token 64 on are read */
+  extract_text(&sp, full, &pr, &res);
+  assert_int_equal(res.fallback, ELDR__FB_NONE);
+  assert_memory_equal(res.counts, expect, sizeof expect);
+  assert_int_equal(res.n_tokens, T);
+  assert_int_equal(res.first_token, 4 * ELDR_BLOCK_TOKENS);
+  assert_int_equal(res.view.rows, 5);
+  eldr__sigpath_store(&sp, &res);
+  eldr_sigshard_stats_get(sp.conf.cache, &c1);
+  assert_int_equal(c1.hits - c0.hits, 4);
+  assert_int_equal(c1.stored, c0.stored); /* nothing counted again */
+  assert_int_equal(sp.blocks_missing, 0);
+  /* an escaped character in the base64 (JSON allows \u00XX for any): the
+   * value is decoded whole, the held rows still left out */
+  char *txt = json_dumps(full, JSON_COMPACT);
+  assert_non_null(txt);
+  char *blob = strstr(txt, "\"routed_experts\":\"");
+  assert_non_null(blob);
+  blob += 18;
+  size_t tl2 = strlen(txt), at = (size_t)(blob - txt) + 40; /* a character inside the rows */
+  char *esc = malloc(tl2 + 8);
+  assert_non_null(esc);
+  memcpy(esc, txt, at);
+  int w = snprintf(esc + at, 8, "\\u%04x", (unsigned char)txt[at]);
+  memcpy(esc + at + w, txt + at + 1, tl2 - at);
+  free(txt);
+  extract_raw(&sp, esc, &pr, &res);
+  free(esc);
+  assert_int_equal(res.fallback, ELDR__FB_NONE);
+  assert_memory_equal(res.counts, expect, sizeof expect);
+  assert_int_equal(res.first_token, 4 * ELDR_BLOCK_TOKENS);
+  /* vLLM 0.21's lists: the prompt rows in prompt_routed_experts */
+  json_t *rows = json_array();
+  for (size_t t = 0; t < T; t++) {
+    json_t *lay = json_array();
+    for (size_t l = 0; l < 3; l++)
+      json_array_append_new(lay, json_pack("[i,i]", sel[(t * 3 + l) * 2], sel[(t * 3 + l) * 2 + 1]));
+    json_array_append_new(rows, lay);
+  }
+  json_t *v021 = json_pack("{s:s,s:o,s:[{s:i,s:[]}],s:{s:I,s:i}}", "object", "text_completion",
+                           "prompt_routed_experts", rows, "choices", "index", 0, "routed_experts", "usage",
+                           "prompt_tokens", (json_int_t)T, "completion_tokens", 1);
+  assert_non_null(v021);
+  extract_text(&sp, v021, &pr, &res);
+  assert_int_equal(res.fallback, ELDR__FB_NONE);
+  assert_memory_equal(res.counts, expect, sizeof expect);
+  assert_int_equal(res.first_token, 4 * ELDR_BLOCK_TOKENS);
+  /* a prompt of one token more than the engine's (another tokenizer): the
+   * blocks it shares look held, but the reply is read whole */
+  memcpy(text2, text, tl);
+  memcpy(text2 + tl, "zz", 3);
+  assert_int_equal(eldr__prompt_init(&sp, &pr2, text2, tl + 2, NULL, 0), 0);
+  assert_int_equal(pr2.ntok, T + 1);
+  uint64_t mism = sp.tokenizer_mismatch;
+  extract_text(&sp, full, &pr2, &res);
+  assert_int_equal(res.fallback, ELDR__FB_NONE);
+  assert_memory_equal(res.counts, expect, sizeof expect);
+  assert_int_equal(res.first_token, 0);
+  assert_int_equal(sp.tokenizer_mismatch, mism + 1);
+  json_decref(v021);
+  json_decref(full);
+  eldr__prompt_free(&pr);
+  eldr__prompt_free(&pr2);
+  eldr__sigpath_free(&sp);
+  eldr_artifact_free(a);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_sigpath_cached_prompt),
       cmocka_unit_test(test_http_head),
       cmocka_unit_test(test_req_parse_errors),
       cmocka_unit_test(test_prefill_and_decode_bodies),

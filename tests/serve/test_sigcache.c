@@ -216,10 +216,22 @@ static void test_signature_partial_hits(void **st) {
   assert_int_equal(eldr_sigcache_add(c2, h[1], got), 0);
   block_counts(sel, ELDR_BLOCK_TOKENS, ELDR_BLOCK_TOKENS, b2);
   assert_memory_equal(got, b2, sizeof b2);
-  /* a bad expert id stops storing with ERANGE */
+  /* blocks already held are not counted again: a bad id in one is not even
+   * read; block 0, new, is counted and stored */
+  eldr_sigcache_stats cs0, cs1;
+  eldr_sigcache_stats_get(c2, &cs0);
   sel[3 * ELDR_BLOCK_TOKENS * LK] = 99;
-  assert_int_equal(eldr_sigcache_store_blocks(c2, h, nb, 0, sel, ELDR_SEL_U16, T, scratch, &stored), ELDR_ERANGE);
+  assert_int_equal(eldr_sigcache_store_blocks(c2, h, nb, 0, sel, ELDR_SEL_U16, T, scratch, &stored), 0);
+  assert_int_equal(stored, 5);
+  eldr_sigcache_stats_get(c2, &cs1);
+  assert_int_equal(cs1.stored - cs0.stored, 1);
+  assert_int_equal(cs1.present - cs0.present, 4);
+  for (size_t i = 0; i < cells; i++) assert_int_equal(scratch[i], 0);
+  /* a bad expert id in a new block stops storing with ERANGE */
+  eldr_sigcache *c3 = eldr_sigcache_new(&SH, 16);
+  assert_int_equal(eldr_sigcache_store_blocks(c3, h, nb, 0, sel, ELDR_SEL_U16, T, scratch, &stored), ELDR_ERANGE);
   assert_int_equal(stored, 3);
+  eldr_sigcache_free(c3);
   eldr_sigcache_free(c2);
   eldr_sigcache_free(c);
   free(sel);
@@ -368,8 +380,66 @@ static void test_store_rows_8bit(void **st) {
   eldr_sigcache_free(c);
 }
 
+/* Rows hold the masked layers only (the cache's memory scales with the
+ * mask: eldr_sigcache_bytes, eldr_sigcache_capacity_for), and the leading
+ * held blocks of a prompt add up exactly through the byte sums, rows with
+ * large counts included (the sums are widened before a byte could wrap). */
+static void test_compact_rows_and_prefix(void **st) {
+  (void)st;
+  const size_t E = SH.num_experts, cells = eldr_shape_cells(&SH);
+  const uint8_t mask[6] = {0, 1, 0, 0, 1, 0};
+  eldr_sigcache *all = eldr_sigcache_new(&SH, 64), *m = eldr_sigcache_new(&SH, 64);
+  assert_non_null(all);
+  assert_non_null(m);
+  assert_int_equal(eldr_sigcache_set_layer_mask(m, mask), 0);
+  assert_int_equal(eldr_sigcache_row_bytes(&SH, NULL), 6 * E);
+  assert_int_equal(eldr_sigcache_row_bytes(&SH, mask), 2 * E);
+  assert_true(eldr_sigcache_bytes(m) < eldr_sigcache_bytes(all));
+  assert_true(eldr_sigcache_bytes(m) <= 64 * (2 * E + ELDR_SIGCACHE_ROW_OVERHEAD));
+  assert_int_equal(eldr_sigcache_capacity_for(&SH, mask, 1000 * (2 * E + ELDR_SIGCACHE_ROW_OVERHEAD)), 1000);
+  /* 40 rows, every masked cell 100 in row 0 and b % 17 in row b: the sums
+   * pass 255 many times over */
+  uint64_t h[40];
+  uint32_t row[96], expect[96], got[96];
+  memset(expect, 0, sizeof expect);
+  for (size_t b = 0; b < 40; b++) {
+    h[b] = 1000 + b * 7;
+    for (size_t i = 0; i < cells; i++) row[i] = b == 0 ? 100 : (uint32_t)((b + i) % 17);
+    assert_int_equal(eldr_sigcache_put(m, h[b], row), 0);
+    for (size_t l = 0; l < 6; l++)
+      for (size_t e = 0; e < E; e++) expect[l * E + e] += mask[l] ? row[l * E + e] : 0;
+  }
+  uint8_t acc[96];
+  memset(acc, 0xab, sizeof acc); /* contents ignored */
+  memset(got, 0, sizeof got);
+  eldr_sigcache_stats s0, s1;
+  eldr_sigcache_stats_get(m, &s0);
+  assert_int_equal(eldr_sigcache_add_prefix(m, h, 40, got, acc), 40);
+  assert_memory_equal(got, expect, sizeof expect);
+  for (size_t i = 0; i < 2 * E; i++) assert_int_equal(acc[i], 0); /* left zeroed */
+  eldr_sigcache_stats_get(m, &s1);
+  assert_int_equal(s1.hits - s0.hits, 40);
+  assert_int_equal(s1.misses, s0.misses);
+  /* it stops at the first block not held, which is no miss */
+  assert_int_equal(eldr_sigcache_remove(m, h[5]), 0);
+  memset(got, 0, sizeof got);
+  assert_int_equal(eldr_sigcache_add_prefix(m, h, 40, got, acc), 5);
+  eldr_sigcache_stats_get(m, &s0);
+  assert_int_equal(s0.misses, s1.misses);
+  /* a new mask drops the rows (their layout changed) */
+  assert_int_equal(eldr_sigcache_set_layer_mask(m, NULL), 0);
+  memset(got, 0, sizeof got);
+  assert_int_equal(eldr_sigcache_add(m, h[0], got), ELDR_ENOTFOUND);
+  eldr_sigcache_stats_get(m, &s0);
+  assert_int_equal(s0.rows, 0);
+  assert_int_equal(eldr_sigcache_put(m, h[0], row), 0);
+  eldr_sigcache_free(all);
+  eldr_sigcache_free(m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_compact_rows_and_prefix),
       cmocka_unit_test(test_tokenize),
       cmocka_unit_test(test_block_hashes),
       cmocka_unit_test(test_put_add_remove),
