@@ -142,8 +142,9 @@ static void req_abort(wreq *r, int code, const char *msg) {
   r->w->m.finished[code >= 500 ? ELDR__FIN_ERROR : ELDR__FIN_ABORT]++;
   if (r->http) {
     eldr__w_detach(r);
-    if (r->started) evhttp_send_reply_end(r->http);
-    else eldr__w_send_error(r->http, code, NULL, "%s", msg);
+    if (!r->started) eldr__w_send_error(r->http, code, NULL, "%s", msg);
+    else if (r->gone) evhttp_send_reply_end(r->http); /* frees it */
+    else eldr__w_stream_error(r, code, msg);
     r->http = NULL;
   }
   req_free(r);
@@ -302,7 +303,7 @@ static void step_done(evutil_socket_t fd, short what, void *arg) {
     if (t == 0) eldr__w_observe_first(r);
     int last = r->emitted >= r->n_out;
     if (r->stream && r->http) {
-      if (!r->started) eldr__w_stream_start(r);
+      eldr__w_stream_start(r);
       for (uint32_t c = 0; c < r->n_choices; c++) eldr__w_stream_token(r, c, t, last);
     }
     if (last) {
@@ -638,6 +639,7 @@ static void handle_completion(eldr_worker *w, struct evhttp_request *req, int ch
   r->http = req;
   struct evhttp_connection *c = evhttp_request_get_connection(req);
   if (c) evhttp_connection_set_closecb(c, conn_closed, r);
+  if (stream) eldr__w_stream_head(r); /* at once, as vLLM's (wreply.c) */
   if (remote_prefill) {
     if (!w->re_decode) { /* the decode reply's routed_experts need the prompt's rows */
       free(r->psel);

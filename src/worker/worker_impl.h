@@ -57,7 +57,9 @@ struct wreq {
   wreq *qnext;               /* prefill / decode / ready queues */
   struct evhttp_request *http;
   enum rstate state;
-  int chat, stream, include_usage, started, gone;
+  int chat, stream, include_usage, gone;
+  int started;        /* a stream's HTTP head is sent (at once, as vLLM's) */
+  int opened;         /* a stream's first events are sent (with its first token) */
   int remote_decode;  /* prefill leg: reply after prefill with kv_transfer_params */
   int remote_prefill; /* decode leg: pull the KV instead of computing it */
   int capped;         /* output length limited by max_tokens */
@@ -171,7 +173,9 @@ void eldr__w_prefill_try(eldr_worker *w);    /* start a prefill batch if blocks 
 void eldr__w_send_json(struct evhttp_request *req, int code, const char *reason, json_t *body);
 void eldr__w_send_error(struct evhttp_request *req, int code, const char *param, const char *fmt,
                        ...) __attribute__((format(printf, 4, 5)));
-void eldr__w_stream_start(wreq *r);
+void eldr__w_stream_head(wreq *r);          /* a stream's HTTP head, when it is accepted */
+void eldr__w_stream_start(wreq *r);         /* its first events (chat: the role), at the first token */
+void eldr__w_stream_error(wreq *r, int code, const char *msg); /* an error event, [DONE], the end */
 void eldr__w_stream_token(wreq *r, uint32_t c, uint32_t i, int last);
 void eldr__w_observe_first(wreq *r);         /* TTFT at the first token */
 void eldr__w_reply_done(wreq *r);            /* the whole reply / the stream's end */

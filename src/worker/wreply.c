@@ -84,13 +84,30 @@ static void sse_send(wreq *r, const char *data, size_t len) {
   evbuffer_free(b);
 }
 
-void eldr__w_stream_start(wreq *r) {
+/* A stream's HTTP head goes out as soon as the request is accepted, before
+ * it is queued, prefilled or its KV pulled: vLLM's create_completion returns
+ * its StreamingResponse without waiting for the engine
+ * (vllm/entrypoints/openai/completion/api_router.py, create_completion;
+ * completion/serving.py returns completion_stream_generator unstarted),
+ * Starlette's StreamingResponse.stream_response sends http.response.start
+ * before it iterates the generator, and uvicorn writes the head on that
+ * message. So a queued stream shows its 200 long before its first token. */
+void eldr__w_stream_head(wreq *r) {
   if (r->started || !r->http) return;
   struct evkeyvalq *h = evhttp_request_get_output_headers(r->http);
   evhttp_add_header(h, "Content-Type", "text/event-stream");
   evhttp_add_header(h, "Cache-Control", "no-cache");
   evhttp_send_reply_start(r->http, 200, "OK");
   r->started = 1;
+}
+
+/* The events that open a stream, with its first token: a chat stream's
+ * role deltas (vLLM's chat_completion_stream_generator sends them on its
+ * first iteration, the engine's first output). */
+void eldr__w_stream_start(wreq *r) {
+  if (r->opened || !r->http) return;
+  eldr__w_stream_head(r);
+  r->opened = 1;
   if (r->chat) {
     for (uint32_t c = 0; c < r->n_choices; c++) {
       char buf[1024];
@@ -101,6 +118,21 @@ void eldr__w_stream_start(wreq *r) {
       if (n > 0 && (size_t)n < sizeof buf) sse_send(r, buf, (size_t)n);
     }
   }
+}
+
+/* A stream that fails after its head: an error event in the body a
+ * failed request gets (eldr__w_send_error's), then [DONE], as vLLM's stream
+ * generators end on an exception (completion_stream_generator: the
+ * streaming error response, then "data: [DONE]"). */
+void eldr__w_stream_error(wreq *r, int code, const char *msg) {
+  json_t *e = json_pack("{s:{s:s,s:s,s:n,s:i}}", "error", "message", msg, "type",
+                        code >= 500 ? "internal_error" : "invalid_request_error", "param", "code", code);
+  char *s = e ? json_dumps(e, JSON_COMPACT) : NULL;
+  if (s) sse_send(r, s, strlen(s));
+  free(s);
+  json_decref(e);
+  sse_send(r, "[DONE]", 6);
+  evhttp_send_reply_end(r->http);
 }
 
 /* A decode leg's rows as a vLLM decode instance returns them (docs/vllm.md):
@@ -274,7 +306,7 @@ void eldr__w_reply_done(wreq *r) {
   if (!r->http) return;
   eldr__w_detach(r);
   if (r->stream) {
-    if (!r->started) eldr__w_stream_start(r);
+    eldr__w_stream_start(r);
     stream_end(r);
     r->http = NULL;
     return;

@@ -636,6 +636,7 @@ int tc_raw(int port, const char *raw, size_t len, double timeout_s, tc_resp *out
     char *body = malloc(1);
     size_t blen = 0;
     for (;;) {
+      /* offsets, not pointers: read_more may move buf (realloc) */
       char *le;
       while (!(le = strstr(buf + pos, "\r\n"))) {
         if (eof || read_more(fd, &buf, &bl, &cap, deadline, &eof)) {
@@ -644,7 +645,7 @@ int tc_raw(int port, const char *raw, size_t len, double timeout_s, tc_resp *out
         }
       }
       size_t sz = strtoul(buf + pos, NULL, 16);
-      size_t need = (size_t)(le - buf) + 2 + sz + 2;
+      size_t data = (size_t)(le - buf) + 2, need = data + sz + 2;
       while (bl < need) {
         if (eof || read_more(fd, &buf, &bl, &cap, deadline, &eof)) {
           free(body);
@@ -653,7 +654,7 @@ int tc_raw(int port, const char *raw, size_t len, double timeout_s, tc_resp *out
       }
       if (sz == 0) break;
       body = realloc(body, blen + sz + 1);
-      memcpy(body + blen, le + 2, sz);
+      memcpy(body + blen, buf + data, sz);
       blen += sz;
       pos = need;
     }

@@ -3,7 +3,8 @@
  * kv_transfer_params as NixlConnector sends them, the prefill holding its
  * blocks until the decode worker pulls them over the side channel (and
  * freeing them after the abort timeout), a prefill gone between the legs
- * failing the decode leg, the side channel refusing hostile pulls, duplicate
+ * failing the decode leg (a streamed one after its head, which comes at once),
+ * the side channel refusing hostile pulls, duplicate
  * request ids refused, n > 1, prompt_tokens_details only when enabled, text
  * drawn from a corpus, and vLLM's metric names / labels / histograms. */
 #include <setjmp.h>
@@ -282,6 +283,105 @@ static void test_abort_timeout_and_dead_prefill(void **state) {
   wt_worker_stop(&D);
 }
 
+/* Read fd until buf holds `until` or the deadline; the bytes read. */
+static size_t read_until(int fd, char *buf, size_t cap, const char *until, double timeout_s) {
+  size_t n = 0;
+  buf[0] = 0;
+  for (double dl = wt_now() + timeout_s; !strstr(buf, until) && n + 1 < cap;) {
+    double left = dl - wt_now();
+    struct pollfd p = {fd, POLLIN, 0};
+    if (left <= 0 || poll(&p, 1, (int)(left * 1000) + 1) <= 0) break;
+    ssize_t k = recv(fd, buf + n, cap - 1 - n, 0);
+    if (k <= 0) break;
+    n += (size_t)k;
+    buf[n] = 0;
+  }
+  return n;
+}
+
+static int stream_conn(int port, const char *body) {
+  int fd = wt_connect(port);
+  assert_true(fd >= 0);
+  char head[1024];
+  int hl = snprintf(head, sizeof head,
+                    "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    "Content-Length: %zu\r\n\r\n%s",
+                    strlen(body), body);
+  assert_int_equal(wt_send_all(fd, head, (size_t)hl), 0);
+  return fd;
+}
+
+/* A stream's HTTP head comes as soon as the request is accepted, as vLLM's
+ * does (its StreamingResponse is returned before the engine made a token):
+ * a streamed decode leg whose KV pull gets no answer (a prefill side that
+ * accepts nothing) has its 200 head while the pull is pending, and no event;
+ * when the pull then fails (the listener closed), an error event and
+ * [DONE] follow (vLLM's stream generators on an exception), not a 500. */
+static void test_stream_head_at_once(void **state) {
+  (void)state;
+  eldr_worker_config pc, dc;
+  eldr_worker_config_default(&pc);
+  pc.role = ELDR_WORKER_PREFILL;
+  pc.time_scale = 0.01;
+  eldr_worker_config_default(&dc);
+  dc.role = ELDR_WORKER_DECODE;
+  dc.time_scale = 0.01;
+  dc.kv_pull_timeout = 30; /* a bound only: the test ends the pull */
+  wt_worker P, D;
+  start(&P, &pc);
+  start(&D, &dc);
+  int st;
+  json_t *pb = prefill_body("alpha beta gamma delta");
+  json_t *rep = post(P.port, "/v1/completions", pb, &st);
+  json_decref(pb);
+  assert_int_equal(st, 200);
+  /* the handoff points at a listener that never accepts: the pull waits */
+  int lfd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in sa = {0};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t sl = sizeof sa;
+  assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof sa), 0);
+  assert_int_equal(listen(lfd, 4), 0);
+  assert_int_equal(getsockname(lfd, (struct sockaddr *)&sa, &sl), 0);
+  json_t *kvp = json_deep_copy(json_object_get(rep, "kv_transfer_params"));
+  json_object_set_new(kvp, "remote_port", json_integer(ntohs(sa.sin_port)));
+  json_t *db = json_pack("{s:s,s:i,s:b,s:o}", "prompt", "alpha beta gamma delta", "max_tokens", 2, "stream", 1,
+                         "kv_transfer_params", kvp);
+  char *body = json_dumps(db, JSON_COMPACT);
+  const char *failed = "eldr_worker_kv_pulls_failed_total{model_name=\"qwen3-30b-a3b\"}";
+  int fd = stream_conn(D.port, body);
+  char buf[8192];
+  double t0 = wt_now();
+  size_t n = read_until(fd, buf, sizeof buf, "\r\n\r\n", 10);
+  double t_head = wt_now() - t0;
+  char *sep = strstr(buf, "\r\n\r\n");
+  if (!sep) fail_msg("no head within 10 s while the pull was pending (%zu bytes: %.80s)", n, buf);
+  if (strncmp(buf, "HTTP/1.1 200", 12)) fail_msg("the head before the pull ended: %.80s", buf);
+  for (char *p = buf; p < sep; p++) *p = (char)(*p >= 'A' && *p <= 'Z' ? *p + 32 : *p);
+  assert_non_null(strstr(buf, "content-type: text/event-stream"));
+  assert_null(strstr(sep, "data: "));        /* no event: no token yet */
+  assert_true(wt_metric(D.port, failed) == 0); /* the pull is still pending */
+  print_message("a streamed decode leg whose pull is pending: its 200 head after %.3f s, no event\n", t_head);
+  close(lfd); /* the pending pull's connection is reset: the pull fails */
+  size_t h = (size_t)(sep - buf) + 4;
+  memmove(buf, buf + h, n - h + 1);
+  n = read_until(fd, buf, sizeof buf, "data: [DONE]", 10);
+  close(fd);
+  print_message("then the pull failed: %.200s\n", buf);
+  const char *e = strstr(buf, "data: {\"error\":");
+  assert_non_null(e);
+  assert_non_null(strstr(e, "KV transfer failed"));
+  assert_non_null(strstr(e, "\"code\":500"));
+  assert_non_null(strstr(e, "data: [DONE]"));
+  assert_true(wt_metric(D.port, failed) == 1);
+  free(body);
+  json_decref(db);
+  json_decref(rep);
+  wt_worker_stop(&D);
+  wt_worker_stop(&P);
+}
+
 /* Send a completion with an X-Request-Id header; returns the open fd. */
 static int send_with_id(int port, const char *id, const char *body) {
   int fd = wt_connect(port);
@@ -543,6 +643,7 @@ int main(void) {
       cmocka_unit_test(test_full_prompt_rows_and_details),
       cmocka_unit_test(test_pd_pull_holds_and_frees),
       cmocka_unit_test(test_abort_timeout_and_dead_prefill),
+      cmocka_unit_test(test_stream_head_at_once),
       cmocka_unit_test(test_duplicate_request_id),
       cmocka_unit_test(test_held_blocks_gate_the_next_prefill),
       cmocka_unit_test(test_n_choices_and_corpus_text),
