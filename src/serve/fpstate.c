@@ -13,7 +13,10 @@ int eldr__fps_new(const eldr_artifact *a, eldr_policy_kind kind, size_t n_decode
   if (kind != ELDR_POLICY_FOOTPRINT || !a || !a->latency || n_decode == 0) return 0;
   eldr__fpstate *f = calloc(1, sizeof *f);
   if (!f) return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory for the footprint state");
-  eldr_footprint_opts o = {.n_decoders = n_decode, .max_batch = 0, .layer_mask = a->mask};
+  eldr_footprint_opts o = {.n_decoders = n_decode, .max_batch = 0, .layer_mask = a->mask,
+                           .prior = a->fp_prior, .n_priors = a->fp_n_priors,
+                           .prior_tokens = a->fp_prior_tokens, .centroids = a->centroids,
+                           .dim = a->dim};
   int rc = eldr_footprint_new(a->latency, &o, &f->fp, d);
   if (rc) {
     free(f);
