@@ -136,52 +136,94 @@ static void gp_value(FILE *f, json_t *v) {
     fputs("NaN", f);
 }
 
+/* What a column is called in a legend (the CSV keeps its column name). */
+static const char *series_label(const char *col) {
+  static const char *const names[][2] = {
+      {"gain_pct", "ELDR vs the best baseline"},
+      {"control_pct", "replay control (eldr-permuted) alone"},
+      {"net_pct", "ELDR net of the replay control"},
+      {"tpot_ms", "mean TPOT"},
+      {"distinct", "distinct experts"},
+      {"step_ms", "step time"},
+      {"median_pearson", "median Pearson"},
+  };
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (!strcmp(col, names[i][0])) return names[i][1];
+  return col;
+}
+
+/* A cell as legend text. */
+static void cell_text(json_t *v, char *buf, size_t cap) {
+  if (json_is_string(v))
+    snprintf(buf, cap, "%s", json_string_value(v));
+  else
+    snprintf(buf, cap, "%g", json_number_value(v));
+}
+
+#define GP_MAX_GROUPS 64
+
 /* The gnuplot script (house style of eldr/plot.h): inline data blocks, one
- * per group (or one). */
+ * per series group. plot.group is a column (a line per value) or two
+ * columns (a line per pair: the first picks the dash, the second the
+ * colour; plot.group_format the legend's format of each). The title is
+ * plot.title (else the study's name); a legend with more than one series
+ * goes under the plot, where it covers no data, and a single series has
+ * none (the axis label names it). */
 static int write_gp(FILE *f, const char *png, json_t *res) {
   json_t *plot = json_object_get(res, "plot"), *rows = json_object_get(res, "rows");
   const char *kind = json_string_value(json_object_get(plot, "kind"));
   long xc = col_index(res, json_string_value(json_object_get(plot, "x")));
-  json_t *g = json_object_get(plot, "group");
-  long gc = json_is_string(g) ? col_index(res, json_string_value(g)) : -1;
+  json_t *g = json_object_get(plot, "group"), *gfmt = json_object_get(plot, "group_format");
+  long gc[2] = {-1, -1};
+  size_t ngc = 0;
+  if (json_is_string(g)) gc[ngc++] = col_index(res, json_string_value(g));
+  for (size_t i = 0; json_is_array(g) && i < json_array_size(g) && i < 2; i++)
+    gc[ngc++] = col_index(res, json_string_value(json_array_get(g, i)));
   json_t *ys = json_object_get(plot, "y");
-  if (xc < 0 || !json_array_size(ys)) return -1;
-  if (eldr_plot_header(f, png, json_string_value(json_object_get(res, "study")), NULL)) return -1;
+  if (xc < 0 || !json_array_size(ys) || (ngc && (gc[0] < 0 || (ngc > 1 && gc[1] < 0)))) return -1;
+  const char *title = json_string_value(json_object_get(plot, "title"));
+  if (eldr_plot_header(f, png, title ? title : json_string_value(json_object_get(res, "study")), NULL))
+    return -1;
   fputs("set xlabel ", f);
   eldr_plot_quote(f, json_string_value(json_object_get(plot, "xlabel")));
   fputs("\nset ylabel ", f);
   eldr_plot_quote(f, json_string_value(json_object_get(plot, "ylabel")));
   fputs("\n", f);
-  /* groups in first-seen order */
-  const char *groups[64];
-  size_t ng = 0;
+  /* the groups (value tuples) in first-seen order, and each column's values' order */
+  char *groups[GP_MAX_GROUPS][2];
+  size_t ng = 0, style[GP_MAX_GROUPS][2];
+  char *vals[2][GP_MAX_GROUPS];
+  size_t nvals[2] = {0, 0};
   for (size_t r = 0; r < json_array_size(rows); r++) {
-    char buf[64] = "all";
-    if (gc >= 0) {
-      json_t *v = json_array_get(json_array_get(rows, r), (size_t)gc);
-      if (json_is_string(v))
-        snprintf(buf, sizeof buf, "%s", json_string_value(v));
-      else
-        snprintf(buf, sizeof buf, "%g", json_number_value(v));
+    char buf[2][64] = {"all", ""};
+    size_t vi[2] = {0, 0};
+    for (size_t c = 0; c < ngc; c++) {
+      cell_text(json_array_get(json_array_get(rows, r), (size_t)gc[c]), buf[c], sizeof buf[c]);
+      while (vi[c] < nvals[c] && strcmp(vals[c][vi[c]], buf[c])) vi[c]++;
+      if (vi[c] == nvals[c] && nvals[c] < GP_MAX_GROUPS) vals[c][nvals[c]++] = strdup(buf[c]);
     }
     size_t k = 0;
-    while (k < ng && strcmp(groups[k], buf)) k++;
-    if (k == ng && ng < 64) groups[ng++] = strdup(buf);
+    while (k < ng && (strcmp(groups[k][0], buf[0]) || strcmp(groups[k][1], buf[1]))) k++;
+    if (k == ng && ng < GP_MAX_GROUPS) {
+      groups[ng][0] = strdup(buf[0]);
+      groups[ng][1] = strdup(buf[1]);
+      style[ng][0] = vi[0];
+      style[ng][1] = vi[1];
+      ng++;
+    }
   }
   int bars = !strcmp(kind, "bars");
   for (size_t k = 0; k < ng; k++) {
     fprintf(f, "$d%zu << EOD\n", k);
     for (size_t r = 0; r < json_array_size(rows); r++) {
       json_t *row = json_array_get(rows, r);
-      if (gc >= 0) {
-        json_t *v = json_array_get(row, (size_t)gc);
+      int match = 1;
+      for (size_t c = 0; c < ngc; c++) {
         char buf[64];
-        if (json_is_string(v))
-          snprintf(buf, sizeof buf, "%s", json_string_value(v));
-        else
-          snprintf(buf, sizeof buf, "%g", json_number_value(v));
-        if (strcmp(buf, groups[k])) continue;
+        cell_text(json_array_get(row, (size_t)gc[c]), buf, sizeof buf);
+        match &= !strcmp(buf, groups[k][c]);
       }
+      if (!match) continue;
       gp_value(f, json_array_get(row, (size_t)xc));
       for (size_t y = 0; y < json_array_size(ys); y++) {
         fputc(' ', f);
@@ -191,28 +233,44 @@ static int write_gp(FILE *f, const char *png, json_t *res) {
     }
     fprintf(f, "EOD\n");
   }
-  if (bars) fprintf(f, "set style data histograms\nset style fill solid 0.6\nset boxwidth 0.8\n");
+  const size_t nseries = ng * json_array_size(ys);
+  fputs(nseries > 1 ? "set key below\n" : "unset key\n", f);
+  if (bars) fprintf(f, "set style data histograms\nset style fill solid 0.6\nset boxwidth 0.8\nset yrange [0:*]\n");
   fprintf(f, "plot ");
   int first = 1;
   for (size_t k = 0; k < ng; k++) {
     for (size_t y = 0; y < json_array_size(ys); y++) {
-      const char *yn = json_string_value(json_array_get(ys, y));
-      char title[160];
-      if (gc >= 0 && json_array_size(ys) > 1)
-        snprintf(title, sizeof title, "%s %s", groups[k], yn);
+      const char *yn = series_label(json_string_value(json_array_get(ys, y)));
+      char lab[160] = "", part[96];
+      for (size_t c = 0; c < ngc; c++) {
+        const char *fmt = json_is_array(gfmt) ? json_string_value(json_array_get(gfmt, c)) : NULL;
+        snprintf(part, sizeof part, fmt ? fmt : "%s", groups[k][c]);
+        size_t len = strlen(lab);
+        snprintf(lab + len, sizeof lab - len, "%s%s", c ? ", " : "", part);
+      }
+      char title_s[300];
+      if (ngc && json_array_size(ys) > 1)
+        snprintf(title_s, sizeof title_s, "%s: %s", lab, yn);
       else
-        snprintf(title, sizeof title, "%s", gc >= 0 ? groups[k] : yn);
+        snprintf(title_s, sizeof title_s, "%s", ngc ? lab : yn);
       if (!first) fprintf(f, ", ");
       first = 0;
-      if (bars)
-        fprintf(f, "$d%zu using %zu:xtic(1) title '%s'", k, y + 2, title);
-      else
-        fprintf(f, "$d%zu using 1:%zu with %s title '%s'", k, y + 2,
-                !strcmp(kind, "points") ? "points pt 7" : "linespoints", title);
+      if (bars) {
+        fprintf(f, "$d%zu using %zu:xtic(1) title ", k, y + 2);
+      } else {
+        /* two group columns: the second's value sets the colour, the first's the dash */
+        size_t lt = ngc == 2 ? style[k][1] + 1 : (ngc ? k : y) + 1;
+        size_t dt = ngc == 2 ? style[k][0] + 1 : 1;
+        fprintf(f, "$d%zu using 1:%zu with %s lt %zu dt %zu title ", k, y + 2,
+                !strcmp(kind, "points") ? "points pt 7" : "linespoints", lt, dt);
+      }
+      eldr_plot_quote(f, title_s);
     }
   }
   fputc('\n', f);
-  for (size_t k = 0; k < ng; k++) free((void *)groups[k]);
+  for (size_t k = 0; k < ng; k++) free(groups[k][0]), free(groups[k][1]);
+  for (size_t c = 0; c < 2; c++)
+    for (size_t i = 0; i < nvals[c]; i++) free(vals[c][i]);
   return ferror(f) ? -1 : 0;
 }
 
