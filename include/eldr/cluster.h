@@ -70,6 +70,7 @@ typedef struct eldr_cluster_spec {
                                  * (0 or 1: one; at most ELDR_CLUSTER_MAX_ROUTERS) */
   double scrape_interval;       /* the routers' --scrape-interval (0: off) */
   const char *router_config;    /* the routers' --config FILE (NULL: none) */
+  const char *access_log;       /* the routers' --access-log FILE (NULL: none) */
 } eldr_cluster_spec;
 
 #define ELDR_CLUSTER_MAX_ROUTERS 8

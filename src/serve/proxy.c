@@ -685,6 +685,7 @@ static void start_decode(rq *r, int retry) {
   eldr_server *s = r->s;
   if (!retry) {
     r->ntried = 0;
+    if (r->al_pf <= 0) r->al_pf = eldr__now_s(); /* the prefill's end, for the access log */
     int fb;
     int k = decide(r, &fb);
     if (eldr__decode_body_buf(&r->req, r->pr.bytes, r->pr.kv_len, &r->db)) {

@@ -248,6 +248,10 @@ int eldr_cluster_up(eldr_cluster *c, const eldr_cluster_spec *s, char *target, s
     sargs[na++] = "--config";
     sargs[na++] = (char *)s->router_config;
   }
+  if (s->access_log) {
+    sargs[na++] = "--access-log";
+    sargs[na++] = (char *)s->access_log;
+  }
   sargs[na] = NULL;
   for (size_t k = 0; k < nr; k++) { /* replicas: same workers, same flags */
     char line[512];

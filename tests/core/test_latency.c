@@ -210,12 +210,45 @@ static void test_overrides(void **st) {
   assert_int_equal(eldr_latency_load_overrides(ELDR_SOURCE_DIR "/presets/mi300x-measured.json", &m, &d), 0);
 }
 
+/* docs/sim.md's step formula by hand, ctx_other = ctx * kv_other /
+ * kv_bytes_per_token (the non-MoE attention layers' context), against the
+ * code: Llama-4 (24 dense attention layers) with a context long enough that
+ * the dense layers' attention FLOPs matter, and the same with the FLOPs
+ * made dear so that compute is the roofline's side. */
+static void test_doc_formula(void **st) {
+  (void)st;
+  for (int dear = 0; dear < 2; dear++) {
+    eldr_latency_model m;
+    assert_int_equal(eldr_latency_preset("llama4-maverick", "h200", &m, NULL), 0);
+    if (dear) m.peak_flops /= 200;
+    const uint32_t L = m.shape.num_layers;
+    double u[64];
+    for (uint32_t l = 0; l < L; l++) u[l] = 3 + l % 5;
+    const size_t batch = 48;
+    const double ctx = 48 * 3000.0;
+    double t = m.step_overhead_s;
+    for (uint32_t l = 0; l < L; l++) {
+      double bytes = u[l] * m.expert_bytes + m.dense_bytes_per_layer + ctx * m.kv_bytes_per_token;
+      double flops = batch * m.flops_per_token_per_layer + ctx * m.attn_flops_per_ctx_token;
+      t += fmax(bytes / m.hbm_bw, flops / m.peak_flops) + m.layer_overhead_s;
+    }
+    double kv_other = m.kv_bytes_per_token_total - L * m.kv_bytes_per_token;
+    double ctx_other = ctx * kv_other / m.kv_bytes_per_token;
+    assert_true(fabs(ctx_other - ctx * 24) < 1e-6 * ctx); /* Llama-4: 24 non-MoE attention layers */
+    t += fmax((m.other_layer_bytes + ctx * kv_other) / m.hbm_bw,
+              (batch * m.other_flops_per_token + ctx_other * m.attn_flops_per_ctx_token) / m.peak_flops) +
+         m.n_dense_layers * m.layer_overhead_s;
+    double code = eldr_latency_step_f(&m, batch, u, ctx);
+    assert_true(fabs(code - t) < 1e-12 * t);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_presets_all),     cmocka_unit_test(test_qwen_bytes),
       cmocka_unit_test(test_calibration),     cmocka_unit_test(test_step_properties),
       cmocka_unit_test(test_prefill_transfer), cmocka_unit_test(test_overrides),
-      cmocka_unit_test(test_sliding_window),
+      cmocka_unit_test(test_sliding_window),  cmocka_unit_test(test_doc_formula),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
