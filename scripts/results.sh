@@ -149,13 +149,36 @@ echo "results.sh: workload statistics" >&2
   echo
 } >>"$TMP"
 
+# the crossover map (the latency model alone: no trace, no CPU measurement,
+# so it regenerates byte for byte)
+echo "results.sh: crossover" >&2
+mkdir -p "$OUT/model"
+study model crossover --no-cpu
+j="$OUT/model/crossover.json"
+{
+  echo "## 4. The crossover: union-bound or batch-bound (every preset and hardware)"
+  echo
+  echo '```'
+  jq -r .command "$j"
+  echo '```'
+  echo
+  jq -r .summary "$j"
+  echo
+  echo "| preset | hardware | peak gain % | at batch | gain at 64 % | crossover batch | tokens per expert there | roofline knee |"
+  echo "|---|---|---|---|---|---|---|---|"
+  jq -r '.crossover[] | "| \(.model) | \(.hardware) | \(.peak_gain_pct*10|round/10) | \(.peak_gain_batch) | \(.gain_at_64_pct*10|round/10) | \(.crossover_batch // "> 4096") | \(.tokens_per_expert_at_crossover // "-" | if type == "number" then (.*10|round/10) else . end) | \(.roofline_tokens_per_expert|round) |"' "$j"
+  echo
+  echo "Figure: [crossover.png](results/model/crossover.png) · data: [crossover.csv](results/model/crossover.csv) (every batch)"
+  echo
+} >>"$TMP"
+
 # overview: every study's headline with its spread, next to the paper's claim
 {
   echo "## Overview"
   echo
   echo "| data | study | eldr | sd over seeds | what | paper |"
   echo "|---|---|---|---|---|---|"
-  for dir in real realistic; do
+  for dir in real realistic model; do
     for j in "$OUT/$dir"/*.json; do
       [ -f "$j" ] || continue
       jq -r --arg d "$dir" '"| \($d) | \(.study) | " +

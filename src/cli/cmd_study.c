@@ -41,6 +41,9 @@ static const char STUDY_HELP[] =
     "  fig16     the locality band tau\n"
     "  table2    8 / 16 / 24 decoders\n"
     "  rho-gain  each representation's rho against its net gain (Spearman)\n"
+    "  crossover every preset and hardware: locality's step-time gain vs batch size\n"
+    "            1..4096, where it falls under 1%% (no trace; checks the roofline on a\n"
+    "            real MoE FFN on this CPU unless --no-cpu)\n"
     "\n"
     "workload\n"
     "  -t, --trace FILE        expert trace (JSONL)   [generate --workload instead]\n"
@@ -67,6 +70,7 @@ static const char STUDY_HELP[] =
     "output\n"
     "  -o, --out DIR           output directory (created)              (required)\n"
     "      --no-plot           skip the PNG\n"
+    "      --no-cpu            crossover: skip the CPU measurement\n"
     "  -q, --quiet             no progress on stderr\n"
     "  -h, --help              this help\n";
 
@@ -189,6 +193,12 @@ static int write_gp(FILE *f, const char *png, json_t *res) {
   fputs("\nset ylabel ", f);
   eldr_plot_quote(f, json_string_value(json_object_get(plot, "ylabel")));
   fputs("\n", f);
+  json_t *lx = json_object_get(plot, "logx");
+  if (json_is_integer(lx)) fprintf(f, "set logscale x %lld\n", (long long)json_integer_value(lx));
+  json_t *hl = json_object_get(plot, "hline"); /* a reference level */
+  if (json_is_number(hl))
+    fprintf(f, "set arrow from graph 0, first %g to graph 1, first %g nohead dt 3 lc rgb '#999999'\n",
+            json_number_value(hl), json_number_value(hl));
   /* the groups (value tuples) in first-seen order, and each column's values' order */
   char *groups[GP_MAX_GROUPS][2];
   size_t ng = 0, style[GP_MAX_GROUPS][2];
@@ -274,6 +284,35 @@ static int write_gp(FILE *f, const char *png, json_t *res) {
   return ferror(f) ? -1 : 0;
 }
 
+/* The crossover study's CPU check: a real MoE FFN layer (`eldr bench
+ * moe-layer`'s, Qwen3-30B-A3B's expert shape halved, fp32, one thread) at
+ * 8, 32 and 128 active experts over batches 1..1024. */
+typedef struct cpu_points {
+  eldr_study_cpu c;
+  double *buf; /* 3 * n: experts, batch, ms */
+} cpu_points;
+
+static void measure_cpu(const char *cmd, int quiet, cpu_points *p) {
+  static const long ex[] = {8, 32, 128}, bs[] = {1, 4, 16, 64, 256, 1024};
+  enum { NE = 3, NB = 6, H = 1024, NI = 384, E = 128, K = 8 };
+  double res[NE * NB];
+  if (!quiet) fprintf(stderr, "study: crossover: a real MoE FFN layer on this CPU (bench moe-layer)\n");
+  int rc = cli_moe_layer_measure(H, NI, E, K, ex, NE, bs, NB, 1, 0.05, 1, !quiet, res);
+  if (rc == ELDR_EUNSUPPORTED) {
+    fprintf(stderr, "eldr %s: crossover: built without OpenBLAS: no CPU check\n", cmd);
+    return;
+  }
+  if (rc) cli_fail(cmd, "out of memory (the CPU check's MoE layer)");
+  p->buf = malloc(3 * NE * NB * sizeof *p->buf);
+  if (!p->buf) cli_fail(cmd, "out of memory");
+  double *e = p->buf, *b = e + NE * NB, *ms = b + NE * NB;
+  size_t n = 0;
+  for (size_t i = 0; i < NE; i++)
+    for (size_t j = 0; j < NB; j++)
+      if (!isnan(res[i * NB + j])) e[n] = (double)ex[i], b[n] = (double)bs[j], ms[n++] = 1e3 * res[i * NB + j];
+  p->c = (eldr_study_cpu){H, NI, K, n, e, b, ms};
+}
+
 static size_t parse_seeds(const char *cmd, const char *val, uint64_t **out) {
   size_t n = 1;
   for (const char *p = val; *p; p++) n += *p == ',';
@@ -297,7 +336,7 @@ int eldr_cmd_study(int argc, char **argv) {
              *hardware = NULL, *lat_path = NULL, *out_dir = NULL;
   long gen_n = 600, max_dec = 128;
   uint64_t gen_seed = ELDR_SEED_DEFAULT, *seeds = NULL;
-  int quiet = 0, no_plot = 0;
+  int quiet = 0, no_plot = 0, no_cpu = 0;
   eldr_study_opts o;
   eldr_study_opts_default(&o);
   static const struct option lo[] = {
@@ -312,6 +351,7 @@ int eldr_cmd_study(int argc, char **argv) {
       {"tau", required_argument, 0, 14},         {"restarts", required_argument, 0, 15},
       {"out", required_argument, 0, 'o'},        {"no-plot", no_argument, 0, 16},
       {"quiet", no_argument, 0, 'q'},            {"help", no_argument, 0, 'h'},
+      {"no-cpu", no_argument, 0, 17},
       {0, 0, 0, 0}};
   /* the command line as typed (getopt_long permutes argv), so every
    * number in the outputs can be regenerated */
@@ -345,6 +385,7 @@ int eldr_cmd_study(int argc, char **argv) {
     case 15: o.restarts = (int)cli_parse_long(cmd, "--restarts", optarg, 1, 1000); break;
     case 'o': out_dir = optarg; break;
     case 16: no_plot = 1; break;
+    case 17: no_cpu = 1; break;
     case 'q': quiet = 1; break;
     case 'h': fputs(STUDY_HELP, stdout); free(line); return 0;
     default: cli_bad_option(cmd, argc, argv, c);
@@ -356,7 +397,7 @@ int eldr_cmd_study(int argc, char **argv) {
   size_t known = 0;
   while (eldr_study_names[known] && strcmp(eldr_study_names[known], name)) known++;
   if (!eldr_study_names[known])
-    cli_usage_error(cmd, "unknown study '%s' (fig2 fig3 fig4 fig11 fig15 fig16 table2 rho-gain)", name);
+    cli_usage_error(cmd, "unknown study '%s' (fig2 fig3 fig4 fig11 fig15 fig16 table2 rho-gain crossover)", name);
   if (!out_dir) cli_usage_error(cmd, "--out DIR is required");
   if (serve_path && !trace_path) cli_usage_error(cmd, "--serve-trace needs --trace");
   if (!quiet) o.progress = progress;
@@ -364,7 +405,13 @@ int eldr_cmd_study(int argc, char **argv) {
   eldr_diag d = {{0}};
   eldr_trace *t = NULL, *ts = NULL;
   int rc;
-  if (trace_path) {
+  const int crossover = !strcmp(name, "crossover"); /* the model alone: no trace */
+  cpu_points cp = {0};
+  if (crossover) {
+    if (trace_path || serve_path) cli_usage_error(cmd, "crossover takes no trace");
+    if (!no_cpu) measure_cpu(cmd, quiet, &cp);
+    o.cpu = cp.c.n ? &cp.c : NULL;
+  } else if (trace_path) {
     if ((rc = eldr_trace_load(trace_path, &t, &d))) cli_fail(cmd, "%s", eldr_diag_msg(&d, rc));
     cli_trace_require_tokens(cmd, trace_path, t, "the studies replay per-token selections");
   } else {
@@ -391,7 +438,7 @@ int eldr_cmd_study(int argc, char **argv) {
   }
   o.trace = t;
   o.serve = ts;
-  const char *preset = model ? model : cli_latency_preset_for_model(t->model);
+  const char *preset = model ? model : crossover ? "qwen3-30b-a3b" : cli_latency_preset_for_model(t->model);
   if (!preset) cli_usage_error(cmd, "--model is required: no latency preset for '%s'", t->model);
   if (!hardware) hardware = !strcmp(preset, "llama4-maverick") ? "h200" : "mi300x";
   if ((rc = eldr_latency_preset(preset, hardware, &o.lm, &d)))
@@ -449,5 +496,6 @@ int eldr_cmd_study(int argc, char **argv) {
   eldr_trace_free(ts);
   eldr_trace_free(t);
   free(seeds);
+  free(cp.buf);
   return 0;
 }

@@ -9,8 +9,8 @@
 
 #include "sim/study_internal.h"
 
-const char *const eldr_study_names[] = {"fig2",   "fig3",   "fig4",  "fig11",    "fig15",
-                                        "fig16", "table2", "rho-gain", NULL};
+const char *const eldr_study_names[] = {"fig2",  "fig3",   "fig4",     "fig11",     "fig15",
+                                        "fig16", "table2", "rho-gain", "crossover", NULL};
 
 static const uint64_t k_default_seeds[] = {1, 2, 3};
 
@@ -351,12 +351,13 @@ int eldr_study_run(const char *name, const eldr_study_opts *o, json_t **out, eld
     int (*fn)(const eldr_study_opts *, json_t **, eldr_diag *);
   } k[] = {{"fig2", study_fig2},   {"fig3", study_fig3},     {"fig4", study_fig4},
            {"fig11", study_fig11}, {"fig15", study_fig15},   {"fig16", study_fig16},
-           {"table2", study_table2}, {"rho-gain", study_rho_gain}};
+           {"table2", study_table2}, {"rho-gain", study_rho_gain},
+           {"crossover", study_crossover}};
   if (!out || !o) return eldr_diag_fail(d, ELDR_EINVAL, "study: argument missing");
   *out = NULL;
   for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
     if (strcmp(name, k[i].name)) continue;
-    if (strcmp(name, "fig2")) {
+    if (strcmp(name, "fig2") && strcmp(name, "crossover")) { /* the model studies need no trace */
       if (!o->trace) return eldr_diag_fail(d, ELDR_EINVAL, "study %s: no trace", name);
       const eldr_shape *s = &o->trace->shape, *m = &o->lm.shape;
       if (s->num_layers != m->num_layers || s->num_experts != m->num_experts ||
@@ -376,6 +377,6 @@ int eldr_study_run(const char *name, const eldr_study_opts *o, json_t **out, eld
   }
   return eldr_diag_fail(d, ELDR_EINVAL,
                         "unknown study '%s' (fig2, fig3, fig4, fig11, fig15, fig16, table2, "
-                        "rho-gain)",
+                        "rho-gain, crossover)",
                         name);
 }

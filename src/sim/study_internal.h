@@ -91,5 +91,6 @@ int study_fig15(const eldr_study_opts *o, json_t **out, eldr_diag *d);
 int study_fig16(const eldr_study_opts *o, json_t **out, eldr_diag *d);
 int study_table2(const eldr_study_opts *o, json_t **out, eldr_diag *d);
 int study_rho_gain(const eldr_study_opts *o, json_t **out, eldr_diag *d);
+int study_crossover(const eldr_study_opts *o, json_t **out, eldr_diag *d); /* study_crossover.c */
 
 #endif
