@@ -100,5 +100,7 @@ int cli_moe_layer_measure(size_t H, size_t NI, size_t E, size_t K, const long *e
 
 /* `eldr trace compact` (cmd_trace_compact.c), dispatched by `eldr trace`. */
 int eldr_cmd_trace_compact(int argc, char **argv);
+/* `eldr trace split` (cmd_trace_split.c). */
+int eldr_cmd_trace_split(int argc, char **argv);
 
 #endif
