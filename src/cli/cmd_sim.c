@@ -284,10 +284,23 @@ static void latency_model(const char *cmd, const sim_args *a, const eldr_trace *
   eldr_diag d = {{0}};
   int rc;
   const char *model = a->model, *hardware = a->hardware;
+  if (!model && a->lat_path && (t ? !cli_latency_preset_for_model(t->model) : 1)) {
+    /* a model outside the presets: a complete --latency file is the model
+     * (as `eldr fit --latency` takes it) */
+    eldr_diag ld = {{0}};
+    if (hardware) cli_usage_error(cmd, "--hardware needs --model (a complete --latency is the whole model)");
+    if (a->ep_size) cli_usage_error(cmd, "--ep-size needs --model (an EP preset)");
+    rc = eldr_latency_load_full(a->lat_path, out, &ld);
+    if (rc)
+      cli_usage_error(cmd, "--latency: %s (without --model the file must be a complete model: "
+                      "every field, as `eldr sim --print-latency` writes it)", eldr_diag_msg(&ld, rc));
+    goto check;
+  }
   if (!model) {
-    model = cli_latency_preset_for_model(t->model);
+    model = t ? cli_latency_preset_for_model(t->model) : NULL;
     if (!model)
-      cli_usage_error(cmd, "--model is required: no latency preset for the trace's model '%s'", t->model);
+      cli_usage_error(cmd, "--model is required: no latency preset for the trace's model '%s' "
+                      "(or give a complete model with --latency FILE)", t ? t->model : "?");
   }
   if (!hardware) hardware = !strcmp(model, "llama4-maverick") ? "h200" : "mi300x";
   rc = a->ep_size ? eldr_latency_preset_ep(model, hardware, a->ep_tp ? a->ep_tp : a->ep_size,
@@ -298,12 +311,13 @@ static void latency_model(const char *cmd, const sim_args *a, const eldr_trace *
     rc = eldr_latency_load_overrides(a->lat_path, out, &d);
     if (rc) cli_fail(cmd, "--latency: %s", eldr_diag_msg(&d, rc));
   }
+check:
   if (st && (out->shape.num_layers != st->shape.num_layers || out->shape.num_experts != st->shape.num_experts ||
       out->shape.top_k != st->shape.top_k))
-    cli_usage_error(cmd, "--model %s has %u layers x %u experts top-%u, the trace %u x %u top-%u",
-                    model, out->shape.num_layers, out->shape.num_experts, out->shape.top_k,
+    cli_usage_error(cmd, "%s %s has %u layers x %u experts top-%u, the trace %u x %u top-%u",
+                    model ? "--model" : "--latency", model ? model : out->model,
+                    out->shape.num_layers, out->shape.num_experts, out->shape.top_k,
                     st->shape.num_layers, st->shape.num_experts, st->shape.top_k);
-
 }
 
 /* The split: fit on *fit_idx (n_fit rows of t), serve *serve_idx (rows of the served trace). */
@@ -617,6 +631,43 @@ static void print_table(const sim_out *o) {
   }
 }
 
+/* Was artifact a fitted on trace t (the file at path)? The same file
+ * (its fit.trace, resolved), or the same generated requests (the same
+ * generator string and model). */
+static int fitted_on_this(const eldr_artifact *a, const char *path, const eldr_trace *t) {
+  if (a->trace && path) {
+    char *x = realpath(a->trace, NULL), *y = realpath(path, NULL);
+    int same = x && y && !strcmp(x, y);
+    free(x);
+    free(y);
+    if (same) return 1;
+  }
+  return a->trace_generator && t->generator && !strcmp(a->trace_generator, t->generator) &&
+         a->model && t->model && !strcmp(a->model, t->model);
+}
+
+/* Replay dominates a run when a locality policy's batches mostly hold copies
+ * of one recorded request: then its gain is largely the replay artifact.
+ * Warn once, naming the worst row, the pool and what to do. */
+#define REPLAY_WARN_DUP 0.5
+static void warn_replay(const sim_out *o) {
+  const eldr_sweep_row *w = NULL;
+  for (size_t i = 0; i < o->nrows; i++) {
+    const eldr_sweep_row *r = &o->rows[i];
+    if (strcmp(r->v->label, "eldr") && strcmp(r->v->label, "footprint")) continue;
+    if (r->r.batch_dup_frac > REPLAY_WARN_DUP && (!w || r->r.batch_dup_frac > w->r.batch_dup_frac)) w = r;
+  }
+  if (!w) return;
+  fprintf(stderr,
+          "eldr sim: warning: replay dominates: %s's batches hold another copy of the same recorded "
+          "request at %.0f%% of its decode token-steps (at %g/s; %.1f other copies in flight at "
+          "routing): %zu distinct requests serve %zu arrivals per run. Its gain is partly the "
+          "replay artifact: read it net of its replay control (printed beside it), or serve more "
+          "distinct requests (a larger trace, --gen-requests) or fewer arrivals (--requests)\n",
+          w->v->label, 100 * w->r.batch_dup_frac, w->rate, w->r.copies_in_flight, o->n_serve,
+          o->a->trace_arrivals ? o->n_serve : o->a->nreq);
+}
+
 /* The artifacts the ELDR variants need: --artifact, else fitted in-process on
  * the fit split (balanced, and with --vanilla unbalanced too). Returns 1 when
  * fitted (the reports are filled). */
@@ -640,6 +691,19 @@ static int get_artifacts(const char *cmd, const sim_args *a, const eldr_trace *t
                                  why, sizeof why))
       fprintf(stderr, "eldr sim: warning: the served trace is not from the artifact's source: %s\n",
               why);
+    if (!a->serve_path && fitted_on_this(*art, a->trace_path, t)) {
+      if (a->frac < 0)
+        fprintf(stderr,
+                "eldr sim: warning: --artifact was fitted on this trace (%s) and every request of "
+                "it is served: the %zu fitted requests are evaluated on; give --fit-fraction F "
+                "(and --seed) as the fit had, to serve only the held-out part\n",
+                (*art)->trace ? (*art)->trace : a->trace_path, (*art)->fit_n);
+      else if ((*art)->fit_n >= t->n)
+        fprintf(stderr,
+                "eldr sim: warning: --artifact was fitted on all %zu requests of this trace: the "
+                "--fit-fraction %g held-out part was fitted on too; refit with `eldr fit "
+                "--fit-fraction %g`\n", (*art)->fit_n, a->frac, a->frac);
+    }
     if (a->frac > 0 && !a->serve_path && (*art)->fit_n < t->n && (*art)->fit_seed != a->seed)
       fprintf(stderr,
               "eldr sim: warning: --artifact was fitted with seed %llu, --seed is %llu: the "
@@ -799,6 +863,7 @@ int eldr_cmd_sim(int argc, char **argv) {
                .nrows = nrows, .nv = nv, .vs = vs, .n_fit = n_fit, .n_serve = n_serve,
                .n_sigs = ps.n_ok, .tau_eff = tau_eff, .capacity = capacity, .wall_s = t_run,
                .rep = have_rep ? &rep : NULL, .eps = a.ep_size ? &eps : NULL};
+  warn_replay(&o);
   if (a.csv_path) write_csv(cmd, a.csv_path, &o);
   if (a.log_path) write_log(cmd, a.log_path, &o, st, serve_idx);
   if (a.json)

@@ -439,12 +439,20 @@ int eldr_cmd_study(int argc, char **argv) {
   o.trace = t;
   o.serve = ts;
   const char *preset = model ? model : crossover ? "qwen3-30b-a3b" : cli_latency_preset_for_model(t->model);
-  if (!preset) cli_usage_error(cmd, "--model is required: no latency preset for '%s'", t->model);
-  if (!hardware) hardware = !strcmp(preset, "llama4-maverick") ? "h200" : "mi300x";
-  if ((rc = eldr_latency_preset(preset, hardware, &o.lm, &d)))
-    cli_usage_error(cmd, "%s", eldr_diag_msg(&d, rc));
-  if (lat_path && (rc = eldr_latency_load_overrides(lat_path, &o.lm, &d)))
-    cli_fail(cmd, "--latency: %s", eldr_diag_msg(&d, rc));
+  if (!preset && lat_path && !hardware) { /* a model outside the presets: the complete file is the model */
+    if ((rc = eldr_latency_load_full(lat_path, &o.lm, &d)))
+      cli_usage_error(cmd, "--latency: %s (without --model the file must be a complete model)",
+                      eldr_diag_msg(&d, rc));
+  } else {
+    if (!preset)
+      cli_usage_error(cmd, "--model is required: no latency preset for '%s' (or a complete --latency FILE)",
+                      t->model);
+    if (!hardware) hardware = !strcmp(preset, "llama4-maverick") ? "h200" : "mi300x";
+    if ((rc = eldr_latency_preset(preset, hardware, &o.lm, &d)))
+      cli_usage_error(cmd, "%s", eldr_diag_msg(&d, rc));
+    if (lat_path && (rc = eldr_latency_load_overrides(lat_path, &o.lm, &d)))
+      cli_fail(cmd, "--latency: %s", eldr_diag_msg(&d, rc));
+  }
 
   if (mkdir(out_dir, 0777) && errno != EEXIST)
     cli_fail(cmd, "--out: cannot create '%s': %s", out_dir, strerror(errno));
