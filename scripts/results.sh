@@ -61,21 +61,22 @@ section() { # dir name title
 # the mean batch a decoder runs when every pool gets the same 2000 arrivals
 # (what this study did before) against arrivals in proportion to the pool.
 table2_why() {
-  local b
   {
-    echo "Why the gain does not grow with the pool here: a pool at the same share of its"
-    echo "capacity gives each decoder the same batch and the same union per step (the"
-    echo "table's \\`eldr_batch\\`, \\`best_batch\\`, \\`eldr_union\\`, \\`best_union\\`: means per decode"
-    echo "step over the runs), so a decoder's batch is no more alike with 24 decoders"
-    echo "than with 8; only the replayed copies in flight grow (\\`eldr_copies\\`). The study"
-    echo "runs every pool for the same simulated time (arrivals in proportion to the"
-    echo "pool). Run with the same number of arrivals, a larger pool spends more of its"
-    echo "run filling and draining, with smaller batches, which once made the gain"
-    echo "look like it shrank with the pool. JSQ's mean batch per step at 95% load"
-    echo "(\\`eldr sim --trace ... --policies jsq --loads 0.95 --decode D --requests N --json\\`):"
-    echo
-    echo "| decoders | arrivals | mean batch | distinct experts per layer per step |"
-    echo "|---|---|---|---|"
+    cat <<'TXT'
+Why the gain does not grow with the pool here: a pool at the same share of its
+capacity gives each decoder the same batch and the same union per step (the
+table's `eldr_batch`, `best_batch`, `eldr_union`, `best_union`: means per decode
+step over the runs), so a decoder's batch is no more alike with 24 decoders
+than with 8; only the replayed copies in flight grow (`eldr_copies`). The study
+runs every pool for the same simulated time (arrivals in proportion to the
+pool). Run with the same number of arrivals, a larger pool spends more of its
+run filling and draining, with smaller batches, which once made the gain
+look like it shrank with the pool. JSQ's mean batch per step at 95% load
+(`eldr sim --trace ... --policies jsq --loads 0.95 --decode D --requests N --json`):
+
+| decoders | arrivals | mean batch | distinct experts per layer per step |
+|---|---|---|---|
+TXT
     for dn in "8 2000" "24 2000" "24 6000"; do
       set -- $dn
       "$ELDR" sim --trace "$REAL" --policies jsq --loads 0.95 --decode "$1" --requests "$2" --json -q |
