@@ -204,9 +204,9 @@ static void test_run_json_csv_deterministic(void **st) {
  * complete --latency file; --loads and --log. */
 static void test_warnings_custom_loads_log(void **st) {
   (void)st;
-  /* 40 served requests as 3000 arrivals at a high load: copies everywhere */
+  /* 40 served requests as 600 arrivals at a high load: copies everywhere */
   const char *rep[] = {"sim", "--trace", g_trace, "--prefill", "2", "--decode", "4", "--loads", "0.9",
-                       "--requests", "3000", "--policies", "jsq,eldr,eldr-permuted", "-q", NULL};
+                       "--requests", "600", "--policies", "jsq,eldr,eldr-permuted", "-q", NULL};
   assert_int_equal(run(rep), 0);
   assert_non_null(strstr(g_err, "warning: replay dominates: eldr's batches hold another copy"));
   assert_non_null(strstr(g_out, "replay control eldr-permuted alone: TPOT p50"));
