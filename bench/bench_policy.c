@@ -79,78 +79,111 @@ static void run(eldr_policy *p, const float *sigs, size_t dim, uint32_t *loads, 
   *median = ns[REPS / 2];
 }
 
-/* ns per footprint decision and per route+end pair (min over REPS batches). */
-static int bench_footprint(double min_s, uint64_t *sink) {
-  enum { D = 16, NPROF = 8, TOK = 200 };
-  eldr_latency_model m;
-  if (eldr_latency_preset("qwen3-30b-a3b", "mi300x", &m, NULL)) return 1;
-  const size_t L = m.shape.num_layers, E = m.shape.num_experts, K = m.shape.top_k, LE = L * E;
+/* ns per footprint decision and per route+end pair (min over REPS batches):
+ * prompts of tok tokens, raw profiles or with priors (a global and 16
+ * cluster ones, the cluster picked from a signature). */
+static int bench_footprint_case(const eldr_latency_model *m, size_t tok, int with_prior,
+                                size_t inflight, double min_s, uint64_t *sink) {
+  enum { D = 16, NPROF = 8, NCL = 16 };
+  const size_t L = m->shape.num_layers, E = m->shape.num_experts, K = m->shape.top_k, LE = L * E;
+  const size_t dim = LE; /* signatures over all layers */
   uint32_t *prof = calloc(NPROF * LE, sizeof *prof);
-  if (!prof) return 1;
+  float *prior = malloc((1 + NCL) * LE * sizeof *prior), *cent = malloc(NCL * dim * sizeof *cent),
+        *sigs = malloc(NPROF * dim * sizeof *sigs);
+  if (!prof || !prior || !cent || !sigs) return 1;
   eldr_rng r;
   eldr_rng_seed(&r, 99);
   for (size_t p = 0; p < NPROF; p++)
-    for (size_t t = 0; t < TOK; t++)
+    for (size_t t = 0; t < tok; t++)
       for (size_t l = 0; l < L; l++) {
         size_t e0 = (size_t)eldr_rng_below(&r, E);
         for (size_t k = 0; k < K; k++) prof[p * LE + l * E + (e0 + 5 * k) % E]++;
       }
-  printf("\nFOOTPRINT, %d decoders, %zu layers x %zu experts top-%zu: CPU ns (min / median of %d)\n",
-         D, L, E, K, REPS);
-  printf("%-10s %12s %12s %14s %14s\n", "in-flight", "decide min", "decide med", "route+end min",
-         "route+end med");
-  const size_t inflight[] = {16, 1024};
-  for (size_t c = 0; c < 2; c++) {
-    eldr_footprint_opts o = {.n_decoders = D, .max_batch = 64};
-    eldr_footprint *f = NULL;
-    if (eldr_footprint_new(&m, &o, &f, NULL)) return 1;
-    eldr_policy p;
-    eldr_policy_init(&p, ELDR_POLICY_FOOTPRINT, 0, 1, NULL, 0, 0, 1);
-    eldr_policy_attach_footprint(&p, f);
-    uint32_t loads[D] = {0};
-    uint64_t *tk = malloc(inflight[c] * sizeof *tk);
-    if (!tk) return 1;
-    for (size_t i = 0; i < inflight[c]; i++) {
-      eldr_fp_request q = {prof + (i % NPROF) * LE, TOK, 500};
-      tk[i] = eldr_footprint_route(f, i % D, &q, NULL);
-      loads[i % D]++;
+  for (size_t row = 0; row <= NCL; row++) /* positive rates, each layer summing to K */
+    for (size_t l = 0; l < L; l++) {
+      float *pr = prior + (row * L + l) * E;
+      double s = 0;
+      for (size_t e = 0; e < E; e++) s += pr[e] = (float)(0.05 + eldr_rng_uniform(&r));
+      for (size_t e = 0; e < E; e++) pr[e] = (float)(pr[e] * (double)K / s);
     }
-    double dmin = 1e30, dmed[REPS], rmin = 1e30, rmed[REPS];
-    size_t iters = 64;
-    for (int pass = 0; pass < 2; pass++) {
-      for (int rep = 0; rep < (pass ? REPS : 1); rep++) {
-        double t0 = now_s();
-        for (size_t i = 0; i < iters; i++) {
-          eldr_fp_request q = {prof + (i % NPROF) * LE, TOK, 500};
-          *sink += (uint64_t)eldr_policy_decide(&p, loads, NULL, D, NULL, &q, NULL);
-        }
-        double t1 = now_s();
-        for (size_t i = 0; i < iters; i++) { /* replace the oldest request: in-flight constant */
-          size_t s = i % inflight[c];
-          eldr_footprint_end(f, tk[s]);
-          eldr_fp_request q = {prof + ((i + 3) % NPROF) * LE, TOK, 500};
-          tk[s] = eldr_footprint_route(f, s % D, &q, NULL);
-        }
-        double t2 = now_s();
-        if (!pass) { /* calibrate: each batch about min_s / REPS for decide */
-          double per = (t1 - t0) / (double)iters;
-          iters = per > 0 ? (size_t)(min_s / REPS / per) + 1 : iters;
-          continue;
-        }
-        dmed[rep] = (t1 - t0) / (double)iters * 1e9;
-        rmed[rep] = (t2 - t1) / (double)iters * 1e9;
-        if (dmed[rep] < dmin) dmin = dmed[rep];
-        if (rmed[rep] < rmin) rmin = rmed[rep];
-      }
-    }
-    qsort(dmed, REPS, sizeof dmed[0], cmp_d);
-    qsort(rmed, REPS, sizeof rmed[0], cmp_d);
-    printf("%-10zu %12.0f %12.0f %14.0f %14.0f\n", inflight[c], dmin, dmed[REPS / 2], rmin,
-           rmed[REPS / 2]);
-    free(tk);
-    eldr_footprint_free(f);
+  for (size_t c = 0; c < NCL; c++) random_unit(&r, cent + c * dim, dim);
+  for (size_t p = 0; p < NPROF; p++) random_unit(&r, sigs + p * dim, dim);
+  eldr_footprint_opts o = {.n_decoders = D, .max_batch = 64};
+  if (with_prior) {
+    o.prior = prior;
+    o.n_priors = 1 + NCL;
+    o.prior_tokens = 12;
+    o.centroids = cent;
+    o.dim = dim;
   }
+  eldr_footprint *f = NULL;
+  if (eldr_footprint_new(m, &o, &f, NULL)) return 1;
+  eldr_policy p;
+  eldr_policy_init(&p, ELDR_POLICY_FOOTPRINT, 0, 1, NULL, 0, 0, 1);
+  eldr_policy_attach_footprint(&p, f);
+  uint32_t loads[D] = {0};
+  uint64_t *tk = malloc(inflight * sizeof *tk);
+  if (!tk) return 1;
+  for (size_t i = 0; i < inflight; i++) {
+    eldr_fp_request q = {prof + (i % NPROF) * LE, (uint32_t)tok, 500, sigs + (i % NPROF) * dim};
+    tk[i] = eldr_footprint_route(f, i % D, &q, NULL);
+    loads[i % D]++;
+  }
+  double dmin = 1e30, dmed[REPS], rmin = 1e30, rmed[REPS];
+  size_t iters = 64;
+  for (int pass = 0; pass < 2; pass++) {
+    for (int rep = 0; rep < (pass ? REPS : 1); rep++) {
+      double t0 = now_s();
+      for (size_t i = 0; i < iters; i++) {
+        eldr_fp_request q = {prof + (i % NPROF) * LE, (uint32_t)tok, 500, sigs + (i % NPROF) * dim};
+        *sink += (uint64_t)eldr_policy_decide(&p, loads, NULL, D, NULL, &q, NULL);
+      }
+      double t1 = now_s();
+      for (size_t i = 0; i < iters; i++) { /* replace the oldest request: in-flight constant */
+        size_t s = i % inflight;
+        eldr_footprint_end(f, tk[s]);
+        eldr_fp_request q = {prof + ((i + 3) % NPROF) * LE, (uint32_t)tok, 500,
+                             sigs + ((i + 3) % NPROF) * dim};
+        tk[s] = eldr_footprint_route(f, s % D, &q, NULL);
+      }
+      double t2 = now_s();
+      if (!pass) { /* calibrate: each batch about min_s / REPS for decide */
+        double per = (t1 - t0) / (double)iters;
+        iters = per > 0 ? (size_t)(min_s / REPS / per) + 1 : iters;
+        continue;
+      }
+      dmed[rep] = (t1 - t0) / (double)iters * 1e9;
+      rmed[rep] = (t2 - t1) / (double)iters * 1e9;
+      if (dmed[rep] < dmin) dmin = dmed[rep];
+      if (rmed[rep] < rmin) rmin = rmed[rep];
+    }
+  }
+  qsort(dmed, REPS, sizeof dmed[0], cmp_d);
+  qsort(rmed, REPS, sizeof rmed[0], cmp_d);
+  printf("%-9s %-7zu %-10zu %12.0f %12.0f %14.0f %14.0f\n", with_prior ? "priors" : "raw", tok,
+         inflight, dmin, dmed[REPS / 2], rmin, rmed[REPS / 2]);
+  free(tk);
+  eldr_footprint_free(f);
   free(prof);
+  free(prior);
+  free(cent);
+  free(sigs);
+  return 0;
+}
+
+static int bench_footprint(double min_s, uint64_t *sink) {
+  eldr_latency_model m;
+  if (eldr_latency_preset("qwen3-30b-a3b", "mi300x", &m, NULL)) return 1;
+  printf("\nFOOTPRINT, 16 decoders, %u layers x %u experts top-%u: CPU ns (min / median of %d);\n"
+         "profiles raw (prefill counts) or with priors (global + 16 clusters, picked by signature)\n",
+         m.shape.num_layers, m.shape.num_experts, m.shape.top_k, REPS);
+  printf("%-9s %-7s %-10s %12s %12s %14s %14s\n", "profile", "prompt", "in-flight", "decide min",
+         "decide med", "route+end min", "route+end med");
+  static const size_t toks[] = {200, 16}, inflight[] = {16, 1024};
+  for (size_t t = 0; t < 2; t++)
+    for (int pr = 0; pr < 2; pr++)
+      for (size_t c = 0; c < 2; c++)
+        if (bench_footprint_case(&m, toks[t], pr, inflight[c], min_s, sink)) return 1;
   return 0;
 }
 

@@ -1,89 +1,97 @@
 #!/bin/sh
 # footprint-study.sh — the acceptance study of the footprint policy (docs/footprint.md).
 #
-# eldr sim at 8P16D with --decorrelate, fitting on one seeded part and serving
-# requests the fit never saw, on three workloads:
-#   llama4    held-out real Llama-4 (../shared/traces/llama4-mmlu-dev.jsonl, seeded 50 % split)
-#   task      generated task workload, qwen3-30b-a3b on mi300x (3000 generated, fit on 33 %)
-#   language  generated language workload, same
-# each at the default 20..95 % load sweep and at the paper's 20..100 req/s.
-# Writes one CSV per (workload, sweep, seed) into OUT and prints the summary
-# table (markdown) on stdout.
+# eldr sim at 8P16D with --decorrelate on the real Llama-4 trace
+# (../shared/traces/llama4-mmlu-dev.jsonl): fitted on a seeded half, served
+# on the other half (the fit never saw a served request), at 10..95 % of
+# the estimated capacity, one CSV per seed into OUT; then the summary table
+# (markdown) on stdout, for TPOT and for TPOT from prefill end.
 #
 # usage: scripts/footprint-study.sh [OUT_DIR] [SEEDS] [REQUESTS]
-#   defaults: OUT_DIR=footprint-study SEEDS="1" REQUESTS=3000
+#   defaults: OUT_DIR=footprint-study SEEDS="1 2 3" REQUESTS=3000
 # env: ELDR (binary, default build/eldr), TRACE (the Llama-4 trace), JOBS (default 2),
+#      LOADS (default 0.1,0.2,0.4,0.6,0.8,0.95),
 #      SUMMARY_ONLY=1 (no runs: summarise the CSVs already in OUT)
 set -eu
 OUT=${1:-footprint-study}
-SEEDS=${2:-1}
+SEEDS=${2:-1 2 3}
 NREQ=${3:-3000}
 ELDR=${ELDR:-build/eldr}
 TRACE=${TRACE:-../shared/traces/llama4-mmlu-dev.jsonl}
 JOBS=${JOBS:-2}
-POL=random,rr,jsq,p2c,eldr,eldr-permuted,footprint,footprint-permuted,footprint-oracle,footprint-mask
+LOADS=${LOADS:-0.1,0.2,0.4,0.6,0.8,0.95}
+POL=random,rr,jsq,p2c,eldr,eldr-permuted,footprint,footprint-permuted,footprint-oracle
+POL=$POL,footprint-oracle-permuted,footprint-mask,footprint-mask-permuted,footprint-raw,footprint-raw-permuted
 mkdir -p "$OUT"
 
-run() { # name sweep seed args...
-  name=$1; sweep=$2; seed=$3; shift 3
-  csv="$OUT/$name-$sweep-s$seed.csv"
-  if [ "$sweep" = paper ]; then rates="--rates 20,40,60,80,100"; else rates=""; fi
-  if [ ! -s "$csv" ]; then
-    # shellcheck disable=SC2086
-    "$ELDR" sim "$@" --decorrelate --prefill 8 --decode 16 --policies "$POL" --seed "$seed" \
-      --jobs "$JOBS" -q $rates --csv "$csv" >/dev/null
-  fi
+if [ "${SUMMARY_ONLY:-0}" != 1 ]; then
+  for seed in $SEEDS; do
+    csv="$OUT/llama4-s$seed.csv"
+    [ -s "$csv" ] && continue
+    echo "footprint-study: seed $seed" >&2
+    "$ELDR" sim --trace "$TRACE" --fit-fraction 0.5 --decorrelate --prefill 8 --decode 16 \
+      --policies "$POL" --loads "$LOADS" --requests "$NREQ" --seed "$seed" --jobs "$JOBS" -q \
+      --csv "$csv" >/dev/null
+  done
+fi
+
+# Summary, per load (the k-th rate of every seed's sweep) and per latency
+# (TPOT; TPOT from prefill end): means over the seeds of each policy's p50
+# and p99, then, against the best load balancer (the lowest of random, rr,
+# jsq, p2c at that percentile):
+#   fp, oracle, control   footprint's, footprint-oracle's and footprint-permuted's change, %
+#   share                 fp / oracle (the share of the oracle's gain footprint gets)
+#   net share             (fp - its control) / (oracle - the oracle's control)
+#   mask share            the same share for footprint-mask
+#   raw share             the same share for footprint-raw (prefill profiles, no prior)
+#   affinity              copies of a request routed to one decoder: footprint / its control
+#   eldr net              eldr's change net of eldr-permuted, %
+# Shares are "-" where the oracle gains less than 0.1 %.
+summary() { # metric-label p50-column p99-column
+  cat "$OUT"/llama4-s*.csv | awk -F, -v label="$1" -v c50="$2" -v c99="$3" '
+    $1 == "policy" { for (i = 1; i <= NF; i++) col[$i] = i; next }
+    { seed_rate[$2] = 1 }
+    { k = $1 SUBSEP $2; p50[k] = $(col[c50]); p99[k] = $(col[c99]); aff[k] = $(col["copy_affinity"]) }
+    END {
+      # rates sorted per seed: the k-th smallest rate of every seed is load k
+      n = 0; for (r in seed_rate) rates[++n] = r + 0
+      for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (rates[j] < rates[i]) { t = rates[i]; rates[i] = rates[j]; rates[j] = t }
+      split(ENVIRON["LOADS"] != "" ? ENVIRON["LOADS"] : "0.1,0.2,0.4,0.6,0.8,0.95", loads, ",")
+      nl = 0; for (x in loads) nl++
+      ns = n / nl
+      split("random rr jsq p2c", lb, " ")
+      split("footprint footprint-permuted footprint-oracle footprint-oracle-permuted footprint-mask footprint-mask-permuted footprint-raw footprint-raw-permuted eldr eldr-permuted", pol, " ")
+      for (li = 1; li <= nl; li++) {
+        rsum = 0
+        # mean over the seeds at this load: its rates are those of rank (li - 1) * ns + 1
+        # .. li * ns of all (the loads are far apart, the seeds capacity estimates close)
+        for (p in P50) delete P50[p]
+        for (p in P99) delete P99[p]
+        for (p in AF) delete AF[p]
+        for (s = 1; s <= ns; s++) {
+          r = rates[(li - 1) * ns + s]; rsum += r
+          for (j = 1; j <= 4; j++) { P50[lb[j]] += p50[lb[j], r] / ns; P99[lb[j]] += p99[lb[j], r] / ns }
+          for (j = 1; j <= 10; j++) { P50[pol[j]] += p50[pol[j], r] / ns; P99[pol[j]] += p99[pol[j], r] / ns; AF[pol[j]] += aff[pol[j], r] / ns }
+        }
+        b50 = 1e30; b99 = 1e30
+        for (j = 1; j <= 4; j++) { if (P50[lb[j]] < b50) b50 = P50[lb[j]]; if (P99[lb[j]] < b99) b99 = P99[lb[j]] }
+        for (j = 1; j <= 10; j++) { g50[pol[j]] = 100 * (P50[pol[j]] / b50 - 1); g99[pol[j]] = 100 * (P99[pol[j]] / b99 - 1) }
+        printf "| %s | %g | %.0f | %.3f | %.3f | %+.1f / %+.1f | %+.1f / %+.1f | %+.1f / %+.1f | %s / %s | %s / %s | %s / %s | %s / %s | %.2f / %.2f | %+.1f |\n",
+          label, loads[li], rsum / ns, b50, b99,
+          g50["footprint"], g99["footprint"], g50["footprint-oracle"], g99["footprint-oracle"],
+          g50["footprint-permuted"], g99["footprint-permuted"],
+          sh(g50["footprint"], g50["footprint-oracle"]), sh(g99["footprint"], g99["footprint-oracle"]),
+          sh(g50["footprint"] - g50["footprint-permuted"], g50["footprint-oracle"] - g50["footprint-oracle-permuted"]),
+          sh(g99["footprint"] - g99["footprint-permuted"], g99["footprint-oracle"] - g99["footprint-oracle-permuted"]),
+          sh(g50["footprint-mask"], g50["footprint-oracle"]), sh(g99["footprint-mask"], g99["footprint-oracle"]),
+          sh(g50["footprint-raw"], g50["footprint-oracle"]), sh(g99["footprint-raw"], g99["footprint-oracle"]),
+          AF["footprint"], AF["footprint-permuted"], g50["eldr"] - g50["eldr-permuted"]
+      }
+    }
+    function sh(a, b) { return b < -0.1 ? sprintf("%.0f%%", 100 * a / b) : "-" }'
 }
 
-[ "${SUMMARY_ONLY:-0}" = 1 ] && SEEDS=""
-for seed in $SEEDS; do
-  for sweep in load paper; do
-    if [ -r "$TRACE" ]; then
-      run llama4 $sweep "$seed" --trace "$TRACE" --fit-fraction 0.5 --requests "$NREQ"
-    fi
-    for w in task language; do
-      run $w $sweep "$seed" --generate $w --model qwen3-30b-a3b --hardware mi300x \
-        --gen-requests 3000 --fit-fraction 0.33 --requests "$NREQ"
-    done
-  done
-done
-
-# Summary: per workload, sweep and rate (mean over seeds of each policy's
-# numbers): the best load balancer (lowest p50 among random/rr/jsq/p2c, and
-# lowest p99 separately), eldr (tau 0.1), footprint, its controls, and
-#   fp-LB p50/p99 %  footprint vs the best load balancer (negative = better)
-#   net %            (footprint - footprint-permuted) / best LB p50: the gain
-#                    that survives the replay control
-#   fp-eldr pts      footprint p50 minus eldr p50, in % of the best LB p50
-#   oracle share     (LB - footprint) / (LB - oracle) at p50
-#   TTFT vs jsq %    footprint TTFT p50 vs JSQ's
-echo "| workload | sweep | rate | best LB p50 (ms) | best LB p99 | eldr p50 | footprint p50 | footprint p99 | fp-LB p50 % | fp-LB p99 % | net of replay % | fp-eldr pts | oracle p50 | oracle share | mask p50 | TTFT vs jsq % |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
-for f in "$OUT"/*.csv; do
-  b=$(basename "$f" .csv)
-  echo "$b" | sed 's/-s[0-9]*$//' | sed 's/-\(load\|paper\)$/ \1/'
-done | sort -u | while read -r name sweep; do
-  cat "$OUT/$name-$sweep"-s*.csv | awk -F, -v name="$name" -v sweep="$sweep" '
-    $1 == "policy" { next }
-    { k = $1 SUBSEP $2; p50[k] += $3; p99[k] += $4; tt[k] += $6; n[k]++
-      if (!($2 in seen)) { seen[$2] = 1; rates[++nr] = $2 } }
-    END {
-      for (i = 1; i <= nr; i++) {
-        r = rates[i]; b50 = -1; b99 = -1
-        split("random rr jsq p2c", lbs, " ")
-        for (j = 1; j <= 4; j++) { k = lbs[j] SUBSEP r; if (!(k in n)) continue
-          x = p50[k] / n[k]; y = p99[k] / n[k]
-          if (b50 < 0 || x < b50) { b50 = x; l50 = lbs[j] }
-          if (b99 < 0 || y < b99) { b99 = y; l99 = lbs[j] } }
-        fk = "footprint" SUBSEP r; ek = "eldr" SUBSEP r; ok = "footprint-oracle" SUBSEP r
-        pk = "footprint-permuted" SUBSEP r; mk = "footprint-mask" SUBSEP r; jk = "jsq" SUBSEP r
-        f50 = p50[fk] / n[fk]; f99 = p99[fk] / n[fk]; e50 = p50[ek] / n[ek]; o50 = p50[ok] / n[ok]
-        pp50 = p50[pk] / n[pk]; m50 = p50[mk] / n[mk]
-        share = (b50 - o50) > 1e-9 ? sprintf("%.0f%%", 100 * (b50 - f50) / (b50 - o50)) : "n/a"
-        printf "| %s | %s | %g | %.3f (%s) | %.3f (%s) | %.3f | %.3f | %.3f | %+.1f | %+.1f | %+.1f | %+.1f | %.3f | %s | %.3f | %+.1f |\n",
-          name, sweep, r, b50, l50, b99, l99, e50, f50, f99, 100 * (f50 / b50 - 1), 100 * (f99 / b99 - 1),
-          100 * (f50 - pp50) / b50, 100 * (f50 - e50) / b50, o50, share, m50,
-          100 * ((tt[fk] / n[fk]) / (tt[jk] / n[jk]) - 1)
-      }
-    }'
-done
+echo "| latency | load | rate | best LB p50 (ms) | best LB p99 | footprint p50 / p99 % | oracle p50 / p99 % | control p50 / p99 % | share p50 / p99 | net share p50 / p99 | mask share p50 / p99 | raw share p50 / p99 | affinity fp / control | eldr net p50 % |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+summary TPOT tpot_p50_ms tpot_p99_ms
+summary "TPOT from prefill end" tpot_pf_p50_ms tpot_pf_p99_ms

@@ -66,6 +66,11 @@ typedef struct eldr_artifact {
   char *trace_generator; /* owned, may be NULL: the fitted trace's generator */
   struct eldr_artifact_placement *placement; /* owned, NULL when absent */
   eldr_latency_model *latency; /* owned, NULL when the artifact carries no coefficients */
+  float *fp_prior;             /* owned, fp_n_priors * L*E: the footprint profile's priors
+                                  (eldr/fp_prior.h): row 0 global, row 1 + c cluster c's;
+                                  NULL when absent */
+  size_t fp_n_priors;          /* 1 (global only) or 1 + k */
+  double fp_prior_tokens;      /* their weight in pseudo-tokens (> 0 with a prior) */
   eldr_drift_ref *drift_ref;   /* owned, fit.drift_ref (eldr/watch.h); NULL in artifacts
                                   written before it (drift then unknown) */
   uint64_t text_hash;          /* XXH3-64 of the JSON text it was parsed from (0: built in memory) */
@@ -109,6 +114,13 @@ int eldr_artifact_validate(const eldr_artifact *a, eldr_diag *d);
  * policy's coefficients). Errors as validate (m's own checks, a shape other
  * than the artifact's); a unchanged on error. */
 int eldr_artifact_set_latency(eldr_artifact *a, const eldr_latency_model *m, eldr_diag *d);
+
+/* Set (copy) or clear (prior NULL) the footprint section: n_priors (1, or
+ * 1 + k with the clusters') rows of L*E rates in [0, 1], each layer
+ * summing to K within 1e-3, and their weight (> 0, < 1e9). ELDR_ERANGE /
+ * ELDR_ENOMEM; a unchanged on error. */
+int eldr_artifact_set_fp_prior(eldr_artifact *a, const float *prior, size_t n_priors,
+                               double tokens, eldr_diag *d);
 
 /* A sigspec borrowing the artifact's idf and mask. */
 void eldr_artifact_sigspec(const eldr_artifact *a, eldr_sigspec *spec);

@@ -72,6 +72,7 @@ typedef struct eldr_cluster_spec {
   const char *router_config;    /* the routers' --config FILE (NULL: none) */
   int bus;                      /* 1: a nats-server on a free loopback port and every
                                  * router on it (--bus, replica ids r0, r1, ...) */
+  const char *access_log;       /* the routers' --access-log FILE (NULL: none) */
 } eldr_cluster_spec;
 
 #define ELDR_CLUSTER_MAX_ROUTERS 8

@@ -59,6 +59,7 @@
 #include <stdint.h>
 
 #include "eldr/artifact_model.h"
+#include "eldr/fp_prior.h"
 #include "eldr/quality.h"
 #include "eldr/trace_model.h"
 
@@ -141,6 +142,9 @@ typedef struct eldr_fit_report {
   double moved_unaligned;   /* the same without the reordering */
   int *perm;                /* owned, k: new position p holds the centroid the
                                fit made as number perm[p] */
+  /* the footprint profile's prior, fitted on the rho sample (n = 0: none,
+   * no request with decode counts; the artifact then has no prior) */
+  eldr_fp_prior_report fp_prior;
 } eldr_fit_report;
 
 /* One calibration request as the fit sees it (borrowed for the visit). */

@@ -54,6 +54,23 @@ typedef struct eldr_footprint_opts {
   size_t n_decoders;         /* >= 1 */
   size_t max_batch;          /* decode batch limit per decoder; 0: 64 */
   const uint8_t *layer_mask; /* L flags (copied): layers predicted from the footprint; NULL: all */
+  /* The profile's priors (eldr/fp_prior.h; the artifact's "footprint"
+   * section): n_priors rows (0 counts as 1) of L*E per-token selection
+   * rates (copied; each layer sums to K), row 0 the global prior, row
+   * 1 + c cluster c's; and their weight in pseudo-tokens. A request's
+   * profile is then (c + prior_tokens * pi) / (n + prior_tokens) on the
+   * mask's layers with pi its row (its nearest centroid's), pi itself on
+   * the other layers and without counts. NULL or prior_tokens 0: no prior
+   * (the raw prefill profile; uniform K/E without counts; layers outside
+   * the mask by the uniform expected union). */
+  const float *prior;
+  size_t n_priors;
+  double prior_tokens;
+  /* With cluster priors (n_priors = 1 + k): the artifact's k centroids
+   * (k * dim floats, copied) that pick a request's row from its signature
+   * (the largest dot product; lower index on ties). */
+  const float *centroids;
+  size_t dim;
 } eldr_footprint_opts;
 
 /* What the footprint knows about one request. counts: L*E selection counts
@@ -63,6 +80,9 @@ typedef struct eldr_fp_request {
   const uint32_t *counts;
   uint32_t n_tokens;
   uint32_t ctx_tokens;
+  const float *sig; /* its signature under the artifact (dim floats), or NULL: with
+                       cluster priors, the prior of the centroid nearest to it (the
+                       global prior without one) */
 } eldr_fp_request;
 
 /* Create. m must validate; its shape gives L, E, K. Errors: ELDR_EINVAL
@@ -94,9 +114,11 @@ int eldr_footprint_end(eldr_footprint *f, uint64_t ticket);
 /* Contributions routed elsewhere (another event loop or router replica,
  * over the router's fleet bus): the ticket's decoder, its nnz flat
  * (l*E + e) indices (ascending), fixed-point weights and prompt tokens, as
- * route added them (borrowed: valid until the ticket ends); ELDR_ENOTFOUND
- * for an unknown or ended ticket. */
-int eldr_footprint_ticket(const eldr_footprint *f, uint64_t ticket, size_t *k, uint32_t *nnz,
+ * route added them, recomputed from the ticket's counts as its end will
+ * (with profile priors every cell of the tracked layers has a weight).
+ * idx and w are f's scratch, valid until the next call on f (copy them);
+ * ELDR_ENOTFOUND for an unknown or ended ticket. */
+int eldr_footprint_ticket(eldr_footprint *f, uint64_t ticket, size_t *k, uint32_t *nnz,
                           const uint32_t **idx, const uint32_t **w, uint32_t *ctx);
 /* Add n integer deltas dw at flat indices idx (each < L*E, any order, no
  * repeats) to decoder k's sums, and dctx to its prompt tokens in flight:
@@ -110,6 +132,16 @@ int eldr_footprint_adjust(eldr_footprint *f, size_t k, const uint32_t *idx, cons
 /* Inspection (tests, diagnostics). Requests in flight on decoder k; its
  * expected distinct experts at layer l; its raw fixed-point sum at (l, e). */
 size_t eldr_footprint_inflight(const eldr_footprint *f, size_t k);
+
+/* What the last eldr_footprint_decide predicted for the decoder it chose
+ * (diagnostics: the simulator logs it per request). */
+typedef struct eldr_fp_explain {
+  int decoder;        /* the choice, -1 before any decision */
+  double union_mean;  /* U' averaged over the layers: distinct experts per layer with the request */
+  double t0, t1;      /* predicted step time without and with the request, s */
+  double cost;        /* the decision's cost, s */
+} eldr_fp_explain;
+void eldr_footprint_explain(const eldr_footprint *f, eldr_fp_explain *out);
 double eldr_footprint_union(const eldr_footprint *f, size_t k, size_t l);
 int64_t eldr_footprint_raw(const eldr_footprint *f, size_t k, size_t l, size_t e);
 

@@ -15,7 +15,8 @@
  * Streams are checked for well-formed SSE: every event is "data: <JSON
  * object>" or the final "data: [DONE]", nothing follows [DONE], and a JSON
  * "error" object is an error. TTFT = first token event - send time; TPOT =
- * (last token - first token) / (tokens - 1).
+ * (last token - first token) / (tokens - 1); ITL = the gaps between a
+ * stream's consecutive token events, pooled over the streams.
  *
  * Bounded: arrivals stop after duration_s (or max_requests), and requests
  * still open drain_s later are cancelled and counted as timed out.
@@ -79,6 +80,8 @@ typedef struct eldr_loadgen_rec {
 typedef struct eldr_loadgen_result {
   eldr_loadgen_rec *recs;   /* owned, n entries in send order */
   size_t n;
+  double *itl;              /* owned: every gap between two token events of one stream, s */
+  size_t n_itl, itl_cap;
   size_t ok, failed, timed_out, malformed;
   uint64_t tokens;
   double wall_s;            /* first send to last completion */
@@ -102,6 +105,7 @@ typedef struct eldr_loadgen_summary {
   double ttft_p50, ttft_p90, ttft_p99, ttft_mean;
   double tpot_p50, tpot_p90, tpot_p99, tpot_mean;
   double e2e_p50, e2e_p90, e2e_p99, e2e_mean;
+  double itl_p50, itl_p99;  /* over the gaps of every stream (eldr_loadgen_result.itl) */
   double throughput_rps, tokens_per_s;
 } eldr_loadgen_summary;
 int eldr_loadgen_summarize(const eldr_loadgen_result *r, eldr_loadgen_summary *s);

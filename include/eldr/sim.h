@@ -15,9 +15,16 @@
  * (cycling through seeded shuffles of the pool), or the trace's own arrival
  * timestamps (one pass over the pool in arrival order).
  *
- * Definitions: TTFT = arrival -> end of the request's first decode step (the
- * client sees the stream from the decoder); TPOT = (finish - first token) /
- * (tokens - 1), for requests with >= 2 decode tokens. Decoder load given to
+ * Definitions (the latencies users feel; docs/sim.md says which policy
+ * optimises which): TTFT = arrival -> end of the request's first decode
+ * step (the client sees the stream from the decoder); TPOT = (finish -
+ * first token) / (tokens - 1), for requests with >= 2 decode tokens (vLLM's
+ * benchmark definition); TPOT from prefill end = (finish - end of its
+ * prefill batch) / tokens, the same requests (the KV transfer, the wait for
+ * a decoder slot and the first step count); ITL = the gaps between a
+ * request's consecutive tokens, pooled over all requests (each is the
+ * duration of the step that produced the later token); end-to-end =
+ * arrival -> finish, every request. Decoder load given to
  * the policy = requests routed there and not finished (in transfer, waiting,
  * running); prefill load = queued + in the running prefill batch.
  *
@@ -83,6 +90,13 @@ typedef struct eldr_sim_pool {
    * artifact's latency section; NULL: the policy falls back to JSQ and every
    * decision counts as a fallback). Borrowed. */
   const eldr_latency_model *policy_model;
+  /* FOOTPRINT: the request profile's priors (the artifact's "footprint"
+   * section, eldr/fp_prior.h: policy_n_priors rows of L*E rates; with 1 + k
+   * rows a request's row is that of the centroid nearest its signature) and
+   * their weight; NULL: none. Borrowed. */
+  const float *policy_prior;
+  size_t policy_n_priors;
+  double policy_prior_tokens;
 } eldr_sim_pool;
 
 /* One request's history (optional, for tests and per-request output). */
@@ -95,6 +109,10 @@ typedef struct eldr_sim_log {
   uint32_t chosen_load, min_load; /* decoder loads at the decision */
   int fallback;          /* eldr_fallback of the decision */
   double pred_tpot;      /* FOOTPRINT: predicted TPOT at the decision (s), else 0 */
+  double pred_union;     /* FOOTPRINT: predicted distinct experts per layer of the chosen
+                            decoder's batch with the request (eldr_fp_explain), else NaN */
+  double mean_union;     /* distinct experts per layer of its decode steps, mean over them */
+  double mean_batch;     /* members of its decode steps, mean over them */
 } eldr_sim_log;
 
 typedef struct eldr_sim_config {
@@ -111,6 +129,7 @@ typedef struct eldr_sim_config {
   int decorrelate;           /* each arrival starts at a random offset of its decode sequence (wraps) */
   int footprint_oracle;      /* FOOTPRINT fed each request's decode selections, not its prefill's */
   const uint8_t *footprint_mask; /* FOOTPRINT: L flags of the layers predicted from the footprint (NULL: all) */
+  int footprint_no_prior;    /* FOOTPRINT without the pool's prior (the raw prefill profile: ablation) */
   eldr_sim_log *log;         /* n_requests entries (or pool size in trace mode), or NULL */
   void (*progress)(void *ctx, size_t done, size_t total);
   void *progress_ctx;
@@ -131,7 +150,10 @@ void eldr_sim_config_default(eldr_sim_config *c);
 typedef struct eldr_sim_result {
   size_t n_requests, completed, decode_requests; /* decode_requests: with >= 2 tokens (TPOT) */
   double tpot_p50, tpot_p99, tpot_mean, tpot_min; /* seconds */
-  double ttft_p50, ttft_p99;
+  double tpot_pf_p50, tpot_pf_p99, tpot_pf_mean;  /* TPOT from prefill end */
+  double ttft_p50, ttft_p99, ttft_mean;
+  double itl_p50, itl_p99;    /* inter-token latency, pooled over requests */
+  double e2e_p50, e2e_p99, e2e_mean; /* arrival -> finish */
   double makespan_s;          /* first arrival -> last finish */
   double throughput_tok_s, throughput_req_s;
   double mean_batch;          /* members per decode step */
@@ -139,6 +161,10 @@ typedef struct eldr_sim_result {
   uint64_t steps, token_steps;
   double copies_in_flight;    /* mean other in-flight copies of the same recorded request, at decode routing */
   double batch_dup_frac;      /* fraction of token-steps whose batch holds another copy of the same request */
+  double copy_affinity;       /* at decode routing, of the other copies of the request already routed
+                                 and in flight, the share on the chosen decoder (mean over routings
+                                 with such copies; 1/D = oblivious, 1 = always together); NaN
+                                 when none had one, or pool size x decoders > 2^26 */
   size_t fallbacks;           /* decisions that did not run as asked */
   double pred_rel_err;        /* FOOTPRINT: mean |predicted - actual| / actual TPOT (NaN otherwise) */
   double pred_corr;           /* FOOTPRINT: Pearson correlation of predicted and actual TPOT */

@@ -7,7 +7,9 @@
  * random, domain, artifact cluster), "fig11" (TPOT vs load, every policy),
  * "fig15" (balanced vs vanilla K-means), "fig16" (the locality band tau),
  * "table2" (8P8D / 8P16D / 8P24D), "rho-gain" (each representation's rho
- * against its simulated gain, Spearman rank correlation).
+ * against its simulated gain, Spearman rank correlation), "crossover"
+ * (every preset and hardware: locality's step-time gain against the batch
+ * size, where it falls under 1 %; no trace).
  *
  * Honesty rules built in: the artifact is always fitted on one part of a
  * seeded split (or on --trace, serving --serve-trace) and the simulation
@@ -45,6 +47,16 @@
 #include "eldr/latency.h"
 #include "eldr/trace_model.h"
 
+/* A real MoE FFN layer measured on this CPU (`eldr bench moe-layer`'s
+ * points, in increasing batch for each active-expert count), for the
+ * crossover study's check of its roofline. */
+typedef struct eldr_study_cpu {
+  double hidden, inter; /* the layer's shape */
+  uint32_t top_k;
+  size_t n;
+  const double *experts, *batch, *ms; /* n points: active experts, tokens, median ms */
+} eldr_study_cpu;
+
 typedef struct eldr_study_opts {
   const eldr_trace *trace;  /* fitted on (split by fit_fraction unless serve is set); borrowed */
   const eldr_trace *serve;  /* served instead of the held-out split, or NULL */
@@ -57,6 +69,7 @@ typedef struct eldr_study_opts {
   size_t n_seeds;
   double tau;               /* ELDR locality band [0.1] */
   int restarts;             /* K-means restarts [4] */
+  const eldr_study_cpu *cpu; /* crossover: a CPU measurement to check the roofline on, or NULL */
   /* progress (may be NULL): one line of what is running */
   void (*progress)(void *ctx, const char *what);
   void *progress_ctx;

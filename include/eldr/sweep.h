@@ -38,6 +38,7 @@ typedef struct eldr_sweep_variant {
   int permute, decorrelate, vanilla;
   int oracle;            /* footprint-oracle: decode selections */
   int fp_layers;         /* footprint: 0/1 all MoE layers, 2 the artifact's mask */
+  int fp_no_prior;       /* footprint-raw: without the artifact's profile prior */
   int is_baseline;       /* random/rr/jsq/p2c */
   int is_headline;       /* in the main figure */
 } eldr_sweep_variant;
@@ -67,6 +68,7 @@ typedef struct eldr_sweep_row {
   const eldr_sweep_variant *v;
   double rate;
   eldr_sim_result r;
+  eldr_sim_log *log;     /* with keep_logs: r.n_requests entries (owned: eldr_sweep_rows_free) */
 } eldr_sweep_row;
 
 typedef void (*eldr_sweep_progress_fn)(void *ctx, const char *label, size_t done, size_t total);
@@ -82,6 +84,7 @@ typedef struct eldr_sweep {
   const eldr_sim_config *cfg;        /* base config: workers, batch, requests, seed */
   const uint8_t *footprint_mask;     /* the artifact's layer mask (footprint-mask rows), or NULL */
   size_t jobs;                       /* threads, 1..ELDR_SWEEP_MAX_JOBS */
+  int keep_logs;                     /* each row keeps its per-request log (eldr_sim_log) */
   eldr_sweep_progress_fn progress;   /* may be NULL */
   void *progress_ctx;
 } eldr_sweep;
@@ -90,6 +93,8 @@ typedef struct eldr_sweep {
  * first failing run the others stop and its error is returned with d
  * naming the variant. */
 int eldr_sweep_run(const eldr_sweep *s, eldr_sweep_row *rows, eldr_diag *d);
+/* Free what the rows own (their logs); the array itself stays the caller's. */
+void eldr_sweep_rows_free(eldr_sweep_row *rows, size_t n);
 
 /* The row of label at rate, or NULL. */
 const eldr_sweep_row *eldr_sweep_find(const eldr_sweep_row *rows, size_t n, double rate,
@@ -98,5 +103,19 @@ const eldr_sweep_row *eldr_sweep_find(const eldr_sweep_row *rows, size_t n, doub
  * decorrelation, or NULL. */
 const eldr_sweep_row *eldr_sweep_best_baseline(const eldr_sweep_row *rows, size_t n, double rate,
                                                int decor, int p99);
+
+/* The latencies a result reports (eldr/sim.h defines each), for choosing
+ * and comparing by any of them. */
+typedef enum eldr_sweep_metric {
+  ELDR_METRIC_TPOT_P50 = 0, ELDR_METRIC_TPOT_P99, ELDR_METRIC_TPOT_PF_P50, ELDR_METRIC_TPOT_PF_P99,
+  ELDR_METRIC_TTFT_P50, ELDR_METRIC_TTFT_P99, ELDR_METRIC_ITL_P99, ELDR_METRIC_E2E_P50,
+  ELDR_METRIC_E2E_P99, ELDR_METRIC__COUNT
+} eldr_sweep_metric;
+double eldr_sweep_metric_value(const eldr_sim_result *r, eldr_sweep_metric m);
+/* "tpot_p50", "tpot_pf_p99", ... (the JSON and CSV stems). */
+const char *eldr_sweep_metric_name(eldr_sweep_metric m);
+/* eldr_sweep_best_baseline by metric m. */
+const eldr_sweep_row *eldr_sweep_best_baseline_by(const eldr_sweep_row *rows, size_t n,
+                                                  double rate, int decor, eldr_sweep_metric m);
 
 #endif

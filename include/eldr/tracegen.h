@@ -11,6 +11,8 @@
  *                      + domain_sd * D(d, l, e)            (G, D ~ N(0, 1))
  *   request r of d:  R(l, e) = logit(d, l, e) + request_sd * N(0, 1)
  *   prefill:         P = R + prefill_sd * N(0, 1)     decode: Q = R + decode_sd * N(0, 1)
+ *   decode segment s >= 1 (tokens [T 2^(s-1), T 2^s)): Q_s = Q_(s-1) + decode_drift_sd * N(0, 1),
+ *   and segment s samples from softmax((1 + decode_sharpen / 2^s) Q_s)
  *   every token and layer picks top_k distinct experts by sampling without
  *   replacement from softmax(P) (prefill) or softmax(Q) (decode).
  * Prompt / output lengths are log-normal (median, sigma), clipped to [min, max].
@@ -79,6 +81,20 @@ typedef struct eldr_tracegen_workload {
   double request_sd;       /* request variation logit sd */
   double prefill_sd;       /* prefill-only noise */
   double decode_sd;        /* decode-only noise (prefill->decode drift) */
+  /* Drift over decode steps: the decode tokens come in segments of
+   * drift_tokens, 2 x, 4 x, ... tokens (doubling: [0, T), [T, 2T), [2T, 4T),
+   * ...); each segment after the first adds decode_drift_sd * N(0, 1) to
+   * the request's decode logits (a random walk), so a request's experts
+   * wander from its prompt's as it generates. 0: none (one decode
+   * distribution, the earlier model). */
+  double decode_drift_sd;
+  uint32_t drift_tokens;   /* the first segment's tokens (>= 1; 16 when 0) */
+  /* Early decode tokens are more alike across requests (formulaic openings)
+   * than later ones: segment s's logits are multiplied by 1 + decode_sharpen
+   * / 2^s (an inverse temperature falling back to 1: sharper, so fewer
+   * distinct experts, at the start). 0: none. Needs the segments: with
+   * decode_sharpen > 0 they are used even at decode_drift_sd 0. */
+  double decode_sharpen;
   eldr_tracegen_length prompt, output;
 } eldr_tracegen_workload;
 

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "eldr/error.h"
 #include "eldr/rng.h"
 
 #ifdef ELDR_HAVE_OPENBLAS
@@ -75,6 +76,94 @@ static void moe_forward(const layer *L, size_t B, size_t K, const uint32_t *sel,
 }
 #endif
 
+int cli_moe_layer_measure(size_t H, size_t NI, size_t E, size_t K, const long *ex, size_t nex,
+                          const long *bs, size_t nbs, int threads, double min_time, uint64_t seed,
+                          int progress, double *res) {
+#ifndef ELDR_HAVE_OPENBLAS
+  (void)H, (void)NI, (void)E, (void)K, (void)ex, (void)nex, (void)bs, (void)nbs, (void)threads;
+  (void)min_time, (void)seed, (void)progress, (void)res;
+  return ELDR_EUNSUPPORTED;
+#else
+  openblas_set_num_threads(threads);
+  size_t maxb = 0;
+  for (size_t i = 0; i < nbs; i++)
+    if ((size_t)bs[i] > maxb) maxb = (size_t)bs[i];
+  layer L = {H, NI, E, malloc(E * NI * H * sizeof(float)), malloc(E * NI * H * sizeof(float)),
+             malloc(E * H * NI * sizeof(float))};
+  float *x = malloc(maxb * H * sizeof *x), *y = malloc(maxb * H * sizeof *y);
+  float *xs = malloc(maxb * H * sizeof *xs), *g = malloc(maxb * NI * sizeof *g);
+  float *u = malloc(maxb * NI * sizeof *u), *ys = malloc(maxb * H * sizeof *ys);
+  uint32_t *tok = malloc(maxb * K * sizeof *tok), *sel = malloc(maxb * K * sizeof *sel);
+  uint32_t *perm = malloc(E * sizeof *perm);
+  int rc = 0;
+  if (!L.wg || !L.wu || !L.wd || !x || !y || !xs || !g || !u || !ys || !tok || !sel || !perm) {
+    rc = ELDR_ENOMEM;
+    goto out;
+  }
+  eldr_rng r;
+  eldr_rng_seed(&r, seed);
+  float scale = 1.0f / sqrtf((float)H);
+  for (size_t i = 0; i < E * NI * H; i++) {
+    L.wg[i] = (float)(eldr_rng_uniform(&r) - 0.5) * scale;
+    L.wu[i] = (float)(eldr_rng_uniform(&r) - 0.5) * scale;
+    L.wd[i] = (float)(eldr_rng_uniform(&r) - 0.5) * scale;
+  }
+  for (size_t i = 0; i < maxb * H; i++) x[i] = (float)eldr_rng_normal(&r);
+  for (size_t ei = 0; ei < nex; ei++) {
+    size_t A = (size_t)ex[ei];
+    for (size_t bi = 0; bi < nbs; bi++) {
+      size_t B = (size_t)bs[bi];
+      res[ei * nbs + bi] = NAN;
+      if (B * K < A) continue;
+      /* A distinct experts out of E (a seeded choice), spread over the
+       * batch round-robin so that the union is exactly A and every token's
+       * K experts are distinct. */
+      for (size_t i = 0; i < E; i++) perm[i] = (uint32_t)i;
+      for (size_t i = E; i > 1; i--) {
+        size_t j = (size_t)eldr_rng_below(&r, i);
+        uint32_t tmp = perm[i - 1];
+        perm[i - 1] = perm[j];
+        perm[j] = tmp;
+      }
+      for (size_t t = 0; t < B; t++)
+        for (size_t k = 0; k < K; k++) sel[t * K + k] = perm[(t * K + k) % A];
+      moe_forward(&L, B, K, sel, x, y, xs, g, u, ys, tok); /* warm-up */
+      double times[256];
+      size_t n = 0;
+      double start = eldr_clock_now();
+      do {
+        double t0 = eldr_clock_now();
+        moe_forward(&L, B, K, sel, x, y, xs, g, u, ys, tok);
+        times[n++] = eldr_clock_now() - t0;
+      } while (n < 256 && (n < 3 || eldr_clock_now() - start < min_time));
+      /* median */
+      for (size_t i = 1; i < n; i++)
+        for (size_t j = i; j > 0 && times[j - 1] > times[j]; j--) {
+          double tmp = times[j];
+          times[j] = times[j - 1];
+          times[j - 1] = tmp;
+        }
+      res[ei * nbs + bi] = times[n / 2];
+    }
+    if (progress) cli_progress("bench moe-layer: expert counts", ei + 1, nex, ei + 1 == nex);
+  }
+out:
+  free(perm);
+  free(sel);
+  free(tok);
+  free(ys);
+  free(u);
+  free(g);
+  free(xs);
+  free(y);
+  free(x);
+  free(L.wd);
+  free(L.wu);
+  free(L.wg);
+  return rc;
+#endif
+}
+
 int eldr_bench_moe_layer(int argc, char **argv) {
   const char *cmd = "bench moe-layer";
   size_t H = 1024, NI = 384, E = 128, K = 8;
@@ -116,35 +205,8 @@ int eldr_bench_moe_layer(int argc, char **argv) {
     if ((size_t)ex[i] > E) cli_usage_error(cmd, "--experts: %ld exceeds --experts-max %zu", ex[i], E);
     if ((size_t)ex[i] < K) cli_usage_error(cmd, "--experts: %ld is below --top-k %zu", ex[i], K);
   }
-#ifndef ELDR_HAVE_OPENBLAS
-  (void)threads; (void)json; (void)min_time; (void)seed;
-  cli_fail(cmd, "built without OpenBLAS");
-#else
-  openblas_set_num_threads(threads);
-  size_t maxb = 0;
-  for (size_t i = 0; i < nbs; i++)
-    if ((size_t)bs[i] > maxb) maxb = (size_t)bs[i];
   double wbytes = 3.0 * (double)E * (double)NI * (double)H * sizeof(float);
   if (wbytes > 16e9) cli_usage_error(cmd, "weights would take %.1f GB; reduce --hidden/--inter/--experts-max", wbytes / 1e9);
-  layer L = {H, NI, E, malloc(E * NI * H * sizeof(float)), malloc(E * NI * H * sizeof(float)),
-             malloc(E * H * NI * sizeof(float))};
-  float *x = malloc(maxb * H * sizeof *x), *y = malloc(maxb * H * sizeof *y);
-  float *xs = malloc(maxb * H * sizeof *xs), *g = malloc(maxb * NI * sizeof *g);
-  float *u = malloc(maxb * NI * sizeof *u), *ys = malloc(maxb * H * sizeof *ys);
-  uint32_t *tok = malloc(maxb * K * sizeof *tok), *sel = malloc(maxb * K * sizeof *sel);
-  uint32_t *perm = malloc(E * sizeof *perm);
-  if (!L.wg || !L.wu || !L.wd || !x || !y || !xs || !g || !u || !ys || !tok || !sel || !perm)
-    cli_fail(cmd, "out of memory (weights %.1f GB)", wbytes / 1e9);
-  eldr_rng r;
-  eldr_rng_seed(&r, seed);
-  float scale = 1.0f / sqrtf((float)H);
-  for (size_t i = 0; i < E * NI * H; i++) {
-    L.wg[i] = (float)(eldr_rng_uniform(&r) - 0.5) * scale;
-    L.wu[i] = (float)(eldr_rng_uniform(&r) - 0.5) * scale;
-    L.wd[i] = (float)(eldr_rng_uniform(&r) - 0.5) * scale;
-  }
-  for (size_t i = 0; i < maxb * H; i++) x[i] = (float)eldr_rng_normal(&r);
-
   if (!json)
     printf("MoE FFN layer on this CPU (OpenBLAS, %d thread%s): hidden %zu, expert inter %zu, top-%zu, "
            "%zu experts allocated (%.0f MB fp32)\nmedian ms per layer; rows: distinct active experts, "
@@ -152,44 +214,9 @@ int eldr_bench_moe_layer(int argc, char **argv) {
            threads, threads > 1 ? "s" : "", H, NI, K, E, wbytes / 1e6);
   double *res = calloc(nex * nbs, sizeof *res);
   if (!res) cli_fail(cmd, "out of memory");
-  for (size_t ei = 0; ei < nex; ei++) {
-    size_t A = (size_t)ex[ei];
-    for (size_t bi = 0; bi < nbs; bi++) {
-      size_t B = (size_t)bs[bi];
-      res[ei * nbs + bi] = NAN;
-      if (B * K < A) continue;
-      /* A distinct experts out of E (a seeded choice), spread over the
-       * batch round-robin so that the union is exactly A and every token's
-       * K experts are distinct. */
-      for (size_t i = 0; i < E; i++) perm[i] = (uint32_t)i;
-      for (size_t i = E; i > 1; i--) {
-        size_t j = (size_t)eldr_rng_below(&r, i);
-        uint32_t tmp = perm[i - 1];
-        perm[i - 1] = perm[j];
-        perm[j] = tmp;
-      }
-      for (size_t t = 0; t < B; t++)
-        for (size_t k = 0; k < K; k++) sel[t * K + k] = perm[(t * K + k) % A];
-      moe_forward(&L, B, K, sel, x, y, xs, g, u, ys, tok); /* warm-up */
-      double times[256];
-      size_t n = 0;
-      double start = eldr_clock_now();
-      do {
-        double t0 = eldr_clock_now();
-        moe_forward(&L, B, K, sel, x, y, xs, g, u, ys, tok);
-        times[n++] = eldr_clock_now() - t0;
-      } while (n < 256 && (n < 3 || eldr_clock_now() - start < min_time));
-      /* median */
-      for (size_t i = 1; i < n; i++)
-        for (size_t j = i; j > 0 && times[j - 1] > times[j]; j--) {
-          double tmp = times[j];
-          times[j] = times[j - 1];
-          times[j - 1] = tmp;
-        }
-      res[ei * nbs + bi] = times[n / 2];
-    }
-    if (!json) cli_progress("bench moe-layer: expert counts", ei + 1, nex, ei + 1 == nex);
-  }
+  int mrc = cli_moe_layer_measure(H, NI, E, K, ex, nex, bs, nbs, threads, min_time, seed, !json, res);
+  if (mrc == ELDR_EUNSUPPORTED) cli_fail(cmd, "built without OpenBLAS");
+  if (mrc) cli_fail(cmd, "out of memory (weights %.1f GB)", wbytes / 1e9);
   double ebytes = 3.0 * (double)NI * (double)H * sizeof(float);
   if (json) {
     json_t *root = json_object();
@@ -249,19 +276,6 @@ int eldr_bench_moe_layer(int argc, char **argv) {
     }
   }
   free(res);
-  free(perm);
-  free(sel);
-  free(tok);
-  free(ys);
-  free(u);
-  free(g);
-  free(xs);
-  free(y);
-  free(x);
-  free(L.wd);
-  free(L.wu);
-  free(L.wg);
-#endif
   free(ex);
   free(bs);
   return 0;

@@ -111,7 +111,18 @@ void cli_trace_inputs_free(cli_trace_inputs *in);
 void cli_trace_require_tokens(const char *cmd, const char *label, const eldr_trace *t,
                               const char *what);
 
+/* A real MoE FFN layer on this CPU (bench_moe_layer.c, OpenBLAS): median
+ * seconds per forward for nex active-expert counts x nbs batch sizes into
+ * res (nex * nbs; NaN where B * K < A), hidden H, expert inter NI, E
+ * experts allocated, top-K. progress: a progress line on stderr. 0,
+ * ELDR_EUNSUPPORTED (built without OpenBLAS), ELDR_ENOMEM. */
+int cli_moe_layer_measure(size_t H, size_t NI, size_t E, size_t K, const long *ex, size_t nex,
+                          const long *bs, size_t nbs, int threads, double min_time, uint64_t seed,
+                          int progress, double *res);
+
 /* `eldr trace compact` (cmd_trace_compact.c), dispatched by `eldr trace`. */
 int eldr_cmd_trace_compact(int argc, char **argv);
+/* `eldr trace split` (cmd_trace_split.c). */
+int eldr_cmd_trace_split(int argc, char **argv);
 
 #endif

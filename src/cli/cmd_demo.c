@@ -23,6 +23,7 @@
 
 #include "cli.h"
 #include "demo_drift.h"
+#include "demo_latency.h"
 #include "figures.h"
 #include "eldr/cluster.h"
 #include "eldr/http_fetch.h"
@@ -103,6 +104,8 @@ typedef struct prow {
   eldr_loadgen_summary s; /* seconds of wall time (scaled) */
   size_t sent, ok, failed;
   double sim_tpot_p50, sim_tpot_p99, sim_ttft_p50, sim_tpot_mean; /* ms of model time; NaN if absent */
+  double pf_p50, pf_p99;                 /* TPOT from prefill end, wall s (router's prefill end) */
+  double sim_pf_p50, sim_pf_p99, sim_itl_p99, sim_e2e_p50; /* ms of model time; NaN if absent */
   double batch, uni, sim_batch, sim_uni;            /* mean decode batch / per-layer union */
   double tok_ms; /* mean model step time per generated token on the decoders (ms) */
   double lag_p99, lag_max; /* the bus: the routers' worst lag p99 bound and max (s; NaN without) */
@@ -504,11 +507,15 @@ static void run_policy_into(demo *x, size_t pi, prow *row) {
   row->policy = x->pols[pi];
   row->sim_tpot_p50 = row->sim_tpot_p99 = row->sim_ttft_p50 = NAN;
   row->sim_batch = row->sim_uni = row->sim_tpot_mean = NAN;
+  row->sim_pf_p50 = row->sim_pf_p99 = row->sim_itl_p99 = row->sim_e2e_p50 = NAN;
+  char alog[PATH_MAX + 64];
+  snprintf(alog, sizeof alog, "%s/access-%zu.jsonl", g_tmp, pi);
   eldr_cluster_spec cs = {.n_prefill = (size_t)x->P, .n_decode = (size_t)x->D, .model = x->model,
                           .hardware = x->hardware, .trace_path = x->eval_path,
                           .time_scale = x->scale, .max_num_seqs = (size_t)x->max_seqs,
                           .artifact_path = x->art_path, .policy = x->pols[pi], .seed = x->seed,
-                          .n_routers = (size_t)x->routers, .scrape_interval = x->scrape, .bus = x->bus};
+                          .n_routers = (size_t)x->routers, .scrape_interval = x->scrape, .bus = x->bus,
+                          .access_log = alog};
   eldr_diag d = {{0}};
   char target[64];
   int rc = eldr_cluster_up(g_cluster, &cs, target, sizeof target, &d);
@@ -563,8 +570,12 @@ static void run_policy_into(demo *x, size_t pi, prow *row) {
         break;
       }
   }
+  eldr_cluster_stop_all(g_cluster); /* the routers' access log is complete */
+  size_t npf;
+  if (demo_tpot_pf(alog, &r, x->seed, &row->pf_p50, &row->pf_p99, &npf) || npf < r.ok / 2)
+    fprintf(stderr, "eldr demo: %s: TPOT from prefill end for %zu of %zu requests (router access log %s)\n",
+            x->pols[pi], npf, r.ok, alog);
   eldr_loadgen_result_free(&r);
-  eldr_cluster_stop_all(g_cluster);
 }
 
 /* 4. `eldr sim` on the same configuration and the same arrivals (request
@@ -616,6 +627,10 @@ static void run_sim(demo *x) {
         x->rows[k].sim_tpot_mean = json_number_value(json_object_get(row, "tpot_mean_ms"));
         x->rows[k].sim_batch = json_number_value(json_object_get(row, "mean_batch"));
         x->rows[k].sim_uni = json_number_value(json_object_get(row, "mean_union"));
+        x->rows[k].sim_pf_p50 = json_number_value(json_object_get(row, "tpot_pf_p50_ms"));
+        x->rows[k].sim_pf_p99 = json_number_value(json_object_get(row, "tpot_pf_p99_ms"));
+        x->rows[k].sim_itl_p99 = json_number_value(json_object_get(row, "itl_p99_ms"));
+        x->rows[k].sim_e2e_p50 = json_number_value(json_object_get(row, "e2e_p50_ms"));
         x->have_sim = 1;
       }
   }
@@ -633,34 +648,41 @@ static void print_table(const demo *x) {
   printf("times are model time in ms = wall time / %g (the workers ran %gx slower than the "
          "modelled GPU)\n\n",
          x->scale, x->scale);
-  if (x->have_sim) {
-    printf("%-8s %8s %8s %8s %8s %8s %6s %6s |%8s %8s %8s %8s %6s %6s\n", "", "", "demo", "", "",
-           "", "", "", "sim", "", "", "", "", "");
-    printf("%-8s %8s %8s %8s %8s %8s %6s %6s |%8s %8s %8s %8s %6s %6s\n", "policy", "ok/sent",
-           "TPOT p50", "TPOT p99", "mean", "TTFT p50", "batch", "union", "TPOT p50", "TPOT p99",
-           "mean", "TTFT p50", "batch", "union");
-  } else {
-    printf("%-8s %8s %8s %8s %8s %8s %6s %6s\n", "policy", "ok/sent", "TPOT p50", "TPOT p99",
-           "mean", "TTFT p50", "batch", "union");
+  /* demo: TTFT, TPOT, TPOT from prefill end, ITL, end-to-end (client-side,
+   * the prefill's end from the router's access log); then the simulator's */
+  static const char *const h1[] = {"policy", "ok/sent", "TTFT", "TPOT", "TPOT", "TPOT", "TPOT-pf",
+                                   "TPOT-pf", "ITL", "E2E", "batch", "union"};
+  static const char *const h2[] = {"", "", "p50", "p50", "p99", "mean", "p50", "p99", "p99", "p50",
+                                   "", ""};
+  for (int h = 0; h < 2; h++) {
+    const char *const *hh = h ? h2 : h1;
+    printf("%-10s %8s %7s %7s %7s %7s %7s %7s %7s %8s %6s %6s", hh[0], hh[1], hh[2], hh[3], hh[4],
+           hh[5], hh[6], hh[7], hh[8], hh[9], hh[10], hh[11]);
+    if (x->have_sim)
+      printf(" | %-7s %7s %7s %7s %7s %7s %6s %6s", h ? "" : "sim", hh[3], hh[4], hh[6], hh[7],
+             hh[8], hh[10], hh[11]);
+    printf("\n");
   }
   int eldr_i = -1;
   for (size_t k = 0; k < x->npol; k++) {
     const prow *w = &x->rows[k];
     char okb[32];
     snprintf(okb, sizeof okb, "%zu/%zu", w->ok, w->sent);
-    printf("%-8s %8s %8.3f %8.3f %8.3f %8.2f %6.2f %6.2f", w->policy, okb,
-           w->s.tpot_p50 / x->scale * 1e3, w->s.tpot_p99 / x->scale * 1e3,
-           w->s.tpot_mean / x->scale * 1e3, w->s.ttft_p50 / x->scale * 1e3, w->batch, w->uni);
+    const double ms = 1e3 / x->scale;
+    printf("%-10s %8s %7.2f %7.3f %7.3f %7.3f %7.3f %7.3f %7.3f %8.1f %6.2f %6.2f", w->policy, okb,
+           w->s.ttft_p50 * ms, w->s.tpot_p50 * ms, w->s.tpot_p99 * ms, w->s.tpot_mean * ms,
+           w->pf_p50 * ms, w->pf_p99 * ms, w->s.itl_p99 * ms, w->s.e2e_p50 * ms, w->batch, w->uni);
     if (x->have_sim)
-      printf(" |%8.3f %8.3f %8.3f %8.2f %6.2f %6.2f", w->sim_tpot_p50, w->sim_tpot_p99,
-             w->sim_tpot_mean, w->sim_ttft_p50, w->sim_batch, w->sim_uni);
+      printf(" |         %7.3f %7.3f %7.3f %7.3f %7.3f %6.2f %6.2f", w->sim_tpot_p50, w->sim_tpot_p99,
+             w->sim_pf_p50, w->sim_pf_p99, w->sim_itl_p99, w->sim_batch, w->sim_uni);
     printf("\n");
     if (!strcmp(w->policy, "eldr")) eldr_i = (int)k;
   }
   /* ELDR against the best load balancer (random, rr, jsq, p2c: footprint
    * is locality-aware too), per metric (smaller is better) */
-  enum { M_P50, M_P99, M_MEAN, M_TTFT, M_N };
-  const char *mname[M_N] = {"TPOT p50", "TPOT p99", "TPOT mean", "TTFT p50"};
+  enum { M_P50, M_P99, M_MEAN, M_TTFT, M_PF50, M_PF99, M_N };
+  const char *mname[M_N] = {"TPOT p50", "TPOT p99", "TPOT mean", "TTFT p50",
+                            "TPOT-pf p50", "TPOT-pf p99"};
   for (int src = 0; src < 2 && eldr_i >= 0; src++) {
     if (src == 1 && !x->have_sim) break;
     printf(src ? "eldr sim, same configuration:  " : "\nELDR vs the best load balancer:");
@@ -672,11 +694,15 @@ static void print_table(const demo *x) {
         double v = src == 0 ? (m == M_P50    ? w->s.tpot_p50
                                : m == M_P99  ? w->s.tpot_p99
                                : m == M_MEAN ? w->s.tpot_mean
-                                             : w->s.ttft_p50)
+                               : m == M_TTFT ? w->s.ttft_p50
+                               : m == M_PF50 ? w->pf_p50
+                                             : w->pf_p99)
                             : (m == M_P50    ? w->sim_tpot_p50
                                : m == M_P99  ? w->sim_tpot_p99
                                : m == M_MEAN ? w->sim_tpot_mean
-                                             : w->sim_ttft_p50);
+                               : m == M_TTFT ? w->sim_ttft_p50
+                               : m == M_PF50 ? w->sim_pf_p50
+                                             : w->sim_pf_p99);
         if ((int)k == eldr_i) ev = v;
         else if (strcmp(w->policy, "footprint") && !isnan(v) && v < best) /* load-only policies */
           best = v, bp = w->policy;
@@ -703,12 +729,24 @@ static void print_json(const demo *x) {
                           jms(w->s.tpot_mean / x->scale * 1e3), "ttft_p50_ms",
                           jms(w->s.ttft_p50 / x->scale * 1e3), "mean_batch", w->batch,
                           "mean_union", w->uni);
+    if (r) {
+      json_object_set_new(r, "tpot_pf_p50_ms", jms(w->pf_p50 / x->scale * 1e3));
+      json_object_set_new(r, "tpot_pf_p99_ms", jms(w->pf_p99 / x->scale * 1e3));
+      json_object_set_new(r, "itl_p99_ms", jms(w->s.itl_p99 / x->scale * 1e3));
+      json_object_set_new(r, "e2e_p50_ms", jms(w->s.e2e_p50 / x->scale * 1e3));
+    }
     json_t *sim = x->have_sim
                       ? json_pack("{s:o,s:o,s:o,s:o,s:o,s:o}", "tpot_p50_ms", jms(w->sim_tpot_p50),
                                   "tpot_p99_ms", jms(w->sim_tpot_p99), "tpot_mean_ms",
                                   jms(w->sim_tpot_mean), "ttft_p50_ms", jms(w->sim_ttft_p50),
                                   "mean_batch", jms(w->sim_batch), "mean_union", jms(w->sim_uni))
                       : json_null();
+    if (json_is_object(sim)) {
+      json_object_set_new(sim, "tpot_pf_p50_ms", jms(w->sim_pf_p50));
+      json_object_set_new(sim, "tpot_pf_p99_ms", jms(w->sim_pf_p99));
+      json_object_set_new(sim, "itl_p99_ms", jms(w->sim_itl_p99));
+      json_object_set_new(sim, "e2e_p50_ms", jms(w->sim_e2e_p50));
+    }
     if (r) json_object_set_new(r, "sim", sim);
     json_array_append_new(rows, r);
   }

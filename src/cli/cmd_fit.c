@@ -444,6 +444,17 @@ int eldr_cmd_fit(int argc, char **argv) {
       printf("rho 95%%    [%.4f, %.4f] on %zu sampled requests, %zu pairs (jackknife over 20\n"
              "           request groups, rho -/+ 1.96 se; se %.4f)\n", rep.rho_ci.lo, rep.rho_ci.hi,
              rep.sample, rep.rho_ci.pairs, rep.rho_ci.se);
+    if (rep.fp_prior.n) {
+      const eldr_fp_prior_report *fp = &rep.fp_prior;
+      char beta[32];
+      if (isinf(fp->beta)) snprintf(beta, sizeof beta, "none (global prior)");
+      else snprintf(beta, sizeof beta, "%.3g", fp->beta);
+      printf("footprint  profile priors on %zu requests: weight %.3g prompt tokens (likelihood's %.3g),\n"
+             "           cluster priors' %s; batch union miss (rms) %.1f%% (raw prefill %.1f%%);\n"
+             "           held-out decode log-likelihood per selection %.4f (prefill alone %.4f,\n"
+             "           prior alone %.4f)\n", fp->n, fp->alpha, fp->alpha_ll, beta, 100 * fp->union_err,
+             100 * fp->union_err_raw, fp->ll_union_alpha, fp->ll_prefill, fp->ll_prior);
+    }
     if (rep.n > rep.sample)
       printf("scale      %s K-means, %d passes over the input\n", rep.mode, rep.passes);
     if (rep.have_previous)

@@ -62,10 +62,14 @@ static const char SIM_HELP[] =
     "      --redundant-experts N  replicas of hot experts per layer (fitted placements) [0]\n"
     "runs\n"
     "      --rates LIST        requests/s  [sweep 20..95% of estimated capacity]\n"
+    "      --loads LIST        rates as shares of the estimated capacity    [none]\n"
+    "                          (0.1,0.5,...; not with --rates)\n"
     "      --requests N        arrivals per run                          [5000]\n"
     "      --policies LIST     all | comma list of random rr jsq p2c domain eldr\n"
     "                          eldr-permuted footprint footprint-oracle footprint-permuted\n"
-    "                          footprint-all footprint-mask    [all: up to footprint]\n"
+    "                          footprint-all footprint-mask footprint-raw, and the replay\n"
+    "                          controls footprint-oracle-permuted footprint-mask-permuted\n"
+    "                          footprint-raw-permuted          [all: up to footprint]\n"
     "      --tau X             ELDR locality band          [artifact's tau, or 0.1]\n"
     "      --taus LIST         also run ELDR at each tau (ablation)      [none]\n"
     "      --vanilla           also fit unbalanced K-means and run it (ablation)\n"
@@ -78,6 +82,9 @@ static const char SIM_HELP[] =
     "output\n"
     "      --json              JSON on stdout instead of the table\n"
     "      --csv FILE          one row per (policy, rate)                [none]\n"
+    "      --log FILE          one row per request and run (CSV): its times, latencies,\n"
+    "                          decoder, the loads at its decision, footprint's\n"
+    "                          prediction                                [none]\n"
     "      --plot DIR          gnuplot figures (PNG) into DIR            [none]\n"
     "      --print-latency     print the latency model (--model on --hardware, with\n"
     "                          the EP flags and --latency applied) as JSON and exit;\n"
@@ -88,11 +95,11 @@ static const char SIM_HELP[] =
 /* The flags of one run. */
 typedef struct sim_args {
   const char *trace_path, *serve_path, *gen, *art_path;
-  const char *model, *hardware, *lat_path, *csv_path, *plot_dir, *policies;
+  const char *model, *hardware, *lat_path, *csv_path, *plot_dir, *policies, *log_path;
   size_t gen_n, P, D, B, nreq, jobs;
   double frac, tau;
-  double *rates, *taus;
-  size_t nrates, ntaus;
+  double *rates, *taus, *loads;
+  size_t nrates, ntaus, nloads;
   int vanilla, decor, decor_rows, json, quiet, trace_arrivals, print_latency;
   uint64_t seed;
   uint32_t ep_size, ep_tp, ep_redundant; /* expert parallelism (0: off) */
@@ -162,6 +169,7 @@ static void parse_args(const char *cmd, int argc, char **argv, sim_args *a) {
       {"ep-size", required_argument, 0, 25},     {"tp", required_argument, 0, 26},
       {"placement", required_argument, 0, 27},   {"redundant-experts", required_argument, 0, 28},
       {"print-latency", no_argument, 0, 29},     {"help", no_argument, 0, 'h'},
+      {"log", required_argument, 0, 30},        {"loads", required_argument, 0, 31},
       {0, 0, 0, 0}};
   cli_getopt_reset();
   int c;
@@ -213,6 +221,8 @@ static void parse_args(const char *cmd, int argc, char **argv, sim_args *a) {
       a->ep_redundant = (uint32_t)cli_parse_long(cmd, "--redundant-experts", optarg, 0, ELDR_MAX_EXPERTS);
       break;
     case 29: a->print_latency = 1; break;
+    case 30: a->log_path = optarg; break;
+    case 31: free(a->loads); a->nloads = cli_parse_double_list(cmd, "--loads", optarg, 1e-3, 10, &a->loads); break;
     case 'q': a->quiet = 1; break;
     case 'h': fputs(SIM_HELP, stdout); exit(0);
     default: cli_bad_option(cmd, argc, argv, c);
@@ -224,6 +234,8 @@ static void parse_args(const char *cmd, int argc, char **argv, sim_args *a) {
   if (a->trace_path && a->gen) cli_usage_error(cmd, "--trace and --generate are exclusive");
   if (a->serve_path && a->frac > 0) cli_usage_error(cmd, "--serve-trace and --fit-fraction are exclusive");
   if (a->trace_arrivals && a->nrates) cli_usage_error(cmd, "--arrivals trace and --rates are exclusive");
+  if (a->nloads && (a->nrates || a->trace_arrivals))
+    cli_usage_error(cmd, "--loads is exclusive with --rates and --arrivals trace");
   if (a->art_path && a->vanilla) cli_usage_error(cmd, "--vanilla fits in-process; it cannot be used with --artifact");
   if ((a->ep_kind_set || a->ep_tp || a->ep_redundant) && !a->ep_size)
     cli_usage_error(cmd, "--placement, --tp and --redundant-experts need --ep-size");
@@ -284,10 +296,23 @@ static void latency_model(const char *cmd, const sim_args *a, const eldr_trace *
   eldr_diag d = {{0}};
   int rc;
   const char *model = a->model, *hardware = a->hardware;
+  if (!model && a->lat_path && (t ? !cli_latency_preset_for_model(t->model) : 1)) {
+    /* a model outside the presets: a complete --latency file is the model
+     * (as `eldr fit --latency` takes it) */
+    eldr_diag ld = {{0}};
+    if (hardware) cli_usage_error(cmd, "--hardware needs --model (a complete --latency is the whole model)");
+    if (a->ep_size) cli_usage_error(cmd, "--ep-size needs --model (an EP preset)");
+    rc = eldr_latency_load_full(a->lat_path, out, &ld);
+    if (rc)
+      cli_usage_error(cmd, "--latency: %s (without --model the file must be a complete model: "
+                      "every field, as `eldr sim --print-latency` writes it)", eldr_diag_msg(&ld, rc));
+    goto check;
+  }
   if (!model) {
-    model = cli_latency_preset_for_model(t->model);
+    model = t ? cli_latency_preset_for_model(t->model) : NULL;
     if (!model)
-      cli_usage_error(cmd, "--model is required: no latency preset for the trace's model '%s'", t->model);
+      cli_usage_error(cmd, "--model is required: no latency preset for the trace's model '%s' "
+                      "(or give a complete model with --latency FILE)", t ? t->model : "?");
   }
   if (!hardware) hardware = cli_hardware_default(model);
   rc = a->ep_size ? eldr_latency_preset_ep(model, hardware, a->ep_tp ? a->ep_tp : a->ep_size,
@@ -298,12 +323,13 @@ static void latency_model(const char *cmd, const sim_args *a, const eldr_trace *
     rc = eldr_latency_load_overrides(a->lat_path, out, &d);
     if (rc) cli_fail(cmd, "--latency: %s", eldr_diag_msg(&d, rc));
   }
+check:
   if (st && (out->shape.num_layers != st->shape.num_layers || out->shape.num_experts != st->shape.num_experts ||
       out->shape.top_k != st->shape.top_k))
-    cli_usage_error(cmd, "--model %s has %u layers x %u experts top-%u, the trace %u x %u top-%u",
-                    model, out->shape.num_layers, out->shape.num_experts, out->shape.top_k,
+    cli_usage_error(cmd, "%s %s has %u layers x %u experts top-%u, the trace %u x %u top-%u",
+                    model ? "--model" : "--latency", model ? model : out->model,
+                    out->shape.num_layers, out->shape.num_experts, out->shape.top_k,
                     st->shape.num_layers, st->shape.num_experts, st->shape.top_k);
-
 }
 
 /* The split: fit on *fit_idx (n_fit rows of t), serve *serve_idx (rows of the served trace). */
@@ -351,17 +377,81 @@ static void write_csv(const char *cmd, const char *csv_path, const sim_out *o) {
   if (!f) cli_fail(cmd, "--csv: cannot write '%s'", csv_path);
   fprintf(f, "policy,rate,tpot_p50_ms,tpot_p99_ms,tpot_mean_ms,ttft_p50_ms,ttft_p99_ms,"
              "throughput_tok_s,throughput_req_s,mean_batch,mean_union,copies_in_flight,"
-             "batch_dup_frac,fallbacks,completed,pool_size,tau,decorrelate,pred_rel_err,pred_corr\n");
+             "batch_dup_frac,fallbacks,completed,pool_size,tau,decorrelate,pred_rel_err,pred_corr,"
+             "tpot_pf_p50_ms,tpot_pf_p99_ms,tpot_pf_mean_ms,itl_p50_ms,itl_p99_ms,e2e_p50_ms,"
+             "e2e_p99_ms,e2e_mean_ms,ttft_mean_ms,copy_affinity\n");
   for (size_t i = 0; i < o->nrows; i++) {
     const eldr_sweep_row *r = &rows[i];
-    fprintf(f, "%s,%g,%.4f,%.4f,%.4f,%.4f,%.4f,%.2f,%.3f,%.3f,%.3f,%.4f,%.4f,%zu,%zu,%zu,%g,%d,%.4f,%.4f\n",
+    fprintf(f, "%s,%g,%.4f,%.4f,%.4f,%.4f,%.4f,%.2f,%.3f,%.3f,%.3f,%.4f,%.4f,%zu,%zu,%zu,%g,%d,%.4f,%.4f,"
+               "%.4f,%.4f,%.4f,%.4f,%.4f,%.3f,%.3f,%.3f,%.4f,%.4f\n",
             r->v->label, r->rate, ms(r->r.tpot_p50), ms(r->r.tpot_p99), ms(r->r.tpot_mean),
             ms(r->r.ttft_p50), ms(r->r.ttft_p99), r->r.throughput_tok_s, r->r.throughput_req_s,
             r->r.mean_batch, r->r.mean_union, r->r.copies_in_flight, r->r.batch_dup_frac,
             r->r.fallbacks, r->r.completed, r->r.pool_size, r->v->tau, r->v->decorrelate,
-            r->r.pred_rel_err, r->r.pred_corr);
+            r->r.pred_rel_err, r->r.pred_corr, ms(r->r.tpot_pf_p50), ms(r->r.tpot_pf_p99),
+            ms(r->r.tpot_pf_mean), ms(r->r.itl_p50), ms(r->r.itl_p99), ms(r->r.e2e_p50),
+            ms(r->r.e2e_p99), ms(r->r.e2e_mean), ms(r->r.ttft_mean), r->r.copy_affinity);
   }
   if (fclose(f)) cli_fail(cmd, "--csv: write error on '%s'", csv_path);
+}
+
+/* A CSV field: quoted when it holds a comma, quote or newline. */
+static void csv_field(FILE *f, const char *s) {
+  if (!strpbrk(s, ",\"\n")) {
+    fputs(s, f);
+    return;
+  }
+  fputc('"', f);
+  for (; *s; s++) {
+    if (*s == '"') fputc('"', f);
+    fputc(*s, f);
+  }
+  fputc('"', f);
+}
+
+/* --log: one line per request of every run. */
+static void write_log(const char *cmd, const char *path, const sim_out *o, const eldr_trace *st,
+                      const size_t *serve_idx) {
+  FILE *f = fopen(path, "w");
+  if (!f) cli_fail(cmd, "--log: cannot write '%s'", path);
+  fprintf(f, "policy,rate,request,id,decoder,arrival_s,prefill_done_s,first_token_s,finish_s,"
+             "tokens,ttft_ms,tpot_ms,tpot_pf_ms,e2e_ms,chosen_load,min_load,fallback,"
+             "pred_tpot_ms,pred_union,mean_union,mean_batch\n");
+  for (size_t i = 0; i < o->nrows; i++) {
+    const eldr_sweep_row *r = &o->rows[i];
+    for (size_t j = 0; r->log && j < r->r.n_requests; j++) {
+      const eldr_sim_log *g = &r->log[j];
+      double tp = g->tokens >= 2 ? (g->finish - g->first_token) / (g->tokens - 1) : NAN;
+      double tpf = g->tokens >= 2 ? (g->finish - g->prefill_done) / g->tokens : NAN;
+      fprintf(f, "%s,%g,%zu,", r->v->label, r->rate, j);
+      csv_field(f, st->req[serve_idx[g->pool_index]].id);
+      fprintf(f, ",%d,%.6f,%.6f,%.6f,%.6f,%u,%.4f,%.4f,%.4f,%.4f,%u,%u,%d,%.4f,%.4f,%.4f,%.3f\n",
+              g->decoder, g->arrival, g->prefill_done, g->first_token, g->finish, g->tokens,
+              ms(g->first_token - g->arrival), ms(tp), ms(tpf), ms(g->finish - g->arrival),
+              g->chosen_load, g->min_load, g->fallback, ms(g->pred_tpot), g->pred_union,
+              g->mean_union, g->mean_batch);
+    }
+  }
+  if (fclose(f)) cli_fail(cmd, "--log: write error on '%s'", path);
+}
+
+/* The replay control of a headline row: eldr-permuted for eldr,
+ * footprint-permuted for footprint, at the same rate and decorrelation; NULL
+ * when the run has none. */
+static const eldr_sweep_row *control_of(const sim_out *o, const eldr_sweep_row *e) {
+  char lab[64];
+  if (strncmp(e->v->label, "eldr", 4) && strncmp(e->v->label, "footprint", 9)) return NULL;
+  snprintf(lab, sizeof lab, "%s-permuted", e->v->kind == ELDR_POLICY_ELDR ? "eldr" : "footprint");
+  for (size_t i = 0; i < o->nrows; i++)
+    if (o->rows[i].rate == e->rate && !strcmp(o->rows[i].v->label, lab) &&
+        o->rows[i].v->decorrelate == e->v->decorrelate)
+      return &o->rows[i];
+  return NULL;
+}
+
+/* Row x against baseline row b on metric m, in % (< 0: x is faster). */
+static double gain_pct(const eldr_sweep_row *x, const eldr_sweep_row *b, eldr_sweep_metric m) {
+  return 100.0 * (eldr_sweep_metric_value(&x->r, m) / eldr_sweep_metric_value(&b->r, m) - 1);
 }
 
 static void write_json(const char *cmd, const sim_out *o) {
@@ -413,12 +503,22 @@ static void write_json(const char *cmd, const sim_out *o) {
     json_object_set_new(jo, "tpot_mean_ms", jnum(ms(r->r.tpot_mean)));
     json_object_set_new(jo, "ttft_p50_ms", jnum(ms(r->r.ttft_p50)));
     json_object_set_new(jo, "ttft_p99_ms", jnum(ms(r->r.ttft_p99)));
+    json_object_set_new(jo, "ttft_mean_ms", jnum(ms(r->r.ttft_mean)));
+    json_object_set_new(jo, "tpot_pf_p50_ms", jnum(ms(r->r.tpot_pf_p50)));
+    json_object_set_new(jo, "tpot_pf_p99_ms", jnum(ms(r->r.tpot_pf_p99)));
+    json_object_set_new(jo, "tpot_pf_mean_ms", jnum(ms(r->r.tpot_pf_mean)));
+    json_object_set_new(jo, "itl_p50_ms", jnum(ms(r->r.itl_p50)));
+    json_object_set_new(jo, "itl_p99_ms", jnum(ms(r->r.itl_p99)));
+    json_object_set_new(jo, "e2e_p50_ms", jnum(ms(r->r.e2e_p50)));
+    json_object_set_new(jo, "e2e_p99_ms", jnum(ms(r->r.e2e_p99)));
+    json_object_set_new(jo, "e2e_mean_ms", jnum(ms(r->r.e2e_mean)));
     json_object_set_new(jo, "throughput_tok_s", jnum(r->r.throughput_tok_s));
     json_object_set_new(jo, "throughput_req_s", jnum(r->r.throughput_req_s));
     json_object_set_new(jo, "mean_batch", jnum(r->r.mean_batch));
     json_object_set_new(jo, "mean_union", jnum(r->r.mean_union));
     json_object_set_new(jo, "copies_in_flight", jnum(r->r.copies_in_flight));
     json_object_set_new(jo, "batch_dup_frac", jnum(r->r.batch_dup_frac));
+    json_object_set_new(jo, "copy_affinity", jnum(r->r.copy_affinity));
     json_object_set_new(jo, "fallbacks", json_integer((json_int_t)r->r.fallbacks));
     json_object_set_new(jo, "completed", json_integer((json_int_t)r->r.completed));
     json_object_set_new(jo, "decode_steps", json_integer((json_int_t)r->r.steps));
@@ -428,27 +528,77 @@ static void write_json(const char *cmd, const sim_out *o) {
     json_array_append_new(ra, jo);
   }
   json_object_set_new(root, "rows", ra);
-  json_t *ga = json_array();
-  for (size_t ri = 0; ri < o->a->nrates; ri++) {
-    const eldr_sweep_row *e = eldr_sweep_find(o->rows, o->nrows, o->a->rates[ri], "eldr");
-    const eldr_sweep_row *b50 = eldr_sweep_best_baseline(o->rows, o->nrows, o->a->rates[ri], o->a->decor, 0);
-    const eldr_sweep_row *b99 = eldr_sweep_best_baseline(o->rows, o->nrows, o->a->rates[ri], o->a->decor, 1);
-    if (!e || !b50) continue;
-    json_t *jo = json_object();
-    json_object_set_new(jo, "rate", jnum(o->a->rates[ri]));
-    json_object_set_new(jo, "best_baseline_p50", json_string(b50->v->label));
-    json_object_set_new(jo, "gain_p50_pct", jnum(100.0 * (e->r.tpot_p50 / b50->r.tpot_p50 - 1)));
-    json_object_set_new(jo, "best_baseline_p99", json_string(b99->v->label));
-    json_object_set_new(jo, "gain_p99_pct", jnum(100.0 * (e->r.tpot_p99 / b99->r.tpot_p99 - 1)));
-    json_array_append_new(ga, jo);
+  static const char *const heads[] = {"eldr", "footprint"};
+  for (size_t h = 0; h < 2; h++) {
+    json_t *ga = json_array();
+    for (size_t ri = 0; ri < o->a->nrates; ri++) {
+      const eldr_sweep_row *e = eldr_sweep_find(o->rows, o->nrows, o->a->rates[ri], heads[h]);
+      if (!e || !eldr_sweep_best_baseline(o->rows, o->nrows, o->a->rates[ri], o->a->decor, 0)) continue;
+      const eldr_sweep_row *ctl = control_of(o, e);
+      json_t *jo = json_object();
+      json_object_set_new(jo, "rate", jnum(o->a->rates[ri]));
+      if (ctl) json_object_set_new(jo, "control", json_string(ctl->v->label));
+      for (int m = 0; m < ELDR_METRIC__COUNT; m++) {
+        const eldr_sweep_row *b = eldr_sweep_best_baseline_by(o->rows, o->nrows, o->a->rates[ri], o->a->decor, m);
+        char key[64];
+        const char *mn = eldr_sweep_metric_name(m);
+        snprintf(key, sizeof key, "best_baseline_%s", mn);
+        json_object_set_new(jo, key, json_string(b->v->label));
+        snprintf(key, sizeof key, "gain_%s_pct", mn);
+        json_object_set_new(jo, key, jnum(gain_pct(e, b, m)));
+        if (ctl) {
+          snprintf(key, sizeof key, "control_%s_pct", mn);
+          json_object_set_new(jo, key, jnum(gain_pct(ctl, b, m)));
+        }
+      }
+      /* the older names of the TPOT gains */
+      json_object_set_new(jo, "best_baseline_p50", json_string(
+          eldr_sweep_best_baseline(o->rows, o->nrows, o->a->rates[ri], o->a->decor, 0)->v->label));
+      json_object_set_new(jo, "gain_p50_pct", json_incref(json_object_get(jo, "gain_tpot_p50_pct")));
+      json_object_set_new(jo, "best_baseline_p99", json_string(
+          eldr_sweep_best_baseline(o->rows, o->nrows, o->a->rates[ri], o->a->decor, 1)->v->label));
+      json_object_set_new(jo, "gain_p99_pct", json_incref(json_object_get(jo, "gain_tpot_p99_pct")));
+      json_array_append_new(ga, jo);
+    }
+    char key[64];
+    snprintf(key, sizeof key, "%s_vs_best_baseline", heads[h]);
+    if (json_array_size(ga) || h == 0)
+      json_object_set_new(root, key, ga);
+    else
+      json_decref(ga);
   }
-  json_object_set_new(root, "eldr_vs_best_baseline", ga);
   json_object_set_new(root, "wall_seconds", jnum(o->wall_s));
   char *s = json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
   if (!s) cli_fail(cmd, "out of memory");
   puts(s);
   free(s);
   json_decref(root);
+}
+
+/* Per headline policy (eldr, footprint) at rate: its change against the
+ * best baseline on TPOT and TPOT from prefill end, and its replay control's
+ * beside it (the control keeps co-located replay copies and nothing else:
+ * what the headline gains beyond it is locality). */
+static void print_headlines(const sim_out *o, double rate) {
+  static const char *const heads[] = {"eldr", "footprint"};
+  char where[48];
+  if (o->a->trace_arrivals) snprintf(where, sizeof where, "at the trace's arrivals");
+  else snprintf(where, sizeof where, "at %g/s", rate);
+  for (size_t h = 0; h < 2; h++) {
+    const eldr_sweep_row *e = eldr_sweep_find(o->rows, o->nrows, rate, heads[h]);
+    const eldr_sweep_row *b[4];
+    for (int m = 0; m < 4; m++)
+      b[m] = eldr_sweep_best_baseline_by(o->rows, o->nrows, rate, o->a->decor, (eldr_sweep_metric)m);
+    if (!e || !b[0] || !b[1] || !b[2] || !b[3]) continue;
+    printf("  -> %s vs best baseline %s: TPOT p50 %+.1f%% (vs %s), p99 %+.1f%% (vs %s); from prefill "
+           "end p50 %+.1f%%, p99 %+.1f%%\n", heads[h], where, gain_pct(e, b[0], 0), b[0]->v->label,
+           gain_pct(e, b[1], 1), b[1]->v->label, gain_pct(e, b[2], 2), gain_pct(e, b[3], 3));
+    const eldr_sweep_row *c = control_of(o, e);
+    if (c)
+      printf("     replay control %s alone: TPOT p50 %+.1f%%, p99 %+.1f%%; net of it p50 %+.1f, p99 "
+             "%+.1f points\n", c->v->label, gain_pct(c, b[0], 0), gain_pct(c, b[1], 1),
+             gain_pct(e, b[0], 0) - gain_pct(c, b[0], 0), gain_pct(e, b[1], 1) - gain_pct(c, b[1], 1));
+  }
 }
 
 static void print_table(const sim_out *o) {
@@ -470,34 +620,64 @@ static void print_table(const sim_out *o) {
            o->lm->tp, o->a->ep_size, eldr_placement_kind_name(o->a->ep_kind),
            o->eps->dec[0]->num_physical, 1.0 / o->a->ep_size);
   /* units in the header; with trace arrivals the rate column says so */
-  printf("%-22s %8s %9s %9s %9s %10s %7s %7s %7s %6s\n", "policy", "req/s", "TPOT p50", "TPOT p99",
-         "TTFT p50", "tok/s", "batch", "union", "copies", "dup%");
-  printf("%-22s %8s %9s %9s %9s %10s %7s %7s %7s %6s\n", "", "", "ms", "ms", "ms", "", "seqs",
-         "experts", "", "");
+  printf("%-22s %8s %8s %8s %8s %8s %8s %8s %8s %9s %6s %7s %6s %5s\n", "policy", "req/s", "TTFT",
+         "TPOT", "TPOT", "TPOT-pf", "TPOT-pf", "ITL", "E2E", "tok/s", "batch", "union", "copies",
+         "dup%");
+  printf("%-22s %8s %8s %8s %8s %8s %8s %8s %8s %9s %6s %7s %6s %5s\n", "", "", "p50 ms", "p50 ms",
+         "p99 ms", "p50 ms", "p99 ms", "p99 ms", "p50 ms", "", "seqs", "experts", "", "");
   for (size_t ri = 0; ri < o->a->nrates; ri++) {
     for (size_t vi = 0; vi < o->nv; vi++) {
       const eldr_sweep_row *r = &o->rows[ri * o->nv + vi];
       char rate[32];
       if (o->a->trace_arrivals) snprintf(rate, sizeof rate, "trace");
       else snprintf(rate, sizeof rate, "%g", r->rate);
-      printf("%-22s %8s %9.2f %9.2f %9.1f %10.0f %7.2f %7.2f %7.3f %6.2f", r->v->label, rate,
-             ms(r->r.tpot_p50), ms(r->r.tpot_p99), ms(r->r.ttft_p50), r->r.throughput_tok_s,
-             r->r.mean_batch, r->r.mean_union, r->r.copies_in_flight, 100 * r->r.batch_dup_frac);
+      printf("%-22s %8s %8.1f %8.2f %8.2f %8.2f %8.2f %8.2f %8.0f %9.0f %6.2f %7.2f %6.3f %5.1f",
+             r->v->label, rate, ms(r->r.ttft_p50), ms(r->r.tpot_p50), ms(r->r.tpot_p99),
+             ms(r->r.tpot_pf_p50), ms(r->r.tpot_pf_p99), ms(r->r.itl_p99), ms(r->r.e2e_p50),
+             r->r.throughput_tok_s, r->r.mean_batch, r->r.mean_union, r->r.copies_in_flight,
+             100 * r->r.batch_dup_frac);
       if (o->eps) printf("  rank %.3f", r->r.ep_busiest_share);
       printf("\n");
     }
-    const eldr_sweep_row *e = eldr_sweep_find(o->rows, o->nrows, o->a->rates[ri], "eldr");
-    const eldr_sweep_row *b50 = eldr_sweep_best_baseline(o->rows, o->nrows, o->a->rates[ri], o->a->decor, 0);
-    const eldr_sweep_row *b99 = eldr_sweep_best_baseline(o->rows, o->nrows, o->a->rates[ri], o->a->decor, 1);
-    if (e && b50 && b99 && o->a->trace_arrivals)
-      printf("  -> eldr vs best baseline at the trace's arrivals: p50 %+.1f%% (vs %s), p99 %+.1f%% (vs %s)\n",
-             100.0 * (e->r.tpot_p50 / b50->r.tpot_p50 - 1), b50->v->label,
-             100.0 * (e->r.tpot_p99 / b99->r.tpot_p99 - 1), b99->v->label);
-    else if (e && b50 && b99)
-      printf("  -> eldr vs best baseline at %g/s: p50 %+.1f%% (vs %s), p99 %+.1f%% (vs %s)\n", o->a->rates[ri],
-             100.0 * (e->r.tpot_p50 / b50->r.tpot_p50 - 1), b50->v->label,
-             100.0 * (e->r.tpot_p99 / b99->r.tpot_p99 - 1), b99->v->label);
+    print_headlines(o, o->a->rates[ri]);
   }
+}
+
+/* Was artifact a fitted on trace t (the file at path)? The same file
+ * (its fit.trace, resolved), or the same generated requests (the same
+ * generator string and model). */
+static int fitted_on_this(const eldr_artifact *a, const char *path, const eldr_trace *t) {
+  if (a->trace && path) {
+    char *x = realpath(a->trace, NULL), *y = realpath(path, NULL);
+    int same = x && y && !strcmp(x, y);
+    free(x);
+    free(y);
+    if (same) return 1;
+  }
+  return a->trace_generator && t->generator && !strcmp(a->trace_generator, t->generator) &&
+         a->model && t->model && !strcmp(a->model, t->model);
+}
+
+/* Replay dominates a run when a locality policy's batches mostly hold copies
+ * of one recorded request: then its gain is largely the replay artifact.
+ * Warn once, naming the worst row, the pool and what to do. */
+#define REPLAY_WARN_DUP 0.5
+static void warn_replay(const sim_out *o) {
+  const eldr_sweep_row *w = NULL;
+  for (size_t i = 0; i < o->nrows; i++) {
+    const eldr_sweep_row *r = &o->rows[i];
+    if (strcmp(r->v->label, "eldr") && strcmp(r->v->label, "footprint")) continue;
+    if (r->r.batch_dup_frac > REPLAY_WARN_DUP && (!w || r->r.batch_dup_frac > w->r.batch_dup_frac)) w = r;
+  }
+  if (!w) return;
+  fprintf(stderr,
+          "eldr sim: warning: replay dominates: %s's batches hold another copy of the same recorded "
+          "request at %.0f%% of its decode token-steps (at %g/s; %.1f other copies in flight at "
+          "routing): %zu distinct requests serve %zu arrivals per run. Its gain is partly the "
+          "replay artifact: read it net of its replay control (printed beside it), or serve more "
+          "distinct requests (a larger trace, --gen-requests) or fewer arrivals (--requests)\n",
+          w->v->label, 100 * w->r.batch_dup_frac, w->rate, w->r.copies_in_flight, o->n_serve,
+          o->a->trace_arrivals ? o->n_serve : o->a->nreq);
 }
 
 /* The artifacts the ELDR variants need: --artifact, else fitted in-process on
@@ -523,6 +703,19 @@ static int get_artifacts(const char *cmd, const sim_args *a, const eldr_trace *t
                                  why, sizeof why))
       fprintf(stderr, "eldr sim: warning: the served trace is not from the artifact's source: %s\n",
               why);
+    if (!a->serve_path && fitted_on_this(*art, a->trace_path, t)) {
+      if (a->frac < 0)
+        fprintf(stderr,
+                "eldr sim: warning: --artifact was fitted on this trace (%s) and every request of "
+                "it is served: the %zu fitted requests are evaluated on; give --fit-fraction F "
+                "(and --seed) as the fit had, to serve only the held-out part\n",
+                (*art)->trace ? (*art)->trace : a->trace_path, (*art)->fit_n);
+      else if ((*art)->fit_n >= t->n)
+        fprintf(stderr,
+                "eldr sim: warning: --artifact was fitted on all %zu requests of this trace: the "
+                "--fit-fraction %g held-out part was fitted on too; refit with `eldr fit "
+                "--fit-fraction %g`\n", (*art)->fit_n, a->frac, a->frac);
+    }
     if (a->frac > 0 && !a->serve_path && (*art)->fit_n < t->n && (*art)->fit_seed != a->seed)
       fprintf(stderr,
               "eldr sim: warning: --artifact was fitted with seed %llu, --seed is %llu: the "
@@ -577,6 +770,7 @@ int eldr_cmd_sim(int argc, char **argv) {
     free(js);
     free(a.rates);
     free(a.taus);
+    free(a.loads);
     return 0;
   }
   eldr_diag d = {{0}};
@@ -619,7 +813,10 @@ int eldr_cmd_sim(int argc, char **argv) {
   if (art_v && eldr_sweep_sigs_compute(st, serve_idx, n_serve, art_v, &ps_v))
     cli_fail(cmd, "out of memory");
   eldr_sim_pool base = {.trace = st, .idx = serve_idx, .n = n_serve,
-                        .policy_model = art ? art->latency : NULL};
+                        .policy_model = art ? art->latency : NULL,
+                        .policy_prior = art ? art->fp_prior : NULL,
+                        .policy_n_priors = art ? art->fp_n_priors : 0,
+                        .policy_prior_tokens = art ? art->fp_prior_tokens : 0};
   eldr_sim_pool pool = make_pool(&base, art, &ps);
   eldr_sim_tokens *tokens = NULL;
   rc = eldr_sim_tokens_build(&pool, ELDR_SIM_TOK_AUTO, &tokens, &d);
@@ -642,12 +839,13 @@ int eldr_cmd_sim(int argc, char **argv) {
   double capacity = eldr_sim_capacity(&pool, &lm, &cfg);
   if (a.trace_arrivals || !a.nrates) {
     static const double fr[] = {0.2, 0.4, 0.6, 0.8, 0.95};
+    const double *loads = a.nloads ? a.loads : fr;
     free(a.rates);
-    a.nrates = a.trace_arrivals ? 1 : 5;
+    a.nrates = a.trace_arrivals ? 1 : a.nloads ? a.nloads : 5;
     a.rates = calloc(a.nrates, sizeof *a.rates);
     if (!a.rates) cli_fail(cmd, "out of memory");
     for (size_t i = 0; !a.trace_arrivals && i < a.nrates; i++)
-      a.rates[i] = round(fr[i] * capacity * 10) / 10;
+      a.rates[i] = round(loads[i] * capacity * 10) / 10;
   }
 
   /* ---- runs ---- */
@@ -657,7 +855,7 @@ int eldr_cmd_sim(int argc, char **argv) {
   double t_run0 = eldr_clock_now();
   eldr_sweep sw = {.vs = vs, .nv = nv, .rates = a.rates, .nrates = a.nrates, .pool = &pool,
                    .pool_vanilla = &pool_v, .lm = &lm, .cfg = &cfg, .jobs = a.jobs,
-                   .footprint_mask = art ? art->mask : NULL,
+                   .footprint_mask = art ? art->mask : NULL, .keep_logs = a.log_path != NULL,
                    .progress = a.quiet ? NULL : sweep_progress};
   rc = eldr_sweep_run(&sw, rows, &d);
   if (rc) cli_fail(cmd, "%s", eldr_diag_msg(&d, rc));
@@ -677,7 +875,9 @@ int eldr_cmd_sim(int argc, char **argv) {
                .nrows = nrows, .nv = nv, .vs = vs, .n_fit = n_fit, .n_serve = n_serve,
                .n_sigs = ps.n_ok, .tau_eff = tau_eff, .capacity = capacity, .wall_s = t_run,
                .rep = have_rep ? &rep : NULL, .eps = a.ep_size ? &eps : NULL};
+  warn_replay(&o);
   if (a.csv_path) write_csv(cmd, a.csv_path, &o);
+  if (a.log_path) write_log(cmd, a.log_path, &o, st, serve_idx);
   if (a.json)
     write_json(cmd, &o);
   else
@@ -696,6 +896,7 @@ int eldr_cmd_sim(int argc, char **argv) {
   }
 
   cli_ep_set_free(&eps);
+  eldr_sweep_rows_free(rows, nrows);
   free(rows);
   eldr_sim_tokens_free(tokens);
   eldr_sweep_sigs_free(&ps);
@@ -712,5 +913,6 @@ int eldr_cmd_sim(int argc, char **argv) {
   eldr_trace_free(t);
   free(a.rates);
   free(a.taus);
+  free(a.loads);
   return 0;
 }

@@ -41,6 +41,9 @@ static const char STUDY_HELP[] =
     "  fig16     the locality band tau\n"
     "  table2    8 / 16 / 24 decoders\n"
     "  rho-gain  each representation's rho against its net gain (Spearman)\n"
+    "  crossover every preset and hardware: locality's step-time gain vs batch size\n"
+    "            1..4096, where it falls under 1%% (no trace; checks the roofline on a\n"
+    "            real MoE FFN on this CPU unless --no-cpu)\n"
     "\n"
     "workload\n"
     "  -t, --trace FILE        expert trace (JSONL)   [generate --workload instead]\n"
@@ -67,6 +70,7 @@ static const char STUDY_HELP[] =
     "output\n"
     "  -o, --out DIR           output directory (created)              (required)\n"
     "      --no-plot           skip the PNG\n"
+    "      --no-cpu            crossover: skip the CPU measurement\n"
     "  -q, --quiet             no progress on stderr\n"
     "  -h, --help              this help\n";
 
@@ -136,52 +140,100 @@ static void gp_value(FILE *f, json_t *v) {
     fputs("NaN", f);
 }
 
+/* What a column is called in a legend (the CSV keeps its column name). */
+static const char *series_label(const char *col) {
+  static const char *const names[][2] = {
+      {"gain_pct", "ELDR vs the best baseline"},
+      {"control_pct", "replay control (eldr-permuted) alone"},
+      {"net_pct", "ELDR net of the replay control"},
+      {"tpot_ms", "mean TPOT"},
+      {"distinct", "distinct experts"},
+      {"step_ms", "step time"},
+      {"median_pearson", "median Pearson"},
+  };
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (!strcmp(col, names[i][0])) return names[i][1];
+  return col;
+}
+
+/* A cell as legend text. */
+static void cell_text(json_t *v, char *buf, size_t cap) {
+  if (json_is_string(v))
+    snprintf(buf, cap, "%s", json_string_value(v));
+  else
+    snprintf(buf, cap, "%g", json_number_value(v));
+}
+
+#define GP_MAX_GROUPS 64
+
 /* The gnuplot script (house style of eldr/plot.h): inline data blocks, one
- * per group (or one). */
+ * per series group. plot.group is a column (a line per value) or two
+ * columns (a line per pair: the first picks the dash, the second the
+ * colour; plot.group_format the legend's format of each). The title is
+ * plot.title (else the study's name); a legend with more than one series
+ * goes under the plot, where it covers no data, and a single series has
+ * none (the axis label names it). */
 static int write_gp(FILE *f, const char *png, json_t *res) {
   json_t *plot = json_object_get(res, "plot"), *rows = json_object_get(res, "rows");
   const char *kind = json_string_value(json_object_get(plot, "kind"));
   long xc = col_index(res, json_string_value(json_object_get(plot, "x")));
-  json_t *g = json_object_get(plot, "group");
-  long gc = json_is_string(g) ? col_index(res, json_string_value(g)) : -1;
+  json_t *g = json_object_get(plot, "group"), *gfmt = json_object_get(plot, "group_format");
+  long gc[2] = {-1, -1};
+  size_t ngc = 0;
+  if (json_is_string(g)) gc[ngc++] = col_index(res, json_string_value(g));
+  for (size_t i = 0; json_is_array(g) && i < json_array_size(g) && i < 2; i++)
+    gc[ngc++] = col_index(res, json_string_value(json_array_get(g, i)));
   json_t *ys = json_object_get(plot, "y");
-  if (xc < 0 || !json_array_size(ys)) return -1;
-  if (eldr_plot_header(f, png, json_string_value(json_object_get(res, "study")), NULL)) return -1;
+  if (xc < 0 || !json_array_size(ys) || (ngc && (gc[0] < 0 || (ngc > 1 && gc[1] < 0)))) return -1;
+  const char *title = json_string_value(json_object_get(plot, "title"));
+  if (eldr_plot_header(f, png, title ? title : json_string_value(json_object_get(res, "study")), NULL))
+    return -1;
   fputs("set xlabel ", f);
   eldr_plot_quote(f, json_string_value(json_object_get(plot, "xlabel")));
   fputs("\nset ylabel ", f);
   eldr_plot_quote(f, json_string_value(json_object_get(plot, "ylabel")));
   fputs("\n", f);
-  /* groups in first-seen order */
-  const char *groups[64];
-  size_t ng = 0;
+  json_t *lx = json_object_get(plot, "logx");
+  if (json_is_integer(lx)) fprintf(f, "set logscale x %lld\n", (long long)json_integer_value(lx));
+  json_t *hl = json_object_get(plot, "hline"); /* a reference level */
+  if (json_is_number(hl))
+    fprintf(f, "set arrow from graph 0, first %g to graph 1, first %g nohead dt 3 lc rgb '#999999'\n",
+            json_number_value(hl), json_number_value(hl));
+  /* the groups (value tuples) in first-seen order, and each column's values' order */
+  char *groups[GP_MAX_GROUPS][2];
+  size_t ng = 0, style[GP_MAX_GROUPS][2];
+  char *vals[2][GP_MAX_GROUPS];
+  size_t nvals[2] = {0, 0};
   for (size_t r = 0; r < json_array_size(rows); r++) {
-    char buf[64] = "all";
-    if (gc >= 0) {
-      json_t *v = json_array_get(json_array_get(rows, r), (size_t)gc);
-      if (json_is_string(v))
-        snprintf(buf, sizeof buf, "%s", json_string_value(v));
-      else
-        snprintf(buf, sizeof buf, "%g", json_number_value(v));
+    char buf[2][64] = {"all", ""};
+    size_t vi[2] = {0, 0};
+    for (size_t c = 0; c < ngc; c++) {
+      cell_text(json_array_get(json_array_get(rows, r), (size_t)gc[c]), buf[c], sizeof buf[c]);
+      while (vi[c] < nvals[c] && strcmp(vals[c][vi[c]], buf[c])) vi[c]++;
+      if (vi[c] == nvals[c] && nvals[c] < GP_MAX_GROUPS) vals[c][nvals[c]++] = strdup(buf[c]);
     }
     size_t k = 0;
-    while (k < ng && strcmp(groups[k], buf)) k++;
-    if (k == ng && ng < 64) groups[ng++] = strdup(buf);
+    while (k < ng && (strcmp(groups[k][0], buf[0]) || strcmp(groups[k][1], buf[1]))) k++;
+    if (k == ng && ng < GP_MAX_GROUPS) {
+      groups[ng][0] = strdup(buf[0]);
+      groups[ng][1] = strdup(buf[1]);
+      style[ng][0] = vi[0];
+      style[ng][1] = vi[1];
+      ng++;
+    }
   }
   int bars = !strcmp(kind, "bars");
   for (size_t k = 0; k < ng; k++) {
     fprintf(f, "$d%zu << EOD\n", k);
     for (size_t r = 0; r < json_array_size(rows); r++) {
       json_t *row = json_array_get(rows, r);
-      if (gc >= 0) {
-        json_t *v = json_array_get(row, (size_t)gc);
+      int match = 1;
+      for (size_t c = 0; c < ngc; c++) {
         char buf[64];
-        if (json_is_string(v))
-          snprintf(buf, sizeof buf, "%s", json_string_value(v));
-        else
-          snprintf(buf, sizeof buf, "%g", json_number_value(v));
-        if (strcmp(buf, groups[k])) continue;
+        cell_text(json_array_get(row, (size_t)gc[c]), buf, sizeof buf);
+        match &= !strcmp(buf, groups[k][c]);
       }
+      if (!match) continue;
       gp_value(f, json_array_get(row, (size_t)xc));
       for (size_t y = 0; y < json_array_size(ys); y++) {
         fputc(' ', f);
@@ -191,29 +243,74 @@ static int write_gp(FILE *f, const char *png, json_t *res) {
     }
     fprintf(f, "EOD\n");
   }
-  if (bars) fprintf(f, "set style data histograms\nset style fill solid 0.6\nset boxwidth 0.8\n");
+  const size_t nseries = ng * json_array_size(ys);
+  fputs(nseries > 1 ? "set key below\n" : "unset key\n", f);
+  if (bars) fprintf(f, "set style data histograms\nset style fill solid 0.6\nset boxwidth 0.8\nset yrange [0:*]\n");
   fprintf(f, "plot ");
   int first = 1;
   for (size_t k = 0; k < ng; k++) {
     for (size_t y = 0; y < json_array_size(ys); y++) {
-      const char *yn = json_string_value(json_array_get(ys, y));
-      char title[160];
-      if (gc >= 0 && json_array_size(ys) > 1)
-        snprintf(title, sizeof title, "%s %s", groups[k], yn);
+      const char *yn = series_label(json_string_value(json_array_get(ys, y)));
+      char lab[160] = "", part[96];
+      for (size_t c = 0; c < ngc; c++) {
+        const char *fmt = json_is_array(gfmt) ? json_string_value(json_array_get(gfmt, c)) : NULL;
+        snprintf(part, sizeof part, fmt ? fmt : "%s", groups[k][c]);
+        size_t len = strlen(lab);
+        snprintf(lab + len, sizeof lab - len, "%s%s", c ? ", " : "", part);
+      }
+      char title_s[300];
+      if (ngc && json_array_size(ys) > 1)
+        snprintf(title_s, sizeof title_s, "%s: %s", lab, yn);
       else
-        snprintf(title, sizeof title, "%s", gc >= 0 ? groups[k] : yn);
+        snprintf(title_s, sizeof title_s, "%s", ngc ? lab : yn);
       if (!first) fprintf(f, ", ");
       first = 0;
-      if (bars)
-        fprintf(f, "$d%zu using %zu:xtic(1) title '%s'", k, y + 2, title);
-      else
-        fprintf(f, "$d%zu using 1:%zu with %s title '%s'", k, y + 2,
-                !strcmp(kind, "points") ? "points pt 7" : "linespoints", title);
+      if (bars) {
+        fprintf(f, "$d%zu using %zu:xtic(1) title ", k, y + 2);
+      } else {
+        /* two group columns: the second's value sets the colour, the first's the dash */
+        size_t lt = ngc == 2 ? style[k][1] + 1 : (ngc ? k : y) + 1;
+        size_t dt = ngc == 2 ? style[k][0] + 1 : 1;
+        fprintf(f, "$d%zu using 1:%zu with %s lt %zu dt %zu title ", k, y + 2,
+                !strcmp(kind, "points") ? "points pt 7" : "linespoints", lt, dt);
+      }
+      eldr_plot_quote(f, title_s);
     }
   }
   fputc('\n', f);
-  for (size_t k = 0; k < ng; k++) free((void *)groups[k]);
+  for (size_t k = 0; k < ng; k++) free(groups[k][0]), free(groups[k][1]);
+  for (size_t c = 0; c < 2; c++)
+    for (size_t i = 0; i < nvals[c]; i++) free(vals[c][i]);
   return ferror(f) ? -1 : 0;
+}
+
+/* The crossover study's CPU check: a real MoE FFN layer (`eldr bench
+ * moe-layer`'s, Qwen3-30B-A3B's expert shape halved, fp32, one thread) at
+ * 8, 32 and 128 active experts over batches 1..1024. */
+typedef struct cpu_points {
+  eldr_study_cpu c;
+  double *buf; /* 3 * n: experts, batch, ms */
+} cpu_points;
+
+static void measure_cpu(const char *cmd, int quiet, cpu_points *p) {
+  static const long ex[] = {8, 32, 128}, bs[] = {1, 4, 16, 64, 256, 1024};
+  enum { NE = 3, NB = 6, H = 1024, NI = 384, E = 128, K = 8 };
+  double res[NE * NB];
+  if (!quiet) fprintf(stderr, "study: crossover: a real MoE FFN layer on this CPU (bench moe-layer)\n");
+  int rc = cli_moe_layer_measure(H, NI, E, K, ex, NE, bs, NB, 1, 0.05, 1, !quiet, res);
+  if (rc == ELDR_EUNSUPPORTED) {
+    fprintf(stderr, "eldr %s: crossover: built without OpenBLAS: no CPU check\n", cmd);
+    return;
+  }
+  if (rc) cli_fail(cmd, "out of memory (the CPU check's MoE layer)");
+  p->buf = malloc(3 * NE * NB * sizeof *p->buf);
+  if (!p->buf) cli_fail(cmd, "out of memory");
+  double *e = p->buf, *b = e + NE * NB, *ms = b + NE * NB;
+  size_t n = 0;
+  for (size_t i = 0; i < NE; i++)
+    for (size_t j = 0; j < NB; j++)
+      if (!isnan(res[i * NB + j])) e[n] = (double)ex[i], b[n] = (double)bs[j], ms[n++] = 1e3 * res[i * NB + j];
+  p->c = (eldr_study_cpu){H, NI, K, n, e, b, ms};
 }
 
 static size_t parse_seeds(const char *cmd, const char *val, uint64_t **out) {
@@ -239,7 +336,7 @@ int eldr_cmd_study(int argc, char **argv) {
              *hardware = NULL, *lat_path = NULL, *out_dir = NULL;
   long gen_n = 600, max_dec = 128;
   uint64_t gen_seed = ELDR_SEED_DEFAULT, *seeds = NULL;
-  int quiet = 0, no_plot = 0;
+  int quiet = 0, no_plot = 0, no_cpu = 0;
   eldr_study_opts o;
   eldr_study_opts_default(&o);
   static const struct option lo[] = {
@@ -254,6 +351,7 @@ int eldr_cmd_study(int argc, char **argv) {
       {"tau", required_argument, 0, 14},         {"restarts", required_argument, 0, 15},
       {"out", required_argument, 0, 'o'},        {"no-plot", no_argument, 0, 16},
       {"quiet", no_argument, 0, 'q'},            {"help", no_argument, 0, 'h'},
+      {"no-cpu", no_argument, 0, 17},
       {0, 0, 0, 0}};
   /* the command line as typed (getopt_long permutes argv), so every
    * number in the outputs can be regenerated */
@@ -287,6 +385,7 @@ int eldr_cmd_study(int argc, char **argv) {
     case 15: o.restarts = (int)cli_parse_long(cmd, "--restarts", optarg, 1, 1000); break;
     case 'o': out_dir = optarg; break;
     case 16: no_plot = 1; break;
+    case 17: no_cpu = 1; break;
     case 'q': quiet = 1; break;
     case 'h': fputs(STUDY_HELP, stdout); free(line); return 0;
     default: cli_bad_option(cmd, argc, argv, c);
@@ -298,7 +397,7 @@ int eldr_cmd_study(int argc, char **argv) {
   size_t known = 0;
   while (eldr_study_names[known] && strcmp(eldr_study_names[known], name)) known++;
   if (!eldr_study_names[known])
-    cli_usage_error(cmd, "unknown study '%s' (fig2 fig3 fig4 fig11 fig15 fig16 table2 rho-gain)", name);
+    cli_usage_error(cmd, "unknown study '%s' (fig2 fig3 fig4 fig11 fig15 fig16 table2 rho-gain crossover)", name);
   if (!out_dir) cli_usage_error(cmd, "--out DIR is required");
   cli_check_outdir(cmd, "--out", out_dir); /* before the minutes of work */
   if (serve_path && !trace_path) cli_usage_error(cmd, "--serve-trace needs --trace");
@@ -307,7 +406,13 @@ int eldr_cmd_study(int argc, char **argv) {
   eldr_diag d = {{0}};
   eldr_trace *t = NULL, *ts = NULL;
   int rc;
-  if (trace_path) {
+  const int crossover = !strcmp(name, "crossover"); /* the model alone: no trace */
+  cpu_points cp = {0};
+  if (crossover) {
+    if (trace_path || serve_path) cli_usage_error(cmd, "crossover takes no trace");
+    if (!no_cpu) measure_cpu(cmd, quiet, &cp);
+    o.cpu = cp.c.n ? &cp.c : NULL;
+  } else if (trace_path) {
     if ((rc = eldr_trace_load(trace_path, &t, &d))) cli_fail(cmd, "%s", eldr_diag_msg(&d, rc));
     cli_trace_require_tokens(cmd, trace_path, t, "the studies replay per-token selections");
   } else {
@@ -334,13 +439,21 @@ int eldr_cmd_study(int argc, char **argv) {
   }
   o.trace = t;
   o.serve = ts;
-  const char *preset = model ? model : cli_latency_preset_for_model(t->model);
-  if (!preset) cli_usage_error(cmd, "--model is required: no latency preset for '%s'", t->model);
-  if (!hardware) hardware = cli_hardware_default(preset);
-  if ((rc = eldr_latency_preset(preset, hardware, &o.lm, &d)))
-    cli_usage_error(cmd, "%s", eldr_diag_msg(&d, rc));
-  if (lat_path && (rc = eldr_latency_load_overrides(lat_path, &o.lm, &d)))
-    cli_fail(cmd, "--latency: %s", eldr_diag_msg(&d, rc));
+  const char *preset = model ? model : crossover ? "qwen3-30b-a3b" : cli_latency_preset_for_model(t->model);
+  if (!preset && lat_path && !hardware) { /* a model outside the presets: the complete file is the model */
+    if ((rc = eldr_latency_load_full(lat_path, &o.lm, &d)))
+      cli_usage_error(cmd, "--latency: %s (without --model the file must be a complete model)",
+                      eldr_diag_msg(&d, rc));
+  } else {
+    if (!preset)
+      cli_usage_error(cmd, "--model is required: no latency preset for '%s' (or a complete --latency FILE)",
+                      t->model);
+    if (!hardware) hardware = cli_hardware_default(preset);
+    if ((rc = eldr_latency_preset(preset, hardware, &o.lm, &d)))
+      cli_usage_error(cmd, "%s", eldr_diag_msg(&d, rc));
+    if (lat_path && (rc = eldr_latency_load_overrides(lat_path, &o.lm, &d)))
+      cli_fail(cmd, "--latency: %s", eldr_diag_msg(&d, rc));
+  }
 
   if (mkdir(out_dir, 0777) && errno != EEXIST)
     cli_fail(cmd, "--out: cannot create '%s': %s", out_dir, strerror(errno));
@@ -392,5 +505,6 @@ int eldr_cmd_study(int argc, char **argv) {
   eldr_trace_free(ts);
   eldr_trace_free(t);
   free(seeds);
+  free(cp.buf);
   return 0;
 }

@@ -24,12 +24,13 @@
 #include "eldr/tracestats.h"
 
 static const char TRACE_HELP[] =
-    "usage: eldr trace <gen|stats|compact> [options]   (eldr trace <sub> --help)\n"
+    "usage: eldr trace <gen|stats|compact|split> [options]   (eldr trace <sub> --help)\n"
     "\n"
     "  gen     write a synthetic expert trace (JSONL) for a model shape and workload\n"
     "  stats   prefill->decode correlation, distinct experts per batching rule,\n"
     "          domain mix and lengths of a trace\n"
-    "  compact rewrite traces in the counts form (per-layer expert counts)\n";
+    "  compact rewrite traces in the counts form (per-layer expert counts)\n"
+    "  split   write the seeded fit / held-out split of a trace (as eldr fit / sim use)\n";
 
 static const char GEN_HELP[] =
     "usage: eldr trace gen --requests N -o FILE [options]\n"
@@ -605,6 +606,7 @@ int eldr_cmd_trace(int argc, char **argv) {
   if (!strcmp(argv[1], "gen")) return trace_gen(argc - 1, argv + 1);
   if (!strcmp(argv[1], "stats")) return trace_stats(argc - 1, argv + 1);
   if (!strcmp(argv[1], "compact")) return eldr_cmd_trace_compact(argc - 1, argv + 1);
-  cli_usage_error("trace", "unknown subcommand '%s' (gen, stats, compact; see eldr trace --help)",
+  if (!strcmp(argv[1], "split")) return eldr_cmd_trace_split(argc - 1, argv + 1);
+  cli_usage_error("trace", "unknown subcommand '%s' (gen, stats, compact, split; see eldr trace --help)",
                   argv[1]);
 }

@@ -57,6 +57,7 @@ void eldr_artifact_free(eldr_artifact *a) {
   eldr_drift_ref_free(a->drift_ref);
   eldr__artifact_placement_free(a->placement, a->k);
   free(a->latency);
+  free(a->fp_prior);
   free(a->trace);
   free(a->trace_generator);
   free(a->created);
@@ -68,6 +69,8 @@ void eldr_artifact_free(eldr_artifact *a) {
   free(a->model);
   free(a);
 }
+
+static int validate_fp_prior(const eldr_artifact *a, eldr_diag *d);
 
 int eldr_artifact_validate(const eldr_artifact *a, eldr_diag *d) {
   if (!a) return eldr_diag_fail(d, ELDR_EINVAL, "artifact missing");
@@ -143,6 +146,7 @@ int eldr_artifact_validate(const eldr_artifact *a, eldr_diag *d) {
                             a->drift_ref->k, a->k);
     if ((rc = eldr_drift_ref_validate(a->drift_ref, d))) return rc;
   }
+  if ((rc = validate_fp_prior(a, d))) return rc;
   if (a->latency) {
     if ((rc = eldr_latency_validate(a->latency, d))) {
       eldr_diag_prefix(d, "latency");
@@ -156,6 +160,69 @@ int eldr_artifact_validate(const eldr_artifact *a, eldr_diag *d) {
                             ls->num_layers, ls->num_experts, ls->top_k, a->shape.num_layers,
                             a->shape.num_experts, a->shape.top_k);
   }
+  return ELDR_OK;
+}
+
+/* The footprint prior: rates in [0, 1], each layer summing to K. */
+static int validate_fp_prior(const eldr_artifact *a, eldr_diag *d) {
+  if (!a->fp_prior) return ELDR_OK;
+  if (!(a->fp_prior_tokens > 0) || !(a->fp_prior_tokens < 1e9))
+    return eldr_diag_fail(d, ELDR_ERANGE, "footprint.prior_tokens: %g must be in (0, 1e9)",
+                          a->fp_prior_tokens);
+  if (a->fp_n_priors != 1 && a->fp_n_priors != 1 + a->k)
+    return eldr_diag_fail(d, ELDR_ESHAPE, "footprint: %zu prior rows, expected 1 or 1 + k = %zu",
+                          a->fp_n_priors, 1 + a->k);
+  const size_t L = a->shape.num_layers, E = a->shape.num_experts;
+  for (size_t r = 0; r < a->fp_n_priors; r++)
+    for (size_t l = 0; l < L; l++) {
+      const char *what = r ? "footprint.cluster_priors" : "footprint.prior";
+      const float *row = a->fp_prior + (r * L + l) * E;
+      double s = 0;
+      for (size_t e = 0; e < E; e++) {
+        if (!(row[e] >= 0.0f && row[e] <= 1.0f))
+          return eldr_diag_fail(d, ELDR_ERANGE, "%s[%zu]: value %g at layer %zu must be in [0, 1]",
+                                what, r ? r - 1 : 0, (double)row[e], l);
+        s += row[e];
+      }
+      if (fabs(s - a->shape.top_k) > 1e-3 * a->shape.top_k)
+        return eldr_diag_fail(d, ELDR_ERANGE, "%s[%zu]: layer %zu sums to %g, not top_k %u", what,
+                              r ? r - 1 : 0, l, s, a->shape.top_k);
+    }
+  return ELDR_OK;
+}
+
+int eldr_artifact_set_fp_prior(eldr_artifact *a, const float *prior, size_t n_priors,
+                               double tokens, eldr_diag *d) {
+  if (!a) return eldr_diag_fail(d, ELDR_EINVAL, "artifact missing");
+  if (!prior) {
+    free(a->fp_prior);
+    a->fp_prior = NULL;
+    a->fp_n_priors = 0;
+    a->fp_prior_tokens = 0;
+    return ELDR_OK;
+  }
+  const size_t LE = eldr_shape_cells(&a->shape);
+  if (n_priors != 1 && n_priors != 1 + a->k)
+    return eldr_diag_fail(d, ELDR_ESHAPE, "footprint: %zu prior rows, expected 1 or 1 + k = %zu",
+                          n_priors, 1 + a->k);
+  float *c = malloc(n_priors * LE * sizeof *c);
+  if (!c) return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
+  memcpy(c, prior, n_priors * LE * sizeof *c);
+  float *old = a->fp_prior;
+  double old_t = a->fp_prior_tokens;
+  size_t old_n = a->fp_n_priors;
+  a->fp_prior = c;
+  a->fp_n_priors = n_priors;
+  a->fp_prior_tokens = tokens;
+  int rc = validate_fp_prior(a, d);
+  if (rc) {
+    a->fp_prior = old;
+    a->fp_n_priors = old_n;
+    a->fp_prior_tokens = old_t;
+    free(c);
+    return rc;
+  }
+  free(old);
   return ELDR_OK;
 }
 

@@ -277,6 +277,53 @@ static void pass1_free(pass1 *p) {
   memset(p, 0, sizeof *p);
 }
 
+/* ---- the footprint priors ------------------------------------------------- */
+
+#define FP_PRIOR_SAMPLE 1024 /* calibration requests the footprint priors are fitted on */
+
+/* Counts of the sampled requests kept for the priors: sample index, L*E
+ * prefill and decode counts of each. */
+typedef struct fp_keep {
+  size_t n, *idx;
+  uint32_t *pre, *dec;
+} fp_keep;
+
+/* The priors of the footprint policy on the kept requests, each labelled
+ * with the centroid nearest to its signature (sigs_s rows, a's final
+ * centroids), into a; none (and no error) when no kept request has decode
+ * counts. */
+static int fit_fp_priors(eldr_artifact *a, const fp_keep *fk, const float *sigs_s,
+                         eldr_fit_report *report, eldr_diag *d) {
+  const size_t LE = eldr_shape_cells(&a->shape), k = a->k, dim = a->dim;
+  int *lab = malloc((fk->n ? fk->n : 1) * sizeof *lab);
+  float *prior = malloc((1 + k) * LE * sizeof *prior);
+  if (!lab || !prior) {
+    free(lab);
+    free(prior);
+    return eldr_diag_fail(d, ELDR_ENOMEM, "footprint priors: out of memory");
+  }
+  for (size_t j = 0; j < fk->n; j++) {
+    const float *sg = sigs_s + fk->idx[j] * dim;
+    double best = -INFINITY;
+    lab[j] = -1;
+    for (size_t c = 0; c < k; c++) {
+      double v = eldr_dot(sg, a->centroids + c * dim, dim);
+      if (v > best) best = v, lab[j] = (int)c;
+    }
+  }
+  int rc = eldr_fp_prior_fit(&a->shape, fk->pre, fk->dec, lab, fk->n, k, prior, &report->fp_prior);
+  if (rc == ELDR_OK)
+    rc = eldr_artifact_set_fp_prior(a, prior, isinf(report->fp_prior.beta) ? 1 : 1 + k,
+                                    report->fp_prior.alpha, d);
+  else if (rc == ELDR_EEMPTY)
+    rc = ELDR_OK;
+  else
+    rc = eldr_diag_fail(d, rc, "footprint priors: %s", eldr_strerror(rc));
+  free(lab);
+  free(prior);
+  return rc;
+}
+
 /* ---- the fit ---------------------------------------------------------------- */
 
 int eldr_fit_stream(const eldr_fit_source *src, const eldr_fit_opts *o, eldr_artifact **out,
@@ -315,6 +362,7 @@ int eldr_fit_stream(const eldr_fit_source *src, const eldr_fit_opts *o, eldr_art
   int *labels = NULL;
   uint8_t *masks = NULL;
   eldr_artifact *a = NULL;
+  fp_keep fpk = {0};
 
   /* 1. pass 1 */
   double t0 = eldr_clock_now();
@@ -481,6 +529,20 @@ int eldr_fit_stream(const eldr_fit_source *src, const eldr_fit_opts *o, eldr_art
     if (q && q != ELDR_EEMPTY) { rc = eldr_diag_fail(d, q, "rho interval: %s", eldr_strerror(q)); goto fail; }
     if (q) report->rho_ci.rho = report->rho_ci.se = report->rho_ci.lo = report->rho_ci.hi = NAN;
   }
+  /* the footprint priors (below, after K-means) need prefill and decode
+   * counts of calibration requests: keep those of at most FP_PRIOR_SAMPLE of
+   * the sample (evenly spread: the sample may be in the source's order) */
+  fpk.n = ns < FP_PRIOR_SAMPLE ? ns : FP_PRIOR_SAMPLE;
+  fpk.idx = malloc((fpk.n ? fpk.n : 1) * sizeof *fpk.idx);
+  fpk.pre = malloc((fpk.n ? fpk.n : 1) * LE * sizeof *fpk.pre);
+  fpk.dec = malloc((fpk.n ? fpk.n : 1) * LE * sizeof *fpk.dec);
+  if (!fpk.idx || !fpk.pre || !fpk.dec) { rc = ELDR_ENOMEM; goto fail; }
+  for (size_t j = 0; j < fpk.n; j++) {
+    size_t i = (size_t)((double)j * (double)ns / (double)fpk.n);
+    fpk.idx[j] = i;
+    memcpy(fpk.pre + j * LE, p1.pre + i * LE, LE * sizeof *fpk.pre);
+    memcpy(fpk.dec + j * LE, p1.dec + i * LE, LE * sizeof *fpk.dec);
+  }
   /* the sample's counts are done with: free them before the big matrix */
   free(decpat);
   decpat = NULL;
@@ -575,6 +637,10 @@ int eldr_fit_stream(const eldr_fit_source *src, const eldr_fit_opts *o, eldr_art
     report->passes++;
     if (rc) goto fail;
   }
+  /* the footprint policy's profile priors (eldr/fp_prior.h): global, and
+   * per cluster of the final centroids */
+  if ((rc = fit_fp_priors(a, &fpk, sigs_s, report, d))) goto fail;
+
   /* the fit-time signature distribution a router's drift score compares
    * with: the sample's (every request up to --rho-sample), against the
    * centroids in their final (aligned) order */
@@ -598,6 +664,9 @@ fail:
   free(idf);
   free(decpat);
   pass1_free(&p1);
+  free(fpk.idx);
+  free(fpk.pre);
+  free(fpk.dec);
   if (rc) {
     eldr_fit_report_free(report);
     if (rc == ELDR_ENOMEM && d && !d->msg[0]) eldr_diag_fail(d, rc, "out of memory");

@@ -5,6 +5,8 @@
 #include "core/footprint_int.h"
 #include "eldr/cpu.h"
 #include "eldr/dot.h"
+#include "eldr/policy.h"
+#include "core/fp_math_int.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -39,18 +41,29 @@ static dots_fn pick_dots(void) {
   return dots_base;
 }
 
+/* A routed request: what its contributions are computed from (its counts
+ * on the mask's layers, sparse; its tokens; its prior row), so that its end
+ * recomputes exactly the integers its route added. */
 typedef struct ticket {
-  uint32_t dec, nnz, ctx, gen;
-  uint32_t *idx; /* nnz flat (l*E + e) indices, ascending */
-  uint32_t *w;   /* nnz fixed-point contributions */
-  int used;
+  uint32_t dec, nnz, ctx, gen, ntok, row;
+  uint32_t *idx; /* nnz flat (l*E + e) cells with a count, ascending */
+  uint32_t *cnt; /* their counts */
+  int used, uniform;
   size_t next_free;
 } ticket;
 
 struct eldr_footprint {
   eldr_latency_model m;
   size_t L, E, K, D, B;
-  uint8_t *mask;     /* L flags */
+  uint8_t *mask;     /* L flags: layers whose profile comes from the request's counts */
+  uint8_t *tracked;  /* L flags: layers in the footprint (the mask's, every one with a prior) */
+  float *prior;      /* n_priors * L*E prior rates (row 0 the global prior), or NULL */
+  size_t n_priors;
+  double alpha;      /* the prior's weight (pseudo-tokens), 0 without a prior */
+  float *cent;       /* (n_priors - 1) * dim centroids picking a request's row, or NULL */
+  size_t dim;
+  const float *row_sig; /* the signature whose row was last picked, and the row */
+  size_t row;
   int64_t *acc;      /* D*L*E fixed-point sums of -ln(1-p) */
   float *q;          /* D*L*E: exp(-acc / SCALE) */
   double *U;         /* D*L: sum_e (1 - q) */
@@ -61,6 +74,10 @@ struct eldr_footprint {
   float *dots;       /* L scratch */
   dots_fn dots_k;
   uint8_t *touched;  /* L scratch */
+  uint32_t *w;       /* L*E scratch: a request's fixed-point contributions */
+  uint32_t *cnt;     /* L*E scratch: an ending request's counts */
+  uint32_t *tidx;    /* L*E scratch: eldr_footprint_ticket's cells (with f->w their weights) */
+  eldr_fp_explain last;
   ticket *tk;
   size_t ntk, cap, free_head;
 };
@@ -85,6 +102,7 @@ int eldr_footprint_new(const eldr_latency_model *m, const eldr_footprint_opts *o
   f->B = o->max_batch ? o->max_batch : 64;
   const size_t LE = f->L * f->E, D = f->D;
   f->mask = malloc(f->L);
+  f->tracked = malloc(f->L);
   f->acc = calloc(D * LE, sizeof *f->acc);
   f->q = malloc(D * LE * sizeof *f->q);
   f->U = calloc(D * f->L, sizeof *f->U);
@@ -94,16 +112,55 @@ int eldr_footprint_new(const eldr_latency_model *m, const eldr_footprint_opts *o
   f->u0 = malloc(f->L * sizeof *f->u0);
   f->u1 = malloc(f->L * sizeof *f->u1);
   f->touched = malloc(f->L);
+  f->w = malloc(LE * sizeof *f->w);
+  f->cnt = malloc(LE * sizeof *f->cnt);
+  f->tidx = malloc(LE * sizeof *f->tidx);
   f->dots = malloc(f->L * sizeof *f->dots);
   f->dots_k = pick_dots();
-  if (!f->dots || !f->mask || !f->acc || !f->q || !f->U || !f->ctx || !f->inflight || !f->p || !f->u0 ||
+  if (!f->dots || !f->mask || !f->tracked || !f->w || !f->cnt || !f->tidx || !f->acc || !f->q || !f->U || !f->ctx || !f->inflight || !f->p || !f->u0 ||
       !f->u1 || !f->touched) {
     eldr_footprint_free(f);
     return eldr_diag_fail(d, ELDR_ENOMEM, "footprint: out of memory");
   }
   for (size_t l = 0; l < f->L; l++) f->mask[l] = o->layer_mask ? (o->layer_mask[l] != 0) : 1;
   for (size_t i = 0; i < D * LE; i++) f->q[i] = 1.0f;
+  if (o->prior && o->prior_tokens > 0) {
+    const size_t np = o->n_priors ? o->n_priors : 1;
+    if (!(o->prior_tokens < 1e9) || np > 65536) {
+      eldr_footprint_free(f);
+      return eldr_diag_fail(d, ELDR_ERANGE, "footprint: prior weight %g or %zu priors out of range",
+                            o->prior_tokens, np);
+    }
+    for (size_t i = 0; i < np * LE; i++)
+      if (!(o->prior[i] >= 0.0f && o->prior[i] <= 1.0f)) {
+        eldr_footprint_free(f);
+        return eldr_diag_fail(d, ELDR_ERANGE, "footprint: prior rate %zu = %g not in [0, 1]", i,
+                              (double)o->prior[i]);
+      }
+    f->prior = malloc(np * LE * sizeof *f->prior);
+    if (!f->prior) {
+      eldr_footprint_free(f);
+      return eldr_diag_fail(d, ELDR_ENOMEM, "footprint: out of memory");
+    }
+    memcpy(f->prior, o->prior, np * LE * sizeof *f->prior);
+    f->n_priors = np;
+    f->alpha = o->prior_tokens;
+    if (np > 1) {
+      if (!o->centroids || !o->dim) {
+        eldr_footprint_free(f);
+        return eldr_diag_fail(d, ELDR_EINVAL, "footprint: %zu cluster priors without centroids", np - 1);
+      }
+      if (!(f->cent = malloc((np - 1) * o->dim * sizeof *f->cent))) {
+        eldr_footprint_free(f);
+        return eldr_diag_fail(d, ELDR_ENOMEM, "footprint: out of memory");
+      }
+      memcpy(f->cent, o->centroids, (np - 1) * o->dim * sizeof *f->cent);
+      f->dim = o->dim;
+    }
+  }
+  for (size_t l = 0; l < f->L; l++) f->tracked[l] = f->mask[l] || f->prior;
   f->free_head = NO_FREE;
+  f->last.decoder = -1;
   *out = f;
   return 0;
 }
@@ -112,11 +169,14 @@ void eldr_footprint_free(eldr_footprint *f) {
   if (!f) return;
   for (size_t i = 0; i < f->ntk; i++) {
     free(f->tk[i].idx);
-    free(f->tk[i].w);
+    free(f->tk[i].cnt);
   }
   free(f->tk);
   free(f->dots);
   free(f->touched);
+  free(f->w);
+  free(f->cnt);
+  free(f->tidx);
   free(f->u1);
   free(f->u0);
   free(f->p);
@@ -126,21 +186,54 @@ void eldr_footprint_free(eldr_footprint *f) {
   free(f->q);
   free(f->acc);
   free(f->mask);
+  free(f->prior);
+  free(f->cent);
+  free(f->tracked);
   free(f);
 }
 
-/* The request's per-token selection probabilities on the footprint layers
- * (0 elsewhere) into f->p. Returns 1 for the uniform profile (no counts). */
-static int build_profile(eldr_footprint *f, const eldr_fp_request *r) {
+/* The prior row of request r: its nearest centroid's (1 + c), or the
+ * global prior (0) without cluster priors or a signature. A decision keeps
+ * its pick (reuse 0), which the route right after it takes (reuse 1; the
+ * same signature pointer), then forgets. */
+static size_t pick_row(eldr_footprint *f, const eldr_fp_request *r, int reuse) {
+  size_t row = 0;
+  if (f->cent && r && r->sig) {
+    if (reuse && r->sig == f->row_sig) {
+      row = f->row;
+    } else {
+      float best = 0;
+      for (size_t c = 0; c + 1 < f->n_priors; c++) {
+        float v = eldr_dot_lanes8(r->sig, f->cent + c * f->dim, f->dim);
+        if (c == 0 || v > best) best = v, row = c + 1;
+      }
+      if (!(best == best)) row = 0; /* NaN similarities: an unusable signature */
+      f->row_sig = r->sig;
+      f->row = row;
+    }
+  }
+  return row;
+}
+
+/* A request's per-token selection probabilities on the footprint layers
+ * (0 elsewhere) into f->p: on the mask's layers from its counts over
+ * n_tokens (shrunk towards prior row `row` when there are priors), on the
+ * others its prior. Returns 1 for the uniform profile (no counts). */
+static int build_profile(eldr_footprint *f, const uint32_t *counts, uint32_t n_tokens, size_t row) {
   const size_t L = f->L, E = f->E;
-  int uniform = !r || !r->counts || r->n_tokens == 0;
+  int uniform = !counts || n_tokens == 0;
   const float pu = (float)((double)f->K / (double)E);
   /* counts <= tokens < 2^31 (a prompt); a float product (no division per cell)
    * keeps the loop vectorisable; p is a prediction input, 24 bits suffice */
-  const float inv = uniform ? 0.0f : (float)(1.0 / (double)r->n_tokens);
+  const float inv = uniform ? 0.0f : (float)(1.0 / (double)n_tokens);
   const float pmax = (float)ELDR_FP_PMAX;
+  const float *prior = f->prior ? f->prior + row * L * E : NULL;
   for (size_t l = 0; l < L; l++) {
     float *pl = f->p + l * E;
+    if (prior && (uniform || !f->mask[l])) {
+      memcpy(pl, prior + l * E, E * sizeof *pl);
+      continue;
+    }
     if (!f->mask[l]) {
       memset(pl, 0, E * sizeof *pl);
       continue;
@@ -149,7 +242,16 @@ static int build_profile(eldr_footprint *f, const eldr_fp_request *r) {
       for (size_t e = 0; e < E; e++) pl[e] = pu;
       continue;
     }
-    const uint32_t *cl = r->counts + l * E;
+    const uint32_t *cl = counts + l * E;
+    if (prior) { /* shrunk towards the prior: (c + alpha pi) / (n + alpha) */
+      const float a = (float)f->alpha, ia = (float)(1.0 / ((double)n_tokens + f->alpha));
+      const float *pr = prior + l * E;
+      for (size_t e = 0; e < E; e++) {
+        float x = ((float)(int32_t)cl[e] + a * pr[e]) * ia;
+        pl[e] = x < pmax ? x : pmax;
+      }
+      continue;
+    }
     size_t e = 0;
     const v4f vinv = {inv, inv, inv, inv}, vmax = {pmax, pmax, pmax, pmax};
     for (; e + 4 <= E; e += 4) { /* four lanes: convert, scale, clamp */
@@ -175,7 +277,7 @@ static double uniform_union(const eldr_footprint *f, size_t batch) {
 int eldr_footprint_decide(eldr_footprint *f, const uint32_t *loads, const uint8_t *healthy,
                           size_t n, const eldr_fp_request *r, int *uniform, double *pred_tpot) {
   if (!f || !loads || n != f->D) return ELDR_EINVAL;
-  int uni = build_profile(f, r);
+  int uni = build_profile(f, r ? r->counts : NULL, r ? r->n_tokens : 0, pick_row(f, r, 0));
   if (uniform) *uniform = uni;
   const size_t L = f->L, E = f->E, LE = L * E, B = f->B;
   const double c_new = r ? (double)r->ctx_tokens : 0.0;
@@ -189,9 +291,9 @@ int eldr_footprint_decide(eldr_footprint *f, const uint32_t *loads, const uint8_
     const double *Uk = f->U + k * L;
     double uu0 = 0, uu1 = 0;
     int have_uniform = 0;
-    f->dots_k(qk, f->p, L, E, f->mask, f->dots);
+    f->dots_k(qk, f->p, L, E, f->tracked, f->dots);
     for (size_t l = 0; l < L; l++) {
-      if (f->mask[l]) {
+      if (f->tracked[l]) {
         f->u0[l] = Uk[l];
         f->u1[l] = Uk[l] + (double)f->dots[l];
       } else {
@@ -214,6 +316,9 @@ int eldr_footprint_decide(eldr_footprint *f, const uint32_t *loads, const uint8_
       best = (int)k;
       best_cost = cost;
       best_t = own;
+      double us = 0;
+      for (size_t l = 0; l < L; l++) us += f->u1[l];
+      f->last = (eldr_fp_explain){(int)k, us / (double)L, t0, t1, cost};
     }
   }
   if (best < 0) return ELDR_EUNAVAIL;
@@ -221,24 +326,102 @@ int eldr_footprint_decide(eldr_footprint *f, const uint32_t *loads, const uint8_
   return best;
 }
 
-/* Recompute U of decoder k on the layers flagged in f->touched from q
- * (itself recomputed from the integer sums where they changed): no state
- * is ever updated by adding a float delta, so nothing drifts. */
-static void refresh_layers(eldr_footprint *f, size_t k) {
-  const size_t L = f->L, E = f->E;
+/* f->w := the fixed-point contributions of the profile in f->p,
+ * round(2^24 * -ln(1 - p)) (0 where p is 0; p <= 0.999, so w < 2^27: the
+ * rounding to an integer is the only rounding the footprint's sums ever
+ * see). Sixteen cells at a time in four independent vectors (the series'
+ * dependent steps overlap); the last few through padded vectors. Sets
+ * f->touched on the layers with a contribution. */
+static inline void contrib4(const float *p, uint32_t *w) {
+  const fpm_v4f scale = fpm_splat((float)ELDR_FP_SCALE), half = fpm_splat(0.5f);
+  fpm_v4f x;
+  memcpy(&x, p, sizeof x);
+  fpm_v4i v = __builtin_convertvector(fp_neglog1m4(x) * scale + half, fpm_v4i);
+  memcpy(w, &v, sizeof v);
+}
+
+static void contributions(eldr_footprint *f) {
+  const size_t L = f->L, E = f->E, LE = L * E;
+  size_t i = 0;
+  for (; i + 16 <= LE; i += 16) {
+    contrib4(f->p + i, f->w + i);
+    contrib4(f->p + i + 4, f->w + i + 4);
+    contrib4(f->p + i + 8, f->w + i + 8);
+    contrib4(f->p + i + 12, f->w + i + 12);
+  }
+  for (; i < LE; i += 4) {
+    float p[4] = {0, 0, 0, 0};
+    uint32_t w[4];
+    size_t n = LE - i < 4 ? LE - i : 4;
+    memcpy(p, f->p + i, n * sizeof *p);
+    contrib4(p, w);
+    memcpy(f->w + i, w, n * sizeof *w);
+  }
   for (size_t l = 0; l < L; l++) {
-    if (!f->touched[l]) continue;
-    const float *q = f->q + (k * L + l) * E;
-    double u = 0;
-    for (size_t e = 0; e < E; e++) u += 1.0 - (double)q[e];
-    f->U[k * L + l] = u;
+    uint32_t any = 0;
+    for (size_t e = 0; e < E; e++) any |= f->w[l * E + e];
+    f->touched[l] = any != 0;
   }
 }
 
-/* q at flat index i of decoder k from its integer sum. */
-static inline void set_q(eldr_footprint *f, size_t k, size_t i) {
-  const size_t LE = f->L * f->E;
-  f->q[k * LE + i] = expf((float)(-(double)f->acc[k * LE + i] * (1.0 / ELDR_FP_SCALE)));
+static inline void exp4(const float *x, float *q) {
+  fpm_v4f v;
+  memcpy(&v, x, sizeof v);
+  v = fp_exp4(v);
+  memcpy(q, &v, sizeof v);
+}
+
+/* Add (sign 1) or remove (-1) f->w at decoder k; then q = exp(-sum / 2^24)
+ * and U of every touched layer are recomputed from the integer sums: no
+ * state is ever updated by adding a float delta, so nothing drifts. */
+static void refresh_layer(eldr_footprint *f, size_t k, size_t l);
+
+static void apply(eldr_footprint *f, size_t k, int sign) {
+  const size_t L = f->L, E = f->E, LE = L * E;
+  int64_t *acc = f->acc + k * LE;
+  for (size_t l = 0; l < L; l++) {
+    if (!f->touched[l]) continue;
+    int64_t *al = acc + l * E;
+    const uint32_t *wl = f->w + l * E;
+    if (sign > 0)
+      for (size_t e = 0; e < E; e++) al[e] += wl[e];
+    else
+      for (size_t e = 0; e < E; e++) al[e] -= wl[e];
+    refresh_layer(f, k, l);
+  }
+}
+
+/* q and U of decoder k's layer l from its integer sums (the profile scratch
+ * f->p is the space of the exponents: call only after the profile is used). */
+static void refresh_layer(eldr_footprint *f, size_t k, size_t l) {
+  const size_t L = f->L, E = f->E, LE = L * E;
+  const int64_t *al = f->acc + k * LE + l * E;
+  float *x = f->p;
+  const float inv = (float)(1.0 / ELDR_FP_SCALE);
+  {
+    for (size_t e = 0; e < E; e++) x[e] = (float)(-(double)al[e]) * inv;
+    float *ql = f->q + k * LE + l * E;
+    size_t e = 0;
+    for (; e + 16 <= E; e += 16) {
+      exp4(x + e, ql + e);
+      exp4(x + e + 4, ql + e + 4);
+      exp4(x + e + 8, ql + e + 8);
+      exp4(x + e + 12, ql + e + 12);
+    }
+    for (; e < E; e += 4) {
+      float xx[4] = {0, 0, 0, 0}, qq[4];
+      size_t n = E - e < 4 ? E - e : 4;
+      memcpy(xx, x + e, n * sizeof *xx);
+      exp4(xx, qq);
+      memcpy(ql + e, qq, n * sizeof *qq);
+    }
+    double u[4] = {0, 0, 0, 0}; /* four running sums: no chain of dependent adds */
+    size_t j = 0;
+    for (; j + 4 <= E; j += 4)
+      for (int m = 0; m < 4; m++) u[m] += 1.0 - (double)ql[j + m];
+    for (; j < E; j++) u[0] += 1.0 - (double)ql[j];
+    f->U[k * L + l] = (u[0] + u[1]) + (u[2] + u[3]);
+  }
 }
 
 static size_t take_slot(eldr_footprint *f) {
@@ -267,10 +450,14 @@ uint64_t eldr_footprint_route(eldr_footprint *f, size_t k, const eldr_fp_request
     *err = ELDR_EINVAL;
     return ELDR_FP_NO_TICKET;
   }
-  build_profile(f, r);
-  const size_t L = f->L, E = f->E, LE = L * E;
-  size_t nnz = 0;
-  for (size_t i = 0; i < LE; i++) nnz += f->p[i] > 0;
+  const size_t L = f->L, E = f->E;
+  const size_t row = pick_row(f, r, 1);
+  f->row_sig = NULL;
+  const uint32_t *counts = r ? r->counts : NULL, ntok = r ? r->n_tokens : 0;
+  const int uniform = build_profile(f, counts, ntok, row);
+  size_t nnz = 0; /* the counts the profile read */
+  for (size_t l = 0; !uniform && l < L; l++)
+    for (size_t e = 0; f->mask[l] && e < E; e++) nnz += counts[l * E + e] != 0;
   size_t s = take_slot(f);
   if (s == NO_FREE) {
     *err = ELDR_ENOMEM;
@@ -278,39 +465,34 @@ uint64_t eldr_footprint_route(eldr_footprint *f, size_t k, const eldr_fp_request
   }
   ticket *t = &f->tk[s];
   t->idx = malloc((nnz ? nnz : 1) * sizeof *t->idx);
-  t->w = malloc((nnz ? nnz : 1) * sizeof *t->w);
-  if (!t->idx || !t->w) {
+  t->cnt = malloc((nnz ? nnz : 1) * sizeof *t->cnt);
+  if (!t->idx || !t->cnt) {
     free(t->idx);
-    free(t->w);
-    t->idx = t->w = NULL;
+    free(t->cnt);
+    t->idx = t->cnt = NULL;
     t->next_free = f->free_head;
     f->free_head = s;
     *err = ELDR_ENOMEM;
     return ELDR_FP_NO_TICKET;
   }
-  memset(f->touched, 0, L);
-  int64_t *acc = f->acc + k * LE;
   uint32_t j = 0;
-  for (size_t i = 0; i < LE; i++) {
-    if (!(f->p[i] > 0)) continue;
-    /* w <= -ln(1 - 0.999) * 2^24 < 2^27: the rounding to an integer is the
-     * only rounding the footprint ever sees */
-    uint32_t wi = (uint32_t)((double)-log1pf(-f->p[i]) * ELDR_FP_SCALE + 0.5);
-    if (wi == 0) continue;
-    t->idx[j] = (uint32_t)i;
-    t->w[j] = wi;
-    j++;
-    acc[i] += wi;
-    set_q(f, k, i);
-    f->touched[i / E] = 1;
-  }
+  for (size_t l = 0; !uniform && l < L; l++)
+    for (size_t e = 0; f->mask[l] && e < E; e++)
+      if (counts[l * E + e]) {
+        t->idx[j] = (uint32_t)(l * E + e);
+        t->cnt[j++] = counts[l * E + e];
+      }
   t->nnz = j;
+  t->ntok = ntok;
+  t->row = (uint32_t)row;
+  t->uniform = uniform;
   t->dec = (uint32_t)k;
   t->ctx = r ? r->ctx_tokens : 0;
   t->used = 1;
+  contributions(f);
+  apply(f, k, 1);
   f->ctx[k] += t->ctx;
   f->inflight[k]++;
-  refresh_layers(f, k);
   return ((uint64_t)t->gen << 32) | (uint64_t)s;
 }
 
@@ -320,20 +502,18 @@ int eldr_footprint_end(eldr_footprint *f, uint64_t tk) {
   uint32_t gen = (uint32_t)(tk >> 32);
   if (s >= f->ntk || !f->tk[s].used || f->tk[s].gen != gen) return ELDR_ENOTFOUND;
   ticket *t = &f->tk[s];
-  const size_t k = t->dec, L = f->L, E = f->E;
-  int64_t *acc = f->acc + k * L * E;
-  memset(f->touched, 0, L);
-  for (uint32_t j = 0; j < t->nnz; j++) {
-    acc[t->idx[j]] -= t->w[j];
-    set_q(f, k, t->idx[j]);
-    f->touched[t->idx[j] / E] = 1;
-  }
+  const size_t k = t->dec, LE = f->L * f->E;
+  /* the same profile as at the route, from the same counts: the same integers */
+  memset(f->cnt, 0, LE * sizeof *f->cnt);
+  for (uint32_t j = 0; j < t->nnz; j++) f->cnt[t->idx[j]] = t->cnt[j];
+  build_profile(f, t->uniform ? NULL : f->cnt, t->ntok, t->row);
+  contributions(f);
+  apply(f, k, -1);
   f->ctx[k] -= t->ctx;
   f->inflight[k]--;
-  refresh_layers(f, k);
   free(t->idx);
-  free(t->w);
-  t->idx = t->w = NULL;
+  free(t->cnt);
+  t->idx = t->cnt = NULL;
   t->nnz = 0;
   t->used = 0;
   t->gen++;
@@ -346,6 +526,15 @@ size_t eldr_footprint_inflight(const eldr_footprint *f, size_t k) {
   return f && k < f->D ? f->inflight[k] : 0;
 }
 
+void eldr_footprint_explain(const eldr_footprint *f, eldr_fp_explain *out) {
+  if (!out) return;
+  if (!f) {
+    *out = (eldr_fp_explain){-1, 0, 0, 0, 0};
+    return;
+  }
+  *out = f->last;
+}
+
 double eldr_footprint_union(const eldr_footprint *f, size_t k, size_t l) {
   return f && k < f->D && l < f->L ? f->U[k * f->L + l] : 0.0;
 }
@@ -356,16 +545,29 @@ int64_t eldr_footprint_raw(const eldr_footprint *f, size_t k, size_t l, size_t e
 
 /* ---- contributions routed elsewhere (the router's fleet bus) ------------------- */
 
-int eldr_footprint_ticket(const eldr_footprint *f, uint64_t tk, size_t *k, uint32_t *nnz, const uint32_t **idx,
+int eldr_footprint_ticket(eldr_footprint *f, uint64_t tk, size_t *k, uint32_t *nnz, const uint32_t **idx,
                           const uint32_t **w, uint32_t *ctx) {
   if (!f || tk == ELDR_FP_NO_TICKET) return ELDR_ENOTFOUND;
   size_t s = (size_t)(tk & 0xffffffffu);
   if (s >= f->ntk || !f->tk[s].used || f->tk[s].gen != (uint32_t)(tk >> 32)) return ELDR_ENOTFOUND;
   const ticket *t = &f->tk[s];
+  const size_t LE = f->L * f->E;
+  /* the integers its route added, recomputed as its end will: every cell
+   * the profile reaches (with priors, every cell of the tracked layers) */
+  memset(f->cnt, 0, LE * sizeof *f->cnt);
+  for (uint32_t j = 0; j < t->nnz; j++) f->cnt[t->idx[j]] = t->cnt[j];
+  build_profile(f, t->uniform ? NULL : f->cnt, t->ntok, t->row);
+  contributions(f);
+  uint32_t m = 0;
+  for (size_t i = 0; i < LE; i++)
+    if (f->w[i]) {
+      f->tidx[m] = (uint32_t)i;
+      f->w[m++] = f->w[i]; /* m <= i: compacted in place */
+    }
   *k = t->dec;
-  *nnz = t->nnz;
-  *idx = t->idx;
-  *w = t->w;
+  *nnz = m;
+  *idx = f->tidx;
+  *w = f->w;
   *ctx = t->ctx;
   return 0;
 }
@@ -380,10 +582,10 @@ int eldr_footprint_adjust(eldr_footprint *f, size_t k, const uint32_t *idx, cons
   int64_t *acc = f->acc + k * LE;
   for (size_t j = 0; j < n; j++) {
     acc[idx[j]] += dw[j];
-    set_q(f, k, idx[j]);
     f->touched[idx[j] / f->E] = 1;
   }
+  for (size_t l = 0; l < f->L; l++)
+    if (f->touched[l]) refresh_layer(f, k, l);
   f->ctx[k] = (uint64_t)((int64_t)f->ctx[k] + dctx);
-  refresh_layers(f, k);
   return 0;
 }

@@ -210,6 +210,9 @@ static void fill_preset(const arch *a, const hw *h, uint32_t gpus, eldr_latency_
   m->other_flops_per_token = 2.0 * (a->dense_layers * (attn_params + dense_mlp_params) + head_params);
   m->n_dense_layers = a->dense_layers;
   m->prefill_flops_per_token = a->moe_layers * m->flops_per_token_per_layer + m->other_flops_per_token;
+  /* the routed experts run as their own grouped GEMM: their FLOPs per token
+   * and expert (SwiGLU: 2 x 3 matrices) give that kernel its roofline */
+  m->expert_flops_per_token = 2.0 * expert_params;
 
   double g = gpus;
   double par = g > 1 ? MULTI_GPU_EFFICIENCY : 1.0;
@@ -397,12 +400,35 @@ static double other_layers(const eldr_latency_model *m, size_t batch, double ctx
          m->n_dense_layers * m->layer_overhead_s;
 }
 
+/* One MoE layer's time, the overhead aside. Two kernels, each on its own
+ * roofline: the routed experts' grouped GEMM (the union's weights against
+ * batch * K tokens of expert FLOPs) and the rest (attention, shared expert,
+ * router, the KV reads). While both are memory-bound this is the layer's
+ * bytes over the bandwidth, computed exactly as the single roofline of the
+ * whole layer always was (so such steps keep their bits); once a kernel is
+ * compute-bound the two add. A model without expert_flops_per_token (an
+ * older latency section) keeps the single roofline of the whole layer. */
+static inline double layer_time(const eldr_latency_model *m, double u, double batch, double ctx,
+                                double inv_bw) {
+  const double kv = ctx * m->kv_bytes_per_token;
+  const double bytes = (u * m->expert_bytes + m->dense_bytes_per_layer + kv) * inv_bw;
+  const double flops = batch * m->flops_per_token_per_layer + ctx * m->attn_flops_per_ctx_token;
+  if (!(m->expert_flops_per_token > 0)) {
+    const double tf = flops / m->peak_flops;
+    return bytes > tf ? bytes : tf;
+  }
+  const double ef = batch * (double)m->shape.top_k * m->expert_flops_per_token;
+  const double te_b = u * m->expert_bytes * inv_bw, te_f = ef / m->peak_flops;
+  const double tr_b = (m->dense_bytes_per_layer + kv) * inv_bw,
+               tr_f = (flops > ef ? flops - ef : 0) / m->peak_flops;
+  if (te_b >= te_f && tr_b >= tr_f) return bytes;
+  return (te_b > te_f ? te_b : te_f) + (tr_b > tr_f ? tr_b : tr_f);
+}
+
 double eldr_latency_moe_layer(const eldr_latency_model *m, size_t batch, uint32_t n_active,
                               double ctx_tokens) {
-  double bytes = (double)n_active * m->expert_bytes + m->dense_bytes_per_layer +
-                 ctx_tokens * m->kv_bytes_per_token;
-  double flops = (double)batch * m->flops_per_token_per_layer + ctx_tokens * m->attn_flops_per_ctx_token;
-  return roofline(bytes, flops, m) + m->layer_overhead_s;
+  return layer_time(m, (double)n_active, (double)batch, ctx_tokens, 1.0 / m->hbm_bw) +
+         m->layer_overhead_s;
 }
 
 /* Context tokens whose KV MoE layer l reads: all of ctx_tokens on a full
@@ -428,26 +454,14 @@ double eldr_latency_step_f(const eldr_latency_model *m, size_t batch, const doub
   const double win = window_ctx(m, batch, ctx_tokens);
   double inv_bw = 1.0 / m->hbm_bw;
   if (m->sliding_layer_fraction <= 0 || win >= ctx_tokens) {
-    /* every layer reads all of ctx_tokens: the loop below with its
-     * layer-independent terms computed once (the same operations in the
-     * same order, so the same bits) */
-    const double tf = ((double)batch * m->flops_per_token_per_layer +
-                       ctx_tokens * m->attn_flops_per_ctx_token) / m->peak_flops;
-    const double kv = ctx_tokens * m->kv_bytes_per_token;
-    for (uint32_t l = 0; l < L; l++) {
-      double tb = (union_per_layer[l] * m->expert_bytes + m->dense_bytes_per_layer + kv) * inv_bw;
-      t += (tb > tf ? tb : tf) + m->layer_overhead_s;
-    }
+    /* every layer reads all of ctx_tokens */
+    for (uint32_t l = 0; l < L; l++)
+      t += layer_time(m, union_per_layer[l], (double)batch, ctx_tokens, inv_bw) + m->layer_overhead_s;
     return t + other_layers(m, batch, ctx_tokens);
   }
-  for (uint32_t l = 0; l < L; l++) {
-    double ctx = layer_ctx(m, l, ctx_tokens, win);
-    double tf = ((double)batch * m->flops_per_token_per_layer + ctx * m->attn_flops_per_ctx_token) /
-                m->peak_flops;
-    double tb = (union_per_layer[l] * m->expert_bytes + m->dense_bytes_per_layer +
-                 ctx * m->kv_bytes_per_token) * inv_bw;
-    t += (tb > tf ? tb : tf) + m->layer_overhead_s;
-  }
+  for (uint32_t l = 0; l < L; l++)
+    t += layer_time(m, union_per_layer[l], (double)batch, layer_ctx(m, l, ctx_tokens, win), inv_bw) +
+         m->layer_overhead_s;
   return t + other_layers(m, batch, ctx_tokens);
 }
 

@@ -129,7 +129,10 @@ const char *eldr_tracegen_model(const eldr_tracegen *g) { return g->model; }
 const uint32_t *eldr_tracegen_layer_ids_of(const eldr_tracegen *g) { return g->layer_ids; }
 
 
-/* Generate a request of domain dm with rng r into pre/dec. */
+/* Generate a request of domain dm with rng r into pre/dec. With drift the
+ * decode logits are kept (s->logit becomes Q) and walk on segment by
+ * segment; the first segment's tokens are those the model without drift
+ * would draw (the same normals, the same key). */
 static void gen_core(const eldr_tracegen *g, tracegen_scratch *s, eldr_rng *r, int dm,
                      uint32_t n_pre, uint32_t n_dec, uint16_t *pre, uint16_t *dec) {
   const size_t cells = eldr_shape_cells(&g->shape);
@@ -137,8 +140,24 @@ static void gen_core(const eldr_tracegen *g, tracegen_scratch *s, eldr_rng *r, i
   if (g->w.request_sd > 0) tracegen_fill_normal(&s->zig, r, s->logit, cells, (float)g->w.request_sd, 1);
   tracegen_build_phase(&g->shape, s, r, g->w.prefill_sd);
   tracegen_sample_tokens(&g->shape, s, r, n_pre, pre);
-  tracegen_build_phase(&g->shape, s, r, g->w.decode_sd);
-  tracegen_sample_tokens(&g->shape, s, r, n_dec, dec);
+  if (!(g->w.decode_drift_sd > 0) && !(g->w.decode_sharpen > 0)) {
+    tracegen_build_phase(&g->shape, s, r, g->w.decode_sd);
+    tracegen_sample_tokens(&g->shape, s, r, n_dec, dec);
+    return;
+  }
+  if (g->w.decode_sd > 0) tracegen_fill_normal(&s->zig, r, s->logit, cells, (float)g->w.decode_sd, 1);
+  const size_t per = (size_t)g->shape.num_layers * g->shape.top_k;
+  uint32_t start = 0, end = g->w.drift_tokens ? g->w.drift_tokens : 16;
+  for (int seg = 0; start < n_dec; seg++) {
+    if (seg && g->w.decode_drift_sd > 0)
+      tracegen_fill_normal(&s->zig, r, s->logit, cells, (float)g->w.decode_drift_sd, 1);
+    const float beta = (float)(1.0 + g->w.decode_sharpen / (double)((uint64_t)1 << (seg < 62 ? seg : 62)));
+    tracegen_build_phase_scaled(&g->shape, s, r, 0, beta);
+    const uint32_t stop = end < n_dec ? end : n_dec;
+    tracegen_sample_tokens(&g->shape, s, r, stop - start, dec + (size_t)start * per);
+    start = stop;
+    end = end > UINT32_MAX / 4 ? UINT32_MAX : 4 * end;
+  }
 }
 
 static int ensure_buf(uint16_t **buf, size_t *cap, uint32_t ntok, size_t per_tok) {

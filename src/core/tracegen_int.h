@@ -66,6 +66,10 @@ void tracegen_fill_normal(const tracegen_zig *z, eldr_rng *r, float *v, size_t n
 /* One phase of a request: s->prob = per-layer softmax(s->logit + sd * N(0, 1))
  * and the Vose alias tables (s->col) of each layer. */
 void tracegen_build_phase(const eldr_shape *sh, tracegen_scratch *s, eldr_rng *r, double sd);
+/* The same with the logits multiplied by `scale` first (an inverse
+ * temperature: > 1 sharper); scale 1 is tracegen_build_phase. */
+void tracegen_build_phase_scaled(const eldr_shape *sh, tracegen_scratch *s, eldr_rng *r, double sd,
+                                 float scale);
 
 /* ntok tokens into out (ntok * L * K): per token and layer, K distinct
  * experts sampled without replacement from s->prob via the alias tables

@@ -183,9 +183,16 @@ static inline __attribute__((always_inline)) void alias_group(vose *v, const int
 }
 
 void tracegen_build_phase(const eldr_shape *sh, tracegen_scratch *s, eldr_rng *r, double sd) {
+  tracegen_build_phase_scaled(sh, s, r, sd, 1.0f);
+}
+
+void tracegen_build_phase_scaled(const eldr_shape *sh, tracegen_scratch *s, eldr_rng *r, double sd,
+                                 float scale) {
   const size_t L = sh->num_layers, E = sh->num_experts;
   float *p = s->prob;
   memcpy(p, s->logit, L * E * sizeof *p);
+  if (scale != 1.0f)
+    for (size_t i = 0; i < L * E; i++) p[i] *= scale;
   if (sd > 0) tracegen_fill_normal(&s->zig, r, p, L * E, (float)sd, 1);
   for (size_t l = 0; l < L; l++) softmax(p + l * E, E);
   vose v[ALIAS_GROUP];

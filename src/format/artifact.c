@@ -79,7 +79,7 @@ static int get_int(const json_t *obj, const char *parent, const char *key, long 
 }
 
 /* n finite numbers that fit a float, from a JSON array of exactly n. */
-static int get_floats(const json_t *arr, size_t n, float *out, const char *what, eldr_diag *d) {
+int eldr__artifact_get_floats(const json_t *arr, size_t n, float *out, const char *what, eldr_diag *d) {
   if (json_array_size(arr) != n)
     return eldr_diag_fail(d, ELDR_ESHAPE, "%s: %zu values, expected %zu", what,
                           json_array_size(arr), n);
@@ -278,11 +278,11 @@ static int parse_root(const json_t *root, eldr_artifact **out, eldr_diag *d) {
     rc = eldr_diag_fail(d, ELDR_ENOMEM, "out of memory for %zu centroids of dimension %zu", k, dim);
     goto fail;
   }
-  if (idf_on && (rc = get_floats(weights, L * E, a->idf, "idf.weights", d))) goto fail;
+  if (idf_on && (rc = eldr__artifact_get_floats(weights, L * E, a->idf, "idf.weights", d))) goto fail;
   for (size_t c = 0; c < k; c++) {
     char what[40];
     snprintf(what, sizeof what, "centroids[%zu]", c);
-    if ((rc = get_floats(json_array_get(cents, c), dim, a->centroids + c * dim, what, d)))
+    if ((rc = eldr__artifact_get_floats(json_array_get(cents, c), dim, a->centroids + c * dim, what, d)))
       goto fail;
   }
   if ((rc = get_field(root, "", "tau", JSON_REAL, 0, &v, d))) goto fail;
@@ -340,6 +340,7 @@ static int parse_root(const json_t *root, eldr_artifact **out, eldr_diag *d) {
   if ((rc = parse_drift_ref(fit, a, d))) goto fail;
   if ((rc = eldr__artifact_placement_parse(root, a, d))) goto fail;
   if ((rc = parse_latency(root, a, d))) goto fail;
+  if ((rc = eldr__artifact_footprint_parse(root, a, d))) goto fail;
   if ((rc = eldr_artifact_validate(a, d))) goto fail;
   free(mask);
   free(layer_ids);
@@ -382,7 +383,7 @@ int eldr_artifact_load(const char *path, eldr_artifact **out, eldr_diag *d) {
 
 /* ---- serialisation ------------------------------------------------------- */
 
-static json_t *float_array(const float *v, size_t n) {
+json_t *eldr__artifact_float_array(const float *v, size_t n) {
   json_t *arr = json_array();
   if (!arr) return NULL;
   for (size_t i = 0; i < n; i++) {
@@ -425,7 +426,7 @@ char *eldr_artifact_dump(const eldr_artifact *a) {
   json_t *idf = json_object();
   if (idf) {
     set(idf, "enabled", json_boolean(a->idf_enabled), &bad);
-    if (a->idf_enabled) set(idf, "weights", float_array(a->idf, L * E), &bad);
+    if (a->idf_enabled) set(idf, "weights", eldr__artifact_float_array(a->idf, L * E), &bad);
   }
   set(root, "idf", idf, &bad);
 
@@ -436,7 +437,7 @@ char *eldr_artifact_dump(const eldr_artifact *a) {
 
   json_t *cents = json_array();
   for (size_t c = 0; cents && c < a->k; c++)
-    if (json_array_append_new(cents, float_array(a->centroids + c * a->dim, a->dim))) bad = 1;
+    if (json_array_append_new(cents, eldr__artifact_float_array(a->centroids + c * a->dim, a->dim))) bad = 1;
   set(root, "centroids", cents, &bad);
   set(root, "tau", json_real(a->tau), &bad);
 
@@ -468,6 +469,7 @@ char *eldr_artifact_dump(const eldr_artifact *a) {
   set(root, "fit", fit, &bad);
   if (!bad && eldr__artifact_placement_dump(root, a) < 0) bad = 1;
   if (a->latency) set(root, "latency", latency_json(a), &bad);
+  if (!bad && eldr__artifact_footprint_dump(root, a) < 0) bad = 1;
 
   char *s = bad ? NULL : json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
   json_decref(root);

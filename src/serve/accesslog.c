@@ -3,7 +3,9 @@
  * line-buffered stream opened at start. TTFT is measured at the router from
  * the request's arrival to the first byte of the decode reply; TPOT from
  * there to the last byte over the SSE events relayed after the first (a
- * non-streaming reply has none). Loop thread only. */
+ * non-streaming reply has none); prefill_ms from the arrival to the end of
+ * its prefill (the decode leg's start), so a client can time its tokens
+ * from there (TPOT from prefill end). Loop thread only. */
 #include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -68,6 +70,7 @@ void eldr__access_log(rq *r, int outcome, int status) {
   json_object_set_new(o, "ttft_ms", r->al_first > 0 ? json_real((r->al_first - r->t0) * 1e3) : json_null());
   json_object_set_new(o, "tpot_ms", r->al_events > 1 ? json_real((r->al_last - r->al_first) * 1e3 / (r->al_events - 1))
                                                       : json_null());
+  json_object_set_new(o, "prefill_ms", r->al_pf > 0 ? json_real((r->al_pf - r->t0) * 1e3) : json_null());
   json_object_set_new(o, "e2e_ms", json_real((now - r->t0) * 1e3));
   json_object_set_new(o, "status", json_integer(status));
   json_object_set_new(o, "outcome", json_string(out_name[outcome]));

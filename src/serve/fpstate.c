@@ -15,7 +15,10 @@ int eldr__fps_new(eldr__art *art, eldr_policy_kind kind, size_t n_decode, size_t
   eldr__fpstate *f = calloc(1, sizeof *f);
   if (!f) return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory for the footprint state");
   /* B: the engines' --max-num-seqs (config decode_max_batch) */
-  eldr_footprint_opts o = {.n_decoders = n_decode, .max_batch = max_batch, .layer_mask = a->mask};
+  eldr_footprint_opts o = {.n_decoders = n_decode, .max_batch = max_batch, .layer_mask = a->mask,
+                           .prior = a->fp_prior, .n_priors = a->fp_n_priors,
+                           .prior_tokens = a->fp_prior_tokens, .centroids = a->centroids,
+                           .dim = a->dim};
   int rc = eldr_footprint_new(a->latency, &o, &f->fp, d);
   if (rc) {
     free(f);

@@ -666,10 +666,11 @@ static int decide(rq *r, int *fallback) {
   eldr_decision dec;
   /* footprint: the prefill's selection counts (uniform profile without them) */
   int64_t pt = r->pr.prompt_tokens;
-  eldr_fp_request fr = {NULL, 0, pt > 0 ? (pt > UINT32_MAX ? UINT32_MAX : (uint32_t)pt) : 0};
+  eldr_fp_request fr = {NULL, 0, pt > 0 ? (pt > UINT32_MAX ? UINT32_MAX : (uint32_t)pt) : 0, NULL};
   if (have && res.fallback == FB_NONE) {
     fr.counts = res.counts;
     fr.n_tokens = res.n_tokens;
+    fr.sig = res.sig; /* picks the request's cluster prior (the artifact's footprint section) */
     size_t P = res.first_token + res.view.rows; /* without usage: the prompt the rows imply */
     if (pt <= 0) fr.ctx_tokens = P > UINT32_MAX ? UINT32_MAX : (uint32_t)P;
   }
@@ -743,6 +744,7 @@ static void start_decode(rq *r, int retry) {
   eldr_server *s = r->s;
   if (!retry) {
     r->ntried = 0;
+    if (r->al_pf <= 0) r->al_pf = eldr__now_s(); /* the prefill's end, for the access log */
     int fb;
     int k = decide(r, &fb);
     if (eldr__decode_body_buf(&r->req, r->pr.bytes, r->pr.kv_len, &r->db)) {

@@ -323,6 +323,7 @@ struct rq {
   uint64_t wsig_hash;  /* the artifact it was built under */
   /* access log (accesslog.c) */
   double al_sim, al_first, al_last; /* similarity; first/last decode byte */
+  double al_pf;                     /* the prefill's end: the decode leg's first start (0: none) */
   uint32_t al_events;               /* SSE events relayed */
   char al_decoder[128];
   /* footprint policy: the generation and ticket of the decode leg (fpstate.c) */

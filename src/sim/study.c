@@ -9,8 +9,8 @@
 
 #include "sim/study_internal.h"
 
-const char *const eldr_study_names[] = {"fig2",   "fig3",   "fig4",  "fig11",    "fig15",
-                                        "fig16", "table2", "rho-gain", NULL};
+const char *const eldr_study_names[] = {"fig2",  "fig3",   "fig4",     "fig11",     "fig15",
+                                        "fig16", "table2", "rho-gain", "crossover", NULL};
 
 static const uint64_t k_default_seeds[] = {1, 2, 3};
 
@@ -178,6 +178,14 @@ static void arm_config(const eldr_study_opts *o, const study_arm *a, size_t n_de
   c->n_decode = n_decode;
   c->max_batch = o->max_batch;
   c->n_requests = o->n_requests;
+  /* a pool of another size at the same load serves proportionally more (or
+   * fewer) requests per second: its runs get proportionally more arrivals,
+   * so that every pool size runs as long in simulated time and fills and
+   * drains for the same share of its run (table2; the other studies run
+   * o->n_decode decoders) */
+  if (n_decode != o->n_decode && o->n_decode)
+    c->n_requests = (size_t)((double)o->n_requests * (double)n_decode / (double)o->n_decode + 0.5);
+  if (!c->n_requests) c->n_requests = 1;
   c->seed = a->seed;
   c->tau = o->tau;
 }
@@ -207,7 +215,7 @@ int arm_gain(const eldr_study_opts *o, const study_arm *a, size_t n_decode, doub
   memset(g, 0, sizeof *g);
   if (!(rate > 0)) rate = o->load * arm_capacity(o, a, n_decode);
   g->rate = rate;
-  g->best_tpot = INFINITY;
+  g->best_tpot = g->best_pf = INFINITY;
   eldr_sim_result r;
   int rc;
   for (size_t i = 0; i < sizeof base / sizeof base[0]; i++) {
@@ -215,15 +223,27 @@ int arm_gain(const eldr_study_opts *o, const study_arm *a, size_t n_decode, doub
     if (r.tpot_mean < g->best_tpot) {
       g->best_tpot = r.tpot_mean;
       g->best = eldr_policy_name(base[i]);
+      g->best_batch = r.mean_batch;
+      g->best_union = r.mean_union;
     }
+    if (r.tpot_pf_mean < g->best_pf) g->best_pf = r.tpot_pf_mean;
   }
   if ((rc = arm_sim(o, a, n_decode, ELDR_POLICY_ELDR, 0, tau, rate, &r, d))) return rc;
   g->eldr_tpot = r.tpot_mean;
+  g->eldr_pf = r.tpot_pf_mean;
+  g->eldr_batch = r.mean_batch;
+  g->eldr_union = r.mean_union;
+  g->eldr_copies = r.copies_in_flight;
+  g->eldr_dup = r.batch_dup_frac;
   if ((rc = arm_sim(o, a, n_decode, ELDR_POLICY_ELDR, 1, tau, rate, &r, d))) return rc;
   g->perm_tpot = r.tpot_mean;
+  g->perm_pf = r.tpot_pf_mean;
   g->gain = g->eldr_tpot / g->best_tpot - 1.0;
   g->control = g->perm_tpot / g->best_tpot - 1.0;
   g->net = g->gain - g->control;
+  g->gain_pf = g->eldr_pf / g->best_pf - 1.0;
+  g->control_pf = g->perm_pf / g->best_pf - 1.0;
+  g->net_pf = g->gain_pf - g->control_pf;
   return ELDR_OK;
 }
 
@@ -251,6 +271,22 @@ fail:
   json_decref(yy);
   json_decref(plot);
   return NULL;
+}
+
+void study_plot_title(json_t *res, const char *fmt, ...) {
+  char buf[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  json_object_set_new(json_object_get(res, "plot"), "title", json_string(buf));
+}
+
+void study_plot_group2(json_t *res, const char *first, const char *fmt1, const char *second,
+                       const char *fmt2) {
+  json_t *plot = json_object_get(res, "plot");
+  json_object_set_new(plot, "group", json_pack("[s,s]", first, second));
+  json_object_set_new(plot, "group_format", json_pack("[s,s]", fmt1, fmt2));
 }
 
 int study_row(json_t *res, const char *fmt, ...) {
@@ -315,12 +351,13 @@ int eldr_study_run(const char *name, const eldr_study_opts *o, json_t **out, eld
     int (*fn)(const eldr_study_opts *, json_t **, eldr_diag *);
   } k[] = {{"fig2", study_fig2},   {"fig3", study_fig3},     {"fig4", study_fig4},
            {"fig11", study_fig11}, {"fig15", study_fig15},   {"fig16", study_fig16},
-           {"table2", study_table2}, {"rho-gain", study_rho_gain}};
+           {"table2", study_table2}, {"rho-gain", study_rho_gain},
+           {"crossover", study_crossover}};
   if (!out || !o) return eldr_diag_fail(d, ELDR_EINVAL, "study: argument missing");
   *out = NULL;
   for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
     if (strcmp(name, k[i].name)) continue;
-    if (strcmp(name, "fig2")) {
+    if (strcmp(name, "fig2") && strcmp(name, "crossover")) { /* the model studies need no trace */
       if (!o->trace) return eldr_diag_fail(d, ELDR_EINVAL, "study %s: no trace", name);
       const eldr_shape *s = &o->trace->shape, *m = &o->lm.shape;
       if (s->num_layers != m->num_layers || s->num_experts != m->num_experts ||
@@ -340,6 +377,6 @@ int eldr_study_run(const char *name, const eldr_study_opts *o, json_t **out, eld
   }
   return eldr_diag_fail(d, ELDR_EINVAL,
                         "unknown study '%s' (fig2, fig3, fig4, fig11, fig15, fig16, table2, "
-                        "rho-gain)",
+                        "rho-gain, crossover)",
                         name);
 }

@@ -41,6 +41,9 @@ int study_fig2(const eldr_study_opts *o, json_t **out, eldr_diag *d) {
   json_t *res = study_result("fig2", cols, 4, "distinct", y, 1, "batch", "lines",
                              "distinct experts per layer", "decode step (ms)");
   if (!res) return ELDR_ENOMEM;
+  study_plot_group2(res, "overhead", "per-layer overhead: %s", "batch", "batch %s");
+  study_plot_title(res, "fig2: decode step time vs distinct experts per layer, %s on %s",
+                   o->lm.model, o->lm.hardware);
   static const size_t batches[] = {1, 16, 64};
   const uint32_t E = o->lm.shape.num_experts, K = o->lm.shape.top_k;
   double ratio[2] = {NAN, NAN};
@@ -126,6 +129,7 @@ int study_fig3(const eldr_study_opts *o, json_t **out, eldr_diag *d) {
     rc = ELDR_ENOMEM;
     goto done;
   }
+  study_plot_title(res, "fig3: prefill->decode correlation of a request's expert counts, %s", t->model);
   static const char *const names[] = {"own request", "random pair", "same-domain pair"};
   double m[3], sd[3];
   for (int k = 0; k < 3; k++) {
@@ -208,6 +212,8 @@ int study_fig4(const eldr_study_opts *o, json_t **out, eldr_diag *d) {
   json_t *res = study_result("fig4", cols, 6, "batch", y, 1, "rule", "lines", "decode batch size",
                              "distinct experts per layer per step");
   if (!res) return ELDR_ENOMEM;
+  study_plot_title(res, "fig4: distinct experts per decode step by batching rule, %s (held out)",
+                   o->trace->model);
   double red_sum[ELDR_BATCH__COUNT] = {0};
   size_t red_n[ELDR_BATCH__COUNT] = {0};
   for (size_t b = 0; b < NB; b++) {
@@ -249,7 +255,10 @@ int study_fig11(const eldr_study_opts *o, json_t **out, eldr_diag *d) {
   static const eldr_policy_kind pk[NP] = {ELDR_POLICY_RANDOM, ELDR_POLICY_RR, ELDR_POLICY_JSQ,
                                           ELDR_POLICY_P2C, ELDR_POLICY_ELDR, ELDR_POLICY_ELDR};
   const size_t ns = study_n_seeds(o);
-  static double tp[NL][NP][MAX_SEEDS], rate[NL][MAX_SEEDS];
+  /* per load, policy and seed: mean TPOT, mean TPOT from prefill end, mean
+   * TTFT, ITL p99, mean end-to-end */
+  enum { M_TPOT, M_PF, M_TTFT, M_ITL, M_E2E, NM };
+  static double v[NM][NL][NP][MAX_SEEDS], rate[NL][MAX_SEEDS];
   for (size_t s = 0; s < ns; s++) {
     study_arm a;
     study_progress(o, "fig11: seed %zu/%zu: fit", s + 1, ns);
@@ -264,50 +273,69 @@ int study_fig11(const eldr_study_opts *o, json_t **out, eldr_diag *d) {
           arm_free(&a);
           return rc;
         }
-        tp[l][p][s] = r.tpot_mean;
+        v[M_TPOT][l][p][s] = r.tpot_mean;
+        v[M_PF][l][p][s] = r.tpot_pf_mean;
+        v[M_TTFT][l][p][s] = r.ttft_mean;
+        v[M_ITL][l][p][s] = r.itl_p99;
+        v[M_E2E][l][p][s] = r.e2e_mean;
       }
     }
     arm_free(&a);
   }
-  static const char *const cols[] = {"load", "policy", "rate", "tpot_ms", "tpot_sd_ms",
-                                     "gain_vs_best_pct", "gain_sd_pct"};
+  static const char *const cols[] = {"load",        "policy",      "rate",    "tpot_ms",
+                                     "tpot_sd_ms",  "gain_vs_best_pct", "gain_sd_pct",
+                                     "tpot_pf_ms",  "gain_pf_vs_best_pct", "ttft_ms",
+                                     "itl_p99_ms",  "e2e_ms"};
   static const char *const y[] = {"tpot_ms"};
-  json_t *res = study_result("fig11", cols, 7, "load", y, 1, "policy", "lines",
+  json_t *res = study_result("fig11", cols, 12, "load", y, 1, "policy", "lines",
                              "load (share of estimated capacity)", "mean TPOT (ms)");
   if (!res) return ELDR_ENOMEM;
-  double net_hi = NAN, net_hi_sd = NAN, gain_hi = NAN, net_lo = NAN;
+  study_plot_title(res, "fig11: mean TPOT vs load, %zuP%zuD, %s (held out)", o->n_prefill,
+                   o->n_decode, o->trace->model);
+  double net_hi = NAN, net_hi_sd = NAN, gain_hi = NAN, net_lo = NAN, pf_net_hi = NAN;
   for (size_t l = 0; l < NL; l++) {
-    double best[MAX_SEEDS];
-    for (size_t s = 0; s < ns; s++) {
-      best[s] = INFINITY;
-      for (size_t p = 0; p < 4; p++) best[s] = fmin(best[s], tp[l][p][s]);
-    }
+    double best[2][MAX_SEEDS]; /* TPOT, from prefill end */
+    for (int m = 0; m < 2; m++)
+      for (size_t s = 0; s < ns; s++) {
+        best[m][s] = INFINITY;
+        for (size_t p = 0; p < 4; p++) best[m][s] = fmin(best[m][s], v[m][l][p][s]);
+      }
     double rm, rsd;
     study_mean_sd(rate[l], ns, &rm, &rsd);
     for (size_t p = 0; p < NP; p++) {
-      double ms[MAX_SEEDS], g[MAX_SEEDS], m, sd, gm, gsd;
-      for (size_t s = 0; s < ns; s++) ms[s] = 1e3 * tp[l][p][s], g[s] = tp[l][p][s] / best[s] - 1;
-      study_mean_sd(ms, ns, &m, &sd);
-      study_mean_sd(g, ns, &gm, &gsd);
-      study_row(res, "dsddddd", loads[l], pname[p], rm, m, sd, PCT(gm), PCT(gsd));
+      double x[NM][MAX_SEEDS], mean[NM], sd[NM], g[2][MAX_SEEDS], gm[2], gsd[2];
+      for (int m = 0; m < NM; m++) {
+        for (size_t s = 0; s < ns; s++) x[m][s] = 1e3 * v[m][l][p][s];
+        study_mean_sd(x[m], ns, &mean[m], &sd[m]);
+      }
+      for (int m = 0; m < 2; m++) {
+        for (size_t s = 0; s < ns; s++) g[m][s] = v[m][l][p][s] / best[m][s] - 1;
+        study_mean_sd(g[m], ns, &gm[m], &gsd[m]);
+      }
+      study_row(res, "dsdddddddddd", loads[l], pname[p], rm, mean[M_TPOT], sd[M_TPOT], PCT(gm[0]),
+                PCT(gsd[0]), mean[M_PF], PCT(gm[1]), mean[M_TTFT], mean[M_ITL], mean[M_E2E]);
     }
-    double net[MAX_SEEDS], gn[MAX_SEEDS], nm, nsd, gmm, gsd2;
+    double net[MAX_SEEDS], gn[MAX_SEEDS], npf[MAX_SEEDS], nm, nsd, gmm, gsd2, pm, psd;
     for (size_t s = 0; s < ns; s++) {
-      gn[s] = tp[l][4][s] / best[s] - 1;
-      net[s] = gn[s] - (tp[l][5][s] / best[s] - 1);
+      gn[s] = v[M_TPOT][l][4][s] / best[0][s] - 1;
+      net[s] = gn[s] - (v[M_TPOT][l][5][s] / best[0][s] - 1);
+      npf[s] = v[M_PF][l][4][s] / best[1][s] - v[M_PF][l][5][s] / best[1][s];
     }
     study_mean_sd(net, ns, &nm, &nsd);
     study_mean_sd(gn, ns, &gmm, &gsd2);
-    if (l == NL - 1) net_hi = nm, net_hi_sd = nsd, gain_hi = gmm;
+    study_mean_sd(npf, ns, &pm, &psd);
+    if (l == NL - 1) net_hi = nm, net_hi_sd = nsd, gain_hi = gmm, pf_net_hi = pm;
     if (l == 0) net_lo = nm;
   }
   char s[900];
   snprintf(s, sizeof s,
            "%zuP%zuD, %s: at %.0f%% of the estimated capacity ELDR's mean TPOT is %+.1f%% "
            "against the best baseline, %+.1f%% net of the replay control (sd %.1f over %zu "
-           "seeds); at %.0f%% load the net gain is %+.1f%%. Served requests were never fitted on.",
+           "seeds); at %.0f%% load the net gain is %+.1f%%. On TPOT from prefill end (the wait "
+           "for a decoder's first step counts) the net gain at the top load is %+.1f%%. Served "
+           "requests were never fitted on.",
            o->n_prefill, o->n_decode, o->trace->model, PCT(loads[NL - 1]), PCT(gain_hi),
-           PCT(net_hi), PCT(net_hi_sd), ns, PCT(loads[0]), PCT(net_lo));
+           PCT(net_hi), PCT(net_hi_sd), ns, PCT(loads[0]), PCT(net_lo), PCT(pf_net_hi));
   set_text(res, "summary", s);
   set_text(res, "paper", "Fig. 11: ELDR lowers TPOT most at high load");
   study_headline(res, "TPOT vs best baseline at the top load, net of control (%)", PCT(net_hi),
@@ -320,26 +348,28 @@ int study_fig11(const eldr_study_opts *o, json_t **out, eldr_diag *d) {
 
 typedef struct gain_stats {
   double gain, gain_sd, control, control_sd, net, net_sd;
+  double net_pf, net_pf_sd; /* the net gain on TPOT from prefill end */
 } gain_stats;
 
 static void gains_summarise(const study_gain *g, size_t ns, gain_stats *out) {
-  double a[MAX_SEEDS], b[MAX_SEEDS], c[MAX_SEEDS];
-  for (size_t s = 0; s < ns; s++) a[s] = g[s].gain, b[s] = g[s].control, c[s] = g[s].net;
+  double a[MAX_SEEDS], b[MAX_SEEDS], c[MAX_SEEDS], e[MAX_SEEDS];
+  for (size_t s = 0; s < ns; s++) a[s] = g[s].gain, b[s] = g[s].control, c[s] = g[s].net, e[s] = g[s].net_pf;
   study_mean_sd(a, ns, &out->gain, &out->gain_sd);
   study_mean_sd(b, ns, &out->control, &out->control_sd);
   study_mean_sd(c, ns, &out->net, &out->net_sd);
+  study_mean_sd(e, ns, &out->net_pf, &out->net_pf_sd);
 }
 
-static const char *const k_gain_cols[] = {"gain_pct", "gain_sd", "control_pct",
-                                          "control_sd", "net_pct", "net_sd"};
+static const char *const k_gain_cols[] = {"gain_pct", "gain_sd", "control_pct", "control_sd",
+                                          "net_pct", "net_sd", "net_pf_pct", "net_pf_sd"};
 
 static json_t *gain_result(const char *name, const char *xcol, const char *xlabel,
                            const char *extra) {
-  const char *cols[9];
+  const char *cols[11];
   size_t n = 0;
   cols[n++] = xcol;
   if (extra) cols[n++] = extra;
-  for (size_t i = 0; i < 6; i++) cols[n++] = k_gain_cols[i];
+  for (size_t i = 0; i < 8; i++) cols[n++] = k_gain_cols[i];
   static const char *const y[] = {"gain_pct", "control_pct", "net_pct"};
   return study_result(name, cols, n, xcol, y, 3, NULL, "lines", xlabel,
                       "mean TPOT vs best baseline (%)");
@@ -347,13 +377,16 @@ static json_t *gain_result(const char *name, const char *xcol, const char *xlabe
 
 static int gain_row(json_t *res, const char *xfmt, const void *x, const gain_stats *g) {
   if (xfmt[0] == 'u')
-    return study_row(res, "udddddd", *(const size_t *)x, PCT(g->gain), PCT(g->gain_sd),
-                     PCT(g->control), PCT(g->control_sd), PCT(g->net), PCT(g->net_sd));
+    return study_row(res, "udddddddd", *(const size_t *)x, PCT(g->gain), PCT(g->gain_sd),
+                     PCT(g->control), PCT(g->control_sd), PCT(g->net), PCT(g->net_sd),
+                     PCT(g->net_pf), PCT(g->net_pf_sd));
   if (xfmt[0] == 'd')
-    return study_row(res, "ddddddd", *(const double *)x, PCT(g->gain), PCT(g->gain_sd),
-                     PCT(g->control), PCT(g->control_sd), PCT(g->net), PCT(g->net_sd));
-  return study_row(res, "sdddddd", (const char *)x, PCT(g->gain), PCT(g->gain_sd),
-                   PCT(g->control), PCT(g->control_sd), PCT(g->net), PCT(g->net_sd));
+    return study_row(res, "ddddddddd", *(const double *)x, PCT(g->gain), PCT(g->gain_sd),
+                     PCT(g->control), PCT(g->control_sd), PCT(g->net), PCT(g->net_sd),
+                     PCT(g->net_pf), PCT(g->net_pf_sd));
+  return study_row(res, "sdddddddd", (const char *)x, PCT(g->gain), PCT(g->gain_sd),
+                   PCT(g->control), PCT(g->control_sd), PCT(g->net), PCT(g->net_sd),
+                   PCT(g->net_pf), PCT(g->net_pf_sd));
 }
 
 int study_table2(const eldr_study_opts *o, json_t **out, eldr_diag *d) {
@@ -361,11 +394,21 @@ int study_table2(const eldr_study_opts *o, json_t **out, eldr_diag *d) {
   if (rc) return rc;
   static const size_t D[] = {8, 16, 24};
   const size_t ns = study_n_seeds(o);
-  json_t *res = gain_result("table2", "decoders", "decode workers", NULL);
+  static const char *const cols[] = {"decoders",   "gain_pct",   "gain_sd",    "control_pct",
+                                     "control_sd", "net_pct",    "net_sd",     "net_pf_pct",
+                                     "net_pf_sd",  "eldr_batch", "best_batch", "eldr_union",
+                                     "best_union", "eldr_copies", "eldr_dup_pct"};
+  static const char *const y[] = {"gain_pct", "control_pct", "net_pct"};
+  json_t *res = study_result("table2", cols, 15, "decoders", y, 3, NULL, "lines", "decode workers",
+                             "mean TPOT vs best baseline (%)");
   if (!res) return ELDR_ENOMEM;
+  study_plot_title(res, "table2: ELDR's TPOT change vs the decode pool, %zu prefill, %.0f%% load, %s",
+                   o->n_prefill, PCT(o->load), o->trace->model);
   gain_stats gs[3];
+  double st[3][6]; /* seed means: eldr batch, best batch, eldr union, best union, copies, dup */
   for (size_t k = 0; k < 3; k++) {
     study_gain g[MAX_SEEDS];
+    for (int j = 0; j < 6; j++) st[k][j] = 0;
     for (size_t s = 0; s < ns; s++) {
       study_arm a;
       eldr_fit_opts fo;
@@ -381,19 +424,35 @@ int study_table2(const eldr_study_opts *o, json_t **out, eldr_diag *d) {
         return rc;
       }
       arm_free(&a);
+      const double x[6] = {g[s].eldr_batch, g[s].best_batch, g[s].eldr_union, g[s].best_union,
+                           g[s].eldr_copies, g[s].eldr_dup};
+      for (int j = 0; j < 6; j++) st[k][j] += x[j] / (double)ns;
     }
     gains_summarise(g, ns, &gs[k]);
-    gain_row(res, "u", &D[k], &gs[k]);
+    study_row(res, "udddddddddddddd", D[k], PCT(gs[k].gain), PCT(gs[k].gain_sd), PCT(gs[k].control),
+              PCT(gs[k].control_sd), PCT(gs[k].net), PCT(gs[k].net_sd), PCT(gs[k].net_pf),
+              PCT(gs[k].net_pf_sd), st[k][0], st[k][1], st[k][2], st[k][3], st[k][4],
+              PCT(st[k][5]));
   }
-  char s[900];
+  char s[1400];
   snprintf(s, sizeof s,
            "%s at %.0f%% load, %zu prefill workers, %zu seeds: ELDR vs the best baseline "
            "%+.1f / %+.1f / %+.1f%% with 8 / 16 / 24 decoders; the replay control alone "
-           "%+.1f / %+.1f / %+.1f%%; net %+.1f / %+.1f / %+.1f%% (sd %.1f / %.1f / %.1f).",
+           "%+.1f / %+.1f / %+.1f%%; net %+.1f / %+.1f / %+.1f%% (sd %.1f / %.1f / %.1f); on TPOT "
+           "from prefill end net %+.1f / %+.1f / %+.1f%%. Every pool runs at the same share of "
+           "its capacity, which grows with the pool, for the same simulated time (arrivals in "
+           "proportion to the pool), so each decoder sees about the same batch (ELDR %.1f / %.1f "
+           "/ %.1f members per step, the best baseline %.1f / %.1f / %.1f) and the same distinct "
+           "experts per layer per step (ELDR %.2f / %.2f / %.2f, baseline %.2f / %.2f / %.2f): "
+           "with k = D clusters over the same served requests, more decoders do not make a "
+           "decoder's batch more alike. What grows is the number of in-flight copies of each "
+           "served request (%.1f / %.1f / %.1f other copies at routing).",
            o->trace->model, PCT(o->load), o->n_prefill, ns, PCT(gs[0].gain), PCT(gs[1].gain),
            PCT(gs[2].gain), PCT(gs[0].control), PCT(gs[1].control), PCT(gs[2].control),
            PCT(gs[0].net), PCT(gs[1].net), PCT(gs[2].net), PCT(gs[0].net_sd), PCT(gs[1].net_sd),
-           PCT(gs[2].net_sd));
+           PCT(gs[2].net_sd), PCT(gs[0].net_pf), PCT(gs[1].net_pf), PCT(gs[2].net_pf), st[0][0],
+           st[1][0], st[2][0], st[0][1], st[1][1], st[2][1], st[0][2], st[1][2], st[2][2], st[0][3],
+           st[1][3], st[2][3], st[0][4], st[1][4], st[2][4]);
   set_text(res, "summary", s);
   set_text(res, "paper", "Table 2: the gain grows with the decoder pool (8P8D < 8P16D < 8P24D)");
   study_headline(res, "net gain at 24 minus at 8 decoders (points; < 0 = grows with the pool)",
@@ -441,6 +500,8 @@ int study_fig15(const eldr_study_opts *o, json_t **out, eldr_diag *d) {
   if (rc) return rc;
   json_t *res = gain_result("fig15", "kmeans", "K-means", NULL);
   if (!res) return ELDR_ENOMEM;
+  study_plot_title(res, "fig15: balanced vs vanilla K-means, %.0f%% load, %s", PCT(o->load),
+                   o->trace->model);
   json_object_set_new(json_object_get(res, "plot"), "kind", json_string("bars"));
   gain_stats gs[2];
   for (int b = 0; b < 2; b++) {
@@ -480,6 +541,8 @@ int study_fig16(const eldr_study_opts *o, json_t **out, eldr_diag *d) {
   const size_t ns = study_n_seeds(o);
   json_t *res = gain_result("fig16", "tau", "locality band tau", NULL);
   if (!res) return ELDR_ENOMEM;
+  study_plot_title(res, "fig16: ELDR's TPOT change vs the locality band tau, %.0f%% load, %s",
+                   PCT(o->load), o->trace->model);
   static study_gain g[NT][MAX_SEEDS];
   for (size_t s = 0; s < ns; s++) {
     study_arm a;
@@ -528,6 +591,8 @@ int study_rho_gain(const eldr_study_opts *o, json_t **out, eldr_diag *d) {
   const int nrepr = gates ? 4 : 2;
   json_t *res = gain_result("rho-gain", "variant", "representation", "rho");
   if (!res) return ELDR_ENOMEM;
+  study_plot_title(res, "rho-gain: a representation's rho against its net TPOT gain, %s",
+                   o->trace->model);
   json_t *plot = json_object_get(res, "plot");
   json_object_set_new(plot, "x", json_string("rho"));
   json_t *yy = json_array();
@@ -556,8 +621,8 @@ int study_rho_gain(const eldr_study_opts *o, json_t **out, eldr_diag *d) {
           return rc;
         }
         net[nv] = gs.net;
-        study_row(res, "sddddddd", name, rho[nv], PCT(gs.gain), PCT(gs.gain_sd), PCT(gs.control),
-                  PCT(gs.control_sd), PCT(gs.net), PCT(gs.net_sd));
+        study_row(res, "sddddddddd", name, rho[nv], PCT(gs.gain), PCT(gs.gain_sd), PCT(gs.control),
+                  PCT(gs.control_sd), PCT(gs.net), PCT(gs.net_sd), PCT(gs.net_pf), PCT(gs.net_pf_sd));
         nv++;
       }
     }

@@ -43,11 +43,17 @@ int arm_sim(const eldr_study_opts *o, const study_arm *a, size_t n_decode, eldr_
 /* Estimated capacity (requests/s) of the arm's pool with n_decode decoders. */
 double arm_capacity(const eldr_study_opts *o, const study_arm *a, size_t n_decode);
 
-/* Gains at one rate: best baseline TPOT, eldr and control gains. */
+/* Gains at one rate: best baseline TPOT, eldr and control gains; the same
+ * on TPOT from prefill end (pf: mean over requests, its own best baseline). */
 typedef struct study_gain {
   double rate, best_tpot, eldr_tpot, perm_tpot;
   const char *best;
   double gain, control, net; /* relative; < 0 = ELDR faster */
+  double best_pf, eldr_pf, perm_pf, gain_pf, control_pf, net_pf;
+  /* what the steps looked like: members per step and distinct experts per
+   * layer per step, for eldr and the best baseline */
+  double eldr_batch, eldr_union, best_batch, best_union;
+  double eldr_copies, eldr_dup; /* eldr's replay: other copies in flight at routing, batch_dup_frac */
 } study_gain;
 int arm_gain(const eldr_study_opts *o, const study_arm *a, size_t n_decode, double tau,
              double rate, study_gain *g, eldr_diag *d);
@@ -63,6 +69,13 @@ void study_progress(const eldr_study_opts *o, const char *fmt, ...)
 json_t *study_result(const char *name, const char *const *cols, size_t ncols, const char *x,
                      const char *const *y, size_t ny, const char *group, const char *kind,
                      const char *xlabel, const char *ylabel);
+/* The figure's title (printf format): plot.title. */
+void study_plot_title(json_t *res, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Series split by two columns (plot.group becomes [first, second]): the
+ * first picks the line's dash, the second its colour; fmt1/fmt2 are the
+ * legend's printf formats of their values ("overhead %s", "batch %s"). */
+void study_plot_group2(json_t *res, const char *first, const char *fmt1, const char *second,
+                       const char *fmt2);
 /* Append a row: fmt chars 'd' double (NaN -> null), 's' string, 'u' size_t. */
 int study_row(json_t *res, const char *fmt, ...);
 void study_config(json_t *res, const eldr_study_opts *o);
@@ -78,5 +91,6 @@ int study_fig15(const eldr_study_opts *o, json_t **out, eldr_diag *d);
 int study_fig16(const eldr_study_opts *o, json_t **out, eldr_diag *d);
 int study_table2(const eldr_study_opts *o, json_t **out, eldr_diag *d);
 int study_rho_gain(const eldr_study_opts *o, json_t **out, eldr_diag *d);
+int study_crossover(const eldr_study_opts *o, json_t **out, eldr_diag *d); /* study_crossover.c */
 
 #endif

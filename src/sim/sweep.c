@@ -2,6 +2,7 @@
  * (see eldr/sweep.h). */
 #include "eldr/sweep.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -31,15 +32,23 @@ static void add_variant(eldr_sweep_variant *vs, size_t *n, size_t cap, const cha
 
 /* The footprint family: footprint, -oracle (decode selections), -permuted
  * (another request's selections: the replay control), -all / -mask (layers
- * predicted from the footprint). Returns 1 when tok was one of them. */
+ * predicted from the footprint), -raw (without the profile prior), and the
+ * replay controls of -oracle, -mask and -raw. Returns 1 when tok was one
+ * of them. */
 static int add_footprint_variant(eldr_sweep_variant *vs, size_t *n, size_t cap, const char *tok,
                                  int decor) {
   static const struct {
     const char *name;
-    int permute, oracle, layers;
-  } fam[] = {{"footprint", 0, 0, 0},          {"footprint-oracle", 0, 1, 0},
-             {"footprint-permuted", 1, 0, 0}, {"footprint-all", 0, 0, 1},
-             {"footprint-mask", 0, 0, 2}};
+    int permute, oracle, layers, no_prior;
+  } fam[] = {{"footprint", 0, 0, 0, 0},
+             {"footprint-oracle", 0, 1, 0, 1}, /* the truth needs no prior */
+             {"footprint-permuted", 1, 0, 0, 0},
+             {"footprint-all", 0, 0, 1, 0},
+             {"footprint-mask", 0, 0, 2, 0},
+             {"footprint-raw", 0, 0, 0, 1},
+             {"footprint-oracle-permuted", 1, 1, 0, 1},
+             {"footprint-mask-permuted", 1, 0, 2, 0},
+             {"footprint-raw-permuted", 1, 0, 0, 1}};
   for (size_t i = 0; i < sizeof fam / sizeof fam[0]; i++) {
     if (strcmp(tok, fam[i].name)) continue;
     size_t before = *n;
@@ -47,6 +56,7 @@ static int add_footprint_variant(eldr_sweep_variant *vs, size_t *n, size_t cap, 
     if (*n > before) {
       vs[*n - 1].oracle = fam[i].oracle;
       vs[*n - 1].fp_layers = fam[i].layers;
+      vs[*n - 1].fp_no_prior = fam[i].no_prior;
     }
     return 1;
   }
@@ -83,7 +93,8 @@ int eldr_sweep_variants(const char *policies, const double *taus, size_t ntaus, 
       int rc = eldr_diag_fail(
           d, ELDR_EINVAL,
           "unknown policy '%s' (random rr jsq p2c domain eldr eldr-permuted footprint "
-          "footprint-oracle footprint-permuted footprint-all footprint-mask all)", tok);
+          "footprint-oracle footprint-permuted footprint-all footprint-mask footprint-raw "
+          "footprint-oracle-permuted footprint-mask-permuted footprint-raw-permuted all)", tok);
       free(copy);
       return rc;
     }
@@ -108,6 +119,7 @@ int eldr_sweep_variants(const char *policies, const double *taus, size_t ntaus, 
       if (*nv > 0 && !strcmp(vs[*nv - 1].label, lab)) {
         vs[*nv - 1].oracle = vs[i].oracle;
         vs[*nv - 1].fp_layers = vs[i].fp_layers;
+        vs[*nv - 1].fp_no_prior = vs[i].fp_no_prior;
       }
     }
   }
@@ -184,6 +196,7 @@ static void sweep_task(void *arg, size_t i) {
   c2.decorrelate = v->decorrelate;
   c2.footprint_oracle = v->oracle;
   c2.footprint_mask = v->fp_layers == 2 ? s->footprint_mask : NULL;
+  c2.footprint_no_prior = v->fp_no_prior;
   char label[192];
   snprintf(label, sizeof label, "sim: run %zu/%zu %.47s @ %g/s", i + 1, st->nrows, v->label,
            s->rates[ri]);
@@ -193,7 +206,14 @@ static void sweep_task(void *arg, size_t i) {
     c2.progress_ctx = &rp;
   }
   eldr_diag d = {{0}};
-  int rc = eldr_sim_run(v->vanilla ? s->pool_vanilla : s->pool, s->lm, &c2, &rw->r, &d);
+  int rc = 0;
+  const eldr_sim_pool *pool = v->vanilla ? s->pool_vanilla : s->pool;
+  if (s->keep_logs) { /* one entry per arrival (trace arrivals: the pool) */
+    size_t n = c2.rate > 0 ? c2.n_requests : pool->n;
+    c2.log = rw->log = calloc(n ? n : 1, sizeof *rw->log);
+    if (!rw->log) rc = eldr_diag_fail(&d, ELDR_ENOMEM, "out of memory (request log)");
+  }
+  if (!rc) rc = eldr_sim_run(pool, s->lm, &c2, &rw->r, &d);
   if (rc) {
     pthread_mutex_lock(&st->lock);
     if (!atomic_load(&st->failed)) {
@@ -223,6 +243,13 @@ int eldr_sweep_run(const eldr_sweep *s, eldr_sweep_row *rows, eldr_diag *d) {
   return rc;
 }
 
+void eldr_sweep_rows_free(eldr_sweep_row *rows, size_t n) {
+  for (size_t i = 0; rows && i < n; i++) {
+    free(rows[i].log);
+    rows[i].log = NULL;
+  }
+}
+
 const eldr_sweep_row *eldr_sweep_find(const eldr_sweep_row *rows, size_t n, double rate,
                                       const char *label) {
   for (size_t i = 0; i < n; i++)
@@ -230,14 +257,42 @@ const eldr_sweep_row *eldr_sweep_find(const eldr_sweep_row *rows, size_t n, doub
   return NULL;
 }
 
-const eldr_sweep_row *eldr_sweep_best_baseline(const eldr_sweep_row *rows, size_t n, double rate,
-                                               int decor, int p99) {
+double eldr_sweep_metric_value(const eldr_sim_result *r, eldr_sweep_metric m) {
+  switch (m) {
+  case ELDR_METRIC_TPOT_P50: return r->tpot_p50;
+  case ELDR_METRIC_TPOT_P99: return r->tpot_p99;
+  case ELDR_METRIC_TPOT_PF_P50: return r->tpot_pf_p50;
+  case ELDR_METRIC_TPOT_PF_P99: return r->tpot_pf_p99;
+  case ELDR_METRIC_TTFT_P50: return r->ttft_p50;
+  case ELDR_METRIC_TTFT_P99: return r->ttft_p99;
+  case ELDR_METRIC_ITL_P99: return r->itl_p99;
+  case ELDR_METRIC_E2E_P50: return r->e2e_p50;
+  case ELDR_METRIC_E2E_P99: return r->e2e_p99;
+  default: return NAN;
+  }
+}
+
+const char *eldr_sweep_metric_name(eldr_sweep_metric m) {
+  static const char *const names[ELDR_METRIC__COUNT] = {
+      "tpot_p50", "tpot_p99", "tpot_pf_p50", "tpot_pf_p99", "ttft_p50",
+      "ttft_p99", "itl_p99",  "e2e_p50",     "e2e_p99"};
+  return (int)m >= 0 && m < ELDR_METRIC__COUNT ? names[m] : "unknown";
+}
+
+const eldr_sweep_row *eldr_sweep_best_baseline_by(const eldr_sweep_row *rows, size_t n,
+                                                  double rate, int decor, eldr_sweep_metric m) {
   const eldr_sweep_row *b = NULL;
   for (size_t i = 0; i < n; i++) {
     if (rows[i].rate != rate || !rows[i].v->is_baseline || rows[i].v->decorrelate != decor)
       continue;
-    double x = p99 ? rows[i].r.tpot_p99 : rows[i].r.tpot_p50;
-    if (!b || x < (p99 ? b->r.tpot_p99 : b->r.tpot_p50)) b = &rows[i];
+    double x = eldr_sweep_metric_value(&rows[i].r, m);
+    if (!b || x < eldr_sweep_metric_value(&b->r, m)) b = &rows[i];
   }
   return b;
+}
+
+const eldr_sweep_row *eldr_sweep_best_baseline(const eldr_sweep_row *rows, size_t n, double rate,
+                                               int decor, int p99) {
+  return eldr_sweep_best_baseline_by(rows, n, rate, decor,
+                                     p99 ? ELDR_METRIC_TPOT_P99 : ELDR_METRIC_TPOT_P50);
 }

@@ -290,7 +290,7 @@ int eldr_cluster_up(eldr_cluster *c, const eldr_cluster_spec *s, char *target, s
       c->n_urls[role] = i + 1;
     }
   }
-  char *sargs[2 * 2 * ELDR_CLUSTER_MAX_WORKERS + 16];
+  char *sargs[2 * 2 * ELDR_CLUSTER_MAX_WORKERS + 24];
   size_t na = 0;
   sargs[na++] = "serve";
   for (size_t i = 0; i < s->n_prefill; i++) sargs[na++] = "--prefill", sargs[na++] = c->urls[0][i];
@@ -318,6 +318,10 @@ int eldr_cluster_up(eldr_cluster *c, const eldr_cluster_spec *s, char *target, s
     sargs[na++] = c->bus_url;
     sargs[na++] = "--bus-replica-id";
     sargs[na++] = idbuf;
+  }
+  if (s->access_log) {
+    sargs[na++] = "--access-log";
+    sargs[na++] = (char *)s->access_log;
   }
   sargs[na] = NULL;
   for (size_t k = 0; k < nr; k++) { /* replicas: same workers, same flags */

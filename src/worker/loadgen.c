@@ -207,6 +207,9 @@ static void sse_event(lreq *q, const char *ev, size_t len) {
   if (q->sse.tokens > before) {
     double now = eldr_clock_now();
     if (!before) q->t_first = now;
+    else if (!eldr_grow(&q->g->res->itl, &q->g->res->itl_cap, q->g->res->n_itl + 1,
+                        sizeof *q->g->res->itl, 1024)) /* a gap lost to memory is just not counted */
+      q->g->res->itl[q->g->res->n_itl++] = now - q->t_last;
     q->t_last = now;
   }
   r->tokens = q->sse.tokens;
@@ -608,6 +611,7 @@ out:
 void eldr_loadgen_result_free(eldr_loadgen_result *r) {
   if (!r) return;
   free(r->recs);
+  free(r->itl);
   memset(r, 0, sizeof *r);
 }
 
@@ -655,6 +659,14 @@ int eldr_loadgen_summarize(const eldr_loadgen_result *r, eldr_loadgen_summary *s
   s->e2e_mean = nt ? se / (double)nt : NAN;
   s->throughput_rps = r->wall_s > 0 ? (double)r->ok / r->wall_s : 0;
   s->tokens_per_s = r->wall_s > 0 ? (double)r->tokens / r->wall_s : 0;
+  s->itl_p50 = s->itl_p99 = NAN;
+  double *it = r->n_itl ? malloc(r->n_itl * sizeof *it) : NULL;
+  if (it) {
+    memcpy(it, r->itl, r->n_itl * sizeof *it);
+    s->itl_p50 = eldr_quantile(it, r->n_itl, 0.50);
+    s->itl_p99 = eldr_quantile_sorted(it, r->n_itl, 0.99);
+    free(it);
+  }
   free(tt);
   free(tp);
   free(ee);

@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "eldr/latency.h"
 #include "eldr/rng.h"
 #include "eldr/trace.h"
 #include "support/proc.h"
@@ -194,6 +195,97 @@ static void test_run_json_csv_deterministic(void **st) {
   assert_true(strstr(first, s3) == NULL);
   free(s3);
   json_decref(a);
+}
+
+/* Issue 28's defects, as a user meets them: replay that dominates is
+ * warned about and the control is printed beside the headline; an artifact
+ * evaluated on the requests it was fitted on is warned about, not when its
+ * held-out half is served; a model outside the presets runs from a
+ * complete --latency file; --loads and --log. */
+static void test_warnings_custom_loads_log(void **st) {
+  (void)st;
+  /* 40 served requests as 600 arrivals at a high load: copies everywhere */
+  const char *rep[] = {"sim", "--trace", g_trace, "--prefill", "2", "--decode", "4", "--loads", "0.9",
+                       "--requests", "600", "--policies", "jsq,eldr,eldr-permuted", "-q", NULL};
+  assert_int_equal(run(rep), 0);
+  assert_non_null(strstr(g_err, "warning: replay dominates: eldr's batches hold another copy"));
+  assert_non_null(strstr(g_out, "replay control eldr-permuted alone: TPOT p50"));
+  assert_non_null(strstr(g_out, "from prefill end p50"));
+  /* a light run: no replay warning */
+  const char *light[] = {"sim", "--trace", g_trace, "--prefill", "2", "--decode", "4", "--rates", "5",
+                         "--requests", "60", "--policies", "jsq,eldr", "-q", NULL};
+  assert_int_equal(run(light), 0);
+  assert_null(strstr(g_err, "replay dominates"));
+  /* an artifact fitted on the whole trace, evaluated on it */
+  char art[600], half[600];
+  snprintf(art, sizeof art, "%s/all.json", g_dir);
+  snprintf(half, sizeof half, "%s/half.json", g_dir);
+  assert_int_equal(run((const char *[]){"fit", "--trace", g_trace, "--decoders", "4", "-q", "-o", art, NULL}), 0);
+  assert_int_equal(run((const char *[]){"fit", "--trace", g_trace, "--decoders", "4", "--fit-fraction", "0.5",
+                                        "-q", "-o", half, NULL}), 0);
+  const char *ev[] = {"sim", "--trace", g_trace, "--artifact", art, "--prefill", "2", "--decode", "4",
+                      "--rates", "5", "--requests", "60", "--policies", "jsq,eldr", "-q", NULL};
+  assert_int_equal(run(ev), 0);
+  assert_non_null(strstr(g_err, "--artifact was fitted on this trace"));
+  const char *ev2[] = {"sim", "--trace", g_trace, "--artifact", art, "--fit-fraction", "0.5", "--prefill", "2",
+                       "--decode", "4", "--rates", "5", "--requests", "60", "--policies", "jsq,eldr", "-q", NULL};
+  assert_int_equal(run(ev2), 0);
+  assert_non_null(strstr(g_err, "fitted on all 80 requests of this trace"));
+  const char *ok[] = {"sim", "--trace", g_trace, "--artifact", half, "--fit-fraction", "0.5", "--prefill", "2",
+                      "--decode", "4", "--rates", "5", "--requests", "60", "--policies", "jsq,eldr", "-q", NULL};
+  assert_int_equal(run(ok), 0);
+  assert_null(strstr(g_err, "was fitted on"));
+  /* a model outside the presets: the trace's own shape, a complete --latency */
+  char custom[600], lat[600];
+  snprintf(custom, sizeof custom, "%s/custom.jsonl", g_dir);
+  snprintf(lat, sizeof lat, "%s/lat.json", g_dir);
+  assert_int_equal(run((const char *[]){"trace", "gen", "-m", "custom:4,32,2", "-n", "60", "--max-decode-tokens",
+                                        "8", "-q", "-o", custom, NULL}), 0);
+  assert_int_equal(run((const char *[]){"sim", "--trace", custom, "--requests", "50", "--rates", "5", "-q", NULL}), 2);
+  assert_non_null(strstr(g_err, "complete model with --latency"));
+  eldr_latency_model m;
+  assert_int_equal(eldr_latency_preset("olmoe-1b-7b", "h100", &m, NULL), 0);
+  m.shape = (eldr_shape){4, 32, 2};
+  snprintf(m.model, sizeof m.model, "custom-4-32-2");
+  char *js = eldr_latency_dump(&m);
+  FILE *f = fopen(lat, "w");
+  assert_non_null(f);
+  fputs(js, f);
+  fclose(f);
+  free(js);
+  const char *cu[] = {"sim", "--trace", custom, "--latency", lat, "--requests", "50", "--rates", "5",
+                      "--policies", "jsq,eldr,footprint", "--json", "-q", NULL};
+  assert_int_equal(run(cu), 0);
+  json_t *j = rows_of(g_out);
+  assert_string_equal(json_string_value(json_object_get(json_object_get(j, "config"), "model")), "custom-4-32-2");
+  json_decref(j);
+  /* an incomplete file without --model names what is missing */
+  f = fopen(lat, "w");
+  fputs("{\"hbm_bw\": 1e12}", f);
+  fclose(f);
+  assert_int_equal(run(cu), 2);
+  assert_non_null(strstr(g_err, "complete model"));
+  /* --loads: rates as shares of the capacity; --log: a line per request and run */
+  char log[600];
+  snprintf(log, sizeof log, "%s/req.csv", g_dir);
+  const char *lo[] = {"sim", "--trace", g_trace, "--prefill", "2", "--decode", "4", "--loads", "0.2,0.5",
+                      "--requests", "100", "--policies", "jsq,footprint", "--json", "--log", log, "-q", NULL};
+  assert_int_equal(run(lo), 0);
+  j = rows_of(g_out);
+  double cap = json_real_value(json_object_get(json_object_get(j, "config"), "capacity_estimate_rps"));
+  double r0 = json_real_value(json_object_get(json_array_get(json_object_get(j, "rows"), 0), "rate"));
+  assert_true(fabs(r0 - round(0.2 * cap * 10) / 10) < 1e-9);
+  json_decref(j);
+  f = fopen(log, "r");
+  assert_non_null(f);
+  char line[1024];
+  size_t n = 0;
+  assert_non_null(fgets(line, sizeof line, f));
+  assert_non_null(strstr(line, "pred_union,mean_union,mean_batch"));
+  while (fgets(line, sizeof line, f)) n++;
+  fclose(f);
+  assert_int_equal(n, 2 * 2 * 100);
+  assert_int_equal(run((const char *[]){"sim", "--trace", g_trace, "--loads", "0.5", "--rates", "3", NULL}), 2);
 }
 
 static void test_table_ablation_trace_arrivals(void **st) {
@@ -461,6 +553,7 @@ int main(void) {
       cmocka_unit_test(test_print_latency),
       cmocka_unit_test(test_run_json_csv_deterministic),
       cmocka_unit_test(test_table_ablation_trace_arrivals),
+      cmocka_unit_test(test_warnings_custom_loads_log),
       cmocka_unit_test(test_artifact_and_serve_trace),
       cmocka_unit_test(test_seed_default_and_provenance),
       cmocka_unit_test(test_plot),

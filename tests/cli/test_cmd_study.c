@@ -86,6 +86,11 @@ static void test_fig11_end_to_end(void **st) {
     json_t *r = json_array_get(rows, i);
     double tpot = json_number_value(json_array_get(r, 3));
     assert_true(tpot > 0 && isfinite(tpot));
+    /* the latencies users feel: from prefill end at least TPOT's, ITL p99 and
+     * end-to-end and TTFT positive */
+    double pf = json_number_value(json_array_get(r, 7)), ttft = json_number_value(json_array_get(r, 9));
+    double itl = json_number_value(json_array_get(r, 10)), e2e = json_number_value(json_array_get(r, 11));
+    assert_true(pf >= tpot * 0.99 && ttft > 0 && itl > 0 && e2e > ttft);
   }
   json_decref(j);
   snprintf(path, sizeof path, "%s/fig11.csv", g_dir);
@@ -93,7 +98,8 @@ static void test_fig11_end_to_end(void **st) {
   assert_non_null(f);
   char line[256];
   assert_non_null(fgets(line, sizeof line, f));
-  assert_string_equal(line, "load,policy,rate,tpot_ms,tpot_sd_ms,gain_vs_best_pct,gain_sd_pct\n");
+  assert_string_equal(line, "load,policy,rate,tpot_ms,tpot_sd_ms,gain_vs_best_pct,gain_sd_pct,"
+                            "tpot_pf_ms,gain_pf_vs_best_pct,ttft_ms,itl_p99_ms,e2e_ms\n");
   int n = 0;
   while (fgets(line, sizeof line, f)) n++;
   fclose(f);
@@ -106,6 +112,31 @@ static void test_fig11_end_to_end(void **st) {
     assert_int_equal(stat(path, &sb), 0);
     assert_true(sb.st_size > 1000);
   }
+}
+
+/* The figures say what they show: fig2's lines are one per (overhead,
+ * batch) with both in the legend and the overhead as the dash; a title
+ * with words, not the bare name; legends name series, not CSV columns,
+ * and sit under the plot. */
+static void test_plot_labels(void **st) {
+  (void)st;
+  assert_int_equal(run((const char *[]){"study", "fig2", "-o", g_dir, "-q", NULL}), 0);
+  char path[512], gp[1 << 14];
+  snprintf(path, sizeof path, "%s/fig2.gp", g_dir);
+  FILE *f = fopen(path, "r");
+  assert_non_null(f);
+  size_t n = fread(gp, 1, sizeof gp - 1, f);
+  fclose(f);
+  gp[n] = 0;
+  assert_non_null(strstr(gp, "set title 'fig2: decode step time vs distinct experts per layer"));
+  assert_non_null(strstr(gp, "title 'per-layer overhead: preset, batch 16'"));
+  assert_non_null(strstr(gp, "title 'per-layer overhead: zero, batch 16'"));
+  assert_non_null(strstr(gp, "lt 2 dt 2 title 'per-layer overhead: zero, batch 16'"));
+  assert_non_null(strstr(gp, "set key below"));
+  /* six lines: no series mixes the two overheads */
+  int series = 0;
+  for (const char *p = gp; (p = strstr(p, " with linespoints")); p++) series++;
+  assert_int_equal(series, 6);
 }
 
 static void test_spearman_and_provenance(void **st) {
@@ -180,7 +211,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_errors),
       cmocka_unit_test(test_fig11_end_to_end),
-      cmocka_unit_test(test_spearman_and_provenance),
+      cmocka_unit_test(test_spearman_and_provenance), cmocka_unit_test(test_plot_labels),
       cmocka_unit_test(test_realistic_bands),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

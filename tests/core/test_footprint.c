@@ -15,6 +15,7 @@
 
 #include "eldr/artifact.h"
 #include "eldr/footprint.h"
+#include "eldr/fp_prior.h"
 #include "eldr/latency.h"
 #include "eldr/policy.h"
 #include "eldr/rng.h"
@@ -68,7 +69,7 @@ static void test_union_product_form(void **st) {
   c1[8 + 3] = 4, c1[8 + 4] = 4;         /* layer 1 */
   c2[1] = 4, c2[5] = 4;                 /* p = 1, 1 */
   c2[8 + 3] = 2, c2[8 + 6] = 2, c2[8 + 7] = 4;
-  eldr_fp_request r1 = {c1, 4, 100}, r2 = {c2, 4, 50};
+  eldr_fp_request r1 = {c1, 4, 100, NULL}, r2 = {c2, 4, 50, NULL};
   int err = 1;
   uint64_t t1 = eldr_footprint_route(f, 1, &r1, &err);
   assert_int_equal(err, 0);
@@ -142,13 +143,13 @@ static void test_no_drift(void **st) {
     if (tk[s] != ELDR_FP_NO_TICKET) assert_int_equal(eldr_footprint_end(f, tk[s]), 0);
     which[s] = (size_t)eldr_rng_below(&r, NPROF);
     dec[s] = (size_t)eldr_rng_below(&r, D);
-    eldr_fp_request q = {prof + which[s] * L * E, ntok[which[s]], 10};
+    eldr_fp_request q = {prof + which[s] * L * E, ntok[which[s]], 10, NULL};
     tk[s] = eldr_footprint_route(f, dec[s], &q, NULL);
     assert_true(tk[s] != ELDR_FP_NO_TICKET);
   }
   eldr_footprint *g = make(&m, D, NULL);
   for (size_t s = 0; s < LIVE; s++) {
-    eldr_fp_request q = {prof + which[s] * L * E, ntok[which[s]], 10};
+    eldr_fp_request q = {prof + which[s] * L * E, ntok[which[s]], 10, NULL};
     assert_true(eldr_footprint_route(g, dec[s], &q, NULL) != ELDR_FP_NO_TICKET);
   }
   for (size_t k = 0; k < D; k++) {
@@ -192,7 +193,7 @@ static void test_decisions(void **st) {
   uint32_t *a = malloc(L * E * sizeof *a), *b = malloc(L * E * sizeof *b);
   block_counts(a, L, E, K, 0, 50);
   block_counts(b, L, E, K, 64, 50);
-  eldr_fp_request ra = {a, 50, 200}, rb = {b, 50, 200};
+  eldr_fp_request ra = {a, 50, 200, NULL}, rb = {b, 50, 200, NULL};
   uint64_t t[8];
   for (int i = 0; i < 4; i++) t[i] = eldr_footprint_route(f, 0, &ra, NULL);
   for (int i = 4; i < 8; i++) t[i] = eldr_footprint_route(f, 1, &rb, NULL);
@@ -208,7 +209,7 @@ static void test_decisions(void **st) {
   loads[2] = 0; /* idle decoder 2 */
   assert_int_equal(eldr_footprint_decide(f, loads, healthy, 3, &ra, NULL, NULL), 2);
   /* no counts: the uniform profile */
-  eldr_fp_request none = {NULL, 0, 0};
+  eldr_fp_request none = {NULL, 0, 0, NULL};
   assert_int_equal(eldr_footprint_decide(f, loads, healthy, 3, &none, &uni, NULL), 2);
   assert_int_equal(uni, 1);
   uint8_t down[3] = {0, 0, 0};
@@ -244,7 +245,7 @@ static void test_policy(void **st) {
   uint32_t loads[3] = {3, 1, 2};
   uint32_t c[64];
   block_counts(c, L, E, K, 0, 10);
-  eldr_fp_request fr = {c, 10, 5};
+  eldr_fp_request fr = {c, 10, 5, NULL};
   eldr_decision dec;
   assert_int_equal(eldr_policy_decide(&p, loads, NULL, 3, NULL, &fr, &dec), 1);
   assert_int_equal(dec.fallback, ELDR_FALLBACK_NO_MODEL);
@@ -391,8 +392,247 @@ static void test_sim_rows(void **st) {
   eldr_trace_free(t);
 }
 
+/* Priors: a request's profile is (c + alpha pi) / (n + alpha) with pi the
+ * row of the centroid nearest its signature (the global row without one),
+ * the prior itself without counts, and on layers outside the mask; a single
+ * request's union per layer is the sum of its profile. */
+static void test_priors(void **st) {
+  (void)st;
+  enum { L = 2, E = 8, K = 1, LE = L * E, NC = 2, DIM = 2 };
+  eldr_latency_model m;
+  small_model(&m, L, E, K);
+  float prior[3 * 16];
+  for (size_t row = 0; row < 3; row++) /* global uniform; cluster 0 on experts 0-3, 1 on 4-7 */
+    for (size_t i = 0; i < LE; i++) {
+      size_t e = i % E;
+      prior[row * LE + i] = row == 0 ? 1.0f / E : (row == 1) == (e < 4) ? 0.25f : 0.0f;
+    }
+  const float cent[NC * DIM] = {1, 0, 0, 1}, sig1[DIM] = {0.1f, 0.9f};
+  const uint8_t mask[2] = {1, 0};
+  eldr_footprint_opts o = {.n_decoders = 2, .max_batch = 64, .layer_mask = mask, .prior = prior,
+                           .n_priors = 3, .prior_tokens = 4, .centroids = cent, .dim = DIM};
+  eldr_footprint *f = NULL;
+  assert_int_equal(eldr_footprint_new(&m, &o, &f, NULL), 0);
+  uint32_t c[16] = {0};
+  c[0] = 4; /* layer 0: 4 tokens all on expert 0 */
+  eldr_fp_request r = {c, 4, 10, sig1};
+  assert_true(eldr_footprint_route(f, 0, &r, NULL) != ELDR_FP_NO_TICKET);
+  /* layer 0 (counts): p(0) = 4 / 8 = 0.5, p(4..7) = 4 * 0.25 / 8 = 0.125, others 0:
+   * union 1; layer 1 (outside the mask): cluster 1's prior, union 1 */
+  assert_true(fabs(eldr_footprint_union(f, 0, 0) - 1.0) < 1e-5);
+  assert_true(fabs(eldr_footprint_union(f, 0, 1) - 1.0) < 1e-5);
+  assert_true(eldr_footprint_raw(f, 0, 0, 1) == 0);         /* neither counts nor prior */
+  assert_true(eldr_footprint_raw(f, 0, 0, 5) > 0);          /* cluster 1's prior */
+  assert_true(eldr_footprint_raw(f, 0, 1, 0) == 0);         /* layer 1: the prior alone */
+  assert_true(eldr_footprint_raw(f, 0, 1, 4) > 0);
+  /* two of them: layer 1's union is sum_e 1 - (1 - 0.25)^2 over 4 experts */
+  uint64_t t2 = eldr_footprint_route(f, 0, &r, NULL);
+  assert_true(fabs(eldr_footprint_union(f, 0, 1) - 4 * (1 - 0.75 * 0.75)) < 1e-5);
+  /* no signature: the global prior; no counts: the prior on every layer */
+  eldr_fp_request g = {NULL, 0, 10, NULL};
+  uint64_t t3 = eldr_footprint_route(f, 1, &g, NULL);
+  for (size_t e = 0; e < E; e++) assert_true(eldr_footprint_raw(f, 1, 0, e) > 0);
+  assert_true(fabs(eldr_footprint_union(f, 1, 0) - 1.0) < 1e-5);
+  /* the end removes exactly what the route added */
+  assert_int_equal(eldr_footprint_end(f, t2), 0);
+  assert_int_equal(eldr_footprint_end(f, t3), 0);
+  for (size_t e = 0; e < E; e++) assert_true(eldr_footprint_raw(f, 1, 0, e) == 0);
+  eldr_footprint *h = NULL;
+  assert_int_equal(eldr_footprint_new(&m, &o, &h, NULL), 0);
+  assert_true(eldr_footprint_route(h, 0, &r, NULL) != ELDR_FP_NO_TICKET);
+  for (size_t l = 0; l < L; l++)
+    for (size_t e = 0; e < E; e++)
+      assert_true(eldr_footprint_raw(f, 0, l, e) == eldr_footprint_raw(h, 0, l, e));
+  /* the decision's explanation: the chosen decoder and its predicted union */
+  uint32_t loads[2] = {1, 0};
+  int k = eldr_footprint_decide(f, loads, NULL, 2, &r, NULL, NULL);
+  eldr_fp_explain ex;
+  eldr_footprint_explain(f, &ex);
+  assert_int_equal(ex.decoder, k);
+  assert_true(ex.union_mean > 0 && ex.t1 > 0 && ex.cost > 0);
+  eldr_footprint_free(h);
+  eldr_footprint_free(f);
+  /* bad priors */
+  eldr_diag d = {{0}};
+  prior[3] = 1.5f;
+  assert_int_equal(eldr_footprint_new(&m, &o, &f, &d), ELDR_ERANGE);
+  prior[3] = 1.0f / E;
+  o.centroids = NULL;
+  assert_int_equal(eldr_footprint_new(&m, &o, &f, &d), ELDR_EINVAL);
+  assert_non_null(strstr(d.msg, "centroids"));
+}
+
+/* The exact bookkeeping with priors: routes and ends in random order leave
+ * the same integers as a footprint of the live requests alone. */
+static void test_no_drift_priors(void **st) {
+  (void)st;
+  enum { L = 3, E = 16, K = 2, D = 3, LIVE = 30, NPROF = 32, N = 20000, DIM = 4 };
+  eldr_latency_model m;
+  small_model(&m, L, E, K);
+  eldr_rng r;
+  eldr_rng_seed(&r, 17);
+  float prior[4 * 3 * 16], cent[3 * DIM], sigs[NPROF * DIM];
+  for (size_t row = 0; row < 4; row++)
+    for (size_t l = 0; l < L; l++) {
+      double sum = 0;
+      for (size_t e = 0; e < E; e++) sum += prior[(row * L + l) * E + e] = (float)eldr_rng_uniform(&r);
+      for (size_t e = 0; e < E; e++) prior[(row * L + l) * E + e] = (float)(prior[(row * L + l) * E + e] * K / sum);
+    }
+  for (size_t i = 0; i < 3 * DIM; i++) cent[i] = (float)eldr_rng_uniform(&r);
+  for (size_t i = 0; i < NPROF * DIM; i++) sigs[i] = (float)eldr_rng_uniform(&r);
+  const uint8_t mask[3] = {1, 0, 1};
+  eldr_footprint_opts o = {.n_decoders = D, .max_batch = 64, .layer_mask = mask, .prior = prior,
+                           .n_priors = 4, .prior_tokens = 7.5, .centroids = cent, .dim = DIM};
+  eldr_footprint *f = NULL, *g = NULL;
+  assert_int_equal(eldr_footprint_new(&m, &o, &f, NULL), 0);
+  assert_int_equal(eldr_footprint_new(&m, &o, &g, NULL), 0);
+  uint32_t *prof = malloc(NPROF * L * E * sizeof *prof);
+  uint32_t ntok[NPROF];
+  for (size_t i = 0; i < NPROF; i++) {
+    ntok[i] = (uint32_t)eldr_rng_below(&r, 40); /* 0: no counts */
+    random_counts(&r, prof + i * L * E, L, E, K, ntok[i]);
+  }
+  uint64_t tk[LIVE];
+  size_t which[LIVE], dec[LIVE];
+  for (size_t i = 0; i < LIVE; i++) tk[i] = ELDR_FP_NO_TICKET;
+  uint32_t loads[3] = {0, 0, 0};
+  for (size_t i = 0; i < N; i++) {
+    size_t s = (size_t)eldr_rng_below(&r, LIVE);
+    if (tk[s] != ELDR_FP_NO_TICKET) assert_int_equal(eldr_footprint_end(f, tk[s]), 0);
+    which[s] = (size_t)eldr_rng_below(&r, NPROF);
+    eldr_fp_request q = {prof + which[s] * L * E, ntok[which[s]], 10, sigs + which[s] * DIM};
+    if (i % 2) (void)eldr_footprint_decide(f, loads, NULL, D, &q, NULL, NULL); /* a route after a decision */
+    dec[s] = (size_t)eldr_rng_below(&r, D);
+    tk[s] = eldr_footprint_route(f, dec[s], &q, NULL);
+    assert_true(tk[s] != ELDR_FP_NO_TICKET);
+  }
+  for (size_t s = 0; s < LIVE; s++) {
+    eldr_fp_request q = {prof + which[s] * L * E, ntok[which[s]], 10, sigs + which[s] * DIM};
+    assert_true(eldr_footprint_route(g, dec[s], &q, NULL) != ELDR_FP_NO_TICKET);
+  }
+  for (size_t k = 0; k < D; k++)
+    for (size_t l = 0; l < L; l++) {
+      assert_true(eldr_footprint_union(f, k, l) == eldr_footprint_union(g, k, l));
+      for (size_t e = 0; e < E; e++)
+        assert_true(eldr_footprint_raw(f, k, l, e) == eldr_footprint_raw(g, k, l, e));
+    }
+  for (size_t s = 0; s < LIVE; s++) assert_int_equal(eldr_footprint_end(f, tk[s]), 0);
+  for (size_t k = 0; k < D; k++)
+    for (size_t l = 0; l < L; l++)
+      for (size_t e = 0; e < E; e++) assert_true(eldr_footprint_raw(f, k, l, e) == 0);
+  free(prof);
+  eldr_footprint_free(g);
+  eldr_footprint_free(f);
+}
+
+/* The prior fit: two clusters whose decode concentrates on their own half
+ * of the experts, each request on its own favourite pair of them half of
+ * the time, prompts of a few tokens. The cluster priors carry that
+ * (beta finite), each layer's prior sums to K, the fitted profile's
+ * leave-one-out likelihood beats both the prior and the prefill alone, and
+ * the union-calibrated weight predicts batch unions better than the raw
+ * prefill profile. Without decode counts there is no prior. */
+static void test_prior_fit(void **st) {
+  (void)st;
+  enum { L = 2, E = 16, K = 2, LE = L * E, N = 80 };
+  eldr_shape s = {L, E, K};
+  uint32_t *pre = calloc(N * LE, sizeof *pre), *dec = calloc(N * LE, sizeof *dec);
+  int lab[80];
+  eldr_rng r;
+  eldr_rng_seed(&r, 5);
+  for (size_t i = 0; i < N; i++) {
+    lab[i] = (int)(i % 2);
+    size_t half = (size_t)lab[i] * (E / 2), fav = half + (size_t)eldr_rng_below(&r, E / 2 - 1);
+    for (size_t t = 0; t < 4 + 60; t++)
+      for (size_t l = 0; l < L; l++) { /* its favourite pair half of the time */
+        size_t e0 = eldr_rng_below(&r, 2) ? fav : half + (size_t)eldr_rng_below(&r, E / 2 - 1);
+        size_t e1 = e0 + 1; /* distinct */
+        uint32_t *row = t < 4 ? pre + i * LE : dec + i * LE;
+        row[l * E + e0]++;
+        row[l * E + e1]++;
+      }
+  }
+  float prior[3 * 32];
+  eldr_fp_prior_report rep;
+  assert_int_equal(eldr_fp_prior_fit(&s, pre, dec, lab, N, 2, prior, &rep), 0);
+  assert_int_equal(rep.n, N);
+  assert_true(isfinite(rep.beta));
+  assert_true(rep.alpha > 0 && rep.alpha_ll > 0);
+  assert_true(rep.ll_alpha > rep.ll_prior - 1e-12 && rep.ll_alpha > rep.ll_prefill);
+  assert_true(rep.ll_alpha > rep.ll_global);
+  assert_true(rep.union_err < rep.union_err_raw);
+  for (size_t row = 0; row < 3; row++)
+    for (size_t l = 0; l < L; l++) {
+      double sum = 0, own = 0;
+      for (size_t e = 0; e < E; e++) {
+        sum += prior[(row * L + l) * E + e];
+        if (row && (e < E / 2) == (row == 1)) own += prior[(row * L + l) * E + e];
+      }
+      assert_true(fabs(sum - K) < 1e-4);
+      if (row) assert_true(own > 0.8 * K); /* a cluster's prior is on its half */
+    }
+  /* deterministic */
+  float again[3 * 32];
+  eldr_fp_prior_report rep2;
+  assert_int_equal(eldr_fp_prior_fit(&s, pre, dec, lab, N, 2, again, &rep2), 0);
+  assert_memory_equal(prior, again, sizeof prior);
+  assert_true(rep.alpha == rep2.alpha);
+  /* global only */
+  assert_int_equal(eldr_fp_prior_fit(&s, pre, dec, NULL, N, 0, prior, &rep), 0);
+  assert_true(isinf(rep.beta));
+  /* no decode: no prior; a label out of range */
+  memset(dec, 0, N * LE * sizeof *dec);
+  assert_int_equal(eldr_fp_prior_fit(&s, pre, dec, lab, N, 2, prior, &rep), ELDR_EEMPTY);
+  lab[3] = 2;
+  dec[3 * LE] = 2;
+  assert_int_equal(eldr_fp_prior_fit(&s, pre, dec, lab, N, 2, prior, &rep), ELDR_EINVAL);
+  free(pre);
+  free(dec);
+}
+
+/* The artifact's footprint section: round trip of the global and cluster
+ * priors, bit for bit; bad rows are errors naming the field. */
+static void test_artifact_priors(void **st) {
+  (void)st;
+  const uint32_t L = 2, E = 4, K = 1;
+  eldr_shape s = {L, E, K};
+  eldr_artifact *a = eldr_artifact_new("toy", &s, NULL, ELDR_REPR_COUNT, 0, NULL, 2);
+  assert_non_null(a);
+  for (size_t i = 0; i < a->k * a->dim; i++) a->centroids[i] = (i % a->dim) == (i / a->dim) ? 1.0f : 0.0f;
+  a->fit_rho = NAN;
+  float prior[3 * 8];
+  for (size_t i = 0; i < 24; i++) prior[i] = (i % 4 == 0) ? 0.4f : 0.2f;
+  prior[9] = 1.0f / 3.0f, prior[10] = 0.2f - (1.0f / 3.0f - 0.2f); /* not few-digit values */
+  assert_int_equal(eldr_artifact_set_fp_prior(a, prior, 3, 12.345678901, NULL), 0);
+  char *txt = eldr_artifact_dump(a);
+  assert_non_null(txt);
+  assert_non_null(strstr(txt, "\"cluster_priors\""));
+  eldr_artifact *b = NULL;
+  eldr_diag d = {{0}};
+  assert_int_equal(eldr_artifact_parse(txt, strlen(txt), &b, &d), 0);
+  assert_int_equal(b->fp_n_priors, 3);
+  assert_true(b->fp_prior_tokens == a->fp_prior_tokens);
+  assert_memory_equal(b->fp_prior, prior, sizeof prior);
+  eldr_artifact_free(b);
+  free(txt);
+  /* a layer that does not sum to K, a wrong row count */
+  prior[0] = 0.9f;
+  assert_int_equal(eldr_artifact_set_fp_prior(a, prior, 3, 1, &d), ELDR_ERANGE);
+  assert_non_null(strstr(d.msg, "footprint.prior"));
+  prior[0] = 0.4f;
+  assert_int_equal(eldr_artifact_set_fp_prior(a, prior, 2, 1, &d), ELDR_ESHAPE);
+  assert_int_equal(a->fp_n_priors, 3); /* unchanged */
+  assert_int_equal(eldr_artifact_set_fp_prior(a, NULL, 0, 0, NULL), 0);
+  txt = eldr_artifact_dump(a);
+  assert_null(strstr(txt, "footprint"));
+  free(txt);
+  eldr_artifact_free(a);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_priors),         cmocka_unit_test(test_no_drift_priors),
+      cmocka_unit_test(test_prior_fit),      cmocka_unit_test(test_artifact_priors),
       cmocka_unit_test(test_new_errors),     cmocka_unit_test(test_union_product_form),
       cmocka_unit_test(test_no_drift),       cmocka_unit_test(test_decisions),
       cmocka_unit_test(test_policy),         cmocka_unit_test(test_step_f),

@@ -210,12 +210,60 @@ static void test_overrides(void **st) {
   assert_int_equal(eldr_latency_load_overrides(ELDR_SOURCE_DIR "/presets/mi300x-measured.json", &m, &d), 0);
 }
 
+/* docs/sim.md's step formula by hand (two kernels per MoE layer, each on
+ * its roofline; ctx_other = ctx * kv_other / kv_bytes_per_token, the
+ * non-MoE attention layers' context) against the code: Llama-4 (24 dense
+ * attention layers) at a context long enough that the attention FLOPs
+ * matter, at a memory-bound batch, at one where the experts' GEMM is
+ * compute-bound, and with the FLOPs made dear; and a model without
+ * expert FLOPs keeps the single roofline of the whole layer. */
+static void test_doc_formula(void **st) {
+  (void)st;
+  for (int c = 0; c < 4; c++) {
+    eldr_latency_model m;
+    assert_int_equal(eldr_latency_preset("llama4-maverick", "h200", &m, NULL), 0);
+    if (c == 2) m.peak_flops /= 200;
+    if (c == 3) m.expert_flops_per_token = 0;
+    const uint32_t L = m.shape.num_layers;
+    double u[64];
+    for (uint32_t l = 0; l < L; l++) u[l] = 3 + l % 5;
+    const size_t batch = c == 1 ? 4096 : 48;
+    const double ctx = (double)batch * 3000.0;
+    const double ef = (double)batch * m.shape.top_k * m.expert_flops_per_token;
+    double t = m.step_overhead_s;
+    int compute_bound = 0;
+    for (uint32_t l = 0; l < L; l++) {
+      double flops = batch * m.flops_per_token_per_layer + ctx * m.attn_flops_per_ctx_token;
+      if (c == 3) {
+        double bytes = u[l] * m.expert_bytes + m.dense_bytes_per_layer + ctx * m.kv_bytes_per_token;
+        t += fmax(bytes / m.hbm_bw, flops / m.peak_flops) + m.layer_overhead_s;
+        continue;
+      }
+      double experts = fmax(u[l] * m.expert_bytes / m.hbm_bw, ef / m.peak_flops);
+      double rest = fmax((m.dense_bytes_per_layer + ctx * m.kv_bytes_per_token) / m.hbm_bw,
+                         (flops - ef) / m.peak_flops);
+      compute_bound |= ef / m.peak_flops > u[l] * m.expert_bytes / m.hbm_bw;
+      t += experts + rest + m.layer_overhead_s;
+    }
+    if (c == 1) assert_true(compute_bound); /* 4096 tokens on 3-7 experts */
+    if (c == 0) assert_false(compute_bound);
+    double kv_other = m.kv_bytes_per_token_total - L * m.kv_bytes_per_token;
+    double ctx_other = ctx * kv_other / m.kv_bytes_per_token;
+    assert_true(fabs(ctx_other - ctx * 24) < 1e-6 * ctx); /* Llama-4: 24 non-MoE attention layers */
+    t += fmax((m.other_layer_bytes + ctx * kv_other) / m.hbm_bw,
+              (batch * m.other_flops_per_token + ctx_other * m.attn_flops_per_ctx_token) / m.peak_flops) +
+         m.n_dense_layers * m.layer_overhead_s;
+    double code = eldr_latency_step_f(&m, batch, u, ctx);
+    assert_true(fabs(code - t) < 1e-12 * t);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_presets_all),     cmocka_unit_test(test_qwen_bytes),
       cmocka_unit_test(test_calibration),     cmocka_unit_test(test_step_properties),
       cmocka_unit_test(test_prefill_transfer), cmocka_unit_test(test_overrides),
-      cmocka_unit_test(test_sliding_window),
+      cmocka_unit_test(test_sliding_window),  cmocka_unit_test(test_doc_formula),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

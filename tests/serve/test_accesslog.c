@@ -64,6 +64,13 @@ static void test_one_line_per_request(void **st) {
     assert_true(json_is_null(json_object_get(line[i], "similarity"))); /* load decision */
   }
   assert_true(json_real_value(json_object_get(line[0], "ttft_ms")) > 0);
+  /* the prefill's end: after the arrival, before the first decode byte and the end */
+  for (int i = 0; i < 2; i++) {
+    double pf = json_real_value(json_object_get(line[i], "prefill_ms"));
+    assert_true(pf > 0);
+    assert_true(pf <= json_real_value(json_object_get(line[i], "ttft_ms")));
+    assert_true(pf <= json_real_value(json_object_get(line[i], "e2e_ms")));
+  }
   assert_true(json_real_value(json_object_get(line[0], "tpot_ms")) >= 0); /* streamed: several events */
   assert_true(json_is_real(json_object_get(line[0], "tpot_ms")));
   assert_true(json_is_null(json_object_get(line[1], "tpot_ms")));     /* whole reply */

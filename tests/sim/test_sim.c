@@ -191,6 +191,109 @@ static void test_waiting_queue(void **st) {
   eldr_trace_free(t);
 }
 
+/* 20 prompts arriving at the same instant at an idle prefill worker share
+ * its first batch (the wake sorts after the instant's arrivals), and reach
+ * the idle decoder together: one first decode step for all of them. Before
+ * the fix only the first two shared it (each arrival scheduled the next one
+ * after the worker's wake). */
+static void test_tied_arrivals(void **st) {
+  (void)st;
+  enum { N = 20 };
+  eldr_latency_model m;
+  toy_model(&m, 1, 64, 1);
+  eldr_trace *t = eldr_trace_new("toy", &m.shape, NULL);
+  for (int i = 0; i < N; i++) {
+    char id[16];
+    snprintf(id, sizeof id, "r%d", i);
+    add_req(t, id, NULL, 3.0, 4, (uint32_t)i, 0); /* all at t = 3: request i uses expert i */
+  }
+  size_t *idx = iota(N);
+  eldr_sim_pool pool = {.trace = t, .idx = idx, .n = N};
+  eldr_sim_config c;
+  base_cfg(&c, 1, 1);
+  eldr_sim_log log[N];
+  c.log = log;
+  eldr_sim_result r;
+  assert_int_equal(eldr_sim_run(&pool, &m, &c, &r, NULL), 0);
+  const double pre = eldr_latency_prefill(&m, N), kv = eldr_latency_kv_transfer(&m, 1);
+  const double step = 0.5 + N; /* 20 distinct experts x 1 s + the step overhead */
+  for (int i = 0; i < N; i++) {
+    assert_true(fabs(log[i].prefill_done - pre) < 1e-9); /* one batch of 20 prompts */
+    assert_true(fabs(log[i].first_token - (pre + kv + step)) < 1e-9); /* one first step */
+    assert_true(fabs(log[i].finish - (pre + kv + 4 * step)) < 1e-9);
+    assert_int_equal(log[i].completions, 1);
+  }
+  assert_int_equal(r.steps, 4);
+  free(idx);
+  eldr_trace_free(t);
+}
+
+/* The latencies users feel, by hand on the toy model: one decoder with
+ * batch 1, request b waits for a's 3 steps. TTFT, TPOT (from the first
+ * token), TPOT from the prefill's end (the wait counts), ITL (pooled
+ * gaps), end-to-end. */
+static void test_latency_metrics(void **st) {
+  (void)st;
+  eldr_latency_model m;
+  toy_model(&m, 1, 4, 1);
+  eldr_trace *t = eldr_trace_new("toy", &m.shape, NULL);
+  add_req(t, "a", NULL, 0.0, 3, 0, 0);
+  add_req(t, "b", NULL, 0.0, 3, 1, 0);
+  size_t *idx = iota(2);
+  eldr_sim_pool pool = {.trace = t, .idx = idx, .n = 2};
+  eldr_sim_config c;
+  base_cfg(&c, 1, 1);
+  c.max_batch = 1;
+  eldr_sim_log log[2];
+  c.log = log;
+  eldr_sim_result r;
+  assert_int_equal(eldr_sim_run(&pool, &m, &c, &r, NULL), 0);
+  const double step = 1.5, pf = eldr_latency_prefill(&m, 2), kv = eldr_latency_kv_transfer(&m, 1);
+  /* a: first token at pf + kv + 1.5, done 3 steps later; b waits 3 steps */
+  assert_true(fabs(log[0].finish - (pf + kv + 3 * step)) < 1e-9);
+  assert_true(fabs(log[1].finish - (pf + kv + 6 * step)) < 1e-9);
+  assert_true(fabs(r.tpot_p50 - step) < 1e-9); /* both: (finish - first) / 2 */
+  assert_true(fabs(r.tpot_p99 - step) < 1e-9);
+  double pfa = (kv + 3 * step) / 3, pfb = (kv + 6 * step) / 3; /* from the prefill's end */
+  assert_true(fabs(r.tpot_pf_p50 - (pfa + pfb) / 2) < 1e-9);
+  assert_true(fabs(r.tpot_pf_p99 - (pfa + 0.99 * (pfb - pfa))) < 1e-9);
+  assert_true(fabs(r.tpot_pf_mean - (pfa + pfb) / 2) < 1e-9);
+  assert_true(fabs(r.itl_p50 - step) < 1e-9 && fabs(r.itl_p99 - step) < 1e-9);
+  double ea = pf + kv + 3 * step, eb = pf + kv + 6 * step;
+  assert_true(fabs(r.e2e_p50 - (ea + eb) / 2) < 1e-9);
+  assert_true(fabs(r.e2e_mean - (ea + eb) / 2) < 1e-9);
+  assert_true(fabs(r.ttft_mean - ((pf + kv + step) + (pf + kv + 4 * step)) / 2) < 1e-9);
+  /* per request: every step had one member, union 1 */
+  assert_true(fabs(log[1].mean_batch - 1) < 1e-12 && fabs(log[1].mean_union - 1) < 1e-12);
+  assert_true(isnan(log[0].pred_union)); /* not a footprint run */
+  free(idx);
+  eldr_trace_free(t);
+}
+
+/* ITL pools the gaps of every request, each step counted once per member
+ * past its first token: a batch of 2 whose steps differ in length. */
+static void test_itl_weights(void **st) {
+  (void)st;
+  eldr_latency_model m;
+  toy_model(&m, 1, 8, 1);
+  eldr_trace *t = eldr_trace_new("toy", &m.shape, NULL);
+  add_req(t, "a", NULL, 0.0, 5, 1, 0); /* expert 1 throughout */
+  add_req(t, "b", NULL, 0.0, 2, 2, 0); /* expert 2: steps with both cost 2.5, alone 1.5 */
+  size_t *idx = iota(2);
+  eldr_sim_pool pool = {.trace = t, .idx = idx, .n = 2};
+  eldr_sim_config c;
+  base_cfg(&c, 1, 1);
+  c.prefill_guard = 0;
+  eldr_sim_result r;
+  assert_int_equal(eldr_sim_run(&pool, &m, &c, &r, NULL), 0);
+  /* steps: 2.5 (both first tokens: no gap), 2.5 (gaps of a and b), then
+   * three of 1.5 (a alone): gaps 2.5 2.5 1.5 1.5 1.5 -> sorted 1.5 x3, 2.5 x2 */
+  assert_true(fabs(r.itl_p50 - 1.5) < 1e-9);
+  assert_true(fabs(r.itl_p99 - 2.5) < 1e-9); /* position 0.99 * 4 = 3.96: between 2.5 and 2.5 */
+  free(idx);
+  eldr_trace_free(t);
+}
+
 /* A random trace of nreq requests in ndom domains; decode experts concentrate
  * on a domain's slice of the experts. */
 static eldr_trace *random_trace(size_t nreq, uint32_t L, uint32_t E, uint32_t K, size_t ndom,
@@ -428,7 +531,8 @@ int main(void) {
       cmocka_unit_test(test_waiting_queue),   cmocka_unit_test(test_bitset_path),
       cmocka_unit_test(test_invariants),
       cmocka_unit_test(test_policy_wiring),   cmocka_unit_test(test_determinism_and_replay),
-      cmocka_unit_test(test_errors),
+      cmocka_unit_test(test_errors),          cmocka_unit_test(test_tied_arrivals),
+      cmocka_unit_test(test_latency_metrics), cmocka_unit_test(test_itl_weights),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -105,11 +105,75 @@ static void test_errors(void **st) {
   assert_null(r);
 }
 
+/* The crossover: a row per preset, hardware and batch; the gain is 0 for a
+ * single request (one token touches K experts either way), positive at
+ * batch 16, and back under 1 % at 4096 for the top-8 presets (their union
+ * saturates: every expert is touched either way); the roofline's tokens per
+ * expert is expert_bytes x peak / (bandwidth x expert FLOPs). The CPU check
+ * on points that follow a roofline exactly recovers its bandwidth, peak and
+ * knees. No trace needed. */
+static void test_crossover(void **st) {
+  (void)st;
+  eldr_study_opts o;
+  eldr_study_opts_default(&o);
+  double ex[12], bt[12], ms[12];
+  size_t n = 0;
+  const double w = 3.0 * 64 * 32 * 4, f = 2.0 * 3 * 64 * 32, bw = 2e9, peak = 1e10;
+  const double exps[] = {8, 32}, bats[] = {1, 4, 16, 64, 256, 1024};
+  for (int i = 0; i < 2; i++)
+    for (int j = 0; j < 6; j++) {
+      ex[n] = exps[i], bt[n] = bats[j];
+      ms[n++] = 1e3 * fmax(exps[i] * w / bw, bats[j] * 4 * f / peak);
+    }
+  eldr_study_cpu cpu = {64, 32, 4, n, ex, bt, ms};
+  o.cpu = &cpu;
+  json_t *res = NULL;
+  eldr_diag d = {{0}};
+  assert_int_equal(eldr_study_run("crossover", &o, &res, &d), 0);
+  json_t *rows = json_object_get(res, "rows"), *table = json_object_get(res, "crossover");
+  assert_int_equal(json_array_size(table), 6 * 3);
+  assert_int_equal(json_array_size(rows), 6 * 3 * 13);
+  for (size_t i = 0; i < json_array_size(rows); i++) {
+    json_t *r = json_array_get(rows, i);
+    double b = json_number_value(json_array_get(r, 2)), g = json_number_value(json_array_get(r, 8));
+    double ur = json_number_value(json_array_get(r, 3)), ul = json_number_value(json_array_get(r, 4));
+    assert_true(ul <= ur + 1e-9); /* a domain's batch never touches more experts */
+    if (b == 1) assert_true(fabs(g) < 1e-9);
+    if (b == 16) assert_true(g > 0);
+    const char *model = json_string_value(json_array_get(r, 0));
+    if (b == 4096 && strcmp(model, "llama4-maverick")) assert_true(g < 1.0);
+  }
+  for (size_t i = 0; i < json_array_size(table); i++) {
+    json_t *r = json_array_get(table, i);
+    const char *model = json_string_value(json_object_get(r, "model"));
+    if (!strcmp(model, "qwen3-30b-a3b") &&
+        !strcmp(json_string_value(json_object_get(r, "hardware")), "mi300x")) {
+      eldr_latency_model m;
+      assert_int_equal(eldr_latency_preset("qwen3-30b-a3b", "mi300x", &m, NULL), 0);
+      double want = m.expert_bytes * m.peak_flops / (m.hbm_bw * m.expert_flops_per_token);
+      assert_true(fabs(json_number_value(json_object_get(r, "roofline_tokens_per_expert")) - want) < 1e-6 * want);
+      assert_true(json_is_number(json_object_get(r, "crossover_batch")));
+    }
+  }
+  json_t *cc = json_object_get(res, "cpu_check");
+  assert_non_null(cc);
+  assert_true(fabs(json_number_value(json_object_get(cc, "fitted_weight_gb_s")) - bw / 1e9) < 1e-9);
+  assert_true(fabs(json_number_value(json_object_get(cc, "fitted_gflop_s")) - peak / 1e9) < 1e-9);
+  json_t *k = json_object_get(cc, "batch_at_plus_25_pct");
+  for (size_t i = 0; i < json_array_size(k); i++) { /* measured knee = the roofline's (log-interpolated) */
+    double m = json_number_value(json_object_get(json_array_get(k, i), "batch_measured"));
+    double r = json_number_value(json_object_get(json_array_get(k, i), "batch_roofline"));
+    assert_true(m > 0 && r > 0 && fabs(log(m / r)) < log(1.6));
+  }
+  json_decref(res);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fig2_fig3),
       cmocka_unit_test(test_fig4_table2),
       cmocka_unit_test(test_errors),
+      cmocka_unit_test(test_crossover),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

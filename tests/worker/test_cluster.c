@@ -278,6 +278,13 @@ static void test_load_every_request_completes(void **state) {
     assert_true(decoder_of_engine(q->engine) >= 0);
   }
   assert_int_equal(r.malformed, 0);
+  /* inter-token latency: one gap per token after a stream's first */
+  size_t gaps = 0;
+  for (size_t i = 0; i < r.n; i++) gaps += r.recs[i].tokens ? r.recs[i].tokens - 1 : 0;
+  assert_int_equal(r.n_itl, gaps);
+  eldr_loadgen_summary sm;
+  assert_int_equal(eldr_loadgen_summarize(&r, &sm), 0);
+  if (gaps) assert_true(sm.itl_p99 >= sm.itl_p50 && sm.itl_p50 > 0);
   eldr_loadgen_result_free(&r);
 }
 

@@ -11,7 +11,7 @@ set linetype 7 linecolor rgb '#000000' linewidth 2 pointtype 11
 set linetype 8 linecolor rgb '#999999' linewidth 2 pointtype 12
 set linetype cycle 8
 set output 'docs/results/real/fig11.png'
-set title 'fig11'
+set title 'fig11: mean TPOT vs load, 8P16D, Llama-4-Maverick-17B-128E-Instruct (held out)'
 set xlabel 'load (share of estimated capacity)'
 set ylabel 'mean TPOT (ms)'
 $d0 << EOD
@@ -56,4 +56,5 @@ $d5 << EOD
 0.8 6.36145
 0.95 6.64042
 EOD
-plot $d0 using 1:2 with linespoints title 'random', $d1 using 1:2 with linespoints title 'rr', $d2 using 1:2 with linespoints title 'jsq', $d3 using 1:2 with linespoints title 'p2c', $d4 using 1:2 with linespoints title 'eldr', $d5 using 1:2 with linespoints title 'eldr-permuted'
+set key below
+plot $d0 using 1:2 with linespoints lt 1 dt 1 title 'random', $d1 using 1:2 with linespoints lt 2 dt 1 title 'rr', $d2 using 1:2 with linespoints lt 3 dt 1 title 'jsq', $d3 using 1:2 with linespoints lt 4 dt 1 title 'p2c', $d4 using 1:2 with linespoints lt 5 dt 1 title 'eldr', $d5 using 1:2 with linespoints lt 6 dt 1 title 'eldr-permuted'

@@ -11,14 +11,16 @@ set linetype 7 linecolor rgb '#000000' linewidth 2 pointtype 11
 set linetype 8 linecolor rgb '#999999' linewidth 2 pointtype 12
 set linetype cycle 8
 set output 'docs/results/real/fig15.png'
-set title 'fig15'
+set title 'fig15: balanced vs vanilla K-means, 95% load, Llama-4-Maverick-17B-128E-Instruct'
 set xlabel 'K-means'
 set ylabel 'mean TPOT vs best baseline (%)'
 $d0 << EOD
 "balanced" -5.88871 -0.588436 -5.30028
 "vanilla" -2.91811 2.96504 -5.88315
 EOD
+set key below
 set style data histograms
 set style fill solid 0.6
 set boxwidth 0.8
-plot $d0 using 2:xtic(1) title 'gain_pct', $d0 using 3:xtic(1) title 'control_pct', $d0 using 4:xtic(1) title 'net_pct'
+set yrange [0:*]
+plot $d0 using 2:xtic(1) title 'ELDR vs the best baseline', $d0 using 3:xtic(1) title 'replay control (eldr-permuted) alone', $d0 using 4:xtic(1) title 'ELDR net of the replay control'

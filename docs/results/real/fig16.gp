@@ -11,7 +11,7 @@ set linetype 7 linecolor rgb '#000000' linewidth 2 pointtype 11
 set linetype 8 linecolor rgb '#999999' linewidth 2 pointtype 12
 set linetype cycle 8
 set output 'docs/results/real/fig16.png'
-set title 'fig16'
+set title 'fig16: ELDR''s TPOT change vs the locality band tau, 95% load, Llama-4-Maverick-17B-128E-Instruct'
 set xlabel 'locality band tau'
 set ylabel 'mean TPOT vs best baseline (%)'
 $d0 << EOD
@@ -22,4 +22,5 @@ $d0 << EOD
 0.5 -3.8398 -0.552204 -3.2876
 1 -2.51005 -0.379051 -2.131
 EOD
-plot $d0 using 1:2 with linespoints title 'gain_pct', $d0 using 1:3 with linespoints title 'control_pct', $d0 using 1:4 with linespoints title 'net_pct'
+set key below
+plot $d0 using 1:2 with linespoints lt 1 dt 1 title 'ELDR vs the best baseline', $d0 using 1:3 with linespoints lt 2 dt 1 title 'replay control (eldr-permuted) alone', $d0 using 1:4 with linespoints lt 3 dt 1 title 'ELDR net of the replay control'

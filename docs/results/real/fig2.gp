@@ -11,12 +11,11 @@ set linetype 7 linecolor rgb '#000000' linewidth 2 pointtype 11
 set linetype 8 linecolor rgb '#999999' linewidth 2 pointtype 12
 set linetype cycle 8
 set output 'docs/results/real/fig2.png'
-set title 'fig2'
+set title 'fig2: decode step time vs distinct experts per layer, llama4-maverick on h200'
 set xlabel 'distinct experts per layer'
 set ylabel 'decode step (ms)'
 $d0 << EOD
 1 4.28902
-1 2.12902
 EOD
 $d1 << EOD
 1 4.40467
@@ -35,6 +34,23 @@ $d1 << EOD
 14 5.90814
 15 6.02379
 16 6.13944
+EOD
+$d2 << EOD
+1 4.77475
+8 5.58431
+15 6.39388
+22 7.20344
+29 8.013
+36 8.82256
+43 9.63213
+50 10.4417
+57 11.2513
+64 12.0608
+EOD
+$d3 << EOD
+1 2.12902
+EOD
+$d4 << EOD
 1 2.24467
 2 2.36032
 3 2.47597
@@ -52,17 +68,7 @@ $d1 << EOD
 15 3.86379
 16 3.97944
 EOD
-$d2 << EOD
-1 4.77475
-8 5.58431
-15 6.39388
-22 7.20344
-29 8.013
-36 8.82256
-43 9.63213
-50 10.4417
-57 11.2513
-64 12.0608
+$d5 << EOD
 1 2.61475
 8 3.42431
 15 4.23388
@@ -74,4 +80,5 @@ $d2 << EOD
 57 9.09125
 64 9.90081
 EOD
-plot $d0 using 1:2 with linespoints title '1', $d1 using 1:2 with linespoints title '16', $d2 using 1:2 with linespoints title '64'
+set key below
+plot $d0 using 1:2 with linespoints lt 1 dt 1 title 'per-layer overhead: preset, batch 1', $d1 using 1:2 with linespoints lt 2 dt 1 title 'per-layer overhead: preset, batch 16', $d2 using 1:2 with linespoints lt 3 dt 1 title 'per-layer overhead: preset, batch 64', $d3 using 1:2 with linespoints lt 1 dt 2 title 'per-layer overhead: zero, batch 1', $d4 using 1:2 with linespoints lt 2 dt 2 title 'per-layer overhead: zero, batch 16', $d5 using 1:2 with linespoints lt 3 dt 2 title 'per-layer overhead: zero, batch 64'

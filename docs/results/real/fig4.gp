@@ -11,7 +11,7 @@ set linetype 7 linecolor rgb '#000000' linewidth 2 pointtype 11
 set linetype 8 linecolor rgb '#999999' linewidth 2 pointtype 12
 set linetype cycle 8
 set output 'docs/results/real/fig4.png'
-set title 'fig4'
+set title 'fig4: distinct experts per decode step by batching rule, Llama-4-Maverick-17B-128E-Instruct (held out)'
 set xlabel 'decode batch size'
 set ylabel 'distinct experts per layer per step'
 $d0 << EOD
@@ -32,4 +32,5 @@ $d2 << EOD
 32 NaN
 64 NaN
 EOD
-plot $d0 using 1:2 with linespoints title 'random', $d1 using 1:2 with linespoints title 'domain', $d2 using 1:2 with linespoints title 'cluster'
+set key below
+plot $d0 using 1:2 with linespoints lt 1 dt 1 title 'random', $d1 using 1:2 with linespoints lt 2 dt 1 title 'domain', $d2 using 1:2 with linespoints lt 3 dt 1 title 'cluster'

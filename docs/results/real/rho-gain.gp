@@ -11,7 +11,7 @@ set linetype 7 linecolor rgb '#000000' linewidth 2 pointtype 11
 set linetype 8 linecolor rgb '#999999' linewidth 2 pointtype 12
 set linetype cycle 8
 set output 'docs/results/real/rho-gain.png'
-set title 'rho-gain'
+set title 'rho-gain: a representation''s rho against its net TPOT gain, Llama-4-Maverick-17B-128E-Instruct'
 set xlabel 'rho (fit quality)'
 set ylabel 'net TPOT gain (%)'
 $d0 << EOD
@@ -24,4 +24,5 @@ $d0 << EOD
 0.579311 -4.76515
 0.543014 -4.23159
 EOD
-plot $d0 using 1:2 with points pt 7 title 'net_pct'
+unset key
+plot $d0 using 1:2 with points pt 7 lt 1 dt 1 title 'ELDR net of the replay control'

@@ -11,12 +11,13 @@ set linetype 7 linecolor rgb '#000000' linewidth 2 pointtype 11
 set linetype 8 linecolor rgb '#999999' linewidth 2 pointtype 12
 set linetype cycle 8
 set output 'docs/results/real/table2.png'
-set title 'table2'
+set title 'table2: ELDR''s TPOT change vs the decode pool, 8 prefill, 95% load, Llama-4-Maverick-17B-128E-Instruct'
 set xlabel 'decode workers'
 set ylabel 'mean TPOT vs best baseline (%)'
 $d0 << EOD
-8 -6.26275 -0.602344 -5.6604
+8 -5.67639 -0.461243 -5.21515
 16 -5.88871 -0.588436 -5.30028
-24 -4.98847 -0.374096 -4.61438
+24 -5.54474 -0.54128 -5.00346
 EOD
-plot $d0 using 1:2 with linespoints title 'gain_pct', $d0 using 1:3 with linespoints title 'control_pct', $d0 using 1:4 with linespoints title 'net_pct'
+set key below
+plot $d0 using 1:2 with linespoints lt 1 dt 1 title 'ELDR vs the best baseline', $d0 using 1:3 with linespoints lt 2 dt 1 title 'replay control (eldr-permuted) alone', $d0 using 1:4 with linespoints lt 3 dt 1 title 'ELDR net of the replay control'

@@ -11,7 +11,7 @@ set linetype 7 linecolor rgb '#000000' linewidth 2 pointtype 11
 set linetype 8 linecolor rgb '#999999' linewidth 2 pointtype 12
 set linetype cycle 8
 set output 'docs/results/realistic/fig3.png'
-set title 'fig3'
+set title 'fig3: prefill->decode correlation of a request''s expert counts, Qwen3-30B-A3B'
 set xlabel ''
 set ylabel 'median Pearson (prefill vs decode counts)'
 $d0 << EOD
@@ -19,7 +19,9 @@ $d0 << EOD
 "random pair" 0.106647
 "same-domain pair" 0.411015
 EOD
+unset key
 set style data histograms
 set style fill solid 0.6
 set boxwidth 0.8
-plot $d0 using 2:xtic(1) title 'median_pearson'
+set yrange [0:*]
+plot $d0 using 2:xtic(1) title 'median Pearson'

@@ -11,12 +11,13 @@ set linetype 7 linecolor rgb '#000000' linewidth 2 pointtype 11
 set linetype 8 linecolor rgb '#999999' linewidth 2 pointtype 12
 set linetype cycle 8
 set output 'docs/results/realistic/table2.png'
-set title 'table2'
+set title 'table2: ELDR''s TPOT change vs the decode pool, 8 prefill, 95% load, Qwen3-30B-A3B'
 set xlabel 'decode workers'
 set ylabel 'mean TPOT vs best baseline (%)'
 $d0 << EOD
-8 -9.20889 -1.29249 -7.91641
+8 -8.96916 -0.892734 -8.07642
 16 -9.18661 -1.12174 -8.06487
-24 -9.53643 -1.24022 -8.29622
+24 -9.74178 -1.47809 -8.26368
 EOD
-plot $d0 using 1:2 with linespoints title 'gain_pct', $d0 using 1:3 with linespoints title 'control_pct', $d0 using 1:4 with linespoints title 'net_pct'
+set key below
+plot $d0 using 1:2 with linespoints lt 1 dt 1 title 'ELDR vs the best baseline', $d0 using 1:3 with linespoints lt 2 dt 1 title 'replay control (eldr-permuted) alone', $d0 using 1:4 with linespoints lt 3 dt 1 title 'ELDR net of the replay control'
