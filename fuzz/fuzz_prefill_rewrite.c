@@ -89,8 +89,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     eldr__req_free(&r);
   }
   /* the same bytes as a prefill reply and as a decode reply to splice */
-  eldr__prefill_reply pr;
-  if (eldr__prefill_reply_parse(in.body, in.len, &pr, NULL) == 0) {
+  eldr_reply_prefill pr;
+  if (eldr_reply_prefill_parse(in.body, in.len, &pr, NULL) == 0) {
     {
       char *out = NULL;
       size_t ol = 0;
@@ -98,8 +98,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       free(out);
     }
     /* read by the scanner alone: the same fields, the same tree on demand */
-    eldr__prefill_reply ps;
-    if (eldr__prefill_reply_read(in.body, in.len, 0, &ps, NULL) != 0) abort();
+    eldr_reply_prefill ps = {0};
+    if (eldr_reply_prefill_read(in.body, in.len, 0, &ps, NULL) != 0) abort();
     if (ps.prompt_tokens != pr.prompt_tokens || ps.cached_tokens != pr.cached_tokens ||
         ps.kv_len != pr.kv_len || ps.det_len != pr.det_len || (!ps.kv_len) != (!pr.kv_transfer_params) ||
         (ps.kv_len + ps.det_len && memcmp(ps.bytes, pr.bytes, ps.kv_len + ps.det_len)))
@@ -107,7 +107,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     json_t *kvj = ps.kv_len ? json_loadb(ps.bytes, ps.kv_len, 0, NULL) : NULL;
     if (ps.kv_len && !json_equal(kvj, pr.kv_transfer_params)) abort();
     json_decref(kvj);
-    if (!eldr__prefill_reply_root(&ps) || !json_equal(ps.root, pr.root)) abort();
+    if (!eldr_reply_prefill_root(&ps) || !json_equal(ps.root, pr.root)) abort();
     /* the same bytes as the decode reply: the usage edited in place equals
      * the tree's fix (same answer, same document) */
     {
@@ -125,13 +125,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       }
       free(a);
       free(b);
-      eldr__prefill_reply_free(&ps);
-      if (eldr__prefill_reply_read(in.body, in.len, 0, &ps, NULL) != 0) abort(); /* no tree built yet */
+      eldr_reply_prefill_free(&ps);
+      if (eldr_reply_prefill_read(in.body, in.len, 0, &ps, NULL) != 0) abort(); /* no tree built yet */
       int rs = eldr__decode_reply_fix_pr(in.body, in.len, &ps, &fo, &a, &al, NULL, NULL);
       if (rs != rb) abort();
       free(a);
       /* the reply's own buffer adopted (twice: buffers exchanged): the read's fields */
-      eldr__prefill_reply pa;
+      eldr_reply_prefill pa;
       memset(&pa, 0, sizeof pa);
       for (int k = 0; k < 2; k++) {
         size_t cap = in.len + 1 + (size_t)k * 64;
@@ -141,7 +141,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         buf[in.len] = 0;
         char *was = buf;
         size_t alen = in.len;
-        if (eldr__prefill_reply_adopt(&buf, &cap, &alen, 0, &pa, NULL) != 0) abort();
+        if (eldr_reply_prefill_adopt(&buf, &cap, &alen, 0, &pa, NULL) != 0) abort();
         if (alen != (ps.raw ? 0 : in.len)) abort(); /* emptied only when exchanged */
         /* the scanner's read: buffers exchanged; else (a NUL byte: the tree) untouched */
         if ((!ps.raw) != (!pa.raw) || (ps.raw && (buf == was || memcmp(pa.raw, in.body, in.len))) ||
@@ -153,8 +153,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
           abort();
         free(buf);
       }
-      eldr__prefill_reply_free(&pa);
-      eldr__prefill_reply_free(&ps);
+      eldr_reply_prefill_free(&pa);
+      eldr_reply_prefill_free(&ps);
     }
     if (pr.routed_experts) {
       uint8_t *buf = NULL;
@@ -164,7 +164,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       eldr__routed_experts_view(pr.routed_experts, pr.routed_experts_len, &sh, &buf, &cap, &v, NULL);
       free(buf);
     }
-    eldr__prefill_reply_free(&pr);
+    eldr_reply_prefill_free(&pr);
   }
   return 0;
 }

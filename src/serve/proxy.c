@@ -61,7 +61,7 @@ static void rq_destroy(rq *r) {
   free(r->L.buf);
   eldr__req_free(&r->req);
   eldr__prompt_free(&r->prompt);
-  eldr__prefill_reply_free(&r->pr);
+  eldr_reply_prefill_free(&r->pr);
   eldr__buf_free(&r->fwd);
   eldr__buf_free(&r->pb);
   eldr__buf_free(&r->db);
@@ -90,7 +90,7 @@ static void rq_give_large(rq *r) {
     r->L.buf = NULL;
     r->L.n = r->L.cap = 0;
   }
-  eldr__prefill_reply_clear(&r->pr); /* keeps its copy's buffer (and nothing borrows from it now) */
+  eldr_reply_prefill_clear(&r->pr); /* keeps its copy's buffer (and nothing borrows from it now) */
   if (r->pr.raw_cap >= ELDR__BUFPOOL_MIN) {
     eldr__bufpool_give(bp, r->pr.raw, r->pr.raw_cap);
     r->pr.raw = NULL;
@@ -639,7 +639,7 @@ static int decide(rq *r, int *fallback) {
   if (s->cfg.policy == ELDR_POLICY_ELDR || s->cfg.policy == ELDR_POLICY_FOOTPRINT) {
     double t0 = eldr__now_s();
     /* the reply's bytes when the scanner read it (no tree), else its tree */
-    eldr__sigpath_extract(&s->sp, r->pr.raw, r->pr.raw_len, r->pr.raw ? NULL : eldr__prefill_reply_root(&r->pr),
+    eldr__sigpath_extract(&s->sp, r->pr.raw, r->pr.raw_len, r->pr.raw ? NULL : eldr_reply_prefill_root(&r->pr),
                           r->req.api == ELDR__API_CHAT, r->pr.routed_experts, r->pr.routed_experts_len,
                           r->pr.raw ? r->pr.compact : (eldr_js_span){0, 0, ELDR_JS_NONE}, &r->prompt, &res);
     eldr__histo_add(&s->m.sig, eldr__now_s() - t0);
@@ -726,7 +726,7 @@ static void on_prefill_reply(rq *r) {
    * scanner reads the fields and the signature path the bytes */
   int need_tree = s->rec || r->rec || r->req.prompt_logprobs;
   /* the reply's buffer becomes r->pr's (no copy); L takes r->pr's old one, empty */
-  if (eldr__prefill_reply_adopt(&L->buf, &L->cap, &L->n, need_tree, &r->pr, &d) != 0) {
+  if (eldr_reply_prefill_adopt(&L->buf, &L->cap, &L->n, need_tree, &r->pr, &d) != 0) {
     worker *w = L->w;
     w->slot->err_status++;
     eldr__worker_failed(w, "bad reply");

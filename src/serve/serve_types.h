@@ -304,7 +304,7 @@ struct rq {
    * reply as fixed for the client */
   eldr__buf fwd, pb, db, fix;
   rq *pool_next;
-  eldr__prefill_reply pr;
+  eldr_reply_prefill pr;
   uint64_t tried[MAX_TRIED]; /* worker ids */
   int ntried;
   leg L;

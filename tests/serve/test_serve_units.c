@@ -309,24 +309,24 @@ static void test_prefill_reply(void **st) {
   (void)st;
   const char *b = "{\"choices\":[{\"index\":0,\"routed_experts\":\"QUJD\"}],\"usage\":{\"prompt_tokens\":40,"
                   "\"prompt_tokens_details\":{\"cached_tokens\":32}},\"kv_transfer_params\":{\"a\":1}}";
-  eldr__prefill_reply p;
-  assert_int_equal(eldr__prefill_reply_parse(b, strlen(b), &p, NULL), 0);
+  eldr_reply_prefill p;
+  assert_int_equal(eldr_reply_prefill_parse(b, strlen(b), &p, NULL), 0);
   assert_non_null(p.kv_transfer_params);
   assert_int_equal(p.routed_experts_len, 4);
   assert_memory_equal(p.routed_experts, "QUJD", 4);
   assert_int_equal(p.prompt_tokens, 40);
   assert_int_equal(p.cached_tokens, 32);
-  eldr__prefill_reply_free(&p);
+  eldr_reply_prefill_free(&p);
   const char *b2 = "{\"choices\":[{\"routed_experts\":null}],\"usage\":{\"prompt_tokens\":\"x\"},\"kv_transfer_params\":3}";
-  assert_int_equal(eldr__prefill_reply_parse(b2, strlen(b2), &p, NULL), 0);
+  assert_int_equal(eldr_reply_prefill_parse(b2, strlen(b2), &p, NULL), 0);
   assert_null(p.kv_transfer_params);
   assert_null(p.routed_experts);
   assert_int_equal(p.prompt_tokens, -1);
   assert_int_equal(p.cached_tokens, 0);
-  eldr__prefill_reply_free(&p);
+  eldr_reply_prefill_free(&p);
   eldr_diag d = {{0}};
-  assert_int_equal(eldr__prefill_reply_parse("nope", 4, &p, &d), ELDR_EPARSE);
-  assert_int_equal(eldr__prefill_reply_parse("[]", 2, &p, &d), ELDR_EPARSE);
+  assert_int_equal(eldr_reply_prefill_parse("nope", 4, &p, &d), ELDR_EPARSE);
+  assert_int_equal(eldr_reply_prefill_parse("[]", 2, &p, &d), ELDR_EPARSE);
 }
 
 /* The reply's own buffer adopted: no copy, the buffers exchanged, the same
@@ -336,7 +336,7 @@ static void test_prefill_reply_adopt(void **st) {
   const char *b = "{\"choices\":[{\"index\":0,\"routed_experts\":\"QUJD\"}],\"usage\":{\"prompt_tokens\":40,"
                   "\"prompt_tokens_details\":{\"cached_tokens\":32}},\"kv_transfer_params\":{\"a\":1}}";
   const size_t n = strlen(b);
-  eldr__prefill_reply p;
+  eldr_reply_prefill p;
   memset(&p, 0, sizeof p);
   char *prev = NULL;
   for (int round = 0; round < 3; round++) {
@@ -345,7 +345,7 @@ static void test_prefill_reply_adopt(void **st) {
     assert_non_null(buf);
     memcpy(buf, b, n + 1);
     size_t len = n;
-    assert_int_equal(eldr__prefill_reply_adopt(&buf, &cap, &len, 0, &p, NULL), 0);
+    assert_int_equal(eldr_reply_prefill_adopt(&buf, &cap, &len, 0, &p, NULL), 0);
     assert_int_equal(len, 0); /* exchanged: the caller's buffer holds nothing */
     assert_null(p.root);
     assert_true(p.raw != buf);
@@ -366,7 +366,7 @@ static void test_prefill_reply_adopt(void **st) {
       memcpy(big, b, n + 1);
       char *was = big;
       size_t bl = n;
-      assert_int_equal(eldr__prefill_reply_adopt(&big, &bc, &bl, 0, &p, NULL), 0);
+      assert_int_equal(eldr_reply_prefill_adopt(&big, &bc, &bl, 0, &p, NULL), 0);
       assert_int_equal(bl, 0);
       assert_ptr_equal(p.raw, was);
       assert_ptr_equal(big, prev);
@@ -381,14 +381,14 @@ static void test_prefill_reply_adopt(void **st) {
   memcpy(buf, b, n + 1);
   char *was = buf;
   size_t len = n;
-  assert_int_equal(eldr__prefill_reply_adopt(&buf, &cap, &len, 1, &p, NULL), 0);
+  assert_int_equal(eldr_reply_prefill_adopt(&buf, &cap, &len, 1, &p, NULL), 0);
   assert_null(buf);
   assert_int_equal(len, 0);
   assert_ptr_equal(p.raw, was);
   assert_int_equal(p.raw_len, n);
   assert_non_null(p.root);
   assert_int_equal(p.prompt_tokens, 40);
-  eldr__prefill_reply_free(&p);
+  eldr_reply_prefill_free(&p);
 }
 
 static char *enc(const uint16_t *sel, size_t n, const eldr_shape *s) {
@@ -679,12 +679,12 @@ static json_t *npy_reply(const uint16_t *sel, size_t first, size_t n, size_t P, 
 static void extract_text(eldr__sigpath *sp, json_t *reply, const eldr__prompt *p, eldr__sigres *res) {
   char *txt = json_dumps(reply, JSON_COMPACT);
   assert_non_null(txt);
-  eldr__prefill_reply pr;
-  assert_int_equal(eldr__prefill_reply_read(txt, strlen(txt), 0, &pr, NULL), 0);
+  eldr_reply_prefill pr = {0};
+  assert_int_equal(eldr_reply_prefill_read(txt, strlen(txt), 0, &pr, NULL), 0);
   free(txt);
   assert_non_null(pr.raw); /* the scanner read it */
   eldr__sigpath_extract(sp, pr.raw, pr.raw_len, NULL, 0, pr.routed_experts, pr.routed_experts_len, pr.compact, p, res);
-  eldr__prefill_reply_free(&pr);
+  eldr_reply_prefill_free(&pr);
 }
 
 /* A decode reply's text: npy rows sel[0, n) (P prompt, the rest generated);
@@ -724,20 +724,20 @@ static void test_decode_reply_counts(void **st) {
   assert_int_equal(eldr_counts_accumulate(&sh, sel + P * 6, ELDR_SEL_U16, G - 1, expect, NULL), 0);
   char *t = decode_text(sel, R, &sh, 1, P, G);
   int64_t ct = -7;
-  assert_int_equal(eldr__decode_reply_counts(t, strlen(t), 0, &sh, NULL, -1, got, &ct), G - 1);
+  assert_int_equal(eldr_reply_decode_counts(t, strlen(t), ELDR_RE_COMPLETIONS, &sh, NULL, -1, got, &ct), G - 1);
   assert_memory_equal(got, expect, sizeof expect);
   assert_int_equal(ct, G);
   /* a chat reader refuses a text_completion reply */
-  assert_int_equal(eldr__decode_reply_counts(t, strlen(t), 1, &sh, NULL, P, got, NULL), -1);
+  assert_int_equal(eldr_reply_decode_counts(t, strlen(t), ELDR_RE_CHAT, &sh, NULL, P, got, NULL), -1);
   free(t);
   /* no usage: the prefill's prompt_tokens split the rows; unknown: -1 */
   t = decode_text(sel, R, &sh, 0, 0, 0);
   memset(got, 0xff, sizeof got);
   ct = -7;
-  assert_int_equal(eldr__decode_reply_counts(t, strlen(t), 0, &sh, NULL, P, got, &ct), G - 1);
+  assert_int_equal(eldr_reply_decode_counts(t, strlen(t), ELDR_RE_COMPLETIONS, &sh, NULL, P, got, &ct), G - 1);
   assert_memory_equal(got, expect, sizeof expect);
   assert_int_equal(ct, -7);
-  assert_int_equal(eldr__decode_reply_counts(t, strlen(t), 0, &sh, NULL, -1, got, NULL), -1);
+  assert_int_equal(eldr_reply_decode_counts(t, strlen(t), ELDR_RE_COMPLETIONS, &sh, NULL, -1, got, NULL), -1);
   free(t);
   /* one expert twice in layer 0 of every generated row: counts above the
    * rows, which no trace holds (eldr_counts_rows_check) */
@@ -745,12 +745,12 @@ static void test_decode_reply_counts(void **st) {
   memcpy(rep, sel, sizeof rep);
   for (size_t t0 = P; t0 < R; t0++) rep[t0 * 6] = rep[t0 * 6 + 1] = 3;
   t = decode_text(rep, R, &sh, 1, P, G);
-  assert_int_equal(eldr__decode_reply_counts(t, strlen(t), 0, &sh, NULL, P, got, NULL), -1);
+  assert_int_equal(eldr_reply_decode_counts(t, strlen(t), ELDR_RE_COMPLETIONS, &sh, NULL, P, got, NULL), -1);
   free(t);
   /* no routed_experts: -1, the usage still read */
   static const char none[] = "{\"object\":\"text_completion\",\"choices\":[{\"index\":0}],\"usage\":{\"completion_tokens\":9}}";
   ct = -7;
-  assert_int_equal(eldr__decode_reply_counts(none, sizeof none - 1, 0, &sh, NULL, P, got, &ct), -1);
+  assert_int_equal(eldr_reply_decode_counts(none, sizeof none - 1, ELDR_RE_COMPLETIONS, &sh, NULL, P, got, &ct), -1);
   assert_int_equal(ct, 9);
 }
 
@@ -851,11 +851,11 @@ static void test_sigpath_deferred_store(void **st) {
 
 /* extract_text on a reply's JSON text as given (escapes and all). */
 static void extract_raw(eldr__sigpath *sp, const char *txt, const eldr__prompt *p, eldr__sigres *res) {
-  eldr__prefill_reply pr;
-  assert_int_equal(eldr__prefill_reply_read(txt, strlen(txt), 0, &pr, NULL), 0);
+  eldr_reply_prefill pr = {0};
+  assert_int_equal(eldr_reply_prefill_read(txt, strlen(txt), 0, &pr, NULL), 0);
   assert_non_null(pr.raw);
   eldr__sigpath_extract(sp, pr.raw, pr.raw_len, NULL, 0, pr.routed_experts, pr.routed_experts_len, pr.compact, p, res);
-  eldr__prefill_reply_free(&pr);
+  eldr_reply_prefill_free(&pr);
 }
 
 /* A prompt the cache holds, its reply carrying every row (vLLM since PR
