@@ -26,9 +26,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (eldr_fuzz_body_split(data, size, &in)) return 0;
   eldr__req r;
   if (eldr__req_parse_tree(in.body, in.len, in.api, &r, NULL) == 0) { /* r.root: the tree to compare with */
-    size_t pl = 0;
-    char *p = eldr__prefill_body(&r, &pl);
-    if (!p) abort();
+    eldr__buf pb = {0};
+    if (eldr__prefill_body_buf(&r, &pb)) abort();
+    char *p = pb.p;
+    const size_t pl = pb.n;
     json_t *pj = json_loadb(p, pl, 0, NULL);
     if (!pj) abort();
     if (!json_is_false(json_object_get(pj, "stream"))) abort();
@@ -56,17 +57,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       if (!skip && !json_object_get(r.root, k)) abort();
     }
     /* decode leg */
-    size_t dl = 0;
-    char *q = eldr__decode_body(&r, want_kv, &dl);
+    char *kvs = json_dumps(want_kv, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    eldr__buf db = {0};
+    if (!kvs || eldr__decode_body_buf(&r, kvs, strlen(kvs), &db)) abort();
+    free(kvs);
+    char *q = db.p;
+    const size_t dl = db.n;
     json_t *dj = q ? json_loadb(q, dl, 0, NULL) : NULL;
     if (!dj) abort();
     /* without the prefill's: none at all (the client's never pass) */
-    size_t dl2 = 0;
-    char *q2 = eldr__decode_body(&r, NULL, &dl2);
-    json_t *dj2 = q2 ? json_loadb(q2, dl2, 0, NULL) : NULL;
+    eldr__buf db2 = {0};
+    if (eldr__decode_body_buf(&r, NULL, 0, &db2)) abort();
+    json_t *dj2 = db2.p ? json_loadb(db2.p, db2.n, 0, NULL) : NULL;
     if (!dj2 || json_object_get(dj2, "kv_transfer_params")) abort();
     json_decref(dj2);
-    free(q2);
+    eldr__buf_free(&db2);
     json_t *orig = json_deep_copy(r.root);
     json_object_del(orig, "prompt_logprobs");
     json_object_set(orig, "kv_transfer_params", want_kv);
@@ -112,9 +117,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
      * the tree's fix (same answer, same document) */
     {
       eldr__fix_opts fo = {0, 1, 0};
-      char *a = NULL, *b = NULL;
-      size_t al = 0, bl = 0;
-      int ra = eldr__decode_reply_fix_pr(in.body, in.len, &pr, &fo, &a, &al, NULL, NULL);
+      char *b = NULL;
+      size_t bl = 0;
+      eldr__buf ab = {0};
+      int ra = eldr__decode_reply_fix_buf(in.body, in.len, &pr, &fo, &ab, NULL, NULL);
+      char *a = ab.p;
+      size_t al = ab.n;
       int rb = eldr__decode_reply_fix(in.body, in.len, pr.root, &fo, &b, &bl, NULL, NULL);
       if (ra != rb) abort();
       if (ra == 0) {
@@ -127,9 +135,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       free(b);
       eldr_reply_prefill_free(&ps);
       if (eldr_reply_prefill_read(in.body, in.len, 0, &ps, NULL) != 0) abort(); /* no tree built yet */
-      int rs = eldr__decode_reply_fix_pr(in.body, in.len, &ps, &fo, &a, &al, NULL, NULL);
+      ab = (eldr__buf){0};
+      int rs = eldr__decode_reply_fix_buf(in.body, in.len, &ps, &fo, &ab, NULL, NULL);
       if (rs != rb) abort();
-      free(a);
+      eldr__buf_free(&ab);
       /* the reply's own buffer adopted (twice: buffers exchanged): the read's fields */
       eldr_reply_prefill pa;
       memset(&pa, 0, sizeof pa);

@@ -1,6 +1,10 @@
-/* edit.c — the legs' bodies cut from the bytes they come from, not
- * rebuilt from a tree: the prefill and decode requests from the client's
- * body, the decode reply's usage edited in place (include/eldr/jscan.h).
+/* edit.c — the byte path of every body the router writes: cut from the
+ * bytes it comes from, not rebuilt from a tree (include/eldr/jscan.h). The
+ * prefill and decode requests from the client's body; the decode reply
+ * with the prefill's routed_experts and prompt_logprobs put in
+ * (eldr/reply_splice.h) and its usage edited in place. What the byte
+ * editor does not take goes to the tree path (rewrite.c); the prefill
+ * reply itself is read by format's eldr/reply.h.
  *
  * A body jansson accepted that has no NUL byte is one the scanner accepts
  * too (fuzz_jscan checks that on every input), so the member walk of
@@ -14,7 +18,6 @@
 #include <string.h>
 
 #include "eldr/jscan.h"
-#include "eldr/reply_compact.h"
 #include "eldr/reply_splice.h"
 #include "serve_internal.h"
 
@@ -80,13 +83,6 @@ int eldr__prefill_body_buf(const eldr__req *r, eldr__buf *out) {
   return cut_object(out, r->raw, root, PREFILL_DROP, extra, 4);
 }
 
-char *eldr__prefill_body(const eldr__req *r, size_t *len) {
-  eldr__buf b = {0};
-  if (eldr__prefill_body_buf(r, &b)) return NULL;
-  *len = b.n;
-  return b.p;
-}
-
 static const char *const DECODE_DROP[] = {"kv_transfer_params", "prompt_logprobs", NULL};
 
 int eldr__decode_body_buf(const eldr__req *r, const char *kv, size_t kv_len, eldr__buf *out) {
@@ -103,22 +99,6 @@ int eldr__decode_body_buf(const eldr__req *r, const char *kv, size_t kv_len, eld
   static const char KEY[] = "\"kv_transfer_params\":";
   const eldr_js_piece extra[1] = {{kv_len ? KEY : NULL, sizeof KEY - 1, kv, kv_len}};
   return cut_object(out, r->raw, root, DECODE_DROP, extra, 1);
-}
-
-char *eldr__decode_body_raw(const eldr__req *r, const char *kv, size_t kv_len, size_t *len) {
-  eldr__buf b = {0};
-  if (eldr__decode_body_buf(r, kv, kv_len, &b)) return NULL;
-  *len = b.n;
-  return b.p;
-}
-
-char *eldr__decode_body(const eldr__req *r, json_t *kvp, size_t *len) {
-  if (!kvp) return eldr__decode_body_raw(r, NULL, 0, len);
-  char *kv = json_dumps(kvp, JSON_COMPACT | JSON_PRESERVE_ORDER);
-  if (!kv) return NULL;
-  char *s = eldr__decode_body_raw(r, kv, strlen(kv), len);
-  free(kv);
-  return s;
 }
 
 /* ---- the decode reply's usage, edited in place ----------------------------- */
@@ -219,18 +199,4 @@ int eldr__decode_reply_fix_buf(const char *decode_body, size_t len, eldr_reply_p
   int rc = eldr__decode_reply_fix(decode_body, len, proot, o, &s, &sl, spliced, d);
   if (rc == 0) take(out, s, sl);
   return rc;
-}
-
-int eldr__decode_reply_fix_pr(const char *decode_body, size_t len, eldr_reply_prefill *pr,
-                              const eldr__fix_opts *o, char **out, size_t *out_len, int *spliced, eldr_diag *d) {
-  eldr__buf b = {0};
-  int rc = eldr__decode_reply_fix_buf(decode_body, len, pr, o, &b, spliced, d);
-  if (rc) {
-    free(b.p);
-    *out = NULL;
-    return rc;
-  }
-  *out = b.p;
-  *out_len = b.n;
-  return 0;
 }

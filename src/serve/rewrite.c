@@ -407,7 +407,9 @@ static int splice_lists(json_t *dl, json_t *pl, int64_t prompt_tokens, eldr_diag
   return 0;
 }
 
-int eldr__splice_tree(json_t *root, json_t *proot, eldr_diag *d) {
+/* The prefill's prompt rows spliced into a parsed decode reply (root is
+ * changed in place): see eldr__splice_routed_experts. */
+static int splice_tree(json_t *root, json_t *proot, eldr_diag *d) {
   json_t *ch = json_object_get(root, "choices");
   if (!json_is_array(ch) || json_array_size(ch) == 0)
     return eldr_diag_fail(d, ELDR_EPARSE, "decode reply has no choices");
@@ -493,7 +495,7 @@ int eldr__decode_reply_fix(const char *decode_body, size_t len, json_t *proot, c
   if (o->usage) changed |= fix_usage(root, proot);
   if (o->prompt_logprobs) changed |= fix_prompt_logprobs(root, proot);
   if (o->splice && eldr__memmem(decode_body, len, "routed_experts", 14)) {
-    rc = eldr__splice_tree(root, proot, d);
+    rc = splice_tree(root, proot, d);
     if (rc == 0) changed = 1;
     if (spliced) *spliced = rc == 0 ? 1 : rc == ELDR_ENOTFOUND ? 0 : -1;
   }

@@ -156,21 +156,16 @@ int eldr__req_scan(const char *body, size_t len, eldr__api api, eldr__req *out);
 void eldr__req_clear(eldr__req *r);
 void eldr__req_free(eldr__req *r);
 
-/* The prefill leg's body (malloc'd, NUL-terminated). NULL on ENOMEM. Cut
- * from the client's bytes (edit.c): its members but stream, max_tokens,
- * max_completion_tokens, stream_options, min_tokens, min_completion_tokens
- * and kv_transfer_params, then the prefill's own values of those. */
-char *eldr__prefill_body(const eldr__req *r, size_t *len);
-/* The decode leg's body: the original with the client's kv_transfer_params
- * and prompt_logprobs (the prefill's are used) removed, plus the prefill's
- * kv_transfer_params (borrowed; NULL: none). */
-char *eldr__decode_body(const eldr__req *r, json_t *kv_transfer_params, size_t *len);
-/* The same with the prefill's kv_transfer_params as JSON text (kv_len 0:
- * none). */
-char *eldr__decode_body_raw(const eldr__req *r, const char *kv, size_t kv_len, size_t *len);
-/* The same two bodies into a reused buffer (out->n = the body's length):
- * 0 or ELDR_ENOMEM. */
+/* The prefill leg's body into a reused buffer (out->n = the body's length,
+ * NUL-terminated): 0 or ELDR_ENOMEM. Cut from the client's bytes (edit.c):
+ * its members but stream, max_tokens, max_completion_tokens,
+ * stream_options, min_tokens, min_completion_tokens and kv_transfer_params,
+ * then the prefill's own values of those. */
 int eldr__prefill_body_buf(const eldr__req *r, eldr__buf *out);
+/* The decode leg's body, the same way: the original with the client's
+ * kv_transfer_params and prompt_logprobs (the prefill's are used) removed,
+ * plus the prefill's kv_transfer_params as JSON text (kv[0..kv_len), kv_len
+ * 0: none). */
 int eldr__decode_body_buf(const eldr__req *r, const char *kv, size_t kv_len, eldr__buf *out);
 /* The tree-built forms (jansson), for a body the byte editor does not take
  * (r->root set: a tree-parsed request). */
@@ -188,8 +183,6 @@ char *eldr__decode_body_tree(const eldr__req *r, json_t *kv_transfer_params, siz
  * then relays the reply unchanged). proot is borrowed. */
 int eldr__splice_routed_experts(const char *decode_body, size_t len, json_t *proot, char **out,
                                 size_t *out_len, eldr_diag *d);
-/* The same on a decode reply already parsed (root is changed in place). */
-int eldr__splice_tree(json_t *root, json_t *proot, eldr_diag *d);
 
 /* What a non-streaming decode reply takes from the prefill reply (proot):
  *   usage            usage.prompt_tokens and prompt_tokens_details from the
@@ -197,7 +190,7 @@ int eldr__splice_tree(json_t *root, json_t *proot, eldr_diag *d);
  *                    total_tokens their sum;
  *   prompt_logprobs  the prefill's prompt_logprobs (top level, or choice 0's
  *                    into every choice);
- *   splice           eldr__splice_tree.
+ *   splice           as eldr__splice_routed_experts.
  * Returns 0 and the new body in *out (*spliced: the splice happened), or
  * ELDR_ENOTFOUND when nothing changed, or an error (the caller relays the
  * reply unchanged). proot is borrowed. */
@@ -214,9 +207,6 @@ int eldr__decode_reply_fix(const char *decode_body, size_t len, json_t *proot, c
  * documents, else the tree path above. */
 int eldr__decode_reply_fix_buf(const char *decode_body, size_t len, eldr_reply_prefill *pr,
                                const eldr__fix_opts *o, eldr__buf *out, int *spliced, eldr_diag *d);
-/* The same into a new buffer (*out malloc'd). */
-int eldr__decode_reply_fix_pr(const char *decode_body, size_t len, eldr_reply_prefill *pr,
-                              const eldr__fix_opts *o, char **out, size_t *out_len, int *spliced, eldr_diag *d);
 
 /* JSON error body {"error":{"message":..,"type":..,"code":status}} (malloc'd). */
 char *eldr__error_json(int status, const char *type, const char *msg, size_t *len);

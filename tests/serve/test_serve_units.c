@@ -178,6 +178,26 @@ static void test_req_parse_errors(void **st) {
   }
 }
 
+/* The legs' bodies as the router makes them (eldr__prefill_body_buf,
+ * eldr__decode_body_buf into a fresh buffer), handed over for the checks
+ * (free()); kv: the prefill's kv_transfer_params as a tree (NULL: none),
+ * sent as its compact text. */
+static char *prefill_body(const eldr__req *r, size_t *n) {
+  eldr__buf b = {0};
+  assert_int_equal(eldr__prefill_body_buf(r, &b), 0);
+  *n = b.n;
+  return b.p;
+}
+
+static char *decode_body(const eldr__req *r, json_t *kv, size_t *n) {
+  char *kvs = kv ? json_dumps(kv, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+  eldr__buf b = {0};
+  assert_int_equal(eldr__decode_body_buf(r, kvs, kvs ? strlen(kvs) : 0, &b), 0);
+  free(kvs);
+  *n = b.n;
+  return b.p;
+}
+
 static void test_prefill_and_decode_bodies(void **st) {
   (void)st;
   const char *body = "{\"model\":\"m\",\"prompt\":\"Hi there\",\"max_tokens\":64,\"min_tokens\":8,"
@@ -191,7 +211,7 @@ static void test_prefill_and_decode_bodies(void **st) {
   assert_string_equal(r.text, "Hi there");
   assert_null(r.root); /* read by the scanner, no tree */
   size_t n = 0;
-  char *p = eldr__prefill_body(&r, &n);
+  char *p = prefill_body(&r, &n);
   assert_int_equal(strlen(p), n);
   json_t *got = load(p);
   json_t *want = load("{\"model\":\"m\",\"prompt\":\"Hi there\",\"max_tokens\":1,\"stream\":false,"
@@ -204,12 +224,12 @@ static void test_prefill_and_decode_bodies(void **st) {
   json_decref(want);
   free(p);
   /* key order of the client's body is preserved */
-  p = eldr__prefill_body(&r, &n);
+  p = prefill_body(&r, &n);
   assert_true(strstr(p, "\"model\"") < strstr(p, "\"prompt\""));
   free(p);
   json_t *kv = load("{\"do_remote_prefill\":true,\"remote_engine_id\":\"e1\",\"remote_block_ids\":[1,2],"
                     "\"remote_host\":\"10.0.0.1\",\"remote_port\":5600}");
-  p = eldr__decode_body(&r, kv, &n);
+  p = decode_body(&r, kv, &n);
   got = load(p);
   want = load(body);
   json_object_set(want, "kv_transfer_params", kv);
@@ -226,13 +246,13 @@ static void test_prefill_and_decode_bodies(void **st) {
                    "{\"type\":\"image_url\",\"image_url\":{\"url\":\"x\"}}]}],\"max_tokens\":5}";
   assert_int_equal(eldr__req_parse(b2, strlen(b2), ELDR__API_CHAT, &r, &d), 0);
   assert_string_equal(r.text, "system: Be brief.\nuser: Hello\n");
-  p = eldr__prefill_body(&r, &n);
+  p = prefill_body(&r, &n);
   got = load(p);
   assert_null(json_object_get(got, "max_completion_tokens"));
   assert_true(json_is_false(json_object_get(got, "stream")));
   json_decref(got);
   free(p);
-  p = eldr__decode_body(&r, NULL, &n);
+  p = decode_body(&r, NULL, &n);
   got = load(p);
   want = load(b2);
   assert_true(json_equal(got, want));
@@ -294,7 +314,7 @@ static void test_req_scan_equals_tree(void **st) {
         assert_int_equal(r.n_ids, t.n_ids);
         if (t.n_ids) assert_memory_equal(r.ids, t.ids, t.n_ids * sizeof *t.ids);
         size_t n1 = 0, n2 = 0;
-        char *p1 = eldr__prefill_body(&r, &n1), *p2 = eldr__prefill_body_tree(&t, &n2);
+        char *p1 = prefill_body(&r, &n1), *p2 = eldr__prefill_body_tree(&t, &n2);
         json_t *j1 = load(p1), *j2 = load(p2);
         assert_true(json_equal(j1, j2));
         json_decref(j1);
