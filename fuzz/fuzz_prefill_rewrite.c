@@ -168,9 +168,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (pr.routed_experts) {
       uint8_t *buf = NULL;
       size_t cap = 0;
-      eldr__re_view v;
+      eldr_re_view v;
       eldr_shape sh = {2, 8, 2};
-      eldr__routed_experts_view(pr.routed_experts, pr.routed_experts_len, &sh, &buf, &cap, &v, NULL);
+      eldr_routed_experts_view(pr.routed_experts, pr.routed_experts_len, &sh, &buf, &cap, &v, NULL);
       free(buf);
     }
     eldr_reply_prefill_free(&pr);

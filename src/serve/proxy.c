@@ -670,7 +670,7 @@ static int decide(rq *r, int *fallback) {
   if (have && res.fallback == FB_NONE) {
     fr.counts = res.counts;
     fr.n_tokens = res.n_tokens;
-    size_t P = res.first_token + res.view.rows; /* without usage: the prompt the rows imply */
+    size_t P = res.view.first_token + res.view.rows; /* without usage: the prompt the rows imply */
     if (pt <= 0) fr.ctx_tokens = P > UINT32_MAX ? UINT32_MAX : (uint32_t)P;
   }
   eldr_policy *pol = &s->pol;

@@ -204,7 +204,7 @@ static void complete_and_sign(eldr__sigpath *sp, eldr__sigslot *sl, eldr__sigres
                               size_t first, size_t rows, size_t held, int rows_stored) {
   const eldr__sigconf *c = &sp->conf;
   size_t P = first + rows;
-  res->first_token = first;
+  res->view.first_token = first;
   size_t covered = rows;
   if (c->cache && p) {
     if (p->ntok != P) {
@@ -330,21 +330,16 @@ void eldr__sigpath_extract(eldr__sigpath *sp, const char *body, size_t len, cons
     res->fallback = ELDR__FB_NO_ROUTED_EXPERTS;
     return;
   }
-  eldr__re_view *v = &res->view;
-  v->data = pv->data;
-  v->dtype = pv->dtype;
-  v->rows = pv->rows;
-  v->layers = pv->layers;
-  v->top_k = pv->top_k;
+  res->view = *pv;
   sp->observed_L = (int)sl->rex.array_layers;
-  sp->observed_K = (int)v->top_k;
-  complete_and_sign(sp, sl, res, p, pv->first_token, v->rows, held, 1);
+  sp->observed_K = (int)pv->top_k;
+  complete_and_sign(sp, sl, res, p, pv->first_token, pv->rows, held, 1);
 }
 
 void eldr__sigpath_store(eldr__sigpath *sp, const eldr__sigres *res) {
   const eldr__sigconf *c = &sp->conf;
   if (!c->cache || res->nblocks == 0 || res->fallback != ELDR__FB_NONE) return;
-  eldr_sigshard_store_blocks(c->cache, res->hashes, res->nblocks, res->first_token, res->view.data,
+  eldr_sigshard_store_blocks(c->cache, res->hashes, res->nblocks, res->view.first_token, res->view.data,
                              res->view.dtype, res->view.rows, c->scratch, NULL);
 }
 

@@ -99,8 +99,9 @@ typedef struct eldr__sigres {
   int reason;           /* eldr_re_reason of a MALFORMED / SHAPE_MISMATCH reply */
   const uint32_t *counts; /* the L*E selection counts behind sig (mask layers only), or NULL */
   uint32_t n_tokens;    /* prompt tokens those counts cover (rows + cached blocks) */
-  eldr__re_view view;   /* the computed prompt rows (valid until its slot is reused) */
-  size_t first_token;   /* prompt position of view's first row (the reader's first_token) */
+  eldr_re_view view;    /* the computed prompt rows (valid until its slot is reused); its
+                           first_token: the prompt position of its first row (the
+                           compact form: of the first token counted, no rows) */
   size_t nblocks;       /* prompt blocks usable for the cache (0: cache unusable) */
   const uint64_t *hashes; /* their hashes (the slot's copy: the store may run after
                              the request is gone) */

@@ -430,13 +430,13 @@ static void test_splice_and_view(void **st) {
   /* view */
   uint8_t *buf = NULL;
   size_t cap = 0;
-  eldr__re_view v;
-  assert_int_equal(eldr__routed_experts_view(pb, strlen(pb), &s, &buf, &cap, &v, &d), 0);
+  eldr_re_view v;
+  assert_int_equal(eldr_routed_experts_view(pb, strlen(pb), &s, &buf, &cap, &v, &d), 0);
   assert_int_equal(v.rows, 3);
   assert_int_equal(v.dtype, ELDR_SEL_U8);
   assert_int_equal(((const uint8_t *)v.data)[5], 6);
-  assert_int_equal(eldr__routed_experts_view(other, strlen(other), &s, &buf, &cap, &v, &d), ELDR_ESHAPE);
-  assert_true(eldr__routed_experts_view("!!!!", 4, &s, &buf, &cap, &v, &d) < 0);
+  assert_int_equal(eldr_routed_experts_view(other, strlen(other), &s, &buf, &cap, &v, &d), ELDR_ESHAPE);
+  assert_true(eldr_routed_experts_view("!!!!", 4, &s, &buf, &cap, &v, &d) < 0);
   free(buf);
   free(other);
   free(pb);
@@ -776,7 +776,7 @@ static void test_sigpath_cached_prompt(void **st) {
   assert_int_equal(res.fallback, ELDR__FB_NONE);
   assert_memory_equal(res.counts, expect, sizeof expect);
   assert_int_equal(res.n_tokens, T);
-  assert_int_equal(res.first_token, 4 * ELDR_BLOCK_TOKENS);
+  assert_int_equal(res.view.first_token, 4 * ELDR_BLOCK_TOKENS);
   assert_int_equal(res.view.rows, 5);
   eldr__sigpath_store(&sp, &res);
   eldr_sigshard_stats_get(sp.conf.cache, &c1);
@@ -801,7 +801,7 @@ static void test_sigpath_cached_prompt(void **st) {
   free(esc);
   assert_int_equal(res.fallback, ELDR__FB_NONE);
   assert_memory_equal(res.counts, expect, sizeof expect);
-  assert_int_equal(res.first_token, 4 * ELDR_BLOCK_TOKENS);
+  assert_int_equal(res.view.first_token, 4 * ELDR_BLOCK_TOKENS);
   /* vLLM 0.21's lists: the prompt rows in prompt_routed_experts */
   json_t *rows = json_array();
   for (size_t t = 0; t < T; t++) {
@@ -817,7 +817,7 @@ static void test_sigpath_cached_prompt(void **st) {
   extract_text(&sp, v021, &pr, &res);
   assert_int_equal(res.fallback, ELDR__FB_NONE);
   assert_memory_equal(res.counts, expect, sizeof expect);
-  assert_int_equal(res.first_token, 4 * ELDR_BLOCK_TOKENS);
+  assert_int_equal(res.view.first_token, 4 * ELDR_BLOCK_TOKENS);
   /* a prompt of one token more than the engine's (another tokenizer): the
    * blocks it shares look held, but the reply is read whole */
   memcpy(text2, text, tl);
@@ -828,7 +828,7 @@ static void test_sigpath_cached_prompt(void **st) {
   extract_text(&sp, full, &pr2, &res);
   assert_int_equal(res.fallback, ELDR__FB_NONE);
   assert_memory_equal(res.counts, expect, sizeof expect);
-  assert_int_equal(res.first_token, 0);
+  assert_int_equal(res.view.first_token, 0);
   assert_int_equal(sp.tokenizer_mismatch, mism + 1);
   json_decref(v021);
   json_decref(full);
