@@ -4,13 +4,11 @@
  * body plus kv_transfer_params) relayed to the client, retries on other
  * workers, deadlines; GET /v1/models passes through the same leg machinery.
  * Loop thread only. */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
-#include <unistd.h>
 
+#include "eldr/uuid.h"
 #include "serve_types.h"
 
 /* ---- request lifecycle ---------------------------------------------------- */
@@ -806,41 +804,6 @@ static void start_prefill(rq *r) {
     leg_failed(r, 0, "could not send to prefill worker");
 }
 
-/* Random bytes for request ids, drawn from getrandom a block at a time
- * (one syscall per RAND_BLOCK / 16 requests, not one per request); per
- * thread, so each loop has its own. */
-#define RAND_BLOCK 4096
-
-int eldr__uuid4(char out[37]) {
-  static _Thread_local uint8_t pool[RAND_BLOCK];
-  static _Thread_local size_t left;
-  uint8_t b[16];
-  if (left < sizeof b) {
-    size_t got = 0;
-    while (got < sizeof pool) {
-      ssize_t n = getrandom(pool + got, sizeof pool - got, 0);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return ELDR_EIO;
-      got += (size_t)n;
-    }
-    left = sizeof pool;
-  }
-  memcpy(b, pool + sizeof pool - left, sizeof b);
-  memset(pool + sizeof pool - left, 0, sizeof b); /* used bytes do not stay behind */
-  left -= sizeof b;
-  b[6] = (uint8_t)((b[6] & 0x0f) | 0x40); /* version 4 */
-  b[8] = (uint8_t)((b[8] & 0x3f) | 0x80); /* RFC 4122 variant */
-  static const char hx[] = "0123456789abcdef";
-  char *o = out;
-  for (int i = 0; i < 16; i++) {
-    if (i == 4 || i == 6 || i == 8 || i == 10) *o++ = '-';
-    *o++ = hx[b[i] >> 4];
-    *o++ = hx[b[i] & 15];
-  }
-  *o = 0;
-  return 0;
-}
-
 /* The header lines every leg of a request carries after its own, ending
  * with the blank line: the workers' Authorization (the backend key; the
  * client's only when configured) and the W3C trace context and baggage, as
@@ -879,7 +842,7 @@ static rq *rq_new(hconn *c) {
   /* the engines' request id: random per request (a client's X-Request-Id is
    * echoed and logged, never an engine's id: replicas and restarts would
    * collide on it, and a client could name another request) */
-  if (eldr__uuid4(r->reqid) != 0 || forwarded_lines(c->s, c->head, &r->fwd) != 0) {
+  if (eldr_uuid4(r->reqid) != 0 || forwarded_lines(c->s, c->head, &r->fwd) != 0) {
     rq_destroy(r);
     return NULL;
   }

@@ -497,8 +497,6 @@ size_t eldr__conn_pending(hconn *c);
 
 /* ---- proxy.c: requests ------------------------------------------------------ */
 
-/* A random (version 4) UUID from the OS's randomness (getrandom): 0 or ELDR_EIO. */
-int eldr__uuid4(char out[37]);
 /* POST /v1/completions and /v1/chat/completions; GET /v1/models. */
 void eldr__handle_completion(hconn *c, eldr__api api, const char *body, size_t len);
 void eldr__handle_models(hconn *c);
