@@ -1,8 +1,11 @@
 /* reply_experts_int.h — the routed_experts reader's context and its value
  * accessors, internal to src/format: reply_experts.c reads a reply (its
- * choices, the prompt/generated split, the layer plan, the id checks);
- * reply_values.c reads one routed_experts value in each layout (base64
- * .npy, the encoding/dtype/shape/data object, nested lists).
+ * choices, the prompt/generated split, counting); reply_values.c reads one
+ * routed_experts value in each layout (base64 .npy, the
+ * encoding/dtype/shape/data object, nested lists); reply_check.c holds
+ * what both share (buffers, shape checks, the layer plan, the id checks).
+ * Calls go one way: reply_experts.c -> reply_values.c -> reply_check.c ->
+ * reply_layers.c.
  *
  * One value is a jansson node or a span of a document the scanner
  * accepted (include/eldr/jscan.h); every reader goes through the jv_*
@@ -161,7 +164,7 @@ static inline size_t jv_len(jv a) {
 
 static inline int str_is(const char *p, size_t n, const char *lit) { return n == strlen(lit) && !memcmp(p, lit, n); }
 
-/* ---- reply_experts.c: buffers, shapes, the layer plan, id checks */
+/* ---- reply_check.c: buffers, shapes, the layer plan, id checks */
 
 /* n bytes from the caller's scratch, else owned by the result; NULL: out of memory. */
 void *eldr__re_own(rctx *c, size_t n);
@@ -171,6 +174,9 @@ void *eldr__re_own(rctx *c, size_t n);
 int eldr__re_check_dims(rctx *c, const char *what, size_t rows, size_t L, size_t K, size_t isz, size_t *bytes);
 /* Every id of the view in the mask's layers must be in [0, num_experts). */
 int eldr__re_check_ids(rctx *c, const char *what, const eldr_re_view *v);
+/* Rows [row0, row0 + n) of v, the mask's layers: every id in [0,
+ * num_experts); with counts (L*E), also counted in the same pass. */
+int eldr__re_check_rows(rctx *c, const char *what, const eldr_re_view *v, size_t row0, size_t n, uint32_t *counts);
 /* The plan keeps the layers not flagged in dense (nd of them are). */
 int eldr__re_plan_from_dense(rctx *c, const char *what, const uint8_t *dense, size_t nd);
 /* A view of the arrays' layers cut, in place, to the plan's layers. */
