@@ -17,7 +17,7 @@
  * zeroed, base64 -> counts -> eldr_signature_build), all 48 layers and a
  * 12-layer mask, both through the fused chunked decoder
  * (eldr_routed_experts_count_masked) and the router's view path
- * (eldr__routed_experts_view + eldr_counts_accumulate_masked), each next to
+ * (eldr_routed_experts_view + eldr_counts_accumulate_masked), each next to
  * a memcpy of the same base64 text measured interleaved in the same run;
  * the ratio (extraction CPU time / memcpy CPU time) is the figure to watch.
  * Also the JSONL trace writer/reader on a generated 48x8 trace.
@@ -236,8 +236,8 @@ static void bench_sigpath(size_t T, int iters, int distinct) {
       size_t nt = 0;
       int rc;
       if (view) {
-        eldr__re_view rv;
-        rc = eldr__routed_experts_view(txt, len, &s, &vbuf, &vcap, &rv, NULL);
+        eldr_re_view rv;
+        rc = eldr_routed_experts_view(txt, len, &s, &vbuf, &vcap, &rv, NULL);
         if (!rc)
           rc = eldr_counts_accumulate_masked(&s, rv.data, rv.dtype, rv.rows, mask, counts, NULL);
       } else {

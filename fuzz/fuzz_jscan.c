@@ -133,6 +133,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       abort();
     }
     json_decref(seen);
+    /* written again less "stream", plus one member: within its bound, the
+     * same object but for those two (eldr_js_cut) */
+    static const char *const drop[] = {"stream", NULL};
+    const eldr_js_piece extra[1] = {{"\"eldr_added\":", 13, "[1]", 3}};
+    const size_t cap = eldr_js_cut_max(root, extra, 1);
+    char *cut = malloc(cap);
+    if (!cut) abort();
+    const size_t cn = eldr_js_cut(doc, root, drop, extra, 1, cut);
+    json_t *ct = cn <= cap ? json_loadb(cut, cn, 0, NULL) : NULL;
+    json_t *want = json_deep_copy(tree);
+    if (!ct || !want) abort();
+    json_object_del(want, "stream");
+    json_object_set_new(want, "eldr_added", json_pack("[i]", 1));
+    if (!json_equal(ct, want)) abort();
+    json_decref(ct);
+    json_decref(want);
+    free(cut);
+    eldr_js_span r2;
+    if (eldr_js_root_object(doc, size, &r2) || r2.off != root.off || r2.len != root.len) abort();
   }
   if (root.type == ELDR_JS_ARRAY) { /* the elements, walked in place, are jansson's */
     eldr_js_iter it;

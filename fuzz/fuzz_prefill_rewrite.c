@@ -26,9 +26,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (eldr_fuzz_body_split(data, size, &in)) return 0;
   eldr__req r;
   if (eldr__req_parse_tree(in.body, in.len, in.api, &r, NULL) == 0) { /* r.root: the tree to compare with */
-    size_t pl = 0;
-    char *p = eldr__prefill_body(&r, &pl);
-    if (!p) abort();
+    eldr__buf pb = {0};
+    if (eldr__prefill_body_buf(&r, &pb)) abort();
+    char *p = pb.p;
+    const size_t pl = pb.n;
     json_t *pj = json_loadb(p, pl, 0, NULL);
     if (!pj) abort();
     if (!json_is_false(json_object_get(pj, "stream"))) abort();
@@ -56,17 +57,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       if (!skip && !json_object_get(r.root, k)) abort();
     }
     /* decode leg */
-    size_t dl = 0;
-    char *q = eldr__decode_body(&r, want_kv, &dl);
+    char *kvs = json_dumps(want_kv, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    eldr__buf db = {0};
+    if (!kvs || eldr__decode_body_buf(&r, kvs, strlen(kvs), &db)) abort();
+    free(kvs);
+    char *q = db.p;
+    const size_t dl = db.n;
     json_t *dj = q ? json_loadb(q, dl, 0, NULL) : NULL;
     if (!dj) abort();
     /* without the prefill's: none at all (the client's never pass) */
-    size_t dl2 = 0;
-    char *q2 = eldr__decode_body(&r, NULL, &dl2);
-    json_t *dj2 = q2 ? json_loadb(q2, dl2, 0, NULL) : NULL;
+    eldr__buf db2 = {0};
+    if (eldr__decode_body_buf(&r, NULL, 0, &db2)) abort();
+    json_t *dj2 = db2.p ? json_loadb(db2.p, db2.n, 0, NULL) : NULL;
     if (!dj2 || json_object_get(dj2, "kv_transfer_params")) abort();
     json_decref(dj2);
-    free(q2);
+    eldr__buf_free(&db2);
     json_t *orig = json_deep_copy(r.root);
     json_object_del(orig, "prompt_logprobs");
     json_object_set(orig, "kv_transfer_params", want_kv);
@@ -89,8 +94,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     eldr__req_free(&r);
   }
   /* the same bytes as a prefill reply and as a decode reply to splice */
-  eldr__prefill_reply pr;
-  if (eldr__prefill_reply_parse(in.body, in.len, &pr, NULL) == 0) {
+  eldr_reply_prefill pr;
+  if (eldr_reply_prefill_parse(in.body, in.len, &pr, NULL) == 0) {
     {
       char *out = NULL;
       size_t ol = 0;
@@ -98,8 +103,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       free(out);
     }
     /* read by the scanner alone: the same fields, the same tree on demand */
-    eldr__prefill_reply ps;
-    if (eldr__prefill_reply_read(in.body, in.len, 0, &ps, NULL) != 0) abort();
+    eldr_reply_prefill ps = {0};
+    if (eldr_reply_prefill_read(in.body, in.len, 0, &ps, NULL) != 0) abort();
     if (ps.prompt_tokens != pr.prompt_tokens || ps.cached_tokens != pr.cached_tokens ||
         ps.kv_len != pr.kv_len || ps.det_len != pr.det_len || (!ps.kv_len) != (!pr.kv_transfer_params) ||
         (ps.kv_len + ps.det_len && memcmp(ps.bytes, pr.bytes, ps.kv_len + ps.det_len)))
@@ -107,14 +112,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     json_t *kvj = ps.kv_len ? json_loadb(ps.bytes, ps.kv_len, 0, NULL) : NULL;
     if (ps.kv_len && !json_equal(kvj, pr.kv_transfer_params)) abort();
     json_decref(kvj);
-    if (!eldr__prefill_reply_root(&ps) || !json_equal(ps.root, pr.root)) abort();
+    if (!eldr_reply_prefill_root(&ps) || !json_equal(ps.root, pr.root)) abort();
     /* the same bytes as the decode reply: the usage edited in place equals
      * the tree's fix (same answer, same document) */
     {
       eldr__fix_opts fo = {0, 1, 0};
-      char *a = NULL, *b = NULL;
-      size_t al = 0, bl = 0;
-      int ra = eldr__decode_reply_fix_pr(in.body, in.len, &pr, &fo, &a, &al, NULL, NULL);
+      char *b = NULL;
+      size_t bl = 0;
+      eldr__buf ab = {0};
+      int ra = eldr__decode_reply_fix_buf(in.body, in.len, &pr, &fo, &ab, NULL, NULL);
+      char *a = ab.p;
+      size_t al = ab.n;
       int rb = eldr__decode_reply_fix(in.body, in.len, pr.root, &fo, &b, &bl, NULL, NULL);
       if (ra != rb) abort();
       if (ra == 0) {
@@ -125,13 +133,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       }
       free(a);
       free(b);
-      eldr__prefill_reply_free(&ps);
-      if (eldr__prefill_reply_read(in.body, in.len, 0, &ps, NULL) != 0) abort(); /* no tree built yet */
-      int rs = eldr__decode_reply_fix_pr(in.body, in.len, &ps, &fo, &a, &al, NULL, NULL);
+      eldr_reply_prefill_free(&ps);
+      if (eldr_reply_prefill_read(in.body, in.len, 0, &ps, NULL) != 0) abort(); /* no tree built yet */
+      ab = (eldr__buf){0};
+      int rs = eldr__decode_reply_fix_buf(in.body, in.len, &ps, &fo, &ab, NULL, NULL);
       if (rs != rb) abort();
-      free(a);
+      eldr__buf_free(&ab);
       /* the reply's own buffer adopted (twice: buffers exchanged): the read's fields */
-      eldr__prefill_reply pa;
+      eldr_reply_prefill pa;
       memset(&pa, 0, sizeof pa);
       for (int k = 0; k < 2; k++) {
         size_t cap = in.len + 1 + (size_t)k * 64;
@@ -141,7 +150,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         buf[in.len] = 0;
         char *was = buf;
         size_t alen = in.len;
-        if (eldr__prefill_reply_adopt(&buf, &cap, &alen, 0, &pa, NULL) != 0) abort();
+        if (eldr_reply_prefill_adopt(&buf, &cap, &alen, 0, &pa, NULL) != 0) abort();
         if (alen != (ps.raw ? 0 : in.len)) abort(); /* emptied only when exchanged */
         /* the scanner's read: buffers exchanged; else (a NUL byte: the tree) untouched */
         if ((!ps.raw) != (!pa.raw) || (ps.raw && (buf == was || memcmp(pa.raw, in.body, in.len))) ||
@@ -153,18 +162,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
           abort();
         free(buf);
       }
-      eldr__prefill_reply_free(&pa);
-      eldr__prefill_reply_free(&ps);
+      eldr_reply_prefill_free(&pa);
+      eldr_reply_prefill_free(&ps);
     }
     if (pr.routed_experts) {
       uint8_t *buf = NULL;
       size_t cap = 0;
-      eldr__re_view v;
+      eldr_re_view v;
       eldr_shape sh = {2, 8, 2};
-      eldr__routed_experts_view(pr.routed_experts, pr.routed_experts_len, &sh, &buf, &cap, &v, NULL);
+      eldr_routed_experts_view(pr.routed_experts, pr.routed_experts_len, &sh, &buf, &cap, &v, NULL);
       free(buf);
     }
-    eldr__prefill_reply_free(&pr);
+    eldr_reply_prefill_free(&pr);
   }
   return 0;
 }

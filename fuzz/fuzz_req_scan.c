@@ -50,16 +50,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       if (rs == 1) continue; /* not taken: the tree path decides */
       if (rs != 0 || rt != 0) abort();
       same_fields(&s, &t);
-      size_t sl = 0, tl = 0;
-      char *sp = eldr__prefill_body(&s, &sl), *tp = eldr__prefill_body_tree(&t, &tl);
-      same_json(sp, sl, tp, tl);
-      free(sp);
+      size_t tl = 0;
+      eldr__buf sb = {0};
+      if (eldr__prefill_body_buf(&s, &sb)) abort();
+      char *tp = eldr__prefill_body_tree(&t, &tl);
+      same_json(sb.p, sb.n, tp, tl);
       free(tp);
       static const char KV[] = "{\"do_remote_prefill\":true,\"remote_engine_id\":\"e0\",\"remote_block_ids\":[1,2]}";
       json_t *kv = json_loads(KV, 0, NULL);
-      char *sd = eldr__decode_body_raw(&s, KV, sizeof KV - 1, &sl), *td = eldr__decode_body_tree(&t, kv, &tl);
-      same_json(sd, sl, td, tl);
-      free(sd);
+      if (eldr__decode_body_buf(&s, KV, sizeof KV - 1, &sb)) abort();
+      char *td = eldr__decode_body_tree(&t, kv, &tl);
+      same_json(sb.p, sb.n, td, tl);
+      eldr__buf_free(&sb);
       free(td);
       json_decref(kv);
       eldr__req_clear(&s);

@@ -25,9 +25,10 @@ static void check_body(const char *b, size_t n, eldr__api api) {
     return;
   }
   if (!r.text || (!r.root && !r.raw_ok) || (r.root && !json_is_object(r.root))) abort();
-  size_t pl = 0, dl = 0;
-  char *p = eldr__prefill_body(&r, &pl);
-  char *q = eldr__decode_body(&r, NULL, &dl);
+  eldr__buf pb = {0}, db = {0};
+  if (eldr__prefill_body_buf(&r, &pb) || eldr__decode_body_buf(&r, NULL, 0, &db)) abort();
+  char *p = pb.p, *q = db.p;
+  const size_t pl = pb.n, dl = db.n;
   if (!p || !q || strlen(p) != pl || strlen(q) != dl) abort();
   json_t *pj = json_loadb(p, pl, 0, NULL);
   if (!pj || !json_is_false(json_object_get(pj, "stream"))) abort();

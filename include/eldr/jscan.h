@@ -110,4 +110,30 @@ int eldr_js_string(const char *doc, eldr_js_span v, char *buf, size_t cap, size_
 /* An integer value. ELDR_EINVAL: not an integer. */
 int eldr_js_int(const char *doc, eldr_js_span v, int64_t *x);
 
+/* The top-level value of doc[0..n) less the whitespace around it, when it
+ * is an object ('{' to '}'): 0 and *root, else -1. For a document the
+ * scanner accepted (nothing is validated here). */
+int eldr_js_root_object(const char *doc, size_t n, eldr_js_span *root);
+
+/* ---- an object written again: some members dropped, others added ---------- */
+
+/* A member to add: the bytes a[0..an) then b[0..bn) ("\"key\":" and a value,
+ * or one piece holding both); a NULL: none (skipped). */
+typedef struct eldr_js_piece {
+  const char *a;
+  size_t an;
+  const char *b;
+  size_t bn;
+} eldr_js_piece;
+
+/* The most bytes eldr_js_cut writes for obj and these extras. */
+size_t eldr_js_cut_max(eldr_js_span obj, const eldr_js_piece *extra, size_t nextra);
+/* "{" + the members of obj (an object span of doc, a document the scanner
+ * accepted) whose key is none of drop (NULL-terminated names; every member
+ * of that name goes), as they lie in doc, in order + the extra members +
+ * "}", written at out (room for eldr_js_cut_max bytes; no NUL): returns the
+ * bytes written. Never allocates. */
+size_t eldr_js_cut(const char *doc, eldr_js_span obj, const char *const *drop, const eldr_js_piece *extra,
+                   size_t nextra, char *out);
+
 #endif

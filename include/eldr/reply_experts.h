@@ -50,6 +50,7 @@
 #include "eldr/counts.h"
 #include "eldr/error.h"
 #include "eldr/jscan.h" /* eldr_js_span */
+#include "eldr/routed_experts.h" /* eldr_re_view */
 
 /* Which OpenAI endpoint produced the reply: checked against "object" (the
  * endpoint's, or its stream chunk's: "chat.completion.chunk"). */
@@ -164,16 +165,7 @@ typedef struct eldr_re_opts {
                                 the result's layer_ids name the layers kept */
 } eldr_re_opts;
 
-/* Rows of one (tokens, layers, top_k) array, row-major, in the wire dtype
- * (U8/U16LE/I16LE/I32LE/I64LE) or host-order U16 (converted lists). */
-typedef struct eldr_re_view {
-  const void *data;   /* NULL when absent */
-  eldr_sel_dtype dtype;
-  size_t rows, layers, top_k;
-  size_t first_token; /* prompt views: prompt position of row 0 (rows of
-                         [0, first_token) are not in the reply: prefix cache
-                         or routed_experts_prompt_start); 0 for generated */
-} eldr_re_view;
+/* A view of rows: eldr_re_view (eldr/routed_experts.h). */
 
 typedef struct eldr_re_choice {
   int64_t index;         /* choices[i].index (i when absent) */

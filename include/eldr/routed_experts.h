@@ -82,16 +82,23 @@ int eldr_routed_experts_decode(const char *b64, size_t len, const eldr_shape *sh
 int eldr_routed_experts_encode(const uint16_t *sel, size_t ntokens, const eldr_shape *shape,
                                eldr_sel_dtype dtype, char **out, size_t *out_len);
 
-/* ---- a view of routed_experts rows (internal, eldr__) */
+/* ---- a view of routed_experts rows */
 
-/* rows x layers x top_k expert ids of dtype, C order, at data (borrowed from
- * whoever filled the view). Any decoder of a routed_experts layout may fill
- * one; the router's signature path reads nothing else. */
-typedef struct eldr__re_view {
-  const void *data;
+/* rows x layers x top_k expert ids of dtype, row-major, at data (borrowed
+ * from whoever filled the view): in the wire dtype (U8/U16LE/I16LE/I32LE/
+ * I64LE) or host-order U16 (converted lists). Every reader of a
+ * routed_experts layout fills one (eldr_routed_experts_view here, the
+ * reply readers of eldr/reply_experts.h); the router's signature path reads
+ * nothing else. */
+typedef struct eldr_re_view {
+  const void *data;   /* NULL when absent */
   eldr_sel_dtype dtype;
   size_t rows, layers, top_k;
-} eldr__re_view;
+  size_t first_token; /* prompt views: prompt position of row 0 (rows of
+                         [0, first_token) are not in the reply: prefix cache
+                         or routed_experts_prompt_start); 0 for generated
+                         rows and a whole array */
+} eldr_re_view;
 
 /* Decode base64 .npy routed_experts into a byte buffer owned by the caller
  * (*buf, *cap grown with realloc as needed; reused across calls) and view
@@ -100,7 +107,7 @@ typedef struct eldr__re_view {
  * no size overflow, payload exactly the shape's), plus layers/top_k equal
  * to shape's when shape is not NULL. Expert ids are not range-checked here
  * (eldr_counts_accumulate does, when counting). Errors as the decoders'. */
-int eldr__routed_experts_view(const char *b64, size_t len, const eldr_shape *shape, uint8_t **buf,
-                              size_t *cap, eldr__re_view *v, eldr_diag *d);
+int eldr_routed_experts_view(const char *b64, size_t len, const eldr_shape *shape, uint8_t **buf, size_t *cap,
+                             eldr_re_view *v, eldr_diag *d);
 
 #endif

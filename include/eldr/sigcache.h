@@ -100,19 +100,4 @@ int eldr_sigcache_store_blocks(eldr_sigcache *c, const uint64_t *hashes, size_t 
                                size_t first_token, const void *raw, eldr_sel_dtype dtype,
                                size_t nrows, uint32_t *scratch, size_t *stored);
 
-/* Internal (eldr/sigshard.h): one block of ELDR_BLOCK_TOKENS rows at p
- * stored under hash unless held (1: held, made the most recent; 0: counted
- * and stored; ELDR_ERANGE: refused, nothing stored). row8: a scratch of
- * L*E uint32, zero in the stored layers, left so; NULL: only the lookup
- * (ELDR_ENOTFOUND when not held). */
-int eldr__sigcache_store1(eldr_sigcache *c, uint64_t hash, const unsigned char *p, eldr_sel_dtype dtype,
-                          uint8_t *row8);
-/* The row under hash added into the byte sums acc (the stored layers, in
- * row order) when held (1, made the most recent), else 0 (not a miss).
- * *room: what acc's bytes can still take (255 after a flush); when the row
- * could wrap one, acc is flushed into counts first. */
-int eldr__sigcache_add_if(eldr_sigcache *c, uint64_t hash, uint8_t *acc, unsigned *room, uint32_t *counts);
-/* The byte sums acc added into counts (L*E), acc zeroed. */
-void eldr__sigcache_acc_flush(const eldr_sigcache *c, uint8_t *acc, uint32_t *counts);
-
 #endif

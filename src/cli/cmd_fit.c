@@ -108,18 +108,47 @@ static void print_steps(const eldr_trace *t, const eldr_fit_candidate *c) {
   printf("\n");
 }
 
-int eldr_cmd_fit(int argc, char **argv) {
-  const char *cmd = "fit";
-  const char *out_path = NULL, *layers = "auto";
-  cli_trace_inputs tin = {0};
-  const char *lat_model = NULL, *lat_hw = NULL, *lat_path = NULL;
+/* One `eldr fit` run: the flags as read, then what each phase makes. The
+ * phases run in order and exit through cli_fail / cli_usage_error on an
+ * error (the process ends: nothing to unwind). */
+typedef struct fit_run {
+  /* the flags */
+  const char *out_path, *layers;
+  cli_trace_inputs tin;
+  const char *lat_model, *lat_hw, *lat_path;
   eldr_fit_opts o;
-  eldr_fit_opts_default(&o);
-  int json = 0, quiet = 0;
-  double frac = 1.0;
-  uint32_t ep_size = 0, redundant = 0;
-  const char *created_arg = NULL, *prev_path = NULL;
-  size_t mem_mb = 3072;
+  int json, quiet;
+  double frac;
+  uint32_t ep_size, redundant;
+  const char *created_arg, *prev_path;
+  size_t mem_mb;
+  /* the latency model for the artifact (fit_latency) */
+  eldr_latency_model lm;
+  int have_lm;
+  /* the trace, loaded or streamed (fit_read) */
+  const char *trace_path;
+  int stream;
+  eldr_trace *t, hdr;
+  cli_fit_file ff;
+  eldr_fit_source fsrc;
+  eldr_artifact *prev;
+  /* the fit's inputs (fit_choices) and results (fit_write) */
+  uint8_t *list_mask;
+  size_t *subset;
+  eldr_artifact *a;
+  eldr_fit_report rep;
+  cli_ep_set eps;
+  double t0, t_load, total;
+} fit_run;
+
+static const char *const cmd = "fit";
+
+/* The flags into f; 1 when --help was printed. */
+static int fit_args(fit_run *f, int argc, char **argv) {
+  f->layers = "auto";
+  eldr_fit_opts_default(&f->o);
+  f->frac = 1.0;
+  f->mem_mb = 3072;
   static const struct option lo[] = {
       {"trace", required_argument, 0, 't'},   {"decoders", required_argument, 0, 'k'},
       {"output", required_argument, 0, 'o'},  {"tau", required_argument, 0, 1},
@@ -141,344 +170,379 @@ int eldr_cmd_fit(int argc, char **argv) {
   int c;
   while ((c = getopt_long(argc, argv, ":t:k:o:qh", lo, NULL)) != -1) {
     switch (c) {
-    case 't': cli_trace_add(cmd, &tin, optarg); break;
-    case 'k': o.k = (size_t)cli_parse_long(cmd, "--decoders", optarg, 1, 4096); break;
-    case 'o': out_path = optarg; break;
-    case 1: o.tau = cli_parse_double(cmd, "--tau", optarg, 0.0, 2.0); break;
+    case 't': cli_trace_add(cmd, &f->tin, optarg); break;
+    case 'k': f->o.k = (size_t)cli_parse_long(cmd, "--decoders", optarg, 1, 4096); break;
+    case 'o': f->out_path = optarg; break;
+    case 1: f->o.tau = cli_parse_double(cmd, "--tau", optarg, 0.0, 2.0); break;
     case 2:
-      if (!strcmp(optarg, "auto")) o.repr = -1;
+      if (!strcmp(optarg, "auto")) f->o.repr = -1;
       else {
         eldr_repr r;
         if (eldr_repr_parse(optarg, &r))
           cli_usage_error(cmd, "--representation: unknown '%s' (auto|count|binary|gate|logit)", optarg);
-        o.repr = (int)r;
+        f->o.repr = (int)r;
       }
       break;
     case 3:
-      if (!strcmp(optarg, "auto")) o.idf = ELDR_FIT_AUTO;
-      else if (!strcmp(optarg, "on")) o.idf = ELDR_FIT_ON;
-      else if (!strcmp(optarg, "off")) o.idf = ELDR_FIT_OFF;
+      if (!strcmp(optarg, "auto")) f->o.idf = ELDR_FIT_AUTO;
+      else if (!strcmp(optarg, "on")) f->o.idf = ELDR_FIT_ON;
+      else if (!strcmp(optarg, "off")) f->o.idf = ELDR_FIT_OFF;
       else cli_usage_error(cmd, "--idf: unknown '%s' (auto|on|off)", optarg);
       break;
-    case 4: layers = optarg; break;
-    case 5: o.seed = cli_parse_u64(cmd, "--seed", optarg); break;
-    case 6: o.restarts = (int)cli_parse_long(cmd, "--restarts", optarg, 1, 1000); break;
-    case 7: o.max_pairs = (size_t)cli_parse_long(cmd, "--max-pairs", optarg, 0, 1L << 40); break;
-    case 8: o.balanced = 0; break;
-    case 9: json = 1; break;
-    case 10: frac = cli_parse_double(cmd, "--fit-fraction", optarg, 1e-9, 1.0); break;
-    case 11: ep_size = (uint32_t)cli_parse_long(cmd, "--ep-size", optarg, 1, ELDR_PLACEMENT_MAX_RANKS); break;
-    case 12: redundant = (uint32_t)cli_parse_long(cmd, "--redundant-experts", optarg, 0, ELDR_MAX_EXPERTS); break;
-    case 13: lat_model = optarg; break;
-    case 14: lat_hw = optarg; break;
-    case 15: lat_path = optarg; break;
+    case 4: f->layers = optarg; break;
+    case 5: f->o.seed = cli_parse_u64(cmd, "--seed", optarg); break;
+    case 6: f->o.restarts = (int)cli_parse_long(cmd, "--restarts", optarg, 1, 1000); break;
+    case 7: f->o.max_pairs = (size_t)cli_parse_long(cmd, "--max-pairs", optarg, 0, 1L << 40); break;
+    case 8: f->o.balanced = 0; break;
+    case 9: f->json = 1; break;
+    case 10: f->frac = cli_parse_double(cmd, "--fit-fraction", optarg, 1e-9, 1.0); break;
+    case 11: f->ep_size = (uint32_t)cli_parse_long(cmd, "--ep-size", optarg, 1, ELDR_PLACEMENT_MAX_RANKS); break;
+    case 12: f->redundant = (uint32_t)cli_parse_long(cmd, "--redundant-experts", optarg, 0, ELDR_MAX_EXPERTS); break;
+    case 13: f->lat_model = optarg; break;
+    case 14: f->lat_hw = optarg; break;
+    case 15: f->lat_path = optarg; break;
     case 16: {
       int y, mo, dd, hh, mi, ss, n = 0;
       if (strlen(optarg) != 20 ||
           sscanf(optarg, "%4d-%2d-%2dT%2d:%2d:%2dZ%n", &y, &mo, &dd, &hh, &mi, &ss, &n) != 6 ||
           n != 20 || mo < 1 || mo > 12 || dd < 1 || dd > 31 || hh > 23 || mi > 59 || ss > 60)
         cli_usage_error(cmd, "--created: '%s' is not a UTC time YYYY-MM-DDTHH:MM:SSZ", optarg);
-      created_arg = optarg;
+      f->created_arg = optarg;
       break;
     }
-    case 17: prev_path = optarg; break;
-    case 18: o.rho_sample = (size_t)cli_parse_long(cmd, "--rho-sample", optarg, 2, 1L << 24); break;
-    case 19: o.exact_limit = (size_t)cli_parse_long(cmd, "--exact-limit", optarg, 0, 1L << 40); break;
-    case 20: o.batch = (size_t)cli_parse_long(cmd, "--batch", optarg, 1, 1L << 24); break;
-    case 21: o.epochs = (int)cli_parse_long(cmd, "--epochs", optarg, 0, 1000); break;
-    case 22: mem_mb = (size_t)cli_parse_long(cmd, "--memory-mb", optarg, 1, 1L << 30); break;
-    case 23: o.prefill_only = 1; break;
-    case 'q': quiet = 1; break;
-    case 'h': fputs(FIT_HELP, stdout); return 0;
+    case 17: f->prev_path = optarg; break;
+    case 18: f->o.rho_sample = (size_t)cli_parse_long(cmd, "--rho-sample", optarg, 2, 1L << 24); break;
+    case 19: f->o.exact_limit = (size_t)cli_parse_long(cmd, "--exact-limit", optarg, 0, 1L << 40); break;
+    case 20: f->o.batch = (size_t)cli_parse_long(cmd, "--batch", optarg, 1, 1L << 24); break;
+    case 21: f->o.epochs = (int)cli_parse_long(cmd, "--epochs", optarg, 0, 1000); break;
+    case 22: f->mem_mb = (size_t)cli_parse_long(cmd, "--memory-mb", optarg, 1, 1L << 30); break;
+    case 23: f->o.prefill_only = 1; break;
+    case 'q': f->quiet = 1; break;
+    case 'h': fputs(FIT_HELP, stdout); return 1;
     default: cli_bad_option(cmd, argc, argv, c);
     }
   }
   if (optind < argc) cli_usage_error(cmd, "unexpected argument '%s' (see --help)", argv[optind]);
-  if (!tin.n) cli_usage_error(cmd, "--trace is required (see --help)");
-  if (!o.k) cli_usage_error(cmd, "--decoders is required (see --help)");
-  if (!out_path) cli_usage_error(cmd, "-o/--output is required (see --help)");
-  if (redundant && !ep_size) cli_usage_error(cmd, "--redundant-experts needs --ep-size");
-  if (lat_hw && !lat_model) cli_usage_error(cmd, "--hardware needs --model");
-  eldr_latency_model lm;
-  int have_lm = 0;
-  {
-    eldr_diag ld = {{0}};
-    int lrc = 0;
-    if (lat_model) {
-      lrc = eldr_latency_preset(lat_model, lat_hw ? lat_hw : cli_hardware_default(lat_model), &lm, &ld);
-      if (lrc) cli_usage_error(cmd, "--model/--hardware: %s", eldr_diag_msg(&ld, lrc));
-      if (lat_path && (lrc = eldr_latency_load_overrides(lat_path, &lm, &ld)))
-        cli_fail(cmd, "--latency: %s", eldr_diag_msg(&ld, lrc));
-      have_lm = 1;
-    } else if (lat_path) {
-      if ((lrc = eldr_latency_load_full(lat_path, &lm, &ld)))
-        cli_fail(cmd, "--latency: %s", eldr_diag_msg(&ld, lrc));
-      have_lm = 1;
-    }
-  }
-  cli_trace_expand(cmd, &tin);
-  const char *trace_path = tin.label;
-  const char **inputs = cli_trace_paths_z(&tin);
-  if (!inputs) cli_fail(cmd, "out of memory");
-  cli_check_output(cmd, "-o", out_path, inputs);
-  free(inputs);
+  if (!f->tin.n) cli_usage_error(cmd, "--trace is required (see --help)");
+  if (!f->o.k) cli_usage_error(cmd, "--decoders is required (see --help)");
+  if (!f->out_path) cli_usage_error(cmd, "-o/--output is required (see --help)");
+  if (f->redundant && !f->ep_size) cli_usage_error(cmd, "--redundant-experts needs --ep-size");
+  if (f->lat_hw && !f->lat_model) cli_usage_error(cmd, "--hardware needs --model");
+  return 0;
+}
 
-  double t0 = eldr_clock_now();
+/* --model / --hardware / --latency: the latency model stored in the artifact. */
+static void fit_latency(fit_run *f) {
+  eldr_diag ld = {{0}};
+  int lrc = 0;
+  if (f->lat_model) {
+    lrc = eldr_latency_preset(f->lat_model, f->lat_hw ? f->lat_hw : cli_hardware_default(f->lat_model), &f->lm, &ld);
+    if (lrc) cli_usage_error(cmd, "--model/--hardware: %s", eldr_diag_msg(&ld, lrc));
+    if (f->lat_path && (lrc = eldr_latency_load_overrides(f->lat_path, &f->lm, &ld)))
+      cli_fail(cmd, "--latency: %s", eldr_diag_msg(&ld, lrc));
+    f->have_lm = 1;
+  } else if (f->lat_path) {
+    if ((lrc = eldr_latency_load_full(f->lat_path, &f->lm, &ld)))
+      cli_fail(cmd, "--latency: %s", eldr_diag_msg(&ld, lrc));
+    f->have_lm = 1;
+  }
+}
+
+/* The trace: loaded whole (placements need the token rows, and
+ * --fit-fraction the split eldr sim fits on), else streamed (memory per
+ * request, not per token); the --previous artifact; the latency model's
+ * shape checked against the trace's. */
+static void fit_read(fit_run *f) {
+  cli_trace_expand(cmd, &f->tin);
+  f->trace_path = f->tin.label;
+  const char **inputs = cli_trace_paths_z(&f->tin);
+  if (!inputs) cli_fail(cmd, "out of memory");
+  cli_check_output(cmd, "-o", f->out_path, inputs);
+  free(inputs);
+  f->t0 = eldr_clock_now();
   eldr_diag d = {{0}};
-  eldr_trace *t = NULL, hdr = {0};
-  cli_fit_file ff = {0};
-  eldr_fit_source fsrc;
+  eldr_fit_opts *o = &f->o;
   int rc;
-  /* placements need the token rows, and the --fit-fraction split the order
-   * eldr sim fits in: load the trace; otherwise stream it (memory per
-   * request, not per token) */
-  const int stream = !ep_size && frac >= 1.0;
-  if (!stream) {
-    t = cli_trace_load(cmd, &tin);
-    if (o.repr == ELDR_REPR_GATE || o.repr == ELDR_REPR_LOGIT)
+  f->stream = !f->ep_size && f->frac >= 1.0;
+  if (!f->stream) {
+    eldr_trace *t = f->t = cli_trace_load(cmd, &f->tin);
+    if (o->repr == ELDR_REPR_GATE || o->repr == ELDR_REPR_LOGIT)
       for (size_t i = 0; i < t->n; i++)
         if (eldr_request_is_counts(&t->req[i]))
           cli_fail(cmd, "--representation %s needs per-token prefill_gates; %s: request '%s' is in "
-                   "the counts form", eldr_repr_name((eldr_repr)o.repr), trace_path, t->req[i].id);
+                   "the counts form", eldr_repr_name((eldr_repr)o->repr), f->trace_path, t->req[i].id);
   } else {
-    rc = cli_fit_file_open(tin.paths, tin.n_paths, mem_mb << 19, &ff, &fsrc, &d);
+    cli_fit_file *ff = &f->ff;
+    rc = cli_fit_file_open(f->tin.paths, f->tin.n_paths, f->mem_mb << 19, ff, &f->fsrc, &d);
     if (rc) cli_fail(cmd, "%s", eldr_diag_msg(&d, rc));
-    if (o.repr == ELDR_REPR_GATE || o.repr == ELDR_REPR_LOGIT) ff.need_gates = eldr_repr_name((eldr_repr)o.repr);
-    ff.label = trace_path;
-    hdr.model = ff.model; /* the header: model, shape, layer ids (borrowed) */
-    hdr.generator = ff.generator;
-    hdr.shape = ff.shape;
-    hdr.layer_ids = ff.layer_ids;
-    t = &hdr;
-    o.sig_budget = mem_mb << 19;
+    if (o->repr == ELDR_REPR_GATE || o->repr == ELDR_REPR_LOGIT) ff->need_gates = eldr_repr_name((eldr_repr)o->repr);
+    ff->label = f->trace_path;
+    f->hdr.model = ff->model; /* the header: model, shape, layer ids (borrowed) */
+    f->hdr.generator = ff->generator;
+    f->hdr.shape = ff->shape;
+    f->hdr.layer_ids = ff->layer_ids;
+    f->t = &f->hdr;
+    o->sig_budget = f->mem_mb << 19;
   }
-  double t_load = eldr_clock_now() - t0;
-  eldr_artifact *prev = NULL;
-  if (prev_path) {
-    rc = eldr_artifact_load(prev_path, &prev, &d);
+  f->t_load = eldr_clock_now() - f->t0;
+  if (f->prev_path) {
+    rc = eldr_artifact_load(f->prev_path, &f->prev, &d);
     if (rc) cli_fail(cmd, "--previous: %s", eldr_diag_msg(&d, rc));
-    o.previous = prev;
+    o->previous = f->prev;
   }
-  if (have_lm && (lm.shape.num_layers != t->shape.num_layers ||
-                  lm.shape.num_experts != t->shape.num_experts || lm.shape.top_k != t->shape.top_k))
+  const eldr_latency_model *lm = &f->lm;
+  const eldr_trace *t = f->t;
+  if (f->have_lm && (lm->shape.num_layers != t->shape.num_layers ||
+                     lm->shape.num_experts != t->shape.num_experts || lm->shape.top_k != t->shape.top_k))
     cli_usage_error(cmd, "--model/--latency: the latency model '%s' has %u layers x %u experts top-%u, "
-                    "the trace %u x %u top-%u", lm.model, lm.shape.num_layers, lm.shape.num_experts,
-                    lm.shape.top_k, t->shape.num_layers, t->shape.num_experts, t->shape.top_k);
+                    "the trace %u x %u top-%u", lm->model, lm->shape.num_layers, lm->shape.num_experts,
+                    lm->shape.top_k, t->shape.num_layers, t->shape.num_experts, t->shape.top_k);
+}
 
-  uint8_t *list_mask = NULL;
-  if (!strcmp(layers, "auto")) o.layers = ELDR_FIT_LAYERS_AUTO;
-  else if (!strcmp(layers, "all")) o.layers = ELDR_FIT_LAYERS_ALL;
+/* --layers and --fit-fraction into the fit's options; progress unless -q. */
+static void fit_choices(fit_run *f) {
+  eldr_fit_opts *o = &f->o;
+  const eldr_trace *t = f->t;
+  if (!strcmp(f->layers, "auto")) o->layers = ELDR_FIT_LAYERS_AUTO;
+  else if (!strcmp(f->layers, "all")) o->layers = ELDR_FIT_LAYERS_ALL;
   else {
-    list_mask = calloc(t->shape.num_layers, 1);
-    if (!list_mask) cli_fail(cmd, "out of memory");
-    parse_layer_list(cmd, layers, t, list_mask);
-    o.layers = ELDR_FIT_LAYERS_LIST;
-    o.layer_list_mask = list_mask;
+    f->list_mask = calloc(t->shape.num_layers, 1);
+    if (!f->list_mask) cli_fail(cmd, "out of memory");
+    parse_layer_list(cmd, f->layers, t, f->list_mask);
+    o->layers = ELDR_FIT_LAYERS_LIST;
+    o->layer_list_mask = f->list_mask;
   }
-  size_t *subset = NULL;
-  if (frac < 1.0) {
-    size_t m = (size_t)floor(frac * (double)t->n);
+  if (f->frac < 1.0) {
+    size_t m = (size_t)floor(f->frac * (double)t->n);
     if (m < 1) m = 1;
-    subset = malloc(t->n * sizeof *subset);
-    if (!subset) cli_fail(cmd, "out of memory");
-    eldr_fit_shuffle(subset, t->n, o.seed); /* seeded random split: files are often sorted */
-    o.subset = subset;
-    o.n_subset = m;
+    f->subset = malloc(t->n * sizeof *f->subset);
+    if (!f->subset) cli_fail(cmd, "out of memory");
+    eldr_fit_shuffle(f->subset, t->n, o->seed); /* seeded random split: files are often sorted */
+    o->subset = f->subset;
+    o->n_subset = m;
   }
-  if (!quiet) {
-    o.progress = fit_progress;
-  }
+  if (!f->quiet) o->progress = fit_progress;
+}
 
-  eldr_artifact *a = NULL;
-  eldr_fit_report rep;
-  rc = stream ? eldr_fit_stream(&fsrc, &o, &a, &rep, &d) : eldr_fit(t, &o, &a, &rep, &d);
-  if (rc == ELDR_EUNSUPPORTED && ff.need_gates) cli_fail(cmd, "%s", eldr_diag_msg(&d, rc));
-  if (rc) cli_fail_at(cmd, trace_path, eldr_diag_msg(&d, rc));
-  if (stream && ff.info.torn)
-    fprintf(stderr, "eldr fit: note: %s%s\n", ff.info.note,
-            ff.info.torn > 1 ? " (and more files with a torn last line)" : "");
+/* The fit, the artifact's trace and creation time, the placements
+ * (--ep-size), the latency model; the artifact written. */
+static void fit_write(fit_run *f) {
+  eldr_diag d = {{0}};
+  const eldr_fit_opts *o = &f->o;
+  const eldr_trace *t = f->t;
+  int rc = f->stream ? eldr_fit_stream(&f->fsrc, o, &f->a, &f->rep, &d) : eldr_fit(t, o, &f->a, &f->rep, &d);
+  if (rc == ELDR_EUNSUPPORTED && f->ff.need_gates) cli_fail(cmd, "%s", eldr_diag_msg(&d, rc));
+  if (rc) cli_fail_at(cmd, f->trace_path, eldr_diag_msg(&d, rc));
+  if (f->stream && f->ff.info.torn)
+    fprintf(stderr, "eldr fit: note: %s%s\n", f->ff.info.note,
+            f->ff.info.torn > 1 ? " (and more files with a torn last line)" : "");
+  eldr_artifact *a = f->a;
   free(a->trace);
-  a->trace = strdup(trace_path);
+  a->trace = strdup(f->trace_path);
   char created[32];
-  if (created_arg) {
-    snprintf(created, sizeof created, "%s", created_arg);
+  if (f->created_arg) {
+    snprintf(created, sizeof created, "%s", f->created_arg);
   } else {
     time_t now = time(NULL);
     strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
   }
   free(a->created);
   a->created = strdup(created);
-  cli_ep_set eps = {0};
-  if (ep_size) { /* placements from the fitted requests (the split's fit part) */
-    size_t *all = NULL, nidx = o.subset ? o.n_subset : t->n;
-    if (!o.subset) {
+  if (f->ep_size) { /* placements from the fitted requests (the split's fit part) */
+    size_t *all = NULL, nidx = o->subset ? o->n_subset : t->n;
+    if (!o->subset) {
       all = malloc((t->n ? t->n : 1) * sizeof *all);
       if (!all) cli_fail(cmd, "out of memory");
       for (size_t i = 0; i < t->n; i++) all[i] = i;
     }
-    cli_ep_fit_write(cmd, t, o.subset ? o.subset : all, nidx, a, out_path, ep_size, redundant, &eps);
+    cli_ep_fit_write(cmd, t, o->subset ? o->subset : all, nidx, a, f->out_path, f->ep_size, f->redundant, &f->eps);
     free(all);
   }
-  if (have_lm && (rc = eldr_artifact_set_latency(a, &lm, &d)))
+  if (f->have_lm && (rc = eldr_artifact_set_latency(a, &f->lm, &d)))
     cli_fail(cmd, "latency model for the artifact: %s", eldr_diag_msg(&d, rc));
-  rc = eldr_artifact_save(out_path, a, &d);
+  rc = eldr_artifact_save(f->out_path, a, &d);
   if (rc) cli_fail(cmd, "%s", eldr_diag_msg(&d, rc));
-  double total = eldr_clock_now() - t0;
+  f->total = eldr_clock_now() - f->t0;
+}
 
+/* The report as JSON (--json). */
+static void fit_print_json(const fit_run *f) {
+  const eldr_fit_report *r = &f->rep;
+  const eldr_artifact *a = f->a;
+  const eldr_trace *t = f->t;
+  json_t *root = json_object();
+  json_object_set_new(root, "trace", json_string(f->trace_path));
+  json_object_set_new(root, "artifact", json_string(f->out_path));
+  json_object_set_new(root, "requests", json_integer((json_int_t)r->n));
+  json_object_set_new(root, "skipped_empty", json_integer((json_int_t)r->skipped_empty));
+  json_object_set_new(root, "decoders", json_integer((json_int_t)a->k));
+  json_t *cands = json_array();
+  for (size_t i = 0; i < r->n_cand; i++) {
+    const eldr_fit_candidate *cd = &r->cand[i];
+    json_t *cj = json_object();
+    json_object_set_new(cj, "representation", json_string(eldr_repr_name(cd->repr)));
+    json_object_set_new(cj, "idf", json_boolean(cd->idf));
+    json_object_set_new(cj, "rho_all_layers", jreal(cd->rho_all));
+    json_object_set_new(cj, "rho_mask", jreal(cd->rho_mask));
+    json_object_set_new(cj, "mask_size", json_integer((json_int_t)cd->mask_size));
+    json_t *steps = json_array();
+    for (size_t l = 0; l < t->shape.num_layers; l++) {
+      json_t *sj = json_object();
+      json_object_set_new(sj, "layer", json_integer(t->layer_ids[cd->steps[l].layer]));
+      json_object_set_new(sj, "rho", jreal(cd->steps[l].rho));
+      json_array_append_new(steps, sj);
+    }
+    json_object_set_new(cj, "greedy", steps);
+    json_array_append_new(cands, cj);
+  }
+  json_object_set_new(root, "candidates", cands);
+  json_object_set_new(root, "chosen", json_integer((json_int_t)r->chosen));
+  json_object_set_new(root, "rho", jreal(a->fit_rho));
+  json_object_set_new(root, "chosen_by", json_string(eldr_fit_evidence_name(a->fit_chosen_by)));
+  json_object_set_new(root, "decode_requests", json_integer((json_int_t)r->with_decode));
+  json_t *mask = json_array();
+  for (size_t l = 0; l < t->shape.num_layers; l++)
+    if (a->mask[l]) json_array_append_new(mask, json_integer(t->layer_ids[l]));
+  json_object_set_new(root, "layer_mask", mask);
+  json_t *sz = json_array();
+  for (size_t i = 0; i < a->k; i++) json_array_append_new(sz, json_integer((json_int_t)a->cluster_sizes[i]));
+  json_object_set_new(root, "cluster_sizes", sz);
+  json_object_set_new(root, "capacity", json_integer((json_int_t)r->capacity));
+  json_object_set_new(root, "balanced", json_boolean(f->o.balanced));
+  json_object_set_new(root, "kmeans_objective", json_real(r->kmeans_objective));
+  if (f->ep_size) {
+    json_t *pj = json_object();
+    json_object_set_new(pj, "ep_size", json_integer(f->ep_size));
+    json_object_set_new(pj, "redundant_experts", json_integer(f->redundant));
+    json_object_set_new(pj, "busiest_rank_share_linear", jreal(f->eps.share[0]));
+    json_object_set_new(pj, "busiest_rank_share_global", jreal(f->eps.share[1]));
+    json_object_set_new(pj, "busiest_rank_share_per_decoder", jreal(f->eps.share[2]));
+    json_object_set_new(pj, "global", json_string(a->placement->global));
+    json_t *names = json_array();
+    for (size_t i = 0; i < a->k; i++) json_array_append_new(names, json_string(a->placement->decoders[i]));
+    json_object_set_new(pj, "decoders", names);
+    json_object_set_new(root, "placement", pj);
+  }
+  json_t *ci = json_object();
+  json_object_set_new(ci, "rho", jreal(r->rho_ci.rho));
+  json_object_set_new(ci, "se", jreal(r->rho_ci.se));
+  json_object_set_new(ci, "lo", jreal(r->rho_ci.lo));
+  json_object_set_new(ci, "hi", jreal(r->rho_ci.hi));
+  json_object_set_new(ci, "pairs", json_integer((json_int_t)r->rho_ci.pairs));
+  json_object_set_new(ci, "sample", json_integer((json_int_t)r->sample));
+  json_object_set_new(ci, "method", json_string("delete-a-group jackknife over requests, 20 groups, rho -/+ 1.96 se"));
+  json_object_set_new(root, "rho_interval", ci);
+  json_object_set_new(root, "kmeans_mode", json_string(r->mode));
+  json_object_set_new(root, "passes", json_integer(r->passes));
+  if (r->have_previous) {
+    json_t *pj = json_object();
+    json_object_set_new(pj, "artifact", json_string(f->prev_path));
+    json_object_set_new(pj, "moved", jreal(r->moved));
+    json_object_set_new(pj, "moved_unaligned", jreal(r->moved_unaligned));
+    json_t *perm = json_array();
+    for (size_t i = 0; i < a->k; i++) json_array_append_new(perm, json_integer(r->perm[i]));
+    json_object_set_new(pj, "order", perm);
+    json_object_set_new(root, "previous", pj);
+  }
+  json_object_set_new(root, "seconds", json_real(f->total));
+  char *s = json_dumps(root, JSON_INDENT(2));
+  puts(s);
+  free(s);
+  json_decref(root);
+}
+
+/* The report as text. */
+static void fit_print_text(const fit_run *f) {
+  const eldr_fit_report *r = &f->rep;
+  const eldr_artifact *a = f->a;
+  const eldr_trace *t = f->t;
+  const eldr_fit_candidate *ch = &r->cand[r->chosen];
   size_t maxsz = 0;
   for (size_t i = 0; i < a->k; i++)
     if (a->cluster_sizes[i] > maxsz) maxsz = a->cluster_sizes[i];
-  const eldr_fit_candidate *ch = &rep.cand[rep.chosen];
-  if (json) {
-    json_t *root = json_object();
-    json_object_set_new(root, "trace", json_string(trace_path));
-    json_object_set_new(root, "artifact", json_string(out_path));
-    json_object_set_new(root, "requests", json_integer((json_int_t)rep.n));
-    json_object_set_new(root, "skipped_empty", json_integer((json_int_t)rep.skipped_empty));
-    json_object_set_new(root, "decoders", json_integer((json_int_t)a->k));
-    json_t *cands = json_array();
-    for (size_t i = 0; i < rep.n_cand; i++) {
-      const eldr_fit_candidate *cd = &rep.cand[i];
-      json_t *cj = json_object();
-      json_object_set_new(cj, "representation", json_string(eldr_repr_name(cd->repr)));
-      json_object_set_new(cj, "idf", json_boolean(cd->idf));
-      json_object_set_new(cj, "rho_all_layers", jreal(cd->rho_all));
-      json_object_set_new(cj, "rho_mask", jreal(cd->rho_mask));
-      json_object_set_new(cj, "mask_size", json_integer((json_int_t)cd->mask_size));
-      json_t *steps = json_array();
-      for (size_t l = 0; l < t->shape.num_layers; l++) {
-        json_t *sj = json_object();
-        json_object_set_new(sj, "layer", json_integer(t->layer_ids[cd->steps[l].layer]));
-        json_object_set_new(sj, "rho", jreal(cd->steps[l].rho));
-        json_array_append_new(steps, sj);
-      }
-      json_object_set_new(cj, "greedy", steps);
-      json_array_append_new(cands, cj);
-    }
-    json_object_set_new(root, "candidates", cands);
-    json_object_set_new(root, "chosen", json_integer((json_int_t)rep.chosen));
-    json_object_set_new(root, "rho", jreal(a->fit_rho));
-    json_object_set_new(root, "chosen_by", json_string(eldr_fit_evidence_name(a->fit_chosen_by)));
-    json_object_set_new(root, "decode_requests", json_integer((json_int_t)rep.with_decode));
-    json_t *mask = json_array();
-    for (size_t l = 0; l < t->shape.num_layers; l++)
-      if (a->mask[l]) json_array_append_new(mask, json_integer(t->layer_ids[l]));
-    json_object_set_new(root, "layer_mask", mask);
-    json_t *sz = json_array();
-    for (size_t i = 0; i < a->k; i++) json_array_append_new(sz, json_integer((json_int_t)a->cluster_sizes[i]));
-    json_object_set_new(root, "cluster_sizes", sz);
-    json_object_set_new(root, "capacity", json_integer((json_int_t)rep.capacity));
-    json_object_set_new(root, "balanced", json_boolean(o.balanced));
-    json_object_set_new(root, "kmeans_objective", json_real(rep.kmeans_objective));
-    if (ep_size) {
-      json_t *pj = json_object();
-      json_object_set_new(pj, "ep_size", json_integer(ep_size));
-      json_object_set_new(pj, "redundant_experts", json_integer(redundant));
-      json_object_set_new(pj, "busiest_rank_share_linear", jreal(eps.share[0]));
-      json_object_set_new(pj, "busiest_rank_share_global", jreal(eps.share[1]));
-      json_object_set_new(pj, "busiest_rank_share_per_decoder", jreal(eps.share[2]));
-      json_object_set_new(pj, "global", json_string(a->placement->global));
-      json_t *names = json_array();
-      for (size_t i = 0; i < a->k; i++) json_array_append_new(names, json_string(a->placement->decoders[i]));
-      json_object_set_new(pj, "decoders", names);
-      json_object_set_new(root, "placement", pj);
-    }
-    json_t *ci = json_object();
-    json_object_set_new(ci, "rho", jreal(rep.rho_ci.rho));
-    json_object_set_new(ci, "se", jreal(rep.rho_ci.se));
-    json_object_set_new(ci, "lo", jreal(rep.rho_ci.lo));
-    json_object_set_new(ci, "hi", jreal(rep.rho_ci.hi));
-    json_object_set_new(ci, "pairs", json_integer((json_int_t)rep.rho_ci.pairs));
-    json_object_set_new(ci, "sample", json_integer((json_int_t)rep.sample));
-    json_object_set_new(ci, "method", json_string("delete-a-group jackknife over requests, 20 groups, rho -/+ 1.96 se"));
-    json_object_set_new(root, "rho_interval", ci);
-    json_object_set_new(root, "kmeans_mode", json_string(rep.mode));
-    json_object_set_new(root, "passes", json_integer(rep.passes));
-    if (rep.have_previous) {
-      json_t *pj = json_object();
-      json_object_set_new(pj, "artifact", json_string(prev_path));
-      json_object_set_new(pj, "moved", jreal(rep.moved));
-      json_object_set_new(pj, "moved_unaligned", jreal(rep.moved_unaligned));
-      json_t *perm = json_array();
-      for (size_t i = 0; i < a->k; i++) json_array_append_new(perm, json_integer(rep.perm[i]));
-      json_object_set_new(pj, "order", perm);
-      json_object_set_new(root, "previous", pj);
-    }
-    json_object_set_new(root, "seconds", json_real(total));
-    char *s = json_dumps(root, JSON_INDENT(2));
-    puts(s);
-    free(s);
-    json_decref(root);
-  } else {
-    printf("trace      %s: %zu requests (%zu without prefill skipped), model %s, %u layers x %u experts, top-%u\n",
-           trace_path, rep.n, rep.skipped_empty, t->model, t->shape.num_layers, t->shape.num_experts,
-           t->shape.top_k);
-    printf("\n%-16s %10s %12s %10s\n", "representation", "rho(all)", "rho(greedy)", "|mask|");
-    for (size_t i = 0; i < rep.n_cand; i++) {
-      const eldr_fit_candidate *cd = &rep.cand[i];
-      char name[32];
-      snprintf(name, sizeof name, "%s%s", eldr_repr_name(cd->repr), cd->idf ? "-idf" : "");
-      printf("%-16s %10.4f %12.4f %10zu%s\n", name, cd->rho_all, cd->rho_mask, cd->mask_size,
-             i == rep.chosen ? "   <- chosen" : "");
-    }
-    printf("\n");
-    print_steps(t, ch);
-    printf("layer mask (%zu of %u):", ch->mask_size, t->shape.num_layers);
-    for (size_t l = 0; l < t->shape.num_layers; l++)
-      if (a->mask[l]) printf(" %u", t->layer_ids[l]);
-    printf("\nrho        %.4f\n", a->fit_rho);
-    printf("chosen by  %s (%zu of %zu requests carry decode selections)\n",
-           a->fit_chosen_by == ELDR_FIT_BY_RHO         ? "rho"
-           : a->fit_chosen_by == ELDR_FIT_BY_NAMED     ? "the representation and layers named"
-                                                       : "nothing: a prefill-only fit (--prefill-only), the defaults",
-           rep.with_decode, rep.n);
-    if (rep.rho_undefined)
-      printf("note       rho is undefined for %zu of %zu candidates (constant distances: do the\n"
-             "           requests carry decode selections?)\n", rep.rho_undefined, rep.n_cand);
-    printf("k-means    %s, k=%zu, capacity ceil(N/K)=%zu, objective %.4f\n",
-           o.balanced ? "balanced" : "vanilla", a->k, rep.capacity, rep.kmeans_objective);
-    printf("clusters  ");
-    for (size_t i = 0; i < a->k; i++) printf(" %zu", a->cluster_sizes[i]);
-    printf("   (max %zu)\n", maxsz);
-    if (isfinite(rep.rho_ci.se))
-      printf("rho 95%%    [%.4f, %.4f] on %zu sampled requests, %zu pairs (jackknife over 20\n"
-             "           request groups, rho -/+ 1.96 se; se %.4f)\n", rep.rho_ci.lo, rep.rho_ci.hi,
-             rep.sample, rep.rho_ci.pairs, rep.rho_ci.se);
-    if (rep.fp_prior.n) {
-      const eldr_fp_prior_report *fp = &rep.fp_prior;
-      char beta[32];
-      if (isinf(fp->beta)) snprintf(beta, sizeof beta, "none (global prior)");
-      else snprintf(beta, sizeof beta, "%.3g", fp->beta);
-      printf("footprint  profile priors on %zu requests: weight %.3g prompt tokens (likelihood's %.3g),\n"
-             "           cluster priors' %s; batch union miss (rms) %.1f%% (raw prefill %.1f%%);\n"
-             "           held-out decode log-likelihood per selection %.4f (prefill alone %.4f,\n"
-             "           prior alone %.4f)\n", fp->n, fp->alpha, fp->alpha_ll, beta, 100 * fp->union_err,
-             100 * fp->union_err_raw, fp->ll_union_alpha, fp->ll_prefill, fp->ll_prior);
-    }
-    if (rep.n > rep.sample)
-      printf("scale      %s K-means, %d passes over the input\n", rep.mode, rep.passes);
-    if (rep.have_previous)
-      printf("previous   %s: %.2f%% of the calibration requests change decoder (%.2f%% without\n"
-             "           reordering the centroids)\n", prev_path, 100.0 * rep.moved,
-             100.0 * rep.moved_unaligned);
-    printf("time       %.2fs (read %.2fs, rho %.2fs, k-means %.2fs)\n", total, t_load + rep.seconds_read,
-           rep.seconds_rho, rep.seconds_kmeans);
-    printf("artifact   %s\n", out_path);
-    if (ep_size)
-      printf("placement  EP %u, %u redundant: %s + %zu per-decoder files; busiest rank's share of\n"
-             "           each decoder's own calibration decode traffic (mean over decoders): linear "
-             "%.3f,\n           global %.3f, per-decoder %.3f (even: %.3f; in-sample)\n",
-             ep_size, redundant, a->placement->global, a->k, eps.share[0], eps.share[1], eps.share[2],
-             1.0 / ep_size);
+  printf("trace      %s: %zu requests (%zu without prefill skipped), model %s, %u layers x %u experts, top-%u\n",
+         f->trace_path, r->n, r->skipped_empty, t->model, t->shape.num_layers, t->shape.num_experts,
+         t->shape.top_k);
+  printf("\n%-16s %10s %12s %10s\n", "representation", "rho(all)", "rho(greedy)", "|mask|");
+  for (size_t i = 0; i < r->n_cand; i++) {
+    const eldr_fit_candidate *cd = &r->cand[i];
+    char name[32];
+    snprintf(name, sizeof name, "%s%s", eldr_repr_name(cd->repr), cd->idf ? "-idf" : "");
+    printf("%-16s %10.4f %12.4f %10zu%s\n", name, cd->rho_all, cd->rho_mask, cd->mask_size,
+           i == r->chosen ? "   <- chosen" : "");
   }
-  cli_ep_set_free(&eps);
-  eldr_fit_report_free(&rep);
-  eldr_artifact_free(a);
-  if (stream) cli_fit_file_close(&ff);
-  else eldr_trace_free(t);
-  eldr_artifact_free(prev);
-  free(subset);
-  free(list_mask);
-  cli_trace_inputs_free(&tin);
+  printf("\n");
+  print_steps(t, ch);
+  printf("layer mask (%zu of %u):", ch->mask_size, t->shape.num_layers);
+  for (size_t l = 0; l < t->shape.num_layers; l++)
+    if (a->mask[l]) printf(" %u", t->layer_ids[l]);
+  printf("\nrho        %.4f\n", a->fit_rho);
+  printf("chosen by  %s (%zu of %zu requests carry decode selections)\n",
+         a->fit_chosen_by == ELDR_FIT_BY_RHO         ? "rho"
+         : a->fit_chosen_by == ELDR_FIT_BY_NAMED     ? "the representation and layers named"
+                                                     : "nothing: a prefill-only fit (--prefill-only), the defaults",
+         r->with_decode, r->n);
+  if (r->rho_undefined)
+    printf("note       rho is undefined for %zu of %zu candidates (constant distances: do the\n"
+           "           requests carry decode selections?)\n", r->rho_undefined, r->n_cand);
+  printf("k-means    %s, k=%zu, capacity ceil(N/K)=%zu, objective %.4f\n",
+         f->o.balanced ? "balanced" : "vanilla", a->k, r->capacity, r->kmeans_objective);
+  printf("clusters  ");
+  for (size_t i = 0; i < a->k; i++) printf(" %zu", a->cluster_sizes[i]);
+  printf("   (max %zu)\n", maxsz);
+  if (isfinite(r->rho_ci.se))
+    printf("rho 95%%    [%.4f, %.4f] on %zu sampled requests, %zu pairs (jackknife over 20\n"
+           "           request groups, rho -/+ 1.96 se; se %.4f)\n", r->rho_ci.lo, r->rho_ci.hi,
+           r->sample, r->rho_ci.pairs, r->rho_ci.se);
+  if (r->fp_prior.n) {
+    const eldr_fp_prior_report *fp = &r->fp_prior;
+    char beta[32];
+    if (isinf(fp->beta)) snprintf(beta, sizeof beta, "none (global prior)");
+    else snprintf(beta, sizeof beta, "%.3g", fp->beta);
+    printf("footprint  profile priors on %zu requests: weight %.3g prompt tokens (likelihood's %.3g),\n"
+           "           cluster priors' %s; batch union miss (rms) %.1f%% (raw prefill %.1f%%);\n"
+           "           held-out decode log-likelihood per selection %.4f (prefill alone %.4f,\n"
+           "           prior alone %.4f)\n", fp->n, fp->alpha, fp->alpha_ll, beta, 100 * fp->union_err,
+           100 * fp->union_err_raw, fp->ll_union_alpha, fp->ll_prefill, fp->ll_prior);
+  }
+  if (r->n > r->sample)
+    printf("scale      %s K-means, %d passes over the input\n", r->mode, r->passes);
+  if (r->have_previous)
+    printf("previous   %s: %.2f%% of the calibration requests change decoder (%.2f%% without\n"
+           "           reordering the centroids)\n", f->prev_path, 100.0 * r->moved,
+           100.0 * r->moved_unaligned);
+  printf("time       %.2fs (read %.2fs, rho %.2fs, k-means %.2fs)\n", f->total, f->t_load + r->seconds_read,
+         r->seconds_rho, r->seconds_kmeans);
+  printf("artifact   %s\n", f->out_path);
+  if (f->ep_size)
+    printf("placement  EP %u, %u redundant: %s + %zu per-decoder files; busiest rank's share of\n"
+           "           each decoder's own calibration decode traffic (mean over decoders): linear "
+           "%.3f,\n           global %.3f, per-decoder %.3f (even: %.3f; in-sample)\n",
+           f->ep_size, f->redundant, a->placement->global, a->k, f->eps.share[0], f->eps.share[1], f->eps.share[2],
+           1.0 / f->ep_size);
+}
+
+static void fit_free(fit_run *f) {
+  cli_ep_set_free(&f->eps);
+  eldr_fit_report_free(&f->rep);
+  eldr_artifact_free(f->a);
+  if (f->stream) cli_fit_file_close(&f->ff);
+  else eldr_trace_free(f->t);
+  eldr_artifact_free(f->prev);
+  free(f->subset);
+  free(f->list_mask);
+  cli_trace_inputs_free(&f->tin);
+}
+
+int eldr_cmd_fit(int argc, char **argv) {
+  fit_run f = {0};
+  if (fit_args(&f, argc, argv)) return 0;
+  fit_latency(&f);
+  fit_read(&f);
+  fit_choices(&f);
+  fit_write(&f);
+  if (f.json) fit_print_json(&f);
+  else fit_print_text(&f);
+  fit_free(&f);
   return 0;
 }

@@ -1,5 +1,7 @@
-/* sigcache_int.h — internal to the signature cache (core/sigcache.c) and its
- * byte kernels' vector twins, sigcache_avx2.c and sigcache_avx512.c.
+/* sigcache_int.h — internal to the signature cache (core/sigcache.c), its
+ * byte kernels' vector twins, sigcache_avx2.c and sigcache_avx512.c, and
+ * its sharded form (core/sigshard.c, eldr/sigshard.h), which calls the
+ * one-block store and the byte-sum adds below under each shard's lock.
  *
  * sigcache.c holds the portable loops and the dispatch (eldr_cpu_has,
  * eldr/cpu.h); a twin is called only on its level. Each twin handles the
@@ -12,6 +14,23 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "eldr/sigcache.h"
+
+/* One block of ELDR_BLOCK_TOKENS rows at p stored under hash unless held
+ * (1: held, made the most recent; 0: counted and stored; ELDR_ERANGE:
+ * refused, nothing stored). row8: a scratch of L*E uint32, zero in the
+ * stored layers, left so; NULL: only the lookup (ELDR_ENOTFOUND when not
+ * held). Caller holds whatever lock guards c (sigshard: the shard's). */
+int eldr__sigcache_store1(eldr_sigcache *c, uint64_t hash, const unsigned char *p, eldr_sel_dtype dtype,
+                          uint8_t *row8);
+/* The row under hash added into the byte sums acc (the stored layers, in
+ * row order) when held (1, made the most recent), else 0 (not a miss).
+ * *room: what acc's bytes can still take (255 after a flush); when the row
+ * could wrap one, acc is flushed into counts first. */
+int eldr__sigcache_add_if(eldr_sigcache *c, uint64_t hash, uint8_t *acc, unsigned *room, uint32_t *counts);
+/* The byte sums acc added into counts (L*E), acc zeroed. */
+void eldr__sigcache_acc_flush(const eldr_sigcache *c, uint8_t *acc, uint32_t *counts);
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define ELDR_SIGCACHE_X86 1

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/sigcache_int.h" /* eldr__sigcache_store1, _add_if, _acc_flush */
+
 /* One shard per cache line: two threads locking neighbouring shards do not
  * share a line. */
 typedef struct shard {

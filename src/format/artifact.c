@@ -120,15 +120,26 @@ static int parse_seed(const json_t *fit, uint64_t *out, eldr_diag *d) {
   return eldr_diag_fail(d, ELDR_EPARSE, "fit.seed: must be an integer");
 }
 
-static int parse_root(const json_t *root, eldr_artifact **out, eldr_diag *d) {
-  json_t *v, *model, *idf, *mask_a, *cents, *fit, *weights = NULL;
-  int rc;
-  long long x;
-  eldr_artifact *a = NULL;
-  uint32_t *layer_ids = NULL;
-  uint8_t *mask = NULL;
+/* What parse_root reads before the artifact exists: the shapes are checked
+ * whole before anything of their size is allocated. layer_ids and mask are
+ * owned (parse_root frees them); the json_t pointers borrow from root. */
+typedef struct art_in {
+  const char *name;
+  eldr_shape shape;
+  uint32_t *layer_ids; /* L */
+  uint8_t *mask;       /* L */
+  eldr_repr repr;
+  int idf_on;
+  const json_t *weights; /* idf.weights (idf_on) */
+  const json_t *cents;   /* centroids: k rows of dim */
+  size_t k, dim;
+  const json_t *fit, *sizes; /* fit, fit.cluster_sizes */
+} art_in;
 
-  if (!json_is_object(root)) return eldr_diag_fail(d, ELDR_EPARSE, "top level: must be an object");
+/* format and version */
+static int parse_format(const json_t *root, eldr_diag *d) {
+  json_t *v;
+  int rc;
   if ((rc = get_field(root, "", "format", JSON_STRING, 0, &v, d))) return rc;
   if (strcmp(json_string_value(v), ARTIFACT_FORMAT) != 0)
     return eldr_diag_fail(d, ELDR_EPARSE, "format: \"%.60s\" is not \"" ARTIFACT_FORMAT "\"",
@@ -137,220 +148,215 @@ static int parse_root(const json_t *root, eldr_artifact **out, eldr_diag *d) {
   if (json_integer_value(v) != ELDR_ARTIFACT_VERSION)
     return eldr_diag_fail(d, ELDR_EVERSION, "version: %lld is not supported (this build reads %d)",
                           (long long)json_integer_value(v), ELDR_ARTIFACT_VERSION);
+  return ELDR_OK;
+}
 
-  /* model */
+/* model: name, shape, layer_ids (allocates in->layer_ids and in->mask) */
+static int parse_model(const json_t *root, art_in *in, eldr_diag *d) {
+  json_t *model, *name, *lids;
+  long long x;
+  int rc;
   if ((rc = get_field(root, "", "model", JSON_OBJECT, 0, &model, d))) return rc;
-  json_t *name;
   if ((rc = get_field(model, "model", "name", JSON_STRING, 0, &name, d))) return rc;
-  eldr_shape shape;
+  in->name = json_string_value(name);
+  eldr_shape *shape = &in->shape;
   if ((rc = get_int(model, "model", "num_layers", 0, UINT32_MAX, &x, d))) return rc;
-  shape.num_layers = (uint32_t)x;
+  shape->num_layers = (uint32_t)x;
   if ((rc = get_int(model, "model", "num_experts", 0, UINT32_MAX, &x, d))) return rc;
-  shape.num_experts = (uint32_t)x;
+  shape->num_experts = (uint32_t)x;
   if ((rc = get_int(model, "model", "top_k", 0, UINT32_MAX, &x, d))) return rc;
-  shape.top_k = (uint32_t)x;
-  if ((rc = eldr_shape_validate(&shape, d))) {
+  shape->top_k = (uint32_t)x;
+  if ((rc = eldr_shape_validate(shape, d))) {
     eldr_diag_prefix(d, "model");
     return rc;
   }
-  const size_t L = shape.num_layers, E = shape.num_experts;
-  json_t *lids;
+  const size_t L = shape->num_layers;
   if ((rc = get_field(model, "model", "layer_ids", JSON_ARRAY, 0, &lids, d))) return rc;
   if (json_array_size(lids) != L)
     return eldr_diag_fail(d, ELDR_ESHAPE, "model.layer_ids: %zu entries, expected num_layers = %zu",
                           json_array_size(lids), L);
-  layer_ids = malloc(L * sizeof *layer_ids);
-  mask = calloc(L, 1);
-  if (!layer_ids || !mask) {
-    rc = eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
-    goto fail;
-  }
+  in->layer_ids = malloc(L * sizeof *in->layer_ids);
+  in->mask = calloc(L, 1);
+  if (!in->layer_ids || !in->mask) return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
   for (size_t l = 0; l < L; l++) {
     json_t *e = json_array_get(lids, l);
-    if (!json_is_integer(e)) {
-      rc = eldr_diag_fail(d, ELDR_EPARSE, "model.layer_ids[%zu]: must be an integer", l);
-      goto fail;
-    }
+    if (!json_is_integer(e)) return eldr_diag_fail(d, ELDR_EPARSE, "model.layer_ids[%zu]: must be an integer", l);
     long long id = json_integer_value(e);
-    if (id < 0 || id > (long long)UINT32_MAX) {
-      rc = eldr_diag_fail(d, ELDR_ERANGE, "model.layer_ids[%zu]: %lld out of range", l, id);
-      goto fail;
-    }
-    layer_ids[l] = (uint32_t)id;
+    if (id < 0 || id > (long long)UINT32_MAX)
+      return eldr_diag_fail(d, ELDR_ERANGE, "model.layer_ids[%zu]: %lld out of range", l, id);
+    in->layer_ids[l] = (uint32_t)id;
   }
+  return ELDR_OK;
+}
 
-  /* representation */
-  if ((rc = get_field(root, "", "representation", JSON_STRING, 0, &v, d))) goto fail;
-  eldr_repr repr = ELDR_REPR_COUNT;
-  if (eldr_repr_parse(json_string_value(v), &repr)) {
-    rc = eldr_diag_fail(d, ELDR_EPARSE,
-                        "representation: unknown \"%.40s\" (count, binary, gate or logit)",
-                        json_string_value(v));
-    goto fail;
-  }
-
-  /* idf */
-  if ((rc = get_field(root, "", "idf", JSON_OBJECT, 0, &idf, d))) goto fail;
-  if ((rc = get_field(idf, "idf", "enabled", JSON_TRUE, 0, &v, d))) goto fail;
-  const int idf_on = json_is_true(v);
-  if (idf_on) {
-    if ((rc = get_field(idf, "idf", "weights", JSON_ARRAY, 0, &weights, d))) goto fail;
-    if (json_array_size(weights) != L * E) {
-      rc = eldr_diag_fail(d, ELDR_ESHAPE,
-                          "idf.weights: %zu values, expected num_layers * num_experts = %zu",
-                          json_array_size(weights), L * E);
-      goto fail;
-    }
+/* representation, and idf (its weights' count checked) */
+static int parse_repr_idf(const json_t *root, art_in *in, eldr_diag *d) {
+  json_t *v, *idf, *weights;
+  int rc;
+  const size_t LE = (size_t)in->shape.num_layers * in->shape.num_experts;
+  if ((rc = get_field(root, "", "representation", JSON_STRING, 0, &v, d))) return rc;
+  in->repr = ELDR_REPR_COUNT;
+  if (eldr_repr_parse(json_string_value(v), &in->repr))
+    return eldr_diag_fail(d, ELDR_EPARSE, "representation: unknown \"%.40s\" (count, binary, gate or logit)",
+                          json_string_value(v));
+  if ((rc = get_field(root, "", "idf", JSON_OBJECT, 0, &idf, d))) return rc;
+  if ((rc = get_field(idf, "idf", "enabled", JSON_TRUE, 0, &v, d))) return rc;
+  in->idf_on = json_is_true(v);
+  if (in->idf_on) {
+    if ((rc = get_field(idf, "idf", "weights", JSON_ARRAY, 0, &weights, d))) return rc;
+    if (json_array_size(weights) != LE)
+      return eldr_diag_fail(d, ELDR_ESHAPE, "idf.weights: %zu values, expected num_layers * num_experts = %zu",
+                            json_array_size(weights), LE);
+    in->weights = weights;
   } else if (json_object_get(idf, "weights") && !json_is_null(json_object_get(idf, "weights"))) {
-    rc = eldr_diag_fail(d, ELDR_EPARSE, "idf.weights: present while idf.enabled is false");
-    goto fail;
+    return eldr_diag_fail(d, ELDR_EPARSE, "idf.weights: present while idf.enabled is false");
   }
+  return ELDR_OK;
+}
 
-  /* layer mask */
-  if ((rc = get_field(root, "", "layer_mask", JSON_ARRAY, 0, &mask_a, d))) goto fail;
-  if (json_array_size(mask_a) == 0) {
-    rc = eldr_diag_fail(d, ELDR_ERANGE, "layer_mask: empty (no layer selected)");
-    goto fail;
-  }
+/* layer_mask: strictly ascending layer indices into in->mask; in->dim */
+static int parse_mask(const json_t *root, art_in *in, eldr_diag *d) {
+  json_t *mask_a;
+  int rc;
+  const size_t L = in->shape.num_layers;
+  if ((rc = get_field(root, "", "layer_mask", JSON_ARRAY, 0, &mask_a, d))) return rc;
+  if (json_array_size(mask_a) == 0) return eldr_diag_fail(d, ELDR_ERANGE, "layer_mask: empty (no layer selected)");
   long long prev = -1;
   for (size_t i = 0; i < json_array_size(mask_a); i++) {
     json_t *e = json_array_get(mask_a, i);
-    if (!json_is_integer(e)) {
-      rc = eldr_diag_fail(d, ELDR_EPARSE, "layer_mask[%zu]: must be an integer", i);
-      goto fail;
-    }
+    if (!json_is_integer(e)) return eldr_diag_fail(d, ELDR_EPARSE, "layer_mask[%zu]: must be an integer", i);
     long long li = json_integer_value(e);
-    if (li < 0 || li >= (long long)L) {
-      rc = eldr_diag_fail(d, ELDR_ERANGE, "layer_mask[%zu]: %lld outside [0, num_layers = %zu)",
-                          i, li, L);
-      goto fail;
-    }
-    if (li <= prev) {
-      rc = eldr_diag_fail(d, ELDR_ERANGE,
-                          "layer_mask[%zu]: %lld not above %lld (must be strictly ascending)", i,
-                          li, prev);
-      goto fail;
-    }
+    if (li < 0 || li >= (long long)L)
+      return eldr_diag_fail(d, ELDR_ERANGE, "layer_mask[%zu]: %lld outside [0, num_layers = %zu)", i, li, L);
+    if (li <= prev)
+      return eldr_diag_fail(d, ELDR_ERANGE, "layer_mask[%zu]: %lld not above %lld (must be strictly ascending)",
+                            i, li, prev);
     prev = li;
-    mask[li] = 1;
+    in->mask[li] = 1;
   }
-  const size_t dim = json_array_size(mask_a) * E;
+  in->dim = json_array_size(mask_a) * in->shape.num_experts;
+  return ELDR_OK;
+}
 
-  /* centroids: shapes first, values after allocation */
-  if ((rc = get_field(root, "", "centroids", JSON_ARRAY, 0, &cents, d))) goto fail;
+/* The shapes of centroids (k rows of dim), fit.k and fit.cluster_sizes. */
+static int parse_shapes(const json_t *root, art_in *in, eldr_diag *d) {
+  json_t *cents, *fit, *sizes;
+  int rc;
+  if ((rc = get_field(root, "", "centroids", JSON_ARRAY, 0, &cents, d))) return rc;
   const size_t k = json_array_size(cents);
-  if (k == 0) {
-    rc = eldr_diag_fail(d, ELDR_ESHAPE, "centroids: empty (k = 0)");
-    goto fail;
-  }
+  if (k == 0) return eldr_diag_fail(d, ELDR_ESHAPE, "centroids: empty (k = 0)");
   for (size_t c = 0; c < k; c++) {
     json_t *row = json_array_get(cents, c);
-    if (!json_is_array(row)) {
-      rc = eldr_diag_fail(d, ELDR_EPARSE, "centroids[%zu]: must be an array", c);
-      goto fail;
-    }
-    if (json_array_size(row) != dim) {
-      rc = eldr_diag_fail(d, ELDR_ESHAPE,
-                          "centroids[%zu]: %zu values, expected |layer_mask| * num_experts = %zu",
-                          c, json_array_size(row), dim);
-      goto fail;
-    }
+    if (!json_is_array(row)) return eldr_diag_fail(d, ELDR_EPARSE, "centroids[%zu]: must be an array", c);
+    if (json_array_size(row) != in->dim)
+      return eldr_diag_fail(d, ELDR_ESHAPE, "centroids[%zu]: %zu values, expected |layer_mask| * num_experts = %zu",
+                            c, json_array_size(row), in->dim);
   }
-
-  /* fit (shape checks before allocating) */
-  if ((rc = get_field(root, "", "fit", JSON_OBJECT, 0, &fit, d))) goto fail;
+  if ((rc = get_field(root, "", "fit", JSON_OBJECT, 0, &fit, d))) return rc;
   long long fit_k;
-  if ((rc = get_int(fit, "fit", "k", 1, LLONG_MAX, &fit_k, d))) goto fail;
-  if ((unsigned long long)fit_k != k) {
-    rc = eldr_diag_fail(d, ELDR_ESHAPE, "fit.k: %lld but there are %zu centroids", fit_k, k);
-    goto fail;
-  }
-  json_t *sizes;
-  if ((rc = get_field(fit, "fit", "cluster_sizes", JSON_ARRAY, 0, &sizes, d))) goto fail;
-  if (json_array_size(sizes) != k) {
-    rc = eldr_diag_fail(d, ELDR_ESHAPE, "fit.cluster_sizes: %zu entries, expected k = %zu",
-                        json_array_size(sizes), k);
-    goto fail;
-  }
+  if ((rc = get_int(fit, "fit", "k", 1, LLONG_MAX, &fit_k, d))) return rc;
+  if ((unsigned long long)fit_k != k)
+    return eldr_diag_fail(d, ELDR_ESHAPE, "fit.k: %lld but there are %zu centroids", fit_k, k);
+  if ((rc = get_field(fit, "fit", "cluster_sizes", JSON_ARRAY, 0, &sizes, d))) return rc;
+  if (json_array_size(sizes) != k)
+    return eldr_diag_fail(d, ELDR_ESHAPE, "fit.cluster_sizes: %zu entries, expected k = %zu",
+                          json_array_size(sizes), k);
+  in->cents = cents;
+  in->k = k;
+  in->fit = fit;
+  in->sizes = sizes;
+  return ELDR_OK;
+}
 
-  a = eldr_artifact_new(json_string_value(name), &shape, layer_ids, repr, idf_on, mask, k);
-  if (!a) {
-    rc = eldr_diag_fail(d, ELDR_ENOMEM, "out of memory for %zu centroids of dimension %zu", k, dim);
-    goto fail;
-  }
-  if (idf_on && (rc = eldr__artifact_get_floats(weights, L * E, a->idf, "idf.weights", d))) goto fail;
-  for (size_t c = 0; c < k; c++) {
+/* The values into the artifact: idf weights, centroids, tau. */
+static int parse_values(const json_t *root, const art_in *in, eldr_artifact *a, eldr_diag *d) {
+  json_t *v;
+  int rc;
+  const size_t LE = (size_t)in->shape.num_layers * in->shape.num_experts;
+  if (in->idf_on && (rc = eldr__artifact_get_floats(in->weights, LE, a->idf, "idf.weights", d))) return rc;
+  for (size_t c = 0; c < in->k; c++) {
     char what[40];
     snprintf(what, sizeof what, "centroids[%zu]", c);
-    if ((rc = eldr__artifact_get_floats(json_array_get(cents, c), dim, a->centroids + c * dim, what, d)))
-      goto fail;
+    if ((rc = eldr__artifact_get_floats(json_array_get(in->cents, c), in->dim, a->centroids + c * in->dim, what, d))) return rc;
   }
-  if ((rc = get_field(root, "", "tau", JSON_REAL, 0, &v, d))) goto fail;
+  if ((rc = get_field(root, "", "tau", JSON_REAL, 0, &v, d))) return rc;
   a->tau = json_number_value(v);
+  return ELDR_OK;
+}
 
-  if ((rc = get_int(fit, "fit", "n", 0, LLONG_MAX, &x, d))) goto fail;
+/* fit: n, rho, seed, chosen_by, decode_n, balanced, cluster_sizes and the
+ * optional strings (created, trace, trace_generator). */
+static int parse_fit(const art_in *in, eldr_artifact *a, eldr_diag *d) {
+  const json_t *fit = in->fit;
+  json_t *v;
+  long long x;
+  int rc;
+  if ((rc = get_int(fit, "fit", "n", 0, LLONG_MAX, &x, d))) return rc;
   a->fit_n = (size_t)x;
   v = json_object_get(fit, "rho");
-  if (!v) {
-    rc = eldr_diag_fail(d, ELDR_EPARSE, "fit.rho: missing");
-    goto fail;
-  }
+  if (!v) return eldr_diag_fail(d, ELDR_EPARSE, "fit.rho: missing");
   if (json_is_null(v)) a->fit_rho = NAN; /* not measured */
   else if (json_is_number(v)) a->fit_rho = json_number_value(v);
-  else {
-    rc = eldr_diag_fail(d, ELDR_EPARSE, "fit.rho: must be a number or null");
-    goto fail;
-  }
-  if ((rc = parse_seed(fit, &a->fit_seed, d))) goto fail;
+  else return eldr_diag_fail(d, ELDR_EPARSE, "fit.rho: must be a number or null");
+  if ((rc = parse_seed(fit, &a->fit_seed, d))) return rc;
   /* which evidence chose the fit (optional: older artifacts lack it) */
-  if ((rc = get_field(fit, "fit", "chosen_by", JSON_STRING, 1, &v, d))) goto fail;
+  if ((rc = get_field(fit, "fit", "chosen_by", JSON_STRING, 1, &v, d))) return rc;
   if (v) {
     for (a->fit_chosen_by = ELDR_FIT_BY_PREFILL_ONLY; a->fit_chosen_by > ELDR_FIT_BY_UNKNOWN; a->fit_chosen_by--)
       if (!strcmp(json_string_value(v), eldr_fit_evidence_name(a->fit_chosen_by))) break;
-    if (a->fit_chosen_by == ELDR_FIT_BY_UNKNOWN) {
-      rc = eldr_diag_fail(d, ELDR_EPARSE, "fit.chosen_by: '%s' is not rho, named or prefill_only",
-                          json_string_value(v));
-      goto fail;
-    }
+    if (a->fit_chosen_by == ELDR_FIT_BY_UNKNOWN)
+      return eldr_diag_fail(d, ELDR_EPARSE, "fit.chosen_by: '%s' is not rho, named or prefill_only",
+                            json_string_value(v));
   }
   if (json_object_get(fit, "decode_n")) {
-    if ((rc = get_int(fit, "fit", "decode_n", 0, LLONG_MAX, &x, d))) goto fail;
+    if ((rc = get_int(fit, "fit", "decode_n", 0, LLONG_MAX, &x, d))) return rc;
     a->fit_decode_n = (size_t)x;
   }
-  if ((rc = get_field(fit, "fit", "balanced", JSON_TRUE, 0, &v, d))) goto fail;
+  if ((rc = get_field(fit, "fit", "balanced", JSON_TRUE, 0, &v, d))) return rc;
   a->fit_balanced = json_is_true(v);
-  for (size_t c = 0; c < k; c++) {
-    json_t *e = json_array_get(sizes, c);
-    if (!json_is_integer(e) || json_integer_value(e) < 0) {
-      rc = eldr_diag_fail(d, ELDR_EPARSE, "fit.cluster_sizes[%zu]: must be an integer >= 0", c);
-      goto fail;
-    }
+  for (size_t c = 0; c < in->k; c++) {
+    json_t *e = json_array_get(in->sizes, c);
+    if (!json_is_integer(e) || json_integer_value(e) < 0)
+      return eldr_diag_fail(d, ELDR_EPARSE, "fit.cluster_sizes[%zu]: must be an integer >= 0", c);
     a->cluster_sizes[c] = (size_t)json_integer_value(e);
   }
   const char *opt_keys[3] = {"created", "trace", "trace_generator"};
   char **opt_dst[3] = {&a->created, &a->trace, &a->trace_generator};
   for (int i = 0; i < 3; i++) {
-    if ((rc = get_field(fit, "fit", opt_keys[i], JSON_STRING, 1, &v, d))) goto fail;
-    if (v && !(*opt_dst[i] = strdup(json_string_value(v)))) {
-      rc = eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
-      goto fail;
-    }
+    if ((rc = get_field(fit, "fit", opt_keys[i], JSON_STRING, 1, &v, d))) return rc;
+    if (v && !(*opt_dst[i] = strdup(json_string_value(v)))) return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
   }
-
-  if ((rc = parse_drift_ref(fit, a, d))) goto fail;
-  if ((rc = eldr__artifact_placement_parse(root, a, d))) goto fail;
-  if ((rc = parse_latency(root, a, d))) goto fail;
-  if ((rc = eldr__artifact_footprint_parse(root, a, d))) goto fail;
-  if ((rc = eldr_artifact_validate(a, d))) goto fail;
-  free(mask);
-  free(layer_ids);
-  *out = a;
   return ELDR_OK;
+}
 
-fail:
-  eldr_artifact_free(a);
-  free(mask);
-  free(layer_ids);
+/* The whole document, in the order of its checks: format, model,
+ * representation and idf, layer mask, the shapes; then the artifact is
+ * allocated and filled: values, fit, drift reference, placements,
+ * latency, footprint priors; last the artifact's own validation. */
+static int parse_root(const json_t *root, eldr_artifact **out, eldr_diag *d) {
+  art_in in = {0};
+  eldr_artifact *a = NULL;
+  int rc;
+  if (!json_is_object(root)) return eldr_diag_fail(d, ELDR_EPARSE, "top level: must be an object");
+  if ((rc = parse_format(root, d))) return rc;
+  if ((rc = parse_model(root, &in, d)) || (rc = parse_repr_idf(root, &in, d)) || (rc = parse_mask(root, &in, d)) ||
+      (rc = parse_shapes(root, &in, d)))
+    goto done;
+  a = eldr_artifact_new(in.name, &in.shape, in.layer_ids, in.repr, in.idf_on, in.mask, in.k);
+  if (!a) {
+    rc = eldr_diag_fail(d, ELDR_ENOMEM, "out of memory for %zu centroids of dimension %zu", in.k, in.dim);
+    goto done;
+  }
+  if ((rc = parse_values(root, &in, a, d)) || (rc = parse_fit(&in, a, d)) || (rc = parse_drift_ref(in.fit, a, d)) ||
+      (rc = eldr__artifact_placement_parse(root, a, d)) || (rc = parse_latency(root, a, d)) ||
+      (rc = eldr__artifact_footprint_parse(root, a, d)) || (rc = eldr_artifact_validate(a, d))) {
+    eldr_artifact_free(a);
+    a = NULL;
+  }
+done:
+  free(in.mask);
+  free(in.layer_ids);
+  if (a) *out = a;
   return rc;
 }
 

@@ -656,3 +656,55 @@ int eldr_js_int(const char *doc, eldr_js_span v, int64_t *x) {
   *x = neg ? (int64_t)(0 - mag) : (int64_t)mag;
   return 0;
 }
+
+int eldr_js_root_object(const char *doc, size_t n, eldr_js_span *root) {
+  size_t a = 0, b = n;
+  while (a < n && (doc[a] == ' ' || doc[a] == '\t' || doc[a] == '\n' || doc[a] == '\r')) a++;
+  while (b > a && (doc[b - 1] == ' ' || doc[b - 1] == '\t' || doc[b - 1] == '\n' || doc[b - 1] == '\r')) b--;
+  if (b - a < 2 || doc[a] != '{') return -1;
+  *root = (eldr_js_span){a, b - a, ELDR_JS_OBJECT};
+  return 0;
+}
+
+/* ---- an object written again ---------------------------------------------- */
+
+static int key_in(const char *doc, eldr_js_span key, const char *const *names) {
+  for (; names && *names; names++)
+    if (eldr_js_key_is(doc, key, *names)) return 1;
+  return 0;
+}
+
+size_t eldr_js_cut_max(eldr_js_span obj, const eldr_js_piece *extra, size_t nextra) {
+  size_t cap = obj.len + 2;
+  for (size_t k = 0; k < nextra; k++) cap += extra[k].an + extra[k].bn + 1;
+  return cap;
+}
+
+/* One member: a comma before every one but the first. */
+static size_t put_member(char *o, int *first, const char *s, size_t n, const char *s2, size_t n2) {
+  size_t w = 0;
+  if (!*first) o[w++] = ',';
+  *first = 0;
+  memcpy(o + w, s, n);
+  w += n;
+  if (n2) memcpy(o + w, s2, n2);
+  return w + n2;
+}
+
+size_t eldr_js_cut(const char *doc, eldr_js_span obj, const char *const *drop, const eldr_js_piece *extra,
+                   size_t nextra, char *out) {
+  size_t w = 0;
+  int first = 1;
+  out[w++] = '{';
+  eldr_js_iter it;
+  eldr_js_member m;
+  eldr_js_iter_init(&it, doc, obj);
+  while (eldr_js_next(&it, &m)) {
+    if (key_in(doc, m.key, drop)) continue;
+    w += put_member(out + w, &first, doc + m.off, m.len, NULL, 0);
+  }
+  for (size_t k = 0; k < nextra; k++)
+    if (extra[k].a) w += put_member(out + w, &first, extra[k].a, extra[k].an, extra[k].b, extra[k].bn);
+  out[w++] = '}';
+  return w;
+}

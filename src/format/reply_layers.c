@@ -4,11 +4,7 @@
  * every hidden layer. */
 #include "reply_layers_int.h"
 
-#include <jansson.h>
 #include <string.h>
-
-#include "eldr/reply_experts.h"
-#include "eldr/tracegen.h"
 
 int eldr__re_layers_mappable(size_t La, uint32_t L, const uint32_t *ids) {
   if (La == L) return 1;
@@ -79,45 +75,4 @@ void eldr__re_spread_layers(const uint16_t *in, size_t rows, size_t L, size_t K,
   for (size_t t = 0; t < rows; t++)
     for (size_t l = 0; l < L; l++)
       memcpy(out + (t * La + ids[l]) * K, in + (t * L + l) * K, K * sizeof *out);
-}
-
-/* The view layers' model ids after a read with num_layers L at lids (NULL:
- * 0..L-1), or with drop_dense. */
-static void view_ids(const eldr_reply_experts *r, uint32_t L, const uint32_t *lids, uint32_t *ids) {
-  const eldr_re_view *v = r->nchoices ? (r->choices[0].prompt.data ? &r->choices[0].prompt : &r->choices[0].generated)
-                                      : NULL;
-  const size_t n = v && v->data ? v->layers : L;
-  for (size_t l = 0; l < n && l < ELDR_MAX_LAYERS; l++)
-    ids[l] = r->layer_ids ? r->layer_ids[l] : lids && L == n ? lids[l] : (uint32_t)l;
-}
-
-int eldr_reply_experts_moe_rows(const void *root, eldr_re_api api, uint32_t num_experts, const eldr_shape *art,
-                                const uint32_t *art_ids, eldr_reply_experts *out, uint32_t *ids) {
-  eldr_re_opts o = {.api = api, .num_experts = num_experts};
-  int rc = ELDR_ESHAPE;
-  if (art) {
-    o.num_layers = art->num_layers;
-    o.layer_ids = art_ids;
-    if ((rc = eldr_reply_experts_from_json(root, &o, out, NULL, NULL)) == 0) {
-      view_ids(out, art->num_layers, art_ids, ids);
-      return 0;
-    }
-  }
-  /* the preset the reply's model names: its MoE layers when the arrays have its layers */
-  eldr_shape ps;
-  uint32_t pid[ELDR_MAX_LAYERS], hidden;
-  json_t *m = json_object_get((const json_t *)root, "model");
-  if (json_is_string(m) && eldr_tracegen_served_layers(json_string_value(m), &ps, pid, &hidden) == 0) {
-    o = (eldr_re_opts){.api = api, .num_experts = num_experts, .num_layers = ps.num_layers, .top_k = ps.top_k,
-                       .layer_ids = pid};
-    if ((rc = eldr_reply_experts_from_json(root, &o, out, NULL, NULL)) == 0 &&
-        (!out->array_layers || out->array_layers == hidden || out->array_layers == ps.num_layers)) {
-      view_ids(out, ps.num_layers, pid, ids);
-      return 0;
-    }
-    if (rc == 0) eldr_reply_experts_free(out);
-  }
-  o = (eldr_re_opts){.api = api, .num_experts = num_experts, .drop_dense = 1};
-  if ((rc = eldr_reply_experts_from_json(root, &o, out, NULL, NULL)) == 0) view_ids(out, 0, NULL, ids);
-  return rc;
 }

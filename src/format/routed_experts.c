@@ -536,8 +536,8 @@ int eldr_routed_experts_encode(const uint16_t *sel, size_t ntokens, const eldr_s
   return ELDR_OK;
 }
 
-int eldr__routed_experts_view(const char *b64, size_t len, const eldr_shape *shape, uint8_t **buf,
-                              size_t *cap, eldr__re_view *v, eldr_diag *d) {
+int eldr_routed_experts_view(const char *b64, size_t len, const eldr_shape *shape, uint8_t **buf, size_t *cap,
+                             eldr_re_view *v, eldr_diag *d) {
   if ((!b64 && len) || !buf || !cap || !v)
     return eldr_diag_fail(d, ELDR_EINVAL, "routed_experts: argument missing");
   if (len == 0) return eldr_diag_fail(d, ELDR_EEMPTY, "routed_experts: empty");
@@ -560,5 +560,6 @@ int eldr__routed_experts_view(const char *b64, size_t len, const eldr_shape *sha
   v->rows = h.shape[0];
   v->layers = h.shape[1];
   v->top_k = h.shape[2];
+  v->first_token = 0;
   return ELDR_OK;
 }

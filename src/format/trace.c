@@ -362,17 +362,20 @@ fail:
 }
 
 
-/* pre, dec: empty buffers for the id arrays; on success they are handed to
- * the trace (p set to NULL), otherwise the caller frees them. */
-static int parse_line_body(eldr_trace *t, const char *line, size_t len, lctx *c, gbuf *pre_,
-                           gbuf *dec_) {
-  const char *p = line, *e = line + len;
-  span f[F_COUNT] = {{0}};
-  fast_sel fs_pre = {0}, fs_dec = {0};
-  const char *why = NULL;
-  c->base = line;
+/* One line's fields as found by pass 1: each known field's value span, and
+ * the compact parse of the id arrays (into the caller's pre / dec). */
+typedef struct line_fields {
+  span f[F_COUNT];
+  fast_sel fs_pre, fs_dec;
+  bool counts; /* "form":"counts" */
+} line_fields;
 
-  /* pass 1: the top-level object */
+/* Pass 1: the top-level object, each known field's value located (the id
+ * arrays parsed in their compact form on the way), the rest skipped. */
+static int scan_fields(lctx *c, const char *line, size_t len, line_fields *lf, gbuf *pre_, gbuf *dec_) {
+  const char *p = line, *e = line + len;
+  span *f = lf->f;
+  const char *why = NULL;
   p = skip_ws(p, e);
   if (p >= e) return lfail(c, ELDR_EPARSE, NULL, "empty line");
   if (*p != '{') return lfail(c, ELDR_EPARSE, NULL, "invalid JSON: expected an object '{'");
@@ -396,8 +399,8 @@ static int parse_line_body(eldr_trace *t, const char *line, size_t len, lctx *c,
       for (int i = 0; i < F_COUNT; i++)
         if (strlen(field_names[i]) == kn && !memcmp(ks + 1, field_names[i], kn)) fi = i;
       const char *ve = NULL;
-      if (fi == F_PREFILL && !f[fi].p) ve = parse_sel_compact(p, e, pre_, &fs_pre);
-      else if (fi == F_DECODE && !f[fi].p) ve = parse_sel_compact(p, e, dec_, &fs_dec);
+      if (fi == F_PREFILL && !f[fi].p) ve = parse_sel_compact(p, e, pre_, &lf->fs_pre);
+      else if (fi == F_DECODE && !f[fi].p) ve = parse_sel_compact(p, e, dec_, &lf->fs_dec);
       if (!ve && (fi == F_PREFILL || fi == F_DECODE || fi == F_GATES || fi == F_PREFILL_COUNTS ||
                   fi == F_DECODE_COUNTS))
         ve = skip_num_array(p, e);
@@ -426,8 +429,12 @@ static int parse_line_body(eldr_trace *t, const char *line, size_t len, lctx *c,
     }
   }
   if (skip_ws(p, e) != e) return lfail(c, ELDR_EPARSE, NULL, "trailing characters after the object");
+  return ELDR_OK;
+}
 
-  /* pass 2: interpret */
+/* Pass 2's first step: the form, and which fields it requires or forbids. */
+static int check_form(lctx *c, line_fields *lf) {
+  const span *f = lf->f;
   bool counts = false;
   if (f[F_FORM].p && !is_null(f[F_FORM])) {
     if (f[F_FORM].e - f[F_FORM].p != 8 || memcmp(f[F_FORM].p, "\"counts\"", 8))
@@ -457,197 +464,204 @@ static int parse_line_body(eldr_trace *t, const char *line, size_t len, lctx *c,
   }
   if (f[F_SERVE].p && !is_null(f[F_SERVE]) && *f[F_SERVE].p != '{')
     return lfail(c, ELDR_EPARSE, "serve", "expected an object");
+  lf->counts = counts;
+  return ELDR_OK;
+}
 
+/* What pass 2 decodes from a line, owned until line_commit hands it to the
+ * trace (each pointer set to NULL as it goes); line_free frees the rest. */
+typedef struct line_vals {
+  bool defines; /* the line defines the trace's model, shape and layers */
+  eldr_shape sh;
+  char *model, *id, *domain, *prompt, *gen, *serve;
+  uint32_t *pcounts, *dcounts;
+  uint32_t *layers, nl;
+  gbuf pre, dec, gat;
+  uint32_t n_pre, n_dec, n_gat;
+  bool has_gates;
+  double arrival;
+} line_vals;
+
+static void line_free(line_vals *v) {
+  free(v->model);
+  free(v->gen);
+  free(v->id);
+  free(v->domain);
+  free(v->prompt);
+  free(v->layers);
+  free(v->pre.p);
+  free(v->dec.p);
+  free(v->gat.p);
+  free(v->serve);
+  free(v->pcounts);
+  free(v->dcounts);
+}
+
+/* model, num_experts, top_k, layers: the line's shape, checked against the
+ * trace's unless the line defines it. */
+static int parse_shape(const eldr_trace *t, lctx *c, const span *f, line_vals *v) {
   int rc;
-  char *model = NULL, *id = NULL, *domain = NULL, *prompt = NULL, *gen = NULL, *serve = NULL;
-  uint32_t *pcounts = NULL, *dcounts = NULL;
-  uint32_t *layers = NULL, nl = 0;
-  gbuf pre = *pre_, dec = *dec_, gat = {.esz = sizeof(float)};
-  *pre_ = (gbuf){.esz = sizeof(uint16_t)};
-  *dec_ = (gbuf){.esz = sizeof(uint16_t)};
-  uint32_t n_pre = 0, n_dec = 0, n_gat = 0;
-  double arrival = -1.0;
   uint64_t ne, tk;
-
-  if ((rc = decode_string(c, "model", f[F_MODEL], &model))) goto out;
-  if ((rc = parse_uint(c, "num_experts", f[F_NUM_EXPERTS], ELDR_MAX_EXPERTS, &ne))) goto out;
-  if (ne < 1) {
-    rc = lfail(c, ELDR_ERANGE, "num_experts", "must be >= 1");
-    goto out;
-  }
-  if ((rc = parse_uint(c, "top_k", f[F_TOP_K], ELDR_MAX_TOPK, &tk))) goto out;
-  if (tk < 1 || tk > ne) {
-    rc = lfail(c, ELDR_ERANGE, "top_k", "%llu out of range [1, num_experts=%llu]",
-               (unsigned long long)tk, (unsigned long long)ne);
-    goto out;
-  }
-  const bool defines = t->n == 0 && t->shape.num_layers == 0;
-  if ((rc = parse_layers(c, f[F_LAYERS], defines, &layers, &nl))) goto out;
-  eldr_shape sh = {nl, (uint32_t)ne, (uint32_t)tk};
-  if (!defines) {
-    if (t->model && t->model[0] && strcmp(t->model, model)) {
-      rc = lfail(c, ELDR_ESHAPE, "model", "'%.60s' disagrees with the trace's model '%.60s'", model,
-                 t->model);
-      goto out;
-    }
-    if (sh.num_experts != t->shape.num_experts) {
-      rc = lfail(c, ELDR_ESHAPE, "num_experts", "%u disagrees with the trace's %u", sh.num_experts,
+  if ((rc = decode_string(c, "model", f[F_MODEL], &v->model))) return rc;
+  if ((rc = parse_uint(c, "num_experts", f[F_NUM_EXPERTS], ELDR_MAX_EXPERTS, &ne))) return rc;
+  if (ne < 1) return lfail(c, ELDR_ERANGE, "num_experts", "must be >= 1");
+  if ((rc = parse_uint(c, "top_k", f[F_TOP_K], ELDR_MAX_TOPK, &tk))) return rc;
+  if (tk < 1 || tk > ne)
+    return lfail(c, ELDR_ERANGE, "top_k", "%llu out of range [1, num_experts=%llu]", (unsigned long long)tk,
+                 (unsigned long long)ne);
+  v->defines = t->n == 0 && t->shape.num_layers == 0;
+  if ((rc = parse_layers(c, f[F_LAYERS], v->defines, &v->layers, &v->nl))) return rc;
+  const uint32_t nl = v->nl;
+  v->sh = (eldr_shape){nl, (uint32_t)ne, (uint32_t)tk};
+  if (v->defines) return ELDR_OK;
+  if (t->model && t->model[0] && strcmp(t->model, v->model))
+    return lfail(c, ELDR_ESHAPE, "model", "'%.60s' disagrees with the trace's model '%.60s'", v->model, t->model);
+  if (v->sh.num_experts != t->shape.num_experts)
+    return lfail(c, ELDR_ESHAPE, "num_experts", "%u disagrees with the trace's %u", v->sh.num_experts,
                  t->shape.num_experts);
-      goto out;
-    }
-    if (sh.top_k != t->shape.top_k) {
-      rc = lfail(c, ELDR_ESHAPE, "top_k", "%u disagrees with the trace's %u", sh.top_k,
-                 t->shape.top_k);
-      goto out;
-    }
-    if (nl != t->shape.num_layers) {
-      rc = lfail(c, ELDR_ESHAPE, "layers", "%u layers disagree with the trace's %u", nl,
-                 t->shape.num_layers);
-      goto out;
-    }
-    for (uint32_t l = 0; l < nl; l++)
-      if (layers[l] != t->layer_ids[l]) {
-        rc = lfail(c, ELDR_ESHAPE, "layers", "layer %u is %u, the trace's is %u", l, layers[l],
-                   t->layer_ids[l]);
-        goto out;
-      }
-  }
-  if ((rc = decode_string(c, "id", f[F_ID], &id))) goto out;
-  if (f[F_DOMAIN].p && !is_null(f[F_DOMAIN]) &&
-      (rc = decode_string(c, "domain", f[F_DOMAIN], &domain)))
-    goto out;
-  if (f[F_PROMPT].p && !is_null(f[F_PROMPT]) &&
-      (rc = decode_string(c, "prompt", f[F_PROMPT], &prompt)))
-    goto out;
+  if (v->sh.top_k != t->shape.top_k)
+    return lfail(c, ELDR_ESHAPE, "top_k", "%u disagrees with the trace's %u", v->sh.top_k, t->shape.top_k);
+  if (nl != t->shape.num_layers)
+    return lfail(c, ELDR_ESHAPE, "layers", "%u layers disagree with the trace's %u", nl, t->shape.num_layers);
+  for (uint32_t l = 0; l < nl; l++)
+    if (v->layers[l] != t->layer_ids[l])
+      return lfail(c, ELDR_ESHAPE, "layers", "layer %u is %u, the trace's is %u", l, v->layers[l], t->layer_ids[l]);
+  return ELDR_OK;
+}
+
+/* id, domain, prompt, generator, arrival, serve. */
+static int parse_meta(const eldr_trace *t, lctx *c, const span *f, line_vals *v) {
+  int rc;
+  if ((rc = decode_string(c, "id", f[F_ID], &v->id))) return rc;
+  if (f[F_DOMAIN].p && !is_null(f[F_DOMAIN]) && (rc = decode_string(c, "domain", f[F_DOMAIN], &v->domain)))
+    return rc;
+  if (f[F_PROMPT].p && !is_null(f[F_PROMPT]) && (rc = decode_string(c, "prompt", f[F_PROMPT], &v->prompt)))
+    return rc;
   if (f[F_GENERATOR].p && !is_null(f[F_GENERATOR])) {
-    if ((rc = decode_string(c, "generator", f[F_GENERATOR], &gen))) goto out;
+    if ((rc = decode_string(c, "generator", f[F_GENERATOR], &v->gen))) return rc;
     /* the first line names the trace's generator; a later one may omit it
      * but may not name another (a file mixing two generators' requests
      * would make the serve-trace provenance check meaningless) */
-    if (!defines && (!t->generator || strcmp(t->generator, gen))) {
-      rc = lfail(c, ELDR_ESHAPE, "generator", "'%.80s' disagrees with the trace's %s%.80s%s", gen,
-                 t->generator ? "'" : "", t->generator ? t->generator : "(none on line 1)",
-                 t->generator ? "'" : "");
-      goto out;
-    }
+    if (!v->defines && (!t->generator || strcmp(t->generator, v->gen)))
+      return lfail(c, ELDR_ESHAPE, "generator", "'%.80s' disagrees with the trace's %s%.80s%s", v->gen,
+                   t->generator ? "'" : "", t->generator ? t->generator : "(none on line 1)",
+                   t->generator ? "'" : "");
   }
   if (f[F_ARRIVAL].p && !is_null(f[F_ARRIVAL])) {
     const char *q = f[F_ARRIVAL].p;
-    if (parse_real(&q, f[F_ARRIVAL].e, &arrival, false) || q != f[F_ARRIVAL].e) {
-      rc = lfail(c, ELDR_EPARSE, "arrival", "expected a finite number of seconds");
-      goto out;
-    }
-    if (arrival < 0) {
-      rc = lfail(c, ELDR_ERANGE, "arrival", "negative (%g)", arrival);
-      goto out;
-    }
+    if (parse_real(&q, f[F_ARRIVAL].e, &v->arrival, false) || q != f[F_ARRIVAL].e)
+      return lfail(c, ELDR_EPARSE, "arrival", "expected a finite number of seconds");
+    if (v->arrival < 0) return lfail(c, ELDR_ERANGE, "arrival", "negative (%g)", v->arrival);
   }
   if (f[F_SERVE].p && !is_null(f[F_SERVE])) {
     const size_t n = (size_t)(f[F_SERVE].e - f[F_SERVE].p);
-    if (!(serve = malloc(n + 1))) {
-      rc = ELDR_ENOMEM;
-      goto out;
-    }
-    memcpy(serve, f[F_SERVE].p, n);
-    serve[n] = '\0';
+    if (!(v->serve = malloc(n + 1))) return ELDR_ENOMEM;
+    memcpy(v->serve, f[F_SERVE].p, n);
+    v->serve[n] = '\0';
   }
-  if (counts) {
-    const span cs[4] = {f[F_PREFILL_TOKENS], f[F_DECODE_TOKENS], f[F_PREFILL_COUNTS],
-                        f[F_DECODE_COUNTS]};
-    if ((rc = eldr__trace_parse_counts_fields(c, cs, &sh, &n_pre, &n_dec, &pcounts, &dcounts)))
-      goto out;
+  return ELDR_OK;
+}
+
+/* A growable buffer's growth slack given back (a failed shrink keeps the
+ * larger block, which is harmless). */
+static void gbuf_shrink(gbuf *b) {
+  if (b->p && b->n < b->cap) {
+    void *q = realloc(b->p, (b->n ? b->n : 1) * b->esz);
+    if (q) b->p = q;
+  }
+}
+
+/* The rows: the counts form's fields, or the per-token ids and gates. */
+static int parse_rows(lctx *c, const line_fields *lf, line_vals *v) {
+  const span *f = lf->f;
+  int rc;
+  if (lf->counts) {
+    const span cs[4] = {f[F_PREFILL_TOKENS], f[F_DECODE_TOKENS], f[F_PREFILL_COUNTS], f[F_DECODE_COUNTS]};
+    if ((rc = eldr__trace_parse_counts_fields(c, cs, &v->sh, &v->n_pre, &v->n_dec, &v->pcounts, &v->dcounts)))
+      return rc;
   } else {
-    if ((rc = parse_ids(c, "prefill", f[F_PREFILL], &sh, &fs_pre, &pre, &n_pre))) goto out;
-    if ((rc = parse_ids(c, "decode", f[F_DECODE], &sh, &fs_dec, &dec, &n_dec))) goto out;
+    if ((rc = parse_ids(c, "prefill", f[F_PREFILL], &v->sh, &lf->fs_pre, &v->pre, &v->n_pre))) return rc;
+    if ((rc = parse_ids(c, "decode", f[F_DECODE], &v->sh, &lf->fs_dec, &v->dec, &v->n_dec))) return rc;
   }
-  if (!counts && f[F_GATES].p && !is_null(f[F_GATES])) {
-    if ((rc = parse_sel(c, "prefill_gates", f[F_GATES], &sh, true, &gat, &n_gat))) goto out;
-    if (n_gat != n_pre) {
-      rc = lfail(c, ELDR_ESHAPE, "prefill_gates", "%u tokens, prefill has %u", n_gat, n_pre);
-      goto out;
-    }
+  v->has_gates = !lf->counts && f[F_GATES].p && !is_null(f[F_GATES]);
+  if (v->has_gates) {
+    if ((rc = parse_sel(c, "prefill_gates", f[F_GATES], &v->sh, true, &v->gat, &v->n_gat))) return rc;
+    if (v->n_gat != v->n_pre)
+      return lfail(c, ELDR_ESHAPE, "prefill_gates", "%u tokens, prefill has %u", v->n_gat, v->n_pre);
   }
+  gbuf_shrink(&v->pre);
+  gbuf_shrink(&v->dec);
+  gbuf_shrink(&v->gat);
+  return ELDR_OK;
+}
 
-  /* give back the growth slack of the id arrays (a failed shrink keeps the
-   * larger block, which is harmless) */
-  if (pre.p && pre.n < pre.cap) {
-    void *q = realloc(pre.p, (pre.n ? pre.n : 1) * pre.esz);
-    if (q) pre.p = q;
-  }
-  if (dec.p && dec.n < dec.cap) {
-    void *q = realloc(dec.p, (dec.n ? dec.n : 1) * dec.esz);
-    if (q) dec.p = q;
-  }
-  if (gat.p && gat.n < gat.cap) {
-    void *q = realloc(gat.p, (gat.n ? gat.n : 1) * gat.esz);
-    if (q) gat.p = q;
-  }
-
-  /* commit: every allocation first, then nothing can fail */
-  const bool has_gates = !counts && f[F_GATES].p && !is_null(f[F_GATES]);
-  if (has_gates && !gat.p && !(gat.p = malloc(sizeof(float)))) {
-    rc = ELDR_ENOMEM;
-    goto out;
-  }
-  if ((rc = eldr_trace_reserve(t, t->n + 1))) goto out;
+/* The request appended to t (and the trace's header set when the line
+ * defines it): every allocation first, then nothing can fail. */
+static int line_commit(eldr_trace *t, line_vals *v) {
+  int rc;
+  if (v->has_gates && !v->gat.p && !(v->gat.p = malloc(sizeof(float)))) return ELDR_ENOMEM;
+  if ((rc = eldr_trace_reserve(t, t->n + 1))) return rc;
   eldr_request r = {0};
   r.domain = -1;
-  if (domain) {
-    int di = eldr_trace_domain_intern(t, domain); /* adds nothing on failure */
-    if (di < 0) {
-      rc = ELDR_ENOMEM;
-      goto out;
-    }
+  if (v->domain) {
+    int di = eldr_trace_domain_intern(t, v->domain); /* adds nothing on failure */
+    if (di < 0) return ELDR_ENOMEM;
     r.domain = di;
   }
-  if (defines) {
+  if (v->defines) {
     free(t->model);
     free(t->layer_ids);
-    t->model = model;
-    model = NULL;
+    t->model = v->model;
+    v->model = NULL;
     free(t->generator);
-    t->generator = gen;
-    gen = NULL;
-    t->layer_ids = layers;
-    layers = NULL;
-    t->shape = sh;
+    t->generator = v->gen;
+    v->gen = NULL;
+    t->layer_ids = v->layers;
+    v->layers = NULL;
+    t->shape = v->sh;
   }
-  r.id = id;
-  id = NULL;
-  r.prompt = prompt;
-  prompt = NULL;
-  r.arrival = arrival;
-  r.n_prefill = n_pre;
-  r.n_decode = n_dec;
-  r.prefill = pre.p;
-  pre.p = NULL;
-  r.decode = dec.p;
-  dec.p = NULL;
-  if (has_gates) {
-    r.prefill_gates = gat.p;
-    gat.p = NULL;
+  r.id = v->id;
+  v->id = NULL;
+  r.prompt = v->prompt;
+  v->prompt = NULL;
+  r.arrival = v->arrival;
+  r.n_prefill = v->n_pre;
+  r.n_decode = v->n_dec;
+  r.prefill = v->pre.p;
+  v->pre.p = NULL;
+  r.decode = v->dec.p;
+  v->dec.p = NULL;
+  if (v->has_gates) {
+    r.prefill_gates = v->gat.p;
+    v->gat.p = NULL;
   }
-  r.prefill_counts = pcounts;
-  pcounts = NULL;
-  r.decode_counts = dcounts;
-  dcounts = NULL;
-  r.serve = serve;
-  serve = NULL;
+  r.prefill_counts = v->pcounts;
+  v->pcounts = NULL;
+  r.decode_counts = v->dcounts;
+  v->dcounts = NULL;
+  r.serve = v->serve;
+  v->serve = NULL;
   t->req[t->n++] = r;
-  rc = ELDR_OK;
-out:
-  free(model);
-  free(gen);
-  free(id);
-  free(domain);
-  free(prompt);
-  free(layers);
-  free(pre.p);
-  free(dec.p);
-  free(gat.p);
-  free(serve);
-  free(pcounts);
-  free(dcounts);
+  return ELDR_OK;
+}
+
+/* One line into t: pass 1 finds the fields, pass 2 checks the form,
+ * decodes the shape, the metadata and the rows, then commits. pre, dec:
+ * empty buffers for the id arrays; on success they are handed to the trace
+ * (p set to NULL), otherwise the caller frees them. */
+static int parse_line_body(eldr_trace *t, const char *line, size_t len, lctx *c, gbuf *pre_,
+                           gbuf *dec_) {
+  line_fields lf;
+  memset(&lf, 0, sizeof lf);
+  c->base = line;
+  int rc;
+  if ((rc = scan_fields(c, line, len, &lf, pre_, dec_)) || (rc = check_form(c, &lf))) return rc;
+  line_vals v = {.pre = *pre_, .dec = *dec_, .gat = {.esz = sizeof(float)}, .arrival = -1.0};
+  *pre_ = (gbuf){.esz = sizeof(uint16_t)};
+  *dec_ = (gbuf){.esz = sizeof(uint16_t)};
+  if (!(rc = parse_shape(t, c, lf.f, &v)) && !(rc = parse_meta(t, c, lf.f, &v)) && !(rc = parse_rows(c, &lf, &v)))
+    rc = line_commit(t, &v);
+  line_free(&v);
   return rc;
 }
 

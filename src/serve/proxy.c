@@ -4,13 +4,11 @@
  * body plus kv_transfer_params) relayed to the client, retries on other
  * workers, deadlines; GET /v1/models passes through the same leg machinery.
  * Loop thread only. */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
-#include <unistd.h>
 
+#include "eldr/uuid.h"
 #include "serve_types.h"
 
 /* ---- request lifecycle ---------------------------------------------------- */
@@ -61,7 +59,7 @@ static void rq_destroy(rq *r) {
   free(r->L.buf);
   eldr__req_free(&r->req);
   eldr__prompt_free(&r->prompt);
-  eldr__prefill_reply_free(&r->pr);
+  eldr_reply_prefill_free(&r->pr);
   eldr__buf_free(&r->fwd);
   eldr__buf_free(&r->pb);
   eldr__buf_free(&r->db);
@@ -90,7 +88,7 @@ static void rq_give_large(rq *r) {
     r->L.buf = NULL;
     r->L.n = r->L.cap = 0;
   }
-  eldr__prefill_reply_clear(&r->pr); /* keeps its copy's buffer (and nothing borrows from it now) */
+  eldr_reply_prefill_clear(&r->pr); /* keeps its copy's buffer (and nothing borrows from it now) */
   if (r->pr.raw_cap >= ELDR__BUFPOOL_MIN) {
     eldr__bufpool_give(bp, r->pr.raw, r->pr.raw_cap);
     r->pr.raw = NULL;
@@ -639,7 +637,7 @@ static int decide(rq *r, int *fallback) {
   if (s->cfg.policy == ELDR_POLICY_ELDR || s->cfg.policy == ELDR_POLICY_FOOTPRINT) {
     double t0 = eldr__now_s();
     /* the reply's bytes when the scanner read it (no tree), else its tree */
-    eldr__sigpath_extract(&s->sp, r->pr.raw, r->pr.raw_len, r->pr.raw ? NULL : eldr__prefill_reply_root(&r->pr),
+    eldr__sigpath_extract(&s->sp, r->pr.raw, r->pr.raw_len, r->pr.raw ? NULL : eldr_reply_prefill_root(&r->pr),
                           r->req.api == ELDR__API_CHAT, r->pr.routed_experts, r->pr.routed_experts_len,
                           r->pr.raw ? r->pr.compact : (eldr_js_span){0, 0, ELDR_JS_NONE}, &r->prompt, &res);
     eldr__histo_add(&s->m.sig, eldr__now_s() - t0);
@@ -671,7 +669,7 @@ static int decide(rq *r, int *fallback) {
     fr.counts = res.counts;
     fr.n_tokens = res.n_tokens;
     fr.sig = res.sig; /* picks the request's cluster prior (the artifact's footprint section) */
-    size_t P = res.first_token + res.view.rows; /* without usage: the prompt the rows imply */
+    size_t P = res.view.first_token + res.view.rows; /* without usage: the prompt the rows imply */
     if (pt <= 0) fr.ctx_tokens = P > UINT32_MAX ? UINT32_MAX : (uint32_t)P;
   }
   eldr_policy *pol = &s->pol;
@@ -727,7 +725,7 @@ static void on_prefill_reply(rq *r) {
    * scanner reads the fields and the signature path the bytes */
   int need_tree = s->rec || r->rec || r->req.prompt_logprobs;
   /* the reply's buffer becomes r->pr's (no copy); L takes r->pr's old one, empty */
-  if (eldr__prefill_reply_adopt(&L->buf, &L->cap, &L->n, need_tree, &r->pr, &d) != 0) {
+  if (eldr_reply_prefill_adopt(&L->buf, &L->cap, &L->n, need_tree, &r->pr, &d) != 0) {
     worker *w = L->w;
     w->slot->err_status++;
     eldr__worker_failed(w, "bad reply");
@@ -808,41 +806,6 @@ static void start_prefill(rq *r) {
     leg_failed(r, 0, "could not send to prefill worker");
 }
 
-/* Random bytes for request ids, drawn from getrandom a block at a time
- * (one syscall per RAND_BLOCK / 16 requests, not one per request); per
- * thread, so each loop has its own. */
-#define RAND_BLOCK 4096
-
-int eldr__uuid4(char out[37]) {
-  static _Thread_local uint8_t pool[RAND_BLOCK];
-  static _Thread_local size_t left;
-  uint8_t b[16];
-  if (left < sizeof b) {
-    size_t got = 0;
-    while (got < sizeof pool) {
-      ssize_t n = getrandom(pool + got, sizeof pool - got, 0);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return ELDR_EIO;
-      got += (size_t)n;
-    }
-    left = sizeof pool;
-  }
-  memcpy(b, pool + sizeof pool - left, sizeof b);
-  memset(pool + sizeof pool - left, 0, sizeof b); /* used bytes do not stay behind */
-  left -= sizeof b;
-  b[6] = (uint8_t)((b[6] & 0x0f) | 0x40); /* version 4 */
-  b[8] = (uint8_t)((b[8] & 0x3f) | 0x80); /* RFC 4122 variant */
-  static const char hx[] = "0123456789abcdef";
-  char *o = out;
-  for (int i = 0; i < 16; i++) {
-    if (i == 4 || i == 6 || i == 8 || i == 10) *o++ = '-';
-    *o++ = hx[b[i] >> 4];
-    *o++ = hx[b[i] & 15];
-  }
-  *o = 0;
-  return 0;
-}
-
 /* The header lines every leg of a request carries after its own, ending
  * with the blank line: the workers' Authorization (the backend key; the
  * client's only when configured) and the W3C trace context and baggage, as
@@ -881,7 +844,7 @@ static rq *rq_new(hconn *c) {
   /* the engines' request id: random per request (a client's X-Request-Id is
    * echoed and logged, never an engine's id: replicas and restarts would
    * collide on it, and a client could name another request) */
-  if (eldr__uuid4(r->reqid) != 0 || forwarded_lines(c->s, c->head, &r->fwd) != 0) {
+  if (eldr_uuid4(r->reqid) != 0 || forwarded_lines(c->s, c->head, &r->fwd) != 0) {
     rq_destroy(r);
     return NULL;
   }

@@ -74,11 +74,6 @@ static int take_rows(eldr__rec_item *it, const void *data, eldr_sel_dtype dt, si
   return 0;
 }
 
-/* The prompt's counts, or where they will come from: 0, or -1 when there
- * are none. The loop copies as little as it can: the counts the signature
- * was built from when they are every layer's; else the prefill reply's
- * tree is handed to the writer at the end (a .npy string: its size is
- * known); else (JSON-list layouts) the decoded rows are copied. */
 /* The compact form (eldr/reply_compact.h): the engine's counts, every
  * layer the artifact has (else every MoE row it carries), read on the loop
  * (a few KB). 0, 1 (not this form) or -1. */
@@ -99,6 +94,11 @@ static int compact_counts(const eldr_artifact *a, rq *r, eldr__rec_item **out) {
   return 0;
 }
 
+/* The prompt's counts, or where they will come from: 0, or -1 when there
+ * are none. The loop copies as little as it can: the counts the signature
+ * was built from when they are every layer's; else the prefill reply's
+ * tree is handed to the writer at the end (a .npy string: its size is
+ * known); else (JSON-list layouts) the decoded rows are copied. */
 static int prompt_counts(eldr_server *s, rq *r, const eldr__sigres *res, eldr__rec_item **out) {
   const eldr_artifact *a = s->art;
   int crc = compact_counts(a, r, out);
@@ -128,20 +128,16 @@ static int prompt_counts(eldr_server *s, rq *r, const eldr__sigres *res, eldr__r
     return it ? take_rows(it, res->view.data, res->view.dtype, res->view.rows) : -1;
   }
   /* no artifact, or rows of another shape, in a JSON-list layout: read them
-   * here, over the model's MoE layers (eldr_reply_experts_moe_rows) */
-  if (!E || !r->pr.root) return -1;
+   * here, over the model's MoE layers (eldr_reply_prompt_rows) */
+  if (!E) return -1;
   eldr_reply_experts rex;
+  eldr_re_view v;
+  eldr_shape sh;
   uint32_t ids[ELDR_MAX_LAYERS];
-  if (eldr_reply_experts_moe_rows(r->pr.root, r->req.api == ELDR__API_CHAT ? ELDR_RE_CHAT : ELDR_RE_COMPLETIONS, E,
-                                  a ? &a->shape : NULL, a ? a->layer_ids : NULL, &rex, ids) != 0)
+  if (eldr_reply_prompt_rows(r->pr.root, r->req.api == ELDR__API_CHAT ? ELDR_RE_CHAT : ELDR_RE_COMPLETIONS, E,
+                             a ? &a->shape : NULL, a ? a->layer_ids : NULL, &rex, &v, &sh, ids) != 0)
     return -1;
-  const eldr_re_view *v = rex.nchoices ? &rex.choices[0].prompt : NULL;
-  int rc = -1;
-  if (v && v->data && v->rows) {
-    eldr_shape sh = {(uint32_t)v->layers, E, (uint32_t)v->top_k};
-    if (sh.top_k <= E && (*out = eldr__rec_item_new(&sh, ids)))
-      rc = take_rows(*out, v->data, v->dtype, v->rows);
-  }
+  int rc = (*out = eldr__rec_item_new(&sh, ids)) ? take_rows(*out, v.data, v.dtype, v.rows) : -1;
   eldr_reply_experts_free(&rex);
   return rc;
 }

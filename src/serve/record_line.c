@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "eldr/grow.h"
-#include "eldr/reply_experts.h"
+#include "eldr/reply.h"
 #include "eldr/trace.h"
 #include "record.h"
 #include "serve_internal.h"
@@ -116,43 +116,40 @@ static void sb_num(sb *b, double x, const char *fmt) {
 }
 
 /* The generated rows of the decode reply counted into dc (L*E): their
- * number, or -1 (eldr__decode_reply_counts, the watch's reader too).
+ * number, or -1 (eldr_reply_decode_counts, the watch's reader too).
  * *out_tokens: usage.completion_tokens (unchanged when absent). */
 static int64_t decode_counts(const eldr__rec_item *it, uint32_t *dc, int64_t *out_tokens) {
-  return eldr__decode_reply_counts(it->decode_body, it->decode_len, it->chat, &it->shape, it->layer_ids,
-                                   it->prompt_tokens, dc, out_tokens);
+  return eldr_reply_decode_counts(it->decode_body, it->decode_len, it->chat ? ELDR_RE_CHAT : ELDR_RE_COMPLETIONS,
+                                  &it->shape, it->layer_ids, it->prompt_tokens, dc, out_tokens);
 }
 
 /* The prompt rows of the prefill reply tree over the model's MoE layers
- * (eldr_reply_experts_moe_rows: the artifact's layers the item was made
- * with, else the reply's model's preset, else less the dense layers'
- * rows), counted into a new buffer: it->shape and it->layer_ids become the
- * rows' (E: it->experts). 0 or -1. */
+ * (eldr_reply_prompt_rows: the artifact's layers the item was made with,
+ * else the reply's model's preset, else less the dense layers' rows),
+ * counted into a new buffer: it->shape and it->layer_ids become the rows'
+ * (E: it->experts). 0 or -1. */
 static int root_counts(eldr__rec_item *it, uint32_t **out, uint32_t *tokens) {
   eldr_reply_experts rex;
+  eldr_re_view v;
+  eldr_shape sh;
   uint32_t ids[ELDR_MAX_LAYERS];
-  const eldr_shape *art = it->from_artifact ? &it->shape : NULL;
-  if (!it->experts || eldr_reply_experts_moe_rows(it->prefill_root, it->chat ? ELDR_RE_CHAT : ELDR_RE_COMPLETIONS,
-                                                  it->experts, art, it->layer_ids, &rex, ids) != 0)
+  if (eldr_reply_prompt_rows(it->prefill_root, it->chat ? ELDR_RE_CHAT : ELDR_RE_COMPLETIONS, it->experts,
+                             it->from_artifact ? &it->shape : NULL, it->layer_ids, &rex, &v, &sh, ids) != 0)
     return -1;
-  const eldr_re_view *v = rex.nchoices ? &rex.choices[0].prompt : NULL;
   int rc = -1;
-  if (v && v->data && v->rows && v->rows <= UINT32_MAX && v->top_k <= it->experts) {
-    eldr_shape sh = {(uint32_t)v->layers, it->experts, (uint32_t)v->top_k};
-    uint32_t *c = calloc(eldr_shape_cells(&sh), sizeof *c);
-    uint32_t *ly = c ? realloc(it->layer_ids, sh.num_layers * sizeof *ly) : NULL;
-    if (ly) {
-      memcpy(ly, ids, sh.num_layers * sizeof *ly);
-      it->layer_ids = ly;
-    }
-    if (ly && eldr_counts_accumulate(&sh, v->data, v->dtype, v->rows, c, NULL) == 0) {
-      it->shape = sh;
-      *out = c;
-      *tokens = (uint32_t)v->rows;
-      rc = 0;
-    } else {
-      free(c);
-    }
+  uint32_t *c = calloc(eldr_shape_cells(&sh), sizeof *c);
+  uint32_t *ly = c ? realloc(it->layer_ids, sh.num_layers * sizeof *ly) : NULL;
+  if (ly) {
+    memcpy(ly, ids, sh.num_layers * sizeof *ly);
+    it->layer_ids = ly;
+  }
+  if (ly && eldr_counts_accumulate(&sh, v.data, v.dtype, v.rows, c, NULL) == 0) {
+    it->shape = sh;
+    *out = c;
+    *tokens = (uint32_t)v.rows;
+    rc = 0;
+  } else {
+    free(c);
   }
   eldr_reply_experts_free(&rex);
   return rc;

@@ -4,7 +4,11 @@
  * DNS groups (--prefill-dns/--decode-dns NAME:PORT) take every A and AAAA
  * address of NAME as a worker and re-resolve it every dns_interval: new
  * addresses join the lists, removed ones drain through the same worker
- * retirement a reload uses. Loop thread only. */
+ * retirement a reload uses. Every loop resolves for itself, on its own
+ * resolver and timers; loop 0's outcomes stand for the process in the log
+ * and in the dns_errors / dns_updates counters (process_count), so one
+ * failed resolution is one error whatever --threads is. Loop thread
+ * only. */
 #include <arpa/inet.h>
 #include <event2/dns.h>
 #include <stdio.h>
@@ -60,6 +64,13 @@ static void forget(dns_ticket **slot) {
 
 static void group_forget(dns_group *g);
 
+/* A DNS counter of the process: every loop looks up the same names at the
+ * same interval, so only loop 0 counts (as only it logs,
+ * eldr__logf_process); /metrics sums every loop's counters. */
+static void process_count(const eldr_server *s, ctr *c) {
+  if (s->loop == 0) (*c)++;
+}
+
 int eldr__dns_init(eldr_server *s, const char *server, eldr_diag *d) {
   s->dns = evdns_base_new(s->base, server ? 0 : EVDNS_BASE_INITIALIZE_NAMESERVERS);
   if (!s->dns) return eldr_diag_fail(d, ELDR_EIO, "cannot set up the DNS resolver (/etc/resolv.conf)");
@@ -101,7 +112,7 @@ static void worker_resolved(void *owner, int err, struct evutil_addrinfo *ai) {
     w->addrlen = (socklen_t)ai->ai_addrlen;
     eldr__logf_process(w->s, "%s worker %s: '%s' resolved", eldr__role_name[w->role], w->url, w->host);
   } else {
-    w->s->m.dns_errors++;
+    process_count(w->s, &w->s->m.dns_errors);
     eldr__logf_process(w->s, "%s worker %s: cannot resolve '%s': %s; retrying in %g s", eldr__role_name[w->role],
                w->url, w->host, err ? evutil_gai_strerror(err) : "no usable address",
                w->s->cfg.dns_interval_s);
@@ -189,7 +200,7 @@ static void group_set(dns_group *g, char **urls, size_t n) {
                  eldr_diag_msg(&d, rc));
     } else {
       eldr__workers_commit(s, &p);
-      s->m.dns_updates++;
+      process_count(s, &s->m.dns_updates);
       eldr__logf_process(s, "%s_dns %s: %zu addresses (%zu added, %zu draining)", eldr__role_name[g->role], g->spec,
                  n, added, removed);
     }
@@ -251,7 +262,7 @@ static void group_answer(dns_group *g, group_query *q, const char *tcp_err) {
   int usable = 1;
   for (int k = 0; k < 2; k++) usable &= q->rc[k] == ELDR__DNS_OK || q->rc[k] == ELDR__DNS_NODATA || q->rc[k] == ELDR__DNS_NXDOMAIN;
   if (!usable) { /* says nothing about the name: keep what we have */
-    s->m.dns_errors++;
+    process_count(s, &s->m.dns_errors);
     eldr__logf_process(s, "%s_dns %s: cannot resolve '%s' (A: %s, AAAA: %s%s%s); keeping %zu addresses, retrying in %g s",
                eldr__role_name[g->role], g->spec, g->host, rcname[q->rc[0]], rcname[q->rc[1]], tcp_err ? "; " : "",
                tcp_err ? tcp_err : "", g->n, s->cfg.dns_interval_s);
@@ -259,7 +270,7 @@ static void group_answer(dns_group *g, group_query *q, const char *tcp_err) {
   }
   size_t total = q->n[0] + q->n[1];
   if (!total) {
-    s->m.dns_errors++;
+    process_count(s, &s->m.dns_errors);
     eldr__logf_process(s, "%s_dns %s: '%s' has no address (%s)", eldr__role_name[g->role], g->spec, g->host,
                q->rc[0] == ELDR__DNS_NXDOMAIN && q->rc[1] == ELDR__DNS_NXDOMAIN ? "no such name"
                                                                                 : "no A or AAAA records");

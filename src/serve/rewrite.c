@@ -1,6 +1,10 @@
-/* rewrite.c — the JSON of both PD legs: client request validation, the
- * prefill-leg rewrite, the decode-leg body, prefill reply reading and the
- * routed_experts splice (docs/serve.md, the wire protocol). */
+/* rewrite.c — the tree path (jansson) of both PD legs' JSON: client
+ * request validation, the prefill-leg rewrite and the decode-leg body for
+ * a request the byte editor does not take, the decode reply's fixes
+ * (usage, prompt_logprobs, the routed_experts splice) when the byte edits
+ * cannot make them, error bodies (docs/serve.md, the wire protocol). The
+ * byte path is edit.c; the prefill reply is read by format's
+ * eldr/reply.h. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -333,142 +337,10 @@ char *eldr__decode_body_tree(const eldr__req *r, json_t *kvp, size_t *len) {
   return s;
 }
 
-void eldr__prefill_reply_free(eldr__prefill_reply *p) {
-  if (!p) return;
-  json_decref(p->root);
-  /* read by the scanner: bytes lie in raw's allocation; parsed into a
-   * tree (raw then a copy of the reply kept beside it): bytes are their own */
-  if (!p->raw || (uintptr_t)p->bytes - (uintptr_t)p->raw >= p->raw_cap) free(p->bytes);
-  free(p->raw);
-  memset(p, 0, sizeof *p);
-}
-
-/* End of the JSON string whose opening quote is at o (index of the closing
- * quote), or NULL. */
-static const char *string_end(const char *o, const char *end) {
-  const char *e = o + 1;
-  for (;;) {
-    const char *q = memchr(e, '"', (size_t)(end - e));
-    if (!q) return NULL;
-    size_t bs = 0;
-    while (q - bs > o + 1 && q[-1 - (long)bs] == '\\') bs++;
-    if (!(bs & 1)) return q;
-    e = q + 1;
-  }
-}
-
-/* Locate the value of the first "routed_experts" key whose value is a plain
- * string (no escapes) by walking the string tokens of the document (every
- * '"' outside a string opens one). On success vs and ve point at the value's
- * opening and closing quotes. Only a fast path: the caller verifies the
- * result with a real parse of the rest. */
-static int find_routed_experts(const char *b, size_t len, const char **vs, const char **ve) {
-  static const char key[] = "routed_experts";
-  const char *p = b, *end = b + len;
-  for (;;) {
-    const char *o = memchr(p, '"', (size_t)(end - p));
-    if (!o) return -1;
-    const char *c = string_end(o, end);
-    if (!c) return -1;
-    p = c + 1;
-    if ((size_t)(c - o - 1) != sizeof key - 1 || memcmp(o + 1, key, sizeof key - 1)) continue;
-    const char *q = p;
-    while (q < end && (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r')) q++;
-    if (q >= end || *q != ':') continue;
-    q++;
-    while (q < end && (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r')) q++;
-    if (q >= end || *q != '"') continue;
-    const char *e = string_end(q, end);
-    if (!e) return -1;
-    if (memchr(q + 1, '\\', (size_t)(e - q - 1))) return -1; /* escapes: not a plain blob */
-    *vs = q;
-    *ve = e;
-    return 0;
-  }
-}
-
-#define RE_MARKER "\"\\u0001eldr:routed_experts\""
-
-static json_t *choice0_re(json_t *root);
-
-static void reply_fields(json_t *root, eldr__prefill_reply *out) {
-  json_t *re = choice0_re(root);
-  if (json_is_string(re)) {
-    out->routed_experts = json_string_value(re);
-    out->routed_experts_len = json_string_length(re);
-  }
-  json_t *kv = json_object_get(root, "kv_transfer_params");
-  if (json_is_object(kv)) out->kv_transfer_params = kv;
-  json_t *u = json_object_get(root, "usage");
-  if (json_is_object(u)) {
-    json_t *pt = json_object_get(u, "prompt_tokens");
-    if (json_is_integer(pt) && json_integer_value(pt) >= 0) out->prompt_tokens = json_integer_value(pt);
-    json_t *det = json_object_get(u, "prompt_tokens_details");
-    json_t *ct = json_is_object(det) ? json_object_get(det, "cached_tokens") : NULL;
-    if (json_is_integer(ct) && json_integer_value(ct) >= 0) out->cached_tokens = json_integer_value(ct);
-  }
-}
-
 static json_t *choice0_re(json_t *root) {
   json_t *ch = json_object_get(root, "choices");
   json_t *c0 = json_is_array(ch) ? json_array_get(ch, 0) : NULL;
   return json_is_object(c0) ? json_object_get(c0, "routed_experts") : NULL;
-}
-
-int eldr__prefill_reply_parse(const char *body, size_t len, eldr__prefill_reply *out,
-                              eldr_diag *d) {
-  memset(out, 0, sizeof *out);
-  out->prompt_tokens = -1;
-  json_error_t je;
-  json_t *root = NULL;
-  /* Fast path: the base64 blob (MBs at long prompts) is cut out before the
-   * JSON parser sees the document and borrowed from body directly. */
-  const char *vs, *ve;
-  if (find_routed_experts(body, len, &vs, &ve) == 0) {
-    size_t pre = (size_t)(vs - body), post = len - (size_t)(ve + 1 - body);
-    size_t ml = sizeof RE_MARKER - 1;
-    char *small = malloc(pre + ml + post + 1);
-    if (!small) return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
-    memcpy(small, body, pre);
-    memcpy(small + pre, RE_MARKER, ml);
-    memcpy(small + pre + ml, ve + 1, post);
-    root = json_loadb(small, pre + ml + post, 0, &je);
-    json_t *re = root ? choice0_re(root) : NULL;
-    if (json_is_object(root) && json_is_string(re) && json_string_length(re) == 20 &&
-        !memcmp(json_string_value(re), "\001eldr:routed_experts", 20)) {
-      /* the blob back in its place: a plain copy (no escapes, checked), so
-       * the tree is the whole reply, parsed once, for every reader */
-      json_t *blob = json_stringn_nocheck(vs + 1, (size_t)(ve - vs - 1));
-      json_t *c0 = json_array_get(json_object_get(root, "choices"), 0);
-      out->root = root;
-      if (!blob || json_object_set_new(c0, "routed_experts", blob) ||
-          eldr__prefill_reply_bytes(small, pre + ml + post, out)) {
-        free(small);
-        eldr__prefill_reply_free(out);
-        return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
-      }
-      free(small);
-      reply_fields(root, out);
-      return 0;
-    }
-    free(small);
-    json_decref(root); /* not what it seemed: parse it the ordinary way */
-  }
-  root = json_loadb(body, len, 0, &je);
-  if (!root)
-    return eldr_diag_fail(d, ELDR_EPARSE, "prefill reply is not JSON: %s (column %d)", je.text,
-                          je.column);
-  if (!json_is_object(root)) {
-    json_decref(root);
-    return eldr_diag_fail(d, ELDR_EPARSE, "prefill reply is not a JSON object");
-  }
-  out->root = root;
-  if (eldr__prefill_reply_bytes(body, len, out)) {
-    eldr__prefill_reply_free(out);
-    return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
-  }
-  reply_fields(root, out);
-  return 0;
 }
 
 /* dtype of a base64 npy blob from its header. */
@@ -535,7 +407,9 @@ static int splice_lists(json_t *dl, json_t *pl, int64_t prompt_tokens, eldr_diag
   return 0;
 }
 
-int eldr__splice_tree(json_t *root, json_t *proot, eldr_diag *d) {
+/* The prefill's prompt rows spliced into a parsed decode reply (root is
+ * changed in place): see eldr__splice_routed_experts. */
+static int splice_tree(json_t *root, json_t *proot, eldr_diag *d) {
   json_t *ch = json_object_get(root, "choices");
   if (!json_is_array(ch) || json_array_size(ch) == 0)
     return eldr_diag_fail(d, ELDR_EPARSE, "decode reply has no choices");
@@ -621,7 +495,7 @@ int eldr__decode_reply_fix(const char *decode_body, size_t len, json_t *proot, c
   if (o->usage) changed |= fix_usage(root, proot);
   if (o->prompt_logprobs) changed |= fix_prompt_logprobs(root, proot);
   if (o->splice && eldr__memmem(decode_body, len, "routed_experts", 14)) {
-    rc = eldr__splice_tree(root, proot, d);
+    rc = splice_tree(root, proot, d);
     if (rc == 0) changed = 1;
     if (spliced) *spliced = rc == 0 ? 1 : rc == ELDR_ENOTFOUND ? 0 : -1;
   }

@@ -53,7 +53,7 @@ static const char *const STAGE_NAMES[ELDR_RB_NSTAGES] = {
 /* The stages callgrind counts one at a time (--toggle-collect=stage_...):
  * each a function of its own, never inlined. */
 #define STAGE __attribute__((noinline, noipa)) static
-STAGE void stage_sig(eldr__sigpath *sp, const eldr__prefill_reply *pr, eldr__sigres *res) {
+STAGE void stage_sig(eldr__sigpath *sp, const eldr_reply_prefill *pr, eldr__sigres *res) {
   eldr__sigpath_extract(sp, pr->raw, pr->raw_len, pr->root, 0, pr->routed_experts, pr->routed_experts_len, pr->compact,
                         NULL, res);
 }
@@ -63,16 +63,16 @@ STAGE void stage_store_held(eldr__sigpath *sp, const eldr__sigres *res) { eldr__
 STAGE void stage_store_new(eldr__sigpath *sp, const eldr__sigres *res) { eldr__sigpath_store(sp, res); }
 /* A prompt the cache holds, whole signature path: extraction and store;
  * the reply with every row, or with the last block only. */
-static void cached(eldr__sigpath *sp, const eldr__prefill_reply *pr, const eldr__prompt *p, eldr__sigres *res) {
+static void cached(eldr__sigpath *sp, const eldr_reply_prefill *pr, const eldr__prompt *p, eldr__sigres *res) {
   eldr__sigpath_extract(sp, pr->raw, pr->raw_len, pr->root, 0, pr->routed_experts, pr->routed_experts_len, pr->compact,
                         p, res);
   eldr__sigpath_store(sp, res);
 }
-STAGE void stage_cached_all(eldr__sigpath *sp, const eldr__prefill_reply *pr, const eldr__prompt *p,
+STAGE void stage_cached_all(eldr__sigpath *sp, const eldr_reply_prefill *pr, const eldr__prompt *p,
                             eldr__sigres *res) {
   cached(sp, pr, p, res);
 }
-STAGE void stage_cached_last(eldr__sigpath *sp, const eldr__prefill_reply *pr, const eldr__prompt *p,
+STAGE void stage_cached_last(eldr__sigpath *sp, const eldr_reply_prefill *pr, const eldr__prompt *p,
                              eldr__sigres *res) {
   cached(sp, pr, p, res);
 }
@@ -303,11 +303,11 @@ static int measure(eldr_routebench *b, const inputs *in, eldr_diag *d) {
   if (eldr__sigconf_build(&b->sp_c, b->a, (nblk ? nblk : 1) * CACHE_PROMPTS, &conf, d)) return ELDR_ENOMEM;
   eldr__sigpath_commit(&b->sp_c, &conf);
   /* the prefix-hit reply, read once here: the loop measures the extraction */
-  eldr__prefill_reply prt;
-  if (eldr__prefill_reply_read(in->rtail, (size_t)in->rtl, 0, &prt, d)) return ELDR_EPARSE;
-  eldr__prefill_reply prl;
-  if (eldr__prefill_reply_read(in->rlast, (size_t)in->rll, 0, &prl, d)) {
-    eldr__prefill_reply_free(&prt);
+  eldr_reply_prefill prt = {0};
+  if (eldr_reply_prefill_read(in->rtail, (size_t)in->rtl, 0, &prt, d)) return ELDR_EPARSE;
+  eldr_reply_prefill prl = {0};
+  if (eldr_reply_prefill_read(in->rlast, (size_t)in->rll, 0, &prl, d)) {
+    eldr_reply_prefill_free(&prt);
     return ELDR_EPARSE;
   }
   /* the new prompts of the "new prompt" store: the text with its first
@@ -317,7 +317,7 @@ static int measure(eldr_routebench *b, const inputs *in, eldr_diag *d) {
   char *copy = malloc(in->blen);
   /* the reply as the router holds it: received into the leg's buffer,
    * which the read adopts (and gives its previous one back) */
-  eldr__prefill_reply pr;
+  eldr_reply_prefill pr;
   memset(&pr, 0, sizeof pr);
   char *lbuf = NULL;
   size_t lcap = 0;
@@ -341,7 +341,7 @@ static int measure(eldr_routebench *b, const inputs *in, eldr_diag *d) {
     __asm__ volatile("" : : "r"(copy) : "memory");
     const double t0 = eldr_clock_now();
     size_t ln = (size_t)in->rl;
-    if ((rc = eldr__prefill_reply_adopt(&lbuf, &lcap, &ln, 0, &pr, d))) break;
+    if ((rc = eldr_reply_prefill_adopt(&lbuf, &lcap, &ln, 0, &pr, d))) break;
     const double t1 = eldr_clock_now();
     eldr__sigres res;
     stage_sig(&b->sp_nc, &pr, &res);
@@ -412,11 +412,11 @@ static int measure(eldr_routebench *b, const inputs *in, eldr_diag *d) {
      * set aside) and the signature read from the tree (the router before
      * the span reader), and the span reader with the per-id kernels only */
     const double t7 = eldr_clock_now();
-    eldr__prefill_reply prj;
-    if ((rc = eldr__prefill_reply_parse(in->reply, (size_t)in->rl, &prj, d))) break;
+    eldr_reply_prefill prj;
+    if ((rc = eldr_reply_prefill_parse(in->reply, (size_t)in->rl, &prj, d))) break;
     eldr__sigpath_extract(&b->sp_nc, NULL, 0, prj.root, 0, NULL, 0, (eldr_js_span){0, 0, ELDR_JS_NONE}, NULL, &res);
     const double t8 = eldr_clock_now();
-    eldr__prefill_reply_free(&prj);
+    eldr_reply_prefill_free(&prj);
     if (res.fallback != ELDR__FB_NONE) {
       rc = eldr_diag_fail(d, ELDR_EIO, "tree extraction fell back: %s", res.diag.msg);
       break;
@@ -439,7 +439,7 @@ static int measure(eldr_routebench *b, const inputs *in, eldr_diag *d) {
     memcpy(lbuf, in->creply, in->crl + 1);
     const double t11 = eldr_clock_now();
     ln = in->crl;
-    if ((rc = eldr__prefill_reply_adopt(&lbuf, &lcap, &ln, 0, &pr, d))) break;
+    if ((rc = eldr_reply_prefill_adopt(&lbuf, &lcap, &ln, 0, &pr, d))) break;
     const double t12 = eldr_clock_now();
     eldr__sigpath_extract(&b->sp_nc, pr.raw, pr.raw_len, pr.root, 0, pr.routed_experts, pr.routed_experts_len, pr.compact,
                           NULL, &res);
@@ -469,9 +469,9 @@ static int measure(eldr_routebench *b, const inputs *in, eldr_diag *d) {
   (void)sink;
   free(copy);
   free(lbuf);
-  eldr__prefill_reply_free(&pr);
-  eldr__prefill_reply_free(&prt);
-  eldr__prefill_reply_free(&prl);
+  eldr_reply_prefill_free(&pr);
+  eldr_reply_prefill_free(&prt);
+  eldr_reply_prefill_free(&prl);
   free(ntext);
   eldr__prompt_free(&prompt);
   eldr__prompt_free(&nprompt);

@@ -12,6 +12,7 @@
 #include "eldr/counts.h"
 #include "eldr/error.h"
 #include "eldr/jscan.h"
+#include "eldr/reply.h"
 
 /* First occurrence of k[0..kn) in h[0..n), or NULL. */
 static inline const char *eldr__memmem(const char *h, size_t n, const char *k, size_t kn) {
@@ -155,55 +156,21 @@ int eldr__req_scan(const char *body, size_t len, eldr__api api, eldr__req *out);
 void eldr__req_clear(eldr__req *r);
 void eldr__req_free(eldr__req *r);
 
-/* The prefill leg's body (malloc'd, NUL-terminated). NULL on ENOMEM. Cut
- * from the client's bytes (edit.c): its members but stream, max_tokens,
- * max_completion_tokens, stream_options, min_tokens, min_completion_tokens
- * and kv_transfer_params, then the prefill's own values of those. */
-char *eldr__prefill_body(const eldr__req *r, size_t *len);
-/* The decode leg's body: the original with the client's kv_transfer_params
- * and prompt_logprobs (the prefill's are used) removed, plus the prefill's
- * kv_transfer_params (borrowed; NULL: none). */
-char *eldr__decode_body(const eldr__req *r, json_t *kv_transfer_params, size_t *len);
-/* The same with the prefill's kv_transfer_params as JSON text (kv_len 0:
- * none). */
-char *eldr__decode_body_raw(const eldr__req *r, const char *kv, size_t kv_len, size_t *len);
-/* The same two bodies into a reused buffer (out->n = the body's length):
- * 0 or ELDR_ENOMEM. */
+/* The prefill leg's body into a reused buffer (out->n = the body's length,
+ * NUL-terminated): 0 or ELDR_ENOMEM. Cut from the client's bytes (edit.c):
+ * its members but stream, max_tokens, max_completion_tokens,
+ * stream_options, min_tokens, min_completion_tokens and kv_transfer_params,
+ * then the prefill's own values of those. */
 int eldr__prefill_body_buf(const eldr__req *r, eldr__buf *out);
+/* The decode leg's body, the same way: the original with the client's
+ * kv_transfer_params and prompt_logprobs (the prefill's are used) removed,
+ * plus the prefill's kv_transfer_params as JSON text (kv[0..kv_len), kv_len
+ * 0: none). */
 int eldr__decode_body_buf(const eldr__req *r, const char *kv, size_t kv_len, eldr__buf *out);
 /* The tree-built forms (jansson), for a body the byte editor does not take
  * (r->root set: a tree-parsed request). */
 char *eldr__prefill_body_tree(const eldr__req *r, size_t *len);
 char *eldr__decode_body_tree(const eldr__req *r, json_t *kv_transfer_params, size_t *len);
-
-/* What the router reads from a prefill reply, parsed once (a large base64
- * blob is cut out of the document before the JSON parser sees it and put
- * back into the tree as a plain string). routed_experts borrows from root. */
-typedef struct eldr__prefill_reply {
-  json_t *root;                 /* owned */
-  json_t *kv_transfer_params;   /* borrowed, NULL when absent */
-  const char *routed_experts;   /* borrowed: choices[0]'s base64 npy, NULL when absent */
-  size_t routed_experts_len;
-  int64_t prompt_tokens;        /* -1 when absent */
-  int64_t cached_tokens;        /* 0 when absent */
-  /* owned: the JSON text of kv_transfer_params ([0, kv_len)) and of
-   * usage.prompt_tokens_details ([kv_len, kv_len + det_len)), objects
-   * only (length 0: absent), as the reply carried them */
-  char *bytes;
-  size_t kv_len, det_len;
-  /* read by the scanner alone (eldr__prefill_reply_read): root is NULL
-   * until eldr__prefill_reply_root parses this copy of the reply (owned) */
-  char *raw;
-  size_t raw_len, raw_cap;
-  /* kv_transfer_params.eldr_expert_counts (eldr/reply_compact.h), an object
-   * span of raw (type NONE: absent); never sent on: bytes hold the
-   * kv_transfer_params without it */
-  eldr_js_span compact;
-} eldr__prefill_reply;
-
-int eldr__prefill_reply_parse(const char *body, size_t len, eldr__prefill_reply *out,
-                              eldr_diag *d);
-void eldr__prefill_reply_free(eldr__prefill_reply *p);
 
 /* Splice the prefill's prompt rows (proot: the prefill reply, parsed) into
  * a (non-streaming) decode reply, in the layout both carry: vLLM 0.21 and
@@ -216,8 +183,6 @@ void eldr__prefill_reply_free(eldr__prefill_reply *p);
  * then relays the reply unchanged). proot is borrowed. */
 int eldr__splice_routed_experts(const char *decode_body, size_t len, json_t *proot, char **out,
                                 size_t *out_len, eldr_diag *d);
-/* The same on a decode reply already parsed (root is changed in place). */
-int eldr__splice_tree(json_t *root, json_t *proot, eldr_diag *d);
 
 /* What a non-streaming decode reply takes from the prefill reply (proot):
  *   usage            usage.prompt_tokens and prompt_tokens_details from the
@@ -225,7 +190,7 @@ int eldr__splice_tree(json_t *root, json_t *proot, eldr_diag *d);
  *                    total_tokens their sum;
  *   prompt_logprobs  the prefill's prompt_logprobs (top level, or choice 0's
  *                    into every choice);
- *   splice           eldr__splice_tree.
+ *   splice           as eldr__splice_routed_experts.
  * Returns 0 and the new body in *out (*spliced: the splice happened), or
  * ELDR_ENOTFOUND when nothing changed, or an error (the caller relays the
  * reply unchanged). proot is borrowed. */
@@ -235,50 +200,13 @@ typedef struct eldr__fix_opts {
 int eldr__decode_reply_fix(const char *decode_body, size_t len, json_t *proot, const eldr__fix_opts *o,
                            char **out, size_t *out_len, int *spliced, eldr_diag *d);
 
-/* Read a prefill reply. need_tree (the recorder, prompt_logprobs): as
- * eldr__prefill_reply_parse. Otherwise, and when the reply has no NUL byte,
- * by the scanner alone: no tree (root NULL, kv_transfer_params NULL;
- * kv_len, det_len, prompt_tokens and cached_tokens as the tree would give
- * them; routed_experts: choice 0's string as it lies in raw, escapes kept),
- * a copy of the reply kept in raw for the signature path
- * (eldr__sigpath_extract reads routed_experts from those bytes) and for
- * eldr__prefill_reply_root. Errors as eldr__prefill_reply_parse (a reply
- * the scanner refuses goes to it). */
-int eldr__prefill_reply_read(const char *body, size_t len, int need_tree, eldr__prefill_reply *out,
-                             eldr_diag *d);
-/* The same into a reply that is zeroed or was read before (its copy's
- * buffer is reused). */
-int eldr__prefill_reply_reread(const char *body, size_t len, int need_tree, eldr__prefill_reply *out,
-                               eldr_diag *d);
-/* The same, without the copy: *buf (capacity *cap > *len, owned by the
- * caller) holds the reply's *len bytes; when the scanner reads it, that
- * buffer becomes out's copy and *buf / *cap take out's previous buffer
- * (maybe NULL, 0) in exchange, *len 0 (it holds nothing now). Else (the
- * tree path, or *buf NULL) as eldr__prefill_reply_reread, *buf, *cap and
- * *len untouched. */
-int eldr__prefill_reply_adopt(char **buf, size_t *cap, size_t *len, int need_tree, eldr__prefill_reply *out,
-                              eldr_diag *d);
-/* Drop what the last read left but keep the copy's buffer. */
-void eldr__prefill_reply_clear(eldr__prefill_reply *p);
-/* The reply's tree, parsed on first use from the copy by
- * eldr__prefill_reply_parse (a routed_experts blob set aside, not parsed
- * as JSON text) (NULL: ENOMEM, or jansson refused what the scanner took,
- * which fuzz_jscan rules out). */
-json_t *eldr__prefill_reply_root(eldr__prefill_reply *pr);
-
-/* eldr__decode_reply_fix with the prefill reply as read: the usage-only
- * fix (no splice, no prompt_logprobs) edits the decode reply's bytes
- * (edit.c); the rest goes through the tree. */
-int eldr__decode_reply_fix_pr(const char *decode_body, size_t len, eldr__prefill_reply *pr,
-                              const eldr__fix_opts *o, char **out, size_t *out_len, int *spliced, eldr_diag *d);
-
-/* The same into a reused buffer (out->n: the new body's length). */
-int eldr__decode_reply_fix_buf(const char *decode_body, size_t len, eldr__prefill_reply *pr,
+/* eldr__decode_reply_fix with the prefill reply as read (format's
+ * eldr/reply.h), into a reused buffer (out->n: the new body's length): the
+ * byte edits (edit.c: the routed_experts splice and prompt_logprobs of
+ * eldr/reply_splice.h, then the usage) where the scanner takes both
+ * documents, else the tree path above. */
+int eldr__decode_reply_fix_buf(const char *decode_body, size_t len, eldr_reply_prefill *pr,
                                const eldr__fix_opts *o, eldr__buf *out, int *spliced, eldr_diag *d);
-
-/* The text of pr's kv_transfer_params and usage.prompt_tokens_details, read
- * from the document pr was parsed from (doc[0..n), jansson accepted it). */
-int eldr__prefill_reply_bytes(const char *doc, size_t n, eldr__prefill_reply *pr);
 
 /* JSON error body {"error":{"message":..,"type":..,"code":status}} (malloc'd). */
 char *eldr__error_json(int status, const char *type, const char *msg, size_t *len);

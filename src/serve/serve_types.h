@@ -304,7 +304,7 @@ struct rq {
    * reply as fixed for the client */
   eldr__buf fwd, pb, db, fix;
   rq *pool_next;
-  eldr__prefill_reply pr;
+  eldr_reply_prefill pr;
   uint64_t tried[MAX_TRIED]; /* worker ids */
   int ntried;
   leg L;
@@ -498,8 +498,6 @@ size_t eldr__conn_pending(hconn *c);
 
 /* ---- proxy.c: requests ------------------------------------------------------ */
 
-/* A random (version 4) UUID from the OS's randomness (getrandom): 0 or ELDR_EIO. */
-int eldr__uuid4(char out[37]);
 /* POST /v1/completions and /v1/chat/completions; GET /v1/models. */
 void eldr__handle_completion(hconn *c, eldr__api api, const char *body, size_t len);
 void eldr__handle_models(hconn *c);

@@ -14,7 +14,6 @@
 #include "eldr/jscan.h"
 #include "eldr/reply_compact.h"
 #include "eldr/trace_model.h"
-#include "serve_internal.h"
 
 /* Run a slot's pending store; its large buffers go back to the system. */
 static void slot_store(eldr__sigpath *sp, eldr__sigslot *sl) {
@@ -175,15 +174,15 @@ void eldr__prompt_free(eldr__prompt *p) {
   memset(p, 0, sizeof *p);
 }
 
-/* The shape of a reply the artifact does not fit, for the reload check. */
 /* The reply's routed_experts: its bytes (the scanner accepted them when the
- * reply was read: eldr__prefill_reply_read) by the span reader, else its tree. */
+ * reply was read: eldr_reply_prefill_read) by the span reader, else its tree. */
 static int read_reply(const char *body, size_t len, const void *root, const eldr_re_opts *o, eldr_js_span known,
                       eldr_reply_experts *r, eldr_re_reason *why, eldr_diag *d) {
   return body ? eldr_reply_experts_scanned(body, len, o, known, r, why, d)
               : eldr_reply_experts_from_json(root, o, r, why, d);
 }
 
+/* The shape of a reply the artifact does not fit, for the reload check. */
 static void observe_shape(eldr__sigpath *sp, const char *body, size_t len, const void *root, eldr_re_api api) {
   eldr_re_opts any = {.api = api};
   eldr_reply_experts r;
@@ -205,7 +204,7 @@ static void complete_and_sign(eldr__sigpath *sp, eldr__sigslot *sl, eldr__sigres
                               size_t first, size_t rows, size_t held, int rows_stored) {
   const eldr__sigconf *c = &sp->conf;
   size_t P = first + rows;
-  res->first_token = first;
+  res->view.first_token = first;
   size_t covered = rows;
   if (c->cache && p) {
     if (p->ntok != P) {
@@ -331,21 +330,16 @@ void eldr__sigpath_extract(eldr__sigpath *sp, const char *body, size_t len, cons
     res->fallback = ELDR__FB_NO_ROUTED_EXPERTS;
     return;
   }
-  eldr__re_view *v = &res->view;
-  v->data = pv->data;
-  v->dtype = pv->dtype;
-  v->rows = pv->rows;
-  v->layers = pv->layers;
-  v->top_k = pv->top_k;
+  res->view = *pv;
   sp->observed_L = (int)sl->rex.array_layers;
-  sp->observed_K = (int)v->top_k;
-  complete_and_sign(sp, sl, res, p, pv->first_token, v->rows, held, 1);
+  sp->observed_K = (int)pv->top_k;
+  complete_and_sign(sp, sl, res, p, pv->first_token, pv->rows, held, 1);
 }
 
 void eldr__sigpath_store(eldr__sigpath *sp, const eldr__sigres *res) {
   const eldr__sigconf *c = &sp->conf;
   if (!c->cache || res->nblocks == 0 || res->fallback != ELDR__FB_NONE) return;
-  eldr_sigshard_store_blocks(c->cache, res->hashes, res->nblocks, res->first_token, res->view.data,
+  eldr_sigshard_store_blocks(c->cache, res->hashes, res->nblocks, res->view.first_token, res->view.data,
                              res->view.dtype, res->view.rows, c->scratch, NULL);
 }
 
@@ -356,51 +350,4 @@ void eldr__sigpath_defer(eldr__sigpath *sp, const eldr__sigres *res) {
   sl->pending = 1;
   static const struct timeval zero = {0, 0};
   if (sp->ev_store) event_add(sp->ev_store, &zero);
-}
-
-int64_t eldr__decode_reply_counts(const char *body, size_t len, int chat, const eldr_shape *shape,
-                                  const uint32_t *layer_ids, int64_t prompt_tokens, uint32_t *counts,
-                                  int64_t *completion_tokens) {
-  const int nul = memchr(body, 0, len) != NULL;
-  if (completion_tokens && !nul) {
-    static const eldr_js_path ct[] = {{{"usage", "completion_tokens", NULL}}};
-    eldr_js_span f;
-    int64_t x;
-    if (eldr_js_scan(body, len, ct, 1, &f, NULL, NULL) == 0 && eldr_js_int(body, f, &x) == 0 && x >= 0)
-      *completion_tokens = x;
-  }
-  if (!eldr__memmem(body, len, "routed_experts", 14)) return -1;
-  eldr_re_opts o = {chat ? ELDR_RE_CHAT : ELDR_RE_COMPLETIONS, shape->num_layers, shape->top_k,
-                    shape->num_experts, NULL, NULL, NULL, layer_ids, 0};
-  eldr_reply_experts rex;
-  int rc = nul ? eldr_reply_experts_read(body, len, &o, &rex, NULL, NULL)
-               : eldr_reply_experts_scan(body, len, &o, &rex, NULL, NULL);
-  if (rc) return -1;
-  int64_t rows = -1;
-  if (nul && completion_tokens) { /* the tree reader's usage, for a body the scanner refuses */
-    json_t *root = json_loadb(body, len, 0, NULL);
-    json_t *ct = json_object_get(json_object_get(root, "usage"), "completion_tokens");
-    if (json_is_integer(ct) && json_integer_value(ct) >= 0) *completion_tokens = json_integer_value(ct);
-    json_decref(root);
-  }
-  if (rex.nchoices) {
-    eldr_re_view g = rex.choices[0].generated;
-    const eldr_re_view *pv = &rex.choices[0].prompt;
-    const int64_t pt = prompt_tokens;
-    if (!g.rows && pv->data && pt > 0 && (size_t)pt >= pv->first_token && (size_t)pt - pv->first_token < pv->rows) {
-      /* a reply without usage: its rows past the prefill's prompt */
-      const size_t skip = (size_t)pt - pv->first_token;
-      g = *pv;
-      g.data = (const uint8_t *)pv->data + skip * pv->layers * pv->top_k * eldr_sel_dtype_size(pv->dtype);
-      g.rows = pv->rows - skip;
-    }
-    if (g.data && g.rows && g.rows <= UINT32_MAX) {
-      memset(counts, 0, eldr_shape_cells(shape) * sizeof *counts);
-      if (eldr_counts_accumulate(shape, g.data, g.dtype, g.rows, counts, NULL) == 0 &&
-          eldr_counts_rows_check(shape, counts, (uint32_t)g.rows, NULL) == 0)
-        rows = (int64_t)g.rows;
-    }
-  }
-  eldr_reply_experts_free(&rex);
-  return rows;
 }

@@ -99,8 +99,9 @@ typedef struct eldr__sigres {
   int reason;           /* eldr_re_reason of a MALFORMED / SHAPE_MISMATCH reply */
   const uint32_t *counts; /* the L*E selection counts behind sig (mask layers only), or NULL */
   uint32_t n_tokens;    /* prompt tokens those counts cover (rows + cached blocks) */
-  eldr__re_view view;   /* the computed prompt rows (valid until its slot is reused) */
-  size_t first_token;   /* prompt position of view's first row (the reader's first_token) */
+  eldr_re_view view;    /* the computed prompt rows (valid until its slot is reused); its
+                           first_token: the prompt position of its first row (the
+                           compact form: of the first token counted, no rows) */
   size_t nblocks;       /* prompt blocks usable for the cache (0: cache unusable) */
   const uint64_t *hashes; /* their hashes (the slot's copy: the store may run after
                              the request is gone) */
@@ -194,7 +195,7 @@ void eldr__prompt_free(eldr__prompt *p);
  * (NULL: the cache is not used). Runs a pending store first. A rejected
  * reply gives fallback MALFORMED or SHAPE_MISMATCH with res->reason.
  * blob, blob_len (optional, NULL: none): a string of body, quotes excluded,
- * that the scan which accepted body found (eldr__prefill_reply's
+ * that the scan which accepted body found (eldr_reply_prefill's
  * routed_experts): its end is taken from here, not searched again.
  * compact (type NONE: none): the span of body's
  * kv_transfer_params.eldr_expert_counts (eldr/reply_compact.h): when
@@ -212,25 +213,5 @@ void eldr__sigpath_store(eldr__sigpath *sp, const eldr__sigres *res);
 void eldr__sigpath_defer(eldr__sigpath *sp, const eldr__sigres *res);
 /* Run every pending store now (the loop's deferred event does this). */
 void eldr__sigpath_flush(eldr__sigpath *sp);
-
-/* The generated rows of a (non-streaming) decode reply's first choice,
- * counted: the one reader of decode replies behind the watch's live rho
- * (status.c) and the recorder's decode counts (record_line.c). body[0..len)
- * is read by the span reader (a body with a NUL byte: by jansson), every
- * layout, against shape (L, K, E all checked; layer_ids, the model layer of
- * each of the L layers or NULL, read an all-layers array at those rows).
- * prompt_tokens: the prefill's
- * usage.prompt_tokens (-1: unknown); when the reply's own split leaves no
- * generated rows (a reply without usage or token_ids counts every row as
- * the prompt's), its rows past prompt_tokens are taken as generated.
- * counts: L*E, zeroed here when rows are counted. *completion_tokens (may
- * be NULL): usage.completion_tokens, unchanged when absent. Returns the
- * rows counted, or -1: no routed_experts, a rejected reply, no generated
- * rows, or rows a trace cannot hold (an expert repeated within a token's
- * top-k: eldr_counts_rows_check); counts are then meaningless. Any thread
- * (no state). */
-int64_t eldr__decode_reply_counts(const char *body, size_t len, int chat, const eldr_shape *shape,
-                                  const uint32_t *layer_ids, int64_t prompt_tokens, uint32_t *counts,
-                                  int64_t *completion_tokens);
 
 #endif

@@ -190,8 +190,8 @@ void eldr__watch_decode_reply(rq *r, const char *body, size_t len) {
   uint32_t *counts = NULL;
   if (w && a && r->wsig_hash == w->hash &&
       (counts = malloc((size_t)a->shape.num_layers * a->shape.num_experts * sizeof *counts)) &&
-      eldr__decode_reply_counts(body, len, r->req.api == ELDR__API_CHAT, &a->shape, a->layer_ids,
-                                r->pr.prompt_tokens, counts, NULL) > 0) {
+      eldr_reply_decode_counts(body, len, r->req.api == ELDR__API_CHAT ? ELDR_RE_CHAT : ELDR_RE_COMPLETIONS,
+                               &a->shape, a->layer_ids, r->pr.prompt_tokens, counts, NULL) > 0) {
     pthread_mutex_lock(&w->core->mu);
     if (eldr_rho_ring_add(w->core->rho, sig, counts) == 0) w->core->rho_adds++;
     pthread_mutex_unlock(&w->core->mu);

@@ -1,5 +1,5 @@
 /* test_base.c — the base layer (clock, growth, bounded file read, quantile,
- * parallel-for) and core's batch-union kernel against a direct count. */
+ * parallel-for, UUIDs) and core's batch-union kernel against a direct count. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,6 +19,7 @@
 #include "eldr/quantile.h"
 #include "eldr/readfile.h"
 #include "eldr/rng.h"
+#include "eldr/uuid.h"
 
 static void test_clock(void **state) {
   (void)state;
@@ -172,8 +173,35 @@ static void test_batch_union(void **state) {
   eldr_union_free(&u);
 }
 
+/* Version-4 UUIDs: the text form (8-4-4-4-12 lowercase hex), the version
+ * nibble 4, the RFC 4122 variant (8, 9, a or b), and 2000 in a row (more
+ * than one block of the thread's random pool) all different. */
+static int cmp_uuid(const void *a, const void *b) { return strcmp(a, b); }
+
+static void test_uuid4(void **state) {
+  (void)state;
+  enum { N = 2000 };
+  char(*u)[ELDR_UUID_LEN + 1] = calloc(N, sizeof *u);
+  assert_non_null(u);
+  for (int i = 0; i < N; i++) {
+    memset(u[i], 'x', sizeof u[i]);
+    assert_int_equal(eldr_uuid4(u[i]), 0);
+    assert_int_equal(strlen(u[i]), ELDR_UUID_LEN);
+    for (int k = 0; k < ELDR_UUID_LEN; k++) {
+      if (k == 8 || k == 13 || k == 18 || k == 23) assert_int_equal(u[i][k], '-');
+      else assert_non_null(strchr("0123456789abcdef", u[i][k]));
+    }
+    assert_int_equal(u[i][14], '4');
+    assert_non_null(strchr("89ab", u[i][19]));
+  }
+  qsort(u, N, sizeof *u, cmp_uuid);
+  for (int i = 1; i < N; i++) assert_true(strcmp(u[i - 1], u[i]) != 0);
+  free(u);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_uuid4),
       cmocka_unit_test(test_clock),        cmocka_unit_test(test_grow),
       cmocka_unit_test(test_quantile),     cmocka_unit_test(test_read_file),
       cmocka_unit_test(test_parallel_for), cmocka_unit_test(test_batch_union),

@@ -1,7 +1,7 @@
 /* test_jscan.c — the JSON byte scanner: paths to spans, the last of a
  * repeated key, escaped keys, jansson's limits (depth, int64, real
  * overflow, \u0000), error messages naming the byte, the member walk and
- * the string / integer readers. */
+ * the string / integer readers, an object written again (eldr_js_cut). */
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdarg.h>
@@ -250,6 +250,40 @@ static void test_nul_anywhere_refused(void **state) {
   }
 }
 
+/* An object written again: the members not dropped as they lie (spacing,
+ * repeats, escapes kept), then the extras; the root object found past
+ * whitespace; the bound holds. */
+static void test_cut(void **state) {
+  (void)state;
+  const char *doc = " \n{\"a\": 1, \"drop\":[1,2], \"b\" : \"x\\u0041\", \"drop\": null, \"a\":2}\t";
+  eldr_js_span root;
+  assert_int_equal(eldr_js_root_object(doc, strlen(doc), &root), 0);
+  assert_int_equal(root.off, 2);
+  assert_int_equal(root.len, strlen(doc) - 3);
+  assert_int_equal(eldr_js_root_object(" [1] ", 5, &root), -1);
+  assert_int_equal(eldr_js_root_object(" { ", 3, &root), -1);
+  static const char *const drop[] = {"drop", NULL};
+  const eldr_js_piece extra[3] = {{"\"k\":", 4, "true", 4}, {NULL, 0, NULL, 0}, {"\"n\":null", 8, NULL, 0}};
+  char out[128];
+  assert_true(eldr_js_cut_max(root, extra, 3) <= sizeof out);
+  size_t n = eldr_js_cut(doc, root, drop, extra, 3, out);
+  assert_true(n <= eldr_js_cut_max(root, extra, 3));
+  const char want[] = "{\"a\": 1,\"b\" : \"x\\u0041\",\"a\":2,\"k\":true,\"n\":null}";
+  assert_int_equal(n, sizeof want - 1);
+  assert_memory_equal(out, want, n);
+  /* every member dropped, no extras: an empty object */
+  const char *one = "{\"drop\":1}";
+  assert_int_equal(eldr_js_root_object(one, strlen(one), &root), 0);
+  n = eldr_js_cut(one, root, drop, NULL, 0, out);
+  assert_int_equal(n, 2);
+  assert_memory_equal(out, "{}", 2);
+  /* an empty object and extras only */
+  assert_int_equal(eldr_js_root_object("{}", 2, &root), 0);
+  n = eldr_js_cut("{}", root, NULL, extra, 1, out);
+  assert_int_equal(n, 10);
+  assert_memory_equal(out, "{\"k\":true}", 10);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_paths),
@@ -259,6 +293,7 @@ int main(void) {
       cmocka_unit_test(test_elements),
       cmocka_unit_test(test_long_strings_simd),
       cmocka_unit_test(test_nul_anywhere_refused),
+      cmocka_unit_test(test_cut),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

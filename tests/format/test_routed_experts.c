@@ -672,10 +672,10 @@ static void test_view_bounds(void **state) {
   eldr_diag d = {{0}};
   uint8_t *buf = NULL;
   size_t cap = 0;
-  eldr__re_view v;
+  eldr_re_view v;
   int32_t ids[2 * 3 * 2] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 299};
   char *b = blob(2, "<u2", 2, 3, 2, ids);
-  assert_int_equal(eldr__routed_experts_view(b, strlen(b), NULL, &buf, &cap, &v, &d), 0);
+  assert_int_equal(eldr_routed_experts_view(b, strlen(b), NULL, &buf, &cap, &v, &d), 0);
   assert_int_equal(v.rows, 2);
   assert_int_equal(v.layers, 3);
   assert_int_equal(v.top_k, 2);
@@ -683,8 +683,8 @@ static void test_view_bounds(void **state) {
   const uint8_t *p = v.data;
   assert_int_equal(p[22] | p[23] << 8, 299);
   eldr_shape s = {3, 300, 2}, other = {4, 300, 2};
-  assert_int_equal(eldr__routed_experts_view(b, strlen(b), &s, &buf, &cap, &v, &d), 0);
-  assert_int_equal(eldr__routed_experts_view(b, strlen(b), &other, &buf, &cap, &v, &d), ELDR_ESHAPE);
+  assert_int_equal(eldr_routed_experts_view(b, strlen(b), &s, &buf, &cap, &v, &d), 0);
+  assert_int_equal(eldr_routed_experts_view(b, strlen(b), &other, &buf, &cap, &v, &d), ELDR_ESHAPE);
   free(b);
   /* the codec's array check, bounds included: top_k 0, layers beyond the
    * limit, a byte count that overflows, a payload one byte long */
@@ -699,12 +699,12 @@ static void test_view_bounds(void **state) {
   uint8_t big[16] = {0};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     b = blob_dict(1, bad[i], i == 3 ? big : pl, plen[i]);
-    int rc = eldr__routed_experts_view(b, strlen(b), NULL, &buf, &cap, &v, &d);
+    int rc = eldr_routed_experts_view(b, strlen(b), NULL, &buf, &cap, &v, &d);
     if (rc != (i == 3 ? ELDR_EPARSE : ELDR_ESHAPE)) fail_msg("case %zu: rc %d (%s)", i, rc, d.msg);
     free(b);
   }
-  assert_int_equal(eldr__routed_experts_view("", 0, NULL, &buf, &cap, &v, &d), ELDR_EEMPTY);
-  assert_true(eldr__routed_experts_view("!!!!", 4, NULL, &buf, &cap, &v, &d) < 0);
+  assert_int_equal(eldr_routed_experts_view("", 0, NULL, &buf, &cap, &v, &d), ELDR_EEMPTY);
+  assert_true(eldr_routed_experts_view("!!!!", 4, NULL, &buf, &cap, &v, &d) < 0);
   free(buf);
 }
 

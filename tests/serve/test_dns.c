@@ -6,7 +6,10 @@
  * is reported naming the host and retried until it resolves, and a DNS
  * change that moves the prefill workers' positions in the list keeps
  * every prompt on its prefill worker (the rendezvous hash keys on the
- * worker's address). The responder is the serve fixture's (sf_dns). */
+ * worker's address), and with --threads 4 one failed lookup is one
+ * eldr_dns_errors_total and one group change one eldr_dns_updates_total
+ * (each loop resolves for itself). The responder is the serve fixture's
+ * (sf_dns). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -223,11 +226,72 @@ static void test_prefill_home_kept_through_dns_change(void **st) {
   sf_dns_stop(&d);
 }
 
+static int dns_queries(sf_dns *d) {
+  pthread_mutex_lock(&d->mu);
+  int n = d->queries;
+  pthread_mutex_unlock(&d->mu);
+  return n;
+}
+
+/* --threads 4: every loop looks up the unresolvable worker's name and the
+ * group's once (no retry within the test: dns_interval 60 s), and the
+ * process counts one error and one update, not one per loop. Once the
+ * responder has answered every loop's queries, each loop handles its
+ * answer within milliseconds; the counters are read for 0.5 s after that
+ * and must stay at 1 (they reached 4 before the fix). */
+static void test_dns_counted_once_per_process(void **st) {
+  (void)st;
+  enum { THREADS = 4 };
+  sf_dns d;
+  sf_dns_start(&d, "group.eldr.test");
+  sf_dns_answer(&d, (const char *const[]){"127.0.0.1", NULL});
+  fx_worker *p = fx_start(NULL), *a = fx_start(NULL);
+  eldr_serve_config c;
+  eldr_serve_config_default(&c);
+  c.health_interval_s = 0;
+  c.dns_interval_s = 60;
+  c.threads = THREADS;
+  char url[96], spec[64], server[64];
+  snprintf(url, sizeof url, "http://nowhere.eldr.test:%d", fx_port(a));
+  snprintf(spec, sizeof spec, "group.eldr.test:%d", fx_port(a));
+  snprintf(server, sizeof server, "127.0.0.1:%d", d.port);
+  c.dns_server = strdup(server);
+  eldr_diag dg = {{0}};
+  assert_int_equal(eldr_serve_config_add_worker(&c, 0, fx_url(p), &dg), 0);
+  assert_int_equal(eldr_serve_config_add_worker(&c, 1, url, &dg), 0);
+  assert_int_equal(eldr_serve_config_add_dns(&c, 1, spec, &dg), 0);
+  rt_router r;
+  assert_int_equal(rt_start(&r, &c), 0);
+  /* per loop: A and AAAA of the worker's name, A and AAAA of the group's */
+  double t0 = fx_now();
+  while (dns_queries(&d) < 4 * THREADS && fx_now() < t0 + 10) usleep(2000);
+  assert_true(dns_queries(&d) >= 4 * THREADS);
+  assert_int_equal(rt_wait_metric(r.port, "eldr_dns_errors_total", 1, 10), 0);
+  assert_int_equal(rt_wait_metric(r.port, "eldr_dns_updates_total", 1, 10), 0);
+  t0 = fx_now();
+  while (fx_now() < t0 + 0.5) {
+    assert_int_equal((int)rt_metric(r.port, "eldr_dns_errors_total"), 1);
+    assert_int_equal((int)rt_metric(r.port, "eldr_dns_updates_total"), 1);
+    usleep(20000);
+  }
+  assert_int_equal(dns_queries(&d), 4 * THREADS); /* no retry in the window */
+  rt_stop(&r);
+  const char *log = rt_log_text(&r);
+  const char *hit = strstr(log, "cannot resolve 'nowhere.eldr.test'");
+  assert_non_null(hit);
+  assert_null(strstr(hit + 1, "cannot resolve 'nowhere.eldr.test'")); /* logged once */
+  eldr_serve_config_free(&c);
+  fx_free(a);
+  fx_free(p);
+  sf_dns_stop(&d);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_decode_dns_adds_and_drains),
       cmocka_unit_test(test_unresolvable_worker_named_and_retried),
       cmocka_unit_test(test_prefill_home_kept_through_dns_change),
+      cmocka_unit_test(test_dns_counted_once_per_process),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -97,15 +97,15 @@ static char *reply(const preset *p, const uint16_t *sel, size_t rows, int form) 
 
 /* The router's signature path on a reply: the signature (copied). */
 static float *signature(eldr__sigpath *sp, const char *text, const eldr__prompt *pr, eldr__sigres *res) {
-  eldr__prefill_reply r;
+  eldr_reply_prefill r = {0};
   eldr_diag d = {{0}};
-  if (eldr__prefill_reply_read(text, strlen(text), 0, &r, &d)) fail_msg("reply: %s", d.msg);
+  if (eldr_reply_prefill_read(text, strlen(text), 0, &r, &d)) fail_msg("reply: %s", d.msg);
   eldr__sigpath_extract(sp, r.raw, r.raw_len, NULL, 0, r.routed_experts, r.routed_experts_len, r.compact, pr, res);
   if (res->fallback != ELDR__FB_NONE) fail_msg("fell back (%d): %s", res->fallback, res->diag.msg);
   const size_t dim = sp->conf.art->dim;
   float *sig = malloc(dim * sizeof *sig);
   memcpy(sig, res->sig, dim * sizeof *sig);
-  eldr__prefill_reply_free(&r);
+  eldr_reply_prefill_free(&r);
   return sig;
 }
 
