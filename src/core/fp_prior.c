@@ -104,38 +104,63 @@ typedef struct cal_set {
   size_t *size;    /* nb */
   size_t **member; /* nb arrays of indices into x->use */
   double *target;  /* nb: the decode-predicted union, summed over layers */
+  double *pit;     /* n_use x LE prior rates at the set's beta (NULL: over the
+                    * memory bound, computed per member as needed) */
 } cal_set;
+
+/* The prior rates are kept for every request while they take at most this. */
+#define CAL_PIT_BYTES ((size_t)64 << 20)
 
 static void cal_free(cal_set *c) {
   for (size_t b = 0; b < c->nb && c->member; b++) free(c->member[b]);
   free(c->member);
   free(c->size);
   free(c->target);
+  free(c->pit);
   memset(c, 0, sizeof *c);
 }
 
+/* Request ui's prior rate at each cell: the pooled decode without its own
+ * (shrunk towards its cluster's at beta). */
+static void prior_row(const fit_ctx *x, size_t ui, double beta, double *pi_out) {
+  const double u = (double)x->s->top_k / x->s->num_experts;
+  const size_t r = x->use[ui];
+  const uint32_t *dv = x->dec + r * x->LE;
+  const double m = x->m[ui], den_pi = x->tokens - m + 1.0;
+  const int cl = x->label && !isinf(beta) ? x->label[r] : -1;
+  const double *ct = cl >= 0 ? x->ctot + (size_t)cl * x->LE : NULL;
+  const double den_c = cl >= 0 ? x->ctok[cl] - m + beta : 1;
+  for (size_t i = 0; i < x->LE; i++) {
+    double pi = (x->tot[i] - dv[i] + u) / den_pi;
+    if (ct) pi = (ct[i] - dv[i] + beta * pi) / den_c;
+    pi_out[i] = pi;
+  }
+}
+
 /* The union (summed over layers) of members mem[0..b) with profiles from
- * their decode counts (alpha < 0) or prefill shrunk towards their prior. */
+ * their decode counts (alpha < 0) or prefill shrunk towards their prior
+ * (the rows of pit, n_use x LE at this beta, or computed here when pit is
+ * NULL: the same numbers either way). */
 static double cal_union(const fit_ctx *x, const size_t *mem, size_t b, double alpha, double beta,
-                        double *q /* LE scratch */) {
-  const double E = x->s->num_experts, K = x->s->top_k, u = K / E;
+                        const double *pit, double *q /* 2 LE scratch */) {
+  double *pr = q + x->LE;
   for (size_t i = 0; i < x->LE; i++) q[i] = 1.0;
   for (size_t j = 0; j < b; j++) {
     const size_t ui = mem[j], r = x->use[ui];
     const uint32_t *c = x->pre + r * x->LE, *dv = x->dec + r * x->LE;
-    const double m = x->m[ui], n = x->np[ui], den_pi = x->tokens - m + 1.0;
-    const int cl = x->label && !isinf(beta) ? x->label[r] : -1;
-    const double *ct = cl >= 0 ? x->ctot + (size_t)cl * x->LE : NULL;
-    const double den_c = cl >= 0 ? x->ctok[cl] - m + beta : 1;
-    for (size_t i = 0; i < x->LE; i++) {
-      double p;
-      if (alpha < 0) {
-        p = dv[i] / m;
-      } else {
-        double pi = (x->tot[i] - dv[i] + u) / den_pi;
-        if (ct) pi = (ct[i] - dv[i] + beta * pi) / den_c;
-        p = (c[i] + alpha * pi) / (n + alpha);
+    const double m = x->m[ui], n = x->np[ui];
+    if (alpha < 0) {
+      for (size_t i = 0; i < x->LE; i++) {
+        double p = dv[i] / m;
+        if (p > 0.999) p = 0.999;
+        q[i] *= 1.0 - p;
       }
+      continue;
+    }
+    const double *pi = pit ? pit + ui * x->LE : pr;
+    if (!pit) prior_row(x, ui, beta, pr);
+    for (size_t i = 0; i < x->LE; i++) {
+      double p = (c[i] + alpha * pi[i]) / (n + alpha);
       if (p > 0.999) p = 0.999;
       q[i] *= 1.0 - p;
     }
@@ -186,16 +211,19 @@ static int cal_build(const fit_ctx *x, double beta, double *q, cal_set *c) {
         }
         c->member[c->nb] = mem;
         c->size[c->nb] = b;
-        c->target[c->nb++] = cal_union(x, mem, b, -1, beta, q);
+        c->target[c->nb++] = cal_union(x, mem, b, -1, beta, NULL, q);
       }
   free(pool);
+  /* every cal_err at this beta reads the same prior rates: once, where they fit */
+  if (nu <= CAL_PIT_BYTES / sizeof(double) / x->LE && (c->pit = malloc(nu * x->LE * sizeof *c->pit)))
+    for (size_t j = 0; j < nu; j++) prior_row(x, j, beta, c->pit + j * x->LE);
   return 0;
 }
 
 static double cal_err(const fit_ctx *x, const cal_set *c, double alpha, double beta, double *q) {
   double e = 0;
   for (size_t b = 0; b < c->nb; b++) {
-    double d = cal_union(x, c->member[b], c->size[b], alpha, beta, q) / c->target[b] - 1.0;
+    double d = cal_union(x, c->member[b], c->size[b], alpha, beta, c->pit, q) / c->target[b] - 1.0;
     e += d * d;
   }
   return e / (double)c->nb;
@@ -290,7 +318,7 @@ int eldr_fp_prior_fit(const eldr_shape *s, const uint32_t *pre, const uint32_t *
   rp.ll_prior = loo_ll(&x, INFINITY, beta);
   rp.ll_prefill = loo_ll(&x, 1.0 / 64, beta);
   { /* alpha for the union the policy predicts, at the likelihood's beta */
-    double *q = malloc(LE * sizeof *q);
+    double *q = malloc(2 * LE * sizeof *q);
     cal_set cs = {0};
     if (!q || cal_build(&x, beta, q, &cs)) {
       free(q);
