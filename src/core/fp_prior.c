@@ -3,6 +3,7 @@
 #include "eldr/fp_prior.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -106,6 +107,9 @@ typedef struct cal_set {
   double *target;  /* nb: the decode-predicted union, summed over layers */
   double *pit;     /* n_use x LE prior rates at the set's beta (NULL: over the
                     * memory bound, computed per member as needed) */
+  double *fac;     /* n_use x LE: 1 - p of each member at the current alpha
+                    * (with pit; NULL over the bound) */
+  uint8_t *inset;  /* n_use: 1 where the request is a member of some batch */
 } cal_set;
 
 /* The prior rates are kept for every request while they take at most this. */
@@ -117,6 +121,8 @@ static void cal_free(cal_set *c) {
   free(c->size);
   free(c->target);
   free(c->pit);
+  free(c->fac);
+  free(c->inset);
   memset(c, 0, sizeof *c);
 }
 
@@ -217,11 +223,51 @@ static int cal_build(const fit_ctx *x, double beta, double *q, cal_set *c) {
   /* every cal_err at this beta reads the same prior rates: once, where they fit */
   if (nu <= CAL_PIT_BYTES / sizeof(double) / x->LE && (c->pit = malloc(nu * x->LE * sizeof *c->pit)))
     for (size_t j = 0; j < nu; j++) prior_row(x, j, beta, c->pit + j * x->LE);
+  if (c->pit && nu <= CAL_PIT_BYTES / sizeof(double) / x->LE) {
+    c->fac = malloc(nu * x->LE * sizeof *c->fac);
+    c->inset = calloc(nu, 1);
+    if (!c->fac || !c->inset) { /* the slower path still works */
+      free(c->fac);
+      free(c->inset);
+      c->fac = NULL;
+      c->inset = NULL;
+    } else {
+      for (size_t b = 0; b < c->nb; b++)
+        for (size_t j = 0; j < c->size[b]; j++) c->inset[c->member[b][j]] = 1;
+    }
+  }
   return 0;
 }
 
 static double cal_err(const fit_ctx *x, const cal_set *c, double alpha, double beta, double *q) {
   double e = 0;
+  if (c->fac) { /* each member's 1 - p once per alpha, then products only: the same bits */
+    const size_t LE = x->LE;
+    for (size_t ui = 0; ui < x->n_use; ui++) {
+      if (!c->inset[ui]) continue;
+      const size_t r = x->use[ui];
+      const uint32_t *cn = x->pre + r * LE;
+      const double *pi = c->pit + ui * LE, n = x->np[ui];
+      double *f = c->fac + ui * LE;
+      for (size_t i = 0; i < LE; i++) {
+        double p = (cn[i] + alpha * pi[i]) / (n + alpha);
+        if (p > 0.999) p = 0.999;
+        f[i] = 1.0 - p;
+      }
+    }
+    for (size_t b = 0; b < c->nb; b++) {
+      for (size_t i = 0; i < LE; i++) q[i] = 1.0;
+      for (size_t j = 0; j < c->size[b]; j++) {
+        const double *f = c->fac + c->member[b][j] * LE;
+        for (size_t i = 0; i < LE; i++) q[i] *= f[i];
+      }
+      double s = 0;
+      for (size_t i = 0; i < LE; i++) s += 1.0 - q[i];
+      double d = s / c->target[b] - 1.0;
+      e += d * d;
+    }
+    return e / (double)c->nb;
+  }
   for (size_t b = 0; b < c->nb; b++) {
     double d = cal_union(x, c->member[b], c->size[b], alpha, beta, c->pit, q) / c->target[b] - 1.0;
     e += d * d;
