@@ -65,7 +65,6 @@ json_t *study_result(const char *name, const char *const *cols, size_t ncols, co
                      const char *xlabel, const char *ylabel);
 /* Append a row: fmt chars 'd' double (NaN -> null), 's' string, 'u' size_t. */
 int study_row(json_t *res, const char *fmt, ...);
-void study_config(json_t *res, const eldr_study_opts *o);
 /* The study's one-line result: "headline": {"label", "value", "sd"} (NaN -> null). */
 void study_headline(json_t *res, const char *label, double value, double sd);
 
