@@ -56,7 +56,8 @@ int eldr__bufpool_init(eldr__bufpool *bp, struct event_base *base, size_t max_id
   return 0;
 }
 
-void eldr__bufpool_drain(eldr__bufpool *bp) {
+/* Free every idle buffer now. */
+static void bufpool_drain(eldr__bufpool *bp) {
   while (bp->n) drop_oldest(bp);
   bp->low = 0;
 }
@@ -64,7 +65,7 @@ void eldr__bufpool_drain(eldr__bufpool *bp) {
 void eldr__bufpool_free(eldr__bufpool *bp) {
   if (!bp) return;
   bp->on_free = NULL; /* the loop is going: no trims to schedule */
-  eldr__bufpool_drain(bp);
+  bufpool_drain(bp);
   free(bp->idle);
   if (bp->ev_decay) event_free(bp->ev_decay);
   memset(bp, 0, sizeof *bp);

@@ -80,8 +80,6 @@ char *eldr__bufpool_take(eldr__bufpool *bp, size_t need, size_t *cap);
 /* p (capacity cap; NULL is a no-op) back to the pool: kept or freed by the
  * policy above. A buffer below ELDR__BUFPOOL_MIN is freed. */
 void eldr__bufpool_give(eldr__bufpool *bp, char *p, size_t cap);
-/* Free every idle buffer now. */
-void eldr__bufpool_drain(eldr__bufpool *bp);
 
 /* ---- spares: small blocks of one size a loop hands from connection to
  * connection (a request head being parsed, a connection's input buffer):

@@ -22,7 +22,8 @@
 
 /* ---- sums ------------------------------------------------------------------------ */
 
-int eldr__sums_grow(eldr__sums *s, size_t need) {
+/* Room for decoder indices [0, need) (new ones zero): 0, or -1 out of memory. */
+static int sums_grow(eldr__sums *s, size_t need) {
   if (need <= s->cap) return 0;
   size_t nc = s->cap ? s->cap : 16;
   while (nc < need) nc *= 2;
@@ -40,7 +41,7 @@ int eldr__sums_grow(eldr__sums *s, size_t need) {
   return 0;
 }
 
-void eldr__sums_free(eldr__sums *s) {
+static void sums_free(eldr__sums *s) {
   for (size_t i = 0; i < s->cap; i++) free(s->w[i]);
   free(s->n);
   free(s->ctx);
@@ -50,7 +51,7 @@ void eldr__sums_free(eldr__sums *s) {
 
 /* The weights of decoder d in s, allocated (zeroed) on first use; NULL on ENOMEM. */
 static int64_t *sums_w(eldr__bus *b, eldr__sums *s, size_t d) {
-  if (eldr__sums_grow(s, d + 1)) return NULL;
+  if (sums_grow(s, d + 1)) return NULL;
   if (!s->w[d] && b->LE) s->w[d] = calloc(b->LE, sizeof *s->w[d]);
   return s->w[d];
 }
@@ -69,7 +70,7 @@ int eldr__bus_dec_index(eldr__bus *b, uint64_t id) {
 /* Add one record (sign times its values) to source s and the total (mu held). */
 static void apply_rec(eldr__bus *b, eldr__sums *s, int d, int64_t n, int64_t ctx, const eldr__bus_rec *r, int sign,
                       int peer) {
-  if (eldr__sums_grow(s, (size_t)d + 1) || eldr__sums_grow(&b->tot, (size_t)d + 1)) return;
+  if (sums_grow(s, (size_t)d + 1) || sums_grow(&b->tot, (size_t)d + 1)) return;
   s->n[d] += sign * n;
   s->ctx[d] += sign * ctx;
   b->tot.n[d] += sign * n;
@@ -94,7 +95,7 @@ static void apply_rec(eldr__bus *b, eldr__sums *s, int d, int64_t n, int64_t ctx
 
 /* A loop's ring record into its sums and the total (mu held). */
 static void apply_ring(eldr__bus *b, eldr__sums *s, int d, const eldr__ring_rec *rr) {
-  if (eldr__sums_grow(s, (size_t)d + 1) || eldr__sums_grow(&b->tot, (size_t)d + 1)) return;
+  if (sums_grow(s, (size_t)d + 1) || sums_grow(&b->tot, (size_t)d + 1)) return;
   s->n[d] += rr->sign;
   s->ctx[d] += rr->sign * (int64_t)rr->ctx;
   b->tot.n[d] += rr->sign;
@@ -116,7 +117,7 @@ static void drop_source(eldr__bus *b, eldr__sums *s, int peer) {
   size_t n = atomic_load_explicit(&b->ndec, memory_order_relaxed);
   for (size_t d = 0; d < n && d < s->cap; d++) {
     if (!s->n[d] && !s->ctx[d] && !s->w[d]) continue;
-    if (eldr__sums_grow(&b->tot, d + 1)) continue;
+    if (sums_grow(&b->tot, d + 1)) continue;
     b->tot.n[d] -= s->n[d];
     b->tot.ctx[d] -= s->ctx[d];
     if (peer) atomic_fetch_sub_explicit(&b->peer_n[d], s->n[d], memory_order_relaxed);
@@ -134,7 +135,7 @@ static void add_source(eldr__bus *b, eldr__sums *s, int peer) {
   size_t n = atomic_load_explicit(&b->ndec, memory_order_relaxed);
   for (size_t d = 0; d < n && d < s->cap; d++) {
     if (!s->n[d] && !s->ctx[d] && !s->w[d]) continue;
-    if (eldr__sums_grow(&b->tot, d + 1)) continue;
+    if (sums_grow(&b->tot, d + 1)) continue;
     b->tot.n[d] += s->n[d];
     b->tot.ctx[d] += s->ctx[d];
     if (peer) atomic_fetch_add_explicit(&b->peer_n[d], s->n[d], memory_order_relaxed);
@@ -153,7 +154,8 @@ static double mono_s(void) {
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-uint64_t eldr__bus_real_ns(void) {
+/* Wall-clock nanoseconds: a message's send time, read by other hosts. */
+static uint64_t bus_real_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
@@ -277,7 +279,7 @@ static void head_init(eldr__bus *b, eldr__bus_head *h, int kind) {
   snprintf(h->replica, sizeof h->replica, "%s", b->replica);
   h->incarnation = b->incarnation;
   h->seq = ++b->seq;
-  h->sent_ns = eldr__bus_real_ns();
+  h->sent_ns = bus_real_ns();
   h->L = b->o.L;
   h->E = b->o.E;
   h->nparts = 1;
@@ -338,7 +340,7 @@ static void publish_snapshot(eldr__bus *b) {
   size_t nd = atomic_load(&b->ndec);
   /* own = every loop's sums, into the scratch source */
   eldr__sums *own = &b->scratch;
-  if (eldr__sums_grow(own, nd ? nd : 1)) {
+  if (sums_grow(own, nd ? nd : 1)) {
     pthread_mutex_unlock(&b->mu);
     return;
   }
@@ -418,8 +420,8 @@ static void peer_expire(eldr__bus *b, eldr__peer *p) {
   pthread_mutex_lock(&b->mu);
   drop_source(b, &p->s, 1);
   pthread_mutex_unlock(&b->mu);
-  eldr__sums_free(&p->s);
-  eldr__sums_free(&p->snap);
+  sums_free(&p->s);
+  sums_free(&p->snap);
   *p = b->peers[--b->npeers];
 }
 
@@ -473,7 +475,7 @@ static void on_peer_msg(eldr__bus *b, const uint8_t *m, size_t len, double now) 
       return;
     }
     p->last_seq = h.seq;
-    lag_note(b, ((double)eldr__bus_real_ns() - (double)h.sent_ns) * 1e-9);
+    lag_note(b, ((double)bus_real_ns() - (double)h.sent_ns) * 1e-9);
     pthread_mutex_lock(&b->mu);
     for (uint32_t i = 0; i < h.nrec; i++) {
       eldr__bus_rec r;
@@ -510,7 +512,7 @@ static void on_peer_msg(eldr__bus *b, const uint8_t *m, size_t len, double now) 
       break;
     }
     int di = eldr__bus_dec_index(b, r.dec);
-    if (di < 0 || eldr__sums_grow(&p->snap, (size_t)di + 1)) continue;
+    if (di < 0 || sums_grow(&p->snap, (size_t)di + 1)) continue;
     p->snap.n[di] = r.n;
     p->snap.ctx[di] = r.ctx;
     int64_t *w = r.nnz ? sums_w(b, &p->snap, (size_t)di) : NULL;
@@ -667,7 +669,7 @@ int eldr__bus_new(const eldr__bus_opts *o, eldr__bus **out, eldr_diag *d) {
   b->snap_v = malloc((b->LE ? b->LE : 1) * sizeof *b->snap_v);
   b->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (getrandom(&b->incarnation, sizeof b->incarnation, 0) != sizeof b->incarnation)
-    b->incarnation = (uint64_t)eldr__bus_real_ns() ^ (uint64_t)getpid();
+    b->incarnation = (uint64_t)bus_real_ns() ^ (uint64_t)getpid();
   int bad = !b->replica || !b->subj || !b->rings || !b->loops || !b->q || !b->snap_idx || !b->snap_v ||
             b->efd < 0 || (o->url && !b->url);
   for (int j = 0; !bad && j < o->nloops; j++) bad = eldr__ring_init(&b->rings[j], ELDR__BUS_RING_BYTES);
@@ -723,15 +725,15 @@ void eldr__bus_free(eldr__bus *b) {
   }
   while (b->npeers) {
     eldr__peer *p = &b->peers[--b->npeers];
-    eldr__sums_free(&p->s);
-    eldr__sums_free(&p->snap);
+    sums_free(&p->s);
+    sums_free(&p->snap);
   }
   for (int j = 0; j < b->o.nloops; j++) {
     eldr__ring_free(&b->rings[j]);
-    eldr__sums_free(&b->loops[j]);
+    sums_free(&b->loops[j]);
   }
-  eldr__sums_free(&b->tot);
-  eldr__sums_free(&b->scratch);
+  sums_free(&b->tot);
+  sums_free(&b->scratch);
   eldr__bus_out_free(&b->out);
   pthread_mutex_destroy(&b->mu);
   pthread_mutex_destroy(&b->qmu);

@@ -52,8 +52,6 @@ typedef struct eldr__sums {
   int64_t **w;      /* L*E fixed-point weights, or NULL (all zero) */
   size_t cap;
 } eldr__sums;
-int eldr__sums_grow(eldr__sums *s, size_t need);
-void eldr__sums_free(eldr__sums *s);
 
 typedef struct eldr__peer {
   char id[ELDR__BUS_ID_MAX + 1];
@@ -117,6 +115,5 @@ extern const double eldr__bus_lag_bounds[ELDR__BUS_LAG_B];
 int eldr__bus_dec_index(eldr__bus *b, uint64_t id);
 /* Wake the hub if it sleeps (a loop pushed). */
 void eldr__bus_wake(eldr__bus *b);
-uint64_t eldr__bus_real_ns(void);
 
 #endif

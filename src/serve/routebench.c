@@ -125,7 +125,8 @@ int eldr_routebench_new(const eldr_routebench_cfg *cfg, eldr_routebench **out, e
     return eldr_diag_fail(d, ELDR_EINVAL, "hidden layers %u: at least the %u MoE layers (with their ids when more)",
                           cfg->hidden_layers, L);
   for (uint32_t l = 0; cfg->layer_ids && l < L; l++)
-    if ((cfg->hidden_layers ? cfg->layer_ids[l] >= cfg->hidden_layers : 0) || (l && cfg->layer_ids[l] <= cfg->layer_ids[l - 1]))
+    if ((cfg->hidden_layers > L && cfg->layer_ids[l] >= cfg->hidden_layers) ||
+        (l && cfg->layer_ids[l] <= cfg->layer_ids[l - 1])) /* MoE rows only: any rising ids */
       return eldr_diag_fail(d, ELDR_EINVAL, "layer ids must rise and lie below the hidden layers");
   eldr_routebench *b = calloc(1, sizeof *b);
   if (!b) return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");

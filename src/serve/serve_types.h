@@ -626,17 +626,8 @@ int eldr__artifact_servable(const eldr_artifact *a, const char *path, eldr_diag 
 
 /* ---- workers.c --------------------------------------------------------------- */
 
-/* A worker for url, resolved, with an idle pool of pool_size; not listed in
- * s->all_workers (eldr__workers_commit lists it). Errors name the URL:
- * ELDR_EINVAL (bad URL, does not resolve), ELDR_ENOMEM. */
-int eldr__worker_new(eldr_server *s, const char *url, int role, size_t pool_size, worker **out,
-                     eldr_diag *d);
 /* Unlink from s->all_workers (when listed) and free: connections, timer. */
 void eldr__worker_free(worker *w);
-/* Out of service (a reload dropped it): no new legs; idle connections and
- * the health check closed; freed now when no leg is in flight, else by the
- * eldr__worker_put of its last leg. */
-void eldr__worker_retire(worker *w);
 /* A leg on w is over: its connection back to the pool (or closed); frees a
  * retired worker whose last leg this was. */
 void eldr__worker_put(worker *w, eldr_up *u);

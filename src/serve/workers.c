@@ -16,8 +16,11 @@ const char *const eldr__role_name[2] = {"prefill", "decode"};
 
 static void health_timeout_cb(evutil_socket_t fd, short ev, void *arg);
 
-int eldr__worker_new(eldr_server *s, const char *url, int role, size_t pool_size, worker **out,
-                     eldr_diag *d) {
+/* A worker for url, resolved, with an idle pool of pool_size; not listed in
+ * s->all_workers (eldr__workers_commit lists it). Errors name the URL:
+ * ELDR_EINVAL (bad URL, does not resolve), ELDR_ENOMEM. */
+static int worker_new(eldr_server *s, const char *url, int role, size_t pool_size, worker **out,
+                      eldr_diag *d) {
   *out = NULL;
   worker *w = calloc(1, sizeof *w);
   if (!w) return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory for worker %s", url);
@@ -72,7 +75,10 @@ void eldr__worker_free(worker *w) {
   free(w);
 }
 
-void eldr__worker_retire(worker *w) {
+/* Out of service (a reload dropped it): no new legs; idle connections and
+ * the health check closed; freed now when no leg is in flight, else by the
+ * eldr__worker_put of its last leg. */
+static void worker_retire(worker *w) {
   w->retired = 1;
   for (size_t i = 0; i < w->npool; i++) eldr_up_free(w->pool[i]);
   w->npool = 0;
@@ -255,7 +261,7 @@ static int plan_urls(eldr_server *s, const eldr_serve_config *cfg, char **urls[2
       for (size_t j = 0; j < i && w; j++) /* a URL listed twice gets two workers */
         if (p->w[role][j] == w) w = NULL;
       if (!w) {
-        int rc = eldr__worker_new(s, urls[role][i], role, cfg->pool_size, &w, d);
+        int rc = worker_new(s, urls[role][i], role, cfg->pool_size, &w, d);
         if (rc) {
           eldr__workers_drop(p);
           return rc;
@@ -300,7 +306,7 @@ void eldr__workers_commit(eldr_server *s, worker_plan *p) {
     for (size_t j = 0; j < nold; j++) {
       int kept = 0;
       for (size_t i = 0; i < p->nw[role]; i++) kept |= p->w[role][i] == old[j];
-      if (!kept) eldr__worker_retire(old[j]);
+      if (!kept) worker_retire(old[j]);
     }
     free(old);
     free(p->grown[role]);

@@ -323,7 +323,7 @@ void study_headline(json_t *res, const char *label, double value, double sd) {
   json_object_set_new(res, "headline", h);
 }
 
-void study_config(json_t *res, const eldr_study_opts *o) {
+static void study_config(json_t *res, const eldr_study_opts *o) {
   json_t *c = json_object(), *seeds = json_array();
   for (size_t i = 0; i < study_n_seeds(o); i++)
     json_array_append_new(seeds, json_integer((json_int_t)study_seed(o, i)));

@@ -78,7 +78,6 @@ void study_plot_group2(json_t *res, const char *first, const char *fmt1, const c
                        const char *fmt2);
 /* Append a row: fmt chars 'd' double (NaN -> null), 's' string, 'u' size_t. */
 int study_row(json_t *res, const char *fmt, ...);
-void study_config(json_t *res, const eldr_study_opts *o);
 /* The study's one-line result: "headline": {"label", "value", "sd"} (NaN -> null). */
 void study_headline(json_t *res, const char *label, double value, double sd);
 

@@ -170,7 +170,6 @@ void eldr__w_prefill_try(eldr_worker *w);    /* start a prefill batch if blocks 
 
 /* wreply.c: HTTP replies (JSON bodies, OpenAI-style errors), streaming,
  * the finished reply, the per-request metrics, and the small endpoints */
-void eldr__w_send_json(struct evhttp_request *req, int code, const char *reason, json_t *body);
 void eldr__w_send_error(struct evhttp_request *req, int code, const char *param, const char *fmt,
                        ...) __attribute__((format(printf, 4, 5)));
 void eldr__w_stream_head(wreq *r);          /* a stream's HTTP head, when it is accepted */

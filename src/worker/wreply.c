@@ -13,7 +13,7 @@ static void add_json_headers(struct evhttp_request *req, const char *ctype) {
   evhttp_add_header(h, "Content-Type", ctype);
 }
 
-void eldr__w_send_json(struct evhttp_request *req, int code, const char *reason, json_t *body) {
+static void send_json(struct evhttp_request *req, int code, const char *reason, json_t *body) {
   char *s = json_dumps(body, JSON_COMPACT);
   json_decref(body);
   struct evbuffer *b = evbuffer_new();
@@ -43,7 +43,7 @@ void eldr__w_send_error(struct evhttp_request *req, int code, const char *param,
                                      : "Bad Request";
   json_t *e = json_pack("{s:{s:s,s:s,s:o,s:i}}", "error", "message", msg, "type", type, "param",
                         param ? json_string(param) : json_null(), "code", code);
-  eldr__w_send_json(req, code, reason, e ? e : json_object());
+  send_json(req, code, reason, e ? e : json_object());
 }
 
 /* ---------------------------------------------------------------- replies */
@@ -369,7 +369,7 @@ void eldr__w_reply_done(wreq *r) {
   if (!body) {
     eldr__w_send_error(r->http, 500, NULL, "cannot build the reply");
   } else {
-    eldr__w_send_json(r->http, 200, "OK", body);
+    send_json(r->http, 200, "OK", body);
   }
   r->http = NULL;
 }
@@ -415,7 +415,7 @@ void eldr__w_handle_pull(eldr_worker *w, struct evhttp_request *req) {
     if (rc == 0) {
       w->st.kv_pulls_served++;
       eldr__w_prefill_try(w); /* blocks were freed */
-      eldr__w_send_json(req, 200, "OK", json_pack("{s:s,s:I}", "remote_request_id", p->rid, "blocks",
+      send_json(req, 200, "OK", json_pack("{s:s,s:I}", "remote_request_id", p->rid, "blocks",
                                           (json_int_t)p->n_ids));
     } else if (rc == 404) {
       eldr__w_send_error(req, 404, NULL, "no KV blocks held for request %s (never prefilled here, already "
@@ -435,6 +435,6 @@ void eldr__w_handle_models(eldr_worker *w, struct evhttp_request *req) {
                         w->served, "object", "model", "created", (json_int_t)w->created,
                         "owned_by", "eldr", "root", w->model, "max_model_len",
                         (json_int_t)(eldr__kv_total(w->pkv) * ELDR_BLOCK_TOKENS));
-  eldr__w_send_json(req, 200, "OK", m ? m : json_object());
+  send_json(req, 200, "OK", m ? m : json_object());
 }
 

@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "eldr/artifact.h"
+#include "eldr/routebench.h"
 #include "eldr/routed_experts.h"
 #include "eldr/serve.h"
 #include "serve/serve_internal.h"
@@ -838,6 +839,33 @@ static void test_sigpath_cached_prompt(void **st) {
   eldr_artifact_free(a);
 }
 
+/* eldr bench route's shapes: the MoE rows only (hidden_layers = the MoE
+ * layers, as --routed-experts-layers moe sets it) take the model's layer
+ * ids whatever their values (Maverick's odd ids up to 47 for 24 rows: this
+ * was refused, "layer ids must rise and lie below the hidden layers");
+ * vLLM's all-layers form needs ids below the hidden layers, rising. */
+static void test_routebench_layer_forms(void **st) {
+  (void)st;
+  uint32_t ids[4] = {1, 3, 5, 7};
+  eldr_routebench_cfg c = {{4, 16, 2}, 2, 4, 1, 1, ids, 4};
+  eldr_routebench *b = NULL;
+  eldr_diag d = {{0}};
+  assert_int_equal(eldr_routebench_new(&c, &b, &d), 0); /* MoE rows only */
+  eldr_routebench_result r;
+  assert_int_equal(eldr_routebench_run(b, 32, &r, &d), 0);
+  eldr_routebench_free(b);
+  c.hidden_layers = 8; /* all layers: ids 1..7 below 8 */
+  assert_int_equal(eldr_routebench_new(&c, &b, &d), 0);
+  assert_int_equal(eldr_routebench_run(b, 32, &r, &d), 0);
+  eldr_routebench_free(b);
+  c.hidden_layers = 7; /* id 7 is not below 7 */
+  assert_int_equal(eldr_routebench_new(&c, &b, &d), ELDR_EINVAL);
+  uint32_t falling[4] = {1, 5, 3, 7};
+  c.layer_ids = falling;
+  c.hidden_layers = 4;
+  assert_int_equal(eldr_routebench_new(&c, &b, &d), ELDR_EINVAL);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sigpath_cached_prompt),
@@ -847,6 +875,7 @@ int main(void) {
       cmocka_unit_test(test_req_scan_equals_tree),
       cmocka_unit_test(test_sigpath_deferred_store),
       cmocka_unit_test(test_splice_and_view),
+      cmocka_unit_test(test_routebench_layer_forms),
       cmocka_unit_test(test_splice_layouts),
       cmocka_unit_test(test_prompt_blocks),
       cmocka_unit_test(test_prompt_ids_bounded),
