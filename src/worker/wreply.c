@@ -51,8 +51,12 @@ void eldr__w_send_error(struct evhttp_request *req, int code, const char *param,
 /* Generated token i of choice c: " <word>" from the corpus (consecutive words
  * of real text, starting at a place derived from the request), else " tok<i>".
  * Raw UTF-8, NUL-terminated; at most ELDR__CORPUS_MAX_WORD + 2 bytes. */
-static void token_text(const wreq *r, uint32_t c, uint32_t i, char *buf, size_t cap) {
+void eldr__w_token_text(const wreq *r, uint32_t c, uint32_t i, char *buf, size_t cap) {
   const eldr__corpus *cp = r->w->corpus;
+  if (i == 0 && r->sg.first_tok[0]) { /* SGLang's decode: token 0 is the prefill's */
+    snprintf(buf, cap, "%s", r->sg.first_tok);
+    return;
+  }
   if (!cp) {
     snprintf(buf, cap, " tok%u", i);
     return;
@@ -171,7 +175,7 @@ static void stream_echo(wreq *r, uint32_t c, const char *tok_raw, int last) {
 /* One streamed token chunk of choice c (last: carries finish_reason). */
 void eldr__w_stream_token(wreq *r, uint32_t c, uint32_t i, int last) {
   char raw[64], tok[128], buf[1024], fin[32];
-  token_text(r, c, i, raw, sizeof raw);
+  eldr__w_token_text(r, c, i, raw, sizeof raw);
   if (r->echo && i == 0) { /* vLLM's first delta of an echo: the prompt, then the token */
     stream_echo(r, c, raw, last);
     return;
@@ -257,7 +261,7 @@ static char *choice_text(const wreq *r, uint32_t c) {
   text[el] = 0;
   for (uint32_t i = 0; i < r->emitted && !r->echo_only; i++) {
     char tok[64];
-    token_text(r, c, i, tok, sizeof tok);
+    eldr__w_token_text(r, c, i, tok, sizeof tok);
     size_t l = strlen(tok);
     if (off + l + 1 > cap) break;
     memcpy(text + off, tok, l + 1);
@@ -271,6 +275,10 @@ void eldr__w_reply_done(wreq *r) {
   eldr_worker *w = r->w;
   w->st.requests_done++;
   observe_finish(r);
+  if (r->grp) { /* an SGLang item: its group answers */
+    eldr__sgl_item_done(r);
+    return;
+  }
   if (!r->http) return;
   eldr__w_detach(r);
   if (r->stream) {
