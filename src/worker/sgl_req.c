@@ -224,6 +224,13 @@ fail:
   return st;
 }
 
+int eldr__sgl_check_request(const eldr_worker *w, const char *body, size_t len, int chat, char *err, size_t errcap) {
+  sparsed o;
+  int st = sgl_parse(w, body, len, chat, &o, err, errcap);
+  if (!st) sparsed_free(&o);
+  return st;
+}
+
 /* ------------------------------------------------------------ groups */
 
 static void group_unlink(sgl_group *g) {

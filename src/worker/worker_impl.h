@@ -176,6 +176,8 @@ typedef struct preq {
 
 /* sgl_req.c, sgl_boot.c: the SGLang engine (sgl.h) */
 void eldr__sgl_handle(eldr_worker *w, struct evhttp_request *req, int chat);
+/* the body checks of eldr__sgl_handle alone (eldr__worker_check_request) */
+int eldr__sgl_check_request(const eldr_worker *w, const char *body, size_t len, int chat, char *err, size_t errcap);
 void eldr__sgl_token(wreq *r, uint32_t t, int last);     /* token t of item r (last: its end) */
 void eldr__sgl_item_done(wreq *r);                       /* r finished: its group counts it */
 void eldr__sgl_item_fail(wreq *r, int code, const char *msg); /* r failed: its group answers the error */
