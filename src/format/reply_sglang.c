@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "eldr/jscan.h"
 #include "eldr/routed_experts.h"
 
 static void put_i32le(uint8_t *p, int32_t v) {
@@ -72,6 +73,11 @@ int eldr_sglang_experts_read(const char *b64, size_t len, const eldr_sglang_opts
   if (!o->rows) return fail(why, ELDR_RE_LENGTH_MISMATCH, d, ELDR_EPARSE, "no rows expected", 0, 0);
   if (o->rows > SIZE_MAX / 8 / ((size_t)L * K))
     return fail(why, ELDR_RE_TOO_LARGE, d, ELDR_ERANGE, "too many rows", o->rows, 0);
+  /* the payload must hold rows x (last MoE layer + 1) x K int32: checked
+   * before anything is allocated (a reply's usage names the rows) */
+  uint32_t last_id = o->layer_ids ? o->layer_ids[L - 1] : L - 1;
+  if (last_id >= 4 * ELDR_MAX_LAYERS || o->rows > maxraw / ((size_t)K * 4 * ((size_t)last_id + 1)))
+    return fail(why, ELDR_RE_LENGTH_MISMATCH, d, ELDR_EPARSE, "payload too short for (rows, MoE layers)", len, o->rows);
   size_t outb = o->rows * L * K * 4;
   if (maxraw > SIZE_MAX - outb) return fail(why, ELDR_RE_TOO_LARGE, d, ELDR_ERANGE, "too large", len, 0);
   size_t need = maxraw + outb;
@@ -120,4 +126,56 @@ int eldr_sglang_experts_read(const char *b64, size_t len, const eldr_sglang_opts
     if (rc) return fail(why, ELDR_RE_ID_OUT_OF_RANGE, d, rc, "counting failed", o->rows, 0);
   }
   return 0;
+}
+
+int eldr_sglang_reply_experts(const char *doc, size_t n, const eldr_sglang_opts *o, uint8_t **buf, size_t *cap,
+                              uint32_t *hidden, size_t *rows, uint32_t *counts, eldr_re_reason *why, eldr_diag *d) {
+  eldr_re_reason dummy;
+  if (!why) why = &dummy;
+  *why = ELDR_RE_OK;
+  *rows = 0;
+  if (!doc || !o) return fail(why, ELDR_RE_BAD_SHAPE, d, ELDR_EINVAL, "bad arguments", 0, 0);
+  static const eldr_js_path paths[5] = {{{"sglext", NULL}},
+                                        {{"sglext", "routed_experts", NULL}},
+                                        {{"meta_info", "routed_experts", NULL}},
+                                        {{"usage", "prompt_tokens", NULL}},
+                                        {{"meta_info", "prompt_tokens", NULL}}};
+  eldr_js_span f[5], root;
+  eldr_diag d2 = {{0}};
+  if (eldr_js_scan(doc, n, paths, 5, f, &root, &d2) || root.type != ELDR_JS_OBJECT) {
+    *why = ELDR_RE_NOT_JSON;
+    return eldr_diag_fail(d, ELDR_EPARSE, "SGLang reply: not a JSON object%s%s", d2.msg[0] ? ": " : "", d2.msg);
+  }
+  if (f[0].type != ELDR_JS_NONE && f[0].type != ELDR_JS_OBJECT && f[0].type != ELDR_JS_NULL) {
+    *why = ELDR_RE_BAD_TYPE;
+    return eldr_diag_fail(d, ELDR_EINVAL, "SGLang reply: 'sglext' is not an object");
+  }
+  eldr_js_span v = f[1].type != ELDR_JS_NONE ? f[1] : f[2];
+  if (v.type == ELDR_JS_NONE || v.type == ELDR_JS_NULL) return 1;
+  if (v.type != ELDR_JS_STRING) {
+    *why = ELDR_RE_BAD_TYPE;
+    return eldr_diag_fail(d, ELDR_EINVAL, "SGLang reply: routed_experts is not a base64 string");
+  }
+  eldr_sglang_opts oo = *o;
+  if (!oo.rows) {
+    eldr_js_span pt = f[3].type != ELDR_JS_NONE ? f[3] : f[4];
+    int64_t x = 0;
+    if (pt.type != ELDR_JS_INTEGER || eldr_js_int(doc, pt, &x) || x < 1) {
+      *why = ELDR_RE_BAD_TYPE;
+      return eldr_diag_fail(d, ELDR_EINVAL, "SGLang reply: routed_experts without a positive usage.prompt_tokens "
+                                            "(the rows are the prompt's tokens)");
+    }
+    oo.rows = (size_t)x;
+  }
+  *rows = oo.rows;
+  const char *s = doc + v.off + 1;
+  size_t sl = v.len - 2;
+  if (!memchr(s, '\\', sl)) return eldr_sglang_experts_read(s, sl, &oo, buf, cap, hidden, counts, why, d);
+  char *tmp = malloc(sl ? sl : 1);
+  size_t tl = 0;
+  if (!tmp) return fail(why, ELDR_RE_NO_MEMORY, d, ELDR_ENOMEM, "out of memory", sl, 0);
+  int rc = eldr_js_string(doc, v, tmp, sl, &tl) ? fail(why, ELDR_RE_BAD_TYPE, d, ELDR_EINVAL, "bad string", sl, 0)
+                                                : eldr_sglang_experts_read(tmp, tl, &oo, buf, cap, hidden, counts, why, d);
+  free(tmp);
+  return rc;
 }
