@@ -93,10 +93,16 @@ static int sgl_parse(const eldr_worker *w, const char *body, size_t blen, int ch
     /* the vLLM parser's chat prompt ("role: content\n" per message) */
     preq pq;
     const char *param = NULL;
-    json_t *m = json_pack("{s:O}", "messages", json_object_get(j, "messages"));
+    json_t *msgs = json_object_get(j, "messages");
+    if (!msgs) BAD("'messages' is required for /v1/chat/completions");
+    json_t *m = json_pack("{s:O}", "messages", msgs);
     char *mb = m ? json_dumps(m, JSON_COMPACT) : NULL;
     json_decref(m);
-    int s2 = mb ? eldr__w_parse_body(w, mb, strlen(mb), 1, &pq, err, errcap, &param) : 500;
+    if (!mb) {
+      st = 500;
+      BAD("out of memory");
+    }
+    int s2 = eldr__w_parse_body(w, mb, strlen(mb), 1, &pq, err, errcap, &param);
     free(mb);
     if (s2) {
       st = s2;
