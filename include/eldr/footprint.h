@@ -111,6 +111,17 @@ uint64_t eldr_footprint_route(eldr_footprint *f, size_t k, const eldr_fp_request
  * returns ELDR_ENOTFOUND (0 otherwise). */
 int eldr_footprint_end(eldr_footprint *f, uint64_t ticket);
 
+/* What the footprint knows of ticket tk's request got better: a decoder
+ * chosen at arrival on a predicted signature (eldr/predict.h), whose
+ * prefill's true counts arrived since. Its contribution on its decoder is
+ * replaced by r's (the sums as if r had been routed there in the first
+ * place) and a new ticket returned; tk has ended. ELDR_FP_NO_TICKET with
+ * *err: ELDR_ENOTFOUND (tk unknown or ended), ELDR_ENOMEM (nothing
+ * changed: tk still holds the old contribution). The router's peers learn
+ * of it as of any route and end (the old ticket's end, the new one's
+ * route). Cost O(L*E). */
+uint64_t eldr_footprint_replace(eldr_footprint *f, uint64_t tk, const eldr_fp_request *r, int *err);
+
 /* Contributions routed elsewhere (another event loop or router replica,
  * over the router's fleet bus): the ticket's decoder, its nnz flat
  * (l*E + e) indices (ascending), fixed-point weights and prompt tokens, as

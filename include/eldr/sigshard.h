@@ -61,6 +61,14 @@ size_t eldr_sigshard_add_blocks(eldr_sigshard *c, const uint64_t *hashes, size_t
 size_t eldr_sigshard_add_prefix(eldr_sigshard *c, const uint64_t *hashes, size_t nblocks, uint32_t *counts,
                                 uint8_t *acc);
 
+/* Every held block of hashes[0..nblocks) added into counts (L*E), the
+ * blocks not held skipped (not counted as misses, unlike add_blocks): the
+ * number held. *prefix (may be NULL): the leading run of held blocks;
+ * held (may be NULL): nblocks flags, 1 where the block was held. acc: L*E
+ * bytes of scratch (left zeroed). eldr/predict.h's lookup. */
+size_t eldr_sigshard_add_held(eldr_sigshard *c, const uint64_t *hashes, size_t nblocks, uint32_t *counts,
+                              uint8_t *acc, size_t *prefix, uint8_t *held);
+
 /* eldr_sigcache_store_blocks over the shards (same arguments and errors;
  * scratch: L*E uint32, the caller's, left zeroed). Each block is looked up,
  * and counted and stored only when not held, under its shard's lock. */

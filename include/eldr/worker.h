@@ -55,6 +55,14 @@ typedef enum eldr_worker_role {
   ELDR_WORKER_BOTH,        /* both legs */
 } eldr_worker_role;
 
+/* Which engine's protocol the worker speaks: vLLM's (NIXL pull handoff,
+ * kv_transfer_params) or SGLang's (bootstrap rooms, both legs at once:
+ * docs/sglang.md, src/worker/sgl.h). */
+typedef enum eldr_worker_engine {
+  ELDR_WORKER_ENGINE_VLLM = 0,
+  ELDR_WORKER_ENGINE_SGLANG,
+} eldr_worker_engine;
+
 /* "prefill", "decode", "both"; parse returns ELDR_EINVAL if unknown. */
 const char *eldr_worker_role_name(eldr_worker_role r);
 int eldr_worker_role_parse(const char *name, eldr_worker_role *out);
@@ -103,6 +111,14 @@ typedef struct eldr_worker_config {
   double kv_abort_timeout;  /* s a prefill holds a request's KV blocks for the decode
                                worker's pull (VLLM_NIXL_ABORT_REQUEST_TIMEOUT; 0 = 480) */
   double kv_pull_timeout;   /* s the decode side waits for the side channel (0 = 30) */
+  eldr_worker_engine engine; /* protocol spoken (default vLLM) */
+  uint16_t bootstrap_port;  /* SGLang prefill: its bootstrap server's port (SGLang's
+                               --disaggregation-bootstrap-port; 0 = any free port) */
+  int sglang_exact;         /* SGLang prefill with the contrib/ eldr-exact patch: the
+                               forward runs before the decode registers, and the
+                               prompt's counts are published at its end */
+  double bootstrap_timeout; /* s an SGLang prefill item waits for its decode (0 = 300) */
+  double waiting_timeout;   /* s an SGLang decode item waits for its KV (0 = 300) */
   const char *corpus_dir;   /* directory of *.txt texts generated words are drawn from;
                                NULL = placeholder words " tok<i>"; unreadable or
                                without words = ELDR_EIO from eldr_worker_new */
@@ -125,6 +141,8 @@ void eldr_worker_free(eldr_worker *w);
 
 /* The bound TCP port (the ephemeral one when cfg.port was 0). */
 uint16_t eldr_worker_port(const eldr_worker *w);
+/* An SGLang prefill's bootstrap server port (0 for every other worker). */
+uint16_t eldr_worker_bootstrap_port(const eldr_worker *w);
 
 typedef struct eldr_worker_stats {
   size_t running, waiting;      /* decode batch members; queued (prefill + decode + pulls) */

@@ -31,6 +31,17 @@ static void usage(FILE *f) {
           "default 16), capped by max_tokens.\n\n"
           "engine\n"
           "      --role R            prefill, decode or both                   [both]\n"
+          "      --engine E          vllm (NIXL pull handoff, kv_transfer_params) or sglang\n"
+          "                          (bootstrap rooms, both legs at once: docs/sglang.md)  [vllm]\n"
+          "      --bootstrap-port N  sglang prefill: its bootstrap server's port (as\n"
+          "                          SGLang's --disaggregation-bootstrap-port; 0 = any free)  [8998]\n"
+          "      --exact             sglang prefill with contrib/sglang-eldr-exact: the\n"
+          "                          forward does not wait for the decode, and publishes\n"
+          "                          the prompt's expert counts at its end     [off]\n"
+          "      --bootstrap-timeout S  sglang: seconds a prefill item waits for its decode\n"
+          "                          (SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT)  [300]\n"
+          "      --waiting-timeout S  sglang: seconds a decode item waits for its KV\n"
+          "                          (SGLANG_DISAGGREGATION_WAITING_TIMEOUT)   [300]\n"
           "  -m, --model M           model preset: qwen3-30b-a3b gpt-oss-120b qwen3-235b-a22b\n"
           "                          llama4-maverick olmoe-1b-7b deepseek-v3   [qwen3-30b-a3b]\n"
           "      --hardware H        mi300x | h200 | h100   [mi300x; h200 for llama4-maverick]\n"
@@ -139,6 +150,7 @@ int eldr_cmd_worker(int argc, char **argv) {
   cfg.port = 8100;
   const char *trace_path = NULL, *placement_path = NULL;
   const char *corpus = NULL, *hardware = NULL;
+  int boot_port_set = 0;
   static const struct option opts[] = {
       {"role", required_argument, 0, 'r'},
       {"model", required_argument, 0, 'm'},
@@ -166,6 +178,11 @@ int eldr_cmd_worker(int argc, char **argv) {
       {"kv-abort-timeout", required_argument, 0, 'a'},
       {"kv-pull-timeout", required_argument, 0, 'U'},
       {"corpus", required_argument, 0, 'C'},
+      {"engine", required_argument, 0, 1001},
+      {"bootstrap-port", required_argument, 0, 1002},
+      {"exact", no_argument, 0, 1003},
+      {"bootstrap-timeout", required_argument, 0, 1004},
+      {"waiting-timeout", required_argument, 0, 1005},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0},
   };
@@ -220,11 +237,29 @@ int eldr_cmd_worker(int argc, char **argv) {
     case 'a': cfg.kv_abort_timeout = cli_parse_double(CMD, "--kv-abort-timeout", optarg, 1e-3, 1e6); break;
     case 'U': cfg.kv_pull_timeout = cli_parse_double(CMD, "--kv-pull-timeout", optarg, 1e-3, 1e6); break;
     case 'C': corpus = optarg; break;
+    case 1001:
+      if (!strcmp(optarg, "vllm")) cfg.engine = ELDR_WORKER_ENGINE_VLLM;
+      else if (!strcmp(optarg, "sglang")) cfg.engine = ELDR_WORKER_ENGINE_SGLANG;
+      else cli_usage_error(CMD, "--engine: '%s' is not vllm or sglang", optarg);
+      break;
+    case 1002:
+      cfg.bootstrap_port = (uint16_t)cli_parse_long(CMD, "--bootstrap-port", optarg, 0, 65535);
+      boot_port_set = 1;
+      break;
+    case 1003: cfg.sglang_exact = 1; break;
+    case 1004: cfg.bootstrap_timeout = cli_parse_double(CMD, "--bootstrap-timeout", optarg, 1e-3, 1e6); break;
+    case 1005: cfg.waiting_timeout = cli_parse_double(CMD, "--waiting-timeout", optarg, 1e-3, 1e6); break;
     case 'h': usage(stdout); return 0;
     default: cli_bad_option(CMD, argc, argv, c);
     }
   }
   if (optind < argc) cli_usage_error(CMD, "unexpected argument '%s' (see --help)", argv[optind]);
+  if (cfg.engine != ELDR_WORKER_ENGINE_SGLANG && (boot_port_set || cfg.sglang_exact || cfg.bootstrap_timeout > 0 ||
+                                                  cfg.waiting_timeout > 0))
+    cli_usage_error(CMD, "--bootstrap-port, --exact, --bootstrap-timeout and --waiting-timeout need --engine sglang");
+  if ((boot_port_set || cfg.sglang_exact) && cfg.role != ELDR_WORKER_PREFILL)
+    cli_usage_error(CMD, "--bootstrap-port and --exact are a prefill worker's (--role prefill)");
+  if (cfg.engine == ELDR_WORKER_ENGINE_SGLANG && !boot_port_set) cfg.bootstrap_port = 8998;
   cfg.hardware = hardware ? hardware : cli_hardware_default(cfg.model);
   if (cfg.routed_experts_stream && !cfg.routed_experts_decode)
     cli_usage_error(CMD, "--routed-experts-stream final needs --routed-experts-decode (only a decode leg's "
@@ -281,10 +316,16 @@ int eldr_cmd_worker(int argc, char **argv) {
   if (cfg.ep_size)
     snprintf(epdesc, sizeof epdesc, " tp=%u ep=%u placement=%s", cfg.tp ? cfg.tp : cfg.ep_size,
              cfg.ep_size, placement ? "file" : "linear");
-  printf("eldr worker: listening on http://%s:%u role=%s model=%s hardware=%s time_scale=%g%s%s corpus=%s\n",
+  char sgdesc[96] = "";
+  if (cfg.engine == ELDR_WORKER_ENGINE_SGLANG)
+    snprintf(sgdesc, sizeof sgdesc, " engine=sglang%s", cfg.sglang_exact ? " exact=yes" : "");
+  if (eldr_worker_bootstrap_port(w))
+    snprintf(sgdesc + strlen(sgdesc), sizeof sgdesc - strlen(sgdesc), " bootstrap=%u",
+             (unsigned)eldr_worker_bootstrap_port(w));
+  printf("eldr worker: listening on http://%s:%u role=%s model=%s hardware=%s time_scale=%g%s%s%s corpus=%s\n",
          cfg.host ? cfg.host : "127.0.0.1", (unsigned)eldr_worker_port(w),
          eldr_worker_role_name(cfg.role), cfg.model, cfg.hardware, cfg.time_scale,
-         trace ? " trace=yes" : "", epdesc, corpus ? corpus : "none");
+         trace ? " trace=yes" : "", epdesc, sgdesc, corpus ? corpus : "none");
   fflush(stdout);
   event_base_dispatch(base);
   if (sint) event_free(sint);

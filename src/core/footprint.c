@@ -522,6 +522,21 @@ int eldr_footprint_end(eldr_footprint *f, uint64_t tk) {
   return 0;
 }
 
+uint64_t eldr_footprint_replace(eldr_footprint *f, uint64_t tk, const eldr_fp_request *r, int *err) {
+  int dummy;
+  if (!err) err = &dummy;
+  size_t k;
+  uint32_t nnz, ctx;
+  const uint32_t *idx, *w;
+  if (eldr_footprint_ticket(f, tk, &k, &nnz, &idx, &w, &ctx) != 0) {
+    *err = ELDR_ENOTFOUND;
+    return ELDR_FP_NO_TICKET;
+  }
+  uint64_t nt = eldr_footprint_route(f, k, r, err); /* first: a failure leaves tk as it was */
+  if (nt != ELDR_FP_NO_TICKET) eldr_footprint_end(f, tk);
+  return nt;
+}
+
 size_t eldr_footprint_inflight(const eldr_footprint *f, size_t k) {
   return f && k < f->D ? f->inflight[k] : 0;
 }

@@ -159,6 +159,28 @@ size_t eldr_sigshard_add_prefix(eldr_sigshard *c, const uint64_t *hashes, size_t
   return b;
 }
 
+size_t eldr_sigshard_add_held(eldr_sigshard *c, const uint64_t *hashes, size_t nblocks, uint32_t *counts,
+                              uint8_t *acc, size_t *prefix, uint8_t *held) {
+  const eldr_sigcache *lay = c->sh[0].c; /* one layout: shard 0's flushes the byte sums */
+  memset(acc, 0, eldr_sigcache_row_bytes(&c->shape, c->mask));
+  size_t n = 0, run = 0;
+  int in_run = 1;
+  unsigned room = 255;
+  for (size_t b = 0; b < nblocks; b++) {
+    shard *s = shard_of(c, hashes[b]);
+    shard_lock(s);
+    int h = eldr__sigcache_add_if(s->c, hashes[b], acc, &room, counts);
+    pthread_mutex_unlock(&s->mu);
+    if (held) held[b] = (uint8_t)h;
+    n += (size_t)h;
+    if (!h) in_run = 0;
+    else if (in_run) run++;
+  }
+  eldr__sigcache_acc_flush(lay, acc, counts);
+  if (prefix) *prefix = run;
+  return n;
+}
+
 int eldr_sigshard_store_blocks(eldr_sigshard *c, const uint64_t *hashes, size_t nblocks,
                                size_t first_token, const void *raw, eldr_sel_dtype dtype,
                                size_t nrows, uint32_t *scratch, size_t *stored) {

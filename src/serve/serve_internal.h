@@ -156,6 +156,25 @@ int eldr__req_scan(const char *body, size_t len, eldr__api api, eldr__req *out);
 void eldr__req_clear(eldr__req *r);
 void eldr__req_free(eldr__req *r);
 
+/* SGLang prefill/decode (sglbody.c): both legs carry the same body, the
+ * client's JSON with bootstrap_host (the prefill worker's host),
+ * bootstrap_port (its bootstrap server; port <= 0: null) and
+ * bootstrap_room set by the router, as SGLang's gateway does
+ * (inject_bootstrap_into_value), any the client sent replaced. Items: a
+ * completion's prompts (B: an array of strings or of token-id arrays, else
+ * 1) x n; one item: scalars; more: arrays of that length, a room each
+ * (the gateway sends B rooms for a batch, which SGLang repeats n times, so
+ * that the samples of one prompt share a room; one per item never does).
+ * eldr__sgl_items: the item count, or ELDR_EPARSE (not JSON) / ELDR_EINVAL
+ * (not an object, bad n, an empty prompt array, more than
+ * ELDR__SGL_MAX_ITEMS) with the message in d. eldr__sgl_leg_body: rooms
+ * (each <= 2^63-1, nrooms == the item count) into out; 0 or ELDR_E*.
+ * Pure; any thread. */
+#define ELDR__SGL_MAX_ITEMS 128
+int eldr__sgl_items(const char *body, size_t len, eldr__api api, uint32_t *items, eldr_diag *d);
+int eldr__sgl_leg_body(const char *body, size_t len, eldr__api api, const char *host, int port,
+                       const uint64_t *rooms, uint32_t nrooms, eldr__buf *out, eldr_diag *d);
+
 /* The prefill leg's body into a reused buffer (out->n = the body's length,
  * NUL-terminated): 0 or ELDR_ENOMEM. Cut from the client's bytes (edit.c):
  * its members but stream, max_tokens, max_completion_tokens,

@@ -336,6 +336,33 @@ void eldr__sigpath_extract(eldr__sigpath *sp, const char *body, size_t len, cons
   complete_and_sign(sp, sl, res, p, pv->first_token, pv->rows, held, 1);
 }
 
+int eldr__sigpath_predict(eldr__sigpath *sp, const eldr__prompt *p, double threshold, eldr__sigres *res,
+                          eldr_prediction *pred) {
+  const eldr__sigconf *c = &sp->conf;
+  memset(res, 0, sizeof *res);
+  memset(pred, 0, sizeof *pred);
+  res->fallback = ELDR__FB_NO_ARTIFACT;
+  if (!c->art || !c->cache || !p) return 0;
+  size_t cells = eldr_shape_cells(&c->art->shape);
+  memset(c->counts, 0, cells * sizeof *c->counts);
+  /* the store's scratch (L*E words) is free now and holds a cache row's bytes */
+  memset(c->scratch, 0, cells * sizeof *c->scratch);
+  uint32_t ntok = p->ntok > UINT32_MAX ? UINT32_MAX : (uint32_t)p->ntok;
+  if (eldr_predict_from_cache(c->cache, p->hashes, p->nblocks, ntok, c->counts, (uint8_t *)c->scratch, pred))
+    return 0;
+  res->fallback = ELDR__FB_NO_ROUTED_EXPERTS;
+  if (!eldr_predict_usable(pred->confidence, pred->known_tokens, threshold)) return 0;
+  res->counts = c->counts;
+  res->n_tokens = pred->known_tokens;
+  if (eldr_signature_build(&sp->spec, c->counts, NULL, c->sig) != 0) {
+    res->fallback = ELDR__FB_EMPTY_SIGNATURE;
+    return 0;
+  }
+  res->fallback = ELDR__FB_NONE;
+  res->sig = c->sig;
+  return 1;
+}
+
 void eldr__sigpath_store(eldr__sigpath *sp, const eldr__sigres *res) {
   const eldr__sigconf *c = &sp->conf;
   if (!c->cache || res->nblocks == 0 || res->fallback != ELDR__FB_NONE) return;

@@ -57,6 +57,7 @@
 
 #include "eldr/artifact.h"
 #include "eldr/error.h"
+#include "eldr/predict.h"
 #include "eldr/reply_experts.h"
 #include "eldr/routed_experts.h"
 #include "eldr/sigshard.h"
@@ -205,6 +206,22 @@ void eldr__prompt_free(eldr__prompt *p);
 void eldr__sigpath_extract(eldr__sigpath *sp, const char *body, size_t len, const void *root, int chat,
                            const char *blob, size_t blob_len, eldr_js_span compact, const eldr__prompt *p,
                            eldr__sigres *res);
+/* At arrival, before any leg (a flow that picks the decoder before the
+ * prefill runs: SGLang's prefill/decode, docs/sglang.md): the prompt's
+ * signature predicted from the signature cache (eldr/predict.h: the rows
+ * of the prompt's blocks the cache holds, the share of its tokens they
+ * cover as the confidence). *pred receives the prediction (zero without
+ * an artifact or a cache). Returns 1 when eldr_predict_usable(confidence,
+ * known tokens, threshold) and its signature could be built: res as an
+ * extraction gives it (fallback NONE, counts of the held blocks, n_tokens
+ * the tokens they cover, sig; no rows to store: nblocks 0). Else 0 and
+ * res->sig NULL (res->fallback NO_ARTIFACT without an artifact or a cache,
+ * EMPTY_SIGNATURE when the counts gave none, NO_ROUTED_EXPERTS below the
+ * threshold: no signature at arrival); the caller says which in its
+ * decision reason. Valid until the next extraction or prediction; the
+ * held blocks count as the cache's hits. */
+int eldr__sigpath_predict(eldr__sigpath *sp, const eldr__prompt *p, double threshold, eldr__sigres *res,
+                          eldr_prediction *pred);
 /* Store the rows of the fully computed blocks of an extraction now (res:
  * the last extraction's, or one whose slot was not reused since). */
 void eldr__sigpath_store(eldr__sigpath *sp, const eldr__sigres *res);

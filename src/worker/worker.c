@@ -116,6 +116,7 @@ void eldr__w_detach(wreq *r) {
 
 static void req_free(wreq *r) {
   eldr_worker *w = r->w;
+  if (r->grp) eldr__sgl_item_release(r); /* an SGLang item leaves its group */
   if (r->all_prev) r->all_prev->all_next = r->all_next;
   else w->all = r->all_next;
   if (r->all_next) r->all_next->all_prev = r->all_prev;
@@ -137,9 +138,13 @@ static void req_free(wreq *r) {
   free(r);
 }
 
+void eldr__w_req_free(wreq *r) { req_free(r); }
+
 /* End the HTTP exchange of r (if any) and free r. */
 static void req_abort(wreq *r, int code, const char *msg) {
   r->w->m.finished[code >= 500 ? ELDR__FIN_ERROR : ELDR__FIN_ABORT]++;
+  if (r->grp) /* its group answers the error (a room's failure, else the engine's reason) */
+    eldr__sgl_item_fail(r, r->sg.failed ? 500 : code, r->sg.failed && r->sg.err ? r->sg.err : msg);
   if (r->http) {
     eldr__w_detach(r);
     if (!r->started) eldr__w_send_error(r->http, code, NULL, "%s", msg);
@@ -271,6 +276,12 @@ static void decode_admit(eldr_worker *w) {
     q_pop(&w->decode_q);
     r->blocks = b;
     r->n_blocks = need;
+    if (r->remote_prefill && r->grp) { /* SGLang: register for the room, wait for the KV */
+      r->state = RS_PULLING;
+      w->n_pulling++;
+      if (eldr__sgl_register(r) < 0) eldr__sgl_fail(r, 500, "cannot register with the prefill's bootstrap server");
+      continue;
+    }
     if (r->remote_prefill) {
       r->state = RS_PULLING;
       if (pull_start(r) < 0) {
@@ -284,6 +295,14 @@ static void decode_admit(eldr_worker *w) {
     }
   }
   if (!w->stepping && w->ready_q.n) step_start(w);
+}
+
+void eldr__w_decode_admit(eldr_worker *w) { decode_admit(w); }
+
+void eldr__w_ready(wreq *r) {
+  r->state = RS_READY;
+  q_push(&r->w->ready_q, r);
+  if (!r->w->stepping) step_start(r->w);
 }
 
 static void step_done(evutil_socket_t fd, short what, void *arg) {
@@ -305,6 +324,8 @@ static void step_done(evutil_socket_t fd, short what, void *arg) {
     if (r->stream && r->http) {
       eldr__w_stream_start(r);
       for (uint32_t c = 0; c < r->n_choices; c++) eldr__w_stream_token(r, c, t, last);
+    } else if (r->grp) {
+      eldr__sgl_token(r, t, last);
     }
     if (last) {
       r->state = RS_DONE;
@@ -397,6 +418,10 @@ static void prefill_done(evutil_socket_t fd, short what, void *arg) {
       req_abort(r, 499, "client closed the connection");
       continue;
     }
+    if (r->grp && r->sg.role == 1) { /* SGLang's prefill: the KV goes to its decode */
+      eldr__sgl_forward_done(r);
+      continue;
+    }
     if (r->remote_decode) {
       /* the prefill leg: one token, kv_transfer_params; blocks stay cached */
       r->emitted = 1;
@@ -427,6 +452,8 @@ static void prefill_done(evutil_socket_t fd, short what, void *arg) {
     if (r->stream) {
       eldr__w_stream_start(r);
       for (uint32_t c = 0; c < r->n_choices; c++) eldr__w_stream_token(r, c, 0, r->n_out <= 1);
+    } else if (r->grp) {
+      eldr__sgl_token(r, 0, r->n_out <= 1);
     }
     if (r->n_out <= 1) {
       r->state = RS_DONE;
@@ -685,12 +712,13 @@ static void on_request(struct evhttp_request *req, void *arg) {
   } else if (!strcmp(path, "/v1/models")) {
     if (!is_get) eldr__w_send_error(req, 405, NULL, "%s allows GET only", path);
     else eldr__w_handle_models(w, req);
-  } else if (!strcmp(path, ELDR__PULL_PATH)) {
+  } else if (!strcmp(path, ELDR__PULL_PATH) && !w->sglang) {
     if (!is_post) eldr__w_send_error(req, 405, NULL, "%s allows POST only", path);
     else if (w->role == ELDR_WORKER_DECODE) eldr__w_send_error(req, 404, NULL, "role decode holds no KV for others");
     else eldr__w_handle_pull(w, req);
   } else if (!strcmp(path, "/v1/completions") || !strcmp(path, "/v1/chat/completions")) {
     if (!is_post) eldr__w_send_error(req, 405, NULL, "%s allows POST only", path);
+    else if (w->sglang) eldr__sgl_handle(w, req, path[4] == 'c' && path[5] == 'h');
     else handle_completion(w, req, path[4] == 'c' && path[5] == 'h');
   } else {
     eldr__w_send_error(req, 404, NULL, "no route for %s", path);
@@ -721,6 +749,15 @@ static int ep_setup(eldr_worker *w, const eldr_worker_config *cfg, eldr_diag *d)
                             p->num_physical, d);
 }
 
+/* SGLang: peers that left while their request waited (no write tells evhttp). */
+static void sgl_sweep(evutil_socket_t fd, short what, void *arg) {
+  (void)fd;
+  (void)what;
+  eldr_worker *w = arg;
+  eldr__sgl_sweep(w);
+  eldr__sgl_boot_sweep(w);
+}
+
 /* Held blocks were freed (expiry): prompts waiting for blocks may start. */
 static void blocks_freed(void *arg) { eldr__w_prefill_try(arg); }
 
@@ -743,6 +780,10 @@ int eldr_worker_new(struct event_base *base, const eldr_worker_config *cfg, eldr
   w->re_stream = w->re_decode && cfg->routed_experts_stream;
   w->prompt_details = cfg->enable_prompt_tokens_details;
   w->pull_timeout = cfg->kv_pull_timeout > 0 ? cfg->kv_pull_timeout : DEFAULT_PULL_TIMEOUT;
+  w->sglang = cfg->engine == ELDR_WORKER_ENGINE_SGLANG;
+  w->sgl_exact = w->sglang && cfg->sglang_exact;
+  w->sgl_bootstrap_timeout = cfg->bootstrap_timeout > 0 ? cfg->bootstrap_timeout : SGL_DEFAULT_TIMEOUT;
+  w->sgl_waiting_timeout = cfg->waiting_timeout > 0 ? cfg->waiting_timeout : SGL_DEFAULT_TIMEOUT;
   eldr__wmetrics_init(&w->m);
   if (cfg->corpus_dir) {
     rc = eldr__corpus_load(cfg->corpus_dir, &w->corpus, d);
@@ -842,6 +883,15 @@ int eldr_worker_new(struct event_base *base, const eldr_worker_config *cfg, eldr
     if (ss.ss_family == AF_INET) w->port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
     else if (ss.ss_family == AF_INET6) w->port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
   }
+  if (w->sglang && w->role == ELDR_WORKER_PREFILL && (rc = eldr__sgl_boot_new(w, cfg->bootstrap_port, d)) < 0)
+    goto fail;
+  if (w->sglang) {
+    struct timeval tv = {0, (suseconds_t)(SGL_SWEEP_S * 1e6)};
+    if (!(w->sgl_sweep_ev = event_new(base, -1, EV_PERSIST, sgl_sweep, w)) || event_add(w->sgl_sweep_ev, &tv)) {
+      rc = ELDR_ENOMEM;
+      goto fail;
+    }
+  }
   if (cfg->engine_id) snprintf(w->engine_id, sizeof w->engine_id, "%.80s", cfg->engine_id);
   else snprintf(w->engine_id, sizeof w->engine_id, "eldr-%s-%u", eldr_worker_role_name(w->role),
                 (unsigned)w->port);
@@ -862,9 +912,12 @@ void eldr_worker_free(eldr_worker *w) {
   if (!w) return;
   while (w->all) {
     wreq *r = w->all;
-    if (r->state == RS_PULLING) w->n_pulling--;
+    if (r->state == RS_PULLING && !r->grp) w->n_pulling--; /* an SGLang item's cleanup counts its own */
     req_abort(r, 503, "the worker is shutting down");
   }
+  eldr__sgl_groups_free(w);
+  eldr__sgl_boot_free(w);
+  if (w->sgl_sweep_ev) event_free(w->sgl_sweep_ev);
   if (w->http) evhttp_free(w->http);
   eldr__kvhold_free(w->hold);
   eldr__corpus_free(w->corpus);
@@ -887,6 +940,8 @@ void eldr_worker_free(eldr_worker *w) {
 }
 
 uint16_t eldr_worker_port(const eldr_worker *w) { return w->port; }
+
+uint16_t eldr_worker_bootstrap_port(const eldr_worker *w) { return eldr__sgl_boot_port(w); }
 
 void eldr_worker_stats_get(const eldr_worker *w, eldr_worker_stats *s) {
   *s = w->st;

@@ -35,6 +35,7 @@
 #include "worker/corpus.h"
 #include "worker/kvcache.h"
 #include "worker/sidechan.h"
+#include "worker/sgl.h"
 #include "worker/wmetrics.h"
 #include "worker/worker_internal.h"
 
@@ -87,6 +88,11 @@ struct wreq {
   uint16_t remote_port;
   struct evhttp_connection *pull_conn;
   struct evhttp_request *pull_req;
+  /* --engine sglang: this request is item gidx of an HTTP request's group
+   * (sgl.h; NULL for vLLM's requests), with its bootstrap room */
+  sgl_group *grp;
+  uint32_t gidx;
+  sgl_item sg;
 };
 
 typedef struct rqueue {
@@ -146,6 +152,13 @@ struct eldr_worker {
   uint32_t re_hidden;
   uint32_t re_ids[ELDR_MAX_LAYERS];
   double pull_timeout;
+  /* --engine sglang (sgl.h): the bootstrap server and its rooms (prefill) */
+  int sglang;
+  sgl_boot *boot;
+  sgl_group *groups; /* live HTTP requests */
+  struct event *sgl_sweep_ev; /* every SGL_SWEEP_S: peers that left while waiting */
+  int sgl_exact;
+  double sgl_bootstrap_timeout, sgl_waiting_timeout;
 };
 
 /* A parsed completion request (prompt malloc'd, owned by the caller). */
@@ -163,13 +176,41 @@ typedef struct preq {
 } preq;
 
 
+/* sgl_req.c, sgl_boot.c: the SGLang engine (sgl.h) */
+void eldr__sgl_handle(eldr_worker *w, struct evhttp_request *req, int chat);
+/* the body checks of eldr__sgl_handle alone (eldr__worker_check_request) */
+int eldr__sgl_check_request(const eldr_worker *w, const char *body, size_t len, int chat, char *err, size_t errcap);
+void eldr__sgl_token(wreq *r, uint32_t t, int last);     /* token t of item r (last: its end) */
+void eldr__sgl_item_done(wreq *r);                       /* r finished: its group counts it */
+void eldr__sgl_item_fail(wreq *r, int code, const char *msg); /* r failed: its group answers the error */
+void eldr__sgl_item_release(wreq *r);                    /* from eldr__w_req_free */
+void eldr__sgl_item_cleanup(wreq *r);                    /* r's events, connections and room */
+void eldr__sgl_item_client_gone(wreq *r);                /* the group's client left */
+void eldr__sgl_item_start(wreq *r);                      /* r enters the engine */
+void eldr__sgl_forward_done(wreq *r);                    /* prefill side: r's forward ended */
+int eldr__sgl_register(wreq *r);                         /* decode side: r has its blocks */
+void eldr__sgl_fail(wreq *r, int code, const char *msg); /* fail and free r */
+void eldr__sgl_groups_free(eldr_worker *w);
+int eldr__sgl_peer_closed(struct evhttp_request *req); /* the peer closed req's connection */
+void eldr__sgl_sweep(eldr_worker *w);                 /* groups whose client left */
+void eldr__sgl_boot_sweep(eldr_worker *w);            /* rooms whose decode or poller left */
+int eldr__sgl_boot_new(eldr_worker *w, uint16_t port, eldr_diag *d);
+void eldr__sgl_boot_free(eldr_worker *w);
+uint16_t eldr__sgl_boot_port(const eldr_worker *w);
+size_t eldr__sgl_rooms(const eldr_worker *w);
+
 /* worker.c */
+void eldr__w_req_free(wreq *r);              /* unlink from every list and free */
+void eldr__w_decode_admit(eldr_worker *w);    /* move decode-queue requests on */
+void eldr__w_ready(wreq *r);                  /* a decode request's KV is there: to the batch */
 long eldr__w_trace_find(const eldr_worker *w, const char *id); /* record index or -1 */
 void eldr__w_detach(wreq *r);                /* drop the connection close callback */
 void eldr__w_prefill_try(eldr_worker *w);    /* start a prefill batch if blocks allow */
 
 /* wreply.c: HTTP replies (JSON bodies, OpenAI-style errors), streaming,
  * the finished reply, the per-request metrics, and the small endpoints */
+/* A JSON reply: code, reason, the body (taken: freed here). */
+void eldr__w_send_json(struct evhttp_request *req, int code, const char *reason, json_t *body);
 void eldr__w_send_error(struct evhttp_request *req, int code, const char *param, const char *fmt,
                        ...) __attribute__((format(printf, 4, 5)));
 void eldr__w_stream_head(wreq *r);          /* a stream's HTTP head, when it is accepted */
@@ -181,6 +222,7 @@ void eldr__w_reply_done(wreq *r);            /* the whole reply / the stream's e
 void eldr__w_handle_metrics(eldr_worker *w, struct evhttp_request *req);
 void eldr__w_handle_pull(eldr_worker *w, struct evhttp_request *req);
 void eldr__w_handle_models(eldr_worker *w, struct evhttp_request *req);
+void eldr__w_token_text(const wreq *r, uint32_t c, uint32_t i, char *buf, size_t cap);
 
 /* wparse.c: a request body -> preq (0, or a 4xx/500 status with err and
  * *param), the prompt's token ids, and its expert selections */

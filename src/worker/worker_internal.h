@@ -11,7 +11,8 @@
  * does (chat = 1 for /v1/chat/completions). Returns 0 when the request is
  * acceptable, else the HTTP status it would get (4xx; 500 for memory) with
  * the message in err. Allocates only temporarily; never crashes on any
- * input. */
+ * input. An --engine sglang worker checks as its SGLang handler does
+ * (batches, n, the bootstrap fields its role needs: src/worker/sgl.h). */
 int eldr__worker_check_request(const eldr_worker *w, const char *body, size_t len, int chat,
                                char *err, size_t errcap);
 

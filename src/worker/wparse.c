@@ -371,6 +371,7 @@ done:
 
 int eldr__worker_check_request(const eldr_worker *w, const char *body, size_t len, int chat,
                                char *err, size_t errcap) {
+  if (w->sglang) return eldr__sgl_check_request(w, body, len, chat, err, errcap);
   preq pq;
   const char *param = NULL;
   int st = eldr__w_parse_body(w, body, len, chat, &pq, err, errcap, &param);

@@ -13,7 +13,7 @@ static void add_json_headers(struct evhttp_request *req, const char *ctype) {
   evhttp_add_header(h, "Content-Type", ctype);
 }
 
-static void send_json(struct evhttp_request *req, int code, const char *reason, json_t *body) {
+void eldr__w_send_json(struct evhttp_request *req, int code, const char *reason, json_t *body) {
   char *s = json_dumps(body, JSON_COMPACT);
   json_decref(body);
   struct evbuffer *b = evbuffer_new();
@@ -43,7 +43,7 @@ void eldr__w_send_error(struct evhttp_request *req, int code, const char *param,
                                      : "Bad Request";
   json_t *e = json_pack("{s:{s:s,s:s,s:o,s:i}}", "error", "message", msg, "type", type, "param",
                         param ? json_string(param) : json_null(), "code", code);
-  send_json(req, code, reason, e ? e : json_object());
+  eldr__w_send_json(req, code, reason, e ? e : json_object());
 }
 
 /* ---------------------------------------------------------------- replies */
@@ -51,8 +51,12 @@ void eldr__w_send_error(struct evhttp_request *req, int code, const char *param,
 /* Generated token i of choice c: " <word>" from the corpus (consecutive words
  * of real text, starting at a place derived from the request), else " tok<i>".
  * Raw UTF-8, NUL-terminated; at most ELDR__CORPUS_MAX_WORD + 2 bytes. */
-static void token_text(const wreq *r, uint32_t c, uint32_t i, char *buf, size_t cap) {
+void eldr__w_token_text(const wreq *r, uint32_t c, uint32_t i, char *buf, size_t cap) {
   const eldr__corpus *cp = r->w->corpus;
+  if (i == 0 && r->sg.first_tok[0]) { /* SGLang's decode: token 0 is the prefill's */
+    snprintf(buf, cap, "%s", r->sg.first_tok);
+    return;
+  }
   if (!cp) {
     snprintf(buf, cap, " tok%u", i);
     return;
@@ -203,7 +207,7 @@ static void stream_echo(wreq *r, uint32_t c, const char *tok_raw, int last) {
 /* One streamed token chunk of choice c (last: carries finish_reason). */
 void eldr__w_stream_token(wreq *r, uint32_t c, uint32_t i, int last) {
   char raw[64], tok[128], buf[1024], fin[32];
-  token_text(r, c, i, raw, sizeof raw);
+  eldr__w_token_text(r, c, i, raw, sizeof raw);
   if (r->echo && i == 0) { /* vLLM's first delta of an echo: the prompt, then the token */
     stream_echo(r, c, raw, last);
     return;
@@ -289,7 +293,7 @@ static char *choice_text(const wreq *r, uint32_t c) {
   text[el] = 0;
   for (uint32_t i = 0; i < r->emitted && !r->echo_only; i++) {
     char tok[64];
-    token_text(r, c, i, tok, sizeof tok);
+    eldr__w_token_text(r, c, i, tok, sizeof tok);
     size_t l = strlen(tok);
     if (off + l + 1 > cap) break;
     memcpy(text + off, tok, l + 1);
@@ -303,6 +307,10 @@ void eldr__w_reply_done(wreq *r) {
   eldr_worker *w = r->w;
   w->st.requests_done++;
   observe_finish(r);
+  if (r->grp) { /* an SGLang item: its group answers */
+    eldr__sgl_item_done(r);
+    return;
+  }
   if (!r->http) return;
   eldr__w_detach(r);
   if (r->stream) {
@@ -369,7 +377,7 @@ void eldr__w_reply_done(wreq *r) {
   if (!body) {
     eldr__w_send_error(r->http, 500, NULL, "cannot build the reply");
   } else {
-    send_json(r->http, 200, "OK", body);
+    eldr__w_send_json(r->http, 200, "OK", body);
   }
   r->http = NULL;
 }
@@ -415,7 +423,7 @@ void eldr__w_handle_pull(eldr_worker *w, struct evhttp_request *req) {
     if (rc == 0) {
       w->st.kv_pulls_served++;
       eldr__w_prefill_try(w); /* blocks were freed */
-      send_json(req, 200, "OK", json_pack("{s:s,s:I}", "remote_request_id", p->rid, "blocks",
+      eldr__w_send_json(req, 200, "OK", json_pack("{s:s,s:I}", "remote_request_id", p->rid, "blocks",
                                           (json_int_t)p->n_ids));
     } else if (rc == 404) {
       eldr__w_send_error(req, 404, NULL, "no KV blocks held for request %s (never prefilled here, already "
@@ -435,6 +443,6 @@ void eldr__w_handle_models(eldr_worker *w, struct evhttp_request *req) {
                         w->served, "object", "model", "created", (json_int_t)w->created,
                         "owned_by", "eldr", "root", w->model, "max_model_len",
                         (json_int_t)(eldr__kv_total(w->pkv) * ELDR_BLOCK_TOKENS));
-  send_json(req, 200, "OK", m ? m : json_object());
+  eldr__w_send_json(req, 200, "OK", m ? m : json_object());
 }
 

@@ -116,6 +116,49 @@ static void random_counts(eldr_rng *r, uint32_t *c, size_t L, size_t E, size_t K
 /* A million routes and ends in random order: the live footprint equals,
  * bit for bit, a fresh footprint holding only the requests still in flight,
  * and ending them all leaves exactly zero. */
+/* A decoder chosen on a prediction: when the true counts arrive, the
+ * ticket's contribution is replaced and the decoder's sums are exactly
+ * those of the true request routed there alone; the other decoders and
+ * the in-flight count are untouched; the old ticket is gone. */
+static void test_replace(void **st) {
+  (void)st;
+  const size_t L = 3, E = 16, K = 2, D = 2;
+  eldr_latency_model m;
+  small_model(&m, L, E, K);
+  eldr_footprint *f = make(&m, D, NULL), *g = make(&m, D, NULL);
+  eldr_rng r;
+  eldr_rng_seed(&r, 11);
+  uint32_t truth[3 * 16], pred[3 * 16], other[3 * 16];
+  random_counts(&r, truth, L, E, K, 200);
+  random_counts(&r, other, L, E, K, 50);
+  /* the prediction: the first 64 tokens' share (a sub-sum of the truth) */
+  for (size_t i = 0; i < L * E; i++) pred[i] = truth[i] / 3;
+  eldr_fp_request rp = {pred, 64, 200, NULL}, rt = {truth, 200, 200, NULL}, ro = {other, 50, 50, NULL};
+  int err;
+  uint64_t t0 = eldr_footprint_route(f, 0, &ro, &err), tp = eldr_footprint_route(f, 1, &rp, &err);
+  assert_true(t0 != ELDR_FP_NO_TICKET && tp != ELDR_FP_NO_TICKET);
+  assert_true(eldr_footprint_route(g, 0, &ro, &err) != ELDR_FP_NO_TICKET);
+  assert_true(eldr_footprint_route(g, 1, &rt, &err) != ELDR_FP_NO_TICKET);
+  uint64_t tn = eldr_footprint_replace(f, tp, &rt, &err);
+  assert_true(tn != ELDR_FP_NO_TICKET);
+  for (size_t k = 0; k < D; k++) {
+    assert_int_equal(eldr_footprint_inflight(f, k), 1);
+    for (size_t l = 0; l < L; l++) {
+      for (size_t e = 0; e < E; e++) assert_true(eldr_footprint_raw(f, k, l, e) == eldr_footprint_raw(g, k, l, e));
+      assert_true(eldr_footprint_union(f, k, l) == eldr_footprint_union(g, k, l));
+    }
+  }
+  assert_int_equal(eldr_footprint_end(f, tp), ELDR_ENOTFOUND); /* replaced */
+  assert_true(eldr_footprint_replace(f, tp, &rt, &err) == ELDR_FP_NO_TICKET);
+  assert_int_equal(err, ELDR_ENOTFOUND);
+  assert_int_equal(eldr_footprint_end(f, tn), 0);
+  for (size_t l = 0; l < L; l++)
+    for (size_t e = 0; e < E; e++) assert_true(eldr_footprint_raw(f, 1, l, e) == 0);
+  assert_int_equal(eldr_footprint_end(f, t0), 0);
+  eldr_footprint_free(f);
+  eldr_footprint_free(g);
+}
+
 static void test_no_drift(void **st) {
   (void)st;
 #if defined(__SANITIZE_ADDRESS__)
@@ -637,6 +680,7 @@ int main(void) {
       cmocka_unit_test(test_no_drift),       cmocka_unit_test(test_decisions),
       cmocka_unit_test(test_policy),         cmocka_unit_test(test_step_f),
       cmocka_unit_test(test_artifact_latency), cmocka_unit_test(test_sim_rows),
+      cmocka_unit_test(test_replace),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -719,6 +720,88 @@ static void test_sigpath_deferred_store(void **st) {
   eldr_artifact_free(a);
 }
 
+/* At arrival (eldr__sigpath_predict): a prompt whose blocks the cache
+ * holds gets the exact counts of those blocks and the share of its tokens
+ * they cover; below the threshold no signature (load decides); without a
+ * cache none at all. */
+static void test_sigpath_predict(void **st) {
+  (void)st;
+  const eldr_shape sh = {3, 16, 2};
+  const uint8_t mask[3] = {1, 0, 1};
+  eldr_artifact *a = eldr_artifact_new("t", &sh, NULL, ELDR_REPR_COUNT, 0, mask, 2);
+  assert_non_null(a);
+  for (size_t i = 0; i < 2 * a->dim; i++) a->centroids[i] = (float)((i * 7919) % 13) + 1.0f;
+  eldr__sigpath sp;
+  eldr__sigconf conf;
+  assert_int_equal(eldr__sigpath_init(&sp, NULL), 0);
+  assert_int_equal(eldr__sigconf_build(&sp, a, 256, &conf, NULL), 0);
+  eldr__sigpath_commit(&sp, &conf);
+  enum { T = 4 * ELDR_BLOCK_TOKENS + 5 };
+  static uint16_t sel[T * 3 * 2];
+  for (size_t i = 0; i < T * 6; i += 2) {
+    sel[i] = (uint16_t)((i * 5 + i / 7) % 16);
+    sel[i + 1] = (uint16_t)((sel[i] + 1 + i % 7) % 16);
+  }
+  char text[T * 8], text2[T * 8];
+  size_t tl = 0, tl2 = 0;
+  for (size_t t = 0; t < T; t++) {
+    tl += (size_t)snprintf(text + tl, sizeof text - tl, "c%02zx ", t);
+    /* the same first 2 blocks, then other tokens */
+    tl2 += (size_t)snprintf(text2 + tl2, sizeof text2 - tl2, "%c%02zx ", t < 2 * ELDR_BLOCK_TOKENS ? 'c' : 'd', t);
+  }
+  eldr__prompt pr = {0}, pr2 = {0};
+  assert_int_equal(eldr__prompt_init(&sp, &pr, text, tl, NULL, 0), 0);
+  assert_int_equal(eldr__prompt_init(&sp, &pr2, text2, tl2, NULL, 0), 0);
+  assert_int_equal(pr2.ntok, T);
+  eldr__sigres res;
+  eldr_prediction pred;
+  /* nothing held yet: no prediction */
+  assert_int_equal(eldr__sigpath_predict(&sp, &pr, 0.5, &res, &pred), 0);
+  assert_int_equal(pred.known_tokens, 0);
+  assert_null(res.sig);
+  json_t *full = npy_reply(sel, 0, T, T, &sh);
+  extract_text(&sp, full, &pr, &res);
+  assert_int_equal(res.fallback, ELDR__FB_NONE);
+  eldr__sigpath_store(&sp, &res);
+  /* the same prompt: its 4 full blocks known, the last 5 tokens not */
+  uint32_t expect[3 * 16];
+  memset(expect, 0, sizeof expect);
+  assert_int_equal(eldr_counts_accumulate_masked(&sh, sel, ELDR_SEL_U16, 4 * ELDR_BLOCK_TOKENS, mask, expect, NULL), 0);
+  assert_int_equal(eldr__sigpath_predict(&sp, &pr, 0.5, &res, &pred), 1);
+  assert_int_equal(res.fallback, ELDR__FB_NONE);
+  assert_non_null(res.sig);
+  assert_int_equal(pred.prompt_tokens, T);
+  assert_int_equal(pred.known_tokens, 4 * ELDR_BLOCK_TOKENS);
+  assert_int_equal(pred.prefix_blocks, 4);
+  assert_true(fabs(pred.confidence - (double)(4 * ELDR_BLOCK_TOKENS) / T) < 1e-12);
+  assert_int_equal(res.n_tokens, 4 * ELDR_BLOCK_TOKENS);
+  assert_memory_equal(res.counts, expect, sizeof expect);
+  /* a prompt sharing 2 blocks: 32 of 69 tokens known, below 0.5 */
+  assert_int_equal(eldr__sigpath_predict(&sp, &pr2, 0.5, &res, &pred), 0);
+  assert_int_equal(pred.known_tokens, 2 * ELDR_BLOCK_TOKENS);
+  assert_null(res.sig);
+  assert_int_equal(res.fallback, ELDR__FB_NO_ROUTED_EXPERTS);
+  /* at a threshold of 0.4 it is routed on: the 2 blocks' exact counts */
+  memset(expect, 0, sizeof expect);
+  assert_int_equal(eldr_counts_accumulate_masked(&sh, sel, ELDR_SEL_U16, 2 * ELDR_BLOCK_TOKENS, mask, expect, NULL), 0);
+  assert_int_equal(eldr__sigpath_predict(&sp, &pr2, 0.4, &res, &pred), 1);
+  assert_memory_equal(res.counts, expect, sizeof expect);
+  eldr__prompt_free(&pr);
+  eldr__prompt_free(&pr2);
+  json_decref(full);
+  eldr__sigpath_free(&sp);
+  /* no cache: no prediction */
+  assert_int_equal(eldr__sigpath_init(&sp, NULL), 0);
+  assert_int_equal(eldr__sigconf_build(&sp, a, 0, &conf, NULL), 0);
+  eldr__sigpath_commit(&sp, &conf);
+  assert_int_equal(eldr__prompt_init(&sp, &pr, text, tl, NULL, 0), 0);
+  assert_int_equal(eldr__sigpath_predict(&sp, &pr, 0.0, &res, &pred), 0);
+  assert_int_equal(res.fallback, ELDR__FB_NO_ARTIFACT);
+  eldr__prompt_free(&pr);
+  eldr__sigpath_free(&sp);
+  eldr_artifact_free(a);
+}
+
 /* extract_text on a reply's JSON text as given (escapes and all). */
 static void extract_raw(eldr__sigpath *sp, const char *txt, const eldr__prompt *p, eldr__sigres *res) {
   eldr_reply_prefill pr = {0};
@@ -869,6 +952,7 @@ static void test_routebench_layer_forms(void **st) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sigpath_cached_prompt),
+      cmocka_unit_test(test_sigpath_predict),
       cmocka_unit_test(test_http_head),
       cmocka_unit_test(test_req_parse_errors),
       cmocka_unit_test(test_prefill_and_decode_bodies),

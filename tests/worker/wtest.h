@@ -212,11 +212,13 @@ typedef struct wt_worker {
   eldr_worker *w;
   pthread_t th;
   int port;
+  int ended; /* the loop returned (atomic) */
 } wt_worker;
 
 static void *wt_worker_main(void *arg) {
   wt_worker *t = arg;
   event_base_loop(t->base, EVLOOP_NO_EXIT_ON_EMPTY);
+  __atomic_store_n(&t->ended, 1, __ATOMIC_RELEASE);
   return NULL;
 }
 
@@ -239,8 +241,15 @@ static __attribute__((unused)) int wt_worker_start(wt_worker *t, const eldr_work
   return 0;
 }
 
+/* A break asked before the thread entered its loop is lost (event_base_loop
+ * clears it on entry): asked again until the thread has ended. */
 static __attribute__((unused)) void wt_worker_stop(wt_worker *t) {
-  event_base_loopbreak(t->base);
+  for (;;) {
+    event_base_loopbreak(t->base);
+    struct timespec ts = {0, 20 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    if (__atomic_load_n(&t->ended, __ATOMIC_ACQUIRE)) break;
+  }
   pthread_join(t->th, NULL);
   eldr_worker_free(t->w);
   event_base_free(t->base);

@@ -1,0 +1,110 @@
+/* sglbody.c — the body both legs of an SGLang prefill/decode request carry
+ * (serve_internal.h, eldr__sgl_leg_body): the client's JSON with the
+ * bootstrap fields the router sets, as SGLang's gateway does
+ * (sgl-model-gateway pd_router.rs, inject_bootstrap_into_value; docs/
+ * sglang.md "The gateway's PD router"), with one difference said there:
+ * a room per item (B prompts x n samples), never fewer. Pure; jansson. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "serve_internal.h"
+
+static const char *const k_boot[3] = {"bootstrap_host", "bootstrap_port", "bootstrap_room"};
+
+/* B: the prompts of a completion's batch (an array of strings or of
+ * token-id arrays), 1 for one prompt (a string, or one array of ids). */
+static int batch_of(json_t *root, eldr__api api, uint32_t *b, eldr_diag *d) {
+  *b = 1;
+  if (api == ELDR__API_CHAT) return 0;
+  json_t *p = json_object_get(root, "prompt");
+  if (!json_is_array(p)) return 0;
+  size_t n = json_array_size(p);
+  if (!n) return eldr_diag_fail(d, ELDR_EINVAL, "'prompt' must not be an empty array");
+  json_t *e0 = json_array_get(p, 0);
+  if (json_is_string(e0) || json_is_array(e0)) *b = n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
+  return 0;
+}
+
+static int items_of(json_t *root, eldr__api api, uint32_t *items, eldr_diag *d) {
+  uint32_t b = 1;
+  json_int_t n = 1;
+  json_t *nv = json_object_get(root, "n");
+  if (!json_is_object(root)) return eldr_diag_fail(d, ELDR_EINVAL, "request body must be a JSON object");
+  if (nv && !json_is_null(nv) && (!json_is_integer(nv) || (n = json_integer_value(nv)) < 1))
+    return eldr_diag_fail(d, ELDR_EINVAL, "'n' must be a positive integer");
+  int rc = batch_of(root, api, &b, d);
+  if (rc) return rc;
+  if ((uint64_t)b * (uint64_t)n > ELDR__SGL_MAX_ITEMS)
+    return eldr_diag_fail(d, ELDR_EINVAL, "%u prompts x n %lld = %llu items: an SGLang PD request takes at most %d "
+                          "(a bootstrap room each)", b, (long long)n, (unsigned long long)b * (unsigned long long)n,
+                          ELDR__SGL_MAX_ITEMS);
+  *items = b * (uint32_t)n;
+  return 0;
+}
+
+static json_t *load(const char *body, size_t len, eldr_diag *d) {
+  json_error_t je;
+  json_t *root = json_loadb(body, len, 0, &je);
+  if (!root) eldr_diag_fail(d, ELDR_EPARSE, "request body is not valid JSON: %s", je.text);
+  return root;
+}
+
+int eldr__sgl_items(const char *body, size_t len, eldr__api api, uint32_t *items, eldr_diag *d) {
+  *items = 0;
+  json_t *root = load(body, len, d);
+  if (!root) return ELDR_EPARSE;
+  int rc = items_of(root, api, items, d);
+  json_decref(root);
+  return rc;
+}
+
+int eldr__sgl_leg_body(const char *body, size_t len, eldr__api api, const char *host, int port,
+                       const uint64_t *rooms, uint32_t nrooms, eldr__buf *out, eldr_diag *d) {
+  uint32_t items = 0;
+  json_t *root = load(body, len, d);
+  if (!root) return ELDR_EPARSE;
+  int rc = items_of(root, api, &items, d);
+  if (!rc && (!host || !host[0] || !rooms || nrooms != items))
+    rc = eldr_diag_fail(d, ELDR_EINVAL, "SGLang leg body: %u rooms for %u items, or no bootstrap host", nrooms, items);
+  for (uint32_t i = 0; !rc && i < nrooms; i++)
+    if (rooms[i] > (uint64_t)INT64_MAX) rc = eldr_diag_fail(d, ELDR_EINVAL, "bootstrap_room above 2^63-1");
+  if (rc) {
+    json_decref(root);
+    return rc;
+  }
+  /* the client's own bootstrap fields never reach a worker */
+  for (int k = 0; k < 3; k++) json_object_del(root, k_boot[k]);
+  json_t *v[3] = {NULL, NULL, NULL};
+  if (items == 1) {
+    v[0] = json_string(host);
+    v[1] = port > 0 ? json_integer(port) : json_null();
+    v[2] = json_integer((json_int_t)rooms[0]);
+  } else {
+    for (int k = 0; k < 3; k++) v[k] = json_array();
+    for (uint32_t i = 0; v[0] && v[1] && v[2] && i < items; i++) {
+      if (json_array_append_new(v[0], json_string(host)) ||
+          json_array_append_new(v[1], port > 0 ? json_integer(port) : json_null()) ||
+          json_array_append_new(v[2], json_integer((json_int_t)rooms[i]))) {
+        rc = ELDR_ENOMEM;
+        break;
+      }
+    }
+  }
+  for (int k = 0; k < 3; k++) { /* set_new takes v[k] even when it fails */
+    if (rc || !v[k] || json_object_set_new(root, k_boot[k], v[k])) {
+      if (rc) json_decref(v[k]);
+      rc = ELDR_ENOMEM;
+    }
+  }
+  char *s = rc ? NULL : json_dumps(root, JSON_COMPACT);
+  json_decref(root);
+  size_t sl = s ? strlen(s) : 0; /* a string with \u0000 was refused by the load */
+  if (!s || eldr__buf_reserve(out, sl)) {
+    free(s);
+    return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
+  }
+  memcpy(out->p, s, sl + 1);
+  out->n = sl;
+  free(s);
+  return 0;
+}
