@@ -30,7 +30,7 @@ static char g_out[65536], g_err[65536];
 
 /* Run eldr under timeout(1) (a check that fails must not hang the suite). */
 static int run(const char *const *args) {
-  const char *argv[40] = {"/usr/bin/timeout", "60", ELDR_BINARY};
+  const char *argv[40] = {"/usr/bin/timeout", "120", ELDR_BINARY};
   size_t n = 3;
   for (size_t i = 0; args[i] && n < 39; i++) argv[n++] = args[i];
   argv[n] = NULL;
