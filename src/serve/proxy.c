@@ -49,9 +49,21 @@ static void leg_deadline_cb(evutil_socket_t fd, short ev, void *arg);
 #define RQ_POOL_MAX 64
 #define RQ_KEEP_BYTES (256u << 10)
 
+/* rq_bufs: what they hold, emptied for the next request, freed. */
+static size_t bufs_bytes(const rq_bufs *b) { return b->fwd.cap + b->pb.cap + b->db.cap + b->fix.cap; }
+
+static void bufs_empty(rq_bufs *b) { b->fwd.n = b->pb.n = b->db.n = b->fix.n = 0; }
+
+static void bufs_free(rq_bufs *b) {
+  eldr__buf_free(&b->fwd);
+  eldr__buf_free(&b->pb);
+  eldr__buf_free(&b->db);
+  eldr__buf_free(&b->fix);
+}
+
 static size_t rq_kept_bytes(const rq *r) {
   return r->L.cap + r->req.text_cap + r->req.raw_cap + r->req.ids_cap * sizeof *r->req.ids + r->pr.raw_cap +
-         r->prompt.hashcap * sizeof *r->prompt.hashes + r->fwd.cap + r->pb.cap + r->db.cap + r->fix.cap;
+         r->prompt.hashcap * sizeof *r->prompt.hashes + bufs_bytes(&r->b);
 }
 
 static void rq_destroy(rq *r) {
@@ -60,10 +72,7 @@ static void rq_destroy(rq *r) {
   eldr__req_free(&r->req);
   eldr__prompt_free(&r->prompt);
   eldr_reply_prefill_free(&r->pr);
-  eldr__buf_free(&r->fwd);
-  eldr__buf_free(&r->pb);
-  eldr__buf_free(&r->db);
-  eldr__buf_free(&r->fix);
+  bufs_free(&r->b);
   free(r->wsig);
   eldr__record_stream_free(r);
   free(r);
@@ -94,9 +103,9 @@ static void rq_give_large(rq *r) {
     r->pr.raw = NULL;
     r->pr.raw_cap = 0;
   }
-  if (r->fix.cap >= ELDR__BUFPOOL_MIN) {
-    eldr__bufpool_give(bp, r->fix.p, r->fix.cap);
-    r->fix = (eldr__buf){0};
+  if (r->b.fix.cap >= ELDR__BUFPOOL_MIN) {
+    eldr__bufpool_give(bp, r->b.fix.p, r->b.fix.cap);
+    r->b.fix = (eldr__buf){0};
   }
 }
 
@@ -148,11 +157,8 @@ static rq *rq_alloc(eldr_server *s) {
   r->pr.raw_cap = keep.pr.raw_cap;
   r->prompt.hashes = keep.prompt.hashes;
   r->prompt.hashcap = keep.prompt.hashcap;
-  r->fwd = keep.fwd;
-  r->pb = keep.pb;
-  r->db = keep.db;
-  r->fix = keep.fix;
-  r->fwd.n = r->pb.n = r->db.n = r->fix.n = 0;
+  r->b = keep.b;
+  bufs_empty(&r->b);
   return r;
 }
 
@@ -267,7 +273,7 @@ static int leg_start(rq *r, worker *w, int kind, const char *method, const char 
     h = ELDR__PUT_LIT(h, "\r\n");
   }
   size_t hn = (size_t)(h - head);
-  struct iovec iov[3] = {{head, hn}, {r->fwd.p, r->fwd.n}, {(void *)body, body ? len : 0}};
+  struct iovec iov[3] = {{head, hn}, {r->b.fwd.p, r->b.fwd.n}, {(void *)body, body ? len : 0}};
   if (eldr_up_request(up, iov, body ? 3 : 2, &leg_cbs, r) != 0) {
     eldr__pool_give(w, up);
     if (reserved) w->slot->inflight--;
@@ -608,9 +614,9 @@ static void on_decode_reply(rq *r) {
     eldr__fix_opts fo = {s->cfg.splice_routed_experts, 1, r->req.prompt_logprobs};
     int spliced = 0;
     eldr_diag d = {{0}};
-    int rc = eldr__decode_reply_fix_buf(L->buf, L->n, &r->pr, &fo, &r->fix, &spliced, &d);
-    const char *fixed = r->fix.p;
-    size_t fl = r->fix.n;
+    int rc = eldr__decode_reply_fix_buf(L->buf, L->n, &r->pr, &fo, &r->b.fix, &spliced, &d);
+    const char *fixed = r->b.fix.p;
+    size_t fl = r->b.fix.n;
     if (rc == 0 && spliced < 0 && !s->logged_splice++)
       eldr__logf(s, "request %s: routed_experts not spliced (logged once): %s", r->reqid, d.msg);
     if (rc == 0) {
@@ -745,7 +751,7 @@ static void start_decode(rq *r, int retry) {
     if (r->al_pf <= 0) r->al_pf = eldr__now_s(); /* the prefill's end, for the access log */
     int fb;
     int k = decide(r, &fb);
-    if (eldr__decode_body_buf(&r->req, r->pr.bytes, r->pr.kv_len, &r->db)) {
+    if (eldr__decode_body_buf(&r->req, r->pr.bytes, r->pr.kv_len, &r->b.db)) {
       client_upstream_error(r, 500, OUT_UPSTREAM_ERROR, "out of memory");
       return;
     }
@@ -754,7 +760,7 @@ static void start_decode(rq *r, int retry) {
       client_upstream_error(r, 503, OUT_UPSTREAM_ERROR, "no healthy decode worker");
       return;
     }
-    if (leg_start(r, s->w[ROLE_DECODE][k], LEG_DECODE, "POST", r->req.api == ELDR__API_CHAT ? "/v1/chat/completions" : "/v1/completions", r->db.p, r->db.n) == 0)
+    if (leg_start(r, s->w[ROLE_DECODE][k], LEG_DECODE, "POST", r->req.api == ELDR__API_CHAT ? "/v1/chat/completions" : "/v1/completions", r->b.db.p, r->b.db.n) == 0)
       return;
     leg_failed(r, 0, "could not send to decode worker");
     return;
@@ -782,7 +788,7 @@ static void start_decode(rq *r, int retry) {
   }
   if (leg_start(r, s->w[ROLE_DECODE][k], LEG_DECODE, "POST",
                 r->req.api == ELDR__API_CHAT ? "/v1/chat/completions" : "/v1/completions",
-                r->db.p, r->db.n) != 0)
+                r->b.db.p, r->b.db.n) != 0)
     leg_failed(r, 0, "could not send to decode worker");
 }
 
@@ -802,7 +808,7 @@ static void start_prefill(rq *r) {
   }
   if (leg_start(r, s->w[ROLE_PREFILL][k], LEG_PREFILL, "POST",
                 r->req.api == ELDR__API_CHAT ? "/v1/chat/completions" : "/v1/completions",
-                r->pb.p, r->pb.n) != 0)
+                r->b.pb.p, r->b.pb.n) != 0)
     leg_failed(r, 0, "could not send to prefill worker");
 }
 
@@ -844,7 +850,7 @@ static rq *rq_new(hconn *c) {
   /* the engines' request id: random per request (a client's X-Request-Id is
    * echoed and logged, never an engine's id: replicas and restarts would
    * collide on it, and a client could name another request) */
-  if (eldr_uuid4(r->reqid) != 0 || forwarded_lines(c->s, c->head, &r->fwd) != 0) {
+  if (eldr_uuid4(r->reqid) != 0 || forwarded_lines(c->s, c->head, &r->b.fwd) != 0) {
     rq_destroy(r);
     return NULL;
   }
@@ -871,7 +877,7 @@ void eldr__handle_completion(hconn *c, eldr__api api, const char *body, size_t l
   /* the prompt's blocks, once: the prefix hash (cache affinity) and the
    * signature cache's keys */
   rc = eldr__prompt_init(&s->sp, &r->prompt, r->req.text, r->req.text_len, r->req.ids, r->req.n_ids);
-  if (!rc) rc = eldr__prefill_body_buf(&r->req, &r->pb);
+  if (!rc) rc = eldr__prefill_body_buf(&r->req, &r->b.pb);
   if (rc) {
     rq_finish_metrics(r, OUT_UPSTREAM_ERROR);
     eldr__send_error(c, 500, "internal_error", "out of memory");

@@ -290,6 +290,14 @@ typedef struct eldr__fpstate {
   size_t refs;
 } eldr__fpstate;
 
+/* A request's own byte buffers, kept when it goes back to its loop's pool
+ * (rq_alloc reuses them: no allocation once warm): the header lines every
+ * leg carries (forwarded_lines), the prefill and decode bodies, the decode
+ * reply as fixed for the client. proxy.c owns them (sizes, reuse, free). */
+typedef struct rq_bufs {
+  eldr__buf fwd, pb, db, fix;
+} rq_bufs;
+
 struct rq {
   eldr_server *s;
   hconn *c; /* NULL once the client is gone */
@@ -298,11 +306,7 @@ struct rq {
   eldr__prompt prompt; /* the prompt's block hashes, computed once */
   char reqid[40];                       /* the engines' id: a random UUID (both legs) */
   char client_reqid[ELDR__HTTP_REQID_MAX]; /* the client's X-Request-Id ("": none): echoed, logged */
-  /* buffers kept when the request goes back to its loop's pool (rq_new
-   * reuses them: no allocation once warm): the header lines every leg
-   * carries (forwarded_lines), the prefill and decode bodies, the decode
-   * reply as fixed for the client */
-  eldr__buf fwd, pb, db, fix;
+  rq_bufs b;
   rq *pool_next;
   eldr_reply_prefill pr;
   uint64_t tried[MAX_TRIED]; /* worker ids */
