@@ -117,7 +117,7 @@ int eldr_bench_moe_layer(int argc, char **argv) {
     if ((size_t)ex[i] < K) cli_usage_error(cmd, "--experts: %ld is below --top-k %zu", ex[i], K);
   }
 #ifndef ELDR_HAVE_OPENBLAS
-  (void)threads; (void)json; (void)min_time; (void)seed;
+  (void)H; (void)NI; (void)threads; (void)json; (void)min_time; (void)seed;
   cli_fail(cmd, "built without OpenBLAS");
 #else
   openblas_set_num_threads(threads);
