@@ -31,7 +31,7 @@ set(_lib "${_s}/usr/lib/${ELDR_CROSS_TRIPLE}")
 # The packages' headers and libraries beside the toolchain's own C library
 # (the compiler keeps its default sysroot; this one only adds to it). The
 # run path lets the test programs find the libraries without an environment.
-set(CMAKE_C_FLAGS_INIT "-isystem ${_s}/usr/include")
+set(CMAKE_C_FLAGS_INIT "-isystem ${_s}/usr/include -isystem ${_s}/usr/include/${ELDR_CROSS_TRIPLE}")
 set(CMAKE_EXE_LINKER_FLAGS_INIT "-L${_lib} -Wl,-rpath-link,${_lib} -Wl,-rpath,${_lib}")
 
 # Libraries and headers only from the toolchain and the sysroot, never from
@@ -51,5 +51,6 @@ set(ENV{PKG_CONFIG_PATH} "")
 
 # qemu-user with the sysroot as the prefix of every absolute path the program
 # opens (the dynamic loader, the C library: scripts/cross-aarch64.sh links the
-# toolchain's into it)
-set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64 -L ${_s})
+# toolchain's into it); its full path, since some tests run eldr with a bare PATH
+find_program(ELDR_QEMU_AARCH64 qemu-aarch64 REQUIRED)
+set(CMAKE_CROSSCOMPILING_EMULATOR ${ELDR_QEMU_AARCH64} -L ${_s})
