@@ -5,6 +5,8 @@
  * capped by the environment (read once, any value but "" or "0" counts):
  *   ELDR_NO_SIMD=1     the portable C paths only, on any architecture
  *   ELDR_NO_AVX512=1   no AVX-512 path: AVX2 at most (x86-64)
+ * On aarch64 the level is NEON (Advanced SIMD, part of every aarch64 CPU)
+ * unless ELDR_NO_SIMD is set.
  * so a machine with AVX-512 runs, and tests, what a machine without it runs.
  *
  * A path built for a level lives in its own file, named for the level
@@ -17,8 +19,8 @@
  * Levels are ordered within one architecture: eldr_cpu_has(l) is true when
  * the level in use is l or wider on the same architecture (PORTABLE is
  * every architecture's lowest). Adding an architecture's levels (aarch64
- * NEON, then SVE) is: their enumerators below, their detection in cpu.c
- * under #if, their switch if any, and the paths' files.
+ * SVE beside NEON, ...) is: their enumerators below, their detection in
+ * cpu.c under #if, their switch if any, and the paths' files.
  *
  * Beside the level, eldr_cpu_count: how many CPUs the process may use.
  *
@@ -35,6 +37,7 @@ typedef enum eldr_cpu_level {
   ELDR_CPU_PORTABLE = 0, /* plain C: every build, every CPU */
   ELDR_CPU_AVX2 = 1,     /* x86-64: AVX2 (with AVX, POPCNT) */
   ELDR_CPU_AVX512 = 2,   /* x86-64: AVX2 and AVX-512 F, BW, VL, VBMI */
+  ELDR_CPU_NEON = 3,     /* aarch64: Advanced SIMD (every aarch64 CPU) */
 } eldr_cpu_level;
 
 /* Optional features beside the level, reported only where the level that
@@ -65,7 +68,7 @@ eldr_cpu_level eldr_cpu_allowed(void);
  * in use before. eldr_cpu_set(eldr_cpu_allowed()) restores the default. */
 eldr_cpu_level eldr_cpu_set(eldr_cpu_level level);
 
-/* "portable", "avx2", "avx512". */
+/* "portable", "avx2", "avx512", "neon". */
 const char *eldr_cpu_level_name(eldr_cpu_level level);
 
 /* The CPUs this process may run on (>= 1): its affinity mask (what

@@ -13,9 +13,12 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define CPU_X86 1
 #endif
+#if defined(__aarch64__) && defined(__ARM_NEON) && (defined(__GNUC__) || defined(__clang__))
+#define CPU_ARM 1
+#endif
 
 /* Each level's architecture (0: every one) and rank within it. */
-enum { ARCH_ANY = 0, ARCH_X86 = 1 };
+enum { ARCH_ANY = 0, ARCH_X86 = 1, ARCH_ARM = 2 };
 static const struct {
   int arch, rank;
   const char *name;
@@ -23,6 +26,7 @@ static const struct {
     [ELDR_CPU_PORTABLE] = {ARCH_ANY, 0, "portable"},
     [ELDR_CPU_AVX2] = {ARCH_X86, 1, "avx2"},
     [ELDR_CPU_AVX512] = {ARCH_X86, 2, "avx512"},
+    [ELDR_CPU_NEON] = {ARCH_ARM, 1, "neon"},
 };
 #define NLEVELS (sizeof LEVELS / sizeof LEVELS[0])
 
@@ -43,6 +47,8 @@ static eldr_cpu_level detect(void) {
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vbmi"))
     return ELDR_CPU_AVX512;
   return ELDR_CPU_AVX2;
+#elif defined(CPU_ARM)
+  return ELDR_CPU_NEON; /* Advanced SIMD is part of the aarch64 architecture */
 #else
   return ELDR_CPU_PORTABLE; /* no vector level for this architecture yet */
 #endif

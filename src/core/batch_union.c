@@ -4,7 +4,8 @@
  *
  * This file holds the portable kernels and the dispatch; the vector twins
  * are batch_union_avx2.c and batch_union_avx512.c (AVX-512 where the CPU
- * also has VPOPCNTDQ), chosen by eldr/cpu.h. All give identical bits. */
+ * also has VPOPCNTDQ) and batch_union_neon.c (aarch64), chosen by
+ * eldr/cpu.h. All give identical bits. */
 #include "eldr/batch_union.h"
 
 #include <stdlib.h>
@@ -13,11 +14,12 @@
 #include "eldr/error.h"
 
 #include "core/batch_union_int.h"
-#include "eldr/cpu.h"
 
+#ifdef ELDR_UNION_X86
 /* Whether the AVX-512 kernels run: the AVX-512 level is in use (eldr/cpu.h)
  * and the CPU also has VPOPCNTDQ. */
 static int avx512_on(void) { return eldr_cpu_feature(ELDR_CPU_VPOPCNTDQ); }
+#endif
 
 int eldr_union_init(eldr_union *u, const eldr_shape *s) {
   memset(u, 0, sizeof *u);
@@ -103,6 +105,9 @@ static uint64_t count_any(const eldr_union *u, uint32_t *per_layer) {
   if (u->W <= 4 && avx512_on()) return eldr__union_count_avx512(u, per_layer);
   if (u->W <= 4 && eldr_cpu_has(ELDR_CPU_AVX2)) return eldr__union_count_avx2(u, per_layer);
 #endif
+#ifdef ELDR_UNION_NEON
+  if (u->W <= 4 && eldr_cpu_has(ELDR_CPU_NEON)) return eldr__union_count_neon(u, per_layer);
+#endif
   return eldr_union_count(u, per_layer);
 }
 
@@ -111,6 +116,10 @@ uint64_t eldr_union_rows_bits(eldr_union *u, const uint64_t *const *rows, size_t
 #ifdef ELDR_UNION_X86
   if (avx512_on()) eldr__union_rows_bits_avx512(u, rows, n);
   else if (eldr_cpu_has(ELDR_CPU_AVX2)) eldr__union_rows_bits_avx2(u, rows, n);
+  else
+#endif
+#ifdef ELDR_UNION_NEON
+  if (eldr_cpu_has(ELDR_CPU_NEON)) eldr__union_rows_bits_neon(u, rows, n);
   else
 #endif
     rows_bits_portable(u, rows, n);
@@ -126,6 +135,12 @@ static void ids8_union(eldr_union *u, const uint8_t *const *rows, size_t n) {
   }
   if (eldr_cpu_has(ELDR_CPU_AVX2) && (u->K % 4 == 0 || u->scratch)) {
     eldr__union_rows_ids8_avx2(u, rows, n);
+    return;
+  }
+#endif
+#ifdef ELDR_UNION_NEON
+  if (eldr_cpu_has(ELDR_CPU_NEON)) {
+    eldr__union_rows_ids8_neon(u, rows, n);
     return;
   }
 #endif

@@ -1,5 +1,6 @@
 /* batch_union_int.h — internal to the batch-union kernels (core/batch_union.c
- * and its per-ISA twins batch_union_avx2.c, batch_union_avx512.c).
+ * and its per-ISA twins batch_union_avx2.c, batch_union_avx512.c,
+ * batch_union_neon.c).
  *
  * Each twin does what its portable counterpart in batch_union.c does, with
  * the same bits: rows_bits sets u->bits to the OR of n bitset rows,
@@ -31,6 +32,15 @@ void eldr__union_rows_ids8_avx2(eldr_union *u, const uint8_t *const *rows, size_
 uint64_t eldr__union_count_avx512(const eldr_union *u, uint32_t *per_layer);
 void eldr__union_rows_bits_avx512(eldr_union *u, const uint64_t *const *rows, size_t n);
 void eldr__union_ids8_avx512(const eldr_union *u, const uint8_t *const *rows, size_t n, uint64_t *out);
+#endif
+
+#if defined(__aarch64__) && defined(__ARM_NEON) && (defined(__GNUC__) || defined(__clang__))
+#define ELDR_UNION_NEON 1
+/* batch_union_neon.c, where eldr_cpu_has(ELDR_CPU_NEON): count for W <= 4;
+ * rows_ids8 for any K (no scratch). */
+uint64_t eldr__union_count_neon(const eldr_union *u, uint32_t *per_layer);
+void eldr__union_rows_bits_neon(eldr_union *u, const uint64_t *const *rows, size_t n);
+void eldr__union_rows_ids8_neon(eldr_union *u, const uint8_t *const *rows, size_t n);
 #endif
 
 #endif

@@ -3,7 +3,7 @@
  *
  * eldr_counts_accumulate_masked runs in blocks of whole tokens (a few KiB,
  * in L1). Each block is range-checked a vector at a time first (the largest
- * element of the whole block, every layer, against E: AVX2 where
+ * element of the whole block, every layer, against E: AVX2 or NEON where
  * eldr_cpu_has says, else a portable loop), then counted by a kernel without any check:
  * the artifact's mask is a list of layer indices (the bytes of other layers
  * are never read), the K slots of a row are unrolled for the common K (1, 2,
@@ -14,8 +14,8 @@
  * reference's (core/counts_ref.h). int64 ids always take the precise loop.
  * One counter per (layer, expert): the K ids of a row are distinct experts
  * in every real reply, so consecutive increments hit different counters and
- * no store-to-load chain forms. The vector twins live in counts_avx2.c and
- * counts_avx512.c; this file decides, by eldr_cpu_has (eldr/cpu.h), which
+ * no store-to-load chain forms. The vector twins live in counts_avx2.c,
+ * counts_avx512.c and counts_neon.c; this file decides, by eldr_cpu_has (eldr/cpu.h), which
  * one runs. */
 #include "eldr/counts.h"
 
@@ -87,6 +87,14 @@ static uint32_t max_elem(const unsigned char *p, size_t n, size_t w) {
   if (n * w >= 64 && eldr_cpu_has(ELDR_CPU_AVX2)) {
     uint32_t m;
     const size_t i = eldr__max_avx2(p, n * w, w, &m);
+    const uint32_t r = max_portable(p + i, n - i / w, w);
+    return r > m ? r : m;
+  }
+#endif
+#ifdef ELDR_COUNTS_NEON
+  if (n * w >= 64 && eldr_cpu_has(ELDR_CPU_NEON)) {
+    uint32_t m;
+    const size_t i = eldr__max_neon(p, n * w, w, &m);
     const uint32_t r = max_portable(p + i, n - i / w, w);
     return r > m ? r : m;
   }
@@ -407,6 +415,9 @@ void eldr__add_i8_u32(uint32_t *restrict dst, const int8_t *restrict src, size_t
 #ifdef ELDR_COUNTS_X86
   if (eldr_cpu_has(ELDR_CPU_AVX512)) i = eldr__add_i8_512(dst, src, n);
   else if (eldr_cpu_has(ELDR_CPU_AVX2)) i = eldr__add_i8_avx2(dst, src, n);
+#endif
+#ifdef ELDR_COUNTS_NEON
+  if (eldr_cpu_has(ELDR_CPU_NEON)) i = eldr__add_i8_neon(dst, src, n);
 #endif
   for (; i < n; i++) dst[i] += (uint32_t)src[i];
 }

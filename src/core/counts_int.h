@@ -1,5 +1,5 @@
 /* counts_int.h — internal to the counting code of core (counts.c, its
- * per-ISA twins counts_avx2.c and counts_avx512.c, and the signature
+ * per-ISA twins counts_avx2.c, counts_avx512.c and counts_neon.c, and the signature
  * cache, sigcache.c).
  *
  * counts.c holds the portable paths and the dispatch: which twin runs is
@@ -63,6 +63,17 @@ size_t eldr__bits_group512(const unsigned char *p, size_t tb, size_t ntok, const
 size_t eldr__bits_block16_512(const unsigned char *p, size_t tb, const uint32_t *off, uint8_t *out);
 /* dst[0, i) += src[0, i) sign-extended, 16 at a time; returns i (n & ~15). */
 size_t eldr__add_i8_512(uint32_t *restrict dst, const int8_t *restrict src, size_t n);
+#endif
+
+#if defined(__aarch64__) && defined(__ARM_NEON) && (defined(__GNUC__) || defined(__clang__))
+#define ELDR_COUNTS_NEON 1
+
+/* ---- counts_neon.c: call only where eldr_cpu_has(ELDR_CPU_NEON) -------- */
+
+/* As eldr__max_avx2 (bytes >= 64). */
+size_t eldr__max_neon(const unsigned char *p, size_t bytes, size_t w, uint32_t *m);
+/* dst[0, i) += src[0, i) sign-extended, 16 at a time; returns i (n & ~15). */
+size_t eldr__add_i8_neon(uint32_t *restrict dst, const int8_t *restrict src, size_t n);
 #endif
 
 #endif

@@ -31,6 +31,10 @@ int eldr__b64s_init(eldr__b64s *s, const char *in, size_t len, eldr_diag *d);
  * quad included when it fits; *got bytes (0 at the end of the text). */
 int eldr__b64s_read(eldr__b64s *s, uint8_t *out, size_t maxq, size_t *got, eldr_diag *d);
 
+/* The decoding table of the characters below 0x80 (the value of each
+ * valid one, 0x80 for the invalid ones), for the vector loops' lookups. */
+extern const unsigned char eldr__b64_lut7[128];
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define ELDR_B64_X86 1
 /* The vector loops of base64.c's decoder: nq full quads (no '=') from in
@@ -42,6 +46,13 @@ int eldr__b64s_read(eldr__b64s *s, uint8_t *out, size_t maxq, size_t *got, eldr_
  * (base64_avx512.c). */
 size_t eldr__b64_quads_avx2(const unsigned char *in, size_t nq, uint8_t *out, uint32_t *bad);
 size_t eldr__b64_quads_avx512(const unsigned char *in, size_t nq, uint8_t *out, uint32_t *bad);
+#endif
+
+#if defined(__aarch64__) && defined(__ARM_NEON) && (defined(__GNUC__) || defined(__clang__))
+#define ELDR_B64_NEON 1
+/* The same for NEON, 16 quads a step (base64_neon.c): call only where
+ * eldr_cpu_has(ELDR_CPU_NEON). */
+size_t eldr__b64_quads_neon(const unsigned char *in, size_t nq, uint8_t *out, uint32_t *bad);
 #endif
 
 #endif

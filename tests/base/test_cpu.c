@@ -20,7 +20,20 @@
 
 #include "eldr/cpu.h"
 
-static eldr_cpu_level min_level(eldr_cpu_level a, eldr_cpu_level b) { return a < b ? a : b; }
+/* The test's own copy of the levels' order: architecture (0: every one) and
+ * rank within it. */
+static int arch_of(eldr_cpu_level l) { return l == ELDR_CPU_PORTABLE ? 0 : l == ELDR_CPU_NEON ? 2 : 1; }
+static int rank_of(eldr_cpu_level l) { return l == ELDR_CPU_AVX512 ? 2 : l == ELDR_CPU_PORTABLE ? 0 : 1; }
+
+/* What ELDR_NO_AVX512 leaves of the CPU's level: AVX2 for AVX-512, else the same. */
+static eldr_cpu_level no_avx512(eldr_cpu_level cpu) { return cpu == ELDR_CPU_AVX512 ? ELDR_CPU_AVX2 : cpu; }
+
+/* The level eldr_cpu_set(want) gives under cap: want on cap's architecture
+ * at cap's rank or below, cap when want is wider on it, else portable. */
+static eldr_cpu_level set_gives(eldr_cpu_level want, eldr_cpu_level cap) {
+  if (arch_of(want) == 0 || arch_of(want) != arch_of(cap)) return ELDR_CPU_PORTABLE;
+  return rank_of(want) <= rank_of(cap) ? want : cap;
+}
 
 /* This program run with ELDR_NO_SIMD and ELDR_NO_AVX512 set to the given
  * values (NULL: unset): its "detected allowed now" levels. */
@@ -37,7 +50,16 @@ static void probe(const char *no_simd, const char *no_avx512, int out[3]) {
     else unsetenv("ELDR_NO_SIMD");
     if (no_avx512) setenv("ELDR_NO_AVX512", no_avx512, 1);
     else unsetenv("ELDR_NO_AVX512");
-    execl("/proc/self/exe", "test_cpu", "--probe", (char *)NULL);
+    /* under an emulator (a cross build's tests): this program through it */
+    const char *emu = getenv("ELDR_TEST_EMULATOR");
+    char self[4096];
+    const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (emu && *emu && n > 0) {
+      self[n] = 0;
+      execl(emu, emu, self, "--probe", (char *)NULL);
+    } else {
+      execl("/proc/self/exe", "test_cpu", "--probe", (char *)NULL);
+    }
     _exit(127);
   }
   close(fd[1]);
@@ -64,8 +86,8 @@ static void test_switches(void **state) {
       {"0", "0", cpu},
       {"1", NULL, ELDR_CPU_PORTABLE},
       {"yes", "1", ELDR_CPU_PORTABLE},
-      {NULL, "1", min_level(cpu, ELDR_CPU_AVX2)},
-      {"0", "true", min_level(cpu, ELDR_CPU_AVX2)},
+      {NULL, "1", no_avx512(cpu)},
+      {"0", "true", no_avx512(cpu)},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     int got[3];
@@ -84,15 +106,17 @@ static void test_set_and_has(void **state) {
   (void)state;
   const eldr_cpu_level cap = eldr_cpu_allowed();
   assert_int_equal(eldr_cpu_level_now(), cap);
-  const eldr_cpu_level all[3] = {ELDR_CPU_PORTABLE, ELDR_CPU_AVX2, ELDR_CPU_AVX512};
-  for (int i = 0; i < 3; i++) {
+  const eldr_cpu_level all[4] = {ELDR_CPU_PORTABLE, ELDR_CPU_AVX2, ELDR_CPU_AVX512, ELDR_CPU_NEON};
+  for (int i = 0; i < 4; i++) {
     const eldr_cpu_level before = eldr_cpu_level_now();
     assert_int_equal(eldr_cpu_set(all[i]), before);
     const eldr_cpu_level now = eldr_cpu_level_now();
-    assert_int_equal(now, min_level(all[i], cap)); /* x86 levels and portable: one order */
+    assert_int_equal(now, set_gives(all[i], cap));
     assert_true(eldr_cpu_has(ELDR_CPU_PORTABLE));
-    for (int j = 0; j < 3; j++) assert_int_equal(eldr_cpu_has(all[j]), all[j] <= now);
-    if (now < ELDR_CPU_AVX512) assert_false(eldr_cpu_feature(ELDR_CPU_VPOPCNTDQ));
+    for (int j = 0; j < 4; j++)
+      assert_int_equal(eldr_cpu_has(all[j]), arch_of(all[j]) == 0 ||
+                                                 (arch_of(all[j]) == arch_of(now) && rank_of(all[j]) <= rank_of(now)));
+    if (now != ELDR_CPU_AVX512) assert_false(eldr_cpu_feature(ELDR_CPU_VPOPCNTDQ));
   }
   eldr_cpu_set((eldr_cpu_level)99); /* unknown: the portable paths */
   assert_int_equal(eldr_cpu_level_now(), ELDR_CPU_PORTABLE);
@@ -102,6 +126,7 @@ static void test_set_and_has(void **state) {
   assert_string_equal(eldr_cpu_level_name(ELDR_CPU_PORTABLE), "portable");
   assert_string_equal(eldr_cpu_level_name(ELDR_CPU_AVX2), "avx2");
   assert_string_equal(eldr_cpu_level_name(ELDR_CPU_AVX512), "avx512");
+  assert_string_equal(eldr_cpu_level_name(ELDR_CPU_NEON), "neon");
   assert_string_equal(eldr_cpu_level_name((eldr_cpu_level)99), "unknown");
 }
 

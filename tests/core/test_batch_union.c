@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "eldr/cpu.h"
+#include "support/levels.h"
 #include "eldr/batch_union.h"
 #include "eldr/counts.h"
 #include "eldr/rng.h"
@@ -133,7 +134,7 @@ static void check_rows(uint32_t L, uint32_t E, uint32_t K, int path) {
         seen[cell] = 1;
       }
     const eldr_cpu_level lv[3] = {ELDR_CPU_PORTABLE, ELDR_CPU_AVX2, ELDR_CPU_AVX512};
-    const eldr_cpu_level was = eldr_cpu_set(lv[path]);
+    const eldr_cpu_level was = eldr_cpu_set(eldr_test_level(lv[path]));
     memset(u.bits, 0xa5, LW * sizeof *u.bits); /* whatever was there is replaced */
     uint64_t got_b = eldr_union_rows_bits(&u, brow, n, per_b);
     uint64_t *ub = malloc(LW * sizeof *ub), *tb = malloc((n ? n : 1) * LW * sizeof *tb);

@@ -13,6 +13,7 @@
 #include "core/counts_int.h"
 #include "core/counts_ref.h"
 #include "eldr/cpu.h"
+#include "support/levels.h"
 
 static void test_shape_validate(void **state) {
   (void)state;
@@ -257,7 +258,7 @@ static void test_bits_equals_reference(void **state) {
         if (kind == 0) assert_int_equal(rr, 0);
         for (int mode = 0; mode < 4; mode++) { /* bits AVX-512, bits AVX2, per-id AVX2, portable */
           /* where the CPU has it; else mode 0 = mode 1 */
-          eldr_cpu_set(mode == 0 ? ELDR_CPU_AVX512 : mode < 3 ? ELDR_CPU_AVX2 : ELDR_CPU_PORTABLE);
+          eldr_cpu_set(eldr_test_level(mode == 0 ? ELDR_CPU_AVX512 : mode < 3 ? ELDR_CPU_AVX2 : ELDR_CPU_PORTABLE));
           eldr_counts_bits_set(mode < 2);
           uint32_t *a = calloc(cells, sizeof *a);
           assert_non_null(a);
@@ -331,7 +332,7 @@ static void test_add_i8_u32(void **state) {
   uint32_t want[301], got[301];
   for (int i = 0; i < 301; i++) src[i] = (int8_t)(i * 37 % 251 - 120);
   for (int mode = 0; mode < 3; mode++) { /* AVX-512 where the CPU has it, AVX2, portable */
-    eldr_cpu_set(mode == 0 ? ELDR_CPU_AVX512 : mode == 1 ? ELDR_CPU_AVX2 : ELDR_CPU_PORTABLE);
+    eldr_cpu_set(eldr_test_level(mode == 0 ? ELDR_CPU_AVX512 : mode == 1 ? ELDR_CPU_AVX2 : ELDR_CPU_PORTABLE));
     for (size_t n = 0; n <= 301; n += n < 40 ? 1 : 29) {
       for (size_t i = 0; i < 301; i++) want[i] = got[i] = (uint32_t)(1000 + i);
       for (size_t i = 0; i < n; i++) want[i] += (uint32_t)src[i];

@@ -15,6 +15,7 @@
 
 #include "core/tracegen_int.h"
 #include "eldr/cpu.h"
+#include "support/levels.h"
 #include "eldr/counts.h"
 #include "eldr/trace.h"
 #include "eldr/preset_files.h"
@@ -343,7 +344,7 @@ static void test_prefix_stable(void **state) {
     const size_t per = (size_t)s.num_layers * s.top_k;
     for (int simd = 2; simd >= 0; simd--) { /* AVX-512 where the CPU has it, AVX2, portable */
       const eldr_cpu_level lv[3] = {ELDR_CPU_PORTABLE, ELDR_CPU_AVX2, ELDR_CPU_AVX512};
-      const eldr_cpu_level was = eldr_cpu_set(lv[simd]);
+      const eldr_cpu_level was = eldr_cpu_set(eldr_test_level(lv[simd]));
       uint16_t *p[3], *d[3];
       const uint32_t np[3] = {5, 37, 130};
       for (int i = 0; i < 3; i++)

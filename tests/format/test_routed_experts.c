@@ -13,6 +13,7 @@
 #include "support/trace_expect.h"
 
 #include "eldr/cpu.h"
+#include "support/levels.h"
 #include "eldr/routed_experts.h"
 
 /* ---- helpers ------------------------------------------------------------ */
@@ -800,7 +801,7 @@ static int scalar_teardown(void **state) {
 /* ... and with AVX2 the widest (the AVX-512 decoder off, where the CPU has it). */
 static int avx2_setup(void **state) {
   (void)state;
-  eldr_cpu_set(ELDR_CPU_AVX2);
+  eldr_cpu_set(eldr_test_level(ELDR_CPU_AVX2));
   return 0;
 }
 static int avx2_teardown(void **state) {

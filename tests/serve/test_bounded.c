@@ -411,7 +411,7 @@ static void test_reload_keeps_policy_labels(void **st) {
   const char *jsq = "eldr_requests_total{policy=\"jsq\",decision=\"load\",outcome=\"ok\"}";
   const char *rr = "eldr_requests_total{policy=\"rr\",decision=\"load\",outcome=\"ok\"}";
   assert_int_equal(rt_metric(port, jsq), 1);
-  assert_int_equal(rt_metric(port, rr), -1); /* never used: no series */
+  assert_int_equal((long)rt_metric(port, rr), -1); /* never used: no series */
   sf_write_config(&g, "rr", "");
   eldr_server_reload(g.r.srv);
   assert_int_equal(rt_wait_metric(port, "eldr_reloads_total{result=\"ok\"}", 1, 10), 0);

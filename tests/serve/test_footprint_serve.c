@@ -152,7 +152,7 @@ static void test_footprint_without_latency_is_jsq(void **st) {
     tc_free(&resp);
   }
   assert_int_equal(rt_metric(g.r.port, "eldr_requests_total{policy=\"footprint\",decision=\"load\",outcome=\"ok\"}"), 2);
-  assert_int_equal(rt_metric(g.r.port, "eldr_footprint_inflight"), -1);
+  assert_int_equal((long)rt_metric(g.r.port, "eldr_footprint_inflight"), -1);
   sf_stop(&g);
   const char *m = strstr(rt_log_text(&g.r), "carries no latency coefficients");
   assert_non_null(m);

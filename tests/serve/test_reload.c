@@ -68,7 +68,7 @@ static void test_failed_reload_changes_nothing(void **st) {
   /* still jsq (round robin would alternate), still two decoders */
   for (int i = 0; i < 4; i++) assert_int_equal(sf_post_served_by(port), fx_port(g.d[0]));
   assert_int_equal(rt_metric(port, "eldr_requests_total{policy=\"jsq\",decision=\"load\",outcome=\"ok\"}"), 7);
-  assert_int_equal(rt_metric(port, "eldr_worker_healthy{role=\"decode\",worker=\"http://eldr-test.invalid:99999\"}"), -1);
+  assert_int_equal((long)rt_metric(port, "eldr_worker_healthy{role=\"decode\",worker=\"http://eldr-test.invalid:99999\"}"), -1);
   assert_int_equal(rt_metric(port, SERIES("eldr_worker_healthy{role=\"decode\",worker=\"%s\"}", fx_url(g.d[1]))), 1);
   sf_stop(&g);
   /* the log says what was wrong */
