@@ -326,15 +326,51 @@ static int fit_fp_priors(eldr_artifact *a, const fp_keep *fk, const float *sigs_
 
 /* ---- the fit ---------------------------------------------------------------- */
 
-int eldr_fit_stream(const eldr_fit_source *src, const eldr_fit_opts *o, eldr_artifact **out,
-                    eldr_fit_report *report, eldr_diag *d) {
-  int rc = ELDR_OK;
-  *out = NULL;
-  memset(report, 0, sizeof *report);
-  report->moved = report->moved_unaligned = NAN;
-  const eldr_shape *s = &src->shape;
-  const size_t L = s->num_layers, LE = eldr_shape_cells(s);
+/* One fit's state, phase to phase (each phase reads what the ones before
+ * it made; fit_job_free frees whatever a failed phase left). */
+typedef struct fit_job {
+  const eldr_fit_source *src;
+  const eldr_fit_opts *o;
+  eldr_fit_report *report;
+  eldr_diag *d;
+  const eldr_shape *s;
+  size_t L, LE;
+  pass1 p1;          /* pass 1: the sample's counts, document frequencies */
+  size_t n, ns;      /* usable requests, the sample's size */
+  int have_gates;    /* every request carries prefill gates */
+  float *decpat;     /* ns x LE decode patterns (freed after the sample's signatures) */
+  float *idf;        /* LE */
+  eldr_pairs_opts po;
+  uint8_t *masks;    /* a layer mask per candidate */
+  size_t best;       /* the chosen candidate */
+  int chosen_by;     /* ELDR_FIT_BY_* */
+  eldr_artifact *a;  /* the artifact being fitted */
+  fit_rows rows;     /* the rows K-means reads */
+  float *sigs_s;     /* ns x dim: the sample's signatures */
+  fp_keep fpk;       /* the counts the footprint priors are fitted on */
+  size_t *sizes;     /* k cluster sizes */
+  int *labels;       /* n labels (exact K-means) */
+  float *x;          /* the signature matrix, while K-means needs it */
+} fit_job;
 
+static void fit_job_free(fit_job *j) {
+  eldr_artifact_free(j->a);
+  free(j->masks);
+  free(j->labels);
+  free(j->sizes);
+  free(j->x);
+  free(j->sigs_s);
+  free(j->idf);
+  free(j->decpat);
+  pass1_free(&j->p1);
+  free(j->fpk.idx);
+  free(j->fpk.pre);
+  free(j->fpk.dec);
+}
+
+/* The options against the source's shape (nothing read yet). */
+static int fit_check(const eldr_fit_source *src, const eldr_fit_opts *o, eldr_diag *d) {
+  const eldr_shape *s = &src->shape;
   if (o->k < 1) return eldr_diag_fail(d, ELDR_EINVAL, "decoders (k) must be >= 1");
   if (!(o->tau >= 0.0 && o->tau <= 2.0))
     return eldr_diag_fail(d, ELDR_ERANGE, "tau %g out of range [0, 2]", o->tau);
@@ -355,57 +391,66 @@ int eldr_fit_stream(const eldr_fit_source *src, const eldr_fit_opts *o, eldr_art
                             "previous artifact has %zu centroids, this fit %zu: continuity needs the same number",
                             pv->k, o->k);
   }
+  return ELDR_OK;
+}
 
-  pass1 p1 = {0};
-  float *decpat = NULL, *idf = NULL, *sigs_s = NULL, *x = NULL;
-  size_t *sizes = NULL;
-  int *labels = NULL;
-  uint8_t *masks = NULL;
-  eldr_artifact *a = NULL;
-  fp_keep fpk = {0};
-
-  /* 1. pass 1 */
+/* 1. Pass 1: every request read once; the sample's counts (and gates) and
+ * the document frequencies; the sample's decode patterns and the IDF. */
+static int fit_read(fit_job *j) {
+  const eldr_fit_opts *o = j->o;
+  eldr_fit_report *report = j->report;
+  eldr_diag *d = j->d;
+  const size_t LE = j->LE;
   double t0 = eldr_clock_now();
-  p1.LE = LE;
-  p1.cap = o->rho_sample > o->k ? o->rho_sample : o->k;
-  if (p1.cap < 2) p1.cap = 2;
-  p1.o = o;
-  p1.have_gates = 1;
-  eldr_rng_seed(&p1.rng, o->seed ^ 0x5a3b1e5ULL);
-  p1.df = calloc(LE, sizeof *p1.df);
-  p1.pre = malloc(p1.cap * LE * sizeof *p1.pre);
-  p1.dec = malloc(p1.cap * LE * sizeof *p1.dec);
-  p1.gates = malloc(p1.cap * LE * sizeof *p1.gates);
-  if (!p1.df || !p1.pre || !p1.dec || !p1.gates) { rc = ELDR_ENOMEM; goto fail; }
-  rc = src->each(src->ctx, pass1_visit, &p1, d);
+  j->p1.LE = LE;
+  j->p1.cap = o->rho_sample > o->k ? o->rho_sample : o->k;
+  if (j->p1.cap < 2) j->p1.cap = 2;
+  j->p1.o = o;
+  j->p1.have_gates = 1;
+  eldr_rng_seed(&j->p1.rng, o->seed ^ 0x5a3b1e5ULL);
+  j->p1.df = calloc(LE, sizeof *j->p1.df);
+  j->p1.pre = malloc(j->p1.cap * LE * sizeof *j->p1.pre);
+  j->p1.dec = malloc(j->p1.cap * LE * sizeof *j->p1.dec);
+  j->p1.gates = malloc(j->p1.cap * LE * sizeof *j->p1.gates);
+  if (!j->p1.df || !j->p1.pre || !j->p1.dec || !j->p1.gates) return ELDR_ENOMEM;
+  int rc = j->src->each(j->src->ctx, pass1_visit, &j->p1, d);
   report->passes = 1;
-  if (rc) goto fail;
-  const size_t n = p1.n, ns = p1.ns;
-  const int have_gates = p1.have_gates && n > 0;
-  report->skipped_empty = p1.skipped;
+  if (rc) return rc;
+  j->n = j->p1.n;
+  j->ns = j->p1.ns;
+  const size_t n = j->n;
+  j->have_gates = j->p1.have_gates && n > 0;
+  report->skipped_empty = j->p1.skipped;
   if (n < 2 || n < o->k) {
-    rc = eldr_diag_fail(d, ELDR_EEMPTY,
-                        "%zu usable requests (with prefill selections) for %zu decoders: need at least max(2, k)",
-                        n, o->k);
-    goto fail;
+    return eldr_diag_fail(d, ELDR_EEMPTY,
+                          "%zu usable requests (with prefill selections) for %zu decoders: need at least max(2, k)",
+                          n, o->k);
   }
-  if ((o->repr == ELDR_REPR_GATE || o->repr == ELDR_REPR_LOGIT) && !have_gates) {
-    rc = eldr_diag_fail(d, ELDR_EUNSUPPORTED,
-                        "representation '%s' needs prefill_gates on every request of the trace",
-                        eldr_repr_name((eldr_repr)o->repr));
-    goto fail;
+  if ((o->repr == ELDR_REPR_GATE || o->repr == ELDR_REPR_LOGIT) && !j->have_gates) {
+    return eldr_diag_fail(d, ELDR_EUNSUPPORTED,
+                          "representation '%s' needs prefill_gates on every request of the trace",
+                          eldr_repr_name((eldr_repr)o->repr));
   }
-  decpat = calloc(ns * LE, sizeof *decpat);
-  idf = calloc(LE, sizeof *idf);
-  if (!decpat || !idf) { rc = ELDR_ENOMEM; goto fail; }
-  eldr_quality_decode_patterns(s, p1.dec, ns, decpat);
+  j->decpat = calloc(j->ns * LE, sizeof *j->decpat);
+  j->idf = calloc(LE, sizeof *j->idf);
+  if (!j->decpat || !j->idf) return ELDR_ENOMEM;
+  eldr_quality_decode_patterns(j->s, j->p1.dec, j->ns, j->decpat);
   for (size_t c = 0; c < LE; c++)
-    idf[c] = (float)log(((double)n + 1.0) / ((double)p1.df[c] + 1.0));
+    j->idf[c] = (float)log(((double)n + 1.0) / ((double)j->p1.df[c] + 1.0));
   report->n = n;
-  report->sample = ns;
+  report->sample = j->ns;
   report->seconds_read = eldr_clock_now() - t0;
+  return ELDR_OK;
+}
 
-  /* 2. candidates, scored on the sample */
+/* 2. The candidates (representation x IDF), each scored by rho on the
+ * sample, with its greedy layer mask. */
+static int fit_score(fit_job *j) {
+  const eldr_fit_opts *o = j->o;
+  eldr_fit_report *report = j->report;
+  eldr_diag *d = j->d;
+  const size_t L = j->L;
+  double t0;
   eldr_repr reprs[4];
   size_t n_repr = 0;
   if (o->repr >= 0) {
@@ -413,7 +458,7 @@ int eldr_fit_stream(const eldr_fit_source *src, const eldr_fit_opts *o, eldr_art
   } else {
     reprs[n_repr++] = ELDR_REPR_COUNT;
     reprs[n_repr++] = ELDR_REPR_BINARY;
-    if (have_gates) {
+    if (j->have_gates) {
       reprs[n_repr++] = ELDR_REPR_GATE;
       reprs[n_repr++] = ELDR_REPR_LOGIT;
     }
@@ -427,9 +472,9 @@ int eldr_fit_stream(const eldr_fit_source *src, const eldr_fit_opts *o, eldr_art
     idfs[n_idf++] = o->idf == ELDR_FIT_ON;
   }
   report->cand = calloc(n_repr * n_idf, sizeof *report->cand);
-  masks = calloc(n_repr * n_idf * L, 1);
-  if (!report->cand || !masks) { rc = ELDR_ENOMEM; goto fail; }
-  eldr_pairs_opts po = {.max_pairs = o->max_pairs, .seed = o->seed ^ 0x5eedf17ULL};
+  j->masks = calloc(n_repr * n_idf * L, 1);
+  if (!report->cand || !j->masks) return ELDR_ENOMEM;
+  j->po = (eldr_pairs_opts){.max_pairs = o->max_pairs, .seed = o->seed ^ 0x5eedf17ULL};
   t0 = eldr_clock_now();
   for (size_t ri = 0; ri < n_repr; ri++) {
     for (size_t ii = 0; ii < n_idf; ii++) {
@@ -437,24 +482,24 @@ int eldr_fit_stream(const eldr_fit_source *src, const eldr_fit_opts *o, eldr_art
       cd->repr = reprs[ri];
       cd->idf = idfs[ii];
       cd->steps = calloc(L, sizeof *cd->steps);
-      if (!cd->steps) { rc = ELDR_ENOMEM; goto fail; }
+      if (!cd->steps) return ELDR_ENOMEM;
       report->n_cand++;
     }
   }
   /* the candidates are independent: score them on up to 2 threads */
-  rho_jobs rj = {.s = s, .idf = idf, .pre = p1.pre, .gates = have_gates ? p1.gates : NULL,
-                 .decpat = decpat, .n = ns, .po = &po, .cand = report->cand,
-                 .n_cand = report->n_cand, .masks = masks, .o = o};
-  rc = score_candidates(&rj);
+  rho_jobs rj = {.s = j->s, .idf = j->idf, .pre = j->p1.pre, .gates = j->have_gates ? j->p1.gates : NULL,
+                 .decpat = j->decpat, .n = j->ns, .po = &j->po, .cand = report->cand,
+                 .n_cand = report->n_cand, .masks = j->masks, .o = o};
+  int rc = score_candidates(&rj);
   if (rc) {
     const eldr_fit_candidate *cd = &report->cand[rj.failed];
     eldr_diag_fail(d, rc, "rho of %s%s: %s", eldr_repr_name(cd->repr), cd->idf ? "-idf" : "",
                    eldr_strerror(rc));
-    goto fail;
+    return rc;
   }
   for (size_t c = 0; c < report->n_cand; c++) {
     eldr_fit_candidate *cd = &report->cand[c];
-    uint8_t *m = masks + c * L;
+    uint8_t *m = j->masks + c * L;
     if (isnan(cd->rho_all)) report->rho_undefined++;
     if (o->layers == ELDR_FIT_LAYERS_ALL) {
       memset(m, 1, L);
@@ -466,21 +511,29 @@ int eldr_fit_stream(const eldr_fit_source *src, const eldr_fit_opts *o, eldr_art
     cd->mask_size = ms;
   }
   report->seconds_rho = eldr_clock_now() - t0;
-  report->with_decode = p1.with_decode;
+  report->with_decode = j->p1.with_decode;
+  return ELDR_OK;
+}
+
+/* The evidence that chooses (rho, or the caller's named representation and
+ * mask) and the chosen candidate. */
+static int fit_choose(fit_job *j) {
+  const eldr_fit_opts *o = j->o;
+  eldr_fit_report *report = j->report;
+  eldr_diag *d = j->d;
   /* which evidence chooses: rho, or the caller's named representation and
    * mask; without decode selections rho cannot be measured, and a choice
    * nobody made is refused unless the caller accepts a prefill-only fit */
   const int named = o->repr >= 0 && o->layers != ELDR_FIT_LAYERS_AUTO;
-  int chosen_by = named ? ELDR_FIT_BY_NAMED : ELDR_FIT_BY_RHO;
-  if (!p1.with_decode) {
+  j->chosen_by = named ? ELDR_FIT_BY_NAMED : ELDR_FIT_BY_RHO;
+  if (!j->p1.with_decode) {
     if (!named && !o->prefill_only) {
-      rc = eldr_diag_fail(d, ELDR_EEMPTY,
+      return eldr_diag_fail(d, ELDR_EEMPTY,
                           "none of the %zu requests carries decode selections (e.g. recorded streams): rho "
                           "cannot choose the representation and layers; name both (--representation, "
-                          "--layers) or pass --prefill-only", n);
-      goto fail;
+                          "--layers) or pass --prefill-only", j->n);
     }
-    if (!named) chosen_by = ELDR_FIT_BY_PREFILL_ONLY;
+    if (!named) j->chosen_by = ELDR_FIT_BY_PREFILL_ONLY;
   }
 
   /* without any defined rho: the count representation, IDF as allowed */
@@ -499,86 +552,108 @@ int eldr_fit_stream(const eldr_fit_source *src, const eldr_fit_opts *o, eldr_art
     }
   }
   report->chosen = best;
-  const eldr_fit_candidate *ch = &report->cand[best];
+  j->best = best;
+  return ELDR_OK;
+}
 
-  /* 3. artifact + the sample's signatures under the chosen spec */
-  a = eldr_artifact_new(src->model, s, src->layer_ids, ch->repr, ch->idf, masks + best * L, o->k);
-  if (!a) { rc = eldr_diag_fail(d, ELDR_ENOMEM, "cannot allocate the artifact"); goto fail; }
-  if (ch->idf) memcpy(a->idf, idf, LE * sizeof *idf);
+/* 3. The artifact of the chosen candidate, the sample's signatures under
+ * it, its rho and interval; the counts the footprint priors will need kept,
+ * the rest of the sample's counts freed before the big matrix. */
+static int fit_sample_sigs(fit_job *j) {
+  const eldr_fit_opts *o = j->o;
+  eldr_fit_report *report = j->report;
+  eldr_diag *d = j->d;
+  const size_t L = j->L, LE = j->LE;
+  const size_t best = j->best, n = j->n, ns = j->ns;
+  const eldr_fit_candidate *ch = &report->cand[best];
+  eldr_artifact *a = j->a = eldr_artifact_new(j->src->model, j->s, j->src->layer_ids, ch->repr, ch->idf, j->masks + best * L, o->k);
+  if (!a) return eldr_diag_fail(d, ELDR_ENOMEM, "cannot allocate the artifact");
+  if (ch->idf) memcpy(a->idf, j->idf, LE * sizeof *j->idf);
   a->tau = o->tau;
-  fit_rows rows = {.src = src, .dim = a->dim, .n = n, .ns = ns};
-  eldr_artifact_sigspec(a, &rows.spec);
+  j->rows = (fit_rows){.src = j->src, .dim = a->dim, .n = n, .ns = ns};
+  eldr_artifact_sigspec(a, &j->rows.spec);
   const size_t dim = a->dim;
-  sigs_s = calloc(ns * dim, sizeof *sigs_s);
-  if (!sigs_s) { rc = ELDR_ENOMEM; goto fail; }
+  float *sigs_s = j->sigs_s = calloc(ns * dim, sizeof *sigs_s);
+  if (!sigs_s) return ELDR_ENOMEM;
   for (size_t i = 0; i < ns; i++) {
-    int b = eldr_signature_build(&rows.spec, p1.pre + i * LE, have_gates ? p1.gates + i * LE : NULL,
+    int b = eldr_signature_build(&j->rows.spec, j->p1.pre + i * LE, j->have_gates ? j->p1.gates + i * LE : NULL,
                                  sigs_s + i * dim);
-    if (b && b != ELDR_EEMPTY) { rc = eldr_diag_fail(d, b, "signature of sampled request %zu: %s", i, eldr_strerror(b)); goto fail; }
+    if (b && b != ELDR_EEMPTY) return eldr_diag_fail(d, b, "signature of sampled request %zu: %s", i, eldr_strerror(b));
   }
   if (o->layers == ELDR_FIT_LAYERS_LIST) {
     double r = 0;
-    if (eldr_quality_rho(sigs_s, dim, decpat, LE, ns, &po, &r) == ELDR_OK) report->cand[best].rho_mask = r;
+    if (eldr_quality_rho(sigs_s, dim, j->decpat, LE, ns, &j->po, &r) == ELDR_OK) report->cand[best].rho_mask = r;
   }
   a->fit_rho = o->layers == ELDR_FIT_LAYERS_ALL ? ch->rho_all : report->cand[best].rho_mask;
-  a->fit_chosen_by = chosen_by;
-  a->fit_decode_n = p1.with_decode;
+  a->fit_chosen_by = j->chosen_by;
+  a->fit_decode_n = j->p1.with_decode;
   report->rho_ci.rho = report->rho_ci.se = report->rho_ci.lo = report->rho_ci.hi = NAN;
   if (ns >= 40) { /* 20 jackknife groups of at least 2 requests */
-    int q = eldr_quality_rho_ci(sigs_s, dim, decpat, LE, ns, &po, 20, &report->rho_ci);
-    if (q && q != ELDR_EEMPTY) { rc = eldr_diag_fail(d, q, "rho interval: %s", eldr_strerror(q)); goto fail; }
+    int q = eldr_quality_rho_ci(sigs_s, dim, j->decpat, LE, ns, &j->po, 20, &report->rho_ci);
+    if (q && q != ELDR_EEMPTY) return eldr_diag_fail(d, q, "rho interval: %s", eldr_strerror(q));
     if (q) report->rho_ci.rho = report->rho_ci.se = report->rho_ci.lo = report->rho_ci.hi = NAN;
   }
   /* the footprint priors (below, after K-means) need prefill and decode
    * counts of calibration requests: keep those of at most FP_PRIOR_SAMPLE of
    * the sample (evenly spread: the sample may be in the source's order) */
-  fpk.n = ns < FP_PRIOR_SAMPLE ? ns : FP_PRIOR_SAMPLE;
-  fpk.idx = malloc((fpk.n ? fpk.n : 1) * sizeof *fpk.idx);
-  fpk.pre = malloc((fpk.n ? fpk.n : 1) * LE * sizeof *fpk.pre);
-  fpk.dec = malloc((fpk.n ? fpk.n : 1) * LE * sizeof *fpk.dec);
-  if (!fpk.idx || !fpk.pre || !fpk.dec) { rc = ELDR_ENOMEM; goto fail; }
-  for (size_t j = 0; j < fpk.n; j++) {
-    size_t i = (size_t)((double)j * (double)ns / (double)fpk.n);
-    fpk.idx[j] = i;
-    memcpy(fpk.pre + j * LE, p1.pre + i * LE, LE * sizeof *fpk.pre);
-    memcpy(fpk.dec + j * LE, p1.dec + i * LE, LE * sizeof *fpk.dec);
+  j->fpk.n = ns < FP_PRIOR_SAMPLE ? ns : FP_PRIOR_SAMPLE;
+  j->fpk.idx = malloc((j->fpk.n ? j->fpk.n : 1) * sizeof *j->fpk.idx);
+  j->fpk.pre = malloc((j->fpk.n ? j->fpk.n : 1) * LE * sizeof *j->fpk.pre);
+  j->fpk.dec = malloc((j->fpk.n ? j->fpk.n : 1) * LE * sizeof *j->fpk.dec);
+  if (!j->fpk.idx || !j->fpk.pre || !j->fpk.dec) return ELDR_ENOMEM;
+  for (size_t q = 0; q < j->fpk.n; q++) {
+    size_t i = (size_t)((double)q * (double)ns / (double)j->fpk.n);
+    j->fpk.idx[q] = i;
+    memcpy(j->fpk.pre + q * LE, j->p1.pre + i * LE, LE * sizeof *j->fpk.pre);
+    memcpy(j->fpk.dec + q * LE, j->p1.dec + i * LE, LE * sizeof *j->fpk.dec);
   }
   /* the sample's counts are done with: free them before the big matrix */
-  free(decpat);
-  decpat = NULL;
-  free(p1.pre);
-  free(p1.dec);
-  free(p1.gates);
-  p1.pre = p1.dec = NULL;
-  p1.gates = NULL;
+  free(j->decpat);
+  j->decpat = NULL;
+  free(j->p1.pre);
+  free(j->p1.dec);
+  free(j->p1.gates);
+  j->p1.pre = j->p1.dec = NULL;
+  j->p1.gates = NULL;
+  return ELDR_OK;
+}
 
-  /* 4. K-means */
-  sizes = calloc(o->k, sizeof *sizes);
-  if (!sizes) { rc = ELDR_ENOMEM; goto fail; }
+/* 4. Balanced K-means: exact on every row where they fit (or the sample is
+ * every request), else mini-batch epochs over the source and an exact end;
+ * the artifact's fit fields. */
+static int fit_cluster(fit_job *j) {
+  const eldr_fit_opts *o = j->o;
+  eldr_fit_report *report = j->report;
+  eldr_diag *d = j->d;
+  const size_t n = j->n, ns = j->ns, dim = j->a->dim;
+  eldr_artifact *a = j->a;
+  size_t *sizes = j->sizes = calloc(o->k, sizeof *sizes);
+  if (!sizes) return ELDR_ENOMEM;
   eldr_kmeans_opts ko = {.k = o->k, .balanced = o->balanced, .restarts = o->restarts,
                          .max_iter = o->max_iter, .seed = o->seed};
   eldr_kmeans_result kr = {0};
   progress(o, "kmeans", 0, 1);
-  t0 = eldr_clock_now();
+  double t0 = eldr_clock_now();
   const int in_memory = (double)n * (double)dim * sizeof(float) <= (double)o->sig_budget;
   const float *xs = NULL;
+  int rc;
   if (n == ns) {
-    xs = sigs_s; /* the sample is every request, in source order */
+    xs = j->sigs_s; /* the sample is every request, in source order */
   } else if (in_memory && (n <= o->exact_limit || !o->balanced)) {
-    x = malloc(n * dim * sizeof *x);
-    if (!x) { rc = eldr_diag_fail(d, ELDR_ENOMEM, "signature matrix: %zu x %zu floats", n, dim); goto fail; }
+    j->x = malloc(n * dim * sizeof *j->x);
+    if (!j->x) return eldr_diag_fail(d, ELDR_ENOMEM, "signature matrix: %zu x %zu floats", n, dim);
     double tr = eldr_clock_now();
-    if ((rc = eldr__fit_build_matrix(&rows, x, d))) goto fail;
+    if ((rc = eldr__fit_build_matrix(&j->rows, j->x, d))) return rc;
     report->seconds_read += eldr_clock_now() - tr;
     report->passes++;
-    xs = x;
+    xs = j->x;
   }
   if (xs) { /* exact: every assignment step on all rows */
     report->mode = "exact";
-    labels = calloc(n, sizeof *labels);
-    if (!labels) { rc = ELDR_ENOMEM; goto fail; }
-    rc = eldr_kmeans_fit(xs, n, dim, &ko, a->centroids, labels, sizes, &kr);
-    if (rc) { eldr_diag_fail(d, rc, "K-means: %s", eldr_strerror(rc)); goto fail; }
+    j->labels = calloc(n, sizeof *j->labels);
+    if (!j->labels) return ELDR_ENOMEM;
+    rc = eldr_kmeans_fit(xs, n, dim, &ko, a->centroids, j->labels, sizes, &kr);
+    if (rc) return eldr_diag_fail(d, rc, "K-means: %s", eldr_strerror(rc));
   } else {
     /* initial centroids: the exact balanced K-means of (the first rows of)
      * the sample, which is in random order: max(1024, 32 k) rows and at
@@ -588,85 +663,93 @@ int eldr_fit_stream(const eldr_fit_source *src, const eldr_fit_opts *o, eldr_art
     if (ni > ns) ni = ns;
     if (ko.max_iter > 30) ko.max_iter = 30;
     int *sl = calloc(ni, sizeof *sl);
-    if (!sl) { rc = ELDR_ENOMEM; goto fail; }
-    rc = eldr_kmeans_fit(sigs_s, ni, dim, &ko, a->centroids, sl, NULL, &kr);
+    if (!sl) return ELDR_ENOMEM;
+    rc = eldr_kmeans_fit(j->sigs_s, ni, dim, &ko, a->centroids, sl, NULL, &kr);
     free(sl);
-    if (rc) { eldr_diag_fail(d, rc, "K-means of the sample: %s", eldr_strerror(rc)); goto fail; }
-    rows.sample = sigs_s;
+    if (rc) return eldr_diag_fail(d, rc, "K-means of the sample: %s", eldr_strerror(rc));
+    j->rows.sample = j->sigs_s;
     if (in_memory) {
-      x = malloc(n * dim * sizeof *x);
-      if (!x) { rc = eldr_diag_fail(d, ELDR_ENOMEM, "signature matrix: %zu x %zu floats", n, dim); goto fail; }
+      j->x = malloc(n * dim * sizeof *j->x);
+      if (!j->x) return eldr_diag_fail(d, ELDR_ENOMEM, "signature matrix: %zu x %zu floats", n, dim);
       double tr = eldr_clock_now();
-      if ((rc = eldr__fit_build_matrix(&rows, x, d))) goto fail;
+      if ((rc = eldr__fit_build_matrix(&j->rows, j->x, d))) return rc;
       report->seconds_read += eldr_clock_now() - tr;
       report->passes++;
-      rows.x = x;
+      j->rows.x = j->x;
     }
     report->mode = in_memory ? "mini-batch" : "mini-batch (streamed)";
     if (o->previous) { /* continuity: start from the previous partition */
-      if ((rc = eldr__fit_warm_start(&rows, o, a->centroids, d))) goto fail;
+      if ((rc = eldr__fit_warm_start(&j->rows, o, a->centroids, d))) return rc;
       report->passes++;
     }
     int passes = 0;
-    rc = eldr__fit_kmeans_scale(&rows, o, a->centroids, sizes, &kr.objective, &passes, d);
+    rc = eldr__fit_kmeans_scale(&j->rows, o, a->centroids, sizes, &kr.objective, &passes, d);
     report->passes += passes;
-    if (rc) goto fail;
+    if (rc) return rc;
   }
   report->seconds_kmeans = eldr_clock_now() - t0;
   progress(o, "kmeans", 1, 1);
   report->kmeans_objective = kr.objective;
   report->capacity = (n + o->k - 1) / o->k;
   for (size_t c = 0; c < o->k; c++) a->cluster_sizes[c] = sizes[c];
-  free(x);
-  x = NULL;
+  free(j->x);
+  j->x = NULL;
   a->fit_n = n;
   a->fit_seed = o->seed;
   a->fit_balanced = o->balanced;
-  if (src->generator) {
-    size_t gl = strlen(src->generator) + 1;
-    if (!(a->trace_generator = malloc(gl))) {
-      rc = eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
-      goto fail;
-    }
-    memcpy(a->trace_generator, src->generator, gl);
+  if (j->src->generator) {
+    size_t gl = strlen(j->src->generator) + 1;
+    if (!(a->trace_generator = malloc(gl))) return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
+    memcpy(a->trace_generator, j->src->generator, gl);
   }
+  return ELDR_OK;
+}
 
-  /* 5. continuity with the previous artifact */
+/* 5. Continuity with the previous artifact, the footprint's profile
+ * priors, the drift reference; the artifact validated. */
+static int fit_complete(fit_job *j) {
+  const eldr_fit_opts *o = j->o;
+  eldr_fit_report *report = j->report;
+  eldr_diag *d = j->d;
+  eldr_artifact *a = j->a;
+  int rc;
   if (o->previous) {
-    rc = eldr__fit_align_previous(src, o, a, report, d);
+    rc = eldr__fit_align_previous(j->src, o, a, report, d);
     report->passes++;
-    if (rc) goto fail;
+    if (rc) return rc;
   }
   /* the footprint policy's profile priors (eldr/fp_prior.h): global, and
    * per cluster of the final centroids */
-  if ((rc = fit_fp_priors(a, &fpk, sigs_s, report, d))) goto fail;
+  if ((rc = fit_fp_priors(a, &j->fpk, j->sigs_s, report, d))) return rc;
 
   /* the fit-time signature distribution a router's drift score compares
    * with: the sample's (every request up to --rho-sample), against the
    * centroids in their final (aligned) order */
-  rc = eldr_drift_ref_compute(a->centroids, a->k, dim, sigs_s, ns, &a->drift_ref);
+  rc = eldr_drift_ref_compute(a->centroids, a->k, a->dim, j->sigs_s, j->ns, &a->drift_ref);
   if (rc == ELDR_EEMPTY) rc = 0;
-  if (rc) { eldr_diag_fail(d, rc, "drift reference: %s", eldr_strerror(rc)); goto fail; }
+  if (rc) return eldr_diag_fail(d, rc, "drift reference: %s", eldr_strerror(rc));
 
   rc = eldr_artifact_validate(a, d);
-  if (rc) { eldr_diag_prefix(d, "fitted artifact invalid"); goto fail; }
+  if (rc) eldr_diag_prefix(d, "fitted artifact invalid");
+  return rc;
 
-  *out = a;
-  a = NULL;
+}
 
-fail:
-  eldr_artifact_free(a);
-  free(masks);
-  free(labels);
-  free(sizes);
-  free(x);
-  free(sigs_s);
-  free(idf);
-  free(decpat);
-  pass1_free(&p1);
-  free(fpk.idx);
-  free(fpk.pre);
-  free(fpk.dec);
+int eldr_fit_stream(const eldr_fit_source *src, const eldr_fit_opts *o, eldr_artifact **out,
+                    eldr_fit_report *report, eldr_diag *d) {
+  *out = NULL;
+  memset(report, 0, sizeof *report);
+  report->moved = report->moved_unaligned = NAN;
+  int rc = fit_check(src, o, d);
+  if (rc) return rc;
+  fit_job j = {.src = src, .o = o, .report = report, .d = d, .s = &src->shape,
+               .L = src->shape.num_layers, .LE = eldr_shape_cells(&src->shape)};
+  if (!(rc = fit_read(&j)) && !(rc = fit_score(&j)) && !(rc = fit_choose(&j)) && !(rc = fit_sample_sigs(&j)) &&
+      !(rc = fit_cluster(&j)) && !(rc = fit_complete(&j))) {
+    *out = j.a;
+    j.a = NULL;
+  }
+  fit_job_free(&j);
   if (rc) {
     eldr_fit_report_free(report);
     if (rc == ELDR_ENOMEM && d && !d->msg[0]) eldr_diag_fail(d, rc, "out of memory");
