@@ -78,24 +78,6 @@ static int get_int(const json_t *obj, const char *parent, const char *key, long 
   return ELDR_OK;
 }
 
-/* n finite numbers that fit a float, from a JSON array of exactly n. */
-int eldr__artifact_get_floats(const json_t *arr, size_t n, float *out, const char *what, eldr_diag *d) {
-  if (json_array_size(arr) != n)
-    return eldr_diag_fail(d, ELDR_ESHAPE, "%s: %zu values, expected %zu", what,
-                          json_array_size(arr), n);
-  for (size_t i = 0; i < n; i++) {
-    json_t *v = json_array_get(arr, i);
-    if (!json_is_number(v))
-      return eldr_diag_fail(d, ELDR_EPARSE, "%s[%zu]: must be a number", what, i);
-    double x = json_number_value(v);
-    float f = (float)x;
-    if (!isfinite(x) || !isfinite(f))
-      return eldr_diag_fail(d, ELDR_ERANGE, "%s[%zu]: %g is not a finite float", what, i, x);
-    out[i] = f;
-  }
-  return ELDR_OK;
-}
-
 static int parse_seed(const json_t *fit, uint64_t *out, eldr_diag *d) {
   json_t *v = json_object_get(fit, "seed");
   if (!v) return eldr_diag_fail(d, ELDR_EPARSE, "fit.seed: missing");
@@ -388,18 +370,6 @@ int eldr_artifact_load(const char *path, eldr_artifact **out, eldr_diag *d) {
 }
 
 /* ---- serialisation ------------------------------------------------------- */
-
-json_t *eldr__artifact_float_array(const float *v, size_t n) {
-  json_t *arr = json_array();
-  if (!arr) return NULL;
-  for (size_t i = 0; i < n; i++) {
-    if (json_array_append_new(arr, json_real((double)v[i])) != 0) {
-      json_decref(arr);
-      return NULL;
-    }
-  }
-  return arr;
-}
 
 /* json_object_set_new that remembers a failure (value NULL or set failed). */
 static void set(json_t *obj, const char *key, json_t *val, int *bad) {
