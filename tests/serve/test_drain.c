@@ -11,9 +11,10 @@
  *     the router exits 0 then.
  *   rolling restart: two replicas under closed-loop load (tests/support/
  *     lbclient.c: clients spread over the replicas as a load balancer
- *     does, retrying only a refused connection on the other replica, and
- *     with keep-alive a reused idle connection that closed before any
- *     response byte), each replica in turn SIGTERMed, replaced by a new
+ *     does, retrying only a refused connection on the other replica, a new
+ *     connection reset before any response byte (once), and with
+ *     keep-alive a reused idle connection that closed before any response
+ *     byte), each replica in turn SIGTERMed, replaced by a new
  *     process on its port once its listener closed, the old one left to
  *     drain and exit 0: zero failed requests, with and without keep-alive.
  *
@@ -285,9 +286,10 @@ static void rolling_restart(int keep_alive) {
   print_message("rolling restart of 2 replicas under load (16 closed-loop clients, %s, 200-token requests, every "
                 "other one streamed): %zu requests in %.1f s, %zu failed; requests in flight at each SIGTERM "
                 "(drained, finished) %d and %d; %zu connections refused and sent to the other replica, %zu reused connections "
-                "closed before a response byte and sent again; answered %zu / %zu by replica 0 / 1\n",
+                "closed before a response byte and sent again, %zu new connections reset before a response byte and "
+                "sent to the other replica; answered %zu / %zu by replica 0 / 1\n",
                 keep_alive ? "keep-alive" : "a connection per request", st.requests, fx_now() - t0, st.failed,
-                inflight[0], inflight[1], st.refused_retries, st.stale_retries, st.per_replica[0], st.per_replica[1]);
+                inflight[0], inflight[1], st.refused_retries, st.stale_retries, st.fresh_retries, st.per_replica[0], st.per_replica[1]);
   if (st.failed) fail_msg("%zu failed requests; the first: %s", st.failed, st.first_error);
   assert_true(st.ok > before[1]);
   for (int r = 0; r < 2; r++) sf_child_stop(&routers[r]);

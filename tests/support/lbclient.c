@@ -241,7 +241,7 @@ static void *client_main(void *arg) {
     char body[160], req[512];
     int bl = snprintf(body, sizeof body, "{\"prompt\":\"client %d request %u\",\"max_tokens\":%d%s}", cl->id, i,
                       c->max_tokens, stream ? ",\"stream\":true" : "");
-    int k = (int)(next++ % (unsigned)c->n), ok = 0, tries = 0;
+    int k = (int)(next++ % (unsigned)c->n), ok = 0, tries = 0, fresh_retried = 0;
     char why[256] = "no replica accepted the connection";
     while (tries++ < 4 * c->n) {
       int fd = c->keep_alive ? conn[k] : -1, reused = fd >= 0;
@@ -264,6 +264,16 @@ static void *client_main(void *arg) {
       if (rc == -2 && reused) { /* the idle connection was closed as the request crossed it */
         close(fd);
         count(run, &run->st.stale_retries);
+        continue;
+      }
+      if (rc == -2 && !fresh_retried) { /* a new connection ended before any response byte: the
+                                          * kernel resets what a closing listener's queue still
+                                          * held (a SYN that crossed the close); sent again once,
+                                          * to the next replica */
+        close(fd);
+        fresh_retried = 1;
+        count(run, &run->st.fresh_retries);
+        k = (k + 1) % c->n;
         continue;
       }
       if (rc != 0) {

@@ -13,7 +13,13 @@
  *     before any byte of a response (the server closed the idle connection
  *     as the request crossed it: RFC 9112 9.3.1) is sent again on a fresh
  *     connection (stale_retries), as HTTP clients and eldr's own upstream
- *     client do.
+ *     client do;
+ *   - once per request, a new connection that ended before any response
+ *     byte is made to the next replica (fresh_retries): a listener that
+ *     closes resets the handshakes its queue still holds, whatever the
+ *     server does (eldr's drain accepts its backlog first, but a SYN can
+ *     cross the close), and HAProxy's `retry-on conn-failure
+ *     empty-response` (bench/rolling_restart.sh) retries the same.
  * Anything else is a failed request, kept with its reason.
  *
  * Ownership: lb_run owns its threads and sockets; the caller's config and
@@ -41,7 +47,7 @@ typedef struct lb_cfg {
 
 typedef struct lb_stats {
   size_t requests, ok, failed;
-  size_t refused_retries, stale_retries;
+  size_t refused_retries, stale_retries, fresh_retries;
   size_t per_replica[LB_MAX_REPLICAS]; /* answered 200, by replica index */
   char first_error[256];
 } lb_stats;
