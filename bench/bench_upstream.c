@@ -303,7 +303,7 @@ int main(int argc, char **argv) {
   int port = 0;
   long T = 0, L = 48, E = 128, K = 8;
   uint64_t seed = 1;
-  for (int i = 1; i < argc; i++) {
+  for (int i = 1; i < argc; i += 2) { /* flag, value */
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!v) goto usage;
     if (!strcmp(a, "--port")) port = atoi(v);
@@ -315,7 +315,6 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--stream-tokens")) stream_tokens = atol(v);
     else if (!strcmp(a, "--token-interval-ms")) token_interval_s = atof(v) / 1000;
     else goto usage;
-    i++;
   }
   if (T < 0 || L < 1 || E < 1 || K < 1 || K > E || stream_tokens < 1 || token_interval_s < 0) goto usage;
   signal(SIGPIPE, SIG_IGN);
