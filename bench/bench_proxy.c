@@ -36,6 +36,8 @@
 #include "eldr/serve.h"
 #include "eldr/tokenize.h"
 
+#include "bench_net.h"
+
 /* ---- fixture worker ------------------------------------------------------- */
 
 static const char PREFILL_REPLY[] =
@@ -172,21 +174,6 @@ typedef struct conn {
   size_t len;
 } conn;
 
-static int connect_to(int port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in sa = {0};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons((uint16_t)port);
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, (struct sockaddr *)&sa, sizeof sa)) {
-    close(fd);
-    return -1;
-  }
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  return fd;
-}
-
 /* The completion request: a prompt of prompt_tokens stand-in tokens
  * ("w0 w1 ...", one token a word for the router's tokenizer), so that the
  * router hashes its 16-token blocks as it does a real prompt's. */
@@ -270,7 +257,7 @@ static result load(int port, int nconn, double duration, int mode) {
   size_t cap = 1 << 22, n = 0, errors = 0;
   double *lat = malloc(cap * sizeof *lat);
   for (int i = 0; i < nconn; i++) {
-    cs[i].fd = connect_to(port);
+    cs[i].fd = bench_connect_loopback(port);
     if (cs[i].fd < 0) {
       perror("connect");
       exit(1);

@@ -26,6 +26,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_net.h"
+
 enum { HEAD, CHUNK_SIZE, CHUNK_DATA, CHUNK_CRLF, BODY_CL, BODY_CLOSE, DONE };
 
 typedef struct conn {
@@ -52,21 +54,6 @@ static int counting;
 
 static char req[1024];
 static size_t reqlen;
-
-static int connect_to(int port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in sa = {0};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons((uint16_t)port);
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, (struct sockaddr *)&sa, sizeof sa)) {
-    close(fd);
-    return -1;
-  }
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  return fd;
-}
 
 static int send_req(conn *c) {
   c->st = HEAD;
@@ -207,7 +194,7 @@ int main(int argc, char **argv) {
   conn *cs = calloc((size_t)nconn, sizeof *cs);
   struct pollfd *pf = calloc((size_t)nconn, sizeof *pf);
   for (int i = 0; i < nconn; i++) {
-    if ((cs[i].fd = connect_to(port)) < 0 || send_req(&cs[i])) {
+    if ((cs[i].fd = bench_connect_loopback(port)) < 0 || send_req(&cs[i])) {
       perror("bench_sse: connect");
       return 1;
     }

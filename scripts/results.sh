@@ -37,17 +37,21 @@ table() {
     (.rows[] | "| " + (map(cell) | join(" | ")) + " |")' "$1"
 }
 
+command_and_summary() { # json: the study's command as a code block, then its summary
+  echo '```'
+  jq -r .command "$1"
+  echo '```'
+  echo
+  jq -r .summary "$1"
+  echo
+}
+
 section() { # dir name title
   local j="$OUT/$1/$2.json"
   {
     echo "### $3"
     echo
-    echo '```'
-    jq -r .command "$j"
-    echo '```'
-    echo
-    jq -r .summary "$j"
-    echo
+    command_and_summary "$j"
     echo "Paper: $(jq -r .paper "$j")"
     echo
     table "$j"
@@ -188,12 +192,7 @@ j="$OUT/model/crossover.json"
 {
   echo "## 4. The crossover: union-bound or batch-bound (every preset and hardware)"
   echo
-  echo '```'
-  jq -r .command "$j"
-  echo '```'
-  echo
-  jq -r .summary "$j"
-  echo
+  command_and_summary "$j"
   echo "| preset | hardware | peak gain % | at batch | gain at 64 % | crossover batch | tokens per expert there | roofline knee |"
   echo "|---|---|---|---|---|---|---|---|"
   jq -r '.crossover[] | "| \(.model) | \(.hardware) | \(.peak_gain_pct*10|round/10) | \(.peak_gain_batch) | \(.gain_at_64_pct*10|round/10) | \(.crossover_batch // "> 4096") | \(.tokens_per_expert_at_crossover // "-" | if type == "number" then (.*10|round/10) else . end) | \(.roofline_tokens_per_expert|round) |"' "$j"
