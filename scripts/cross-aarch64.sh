@@ -21,16 +21,7 @@ B=$(cd "$B" && pwd)
 T=aarch64-linux-gnu
 
 # ---- the toolchain and the emulator (native packages) ----------------------
-missing=()
-for p in gcc-aarch64-linux-gnu qemu-user; do
-  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
-  echo "installing: ${missing[*]}" >&2
-  $SUDO apt-get update -q
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
-fi
+scripts/deps.sh gcc-aarch64-linux-gnu qemu-user # the toolchain and the emulator (native packages)
 
 # ---- the arm64 libraries, downloaded and unpacked (not installed) ----------
 # The -dev packages eldr builds against and the run-time libraries their

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Install the Debian 12 packages eldr needs to build, test, fuzz and plot.
-# Idempotent: does nothing when everything is already installed.
+# Install the Debian 12 packages eldr needs to build, test, fuzz and plot;
+# with arguments, those packages instead (scripts/cross-aarch64.sh: its
+# toolchain and emulator). Idempotent: does nothing when everything is
+# already installed.
 set -euo pipefail
 PKGS=(build-essential cmake ninja-build pkg-config libjansson-dev libevent-dev libxxhash-dev
       libcmocka-dev libopenblas-dev gnuplot-nox clang libclang-rt-14-dev curl
       python3-yaml python3-jsonschema  # scripts/check_deploy.py (ctest deploy_*)
       nats-server libnats-dev)  # the fleet bus: libnats links in, tests/serve/test_bus.c and `eldr demo --bus nats` run nats-server
+[ $# -gt 0 ] && PKGS=("$@")
 # A package counts as present only when an instance of this machine's own
 # architecture (or an arch-independent one) is installed: `dpkg -s` fails on
 # a name installed for two architectures, and succeeds on a foreign-arch one

@@ -363,17 +363,24 @@ static int port_free(const struct evutil_addrinfo *ai, const char *host, int por
   return 0;
 }
 
-int eldr__port_check(const char *host, int port, eldr_diag *d) {
-  if (port == 0) return 0; /* any free port */
-  struct evutil_addrinfo hints, *ai = NULL;
+/* The listen address host:port (numeric port, passive): 0 with *ai set (the
+ * caller frees it), -1 when it does not resolve. */
+static int listen_addr(const char *host, int port, struct evutil_addrinfo **ai) {
+  struct evutil_addrinfo hints;
   memset(&hints, 0, sizeof hints);
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = EVUTIL_AI_PASSIVE | EVUTIL_AI_NUMERICSERV;
   char portstr[16];
   snprintf(portstr, sizeof portstr, "%d", port);
-  if (evutil_getaddrinfo(host, portstr, &hints, &ai) != 0 || !ai)
-    return eldr_diag_fail(d, ELDR_EIO, "cannot resolve listen address %s", host);
+  *ai = NULL;
+  return evutil_getaddrinfo(host, portstr, &hints, ai) != 0 || !*ai ? -1 : 0;
+}
+
+int eldr__port_check(const char *host, int port, eldr_diag *d) {
+  if (port == 0) return 0; /* any free port */
+  struct evutil_addrinfo *ai;
+  if (listen_addr(host, port, &ai)) return eldr_diag_fail(d, ELDR_EIO, "cannot resolve listen address %s", host);
   const int rc = port_free(ai, host, port, d);
   evutil_freeaddrinfo(ai);
   return rc;
@@ -439,14 +446,8 @@ static int loop_new(const eldr_serve_config *cfg, eldr__group *g, int idx, int p
   if (s->cfg.health_interval_s > 0 && idx == 0) event_active(s->ev_health, EV_TIMEOUT, 0); /* first probe now */
   eldr_policy_init(&s->jsq, ELDR_POLICY_JSQ, 0, cfg->seed, NULL, 0, 0, 1);
   /* listen */
-  struct evutil_addrinfo hints, *ai = NULL;
-  memset(&hints, 0, sizeof hints);
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = EVUTIL_AI_PASSIVE | EVUTIL_AI_NUMERICSERV;
-  char portstr[16];
-  snprintf(portstr, sizeof portstr, "%d", port);
-  if (evutil_getaddrinfo(cfg->host, portstr, &hints, &ai) != 0 || !ai) {
+  struct evutil_addrinfo *ai;
+  if (listen_addr(cfg->host, port, &ai)) {
     rc = eldr_diag_fail(d, ELDR_EINVAL, "cannot resolve listen address %s", cfg->host);
     goto fail;
   }
