@@ -27,16 +27,6 @@ typedef struct raw_server {
   pthread_t th;
 } raw_server;
 
-static int send_all(int fd, const char *p, size_t n) {
-  while (n) {
-    ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
-    if (k <= 0) return -1;
-    p += k;
-    n -= (size_t)k;
-  }
-  return 0;
-}
-
 /* One connection: read the request head, write each piece, close. */
 static void *raw_main(void *arg) {
   raw_server *s = arg;
@@ -52,7 +42,7 @@ static void *raw_main(void *arg) {
     if (strstr(buf, "\r\n\r\n")) break;
   }
   for (size_t i = 0; s->pieces[i]; i++)
-    if (send_all(fd, s->pieces[i], strlen(s->pieces[i]))) break;
+    if (tc_send_all(fd, s->pieces[i], strlen(s->pieces[i]))) break;
   close(fd);
   return NULL;
 }

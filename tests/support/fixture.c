@@ -603,6 +603,17 @@ int tc_connect(int port) {
   return fd;
 }
 
+int tc_send_all(int fd, const char *p, size_t n) {
+  while (n) {
+    ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return -1;
+    p += k;
+    n -= (size_t)k;
+  }
+  return 0;
+}
+
 int tc_raw(int port, const char *raw, size_t len, double timeout_s, tc_resp *out) {
   memset(out, 0, sizeof *out);
   int fd = tc_connect(port);

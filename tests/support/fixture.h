@@ -96,6 +96,9 @@ typedef struct tc_resp {
   int closed;    /* the server closed the connection after the response */
 } tc_resp;
 
+/* Write all n bytes to fd (no SIGPIPE, EINTR retried): 0, or -1 when the
+ * peer closed or the send failed. */
+int tc_send_all(int fd, const char *p, size_t n);
 /* Send raw bytes to 127.0.0.1:port and read one response. 0, or -1 on
  * connection failure / timeout / malformed response. */
 int tc_raw(int port, const char *raw, size_t len, double timeout_s, tc_resp *out);

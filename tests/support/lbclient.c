@@ -3,6 +3,7 @@
  * (Content-Length, chunked, or until close). */
 #define _GNU_SOURCE
 #include "support/lbclient.h"
+#include "support/fixture.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -174,17 +175,6 @@ out:
   return rc;
 }
 
-static int send_all(int fd, const char *p, size_t n) {
-  while (n) {
-    ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) return -1;
-    p += k;
-    n -= (size_t)k;
-  }
-  return 0;
-}
-
 /* The answer is what it must be: 0, or -1 with why. */
 static int check(const lb_cfg *c, int stream, const resp *r, char *why, size_t cap) {
   if (r->status != 200) {
@@ -260,7 +250,7 @@ static void *client_main(void *arg) {
                         "Content-Length: %d\r\n%s\r\n%s",
                         c->ports[k], bl, c->keep_alive ? "" : "Connection: close\r\n", body);
       resp r;
-      int rc = send_all(fd, req, (size_t)rl) ? -2 : read_resp(fd, &r, why, sizeof why);
+      int rc = tc_send_all(fd, req, (size_t)rl) ? -2 : read_resp(fd, &r, why, sizeof why);
       if (rc == -2 && reused) { /* the idle connection was closed as the request crossed it */
         close(fd);
         count(run, &run->st.stale_retries);

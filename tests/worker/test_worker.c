@@ -488,7 +488,7 @@ static void test_client_disconnect_mid_stream(void **state) {
   int hl = snprintf(head, sizeof head,
                     "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n%s",
                     strlen(body), body);
-  assert_int_equal(wt_send_all(fd, head, (size_t)hl), 0);
+  assert_int_equal(tc_send_all(fd, head, (size_t)hl), 0);
   char buf[512];
   struct pollfd p = {fd, POLLIN, 0};
   assert_int_equal(poll(&p, 1, 5000), 1);

@@ -323,8 +323,8 @@ static void test_decode_leaves(void **st) {
   char head[256];
   int hl = snprintf(head, sizeof head, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                                        "Content-Length: %zu\r\n\r\n", strlen(b));
-  assert_int_equal(wt_send_all(fd, head, (size_t)hl), 0);
-  assert_int_equal(wt_send_all(fd, b, strlen(b)), 0);
+  assert_int_equal(tc_send_all(fd, head, (size_t)hl), 0);
+  assert_int_equal(tc_send_all(fd, b, strlen(b)), 0);
   call p;
   double t0 = wt_now();
   call_start(&p, x.p.port, "/v1/completions", b, 30);

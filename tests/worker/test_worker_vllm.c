@@ -307,7 +307,7 @@ static int stream_conn(int port, const char *body) {
                     "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                     "Content-Length: %zu\r\n\r\n%s",
                     strlen(body), body);
-  assert_int_equal(wt_send_all(fd, head, (size_t)hl), 0);
+  assert_int_equal(tc_send_all(fd, head, (size_t)hl), 0);
   return fd;
 }
 
@@ -391,7 +391,7 @@ static int send_with_id(int port, const char *id, const char *body) {
                     "POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Request-Id: %s\r\nContent-Type: "
                     "application/json\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n%s",
                     id, strlen(body), body);
-  assert_int_equal(wt_send_all(fd, head, (size_t)hl), 0);
+  assert_int_equal(tc_send_all(fd, head, (size_t)hl), 0);
   return fd;
 }
 
@@ -439,8 +439,8 @@ static void test_held_blocks_gate_the_next_prefill(void **state) {
   int hl = snprintf(head, sizeof head,
                     "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
                     strlen(bb));
-  assert_int_equal(wt_send_all(fd, head, (size_t)hl), 0);
-  assert_int_equal(wt_send_all(fd, bb, strlen(bb)), 0);
+  assert_int_equal(tc_send_all(fd, head, (size_t)hl), 0);
+  assert_int_equal(tc_send_all(fd, bb, strlen(bb)), 0);
   struct pollfd p = {fd, POLLIN, 0};
   assert_int_equal(poll(&p, 1, 300), 0); /* no reply: waiting for blocks */
   assert_true(wt_metric(P.port, "vllm:num_requests_waiting{engine=\"0\",model_name=\"qwen3-30b-a3b\"}") == 1);

@@ -27,6 +27,7 @@
 
 #include "eldr/clock.h"
 #include "eldr/worker.h"
+#include "support/fixture.h"
 
 static __attribute__((unused)) double wt_now(void) { return eldr_clock_now(); }
 
@@ -56,16 +57,6 @@ static __attribute__((unused)) int wt_connect(int port) {
     return -1;
   }
   return fd;
-}
-
-static __attribute__((unused)) int wt_send_all(int fd, const char *p, size_t n) {
-  while (n) {
-    ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
-    if (k <= 0) return -1;
-    p += k;
-    n -= (size_t)k;
-  }
-  return 0;
 }
 
 /* Decode a chunked body in place; returns the new length or -1. */
@@ -102,7 +93,7 @@ static __attribute__((unused)) int wt_http(int port, const char *method, const c
                     "%s %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nConnection: close\r\n"
                     "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
                     method, path, port, bl);
-  if (wt_send_all(fd, head, (size_t)hl) < 0 || (bl && wt_send_all(fd, body, bl) < 0)) {
+  if (tc_send_all(fd, head, (size_t)hl) < 0 || (bl && tc_send_all(fd, body, bl) < 0)) {
     close(fd);
     return -1;
   }
