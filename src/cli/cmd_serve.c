@@ -42,7 +42,16 @@ static void usage(FILE *f) {
           "      --dns-interval S    seconds between re-resolutions of the --*-dns names and\n"
           "                          retries of worker names that did not resolve      [5]\n"
           "      --dns-server IP[:PORT]  nameserver instead of /etc/resolv.conf   [the system's]\n"
+          "      --pd FLOW           prefill/decode flow: vllm (the decoder chosen from the\n"
+          "                          prefill's reply) or sglang (both legs at once with a\n"
+          "                          bootstrap room; the decoder chosen at arrival on the\n"
+          "                          predicted signature; docs/sglang.md)      [vllm]\n"
+          "      --bootstrap-port N  --pd sglang: the prefill workers' bootstrap port (their\n"
+          "                          --disaggregation-bootstrap-port; 0: null)  [8998]\n"
           "routing\n"
+          "      --predict-threshold X  --pd sglang: the share of the prompt's tokens the\n"
+          "                          signature cache must know to route on the prediction,\n"
+          "                          else load                                 [0.5]\n"
           "      --artifact FILE     routing artifact from `eldr fit`        [none: load only]\n"
           "      --policy NAME       decode policy: eldr, footprint, jsq, p2c, rr, random\n"
           "                                                                    [eldr]\n"
@@ -174,6 +183,9 @@ typedef struct flagkey {
 static const flagkey FLAGS[] = {
     {"artifact", "artifact", 'S'},
     {"policy", "policy", 'S'},
+    {"pd", "pd", 'S'},
+    {"bootstrap-port", "bootstrap_port", 'I'},
+    {"predict-threshold", "predict_threshold", 'N'},
     {"tau", "tau", 'N'},
     {"host", "host", 'S'},
     {"port", "port", 'I'},

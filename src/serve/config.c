@@ -9,6 +9,7 @@
 #include <strings.h>
 
 #include "eldr/serve.h"
+#include "eldr/predict.h"
 
 static char *xstrdup(const char *s) {
   if (!s) return NULL;
@@ -58,6 +59,9 @@ void eldr_serve_config_default(eldr_serve_config *c) {
   c->bus_snapshot_s = 1;
   c->bus_peer_timeout_s = 3;
   c->decode_max_batch = 256;
+  c->pd = ELDR_PD_VLLM;
+  c->bootstrap_port = 8998; /* SGLang's --disaggregation-bootstrap-port default (server_args.py) */
+  c->predict_threshold = ELDR_PREDICT_THRESHOLD_DEFAULT;
 }
 
 static void free_list(char **v, size_t n) {
@@ -385,6 +389,14 @@ int eldr_serve_config_parse(eldr_serve_config *c, const char *json, size_t len, 
       if (!json_is_boolean(v)) rc = eldr_diag_fail(d, ELDR_EINVAL, "config: '%s' must be true or false", key);
       else c->forward_authorization = json_is_true(v);
     }
+    else if (!strcmp(key, "pd")) {
+      const char *pv = json_is_string(v) ? json_string_value(v) : "";
+      if (!strcmp(pv, "vllm")) c->pd = ELDR_PD_VLLM;
+      else if (!strcmp(pv, "sglang")) c->pd = ELDR_PD_SGLANG;
+      else rc = eldr_diag_fail(d, ELDR_EINVAL, "config: 'pd' must be \"vllm\" or \"sglang\"");
+    }
+    else if (!strcmp(key, "bootstrap_port")) { if (!(rc = get_int(v, key, 0, 65535, &n, d))) c->bootstrap_port = (int)n; }
+    else if (!strcmp(key, "predict_threshold")) { if (!(rc = get_num(v, key, 0, 1, &x, d))) c->predict_threshold = x; }
     else if (!strcmp(key, "splice_routed_experts")) {
       if (!json_is_boolean(v)) rc = eldr_diag_fail(d, ELDR_EINVAL, "config: '%s' must be true or false", key);
       else c->splice_routed_experts = json_is_true(v);
