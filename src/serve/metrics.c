@@ -155,9 +155,9 @@ void eldr__handle_metrics(hconn *c) {
                       (unsigned long long)m->arrival[ARR_PREDICTED], (unsigned long long)m->arrival[ARR_BELOW_THRESHOLD],
                       (unsigned long long)m->arrival[ARR_NO_PREDICTION]);
   {
-    static const char *const spf[SPF__N] = {"ok", "no_routed_experts", "failed", "timeout", "abandoned"};
+    static const char *const spf[SPF__N] = {"ok", "not_read", "failed", "timeout", "abandoned"};
     evbuffer_add_printf(o, "# HELP eldr_sglang_prefill_total --pd sglang: prefill legs by end: ok (its routed experts read), "
-                           "no_routed_experts (answered without usable ones), failed, timeout, abandoned (the request ended first).\n"
+                           "not_read (answered; no artifact, no rows, or rows that do not fit it), failed, timeout, abandoned (the request ended first).\n"
                            "# TYPE eldr_sglang_prefill_total counter\n");
     for (int i = 0; i < SPF__N; i++)
       evbuffer_add_printf(o, "eldr_sglang_prefill_total{result=\"%s\"} %llu\n", spf[i], (unsigned long long)m->sgl_prefill[i]);
