@@ -22,6 +22,7 @@
 #include <jansson.h>
 
 #include "eldr/artifact.h"
+#include "eldr/latency.h"
 #include "eldr/serve.h"
 #include "eldr/tracegen.h"
 #include "support/fixture.h"
@@ -49,15 +50,25 @@ static int engine_port(const sf_rig *g, int slot) { return ((wt_worker *)g->engi
 static int boot_port(const sf_rig *g) { return eldr_worker_bootstrap_port(((wt_worker *)g->engine[0])->w); }
 
 /* An artifact of the model's MoE layers telling the halves of its experts
- * apart (what the decision needs to run on a signature). */
-static char *artifact_for_model(void) {
+ * apart (what the decision needs to run on a signature); with_latency: the
+ * model's H200 latency coefficients (the footprint policy's). */
+static char *artifact_of(int with_latency) {
   eldr_shape sh;
   char canon[64];
   uint32_t ids[ELDR_MAX_LAYERS];
   assert_int_equal(eldr_tracegen_model_shape(MODEL, &sh, canon, sizeof canon, NULL), 0);
   eldr_tracegen_layer_ids(MODEL, &sh, ids);
-  return sf_artifact_save(sf_halves_artifact(canon, &sh, ids, 0, NULL), "sglserve");
+  eldr_artifact *a = sf_halves_artifact(canon, &sh, ids, 0, NULL);
+  if (with_latency) {
+    eldr_latency_model m;
+    eldr_diag d = {{0}};
+    if (eldr_latency_preset(MODEL, "h200", &m, &d)) fail_msg("latency preset: %s", d.msg);
+    if (eldr_artifact_set_latency(a, &m, &d)) fail_msg("set latency: %s", d.msg);
+  }
+  return sf_artifact_save(a, with_latency ? "sglserve_lat" : "sglserve");
 }
+
+static char *artifact_for_model(void) { return artifact_of(0); }
 
 /* Engines (1 prefill, nd decode; the last decode slot may be replaced by a
  * fixture), the router in --pd sglang with the ELDR policy and an artifact. */
@@ -228,11 +239,45 @@ static void test_decode_failure(void **st) {
   free(art);
 }
 
+/* The footprint policy: the decoder's contribution, predicted at arrival
+ * (uniform for a prompt never seen), is replaced by the prefill's true
+ * counts once its reply is read; every ticket ends with its request. */
+static void test_footprint_prediction_replaced(void **st) {
+  (void)st;
+  sf_rig g;
+  /* decoders in real time (20 tokens: tens of ms after the KV arrived), so
+   * the prefill's reply, sent when the KV has moved, is read while the
+   * decode leg still runs (a decode that ended first has no contribution
+   * left to replace) */
+  eldr_worker_config c = engine_cfg(), dc = engine_cfg();
+  dc.time_scale = 1.0;
+  sf_start_engines(&g, 1, &c, 2, &dc);
+  char *art = artifact_of(1);
+  g.c.threads = 1;
+  g.c.policy = ELDR_POLICY_FOOTPRINT;
+  g.c.artifact = strdup(art);
+  g.c.pd = ELDR_PD_SGLANG;
+  g.c.bootstrap_port = boot_port(&g);
+  sf_run(&g);
+  int port = g.r.port;
+  char body[1024];
+  snprintf(body, sizeof body, "{\"prompt\":\"%s\",\"max_tokens\":20,\"stream\":true}", LONG_PROMPT);
+  for (int i = 0; i < 2; i++) sf_post_ok(port, "/v1/completions", body, NULL, NULL);
+  assert_int_equal(rt_metric(port, "eldr_sglang_prefill_total{result=\"ok\"}"), 2);
+  assert_int_equal(rt_metric(port, "eldr_sglang_decisions_total{signature=\"predicted\"}"), 1);
+  assert_int_equal(rt_metric(port, "eldr_footprint_replaced_total"), 2);
+  assert_int_equal(rt_wait_metric_le(port, "eldr_footprint_inflight", 0, 10), 0);
+  sf_free(&g);
+  unlink(art);
+  free(art);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_completion_stream_and_prediction),
       cmocka_unit_test(test_prefill_failure_aborts_decode),
       cmocka_unit_test(test_decode_failure),
+      cmocka_unit_test(test_footprint_prediction_replaced),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
