@@ -32,7 +32,8 @@ static void usage(FILE *f) {
           "shows every flag). See docs/serve.md.\n"
           "\n"
           "workers\n"
-          "      --prefill URL       prefill worker http://host:port; repeatable\n"
+          "      --prefill URL       prefill worker http://host:port; repeatable; with\n"
+          "                          --pd sglang, URL PORT gives its own bootstrap port\n"
           "                          (required: one --prefill or --prefill-dns)\n"
           "      --decode URL        decode worker http://host:port; repeatable\n"
           "                          (required: one --decode or --decode-dns)\n"
@@ -327,7 +328,51 @@ static void add_worker(const char *cmd, eldr_serve_config *c, json_t *ov, int o,
   json_array_append_new(json_object_get(ov, key), json_string(val));
 }
 
+/* SGLang's gateway form --prefill URL PORT: a number right after a
+ * --prefill's URL is that worker's bootstrap port (config bootstrap_ports).
+ * Taken out of argv before getopt (which would permute it away); at most
+ * SF_BOOT of them. */
+#define MAX_BOOT 256
+typedef struct boot_args {
+  const char *url[MAX_BOOT], *port[MAX_BOOT];
+  int n;
+} boot_args;
+
+static int is_port_text(const char *v) { return v && v[0] && strlen(v) <= 6 && strspn(v, "0123456789") == strlen(v); }
+
+static void strip_boot_ports(const char *cmd, int *argc, char **argv, boot_args *b) {
+  int w = 1;
+  for (int i = 1; i < *argc; i++) {
+    argv[w++] = argv[i];
+    const char *url = !strcmp(argv[i], "--prefill") && i + 1 < *argc ? argv[i + 1]
+                      : !strncmp(argv[i], "--prefill=", 10)       ? argv[i] + 10
+                                                                  : NULL;
+    if (!url) continue;
+    if (!strcmp(argv[i], "--prefill")) argv[w++] = argv[++i];
+    if (i + 1 < *argc && is_port_text(argv[i + 1])) {
+      if (b->n == MAX_BOOT) cli_usage_error(cmd, "more than %d --prefill URL PORT", MAX_BOOT);
+      b->url[b->n] = url;
+      b->port[b->n++] = argv[++i];
+    }
+  }
+  argv[w] = NULL;
+  *argc = w;
+}
+
+static void apply_boot_ports(const char *cmd, eldr_serve_config *c, json_t *ov, const boot_args *b) {
+  for (int i = 0; i < b->n; i++) {
+    eldr_diag d = {{0}};
+    const int rc = eldr_serve_config_set_boot_port(c, b->url[i], atoll(b->port[i]), &d);
+    if (rc) cli_usage_error(cmd, "--prefill %s %s: %s", b->url[i], b->port[i], eldr_diag_msg(&d, rc));
+    if (!json_object_get(ov, "bootstrap_ports")) json_object_set_new(ov, "bootstrap_ports", json_object());
+    json_object_set_new(json_object_get(ov, "bootstrap_ports"), b->url[i], json_integer(atoll(b->port[i])));
+  }
+}
+
 static void parse(const char *cmd, int argc, char **argv, eldr_serve_config *c, serve_args *a) {
+  static boot_args boot; /* static: its size; parse runs once */
+  boot.n = 0;
+  strip_boot_ports(cmd, &argc, argv, &boot);
   struct option opts[NFLAGS + 12];
   size_t no = 0;
   for (size_t i = 0; i < NFLAGS; i++)
@@ -390,6 +435,7 @@ static void parse(const char *cmd, int argc, char **argv, eldr_serve_config *c, 
     }
   }
   if (optind < argc) cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+  apply_boot_ports(cmd, c, a->ov, &boot);
   if (c->record_dir && !*c->record_dir) cli_usage_error(cmd, "--record: empty directory name");
   const char *envkey = getenv("ELDR_BACKEND_API_KEY");
   if (!c->backend_api_key && envkey && *envkey) {

@@ -8,7 +8,7 @@
  *             signature cache when eldr_predict_usable says so, else by load
  *             (r->arrival says which; metric eldr_sglang_decisions_total)
  *   bodies    the client's JSON with bootstrap_host (the prefill's host),
- *             bootstrap_port (cfg.bootstrap_port) and a fresh random
+ *             bootstrap_port (the worker's own, else cfg.bootstrap_port) and a fresh random
  *             bootstrap_room per item (sglbody.c); the prefill's also asks
  *             for the prompt's routed experts and one whole reply
  *   legs      both sent in the same loop turn: the decode leg is r->L (relayed
@@ -297,11 +297,9 @@ void eldr__sglpd_start(rq *r) {
     eldr__client_upstream_error(r, 503, OUT_UPSTREAM_ERROR, "no healthy decode worker");
     return;
   }
-  rc = eldr__sgl_leg_body(r->req.raw, r->req.raw_len, r->req.api, pw->host, s->cfg.bootstrap_port, pd->rooms, items,
-                          &r->b.db, &d);
-  if (!rc)
-    rc = eldr__sgl_prefill_body(r->req.raw, r->req.raw_len, r->req.api, pw->host, s->cfg.bootstrap_port, pd->rooms,
-                                items, &r->b.pb, &d);
+  int bport = eldr_serve_config_boot_port(&s->cfg, pw->url);
+  rc = eldr__sgl_leg_body(r->req.raw, r->req.raw_len, r->req.api, pw->host, bport, pd->rooms, items, &r->b.db, &d);
+  if (!rc) rc = eldr__sgl_prefill_body(r->req.raw, r->req.raw_len, r->req.api, pw->host, bport, pd->rooms, items, &r->b.pb, &d);
   if (rc) {
     eldr__client_upstream_error(r, 500, OUT_UPSTREAM_ERROR, "%s", eldr_diag_msg(&d, rc));
     return;

@@ -272,12 +272,61 @@ static void test_footprint_prediction_replaced(void **st) {
   free(art);
 }
 
+/* A bootstrap port per prefill worker (the gateway's --prefill URL PORT;
+ * config bootstrap_ports): two prefill engines on their own ports, the
+ * global one wrong; every request reaches its prefill's bootstrap server. */
+static void test_bootstrap_port_per_prefill(void **st) {
+  (void)st;
+  sf_rig g;
+  eldr_worker_config c = engine_cfg();
+  c.bootstrap_timeout = 3;
+  c.waiting_timeout = 3;
+  sf_start_engines(&g, 2, &c, 1, &c);
+  g.c.threads = 1;
+  g.c.pd = ELDR_PD_SGLANG;
+  g.c.bootstrap_port = 1; /* nobody's */
+  eldr_diag d = {{0}};
+  char doc[512];
+  snprintf(doc, sizeof doc, "{\"bootstrap_ports\":{\"%s\":%d,\"%s\":%d}}", g.purl[0],
+           eldr_worker_bootstrap_port(((wt_worker *)g.engine[0])->w), g.purl[1],
+           eldr_worker_bootstrap_port(((wt_worker *)g.engine[1])->w));
+  if (eldr_serve_config_parse(&g.c, doc, strlen(doc), &d)) fail_msg("config: %s", d.msg);
+  assert_int_equal(g.c.n_boot, 2);
+  assert_int_equal(eldr_serve_config_validate(&g.c, &d), 0);
+  sf_run(&g);
+  for (int i = 0; i < 16; i++) {
+    char body[256];
+    snprintf(body, sizeof body, "{\"prompt\":\"request %d of sixteen, each its own prefix\",\"max_tokens\":2}", i);
+    sf_post_ok(g.r.port, "/v1/completions", body, NULL, NULL);
+  }
+  for (int i = 0; i < 2; i++) {
+    char series[160];
+    snprintf(series, sizeof series, "eldr_worker_requests_total{role=\"prefill\",worker=\"%s\"}", g.purl[i]);
+    assert_true(rt_metric(g.r.port, series) >= 1);
+  }
+  assert_int_equal(rt_metric(g.r.port, "eldr_sglang_prefill_total{result=\"failed\"}"), 0);
+  sf_free(&g);
+  /* the map names prefill workers only, and ports in range */
+  eldr_serve_config cf;
+  eldr_serve_config_default(&cf);
+  assert_int_equal(eldr_serve_config_add_worker(&cf, 0, "http://p:1", &d), 0);
+  assert_int_equal(eldr_serve_config_add_worker(&cf, 1, "http://q:1", &d), 0);
+  const char *bad = "{\"bootstrap_ports\":{\"http://q:1\":9}}";
+  assert_int_equal(eldr_serve_config_parse(&cf, bad, strlen(bad), &d), 0);
+  assert_int_equal(eldr_serve_config_validate(&cf, &d), ELDR_EINVAL);
+  assert_non_null(strstr(d.msg, "not a prefill worker"));
+  const char *range = "{\"bootstrap_ports\":{\"http://p:1\":70000}}";
+  assert_int_equal(eldr_serve_config_parse(&cf, range, strlen(range), &d), ELDR_ERANGE);
+  eldr_serve_config_free(&cf);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_completion_stream_and_prediction),
       cmocka_unit_test(test_prefill_failure_aborts_decode),
       cmocka_unit_test(test_decode_failure),
       cmocka_unit_test(test_footprint_prediction_replaced),
+      cmocka_unit_test(test_bootstrap_port_per_prefill),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
