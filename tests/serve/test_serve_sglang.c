@@ -157,6 +157,13 @@ static void test_completion_stream_and_prediction(void **st) {
   assert_int_equal(json_array_size(json_object_get(j, "choices")), 3);
   json_decref(j);
   tc_free(&r);
+  /* a batch of 2 prompts x n 2: 4 items, a room each */
+  sf_post_ok(port, "/v1/completions", "{\"prompt\":[\"first prompt of a batch\",\"second prompt of it\"],\"max_tokens\":2,\"n\":2}",
+             NULL, &r);
+  j = json_loads(r.body, 0, NULL);
+  assert_int_equal(json_array_size(json_object_get(j, "choices")), 4);
+  json_decref(j);
+  tc_free(&r);
   for (int i = 0; i < 3; i++) assert_int_equal(worker_idle(engine_port(&g, i), 10), 0);
   sf_free(&g);
   unlink(art);
@@ -198,6 +205,39 @@ static void test_prefill_failure_aborts_decode(void **st) {
   assert_int_equal(tc_post(port, "/v1/completions", body, NULL, &r), 0);
   if (r.status != 502 || !strstr(r.body, "prefill")) fail_msg("stream: want 502 naming the prefill: %d %s", r.status, r.body);
   tc_free(&r);
+  assert_int_equal(worker_idle(engine_port(&g, 1), 10), 0);
+  sf_free(&g);
+  fx_stop(fp);
+  fx_free(fp);
+  unlink(art);
+  free(art);
+}
+
+/* A prefill that never answers: its leg ends at --prefill-timeout with 504,
+ * the decode leg (waiting for KV: 30 s) aborted with it. */
+static void test_prefill_timeout_aborts_decode(void **st) {
+  (void)st;
+  sf_rig g;
+  char *art;
+  rig_start(&g, 1, &art);
+  fx_behaviour hang = fx_defaults();
+  hang.hang = 1;
+  fx_worker *fp = fx_start(&hang);
+  assert_non_null(fp);
+  free(g.c.prefill[0]);
+  g.c.prefill[0] = strdup(fx_url(fp));
+  g.c.prefill_timeout_s = 1;
+  sf_run(&g);
+  char body[1024];
+  snprintf(body, sizeof body, "{\"prompt\":\"%s\",\"max_tokens\":5}", LONG_PROMPT);
+  double t0 = wt_now();
+  tc_resp r;
+  assert_int_equal(tc_post(g.r.port, "/v1/completions", body, NULL, &r), 0);
+  double took = wt_now() - t0;
+  if (r.status != 504 || !strstr(r.body, "prefill timed out")) fail_msg("want 504 prefill timed out: %d %s", r.status, r.body);
+  assert_true(took >= 0.9 && took < 10);
+  tc_free(&r);
+  assert_int_equal(rt_metric(g.r.port, "eldr_sglang_prefill_total{result=\"timeout\"}"), 1);
   assert_int_equal(worker_idle(engine_port(&g, 1), 10), 0);
   sf_free(&g);
   fx_stop(fp);
@@ -324,6 +364,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_completion_stream_and_prediction),
       cmocka_unit_test(test_prefill_failure_aborts_decode),
+      cmocka_unit_test(test_prefill_timeout_aborts_decode),
       cmocka_unit_test(test_decode_failure),
       cmocka_unit_test(test_footprint_prediction_replaced),
       cmocka_unit_test(test_bootstrap_port_per_prefill),
