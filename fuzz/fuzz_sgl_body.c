@@ -48,6 +48,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   for (int i = 0; i < 3; i++)
     if (!ours(json_object_get(j, k[i]), "10.1.2.3", 8998, rooms, items, i)) abort();
   json_decref(j);
+  /* the prefill's body: the same fields, and a whole reply with the rows */
+  if (eldr__sgl_prefill_body(in.body, in.len, in.api, "10.1.2.3", 8998, rooms, items, &b, &d) != 0) {
+    if (!d.msg[0]) abort();
+    eldr__buf_free(&b);
+    return 0;
+  }
+  j = json_loadb(b.p, b.n, 0, NULL);
+  if (!json_is_object(j) || !json_is_false(json_object_get(j, "stream")) ||
+      !json_is_true(json_object_get(j, "return_routed_experts")) || json_object_get(j, "stream_options"))
+    abort();
+  for (int i = 0; i < 3; i++)
+    if (!ours(json_object_get(j, k[i]), "10.1.2.3", 8998, rooms, items, i)) abort();
+  json_decref(j);
   eldr__buf_free(&b);
   return 0;
 }

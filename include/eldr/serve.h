@@ -55,6 +55,19 @@ typedef struct eldr_serve_config {
                               * opened at start (a reload does not reopen it) */
   char *artifact;            /* routing artifact path, or NULL (load-only routing) */
   eldr_policy_kind policy;   /* decode policy (default ELDR) */
+  int pd;                    /* prefill/decode flow (ELDR_PD_*): vLLM's, the decoder chosen
+                              * from the prefill's reply (default), or SGLang's, both legs
+                              * sent at once with a bootstrap room (docs/sglang.md) */
+  int bootstrap_port;        /* pd sglang: the prefill workers' bootstrap server port, sent
+                              * as bootstrap_port (SGLang's --disaggregation-bootstrap-port,
+                              * default 8998; 0: null, as the gateway sends without one) */
+  char **boot_urls;          /* pd sglang: prefill workers whose bootstrap port is not
+                              * bootstrap_port (config bootstrap_ports {URL: PORT}; the
+                              * gateway's --prefill URL PORT) ... */
+  int *boot_ports;           /* ... and their ports (0: null) */
+  size_t n_boot;
+  double predict_threshold;  /* pd sglang: the confidence a signature predicted at arrival
+                              * needs to be routed on (eldr/predict.h; default 0.5) */
   double tau;                /* band width; < 0 = the artifact's tau (0.1 without one) */
   uint64_t seed;             /* for RANDOM / P2C and generated request ids */
   uint32_t prefill_guard;    /* prefill load guard (in-flight requests), default 4 */
@@ -145,6 +158,16 @@ typedef struct eldr_serve_config {
   void *log_ctx;
 } eldr_serve_config;
 
+/* eldr_serve_config.pd */
+enum { ELDR_PD_VLLM = 0, ELDR_PD_SGLANG = 1 };
+
+/* The bootstrap port sent for prefill worker url: its own (boot_urls),
+ * else bootstrap_port. */
+int eldr_serve_config_boot_port(const eldr_serve_config *c, const char *url);
+/* Set prefill worker url's bootstrap port (replacing one set before): 0,
+ * ELDR_ERANGE (not 0..65535) or ELDR_ENOMEM. */
+int eldr_serve_config_set_boot_port(eldr_serve_config *c, const char *url, long long port, eldr_diag *d);
+
 /* Defaults (no workers). */
 void eldr_serve_config_default(eldr_serve_config *c);
 void eldr_serve_config_free(eldr_serve_config *c);
@@ -170,7 +193,9 @@ int eldr_serve_config_add_api_key(eldr_serve_config *c, const char *key, eldr_di
  *   record_max_seconds, record_queue, record_queue_bytes, record_experts,
  *   api_key (string, array of strings, or null), shutdown_timeout,
  *   health_timeout, hang_window, bus (URL or null), bus_subject, bus_replica_id,
- *   bus_snapshot_interval, bus_peer_timeout, decode_max_batch.
+ *   bus_snapshot_interval, bus_peer_timeout, decode_max_batch, pd ("vllm" or
+ *   "sglang"), bootstrap_port, bootstrap_ports ({prefill URL: port}, replaces the
+ *   map), predict_threshold.
  * A "prefill"/"decode" list replaces the current one. Unknown keys and
  * wrong types are errors naming the key. */
 int eldr_serve_config_parse(eldr_serve_config *c, const char *json, size_t len, eldr_diag *d);

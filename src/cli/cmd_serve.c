@@ -33,7 +33,9 @@ static void usage(FILE *f) {
           "\n"
           "workers\n"
           "      --prefill URL       prefill worker http://host:port; repeatable\n"
-          "                          (required: one --prefill or --prefill-dns)\n"
+          "                          (required: one --prefill or --prefill-dns); in the\n"
+          "                          sglang flow URL PORT gives its own bootstrap port\n"
+          "                          (config key bootstrap_ports: {URL: PORT})\n"
           "      --decode URL        decode worker http://host:port; repeatable\n"
           "                          (required: one --decode or --decode-dns)\n"
           "      --prefill-dns NAME:PORT  every A/AAAA address of NAME is a prefill worker,\n"
@@ -42,7 +44,16 @@ static void usage(FILE *f) {
           "      --dns-interval S    seconds between re-resolutions of the --*-dns names and\n"
           "                          retries of worker names that did not resolve      [5]\n"
           "      --dns-server IP[:PORT]  nameserver instead of /etc/resolv.conf   [the system's]\n"
+          "      --pd FLOW           prefill/decode flow: vllm (the decoder chosen from the\n"
+          "                          prefill's reply) or sglang (both legs at once with a\n"
+          "                          bootstrap room; the decoder chosen at arrival on the\n"
+          "                          predicted signature; docs/sglang.md)      [vllm]\n"
+          "      --bootstrap-port N  --pd sglang: the prefill workers' bootstrap port, their\n"
+          "                          SGLang disaggregation bootstrap port (0: null)  [8998]\n"
           "routing\n"
+          "      --predict-threshold X  --pd sglang: the share of the prompt's tokens the\n"
+          "                          signature cache must know to route on the prediction,\n"
+          "                          else load                                 [0.5]\n"
           "      --artifact FILE     routing artifact from `eldr fit`        [none: load only]\n"
           "      --policy NAME       decode policy: eldr, footprint, jsq, p2c, rr, random\n"
           "                                                                    [eldr]\n"
@@ -174,6 +185,9 @@ typedef struct flagkey {
 static const flagkey FLAGS[] = {
     {"artifact", "artifact", 'S'},
     {"policy", "policy", 'S'},
+    {"pd", "pd", 'S'},
+    {"bootstrap-port", "bootstrap_port", 'I'},
+    {"predict-threshold", "predict_threshold", 'N'},
     {"tau", "tau", 'N'},
     {"host", "host", 'S'},
     {"port", "port", 'I'},
@@ -315,7 +329,51 @@ static void add_worker(const char *cmd, eldr_serve_config *c, json_t *ov, int o,
   json_array_append_new(json_object_get(ov, key), json_string(val));
 }
 
+/* SGLang's gateway form --prefill URL PORT: a number right after a
+ * --prefill's URL is that worker's bootstrap port (config bootstrap_ports).
+ * Taken out of argv before getopt (which would permute it away); at most
+ * SF_BOOT of them. */
+#define MAX_BOOT 256
+typedef struct boot_args {
+  const char *url[MAX_BOOT], *port[MAX_BOOT];
+  int n;
+} boot_args;
+
+static int is_port_text(const char *v) { return v && v[0] && strlen(v) <= 6 && strspn(v, "0123456789") == strlen(v); }
+
+static void strip_boot_ports(const char *cmd, int *argc, char **argv, boot_args *b) {
+  int w = 1;
+  for (int i = 1; i < *argc; i++) {
+    argv[w++] = argv[i];
+    const char *url = !strcmp(argv[i], "--prefill") && i + 1 < *argc ? argv[i + 1]
+                      : !strncmp(argv[i], "--prefill=", 10)       ? argv[i] + 10
+                                                                  : NULL;
+    if (!url) continue;
+    if (!strcmp(argv[i], "--prefill")) argv[w++] = argv[++i];
+    if (i + 1 < *argc && is_port_text(argv[i + 1])) {
+      if (b->n == MAX_BOOT) cli_usage_error(cmd, "more than %d --prefill URL PORT", MAX_BOOT);
+      b->url[b->n] = url;
+      b->port[b->n++] = argv[++i];
+    }
+  }
+  argv[w] = NULL;
+  *argc = w;
+}
+
+static void apply_boot_ports(const char *cmd, eldr_serve_config *c, json_t *ov, const boot_args *b) {
+  for (int i = 0; i < b->n; i++) {
+    eldr_diag d = {{0}};
+    const int rc = eldr_serve_config_set_boot_port(c, b->url[i], atoll(b->port[i]), &d);
+    if (rc) cli_usage_error(cmd, "--prefill %s %s: %s", b->url[i], b->port[i], eldr_diag_msg(&d, rc));
+    if (!json_object_get(ov, "bootstrap_ports")) json_object_set_new(ov, "bootstrap_ports", json_object());
+    json_object_set_new(json_object_get(ov, "bootstrap_ports"), b->url[i], json_integer(atoll(b->port[i])));
+  }
+}
+
 static void parse(const char *cmd, int argc, char **argv, eldr_serve_config *c, serve_args *a) {
+  static boot_args boot; /* static: its size; parse runs once */
+  boot.n = 0;
+  strip_boot_ports(cmd, &argc, argv, &boot);
   struct option opts[NFLAGS + 12];
   size_t no = 0;
   for (size_t i = 0; i < NFLAGS; i++)
@@ -378,6 +436,7 @@ static void parse(const char *cmd, int argc, char **argv, eldr_serve_config *c, 
     }
   }
   if (optind < argc) cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+  apply_boot_ports(cmd, c, a->ov, &boot);
   if (c->record_dir && !*c->record_dir) cli_usage_error(cmd, "--record: empty directory name");
   const char *envkey = getenv("ELDR_BACKEND_API_KEY");
   if (!c->backend_api_key && envkey && *envkey) {

@@ -66,6 +66,11 @@ void eldr__access_log(rq *r, int outcome, int status) {
   json_object_set_new(o, "policy", json_string(eldr_policy_name(s->cfg.policy)));
   json_object_set_new(o, "decision", json_string(dec_name[r->decision]));
   json_object_set_new(o, "decoder", r->al_decoder[0] ? json_string(r->al_decoder) : json_null());
+  if (r->pd) { /* --pd sglang: how the decoder was chosen at arrival */
+    static const char *const arr[ARR__N] = {"predicted", "below_threshold", "none"};
+    json_object_set_new(o, "signature", json_string(arr[r->arrival]));
+    json_object_set_new(o, "confidence", r->confidence >= 0 ? json_real(r->confidence) : json_null());
+  }
   json_object_set_new(o, "similarity", r->decision == DEC_LOCALITY ? json_real(r->al_sim) : json_null());
   json_object_set_new(o, "ttft_ms", r->al_first > 0 ? json_real((r->al_first - r->t0) * 1e3) : json_null());
   json_object_set_new(o, "tpot_ms", r->al_events > 1 ? json_real((r->al_last - r->al_first) * 1e3 / (r->al_events - 1))

@@ -9,6 +9,7 @@
 #include <strings.h>
 
 #include "eldr/serve.h"
+#include "eldr/predict.h"
 
 static char *xstrdup(const char *s) {
   if (!s) return NULL;
@@ -58,6 +59,9 @@ void eldr_serve_config_default(eldr_serve_config *c) {
   c->bus_snapshot_s = 1;
   c->bus_peer_timeout_s = 3;
   c->decode_max_batch = 256;
+  c->pd = ELDR_PD_VLLM;
+  c->bootstrap_port = 8998; /* SGLang's --disaggregation-bootstrap-port default (server_args.py) */
+  c->predict_threshold = ELDR_PREDICT_THRESHOLD_DEFAULT;
 }
 
 static void free_list(char **v, size_t n) {
@@ -85,6 +89,8 @@ void eldr_serve_config_free(eldr_serve_config *c) {
   free(c->bus_subject);
   free(c->bus_replica_id);
   free_list(c->api_keys, c->n_api_keys);
+  free_list(c->boot_urls, c->n_boot);
+  free(c->boot_ports);
   memset(c, 0, sizeof *c);
 }
 
@@ -113,7 +119,8 @@ int eldr_serve_config_copy(eldr_serve_config *dst, const eldr_serve_config *src)
   dst->bus = xstrdup(src->bus);
   dst->bus_subject = xstrdup(src->bus_subject);
   dst->bus_replica_id = xstrdup(src->bus_replica_id);
-  dst->prefill = dst->decode = dst->prefill_dns = dst->decode_dns = dst->api_keys = NULL;
+  dst->prefill = dst->decode = dst->prefill_dns = dst->decode_dns = dst->api_keys = dst->boot_urls = NULL;
+  dst->boot_ports = NULL;
   int bad = (src->host && !dst->host) || (src->artifact && !dst->artifact) ||
             (src->dns_server && !dst->dns_server) || (src->access_log && !dst->access_log) ||
             (src->config_path && !dst->config_path) || (src->overrides && !dst->overrides) ||
@@ -126,6 +133,10 @@ int eldr_serve_config_copy(eldr_serve_config *dst, const eldr_serve_config *src)
   bad |= copy_list(&dst->prefill_dns, src->prefill_dns, src->n_prefill_dns);
   bad |= copy_list(&dst->decode_dns, src->decode_dns, src->n_decode_dns);
   bad |= copy_list(&dst->api_keys, src->api_keys, src->n_api_keys);
+  bad |= copy_list(&dst->boot_urls, src->boot_urls, src->n_boot);
+  if (src->n_boot && (dst->boot_ports = malloc(src->n_boot * sizeof *dst->boot_ports)))
+    memcpy(dst->boot_ports, src->boot_ports, src->n_boot * sizeof *dst->boot_ports);
+  bad |= src->n_boot && !dst->boot_ports;
   if (bad) {
     eldr_serve_config_free(dst);
     return ELDR_ENOMEM;
@@ -285,6 +296,50 @@ static int set_str(char **dst, json_t *v, const char *key, eldr_diag *d) {
 
 /* "prefill", "decode" (URLs), "prefill_dns", "decode_dns" (NAME:PORT):
  * the list replaces the current one, or nothing changes. */
+int eldr_serve_config_boot_port(const eldr_serve_config *c, const char *url) {
+  for (size_t i = 0; url && i < c->n_boot; i++)
+    if (!strcmp(c->boot_urls[i], url)) return c->boot_ports[i];
+  return c->bootstrap_port;
+}
+
+int eldr_serve_config_set_boot_port(eldr_serve_config *c, const char *url, long long port, eldr_diag *d) {
+  if (port < 0 || port > 65535)
+    return eldr_diag_fail(d, ELDR_ERANGE, "bootstrap port %lld of %s out of range 0..65535", port, url);
+  for (size_t i = 0; i < c->n_boot; i++)
+    if (!strcmp(c->boot_urls[i], url)) {
+      c->boot_ports[i] = (int)port;
+      return 0;
+    }
+  char **u = realloc(c->boot_urls, (c->n_boot + 1) * sizeof *u);
+  if (u) c->boot_urls = u;
+  int *p = realloc(c->boot_ports, (c->n_boot + 1) * sizeof *p);
+  if (p) c->boot_ports = p;
+  char *dup = u && p ? xstrdup(url) : NULL;
+  if (!dup) return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
+  c->boot_urls[c->n_boot] = dup;
+  c->boot_ports[c->n_boot++] = (int)port;
+  return 0;
+}
+
+/* "bootstrap_ports": {prefill URL: port}, replacing the map. */
+static int set_boot_ports(eldr_serve_config *c, json_t *v, eldr_diag *d) {
+  if (!json_is_object(v)) return eldr_diag_fail(d, ELDR_EINVAL, "config: 'bootstrap_ports' must be an object {prefill URL: port}");
+  free_list(c->boot_urls, c->n_boot);
+  free(c->boot_ports);
+  c->boot_urls = NULL;
+  c->boot_ports = NULL;
+  c->n_boot = 0;
+  const char *url;
+  json_t *pv;
+  json_object_foreach(v, url, pv) {
+    if (!json_is_integer(pv))
+      return eldr_diag_fail(d, ELDR_EINVAL, "config: 'bootstrap_ports' of %s must be an integer port", url);
+    int rc = eldr_serve_config_set_boot_port(c, url, json_integer_value(pv), d);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
 static int set_list(eldr_serve_config *c, const char *key, json_t *v, eldr_diag *d) {
   int dec = key[0] == 'd', dns = strstr(key, "_dns") != NULL, rc = 0;
   if (!json_is_array(v))
@@ -385,6 +440,15 @@ int eldr_serve_config_parse(eldr_serve_config *c, const char *json, size_t len, 
       if (!json_is_boolean(v)) rc = eldr_diag_fail(d, ELDR_EINVAL, "config: '%s' must be true or false", key);
       else c->forward_authorization = json_is_true(v);
     }
+    else if (!strcmp(key, "pd")) {
+      const char *pv = json_is_string(v) ? json_string_value(v) : "";
+      if (!strcmp(pv, "vllm")) c->pd = ELDR_PD_VLLM;
+      else if (!strcmp(pv, "sglang")) c->pd = ELDR_PD_SGLANG;
+      else rc = eldr_diag_fail(d, ELDR_EINVAL, "config: 'pd' must be \"vllm\" or \"sglang\"");
+    }
+    else if (!strcmp(key, "bootstrap_port")) { if (!(rc = get_int(v, key, 0, 65535, &n, d))) c->bootstrap_port = (int)n; }
+    else if (!strcmp(key, "bootstrap_ports")) rc = set_boot_ports(c, v, d);
+    else if (!strcmp(key, "predict_threshold")) { if (!(rc = get_num(v, key, 0, 1, &x, d))) c->predict_threshold = x; }
     else if (!strcmp(key, "splice_routed_experts")) {
       if (!json_is_boolean(v)) rc = eldr_diag_fail(d, ELDR_EINVAL, "config: '%s' must be true or false", key);
       else c->splice_routed_experts = json_is_true(v);
@@ -474,6 +538,12 @@ int eldr_serve_config_validate(const eldr_serve_config *c, eldr_diag *d) {
   if (!c->host || !*c->host) return eldr_diag_fail(d, ELDR_EINVAL, "no listen host");
   if (c->policy == ELDR_POLICY_DOMAIN || c->policy >= ELDR_POLICY__COUNT)
     return eldr_diag_fail(d, ELDR_EINVAL, "policy must be one of eldr, footprint, jsq, p2c, rr, random");
+  for (size_t i = 0; i < c->n_boot; i++) {
+    size_t k = 0;
+    while (k < c->n_prefill && strcmp(c->prefill[k], c->boot_urls[i])) k++;
+    if (k == c->n_prefill)
+      return eldr_diag_fail(d, ELDR_EINVAL, "bootstrap_ports names %s, which is not a prefill worker URL", c->boot_urls[i]);
+  }
   if (!(c->tau < 0 || (c->tau >= 0 && c->tau <= 2)) || isnan(c->tau))
     return eldr_diag_fail(d, ELDR_ERANGE, "tau out of range [0, 2]");
   if (c->max_body == 0 || c->max_header < 256)

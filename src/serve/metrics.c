@@ -145,6 +145,26 @@ void eldr__handle_metrics(hconn *c) {
                          "# TYPE eldr_queue_timeouts_total counter\neldr_queue_timeouts_total %llu\n",
                       (unsigned long long)m->hang_probes[0], (unsigned long long)m->hang_probes[1],
                       (unsigned long long)m->queue_timeouts);
+  evbuffer_add_printf(o, "# HELP eldr_sglang_decisions_total --pd sglang: decoders chosen at arrival, by the signature they had: "
+                         "predicted (routed on the prediction), below_threshold (a prediction under --predict-threshold: load), "
+                         "none (nothing of the prompt known: load).\n"
+                         "# TYPE eldr_sglang_decisions_total counter\n"
+                         "eldr_sglang_decisions_total{signature=\"predicted\"} %llu\n"
+                         "eldr_sglang_decisions_total{signature=\"below_threshold\"} %llu\n"
+                         "eldr_sglang_decisions_total{signature=\"none\"} %llu\n",
+                      (unsigned long long)m->arrival[ARR_PREDICTED], (unsigned long long)m->arrival[ARR_BELOW_THRESHOLD],
+                      (unsigned long long)m->arrival[ARR_NO_PREDICTION]);
+  {
+    static const char *const spf[SPF__N] = {"ok", "not_read", "failed", "timeout", "abandoned"};
+    evbuffer_add_printf(o, "# HELP eldr_sglang_prefill_total --pd sglang: prefill legs by end: ok (its routed experts read), "
+                           "not_read (answered; no artifact, no rows, or rows that do not fit it), failed, timeout, abandoned (the request ended first).\n"
+                           "# TYPE eldr_sglang_prefill_total counter\n");
+    for (int i = 0; i < SPF__N; i++)
+      evbuffer_add_printf(o, "eldr_sglang_prefill_total{result=\"%s\"} %llu\n", spf[i], (unsigned long long)m->sgl_prefill[i]);
+  }
+  evbuffer_add_printf(o, "# HELP eldr_footprint_replaced_total Footprint contributions predicted at arrival replaced by the prefill's true counts.\n"
+                         "# TYPE eldr_footprint_replaced_total counter\neldr_footprint_replaced_total %llu\n",
+                      (unsigned long long)m->fp_replaced);
   evbuffer_add_printf(o, "# HELP eldr_client_disconnects_total Clients gone before their response.\n"
                          "# TYPE eldr_client_disconnects_total counter\neldr_client_disconnects_total %llu\n",
                       (unsigned long long)m->disconnects);

@@ -13,7 +13,7 @@
 
 /* ---- request lifecycle ---------------------------------------------------- */
 
-static void rq_finish_metrics(rq *r, int outcome) {
+void eldr__rq_finish_metrics(rq *r, int outcome) {
   if (r->is_models) return; /* completions only */
   int status = r->L.status ? r->L.status : outcome == OUT_OK ? 200 : 0;
   eldr__access_log(r, outcome, status);
@@ -23,7 +23,7 @@ static void rq_finish_metrics(rq *r, int outcome) {
 }
 
 /* The leg's exchange is over (or is dropped): connection back to the pool. */
-static void leg_release(rq *r) {
+void eldr__leg_release(rq *r) {
   leg *L = &r->L;
   eldr__bus_end(r); /* the fleet's view of the leg (before its ticket's weights go) */
   eldr__fps_end(r); /* a footprint ticket lives from the decision to the decode leg's end */
@@ -112,7 +112,8 @@ static void rq_give_large(rq *r) {
 void eldr__rq_free(rq *r) {
   if (!r) return;
   eldr_server *s = r->s;
-  leg_release(r);
+  eldr__sglpd_free(r);
+  eldr__leg_release(r);
   if (r->reserved) r->reserved->inflight--; /* reserved, never started (not reached today) */
   if (r->rec) eldr__record_submit(r); /* takes L.buf and pr.root when it needs them */
   rq_give_large(r);
@@ -165,7 +166,7 @@ static rq *rq_alloc(eldr_server *s) {
 /* Client went away while the request was in flight. */
 void eldr__rq_abort(rq *r) {
   r->s->m.disconnects++;
-  rq_finish_metrics(r, OUT_CANCELLED);
+  eldr__rq_finish_metrics(r, OUT_CANCELLED);
   r->c = NULL;
   eldr__rq_free(r);
 }
@@ -178,7 +179,7 @@ static int was_tried(const rq *r, const worker *w) {
 
 /* loads / healthy arrays of a role, tried workers excluded; seen: the
  * in-flight counts (all loops) the loads were computed from. */
-static int fill_loads(eldr_server *s, int role, rq *r, size_t *n) {
+int eldr__fill_loads(eldr_server *s, int role, rq *r, size_t *n) {
   size_t k = s->nw[role];
   if (k > s->loadcap) {
     uint32_t *l = realloc(s->loads, k * sizeof *l);
@@ -235,25 +236,10 @@ static void leg_arm(rq *r, double hung) {
   event_add(L->deadline, &tv);
 }
 
-static int leg_start(rq *r, worker *w, int kind, const char *method, const char *path,
-                     const char *body, size_t len) {
-  leg *L = &r->L;
-  eldr_server *s = r->s;
-  L->kind = kind;
-  L->started = 0;
-  L->status = 0;
-  L->ctype[0] = 0;
-  L->n = 0;
-  L->streaming = kind == LEG_DECODE && r->req.stream;
-  L->sent = 0;
-  int reserved = r->reserved == w->slot; /* the decision took the in-flight count already */
-  if (r->reserved && !reserved) r->reserved->inflight--; /* not this worker's: given back */
-  r->reserved = NULL;
+int eldr__leg_send(rq *r, leg *L, worker *w, int reserved, const char *method, const char *path, const char *body,
+                   size_t len, const eldr_up_cbs *cbs) {
   eldr_up *up = eldr__pool_take(w);
-  if (!up) {
-    if (reserved) w->slot->inflight--;
-    return ELDR_ENOMEM;
-  }
+  if (!up) return ELDR_ENOMEM;
   char head[ELDR__HTTP_PATH_MAX + 512];
   char *h = head; /* method, path and host are bounded (the path a constant, hosthdr a URL's host) */
   h = eldr__puts(h, method);
@@ -274,9 +260,8 @@ static int leg_start(rq *r, worker *w, int kind, const char *method, const char 
   }
   size_t hn = (size_t)(h - head);
   struct iovec iov[3] = {{head, hn}, {r->b.fwd.p, r->b.fwd.n}, {(void *)body, body ? len : 0}};
-  if (eldr_up_request(up, iov, body ? 3 : 2, &leg_cbs, r) != 0) {
+  if (eldr_up_request(up, iov, body ? 3 : 2, cbs, r) != 0) {
     eldr__pool_give(w, up);
-    if (reserved) w->slot->inflight--;
     return ELDR_EIO;
   }
   L->w = w;
@@ -286,6 +271,27 @@ static int leg_start(rq *r, worker *w, int kind, const char *method, const char 
   if (!reserved) w->slot->inflight++;
   if (w->slot->inflight == 1) eldr__slot_progress(w->slot); /* work arrived: the hang clock starts now */
   w->slot->requests++;
+  return 0;
+}
+
+int eldr__leg_start(rq *r, worker *w, int kind, const char *method, const char *path, const char *body, size_t len) {
+  leg *L = &r->L;
+  eldr_server *s = r->s;
+  L->kind = kind;
+  L->started = 0;
+  L->status = 0;
+  L->ctype[0] = 0;
+  L->n = 0;
+  L->streaming = kind == LEG_DECODE && r->req.stream;
+  L->sent = 0;
+  int reserved = r->reserved == w->slot; /* the decision took the in-flight count already */
+  if (r->reserved && !reserved) r->reserved->inflight--; /* not this worker's: given back */
+  r->reserved = NULL;
+  int rc = eldr__leg_send(r, L, w, reserved, method, path, body, len, &leg_cbs);
+  if (rc) {
+    if (reserved) w->slot->inflight--;
+    return rc;
+  }
   if (kind == LEG_DECODE) eldr__bus_route(r, w);
   if (r->ntried < MAX_TRIED) r->tried[r->ntried++] = w->id;
   double t = kind == LEG_PREFILL ? s->cfg.prefill_timeout_s
@@ -296,9 +302,7 @@ static int leg_start(rq *r, worker *w, int kind, const char *method, const char 
   return 0;
 }
 
-static void client_upstream_error(rq *r, int status, int outcome, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static void client_upstream_error(rq *r, int status, int outcome, const char *fmt, ...) {
+void eldr__client_upstream_error(rq *r, int status, int outcome, const char *fmt, ...) {
   char msg[400];
   va_list ap;
   va_start(ap, fmt);
@@ -307,7 +311,7 @@ static void client_upstream_error(rq *r, int status, int outcome, const char *fm
   if (r->reserved) r->reserved->inflight--; /* a decode pick that gets no leg */
   r->reserved = NULL;
   r->L.status = status; /* what the client gets */
-  rq_finish_metrics(r, outcome);
+  eldr__rq_finish_metrics(r, outcome);
   eldr__send_error(r->c, status, status == 504 ? "timeout" : "upstream_error", "%s", msg);
 }
 
@@ -318,7 +322,7 @@ static void leg_failed(rq *r, int timeout, const char *why) {
   snprintf(r->last_err, sizeof r->last_err, "%s", why);
   r->last_timeout = timeout;
   if (kind == LEG_MODELS) {
-    client_upstream_error(r, timeout ? 504 : 502, timeout ? OUT_TIMEOUT : OUT_UPSTREAM_ERROR,
+    eldr__client_upstream_error(r, timeout ? 504 : 502, timeout ? OUT_TIMEOUT : OUT_UPSTREAM_ERROR,
                           "model list: %s", why);
     return;
   }
@@ -326,7 +330,7 @@ static void leg_failed(rq *r, int timeout, const char *why) {
   if (kind == LEG_DECODE && r->L.sent) {
     /* not retried once sent: the decoder may already have pulled (and the
      * prefill freed) the KV blocks; only a failure to connect is retried */
-    client_upstream_error(r, timeout ? 504 : 502, timeout ? OUT_TIMEOUT : OUT_UPSTREAM_ERROR,
+    eldr__client_upstream_error(r, timeout ? 504 : 502, timeout ? OUT_TIMEOUT : OUT_UPSTREAM_ERROR,
                           "decode failed after the request was sent (not retried): %s", why);
     return;
   }
@@ -338,7 +342,7 @@ static void leg_failed(rq *r, int timeout, const char *why) {
     else start_decode(r, 1);
     return;
   }
-  client_upstream_error(r, timeout ? 504 : 502, timeout ? OUT_TIMEOUT : OUT_UPSTREAM_ERROR,
+  eldr__client_upstream_error(r, timeout ? 504 : 502, timeout ? OUT_TIMEOUT : OUT_UPSTREAM_ERROR,
                         "%s failed after %d attempt%s: %s", eldr__role_name[kind == LEG_DECODE],
                         attempts, attempts == 1 ? "" : "s", why);
 }
@@ -346,13 +350,13 @@ static void leg_failed(rq *r, int timeout, const char *why) {
 /* A started stream cannot be retried: end it with an SSE error event, then
  * "data: [DONE]", as vLLM's stream generators end after an error
  * (completion_stream_generator: the error event, then [DONE]). */
-static void abort_stream(rq *r, int code, const char *type, const char *msg) {
+void eldr__abort_stream(rq *r, int code, const char *type, const char *msg) {
   char ev[560];
   int n = snprintf(ev, sizeof ev,
                    "data: {\"error\":{\"message\":\"%.300s\",\"type\":\"%.32s\",\"code\":%d}}\n\ndata: [DONE]\n\n", msg,
                    type, code); /* bounded: the event fits whatever the message (no quote in one) */
   eldr__stream_chunk(r->c, ev, n > 0 && (size_t)n < sizeof ev ? (size_t)n : 0);
-  rq_finish_metrics(r, OUT_STREAM_ABORTED);
+  eldr__rq_finish_metrics(r, OUT_STREAM_ABORTED);
   eldr__stream_end(r->c);
 }
 
@@ -362,9 +366,9 @@ static void leg_timed_out(rq *r, const char *why) {
   leg *L = &r->L;
   int started = L->started;
   L->sent = L->up && eldr_up_sent(L->up);
-  leg_release(r); /* aborts the exchange */
+  eldr__leg_release(r); /* aborts the exchange */
   if (started) {
-    abort_stream(r, 504, "timeout", why);
+    eldr__abort_stream(r, 504, "timeout", why);
     return;
   }
   leg_failed(r, 1, why);
@@ -513,13 +517,13 @@ static void leg_data_cb(void *arg, const char *p, size_t n) {
     worker *w = L->w;
     w->slot->err_status++;
     eldr__worker_failed(w, "reply too large");
-    leg_release(r);
-    client_upstream_error(r, 502, OUT_UPSTREAM_ERROR, "worker reply exceeds %u MiB", MAX_REPLY >> 20);
+    eldr__leg_release(r);
+    eldr__client_upstream_error(r, 502, OUT_UPSTREAM_ERROR, "worker reply exceeds %u MiB", MAX_REPLY >> 20);
     return;
   }
   if (L->n + n + 1 > L->cap && leg_buf_grow(r, L->n + n + 1)) {
-    leg_release(r);
-    client_upstream_error(r, 502, OUT_UPSTREAM_ERROR, "out of memory for the worker's reply");
+    eldr__leg_release(r);
+    eldr__client_upstream_error(r, 502, OUT_UPSTREAM_ERROR, "out of memory for the worker's reply");
     return;
   }
   memcpy(L->buf + L->n, p, n);
@@ -536,7 +540,7 @@ void eldr__rq_drained(rq *r) {
 static void relay(rq *r) {
   leg *L = &r->L;
   int code = L->status;
-  rq_finish_metrics(r, code < 400 ? OUT_OK : code < 500 ? OUT_CLIENT_ERROR : OUT_UPSTREAM_ERROR);
+  eldr__rq_finish_metrics(r, code < 400 ? OUT_OK : code < 500 ? OUT_CLIENT_ERROR : OUT_UPSTREAM_ERROR);
   eldr__send_body(r->c, code, L->ctype[0] ? L->ctype : "application/json", L->n ? L->buf : "", L->n, NULL);
 }
 
@@ -556,9 +560,9 @@ static void leg_done_cb(void *arg, int err) {
       eldr__worker_failed(w, err == ELDR_EPARSE ? "malformed reply" : err == ELDR_ETIMEOUT ? "connect timeout" : "connection failed");
     }
     int started = L->started;
-    leg_release(r);
+    eldr__leg_release(r);
     if (started) {
-      abort_stream(r, 502, "upstream_error", "decode worker failed mid-stream");
+      eldr__abort_stream(r, 502, "upstream_error", "decode worker failed mid-stream");
       return;
     }
     leg_failed(r, err == ELDR_ETIMEOUT,
@@ -576,7 +580,7 @@ static void leg_done_cb(void *arg, int err) {
     w->slot->probed = 1; /* it answered: /health may say ready even with health checks off */
   }
   if (L->kind == LEG_MODELS) {
-    leg_release(r);
+    eldr__leg_release(r);
     relay(r);
     return;
   }
@@ -588,13 +592,21 @@ static void leg_done_cb(void *arg, int err) {
 }
 
 static void on_decode_reply(rq *r) {
+  eldr__leg_release(r);
+  /* SGLang's flow: a decode that answered waits for its prefill's reply
+   * (the gateway joins both; its rows complete the cache), bounded by the
+   * prefill leg's deadline */
+  if (r->pd && r->L.status < 400 && eldr__sglpd_hold(r)) return;
+  eldr__decode_finish(r);
+}
+
+void eldr__decode_finish(rq *r) {
   leg *L = &r->L;
   eldr_server *s = r->s;
   int code = L->status;
-  leg_release(r);
   if (L->started) { /* streaming relay done */
     eldr__record_stream_end(r); /* its routed_experts, if streamed, to the live rho */
-    rq_finish_metrics(r, OUT_OK);
+    eldr__rq_finish_metrics(r, OUT_OK);
     eldr__stream_end(r->c);
     return;
   }
@@ -606,7 +618,7 @@ static void on_decode_reply(rq *r) {
   }
   if (code == 200 && L->streaming) { /* empty streaming body */
     eldr__stream_start(r->c, 200, L->ctype[0] ? L->ctype : "text/event-stream");
-    rq_finish_metrics(r, OUT_OK);
+    eldr__rq_finish_metrics(r, OUT_OK);
     eldr__stream_end(r->c);
     return;
   }
@@ -622,7 +634,7 @@ static void on_decode_reply(rq *r) {
     if (rc == 0) {
       s->m.spliced += spliced > 0;
       eldr__watch_decode_reply(r, fixed, fl); /* with the prefill's usage: the rows split */
-      rq_finish_metrics(r, OUT_OK);
+      eldr__rq_finish_metrics(r, OUT_OK);
       eldr__send_body(r->c, 200, "application/json", fixed, fl, NULL); /* frees r (the body is copied first) */
       return;
     }
@@ -662,21 +674,33 @@ static int decide(rq *r, int *fallback) {
       }
     }
   }
+  int k = eldr__decide_on(r, have ? &res : NULL, (uint32_t)(r->pr.prompt_tokens > UINT32_MAX ? UINT32_MAX
+                                                            : r->pr.prompt_tokens > 0 ? r->pr.prompt_tokens : 0));
+  /* remember the rows of the blocks this prefill computed: deferred until the
+   * decode leg is on its way (flushed first if another extraction comes) */
+  if (have && k != ELDR_ENOMEM) eldr__sigpath_defer(&s->sp, &res);
+  return k;
+}
+
+int eldr__decide_on(rq *r, const eldr__sigres *resp, uint32_t pt) {
+  eldr_server *s = r->s;
+  int have = resp != NULL;
+  eldr__sigres res;
+  if (have) res = *resp;
   size_t n;
   eldr__bus_pull(s); /* the other loops' and replicas' footprints, never waiting */
-  if (fill_loads(s, ROLE_DECODE, r, &n)) return ELDR_ENOMEM;
+  if (eldr__fill_loads(s, ROLE_DECODE, r, &n)) return ELDR_ENOMEM;
   double t1 = eldr__now_s();
   eldr_route_req rr = {have ? res.sig : NULL, -1, have ? eldr__watch_sims(s) : NULL};
   eldr_decision dec;
   /* footprint: the prefill's selection counts (uniform profile without them) */
-  int64_t pt = r->pr.prompt_tokens;
-  eldr_fp_request fr = {NULL, 0, pt > 0 ? (pt > UINT32_MAX ? UINT32_MAX : (uint32_t)pt) : 0, NULL};
+  eldr_fp_request fr = {NULL, 0, pt, NULL};
   if (have && res.fallback == FB_NONE) {
     fr.counts = res.counts;
     fr.n_tokens = res.n_tokens;
     fr.sig = res.sig; /* picks the request's cluster prior (the artifact's footprint section) */
     size_t P = res.view.first_token + res.view.rows; /* without usage: the prompt the rows imply */
-    if (pt <= 0) fr.ctx_tokens = P > UINT32_MAX ? UINT32_MAX : (uint32_t)P;
+    if (!pt) fr.ctx_tokens = P > UINT32_MAX ? UINT32_MAX : (uint32_t)P;
   }
   eldr_policy *pol = &s->pol;
   if (s->fps && s->fps->n != n) { /* the decode list changed (DNS) since the state was built */
@@ -689,7 +713,7 @@ static int decide(rq *r, int *fallback) {
   for (int t = 1;; t++) { /* until the pick is reserved: another loop may race us to it */
     k = eldr_policy_decide(pol, s->loads, s->healthy, n, &rr, &fr, &dec);
     if (k < 0 || reserve(r, k, t == ELDR__RESERVE_TRIES)) break;
-    if (fill_loads(s, ROLE_DECODE, r, &n)) return ELDR_ENOMEM;
+    if (eldr__fill_loads(s, ROLE_DECODE, r, &n)) return ELDR_ENOMEM;
   }
   if (pol == &s->pol) eldr__fps_route(r, s->fps, pol, k, &fr);
   if (k >= 0) eldr__watch_decision(r, &dec, have && res.fallback == FB_NONE ? res.sig : NULL);
@@ -703,9 +727,6 @@ static int decide(rq *r, int *fallback) {
     s->irecent = (s->irecent + 1) % sizeof s->recent;
     if (s->nrecent < sizeof s->recent) s->nrecent++;
   }
-  /* remember the rows of the blocks this prefill computed: deferred until the
-   * decode leg is on its way (flushed first if another extraction comes) */
-  if (have) eldr__sigpath_defer(&s->sp, &res);
   return k;
 }
 
@@ -716,12 +737,12 @@ static void on_prefill_reply(rq *r) {
   if (code >= 500) {
     char why[64];
     snprintf(why, sizeof why, "worker answered HTTP %d", code);
-    leg_release(r);
+    eldr__leg_release(r);
     leg_failed(r, 0, why);
     return;
   }
   if (code != 200) { /* the worker refused the request itself: relay */
-    leg_release(r);
+    eldr__leg_release(r);
     relay(r); /* frees r */
     return;
   }
@@ -735,11 +756,11 @@ static void on_prefill_reply(rq *r) {
     worker *w = L->w;
     w->slot->err_status++;
     eldr__worker_failed(w, "bad reply");
-    leg_release(r);
+    eldr__leg_release(r);
     leg_failed(r, 0, d.msg);
     return;
   }
-  leg_release(r);
+  eldr__leg_release(r);
   if (!r->pr.kv_len) s->m.no_kv_params++;
   start_decode(r, 0);
 }
@@ -752,23 +773,23 @@ static void start_decode(rq *r, int retry) {
     int fb;
     int k = decide(r, &fb);
     if (eldr__decode_body_buf(&r->req, r->pr.bytes, r->pr.kv_len, &r->b.db)) {
-      client_upstream_error(r, 500, OUT_UPSTREAM_ERROR, "out of memory");
+      eldr__client_upstream_error(r, 500, OUT_UPSTREAM_ERROR, "out of memory");
       return;
     }
     if (k < 0) {
       r->decision = DEC_NONE;
-      client_upstream_error(r, 503, OUT_UPSTREAM_ERROR, "no healthy decode worker");
+      eldr__client_upstream_error(r, 503, OUT_UPSTREAM_ERROR, "no healthy decode worker");
       return;
     }
-    if (leg_start(r, s->w[ROLE_DECODE][k], LEG_DECODE, "POST", r->req.api == ELDR__API_CHAT ? "/v1/chat/completions" : "/v1/completions", r->b.db.p, r->b.db.n) == 0)
+    if (eldr__leg_start(r, s->w[ROLE_DECODE][k], LEG_DECODE, "POST", r->req.api == ELDR__API_CHAT ? "/v1/chat/completions" : "/v1/completions", r->b.db.p, r->b.db.n) == 0)
       return;
     leg_failed(r, 0, "could not send to decode worker");
     return;
   }
   /* retry: shortest queue among the untried healthy decoders, same kv_transfer_params */
   size_t n;
-  if (fill_loads(s, ROLE_DECODE, r, &n)) {
-    client_upstream_error(r, 500, OUT_UPSTREAM_ERROR, "out of memory");
+  if (eldr__fill_loads(s, ROLE_DECODE, r, &n)) {
+    eldr__client_upstream_error(r, 500, OUT_UPSTREAM_ERROR, "out of memory");
     return;
   }
   eldr_route_req rr = {NULL, -1, NULL};
@@ -776,17 +797,17 @@ static void start_decode(rq *r, int retry) {
   for (int t = 1;; t++) {
     k = eldr_policy_decode(&s->jsq, s->loads, s->healthy, n, &rr, NULL);
     if (k < 0 || reserve(r, k, t == ELDR__RESERVE_TRIES)) break;
-    if (fill_loads(s, ROLE_DECODE, r, &n)) {
-      client_upstream_error(r, 500, OUT_UPSTREAM_ERROR, "out of memory");
+    if (eldr__fill_loads(s, ROLE_DECODE, r, &n)) {
+      eldr__client_upstream_error(r, 500, OUT_UPSTREAM_ERROR, "out of memory");
       return;
     }
   }
   if (k < 0) { /* a timeout is still a timeout when no worker is left to retry on: 504 */
-    client_upstream_error(r, r->last_timeout ? 504 : 502, r->last_timeout ? OUT_TIMEOUT : OUT_UPSTREAM_ERROR,
+    eldr__client_upstream_error(r, r->last_timeout ? 504 : 502, r->last_timeout ? OUT_TIMEOUT : OUT_UPSTREAM_ERROR,
                           "decode failed (%s) and no other healthy decode worker", r->last_err);
     return;
   }
-  if (leg_start(r, s->w[ROLE_DECODE][k], LEG_DECODE, "POST",
+  if (eldr__leg_start(r, s->w[ROLE_DECODE][k], LEG_DECODE, "POST",
                 r->req.api == ELDR__API_CHAT ? "/v1/chat/completions" : "/v1/completions",
                 r->b.db.p, r->b.db.n) != 0)
     leg_failed(r, 0, "could not send to decode worker");
@@ -795,18 +816,18 @@ static void start_decode(rq *r, int retry) {
 static void start_prefill(rq *r) {
   eldr_server *s = r->s;
   size_t n;
-  if (fill_loads(s, ROLE_PREFILL, r, &n)) {
-    client_upstream_error(r, 500, OUT_UPSTREAM_ERROR, "out of memory");
+  if (eldr__fill_loads(s, ROLE_PREFILL, r, &n)) {
+    eldr__client_upstream_error(r, 500, OUT_UPSTREAM_ERROR, "out of memory");
     return;
   }
   int k = eldr_policy_prefill(r->prompt.prefix_hash, s->keys, s->loads, s->healthy, n, s->cfg.prefill_guard);
   if (k < 0) {
-    if (r->ntried == 0) client_upstream_error(r, 503, OUT_UPSTREAM_ERROR, "no healthy prefill worker");
-    else client_upstream_error(r, r->last_timeout ? 504 : 502, r->last_timeout ? OUT_TIMEOUT : OUT_UPSTREAM_ERROR,
+    if (r->ntried == 0) eldr__client_upstream_error(r, 503, OUT_UPSTREAM_ERROR, "no healthy prefill worker");
+    else eldr__client_upstream_error(r, r->last_timeout ? 504 : 502, r->last_timeout ? OUT_TIMEOUT : OUT_UPSTREAM_ERROR,
                                "prefill failed (%s) and no other healthy prefill worker", r->last_err);
     return;
   }
-  if (leg_start(r, s->w[ROLE_PREFILL][k], LEG_PREFILL, "POST",
+  if (eldr__leg_start(r, s->w[ROLE_PREFILL][k], LEG_PREFILL, "POST",
                 r->req.api == ELDR__API_CHAT ? "/v1/chat/completions" : "/v1/completions",
                 r->b.pb.p, r->b.pb.n) != 0)
     leg_failed(r, 0, "could not send to prefill worker");
@@ -846,6 +867,7 @@ static rq *rq_new(hconn *c) {
   r->c = c;
   r->t0 = eldr__now_s();
   r->decision = DEC_NONE;
+  r->confidence = -1;
   r->policy = (int)c->s->cfg.policy;
   /* the engines' request id: random per request (a client's X-Request-Id is
    * echoed and logged, never an engine's id: replicas and restarts would
@@ -870,16 +892,20 @@ void eldr__handle_completion(hconn *c, eldr__api api, const char *body, size_t l
   int rc = eldr__req_read(body, len, api, &r->req, &d);
   if (rc) {
     s->m.bad[rc == ELDR_EPARSE ? BAD_JSON : BAD_FIELD]++;
-    rq_finish_metrics(r, OUT_CLIENT_ERROR);
+    eldr__rq_finish_metrics(r, OUT_CLIENT_ERROR);
     eldr__send_error(c, rc == ELDR_ENOMEM ? 500 : 400, "invalid_request_error", "%s", eldr_diag_msg(&d, rc));
     return;
   }
   /* the prompt's blocks, once: the prefix hash (cache affinity) and the
    * signature cache's keys */
   rc = eldr__prompt_init(&s->sp, &r->prompt, r->req.text, r->req.text_len, r->req.ids, r->req.n_ids);
+  if (!rc && s->cfg.pd == ELDR_PD_SGLANG) {
+    eldr__sglpd_start(r);
+    return;
+  }
   if (!rc) rc = eldr__prefill_body_buf(&r->req, &r->b.pb);
   if (rc) {
-    rq_finish_metrics(r, OUT_UPSTREAM_ERROR);
+    eldr__rq_finish_metrics(r, OUT_UPSTREAM_ERROR);
     eldr__send_error(c, 500, "internal_error", "out of memory");
     return;
   }
@@ -897,7 +923,7 @@ void eldr__handle_models(hconn *c) {
   for (int role = 1; role >= 0; role--)
     for (size_t i = 0; i < s->nw[role]; i++)
       if (eldr__worker_up(s->w[role][i])) {
-        if (leg_start(r, s->w[role][i], LEG_MODELS, "GET", "/v1/models", NULL, 0) == 0) return;
+        if (eldr__leg_start(r, s->w[role][i], LEG_MODELS, "GET", "/v1/models", NULL, 0) == 0) return;
       }
-  client_upstream_error(r, 503, OUT_UPSTREAM_ERROR, "no healthy worker to list models");
+  eldr__client_upstream_error(r, 503, OUT_UPSTREAM_ERROR, "no healthy worker to list models");
 }

@@ -174,6 +174,13 @@ void eldr__req_free(eldr__req *r);
 int eldr__sgl_items(const char *body, size_t len, eldr__api api, uint32_t *items, eldr_diag *d);
 int eldr__sgl_leg_body(const char *body, size_t len, eldr__api api, const char *host, int port,
                        const uint64_t *rooms, uint32_t nrooms, eldr__buf *out, eldr_diag *d);
+/* The prefill leg's body as the router sends it: eldr__sgl_leg_body's, with
+ * "stream": false (stream_options dropped) and "return_routed_experts":
+ * true. The gateway sends the decode's body to the prefill too; the router
+ * reads the prefill's reply itself (its routed experts complete the
+ * signature cache), so it asks for them and for one whole reply. */
+int eldr__sgl_prefill_body(const char *body, size_t len, eldr__api api, const char *host, int port,
+                           const uint64_t *rooms, uint32_t nrooms, eldr__buf *out, eldr_diag *d);
 
 /* The prefill leg's body into a reused buffer (out->n = the body's length,
  * NUL-terminated): 0 or ELDR_ENOMEM. Cut from the client's bytes (edit.c):

@@ -58,6 +58,8 @@
 /* ---- metrics ---------------------------------------------------------------- */
 
 enum { DEC_LOCALITY, DEC_LOAD, DEC_NONE, DEC__N };
+enum { ARR_PREDICTED, ARR_BELOW_THRESHOLD, ARR_NO_PREDICTION, ARR__N };
+enum { SPF_OK, SPF_NO_EXPERTS, SPF_FAILED, SPF_TIMEOUT, SPF_ABANDONED, SPF__N };
 enum { OUT_OK, OUT_CLIENT_ERROR, OUT_UPSTREAM_ERROR, OUT_TIMEOUT, OUT_CANCELLED, OUT_STREAM_ABORTED, OUT__N };
 enum { FB_NONE = ELDR__FB_NONE, FB_SHAPE_MISMATCH = ELDR__FB_SHAPE_MISMATCH, FB__N = ELDR__FB__COUNT };
 enum { BAD_JSON, BAD_FIELD, BAD_TOO_LARGE, BAD_HEAD, BAD_TIMEOUT, BAD_PATH, BAD_METHOD, BAD_LENGTH, BAD_AUTH, BAD__N };
@@ -98,6 +100,11 @@ typedef struct metrics {
   ctr accepted;       /* client connections this loop accepted */
   ctr hang_probes[2];  /* hang probes (hang.c): answered, not answered */
   ctr queue_timeouts;  /* streaming decode legs ended by their own queue timeout */
+  /* --pd sglang (sglpd.c): decoders chosen at arrival, by signature (ARR_*) */
+  ctr arrival[3];
+  /* its prefill legs, by end (SPF_*); footprint predictions replaced by the true counts */
+  ctr sgl_prefill[5];
+  ctr fp_replaced;
   histo sig, decision, request;
 } metrics;
 
@@ -111,6 +118,7 @@ typedef struct hconn hconn;
 typedef struct rq rq;
 typedef struct dns_ticket dns_ticket;
 typedef struct eldr__slot eldr__slot;
+typedef struct eldr__sglpd eldr__sglpd;
 typedef struct eldr__group eldr__group;
 
 /* ---- loops.c: one artifact per load ---------------------------------------------
@@ -315,6 +323,10 @@ struct rq {
   int decision;
   int policy;         /* the policy of the decision (metrics label) */
   int paused;         /* decode leg not read: the client's output is full */
+  eldr__sglpd *pd;    /* --pd sglang: the prefill leg sent beside the decode leg
+                       * (sglpd.c; owned), NULL in the vLLM flow */
+  int arrival;        /* --pd sglang: how the decoder was chosen at arrival (ARR_*) */
+  double confidence;  /* --pd sglang: the prediction's confidence (-1: none) */
   eldr__slot *reserved; /* the decode decision's pick, its in-flight count taken
                          * for the leg about to start (NULL: none) */
   size_t big;         /* bytes of large buffers it held (trim the heap after) */
@@ -501,6 +513,43 @@ void eldr__stream_end(hconn *c);
 size_t eldr__conn_pending(hconn *c);
 
 /* ---- proxy.c: requests ------------------------------------------------------ */
+
+/* The seams sglpd.c uses (proxy.c): a request's metrics and access-log line
+ * at its end; its decode leg released; loads of a role (tried workers
+ * excluded) into s->loads / s->healthy / s->keys / s->seen; a client error
+ * from a worker (frees r); an SSE error event ending a started stream
+ * (frees r); one exchange sent on leg L (its own callbacks; reserved: the
+ * slot's in-flight count is already taken); the decode leg started on w;
+ * the decode decision on res (NULL: the policy uses no signature; pt the
+ * prompt's tokens, 0 unknown), k or < 0; a decode reply that was held,
+ * answered (frees r). */
+void eldr__rq_finish_metrics(rq *r, int outcome);
+void eldr__leg_release(rq *r);
+int eldr__fill_loads(eldr_server *s, int role, rq *r, size_t *n);
+void eldr__client_upstream_error(rq *r, int status, int outcome, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+void eldr__abort_stream(rq *r, int code, const char *type, const char *msg);
+int eldr__leg_send(rq *r, leg *L, worker *w, int reserved, const char *method, const char *path, const char *body,
+                   size_t len, const eldr_up_cbs *cbs);
+int eldr__leg_start(rq *r, worker *w, int kind, const char *method, const char *path, const char *body, size_t len);
+int eldr__decide_on(rq *r, const eldr__sigres *res, uint32_t pt);
+void eldr__decode_finish(rq *r);
+
+/* ---- sglpd.c: SGLang's prefill/decode flow (--pd sglang) ----------------------
+ * Per request: the prefill picked as in the vLLM flow, the decoder at
+ * arrival (the predicted signature when usable, else load), a fresh random
+ * bootstrap_room per item, both legs sent at once; the decode leg is r->L
+ * (relayed as in the vLLM flow), the prefill leg r->pd's own (connection,
+ * deadline, buffer). The prefill's reply completes the signature cache and
+ * replaces the footprint's prediction; a prefill that fails aborts the
+ * decode leg and answers the client with its error. */
+/* Start the flow for a read request (answers the client on failure). */
+void eldr__sglpd_start(rq *r);
+/* The decode leg answered (not an error): 1 when its reply waits for the
+ * prefill's (which then calls eldr__decode_finish), 0 to answer now. */
+int eldr__sglpd_hold(rq *r);
+/* The prefill leg released (aborted if in flight) and r->pd freed. */
+void eldr__sglpd_free(rq *r);
 
 /* POST /v1/completions and /v1/chat/completions; GET /v1/models. */
 void eldr__handle_completion(hconn *c, eldr__api api, const char *body, size_t len);

@@ -58,8 +58,8 @@ int eldr__sgl_items(const char *body, size_t len, eldr__api api, uint32_t *items
   return rc;
 }
 
-int eldr__sgl_leg_body(const char *body, size_t len, eldr__api api, const char *host, int port,
-                       const uint64_t *rooms, uint32_t nrooms, eldr__buf *out, eldr_diag *d) {
+static int leg_body(const char *body, size_t len, eldr__api api, const char *host, int port, const uint64_t *rooms,
+                    uint32_t nrooms, int prefill, eldr__buf *out, eldr_diag *d) {
   uint32_t items = 0;
   json_t *root = load(body, len, d);
   if (!root) return ELDR_EPARSE;
@@ -74,6 +74,14 @@ int eldr__sgl_leg_body(const char *body, size_t len, eldr__api api, const char *
   }
   /* the client's own bootstrap fields never reach a worker */
   for (int k = 0; k < 3; k++) json_object_del(root, k_boot[k]);
+  /* the prefill leg: answered whole (its one token is not the client's) and
+   * with the prompt's routed experts, which the router reads */
+  if (prefill && (json_object_set_new(root, "stream", json_false()) ||
+                  json_object_set_new(root, "return_routed_experts", json_true()))) {
+    json_decref(root);
+    return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
+  }
+  if (prefill) json_object_del(root, "stream_options");
   json_t *v[3] = {NULL, NULL, NULL};
   if (items == 1) {
     v[0] = json_string(host);
@@ -107,4 +115,14 @@ int eldr__sgl_leg_body(const char *body, size_t len, eldr__api api, const char *
   out->n = sl;
   free(s);
   return 0;
+}
+
+int eldr__sgl_leg_body(const char *body, size_t len, eldr__api api, const char *host, int port,
+                       const uint64_t *rooms, uint32_t nrooms, eldr__buf *out, eldr_diag *d) {
+  return leg_body(body, len, api, host, port, rooms, nrooms, 0, out, d);
+}
+
+int eldr__sgl_prefill_body(const char *body, size_t len, eldr__api api, const char *host, int port,
+                           const uint64_t *rooms, uint32_t nrooms, eldr__buf *out, eldr_diag *d) {
+  return leg_body(body, len, api, host, port, rooms, nrooms, 1, out, d);
 }

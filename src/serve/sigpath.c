@@ -13,6 +13,7 @@
 #include "eldr/grow.h"
 #include "eldr/jscan.h"
 #include "eldr/reply_compact.h"
+#include "eldr/reply_sglang.h"
 #include "eldr/trace_model.h"
 
 /* Run a slot's pending store; its large buffers go back to the system. */
@@ -21,6 +22,11 @@ static void slot_store(eldr__sigpath *sp, eldr__sigslot *sl) {
   sl->pending = 0;
   eldr__sigpath_store(sp, &sl->res);
   eldr_re_scratch_trim(&sl->scr, ELDR__SIG_KEEP);
+  if (sl->sglcap > ELDR__SIG_KEEP) {
+    free(sl->sgl);
+    sl->sgl = NULL;
+    sl->sglcap = 0;
+  }
 }
 
 void eldr__sigpath_flush(eldr__sigpath *sp) {
@@ -70,6 +76,7 @@ void eldr__sigpath_free(eldr__sigpath *sp) {
     eldr_reply_experts_free(&sp->ring[i].rex);
     eldr_re_scratch_free(&sp->ring[i].scr);
     free(sp->ring[i].hashes);
+    free(sp->ring[i].sgl);
   }
   free(sp->ids);
   memset(sp, 0, sizeof *sp);
@@ -334,6 +341,53 @@ void eldr__sigpath_extract(eldr__sigpath *sp, const char *body, size_t len, cons
   sp->observed_L = (int)sl->rex.array_layers;
   sp->observed_K = (int)pv->top_k;
   complete_and_sign(sp, sl, res, p, pv->first_token, pv->rows, held, 1);
+}
+
+/* The slot an extraction decodes into (its pending store run first). */
+static eldr__sigslot *take_slot(eldr__sigpath *sp) {
+  if (sp->ring[sp->cur].pending) sp->cur = (sp->cur + 1) % ELDR__SIG_RING;
+  eldr__sigslot *sl = &sp->ring[sp->cur];
+  if (sl->pending) sp->stores_inline++;
+  slot_store(sp, sl);
+  eldr_reply_experts_free(&sl->rex);
+  return sl;
+}
+
+void eldr__sigpath_extract_sglang(eldr__sigpath *sp, const char *body, size_t len, const eldr__prompt *p,
+                                  eldr__sigres *res) {
+  eldr__sigslot *sl = take_slot(sp);
+  memset(res, 0, sizeof *res);
+  const eldr__sigconf *c = &sp->conf;
+  if (!c->art) {
+    res->fallback = ELDR__FB_NO_ARTIFACT;
+    return;
+  }
+  if (!body || !len) {
+    res->fallback = ELDR__FB_NO_ROUTED_EXPERTS;
+    return;
+  }
+  const eldr_shape *sh = &c->art->shape;
+  memset(c->counts, 0, eldr_shape_cells(sh) * sizeof *c->counts);
+  eldr_sglang_opts o = {0, sh->num_layers, c->art->layer_ids, sh->top_k, sh->num_experts, c->art->mask};
+  uint32_t hidden = 0;
+  size_t rows = 0;
+  eldr_re_reason why = ELDR_RE_OK;
+  int rc = eldr_sglang_reply_experts(body, len, &o, &sl->sgl, &sl->sglcap, &hidden, &rows, c->counts, &why,
+                                     &res->diag);
+  if (rc == 1 || (rc == 0 && !rows)) {
+    res->fallback = ELDR__FB_NO_ROUTED_EXPERTS;
+    return;
+  }
+  if (rc) {
+    res->reason = (int)why;
+    res->fallback = why == ELDR_RE_SHAPE_MISMATCH ? ELDR__FB_SHAPE_MISMATCH : ELDR__FB_MALFORMED;
+    return;
+  }
+  res->fallback = ELDR__FB_NONE;
+  res->view = (eldr_re_view){sl->sgl, ELDR_SEL_I32LE, rows, sh->num_layers, sh->top_k, 0};
+  sp->observed_L = (int)hidden;
+  sp->observed_K = (int)sh->top_k;
+  complete_and_sign(sp, sl, res, p, 0, rows, 0, 1);
 }
 
 int eldr__sigpath_predict(eldr__sigpath *sp, const eldr__prompt *p, double threshold, eldr__sigres *res,

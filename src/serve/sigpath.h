@@ -120,6 +120,8 @@ typedef struct eldr__sigslot {
   eldr_reply_experts rex; /* the reply's views into scr */
   uint64_t *hashes;       /* the prompt's block hashes (grown) */
   size_t hashcap;
+  uint8_t *sgl;           /* SGLang's routed experts decoded (grown; kept up to ELDR__SIG_KEEP) */
+  size_t sglcap;
   eldr__sigres res;       /* what the deferred store needs */
   int pending;            /* a store waits for the loop */
 } eldr__sigslot;
@@ -206,6 +208,16 @@ void eldr__prompt_free(eldr__prompt *p);
 void eldr__sigpath_extract(eldr__sigpath *sp, const char *body, size_t len, const void *root, int chat,
                            const char *blob, size_t blob_len, eldr_js_span compact, const eldr__prompt *p,
                            eldr__sigres *res);
+/* The same for an SGLang prefill's reply (OpenAI form, read without a
+ * tree): its "sglext": {"routed_experts": base64 int32 (prompt tokens,
+ * hidden layers, top_k)} (eldr/reply_sglang.h), the rows usage's
+ * prompt_tokens, the artifact's MoE layers read by layer id and checked
+ * over its mask. res as eldr__sigpath_extract gives it: the whole prompt's
+ * rows (first_token 0), so the blocks it computed can be stored (defer).
+ * A reply without them: NO_ROUTED_EXPERTS; a bad one MALFORMED (or
+ * SHAPE_MISMATCH) with the reason. */
+void eldr__sigpath_extract_sglang(eldr__sigpath *sp, const char *body, size_t len, const eldr__prompt *p,
+                                  eldr__sigres *res);
 /* At arrival, before any leg (a flow that picks the decoder before the
  * prefill runs: SGLang's prefill/decode, docs/sglang.md): the prompt's
  * signature predicted from the signature cache (eldr/predict.h: the rows
