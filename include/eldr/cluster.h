@@ -73,6 +73,11 @@ typedef struct eldr_cluster_spec {
   int bus;                      /* 1: a nats-server on a free loopback port and every
                                  * router on it (--bus, replica ids r0, r1, ...) */
   const char *access_log;       /* the routers' --access-log FILE (NULL: none) */
+  const char *pd;               /* the prefill/decode flow: NULL or "vllm" (vLLM
+                                 * engines, NIXL pull), "sglang" or "sglang-exact"
+                                 * (SGLang engines, each prefill with its own
+                                 * bootstrap port; -exact: prefills with --exact;
+                                 * the routers get --pd and --prefill URL PORT) */
 } eldr_cluster_spec;
 
 #define ELDR_CLUSTER_MAX_ROUTERS 8

@@ -40,7 +40,7 @@ static const char *CMD = "demo";
 static volatile int g_stop = 0;
 static eldr_cluster *volatile g_cluster; /* the children, for the signal handler and cleanup */
 static char g_tmp[PATH_MAX];    /* the work directory */
-static int g_keep = 0;
+static int g_keep = 0; /* --keep (x->keep), or kept after a failure */
 
 static void on_signal(int sig) {
   if (g_stop) { /* second signal: leave now */
@@ -99,106 +99,8 @@ void demo_fail(const char *fmt, ...) {
   exit(g_stop ? 128 + g_stop : 1);
 }
 
-typedef struct prow {
-  const char *policy;
-  eldr_loadgen_summary s; /* seconds of wall time (scaled) */
-  size_t sent, ok, failed;
-  double sim_tpot_p50, sim_tpot_p99, sim_ttft_p50, sim_tpot_mean; /* ms of model time; NaN if absent */
-  double pf_p50, pf_p99;                 /* TPOT from prefill end, wall s (router's prefill end) */
-  double sim_pf_p50, sim_pf_p99, sim_itl_p99, sim_e2e_p50; /* ms of model time; NaN if absent */
-  double batch, uni, sim_batch, sim_uni;            /* mean decode batch / per-layer union */
-  double tok_ms; /* mean model step time per generated token on the decoders (ms) */
-  double lag_p99, lag_max; /* the bus: the routers' worst lag p99 bound and max (s; NaN without) */
-  long lag_n, peers;       /* messages behind them; peers seen by the first router */
-} prow;
+#include "demo.h"
 
-/* One run of the demo: flags, work files, results. */
-typedef struct demo {
-  const char *model, *hardware, *workload, *trace_path, *plot, *policies_arg;
-  long n_fit, n_eval, max_decode, P, D, max_seqs;
-  double fit_fraction, rate, scale, duration, scrape;
-  long routers;
-  long router_list[4];  /* --routers 1,2,4: one fleet run per count */
-  size_t n_router_list;
-  int bus_list[2];      /* --bus none,nats: 0 none, 1 nats */
-  size_t n_bus_list;
-  int bus;              /* the run's */
-  double kill_bus_s;    /* --kill-bus-after S: the bus's nats-server killed S wall seconds into each bus run */
-  uint64_t seed;
-  int do_sim, json, drift, duration_set, hardware_set;
-  const char *pols[8];
-  size_t npol;
-  char fit_path[PATH_MAX + 32], eval_path[PATH_MAX + 32], art_path[PATH_MAX + 32],
-      log_path[PATH_MAX + 32], sim_path[PATH_MAX + 32];
-  char seedbuf[32], dbuf[32], seqbuf[32];
-  size_t nfit;
-  eldr_trace *eval;
-  prow rows[8];
-  prow fleet[4][2][8];  /* routers x bus x policy */
-  size_t sched_n, *sched_idx; /* the schedule of the first policy, for the simulator */
-  double *sched_t;
-  int have_sim;
-  double t_start;
-} demo;
-
-static void usage(FILE *f) {
-  fprintf(f,
-          "usage: eldr demo [options]\n\n"
-          "A whole PD-disaggregated cluster on this machine: P prefill and D decode `eldr worker`\n"
-          "processes (emulated vLLM engines timed by the latency model) behind an `eldr serve`\n"
-          "router, on loopback. It generates a trace, fits an artifact on one split, drives the\n"
-          "other split at a Poisson rate through the router under each policy in turn (workers\n"
-          "and router restarted for each), and prints TPOT p50/p99 and TTFT p50 per policy and\n"
-          "ELDR's change against the best load balancer, next to `eldr sim` on the same\n"
-          "configuration. Emulated time runs --time-scale times slower than the modelled GPU so\n"
-          "that a small machine keeps up; the table reports model time (wall time / scale).\n\n"
-          "workload\n"
-          "  -m, --model M           model preset                [qwen3-30b-a3b; with --trace:\n"
-          "                                                       the preset of its shape]\n"
-          "      --hardware H        mi300x | h200 | h100   [mi300x; h200 for llama4-maverick]\n"
-          "  -w, --workload W        generated: realistic (calibrated to real traces) | task |\n"
-          "                          language (paper-shaped presets)           [realistic]\n"
-          "  -t, --trace T           use this JSONL trace instead of generating one  [none]\n"
-          "      --fit-requests N    generated requests to fit on              [400]\n"
-          "      --eval-requests N   generated requests to replay              [200]\n"
-          "      --fit-fraction F    with --trace: fraction fitted on, seeded split  [0.6]\n"
-          "      --max-decode N      cap of the generated output lengths, tokens  [64]\n"
-          "cluster\n"
-          "      --prefill P         prefill workers                           [2]\n"
-          "      --decode D          decode workers                            [4]\n"
-          "      --max-num-seqs B    decode batch limit per worker             [64]\n"
-          "      --routers N         router replicas in front of the same workers, clients\n"
-          "                          spread over them round robin (at most 8); a list\n"
-          "                          (1,2,4) runs each count in turn, a fleet table  [1]\n"
-          "      --bus LIST          none | nats | none,nats: the replicas share every\n"
-          "                          decoder's in-flight state over a nats-server the demo\n"
-          "                          starts (docs/serve.md, A fleet of routers); a list\n"
-          "                          runs each                                 [none]\n"
-          "      --kill-bus-after S  with --bus nats: kill the nats-server S wall seconds\n"
-          "                          into each run (replicas fall back to their own view)\n"
-          "                                                                    [never]\n"
-          "      --scrape-interval S  seconds between the routers' reads of the workers'\n"
-          "                          /metrics, routed on (0 = off; docs/serve.md)  [0]\n"
-          "runs\n"
-          "      --rate R            arrivals per second of model time         [100]\n"
-          "      --time-scale X      emulated durations = model time x X       [8]\n"
-          "      --duration S        seconds (wall) of arrivals per policy     [20; --drift: 40]\n"
-          "      --policies LIST     comma list of eldr, footprint, random, rr, jsq, p2c  [all six]\n"
-          "  -s, --seed N            seed of the trace, split, fit and arrivals  [" ELDR_SEED_DEFAULT_STR "]\n"
-          "      --no-sim            do not run `eldr sim` for comparison\n"
-          "      --drift             the production loop instead: fit on half of the domains,\n"
-          "                          replay them and then the others; the router's drift score\n"
-          "                          rises, the demo refits on the shifted requests and reloads\n"
-          "                          the router (POST /admin/reload); a table (and --plot) over\n"
-          "                          time of drift and TPOT p50, ELDR vs JSQ\n"
-          "output\n"
-          "      --json              one JSON object on stdout instead of the table (ms of\n"
-          "                          model time)\n"
-          "      --plot FILE         a bar chart with gnuplot (.png or .svg)   [none]\n"
-          "      --keep              keep the work directory (traces, artifact, logs)\n"
-          "  -h, --help              this help\n\n"
-          "Ctrl-C stops every process the demo started.\n");
-}
 
 static const char *preset_for_shape(const eldr_shape *s) {
   static const char *presets[] = {"qwen3-30b-a3b", "gpt-oss-120b", "qwen3-235b-a22b",
@@ -241,151 +143,6 @@ static void progress_cb(void *ctx, size_t sent, size_t done, double el) {
 }
 
 static double pct(double x, double base) { return (x / base - 1.0) * 100.0; }
-
-/* --routers N or a comma list of at most 4 counts. */
-static void parse_routers(demo *x, const char *arg) {
-  char buf[64], *save = NULL;
-  snprintf(buf, sizeof buf, "%s", arg);
-  x->n_router_list = 0;
-  for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-    if (x->n_router_list == 4) cli_usage_error(CMD, "--routers: at most 4 counts");
-    x->router_list[x->n_router_list++] = cli_parse_long(CMD, "--routers", t, 1, ELDR_CLUSTER_MAX_ROUTERS);
-  }
-  if (!x->n_router_list) cli_usage_error(CMD, "--routers: empty list");
-  x->routers = x->router_list[0];
-}
-
-/* --bus none, nats, or both. */
-static void parse_bus(demo *x, const char *arg) {
-  char buf[64], *save = NULL;
-  snprintf(buf, sizeof buf, "%s", arg);
-  x->n_bus_list = 0;
-  for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-    int b = !strcmp(t, "nats") ? 1 : !strcmp(t, "none") ? 0 : -1;
-    if (b < 0) cli_usage_error(CMD, "--bus: '%s' (none, nats)", t);
-    for (size_t i = 0; i < x->n_bus_list; i++)
-      if (x->bus_list[i] == b) cli_usage_error(CMD, "--bus: '%s' given twice", t);
-    x->bus_list[x->n_bus_list++] = b;
-  }
-  if (!x->n_bus_list) cli_usage_error(CMD, "--bus: empty list");
-  x->bus = x->bus_list[0];
-}
-
-/* Flags into x (exit 2 on a bad flag or value, 0 after --help). */
-static void parse_args(int argc, char **argv, demo *x) {
-  memset(x, 0, sizeof *x);
-  x->workload = "realistic";
-  x->policies_arg = "eldr,footprint,random,rr,jsq,p2c";
-  x->n_fit = 400;
-  x->n_eval = 200;
-  x->max_decode = 64;
-  x->P = 2;
-  x->D = 4;
-  x->max_seqs = 64;
-  x->fit_fraction = 0.6;
-  x->rate = 100;
-  x->scale = 8;
-  x->duration = 20;
-  x->seed = ELDR_SEED_DEFAULT;
-  x->do_sim = 1;
-  x->routers = 1;
-  static const struct option opts[] = {
-      {"routers", required_argument, 0, 'R'},     {"scrape-interval", required_argument, 0, 'I'},
-      {"model", required_argument, 0, 'm'},       {"hardware", required_argument, 0, 'H'},
-      {"workload", required_argument, 0, 'w'},    {"trace", required_argument, 0, 't'},
-      {"fit-requests", required_argument, 0, 'f'}, {"eval-requests", required_argument, 0, 'e'},
-      {"fit-fraction", required_argument, 0, 'F'}, {"max-decode", required_argument, 0, 'x'},
-      {"prefill", required_argument, 0, 'P'},     {"decode", required_argument, 0, 'D'},
-      {"max-num-seqs", required_argument, 0, 'B'}, {"rate", required_argument, 0, 'r'},
-      {"time-scale", required_argument, 0, 'T'},  {"duration", required_argument, 0, 'd'},
-      {"policies", required_argument, 0, 'p'},    {"seed", required_argument, 0, 's'},
-      {"no-sim", no_argument, 0, 'N'},            {"plot", required_argument, 0, 'o'},
-      {"keep", no_argument, 0, 'k'},              {"help", no_argument, 0, 'h'},
-      {"json", no_argument, 0, 'j'},              {"drift", no_argument, 0, 'W'},
-      {"bus", required_argument, 0, 'U'},         {"kill-bus-after", required_argument, 0, 'K'},
-      {0, 0, 0, 0},
-  };
-  cli_getopt_reset();
-  int o;
-  while ((o = getopt_long(argc, argv, ":hm:w:t:s:", opts, NULL)) != -1) {
-    switch (o) {
-    case 'm': x->model = optarg; break;
-    case 'H': x->hardware = optarg; x->hardware_set = 1; break;
-    case 'w': x->workload = optarg; break;
-    case 't': x->trace_path = optarg; break;
-    case 'f': x->n_fit = cli_parse_long(CMD, "--fit-requests", optarg, 8, 1000000); break;
-    case 'e': x->n_eval = cli_parse_long(CMD, "--eval-requests", optarg, 1, 1000000); break;
-    case 'F': x->fit_fraction = cli_parse_double(CMD, "--fit-fraction", optarg, 0.05, 0.95); break;
-    case 'x': x->max_decode = cli_parse_long(CMD, "--max-decode", optarg, 1, 1 << 20); break;
-    case 'P': x->P = cli_parse_long(CMD, "--prefill", optarg, 1, 32); break;
-    case 'D': x->D = cli_parse_long(CMD, "--decode", optarg, 1, 64); break;
-    case 'B': x->max_seqs = cli_parse_long(CMD, "--max-num-seqs", optarg, 1, 4096); break;
-    case 'r': x->rate = cli_parse_double(CMD, "--rate", optarg, 0.01, 1e5); break;
-    case 'T': x->scale = cli_parse_double(CMD, "--time-scale", optarg, 0.01, 1000); break;
-    case 'd': x->duration = cli_parse_double(CMD, "--duration", optarg, 0.5, 3600); x->duration_set = 1; break;
-    case 'p': x->policies_arg = optarg; break;
-    case 's': x->seed = cli_parse_u64(CMD, "--seed", optarg); break;
-    case 'N': x->do_sim = 0; break;
-    case 'R': parse_routers(x, optarg); break;
-    case 'U': parse_bus(x, optarg); break;
-    case 'K': x->kill_bus_s = cli_parse_double(CMD, "--kill-bus-after", optarg, 0.1, 3600); break;
-    case 'I':
-      x->scrape = cli_parse_double(CMD, "--scrape-interval", optarg, 0, 60);
-      if (x->scrape > 0 && x->scrape < 0.01) cli_usage_error(CMD, "--scrape-interval: 0 (off) or >= 0.01");
-      break;
-    case 'o':
-      if (!eldr_plot_terminal(optarg)) cli_usage_error(CMD, "--plot: '%s' must end in .png or .svg", optarg);
-      x->plot = optarg;
-      break;
-    case 'k': g_keep = 1; break;
-    case 'j': x->json = 1; break;
-    case 'W': x->drift = 1; break;
-    case 'h': usage(stdout); exit(0);
-    default: cli_bad_option(CMD, argc, argv, o);
-    }
-  }
-  if (optind < argc) cli_usage_error(CMD, "unexpected argument '%s' (see --help)", argv[optind]);
-  static const char *known[] = {"eldr", "random", "rr", "jsq", "p2c", "footprint"};
-  char buf[256];
-  snprintf(buf, sizeof buf, "%s", x->policies_arg);
-  char *save = NULL;
-  for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-    size_t k = 0;
-    while (k < 6 && strcmp(tok, known[k])) k++;
-    if (k == 6) cli_usage_error(CMD, "--policies: unknown policy '%s' (eldr, footprint, random, rr, jsq, p2c)", tok);
-    for (size_t j = 0; j < x->npol; j++)
-      if (x->pols[j] == known[k]) cli_usage_error(CMD, "--policies: '%s' given twice", tok);
-    if (x->npol < 8) x->pols[x->npol++] = known[k];
-  }
-  if (!x->npol) cli_usage_error(CMD, "--policies: empty list");
-  if (x->drift && x->trace_path) cli_usage_error(CMD, "--drift generates its own traces (two domain mixes): drop --trace");
-  /* inputs and outputs are checked before the work directory exists */
-  if (x->trace_path && access(x->trace_path, R_OK)) /* an input: exit 1, as every command */
-    cli_fail(CMD, "--trace %s: %s", x->trace_path, strerror(errno));
-  if (!x->hardware_set) x->hardware = cli_hardware_default(x->model); /* again once a trace names the model */
-  if (x->plot) {
-    const char *inputs[] = {x->trace_path, NULL};
-    cli_check_output(CMD, "--plot", x->plot, inputs);
-  }
-  /* presets and the workload are flag values: checked before anything starts */
-  eldr_diag d = {{0}};
-  eldr_latency_model lm;
-  int rc = eldr_latency_preset(x->model ? x->model : "qwen3-30b-a3b", x->hardware, &lm, &d);
-  if (rc) cli_usage_error(CMD, "%s", eldr_diag_msg(&d, rc));
-  if (!x->trace_path) {
-    eldr_shape sh;
-    char canon[64];
-    eldr_tracegen *g = NULL;
-    rc = eldr_tracegen_model_shape(x->model ? x->model : "qwen3-30b-a3b", &sh, canon, sizeof canon, &d);
-    if (rc) cli_usage_error(CMD, "--model: %s", eldr_diag_msg(&d, rc));
-    rc = eldr_tracegen_new(&sh, canon, x->workload, x->seed, &g, &d);
-    if (rc) cli_usage_error(CMD, "--workload: %s", eldr_diag_msg(&d, rc));
-    eldr_tracegen_free(g);
-  }
-  snprintf(x->dbuf, sizeof x->dbuf, "%ld", x->D);
-  snprintf(x->seedbuf, sizeof x->seedbuf, "%llu", (unsigned long long)x->seed);
-  snprintf(x->seqbuf, sizeof x->seqbuf, "%ld", x->max_seqs);
-}
 
 /* 1. the trace and its two splits: fit_path and eval_path; x->eval loaded. */
 static void make_splits(demo *x) {
@@ -500,6 +257,37 @@ static void bus_lag(demo *x, prow *row) {
           row->peers, row->lag_p99 * 1e3, row->lag_max * 1e3, row->lag_n);
 }
 
+/* --pd sglang: how many decoders each router chose on a predicted signature
+ * (its /metrics' eldr_sglang_decisions_total), into row. */
+static void sgl_decisions(demo *x, prow *row) {
+  row->sgl_pred = row->sgl_all = NAN;
+  if (!x->pd) return;
+  const char *const *urls;
+  size_t n = eldr_cluster_routers(g_cluster, &urls);
+  double pred = 0, all = 0;
+  for (size_t i = 0; i < n; i++) {
+    int st = 0;
+    char *body = NULL;
+    eldr_diag d = {{0}};
+    if (eldr_http_fetch(urls[i], "GET", "/metrics", NULL, NULL, 5, &st, &body, &d) || st != 200) {
+      free(body);
+      return; /* a router not read: no figure rather than a wrong one */
+    }
+    static const char key[] = "\neldr_sglang_decisions_total{signature=\"";
+    for (const char *p = strstr(body, key); p; p = strstr(p + 1, key)) {
+      const char *lab = p + sizeof key - 1, *sp = strchr(lab, ' ');
+      if (!sp) break;
+      double v = strtod(sp + 1, NULL);
+      all += v;
+      if (!strncmp(lab, "predicted\"", 10)) pred += v;
+    }
+    free(body);
+  }
+  row->sgl_pred = pred;
+  row->sgl_all = all;
+  fprintf(stderr, "    decoders chosen at arrival on a predicted signature: %.0f of %.0f\n", pred, all);
+}
+
 /* 3. one policy: its cluster up, the load through it, its counters, down. */
 static void run_policy_into(demo *x, size_t pi, prow *row);
 static void run_policy(demo *x, size_t pi) { run_policy_into(x, pi, &x->rows[pi]); }
@@ -510,7 +298,7 @@ static void run_policy_into(demo *x, size_t pi, prow *row) {
   row->sim_pf_p50 = row->sim_pf_p99 = row->sim_itl_p99 = row->sim_e2e_p50 = NAN;
   char alog[PATH_MAX + 64];
   snprintf(alog, sizeof alog, "%s/access-%zu.jsonl", g_tmp, pi);
-  eldr_cluster_spec cs = {.n_prefill = (size_t)x->P, .n_decode = (size_t)x->D, .model = x->model,
+  eldr_cluster_spec cs = {.pd = x->pd, .n_prefill = (size_t)x->P, .n_decode = (size_t)x->D, .model = x->model,
                           .hardware = x->hardware, .trace_path = x->eval_path,
                           .time_scale = x->scale, .max_num_seqs = (size_t)x->max_seqs,
                           .artifact_path = x->art_path, .policy = x->pols[pi], .seed = x->seed,
@@ -553,6 +341,7 @@ static void run_policy_into(demo *x, size_t pi, prow *row) {
   row->ok = r.ok;
   row->failed = r.n - r.ok;
   bus_lag(x, row);
+  sgl_decisions(x, row);
   eldr_decode_counters dc;
   int scraped = eldr_cluster_scrape_decoders(g_cluster, 5, &dc, &d) == 0;
   row->tok_ms = scraped && dc.batch_sum > 0 ? dc.token_s / dc.batch_sum / x->scale * 1e3 : NAN;
@@ -641,9 +430,9 @@ static void run_sim(demo *x) {
 /* The table: model time (wall / scale), ms. */
 static void print_table(const demo *x) {
   /* model time (wall / scale), ms */
-  printf("\neldr demo: %ldP%ldD, %s on %s, %zu requests per policy at %g req/s (model time; "
+  printf("\neldr demo: %ldP%ldD%s%s, %s on %s, %zu requests per policy at %g req/s (model time; "
          "realised %.4g), max %s seqs per decoder\n",
-         x->P, x->D, x->model, x->hardware, x->rows[0].sent, x->rate, (double)x->rows[0].sent / (x->duration / x->scale),
+         x->P, x->D, x->pd ? " --pd " : "", x->pd ? x->pd : "", x->model, x->hardware, x->rows[0].sent, x->rate, (double)x->rows[0].sent / (x->duration / x->scale),
          x->seqbuf);
   printf("times are model time in ms = wall time / %g (the workers ran %gx slower than the "
          "modelled GPU)\n\n",
@@ -677,6 +466,15 @@ static void print_table(const demo *x) {
              w->sim_pf_p50, w->sim_pf_p99, w->sim_itl_p99, w->sim_batch, w->sim_uni);
     printf("\n");
     if (!strcmp(w->policy, "eldr")) eldr_i = (int)k;
+  }
+  for (size_t k = 0; x->pd && k < x->npol; k++) { /* where the signature came from */
+    const prow *w = &x->rows[k];
+    if (k == 0) printf("\ndecoders chosen at arrival on a predicted signature (the rest by load):");
+    if (w->sgl_all > 0)
+      printf(" %s %.0f/%.0f (%.0f%%)%s", w->policy, w->sgl_pred, w->sgl_all, 100 * w->sgl_pred / w->sgl_all,
+             k + 1 < x->npol ? "," : "\n");
+    else
+      printf(" %s -%s", w->policy, k + 1 < x->npol ? "," : "\n");
   }
   /* ELDR against the best load balancer (random, rr, jsq, p2c: footprint
    * is locality-aware too), per metric (smaller is better) */
@@ -734,6 +532,10 @@ static void print_json(const demo *x) {
       json_object_set_new(r, "tpot_pf_p99_ms", jms(w->pf_p99 / x->scale * 1e3));
       json_object_set_new(r, "itl_p99_ms", jms(w->s.itl_p99 / x->scale * 1e3));
       json_object_set_new(r, "e2e_p50_ms", jms(w->s.e2e_p50 / x->scale * 1e3));
+      if (x->pd) {
+        json_object_set_new(r, "predicted_decisions", jms(w->sgl_pred));
+        json_object_set_new(r, "decisions", jms(w->sgl_all));
+      }
     }
     json_t *sim = x->have_sim
                       ? json_pack("{s:o,s:o,s:o,s:o,s:o,s:o}", "tpot_p50_ms", jms(w->sim_tpot_p50),
@@ -750,8 +552,8 @@ static void print_json(const demo *x) {
     if (r) json_object_set_new(r, "sim", sim);
     json_array_append_new(rows, r);
   }
-  json_t *j = json_pack("{s:s?,s:s?,s:I,s:I,s:f,s:f,s:f,s:I,s:o}", "model", x->model,
-                        "hardware", x->hardware, "prefill", (json_int_t)x->P, "decode",
+  json_t *j = json_pack("{s:s,s:s?,s:s?,s:I,s:I,s:f,s:f,s:f,s:I,s:o}", "pd", x->pd ? x->pd : "vllm",
+                        "model", x->model, "hardware", x->hardware, "prefill", (json_int_t)x->P, "decode",
                         (json_int_t)x->D, "rate_req_s", x->rate, "time_scale", x->scale,
                         "duration_s", x->duration, "seed", (json_int_t)x->seed, "rows", rows);
   char *out = j ? json_dumps(j, JSON_INDENT(2) | JSON_REAL_PRECISION(6)) : NULL;
@@ -886,7 +688,8 @@ static void demo_fleet_run(demo *x) {
 
 int eldr_cmd_demo(int argc, char **argv) {
   static demo x; /* large; one per process */
-  parse_args(argc, argv, &x);
+  demo_parse_args(argc, argv, &x);
+  if (x.keep) g_keep = 1;
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_signal;

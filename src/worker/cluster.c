@@ -33,6 +33,7 @@ struct eldr_cluster {
   pid_t children[MAX_CHILDREN];
   size_t n;
   char urls[2][ELDR_CLUSTER_MAX_WORKERS][48]; /* prefill, decode worker URLs */
+  char boot[ELDR_CLUSTER_MAX_WORKERS][8];      /* SGLang prefills' bootstrap ports */
   size_t n_urls[2];
   char routers[ELDR_CLUSTER_MAX_ROUTERS][48]; /* router replica URLs */
   const char *router_ptrs[ELDR_CLUSTER_MAX_ROUTERS];
@@ -272,14 +273,27 @@ int eldr_cluster_up(eldr_cluster *c, const eldr_cluster_spec *s, char *target, s
     return eldr_diag_fail(d, ELDR_EINVAL, "1..%d routers", ELDR_CLUSTER_MAX_ROUTERS);
   char scrapebuf[32];
   snprintf(scrapebuf, sizeof scrapebuf, "%g", s->scrape_interval);
+  int sgl = 0;
+  if (s->pd && strcmp(s->pd, "vllm")) {
+    if (!strcmp(s->pd, "sglang")) sgl = 1;
+    else if (!strcmp(s->pd, "sglang-exact")) sgl = 2;
+    else return eldr_diag_fail(d, ELDR_EINVAL, "pd '%s' is not vllm, sglang or sglang-exact", s->pd);
+  }
   for (int role = 0; role < 2; role++) {
     size_t n = role ? s->n_decode : s->n_prefill;
     for (size_t i = 0; i < n; i++) {
       char line[512];
-      char *args[] = {"worker", "--role", role ? "decode" : "prefill", "--model", (char *)s->model,
-                      "--hardware", (char *)s->hardware, "--trace", (char *)s->trace_path, "--port",
-                      "0", "--time-scale", scalebuf, "--max-num-seqs", seqbuf,
-                      "--enable-prompt-tokens-details", NULL};
+      char *args[24] = {"worker", "--role", role ? "decode" : "prefill", "--model", (char *)s->model,
+                        "--hardware", (char *)s->hardware, "--trace", (char *)s->trace_path, "--port",
+                        "0", "--time-scale", scalebuf, "--max-num-seqs", seqbuf,
+                        "--enable-prompt-tokens-details", NULL};
+      size_t k = 16;
+      if (sgl) { /* SGLang engines; a prefill's bootstrap server on a free port */
+        args[k++] = "--engine", args[k++] = "sglang";
+        if (!role) args[k++] = "--bootstrap-port", args[k++] = "0";
+        if (!role && sgl == 2) args[k++] = "--exact";
+        args[k] = NULL;
+      }
       int rc = eldr_cluster_spawn(c, args, wt, line, sizeof line, d);
       if (rc)
         return eldr_diag_fail(d, rc, "a %s worker did not start (see %s)",
@@ -287,14 +301,23 @@ int eldr_cluster_up(eldr_cluster *c, const eldr_cluster_spec *s, char *target, s
       const char *u = strstr(line, "http://");
       if (!u) return eldr_diag_fail(d, ELDR_EPARSE, "unexpected worker output: %s", line);
       snprintf(c->urls[role][i], sizeof c->urls[role][i], "%.*s", (int)strcspn(u, " "), u);
+      if (sgl && !role) {
+        const char *b = strstr(line, " bootstrap=");
+        if (!b) return eldr_diag_fail(d, ELDR_EPARSE, "no bootstrap port in: %s", line);
+        snprintf(c->boot[i], sizeof c->boot[i], "%.*s", (int)strspn(b + 11, "0123456789"), b + 11);
+      }
       c->n_urls[role] = i + 1;
     }
   }
-  char *sargs[2 * 2 * ELDR_CLUSTER_MAX_WORKERS + 24];
+  char *sargs[3 * 2 * ELDR_CLUSTER_MAX_WORKERS + 24];
   size_t na = 0;
   sargs[na++] = "serve";
-  for (size_t i = 0; i < s->n_prefill; i++) sargs[na++] = "--prefill", sargs[na++] = c->urls[0][i];
+  for (size_t i = 0; i < s->n_prefill; i++) {
+    sargs[na++] = "--prefill", sargs[na++] = c->urls[0][i];
+    if (sgl) sargs[na++] = c->boot[i]; /* --prefill URL PORT, as SGLang's gateway takes it */
+  }
   for (size_t i = 0; i < s->n_decode; i++) sargs[na++] = "--decode", sargs[na++] = c->urls[1][i];
+  if (sgl) sargs[na++] = "--pd", sargs[na++] = (char *)s->pd;
   sargs[na++] = "--artifact";
   sargs[na++] = (char *)s->artifact_path;
   sargs[na++] = "--policy";
