@@ -15,6 +15,7 @@
 
 #include "eldr/dot.h"
 #include "eldr/reply_compact.h"
+#include "eldr/reply_sglang.h"
 #include "eldr/reply_stream.h"
 #include "serve_types.h"
 
@@ -146,7 +147,13 @@ void eldr__record_decision(rq *r, const eldr__sigres *res, int k, const eldr_dec
   eldr_server *s = r->s;
   if (!s->rec || r->is_models || !eldr__rec_sample(s->rec)) return;
   eldr__rec_item *it = NULL;
-  if (prompt_counts(s, r, res, &it) != 0) {
+  if (r->pd) { /* --pd sglang: decided at arrival; the counts come with the prefill's reply */
+    if (!s->art || !(it = eldr__rec_item_new(&s->art->shape, s->art->layer_ids))) {
+      eldr__rec_drop_count(s->rec, s->art ? ELDR__REC_NO_MEMORY : ELDR__REC_NO_COUNTS);
+      return;
+    }
+    it->counts_later = 1;
+  } else if (prompt_counts(s, r, res, &it) != 0) {
     eldr__rec_drop_count(s->rec, it ? ELDR__REC_NO_MEMORY : ELDR__REC_NO_COUNTS);
     eldr__rec_item_free(it);
     return;
@@ -163,8 +170,10 @@ void eldr__record_decision(rq *r, const eldr__sigres *res, int k, const eldr_dec
   it->chat = r->req.api == ELDR__API_CHAT;
   it->prompt_tokens = r->pr.prompt_tokens;
   it->policy = eldr_policy_name(s->cfg.policy);
+  int sgl_fb = r->pd && r->decision != DEC_LOCALITY && res; /* --pd sglang: no usable prediction */
   it->reason = k < 0 ? "no_decoder"
                : r->decision == DEC_LOCALITY ? "locality"
+               : sgl_fb ? (r->arrival == ARR_BELOW_THRESHOLD ? "prediction_below_threshold" : "no_prediction")
                : res && res->fallback != FB_NONE && res->fallback < FB__N ? fb_reason[res->fallback]
                : s->cfg.policy == ELDR_POLICY_ELDR || s->cfg.policy == ELDR_POLICY_FOOTPRINT ? "no_signature"
                                                                                               : "load_policy";
@@ -184,6 +193,34 @@ void eldr__record_decision(rq *r, const eldr__sigres *res, int k, const eldr_dec
   }
   snprintf(it->artifact, sizeof it->artifact, "%s", s->rec_artifact);
   r->rec = it;
+}
+
+void eldr__record_sglang_prefill(rq *r, const char *body, size_t n) {
+  eldr__rec_item *it = r->rec;
+  const eldr_artifact *a = r->s->art;
+  if (!it || !it->counts_later || it->prefill_counts || !a) return;
+  const eldr_shape *sh = &a->shape;
+  if (sh->num_layers != it->shape.num_layers || sh->num_experts != it->shape.num_experts) return; /* reloaded */
+  size_t cells = eldr_shape_cells(sh);
+  uint32_t *counts = calloc(cells, sizeof *counts);
+  if (!counts) return;
+  /* every MoE layer, whatever the routing mask: a refit chooses its own */
+  eldr_sglang_opts o = {0, sh->num_layers, a->layer_ids, sh->top_k, sh->num_experts, NULL};
+  uint8_t *buf = NULL;
+  size_t cap = 0, rows = 0;
+  uint32_t hidden = 0;
+  eldr_re_reason why = ELDR_RE_OK;
+  eldr_diag d = {{0}};
+  int rc = eldr_sglang_reply_experts(body, n, &o, &buf, &cap, &hidden, &rows, counts, &why, &d);
+  free(buf);
+  if (rc != 0 || !rows) {
+    free(counts);
+    return;
+  }
+  it->prefill_counts = counts;
+  it->prefill_tokens = rows > UINT32_MAX ? UINT32_MAX : (uint32_t)rows;
+  if (it->prompt_tokens <= 0) it->prompt_tokens = (int64_t)rows;
+  it->bytes += cells * sizeof *counts;
 }
 
 /* The streamed decode reply: its usage.completion_tokens (stream_options
@@ -223,6 +260,11 @@ void eldr__record_submit(rq *r) {
   eldr__rec_item *it = r->rec;
   if (!it) return;
   r->rec = NULL;
+  if (it->counts_later && !it->prefill_counts) { /* the prefill's reply had no rows */
+    eldr__rec_drop_count(s->rec, ELDR__REC_NO_COUNTS);
+    eldr__rec_item_free(it);
+    return;
+  }
   if (!it->status) it->status = -1;
   /* handed over, not copied: the request is being freed */
   leg *L = &r->L;

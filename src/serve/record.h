@@ -114,6 +114,8 @@ typedef struct eldr__rec_item {
   int status;               /* HTTP status the client got */
   char artifact[40];        /* artifact identity, "" when none */
   size_t bytes;             /* memory held (set by eldr__rec_item_new / by the caller) */
+  int counts_later;         /* --pd sglang: the decision came first, the prompt's counts
+                               come with the prefill's reply (or the record is dropped) */
 } eldr__rec_item;
 
 /* An item for shape s (layer_ids copied; counts not allocated). NULL on ENOMEM. */

@@ -637,6 +637,12 @@ void eldr__record_stop(eldr_server *s);
  * when the policy does not use one; k: the decoder or < 0): a sampled
  * request's record is started in r->rec. */
 void eldr__record_decision(rq *r, const eldr__sigres *res, int k, const eldr_decision *dec);
+/* --pd sglang: the prefill's reply body[0..n): the recorded request's
+ * prompt counts over every MoE layer of the artifact (SGLang's routed
+ * experts read again without the layer mask; only for a sampled request).
+ * A reply without usable rows leaves the record to be dropped as
+ * no_counts at submit. */
+void eldr__record_sglang_prefill(rq *r, const char *body, size_t n);
 /* Streamed decode reply bytes as they are relayed: the record's usage,
  * and (for the record or a live-rho pair) the event carrying routed_experts
  * (eldr/reply_stream.h: vLLM's final chunk of a stream that has them). */

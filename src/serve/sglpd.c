@@ -122,6 +122,7 @@ static void p_complete(rq *r) {
   double t0 = eldr__now_s();
   eldr__sigpath_extract_sglang(&s->sp, pd->P.buf, pd->P.n, &r->prompt, &res);
   eldr__histo_add(&s->m.sig, eldr__now_s() - t0);
+  if (r->rec) eldr__record_sglang_prefill(r, pd->P.buf, pd->P.n);
   if (res.fallback == FB_NONE) {
     s->m.sgl_prefill[SPF_OK]++;
     s->re_seen_t = t0;

@@ -9,6 +9,7 @@
  * leg at once (the decode would otherwise wait for KV until its waiting
  * timeout); a decode that fails answering the client and ending the
  * prefill leg. */
+#include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -24,7 +25,9 @@
 #include "eldr/artifact.h"
 #include "eldr/latency.h"
 #include "eldr/serve.h"
+#include "eldr/trace.h"
 #include "eldr/tracegen.h"
+#include "support/proc.h"
 #include "support/fixture.h"
 #include "support/serve_fixture.h"
 #include "worker/wtest.h"
@@ -360,6 +363,72 @@ static void test_bootstrap_port_per_prefill(void **st) {
   eldr_serve_config_free(&cf);
 }
 
+/* --record in the SGLang flow: the decoder is chosen at arrival, the
+ * prompt's counts come later with the prefill's reply. Each recorded
+ * request carries the prefill's true counts over every MoE layer (not the
+ * prediction the decision saw: the second sight of a prompt is predicted
+ * from the first one's blocks), and its decision. */
+static void test_record_prefill_counts(void **st) {
+  (void)st;
+  sf_rig g;
+  char *art;
+  rig_start(&g, 2, &art);
+  char dir[128];
+  snprintf(dir, sizeof dir, "/tmp/eldr_test_sglrec_%d", (int)getpid());
+  assert_int_equal(eldr_test_rmtree(dir), 0);
+  g.c.record_dir = strdup(dir);
+  g.c.record_sample = 1;
+  sf_run(&g);
+  int port = g.r.port;
+  char body[2048];
+  snprintf(body, sizeof body, "{\"prompt\":\"%s\",\"max_tokens\":4}", LONG_PROMPT);
+  long prompt_tokens[2] = {0, 0};
+  for (int i = 0; i < 2; i++) {
+    tc_resp r;
+    sf_post_ok(port, "/v1/completions", body, NULL, &r);
+    json_t *j = json_loads(r.body, 0, NULL);
+    prompt_tokens[i] = (long)json_integer_value(json_object_get(json_object_get(j, "usage"), "prompt_tokens"));
+    json_decref(j);
+    tc_free(&r);
+    assert_int_equal(rt_wait_metric(port, "eldr_sglang_prefill_total{result=\"ok\"}", i + 1, 10), 0);
+  }
+  assert_int_equal(rt_metric(port, "eldr_sglang_decisions_total{signature=\"predicted\"}"), 1);
+  sf_free(&g); /* the recorder writes what is queued and closes */
+  DIR *dd = opendir(dir);
+  assert_non_null(dd);
+  struct dirent *de;
+  char path[512] = "";
+  while ((de = readdir(dd)))
+    if (strstr(de->d_name, ".jsonl")) snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+  closedir(dd);
+  eldr_trace *t = NULL;
+  eldr_diag d = {{0}};
+  if (eldr_trace_load(path, &t, &d)) fail_msg("record %s: %s", path, d.msg);
+  assert_int_equal(t->n, 2);
+  size_t L = t->shape.num_layers, E = t->shape.num_experts;
+  for (size_t i = 0; i < 2; i++) {
+    const eldr_request *q = &t->req[i];
+    assert_true(prompt_tokens[i] > 0);
+    assert_int_equal(q->n_prefill, (uint32_t)prompt_tokens[i]);
+    assert_non_null(q->prefill_counts);
+    for (size_t l = 0; l < L; l++) { /* every MoE layer: each token's top_k choices */
+      uint64_t sum = 0;
+      for (size_t e = 0; e < E; e++) sum += q->prefill_counts[l * E + e];
+      if (sum != (uint64_t)prompt_tokens[i] * t->shape.top_k)
+        fail_msg("request %zu layer %zu: %llu selections, want %ld x %u", i, l, (unsigned long long)sum,
+                 prompt_tokens[i], t->shape.top_k);
+    }
+    assert_non_null(q->serve);
+    if (!strstr(q->serve, i ? "\"locality\"" : "\"no_prediction\"")) fail_msg("request %zu: serve %s", i, q->serve);
+  }
+  /* the same prompt twice: the same true counts, whatever was predicted */
+  assert_memory_equal(t->req[0].prefill_counts, t->req[1].prefill_counts, L * E * sizeof(uint32_t));
+  eldr_trace_free(t);
+  assert_int_equal(eldr_test_rmtree(dir), 0);
+  unlink(art);
+  free(art);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_completion_stream_and_prediction),
@@ -368,6 +437,7 @@ int main(void) {
       cmocka_unit_test(test_decode_failure),
       cmocka_unit_test(test_footprint_prediction_replaced),
       cmocka_unit_test(test_bootstrap_port_per_prefill),
+      cmocka_unit_test(test_record_prefill_counts),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
