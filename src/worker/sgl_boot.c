@@ -29,13 +29,6 @@ struct sgl_boot {
   size_t n, cap;
 };
 
-static void tv_of(double s, struct timeval *tv) {
-  if (!(s > 0)) s = 0;
-  if (s > 1e6) s = 1e6;
-  tv->tv_sec = (time_t)s;
-  tv->tv_usec = (suseconds_t)((s - (double)tv->tv_sec) * 1e6);
-}
-
 static void boot_reply(struct evhttp_request *req, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void boot_reply(struct evhttp_request *req, int code, const char *fmt, ...) {
   char msg[512];
@@ -83,7 +76,7 @@ static sgl_room *room_get(sgl_boot *b, uint64_t room) {
     return NULL;
   }
   struct timeval tv;
-  tv_of(b->w->sgl_bootstrap_timeout, &tv); /* wall time, as SGLang's */
+  eldr__w_tv_of(b->w->sgl_bootstrap_timeout, &tv); /* wall time, as SGLang's */
   evtimer_add(e->timer, &tv);
   b->rooms[b->n++] = e;
   return e;
@@ -247,7 +240,7 @@ static void transfer_start(wreq *r) {
     return;
   }
   struct timeval tv;
-  tv_of(eldr_latency_kv_transfer(&w->lm, r->n_prompt) * w->scale, &tv);
+  eldr__w_tv_of(eldr_latency_kv_transfer(&w->lm, r->n_prompt) * w->scale, &tv);
   evtimer_add(r->sg.ev, &tv);
 }
 
@@ -621,7 +614,7 @@ int eldr__sgl_register(wreq *r) {
   eldr_worker *w = r->w;
   if (!r->sg.conn) return -1;
   struct timeval tv;
-  tv_of(w->sgl_waiting_timeout, &tv);
+  eldr__w_tv_of(w->sgl_waiting_timeout, &tv);
   evhttp_connection_set_timeout_tv(r->sg.conn, &tv);
   if (!r->sg.ev && !(r->sg.ev = evtimer_new(w->base, kv_arrived, r))) return -1;
   struct evhttp_request *q = client_req(r, reg_reply);
@@ -716,7 +709,7 @@ void eldr__sgl_item_start(wreq *r) {
     return;
   }
   struct timeval tv;
-  tv_of(w->pull_timeout, &tv);
+  eldr__w_tv_of(w->pull_timeout, &tv);
   evhttp_connection_set_timeout_tv(r->sg.conn, &tv);
   evhttp_connection_set_retries(r->sg.conn, 0);
   evhttp_connection_set_max_headers_size(r->sg.conn, 8192);

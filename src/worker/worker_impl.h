@@ -201,6 +201,11 @@ size_t eldr__sgl_rooms(const eldr_worker *w);
 
 /* worker.c */
 void eldr__w_req_free(wreq *r);              /* unlink from every list and free */
+void eldr__w_req_abort(wreq *r, int code, const char *msg); /* end its HTTP exchange (if any), free it */
+void eldr__w_tv_of(double s, struct timeval *tv); /* seconds, clamped to [0, 1e6] */
+void eldr__w_q_push(rqueue *q, wreq *r);
+wreq *eldr__w_q_pop(rqueue *q);               /* NULL when empty */
+void eldr__w_step_done(evutil_socket_t fd, short what, void *arg); /* the step timer (arg: the worker) */
 void eldr__w_decode_admit(eldr_worker *w);    /* move decode-queue requests on */
 void eldr__w_ready(wreq *r);                  /* a decode request's KV is there: to the batch */
 long eldr__w_trace_find(const eldr_worker *w, const char *id); /* record index or -1 */
