@@ -166,9 +166,17 @@ static void p_complete(rq *r) {
     if (res.diag.msg[0]) eldr__logf(s, "request %s: prefill's routed experts not read: %s", r->reqid, res.diag.msg);
   }
   p_release(r);
-  if (pd->x) { /* sglang-exact: the prefill answered before its counts came (no engine
-                * does: the KV waits for the decode): the decoder on its rows, at once */
-    eldr__sglpd_counts(r, res.fallback == FB_NONE ? SGX_EXACT : SGX_NOT_PUBLISHED, res.fallback == FB_NONE ? &res : NULL);
+  if (pd->x) { /* sglang-exact: the prefill answered before any decode had its room: a
+                * disaggregated engine never does (its KV waits for the decode), and
+                * a decode sent now would wait for KV that will not come */
+    eldr__sglx_free(pd->x);
+    pd->x = NULL;
+    r->exact = SGX_ABORTED;
+    s->m.sgl_exact[SGX_ABORTED]++;
+    eldr__logf(s, "request %s: the prefill answered before its decode leg was sent", r->reqid);
+    eldr__client_upstream_error(r, 502, OUT_UPSTREAM_ERROR,
+                                "the prefill worker answered before a decode took its KV (is it a disaggregated "
+                                "prefill?): no decode leg was sent");
     return;
   }
   if (pd->held) {

@@ -485,7 +485,8 @@ static void test_exact_fallback(void **st) {
 /* A prefill that fails (500 at once) while the router waits for its counts
  * on a real bootstrap server that will never have them (its room waits 30
  * s): the poll is ended, no decode leg is ever sent (the decode engine sees
- * no request), and the client gets the prefill's error at once. */
+ * no request), and the client gets the prefill's error at once; the same
+ * for a prefill that answers 200 before any decode could have its KV. */
 static void test_exact_prefill_failure(void **st) {
   (void)st;
   sf_rig g;
@@ -518,6 +519,26 @@ static void test_exact_prefill_failure(void **st) {
   snprintf(series, sizeof series, "eldr_worker_requests_total{role=\"decode\",worker=\"%s\"}", g.durl[0]);
   assert_int_equal(rt_metric(port, series), 0);
   assert_int_equal(worker_idle(engine_port(&g, 1), 10), 0);
+  rig_end(&g, art);
+  fx_stop(fp);
+  fx_free(fp);
+  /* a prefill that answers 200 at once (no disaggregated engine does: its KV
+   * waits for a decode): the poll ended, no decode leg sent, 502 */
+  exact_rig_start(&g, 1, 1, 0.01, &art);
+  fx_behaviour ok = fx_defaults();
+  fp = fx_start(&ok);
+  assert_non_null(fp);
+  free(g.c.prefill[0]);
+  g.c.prefill[0] = strdup(fx_url(fp));
+  sf_run(&g);
+  snprintf(body, sizeof body, "{\"prompt\":\"%s\",\"max_tokens\":5}", LONG_PROMPT);
+  tc_resp r;
+  assert_int_equal(tc_post(g.r.port, "/v1/completions", body, NULL, &r), 0);
+  if (r.status != 502 || !strstr(r.body, "no decode leg was sent")) fail_msg("want 502, no decode leg: %d %s", r.status, r.body);
+  tc_free(&r);
+  assert_int_equal(rt_metric(g.r.port, "eldr_sglang_exact_total{result=\"aborted\"}"), 1);
+  snprintf(series, sizeof series, "eldr_worker_requests_total{role=\"decode\",worker=\"%s\"}", g.durl[0]);
+  assert_int_equal(rt_metric(g.r.port, series), 0);
   rig_end(&g, art);
   fx_stop(fp);
   fx_free(fp);
