@@ -480,6 +480,21 @@ static void test_exact_fallback(void **st) {
   assert_true(took > 0.05);
   for (int i = 0; i < 2; i++) assert_int_equal(worker_idle(engine_port(&g, i), 10), 0);
   rig_end(&g, art);
+  /* the config keys: pd "sglang-exact", exact_timeout in (0, 3600] */
+  eldr_serve_config cf;
+  eldr_serve_config_default(&cf);
+  eldr_diag d = {{0}};
+  const char *doc = "{\"pd\":\"sglang-exact\",\"exact_timeout\":0.25}";
+  assert_int_equal(eldr_serve_config_parse(&cf, doc, strlen(doc), &d), 0);
+  assert_int_equal(cf.pd, ELDR_PD_SGLANG_EXACT);
+  assert_true(cf.exact_timeout_s == 0.25);
+  doc = "{\"pd\":\"exact\"}";
+  assert_int_equal(eldr_serve_config_parse(&cf, doc, strlen(doc), &d), ELDR_EINVAL);
+  assert_non_null(strstr(d.msg, "sglang-exact"));
+  doc = "{\"exact_timeout\":0}";
+  assert_int_not_equal(eldr_serve_config_parse(&cf, doc, strlen(doc), &d), 0);
+  assert_non_null(strstr(d.msg, "exact_timeout"));
+  eldr_serve_config_free(&cf);
 }
 
 /* A prefill that fails (500 at once) while the router waits for its counts
