@@ -442,6 +442,7 @@ struct eldr_server {
   eldr_policy pol, jsq;
   eldr__fpstate *fps;     /* FOOTPRINT with latency coefficients, else NULL (JSQ) */
   int logged_fp;
+  int logged_exact;  /* --pd sglang-exact without an artifact or a signature policy (logged once) */
   eldr__sigpath sp;       /* signature extraction, cache, deferred store */
   eldr__busview *bv;      /* this loop's side of the fleet bus, or NULL */
   eldr__watchst *watch;   /* with an artifact: the watch (status.c), else NULL */

@@ -372,6 +372,9 @@ void eldr__sglpd_start(rq *r) {
    * counts; else the decoder now, before any leg */
   int sig_policy = s->cfg.policy == ELDR_POLICY_ELDR || s->cfg.policy == ELDR_POLICY_FOOTPRINT;
   int exact = s->cfg.pd == ELDR_PD_SGLANG_EXACT && sig_policy && s->sp.conf.art;
+  if (s->cfg.pd == ELDR_PD_SGLANG_EXACT && !exact && !s->logged_exact++)
+    eldr__logf(s, "--pd sglang-exact with %s: no counts are polled, decoders are chosen as in --pd sglang (logged once)",
+               sig_policy ? "no artifact loaded" : "a policy that routes on no signature");
   int k = exact ? 0 : pick_decoder(r, NULL);
   if (k < 0) return;
   int bport = eldr_serve_config_boot_port(&s->cfg, pw->url);
