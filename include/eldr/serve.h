@@ -66,6 +66,9 @@ typedef struct eldr_serve_config {
                               * gateway's --prefill URL PORT) ... */
   int *boot_ports;           /* ... and their ports (0: null) */
   size_t n_boot;
+  double exact_timeout_s;    /* pd sglang-exact: how long the router waits for the
+                              * prefill's published expert counts before it picks the
+                              * decoder on the prediction / load (default 5) */
   double predict_threshold;  /* pd sglang: the confidence a signature predicted at arrival
                               * needs to be routed on (eldr/predict.h; default 0.5) */
   double tau;                /* band width; < 0 = the artifact's tau (0.1 without one) */
@@ -159,7 +162,9 @@ typedef struct eldr_serve_config {
 } eldr_serve_config;
 
 /* eldr_serve_config.pd */
-enum { ELDR_PD_VLLM = 0, ELDR_PD_SGLANG = 1 };
+/* ELDR_PD_SGLANG_EXACT: SGLang's flow with the prefill's forward-end counts
+ * (contrib/sglang-eldr-exact): the decode leg waits for them (docs/sglang.md) */
+enum { ELDR_PD_VLLM = 0, ELDR_PD_SGLANG = 1, ELDR_PD_SGLANG_EXACT = 2 };
 
 /* The bootstrap port sent for prefill worker url: its own (boot_urls),
  * else bootstrap_port. */
@@ -193,9 +198,9 @@ int eldr_serve_config_add_api_key(eldr_serve_config *c, const char *key, eldr_di
  *   record_max_seconds, record_queue, record_queue_bytes, record_experts,
  *   api_key (string, array of strings, or null), shutdown_timeout,
  *   health_timeout, hang_window, bus (URL or null), bus_subject, bus_replica_id,
- *   bus_snapshot_interval, bus_peer_timeout, decode_max_batch, pd ("vllm" or
- *   "sglang"), bootstrap_port, bootstrap_ports ({prefill URL: port}, replaces the
- *   map), predict_threshold.
+ *   bus_snapshot_interval, bus_peer_timeout, decode_max_batch, pd ("vllm",
+ *   "sglang" or "sglang-exact"), bootstrap_port, bootstrap_ports ({prefill URL: port},
+ *   replaces the map), predict_threshold, exact_timeout.
  * A "prefill"/"decode" list replaces the current one. Unknown keys and
  * wrong types are errors naming the key. */
 int eldr_serve_config_parse(eldr_serve_config *c, const char *json, size_t len, eldr_diag *d);

@@ -45,9 +45,13 @@ static void usage(FILE *f) {
           "                          retries of worker names that did not resolve      [5]\n"
           "      --dns-server IP[:PORT]  nameserver instead of /etc/resolv.conf   [the system's]\n"
           "      --pd FLOW           prefill/decode flow: vllm (the decoder chosen from the\n"
-          "                          prefill's reply) or sglang (both legs at once with a\n"
+          "                          prefill's reply), sglang (both legs at once with a\n"
           "                          bootstrap room; the decoder chosen at arrival on the\n"
-          "                          predicted signature; docs/sglang.md)      [vllm]\n"
+          "                          predicted signature) or sglang-exact (the decode leg\n"
+          "                          sent when the patched prefill publishes its counts;\n"
+          "                          docs/sglang.md)                           [vllm]\n"
+          "      --exact-timeout S   --pd sglang-exact: seconds to wait for the prefill's\n"
+          "                          counts, then the prediction / load         [5]\n"
           "      --bootstrap-port N  --pd sglang: the prefill workers' bootstrap port, their\n"
           "                          SGLang disaggregation bootstrap port (0: null)  [8998]\n"
           "routing\n"
@@ -188,6 +192,7 @@ static const flagkey FLAGS[] = {
     {"pd", "pd", 'S'},
     {"bootstrap-port", "bootstrap_port", 'I'},
     {"predict-threshold", "predict_threshold", 'N'},
+    {"exact-timeout", "exact_timeout", 'N'},
     {"tau", "tau", 'N'},
     {"host", "host", 'S'},
     {"port", "port", 'I'},

@@ -67,8 +67,9 @@ void eldr__access_log(rq *r, int outcome, int status) {
   json_object_set_new(o, "decision", json_string(dec_name[r->decision]));
   json_object_set_new(o, "decoder", r->al_decoder[0] ? json_string(r->al_decoder) : json_null());
   if (r->pd) { /* --pd sglang: how the decoder was chosen at arrival */
-    static const char *const arr[ARR__N] = {"predicted", "below_threshold", "none"};
+    static const char *const arr[ARR__N] = {"predicted", "below_threshold", "none", "exact"};
     json_object_set_new(o, "signature", json_string(arr[r->arrival]));
+    if (r->exact >= 0 && r->exact < SGX__N) json_object_set_new(o, "exact", json_string(eldr__sgx_name[r->exact]));
     json_object_set_new(o, "confidence", r->confidence >= 0 ? json_real(r->confidence) : json_null());
   }
   json_object_set_new(o, "similarity", r->decision == DEC_LOCALITY ? json_real(r->al_sim) : json_null());

@@ -62,6 +62,7 @@ void eldr_serve_config_default(eldr_serve_config *c) {
   c->pd = ELDR_PD_VLLM;
   c->bootstrap_port = 8998; /* SGLang's --disaggregation-bootstrap-port default (server_args.py) */
   c->predict_threshold = ELDR_PREDICT_THRESHOLD_DEFAULT;
+  c->exact_timeout_s = 5;
 }
 
 static void free_list(char **v, size_t n) {
@@ -444,10 +445,12 @@ int eldr_serve_config_parse(eldr_serve_config *c, const char *json, size_t len, 
       const char *pv = json_is_string(v) ? json_string_value(v) : "";
       if (!strcmp(pv, "vllm")) c->pd = ELDR_PD_VLLM;
       else if (!strcmp(pv, "sglang")) c->pd = ELDR_PD_SGLANG;
-      else rc = eldr_diag_fail(d, ELDR_EINVAL, "config: 'pd' must be \"vllm\" or \"sglang\"");
+      else if (!strcmp(pv, "sglang-exact")) c->pd = ELDR_PD_SGLANG_EXACT;
+      else rc = eldr_diag_fail(d, ELDR_EINVAL, "config: 'pd' must be \"vllm\", \"sglang\" or \"sglang-exact\"");
     }
     else if (!strcmp(key, "bootstrap_port")) { if (!(rc = get_int(v, key, 0, 65535, &n, d))) c->bootstrap_port = (int)n; }
     else if (!strcmp(key, "bootstrap_ports")) rc = set_boot_ports(c, v, d);
+    else if (!strcmp(key, "exact_timeout")) { if (!(rc = get_num(v, key, 0.001, 3600, &x, d))) c->exact_timeout_s = x; }
     else if (!strcmp(key, "predict_threshold")) { if (!(rc = get_num(v, key, 0, 1, &x, d))) c->predict_threshold = x; }
     else if (!strcmp(key, "splice_routed_experts")) {
       if (!json_is_boolean(v)) rc = eldr_diag_fail(d, ELDR_EINVAL, "config: '%s' must be true or false", key);

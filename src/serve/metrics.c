@@ -40,6 +40,7 @@ void eldr__metrics_init(metrics *m) {
   histo_init(&m->sig, sig_b);
   histo_init(&m->decision, sig_b);
   histo_init(&m->request, req_b);
+  histo_init(&m->exact_wait, req_b);
 }
 
 /* ---- metrics and health endpoints ----------------------------------------- */
@@ -65,6 +66,7 @@ static void metrics_sum(const eldr__group *g, metrics *out) {
     histo_sum(&out->sig, &m->sig);
     histo_sum(&out->decision, &m->decision);
     histo_sum(&out->request, &m->request);
+    histo_sum(&out->exact_wait, &m->exact_wait);
   }
 }
 
@@ -145,15 +147,27 @@ void eldr__handle_metrics(hconn *c) {
                          "# TYPE eldr_queue_timeouts_total counter\neldr_queue_timeouts_total %llu\n",
                       (unsigned long long)m->hang_probes[0], (unsigned long long)m->hang_probes[1],
                       (unsigned long long)m->queue_timeouts);
-  evbuffer_add_printf(o, "# HELP eldr_sglang_decisions_total --pd sglang: decoders chosen at arrival, by the signature they had: "
+  evbuffer_add_printf(o, "# HELP eldr_sglang_decisions_total --pd sglang[-exact]: decoders chosen before the prefill's reply, by the signature they had: "
+                         "exact (sglang-exact: the prefill's published counts), "
                          "predicted (routed on the prediction), below_threshold (a prediction under --predict-threshold: load), "
                          "none (nothing of the prompt known: load).\n"
                          "# TYPE eldr_sglang_decisions_total counter\n"
+                         "eldr_sglang_decisions_total{signature=\"exact\"} %llu\n"
                          "eldr_sglang_decisions_total{signature=\"predicted\"} %llu\n"
                          "eldr_sglang_decisions_total{signature=\"below_threshold\"} %llu\n"
                          "eldr_sglang_decisions_total{signature=\"none\"} %llu\n",
-                      (unsigned long long)m->arrival[ARR_PREDICTED], (unsigned long long)m->arrival[ARR_BELOW_THRESHOLD],
-                      (unsigned long long)m->arrival[ARR_NO_PREDICTION]);
+                      (unsigned long long)m->arrival[ARR_EXACT], (unsigned long long)m->arrival[ARR_PREDICTED],
+                      (unsigned long long)m->arrival[ARR_BELOW_THRESHOLD], (unsigned long long)m->arrival[ARR_NO_PREDICTION]);
+  {
+    evbuffer_add_printf(o, "# HELP eldr_sglang_exact_total --pd sglang-exact: waits for the prefill's published expert counts, by end: "
+                           "exact (the decoder chosen on them), timeout (none within --exact-timeout), not_published (the prefill's "
+                           "bootstrap server does not publish them: no patch), failed (connection or HTTP error), bad (a reply that is no "
+                           "counts document for the room), not_read (counts that do not fit the artifact), aborted (the prefill failed first); "
+                           "all but exact and aborted fall back to the prediction or load.\n"
+                           "# TYPE eldr_sglang_exact_total counter\n");
+    for (int i = 0; i < SGX__N; i++)
+      evbuffer_add_printf(o, "eldr_sglang_exact_total{result=\"%s\"} %llu\n", eldr__sgx_name[i], (unsigned long long)m->sgl_exact[i]);
+  }
   {
     static const char *const spf[SPF__N] = {"ok", "not_read", "failed", "timeout", "abandoned"};
     evbuffer_add_printf(o, "# HELP eldr_sglang_prefill_total --pd sglang: prefill legs by end: ok (its routed experts read), "
@@ -305,6 +319,8 @@ void eldr__handle_metrics(hconn *c) {
   render_histo(o, "eldr_signature_seconds", "Signature extraction (decode, counts, cache, build).", &m->sig);
   render_histo(o, "eldr_decision_seconds", "Decode routing decision.", &m->decision);
   render_histo(o, "eldr_request_seconds", "Completion request latency at the router.", &m->request);
+  render_histo(o, "eldr_sglang_exact_wait_seconds", "--pd sglang-exact: from the prefill leg's send to the decoder's choice.",
+               &m->exact_wait);
   size_t n = evbuffer_get_length(o);
   eldr__send_body(c, 200, "text/plain; version=0.0.4; charset=utf-8", evbuffer_pullup(o, -1), n, NULL);
   evbuffer_free(o);

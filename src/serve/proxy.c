@@ -899,7 +899,7 @@ void eldr__handle_completion(hconn *c, eldr__api api, const char *body, size_t l
   /* the prompt's blocks, once: the prefix hash (cache affinity) and the
    * signature cache's keys */
   rc = eldr__prompt_init(&s->sp, &r->prompt, r->req.text, r->req.text_len, r->req.ids, r->req.n_ids);
-  if (!rc && s->cfg.pd == ELDR_PD_SGLANG) {
+  if (!rc && s->cfg.pd != ELDR_PD_VLLM) { /* SGLang's flow, sglang or sglang-exact */
     eldr__sglpd_start(r);
     return;
   }

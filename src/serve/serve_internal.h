@@ -182,6 +182,19 @@ int eldr__sgl_leg_body(const char *body, size_t len, eldr__api api, const char *
 int eldr__sgl_prefill_body(const char *body, size_t len, eldr__api api, const char *host, int port,
                            const uint64_t *rooms, uint32_t nrooms, eldr__buf *out, eldr_diag *d);
 
+/* --pd sglang-exact: the document a patched SGLang prefill's bootstrap
+ * server answers to GET /eldr/expert_counts?room=R (contrib/sglang-eldr-exact,
+ * and `eldr worker --engine sglang --exact`):
+ *   {"room": R, "eldr_expert_counts": {<the compact object, eldr/reply_compact.h>}}
+ * doc[0..n) must be a JSON object (at most ELDR__SGL_COUNTS_MAX bytes) whose
+ * "room" is the integer room asked for and whose "eldr_expert_counts" is an
+ * object: 0 and *compact its span (the compact object itself is read and
+ * checked by eldr_compact_read / the signature path), else ELDR_EPARSE (not
+ * JSON) / ELDR_EINVAL (another shape, another room) / ELDR_ERANGE (too large)
+ * with the message in d. Pure; any thread. */
+#define ELDR__SGL_COUNTS_MAX ((size_t)4 << 20)
+int eldr__sgl_counts_doc(const char *doc, size_t n, uint64_t room, eldr_js_span *compact, eldr_diag *d);
+
 /* The prefill leg's body into a reused buffer (out->n = the body's length,
  * NUL-terminated): 0 or ELDR_ENOMEM. Cut from the client's bytes (edit.c):
  * its members but stream, max_tokens, max_completion_tokens,

@@ -58,7 +58,9 @@
 /* ---- metrics ---------------------------------------------------------------- */
 
 enum { DEC_LOCALITY, DEC_LOAD, DEC_NONE, DEC__N };
-enum { ARR_PREDICTED, ARR_BELOW_THRESHOLD, ARR_NO_PREDICTION, ARR__N };
+enum { ARR_PREDICTED, ARR_BELOW_THRESHOLD, ARR_NO_PREDICTION, ARR_EXACT, ARR__N };
+/* --pd sglang-exact: how the wait for the prefill's published counts ended (sglexact.c) */
+enum { SGX_EXACT, SGX_TIMEOUT, SGX_NOT_PUBLISHED, SGX_FAILED, SGX_BAD, SGX_NOT_READ, SGX_ABORTED, SGX__N };
 enum { SPF_OK, SPF_NO_EXPERTS, SPF_FAILED, SPF_TIMEOUT, SPF_ABANDONED, SPF__N };
 enum { OUT_OK, OUT_CLIENT_ERROR, OUT_UPSTREAM_ERROR, OUT_TIMEOUT, OUT_CANCELLED, OUT_STREAM_ABORTED, OUT__N };
 enum { FB_NONE = ELDR__FB_NONE, FB_SHAPE_MISMATCH = ELDR__FB_SHAPE_MISMATCH, FB__N = ELDR__FB__COUNT };
@@ -101,11 +103,14 @@ typedef struct metrics {
   ctr hang_probes[2];  /* hang probes (hang.c): answered, not answered */
   ctr queue_timeouts;  /* streaming decode legs ended by their own queue timeout */
   /* --pd sglang (sglpd.c): decoders chosen at arrival, by signature (ARR_*) */
-  ctr arrival[3];
+  ctr arrival[ARR__N];
+  /* --pd sglang-exact (sglexact.c): counts polls by end (SGX_*) */
+  ctr sgl_exact[SGX__N];
   /* its prefill legs, by end (SPF_*); footprint predictions replaced by the true counts */
   ctr sgl_prefill[5];
   ctr fp_replaced;
   histo sig, decision, request;
+  histo exact_wait; /* --pd sglang-exact: the decode leg's wait for the prefill's counts */
 } metrics;
 
 /* ---- types ---------------------------------------------------------------- */
@@ -326,6 +331,7 @@ struct rq {
   eldr__sglpd *pd;    /* --pd sglang: the prefill leg sent beside the decode leg
                        * (sglpd.c; owned), NULL in the vLLM flow */
   int arrival;        /* --pd sglang: how the decoder was chosen at arrival (ARR_*) */
+  int exact;          /* --pd sglang-exact: how the counts poll ended (SGX_*; -1 none) */
   double confidence;  /* --pd sglang: the prediction's confidence (-1: none) */
   eldr__slot *reserved; /* the decode decision's pick, its in-flight count taken
                          * for the leg about to start (NULL: none) */
@@ -436,6 +442,7 @@ struct eldr_server {
   eldr_policy pol, jsq;
   eldr__fpstate *fps;     /* FOOTPRINT with latency coefficients, else NULL (JSQ) */
   int logged_fp;
+  int logged_exact;  /* --pd sglang-exact without an artifact or a signature policy (logged once) */
   eldr__sigpath sp;       /* signature extraction, cache, deferred store */
   eldr__busview *bv;      /* this loop's side of the fleet bus, or NULL */
   eldr__watchst *watch;   /* with an artifact: the watch (status.c), else NULL */
@@ -550,6 +557,25 @@ void eldr__sglpd_start(rq *r);
 int eldr__sglpd_hold(rq *r);
 /* The prefill leg released (aborted if in flight) and r->pd freed. */
 void eldr__sglpd_free(rq *r);
+
+/* --pd sglang-exact: the decoder is chosen once the prefill's forward-end
+ * counts arrived (or, past cfg.exact_timeout_s or on any failure, on the
+ * prediction or load), then the decode leg is sent. eldr__sglpd_counts:
+ * the counts poll ended (result SGX_*; res: the signature of the counts
+ * when SGX_EXACT, else NULL): the poll freed, the decision made and the
+ * decode leg sent (answers the client on failure). */
+void eldr__sglpd_counts(rq *r, int result, const eldr__sigres *res);
+
+/* ---- sglexact.c: the counts poll (--pd sglang-exact) ---------------------------
+ * GET /eldr/expert_counts?room=R on the prefill's bootstrap server (pw's
+ * address at port bport), bounded by cfg.exact_timeout_s and
+ * ELDR__SGL_COUNTS_MAX bytes; its end calls eldr__sglpd_counts once (never
+ * from inside eldr__sglx_start). NULL with *why when it could not start
+ * (the caller decides without it). _free aborts it. Loop thread. */
+typedef struct eldr__sglx eldr__sglx;
+extern const char *const eldr__sgx_name[SGX__N];
+eldr__sglx *eldr__sglx_start(rq *r, const worker *pw, int bport, uint64_t room, const char **why);
+void eldr__sglx_free(eldr__sglx *x);
 
 /* POST /v1/completions and /v1/chat/completions; GET /v1/models. */
 void eldr__handle_completion(hconn *c, eldr__api api, const char *body, size_t len);

@@ -7,11 +7,16 @@
  *             the decoder at once, on the signature predicted from the
  *             signature cache when eldr_predict_usable says so, else by load
  *             (r->arrival says which; metric eldr_sglang_decisions_total)
+ *             --pd sglang-exact: the decoder once the prefill published the
+ *             first item's counts at its forward's end (sglexact.c's poll of
+ *             its bootstrap server, ARR_EXACT), or at the poll's end without
+ *             them (timeout, 404, error: r->exact says which) as above
  *   bodies    the client's JSON with bootstrap_host (the prefill's host),
  *             bootstrap_port (the worker's own, else cfg.bootstrap_port) and a fresh random
  *             bootstrap_room per item (sglbody.c); the prefill's also asks
  *             for the prompt's routed experts and one whole reply
- *   legs      both sent in the same loop turn: the decode leg is r->L (relayed
+ *   legs      both sent in the same loop turn (sglang-exact: the decode leg
+ *             when the decoder is chosen): the decode leg is r->L (relayed
  *             to the client, streamed or whole, with every bound of the vLLM
  *             flow's decode leg), the prefill leg is r->pd->P, its own
  *             connection, deadline (prefill_timeout) and reply buffer
@@ -27,7 +32,8 @@
  *             it sent it, else 502 / 504 naming the prefill; a started stream
  *             ends with an SSE error event. A decode that fails answers the
  *             client as in the vLLM flow, and the prefill leg is aborted with
- *             the request.
+ *             the request. A prefill that fails while sglang-exact waits for
+ *             its counts ends the poll; no decode leg is ever sent.
  *
  * Ownership: r->pd is r's (eldr__sglpd_free, from eldr__rq_free); the
  * prefill leg holds one in-flight reference on its worker while it runs.
@@ -42,6 +48,8 @@
 struct eldr__sglpd {
   leg P;                 /* the prefill leg: w/up while in flight */
   int held;              /* the decode's reply waits for the prefill's */
+  eldr__sglx *x;         /* sglang-exact: the counts poll, while the decoder waits for it */
+  int exact;             /* sglang-exact: the decoder was chosen on the true counts */
   uint32_t items;
   uint64_t rooms[ELDR__SGL_MAX_ITEMS];
 };
@@ -66,6 +74,11 @@ void eldr__sglpd_free(rq *r) {
   eldr__sglpd *pd = r->pd;
   if (!pd) return;
   if (pd->P.w) r->s->m.sgl_prefill[SPF_ABANDONED]++; /* the request ended first (decode failed, client left) */
+  if (pd->x) { /* the client left while the decoder waited for the counts */
+    eldr__sglx_free(pd->x);
+    pd->x = NULL;
+    r->s->m.sgl_exact[SGX_ABORTED]++;
+  }
   p_release(r);
   if (pd->P.deadline) event_free(pd->P.deadline);
   free(pd->P.buf);
@@ -89,8 +102,17 @@ static void p_failed(rq *r, int status, int outcome, const char *why) {
   s->m.sgl_prefill[outcome == OUT_TIMEOUT ? SPF_TIMEOUT : SPF_FAILED]++;
   int code = pd->P.status;
   p_release(r);
+  int unsent = pd->x != NULL; /* sglang-exact: the decoder was not chosen yet */
+  if (unsent) {
+    eldr__sglx_free(pd->x);
+    pd->x = NULL;
+    r->exact = SGX_ABORTED;
+    s->m.sgl_exact[SGX_ABORTED]++;
+  }
   eldr__logf(s, "request %s: prefill leg failed (%s)%s", r->reqid, why,
-             pd->held ? "; the decode had answered: its reply stands" : "; decode leg aborted");
+             pd->held ? "; the decode had answered: its reply stands"
+             : unsent ? "; no decode leg was sent (its counts poll ended)"
+                      : "; decode leg aborted");
   if (pd->held) {
     pd->held = 0;
     eldr__decode_finish(r);
@@ -99,7 +121,7 @@ static void p_failed(rq *r, int status, int outcome, const char *why) {
   int started = r->L.started;
   eldr__leg_release(r); /* the decode worker sees us leave: SGLang aborts the room */
   char msg[300];
-  snprintf(msg, sizeof msg, "prefill failed (the decode leg was aborted): %s", why);
+  snprintf(msg, sizeof msg, "prefill failed (%s): %s", unsent ? "no decode leg was sent" : "the decode leg was aborted", why);
   if (started) {
     eldr__abort_stream(r, status, status == 504 ? "timeout" : "upstream_error", msg);
     return;
@@ -127,7 +149,7 @@ static void p_complete(rq *r) {
     s->m.sgl_prefill[SPF_OK]++;
     s->re_seen_t = t0;
     eldr__sigpath_defer(&s->sp, &res); /* the blocks it computed, for the next arrivals */
-    if (r->fps && r->fp_ticket != ELDR_FP_NO_TICKET && r->fps->fp) {
+    if (r->fps && r->fp_ticket != ELDR_FP_NO_TICKET && r->fps->fp && !pd->exact) { /* exact: true already */
       uint32_t pt = r->prompt.ntok > UINT32_MAX ? UINT32_MAX : (uint32_t)r->prompt.ntok;
       eldr_fp_request fr = {.counts = res.counts, .n_tokens = res.n_tokens, .ctx_tokens = pt, .sig = res.sig};
       int err = 0;
@@ -145,6 +167,19 @@ static void p_complete(rq *r) {
     if (res.diag.msg[0]) eldr__logf(s, "request %s: prefill's routed experts not read: %s", r->reqid, res.diag.msg);
   }
   p_release(r);
+  if (pd->x) { /* sglang-exact: the prefill answered before any decode had its room: a
+                * disaggregated engine never does (its KV waits for the decode), and
+                * a decode sent now would wait for KV that will not come */
+    eldr__sglx_free(pd->x);
+    pd->x = NULL;
+    r->exact = SGX_ABORTED;
+    s->m.sgl_exact[SGX_ABORTED]++;
+    eldr__logf(s, "request %s: the prefill answered before its decode leg was sent", r->reqid);
+    eldr__client_upstream_error(r, 502, OUT_UPSTREAM_ERROR,
+                                "the prefill worker answered before a decode took its KV (is it a disaggregated "
+                                "prefill?): no decode leg was sent");
+    return;
+  }
   if (pd->held) {
     pd->held = 0;
     eldr__decode_finish(r); /* frees r */
@@ -251,6 +286,50 @@ static int decide_at_arrival(rq *r) {
   return eldr__decide_on(r, &res, pt);
 }
 
+/* The decoder on the prefill's true counts (sglang-exact). */
+static int decide_exact(rq *r, const eldr__sigres *res) {
+  eldr_server *s = r->s;
+  r->arrival = ARR_EXACT;
+  r->confidence = 1;
+  s->m.arrival[ARR_EXACT]++;
+  uint32_t pt = r->prompt.ntok > UINT32_MAX ? UINT32_MAX : (uint32_t)r->prompt.ntok;
+  return eldr__decide_on(r, res, pt);
+}
+
+/* The decoder chosen (on exact, the true counts, when given; else at
+ * arrival): k, or < 0 with the client answered (r freed). */
+static int pick_decoder(rq *r, const eldr__sigres *exact) {
+  int k = exact ? decide_exact(r, exact) : decide_at_arrival(r);
+  if (k == ELDR_ENOMEM) {
+    eldr__client_upstream_error(r, 500, OUT_UPSTREAM_ERROR, "out of memory");
+    return -1;
+  }
+  if (k < 0) {
+    r->decision = DEC_NONE;
+    eldr__client_upstream_error(r, 503, OUT_UPSTREAM_ERROR, "no healthy decode worker"); /* frees the prefill leg */
+  }
+  return k;
+}
+
+/* The decode leg sent to decoder k (the client answered on failure). */
+static void decode_leg(rq *r, int k) {
+  eldr_server *s = r->s;
+  r->ntried = 0;
+  if (eldr__leg_start(r, s->w[ROLE_DECODE][k], LEG_DECODE, "POST", path_of(r), r->b.db.p, r->b.db.n) != 0)
+    eldr__client_upstream_error(r, 502, OUT_UPSTREAM_ERROR, "could not send to decode worker"); /* frees the prefill leg */
+}
+
+void eldr__sglpd_counts(rq *r, int result, const eldr__sigres *res) {
+  eldr__sglpd *pd = r->pd;
+  eldr__sglx_free(pd->x);
+  pd->x = NULL;
+  r->exact = result;
+  r->s->m.sgl_exact[result]++;
+  pd->exact = res != NULL;
+  int k = pick_decoder(r, res);
+  if (k >= 0) decode_leg(r, k);
+}
+
 void eldr__sglpd_start(rq *r) {
   eldr_server *s = r->s;
   eldr_diag d = {{0}};
@@ -269,6 +348,7 @@ void eldr__sglpd_start(rq *r) {
     return;
   }
   r->pd = pd;
+  r->exact = -1;
   pd->items = items;
   /* a fresh room per item in [0, 2^63 - 1], as the gateway's generate_room_id */
   size_t want = items * sizeof *pd->rooms;
@@ -288,16 +368,16 @@ void eldr__sglpd_start(rq *r) {
     return;
   }
   worker *pw = s->w[ROLE_PREFILL][pk];
-  int k = decide_at_arrival(r);
-  if (k == ELDR_ENOMEM) {
-    eldr__client_upstream_error(r, 500, OUT_UPSTREAM_ERROR, "out of memory");
-    return;
-  }
-  if (k < 0) {
-    r->decision = DEC_NONE;
-    eldr__client_upstream_error(r, 503, OUT_UPSTREAM_ERROR, "no healthy decode worker");
-    return;
-  }
+  /* sglang-exact, with a policy that routes on signatures and an artifact to
+   * read the counts against: the decode leg waits for the first item's
+   * counts; else the decoder now, before any leg */
+  int sig_policy = s->cfg.policy == ELDR_POLICY_ELDR || s->cfg.policy == ELDR_POLICY_FOOTPRINT;
+  int exact = s->cfg.pd == ELDR_PD_SGLANG_EXACT && sig_policy && s->sp.conf.art;
+  if (s->cfg.pd == ELDR_PD_SGLANG_EXACT && !exact && !s->logged_exact++)
+    eldr__logf(s, "--pd sglang-exact with %s: no counts are polled, decoders are chosen as in --pd sglang (logged once)",
+               sig_policy ? "no artifact loaded" : "a policy that routes on no signature");
+  int k = exact ? 0 : pick_decoder(r, NULL);
+  if (k < 0) return;
   int bport = eldr_serve_config_boot_port(&s->cfg, pw->url);
   rc = eldr__sgl_leg_body(r->req.raw, r->req.raw_len, r->req.api, pw->host, bport, pd->rooms, items, &r->b.db, &d);
   if (!rc) rc = eldr__sgl_prefill_body(r->req.raw, r->req.raw_len, r->req.api, pw->host, bport, pd->rooms, items, &r->b.pb, &d);
@@ -305,8 +385,8 @@ void eldr__sglpd_start(rq *r) {
     eldr__client_upstream_error(r, 500, OUT_UPSTREAM_ERROR, "%s", eldr_diag_msg(&d, rc));
     return;
   }
-  /* both legs now: the prefill's first (the decode pick's reservation is
-   * the decode leg's to take) */
+  /* both legs now (sglang-exact: the decode's once the counts came): the
+   * prefill's first (the decode pick's reservation is the decode leg's to take) */
   leg *P = &pd->P;
   P->kind = LEG_PREFILL;
   if (eldr__leg_send(r, P, pw, 0, "POST", path_of(r), r->b.pb.p, r->b.pb.n, &p_cbs) != 0) {
@@ -316,7 +396,13 @@ void eldr__sglpd_start(rq *r) {
   P->t_end = eldr__now_s() + s->cfg.prefill_timeout_s;
   struct timeval tv = eldr__tv_of(s->cfg.prefill_timeout_s);
   event_add(P->deadline, &tv);
-  r->ntried = 0;
-  if (eldr__leg_start(r, s->w[ROLE_DECODE][k], LEG_DECODE, "POST", path_of(r), r->b.db.p, r->b.db.n) != 0)
-    eldr__client_upstream_error(r, 502, OUT_UPSTREAM_ERROR, "could not send to decode worker"); /* frees the prefill leg */
+  if (exact) {
+    const char *why = NULL;
+    pd->x = eldr__sglx_start(r, pw, bport, pd->rooms[0], &why);
+    if (pd->x) return;
+    eldr__logf(s, "request %s: no expert counts poll (%s): the decoder chosen on the prediction or load", r->reqid, why);
+    eldr__sglpd_counts(r, SGX_FAILED, NULL);
+    return;
+  }
+  decode_leg(r, k);
 }

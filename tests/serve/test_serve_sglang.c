@@ -429,6 +429,205 @@ static void test_record_prefill_counts(void **st) {
   free(art);
 }
 
+/* --pd sglang-exact in front of a prefill engine with --exact (the
+ * emulated contrib/sglang-eldr-exact patch): the decode leg waits for the
+ * prefill's forward-end counts and the decoder is chosen on them; nd decode
+ * engines; ps: the prefill engine's time scale. */
+static void exact_rig_start(sf_rig *g, int nd, int exact, double ps, char **art) {
+  eldr_worker_config pc = engine_cfg(), dc = engine_cfg();
+  pc.sglang_exact = exact;
+  pc.time_scale = ps;
+  sf_start_engines(g, 1, &pc, nd, &dc);
+  *art = artifact_for_model();
+  g->c.threads = 1;
+  g->c.policy = ELDR_POLICY_ELDR;
+  g->c.artifact = strdup(*art);
+  g->c.pd = ELDR_PD_SGLANG_EXACT;
+  g->c.bootstrap_port = boot_port(g);
+}
+
+static void rig_end(sf_rig *g, char *art) {
+  sf_free(g);
+  unlink(art);
+  free(art);
+}
+
+/* Every request shape routed on the exact counts: the decision says so
+ * (signature exact, decision locality), the poll's end is counted, and the
+ * client's own bootstrap fields (pointing the decode at a bootstrap server
+ * that does not exist, and at a room the prefill never gets) never reach a
+ * worker: the counts come for the router's room and the KV moves. */
+static void test_exact_decision(void **st) {
+  (void)st;
+  sf_rig g;
+  char *art;
+  exact_rig_start(&g, 2, 1, 0.01, &art);
+  sf_run(&g);
+  int port = g.r.port;
+  char body[2048];
+  snprintf(body, sizeof body,
+           "{\"prompt\":\"%s\",\"max_tokens\":5,\"bootstrap_host\":\"203.0.113.9\",\"bootstrap_port\":1,\"bootstrap_room\":7}",
+           LONG_PROMPT);
+  tc_resp r;
+  sf_post_ok(port, "/v1/completions", body, NULL, &r);
+  json_t *j = json_loads(r.body, 0, NULL);
+  assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "usage"), "completion_tokens")), 5);
+  json_decref(j);
+  tc_free(&r);
+  assert_int_equal(rt_metric(port, "eldr_sglang_exact_total{result=\"exact\"}"), 1);
+  assert_int_equal(rt_metric(port, "eldr_sglang_decisions_total{signature=\"exact\"}"), 1);
+  assert_int_equal(rt_metric(port, "eldr_sglang_decisions_total{signature=\"none\"}"), 0);
+  assert_int_equal(rt_metric(port, "eldr_requests_total{policy=\"eldr\",decision=\"locality\",outcome=\"ok\"}"), 1);
+  assert_true(rt_metric(port, "eldr_sglang_exact_wait_seconds_count") == 1);
+  /* a streamed chat, n > 1 and a batch: each decided on its first item's counts */
+  const char *chat = "{\"messages\":[{\"role\":\"user\",\"content\":\"Say something about experts.\"}],"
+                     "\"max_tokens\":4,\"stream\":true,\"bootstrap_room\":[1,2]}";
+  sf_post_ok(port, "/v1/chat/completions", chat, NULL, &r);
+  char err[256], engine[64];
+  long ut = 0;
+  if (wt_sse_check(r.body, err, sizeof err, engine, &ut) < 0) fail_msg("stream: %s [%s]", err, r.body);
+  assert_non_null(strstr(r.body, "data: [DONE]"));
+  tc_free(&r);
+  sf_post_ok(port, "/v1/completions", "{\"prompt\":\"three samples of one prompt please\",\"max_tokens\":3,\"n\":3}", NULL, &r);
+  j = json_loads(r.body, 0, NULL);
+  assert_int_equal(json_array_size(json_object_get(j, "choices")), 3);
+  json_decref(j);
+  tc_free(&r);
+  sf_post_ok(port, "/v1/completions", "{\"prompt\":[\"first prompt of a batch\",\"second prompt of it\"],\"max_tokens\":2,\"n\":2}",
+             NULL, &r);
+  j = json_loads(r.body, 0, NULL);
+  assert_int_equal(json_array_size(json_object_get(j, "choices")), 4);
+  json_decref(j);
+  tc_free(&r);
+  assert_int_equal(rt_metric(port, "eldr_sglang_exact_total{result=\"exact\"}"), 4);
+  assert_int_equal(rt_metric(port, "eldr_sglang_decisions_total{signature=\"exact\"}"), 4);
+  /* the prefill replies' rows complete the cache (the batch's are not read:
+   * its rows are sized by usage.prompt_tokens, which counts every prompt's) */
+  assert_int_equal(rt_wait_metric(port, "eldr_sglang_prefill_total{result=\"ok\"}", 3, 10), 0);
+  assert_int_equal(rt_wait_metric(port, "eldr_sglang_prefill_total{result=\"not_read\"}", 1, 10), 0);
+  assert_int_equal(rt_metric(port, "eldr_sglang_prefill_total{result=\"failed\"}"), 0);
+  for (int i = 0; i < 3; i++) assert_int_equal(worker_idle(engine_port(&g, i), 10), 0);
+  rig_end(&g, art);
+}
+
+/* A prefill that does not publish counts (no --exact: its bootstrap server
+ * answers 404) and one whose forward ends after --exact-timeout: the
+ * decoder is chosen on the prediction or load, the request answered, and
+ * the metrics and decision say why. */
+static void test_exact_fallback(void **st) {
+  (void)st;
+  sf_rig g;
+  char *art;
+  exact_rig_start(&g, 2, 0, 0.01, &art);
+  sf_run(&g);
+  int port = g.r.port;
+  char body[2048];
+  snprintf(body, sizeof body, "{\"prompt\":\"%s\",\"max_tokens\":3}", LONG_PROMPT);
+  sf_post_ok(port, "/v1/completions", body, NULL, NULL);
+  assert_int_equal(rt_metric(port, "eldr_sglang_exact_total{result=\"not_published\"}"), 1);
+  assert_int_equal(rt_metric(port, "eldr_sglang_decisions_total{signature=\"exact\"}"), 0);
+  assert_int_equal(rt_metric(port, "eldr_sglang_decisions_total{signature=\"none\"}"), 1);
+  assert_int_equal(rt_metric(port, "eldr_requests_total{policy=\"eldr\",decision=\"load\",outcome=\"ok\"}"), 1);
+  /* the prompt's blocks are cached now (the prefill's reply): the fallback
+   * routes on the prediction */
+  sf_post_ok(port, "/v1/completions", body, NULL, NULL);
+  assert_int_equal(rt_metric(port, "eldr_sglang_exact_total{result=\"not_published\"}"), 2);
+  assert_int_equal(rt_metric(port, "eldr_sglang_decisions_total{signature=\"predicted\"}"), 1);
+  rig_end(&g, art);
+  /* a slow forward (the prefill engine in real time x 50) against a 50 ms
+   * wait: the decode leg goes on the prediction / load, the KV still moves */
+  exact_rig_start(&g, 1, 1, 50, &art);
+  g.c.exact_timeout_s = 0.05;
+  sf_run(&g);
+  port = g.r.port;
+  double t0 = wt_now();
+  sf_post_ok(port, "/v1/completions", body, NULL, NULL);
+  double took = wt_now() - t0;
+  assert_int_equal(rt_metric(port, "eldr_sglang_exact_total{result=\"timeout\"}"), 1);
+  assert_int_equal(rt_metric(port, "eldr_sglang_decisions_total{signature=\"none\"}"), 1);
+  assert_int_equal(rt_metric(port, "eldr_sglang_prefill_total{result=\"ok\"}"), 1);
+  assert_true(took > 0.05);
+  for (int i = 0; i < 2; i++) assert_int_equal(worker_idle(engine_port(&g, i), 10), 0);
+  rig_end(&g, art);
+  /* the config keys: pd "sglang-exact", exact_timeout in (0, 3600] */
+  eldr_serve_config cf;
+  eldr_serve_config_default(&cf);
+  eldr_diag d = {{0}};
+  const char *doc = "{\"pd\":\"sglang-exact\",\"exact_timeout\":0.25}";
+  assert_int_equal(eldr_serve_config_parse(&cf, doc, strlen(doc), &d), 0);
+  assert_int_equal(cf.pd, ELDR_PD_SGLANG_EXACT);
+  assert_true(cf.exact_timeout_s == 0.25);
+  doc = "{\"pd\":\"exact\"}";
+  assert_int_equal(eldr_serve_config_parse(&cf, doc, strlen(doc), &d), ELDR_EINVAL);
+  assert_non_null(strstr(d.msg, "sglang-exact"));
+  doc = "{\"exact_timeout\":0}";
+  assert_int_not_equal(eldr_serve_config_parse(&cf, doc, strlen(doc), &d), 0);
+  assert_non_null(strstr(d.msg, "exact_timeout"));
+  eldr_serve_config_free(&cf);
+}
+
+/* A prefill that fails (500 at once) while the router waits for its counts
+ * on a real bootstrap server that will never have them (its room waits 30
+ * s): the poll is ended, no decode leg is ever sent (the decode engine sees
+ * no request), and the client gets the prefill's error at once; the same
+ * for a prefill that answers 200 before any decode could have its KV. */
+static void test_exact_prefill_failure(void **st) {
+  (void)st;
+  sf_rig g;
+  char *art;
+  exact_rig_start(&g, 1, 1, 0.01, &art);
+  fx_behaviour bad = fx_defaults();
+  bad.status = 500;
+  fx_worker *fp = fx_start(&bad);
+  assert_non_null(fp);
+  free(g.c.prefill[0]);
+  g.c.prefill[0] = strdup(fx_url(fp));
+  sf_run(&g);
+  int port = g.r.port;
+  char body[1024];
+  for (int stream = 0; stream < 2; stream++) {
+    snprintf(body, sizeof body, "{\"prompt\":\"%s\",\"max_tokens\":5,\"stream\":%s}", LONG_PROMPT, stream ? "true" : "false");
+    double t0 = wt_now();
+    tc_resp r;
+    assert_int_equal(tc_post(port, "/v1/completions", body, NULL, &r), 0);
+    double took = wt_now() - t0;
+    if (r.status != 502 || !strstr(r.body, "prefill") || !strstr(r.body, "no decode leg was sent"))
+      fail_msg("want 502 naming the prefill: %d %s", r.status, r.body);
+    assert_true(took < 10);
+    tc_free(&r);
+  }
+  assert_int_equal(fx_count(fp, "/v1/completions"), 2);
+  assert_int_equal(rt_metric(port, "eldr_sglang_exact_total{result=\"aborted\"}"), 2);
+  assert_int_equal(rt_metric(port, "eldr_sglang_prefill_total{result=\"failed\"}"), 2);
+  char series[200];
+  snprintf(series, sizeof series, "eldr_worker_requests_total{role=\"decode\",worker=\"%s\"}", g.durl[0]);
+  assert_int_equal(rt_metric(port, series), 0);
+  assert_int_equal(worker_idle(engine_port(&g, 1), 10), 0);
+  rig_end(&g, art);
+  fx_stop(fp);
+  fx_free(fp);
+  /* a prefill that answers 200 at once (no disaggregated engine does: its KV
+   * waits for a decode): the poll ended, no decode leg sent, 502 */
+  exact_rig_start(&g, 1, 1, 0.01, &art);
+  fx_behaviour ok = fx_defaults();
+  fp = fx_start(&ok);
+  assert_non_null(fp);
+  free(g.c.prefill[0]);
+  g.c.prefill[0] = strdup(fx_url(fp));
+  sf_run(&g);
+  snprintf(body, sizeof body, "{\"prompt\":\"%s\",\"max_tokens\":5}", LONG_PROMPT);
+  tc_resp r;
+  assert_int_equal(tc_post(g.r.port, "/v1/completions", body, NULL, &r), 0);
+  if (r.status != 502 || !strstr(r.body, "no decode leg was sent")) fail_msg("want 502, no decode leg: %d %s", r.status, r.body);
+  tc_free(&r);
+  assert_int_equal(rt_metric(g.r.port, "eldr_sglang_exact_total{result=\"aborted\"}"), 1);
+  snprintf(series, sizeof series, "eldr_worker_requests_total{role=\"decode\",worker=\"%s\"}", g.durl[0]);
+  assert_int_equal(rt_metric(g.r.port, series), 0);
+  rig_end(&g, art);
+  fx_stop(fp);
+  fx_free(fp);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_completion_stream_and_prediction),
@@ -438,6 +637,9 @@ int main(void) {
       cmocka_unit_test(test_footprint_prediction_replaced),
       cmocka_unit_test(test_bootstrap_port_per_prefill),
       cmocka_unit_test(test_record_prefill_counts),
+      cmocka_unit_test(test_exact_decision),
+      cmocka_unit_test(test_exact_fallback),
+      cmocka_unit_test(test_exact_prefill_failure),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
