@@ -588,10 +588,19 @@ void eldr__hung_sweep(evutil_socket_t fd, short ev, void *arg);
  * loop, ends now: a decode leg with 504 (an SSE error event once streaming),
  * a prefill leg retried on another worker or 504. */
 void eldr__worker_hung(worker *w, const char *why);
+/* ---- rqpool.c: request objects ----------------------------------------------- */
 /* Free the loop's pool of ended requests (before its event base). */
 void eldr__rq_pool_free(eldr_server *s);
-/* Release a request (its leg's worker reference and connection included). */
+/* A request for the loop: from its pool (buffers reused, every other field
+ * zero) or new (with its leg's deadline timer); NULL on ENOMEM. */
+rq *eldr__rq_alloc(eldr_server *s);
+/* Free r outright, never to the pool (a request that never started). */
+void eldr__rq_destroy(rq *r);
+/* Release a request (its leg's worker reference and connection included):
+ * back to the loop's pool, or freed. */
 void eldr__rq_free(rq *r);
+/* A leg's deadline timer (arg: the request). */
+void eldr__leg_deadline_cb(evutil_socket_t fd, short ev, void *arg);
 /* The client left while the request was in flight: count it, free it. */
 void eldr__rq_abort(rq *r);
 
