@@ -257,14 +257,15 @@ static void bus_lag(demo *x, prow *row) {
           row->peers, row->lag_p99 * 1e3, row->lag_max * 1e3, row->lag_n);
 }
 
-/* --pd sglang: how many decoders each router chose on a predicted signature
- * (its /metrics' eldr_sglang_decisions_total), into row. */
+/* --pd sglang[-exact]: how many decoders each router chose on a predicted
+ * signature and on the prefill's exact counts (its /metrics'
+ * eldr_sglang_decisions_total), into row. */
 static void sgl_decisions(demo *x, prow *row) {
-  row->sgl_pred = row->sgl_all = NAN;
+  row->sgl_pred = row->sgl_exact = row->sgl_all = NAN;
   if (!x->pd) return;
   const char *const *urls;
   size_t n = eldr_cluster_routers(g_cluster, &urls);
-  double pred = 0, all = 0;
+  double pred = 0, exact = 0, all = 0;
   for (size_t i = 0; i < n; i++) {
     int st = 0;
     char *body = NULL;
@@ -280,12 +281,15 @@ static void sgl_decisions(demo *x, prow *row) {
       double v = strtod(sp + 1, NULL);
       all += v;
       if (!strncmp(lab, "predicted\"", 10)) pred += v;
+      if (!strncmp(lab, "exact\"", 6)) exact += v;
     }
     free(body);
   }
   row->sgl_pred = pred;
+  row->sgl_exact = exact;
   row->sgl_all = all;
-  fprintf(stderr, "    decoders chosen at arrival on a predicted signature: %.0f of %.0f\n", pred, all);
+  fprintf(stderr, "    decoders chosen on a signature before the prefill's reply: %.0f exact, %.0f predicted, of %.0f\n",
+          exact, pred, all);
 }
 
 /* 3. one policy: its cluster up, the load through it, its counters, down. */
@@ -467,10 +471,15 @@ static void print_table(const demo *x) {
     printf("\n");
     if (!strcmp(w->policy, "eldr")) eldr_i = (int)k;
   }
+  int exact = x->pd && !strcmp(x->pd, "sglang-exact");
   for (size_t k = 0; x->pd && k < x->npol; k++) { /* where the signature came from */
     const prow *w = &x->rows[k];
-    if (k == 0) printf("\ndecoders chosen at arrival on a predicted signature (the rest by load):");
-    if (w->sgl_all > 0)
+    if (k == 0)
+      printf(exact ? "\ndecoders chosen on the prefill's exact counts, or else a predicted signature (the rest by load):"
+                   : "\ndecoders chosen at arrival on a predicted signature (the rest by load):");
+    if (w->sgl_all > 0 && exact)
+      printf(" %s %.0f + %.0f of %.0f%s", w->policy, w->sgl_exact, w->sgl_pred, w->sgl_all, k + 1 < x->npol ? "," : "\n");
+    else if (w->sgl_all > 0)
       printf(" %s %.0f/%.0f (%.0f%%)%s", w->policy, w->sgl_pred, w->sgl_all, 100 * w->sgl_pred / w->sgl_all,
              k + 1 < x->npol ? "," : "\n");
     else
@@ -534,6 +543,7 @@ static void print_json(const demo *x) {
       json_object_set_new(r, "e2e_p50_ms", jms(w->s.e2e_p50 / x->scale * 1e3));
       if (x->pd) {
         json_object_set_new(r, "predicted_decisions", jms(w->sgl_pred));
+        json_object_set_new(r, "exact_decisions", jms(w->sgl_exact));
         json_object_set_new(r, "decisions", jms(w->sgl_all));
       }
     }

@@ -22,8 +22,9 @@ typedef struct prow {
   double tok_ms; /* mean model step time per generated token on the decoders (ms) */
   double lag_p99, lag_max; /* the bus: the routers' worst lag p99 bound and max (s; NaN without) */
   long lag_n, peers;       /* messages behind them; peers seen by the first router */
-  double sgl_pred, sgl_all; /* --pd sglang: decoders chosen on a predicted signature, of all
-                             * (the routers' eldr_sglang_decisions_total; NaN otherwise) */
+  double sgl_pred, sgl_exact, sgl_all; /* --pd sglang[-exact]: decoders chosen on a predicted
+                             * signature, on the prefill's exact counts, of all (the
+                             * routers' eldr_sglang_decisions_total; NaN otherwise) */
 } prow;
 
 /* One run of the demo: flags, work files, results. */
