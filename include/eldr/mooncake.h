@@ -12,7 +12,9 @@
  *     request that holds it; every later request holding that block has
  *     exactly those rows (what a signature cache would hold of it);
  *   - a request's new blocks and its partial last block are drawn from its
- *     own generator request (index = its line), in the domain of its
+ *     own generator request (index ELDR_MOONCAKE_INDEX_BASE + its line: a
+ *     trace generated with the same generator, indices from 0, shares the
+ *     domain tables and no request; what a fit on it needs), in the domain of its
  *     conversation: the request that first held its block 1 (the first
  *     block after the system prompt every request shares), itself when new;
  *     its output tokens likewise, capped at max_decode;
@@ -42,6 +44,7 @@
 #include "eldr/tracegen.h"
 
 #define ELDR_MOONCAKE_BLOCK_TOKENS 512u
+#define ELDR_MOONCAKE_INDEX_BASE ((size_t)1 << 40)
 /* bounds of one record (a longer prompt or output is an error) */
 #define ELDR_MOONCAKE_MAX_INPUT (1u << 20)
 #define ELDR_MOONCAKE_MAX_OUTPUT (1u << 20)

@@ -89,7 +89,8 @@ static int build_one(mc_build *b, size_t i, uint32_t max_decode, eldr_diag *d) {
   uint32_t tail = r->input_length - nf * BT;
   uint32_t n_dec = max_decode && r->output_length > max_decode ? max_decode : r->output_length;
   eldr_tracegen_req q;
-  int rc = eldr_tracegen_request_sized(b->g, i, root, n_new * BT + tail, n_dec, &b->bufs, &q, d);
+  int rc = eldr_tracegen_request_sized(b->g, ELDR_MOONCAKE_INDEX_BASE + i, ELDR_MOONCAKE_INDEX_BASE + root,
+                                       n_new * BT + tail, n_dec, &b->bufs, &q, d);
   if (rc) return rc;
   const size_t per = (size_t)L * K;
   uint32_t *bc = b->pcounts; /* a new block's counts, then the request's */
