@@ -332,17 +332,10 @@ static uint64_t predict_counts(simst *st, uint32_t si) {
   const eldr_sim_pool *pool = st->pool;
   const eldr_request *r = &st->tr->req[pool->idx[si]];
   const size_t cells = eldr_shape_cells(&st->tr->shape);
-  memset(st->pcounts, 0, cells * sizeof *st->pcounts);
   uint64_t known = 0;
-  if (st->c->known_fraction >= 0) {
-    uint32_t n = (uint32_t)floor(st->c->known_fraction * (double)r->n_prefill);
-    if (n > r->n_prefill) n = r->n_prefill;
-    const uint32_t E = st->tr->shape.num_experts;
-    for (size_t t = 0; t < n; t++)
-      for (size_t l = 0; l < st->L; l++)
-        for (size_t k = 0; k < st->K; k++) st->pcounts[l * E + r->prefill[(t * st->L + l) * st->K + k]]++;
-    return n;
-  }
+  if (st->c->known_fraction >= 0)
+    return eldr_trace_request_prefix_counts(st->tr, r, st->c->known_fraction, st->pcounts);
+  memset(st->pcounts, 0, cells * sizeof *st->pcounts);
   const eldr_block_table *bt = pool->blocks;
   if (!bt) return 0;
   const size_t ti = pool->idx[si];
