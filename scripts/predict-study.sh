@@ -25,8 +25,9 @@
 #   defaults: OUT_DIR=predict-study SEEDS="1 2 3"
 # env: ELDR (binary, default build/eldr), JOBS (2), PARTS ("prefix mooncake"),
 #      NREQ (arrivals per prefix run, 3000), LOADS_PREFIX (0.6,0.9),
-#      MC_REQUESTS (400), MC_DECODE (128), GEN_REQUESTS (400), REGISTER_MS (2),
-#      MODELS ("qwen3-235b-a22b deepseek-v3"), SUMMARY_ONLY=1 (summarise OUT)
+#      MC_REQUESTS (300), MC_DECODE (128), GEN_REQUESTS (300), REGISTER_MS (2),
+#      MODELS ("qwen3-235b-a22b deepseek-v3"), PREFILL (8), DECODE (16) (part ii),
+#      SUMMARY_ONLY=1 (summarise OUT)
 set -eu
 OUT=${1:-predict-study}
 SEEDS=${2:-1 2 3}
@@ -35,11 +36,13 @@ JOBS=${JOBS:-2}
 PARTS=${PARTS:-prefix mooncake}
 NREQ=${NREQ:-3000}
 LOADS_PREFIX=${LOADS_PREFIX:-0.6,0.9}
-MC_REQUESTS=${MC_REQUESTS:-400}
+MC_REQUESTS=${MC_REQUESTS:-300}
 MC_DECODE=${MC_DECODE:-128}
-GEN_REQUESTS=${GEN_REQUESTS:-400}
+GEN_REQUESTS=${GEN_REQUESTS:-300}
 REGISTER_MS=${REGISTER_MS:-2}
 MODELS=${MODELS:-qwen3-235b-a22b deepseek-v3}
+PREFILL=${PREFILL:-8}
+DECODE=${DECODE:-16}
 LLAMA=${LLAMA:-../shared/traces/llama4-mmlu-dev.jsonl}
 MOONCAKE=${MOONCAKE:-../shared/traces/mooncake-conversation-dev.jsonl}
 FRACS="0 0.25 0.5 0.75 1"
@@ -76,7 +79,7 @@ if [ "${SUMMARY_ONLY:-0}" != 1 ]; then
           echo "predict-study: mooncake $model seed $seed" >&2
           "$ELDR" sim --generate realistic --gen-requests "$GEN_REQUESTS" --model "$model" --seed "$seed" \
             --serve-mooncake "$MOONCAKE" --mooncake-requests "$MC_REQUESTS" --max-decode-tokens "$MC_DECODE" \
-            --arrivals scaled --prefill 8 --decode 16 --policies random,rr,jsq,p2c,footprint,footprint-permuted \
+            --arrivals scaled --prefill "$PREFILL" --decode "$DECODE" --policies random,rr,jsq,p2c,footprint,footprint-permuted \
             --pd vllm,sglang,sglang-exact --register-ms "$REGISTER_MS" --jobs "$JOBS" -q --json >"$js.tmp"
           mv "$js.tmp" "$js"
         done
@@ -85,9 +88,9 @@ if [ "${SUMMARY_ONLY:-0}" != 1 ]; then
   done
 fi
 
-exec python3 - "$OUT" "$FRACS" <<'EOF'
+exec python3 - "$OUT" "$FRACS" "$MC_REQUESTS" "$MC_DECODE" <<'EOF'
 import glob, json, os, statistics, sys
-out, fracs = sys.argv[1], sys.argv[2].split()
+out, fracs, mc_n = sys.argv[1], sys.argv[2].split(), int(sys.argv[3])
 LB = ["random", "rr", "jsq", "p2c"]
 mean = statistics.mean
 
@@ -135,10 +138,12 @@ if files:
 for model in sorted({os.path.basename(f).split("-s")[0][len("mooncake-"):] for f in glob.glob(os.path.join(out, "mooncake-*-s*.json"))}):
     js = [json.load(open(f)) for f in sorted(glob.glob(os.path.join(out, "mooncake-%s-s*.json" % model)))]
     cfg = js[0]["config"]
-    print("(ii) Mooncake conversation structure, %s, %d lines (%d distinct blocks), 8P16D, footprint; "
+    print("(ii) Mooncake conversation structure, %s, %d lines (%d distinct blocks), %dP%dD, output <= %d tokens, "
+          "mean decode batch %.1f (vllm footprint, top load), footprint; "
           "TPOT change vs the best load balancer of the same mode net of footprint-permuted (points), "
           "p99 vs the best load balancer (%%), mean of %d seeds; register %g ms" % (
-              model, js[0]["config"].get("n_serve", 0) or 0, cfg.get("mooncake_blocks", 0), len(js), cfg["register_ms"]))
+              model, mc_n, cfg.get("mooncake_blocks", 0), cfg["prefill"], cfg["decode"], int(sys.argv[4]),
+              mean(rows_by(j)[("footprint", loads(j)[-1])]["mean_batch"] for j in js), len(js), cfg["register_ms"]))
     print()
     print("| load | vllm p50 | sglang p50 | sglang-exact p50 | kept | vllm p99 | sglang p99 | exact p99 | predicted | exact TTFT cost ms | exact TPOT win ms |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
@@ -156,7 +161,7 @@ for model in sorted({os.path.basename(f).split("-s")[0][len("mooncake-"):] for f
             acc.setdefault("ttft", []).append(rows[("footprint@sglang-exact", rate)]["ttft_p50_ms"] - rows[("footprint@sglang", rate)]["ttft_p50_ms"])
             acc.setdefault("tpot", []).append(rows[("footprint@sglang", rate)]["tpot_p50_ms"] - rows[("footprint@sglang-exact", rate)]["tpot_p50_ms"])
         v, s = mean(acc["vllm", "tpot_p50_ms", "net"]), mean(acc["sglang", "tpot_p50_ms", "net"])
-        kept = "%.0f%%" % (100 * s / v) if v < -0.1 else "-"
+        kept = "%.0f%%" % (100 * s / v) if v < -1 else "-" # a share of less than a point is noise
         print("| %g | %+.1f | %+.1f | %+.1f | %s | %+.1f | %+.1f | %+.1f | %.0f%% | %+.2f | %+.3f |" % (
             load, v, s, mean(acc["sglang-exact", "tpot_p50_ms", "net"]), kept,
             mean(acc["vllm", "tpot_p99_ms", "raw"]), mean(acc["sglang", "tpot_p99_ms", "raw"]),
