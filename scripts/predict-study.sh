@@ -48,6 +48,24 @@ MOONCAKE=${MOONCAKE:-../shared/traces/mooncake-conversation-dev.jsonl}
 FRACS="0 0.25 0.5 0.75 1"
 mkdir -p "$OUT"
 
+# the sim's JSON cut to the fields the summary reads (what docs/ keeps)
+cut_json() { # in out
+  python3 - "$1" "$2" <<'JSEOF'
+import json, sys
+j = json.load(open(sys.argv[1]))
+rows = ["policy", "rate", "tpot_p50_ms", "tpot_p99_ms", "ttft_p50_ms", "ttft_p99_ms", "mean_batch", "mean_union",
+        "predicted_share", "confidence_mean", "pd"]
+cfg = ["prefill", "decode", "register_ms", "mooncake", "mooncake_blocks", "known_fraction", "predict_threshold",
+       "seed", "requests"]
+o = {"config": {k: j["config"][k] for k in cfg if k in j["config"]},
+     "rows": [{k: r[k] for k in rows if k in r} for r in j["rows"]]}
+with open(sys.argv[2], "w") as f:
+    json.dump(o, f, separators=(",", ":"))
+    f.write("\n")
+JSEOF
+  rm -f "$1"
+}
+
 if [ "${SUMMARY_ONLY:-0}" != 1 ]; then
   for part in $PARTS; do
     for seed in $SEEDS; do
@@ -70,7 +88,7 @@ if [ "${SUMMARY_ONLY:-0}" != 1 ]; then
           "$ELDR" sim --trace "$LLAMA" --artifact "$art" --fit-fraction 0.5 --seed "$seed" --decorrelate \
             --prefill 8 --decode 16 --policies random,rr,jsq,p2c,eldr,eldr-permuted,footprint,footprint-permuted \
             --loads "$LOADS_PREFIX" --requests "$NREQ" --jobs "$JOBS" -q $kf --json >"$js.tmp" 2>"$OUT/prefix-s$seed-f$f.err"
-          mv "$js.tmp" "$js"
+          cut_json "$js.tmp" "$js"
         done
       else
         for model in $MODELS; do
@@ -81,7 +99,7 @@ if [ "${SUMMARY_ONLY:-0}" != 1 ]; then
             --serve-mooncake "$MOONCAKE" --mooncake-requests "$MC_REQUESTS" --max-decode-tokens "$MC_DECODE" \
             --arrivals scaled --prefill "$PREFILL" --decode "$DECODE" --policies random,rr,jsq,p2c,footprint,footprint-permuted \
             --pd vllm,sglang,sglang-exact --register-ms "$REGISTER_MS" --jobs "$JOBS" -q --json >"$js.tmp"
-          mv "$js.tmp" "$js"
+          cut_json "$js.tmp" "$js"
         done
       fi
     done

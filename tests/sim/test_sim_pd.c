@@ -20,26 +20,10 @@
 #include "eldr/preset_files.h"
 #include "eldr/rng.h"
 #include "eldr/sim.h"
+#include "sim/sim_toy.h"
 
 /* |a - b| <= eps (cmocka 1.1 has no double assertion) */
 #define assert_double_equal(a, b, eps) assert_true(fabs((double)(a) - (double)(b)) <= (eps))
-
-/* Each distinct expert of a layer costs 1 s, every step and prefill batch
- * 0.5 s more, a KV transfer 0.25 s; FLOPs are free. */
-static void toy_model(eldr_latency_model *m, const eldr_shape *s) {
-  memset(m, 0, sizeof *m);
-  snprintf(m->model, sizeof m->model, "toy");
-  m->shape = *s;
-  m->expert_bytes = 1;
-  m->hbm_bw = 1;
-  m->peak_flops = 1e30;
-  m->prefill_efficiency = 1;
-  m->flops_peak = 1e30;
-  m->gpus_per_worker = 1;
-  m->step_overhead_s = 0.5;
-  m->kv_transfer_bw = 1e30;
-  m->kv_transfer_latency_s = 0.25;
-}
 
 static size_t *iota(size_t n) {
   size_t *v = malloc(n * sizeof *v);
@@ -56,7 +40,7 @@ static void test_pd_timing(void **st) {
   (void)st;
   eldr_shape s = {2, 8, 1};
   eldr_latency_model m;
-  toy_model(&m, &s);
+  toy_model(&m, s.num_layers, s.num_experts, s.top_k);
   eldr_trace *t = eldr_trace_new("toy", &s, NULL);
   uint16_t pre[2] = {1, 1}, dec[3 * 2] = {1, 1, 1, 1, 1, 1};
   assert_true(eldr_trace_append(t, "a", NULL, NULL, 0.0, pre, 1, dec, 3, NULL) >= 0);
@@ -173,7 +157,7 @@ static void test_sglang_prediction(void **st) {
   eldr_block_table bt;
   build_mc(&t, &bt, &s);
   eldr_latency_model m;
-  toy_model(&m, &s);
+  toy_model(&m, s.num_layers, s.num_experts, s.top_k);
   size_t *idx = iota(3);
   eldr_sim_pool pool = {.trace = t, .idx = idx, .n = 3, .blocks = &bt};
   for (int pass = 0; pass < 2; pass++) {
@@ -230,7 +214,7 @@ static void test_known_fraction(void **st) {
   (void)st;
   eldr_shape s = {2, 16, 2};
   eldr_latency_model m;
-  toy_model(&m, &s);
+  toy_model(&m, s.num_layers, s.num_experts, s.top_k);
   eldr_trace *t = eldr_trace_new("toy", &s, NULL);
   eldr_rng rng;
   eldr_rng_seed(&rng, 3);
