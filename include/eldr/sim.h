@@ -49,9 +49,36 @@
 
 #include "eldr/error.h"
 #include "eldr/latency.h"
+#include "eldr/mooncake.h"
 #include "eldr/placement.h"
+#include "eldr/signature.h"
 #include "eldr/policy.h"
 #include "eldr/trace_model.h"
+
+/* When the decode worker is chosen (docs/sim.md, "When the decoder is
+ * chosen"):
+ *   VLLM          at the end of the request's prefill batch, on its true
+ *                 prefill signature (vLLM's NIXL flow: the decode leg is
+ *                 sent after the prefill's reply); its KV moves after
+ *                 register_s.
+ *   SGLANG        at arrival, on the signature predicted from what is known
+ *                 then (eldr/predict.h's rule: the pool's blocks held in the
+ *                 run's signature cache, filled by earlier prefills as they
+ *                 end, or the first known_fraction of the prompt); below
+ *                 the confidence threshold by load (footprint: its neutral
+ *                 cost). The decoder counts the request from arrival; at
+ *                 the prefill's end footprint's ticket is replaced by the
+ *                 true counts (eldr_footprint_replace) and the KV moves at
+ *                 once (the decode worker registered at arrival).
+ *   SGLANG_EXACT  at the prefill's forward end on the true signature (the
+ *                 contrib/ patch publishes it): the decode leg's
+ *                 registration waits for the forward, so the KV moves
+ *                 register_s after it (TTFT), on an exact signature (TPOT). */
+typedef enum eldr_sim_pd { ELDR_SIM_PD_VLLM = 0, ELDR_SIM_PD_SGLANG, ELDR_SIM_PD_SGLANG_EXACT } eldr_sim_pd;
+
+/* "vllm", "sglang", "sglang-exact"; parse: 0 or ELDR_EINVAL. */
+const char *eldr_sim_pd_name(eldr_sim_pd pd);
+int eldr_sim_pd_parse(const char *name, eldr_sim_pd *out);
 
 /* A pool's decode selections in a compact per-token form, read at every
  * decode step (eldr_sim_tokens_build; eldr/batch_union.h's row forms):
@@ -97,6 +124,13 @@ typedef struct eldr_sim_pool {
   const float *policy_prior;
   size_t policy_n_priors;
   double policy_prior_tokens;
+  /* Optional (eldr/mooncake.h): the prompt blocks of every trace request
+   * (indexed by trace request, blocks->n_req >= trace->n) and each distinct
+   * block's counts: what a predicted signature is made of. Borrowed. */
+  const eldr_block_table *blocks;
+  /* The artifact's signature spec, to build a predicted signature (ELDR
+   * on a prediction; NULL: ELDR decides those by load). Borrowed. */
+  const eldr_sigspec *spec;
 } eldr_sim_pool;
 
 /* One request's history (optional, for tests and per-request output). */
@@ -111,6 +145,8 @@ typedef struct eldr_sim_log {
   double pred_tpot;      /* FOOTPRINT: predicted TPOT at the decision (s), else 0 */
   double pred_union;     /* FOOTPRINT: predicted distinct experts per layer of the chosen
                             decoder's batch with the request (eldr_fp_explain), else NaN */
+  double confidence;     /* the prediction's confidence at the decision (-1: no prediction) */
+  int predicted;         /* 1: decided on a predicted signature */
   double mean_union;     /* distinct experts per layer of its decode steps, mean over them */
   double mean_batch;     /* members of its decode steps, mean over them */
 } eldr_sim_log;
@@ -141,6 +177,17 @@ typedef struct eldr_sim_config {
   const eldr_placement *const *placements;
   int direct_union;          /* 1: steps read the trace's selections even when the pool
                                 has compact tokens (benchmarks and tests; the same result) */
+  eldr_sim_pd pd;            /* when the decoder is chosen (default VLLM) */
+  /* >= 0: the decision knows only the first known_fraction of each prompt
+   * (token-form requests): its counts are the prediction, decided at the
+   * pd mode's time (VLLM: prefill end, on the part alone). < 0 (default):
+   * off; SGLANG then predicts from the pool's blocks. */
+  double known_fraction;
+  double predict_threshold;  /* eldr_predict_usable's threshold [ELDR_PREDICT_THRESHOLD_DEFAULT] */
+  double register_s;         /* the decode leg's dispatch and registration before the KV can
+                                move, where it is sent after the prefill (VLLM, SGLANG_EXACT) [0] */
+  int scale_arrivals;        /* 1: the trace's arrivals in order, time scaled so that they
+                                come at `rate` on average (one pass over the pool) */
 } eldr_sim_config;
 
 /* Defaults: 8P16D, batch 64, 8192 prefill tokens, guard 4, rate 10, 1000
@@ -170,6 +217,9 @@ typedef struct eldr_sim_result {
   double pred_corr;           /* FOOTPRINT: Pearson correlation of predicted and actual TPOT */
   size_t pool_size;
   double sim_seconds;         /* simulated time of the last event */
+  size_t decisions;           /* decode decisions (one per request) */
+  size_t predicted;           /* of them made on a predicted signature */
+  double confidence_mean;     /* mean confidence of the predictions (NaN: none made) */
   double ep_busiest_share;    /* with placements: sum over (step, layer) of the busiest EP
                                  rank's token-expert pairs / all pairs (1/R = even); else NaN */
 } eldr_sim_result;

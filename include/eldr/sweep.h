@@ -41,7 +41,15 @@ typedef struct eldr_sweep_variant {
   int fp_no_prior;       /* footprint-raw: without the artifact's profile prior */
   int is_baseline;       /* random/rr/jsq/p2c */
   int is_headline;       /* in the main figure */
+  int pd_set;            /* 1: run at pd (eldr/sim.h), else the base config's */
+  eldr_sim_pd pd;
 } eldr_sweep_variant;
+
+/* Copies of vs[0..*nv) at each further mode of pds[1..npd) (labels
+ * "<label>@<mode>"); the first mode's rows keep their labels. Every
+ * variant gets its mode (pd_set). ELDR_ERANGE when more than cap. */
+int eldr_sweep_variants_pd(eldr_sweep_variant *vs, size_t *nv, size_t cap, const eldr_sim_pd *pds,
+                           size_t npd, eldr_diag *d);
 
 /* The variants a run of `eldr sim` asks for: policies is "all" or a comma
  * list of random rr jsq p2c domain eldr eldr-permuted; then ELDR at each of

@@ -123,4 +123,12 @@ int eldr_trace_domain_intern(eldr_trace *t, const char *name);
 void eldr_trace_request_counts(const eldr_trace *t, const eldr_request *r, int decode,
                                uint32_t *out);
 
+/* The prefill counts of the first floor(fraction * n_prefill) prompt
+ * tokens of a per-token request into out (L*E, zeroed here): what is known
+ * of a prompt of which only that part has been seen (eldr sim and eldr rho
+ * --known-fraction). Returns the tokens counted; 0 for a counts-form
+ * request (no token rows) or fraction <= 0. */
+uint32_t eldr_trace_request_prefix_counts(const eldr_trace *t, const eldr_request *r, double fraction,
+                                          uint32_t *out);
+
 #endif

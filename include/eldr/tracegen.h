@@ -168,6 +168,16 @@ typedef struct eldr_tracegen_bufs {
 int eldr_tracegen_request_into(eldr_tracegen *g, size_t index, eldr_tracegen_bufs *b,
                                eldr_tracegen_req *out, eldr_diag *d);
 
+/* Request index's selections with the domain request domain_index would
+ * draw and exactly n_prefill prompt and n_decode output tokens (the
+ * length overrides of eldr_tracegen_set_lengths do not apply): a request
+ * whose lengths come from elsewhere (a Mooncake trace, eldr/mooncake.h),
+ * in the domain of the conversation it continues. Otherwise as
+ * eldr_tracegen_request_into (the same buffers and errors). */
+int eldr_tracegen_request_sized(eldr_tracegen *g, size_t index, size_t domain_index, uint32_t n_prefill,
+                                uint32_t n_decode, eldr_tracegen_bufs *b, eldr_tracegen_req *out,
+                                eldr_diag *d);
+
 /* An empty trace with g's model, shape, layer ids and every domain label
  * interned in order and the generator string (for streaming writes with eldr_trace_write_request).
  * NULL on allocation failure. */

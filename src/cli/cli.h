@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "eldr/clock.h" /* eldr_clock_now: the commands' timing */
+#include "eldr/mooncake.h"
 
 /* The exit status of every command (README, `eldr --help`):
  *   0  done;
@@ -121,6 +122,13 @@ int cli_moe_layer_measure(size_t H, size_t NI, size_t E, size_t K, const long *e
                           int progress, double *res);
 
 /* `eldr trace compact` (cmd_trace_compact.c), dispatched by `eldr trace`. */
+/* The trace and block table of a Mooncake file's first `requests` records
+ * (0: all) with g's experts (eldr_mooncake_build; decode capped at
+ * max_decode when > 0), progress on stderr unless quiet. Exits with the
+ * reader's or builder's message on error. cli_mooncake.c. */
+eldr_trace *cli_mooncake_build(const char *cmd, const char *path, eldr_tracegen *g, size_t requests,
+                               uint32_t max_decode, int quiet, eldr_block_table *bt);
+
 int eldr_cmd_trace_compact(int argc, char **argv);
 /* `eldr trace split` (cmd_trace_split.c). */
 int eldr_cmd_trace_split(int argc, char **argv);

@@ -29,6 +29,8 @@ static const char RHO_HELP[] =
     "      --layers L          all | comma list of MoE layer ids           [all]\n"
     "      --max-pairs N       request pairs (0 = all)                     [200000]\n"
     "      --seed N            pair-sampling seed                          [0]\n"
+    "      --known-fraction F  prefill signatures of the first F of each prompt's\n"
+    "                          tokens (what is known before its prefill ends) [all]\n"
     "      --json              JSON output\n"
     "  -h, --help              this help\n";
 
@@ -40,11 +42,13 @@ int eldr_cmd_rho(int argc, char **argv) {
   int idf_on = 1, json = 0, repr_given = 0;
   size_t max_pairs = 200000;
   uint64_t seed = 0;
+  double known = -1;
   static const struct option lo[] = {
       {"trace", required_argument, 0, 't'}, {"artifact", required_argument, 0, 'a'},
       {"representation", required_argument, 0, 1}, {"idf", required_argument, 0, 2},
       {"layers", required_argument, 0, 3}, {"max-pairs", required_argument, 0, 4},
       {"seed", required_argument, 0, 5},   {"json", no_argument, 0, 6},
+      {"known-fraction", required_argument, 0, 7},
       {"help", no_argument, 0, 'h'},       {0, 0, 0, 0}};
   cli_getopt_reset();
   int c;
@@ -67,6 +71,7 @@ int eldr_cmd_rho(int argc, char **argv) {
     case 4: max_pairs = (size_t)cli_parse_long(cmd, "--max-pairs", optarg, 0, 1L << 40); break;
     case 5: seed = cli_parse_u64(cmd, "--seed", optarg); break;
     case 6: json = 1; break;
+    case 7: known = cli_parse_double(cmd, "--known-fraction", optarg, 0, 1); break;
     case 'h': fputs(RHO_HELP, stdout); return 0;
     default: cli_bad_option(cmd, argc, argv, c);
     }
@@ -119,7 +124,13 @@ int eldr_cmd_rho(int argc, char **argv) {
   for (size_t i = 0; i < t->n; i++) {
     if (!t->req[i].n_prefill || (eldr_request_is_counts(&t->req[i]) && !t->req[i].decode_counts))
       continue;
-    eldr_trace_request_counts(t, &t->req[i], 0, pre + j * LE);
+    if (known >= 0 && eldr_request_is_counts(&t->req[i]))
+      cli_fail(cmd, "%s: request '%s' is in counts form: --known-fraction needs per-token prefill rows",
+               trace_path, t->req[i].id);
+    if (known >= 0)
+      (void)eldr_trace_request_prefix_counts(t, &t->req[i], known, pre + j * LE);
+    else
+      eldr_trace_request_counts(t, &t->req[i], 0, pre + j * LE);
     eldr_trace_request_counts(t, &t->req[i], 1, dec + j * LE);
     j++;
   }
@@ -159,6 +170,7 @@ int eldr_cmd_rho(int argc, char **argv) {
         cli_fail(cmd, "%s: request '%s' is in the counts form (no per-token prefill_gates); "
                  "representation %s needs the per-token form", trace_path, r->id,
                  eldr_repr_name(spec.repr));
+      if (known >= 0) cli_fail(cmd, "--known-fraction: representation %s is not supported (count or binary)", eldr_repr_name(spec.repr));
       if (!r->prefill_gates) cli_fail(cmd, "%s: request '%s' has no prefill_gates, needed by representation %s", trace_path, r->id, eldr_repr_name(spec.repr));
       memset(gates, 0, LE * sizeof *gates);
       for (size_t tok = 0; tok < r->n_prefill; tok++)

@@ -20,6 +20,7 @@
 #include "eldr/latency.h"
 #include "eldr/policy.h"
 #include "eldr/rng.h"
+#include "eldr/predict.h"
 #include "eldr/sim.h"
 #include "eldr/sweep.h"
 #include "eldr/trace.h"
@@ -44,6 +45,22 @@ static const char SIM_HELP[] =
     "  -a, --artifact FILE     use this artifact instead of fitting (serves all of\n"
     "                          the trace unless --fit-fraction is given)  [none]\n"
     "      --arrivals trace    use the trace's arrival timestamps instead of --rates\n"
+    "      --arrivals scaled   (--serve-mooncake) the trace's arrivals in order, time\n"
+    "                          scaled to each rate of the sweep\n"
+    "      --serve-mooncake FILE  serve a Mooncake trace's arrivals, lengths and block\n"
+    "                          structure, each distinct block's experts drawn once from\n"
+    "                          the generator of --generate (fitted on all of it) [none]\n"
+    "      --mooncake-requests N  its first N lines                   [all]\n"
+    "      --max-decode-tokens T  cap of its output lengths, tokens      [no cap]\n"
+    "when the decoder is chosen\n"
+    "      --pd LIST           vllm (at prefill end, true signature) | sglang (at\n"
+    "                          arrival, predicted signature) | sglang-exact (at forward\n"
+    "                          end, true signature, registration after it); a list runs\n"
+    "                          each (rows of later modes named policy@mode)  [vllm]\n"
+    "      --known-fraction F  decide knowing only the first F of each prompt [off]\n"
+    "      --predict-threshold X  confidence a prediction needs        [0.5]\n"
+    "      --register-ms X     decode leg dispatch + registration before the KV moves,\n"
+    "                          where it is sent after the prefill (vllm, sglang-exact) [0]\n"
     "cluster and model\n"
     "      --prefill P         prefill workers                           [8]\n"
     "      --decode D          decode workers                            [16]\n"
@@ -103,6 +120,13 @@ typedef struct sim_args {
   int vanilla, decor, decor_rows, json, quiet, trace_arrivals, print_latency;
   uint64_t seed;
   uint32_t ep_size, ep_tp, ep_redundant; /* expert parallelism (0: off) */
+  eldr_sim_pd pds[3];        /* --pd: the modes, in order (none: vllm) */
+  size_t npd;
+  double known_fraction, predict_threshold, register_s;
+  const char *mooncake;      /* --serve-mooncake (also serve_path) */
+  size_t mc_requests;
+  uint32_t mc_max_decode;
+  int scaled_arrivals;
   eldr_placement_kind ep_kind;
   int ep_kind_set;
 } sim_args;
@@ -119,6 +143,8 @@ typedef struct sim_out {
   double tau_eff, capacity, wall_s;
   const eldr_fit_report *rep; /* NULL unless fitted in-process */
   const cli_ep_set *eps;      /* with --ep-size */
+  eldr_sim_pd pd;             /* the base config's mode */
+  const eldr_block_table *blocks; /* with --serve-mooncake */
 } sim_out;
 
 static void fit_progress(void *ctx, const char *stage, size_t done, size_t total) {
@@ -138,6 +164,22 @@ static double ms(double s) { return s * 1e3; }
 /* A JSON number, or null for NaN/inf (e.g. TPOT when no request has two tokens). */
 static json_t *jnum(double x) { return isfinite(x) ? json_real(x) : json_null(); }
 
+/* --pd LIST: vllm | sglang | sglang-exact, each once. */
+static void parse_pd(const char *cmd, const char *arg, sim_args *a) {
+  a->npd = 0;
+  char buf[128];
+  snprintf(buf, sizeof buf, "%s", arg);
+  for (char *sv = NULL, *tok = strtok_r(buf, ",", &sv); tok; tok = strtok_r(NULL, ",", &sv)) {
+    eldr_sim_pd pd;
+    if (eldr_sim_pd_parse(tok, &pd)) cli_usage_error(cmd, "--pd: unknown mode '%s' (vllm|sglang|sglang-exact)", tok);
+    for (size_t i = 0; i < a->npd; i++)
+      if (a->pds[i] == pd) cli_usage_error(cmd, "--pd: '%s' given twice", tok);
+    if (a->npd == 3) cli_usage_error(cmd, "--pd: at most 3 modes");
+    a->pds[a->npd++] = pd;
+  }
+  if (!a->npd) cli_usage_error(cmd, "--pd: empty list");
+}
+
 /* Parse argv into a (exit 2 on a bad flag or value; exit 0 after --help). */
 static void parse_args(const char *cmd, int argc, char **argv, sim_args *a) {
   memset(a, 0, sizeof *a);
@@ -151,6 +193,8 @@ static void parse_args(const char *cmd, int argc, char **argv, sim_args *a) {
   a->frac = -1;
   a->tau = -1;
   a->seed = ELDR_SEED_DEFAULT;
+  a->known_fraction = -1;
+  a->predict_threshold = ELDR_PREDICT_THRESHOLD_DEFAULT;
   static const struct option lo[] = {
       {"trace", required_argument, 0, 't'},      {"generate", required_argument, 0, 1},
       {"gen-requests", required_argument, 0, 2}, {"serve-trace", required_argument, 0, 3},
@@ -170,6 +214,10 @@ static void parse_args(const char *cmd, int argc, char **argv, sim_args *a) {
       {"placement", required_argument, 0, 27},   {"redundant-experts", required_argument, 0, 28},
       {"print-latency", no_argument, 0, 29},     {"help", no_argument, 0, 'h'},
       {"log", required_argument, 0, 30},        {"loads", required_argument, 0, 31},
+      {"pd", required_argument, 0, 32},          {"known-fraction", required_argument, 0, 33},
+      {"predict-threshold", required_argument, 0, 34}, {"register-ms", required_argument, 0, 35},
+      {"serve-mooncake", required_argument, 0, 36}, {"mooncake-requests", required_argument, 0, 37},
+      {"max-decode-tokens", required_argument, 0, 38},
       {0, 0, 0, 0}};
   cli_getopt_reset();
   int c;
@@ -182,8 +230,9 @@ static void parse_args(const char *cmd, int argc, char **argv, sim_args *a) {
     case 4: a->frac = cli_parse_double(cmd, "--fit-fraction", optarg, 0.01, 0.99); break;
     case 'a': a->art_path = optarg; break;
     case 5:
-      if (strcmp(optarg, "trace")) cli_usage_error(cmd, "--arrivals: only 'trace' is supported (else use --rates)");
-      a->trace_arrivals = 1;
+      if (!strcmp(optarg, "scaled")) a->scaled_arrivals = 1;
+      else if (!strcmp(optarg, "trace")) a->trace_arrivals = 1;
+      else cli_usage_error(cmd, "--arrivals: 'trace' or 'scaled' (else use --rates)");
       break;
     case 6: a->P = (size_t)cli_parse_long(cmd, "--prefill", optarg, 1, 4096); break;
     case 7: a->D = (size_t)cli_parse_long(cmd, "--decode", optarg, 1, 4096); break;
@@ -223,6 +272,13 @@ static void parse_args(const char *cmd, int argc, char **argv, sim_args *a) {
     case 29: a->print_latency = 1; break;
     case 30: a->log_path = optarg; break;
     case 31: free(a->loads); a->nloads = cli_parse_double_list(cmd, "--loads", optarg, 1e-3, 10, &a->loads); break;
+    case 32: parse_pd(cmd, optarg, a); break;
+    case 33: a->known_fraction = cli_parse_double(cmd, "--known-fraction", optarg, 0, 1); break;
+    case 34: a->predict_threshold = cli_parse_double(cmd, "--predict-threshold", optarg, 0, 1); break;
+    case 35: a->register_s = cli_parse_double(cmd, "--register-ms", optarg, 0, 1e6) / 1e3; break;
+    case 36: a->mooncake = a->serve_path = optarg; break;
+    case 37: a->mc_requests = (size_t)cli_parse_long(cmd, "--mooncake-requests", optarg, 1, 100000000); break;
+    case 38: a->mc_max_decode = (uint32_t)cli_parse_long(cmd, "--max-decode-tokens", optarg, 1, 1000000); break;
     case 'q': a->quiet = 1; break;
     case 'h': fputs(SIM_HELP, stdout); exit(0);
     default: cli_bad_option(cmd, argc, argv, c);
@@ -232,6 +288,13 @@ static void parse_args(const char *cmd, int argc, char **argv, sim_args *a) {
   if (a->print_latency && !a->model) cli_usage_error(cmd, "--print-latency needs --model");
   if (!a->print_latency && !a->trace_path && !a->gen) cli_usage_error(cmd, "--trace or --generate is required (see --help)");
   if (a->trace_path && a->gen) cli_usage_error(cmd, "--trace and --generate are exclusive");
+  if (a->mooncake && !a->gen)
+    cli_usage_error(cmd, "--serve-mooncake needs --generate W (the blocks' experts come from the same "
+                         "generator the artifact is fitted on, at request indices of their own)");
+  if ((a->mc_requests || a->mc_max_decode) && !a->mooncake)
+    cli_usage_error(cmd, "--mooncake-requests and --max-decode-tokens need --serve-mooncake");
+  if (a->scaled_arrivals && !a->mooncake)
+    cli_usage_error(cmd, "--arrivals scaled needs --serve-mooncake (a trace served in its own order)");
   if (a->serve_path && a->frac > 0) cli_usage_error(cmd, "--serve-trace and --fit-fraction are exclusive");
   if (a->trace_arrivals && a->nrates) cli_usage_error(cmd, "--arrivals trace and --rates are exclusive");
   if (a->nloads && (a->nrates || a->trace_arrivals))
@@ -250,7 +313,8 @@ static void parse_args(const char *cmd, int argc, char **argv, sim_args *a) {
 }
 
 /* The trace to fit on (*t) and, with --serve-trace, the one to serve (*ts). */
-static void load_workload(const char *cmd, const sim_args *a, eldr_trace **t_out, eldr_trace **ts_out) {
+static void load_workload(const char *cmd, const sim_args *a, eldr_trace **t_out, eldr_trace **ts_out,
+                          eldr_block_table *bt) {
   eldr_diag d = {{0}};
   int rc;
   eldr_trace *t = NULL, *ts = NULL;
@@ -272,7 +336,13 @@ static void load_workload(const char *cmd, const sim_args *a, eldr_trace **t_out
     eldr_tracegen_free(g);
     if (rc) cli_fail(cmd, "--generate: %s", eldr_diag_msg(&d, rc));
   }
-  if (a->serve_path) {
+  if (a->mooncake) { /* the generator the fit trace came from, at indices of its own */
+    eldr_tracegen *g = NULL;
+    rc = eldr_tracegen_new(&t->shape, t->model, a->gen, a->seed, &g, &d);
+    if (rc) cli_usage_error(cmd, "--generate: %s", eldr_diag_msg(&d, rc));
+    ts = cli_mooncake_build(cmd, a->mooncake, g, a->mc_requests, a->mc_max_decode, a->quiet, bt);
+    eldr_tracegen_free(g);
+  } else if (a->serve_path) {
     rc = eldr_trace_load(a->serve_path, &ts, &d);
     if (rc) cli_fail(cmd, "%s", eldr_diag_msg(&d, rc));
     if (ts->shape.num_layers != t->shape.num_layers || ts->shape.num_experts != t->shape.num_experts ||
@@ -282,8 +352,10 @@ static void load_workload(const char *cmd, const sim_args *a, eldr_trace **t_out
     if (eldr_provenance_mismatch(t->model, t->generator, ts->model, ts->generator, why, sizeof why))
       fprintf(stderr, "eldr sim: warning: --serve-trace is not from --trace's source: %s\n", why);
   }
-  /* the served requests are replayed token by token (the fit needs counts only) */
-  cli_trace_require_tokens(cmd, ts ? a->serve_path : a->trace_path, ts ? ts : t,
+  /* the served requests are replayed token by token (the fit needs counts
+   * only; a Mooncake pool keeps its decode rows beside its counts) */
+  if (!a->mooncake)
+    cli_trace_require_tokens(cmd, ts ? a->serve_path : a->trace_path, ts ? ts : t,
                            "sim replays per-token decode selections");
   *t_out = t;
   *ts_out = ts;
@@ -482,6 +554,13 @@ static void write_json(const char *cmd, const sim_out *o) {
     json_object_set_new(cj, "rank_hbm_bw", jnum(o->lm->rank_hbm_bw));
   }
   if (o->a->art_path) json_object_set_new(cj, "artifact", json_string(o->a->art_path));
+  json_object_set_new(cj, "known_fraction", o->a->known_fraction >= 0 ? jnum(o->a->known_fraction) : json_null());
+  json_object_set_new(cj, "predict_threshold", jnum(o->a->predict_threshold));
+  json_object_set_new(cj, "register_ms", jnum(o->a->register_s * 1e3));
+  if (o->a->mooncake) {
+    json_object_set_new(cj, "mooncake", json_string(o->a->mooncake));
+    json_object_set_new(cj, "mooncake_blocks", json_integer((json_int_t)o->blocks->n_blocks));
+  }
   if (o->rep) {
     const eldr_fit_candidate *ch = &o->rep->cand[o->rep->chosen];
     json_object_set_new(cj, "representation", json_string(eldr_repr_name(ch->repr)));
@@ -525,6 +604,12 @@ static void write_json(const char *cmd, const sim_out *o) {
     if (o->eps) json_object_set_new(jo, "ep_busiest_share", jnum(r->r.ep_busiest_share));
     json_object_set_new(jo, "pred_rel_err", jnum(r->r.pred_rel_err));
     json_object_set_new(jo, "pred_corr", jnum(r->r.pred_corr));
+    json_object_set_new(jo, "pd", json_string(eldr_sim_pd_name(r->v->pd_set ? r->v->pd : o->pd)));
+    json_object_set_new(jo, "decisions", json_integer((json_int_t)r->r.decisions));
+    json_object_set_new(jo, "predicted", json_integer((json_int_t)r->r.predicted));
+    json_object_set_new(jo, "predicted_share",
+                        jnum(r->r.decisions ? (double)r->r.predicted / (double)r->r.decisions : NAN));
+    json_object_set_new(jo, "confidence_mean", jnum(r->r.confidence_mean));
     json_array_append_new(ra, jo);
   }
   json_object_set_new(root, "rows", ra);
@@ -604,7 +689,7 @@ static void print_headlines(const sim_out *o, double rate) {
 static void print_table(const sim_out *o) {
   printf("workload %s%s%s | %s on %s | %zuP%zuD batch %zu | pool %zu served, %zu in the fit split | %s\n",
          o->src_name, o->a->serve_path ? " -> " : "", o->a->serve_path ? o->a->serve_path : "", o->lm->model, o->lm->hardware, o->a->P, o->a->D, o->a->B,
-         o->n_serve, o->n_fit, o->a->trace_arrivals ? "trace arrivals" : "Poisson arrivals");
+         o->n_serve, o->n_fit, o->a->trace_arrivals ? "trace arrivals" : o->a->scaled_arrivals ? "trace arrivals scaled to each rate" : "Poisson arrivals");
   if (o->rep) {
     const eldr_fit_candidate *ch = &o->rep->cand[o->rep->chosen];
     printf("artifact: fitted in-process: %s%s, %zu layers in mask, rho %.3f, tau %g; capacity est. %.1f req/s\n",
@@ -637,6 +722,9 @@ static void print_table(const sim_out *o) {
              r->r.throughput_tok_s, r->r.mean_batch, r->r.mean_union, r->r.copies_in_flight,
              100 * r->r.batch_dup_frac);
       if (o->eps) printf("  rank %.3f", r->r.ep_busiest_share);
+      if (r->r.confidence_mean == r->r.confidence_mean)
+        printf("  predicted %.1f%% (confidence %.2f)", 100.0 * (double)r->r.predicted / (double)r->r.decisions,
+               r->r.confidence_mean);
       printf("\n");
     }
     print_headlines(o, o->a->rates[ri]);
@@ -780,9 +868,12 @@ int eldr_cmd_sim(int argc, char **argv) {
                                ELDR_SWEEP_MAX_VARIANTS, &nv, &d);
   if (rc == ELDR_ENOMEM) cli_fail(cmd, "out of memory");
   if (rc) cli_usage_error(cmd, "--policies: %s", eldr_diag_msg(&d, rc));
+  if (a.npd > 1 && (rc = eldr_sweep_variants_pd(vs, &nv, ELDR_SWEEP_MAX_VARIANTS, a.pds, a.npd, &d)))
+    cli_usage_error(cmd, "--pd: %s", eldr_diag_msg(&d, rc));
 
   eldr_trace *t = NULL, *ts = NULL;
-  load_workload(cmd, &a, &t, &ts);
+  eldr_block_table bt = {0};
+  load_workload(cmd, &a, &t, &ts, &bt);
   const eldr_trace *st = ts ? ts : t;
   eldr_latency_model lm;
   latency_model(cmd, &a, t, st, &lm);
@@ -817,6 +908,10 @@ int eldr_cmd_sim(int argc, char **argv) {
                         .policy_prior = art ? art->fp_prior : NULL,
                         .policy_n_priors = art ? art->fp_n_priors : 0,
                         .policy_prior_tokens = art ? art->fp_prior_tokens : 0};
+  eldr_sigspec spec;
+  if (art) eldr_artifact_sigspec(art, &spec);
+  base.blocks = a.mooncake ? &bt : NULL;
+  base.spec = art ? &spec : NULL;
   eldr_sim_pool pool = make_pool(&base, art, &ps);
   eldr_sim_tokens *tokens = NULL;
   rc = eldr_sim_tokens_build(&pool, ELDR_SIM_TOK_AUTO, &tokens, &d);
@@ -836,6 +931,11 @@ int eldr_cmd_sim(int argc, char **argv) {
   cfg.max_batch = a.B;
   cfg.n_requests = a.nreq;
   cfg.seed = a.seed;
+  cfg.pd = a.npd ? a.pds[0] : ELDR_SIM_PD_VLLM;
+  cfg.known_fraction = a.known_fraction;
+  cfg.predict_threshold = a.predict_threshold;
+  cfg.register_s = a.register_s;
+  cfg.scale_arrivals = a.scaled_arrivals;
   double capacity = eldr_sim_capacity(&pool, &lm, &cfg);
   if (a.trace_arrivals || !a.nrates) {
     static const double fr[] = {0.2, 0.4, 0.6, 0.8, 0.95};
@@ -874,7 +974,8 @@ int eldr_cmd_sim(int argc, char **argv) {
   sim_out o = {.a = &a, .src_name = a.trace_path ? a.trace_path : a.gen, .lm = &lm, .rows = rows,
                .nrows = nrows, .nv = nv, .vs = vs, .n_fit = n_fit, .n_serve = n_serve,
                .n_sigs = ps.n_ok, .tau_eff = tau_eff, .capacity = capacity, .wall_s = t_run,
-               .rep = have_rep ? &rep : NULL, .eps = a.ep_size ? &eps : NULL};
+               .rep = have_rep ? &rep : NULL, .eps = a.ep_size ? &eps : NULL, .pd = cfg.pd,
+               .blocks = &bt};
   warn_replay(&o);
   if (a.csv_path) write_csv(cmd, a.csv_path, &o);
   if (a.log_path) write_log(cmd, a.log_path, &o, st, serve_idx);
@@ -911,6 +1012,7 @@ int eldr_cmd_sim(int argc, char **argv) {
   free(fit_idx);
   eldr_trace_free(ts);
   eldr_trace_free(t);
+  eldr_block_table_free(&bt);
   free(a.rates);
   free(a.taus);
   free(a.loads);

@@ -34,9 +34,15 @@ static const char TRACE_HELP[] =
 
 static const char GEN_HELP[] =
     "usage: eldr trace gen --requests N -o FILE [options]\n"
+    "       eldr trace gen --from-mooncake FILE -o FILE [options]\n"
     "\n"
     "Generate a synthetic expert-selection trace in the JSONL trace format.\n"
     "\n"
+    "      --from-mooncake FILE  arrivals, prompt/output lengths and 512-token block\n"
+    "                            structure from a Mooncake trace (timestamp,\n"
+    "                            input_length, output_length, hash_ids); each distinct\n"
+    "                            block's experts drawn once from the workload; counts\n"
+    "                            form; --requests: its first N lines  [off]\n"
     "  -m, --model M             qwen3-30b-a3b | gpt-oss-120b | qwen3-235b-a22b |\n"
     "                            llama4-maverick | olmoe-1b-7b | deepseek-v3 | custom:L,E,K\n"
     "                                                               [qwen3-30b-a3b]\n"
@@ -168,15 +174,41 @@ static int gen_put(eldr_outfile *of, int to_stdout, const char *p, size_t n, int
   return 0;
 }
 
+/* --from-mooncake: the trace built in memory (cli_mooncake_build), saved
+ * whole (eldr_trace_save: a temporary file renamed; '-' = stdout). */
+static int trace_gen_mooncake(const char *cmd, const char *path, eldr_tracegen *g, long requests,
+                              uint32_t max_dec, const char *out_path, int quiet) {
+  eldr_block_table bt;
+  eldr_trace *t = cli_mooncake_build(cmd, path, g, requests > 0 ? (size_t)requests : 0, max_dec, quiet, &bt);
+  eldr_diag d = {{0}};
+  int rc = 0;
+  if (!strcmp(out_path, "-")) {
+    for (size_t i = 0; i < t->n && !rc; i++) rc = eldr_trace_write_request(stdout, t, &t->req[i]);
+    if (!rc && fflush(stdout)) rc = ELDR_EIO;
+    if (rc) eldr_diag_fail(&d, rc, "writing to stdout failed");
+  } else {
+    rc = eldr_trace_save(out_path, t, &d);
+  }
+  if (rc) cli_fail(cmd, "%s", eldr_diag_msg(&d, rc));
+  if (!quiet)
+    fprintf(stderr, "eldr trace gen: wrote %zu requests (%s, %zu distinct %u-token blocks, %s) from %s to %s\n",
+            t->n, eldr_tracegen_model(g), bt.n_blocks, bt.block_tokens, t->generator, path, out_path);
+  eldr_block_table_free(&bt);
+  eldr_trace_free(t);
+  eldr_tracegen_free(g);
+  return 0;
+}
+
 static int trace_gen(int argc, char **argv) {
   const char *cmd = "trace gen";
   const char *model = "qwen3-30b-a3b", *workload = "realistic", *out_path = NULL;
   long requests = -1, force_dec = 0, max_dec = 0, max_pre = 0, jobs = 2;
   uint64_t seed = ELDR_SEED_DEFAULT;
-  int quiet = 0, counts_form = 0;
+  int quiet = 0, counts_form = 0, form_set = 0;
+  const char *mooncake = NULL;
   static const struct option lo[] = {
       {"model", required_argument, 0, 'm'},    {"workload", required_argument, 0, 'w'},
-      {"form", required_argument, 0, 4},
+      {"form", required_argument, 0, 4},      {"from-mooncake", required_argument, 0, 5},
       {"jobs", required_argument, 0, 'j'},
       {"requests", required_argument, 0, 'n'}, {"seed", required_argument, 0, 's'},
       {"output", required_argument, 0, 'o'},   {"decode-tokens", required_argument, 0, 1},
@@ -197,7 +229,9 @@ static int trace_gen(int argc, char **argv) {
     case 1: force_dec = cli_parse_long(cmd, "--decode-tokens", optarg, 1, 1000000); break;
     case 2: max_dec = cli_parse_long(cmd, "--max-decode-tokens", optarg, 1, 1000000); break;
     case 3: max_pre = cli_parse_long(cmd, "--max-prompt-tokens", optarg, 1, 1000000); break;
+    case 5: mooncake = optarg; break;
     case 4:
+      form_set = 1;
       if (!strcmp(optarg, "counts")) counts_form = 1;
       else if (!strcmp(optarg, "tokens")) counts_form = 0;
       else cli_usage_error(cmd, "--form: unknown '%s' (tokens|counts)", optarg);
@@ -208,8 +242,11 @@ static int trace_gen(int argc, char **argv) {
     }
   }
   if (optind < argc) cli_usage_error(cmd, "unexpected argument '%s' (see --help)", argv[optind]);
-  if (requests < 0) cli_usage_error(cmd, "--requests is required (see --help)");
+  if (requests < 0 && !mooncake) cli_usage_error(cmd, "--requests is required (see --help)");
   if (!out_path) cli_usage_error(cmd, "--output is required (see --help)");
+  if (mooncake && ((form_set && !counts_form) || force_dec || max_pre))
+    cli_usage_error(cmd, "--from-mooncake: the lengths are the trace's and the form is counts "
+                         "(--form tokens, --decode-tokens and --max-prompt-tokens do not apply)");
 
   eldr_diag d = {{0}};
   eldr_shape shape;
@@ -219,6 +256,7 @@ static int trace_gen(int argc, char **argv) {
   eldr_tracegen *g = NULL;
   int rc = eldr_tracegen_new(&shape, canon, workload, seed, &g, &d);
   if (rc) cli_usage_error(cmd, "--workload: %s", d.msg);
+  if (mooncake) return trace_gen_mooncake(cmd, mooncake, g, requests, (uint32_t)max_dec, out_path, quiet);
   eldr_tracegen_set_lengths(g, (uint32_t)force_dec, (uint32_t)max_dec, (uint32_t)max_pre);
   eldr_trace *hdr = eldr_tracegen_trace_header(g);
   if (!hdr) cli_fail(cmd, "out of memory");

@@ -3,6 +3,7 @@
  * codec is src/format/trace.c. */
 #include "eldr/trace_model.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -200,5 +201,15 @@ void eldr_trace_request_counts(const eldr_trace *t, const eldr_request *r, int d
   const uint16_t *sel = decode ? r->decode : r->prefill;
   size_t n = decode ? r->n_decode : r->n_prefill;
   if (n && sel) (void)eldr_counts_accumulate(&t->shape, sel, ELDR_SEL_U16, n, out, NULL);
+}
+
+uint32_t eldr_trace_request_prefix_counts(const eldr_trace *t, const eldr_request *r, double fraction,
+                                          uint32_t *out) {
+  memset(out, 0, eldr_shape_cells(&t->shape) * sizeof *out);
+  if (r->prefill_counts || !r->prefill || !(fraction > 0)) return 0;
+  double x = floor(fraction * (double)r->n_prefill);
+  uint32_t n = x >= (double)r->n_prefill ? r->n_prefill : (uint32_t)x;
+  if (n) (void)eldr_counts_accumulate(&t->shape, r->prefill, ELDR_SEL_U16, n, out, NULL);
+  return n;
 }
 

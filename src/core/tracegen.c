@@ -171,20 +171,38 @@ int eldr_tracegen_request(eldr_tracegen *g, size_t index, eldr_tracegen_req *out
 
 /* Request `index` with scratch s (g is only read: several threads may
  * generate from one g, each with its own s and b). */
-static int request_with(const eldr_tracegen *g, tracegen_scratch *s, size_t index, eldr_tracegen_bufs *b,
-                        eldr_tracegen_req *out, eldr_diag *d) {
+/* The stream of request index: its first draw picks the domain. */
+static void request_rng(const eldr_tracegen *g, size_t index, eldr_rng *r) {
   uint64_t st = g->seed ^ ((uint64_t)index * 0xd1b54a32d192ed03ULL);
-  eldr_rng r;
   st = eldr_splitmix64(&st) ^ 0x5265717565737421ULL;
-  eldr_rng_seed(&r, eldr_splitmix64(&st));
-  double u = eldr_rng_uniform(&r);
+  eldr_rng_seed(r, eldr_splitmix64(&st));
+}
+
+static int domain_of(const eldr_tracegen *g, double u) {
   int dm = 0;
   while ((size_t)dm + 1 < g->w.n_domains && u >= g->cum_weight[dm]) dm++;
+  return dm;
+}
+
+/* sized: NULL, or {domain index, prompt tokens, output tokens} overriding
+ * what request index would draw (eldr_tracegen_request_sized). */
+static int request_with(const eldr_tracegen *g, tracegen_scratch *s, size_t index, eldr_tracegen_bufs *b,
+                        eldr_tracegen_req *out, const size_t *sized, eldr_diag *d) {
+  eldr_rng r;
+  request_rng(g, index, &r);
+  int dm = domain_of(g, eldr_rng_uniform(&r));
   uint32_t n_pre = draw_length(&r, &g->w.prompt);
   uint32_t n_dec = draw_length(&r, &g->w.output);
   if (g->max_prompt && n_pre > g->max_prompt) n_pre = g->max_prompt;
   if (g->max_decode && n_dec > g->max_decode) n_dec = g->max_decode;
   if (g->force_decode) n_dec = g->force_decode;
+  if (sized) {
+    eldr_rng rd;
+    request_rng(g, sized[0], &rd);
+    dm = domain_of(g, eldr_rng_uniform(&rd));
+    n_pre = (uint32_t)sized[1];
+    n_dec = (uint32_t)sized[2];
+  }
   const size_t per = (size_t)g->shape.num_layers * g->shape.top_k;
   if (ensure_buf(&b->prefill, &b->prefill_cap, n_pre, per) ||
       ensure_buf(&b->decode, &b->decode_cap, n_dec, per))
@@ -202,7 +220,15 @@ static int request_with(const eldr_tracegen *g, tracegen_scratch *s, size_t inde
 int eldr_tracegen_request_into(eldr_tracegen *g, size_t index, eldr_tracegen_bufs *b,
                                eldr_tracegen_req *out, eldr_diag *d) {
   if (!g || !b || !out) return eldr_diag_fail(d, ELDR_EINVAL, "tracegen: argument missing");
-  return request_with(g, &g->sc, index, b, out, d);
+  return request_with(g, &g->sc, index, b, out, NULL, d);
+}
+
+int eldr_tracegen_request_sized(eldr_tracegen *g, size_t index, size_t domain_index, uint32_t n_prefill,
+                                uint32_t n_decode, eldr_tracegen_bufs *b, eldr_tracegen_req *out,
+                                eldr_diag *d) {
+  if (!g || !b || !out) return eldr_diag_fail(d, ELDR_EINVAL, "tracegen: argument missing");
+  const size_t sized[3] = {domain_index, n_prefill, n_decode};
+  return request_with(g, &g->sc, index, b, out, sized, d);
 }
 
 eldr_trace *eldr_tracegen_trace_header(const eldr_tracegen *g) {
@@ -256,7 +282,7 @@ typedef struct gen_chunk {
 static void gen_chunk_task(void *ctx, size_t t) {
   gen_chunk *c = ctx;
   for (size_t k = t; k < c->count; k += c->threads)
-    c->rc[k] = request_with(c->g, &c->sc[t], c->base + k, &c->buf[k], &c->q[k], &c->d[k]);
+    c->rc[k] = request_with(c->g, &c->sc[t], c->base + k, &c->buf[k], &c->q[k], NULL, &c->d[k]);
 }
 
 int eldr_tracegen_generate(eldr_tracegen *g, size_t n, eldr_trace **out, eldr_diag *d) {

@@ -14,6 +14,7 @@
 
 #include "eldr/batch_union.h"
 #include "eldr/grow.h"
+#include "eldr/predict.h"
 #include "eldr/rng.h"
 #include "sim/sim_int.h"
 
@@ -76,6 +77,23 @@ void eldr_sim_config_default(eldr_sim_config *c) {
   c->seed = 1;
   c->policy = ELDR_POLICY_JSQ;
   c->tau = 0.1;
+  c->known_fraction = -1;
+  c->predict_threshold = ELDR_PREDICT_THRESHOLD_DEFAULT;
+}
+
+static const char *const PD_NAMES[] = {"vllm", "sglang", "sglang-exact"};
+
+const char *eldr_sim_pd_name(eldr_sim_pd pd) {
+  return (unsigned)pd < sizeof PD_NAMES / sizeof *PD_NAMES ? PD_NAMES[pd] : "?";
+}
+
+int eldr_sim_pd_parse(const char *name, eldr_sim_pd *out) {
+  for (unsigned i = 0; name && i < sizeof PD_NAMES / sizeof *PD_NAMES; i++)
+    if (!strcmp(name, PD_NAMES[i])) {
+      *out = (eldr_sim_pd)i;
+      return 0;
+    }
+  return ELDR_EINVAL;
 }
 
 static uint64_t prefix_hash(const eldr_request *r) {
@@ -307,24 +325,77 @@ static int step_done(simst *st, uint32_t k, double now) {
 
 /* ---- decode routing ----------------------------------------------------- */
 
+/* What is known of pool request si when it is decided on a prediction:
+ * its held blocks' counts (the run's signature cache), or the counts of the
+ * first known_fraction of its prompt, into st->pcounts. The known tokens. */
+static uint64_t predict_counts(simst *st, uint32_t si) {
+  const eldr_sim_pool *pool = st->pool;
+  const eldr_request *r = &st->tr->req[pool->idx[si]];
+  const size_t cells = eldr_shape_cells(&st->tr->shape);
+  uint64_t known = 0;
+  if (st->c->known_fraction >= 0)
+    return eldr_trace_request_prefix_counts(st->tr, r, st->c->known_fraction, st->pcounts);
+  memset(st->pcounts, 0, cells * sizeof *st->pcounts);
+  const eldr_block_table *bt = pool->blocks;
+  if (!bt) return 0;
+  const size_t ti = pool->idx[si];
+  for (uint32_t j = bt->off[ti]; j < bt->off[ti + 1]; j++) {
+    uint32_t b = bt->ids[j];
+    if (!st->held[b]) continue;
+    const uint16_t *row = bt->counts + (size_t)b * cells;
+    for (size_t c = 0; c < cells; c++) st->pcounts[c] += row[c];
+    known += bt->block_tokens;
+  }
+  return known;
+}
+
+/* Request q's prefill ended: its blocks are held by the run's cache. */
+static void hold_blocks(simst *st, const sreq *q) {
+  const eldr_block_table *bt = st->pool->blocks;
+  if (!bt || !st->held) return;
+  const size_t ti = st->pool->idx[q->pool_i];
+  for (uint32_t j = bt->off[ti]; j < bt->off[ti + 1]; j++) st->held[bt->ids[j]] = 1;
+}
+
 /* The decode decision for request id: what the router knows of it (its
- * prefill signature, domain label, FOOTPRINT its selection counts) and the
- * decoders' in-flight loads, through eldr_policy_decide; the replay
- * metrics and the log at the decision. Returns the decoder or an error. */
-static int route_decode(simst *st, uint32_t id, eldr_diag *d) {
+ * prefill signature, or with predict its predicted one: eldr/predict.h's
+ * rule; domain label; FOOTPRINT its selection counts) and the decoders'
+ * in-flight loads, through eldr_policy_decide; the replay metrics and the
+ * log at the decision. Returns the decoder or an error. */
+static int route_decode(simst *st, uint32_t id, int predict, eldr_diag *d) {
   sreq *q = &st->rq[id];
   const eldr_sim_pool *pool = st->pool;
   eldr_route_req rr = {NULL, st->tr->req[pool->idx[q->pool_i]].domain, NULL};
   const uint32_t si = st->c->permute_signatures ? st->perm[q->pool_i] : q->pool_i;
-  if (pool->sigs && (!pool->sig_ok || pool->sig_ok[si])) rr.sig = pool->sigs + (size_t)si * pool->dim;
-  eldr_fp_request fr = {NULL, 0, q->n_prefill, rr.sig};
-  if (st->counts) { /* FOOTPRINT: the request's selection counts */
-    const eldr_request *src = &st->tr->req[pool->idx[si]];
-    int dec_sel = st->c->footprint_oracle;
-    eldr_trace_request_counts(st->tr, src, dec_sel, st->counts);
-    fr.counts = st->counts;
-    fr.n_tokens = dec_sel ? src->n_decode : src->n_prefill;
+  eldr_fp_request fr = {NULL, 0, q->n_prefill, NULL};
+  q->confidence = -1;
+  if (predict) {
+    uint64_t known = predict_counts(st, si);
+    double conf = eldr_predict_confidence(known, q->n_prefill);
+    q->confidence = conf;
+    st->conf_sum += conf;
+    st->conf_n++;
+    if (eldr_predict_usable(conf, known, st->c->predict_threshold)) {
+      q->predicted = 1;
+      st->predicted++;
+      if (pool->spec && pool->dim && eldr_signature_build(pool->spec, st->pcounts, NULL, st->psig) == 0)
+        rr.sig = st->psig;
+      if (st->counts) {
+        fr.counts = st->pcounts;
+        fr.n_tokens = known > UINT32_MAX ? UINT32_MAX : (uint32_t)known;
+      }
+    }
+  } else {
+    if (pool->sigs && (!pool->sig_ok || pool->sig_ok[si])) rr.sig = pool->sigs + (size_t)si * pool->dim;
+    if (st->counts) { /* FOOTPRINT: the request's selection counts */
+      const eldr_request *src = &st->tr->req[pool->idx[si]];
+      int dec_sel = st->c->footprint_oracle;
+      eldr_trace_request_counts(st->tr, src, dec_sel, st->counts);
+      fr.counts = st->counts;
+      fr.n_tokens = dec_sel ? src->n_decode : src->n_prefill;
+    }
   }
+  fr.sig = rr.sig;
   eldr_decision dec;
   int k = eldr_policy_decide(&st->pol, st->dloads, NULL, st->D, &rr, &fr, &dec);
   if (k < 0) return eldr_diag_fail(d, k, "sim: decode policy failed (%s)", eldr_strerror(k));
@@ -363,6 +434,24 @@ static int route_decode(simst *st, uint32_t id, eldr_diag *d) {
   return k;
 }
 
+/* SGLANG: the prefill of a request decided at arrival ended: footprint's
+ * contribution becomes the true counts (eldr_footprint_replace). */
+static int replace_prediction(simst *st, sreq *q, eldr_diag *d) {
+  if (!st->fp || q->ticket == ELDR_FP_NO_TICKET) return 0;
+  const eldr_sim_pool *pool = st->pool;
+  const uint32_t si = st->c->permute_signatures ? st->perm[q->pool_i] : q->pool_i;
+  const eldr_request *src = &st->tr->req[pool->idx[si]];
+  int dec_sel = st->c->footprint_oracle;
+  eldr_trace_request_counts(st->tr, src, dec_sel, st->counts);
+  const float *sig = pool->sigs && (!pool->sig_ok || pool->sig_ok[si]) ? pool->sigs + (size_t)si * pool->dim : NULL;
+  eldr_fp_request fr = {st->counts, dec_sel ? src->n_decode : src->n_prefill, q->n_prefill, sig};
+  int err = 0;
+  uint64_t tk = eldr_footprint_replace(st->fp, q->ticket, &fr, &err);
+  if (tk == ELDR_FP_NO_TICKET) return eldr_diag_fail(d, err ? err : ELDR_ENOMEM, "sim: footprint replace failed");
+  q->ticket = tk;
+  return 0;
+}
+
 /* Prefill batch of worker w done: route each request to a decoder and start
  * its KV transfer; then the worker's next batch. */
 static int prefill_done(simst *st, uint32_t w, double now, eldr_diag *d) {
@@ -373,10 +462,17 @@ static int prefill_done(simst *st, uint32_t w, double now, eldr_diag *d) {
     int32_t nx = q->next;
     q->next = -1;
     q->pf_done = now;
-    int k = route_decode(st, (uint32_t)cur, d);
-    if (k < 0) return k;
-    int rc = heap_push(&st->h, now + eldr_latency_kv_transfer(st->m, q->n_prefill), EV_KV_ARRIVE,
-                       (uint32_t)cur);
+    double kv_at = now + eldr_latency_kv_transfer(st->m, q->n_prefill);
+    if (st->c->pd == ELDR_SIM_PD_SGLANG) { /* decided at arrival */
+      int rc = replace_prediction(st, q, d);
+      if (rc < 0) return rc;
+    } else {
+      int k = route_decode(st, (uint32_t)cur, st->c->known_fraction >= 0, d);
+      if (k < 0) return k;
+      kv_at += st->c->register_s;
+    }
+    hold_blocks(st, q);
+    int rc = heap_push(&st->h, kv_at, EV_KV_ARRIVE, (uint32_t)cur);
     if (rc < 0) return eldr_diag_fail(d, rc, "sim: out of memory");
     cur = nx;
   }
@@ -416,7 +512,7 @@ static int kv_arrive(simst *st, uint32_t id, double now) {
 /* The next arrival: a recorded request of the pool (the trace's next one,
  * or the next of the seeded shuffles), its prefill worker (prefix hash with
  * a load guard), and the arrival after it. */
-static int on_arrival(simst *st, double now) {
+static int on_arrival(simst *st, double now, eldr_diag *d) {
   const eldr_sim_pool *pool = st->pool;
   const eldr_trace *tr = st->tr;
   const eldr_sim_config *c = st->c;
@@ -451,6 +547,8 @@ static int on_arrival(simst *st, double now) {
   int w = eldr_policy_prefill(st->phash[pi], NULL, st->ploads, NULL, P, c->prefill_guard);
   if (w < 0) w = 0;
   q->pw = w;
+  int rc;
+  if (c->pd == ELDR_SIM_PD_SGLANG && (rc = route_decode(st, id, 1, d)) < 0) return rc;
   pworker *pp = &st->pw[w];
   if (pp->qtail >= 0)
     st->rq[pp->qtail].next = (int32_t)id;
@@ -458,16 +556,17 @@ static int on_arrival(simst *st, double now) {
     pp->qhead = (int32_t)id;
   pp->qtail = (int32_t)id;
   pp->qlen++;
-  int rc;
   if (st->next_arrival < st->N) {
-    double tn = st->trace_mode ? tr->req[pool->idx[st->shuffle[st->next_arrival]]].arrival - st->t0
-                               : now + eldr_rng_exponential(&st->rng_arr, c->rate);
+    double tn = st->trace_mode
+                    ? (tr->req[pool->idx[st->shuffle[st->next_arrival]]].arrival - st->t0) * st->tscale
+                    : now + eldr_rng_exponential(&st->rng_arr, c->rate);
     if (tn < now) tn = now;
-    if ((rc = heap_push(&st->h, tn, EV_ARRIVAL, 0)) < 0) return rc;
+    if ((rc = heap_push(&st->h, tn, EV_ARRIVAL, 0)) < 0) return eldr_diag_fail(d, rc, "sim: out of memory");
   }
   if (!pp->busy) { /* start at the end of this instant: simultaneous arrivals share the batch */
     pp->busy = 1;
-    if ((rc = heap_push(&st->h, now, EV_PREFILL_WAKE, (uint32_t)w)) < 0) return rc;
+    if ((rc = heap_push(&st->h, now, EV_PREFILL_WAKE, (uint32_t)w)) < 0)
+      return eldr_diag_fail(d, rc, "sim: out of memory");
   }
   return 0;
 }
@@ -503,7 +602,26 @@ static int sim_check(const eldr_sim_pool *pool, const eldr_latency_model *m, con
   if (pool->sigs && pool->dim == 0) return eldr_diag_fail(d, ELDR_EINVAL, "sim: signatures with dim 0");
   if (pool->centroids && pool->n_centroids && pool->dim == 0)
     return eldr_diag_fail(d, ELDR_EINVAL, "sim: centroids with dim 0");
-  *trace_mode = !(c->rate > 0);
+  if ((unsigned)c->pd > ELDR_SIM_PD_SGLANG_EXACT) return eldr_diag_fail(d, ELDR_EINVAL, "sim: unknown pd mode %d", (int)c->pd);
+  if (!(c->known_fraction <= 1) && !(c->known_fraction < 0))
+    return eldr_diag_fail(d, ELDR_EINVAL, "sim: known_fraction must be in [0, 1] (or < 0: off)");
+  if (!(c->predict_threshold >= 0) || !(c->predict_threshold <= 1))
+    return eldr_diag_fail(d, ELDR_EINVAL, "sim: predict_threshold must be in [0, 1]");
+  if (!(c->register_s >= 0) || !isfinite(c->register_s))
+    return eldr_diag_fail(d, ELDR_EINVAL, "sim: register_s must be >= 0 and finite");
+  if (c->known_fraction >= 0)
+    for (size_t i = 0; i < pool->n; i++)
+      if (eldr_request_is_counts(&pool->trace->req[pool->idx[i]]))
+        return eldr_diag_fail(d, ELDR_EINVAL,
+                              "sim: a known fraction of the prompt needs per-token prefill rows; "
+                              "request '%s' is in counts form", pool->trace->req[pool->idx[i]].id);
+  if (pool->blocks && (pool->blocks->n_req < pool->trace->n ||
+                       pool->blocks->cells != eldr_shape_cells(&pool->trace->shape) ||
+                       !pool->blocks->block_tokens))
+    return eldr_diag_fail(d, ELDR_ESHAPE, "sim: the pool's block table does not match its trace");
+  if (pool->spec && pool->dim && eldr_signature_dim(pool->spec) != pool->dim)
+    return eldr_diag_fail(d, ELDR_ESHAPE, "sim: the signature spec's dim differs from the pool's");
+  *trace_mode = !(c->rate > 0) || c->scale_arrivals;
   if (!*trace_mode && !isfinite(c->rate)) return eldr_diag_fail(d, ELDR_EINVAL, "sim: rate must be finite");
   size_t N = *trace_mode ? pool->n : c->n_requests;
   if (N == 0) return eldr_diag_fail(d, ELDR_EINVAL, "sim: zero requests");
@@ -535,6 +653,9 @@ static int sim_check(const eldr_sim_pool *pool, const eldr_latency_model *m, con
 }
 
 static void sim_free(simst *st) {
+  free(st->pcounts);
+  free(st->psig);
+  free(st->held);
   eldr_ep_tally_free(&st->ep);
   free(st->counts);
   eldr_footprint_free(st->fp);
@@ -680,6 +801,13 @@ static int sim_setup(simst *st, const eldr_sim_pool *pool, const eldr_latency_mo
   }
   for (size_t i = 0; i < pool->n; i++) st->phash[i] = prefix_hash(&tr->req[pool->idx[i]]);
   if ((rc = setup_tokens(st, d)) < 0 || (rc = setup_footprint(st, d)) < 0) return rc;
+  if (c->pd == ELDR_SIM_PD_SGLANG || c->known_fraction >= 0) { /* predicting */
+    st->pcounts = calloc(eldr_shape_cells(&S), sizeof *st->pcounts);
+    st->psig = calloc(pool->dim ? pool->dim : 1, sizeof *st->psig);
+    if (pool->blocks) st->held = calloc(pool->blocks->n_blocks ? pool->blocks->n_blocks : 1, 1);
+    if (!st->pcounts || !st->psig || (pool->blocks && !st->held))
+      return eldr_diag_fail(d, ELDR_ENOMEM, "sim: out of memory");
+  }
   for (size_t p = 0; p < P; p++) st->pw[p].qhead = st->pw[p].qtail = st->pw[p].bhead = -1;
   for (size_t k = 0; k < D; k++) {
     st->dw[k].whead = st->dw[k].wtail = -1;
@@ -693,6 +821,11 @@ static int sim_setup(simst *st, const eldr_sim_pool *pool, const eldr_latency_mo
     for (size_t i = 0; i < pool->n; i++) st->shuffle[i] = keys[i].i;
     free(keys);
     st->t0 = tr->req[pool->idx[st->shuffle[0]]].arrival;
+    st->tscale = 1;
+    if (c->scale_arrivals && c->rate > 0 && pool->n > 1) { /* (n - 1) gaps at the rate */
+      double span = tr->req[pool->idx[st->shuffle[pool->n - 1]]].arrival - st->t0;
+      st->tscale = span > 0 ? (double)(pool->n - 1) / c->rate / span : 1;
+    }
   } else {
     shuffle_pool(st->shuffle, pool->n, &st->rng_pick);
   }
@@ -710,7 +843,9 @@ static int sim_loop(simst *st, double *now_out, eldr_diag *d) {
     sim_event e = heap_pop(&st->h);
     now = e.t;
     switch (e.type) {
-    case EV_ARRIVAL: rc = on_arrival(st, now); break;
+    case EV_ARRIVAL:
+      if ((rc = on_arrival(st, now, d)) < 0) return rc;
+      break;
     case EV_PREFILL_DONE:
       if ((rc = prefill_done(st, e.id, now, d)) < 0) return rc;
       break;

@@ -51,6 +51,8 @@ typedef struct sreq {
   double useen, bseen;   /* sums over its steps of the per-layer union and the batch */
   uint32_t done;
   uint64_t ticket; /* FOOTPRINT */
+  double confidence; /* the prediction's at its decision, or -1 */
+  int predicted;     /* decided on a prediction */
 } sreq;
 
 typedef struct pworker {
@@ -112,6 +114,14 @@ typedef struct simst {
   eldr_ep_tally ep; /* with c->placements */
   eldr_footprint *fp;  /* FOOTPRINT with a policy model, else NULL */
   uint32_t *counts;    /* L*E scratch (FOOTPRINT) */
+  uint32_t *pcounts;   /* L*E: a predicted signature's counts (predicting runs) */
+  float *psig;         /* dim: the predicted signature */
+  uint8_t *held;       /* blocks->n_blocks: the run's signature cache (a block is held once
+                          a prefill holding it ended) */
+  double tscale;       /* scale_arrivals: simulated seconds per trace second (else 1) */
+  size_t predicted;
+  double conf_sum;
+  size_t conf_n;
   double pe_sum, pa_sum, pp_sum, aa_sum, ap_sum, rel_sum;
   size_t n_pred;
 } simst;

@@ -95,6 +95,9 @@ void sim_collect(simst *st, double now, eldr_sim_result *res) {
   res->decode_requests = st->n_tpot;
   res->pool_size = st->pool->n;
   res->fallbacks = st->fallbacks;
+  res->decisions = st->N;
+  res->predicted = st->predicted;
+  res->confidence_mean = st->conf_n ? st->conf_sum / (double)st->conf_n : NAN;
   res->pred_rel_err = NAN;
   res->pred_corr = NAN;
   if (st->n_pred > 1) {
@@ -150,5 +153,7 @@ void sim_collect(simst *st, double now, eldr_sim_result *res) {
       lg->mean_union = q->pos ? q->useen / q->pos : NAN;
       lg->mean_batch = q->pos ? q->bseen / q->pos : NAN;
       lg->pred_union = q->pred_union > 0 ? q->pred_union : NAN;
+      lg->confidence = q->confidence;
+      lg->predicted = q->predicted;
     }
 }

@@ -126,6 +126,28 @@ int eldr_sweep_variants(const char *policies, const double *taus, size_t ntaus, 
   return 0;
 }
 
+int eldr_sweep_variants_pd(eldr_sweep_variant *vs, size_t *nv, size_t cap, const eldr_sim_pd *pds,
+                           size_t npd, eldr_diag *d) {
+  const size_t n = *nv;
+  if (!npd) return 0;
+  if (n * npd > cap)
+    return eldr_diag_fail(d, ELDR_ERANGE, "%zu variants at %zu modes: more than %zu runs per rate", n, npd, cap);
+  for (size_t m = 0; m < npd; m++)
+    for (size_t i = 0; i < n; i++) {
+      eldr_sweep_variant *v = &vs[m * n + i];
+      if (m) {
+        *v = vs[i];
+        char lab[sizeof v->label];
+        snprintf(lab, sizeof lab, "%.30s@%s", vs[i].label, eldr_sim_pd_name(pds[m]));
+        memcpy(v->label, lab, sizeof lab);
+      }
+      v->pd_set = 1;
+      v->pd = pds[m];
+    }
+  *nv = n * npd;
+  return 0;
+}
+
 int eldr_sweep_sigs_compute(const eldr_trace *t, const size_t *idx, size_t n,
                             const eldr_artifact *a, eldr_sweep_sigs *ps) {
   memset(ps, 0, sizeof *ps);
@@ -197,6 +219,7 @@ static void sweep_task(void *arg, size_t i) {
   c2.footprint_oracle = v->oracle;
   c2.footprint_mask = v->fp_layers == 2 ? s->footprint_mask : NULL;
   c2.footprint_no_prior = v->fp_no_prior;
+  if (v->pd_set) c2.pd = v->pd;
   char label[192];
   snprintf(label, sizeof label, "sim: run %zu/%zu %.47s @ %g/s", i + 1, st->nrows, v->label,
            s->rates[ri]);
