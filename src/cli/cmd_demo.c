@@ -402,7 +402,13 @@ static void run_sim(demo *x) {
   char *args[] = {"sim", "--trace", sent_path, "--artifact", x->art_path, "--arrivals", "trace",
                   "--prefill", pbuf, "--decode", x->dbuf, "--max-batch", x->seqbuf, "--model",
                   (char *)x->model, "--hardware", (char *)x->hardware, "--policies", polbuf, "--seed",
-                  x->seedbuf, "--json", "-q", NULL};
+                  x->seedbuf, "--json", "-q", NULL, NULL, NULL};
+  if (x->pd) { /* the simulator decides when the flow does (eldr sim --pd) */
+    size_t na = 0;
+    while (args[na]) na++;
+    args[na] = "--pd";
+    args[na + 1] = (char *)x->pd;
+  }
   int rc = -1;
   if (eldr_cluster_run(g_cluster, args, x->sim_path, &rc, &d)) rc = -1;
   if (g_stop) demo_fail("interrupted");
