@@ -27,6 +27,13 @@
 #            CPU per relayed token and the latency a token takes from the
 #            upstream's send to the client's read (p50 / p99), next to the
 #            same stream read straight from the upstream.
+#   sigpath  the router's signature path on its own code (`eldr bench route`,
+#            PROMPT_TOKENS tokens, SIG_ITERS rounds, every stage interleaved,
+#            p50): the signature at each SIMD level (the CPU's, AVX2 at most,
+#            portable) against a warm and a cold memcpy of the blob, and the
+#            signature cache's stages against the signature; then callgrind's
+#            instruction counts of the same stages (valgrind runs the AVX2
+#            paths; skipped without valgrind).
 #
 # Every figure comes with the load average at its section's end: the
 # machine's other work shows in it; read figures of one run side by side.
@@ -34,14 +41,15 @@
 # usage: bench/dataplane.sh [BUILD_DIR]
 #   env: SECTIONS="replies memory stream" ROUNDS=3 DURATION=5 CONNS=32
 #        PROMPT_TOKENS=4096 IDLE_CONNS=2000 STREAMS=200 STREAM_CONNS=64
-#        STREAM_TOKENS=200 TOKEN_MS=20 PROXIES="nginx haproxy eldr"
+#        STREAM_TOKENS=200 TOKEN_MS=20 SIG_ITERS=200 PROXIES="nginx haproxy eldr"
 #        CASES="small:32 big:1 big:32 new:32" (the replies section's cases)
 #        ELDR_ARGS="" (more flags for eldr serve) ELDR=path/to/eldr (default BUILD_DIR/eldr)
 #        ELDR_BASE=path/to/another/eldr (adds the proxy "eldr-base": before and after, interleaved)
 # Skips (exit 0, says so) without wrk, nginx or haproxy.
 set -euo pipefail
 BUILD=${1:-build}
-SECTIONS=${SECTIONS:-replies memory stream}
+SECTIONS=${SECTIONS:-replies memory stream sigpath}
+SIG_ITERS=${SIG_ITERS:-200}
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-5}
 CONNS=${CONNS:-32}
@@ -452,12 +460,54 @@ section_stream() {
   done
 }
 
+# ---- sigpath ---------------------------------------------------------------------------
+
+section_sigpath() {
+  echo "== sigpath: eldr bench route --tokens $PROMPT_TOKENS --iters $SIG_ITERS" >&2
+  local out
+  out=$(OPENBLAS_NUM_THREADS=1 "$ELDR" bench route --tokens "$PROMPT_TOKENS" --iters "$SIG_ITERS" --json)
+  # p50 of a stage, microseconds
+  p50() { jq -r --arg s "$1" '.rows[] | select(.stage == $s) | .p50_us' <<<"$out"; }
+  local warm cold sig
+  warm=$(p50 "memcpy of the base64 blob"); cold=$(p50 "memcpy of the blob, cold"); sig=$(p50 "signature (no cache)")
+  echo
+  echo "### Signature path ($PROMPT_TOKENS tokens, 48 x 128, top-8; OPENBLAS_NUM_THREADS=1 eldr bench route --tokens $PROMPT_TOKENS --iters $SIG_ITERS, p50 of one interleaved run; CPU level $("$ELDR" --version | sed -n 's/^simd: \([a-z0-9]*\).*/\1/p'); load average $(load))"
+  echo
+  echo "| stage | p50 us | vs warm memcpy | vs cold memcpy | vs signature |"
+  echo "|---|---|---|---|---|"
+  for st in "memcpy of the base64 blob" "memcpy of the blob, cold" "signature (no cache)" "signature, AVX2 at most" \
+    "signature, portable" "signature, new, cache on" "store block rows, new" "store block rows, held" \
+    "cached prompt, all rows" "cached prompt, last block"; do
+    awk -v n="$st" -v v="$(p50 "$st")" -v w="$warm" -v c="$cold" -v s="$sig" \
+      'BEGIN { printf "| %s | %.1f | %.2fx | %.2fx | %.2fx |\n", n, v, v / w, v / c, v / s }'
+  done
+  command -v valgrind >/dev/null 2>&1 || { echo; echo "(valgrind not found: no instruction counts)"; return 0; }
+  echo
+  echo "Instruction counts (valgrind --tool=callgrind --toggle-collect=STAGE eldr bench route --tokens $PROMPT_TOKENS --iters 3;"
+  echo "valgrind has no AVX-512: the AVX2 paths; 15 calls a stage: 12 warm-up rounds and 3)"
+  echo
+  echo "| stage function | instructions | vs stage_sig |"
+  echo "|---|---|---|"
+  local tmp base=""
+  tmp=$(mktemp -d)
+  for st in stage_sig stage_sig_portable stage_extract_new stage_store_new stage_store_held stage_cached_all stage_cached_last; do
+    OPENBLAS_NUM_THREADS=1 valgrind --tool=callgrind --callgrind-out-file="$tmp/cg" --toggle-collect="$st" \
+      "$ELDR" bench route --tokens "$PROMPT_TOKENS" --iters 3 >/dev/null 2>"$tmp/log"
+    local ir
+    ir=$(grep -o 'Collected : [0-9]*' "$tmp/log" | awk '{ print $3 }')
+    [ -n "$base" ] || base=$ir
+    awk -v n="$st" -v v="$ir" -v b="$base" 'BEGIN { printf "| %s | %d | %.3fx |\n", n, v, v / b }'
+  done
+  rm -rf "$tmp"
+}
+
 echo "# bench/dataplane.sh: $(nproc) cores, $(uname -r), nginx $("$NGINX" -v 2>&1 | sed 's/.*\///'), HAProxy $("$HAPROXY" -v | head -1 | awk '{ print $3 }'), wrk, eldr $(git -C "$(dirname "$0")" rev-parse --short HEAD 2>/dev/null || echo '?')"
 for s in $SECTIONS; do
   case $s in
   replies) section_replies ;;
   memory) section_memory ;;
   stream) section_stream ;;
+  sigpath) section_sigpath ;;
   *) echo "dataplane: unknown section $s" >&2; exit 2 ;;
   esac
 done

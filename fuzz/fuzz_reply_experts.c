@@ -231,11 +231,11 @@ static void all(const char *body, size_t len) {
   static const uint8_t mask[2] = {0, 1};
   static const uint32_t ids[2] = {1, 3}; /* an all-layers array of 4 or more layers: rows 1 and 3 */
   const eldr_re_opts os[] = {
-      {ELDR_RE_COMPLETIONS, 2, 2, 8, NULL, NULL, NULL, NULL, 0},
-      {ELDR_RE_CHAT, 2, 2, 8, mask, NULL, NULL, NULL, 0},
-      {ELDR_RE_COMPLETIONS, 0, 0, 0, NULL, NULL, NULL, NULL, 0},
-      {ELDR_RE_COMPLETIONS, 2, 2, 8, mask, NULL, NULL, ids, 0},
-      {ELDR_RE_CHAT, 0, 0, 8, NULL, NULL, NULL, NULL, 1},
+      {ELDR_RE_COMPLETIONS, 2, 2, 8, NULL, NULL, NULL, NULL, 0, NULL},
+      {ELDR_RE_CHAT, 2, 2, 8, mask, NULL, NULL, NULL, 0, NULL},
+      {ELDR_RE_COMPLETIONS, 0, 0, 0, NULL, NULL, NULL, NULL, 0, NULL},
+      {ELDR_RE_COMPLETIONS, 2, 2, 8, mask, NULL, NULL, ids, 0, NULL},
+      {ELDR_RE_CHAT, 0, 0, 8, NULL, NULL, NULL, NULL, 1, NULL},
   };
   for (size_t i = 0; i < sizeof os / sizeof *os; i++) {
     one(body, len, &os[i]);

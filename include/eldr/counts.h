@@ -99,6 +99,39 @@ int eldr_counts_accumulate_masked(const eldr_shape *s, const void *raw, eldr_sel
                                   size_t ntokens, const uint8_t *mask, uint32_t *counts,
                                   size_t *bad_index);
 
+/* The bit planes a counting pass keeps of each 16-token block (the
+ * signature cache's block, ELDR_BLOCK_TOKENS), so that storing the block's
+ * row later converts them instead of counting its ids again
+ * (eldr_sigshard_store_planes). Kept by the bit-sliced kernels only (1-byte
+ * ids, top_k 8, at most 128 experts, at least four masked layers, a level
+ * with such a kernel); per block, one group of four masked layers after
+ * another, ELDR_PLANES_GROUP_BYTES each (the counts 0..16 of the group's
+ * 4 x 128 (layer, expert) cells as five bit planes, in the layout of the
+ * level that wrote them: `format`). The mask's last nl % 4 layers are not
+ * in them. The caller owns buf (cap bytes); blocks that do not fit are not
+ * kept. Filled by eldr_counts_accumulate_planes; read, never written, by
+ * the store. */
+#define ELDR_PLANES_GROUP_BYTES 320
+typedef struct eldr_count_planes {
+  uint8_t *buf;        /* caller's: cap bytes */
+  size_t cap;
+  /* out */
+  const void *origin;  /* the raw pointer of block 0's first token */
+  size_t nblocks;      /* blocks 0..nblocks-1 from origin kept (0: none) */
+  size_t ngroups;      /* groups a block: masked layers / 4 */
+  size_t block_bytes;  /* ngroups * ELDR_PLANES_GROUP_BYTES */
+  size_t row_bytes;    /* one token's bytes in raw (L * 8) */
+  int format;          /* the eldr_cpu_level whose kernel wrote them */
+} eldr_count_planes;
+
+/* As eldr_counts_accumulate_masked; with planes (may be NULL) also the
+ * blocks' bit planes the bit-sliced kernel computed (planes->nblocks = 0
+ * when it did not run, or not from the first token). Same results and
+ * errors. */
+int eldr_counts_accumulate_planes(const eldr_shape *s, const void *raw, eldr_sel_dtype dtype, size_t ntokens,
+                                  const uint8_t *mask, uint32_t *counts, size_t *bad_index,
+                                  eldr_count_planes *planes);
+
 /* Range check only: 0 when every id of the mask's layers (NULL: all) is in
  * [0, E); else ELDR_ERANGE with the flat index of the first bad one in
  * *bad_index (may be NULL). ELDR_EINVAL for an unknown dtype. */

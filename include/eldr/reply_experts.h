@@ -163,6 +163,10 @@ typedef struct eldr_re_opts {
                                 id negative: a top-k row never repeats an id) are
                                 dropped, decided on the first array with rows;
                                 the result's layer_ids name the layers kept */
+  eldr_count_planes *planes; /* with counts, may be NULL: the counted rows'
+                                16-token blocks' bit planes kept here where the
+                                bit-sliced kernel counts them (eldr/counts.h:
+                                for the signature cache's store) */
 } eldr_re_opts;
 
 /* A view of rows: eldr_re_view (eldr/routed_experts.h). */

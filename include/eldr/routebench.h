@@ -61,6 +61,10 @@ typedef enum eldr_routebench_stage {
   ELDR_RB_MEMCPY,     /* memcpy of the base64 blob */
   ELDR_RB_COMPACT_SIG,       /* signature from the compact form */
   ELDR_RB_COMPACT_PARSE_SIG, /* the compact reply read + its signature */
+  ELDR_RB_SIG_AVX2,   /* signature, no cache, at most the AVX2 level (as ELDR_NO_AVX512=1) */
+  ELDR_RB_SIG_PORTABLE, /* signature, no cache, the portable paths (as ELDR_NO_SIMD=1) */
+  ELDR_RB_MEMCPY_COLD,  /* memcpy of the blob, source and destination out of the caches */
+  ELDR_RB_EXTRACT_NEW,  /* a new prompt's extraction with the cache (its planes kept) */
   ELDR_RB_NSTAGES
 } eldr_routebench_stage;
 

@@ -76,6 +76,14 @@ int eldr_sigshard_store_blocks(eldr_sigshard *c, const uint64_t *hashes, size_t 
                                size_t first_token, const void *raw, eldr_sel_dtype dtype,
                                size_t nrows, uint32_t *scratch, size_t *stored);
 
+/* As eldr_sigshard_store_blocks; pl (may be NULL): the planes that the
+ * pass that counted these rows kept (eldr_counts_accumulate_planes over
+ * the cache's layer mask, on this raw buffer): a block they hold is
+ * converted into its row instead of counted again. Same results. */
+int eldr_sigshard_store_planes(eldr_sigshard *c, const uint64_t *hashes, size_t nblocks, size_t first_token,
+                               const void *raw, eldr_sel_dtype dtype, size_t nrows, const eldr_count_planes *pl,
+                               uint32_t *scratch, size_t *stored);
+
 /* The bytes every shard allocated (eldr_sigcache_bytes); 0 for NULL. */
 size_t eldr_sigshard_bytes(const eldr_sigshard *c);
 

@@ -276,14 +276,22 @@ int eldr_counts_bits_set(int enable) {
  * The mask's last nl % 4 layers (rest) are counted by kern, after the whole
  * block's range check. */
 static size_t count_bits(const unsigned char *p, size_t ntokens, size_t L, size_t E, const uint16_t *lay,
-                         size_t nl, uint32_t *counts, kernel_fn kern) {
+                         size_t nl, uint32_t *counts, kernel_fn kern, eldr_count_planes *pl) {
   const size_t tb = L * 8, ng = nl / 4, nrest = nl % 4;
   const uint16_t *rest = lay + 4 * ng;
-  size_t (*group)(const unsigned char *, size_t, size_t, const uint32_t *, uint16_t *) =
-      eldr_cpu_has(ELDR_CPU_AVX512) ? eldr__bits_group512 : eldr__bits_group_avx2;
+  const int wide = eldr_cpu_has(ELDR_CPU_AVX512);
+  size_t (*group)(const unsigned char *, size_t, size_t, const uint32_t *, uint16_t *, unsigned char *, size_t) =
+      wide ? eldr__bits_group512 : eldr__bits_group_avx2;
   uint16_t blk[BITS_MAX_LAYERS * 128];
   uint32_t off[BITS_MAX_LAYERS];
   for (size_t i = 0; i < 4 * ng; i++) off[i] = 8u * lay[i];
+  /* the blocks' planes: kept while they fit in the caller's buffer */
+  const size_t bb = ng * ELDR_PLANES_GROUP_BYTES;
+  size_t keep = 0;
+  if (pl && pl->buf) {
+    *pl = (eldr_count_planes){pl->buf, pl->cap, p, 0, ng, bb, tb, wide ? ELDR_CPU_AVX512 : ELDR_CPU_AVX2};
+    keep = pl->cap / bb;
+  }
   size_t done = 0;
   while (ntokens - done >= ELDR_BITS_GROUP) {
     size_t n = ntokens - done;
@@ -293,8 +301,12 @@ static size_t count_bits(const unsigned char *p, size_t ntokens, size_t L, size_
     n -= n % ELDR_BITS_GROUP;
     const unsigned char *q = p + done * tb;
     if (nrest && max_elem(q, n * L * 8, 1) >= E) return done;
+    const int kept = (done + n) / ELDR_BITS_GROUP <= keep;
+    unsigned char *kp = kept ? pl->buf + done / ELDR_BITS_GROUP * bb : NULL;
     for (size_t g = 0; g < ng; g++) {
-      if (group(q, tb, n, off + 4 * g, blk + 4 * g * 128) != n * 32) return done; /* a repeat, or id >= 128 */
+      if (group(q, tb, n, off + 4 * g, blk + 4 * g * 128, kp ? kp + g * ELDR_PLANES_GROUP_BYTES : NULL, bb) !=
+          n * 32)
+        return done; /* a repeat, or id >= 128 */
       for (size_t e = E; e < 128; e++)
         for (int r = 0; r < 4; r++)
           if (blk[(4 * g + r) * 128 + e]) return done; /* an id >= E */
@@ -306,6 +318,7 @@ static size_t count_bits(const unsigned char *p, size_t ntokens, size_t L, size_
       kern(&a);
     }
     done += n;
+    if (kept) pl->nblocks = done / ELDR_BITS_GROUP; /* checked: theirs are true counts */
   }
   return done;
 }
@@ -321,6 +334,13 @@ int eldr_counts_accumulate(const eldr_shape *s, const void *raw, eldr_sel_dtype 
 int eldr_counts_accumulate_masked(const eldr_shape *s, const void *raw, eldr_sel_dtype dtype,
                                   size_t ntokens, const uint8_t *mask, uint32_t *counts,
                                   size_t *bad_index) {
+  return eldr_counts_accumulate_planes(s, raw, dtype, ntokens, mask, counts, bad_index, NULL);
+}
+
+int eldr_counts_accumulate_planes(const eldr_shape *s, const void *raw, eldr_sel_dtype dtype, size_t ntokens,
+                                  const uint8_t *mask, uint32_t *counts, size_t *bad_index,
+                                  eldr_count_planes *planes) {
+  if (planes) planes->nblocks = 0;
   const size_t L = s->num_layers, E = s->num_experts, K = s->top_k;
   const size_t w = eldr_sel_dtype_size(dtype);
   const unsigned char *p = raw;
@@ -346,7 +366,7 @@ int eldr_counts_accumulate_masked(const eldr_shape *s, const void *raw, eldr_sel
   /* the bit kernel pays from one group of four masked layers on */
   if (w == 1 && K == 8 && E <= 128 && nl >= 4 && L <= BITS_MAX_LAYERS && ntokens >= BITS_MIN &&
       eldr_cpu_has(ELDR_CPU_AVX2) && !__atomic_load_n(&bits_off, __ATOMIC_RELAXED))
-    t0 = count_bits(p, ntokens, L, E, lay, nl, counts, kern);
+    t0 = count_bits(p, ntokens, L, E, lay, nl, counts, kern, planes);
 #endif
   for (size_t t = t0; t < ntokens; t += bt) {
     size_t n = ntokens - t < bt ? ntokens - t : bt;
@@ -409,6 +429,34 @@ static size_t block16_bits(const unsigned char *p, size_t L, const uint16_t *lay
   return 4 * ng;
 }
 #endif
+
+/* The portable converter of either layout (core/counts_int.h): qword
+ * (plane k, row r, half h) at AVX2's h * 160 + 32 k + 8 r or AVX-512's
+ * 64 k + 8 (2 r + h). */
+static uint8_t planes_rows_portable(const unsigned char *gp, int format, uint8_t *out) {
+  uint8_t mx = 0;
+  for (size_t r = 0; r < 4; r++)
+    for (size_t h = 0; h < 2; h++) {
+      uint64_t q[5];
+      for (size_t k = 0; k < 5; k++)
+        memcpy(&q[k], gp + (format == ELDR_CPU_AVX512 ? 64 * k + 8 * (2 * r + h) : 160 * h + 32 * k + 8 * r), 8);
+      for (size_t i = 0; i < 64; i++) {
+        unsigned v = 0;
+        for (size_t k = 0; k < 5; k++) v |= (unsigned)(q[k] >> i & 1) << k;
+        out[r * 128 + h * 64 + i] = (uint8_t)v;
+        mx = (uint8_t)v > mx ? (uint8_t)v : mx;
+      }
+    }
+  return mx;
+}
+
+uint8_t eldr__planes_rows(const unsigned char *gp, int format, uint8_t *out) {
+#ifdef ELDR_COUNTS_X86
+  if (format == ELDR_CPU_AVX512 && eldr_cpu_has(ELDR_CPU_AVX512)) return eldr__planes_bytes512(gp, out);
+  if (format == ELDR_CPU_AVX2 && eldr_cpu_has(ELDR_CPU_AVX2)) return eldr__planes_bytes_avx2(gp, out);
+#endif
+  return planes_rows_portable(gp, format, out);
+}
 
 void eldr__add_i8_u32(uint32_t *restrict dst, const int8_t *restrict src, size_t n) {
   size_t i = 0;

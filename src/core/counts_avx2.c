@@ -161,21 +161,58 @@ AVX2_FN void bits_flush(const bits_planes *s, const __m256i *cnt, uint16_t *out,
   }
 }
 
+/* A block's planes b (its own count, 0..16; b16: its sixteens) added into
+ * the carried planes s; returns the carry of weight 16 (s holds at most 15
+ * and b at most 16, and 16 only with its lower planes empty: one carry). */
+AVX2_FN __m256i bits_add_block(bits_planes *s, const bits_planes *b, __m256i b16) {
+  __m256i c1, c2, c4, c8;
+  c1 = _mm256_and_si256(s->ones, b->ones);
+  s->ones = _mm256_xor_si256(s->ones, b->ones);
+  csa(&c2, &s->twos, s->twos, b->twos, c1);
+  csa(&c4, &s->fours, s->fours, b->fours, c2);
+  csa(&c8, &s->eights, s->eights, b->eights, c4);
+  return _mm256_or_si256(c8, b16);
+}
+
+/* One half's 16-token block counted from empty planes, kept at q (five
+ * planes of 32 bytes) and added into s; returns the carry of weight 16. */
+AVX2_FN __m256i bits_tree16_keep(bits_planes *s, const __m256i *in, unsigned char *q) {
+  const __m256i z = _mm256_setzero_si256();
+  bits_planes b = {z, z, z, z};
+  const __m256i b16 = bits_tree16(&b, in);
+  _mm256_storeu_si256((__m256i *)(void *)q, b.ones);
+  _mm256_storeu_si256((__m256i *)(void *)(q + 32), b.twos);
+  _mm256_storeu_si256((__m256i *)(void *)(q + 64), b.fours);
+  _mm256_storeu_si256((__m256i *)(void *)(q + 96), b.eights);
+  _mm256_storeu_si256((__m256i *)(void *)(q + 128), b16);
+  return bits_add_block(s, &b, b16);
+}
+
 /* Count ntok (a multiple of 16) tokens of one group (rows at byte offsets
  * off[0..3] of each token) into out[r * 128 + e]; returns the number of
- * bits counted. */
+ * bits counted. planes (may be NULL): each 16-token block's planes kept
+ * there, pstride bytes apart (core/counts_int.h). */
 __attribute__((target("avx2"))) size_t eldr__bits_group_avx2(const unsigned char *p, size_t tb, size_t ntok,
-                                                             const uint32_t *off, uint16_t *out) {
+                                                             const uint32_t *off, uint16_t *out,
+                                                             unsigned char *planes, size_t pstride) {
   const int contig = off[1] == off[0] + 8 && off[2] == off[0] + 16 && off[3] == off[0] + 24;
   bits_planes lo = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
                     _mm256_setzero_si256()};
   bits_planes hi = lo;
   __m256i cnt[16], m[2 * GROUP];
   for (int c = 0; c < 16; c++) cnt[c] = _mm256_setzero_si256();
-  for (size_t t = 0; t < ntok; t += GROUP, p += GROUP * tb) {
-    bits_build16(p, tb, off, contig, m);
-    bits_expand(bits_tree16(&lo, m), cnt);
-    bits_expand(bits_tree16(&hi, m + GROUP), cnt + 8);
+  if (planes) {
+    for (size_t t = 0; t < ntok; t += GROUP, p += GROUP * tb, planes += pstride) {
+      bits_build16(p, tb, off, contig, m);
+      bits_expand(bits_tree16_keep(&lo, m, planes), cnt);
+      bits_expand(bits_tree16_keep(&hi, m + GROUP, planes + 160), cnt + 8);
+    }
+  } else {
+    for (size_t t = 0; t < ntok; t += GROUP, p += GROUP * tb) {
+      bits_build16(p, tb, off, contig, m);
+      bits_expand(bits_tree16(&lo, m), cnt);
+      bits_expand(bits_tree16(&hi, m + GROUP), cnt + 8);
+    }
   }
   __m256i sum = _mm256_setzero_si256();
   bits_flush(&lo, cnt, out, &sum);
@@ -185,6 +222,34 @@ __attribute__((target("avx2"))) size_t eldr__bits_group_avx2(const unsigned char
   size_t total = 0;
   for (int i = 0; i < 8; i++) total += lanes[i];
   return total;
+}
+
+/* One group-block's planes in this kernel's layout (core/counts_int.h)
+ * into 4 x 128 byte counts; returns their largest. */
+__attribute__((target("avx2"))) uint8_t eldr__planes_bytes_avx2(const unsigned char *gp, uint8_t *out) {
+  const __m256i w1 = _mm256_set1_epi8(1), w2 = _mm256_set1_epi8(2), w4 = _mm256_set1_epi8(4),
+                w8 = _mm256_set1_epi8(8), w16 = _mm256_set1_epi8(16);
+  __m256i mx = _mm256_setzero_si256();
+  for (int h = 0; h < 2; h++) {
+    const unsigned char *q = gp + 160 * h;
+    __m256i pl[5];
+    for (int k = 0; k < 5; k++) pl[k] = _mm256_loadu_si256((const __m256i *)(const void *)(q + 32 * k));
+    for (int c = 0; c < 8; c++) {
+      __m256i b = _mm256_and_si256(bits_bytes(pl[0], c), w1);
+      b = _mm256_or_si256(b, _mm256_and_si256(bits_bytes(pl[1], c), w2));
+      b = _mm256_or_si256(b, _mm256_and_si256(bits_bytes(pl[2], c), w4));
+      b = _mm256_or_si256(b, _mm256_and_si256(bits_bytes(pl[3], c), w8));
+      b = _mm256_or_si256(b, _mm256_and_si256(bits_bytes(pl[4], c), w16));
+      _mm256_storeu_si256((__m256i *)(void *)(out + (c / 2) * 128 + 64 * h + 32 * (c % 2)), b);
+      mx = _mm256_max_epu8(mx, b);
+    }
+  }
+  __m128i z = _mm_max_epu8(_mm256_castsi256_si128(mx), _mm256_extracti128_si256(mx, 1));
+  z = _mm_max_epu8(z, _mm_srli_si128(z, 8));
+  z = _mm_max_epu8(z, _mm_srli_si128(z, 4));
+  z = _mm_max_epu8(z, _mm_srli_si128(z, 2));
+  z = _mm_max_epu8(z, _mm_srli_si128(z, 1));
+  return (uint8_t)_mm_cvtsi128_si32(z);
 }
 
 /* row[0, E) += b[0, E) (E <= 128). */

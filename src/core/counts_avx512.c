@@ -129,17 +129,42 @@ T512 static inline __m512i plane_bytes(const planes *s, int c) {
   return _mm512_mask_add_epi8(b, plane_bits(s->eights, c), b, _mm512_set1_epi8(8));
 }
 
+/* A block's planes b (its own count, 0..16; b16: its sixteens) added into
+ * the carried planes s; returns the carry of weight 16 (see counts_avx2.c). */
+T512 static inline __m512i add_block(planes *s, const planes *b, __m512i b16) {
+  __m512i c1, c2, c4, c8;
+  c1 = _mm512_and_si512(s->ones, b->ones);
+  s->ones = _mm512_xor_si512(s->ones, b->ones);
+  csa(&c2, &s->twos, s->twos, b->twos, c1);
+  csa(&c4, &s->fours, s->fours, b->fours, c2);
+  csa(&c8, &s->eights, s->eights, b->eights, c4);
+  return _mm512_or_si512(c8, b16);
+}
+
 T512 size_t eldr__bits_group512(const unsigned char *p, size_t tb, size_t ntok, const uint32_t *off,
-                                uint16_t *out) {
+                                uint16_t *out, unsigned char *kept, size_t pstride) {
   const int contig = off[1] == off[0] + 8 && off[2] == off[0] + 16 && off[3] == off[0] + 24;
   __m512i sel[8];
   for (int k = 0; k < 8; k++) sel[k] = _mm512_loadu_si512(SEL[k]);
-  planes s = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(),
-              _mm512_setzero_si512()};
+  const __m512i z = _mm512_setzero_si512();
+  planes s = {z, z, z, z};
   __m512i cnt[8];
-  for (int c = 0; c < 8; c++) cnt[c] = _mm512_setzero_si512();
+  for (int c = 0; c < 8; c++) cnt[c] = z;
   for (size_t t = 0; t < ntok; t += GROUP, p += GROUP * tb) {
-    const __m512i sixteens = tree16(&s, p, tb, off, contig, sel);
+    __m512i sixteens;
+    if (kept) { /* the block from empty planes, kept, then added */
+      planes b = {z, z, z, z};
+      const __m512i b16 = tree16(&b, p, tb, off, contig, sel);
+      _mm512_storeu_si512(kept, b.ones);
+      _mm512_storeu_si512(kept + 64, b.twos);
+      _mm512_storeu_si512(kept + 128, b.fours);
+      _mm512_storeu_si512(kept + 192, b.eights);
+      _mm512_storeu_si512(kept + 256, b16);
+      kept += pstride;
+      sixteens = add_block(&s, &b, b16);
+    } else {
+      sixteens = tree16(&s, p, tb, off, contig, sel);
+    }
     for (int c = 0; c < 8; c++) /* a set bit adds one */
       cnt[c] = _mm512_mask_sub_epi8(cnt[c], plane_bits(sixteens, c), cnt[c], _mm512_set1_epi8(-1));
   }
@@ -178,6 +203,28 @@ T512 size_t eldr__bits_block16_512(const unsigned char *p, size_t tb, const uint
     sum = _mm512_add_epi64(sum, _mm512_sad_epu8(b, z));
   }
   return (size_t)_mm512_reduce_add_epi64(sum);
+}
+
+/* One group-block's planes in this kernel's layout (core/counts_int.h)
+ * into 4 x 128 byte counts; returns their largest. */
+T512 uint8_t eldr__planes_bytes512(const unsigned char *gp, uint8_t *out) {
+  const planes s = {_mm512_loadu_si512(gp), _mm512_loadu_si512(gp + 64), _mm512_loadu_si512(gp + 128),
+                    _mm512_loadu_si512(gp + 192)};
+  const __m512i sixteens = _mm512_loadu_si512(gp + 256);
+  __m512i mx = _mm512_setzero_si512();
+  for (int c = 0; c < 8; c++) {
+    __m512i b = plane_bytes(&s, c);
+    b = _mm512_mask_add_epi8(b, plane_bits(sixteens, c), b, _mm512_set1_epi8(16));
+    _mm512_storeu_si512(out + 64 * c, b);
+    mx = _mm512_max_epu8(mx, b);
+  }
+  __m256i y = _mm256_max_epu8(_mm512_castsi512_si256(mx), _mm512_extracti64x4_epi64(mx, 1));
+  __m128i x = _mm_max_epu8(_mm256_castsi256_si128(y), _mm256_extracti128_si256(y, 1));
+  x = _mm_max_epu8(x, _mm_srli_si128(x, 8));
+  x = _mm_max_epu8(x, _mm_srli_si128(x, 4));
+  x = _mm_max_epu8(x, _mm_srli_si128(x, 2));
+  x = _mm_max_epu8(x, _mm_srli_si128(x, 1));
+  return (uint8_t)_mm_cvtsi128_si32(x);
 }
 
 /* dst[0, i) += src[0, i) sign-extended, 16 at a time; returns i. */

@@ -13,7 +13,13 @@
  * bytes apart, starting at p) into out[r * 128 + e] (uint16, 4 x 128
  * counters, overwritten); returns the number of bits counted. An id >= 128
  * sets nothing and a repeated id in a row sets one bit, so the return is
- * ntok * 32 exactly when every row held 8 distinct ids below 128. */
+ * ntok * 32 exactly when every row held 8 distinct ids below 128.
+ * With planes (may be NULL), each 16-token block's own counts are kept at
+ * planes + i * pstride (block i), ELDR_PLANES_GROUP_BYTES each (eldr/counts.h):
+ * AVX2: two halves of 160 bytes (experts 0..63, then 64..127), each the
+ * ones, twos, fours, eights and sixteens planes of 32 bytes, qword r of a
+ * plane row r; AVX-512: the five planes of 64 bytes, qword 2r + h row r's
+ * half h. eldr__planes_rows turns one back into bytes, any level. */
 #ifndef ELDR_CORE_COUNTS_INT_H
 #define ELDR_CORE_COUNTS_INT_H
 
@@ -32,6 +38,11 @@
 int eldr__counts_block8(const eldr_shape *s, const void *raw, eldr_sel_dtype dtype, size_t ntokens,
                         const uint8_t *mask, uint8_t *counts8);
 
+/* One group-block's kept planes (format: the level that wrote them) into
+ * out[r * 128 + e] (4 x 128 bytes, overwritten); returns the largest. The
+ * writer's level's converter where it is in use, else a portable one. */
+uint8_t eldr__planes_rows(const unsigned char *gp, int format, uint8_t *out);
+
 /* dst[i] += src[i] (sign-extended) for i < n: a signature-cache row (int8
  * counts) onto 32-bit counts, 16 (AVX-512) or 8 (AVX2) at a time. dst and
  * src do not overlap. */
@@ -47,7 +58,10 @@ void eldr__add_i8_u32(uint32_t *restrict dst, const int8_t *restrict src, size_t
  * returns the bytes read (the caller reads the rest). */
 size_t eldr__max_avx2(const unsigned char *p, size_t bytes, size_t w, uint32_t *m);
 size_t eldr__bits_group_avx2(const unsigned char *p, size_t tb, size_t ntok, const uint32_t *off,
-                             uint16_t *out);
+                             uint16_t *out, unsigned char *planes, size_t pstride);
+/* One group-block's kept planes, this level's layout, into 4 x 128 bytes;
+ * their largest. */
+uint8_t eldr__planes_bytes_avx2(const unsigned char *gp, uint8_t *out);
 /* row[0, E) += b[0, E) (E <= 128). */
 void eldr__add_row_avx2(uint32_t *restrict row, const uint16_t *restrict b, size_t E);
 /* dst[0, i) += src[0, i) sign-extended, 8 at a time; returns i (n & ~7). */
@@ -56,7 +70,8 @@ size_t eldr__add_i8_avx2(uint32_t *restrict dst, const int8_t *restrict src, siz
 /* ---- counts_avx512.c: call only where eldr_cpu_has(ELDR_CPU_AVX512) ---- */
 
 size_t eldr__bits_group512(const unsigned char *p, size_t tb, size_t ntok, const uint32_t *off,
-                           uint16_t *out);
+                           uint16_t *out, unsigned char *planes, size_t pstride);
+uint8_t eldr__planes_bytes512(const unsigned char *gp, uint8_t *out);
 /* The same for exactly 16 tokens into bytes: out[r * 128 + e] (4 x 128,
  * overwritten, each <= 16); returns the bits counted (512 when every row
  * held 8 distinct ids below 128). For the signature cache's 16-token rows. */

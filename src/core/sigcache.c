@@ -403,8 +403,48 @@ size_t eldr_sigcache_add_prefix(eldr_sigcache *c, const uint64_t *hashes, size_t
  * again: 1, made the most recent). row8: L*E uint32 of scratch, zero in
  * the stored layers, left so (NULL: ELDR_ENOTFOUND when not held: call
  * again with one). 0, 1, ELDR_ENOTFOUND or ELDR_ERANGE (nothing stored). */
+/* A block's row from the planes its counting pass kept (bp, in the layout
+ * of `format`; core/counts_int.h): each group of four stored layers
+ * converted into the row (in place when E is 128), the mask's last nl % 4
+ * layers counted from the rows at p into row8 (needed then). */
+static int store_planes(eldr_sigcache *c, uint64_t hash, const unsigned char *p, eldr_sel_dtype dtype,
+                        const unsigned char *bp, int format, uint8_t *row8) {
+  const size_t E = c->shape.num_experts, ng = c->nl / 4;
+  int rc = 0;
+  if (c->nl % 4) { /* the rest: the per-id kernel over those layers only */
+    uint8_t rm[ELDR_MAX_LAYERS] = {0};
+    for (size_t j = 4 * ng; j < c->nl; j++) rm[c->lay[j]] = 1;
+    rc = eldr__counts_block8(&c->shape, p, dtype, ELDR_BLOCK_TOKENS, rm, row8);
+  }
+  uint8_t mx = 0;
+  if (rc == 0) {
+    int8_t *dst = slot_row(c, hash);
+    uint8_t tmp[4 * 128];
+    for (size_t g = 0; g < ng; g++) {
+      const unsigned char *gp = bp + g * ELDR_PLANES_GROUP_BYTES;
+      uint8_t m;
+      if (E == 128) {
+        m = eldr__planes_rows(gp, format, (uint8_t *)dst + 4 * g * 128);
+      } else { /* rows of E: the ids >= E counted nothing (checked) */
+        m = eldr__planes_rows(gp, format, tmp);
+        for (size_t r = 0; r < 4; r++) memcpy(dst + (4 * g + r) * E, tmp + r * 128, E);
+      }
+      mx = m > mx ? m : mx;
+    }
+    for (size_t j = 4 * ng; j < c->nl; j++) {
+      memcpy(dst + j * E, row8 + (size_t)c->lay[j] * E, E);
+      uint8_t m = maxb(row8 + (size_t)c->lay[j] * E, E);
+      mx = m > mx ? m : mx;
+    }
+    c->rowmax[slot_of_row(c, dst)] = mx; /* <= 16 (16 tokens, one bit a row) */
+    c->st.stored++;
+  }
+  for (size_t j = 4 * ng; j < c->nl; j++) memset(row8 + (size_t)c->lay[j] * E, 0, E);
+  return rc;
+}
+
 int eldr__sigcache_store1(eldr_sigcache *c, uint64_t hash, const unsigned char *p, eldr_sel_dtype dtype,
-                          uint8_t *row8) {
+                          const unsigned char *bp, int format, uint8_t *row8) {
   size_t pos = find_pos(c, hash);
   if (pos != SIZE_MAX) {
     uint32_t s = c->index[pos] - 1;
@@ -413,6 +453,7 @@ int eldr__sigcache_store1(eldr_sigcache *c, uint64_t hash, const unsigned char *
     c->st.present++;
     return 1;
   }
+  if (bp && c->nl >= 4 && (c->nl % 4 == 0 || row8)) return store_planes(c, hash, p, dtype, bp, format, row8);
   if (!row8) return ELDR_ENOTFOUND;
   const size_t E = c->shape.num_experts;
   int rc;
@@ -461,7 +502,7 @@ int eldr_sigcache_store_blocks(eldr_sigcache *c, const uint64_t *hashes, size_t 
     size_t t0 = b * ELDR_BLOCK_TOKENS;
     if (t0 + ELDR_BLOCK_TOKENS > first_token + nrows) break;
     const unsigned char *p = (const unsigned char *)raw + (t0 - first_token) * row_bytes;
-    int r = eldr__sigcache_store1(c, hashes[b], p, dtype, (uint8_t *)scratch);
+    int r = eldr__sigcache_store1(c, hashes[b], p, dtype, NULL, 0, (uint8_t *)scratch);
     if (r < 0 || r > 1) {
       rc = r;
       break;

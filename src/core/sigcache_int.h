@@ -19,11 +19,15 @@
 
 /* One block of ELDR_BLOCK_TOKENS rows at p stored under hash unless held
  * (1: held, made the most recent; 0: counted and stored; ELDR_ERANGE:
- * refused, nothing stored). row8: a scratch of L*E uint32, zero in the
- * stored layers, left so; NULL: only the lookup (ELDR_ENOTFOUND when not
- * held). Caller holds whatever lock guards c (sigshard: the shard's). */
+ * refused, nothing stored). bp (may be NULL): the block's planes kept by
+ * the pass that counted it over the cache's layer mask (eldr/counts.h,
+ * eldr_count_planes; format: its `format`): converted, not counted again.
+ * row8: a scratch of L*E uint32, zero in the stored layers, left so; NULL:
+ * only the lookup (ELDR_ENOTFOUND when not held and it is needed: no
+ * planes, or a mask of a layer count not a multiple of four). Caller holds
+ * whatever lock guards c (sigshard: the shard's). */
 int eldr__sigcache_store1(eldr_sigcache *c, uint64_t hash, const unsigned char *p, eldr_sel_dtype dtype,
-                          uint8_t *row8);
+                          const unsigned char *bp, int format, uint8_t *row8);
 /* The row under hash added into the byte sums acc (the stored layers, in
  * row order) when held (1, made the most recent), else 0 (not a miss).
  * *room: what acc's bytes can still take (255 after a flush); when the row

@@ -184,10 +184,28 @@ size_t eldr_sigshard_add_held(eldr_sigshard *c, const uint64_t *hashes, size_t n
 int eldr_sigshard_store_blocks(eldr_sigshard *c, const uint64_t *hashes, size_t nblocks,
                                size_t first_token, const void *raw, eldr_sel_dtype dtype,
                                size_t nrows, uint32_t *scratch, size_t *stored) {
+  return eldr_sigshard_store_planes(c, hashes, nblocks, first_token, raw, dtype, nrows, NULL, scratch, stored);
+}
+
+/* The planes of the block whose rows start at p, or NULL: kept by the pass
+ * that counted these rows (the same buffer), at a block's distance from
+ * their origin. */
+static const unsigned char *planes_of(const eldr_count_planes *pl, const unsigned char *p, size_t row_bytes) {
+  if (!pl || !pl->nblocks || !pl->buf || pl->row_bytes != row_bytes) return NULL;
+  const uintptr_t at = (uintptr_t)p, o = (uintptr_t)pl->origin, bb = (uintptr_t)ELDR_BLOCK_TOKENS * row_bytes;
+  if (at < o || (at - o) % bb || (at - o) / bb >= pl->nblocks) return NULL;
+  return pl->buf + (at - o) / bb * pl->block_bytes;
+}
+
+int eldr_sigshard_store_planes(eldr_sigshard *c, const uint64_t *hashes, size_t nblocks, size_t first_token,
+                               const void *raw, eldr_sel_dtype dtype, size_t nrows, const eldr_count_planes *pl,
+                               uint32_t *scratch, size_t *stored) {
   if (stored) *stored = 0;
   if (!c || (!hashes && nblocks) || (!raw && nrows) || !scratch) return ELDR_EINVAL;
   const size_t row_bytes = (size_t)c->shape.num_layers * c->shape.top_k * eldr_sel_dtype_size(dtype);
   const size_t cells = eldr_shape_cells(&c->shape);
+  /* planes of another layout than the rows' (another mask) are not used */
+  if (pl && pl->ngroups != eldr_sigcache_row_bytes(&c->shape, c->mask) / c->shape.num_experts / 4) pl = NULL;
   int zeroed = 0; /* zeroed once, at the first block not held: each block leaves it so */
   size_t n = 0;
   int rc = ELDR_OK;
@@ -195,13 +213,15 @@ int eldr_sigshard_store_blocks(eldr_sigshard *c, const uint64_t *hashes, size_t 
     size_t t0 = b * ELDR_BLOCK_TOKENS;
     if (t0 + ELDR_BLOCK_TOKENS > first_token + nrows) break;
     const unsigned char *p = (const unsigned char *)raw + (t0 - first_token) * row_bytes;
+    const unsigned char *bp = planes_of(pl, p, row_bytes);
+    const int fmt = pl ? pl->format : 0;
     shard *s = shard_of(c, hashes[b]);
     shard_lock(s);
-    int r = eldr__sigcache_store1(s->c, hashes[b], p, dtype, zeroed ? (uint8_t *)scratch : NULL);
+    int r = eldr__sigcache_store1(s->c, hashes[b], p, dtype, bp, fmt, zeroed ? (uint8_t *)scratch : NULL);
     if (r == ELDR_ENOTFOUND) { /* not held: it needs the scratch */
       memset(scratch, 0, cells * sizeof *scratch);
       zeroed = 1;
-      r = eldr__sigcache_store1(s->c, hashes[b], p, dtype, (uint8_t *)scratch);
+      r = eldr__sigcache_store1(s->c, hashes[b], p, dtype, bp, fmt, (uint8_t *)scratch);
     }
     pthread_mutex_unlock(&s->mu);
     if (r < 0) {

@@ -1,9 +1,9 @@
 /* jscan.c — one validating pass over a JSON document that records the
  * spans of a few wanted paths (jscan.h). An explicit stack (no recursion),
  * strings scanned 16 bytes at a time for the bytes that need a look
- * ('"', '\\', controls, non-ASCII), 64 at a time with AVX2 on long runs
- * (jscan_avx2.c, where eldr/cpu.h allows: ELDR_NO_SIMD=1 leaves the 16-byte
- * loop only). */
+ * ('"', '\\', controls, non-ASCII), 64 at a time with AVX2 or NEON on long
+ * runs (jscan_avx2.c, jscan_neon.c, where eldr/cpu.h allows: ELDR_NO_SIMD=1
+ * leaves the 16-byte loop only, a byte loop without SSE2). */
 #include "eldr/jscan.h"
 
 #include <errno.h>
@@ -97,6 +97,12 @@ static size_t next_special(const char *p, size_t i, size_t n) {
 #ifdef ELDR_JS_X86
   if (n - i >= 256 && eldr_cpu_has(ELDR_CPU_AVX2)) {
     i = eldr__js_special_avx2(p, i, n);
+    if (i + 64 <= n) return i; /* found within the vectors */
+  }
+#endif
+#ifdef ELDR_JS_NEON
+  if (n - i >= 256 && eldr_cpu_has(ELDR_CPU_NEON)) {
+    i = eldr__js_special_neon(p, i, n);
     if (i + 64 <= n) return i; /* found within the vectors */
   }
 #endif

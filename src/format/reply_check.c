@@ -100,7 +100,7 @@ int eldr__re_check_rows(rctx *c, const char *what, const eldr_re_view *v, size_t
   const uint8_t *p = (const uint8_t *)v->data + row0 * L * K * eldr_sel_dtype_size(v->dtype);
   size_t bad = 0;
   if (!n || !v->data) return 0;
-  int rc = counts ? eldr_counts_accumulate_masked(&s, p, v->dtype, n, mask, counts, &bad)
+  int rc = counts ? eldr_counts_accumulate_planes(&s, p, v->dtype, n, mask, counts, &bad, c->o.planes)
                   : eldr_counts_check_masked(&s, p, v->dtype, n, mask, &bad);
   return rc ? bad_id(c, what, v, row0, bad) : 0;
 }

@@ -66,7 +66,7 @@ int64_t eldr_reply_decode_counts(const char *body, size_t len, eldr_re_api api, 
       *completion_tokens = x;
   }
   if (!memmem(body, len, "routed_experts", 14)) return -1;
-  eldr_re_opts o = {api, shape->num_layers, shape->top_k, shape->num_experts, NULL, NULL, NULL, layer_ids, 0};
+  eldr_re_opts o = {api, shape->num_layers, shape->top_k, shape->num_experts, NULL, NULL, NULL, layer_ids, 0, NULL};
   eldr_reply_experts rex;
   int rc = nul ? eldr_reply_experts_read(body, len, &o, &rex, NULL, NULL)
                : eldr_reply_experts_scan(body, len, &o, &rex, NULL, NULL);

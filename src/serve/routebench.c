@@ -12,6 +12,7 @@
 
 #include "eldr/artifact.h"
 #include "eldr/clock.h"
+#include "eldr/cpu.h"
 #include "eldr/policy.h"
 #include "eldr/reply_compact.h"
 #include "eldr/rng.h"
@@ -48,6 +49,10 @@ static const char *const STAGE_NAMES[ELDR_RB_NSTAGES] = {
     [ELDR_RB_MEMCPY] = "memcpy of the base64 blob",
     [ELDR_RB_COMPACT_SIG] = "compact: signature",
     [ELDR_RB_COMPACT_PARSE_SIG] = "compact: parse+signature",
+    [ELDR_RB_SIG_AVX2] = "signature, AVX2 at most",
+    [ELDR_RB_SIG_PORTABLE] = "signature, portable",
+    [ELDR_RB_MEMCPY_COLD] = "memcpy of the blob, cold",
+    [ELDR_RB_EXTRACT_NEW] = "signature, new, cache on",
 };
 
 /* The stages callgrind counts one at a time (--toggle-collect=stage_...):
@@ -58,9 +63,28 @@ static const char *const STAGE_NAMES[ELDR_RB_NSTAGES] = {
 #else
 #define STAGE __attribute__((noinline, noipa)) static
 #endif
-STAGE void stage_sig(eldr__sigpath *sp, const eldr_reply_prefill *pr, eldr__sigres *res) {
+static void sig(eldr__sigpath *sp, const eldr_reply_prefill *pr, eldr__sigres *res) {
   eldr__sigpath_extract(sp, pr->raw, pr->raw_len, pr->root, 0, pr->routed_experts, pr->routed_experts_len, pr->compact,
                         NULL, res);
+}
+STAGE void stage_sig(eldr__sigpath *sp, const eldr_reply_prefill *pr, eldr__sigres *res) { sig(sp, pr, res); }
+/* The same at a level capped (eldr_cpu_set): AVX2 at most, portable. */
+STAGE void stage_sig_avx2(eldr__sigpath *sp, const eldr_reply_prefill *pr, eldr__sigres *res) {
+  const eldr_cpu_level was = eldr_cpu_set(ELDR_CPU_AVX2);
+  sig(sp, pr, res);
+  eldr_cpu_set(was);
+}
+STAGE void stage_sig_portable(eldr__sigpath *sp, const eldr_reply_prefill *pr, eldr__sigres *res) {
+  const eldr_cpu_level was = eldr_cpu_set(ELDR_CPU_PORTABLE);
+  sig(sp, pr, res);
+  eldr_cpu_set(was);
+}
+/* A new prompt's extraction with the cache: the signature, and the
+ * blocks' planes kept for the store. */
+STAGE void stage_extract_new(eldr__sigpath *sp, const eldr_reply_prefill *pr, const eldr__prompt *p,
+                             eldr__sigres *res) {
+  eldr__sigpath_extract(sp, pr->raw, pr->raw_len, pr->root, 0, pr->routed_experts, pr->routed_experts_len, pr->compact,
+                        p, res);
 }
 /* The deferred store of an extraction's computed blocks: a prompt seen
  * before (its blocks held), a new one. */
@@ -86,6 +110,9 @@ STAGE void stage_cached_last(eldr__sigpath *sp, const eldr_reply_prefill *pr, co
  * fill it, so the timed stores reuse evicted rows (as a router's cache in
  * its steady state) instead of touching fresh pages. */
 #define CACHE_PROMPTS 8
+/* The cold memcpy's buffers in all: more than a server CPU's last-level
+ * cache share (so a pair's lines are gone by its next turn). */
+#define COLD_BYTES ((size_t)96 << 20)
 #define WARMUP (CACHE_PROMPTS + 4)
 
 void eldr_routebench_free(eldr_routebench *b) {
@@ -321,6 +348,16 @@ static int measure(eldr_routebench *b, const inputs *in, eldr_diag *d) {
   const char *rest = strchr(in->text, ' ');
   char *ntext = malloc(in->tl + 32);
   char *copy = malloc(in->blen);
+  uint32_t *ref = malloc(eldr_shape_cells(&b->cfg.shape) * sizeof *ref); /* the first level's counts */
+  /* the cold memcpy: pairs of a source (a copy of the blob) and a
+   * destination, COLD_BYTES in all, taken in turn: each pair has left the
+   * caches by its next turn (pages mapped and written once here) */
+  size_t ncold = COLD_BYTES / (2 * in->blen) + 1;
+  char *cold = malloc(2 * ncold * in->blen);
+  for (size_t i = 0; cold && i < ncold; i++) {
+    memcpy(cold + 2 * i * in->blen, in->b64, in->blen);
+    memset(cold + (2 * i + 1) * in->blen, 0, in->blen);
+  }
   /* the reply as the router holds it: received into the leg's buffer,
    * which the read adopts (and gives its previous one back) */
   eldr_reply_prefill pr;
@@ -330,7 +367,7 @@ static int measure(eldr_routebench *b, const inputs *in, eldr_diag *d) {
   eldr__prompt prompt = {0}; /* its hash buffer reused from request to request, as a pooled request's */
   eldr__prompt nprompt = {0};
   uint64_t sink = 0;
-  int rc = copy && ntext && rest ? 0 : eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
+  int rc = copy && ntext && rest && cold && ref ? 0 : eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
   for (long it = -WARMUP; !rc && it < iters; it++) { /* warm-up rounds: they fill the cache */
     if (lcap <= (size_t)in->rl) { /* the receive (not timed) */
       free(lbuf);
@@ -342,6 +379,11 @@ static int measure(eldr_routebench *b, const inputs *in, eldr_diag *d) {
     }
     memcpy(lbuf, in->reply, (size_t)in->rl + 1);
     /* the yardstick, interleaved: a memcpy of the base64 blob */
+    char *cs = cold + 2 * (size_t)(it + WARMUP) % ncold * in->blen;
+    const double tk = eldr_clock_now();
+    memcpy(cs + in->blen, cs, in->blen);
+    __asm__ volatile("" : : "r"(cs) : "memory");
+    const double tk1 = eldr_clock_now();
     const double tc = eldr_clock_now();
     memcpy(copy, in->b64, in->blen);
     __asm__ volatile("" : : "r"(copy) : "memory");
@@ -360,6 +402,20 @@ static int measure(eldr_routebench *b, const inputs *in, eldr_diag *d) {
     eldr_decision dec;
     const int k = eldr_policy_decode(&b->pol, b->loads, NULL, D, &rr, &dec);
     const double t3 = eldr_clock_now();
+    /* the same signature at the levels below, interleaved */
+    const size_t cb = eldr_shape_cells(&b->cfg.shape) * sizeof *ref;
+    memcpy(ref, res.counts, cb);
+    eldr__sigres la, lp;
+    stage_sig_avx2(&b->sp_nc, &pr, &la);
+    const double ta = eldr_clock_now();
+    const int bad_a = la.fallback != ELDR__FB_NONE || memcmp(la.counts, ref, cb);
+    const double ta1 = eldr_clock_now();
+    stage_sig_portable(&b->sp_nc, &pr, &lp);
+    const double tp = eldr_clock_now();
+    if (bad_a || lp.fallback != ELDR__FB_NONE || memcmp(lp.counts, ref, cb)) {
+      rc = eldr_diag_fail(d, ELDR_EIO, "the signature's counts differ between SIMD levels");
+      break;
+    }
     b->loads[k] = (b->loads[k] + 1) % 4;
     sink += (uint64_t)k;
     /* with the cache: full extraction + storing every block (first request of a prefix) */
@@ -378,8 +434,9 @@ static int measure(eldr_routebench *b, const inputs *in, eldr_diag *d) {
       rc = eldr_diag_fail(d, ELDR_EIO, "the new prompt is not %zu tokens", in->T);
       break;
     }
-    eldr__sigpath_extract(&b->sp_c, pr.raw, pr.raw_len, pr.root, 0, pr.routed_experts, pr.routed_experts_len, pr.compact,
-                          &nprompt, &res);
+    const double te0 = eldr_clock_now();
+    stage_extract_new(&b->sp_c, &pr, &nprompt, &res);
+    const double te1 = eldr_clock_now();
     if (res.fallback != ELDR__FB_NONE) {
       rc = eldr_diag_fail(d, ELDR_EIO, "the new prompt's extraction fell back");
       break;
@@ -467,12 +524,18 @@ static int measure(eldr_routebench *b, const inputs *in, eldr_diag *d) {
       t[ELDR_RB_CACHED_LAST][it] = tc2 - tc1;
       t[ELDR_RB_SIG_HIT][it] = t6 - t5b;
       t[ELDR_RB_MEMCPY][it] = t0 - tc;
+      t[ELDR_RB_MEMCPY_COLD][it] = tk1 - tk;
+      t[ELDR_RB_SIG_AVX2][it] = ta - t3;
+      t[ELDR_RB_SIG_PORTABLE][it] = tp - ta1;
+      t[ELDR_RB_EXTRACT_NEW][it] = te1 - te0;
       t[ELDR_RB_PARSE_SIG][it] = t2 - t0;
       t[ELDR_RB_TREE][it] = t8 - t7;
       t[ELDR_RB_PERID][it] = t10 - t9;
     }
   }
   (void)sink;
+  free(cold);
+  free(ref);
   free(copy);
   free(lbuf);
   eldr_reply_prefill_free(&pr);

@@ -27,6 +27,10 @@ static void slot_store(eldr__sigpath *sp, eldr__sigslot *sl) {
     sl->sgl = NULL;
     sl->sglcap = 0;
   }
+  if (sl->planes.cap > ELDR__SIG_KEEP / 2) {
+    free(sl->planes.buf);
+    sl->planes = (eldr_count_planes){0};
+  }
 }
 
 void eldr__sigpath_flush(eldr__sigpath *sp) {
@@ -77,6 +81,7 @@ void eldr__sigpath_free(eldr__sigpath *sp) {
     eldr_re_scratch_free(&sp->ring[i].scr);
     free(sp->ring[i].hashes);
     free(sp->ring[i].sgl);
+    free(sp->ring[i].planes.buf);
   }
   free(sp->ids);
   memset(sp, 0, sizeof *sp);
@@ -203,6 +208,24 @@ static void observe_shape(eldr__sigpath *sp, const char *body, size_t len, const
   eldr_reply_experts_free(&r);
 }
 
+/* The slot's planes buffer sized for nblocks blocks of the mask's layers
+ * (a shape the bit-sliced kernel counts; else nothing to keep: -1). */
+static int slot_planes(eldr__sigslot *sl, const eldr_shape *sh, const uint8_t *mask, size_t nblocks) {
+  if (sh->top_k != 8 || sh->num_experts > 128) return -1;
+  size_t nl = 0;
+  for (size_t l = 0; l < sh->num_layers; l++) nl += !mask || mask[l];
+  const size_t need = nblocks * (nl / 4) * ELDR_PLANES_GROUP_BYTES;
+  if (!need) return -1;
+  if (sl->planes.cap < need) {
+    unsigned char *b = realloc(sl->planes.buf, need);
+    if (!b) return -1;
+    sl->planes.buf = b;
+    sl->planes.cap = need;
+  }
+  sl->planes.nblocks = 0;
+  return 0;
+}
+
 /* The counts of prompt tokens [first, first + rows) are in c->counts: the
  * prefix-cached blocks before first completed from the signature cache,
  * then the signature. rows_stored: the view holds those rows (their blocks
@@ -296,7 +319,10 @@ void eldr__sigpath_extract(eldr__sigpath *sp, const char *body, size_t len, cons
   }
   /* the artifact's layer ids map an all-layers array onto its MoE layers */
   eldr_re_opts o = {chat ? ELDR_RE_CHAT : ELDR_RE_COMPLETIONS, sh->num_layers, sh->top_k, sh->num_experts,
-                    c->art->mask, &sl->scr, c->counts, c->art->layer_ids, 0};
+                    c->art->mask, &sl->scr, c->counts, c->art->layer_ids, 0, NULL};
+  /* a prompt whose blocks go to the cache: the count keeps their planes,
+   * so that the store converts them instead of counting the rows again */
+  if (c->cache && p && p->nblocks && slot_planes(sl, sh, c->art->mask, p->nblocks) == 0) o.planes = &sl->planes;
   eldr_js_span known = {0, 0, ELDR_JS_NONE};
   if (body && blob && blob > body && blob + blob_len < body + len) /* its quotes within body */
     known = (eldr_js_span){(size_t)(blob - body) - 1, blob_len + 2, ELDR_JS_STRING};
@@ -338,6 +364,7 @@ void eldr__sigpath_extract(eldr__sigpath *sp, const char *body, size_t len, cons
     return;
   }
   res->view = *pv;
+  res->planes = o.planes && sl->planes.nblocks ? &sl->planes : NULL;
   sp->observed_L = (int)sl->rex.array_layers;
   sp->observed_K = (int)pv->top_k;
   complete_and_sign(sp, sl, res, p, pv->first_token, pv->rows, held, 1);
@@ -420,8 +447,8 @@ int eldr__sigpath_predict(eldr__sigpath *sp, const eldr__prompt *p, double thres
 void eldr__sigpath_store(eldr__sigpath *sp, const eldr__sigres *res) {
   const eldr__sigconf *c = &sp->conf;
   if (!c->cache || res->nblocks == 0 || res->fallback != ELDR__FB_NONE) return;
-  eldr_sigshard_store_blocks(c->cache, res->hashes, res->nblocks, res->view.first_token, res->view.data,
-                             res->view.dtype, res->view.rows, c->scratch, NULL);
+  eldr_sigshard_store_planes(c->cache, res->hashes, res->nblocks, res->view.first_token, res->view.data,
+                             res->view.dtype, res->view.rows, res->planes, c->scratch, NULL);
 }
 
 void eldr__sigpath_defer(eldr__sigpath *sp, const eldr__sigres *res) {

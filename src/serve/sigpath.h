@@ -106,6 +106,8 @@ typedef struct eldr__sigres {
   size_t nblocks;       /* prompt blocks usable for the cache (0: cache unusable) */
   const uint64_t *hashes; /* their hashes (the slot's copy: the store may run after
                              the request is gone) */
+  const eldr_count_planes *planes; /* the blocks' bit planes the count kept (the
+                                      slot's), or NULL: the store converts, not recounts */
   eldr_diag diag;       /* why, for MALFORMED / SHAPE_MISMATCH */
 } eldr__sigres;
 
@@ -122,6 +124,8 @@ typedef struct eldr__sigslot {
   size_t hashcap;
   uint8_t *sgl;           /* SGLang's routed experts decoded (grown; kept up to ELDR__SIG_KEEP) */
   size_t sglcap;
+  eldr_count_planes planes; /* its buf: the counted blocks' planes (grown; kept up
+                             * to ELDR__SIG_KEEP / 2 bytes) */
   eldr__sigres res;       /* what the deferred store needs */
   int pending;            /* a store waits for the loop */
 } eldr__sigslot;

@@ -13,6 +13,7 @@
 
 #include <cmocka.h>
 
+#include "eldr/cpu.h"
 #include "eldr/rng.h"
 #include "eldr/sigshard.h"
 
@@ -228,12 +229,98 @@ static void test_two_threads(void **st) {
   free(h1);
 }
 
+
+/* The planes a count keeps (eldr_counts_accumulate_planes) stored as rows
+ * (eldr_sigshard_store_planes) equal the rows counted again from the ids
+ * (eldr_sigshard_store_blocks): each level's planes converted at every
+ * level (the portable converter of each layout included), E of 128 (rows
+ * converted in place) and 100, masks of 8 layers and of 9 (one left to
+ * the per-id kernel), and rows that do not start on a block (the planes
+ * then unused: counted again, the same rows). */
+#define PT 512 /* tokens: the bit kernel's minimum is 256 */
+#define PL 10
+static void planes_case(uint32_t E, const uint8_t *mask, eldr_cpu_level count_at, eldr_cpu_level store_at,
+                        size_t first) {
+  const eldr_shape sh = {PL, E, 8};
+  const size_t cells = (size_t)PL * E, NB = PT / ELDR_BLOCK_TOKENS;
+  uint8_t *sel = malloc((size_t)PT * PL * 8);
+  assert_non_null(sel);
+  uint64_t x = 7 + E + first;
+  for (size_t r = 0; r < (size_t)PT * PL; r++) /* 8 distinct ids a row, skewed (r: token * PL + layer) */
+    for (int k = 0; k < 8; k++) {
+      uint8_t e;
+      int dup;
+      do {
+        /* slot 0: one expert for a whole block (a count of 16: the sixteens plane) */
+        e = k == 0 ? (uint8_t)((r / PL / ELDR_BLOCK_TOKENS * 5 + r % PL) % E)
+                   : (uint8_t)(eldr_splitmix64(&x) % (k & 1 ? E : 24));
+        dup = 0;
+        for (int j = 0; j < k; j++) dup |= sel[r * 8 + (size_t)j] == e;
+      } while (dup);
+      sel[r * 8 + (size_t)k] = e;
+    }
+  uint64_t *h = make_hashes(NB, 40 + E);
+  eldr_sigshard *a = eldr_sigshard_new(&sh, 256, 4, mask), *b = eldr_sigshard_new(&sh, 256, 4, mask);
+  assert_non_null(a);
+  assert_non_null(b);
+  uint32_t *c1 = calloc(cells, sizeof *c1), *c2 = calloc(cells, sizeof *c2), *scratch = calloc(cells, 4);
+  uint8_t *buf = malloc(NB * 2 * ELDR_PLANES_GROUP_BYTES);
+  assert_true(c1 && c2 && scratch && buf);
+  eldr_count_planes pl = {buf, NB * 2 * ELDR_PLANES_GROUP_BYTES, NULL, 0, 0, 0, 0, 0};
+  const eldr_cpu_level was = eldr_cpu_set(count_at);
+  const uint8_t *raw = sel + first * PL * 8;
+  assert_int_equal(eldr_counts_accumulate_planes(&sh, raw, ELDR_SEL_U8, PT - first, mask, c1, NULL, &pl), 0);
+  assert_int_equal(eldr_counts_accumulate_masked(&sh, raw, ELDR_SEL_U8, PT - first, mask, c2, NULL), 0);
+  assert_memory_equal(c1, c2, cells * sizeof *c1);
+  /* the bit kernel runs from AVX2 on (x86-64); nothing kept below it */
+  const int kept = eldr_cpu_level_now() == ELDR_CPU_AVX2 || eldr_cpu_level_now() == ELDR_CPU_AVX512;
+  assert_int_equal(pl.nblocks, kept ? (PT - first) / ELDR_BLOCK_TOKENS : 0);
+  eldr_cpu_set(store_at);
+  size_t na = 0, nb = 0;
+  assert_int_equal(eldr_sigshard_store_planes(a, h, NB, first, raw, ELDR_SEL_U8, PT - first, &pl, scratch, &na), 0);
+  assert_int_equal(eldr_sigshard_store_blocks(b, h, NB, first, raw, ELDR_SEL_U8, PT - first, scratch, &nb), 0);
+  eldr_cpu_set(was);
+  assert_int_equal(na, nb);
+  assert_int_equal(na, NB - (first + ELDR_BLOCK_TOKENS - 1) / ELDR_BLOCK_TOKENS);
+  for (size_t i = 0; i < cells; i++) assert_int_equal(scratch[i], 0); /* left zeroed */
+  for (size_t blk = NB - na; blk < NB; blk++) { /* every stored row, one at a time */
+    memset(c1, 0, cells * sizeof *c1);
+    memset(c2, 0, cells * sizeof *c2);
+    assert_int_equal(eldr_sigshard_add_blocks(a, h + blk, 1, c1), 0);
+    assert_int_equal(eldr_sigshard_add_blocks(b, h + blk, 1, c2), 0);
+    assert_memory_equal(c1, c2, cells * sizeof *c1);
+  }
+  eldr_sigshard_free(a);
+  eldr_sigshard_free(b);
+  free(c1);
+  free(c2);
+  free(scratch);
+  free(buf);
+  free(sel);
+  free(h);
+}
+
+static void test_planes_equal_recount(void **st) {
+  (void)st;
+  const uint8_t m8[PL] = {1, 1, 0, 1, 1, 1, 0, 1, 1, 1}, m9[PL] = {1, 1, 1, 1, 0, 1, 1, 1, 1, 1};
+  const eldr_cpu_level levels[3] = {ELDR_CPU_AVX512, ELDR_CPU_AVX2, ELDR_CPU_PORTABLE};
+  for (int i = 0; i < 3; i++)
+    for (int j = 0; j < 3; j++) {
+      planes_case(128, m8, levels[i], levels[j], 0);
+      planes_case(100, m9, levels[i], levels[j], 0);
+    }
+  planes_case(128, m9, ELDR_CPU_AVX512, ELDR_CPU_AVX512, 16);
+  planes_case(128, m8, ELDR_CPU_AVX512, ELDR_CPU_AVX512, 5);
+  planes_case(128, m8, ELDR_CPU_AVX2, ELDR_CPU_AVX2, 21);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_same_as_one_cache),
       cmocka_unit_test(test_bounded_and_evicting),
       cmocka_unit_test(test_fits_count_refs_and_bad_args),
       cmocka_unit_test(test_two_threads),
+      cmocka_unit_test(test_planes_equal_recount),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

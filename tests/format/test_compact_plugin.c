@@ -51,7 +51,7 @@ static void test_plugin_counts(void **st) {
     const size_t cells = eldr_shape_cells(&s);
     uint32_t *a = calloc(cells, sizeof *a), *b = calloc(cells, sizeof *b);
     /* the npy rows, onto the preset's MoE layers */
-    eldr_re_opts o = {ELDR_RE_COMPLETIONS, s.num_layers, s.top_k, s.num_experts, NULL, NULL, a, ids, 0};
+    eldr_re_opts o = {ELDR_RE_COMPLETIONS, s.num_layers, s.top_k, s.num_experts, NULL, NULL, a, ids, 0, NULL};
     eldr_reply_experts r;
     eldr_diag d = {{0}};
     if (eldr_reply_experts_scan(body, strlen(body), &o, &r, NULL, &d)) fail_msg("%s rows: %s", presets[i], d.msg);

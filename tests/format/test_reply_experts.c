@@ -91,7 +91,7 @@ static void test_fixtures(void **state) {
     const fx *x = &FIXTURES[f];
     size_t len;
     char *body = slurp(x->file, &len);
-    eldr_re_opts o = {x->api, FL, FK, FE, NULL, NULL, NULL, NULL, 0};
+    eldr_re_opts o = {x->api, FL, FK, FE, NULL, NULL, NULL, NULL, 0, NULL};
     eldr_reply_experts r;
     eldr_re_reason why;
     eldr_diag d = {{0}};
@@ -135,14 +135,14 @@ static void test_fixtures(void **state) {
     assert_int_not_equal(eldr_reply_experts_read(body, len, &o, &r, &why, NULL), 0);
     assert_int_equal(why, ELDR_RE_WRONG_OBJECT);
     /* an artifact of another shape or with fewer experts */
-    eldr_re_opts o2 = {x->api, FL + 1, FK, FE, NULL, NULL, NULL, NULL, 0};
+    eldr_re_opts o2 = {x->api, FL + 1, FK, FE, NULL, NULL, NULL, NULL, 0, NULL};
     assert_int_not_equal(eldr_reply_experts_read(body, len, &o2, &r, &why, &d), 0);
     assert_int_equal(why, ELDR_RE_SHAPE_MISMATCH);
-    eldr_re_opts o3 = {x->api, FL, FK, 4, NULL, NULL, NULL, NULL, 0};
+    eldr_re_opts o3 = {x->api, FL, FK, 4, NULL, NULL, NULL, NULL, 0, NULL};
     assert_int_not_equal(eldr_reply_experts_read(body, len, &o3, &r, &why, &d), 0);
     assert_int_equal(why, ELDR_RE_ID_OUT_OF_RANGE);
     /* ... unless the mask leaves out the layers with such ids: none here */
-    eldr_re_opts o4 = {x->api, 0, 0, 0, NULL, NULL, NULL, NULL, 0};
+    eldr_re_opts o4 = {x->api, 0, 0, 0, NULL, NULL, NULL, NULL, 0, NULL};
     assert_int_equal(eldr_reply_experts_read(body, len, &o4, &r, &why, &d), 0);
     eldr_reply_experts_free(&r);
     free(body);
@@ -158,7 +158,7 @@ static void test_mask_bounds_checks(void **state) {
       "\"choices\":[{\"index\":0,\"routed_experts\":null,\"token_ids\":[1]}],"
       "\"prompt_routed_experts\":[[[0,1],[90,91]]]}";
   uint8_t mask[2] = {1, 0};
-  eldr_re_opts o = {ELDR_RE_COMPLETIONS, 2, 2, 8, mask, NULL, NULL, NULL, 0};
+  eldr_re_opts o = {ELDR_RE_COMPLETIONS, 2, 2, 8, mask, NULL, NULL, NULL, 0, NULL};
   eldr_reply_experts r;
   eldr_re_reason why;
   /* lists are converted whole, so their ids are always checked */
@@ -239,7 +239,7 @@ static const rej REJECTS[] = {
 static void test_rejects(void **state) {
   (void)state;
   for (size_t i = 0; i < sizeof REJECTS / sizeof *REJECTS; i++) {
-    eldr_re_opts o = {ELDR_RE_COMPLETIONS, 2, 2, 8, NULL, NULL, NULL, NULL, 0};
+    eldr_re_opts o = {ELDR_RE_COMPLETIONS, 2, 2, 8, NULL, NULL, NULL, NULL, 0, NULL};
     eldr_reply_experts r;
     eldr_re_reason why = ELDR_RE_OK;
     eldr_diag d = {{0}};
@@ -266,7 +266,7 @@ static void test_npy_rows_and_absent(void **state) {
   char buf[1024];
   /* P=2, G=1: at most 2 rows */
   snprintf(buf, sizeof buf, ONE("\"%s\""), b64);
-  eldr_re_opts o = {ELDR_RE_COMPLETIONS, 2, 2, 8, NULL, NULL, NULL, NULL, 0};
+  eldr_re_opts o = {ELDR_RE_COMPLETIONS, 2, 2, 8, NULL, NULL, NULL, NULL, 0, NULL};
   eldr_reply_experts r;
   eldr_re_reason why;
   assert_int_not_equal(eldr_reply_experts_read(buf, strlen(buf), &o, &r, &why, NULL), 0);
@@ -317,7 +317,7 @@ static void test_emit_roundtrip(void **state) {
     json_object_set_new(body, "choices", json_pack("[o]", choice));
     char *txt = json_dumps(body, JSON_COMPACT);
     json_decref(body);
-    eldr_re_opts o = {ELDR_RE_CHAT, 3, 4, 300, NULL, NULL, NULL, NULL, 0};
+    eldr_re_opts o = {ELDR_RE_CHAT, 3, 4, 300, NULL, NULL, NULL, NULL, 0, NULL};
     eldr_reply_experts r;
     eldr_re_reason why;
     eldr_diag d = {{0}};
@@ -338,7 +338,7 @@ static void test_emit_roundtrip(void **state) {
     size_t len;
     char *b = slurp("v021_base64_int16_completions.json", &len);
     json_t *root = json_loadb(b, len, 0, NULL);
-    eldr_re_opts o = {ELDR_RE_COMPLETIONS, FL, FK, FE, NULL, NULL, NULL, NULL, 0};
+    eldr_re_opts o = {ELDR_RE_COMPLETIONS, FL, FK, FE, NULL, NULL, NULL, NULL, 0, NULL};
     eldr_reply_experts r;
     assert_int_equal(eldr_reply_experts_from_json(root, &o, &r, NULL, NULL), 0);
     json_decref(root);

@@ -77,7 +77,7 @@ static void test_capturer_fixtures(void **st) {
     const int chat = strstr(body, "\"chat.completion\"") != NULL;
     uint32_t *counts = calloc(eldr_shape_cells(&p.s), sizeof *counts);
     eldr_re_opts o = {chat ? ELDR_RE_CHAT : ELDR_RE_COMPLETIONS, p.s.num_layers, p.s.top_k, p.s.num_experts,
-                      NULL, NULL, counts, p.ids, 0};
+                      NULL, NULL, counts, p.ids, 0, NULL};
     for (int scan = 0; scan < 2; scan++) {
       memset(counts, 0, eldr_shape_cells(&p.s) * sizeof *counts);
       eldr_reply_experts r;
@@ -123,7 +123,7 @@ static void test_drop_dense_and_records(void **st) {
     preset_get(PRESETS[i], &p);
     char *body = capturer(PRESETS[i]);
     const eldr_re_api api = strstr(body, "\"chat.completion\"") ? ELDR_RE_CHAT : ELDR_RE_COMPLETIONS;
-    eldr_re_opts o = {api, 0, 0, p.s.num_experts, NULL, NULL, NULL, NULL, 1};
+    eldr_re_opts o = {api, 0, 0, p.s.num_experts, NULL, NULL, NULL, NULL, 1, NULL};
     eldr_reply_experts r;
     eldr_diag d = {{0}};
     if (eldr_reply_experts_read(body, strlen(body), &o, &r, NULL, &d)) fail_msg("%s: %s", PRESETS[i], d.msg);
@@ -189,15 +189,15 @@ static void test_dense_minus_one(void **st) {
   char *body = reply_i4(w, rows, La, K);
   eldr_reply_experts r;
   eldr_re_reason why;
-  eldr_re_opts mapped = {ELDR_RE_COMPLETIONS, p.s.num_layers, K, p.s.num_experts, NULL, NULL, NULL, p.ids, 0};
+  eldr_re_opts mapped = {ELDR_RE_COMPLETIONS, p.s.num_layers, K, p.s.num_experts, NULL, NULL, NULL, p.ids, 0, NULL};
   assert_int_equal(eldr_reply_experts_scan(body, strlen(body), &mapped, &r, &why, NULL), 0);
   expect_moe(&p, &r.choices[0].prompt, rows, "-1 fill, by layer ids");
   eldr_reply_experts_free(&r);
-  eldr_re_opts drop = {ELDR_RE_COMPLETIONS, 0, 0, p.s.num_experts, NULL, NULL, NULL, NULL, 1};
+  eldr_re_opts drop = {ELDR_RE_COMPLETIONS, 0, 0, p.s.num_experts, NULL, NULL, NULL, NULL, 1, NULL};
   assert_int_equal(eldr_reply_experts_read(body, strlen(body), &drop, &r, &why, NULL), 0);
   expect_moe(&p, &r.choices[0].prompt, rows, "-1 fill, drop_dense");
   eldr_reply_experts_free(&r);
-  eldr_re_opts all = {ELDR_RE_COMPLETIONS, 0, 0, p.s.num_experts, NULL, NULL, NULL, NULL, 0};
+  eldr_re_opts all = {ELDR_RE_COMPLETIONS, 0, 0, p.s.num_experts, NULL, NULL, NULL, NULL, 0, NULL};
   assert_int_not_equal(eldr_reply_experts_read(body, strlen(body), &all, &r, &why, NULL), 0);
   assert_int_equal(why, ELDR_RE_NEGATIVE_ID);
   free(body);
@@ -214,7 +214,7 @@ static void test_unmappable(void **st) {
   eldr_re_reason why;
   eldr_diag d = {{0}};
   /* no layer ids: only an array of exactly L layers */
-  eldr_re_opts o = {ELDR_RE_COMPLETIONS, p.s.num_layers, 8, 256, NULL, NULL, NULL, NULL, 0};
+  eldr_re_opts o = {ELDR_RE_COMPLETIONS, p.s.num_layers, 8, 256, NULL, NULL, NULL, NULL, 0, NULL};
   assert_int_not_equal(eldr_reply_experts_scan(body, strlen(body), &o, &r, &why, &d), 0);
   assert_int_equal(why, ELDR_RE_SHAPE_MISMATCH);
   /* ids past the array's layers */
@@ -261,7 +261,7 @@ static void test_emit_all_layers(void **st) {
                                                       lays[li], pr, P, ge, G, &p.s, p.ids, p.hidden),
                        0);
       char *txt = json_dumps(body, JSON_COMPACT);
-      eldr_re_opts o = {ELDR_RE_COMPLETIONS, p.s.num_layers, p.s.top_k, p.s.num_experts, NULL, NULL, NULL, p.ids, 0};
+      eldr_re_opts o = {ELDR_RE_COMPLETIONS, p.s.num_layers, p.s.top_k, p.s.num_experts, NULL, NULL, NULL, p.ids, 0, NULL};
       eldr_reply_experts r;
       eldr_diag d = {{0}};
       if (eldr_reply_experts_scan(txt, strlen(txt), &o, &r, NULL, &d))

@@ -94,7 +94,7 @@ static void test_bytes_kept(void **st) {
     }
   }
   /* the rows: the prefill's 5 prompt rows, then the decoder's; its dtype kept */
-  eldr_re_opts o = {ELDR_RE_COMPLETIONS, 2, 2, 8, NULL, NULL, NULL, NULL, 0};
+  eldr_re_opts o = {ELDR_RE_COMPLETIONS, 2, 2, 8, NULL, NULL, NULL, NULL, 0, NULL};
   eldr_reply_experts rx, dx;
   assert_int_equal(eldr_reply_experts_scan(r.body, r.body_len, &o, &rx, NULL, NULL), 0);
   assert_int_equal(eldr_reply_experts_scan(dec, strlen(dec), &o, &dx, NULL, NULL), 0);

@@ -53,7 +53,7 @@ static void test_each_layout_reads_back(void **state) {
       json_decref(b);
       assert_int_equal(status, 200);
       eldr_re_opts o = {chat ? ELDR_RE_CHAT : ELDR_RE_COMPLETIONS, sh.num_layers, sh.top_k,
-                        sh.num_experts, NULL, NULL, NULL, NULL, 0};
+                        sh.num_experts, NULL, NULL, NULL, NULL, 0, NULL};
       eldr_reply_experts r;
       eldr_re_reason why;
       if (eldr_reply_experts_read(body, len, &o, &r, &why, &d))
@@ -119,7 +119,7 @@ static void test_layer_forms(void **state) {
     char *body = post(ww.port, "/v1/completions", b, &status, &len);
     json_decref(b);
     assert_int_equal(status, 200);
-    eldr_re_opts o = {ELDR_RE_COMPLETIONS, sh.num_layers, sh.top_k, sh.num_experts, NULL, NULL, NULL, ids, 0};
+    eldr_re_opts o = {ELDR_RE_COMPLETIONS, sh.num_layers, sh.top_k, sh.num_experts, NULL, NULL, NULL, ids, 0, NULL};
     eldr_reply_experts r;
     if (eldr_reply_experts_read(body, len, &o, &r, NULL, &d)) fail_msg("%s", d.msg);
     assert_int_equal(r.array_layers, moe_only ? 24 : 48);

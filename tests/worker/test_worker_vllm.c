@@ -95,7 +95,7 @@ static void test_full_prompt_rows_and_details(void **state) {
     if (mode) assert_int_equal(json_integer_value(json_object_get(det, "cached_tokens")), 48);
     else assert_true(json_is_null(det));
     char *s = json_dumps(rep, JSON_COMPACT);
-    eldr_re_opts o = {ELDR_RE_COMPLETIONS, sh.num_layers, sh.top_k, sh.num_experts, NULL, NULL, NULL, NULL, 0};
+    eldr_re_opts o = {ELDR_RE_COMPLETIONS, sh.num_layers, sh.top_k, sh.num_experts, NULL, NULL, NULL, NULL, 0, NULL};
     eldr_reply_experts r;
     eldr_re_reason why;
     eldr_diag d = {{0}};
