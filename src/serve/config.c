@@ -547,6 +547,15 @@ int eldr_serve_config_validate(const eldr_serve_config *c, eldr_diag *d) {
     if (k == c->n_prefill)
       return eldr_diag_fail(d, ELDR_EINVAL, "bootstrap_ports names %s, which is not a prefill worker URL", c->boot_urls[i]);
   }
+  if (c->pd == ELDR_PD_SGLANG_EXACT && c->bootstrap_port == 0) { /* it polls every prefill's bootstrap server */
+    if (c->n_prefill_dns)
+      return eldr_diag_fail(d, ELDR_EINVAL, "pd sglang-exact polls each prefill's bootstrap server: the DNS-discovered "
+                                            "prefill workers need bootstrap_port (not 0)");
+    for (size_t k = 0; k < c->n_prefill; k++)
+      if (eldr_serve_config_boot_port(c, c->prefill[k]) == 0)
+        return eldr_diag_fail(d, ELDR_EINVAL, "pd sglang-exact polls each prefill's bootstrap server: %s has no "
+                                              "bootstrap port (--prefill URL PORT, or bootstrap_port not 0)", c->prefill[k]);
+  }
   if (!(c->tau < 0 || (c->tau >= 0 && c->tau <= 2)) || isnan(c->tau))
     return eldr_diag_fail(d, ELDR_ERANGE, "tau out of range [0, 2]");
   if (c->max_body == 0 || c->max_header < 256)

@@ -563,6 +563,20 @@ static void test_exact_fallback(void **st) {
   doc = "{\"exact_timeout\":0}";
   assert_int_not_equal(eldr_serve_config_parse(&cf, doc, strlen(doc), &d), 0);
   assert_non_null(strstr(d.msg, "exact_timeout"));
+  /* sglang-exact polls every prefill's bootstrap server: a prefill left
+   * without a bootstrap port (bootstrap_port 0, none of its own) is refused
+   * at start, naming it; one of its own suffices */
+  doc = "{\"pd\":\"sglang-exact\",\"bootstrap_port\":0,\"prefill\":[\"http://p:1\",\"http://q:1\"],"
+        "\"decode\":[\"http://d:1\"],\"bootstrap_ports\":{\"http://p:1\":8998}}";
+  assert_int_equal(eldr_serve_config_parse(&cf, doc, strlen(doc), &d), 0);
+  assert_int_equal(eldr_serve_config_validate(&cf, &d), ELDR_EINVAL);
+  assert_non_null(strstr(d.msg, "http://q:1 has no bootstrap port"));
+  doc = "{\"bootstrap_ports\":{\"http://p:1\":8998,\"http://q:1\":8999}}";
+  assert_int_equal(eldr_serve_config_parse(&cf, doc, strlen(doc), &d), 0);
+  assert_int_equal(eldr_serve_config_validate(&cf, &d), 0);
+  doc = "{\"pd\":\"sglang\",\"bootstrap_ports\":{}}"; /* --pd sglang sends null, as the gateway does */
+  assert_int_equal(eldr_serve_config_parse(&cf, doc, strlen(doc), &d), 0);
+  assert_int_equal(eldr_serve_config_validate(&cf, &d), 0);
   eldr_serve_config_free(&cf);
 }
 
