@@ -229,9 +229,13 @@ void sf_child_stop(sf_child *ch) {
   int st = 0;
   pid_t got = waitpid(ch->pid, &st, 0);
   ch->pid = 0;
+  if (got <= 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) { /* its log says why (a sanitizer's report) */
+    char log[4096];
+    eldr_test_read_into(ch->logpath, log, sizeof log);
+    unlink(ch->logpath);
+    fail_msg("sf: eldr serve did not exit cleanly on SIGTERM (wait status %d); its log: %s", st, log);
+  }
   unlink(ch->logpath);
-  if (got <= 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
-    fail_msg("sf: eldr serve did not exit cleanly on SIGTERM (wait status %d)", st);
 }
 
 int sf_child_kill(sf_child *ch) {
