@@ -239,28 +239,39 @@ static void test_sigpath_deferred_store(void **st) {
   eldr_artifact_free(a);
 }
 
+/* The two prediction tests' rig: a 2-centroid artifact on 3 layers x 16
+ * experts, top 2, the middle layer masked out; a signature path with a
+ * 256-row cache over it; and T tokens of deterministic selections. */
+enum { PRED_T = 4 * ELDR_BLOCK_TOKENS + 5 };
+static eldr_artifact *pred_rig(eldr__sigpath *sp, uint16_t sel[PRED_T * 3 * 2]) {
+  const eldr_shape sh = {3, 16, 2};
+  const uint8_t mask[3] = {1, 0, 1};
+  eldr_artifact *a = eldr_artifact_new("t", &sh, NULL, ELDR_REPR_COUNT, 0, mask, 2);
+  assert_non_null(a);
+  for (size_t i = 0; i < 2 * a->dim; i++) a->centroids[i] = (float)((i * 7919) % 13) + 1.0f;
+  eldr__sigconf conf;
+  assert_int_equal(eldr__sigpath_init(sp, NULL), 0);
+  assert_int_equal(eldr__sigconf_build(sp, a, 256, &conf, NULL), 0);
+  eldr__sigpath_commit(sp, &conf);
+  for (size_t i = 0; i < PRED_T * 6; i += 2) {
+    sel[i] = (uint16_t)((i * 5 + i / 7) % 16);
+    sel[i + 1] = (uint16_t)((sel[i] + 1 + i % 7) % 16);
+  }
+  return a;
+}
+
 /* At arrival (eldr__sigpath_predict): a prompt whose blocks the cache
  * holds gets the exact counts of those blocks and the share of its tokens
  * they cover; below the threshold no signature (load decides); without a
  * cache none at all. */
 static void test_sigpath_predict(void **st) {
   (void)st;
-  const eldr_shape sh = {3, 16, 2};
-  const uint8_t mask[3] = {1, 0, 1};
-  eldr_artifact *a = eldr_artifact_new("t", &sh, NULL, ELDR_REPR_COUNT, 0, mask, 2);
-  assert_non_null(a);
-  for (size_t i = 0; i < 2 * a->dim; i++) a->centroids[i] = (float)((i * 7919) % 13) + 1.0f;
   eldr__sigpath sp;
-  eldr__sigconf conf;
-  assert_int_equal(eldr__sigpath_init(&sp, NULL), 0);
-  assert_int_equal(eldr__sigconf_build(&sp, a, 256, &conf, NULL), 0);
-  eldr__sigpath_commit(&sp, &conf);
-  enum { T = 4 * ELDR_BLOCK_TOKENS + 5 };
+  enum { T = PRED_T };
   static uint16_t sel[T * 3 * 2];
-  for (size_t i = 0; i < T * 6; i += 2) {
-    sel[i] = (uint16_t)((i * 5 + i / 7) % 16);
-    sel[i + 1] = (uint16_t)((sel[i] + 1 + i % 7) % 16);
-  }
+  eldr_artifact *a = pred_rig(&sp, sel);
+  const eldr_shape sh = a->shape;
+  const uint8_t *mask = a->mask;
   char text[T * 8], text2[T * 8];
   size_t tl = 0, tl2 = 0;
   for (size_t t = 0; t < T; t++) {
@@ -310,6 +321,7 @@ static void test_sigpath_predict(void **st) {
   json_decref(full);
   eldr__sigpath_free(&sp);
   /* no cache: no prediction */
+  eldr__sigconf conf;
   assert_int_equal(eldr__sigpath_init(&sp, NULL), 0);
   assert_int_equal(eldr__sigconf_build(&sp, a, 0, &conf, NULL), 0);
   eldr__sigpath_commit(&sp, &conf);
@@ -339,22 +351,12 @@ static void extract_raw(eldr__sigpath *sp, const char *txt, const eldr__prompt *
  * token count than the engine's (the reply read whole). */
 static void test_sigpath_cached_prompt(void **st) {
   (void)st;
-  const eldr_shape sh = {3, 16, 2};
-  const uint8_t mask[3] = {1, 0, 1};
-  eldr_artifact *a = eldr_artifact_new("t", &sh, NULL, ELDR_REPR_COUNT, 0, mask, 2);
-  assert_non_null(a);
-  for (size_t i = 0; i < 2 * a->dim; i++) a->centroids[i] = (float)((i * 7919) % 13) + 1.0f;
   eldr__sigpath sp;
-  eldr__sigconf conf;
-  assert_int_equal(eldr__sigpath_init(&sp, NULL), 0);
-  assert_int_equal(eldr__sigconf_build(&sp, a, 256, &conf, NULL), 0);
-  eldr__sigpath_commit(&sp, &conf);
-  enum { T = 4 * ELDR_BLOCK_TOKENS + 5 };
+  enum { T = PRED_T };
   static uint16_t sel[T * 3 * 2];
-  for (size_t i = 0; i < T * 6; i += 2) {
-    sel[i] = (uint16_t)((i * 5 + i / 7) % 16);
-    sel[i + 1] = (uint16_t)((sel[i] + 1 + i % 7) % 16);
-  }
+  eldr_artifact *a = pred_rig(&sp, sel);
+  const eldr_shape sh = a->shape;
+  const uint8_t *mask = a->mask;
   char text[T * 8], text2[T * 8 + 8];
   size_t tl = 0;
   for (size_t t = 0; t < T; t++) tl += (size_t)snprintf(text + tl, sizeof text - tl, "c%02zx ", t);
