@@ -73,8 +73,9 @@ int eldr_predict_usable(double confidence, uint64_t known_tokens, double thresho
  * prompt_tokens: all its tokens (the partial last block included).
  * counts: L*E, accumulated into (zero it first for the prediction alone);
  * only the cache's stored layers (its layer mask) receive anything.
- * acc: a scratch of eldr_sigcache_row_bytes bytes (left zeroed). Held
- * blocks count as the cache's hits and are made its most recent; a block
+ * acc: a scratch of 2 x eldr_sigcache_row_bytes bytes (left zeroed).
+ * Held blocks count as the cache's hits and are made its most recent (a
+ * held span of eldr/sigshard.h: one hit for its seven blocks); a block
  * not held is not a miss (a prompt's later blocks may simply be new).
  * 0, or ELDR_EINVAL. */
 int eldr_predict_from_cache(eldr_sigshard *c, const uint64_t *hashes, size_t nblocks, uint32_t prompt_tokens,

@@ -52,11 +52,13 @@ int eldr_sigcache_remove(eldr_sigcache *c, uint64_t hash);
 
 /* Rows currently held; hits, misses, evictions since creation; blocks
  * eldr_sigcache_store_blocks counted and stored (stored), and found held
- * already (present: not counted again). */
+ * already (present: not counted again); span rows stored (spans: the sums
+ * of runs of blocks that eldr/sigshard.h keeps besides the block rows; in
+ * rows, hits and evictions like any row). */
 typedef struct eldr_sigcache_stats {
   size_t rows, capacity;
   uint64_t hits, misses, evictions;
-  uint64_t stored, present;
+  uint64_t stored, present, spans;
 } eldr_sigcache_stats;
 void eldr_sigcache_stats_get(const eldr_sigcache *c, eldr_sigcache_stats *s);
 

@@ -29,6 +29,20 @@ typedef struct eldr_sigshard eldr_sigshard;
 
 #define ELDR_SIGSHARD_MAX 64 /* shards at most */
 
+/* Span rows. Besides a row per block, the cache keeps a row per aligned
+ * run of ELDR_SIGSHARD_SPAN blocks (blocks [7i, 7i + 7) of a prompt): the
+ * sum of the run's block rows (at most 7 x 16 a cell, within a row's 127),
+ * under a key made from the run's last block hash, which names the whole
+ * prefix. add_prefix and add_held take a held span row in one lookup and
+ * one row's bytes instead of seven: a prompt the cache holds whole reads a
+ * seventh of the rows. A span is built by the first of them that finds
+ * the run's seven block rows held (from those rows; later reads take the
+ * span), so a prompt never read again costs no span. Spans are rows like
+ * any other (capacity, LRU, hits, evictions; the stats' spans counts those
+ * built); reading a span does not refresh its block rows, which a prompt
+ * sharing only part of the run still reads. */
+#define ELDR_SIGSHARD_SPAN 7
+
 /* The shard count for a capacity: a power of two, at most
  * ELDR_SIGSHARD_MAX, with at least ELDR_SIGSHARD_MIN_ROWS rows per shard
  * (1 for a smaller capacity: small caches keep exact LRU). */
@@ -57,15 +71,20 @@ size_t eldr_sigshard_add_blocks(eldr_sigshard *c, const uint64_t *hashes, size_t
 
 /* eldr_sigcache_add_prefix over the shards: the rows of the leading held
  * blocks added into counts, up to the first block not held; their number.
- * acc: L*E bytes of scratch (left zeroed). */
+ * A span held at an aligned block is taken for its blocks' rows (whether
+ * they are still held or not), and one is built where its seven block rows
+ * are held. acc: 2 x eldr_sigcache_row_bytes bytes of scratch (the byte
+ * sums, then a span being built; left zeroed). */
 size_t eldr_sigshard_add_prefix(eldr_sigshard *c, const uint64_t *hashes, size_t nblocks, uint32_t *counts,
                                 uint8_t *acc);
 
 /* Every held block of hashes[0..nblocks) added into counts (L*E), the
  * blocks not held skipped (not counted as misses, unlike add_blocks): the
- * number held. *prefix (may be NULL): the leading run of held blocks;
- * held (may be NULL): nblocks flags, 1 where the block was held. acc: L*E
- * bytes of scratch (left zeroed). eldr/predict.h's lookup. */
+ * number held (a held span's blocks held; spans built as add_prefix
+ * builds them). *prefix (may be NULL): the leading run of held blocks;
+ * held (may be NULL): nblocks flags, 1 where the block was held. acc: 2 x
+ * eldr_sigcache_row_bytes bytes of scratch as add_prefix's. eldr/predict.h's
+ * lookup. */
 size_t eldr_sigshard_add_held(eldr_sigshard *c, const uint64_t *hashes, size_t nblocks, uint32_t *counts,
                               uint8_t *acc, size_t *prefix, uint8_t *held);
 

@@ -234,12 +234,15 @@ __attribute__((target("avx2"))) uint8_t eldr__planes_bytes_avx2(const unsigned c
     const unsigned char *q = gp + 160 * h;
     __m256i pl[5];
     for (int k = 0; k < 5; k++) pl[k] = _mm256_loadu_si256((const __m256i *)(const void *)(q + 32 * k));
+    /* a count of 16 (every token of the block picked the expert) is rare:
+     * the sixteens plane is mostly empty, and then not expanded */
+    const int sixteens = !_mm256_testz_si256(pl[4], pl[4]);
     for (int c = 0; c < 8; c++) {
       __m256i b = _mm256_and_si256(bits_bytes(pl[0], c), w1);
       b = _mm256_or_si256(b, _mm256_and_si256(bits_bytes(pl[1], c), w2));
       b = _mm256_or_si256(b, _mm256_and_si256(bits_bytes(pl[2], c), w4));
       b = _mm256_or_si256(b, _mm256_and_si256(bits_bytes(pl[3], c), w8));
-      b = _mm256_or_si256(b, _mm256_and_si256(bits_bytes(pl[4], c), w16));
+      if (sixteens) b = _mm256_or_si256(b, _mm256_and_si256(bits_bytes(pl[4], c), w16));
       _mm256_storeu_si256((__m256i *)(void *)(out + (c / 2) * 128 + 64 * h + 32 * (c % 2)), b);
       mx = _mm256_max_epu8(mx, b);
     }

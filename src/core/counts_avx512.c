@@ -211,10 +211,11 @@ T512 uint8_t eldr__planes_bytes512(const unsigned char *gp, uint8_t *out) {
   const planes s = {_mm512_loadu_si512(gp), _mm512_loadu_si512(gp + 64), _mm512_loadu_si512(gp + 128),
                     _mm512_loadu_si512(gp + 192)};
   const __m512i sixteens = _mm512_loadu_si512(gp + 256);
+  const int any16 = _mm512_test_epi64_mask(sixteens, sixteens) != 0; /* mostly empty: then not expanded */
   __m512i mx = _mm512_setzero_si512();
   for (int c = 0; c < 8; c++) {
     __m512i b = plane_bytes(&s, c);
-    b = _mm512_mask_add_epi8(b, plane_bits(sixteens, c), b, _mm512_set1_epi8(16));
+    if (any16) b = _mm512_mask_add_epi8(b, plane_bits(sixteens, c), b, _mm512_set1_epi8(16));
     _mm512_storeu_si512(out + 64 * c, b);
     mx = _mm512_max_epu8(mx, b);
   }

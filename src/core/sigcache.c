@@ -8,6 +8,7 @@
 #pragma GCC optimize("tree-vectorize")
 #endif
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -366,12 +367,7 @@ int eldr__sigcache_add_if(eldr_sigcache *c, uint64_t hash, uint8_t *acc, unsigne
   size_t pos = find_pos(c, hash);
   if (pos == SIZE_MAX) return 0;
   uint32_t s = c->index[pos] - 1;
-  if (c->rowmax[s] > *room) { /* a byte could wrap: the sums go to counts first */
-    eldr__sigcache_acc_flush(c, acc, counts);
-    *room = 255;
-  }
-  *room -= c->rowmax[s];
-  addb(acc, c->rows + (size_t)s * c->rowb, c->rowb);
+  eldr__sigcache_acc_add(c, acc, (const uint8_t *)(c->rows + (size_t)s * c->rowb), c->rowmax[s], room, counts);
   lru_unlink(c, s);
   lru_push_front(c, s);
   c->st.hits++;
@@ -387,6 +383,41 @@ void eldr__sigcache_acc_flush(const eldr_sigcache *c, uint8_t *acc, uint32_t *co
     j = k;
   }
   memset(acc, 0, c->rowb);
+}
+
+int eldr__sigcache_span_add(eldr_sigcache *c, uint64_t hash, uint8_t *acc, unsigned *sum) {
+  size_t pos = find_pos(c, hash);
+  if (pos == SIZE_MAX) return 0;
+  uint32_t s = c->index[pos] - 1;
+  const int8_t *row = c->rows + (size_t)s * c->rowb;
+  c->st.hits++;
+  if (*sum == UINT_MAX) { /* the span's first row: copied, no sums to clear first */
+    *sum = c->rowmax[s];
+    memcpy(acc, row, c->rowb);
+    return 1;
+  }
+  *sum += c->rowmax[s];
+  if (*sum <= 127) addb(acc, row, c->rowb);
+  return 1;
+}
+
+uint8_t eldr__sigcache_put_span(eldr_sigcache *c, uint64_t hash, const uint8_t *row) {
+  int8_t *dst = slot_row(c, hash);
+  memcpy(dst, row, c->rowb);
+  const uint8_t mx = maxb(row, c->rowb);
+  c->rowmax[slot_of_row(c, dst)] = mx;
+  c->st.spans++;
+  return mx;
+}
+
+void eldr__sigcache_acc_add(const eldr_sigcache *c, uint8_t *acc, const uint8_t *row, uint8_t mx, unsigned *room,
+                            uint32_t *counts) {
+  if (mx > *room) { /* a byte could wrap: the sums go to counts first */
+    eldr__sigcache_acc_flush(c, acc, counts);
+    *room = 255;
+  }
+  *room -= mx;
+  addb(acc, (const int8_t *)row, c->rowb);
 }
 
 size_t eldr_sigcache_add_prefix(eldr_sigcache *c, const uint64_t *hashes, size_t nblocks, uint32_t *counts,

@@ -36,6 +36,22 @@ int eldr__sigcache_add_if(eldr_sigcache *c, uint64_t hash, uint8_t *acc, unsigne
 /* The byte sums acc added into counts (L*E), acc zeroed. */
 void eldr__sigcache_acc_flush(const eldr_sigcache *c, uint8_t *acc, uint32_t *counts);
 
+/* Span rows (eldr/sigshard.h): a row summing a run of blocks' rows.
+ * _span_add: the row under hash added into the byte sums acc (row order)
+ * and its largest count into *sum when held (1, a hit; the LRU order
+ * unchanged), else 0; with *sum UINT_MAX (a span's first row) copied into acc and
+ * *sum set instead. The caller uses acc only while *sum <= 127, so no
+ * byte has wrapped.
+ * _put_span: the row image row (row bytes, every byte <= 127) stored under
+ * hash, counted in the stats' spans; returns its largest byte.
+ * _acc_add: the row image row (its largest byte mx) added into the byte
+ * sums acc as _add_if adds a held row (acc flushed into counts first when
+ * a byte could wrap). */
+int eldr__sigcache_span_add(eldr_sigcache *c, uint64_t hash, uint8_t *acc, unsigned *sum);
+uint8_t eldr__sigcache_put_span(eldr_sigcache *c, uint64_t hash, const uint8_t *row);
+void eldr__sigcache_acc_add(const eldr_sigcache *c, uint8_t *acc, const uint8_t *row, uint8_t mx, unsigned *room,
+                            uint32_t *counts);
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define ELDR_SIGCACHE_X86 1
 

@@ -3,6 +3,7 @@
  * hash's top bits (the shard's own index hashes the low ones). */
 #include "eldr/sigshard.h"
 
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -140,43 +141,96 @@ size_t eldr_sigshard_add_blocks(eldr_sigshard *c, const uint64_t *hashes, size_t
   return missing;
 }
 
+/* The key of the span row of blocks [b - SPAN + 1, b]: from block b's
+ * hash, which names the whole prefix (the chain of eldr/tokenize.h), moved
+ * to another key space than the block rows'. */
+static inline uint64_t span_key(uint64_t last) { return (last ^ 0x5350414e5350414eULL) * 0x9e3779b97f4a7c15ULL; }
+
+/* The row under key added into the byte sums (1 when held). */
+static int add_if(eldr_sigshard *c, uint64_t key, uint8_t *acc, unsigned *room, uint32_t *counts) {
+  shard *s = shard_of(c, key);
+  shard_lock(s);
+  int held = eldr__sigcache_add_if(s->c, key, acc, room, counts);
+  pthread_mutex_unlock(&s->mu);
+  return held;
+}
+
+/* At an aligned block b with a whole span ahead, the span's counts added
+ * into the byte sums acc: its span row when held; else its block rows as
+ * far as they are held, summed in span (a row's bytes of scratch) and
+ * added, and when all seven are, stored as the span row first (the first
+ * whole read of a prefix builds its spans). Returns the blocks added (0:
+ * not an aligned block with a whole span ahead, or its first block not
+ * held). */
+static size_t add_span(eldr_sigshard *c, const uint64_t *hashes, size_t b, size_t nblocks, uint8_t *acc,
+                       uint8_t *span, unsigned *room, uint32_t *counts) {
+  if (b % ELDR_SIGSHARD_SPAN || nblocks - b < ELDR_SIGSHARD_SPAN) return 0;
+  const uint64_t key = span_key(hashes[b + ELDR_SIGSHARD_SPAN - 1]);
+  if (add_if(c, key, acc, room, counts)) return ELDR_SIGSHARD_SPAN;
+  unsigned sum = UINT_MAX, bound = 0; /* UINT_MAX: the first row is copied into span */
+  size_t k = 0;
+  for (; k < ELDR_SIGSHARD_SPAN; k++) {
+    shard *s = shard_of(c, hashes[b + k]);
+    shard_lock(s);
+    int ok = eldr__sigcache_span_add(s->c, hashes[b + k], span, &sum);
+    pthread_mutex_unlock(&s->mu);
+    if (!ok || sum > 127) break; /* not held, or a row too full to sum: span holds the rows before it */
+    bound = sum;
+  }
+  if (!k) return 0;
+  uint8_t mx = (uint8_t)bound; /* at least each byte */
+  if (k == ELDR_SIGSHARD_SPAN) {
+    shard *s = shard_of(c, key);
+    shard_lock(s);
+    mx = eldr__sigcache_put_span(s->c, key, span);
+    pthread_mutex_unlock(&s->mu);
+  }
+  eldr__sigcache_acc_add(c->sh[0].c, acc, span, mx, room, counts); /* one layout: shard 0's */
+  return k;
+}
+
 size_t eldr_sigshard_add_prefix(eldr_sigshard *c, const uint64_t *hashes, size_t nblocks, uint32_t *counts,
                                 uint8_t *acc) {
   /* every shard's rows have one layout (one shape, one mask): shard 0's
    * flushes the byte sums */
   const eldr_sigcache *lay = c->sh[0].c;
+  uint8_t *span = acc + eldr_sigcache_row_bytes(&c->shape, c->mask); /* the scratch's second half */
   memset(acc, 0, eldr_sigcache_row_bytes(&c->shape, c->mask));
   size_t b = 0;
   unsigned room = 255;
-  for (; b < nblocks; b++) {
-    shard *s = shard_of(c, hashes[b]);
-    shard_lock(s);
-    int held = eldr__sigcache_add_if(s->c, hashes[b], acc, &room, counts);
-    pthread_mutex_unlock(&s->mu);
-    if (!held) break;
+  while (b < nblocks) {
+    size_t k = add_span(c, hashes, b, nblocks, acc, span, &room, counts);
+    if (!k && !add_if(c, hashes[b], acc, &room, counts)) break;
+    b += k ? k : 1;
   }
   eldr__sigcache_acc_flush(lay, acc, counts);
+  memset(span, 0, eldr_sigcache_row_bytes(&c->shape, c->mask)); /* a span built or begun there */
   return b;
 }
 
 size_t eldr_sigshard_add_held(eldr_sigshard *c, const uint64_t *hashes, size_t nblocks, uint32_t *counts,
                               uint8_t *acc, size_t *prefix, uint8_t *held) {
   const eldr_sigcache *lay = c->sh[0].c; /* one layout: shard 0's flushes the byte sums */
+  uint8_t *span = acc + eldr_sigcache_row_bytes(&c->shape, c->mask); /* the scratch's second half */
   memset(acc, 0, eldr_sigcache_row_bytes(&c->shape, c->mask));
   size_t n = 0, run = 0;
   int in_run = 1;
   unsigned room = 255;
-  for (size_t b = 0; b < nblocks; b++) {
-    shard *s = shard_of(c, hashes[b]);
-    shard_lock(s);
-    int h = eldr__sigcache_add_if(s->c, hashes[b], acc, &room, counts);
-    pthread_mutex_unlock(&s->mu);
-    if (held) held[b] = (uint8_t)h;
-    n += (size_t)h;
+  for (size_t b = 0; b < nblocks;) {
+    size_t k = add_span(c, hashes, b, nblocks, acc, span, &room, counts); /* blocks held from b on */
+    int h = 1;
+    if (!k) {
+      k = 1;
+      h = add_if(c, hashes[b], acc, &room, counts);
+    }
+    if (held) memset(held + b, h, k);
+    n += h ? k : 0;
     if (!h) in_run = 0;
-    else if (in_run) run++;
+    else if (in_run) run += k;
+    b += k;
   }
   eldr__sigcache_acc_flush(lay, acc, counts);
+  memset(span, 0, eldr_sigcache_row_bytes(&c->shape, c->mask)); /* a span built or begun there */
   if (prefix) *prefix = run;
   return n;
 }
@@ -263,5 +317,6 @@ void eldr_sigshard_stats_get(eldr_sigshard *c, eldr_sigcache_stats *s) {
     s->evictions += x.evictions;
     s->stored += x.stored;
     s->present += x.present;
+    s->spans += x.spans;
   }
 }

@@ -199,9 +199,9 @@ void eldr__handle_metrics(hconn *c) {
   evbuffer_add_printf(o, "# HELP eldr_signature_blocks_missing_total Prefix-cached blocks whose row was not in the signature cache.\n"
                          "# TYPE eldr_signature_blocks_missing_total counter\neldr_signature_blocks_missing_total %llu\n",
                       missing);
-  evbuffer_add_printf(o, "# HELP eldr_sigcache_rows Block rows held by the signature cache.\n"
+  evbuffer_add_printf(o, "# HELP eldr_sigcache_rows Rows held by the signature cache (block rows, and span rows of seven blocks).\n"
                          "# TYPE eldr_sigcache_rows gauge\neldr_sigcache_rows %zu\n"
-                         "# HELP eldr_sigcache_hits_total Prompt blocks whose row the signature cache supplied (the engine did not send it, or the reply was not read for it).\n"
+                         "# HELP eldr_sigcache_hits_total Rows the signature cache supplied for prompt blocks (a block row, or a span row for seven blocks; the engine did not send them, or the reply was not read for them).\n"
                          "# TYPE eldr_sigcache_hits_total counter\neldr_sigcache_hits_total %llu\n"
                          "# HELP eldr_sigcache_misses_total Prefix-cached blocks whose row the signature cache lacked.\n"
                          "# TYPE eldr_sigcache_misses_total counter\neldr_sigcache_misses_total %llu\n"
@@ -216,11 +216,13 @@ void eldr__handle_metrics(hconn *c) {
                          "# HELP eldr_sigcache_stored_total Blocks counted and stored in the signature cache.\n"
                          "# TYPE eldr_sigcache_stored_total counter\neldr_sigcache_stored_total %llu\n"
                          "# HELP eldr_sigcache_present_total Blocks to store that the signature cache held already (not counted again).\n"
-                         "# TYPE eldr_sigcache_present_total counter\neldr_sigcache_present_total %llu\n",
+                         "# TYPE eldr_sigcache_present_total counter\neldr_sigcache_present_total %llu\n"
+                         "# HELP eldr_sigcache_spans_total Span rows built (seven held blocks' rows summed, at a prompt's first read from the cache).\n"
+                         "# TYPE eldr_sigcache_spans_total counter\neldr_sigcache_spans_total %llu\n",
                       cs.rows, (unsigned long long)cs.hits, (unsigned long long)cs.misses,
                       (unsigned long long)cs.evictions, (unsigned long long)eldr_sigshard_lock_waits(s->sp.conf.cache),
                       cs.capacity, eldr_sigshard_bytes(s->sp.conf.cache), (unsigned long long)cs.stored,
-                      (unsigned long long)cs.present);
+                      (unsigned long long)cs.present, (unsigned long long)cs.spans);
   evbuffer_add_printf(o, "# HELP eldr_reloads_total Configuration/artifact reloads.\n"
                          "# TYPE eldr_reloads_total counter\neldr_reloads_total{result=\"ok\"} %llu\n"
                          "eldr_reloads_total{result=\"error\"} %llu\n",

@@ -178,6 +178,71 @@ typedef struct racer {
   size_t missing, wrong;
 } racer;
 
+/* Span rows: the first whole read of a prefix builds its spans from the
+ * block rows, later reads take them (one hit for seven blocks), the
+ * counts exact; a prompt sharing part of a span reads that part's block
+ * rows; a run with a block not held builds nothing. */
+static void test_spans(void **st) {
+  (void)st;
+  enum { NB = 20 };
+  uint16_t *sel = make_sel(NB, 4);
+  uint64_t *h = make_hashes(NB, 4);
+  eldr_sigshard *sc = eldr_sigshard_new(&SH, 1024, 4, NULL);
+  assert_non_null(sc);
+  uint32_t scratch[CELLS] = {0};
+  size_t stored = 0;
+  assert_int_equal(eldr_sigshard_store_blocks(sc, h, NB, 0, sel, ELDR_SEL_U16, NB * ELDR_BLOCK_TOKENS, scratch,
+                                              &stored),
+                   0);
+  eldr_sigcache_stats s0, s1;
+  eldr_sigshard_stats_get(sc, &s0);
+  assert_int_equal(s0.spans, 0); /* a store builds none */
+  uint32_t got[CELLS] = {0}, want[CELLS] = {0};
+  uint8_t acc[2 * CELLS];
+  memset(acc, 0xAB, sizeof acc); /* contents ignored */
+  assert_int_equal(eldr_counts_accumulate(&SH, sel, ELDR_SEL_U16, NB * ELDR_BLOCK_TOKENS, want, NULL), 0);
+  /* the first read: every block row (spans 0..6 and 7..13 built), exact */
+  assert_int_equal(eldr_sigshard_add_prefix(sc, h, NB, got, acc), NB);
+  assert_memory_equal(got, want, sizeof want);
+  for (size_t i = 0; i < sizeof acc; i++) assert_int_equal(acc[i], 0); /* left zeroed */
+  eldr_sigshard_stats_get(sc, &s1);
+  assert_int_equal(s1.spans, 2);
+  assert_int_equal(s1.rows, NB + 2);
+  assert_int_equal(s1.hits - s0.hits, NB);
+  /* the second: two spans and six blocks, the same counts */
+  s0 = s1;
+  memset(got, 0, sizeof got);
+  assert_int_equal(eldr_sigshard_add_prefix(sc, h, NB, got, acc), NB);
+  assert_memory_equal(got, want, sizeof want);
+  eldr_sigshard_stats_get(sc, &s1);
+  assert_int_equal(s1.hits - s0.hits, 2 + 6);
+  assert_int_equal(s1.spans, 2);
+  /* another prompt sharing blocks 0..9: span 0, then blocks 7, 8, 9 */
+  uint64_t *h2 = make_hashes(NB, 5);
+  memcpy(h2, h, 10 * sizeof *h);
+  memset(got, 0, sizeof got);
+  memset(want, 0, sizeof want);
+  assert_int_equal(eldr_counts_accumulate(&SH, sel, ELDR_SEL_U16, 10 * ELDR_BLOCK_TOKENS, want, NULL), 0);
+  s0 = s1;
+  assert_int_equal(eldr_sigshard_add_prefix(sc, h2, NB, got, acc), 10);
+  assert_memory_equal(got, want, sizeof want);
+  eldr_sigshard_stats_get(sc, &s1);
+  assert_int_equal(s1.hits - s0.hits, 1 + 3);
+  assert_int_equal(s1.spans, 2); /* blocks 7..13 of this prompt are not all held */
+  /* add_held flags every block a held span covers */
+  uint8_t held[NB];
+  size_t prefix = 0;
+  memset(got, 0, sizeof got);
+  assert_int_equal(eldr_sigshard_add_held(sc, h2, NB, got, acc, &prefix, held), 10);
+  assert_int_equal(prefix, 10);
+  for (size_t b = 0; b < NB; b++) assert_int_equal(held[b], b < 10);
+  assert_memory_equal(got, want, sizeof want);
+  eldr_sigshard_free(sc);
+  free(sel);
+  free(h);
+  free(h2);
+}
+
 static void *race(void *arg) {
   racer *x = arg;
   uint32_t scratch[CELLS] = {0}, got[CELLS];
@@ -320,6 +385,7 @@ int main(void) {
       cmocka_unit_test(test_bounded_and_evicting),
       cmocka_unit_test(test_fits_count_refs_and_bad_args),
       cmocka_unit_test(test_two_threads),
+      cmocka_unit_test(test_spans),
       cmocka_unit_test(test_planes_equal_recount),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
