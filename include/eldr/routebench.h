@@ -65,6 +65,7 @@ typedef enum eldr_routebench_stage {
   ELDR_RB_SIG_PORTABLE, /* signature, no cache, the portable paths (as ELDR_NO_SIMD=1) */
   ELDR_RB_MEMCPY_COLD,  /* memcpy of the blob, source and destination out of the caches */
   ELDR_RB_EXTRACT_NEW,  /* a new prompt's extraction with the cache (its planes kept) */
+  ELDR_RB_MEMCPY_HOT,   /* memcpy of the blob repeated at once, the second timed (caches hot) */
   ELDR_RB_NSTAGES
 } eldr_routebench_stage;
 

@@ -378,24 +378,25 @@ static void test_json_on_every_table(void **st) {
   json_error_t e;
   json_t *j = json_loads(g_out, 0, &e);
   if (!j) fail_msg("bench route --json: %s in '%.200s'", e.text, g_out);
-  /* 19 stages (the A/B rows: parse+signature by scanner and by tree, the
-   * per-id kernels; the warm and the cold memcpy of the blob; the
+  /* 20 stages (the A/B rows: parse+signature by scanner and by tree, the
+   * per-id kernels; the warm, the cold and the hot memcpy of the blob; the
    * signature cache's stores and cached paths; the compact form's two; the
    * signature at the levels below; a new prompt with the cache), the ratio
-   * signature+decision / memcpy, the three levels over the warm and cold
-   * memcpy, the signature cache's four ratios, and the two forms' reply
-   * bytes */
+   * signature+decision / memcpy, the three levels over the warm, cold and
+   * hot memcpy, the signature cache's four ratios, and the two forms'
+   * reply bytes */
   json_t *rows = json_object_get(j, "rows");
-  assert_int_equal(json_array_size(rows), 28);
-  for (size_t q = 0; q < 19; q++) assert_true(json_is_number(json_object_get(json_array_get(rows, q), "p50_us")));
-  assert_true(json_is_number(json_object_get(json_array_get(rows, 19), "p50_ratio")));
-  for (size_t q = 20; q < 23; q++) {
+  assert_int_equal(json_array_size(rows), 29);
+  for (size_t q = 0; q < 20; q++) assert_true(json_is_number(json_object_get(json_array_get(rows, q), "p50_us")));
+  assert_true(json_is_number(json_object_get(json_array_get(rows, 20), "p50_ratio")));
+  for (size_t q = 21; q < 24; q++) {
     assert_true(json_is_number(json_object_get(json_array_get(rows, q), "p50_ratio_warm")));
     assert_true(json_is_number(json_object_get(json_array_get(rows, q), "p50_ratio_cold")));
+    assert_true(json_is_number(json_object_get(json_array_get(rows, q), "p50_ratio_hot")));
   }
-  for (size_t q = 23; q < 27; q++) assert_true(json_is_number(json_object_get(json_array_get(rows, q), "p50_ratio")));
-  assert_true(json_integer_value(json_object_get(json_array_get(rows, 27), "npy_bytes")) > 0);
-  assert_true(json_integer_value(json_object_get(json_array_get(rows, 27), "compact_bytes")) > 0);
+  for (size_t q = 24; q < 28; q++) assert_true(json_is_number(json_object_get(json_array_get(rows, q), "p50_ratio")));
+  assert_true(json_integer_value(json_object_get(json_array_get(rows, 28), "npy_bytes")) > 0);
+  assert_true(json_integer_value(json_object_get(json_array_get(rows, 28), "compact_bytes")) > 0);
   json_decref(j);
 }
 
