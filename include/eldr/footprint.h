@@ -71,6 +71,13 @@ typedef struct eldr_footprint_opts {
    * (the largest dot product; lower index on ties). */
   const float *centroids;
   size_t dim;
+  /* The weight of the request's own time in a decision's cost (0: 1, the
+   * policy as fitted and studied): cost = n (T1 - T0) + w T1 max(1,
+   * (n + 1) / B). Above 1 the request's own TPOT counts more against the
+   * time it adds to the n requests already there, so a decoder that
+   * already holds many similar requests is chosen less (the tail;
+   * docs/footprint.md, "The own-time weight"). Finite, in [0, 100]. */
+  double own_weight;
 } eldr_footprint_opts;
 
 /* What the footprint knows about one request. counts: L*E selection counts

@@ -33,6 +33,7 @@ typedef struct sim_args {
   eldr_sim_pd pds[3];        /* --pd: the modes, in order (none: vllm) */
   size_t npd;
   double known_fraction, predict_threshold, register_s;
+  double fp_own_weight;      /* --fp-own-weight (0: footprint's default) */
   const char *mooncake;      /* --serve-mooncake (also serve_path) */
   size_t mc_requests;
   uint32_t mc_max_decode;

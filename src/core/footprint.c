@@ -60,6 +60,7 @@ struct eldr_footprint {
   float *prior;      /* n_priors * L*E prior rates (row 0 the global prior), or NULL */
   size_t n_priors;
   double alpha;      /* the prior's weight (pseudo-tokens), 0 without a prior */
+  double own_w;      /* the own time's weight in the cost (eldr_footprint_opts.own_weight; 1 by default) */
   float *cent;       /* (n_priors - 1) * dim centroids picking a request's row, or NULL */
   size_t dim;
   const float *row_sig; /* the signature whose row was last picked, and the row */
@@ -90,6 +91,9 @@ int eldr_footprint_new(const eldr_latency_model *m, const eldr_footprint_opts *o
   if (!m || !o || !out) return eldr_diag_fail(d, ELDR_EINVAL, "footprint: NULL argument");
   if (o->n_decoders == 0 || o->n_decoders > 4096)
     return eldr_diag_fail(d, ELDR_EINVAL, "footprint: %zu decoders (need 1..4096)", o->n_decoders);
+  if (!(o->own_weight >= 0 && o->own_weight <= 100)) /* NaN fails both */
+    return eldr_diag_fail(d, ELDR_EINVAL, "footprint: own-time weight %g (need 0..100; 0: the default 1)",
+                          o->own_weight);
   int rc = eldr_latency_validate(m, d);
   if (rc < 0) return rc;
   eldr_footprint *f = calloc(1, sizeof *f);
@@ -100,6 +104,7 @@ int eldr_footprint_new(const eldr_latency_model *m, const eldr_footprint_opts *o
   f->K = m->shape.top_k;
   f->D = o->n_decoders;
   f->B = o->max_batch ? o->max_batch : 64;
+  f->own_w = o->own_weight > 0 ? o->own_weight : 1.0;
   const size_t LE = f->L * f->E, D = f->D;
   f->mask = malloc(f->L);
   f->tracked = malloc(f->L);
@@ -311,7 +316,7 @@ int eldr_footprint_decide(eldr_footprint *f, const uint32_t *loads, const uint8_
     const double t0 = nk ? eldr_latency_step_f(&f->m, b0, f->u0, C) : t1;
     const double queue = (double)(nk + 1) / (double)B;
     const double own = t1 * (queue > 1 ? queue : 1);
-    const double cost = (double)nk * (t1 - t0) + own;
+    const double cost = (double)nk * (t1 - t0) + f->own_w * own;
     if (best < 0 || cost < best_cost) {
       best = (int)k;
       best_cost = cost;

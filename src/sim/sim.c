@@ -710,7 +710,7 @@ static int setup_footprint(simst *st, eldr_diag *d) {
   const eldr_shape *S = &st->tr->shape;
   if (st->c->policy != ELDR_POLICY_FOOTPRINT || !pool->policy_model) return 0;
   eldr_footprint_opts fo = {.n_decoders = st->D, .max_batch = st->B,
-                            .layer_mask = st->c->footprint_mask};
+                            .layer_mask = st->c->footprint_mask, .own_weight = st->c->footprint_own_weight};
   if (!st->c->footprint_no_prior) {
     fo.prior = pool->policy_prior;
     fo.n_priors = pool->policy_n_priors;

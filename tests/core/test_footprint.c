@@ -273,6 +273,60 @@ static void test_decisions(void **st) {
   free(b);
 }
 
+/* The own-time weight (eldr_footprint_opts.own_weight): the explained
+ * cost is n (T1 - T0) + w T1 max(1, (n + 1) / B); with the request's own
+ * time weighted more, a decoder piling up copies of it (3,200-token
+ * contexts) loses to a less loaded dissimilar one at fewer copies (12
+ * against 13 here); out-of-range weights refused. */
+static size_t switch_at(const eldr_latency_model *m, double w, const uint32_t *a, const uint32_t *b, uint32_t ctx) {
+  for (size_t n = 1; n <= 60; n++) {
+    eldr_footprint_opts o = {.n_decoders = 2, .max_batch = 64, .own_weight = w};
+    eldr_footprint *f = NULL;
+    assert_int_equal(eldr_footprint_new(m, &o, &f, NULL), 0);
+    eldr_fp_request ra = {a, 50, ctx, NULL}, rb = {b, 50, 200, NULL};
+    for (size_t i = 0; i < n; i++) (void)eldr_footprint_route(f, 0, &ra, NULL);
+    (void)eldr_footprint_route(f, 1, &rb, NULL);
+    uint32_t loads[2] = {(uint32_t)n, 1};
+    const int k = eldr_footprint_decide(f, loads, NULL, 2, &ra, NULL, NULL);
+    eldr_fp_explain x;
+    eldr_footprint_explain(f, &x);
+    assert_int_equal(x.decoder, k);
+    const double nk = loads[k], q = (nk + 1) / 64.0;
+    const double want = nk * (x.t1 - x.t0) + (w > 0 ? w : 1) * x.t1 * (q > 1 ? q : 1);
+    assert_true(fabs(x.cost - want) <= 1e-9 * want);
+    eldr_footprint_free(f);
+    if (k == 1) return n;
+  }
+  return 61;
+}
+
+static void test_own_weight(void **st) {
+  (void)st;
+  const size_t L = 48, E = 128, K = 8;
+  eldr_latency_model m;
+  assert_int_equal(eldr_latency_preset("qwen3-30b-a3b", "mi300x", &m, NULL), 0);
+  uint32_t *a = malloc(L * E * sizeof *a), *b = malloc(L * E * sizeof *b);
+  block_counts(a, L, E, K, 0, 50);
+  block_counts(b, L, E, K, 64, 50);
+  const size_t n1 = switch_at(&m, 0, a, b, 3200), n4 = switch_at(&m, 4, a, b, 3200);
+  print_message("copies on the similar decoder before a request goes to the other: %zu (weight 1), %zu (weight 4)\n",
+                n1, n4);
+  assert_true(n1 <= 60); /* the switch happens at all */
+  assert_true(n4 < n1);
+  assert_int_equal(switch_at(&m, 1, a, b, 3200), n1); /* 0 is the default, 1 */
+  eldr_footprint *f = NULL;
+  const double bad[] = {-1, 100.5, NAN};
+  for (int i = 0; i < 3; i++) {
+    eldr_footprint_opts o = {.n_decoders = 2, .own_weight = bad[i]};
+    eldr_diag d = {{0}};
+    assert_int_equal(eldr_footprint_new(&m, &o, &f, &d), ELDR_EINVAL);
+    assert_non_null(strstr(d.msg, "own-time weight"));
+    assert_null(f);
+  }
+  free(a);
+  free(b);
+}
+
 /* The policy: without a footprint it is JSQ and says so; with one it runs
  * the cost model; on_route / on_end are no-ops for other policies. */
 static void test_policy(void **st) {
@@ -680,7 +734,7 @@ int main(void) {
       cmocka_unit_test(test_no_drift),       cmocka_unit_test(test_decisions),
       cmocka_unit_test(test_policy),         cmocka_unit_test(test_step_f),
       cmocka_unit_test(test_artifact_latency), cmocka_unit_test(test_sim_rows),
-      cmocka_unit_test(test_replace),
+      cmocka_unit_test(test_replace),        cmocka_unit_test(test_own_weight),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
