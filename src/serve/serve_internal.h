@@ -118,7 +118,9 @@ void eldr__buf_free(eldr__buf *b);
 
 /* ---- client request --------------------------------------------------------- */
 
-typedef enum eldr__api { ELDR__API_COMPLETIONS = 0, ELDR__API_CHAT } eldr__api;
+/* GENERATE: SGLang's native POST /generate (GenerateReqInput), served in
+ * the SGLang flows only (--pd sglang, sglang-exact; docs/sglang.md). */
+typedef enum eldr__api { ELDR__API_COMPLETIONS = 0, ELDR__API_CHAT, ELDR__API_GENERATE } eldr__api;
 
 typedef struct eldr__req {
   json_t *root;     /* owned: the client's body as a tree; NULL when the scanner read it */

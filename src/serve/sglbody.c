@@ -16,6 +16,15 @@ static const char *const k_boot[3] = {"bootstrap_host", "bootstrap_port", "boots
 static int batch_of(json_t *root, eldr__api api, uint32_t *b, eldr_diag *d) {
   *b = 1;
   if (api == ELDR__API_CHAT) return 0;
+  if (api == ELDR__API_GENERATE) { /* GenerateReqInput: a list of texts, or of id lists */
+    json_t *t = json_object_get(root, "text"), *ids = json_object_get(root, "input_ids");
+    json_t *p = json_is_array(t) ? t : json_is_array(ids) && json_is_array(json_array_get(ids, 0)) ? ids : NULL;
+    if (!p) return 0;
+    size_t n = json_array_size(p);
+    if (!n) return eldr_diag_fail(d, ELDR_EINVAL, "'%s' must not be an empty array", p == t ? "text" : "input_ids");
+    *b = n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
+    return 0;
+  }
   json_t *p = json_object_get(root, "prompt");
   if (!json_is_array(p)) return 0;
   size_t n = json_array_size(p);
@@ -28,8 +37,12 @@ static int batch_of(json_t *root, eldr__api api, uint32_t *b, eldr_diag *d) {
 static int items_of(json_t *root, eldr__api api, uint32_t *items, eldr_diag *d) {
   uint32_t b = 1;
   json_int_t n = 1;
-  json_t *nv = json_object_get(root, "n");
   if (!json_is_object(root)) return eldr_diag_fail(d, ELDR_EINVAL, "request body must be a JSON object");
+  json_t *nv = json_object_get(root, "n");
+  if (api == ELDR__API_GENERATE) { /* sampling_params.n (of the first entry: SGLang takes one n per request) */
+    json_t *sp = json_object_get(root, "sampling_params");
+    nv = json_object_get(json_is_array(sp) ? json_array_get(sp, 0) : sp, "n");
+  }
   if (nv && !json_is_null(nv) && (!json_is_integer(nv) || (n = json_integer_value(nv)) < 1))
     return eldr_diag_fail(d, ELDR_EINVAL, "'n' must be a positive integer");
   int rc = batch_of(root, api, &b, d);

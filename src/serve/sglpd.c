@@ -55,7 +55,8 @@ struct eldr__sglpd {
 };
 
 static const char *path_of(const rq *r) {
-  return r->req.api == ELDR__API_CHAT ? "/v1/chat/completions" : "/v1/completions";
+  return r->req.api == ELDR__API_CHAT ? "/v1/chat/completions" : r->req.api == ELDR__API_GENERATE ? "/generate"
+                                                                                                 : "/v1/completions";
 }
 
 /* The prefill leg's exchange is over or dropped: its worker reference and

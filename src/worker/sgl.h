@@ -61,6 +61,7 @@
 #define SGL_DEFAULT_BOOTSTRAP_PORT 8998
 #define SGL_DEFAULT_TIMEOUT 300.0 /* SGLANG_DISAGGREGATION_{BOOTSTRAP,WAITING}_TIMEOUT */
 #define SGL_MAX_ROOM ((uint64_t)INT64_MAX) /* rooms are 0..2^63-1 */
+enum { SGL_API_COMPLETIONS = 0, SGL_API_CHAT = 1, SGL_API_GENERATE = 2 }; /* the routes a group came in on */
 #define SGL_SWEEP_S 0.1           /* how often waiting peers are checked for having left */
 
 typedef struct sgl_group sgl_group;
@@ -96,6 +97,7 @@ struct sgl_group {
   sgl_group *next;
   struct evhttp_request *http;
   int chat, stream, include_usage, return_re, started, gone, replied;
+  int gen, as_list;              /* /generate: SGLang's native reply; a list (a batch, or n > 1) */
   int busy;                      /* inside a walk over its items: not freed meanwhile */
   uint32_t nitems, nprompts, n;  /* items = prompts x n */
   uint32_t live;                 /* items not yet freed */

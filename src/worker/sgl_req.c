@@ -15,8 +15,11 @@
 /* ------------------------------------------------------------ the request */
 
 typedef struct sparsed {
-  char **prompts;
+  char **prompts;           /* NULL entries: a prompt given as token ids */
   size_t *plens;
+  uint32_t **pids;          /* /generate's input_ids: per prompt, else NULL */
+  size_t *pnids;
+  int as_list;              /* /generate: the reply is a list (a batch, or n > 1) */
   uint32_t nprompts, n;
   int stream, include_usage, return_re;
   json_int_t max_tokens;
@@ -30,8 +33,11 @@ typedef struct sparsed {
 
 static void sparsed_free(sparsed *p) {
   for (uint32_t i = 0; p->prompts && i < p->nprompts; i++) free(p->prompts[i]);
+  for (uint32_t i = 0; p->pids && i < p->nprompts; i++) free(p->pids[i]);
   free(p->prompts);
   free(p->plens);
+  free(p->pids);
+  free(p->pnids);
 }
 
 /* SGLang's ErrorResponse (entrypoints/openai/protocol.py): a top-level object. */
@@ -44,6 +50,14 @@ static void sgl_error(struct evhttp_request *req, int code, const char *fmt, ...
   va_end(ap);
   const char *type = code == 404 ? "NotFoundError" : code >= 500 ? "InternalServerError" : "BadRequestError";
   json_t *e = json_pack("{s:s,s:s,s:s,s:n,s:i}", "object", "error", "message", msg, "type", type, "param", "code", code);
+  eldr__w_send_json(req, code, code >= 500 ? "Internal Server Error" : code == 404 ? "Not Found" : "Bad Request",
+                    e ? e : json_object());
+}
+
+/* /generate's errors (http_server.py, generate_request's ValueError):
+ * {"error": {"message": ...}} with the status. */
+static void gen_error(struct evhttp_request *req, int code, const char *msg) {
+  json_t *e = json_pack("{s:{s:s}}", "error", "message", msg);
   eldr__w_send_json(req, code, code >= 500 ? "Internal Server Error" : code == 404 ? "Not Found" : "Bad Request",
                     e ? e : json_object());
 }
@@ -83,7 +97,68 @@ static int sgl_parse(const eldr_worker *w, const char *body, size_t blen, int ch
   } while (0)
   if (!j) BAD("request body is not valid JSON: %s", je.text);
   if (!json_is_object(j)) BAD("request body must be a JSON object");
-  if (chat) {
+  const int gen = chat == SGL_API_GENERATE;
+  json_t *sp = NULL; /* /generate: the (first) sampling_params object */
+  if (gen) {
+    /* GenerateReqInput (io_struct.py): text or input_ids, one prompt or a list */
+    json_t *t = json_object_get(j, "text"), *ids = json_object_get(j, "input_ids");
+    if (json_is_null(t)) t = NULL;
+    if (json_is_null(ids)) ids = NULL;
+    if (!t == !ids) BAD("Either text, input_ids or input_embeds should be provided.");
+    json_t *list = t ? (json_is_array(t) ? t : NULL) : (json_is_array(json_array_get(ids, 0)) ? ids : NULL);
+    size_t np = list ? json_array_size(list) : 1;
+    if (!np) BAD("'%s' must not be an empty list", t ? "text" : "input_ids");
+    if (np > SGL_MAX_ITEMS) BAD("a batch of %zu prompts; the emulator takes at most %d", np, SGL_MAX_ITEMS);
+    o->as_list = list != NULL;
+    o->prompts = calloc(np, sizeof *o->prompts);
+    o->plens = calloc(np, sizeof *o->plens);
+    o->pids = calloc(np, sizeof *o->pids);
+    o->pnids = calloc(np, sizeof *o->pnids);
+    if (!o->prompts || !o->plens || !o->pids || !o->pnids) {
+      st = 500;
+      BAD("out of memory");
+    }
+    for (size_t i = 0; i < np; i++, o->nprompts++) {
+      json_t *e = list ? json_array_get(list, i) : t ? t : ids;
+      if (t) {
+        if (!json_is_string(e)) BAD("'text' must be a string or a list of strings");
+        o->plens[i] = json_string_length(e);
+        if (!(o->prompts[i] = malloc(o->plens[i] + 1))) {
+          st = 500;
+          BAD("out of memory");
+        }
+        memcpy(o->prompts[i], json_string_value(e), o->plens[i] + 1);
+        continue;
+      }
+      size_t n = json_array_size(e);
+      if (!json_is_array(e) || !n) BAD("'input_ids' must be a non-empty list of token ids, or a list of such lists");
+      if (!(o->pids[i] = malloc(n * sizeof **o->pids))) {
+        st = 500;
+        BAD("out of memory");
+      }
+      for (size_t k = 0; k < n; k++) {
+        json_t *x = json_array_get(e, k);
+        if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) > (json_int_t)UINT32_MAX)
+          BAD("'input_ids' must hold token ids (integers in 0..2^32-1)");
+        o->pids[i][k] = (uint32_t)json_integer_value(x);
+      }
+      o->pnids[i] = n;
+    }
+    json_t *spv = json_object_get(j, "sampling_params");
+    if (spv && !json_is_null(spv)) {
+      if (json_is_array(spv) && json_array_size(spv) != np)
+        BAD("'sampling_params' has %zu entries for %zu prompts", json_array_size(spv), np);
+      sp = json_is_array(spv) ? json_array_get(spv, 0) : spv;
+      if (!json_is_object(sp)) BAD("'sampling_params' must be an object or a list of objects");
+    }
+    json_t *mt = sp ? json_object_get(sp, "max_new_tokens") : NULL;
+    o->max_tokens = 128; /* SamplingParams' default max_new_tokens */
+    if (mt && !json_is_null(mt)) {
+      if (!json_is_integer(mt) || json_integer_value(mt) < 1)
+        BAD("'sampling_params.max_new_tokens' must be a positive integer (0 is not supported by the emulator)");
+      o->max_tokens = json_integer_value(mt);
+    }
+  } else if (chat) {
     o->prompts = calloc(1, sizeof *o->prompts);
     o->plens = calloc(1, sizeof *o->plens);
     if (!o->prompts || !o->plens) {
@@ -138,6 +213,17 @@ static int sgl_parse(const eldr_worker *w, const char *body, size_t blen, int ch
     }
   }
   if (get_bool_f(j, "stream", &o->stream) < 0) BAD("'stream' must be a boolean");
+  if (gen) { /* /generate has no OpenAI fields: sampling_params.n, rid */
+    if (get_bool_f(j, "return_routed_experts", &o->return_re) < 0) BAD("'return_routed_experts' must be a boolean");
+    json_t *nv = sp ? json_object_get(sp, "n") : NULL;
+    if (nv && !json_is_null(nv)) {
+      if (!json_is_integer(nv) || json_integer_value(nv) < 1 || json_integer_value(nv) > MAX_N)
+        BAD("'sampling_params.n' must be an integer in 1..%d", MAX_N);
+      o->n = (uint32_t)json_integer_value(nv);
+      if (o->n > 1) o->as_list = 1; /* parallel sampling makes a batch */
+    }
+    goto common;
+  }
   json_t *so = json_object_get(j, "stream_options");
   if (so && !json_is_null(so) && (!json_is_object(so) || get_bool_f(so, "include_usage", &o->include_usage) < 0))
     BAD("'stream_options' must be an object with a boolean 'include_usage'");
@@ -157,6 +243,7 @@ static int sgl_parse(const eldr_worker *w, const char *body, size_t blen, int ch
       BAD("'n' must be an integer in 1..%d", MAX_N);
     o->n = (uint32_t)json_integer_value(n);
   }
+common:;
   uint32_t num = o->nprompts * o->n;
   if (num > SGL_MAX_ITEMS) BAD("%u prompts x n %u = %u items; the emulator takes at most %d", o->nprompts, o->n, num, SGL_MAX_ITEMS);
   json_t *tid = json_object_get(j, "eldr_trace_id");
@@ -319,6 +406,30 @@ static json_t *head_of(const sgl_group *g, const char *object) {
                    "model", g->w->served);
 }
 
+/* One item of a /generate reply (tokenizer_manager.py, _handle_batch_output's
+ * out_dict: text, meta_info with id, finish_reason (FINISH_LENGTH's
+ * {"type": "length", "length": max_new_tokens}, FINISH_MATCHED_TOKEN's
+ * {"type": "stop", "matched": ...}; null while streaming), prompt_tokens,
+ * completion_tokens, cached_tokens; routed_experts, from the capturer, the
+ * first item's only here). Its text is the whole output so far (SGLang's
+ * default, without --incremental-streaming-output). */
+static json_t *gen_item(const sgl_group *g, uint32_t i, int final) {
+  char id[100];
+  if (g->as_list) snprintf(id, sizeof id, "%s_%u", g->rid, i);
+  else snprintf(id, sizeof id, "%s", g->rid);
+  json_t *fin = !final ? json_null()
+                : g->capped[i] ? json_pack("{s:s,s:I}", "type", "length", "length", (json_int_t)g->emitted[i])
+                               : json_pack("{s:s,s:n}", "type", "stop", "matched");
+  json_t *meta = json_pack("{s:s,s:o,s:I,s:I,s:i,s:s}", "id", id, "finish_reason", fin, "prompt_tokens",
+                           (json_int_t)g->n_prompt[i % g->nprompts], "completion_tokens", (json_int_t)g->emitted[i],
+                           "cached_tokens", 0, "weight_version", "default");
+  if (meta && final && i == 0 && g->return_re && g->re_b64)
+    json_object_set_new(meta, "routed_experts", json_string(g->re_b64));
+  json_t *o = meta ? json_pack("{s:s,s:o}", "text", g->texts[i] ? g->texts[i] : "", "meta_info", meta) : NULL;
+  if (o && g->stream && g->as_list) json_object_set_new(o, "index", json_integer(i)); /* a batch's stream */
+  return o;
+}
+
 static void group_reply(sgl_group *g) {
   eldr_worker *w = g->w;
   if (g->replied) return;
@@ -332,7 +443,10 @@ static void group_reply(sgl_group *g) {
       evhttp_send_reply_start(g->http, 200, "OK");
       g->started = 1;
     }
-    if (g->fail_code) { /* serving_completions: an abort with a status is an error chunk */
+    if (g->fail_code && g->gen) { /* http_server.py stream_results: {"error": {"message": ...}} */
+      sse_json(g->http, json_pack("{s:{s:s}}", "error", "message", g->fail_msg ? g->fail_msg : "aborted"));
+    } else if (g->gen) { /* every item's tokens went out with their own chunks */
+    } else if (g->fail_code) { /* serving_completions: an abort with a status is an error chunk */
       json_t *e = json_pack("{s:s,s:s,s:s,s:n,s:i}", "object", "error", "message", g->fail_msg ? g->fail_msg : "aborted",
                             "type", g->fail_code >= 500 ? "InternalServerError" : "BadRequestError", "param", "code",
                             g->fail_code);
@@ -357,7 +471,22 @@ static void group_reply(sgl_group *g) {
     return;
   }
   if (g->fail_code) {
-    sgl_error(g->http, g->fail_code, "%s", g->fail_msg ? g->fail_msg : "aborted");
+    if (g->gen) gen_error(g->http, g->fail_code, g->fail_msg ? g->fail_msg : "aborted");
+    else sgl_error(g->http, g->fail_code, "%s", g->fail_msg ? g->fail_msg : "aborted");
+    g->http = NULL;
+    return;
+  }
+  if (g->gen) { /* one item, or a list of them */
+    json_t *body = g->as_list ? json_array() : gen_item(g, 0, 1);
+    for (uint32_t i = 0; g->as_list && body && i < g->nitems; i++) {
+      json_t *it = gen_item(g, i, 1);
+      if (!it || json_array_append_new(body, it)) {
+        json_decref(body);
+        body = NULL;
+      }
+    }
+    if (body) eldr__w_send_json(g->http, 200, "OK", body);
+    else gen_error(g->http, 500, "cannot build the reply");
     g->http = NULL;
     return;
   }
@@ -406,6 +535,8 @@ static void group_check(sgl_group *g, const wreq *except) {
 
 /* ------------------------------------------------------------ items */
 
+static void keep_rows(sgl_group *g, const wreq *r);
+
 void eldr__sgl_token(wreq *r, uint32_t t, int last) {
   sgl_group *g = r->grp;
   if (!g) return;
@@ -413,13 +544,13 @@ void eldr__sgl_token(wreq *r, uint32_t t, int last) {
   eldr__w_token_text(r, 0, t, raw, sizeof raw);
   g->emitted[r->gidx] = t + 1;
   if (last) g->capped[r->gidx] = (uint8_t)r->capped;
-  if (!g->stream) {
+  if (!g->stream || g->gen) { /* /generate streams the whole text so far */
     size_t l = strlen(raw);
     if (eldr_grow(&g->texts[r->gidx], &g->text_cap[r->gidx], g->text_len[r->gidx] + l + 1, 1, 64) == 0) {
       memcpy(g->texts[r->gidx] + g->text_len[r->gidx], raw, l + 1);
       g->text_len[r->gidx] += l;
     }
-    return;
+    if (!g->stream) return;
   }
   if (!g->http || g->fail_code) return;
   if (!g->started) {
@@ -427,6 +558,11 @@ void eldr__sgl_token(wreq *r, uint32_t t, int last) {
     evhttp_add_header(h, "Content-Type", "text/event-stream");
     evhttp_send_reply_start(g->http, 200, "OK");
     g->started = 1;
+  }
+  if (g->gen) {
+    if (last) keep_rows(g, r); /* the capturer's rows go with the item's last chunk */
+    sse_json(g->http, gen_item(g, r->gidx, last));
+    return;
   }
   json_t *c = head_of(g, g->chat ? "chat.completion.chunk" : "text_completion");
   const char *fin = last ? (r->capped ? "length" : "stop") : NULL;
@@ -496,7 +632,7 @@ void eldr__sgl_item_release(wreq *r) {
   group_maybe_free(g);
 }
 
-void eldr__sgl_handle(eldr_worker *w, struct evhttp_request *req, int chat) {
+void eldr__sgl_handle(eldr_worker *w, struct evhttp_request *req, int chat /* SGL_API_* */) {
   struct evbuffer *in = evhttp_request_get_input_buffer(req);
   size_t blen = evbuffer_get_length(in);
   char *body = malloc(blen + 1);
@@ -512,7 +648,8 @@ void eldr__sgl_handle(eldr_worker *w, struct evhttp_request *req, int chat) {
   free(body);
   if (st) {
     w->st.requests_failed++;
-    sgl_error(req, st, "%s", err);
+    if (chat == SGL_API_GENERATE) gen_error(req, st, err);
+    else sgl_error(req, st, "%s", err);
     return;
   }
   uint32_t num = p.nprompts * p.n;
@@ -534,7 +671,9 @@ void eldr__sgl_handle(eldr_worker *w, struct evhttp_request *req, int chat) {
     sgl_error(req, 500, "out of memory");
     return;
   }
-  g->chat = chat;
+  g->chat = chat == SGL_API_CHAT;
+  g->gen = chat == SGL_API_GENERATE;
+  g->as_list = p.as_list;
   g->stream = p.stream;
   g->include_usage = p.stream && p.include_usage;
   g->return_re = p.return_re;
@@ -565,13 +704,20 @@ void eldr__sgl_handle(eldr_worker *w, struct evhttp_request *req, int chat) {
     g->live++;
     r->t_arrival = eldr_clock_now();
     r->n_choices = 1;
-    r->chat = chat;
+    r->chat = g->chat;
     r->stream = 0; /* the group streams */
     r->all_next = w->all;
     if (w->all) w->all->all_prev = r;
     w->all = r;
     size_t ntok = 0;
-    if (eldr__w_tokenize(p.prompts[pi], p.plens[pi], &r->ids, &ntok) < 0) {
+    if (p.pids && p.pids[pi]) { /* /generate's input_ids: the tokens as given */
+      if ((r->ids = malloc(p.pnids[pi] * sizeof *r->ids))) memcpy(r->ids, p.pids[pi], p.pnids[pi] * sizeof *r->ids);
+      ntok = p.pnids[pi];
+      if (!r->ids) {
+        fail = "out of memory";
+        break;
+      }
+    } else if (eldr__w_tokenize(p.prompts[pi], p.plens[pi], &r->ids, &ntok) < 0) {
       fail = "out of memory";
       break;
     }
@@ -628,7 +774,8 @@ void eldr__sgl_handle(eldr_worker *w, struct evhttp_request *req, int chat) {
   sparsed_free(&p);
   if (fail) {
     w->st.requests_failed++;
-    sgl_error(req, fail_code, "%s", fail);
+    if (g->gen) gen_error(req, fail_code, fail);
+    else sgl_error(req, fail_code, "%s", fail);
     g->replied = 1;
     g->busy = 1;
     for (uint32_t i = 0; i < num; i++)
