@@ -1,7 +1,7 @@
 /* fuzz_sgl_body.c — libFuzzer target for the SGLang leg body the router
  * builds from a client's body (serve_internal.h, eldr__sgl_items and
  * eldr__sgl_leg_body). Input: fuzz_body.h's split (the first byte picks
- * the API; the rest is the client's body). Checks: no crash, no leak, no
+ * the API, 'g' SGLang's /generate; the rest is the client's body). Checks: no crash, no leak, no
  * read past the body; an error names itself; a success is a JSON object
  * whose bootstrap_host / _port / _room are the router's alone (a scalar
  * each for one item, else arrays of the item count, every room the one
