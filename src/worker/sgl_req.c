@@ -118,7 +118,8 @@ static int sgl_parse(const eldr_worker *w, const char *body, size_t blen, int ch
       st = 500;
       BAD("out of memory");
     }
-    for (size_t i = 0; i < np; i++, o->nprompts++) {
+    for (size_t i = 0; i < np; i++) {
+      o->nprompts++; /* counted first: sparsed_free frees what entry i holds when it fails */
       json_t *e = list ? json_array_get(list, i) : t ? t : ids;
       if (t) {
         if (!json_is_string(e)) BAD("'text' must be a string or a list of strings");
