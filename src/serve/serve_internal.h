@@ -184,6 +184,16 @@ int eldr__sgl_leg_body(const char *body, size_t len, eldr__api api, const char *
 int eldr__sgl_prefill_body(const char *body, size_t len, eldr__api api, const char *host, int port,
                            const uint64_t *rooms, uint32_t nrooms, eldr__buf *out, eldr_diag *d);
 
+/* SGLang's /generate with "return_logprob": the prefill's
+ * meta_info.input_token_logprobs put in front of the decode's, as the
+ * gateway does (pd_router.rs, merge_logprobs_in_json), for one reply
+ * object, or item by item for lists of one length (a batch; the gateway
+ * merges single replies only). 0 with the decode's reply so merged into out,
+ * 1 when there is nothing to merge (either not JSON, shapes that differ, no
+ * arrays on both sides: the decode's reply stands), ELDR_ENOMEM. Pure; any
+ * thread. */
+int eldr__sgl_merge_logprobs(const char *pre, size_t pn, const char *dec, size_t dn, eldr__buf *out, eldr_diag *d);
+
 /* --pd sglang-exact: the document a patched SGLang prefill's bootstrap
  * server answers to GET /eldr/expert_counts?room=R (contrib/sglang-eldr-exact,
  * and `eldr worker --engine sglang --exact`):

@@ -320,6 +320,18 @@ static void decode_leg(rq *r, int k) {
     eldr__client_upstream_error(r, 502, OUT_UPSTREAM_ERROR, "could not send to decode worker"); /* frees the prefill leg */
 }
 
+int eldr__sglpd_reply(rq *r, const char *body, size_t n, const char **out, size_t *on) {
+  eldr__sglpd *pd = r->pd;
+  if (!pd || r->req.api != ELDR__API_GENERATE || pd->P.w || pd->P.status != 200 || !pd->P.n) return 1;
+  eldr_diag d = {{0}};
+  int rc = eldr__sgl_merge_logprobs(pd->P.buf, pd->P.n, body, n, &r->b.fix, &d);
+  if (rc < 0) eldr__logf(r->s, "request %s: input log probabilities not merged: %s", r->reqid, d.msg);
+  if (rc) return 1;
+  *out = r->b.fix.p;
+  *on = r->b.fix.n;
+  return 0;
+}
+
 void eldr__sglpd_counts(rq *r, int result, const eldr__sigres *res) {
   eldr__sglpd *pd = r->pd;
   eldr__sglx_free(pd->x);

@@ -98,6 +98,8 @@ struct sgl_group {
   struct evhttp_request *http;
   int chat, stream, include_usage, return_re, started, gone, replied;
   int gen, as_list;              /* /generate: SGLang's native reply; a list (a batch, or n > 1) */
+  int return_lp;                 /* /generate: "return_logprob": the prompt's input_token_logprobs */
+  uint32_t **lp_ids, *lp_n;      /* per prompt, with return_lp: its token ids */
   int busy;                      /* inside a walk over its items: not freed meanwhile */
   uint32_t nitems, nprompts, n;  /* items = prompts x n */
   uint32_t live;                 /* items not yet freed */

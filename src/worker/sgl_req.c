@@ -20,6 +20,7 @@ typedef struct sparsed {
   uint32_t **pids;          /* /generate's input_ids: per prompt, else NULL */
   size_t *pnids;
   int as_list;              /* /generate: the reply is a list (a batch, or n > 1) */
+  int return_lp;            /* /generate: return_logprob (true, or true for any entry) */
   uint32_t nprompts, n;
   int stream, include_usage, return_re;
   json_int_t max_tokens;
@@ -216,6 +217,16 @@ static int sgl_parse(const eldr_worker *w, const char *body, size_t blen, int ch
   if (get_bool_f(j, "stream", &o->stream) < 0) BAD("'stream' must be a boolean");
   if (gen) { /* /generate has no OpenAI fields: sampling_params.n, rid */
     if (get_bool_f(j, "return_routed_experts", &o->return_re) < 0) BAD("'return_routed_experts' must be a boolean");
+    json_t *lp = json_object_get(j, "return_logprob");
+    if (json_is_array(lp)) {
+      if (json_array_size(lp) != o->nprompts) BAD("'return_logprob' has %zu entries for %u prompts", json_array_size(lp), o->nprompts);
+      for (size_t i = 0; i < json_array_size(lp); i++) {
+        if (!json_is_boolean(json_array_get(lp, i))) BAD("'return_logprob' must be a boolean or a list of them");
+        o->return_lp |= json_is_true(json_array_get(lp, i));
+      }
+    } else if (get_bool_f(j, "return_logprob", &o->return_lp) < 0) {
+      BAD("'return_logprob' must be a boolean or a list of them");
+    }
     json_t *nv = sp ? json_object_get(sp, "n") : NULL;
     if (nv && !json_is_null(nv)) {
       if (!json_is_integer(nv) || json_integer_value(nv) < 1 || json_integer_value(nv) > MAX_N)
@@ -345,6 +356,9 @@ static void group_free(sgl_group *g) {
   free(g->capped);
   free(g->fail_msg);
   free(g->re_b64);
+  for (uint32_t p = 0; g->lp_ids && p < g->nprompts; p++) free(g->lp_ids[p]);
+  free(g->lp_ids);
+  free(g->lp_n);
   free(g);
 }
 
@@ -407,6 +421,24 @@ static json_t *head_of(const sgl_group *g, const char *object) {
                    "model", g->w->served);
 }
 
+/* meta_info.input_token_logprobs of prompt p: [logprob, token id, null] per
+ * prompt token (the text is null without return_text_in_logprobs), the
+ * first token's logprob null (nothing precedes it). A PD prefill computes
+ * them; a PD decode never ran the prompt and sends none ([]), which the
+ * gateway's merge_logprobs_in_json puts after the prefill's. The values
+ * are the emulator's: a hash of the token and its predecessor. */
+static json_t *input_logprobs(const sgl_group *g, uint32_t p) {
+  json_t *a = json_array();
+  if (!a || g->w->role == ELDR_WORKER_DECODE || !g->lp_ids || !g->lp_ids[p]) return a;
+  for (uint32_t t = 0; t < g->lp_n[p]; t++) {
+    uint32_t id = g->lp_ids[p][t];
+    uint64_t h = ((uint64_t)(t ? g->lp_ids[p][t - 1] : 0) << 32 | id) * 0x9e3779b97f4a7c15ull;
+    json_t *lp = t ? json_real(-(double)(h >> 54) / 64.0 - 1.0 / 128) : json_null(); /* exact in binary */
+    json_array_append_new(a, json_pack("[o,I,n]", lp, (json_int_t)id));
+  }
+  return a;
+}
+
 /* One item of a /generate reply (tokenizer_manager.py, _handle_batch_output's
  * out_dict: text, meta_info with id, finish_reason (FINISH_LENGTH's
  * {"type": "length", "length": max_new_tokens}, FINISH_MATCHED_TOKEN's
@@ -426,6 +458,7 @@ static json_t *gen_item(const sgl_group *g, uint32_t i, int final) {
                            "cached_tokens", 0, "weight_version", "default");
   if (meta && final && i == 0 && g->return_re && g->re_b64)
     json_object_set_new(meta, "routed_experts", json_string(g->re_b64));
+  if (meta && final && g->return_lp) json_object_set_new(meta, "input_token_logprobs", input_logprobs(g, i % g->nprompts));
   json_t *o = meta ? json_pack("{s:s,s:o}", "text", g->texts[i] ? g->texts[i] : "", "meta_info", meta) : NULL;
   if (o && g->stream && g->as_list) json_object_set_new(o, "index", json_integer(i)); /* a batch's stream */
   return o;
@@ -675,6 +708,9 @@ void eldr__sgl_handle(eldr_worker *w, struct evhttp_request *req, int chat /* SG
   g->chat = chat == SGL_API_CHAT;
   g->gen = chat == SGL_API_GENERATE;
   g->as_list = p.as_list;
+  g->return_lp = p.return_lp;
+  if (g->return_lp && (!(g->lp_ids = calloc(p.nprompts, sizeof *g->lp_ids)) || !(g->lp_n = calloc(p.nprompts, sizeof *g->lp_n))))
+    g->return_lp = 0; /* out of memory: the reply goes without them */
   g->stream = p.stream;
   g->include_usage = p.stream && p.include_usage;
   g->return_re = p.return_re;
@@ -729,6 +765,10 @@ void eldr__sgl_handle(eldr_worker *w, struct evhttp_request *req, int chat /* SG
     }
     r->n_prompt = (uint32_t)ntok;
     g->n_prompt[pi] = (uint32_t)ntok;
+    if (g->return_lp && !g->lp_ids[pi] && (g->lp_ids[pi] = malloc(ntok * sizeof **g->lp_ids))) {
+      memcpy(g->lp_ids[pi], r->ids, ntok * sizeof **g->lp_ids);
+      g->lp_n[pi] = (uint32_t)ntok;
+    }
     uint32_t want = DEFAULT_MAX_TOKENS;
     if (p.rec >= 0 && w->trace->req[p.rec].n_decode > 0) want = w->trace->req[p.rec].n_decode;
     else if (p.max_tokens > 0) want = p.max_tokens > 1 << 20 ? 1 << 20 : (uint32_t)p.max_tokens;

@@ -39,6 +39,21 @@ static void check_item(json_t *it, long want_tokens, int final) {
   else assert_true(json_is_null(fin));
 }
 
+/* meta_info.input_token_logprobs: [logprob, id, null] per prompt token,
+ * the first logprob null. */
+static void check_logprobs(json_t *it) {
+  json_t *m = json_object_get(it, "meta_info"), *lp = json_object_get(m, "input_token_logprobs");
+  check_item(it, 2, 1);
+  if (!json_is_array(lp)) fail_msg("no input_token_logprobs");
+  assert_int_equal(json_array_size(lp), json_integer_value(json_object_get(m, "prompt_tokens")));
+  assert_true(json_is_null(json_array_get(json_array_get(lp, 0), 0)));
+  for (size_t t = 1; t < json_array_size(lp); t++) {
+    json_t *e = json_array_get(lp, t);
+    assert_true(json_is_real(json_array_get(e, 0)) && json_real_value(json_array_get(e, 0)) < 0);
+    assert_true(json_is_integer(json_array_get(e, 1)));
+  }
+}
+
 static json_t *post_json(int port, const char *body) {
   tc_resp r;
   sf_post_ok(port, "/generate", body, NULL, &r);
@@ -123,6 +138,18 @@ static void test_generate_sglang(void **st) {
                           json_string_value(json_object_get(json_object_get(json_array_get(j, 1), "meta_info"), "id")));
   json_decref(j);
   assert_int_equal(rt_wait_metric(port, "eldr_sglang_prefill_total{result=\"ok\"}", 3, 10), 0);
+  /* return_logprob: the prefill's input_token_logprobs (one per prompt
+   * token, the first null) in front of the decode's (none: it never ran the
+   * prompt), one reply and a batch's items each */
+  j = post_json(port, "{\"text\":\"Log probabilities of a prompt\",\"sampling_params\":{\"max_new_tokens\":2},"
+                      "\"return_logprob\":true}");
+  check_logprobs(j);
+  json_decref(j);
+  j = post_json(port, "{\"text\":[\"first of two\",\"the second prompt is longer\"],\"sampling_params\":"
+                      "{\"max_new_tokens\":2},\"return_logprob\":[true,true]}");
+  assert_int_equal(json_array_size(j), 2);
+  for (size_t i = 0; i < 2; i++) check_logprobs(json_array_get(j, i));
+  json_decref(j);
   /* token-id prompts: a batch, and one */
   j = post_json(port, "{\"input_ids\":[[101,102,103,104,105],[201,202,203]],\"sampling_params\":{\"max_new_tokens\":3}}");
   assert_int_equal(json_array_size(j), 2);
@@ -143,7 +170,7 @@ static void test_generate_sglang(void **st) {
                                 "{\"max_new_tokens\":3},\"stream\":true}", NULL, &r);
   assert_int_equal(check_stream(r.body, 1), 2);
   tc_free(&r);
-  assert_int_equal(rt_wait_metric(port, "eldr_sglang_prefill_total{result=\"ok\"}", 7, 10), 0);
+  assert_int_equal(rt_wait_metric(port, "eldr_sglang_prefill_total{result=\"ok\"}", 9, 10), 0);
   assert_int_equal(rt_metric(port, "eldr_sglang_prefill_total{result=\"failed\"}"), 0);
   assert_int_equal(rt_metric(port, "eldr_sglang_prefill_total{result=\"abandoned\"}"), 0);
   /* bad bodies: a 400 naming what is wrong, and no worker sees them */

@@ -186,6 +186,36 @@ static void test_generate(void **st) {
   assert_non_null(strstr(d.msg, "'n'"));
 }
 
+/* The prefill's meta_info.input_token_logprobs in front of the decode's,
+ * one reply or item by item; anything else leaves the decode's reply. */
+static void test_merge_logprobs(void **st) {
+  (void)st;
+  const char *pre = "{\"text\":\" a\",\"meta_info\":{\"input_token_logprobs\":[[null,5,null],[-1.5,6,null]]}}";
+  const char *dec = "{\"text\":\" a b\",\"meta_info\":{\"id\":\"x\",\"input_token_logprobs\":[[-0.25,7,null]]}}";
+  eldr__buf b = {0};
+  eldr_diag d = {{0}};
+  assert_int_equal(eldr__sgl_merge_logprobs(pre, strlen(pre), dec, strlen(dec), &b, &d), 0);
+  assert_string_equal(b.p, "{\"text\":\" a b\",\"meta_info\":{\"id\":\"x\",\"input_token_logprobs\":"
+                           "[[null,5,null],[-1.5,6,null],[-0.25,7,null]]}}");
+  char lp[600], ld[600];
+  snprintf(lp, sizeof lp, "[%s,%s]", pre, pre);
+  snprintf(ld, sizeof ld, "[%s,%s]", dec, dec);
+  assert_int_equal(eldr__sgl_merge_logprobs(lp, strlen(lp), ld, strlen(ld), &b, &d), 0);
+  json_t *j = json_loads(b.p, 0, NULL);
+  for (size_t i = 0; i < 2; i++)
+    assert_int_equal(json_array_size(json_object_get(json_object_get(json_array_get(j, i), "meta_info"),
+                                                     "input_token_logprobs")), 3);
+  json_decref(j);
+  /* nothing to merge: the decode has none, shapes differ, not JSON */
+  const char *none = "{\"text\":\"\",\"meta_info\":{}}";
+  assert_int_equal(eldr__sgl_merge_logprobs(pre, strlen(pre), none, strlen(none), &b, &d), 1);
+  assert_int_equal(eldr__sgl_merge_logprobs(lp, strlen(lp), dec, strlen(dec), &b, &d), 1);
+  snprintf(lp, sizeof lp, "[%s]", pre);
+  assert_int_equal(eldr__sgl_merge_logprobs(lp, strlen(lp), ld, strlen(ld), &b, &d), 1);
+  assert_int_equal(eldr__sgl_merge_logprobs("{", 1, dec, strlen(dec), &b, &d), 1);
+  eldr__buf_free(&b);
+}
+
 static void test_errors(void **st) {
   (void)st;
   uint64_t rooms[2] = {1, 2}, big = (uint64_t)INT64_MAX + 1;
@@ -222,6 +252,7 @@ int main(void) {
       cmocka_unit_test(test_single),
       cmocka_unit_test(test_arrays),
       cmocka_unit_test(test_generate),
+      cmocka_unit_test(test_merge_logprobs),
       cmocka_unit_test(test_errors),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
