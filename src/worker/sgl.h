@@ -26,6 +26,12 @@
  *    (DecodePreallocQueue), registers for its room and waits for the KV
  *    (DecodeTransferQueue), then emits the prefill's first token at once and
  *    generates the rest in the continuous batch.
+ *  - Routes: the OpenAI ones and SGLang's native POST /generate
+ *    (GenerateReqInput: text or input_ids, a list a batch, sampling_params
+ *    with max_new_tokens and n; the reply per item {text, meta_info}, a
+ *    list for a batch or n > 1, streamed as data: events of the text so
+ *    far; errors {"error": {"message"}}: http_server.py generate_request,
+ *    tokenizer_manager.py _handle_batch_output).
  *  - Role both: not disaggregated (--disaggregation-mode null): prefill
  *    then decode locally, SGLang's reply format.
  *

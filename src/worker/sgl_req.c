@@ -1,5 +1,6 @@
 /* sgl_req.c — the emulated SGLang engine's HTTP requests (sgl.h): an
- * OpenAI-format body read as SGLang's serving layer reads it (a batch of
+ * OpenAI-format body, or a native /generate body (GenerateReqInput), read
+ * as SGLang's serving layer reads it (a batch of
  * prompts, n samples, the bootstrap fields normalised as
  * GenerateReqInput._normalize_bootstrap_params does), its B x n items, and
  * the replies in SGLang's format (serving_completions.py / serving_chat.py:
@@ -51,14 +52,6 @@ static void sgl_error(struct evhttp_request *req, int code, const char *fmt, ...
   va_end(ap);
   const char *type = code == 404 ? "NotFoundError" : code >= 500 ? "InternalServerError" : "BadRequestError";
   json_t *e = json_pack("{s:s,s:s,s:s,s:n,s:i}", "object", "error", "message", msg, "type", type, "param", "code", code);
-  eldr__w_send_json(req, code, code >= 500 ? "Internal Server Error" : code == 404 ? "Not Found" : "Bad Request",
-                    e ? e : json_object());
-}
-
-/* /generate's errors (http_server.py, generate_request's ValueError):
- * {"error": {"message": ...}} with the status. */
-static void gen_error(struct evhttp_request *req, int code, const char *msg) {
-  json_t *e = json_pack("{s:{s:s}}", "error", "message", msg);
   eldr__w_send_json(req, code, code >= 500 ? "Internal Server Error" : code == 404 ? "Not Found" : "Bad Request",
                     e ? e : json_object());
 }
@@ -421,49 +414,6 @@ static json_t *head_of(const sgl_group *g, const char *object) {
                    "model", g->w->served);
 }
 
-/* meta_info.input_token_logprobs of prompt p: [logprob, token id, null] per
- * prompt token (the text is null without return_text_in_logprobs), the
- * first token's logprob null (nothing precedes it). A PD prefill computes
- * them; a PD decode never ran the prompt and sends none ([]), which the
- * gateway's merge_logprobs_in_json puts after the prefill's. The values
- * are the emulator's: a hash of the token and its predecessor. */
-static json_t *input_logprobs(const sgl_group *g, uint32_t p) {
-  json_t *a = json_array();
-  if (!a || g->w->role == ELDR_WORKER_DECODE || !g->lp_ids || !g->lp_ids[p]) return a;
-  for (uint32_t t = 0; t < g->lp_n[p]; t++) {
-    uint32_t id = g->lp_ids[p][t];
-    uint64_t h = ((uint64_t)(t ? g->lp_ids[p][t - 1] : 0) << 32 | id) * 0x9e3779b97f4a7c15ull;
-    json_t *lp = t ? json_real(-(double)(h >> 54) / 64.0 - 1.0 / 128) : json_null(); /* exact in binary */
-    json_array_append_new(a, json_pack("[o,I,n]", lp, (json_int_t)id));
-  }
-  return a;
-}
-
-/* One item of a /generate reply (tokenizer_manager.py, _handle_batch_output's
- * out_dict: text, meta_info with id, finish_reason (FINISH_LENGTH's
- * {"type": "length", "length": max_new_tokens}, FINISH_MATCHED_TOKEN's
- * {"type": "stop", "matched": ...}; null while streaming), prompt_tokens,
- * completion_tokens, cached_tokens; routed_experts, from the capturer, the
- * first item's only here). Its text is the whole output so far (SGLang's
- * default, without --incremental-streaming-output). */
-static json_t *gen_item(const sgl_group *g, uint32_t i, int final) {
-  char id[100];
-  if (g->as_list) snprintf(id, sizeof id, "%s_%u", g->rid, i);
-  else snprintf(id, sizeof id, "%s", g->rid);
-  json_t *fin = !final ? json_null()
-                : g->capped[i] ? json_pack("{s:s,s:I}", "type", "length", "length", (json_int_t)g->emitted[i])
-                               : json_pack("{s:s,s:n}", "type", "stop", "matched");
-  json_t *meta = json_pack("{s:s,s:o,s:I,s:I,s:i,s:s}", "id", id, "finish_reason", fin, "prompt_tokens",
-                           (json_int_t)g->n_prompt[i % g->nprompts], "completion_tokens", (json_int_t)g->emitted[i],
-                           "cached_tokens", 0, "weight_version", "default");
-  if (meta && final && i == 0 && g->return_re && g->re_b64)
-    json_object_set_new(meta, "routed_experts", json_string(g->re_b64));
-  if (meta && final && g->return_lp) json_object_set_new(meta, "input_token_logprobs", input_logprobs(g, i % g->nprompts));
-  json_t *o = meta ? json_pack("{s:s,s:o}", "text", g->texts[i] ? g->texts[i] : "", "meta_info", meta) : NULL;
-  if (o && g->stream && g->as_list) json_object_set_new(o, "index", json_integer(i)); /* a batch's stream */
-  return o;
-}
-
 static void group_reply(sgl_group *g) {
   eldr_worker *w = g->w;
   if (g->replied) return;
@@ -505,22 +455,22 @@ static void group_reply(sgl_group *g) {
     return;
   }
   if (g->fail_code) {
-    if (g->gen) gen_error(g->http, g->fail_code, g->fail_msg ? g->fail_msg : "aborted");
+    if (g->gen) eldr__sgl_gen_error(g->http, g->fail_code, g->fail_msg ? g->fail_msg : "aborted");
     else sgl_error(g->http, g->fail_code, "%s", g->fail_msg ? g->fail_msg : "aborted");
     g->http = NULL;
     return;
   }
   if (g->gen) { /* one item, or a list of them */
-    json_t *body = g->as_list ? json_array() : gen_item(g, 0, 1);
+    json_t *body = g->as_list ? json_array() : eldr__sgl_gen_item(g, 0, 1);
     for (uint32_t i = 0; g->as_list && body && i < g->nitems; i++) {
-      json_t *it = gen_item(g, i, 1);
+      json_t *it = eldr__sgl_gen_item(g, i, 1);
       if (!it || json_array_append_new(body, it)) {
         json_decref(body);
         body = NULL;
       }
     }
     if (body) eldr__w_send_json(g->http, 200, "OK", body);
-    else gen_error(g->http, 500, "cannot build the reply");
+    else eldr__sgl_gen_error(g->http, 500, "cannot build the reply");
     g->http = NULL;
     return;
   }
@@ -595,7 +545,7 @@ void eldr__sgl_token(wreq *r, uint32_t t, int last) {
   }
   if (g->gen) {
     if (last) keep_rows(g, r); /* the capturer's rows go with the item's last chunk */
-    sse_json(g->http, gen_item(g, r->gidx, last));
+    sse_json(g->http, eldr__sgl_gen_item(g, r->gidx, last));
     return;
   }
   json_t *c = head_of(g, g->chat ? "chat.completion.chunk" : "text_completion");
@@ -682,7 +632,7 @@ void eldr__sgl_handle(eldr_worker *w, struct evhttp_request *req, int chat /* SG
   free(body);
   if (st) {
     w->st.requests_failed++;
-    if (chat == SGL_API_GENERATE) gen_error(req, st, err);
+    if (chat == SGL_API_GENERATE) eldr__sgl_gen_error(req, st, err);
     else sgl_error(req, st, "%s", err);
     return;
   }
@@ -815,7 +765,7 @@ void eldr__sgl_handle(eldr_worker *w, struct evhttp_request *req, int chat /* SG
   sparsed_free(&p);
   if (fail) {
     w->st.requests_failed++;
-    if (g->gen) gen_error(req, fail_code, fail);
+    if (g->gen) eldr__sgl_gen_error(req, fail_code, fail);
     else sgl_error(req, fail_code, "%s", fail);
     g->replied = 1;
     g->busy = 1;

@@ -179,6 +179,11 @@ typedef struct preq {
 /* sgl_req.c, sgl_boot.c: the SGLang engine (sgl.h) */
 /* api: 0 /v1/completions, 1 /v1/chat/completions, 2 /generate (SGL_API_*) */
 void eldr__sgl_handle(eldr_worker *w, struct evhttp_request *req, int api);
+/* sgl_gen.c: /generate's item i (final: with its finish_reason, routed
+ * experts and input log probabilities; a new reference, NULL without
+ * memory) and its error body */
+json_t *eldr__sgl_gen_item(const sgl_group *g, uint32_t i, int final);
+void eldr__sgl_gen_error(struct evhttp_request *req, int code, const char *msg);
 /* the body checks of eldr__sgl_handle alone (eldr__worker_check_request) */
 int eldr__sgl_check_request(const eldr_worker *w, const char *body, size_t len, int api, char *err, size_t errcap);
 void eldr__sgl_token(wreq *r, uint32_t t, int last);     /* token t of item r (last: its end) */
