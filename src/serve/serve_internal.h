@@ -164,7 +164,8 @@ void eldr__req_free(eldr__req *r);
  * bootstrap_room set by the router, as SGLang's gateway does
  * (inject_bootstrap_into_value), any the client sent replaced. Items: a
  * completion's prompts (B: an array of strings or of token-id arrays, else
- * 1) x n; one item: scalars; more: arrays of that length, a room each
+ * 1) x n; a /generate body's (B: a "text" list or an "input_ids" list of
+ * lists) x sampling_params.n; one item: scalars; more: arrays of that length, a room each
  * (the gateway sends B rooms for a batch, which SGLang repeats n times, so
  * that the samples of one prompt share a room; one per item never does).
  * eldr__sgl_items: the item count, or ELDR_EPARSE (not JSON) / ELDR_EINVAL

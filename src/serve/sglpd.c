@@ -35,6 +35,11 @@
  *             the request. A prefill that fails while sglang-exact waits for
  *             its counts ends the poll; no decode leg is ever sent.
  *
+ *   routes    /v1/completions, /v1/chat/completions and SGLang's native
+ *             /generate alike (path_of: the legs go to the client's route);
+ *             a whole /generate reply gets the prefill's input log
+ *             probabilities in front of the decode's (eldr__sglpd_reply)
+ *
  * Ownership: r->pd is r's (eldr__sglpd_free, from eldr__rq_free); the
  * prefill leg holds one in-flight reference on its worker while it runs.
  * Loop thread only. */
