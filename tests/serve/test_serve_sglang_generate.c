@@ -9,6 +9,7 @@
  * counts in sglang-exact); bad bodies refused with a 400 naming the field
  * before any worker sees them; /generate refused in the vLLM flow; the
  * emulated worker's own /generate errors in SGLang's form. */
+#include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -21,7 +22,9 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "eldr/trace.h"
 #include "sgl_rig.h"
+#include "support/proc.h"
 
 /* A /generate item as SGLang's tokenizer manager sends it: text, and
  * meta_info with id, finish_reason {"type": "length", ...} when final,
@@ -237,6 +240,51 @@ static void test_generate_exact(void **st) {
   rig_end(&g, art);
 }
 
+/* --record: a /generate request is recorded as the OpenAI routes' are,
+ * the prefill's counts over the prompt's tokens and the decode's output
+ * tokens (a batch's summed over its items, as usage sums choices). */
+static void test_generate_record(void **st) {
+  (void)st;
+  sf_rig g;
+  char *art;
+  rig_start(&g, 1, &art);
+  char dir[128];
+  snprintf(dir, sizeof dir, "/tmp/eldr_test_sglgenrec_%d", (int)getpid());
+  assert_int_equal(eldr_test_rmtree(dir), 0);
+  g.c.record_dir = strdup(dir);
+  g.c.record_sample = 1;
+  sf_run(&g);
+  int port = g.r.port;
+  char body[2048];
+  snprintf(body, sizeof body, "{\"text\":\"%s\",\"sampling_params\":{\"max_new_tokens\":4}}", LONG_PROMPT);
+  json_t *j = post_json(port, body);
+  long pt = (long)json_integer_value(json_object_get(json_object_get(j, "meta_info"), "prompt_tokens"));
+  json_decref(j);
+  j = post_json(port, "{\"text\":[\"a recorded batch\",\"of two prompts\"],\"sampling_params\":{\"max_new_tokens\":3}}");
+  json_decref(j);
+  assert_int_equal(rt_wait_metric(port, "eldr_sglang_prefill_total{result=\"ok\"}", 2, 10), 0);
+  sf_free(&g); /* the recorder writes what is queued and closes */
+  DIR *dd = opendir(dir);
+  assert_non_null(dd);
+  struct dirent *de;
+  char path[512] = "";
+  while ((de = readdir(dd)))
+    if (strstr(de->d_name, ".jsonl")) snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+  closedir(dd);
+  eldr_trace *t = NULL;
+  eldr_diag d = {{0}};
+  if (eldr_trace_load(path, &t, &d)) fail_msg("record %s: %s", path, d.msg);
+  assert_int_equal(t->n, 2);
+  assert_int_equal(t->req[0].n_prefill, (uint32_t)pt);
+  assert_non_null(t->req[0].prefill_counts);
+  assert_int_equal(t->req[0].n_decode, 4);
+  assert_int_equal(t->req[1].n_decode, 2 * 3);
+  eldr_trace_free(t);
+  assert_int_equal(eldr_test_rmtree(dir), 0);
+  unlink(art);
+  free(art);
+}
+
 /* The vLLM flow has no native API: /generate is a 404 saying which modes
  * serve it. The emulated SGLang worker's own /generate errors are SGLang's
  * ({"error": {"message": ...}}): a prefill without a room, a bad body. */
@@ -269,6 +317,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_generate_sglang),
       cmocka_unit_test(test_generate_exact),
+      cmocka_unit_test(test_generate_record),
       cmocka_unit_test(test_generate_refusals),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
