@@ -1,6 +1,6 @@
 /* fuzz_req_scan.c — the client request read by the byte scanner
  * (src/serve/reqscan.c) against the jansson path. Input: a client body
- * (first byte picks completions/chat). Whatever the scanner takes, jansson
+ * (fuzz_body.h: the first byte picks completions, chat or /generate). Whatever the scanner takes, jansson
  * takes too, with the same fields (stream, return_routed_experts,
  * prompt_logprobs, the prompt's text or token ids) and the same leg bodies
  * (the prefill and decode requests cut from the scanned request equal the

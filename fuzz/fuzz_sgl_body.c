@@ -1,11 +1,13 @@
 /* fuzz_sgl_body.c — libFuzzer target for the SGLang leg body the router
  * builds from a client's body (serve_internal.h, eldr__sgl_items and
  * eldr__sgl_leg_body). Input: fuzz_body.h's split (the first byte picks
- * the API; the rest is the client's body). Checks: no crash, no leak, no
+ * the API, 'g' SGLang's /generate; the rest is the client's body). Checks: no crash, no leak, no
  * read past the body; an error names itself; a success is a JSON object
  * whose bootstrap_host / _port / _room are the router's alone (a scalar
  * each for one item, else arrays of the item count, every room the one
- * given), whatever bootstrap fields the client sent. Else abort. */
+ * given), whatever bootstrap fields the client sent. With 'g' (/generate)
+ * and a newline, also the merge of a prefill's input log probabilities
+ * into a decode's reply (merge, below). Else abort. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,9 +25,32 @@ static int ours(json_t *v, const char *host, int port, const uint64_t *rooms, ui
   return n == 1 ? !json_is_array(v) : json_is_array(v) && json_array_size(v) == n;
 }
 
+/* The body read as a prefill's reply and a decode's, split at its first
+ * newline: their input log probabilities merged (eldr__sgl_merge_logprobs)
+ * or left (1); a merge is JSON of the decode's shape. */
+static void merge(const char *b, size_t n) {
+  const char *nl = memchr(b, '\n', n);
+  if (!nl) return;
+  eldr__buf out = {0};
+  eldr_diag d = {{0}};
+  size_t pn = (size_t)(nl - b);
+  int rc = eldr__sgl_merge_logprobs(b, pn, nl + 1, n - pn - 1, &out, &d);
+  if (rc == 0) {
+    json_t *j = json_loadb(out.p, out.n, 0, NULL), *q = json_loadb(nl + 1, n - pn - 1, 0, NULL);
+    if (!j || !q || json_typeof(j) != json_typeof(q) || (json_is_array(j) && json_array_size(j) != json_array_size(q)))
+      abort();
+    json_decref(j);
+    json_decref(q);
+  } else if (rc != 1 && !d.msg[0]) {
+    abort();
+  }
+  eldr__buf_free(&out);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   eldr_fuzz_body in;
   if (eldr_fuzz_body_split(data, size, &in)) return 0;
+  if (in.api == ELDR__API_GENERATE) merge(in.body, in.len);
   uint32_t items = 0;
   eldr_diag d = {{0}};
   int rc = eldr__sgl_items(in.body, in.len, in.api, &items, &d);

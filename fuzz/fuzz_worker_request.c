@@ -42,7 +42,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   eldr_fuzz_body in;
   if (eldr_fuzz_body_split(data, size, &in)) return 0;
   char err[320];
-  int st = eldr__worker_check_request(w, in.body, in.len, in.api == ELDR__API_CHAT, err, sizeof err);
+  int st = eldr__worker_check_request(w, in.body, in.len, (int)in.api, err, sizeof err);
   if (st != 0 && ((st < 400 || st > 599) || !err[0])) abort();
   return 0;
 }

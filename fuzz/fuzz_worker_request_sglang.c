@@ -42,7 +42,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   for (int k = 0; k < 2; k++) {
     char err[320];
     err[0] = 0;
-    int st = eldr__worker_check_request(worker(roles[k]), in.body, in.len, in.api == ELDR__API_CHAT, err, sizeof err);
+    int st = eldr__worker_check_request(worker(roles[k]), in.body, in.len, (int)in.api, err, sizeof err);
     if (st != 0 && ((st < 400 || st > 599) || !err[0])) abort();
   }
   return 0;

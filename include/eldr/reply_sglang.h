@@ -61,7 +61,8 @@ int eldr_sglang_experts_read(const char *b64, size_t len, const eldr_sglang_opts
  * tree: "sglext": {"routed_experts": "<base64>"} at the top of an
  * OpenAI-format reply or streamed chunk (serving_completions.py /
  * serving_chat.py; protocol.py SglExt), or meta_info.routed_experts of a
- * /generate reply. The rows are o->rows, or when that is 0 the reply's
+ * /generate reply (a batched /generate reply, a JSON list of items: its
+ * first item's). The rows are o->rows, or when that is 0 the reply's
  * usage.prompt_tokens (meta_info.prompt_tokens), as SGLang's PD prefill
  * sends the prompt's rows (docs/sglang.md "Routed experts"); *rows
  * receives the rows used. A string with JSON escapes is decoded first
@@ -69,7 +70,8 @@ int eldr_sglang_experts_read(const char *b64, size_t len, const eldr_sglang_opts
  * reads it), 1 (the reply has no routed experts: the member absent or
  * null), or an ELDR_E* code with *why: not_json (not a JSON object),
  * bad_type (the member not a string, no usable prompt_tokens when o->rows
- * is 0, sglext not an object), or eldr_sglang_experts_read's reasons. */
+ * is 0, sglext not an object), or eldr_sglang_experts_read's reasons; a
+ * list whose first item is not an object is not_json. */
 int eldr_sglang_reply_experts(const char *doc, size_t n, const eldr_sglang_opts *o, uint8_t **buf, size_t *cap,
                               uint32_t *hidden, size_t *rows, uint32_t *counts, eldr_re_reason *why, eldr_diag *d);
 

@@ -142,7 +142,18 @@ int eldr_sglang_reply_experts(const char *doc, size_t n, const eldr_sglang_opts 
                                         {{"meta_info", "prompt_tokens", NULL}}};
   eldr_js_span f[5], root;
   eldr_diag d2 = {{0}};
-  if (eldr_js_scan(doc, n, paths, 5, f, &root, &d2) || root.type != ELDR_JS_OBJECT) {
+  int src = eldr_js_scan(doc, n, paths, 5, f, &root, &d2);
+  if (!src && root.type == ELDR_JS_ARRAY) {
+    /* a batched /generate reply: a list of items; the first item's rows */
+    eldr_js_iter it;
+    eldr_js_span e0;
+    eldr_js_iter_array(&it, doc, root);
+    if (eldr_js_next_elem(&it, &e0) && e0.type == ELDR_JS_OBJECT)
+      return eldr_sglang_reply_experts(doc + e0.off, e0.len, o, buf, cap, hidden, rows, counts, why, d);
+    *why = ELDR_RE_NOT_JSON;
+    return eldr_diag_fail(d, ELDR_EPARSE, "SGLang reply: a list whose first item is not a JSON object");
+  }
+  if (src || root.type != ELDR_JS_OBJECT) {
     *why = ELDR_RE_NOT_JSON;
     return eldr_diag_fail(d, ELDR_EPARSE, "SGLang reply: not a JSON object%s%s", d2.msg[0] ? ": " : "", d2.msg);
   }

@@ -344,6 +344,17 @@ static void dispatch(hconn *c, const char *body, size_t len) {
     eldr__handle_completion(c, p[4] == 'c' && p[5] == 'h' ? ELDR__API_CHAT : ELDR__API_COMPLETIONS, body, len);
     return;
   }
+  if (!strcmp(p, "/generate")) { /* SGLang's native API: its PD flows only */
+    if (m != ELDR__M_POST) goto bad_method;
+    if (s->cfg.pd == ELDR_PD_VLLM) {
+      s->m.bad[BAD_PATH]++;
+      eldr__send_error(c, 404, "invalid_request_error", "/generate (SGLang's native API) is served with --pd sglang or "
+                                             "sglang-exact; this router runs vLLM's flow (the OpenAI routes)");
+      return;
+    }
+    eldr__handle_completion(c, ELDR__API_GENERATE, body, len);
+    return;
+  }
   if (!strcmp(p, "/health")) {
     if (m != ELDR__M_GET && m != ELDR__M_HEAD) goto bad_method;
     eldr__handle_health(c);

@@ -512,6 +512,13 @@ void eldr__decode_finish(rq *r) {
     if (rc != ELDR_ENOTFOUND && !s->logged_splice++)
       eldr__logf(s, "request %s: decode reply relayed as the decoder sent it (logged once): %s", r->reqid, d.msg);
   }
+  const char *merged;
+  size_t ml;
+  if (code == 200 && L->n && r->pd && eldr__sglpd_reply(r, L->buf, L->n, &merged, &ml) == 0) {
+    eldr__rq_finish_metrics(r, OUT_OK); /* SGLang's /generate: the prefill's input log probabilities in front */
+    eldr__send_body(r->c, 200, "application/json", merged, ml, NULL); /* frees r */
+    return;
+  }
   if (code == 200 && L->n) eldr__watch_decode_reply(r, L->buf, L->n);
   relay(r); /* frees r */
 }

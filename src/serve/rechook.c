@@ -255,6 +255,22 @@ void eldr__record_finish(rq *r, int status) {
   if (r->al_events > 1 && r->L.streaming) it->tpot_ms = (r->al_last - r->al_first) * 1e3 / (r->al_events - 1);
 }
 
+/* SGLang's /generate reply: its items' meta_info.completion_tokens summed
+ * (a batch's list, as usage.completion_tokens sums a completion's
+ * choices), or prev when it has none. */
+static int64_t generate_output_tokens(const char *p, size_t n, int64_t prev) {
+  json_t *j = json_loadb(p, n, 0, NULL);
+  int64_t sum = -1;
+  size_t k = json_is_array(j) ? json_array_size(j) : 1;
+  for (size_t i = 0; j && i < k; i++) {
+    json_t *ct = json_object_get(json_object_get(json_is_array(j) ? json_array_get(j, i) : j, "meta_info"),
+                                 "completion_tokens");
+    if (json_is_integer(ct) && json_integer_value(ct) >= 0) sum = (sum < 0 ? 0 : sum) + json_integer_value(ct);
+  }
+  json_decref(j);
+  return sum < 0 ? prev : sum;
+}
+
 void eldr__record_submit(rq *r) {
   eldr_server *s = r->s;
   eldr__rec_item *it = r->rec;
@@ -269,6 +285,7 @@ void eldr__record_submit(rq *r) {
   /* handed over, not copied: the request is being freed */
   leg *L = &r->L;
   if (L->kind == LEG_DECODE && !L->streaming && L->status == 200 && L->n && L->buf) {
+    if (r->req.api == ELDR__API_GENERATE) it->output_tokens = generate_output_tokens(L->buf, L->n, it->output_tokens);
     it->decode_body = L->buf;
     it->decode_len = L->n;
     it->bytes += L->cap;

@@ -202,6 +202,7 @@ static int messages_text(const char *doc, eldr_js_span m, tbuf *t) {
 
 int eldr__req_scan(const char *body, size_t len, eldr__api api, eldr__req *out) {
   eldr_js_span f[F__N], root;
+  if (api == ELDR__API_GENERATE) return 1; /* SGLang's /generate: the tree path reads it */
   if (eldr_js_scan(body, len, FIELDS, F__N, f, &root, NULL) || root.type != ELDR_JS_OBJECT) return 1;
   if (fields_ok(body, f)) return 1;
   /* the text is never longer than the body; raw is the body and its NUL */

@@ -119,6 +119,84 @@ static int content_text(json_t *content, sbuf *b, eldr_diag *d) {
   return 0;
 }
 
+/* SGLang's native /generate body (managers/io_struct.py, GenerateReqInput
+ * and its _validate_inputs / _normalize_*): "text" (a string or a batch of
+ * strings) or "input_ids" (token ids, or a batch of id lists), exactly one;
+ * "sampling_params" an object (max_new_tokens, n) or one object per batch
+ * entry; "return_logprob" a boolean or one per entry. The prompt's text (a
+ * batch's joined by newlines, as a completion's) or ids (one id prompt;
+ * a batch of id prompts is validated only, as a completion's) into b / out. */
+static int generate_prompt(json_t *root, eldr__req *out, sbuf *b, eldr_diag *d) {
+  json_t *text = json_object_get(root, "text"), *ids = json_object_get(root, "input_ids");
+  if (json_is_null(text)) text = NULL;
+  if (json_is_null(ids)) ids = NULL;
+  if (json_object_get(root, "input_embeds") && !json_is_null(json_object_get(root, "input_embeds")))
+    return bad(d, "field '%s' is not served by the router (give text or input_ids)", "input_embeds");
+  if (!text == !ids)
+    return eldr_diag_fail(d, ELDR_EINVAL, "exactly one of 'text' and 'input_ids' must be given (GenerateReqInput: "
+                                          "\"Either text, input_ids or input_embeds should be provided.\")");
+  size_t nb = 1;
+  if (text) {
+    if (json_is_string(text)) {
+      if (sb_add(b, json_string_value(text), json_string_length(text))) return ELDR_ENOMEM;
+    } else if (json_is_array(text) && json_array_size(text) > 0) {
+      size_t i;
+      json_t *e;
+      nb = json_array_size(text);
+      json_array_foreach(text, i, e) {
+        if (!json_is_string(e)) return bad(d, "field '%s' must be a string or a non-empty array of strings", "text");
+        if ((i && sb_add(b, "\n", 1)) || sb_add(b, json_string_value(e), json_string_length(e))) return ELDR_ENOMEM;
+      }
+    } else {
+      return bad(d, "field '%s' must be a string or a non-empty array of strings", "text");
+    }
+  } else {
+    const char *msg = "field '%s' must be a non-empty array of token ids (0..2^32-1) or of such arrays";
+    size_t n = json_array_size(ids), i, j;
+    json_t *e, *x;
+    if (!json_is_array(ids) || !n) return bad(d, msg, "input_ids");
+    if (json_is_array(json_array_get(ids, 0))) { /* a batch of id prompts: validated only */
+      nb = n;
+      json_array_foreach(ids, i, e) {
+        if (!json_is_array(e) || !json_array_size(e)) return bad(d, msg, "input_ids");
+        json_array_foreach(e, j, x) if (!json_is_integer(x) || json_integer_value(x) < 0 ||
+                                        json_integer_value(x) > (json_int_t)UINT32_MAX) return bad(d, msg, "input_ids");
+      }
+    } else {
+      if (!(out->ids = malloc(n * sizeof *out->ids))) return ELDR_ENOMEM;
+      out->ids_cap = n;
+      json_array_foreach(ids, i, e) {
+        if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) > (json_int_t)UINT32_MAX)
+          return bad(d, msg, "input_ids");
+        out->ids[i] = (uint32_t)json_integer_value(e);
+      }
+      out->n_ids = n;
+    }
+  }
+  json_t *sp = json_object_get(root, "sampling_params");
+  if (sp && !json_is_null(sp)) {
+    size_t n = json_is_array(sp) ? json_array_size(sp) : 1, i;
+    if (!json_is_object(sp) && !(json_is_array(sp) && n == nb))
+      return eldr_diag_fail(d, ELDR_EINVAL, "field 'sampling_params' must be an object, or an array of %zu objects "
+                                            "(one per batch entry)", nb);
+    for (i = 0; i < n; i++) {
+      json_t *o = json_is_array(sp) ? json_array_get(sp, i) : sp;
+      if (!json_is_object(o)) return bad(d, "field '%s' must be an object", "sampling_params[]");
+      json_t *v = json_object_get(o, "max_new_tokens");
+      if (v && !json_is_null(v) && (!json_is_integer(v) || json_integer_value(v) < 0))
+        return bad(d, "field '%s' must be a non-negative integer", "sampling_params.max_new_tokens");
+      v = json_object_get(o, "n");
+      if (v && !json_is_null(v) && (!json_is_integer(v) || json_integer_value(v) < 1))
+        return bad(d, "field '%s' must be a positive integer", "sampling_params.n");
+    }
+  }
+  json_t *lp = json_object_get(root, "return_logprob");
+  if (lp && !json_is_null(lp) && !json_is_boolean(lp) && !(json_is_array(lp) && json_array_size(lp) == nb))
+    return eldr_diag_fail(d, ELDR_EINVAL, "field 'return_logprob' must be a boolean, or an array of %zu (one per "
+                                          "batch entry)", nb);
+  return 0;
+}
+
 void eldr__req_free(eldr__req *r) {
   if (!r) return;
   json_decref(r->root);
@@ -198,12 +276,19 @@ int eldr__req_parse_tree(const char *body, size_t len, eldr__api api, eldr__req 
     rc = bad(d, "field '%s' must be an object", "kv_transfer_params");
     goto fail;
   }
-  if ((rc = optional_int(root, "max_tokens", d)) || (rc = optional_int(root, "max_completion_tokens", d)) ||
+  if (api == ELDR__API_GENERATE) {
+    if ((rc = generate_prompt(root, out, &b, d))) {
+      if (rc == ELDR_ENOMEM) goto nomem;
+      goto fail;
+    }
+  } else if ((rc = optional_int(root, "max_tokens", d)) || (rc = optional_int(root, "max_completion_tokens", d)) ||
       (rc = optional_int(root, "min_tokens", d)) || (rc = optional_int(root, "n", d)) ||
       (rc = optional_int(root, "prompt_logprobs", d)) || (rc = optional_int(root, "top_logprobs", d)) ||
       (rc = decoder_rules(root, out->stream, d)))
     goto fail;
-  if (api == ELDR__API_COMPLETIONS) {
+  if (api == ELDR__API_GENERATE) {
+    /* read above */
+  } else if (api == ELDR__API_COMPLETIONS) {
     json_t *p = json_object_get(root, "prompt");
     if (!p) {
       rc = eldr_diag_fail(d, ELDR_EINVAL, "missing field 'prompt'");

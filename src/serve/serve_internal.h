@@ -118,7 +118,9 @@ void eldr__buf_free(eldr__buf *b);
 
 /* ---- client request --------------------------------------------------------- */
 
-typedef enum eldr__api { ELDR__API_COMPLETIONS = 0, ELDR__API_CHAT } eldr__api;
+/* GENERATE: SGLang's native POST /generate (GenerateReqInput), served in
+ * the SGLang flows only (--pd sglang, sglang-exact; docs/sglang.md). */
+typedef enum eldr__api { ELDR__API_COMPLETIONS = 0, ELDR__API_CHAT, ELDR__API_GENERATE } eldr__api;
 
 typedef struct eldr__req {
   json_t *root;     /* owned: the client's body as a tree; NULL when the scanner read it */
@@ -162,7 +164,8 @@ void eldr__req_free(eldr__req *r);
  * bootstrap_room set by the router, as SGLang's gateway does
  * (inject_bootstrap_into_value), any the client sent replaced. Items: a
  * completion's prompts (B: an array of strings or of token-id arrays, else
- * 1) x n; one item: scalars; more: arrays of that length, a room each
+ * 1) x n; a /generate body's (B: a "text" list or an "input_ids" list of
+ * lists) x sampling_params.n; one item: scalars; more: arrays of that length, a room each
  * (the gateway sends B rooms for a batch, which SGLang repeats n times, so
  * that the samples of one prompt share a room; one per item never does).
  * eldr__sgl_items: the item count, or ELDR_EPARSE (not JSON) / ELDR_EINVAL
@@ -181,6 +184,16 @@ int eldr__sgl_leg_body(const char *body, size_t len, eldr__api api, const char *
  * signature cache), so it asks for them and for one whole reply. */
 int eldr__sgl_prefill_body(const char *body, size_t len, eldr__api api, const char *host, int port,
                            const uint64_t *rooms, uint32_t nrooms, eldr__buf *out, eldr_diag *d);
+
+/* SGLang's /generate with "return_logprob": the prefill's
+ * meta_info.input_token_logprobs put in front of the decode's, as the
+ * gateway does (pd_router.rs, merge_logprobs_in_json), for one reply
+ * object, or item by item for lists of one length (a batch; the gateway
+ * merges single replies only). 0 with the decode's reply so merged into out,
+ * 1 when there is nothing to merge (either not JSON, shapes that differ, no
+ * arrays on both sides: the decode's reply stands), ELDR_ENOMEM. Pure; any
+ * thread. */
+int eldr__sgl_merge_logprobs(const char *pre, size_t pn, const char *dec, size_t dn, eldr__buf *out, eldr_diag *d);
 
 /* --pd sglang-exact: the document a patched SGLang prefill's bootstrap
  * server answers to GET /eldr/expert_counts?room=R (contrib/sglang-eldr-exact,

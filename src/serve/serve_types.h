@@ -557,6 +557,11 @@ void eldr__sglpd_start(rq *r);
 int eldr__sglpd_hold(rq *r);
 /* The prefill leg released (aborted if in flight) and r->pd freed. */
 void eldr__sglpd_free(rq *r);
+/* The decode's whole 200 reply (body[0..n)) as the client gets it: for
+ * /generate with the prefill's reply read, its input log probabilities
+ * merged in front (eldr__sgl_merge_logprobs) into r->b.fix: 0 and *out /
+ * *on set; else 1 (relay the decode's reply as it is). */
+int eldr__sglpd_reply(rq *r, const char *body, size_t n, const char **out, size_t *on);
 
 /* --pd sglang-exact: the decoder is chosen once the prefill's forward-end
  * counts arrived (or, past cfg.exact_timeout_s or on any failure, on the

@@ -6,6 +6,7 @@
  * a room per item (B prompts x n samples), never fewer. Pure; jansson. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "serve_internal.h"
 
@@ -16,6 +17,15 @@ static const char *const k_boot[3] = {"bootstrap_host", "bootstrap_port", "boots
 static int batch_of(json_t *root, eldr__api api, uint32_t *b, eldr_diag *d) {
   *b = 1;
   if (api == ELDR__API_CHAT) return 0;
+  if (api == ELDR__API_GENERATE) { /* GenerateReqInput: a list of texts, or of id lists */
+    json_t *t = json_object_get(root, "text"), *ids = json_object_get(root, "input_ids");
+    json_t *p = json_is_array(t) ? t : json_is_array(ids) && json_is_array(json_array_get(ids, 0)) ? ids : NULL;
+    if (!p) return 0;
+    size_t n = json_array_size(p);
+    if (!n) return eldr_diag_fail(d, ELDR_EINVAL, "'%s' must not be an empty array", p == t ? "text" : "input_ids");
+    *b = n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
+    return 0;
+  }
   json_t *p = json_object_get(root, "prompt");
   if (!json_is_array(p)) return 0;
   size_t n = json_array_size(p);
@@ -28,8 +38,12 @@ static int batch_of(json_t *root, eldr__api api, uint32_t *b, eldr_diag *d) {
 static int items_of(json_t *root, eldr__api api, uint32_t *items, eldr_diag *d) {
   uint32_t b = 1;
   json_int_t n = 1;
-  json_t *nv = json_object_get(root, "n");
   if (!json_is_object(root)) return eldr_diag_fail(d, ELDR_EINVAL, "request body must be a JSON object");
+  json_t *nv = json_object_get(root, "n");
+  if (api == ELDR__API_GENERATE) { /* sampling_params.n (of the first entry: SGLang takes one n per request) */
+    json_t *sp = json_object_get(root, "sampling_params");
+    nv = json_object_get(json_is_array(sp) ? json_array_get(sp, 0) : sp, "n");
+  }
   if (nv && !json_is_null(nv) && (!json_is_integer(nv) || (n = json_integer_value(nv)) < 1))
     return eldr_diag_fail(d, ELDR_EINVAL, "'n' must be a positive integer");
   int rc = batch_of(root, api, &b, d);
@@ -125,4 +139,46 @@ int eldr__sgl_leg_body(const char *body, size_t len, eldr__api api, const char *
 int eldr__sgl_prefill_body(const char *body, size_t len, eldr__api api, const char *host, int port,
                            const uint64_t *rooms, uint32_t nrooms, eldr__buf *out, eldr_diag *d) {
   return leg_body(body, len, api, host, port, rooms, nrooms, 1, out, d);
+}
+
+/* One item: the prefill's meta_info.input_token_logprobs in front of the
+ * decode's (both arrays): 1 merged, 0 not (either absent or not an array). */
+static int merge_item(json_t *pre, json_t *dec) {
+  json_t *pl = json_object_get(json_object_get(pre, "meta_info"), "input_token_logprobs");
+  json_t *dl = json_object_get(json_object_get(dec, "meta_info"), "input_token_logprobs");
+  if (!json_is_array(pl) || !json_is_array(dl)) return 0;
+  json_t *m = json_copy(pl); /* shallow: the entries are shared */
+  if (!m) return -1;
+  if (json_array_extend(m, dl)) {
+    json_decref(m);
+    return -1;
+  }
+  return json_object_set_new(json_object_get(dec, "meta_info"), "input_token_logprobs", m) ? -1 : 1; /* takes m */
+}
+
+int eldr__sgl_merge_logprobs(const char *pre, size_t pn, const char *dec, size_t dn, eldr__buf *out, eldr_diag *d) {
+  json_t *p = json_loadb(pre, pn, 0, NULL), *q = p ? json_loadb(dec, dn, 0, NULL) : NULL;
+  int rc = 0, merged = 0;
+  if (json_is_object(p) && json_is_object(q)) {
+    rc = merge_item(p, q);
+  } else if (json_is_array(p) && json_is_array(q) && json_array_size(p) == json_array_size(q)) {
+    for (size_t i = 0; rc >= 0 && i < json_array_size(q); i++) {
+      int k = merge_item(json_array_get(p, i), json_array_get(q, i));
+      rc = k < 0 ? k : rc + k;
+    }
+  }
+  merged = rc > 0;
+  char *s = merged ? json_dumps(q, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+  json_decref(p);
+  json_decref(q);
+  if (!merged) return rc < 0 ? eldr_diag_fail(d, ELDR_ENOMEM, "out of memory") : 1;
+  size_t sl = s ? strlen(s) : 0;
+  if (!s || eldr__buf_reserve(out, sl)) {
+    free(s);
+    return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
+  }
+  memcpy(out->p, s, sl + 1);
+  out->n = sl;
+  free(s);
+  return 0;
 }

@@ -35,6 +35,11 @@
  *             the request. A prefill that fails while sglang-exact waits for
  *             its counts ends the poll; no decode leg is ever sent.
  *
+ *   routes    /v1/completions, /v1/chat/completions and SGLang's native
+ *             /generate alike (path_of: the legs go to the client's route);
+ *             a whole /generate reply gets the prefill's input log
+ *             probabilities in front of the decode's (eldr__sglpd_reply)
+ *
  * Ownership: r->pd is r's (eldr__sglpd_free, from eldr__rq_free); the
  * prefill leg holds one in-flight reference on its worker while it runs.
  * Loop thread only. */
@@ -55,7 +60,8 @@ struct eldr__sglpd {
 };
 
 static const char *path_of(const rq *r) {
-  return r->req.api == ELDR__API_CHAT ? "/v1/chat/completions" : "/v1/completions";
+  return r->req.api == ELDR__API_CHAT ? "/v1/chat/completions" : r->req.api == ELDR__API_GENERATE ? "/generate"
+                                                                                                 : "/v1/completions";
 }
 
 /* The prefill leg's exchange is over or dropped: its worker reference and
@@ -317,6 +323,18 @@ static void decode_leg(rq *r, int k) {
   r->ntried = 0;
   if (eldr__leg_start(r, s->w[ROLE_DECODE][k], LEG_DECODE, "POST", path_of(r), r->b.db.p, r->b.db.n) != 0)
     eldr__client_upstream_error(r, 502, OUT_UPSTREAM_ERROR, "could not send to decode worker"); /* frees the prefill leg */
+}
+
+int eldr__sglpd_reply(rq *r, const char *body, size_t n, const char **out, size_t *on) {
+  eldr__sglpd *pd = r->pd;
+  if (!pd || r->req.api != ELDR__API_GENERATE || pd->P.w || pd->P.status != 200 || !pd->P.n) return 1;
+  eldr_diag d = {{0}};
+  int rc = eldr__sgl_merge_logprobs(pd->P.buf, pd->P.n, body, n, &r->b.fix, &d);
+  if (rc < 0) eldr__logf(r->s, "request %s: input log probabilities not merged: %s", r->reqid, d.msg);
+  if (rc) return 1;
+  *out = r->b.fix.p;
+  *on = r->b.fix.n;
+  return 0;
 }
 
 void eldr__sglpd_counts(rq *r, int result, const eldr__sigres *res) {

@@ -26,6 +26,12 @@
  *    (DecodePreallocQueue), registers for its room and waits for the KV
  *    (DecodeTransferQueue), then emits the prefill's first token at once and
  *    generates the rest in the continuous batch.
+ *  - Routes: the OpenAI ones and SGLang's native POST /generate
+ *    (GenerateReqInput: text or input_ids, a list a batch, sampling_params
+ *    with max_new_tokens and n; the reply per item {text, meta_info}, a
+ *    list for a batch or n > 1, streamed as data: events of the text so
+ *    far; errors {"error": {"message"}}: http_server.py generate_request,
+ *    tokenizer_manager.py _handle_batch_output).
  *  - Role both: not disaggregated (--disaggregation-mode null): prefill
  *    then decode locally, SGLang's reply format.
  *
@@ -61,6 +67,7 @@
 #define SGL_DEFAULT_BOOTSTRAP_PORT 8998
 #define SGL_DEFAULT_TIMEOUT 300.0 /* SGLANG_DISAGGREGATION_{BOOTSTRAP,WAITING}_TIMEOUT */
 #define SGL_MAX_ROOM ((uint64_t)INT64_MAX) /* rooms are 0..2^63-1 */
+enum { SGL_API_COMPLETIONS = 0, SGL_API_CHAT = 1, SGL_API_GENERATE = 2 }; /* the routes a group came in on */
 #define SGL_SWEEP_S 0.1           /* how often waiting peers are checked for having left */
 
 typedef struct sgl_group sgl_group;
@@ -96,6 +103,9 @@ struct sgl_group {
   sgl_group *next;
   struct evhttp_request *http;
   int chat, stream, include_usage, return_re, started, gone, replied;
+  int gen, as_list;              /* /generate: SGLang's native reply; a list (a batch, or n > 1) */
+  int return_lp;                 /* /generate: "return_logprob": the prompt's input_token_logprobs */
+  uint32_t **lp_ids, *lp_n;      /* per prompt, with return_lp: its token ids */
   int busy;                      /* inside a walk over its items: not freed meanwhile */
   uint32_t nitems, nprompts, n;  /* items = prompts x n */
   uint32_t live;                 /* items not yet freed */

@@ -1,5 +1,6 @@
 /* sgl_req.c — the emulated SGLang engine's HTTP requests (sgl.h): an
- * OpenAI-format body read as SGLang's serving layer reads it (a batch of
+ * OpenAI-format body, or a native /generate body (GenerateReqInput), read
+ * as SGLang's serving layer reads it (a batch of
  * prompts, n samples, the bootstrap fields normalised as
  * GenerateReqInput._normalize_bootstrap_params does), its B x n items, and
  * the replies in SGLang's format (serving_completions.py / serving_chat.py:
@@ -15,8 +16,12 @@
 /* ------------------------------------------------------------ the request */
 
 typedef struct sparsed {
-  char **prompts;
+  char **prompts;           /* NULL entries: a prompt given as token ids */
   size_t *plens;
+  uint32_t **pids;          /* /generate's input_ids: per prompt, else NULL */
+  size_t *pnids;
+  int as_list;              /* /generate: the reply is a list (a batch, or n > 1) */
+  int return_lp;            /* /generate: return_logprob (true, or true for any entry) */
   uint32_t nprompts, n;
   int stream, include_usage, return_re;
   json_int_t max_tokens;
@@ -30,8 +35,11 @@ typedef struct sparsed {
 
 static void sparsed_free(sparsed *p) {
   for (uint32_t i = 0; p->prompts && i < p->nprompts; i++) free(p->prompts[i]);
+  for (uint32_t i = 0; p->pids && i < p->nprompts; i++) free(p->pids[i]);
   free(p->prompts);
   free(p->plens);
+  free(p->pids);
+  free(p->pnids);
 }
 
 /* SGLang's ErrorResponse (entrypoints/openai/protocol.py): a top-level object. */
@@ -83,7 +91,69 @@ static int sgl_parse(const eldr_worker *w, const char *body, size_t blen, int ch
   } while (0)
   if (!j) BAD("request body is not valid JSON: %s", je.text);
   if (!json_is_object(j)) BAD("request body must be a JSON object");
-  if (chat) {
+  const int gen = chat == SGL_API_GENERATE;
+  json_t *sp = NULL; /* /generate: the (first) sampling_params object */
+  if (gen) {
+    /* GenerateReqInput (io_struct.py): text or input_ids, one prompt or a list */
+    json_t *t = json_object_get(j, "text"), *ids = json_object_get(j, "input_ids");
+    if (json_is_null(t)) t = NULL;
+    if (json_is_null(ids)) ids = NULL;
+    if (!t == !ids) BAD("Either text, input_ids or input_embeds should be provided.");
+    json_t *list = t ? (json_is_array(t) ? t : NULL) : (json_is_array(json_array_get(ids, 0)) ? ids : NULL);
+    size_t np = list ? json_array_size(list) : 1;
+    if (!np) BAD("'%s' must not be an empty list", t ? "text" : "input_ids");
+    if (np > SGL_MAX_ITEMS) BAD("a batch of %zu prompts; the emulator takes at most %d", np, SGL_MAX_ITEMS);
+    o->as_list = list != NULL;
+    o->prompts = calloc(np, sizeof *o->prompts);
+    o->plens = calloc(np, sizeof *o->plens);
+    o->pids = calloc(np, sizeof *o->pids);
+    o->pnids = calloc(np, sizeof *o->pnids);
+    if (!o->prompts || !o->plens || !o->pids || !o->pnids) {
+      st = 500;
+      BAD("out of memory");
+    }
+    for (size_t i = 0; i < np; i++) {
+      o->nprompts++; /* counted first: sparsed_free frees what entry i holds when it fails */
+      json_t *e = list ? json_array_get(list, i) : t ? t : ids;
+      if (t) {
+        if (!json_is_string(e)) BAD("'text' must be a string or a list of strings");
+        o->plens[i] = json_string_length(e);
+        if (!(o->prompts[i] = malloc(o->plens[i] + 1))) {
+          st = 500;
+          BAD("out of memory");
+        }
+        memcpy(o->prompts[i], json_string_value(e), o->plens[i] + 1);
+        continue;
+      }
+      size_t n = json_array_size(e);
+      if (!json_is_array(e) || !n) BAD("'input_ids' must be a non-empty list of token ids, or a list of such lists");
+      if (!(o->pids[i] = malloc(n * sizeof **o->pids))) {
+        st = 500;
+        BAD("out of memory");
+      }
+      for (size_t k = 0; k < n; k++) {
+        json_t *x = json_array_get(e, k);
+        if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) > (json_int_t)UINT32_MAX)
+          BAD("'input_ids' must hold token ids (integers in 0..2^32-1)");
+        o->pids[i][k] = (uint32_t)json_integer_value(x);
+      }
+      o->pnids[i] = n;
+    }
+    json_t *spv = json_object_get(j, "sampling_params");
+    if (spv && !json_is_null(spv)) {
+      if (json_is_array(spv) && json_array_size(spv) != np)
+        BAD("'sampling_params' has %zu entries for %zu prompts", json_array_size(spv), np);
+      sp = json_is_array(spv) ? json_array_get(spv, 0) : spv;
+      if (!json_is_object(sp)) BAD("'sampling_params' must be an object or a list of objects");
+    }
+    json_t *mt = sp ? json_object_get(sp, "max_new_tokens") : NULL;
+    o->max_tokens = 128; /* SamplingParams' default max_new_tokens */
+    if (mt && !json_is_null(mt)) {
+      if (!json_is_integer(mt) || json_integer_value(mt) < 1)
+        BAD("'sampling_params.max_new_tokens' must be a positive integer (0 is not supported by the emulator)");
+      o->max_tokens = json_integer_value(mt);
+    }
+  } else if (chat) {
     o->prompts = calloc(1, sizeof *o->prompts);
     o->plens = calloc(1, sizeof *o->plens);
     if (!o->prompts || !o->plens) {
@@ -138,6 +208,27 @@ static int sgl_parse(const eldr_worker *w, const char *body, size_t blen, int ch
     }
   }
   if (get_bool_f(j, "stream", &o->stream) < 0) BAD("'stream' must be a boolean");
+  if (gen) { /* /generate has no OpenAI fields: sampling_params.n, rid */
+    if (get_bool_f(j, "return_routed_experts", &o->return_re) < 0) BAD("'return_routed_experts' must be a boolean");
+    json_t *lp = json_object_get(j, "return_logprob");
+    if (json_is_array(lp)) {
+      if (json_array_size(lp) != o->nprompts) BAD("'return_logprob' has %zu entries for %u prompts", json_array_size(lp), o->nprompts);
+      for (size_t i = 0; i < json_array_size(lp); i++) {
+        if (!json_is_boolean(json_array_get(lp, i))) BAD("'return_logprob' must be a boolean or a list of them");
+        o->return_lp |= json_is_true(json_array_get(lp, i));
+      }
+    } else if (get_bool_f(j, "return_logprob", &o->return_lp) < 0) {
+      BAD("'return_logprob' must be a boolean or a list of them");
+    }
+    json_t *nv = sp ? json_object_get(sp, "n") : NULL;
+    if (nv && !json_is_null(nv)) {
+      if (!json_is_integer(nv) || json_integer_value(nv) < 1 || json_integer_value(nv) > MAX_N)
+        BAD("'sampling_params.n' must be an integer in 1..%d", MAX_N);
+      o->n = (uint32_t)json_integer_value(nv);
+      if (o->n > 1) o->as_list = 1; /* parallel sampling makes a batch */
+    }
+    goto common;
+  }
   json_t *so = json_object_get(j, "stream_options");
   if (so && !json_is_null(so) && (!json_is_object(so) || get_bool_f(so, "include_usage", &o->include_usage) < 0))
     BAD("'stream_options' must be an object with a boolean 'include_usage'");
@@ -157,6 +248,7 @@ static int sgl_parse(const eldr_worker *w, const char *body, size_t blen, int ch
       BAD("'n' must be an integer in 1..%d", MAX_N);
     o->n = (uint32_t)json_integer_value(n);
   }
+common:;
   uint32_t num = o->nprompts * o->n;
   if (num > SGL_MAX_ITEMS) BAD("%u prompts x n %u = %u items; the emulator takes at most %d", o->nprompts, o->n, num, SGL_MAX_ITEMS);
   json_t *tid = json_object_get(j, "eldr_trace_id");
@@ -257,6 +349,9 @@ static void group_free(sgl_group *g) {
   free(g->capped);
   free(g->fail_msg);
   free(g->re_b64);
+  for (uint32_t p = 0; g->lp_ids && p < g->nprompts; p++) free(g->lp_ids[p]);
+  free(g->lp_ids);
+  free(g->lp_n);
   free(g);
 }
 
@@ -332,7 +427,10 @@ static void group_reply(sgl_group *g) {
       evhttp_send_reply_start(g->http, 200, "OK");
       g->started = 1;
     }
-    if (g->fail_code) { /* serving_completions: an abort with a status is an error chunk */
+    if (g->fail_code && g->gen) { /* http_server.py stream_results: {"error": {"message": ...}} */
+      sse_json(g->http, json_pack("{s:{s:s}}", "error", "message", g->fail_msg ? g->fail_msg : "aborted"));
+    } else if (g->gen) { /* every item's tokens went out with their own chunks */
+    } else if (g->fail_code) { /* serving_completions: an abort with a status is an error chunk */
       json_t *e = json_pack("{s:s,s:s,s:s,s:n,s:i}", "object", "error", "message", g->fail_msg ? g->fail_msg : "aborted",
                             "type", g->fail_code >= 500 ? "InternalServerError" : "BadRequestError", "param", "code",
                             g->fail_code);
@@ -357,7 +455,22 @@ static void group_reply(sgl_group *g) {
     return;
   }
   if (g->fail_code) {
-    sgl_error(g->http, g->fail_code, "%s", g->fail_msg ? g->fail_msg : "aborted");
+    if (g->gen) eldr__sgl_gen_error(g->http, g->fail_code, g->fail_msg ? g->fail_msg : "aborted");
+    else sgl_error(g->http, g->fail_code, "%s", g->fail_msg ? g->fail_msg : "aborted");
+    g->http = NULL;
+    return;
+  }
+  if (g->gen) { /* one item, or a list of them */
+    json_t *body = g->as_list ? json_array() : eldr__sgl_gen_item(g, 0, 1);
+    for (uint32_t i = 0; g->as_list && body && i < g->nitems; i++) {
+      json_t *it = eldr__sgl_gen_item(g, i, 1);
+      if (!it || json_array_append_new(body, it)) {
+        json_decref(body);
+        body = NULL;
+      }
+    }
+    if (body) eldr__w_send_json(g->http, 200, "OK", body);
+    else eldr__sgl_gen_error(g->http, 500, "cannot build the reply");
     g->http = NULL;
     return;
   }
@@ -406,6 +519,8 @@ static void group_check(sgl_group *g, const wreq *except) {
 
 /* ------------------------------------------------------------ items */
 
+static void keep_rows(sgl_group *g, const wreq *r);
+
 void eldr__sgl_token(wreq *r, uint32_t t, int last) {
   sgl_group *g = r->grp;
   if (!g) return;
@@ -413,13 +528,13 @@ void eldr__sgl_token(wreq *r, uint32_t t, int last) {
   eldr__w_token_text(r, 0, t, raw, sizeof raw);
   g->emitted[r->gidx] = t + 1;
   if (last) g->capped[r->gidx] = (uint8_t)r->capped;
-  if (!g->stream) {
+  if (!g->stream || g->gen) { /* /generate streams the whole text so far */
     size_t l = strlen(raw);
     if (eldr_grow(&g->texts[r->gidx], &g->text_cap[r->gidx], g->text_len[r->gidx] + l + 1, 1, 64) == 0) {
       memcpy(g->texts[r->gidx] + g->text_len[r->gidx], raw, l + 1);
       g->text_len[r->gidx] += l;
     }
-    return;
+    if (!g->stream) return;
   }
   if (!g->http || g->fail_code) return;
   if (!g->started) {
@@ -427,6 +542,11 @@ void eldr__sgl_token(wreq *r, uint32_t t, int last) {
     evhttp_add_header(h, "Content-Type", "text/event-stream");
     evhttp_send_reply_start(g->http, 200, "OK");
     g->started = 1;
+  }
+  if (g->gen) {
+    if (last) keep_rows(g, r); /* the capturer's rows go with the item's last chunk */
+    sse_json(g->http, eldr__sgl_gen_item(g, r->gidx, last));
+    return;
   }
   json_t *c = head_of(g, g->chat ? "chat.completion.chunk" : "text_completion");
   const char *fin = last ? (r->capped ? "length" : "stop") : NULL;
@@ -496,7 +616,7 @@ void eldr__sgl_item_release(wreq *r) {
   group_maybe_free(g);
 }
 
-void eldr__sgl_handle(eldr_worker *w, struct evhttp_request *req, int chat) {
+void eldr__sgl_handle(eldr_worker *w, struct evhttp_request *req, int chat /* SGL_API_* */) {
   struct evbuffer *in = evhttp_request_get_input_buffer(req);
   size_t blen = evbuffer_get_length(in);
   char *body = malloc(blen + 1);
@@ -512,7 +632,8 @@ void eldr__sgl_handle(eldr_worker *w, struct evhttp_request *req, int chat) {
   free(body);
   if (st) {
     w->st.requests_failed++;
-    sgl_error(req, st, "%s", err);
+    if (chat == SGL_API_GENERATE) eldr__sgl_gen_error(req, st, err);
+    else sgl_error(req, st, "%s", err);
     return;
   }
   uint32_t num = p.nprompts * p.n;
@@ -534,7 +655,12 @@ void eldr__sgl_handle(eldr_worker *w, struct evhttp_request *req, int chat) {
     sgl_error(req, 500, "out of memory");
     return;
   }
-  g->chat = chat;
+  g->chat = chat == SGL_API_CHAT;
+  g->gen = chat == SGL_API_GENERATE;
+  g->as_list = p.as_list;
+  g->return_lp = p.return_lp;
+  if (g->return_lp && (!(g->lp_ids = calloc(p.nprompts, sizeof *g->lp_ids)) || !(g->lp_n = calloc(p.nprompts, sizeof *g->lp_n))))
+    g->return_lp = 0; /* out of memory: the reply goes without them */
   g->stream = p.stream;
   g->include_usage = p.stream && p.include_usage;
   g->return_re = p.return_re;
@@ -565,13 +691,20 @@ void eldr__sgl_handle(eldr_worker *w, struct evhttp_request *req, int chat) {
     g->live++;
     r->t_arrival = eldr_clock_now();
     r->n_choices = 1;
-    r->chat = chat;
+    r->chat = g->chat;
     r->stream = 0; /* the group streams */
     r->all_next = w->all;
     if (w->all) w->all->all_prev = r;
     w->all = r;
     size_t ntok = 0;
-    if (eldr__w_tokenize(p.prompts[pi], p.plens[pi], &r->ids, &ntok) < 0) {
+    if (p.pids && p.pids[pi]) { /* /generate's input_ids: the tokens as given */
+      if ((r->ids = malloc(p.pnids[pi] * sizeof *r->ids))) memcpy(r->ids, p.pids[pi], p.pnids[pi] * sizeof *r->ids);
+      ntok = p.pnids[pi];
+      if (!r->ids) {
+        fail = "out of memory";
+        break;
+      }
+    } else if (eldr__w_tokenize(p.prompts[pi], p.plens[pi], &r->ids, &ntok) < 0) {
       fail = "out of memory";
       break;
     }
@@ -582,6 +715,10 @@ void eldr__sgl_handle(eldr_worker *w, struct evhttp_request *req, int chat) {
     }
     r->n_prompt = (uint32_t)ntok;
     g->n_prompt[pi] = (uint32_t)ntok;
+    if (g->return_lp && !g->lp_ids[pi] && (g->lp_ids[pi] = malloc(ntok * sizeof **g->lp_ids))) {
+      memcpy(g->lp_ids[pi], r->ids, ntok * sizeof **g->lp_ids);
+      g->lp_n[pi] = (uint32_t)ntok;
+    }
     uint32_t want = DEFAULT_MAX_TOKENS;
     if (p.rec >= 0 && w->trace->req[p.rec].n_decode > 0) want = w->trace->req[p.rec].n_decode;
     else if (p.max_tokens > 0) want = p.max_tokens > 1 << 20 ? 1 << 20 : (uint32_t)p.max_tokens;
@@ -628,7 +765,8 @@ void eldr__sgl_handle(eldr_worker *w, struct evhttp_request *req, int chat) {
   sparsed_free(&p);
   if (fail) {
     w->st.requests_failed++;
-    sgl_error(req, fail_code, "%s", fail);
+    if (g->gen) eldr__sgl_gen_error(req, fail_code, fail);
+    else sgl_error(req, fail_code, "%s", fail);
     g->replied = 1;
     g->busy = 1;
     for (uint32_t i = 0; i < num; i++)

@@ -485,6 +485,9 @@ static void on_request(struct evhttp_request *req, void *arg) {
     if (!is_post) eldr__w_send_error(req, 405, NULL, "%s allows POST only", path);
     else if (w->role == ELDR_WORKER_DECODE) eldr__w_send_error(req, 404, NULL, "role decode holds no KV for others");
     else eldr__w_handle_pull(w, req);
+  } else if (!strcmp(path, "/generate") && w->sglang) { /* SGLang's native API */
+    if (!is_post) eldr__w_send_error(req, 405, NULL, "%s allows POST only", path);
+    else eldr__sgl_handle(w, req, SGL_API_GENERATE);
   } else if (!strcmp(path, "/v1/completions") || !strcmp(path, "/v1/chat/completions")) {
     if (!is_post) eldr__w_send_error(req, 405, NULL, "%s allows POST only", path);
     else if (w->sglang) eldr__sgl_handle(w, req, path[4] == 'c' && path[5] == 'h');

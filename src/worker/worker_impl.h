@@ -177,9 +177,15 @@ typedef struct preq {
 
 
 /* sgl_req.c, sgl_boot.c: the SGLang engine (sgl.h) */
-void eldr__sgl_handle(eldr_worker *w, struct evhttp_request *req, int chat);
+/* api: 0 /v1/completions, 1 /v1/chat/completions, 2 /generate (SGL_API_*) */
+void eldr__sgl_handle(eldr_worker *w, struct evhttp_request *req, int api);
+/* sgl_gen.c: /generate's item i (final: with its finish_reason, routed
+ * experts and input log probabilities; a new reference, NULL without
+ * memory) and its error body */
+json_t *eldr__sgl_gen_item(const sgl_group *g, uint32_t i, int final);
+void eldr__sgl_gen_error(struct evhttp_request *req, int code, const char *msg);
 /* the body checks of eldr__sgl_handle alone (eldr__worker_check_request) */
-int eldr__sgl_check_request(const eldr_worker *w, const char *body, size_t len, int chat, char *err, size_t errcap);
+int eldr__sgl_check_request(const eldr_worker *w, const char *body, size_t len, int api, char *err, size_t errcap);
 void eldr__sgl_token(wreq *r, uint32_t t, int last);     /* token t of item r (last: its end) */
 void eldr__sgl_item_done(wreq *r);                       /* r finished: its group counts it */
 void eldr__sgl_item_fail(wreq *r, int code, const char *msg); /* r failed: its group answers the error */
@@ -234,6 +240,7 @@ void eldr__w_token_text(const wreq *r, uint32_t c, uint32_t i, char *buf, size_t
 int eldr__w_parse_body(const eldr_worker *w, const char *body, size_t blen, int chat, preq *o,
                        char *err, size_t errcap, const char **param);
 int eldr__w_tokenize(const char *text, size_t len, uint32_t **ids_out, size_t *n_out);
+/* text NULL: a prompt given as token ids (seeded by its first block's ids) */
 int eldr__w_selections(const eldr_worker *w, const char *text, size_t len, const uint32_t *ids,
                       size_t n_tok, long rec, uint32_t want_decode, uint16_t **psel,
                       uint16_t **dsel, uint32_t *n_dsel, eldr_diag *d);

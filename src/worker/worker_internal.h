@@ -8,7 +8,8 @@
 #include "eldr/worker.h"
 
 /* Parse and check a completion request body exactly as the HTTP handler
- * does (chat = 1 for /v1/chat/completions). Returns 0 when the request is
+ * does (chat = 1 for /v1/chat/completions, 2 for SGLang's /generate: an
+ * --engine sglang worker's only, else 404). Returns 0 when the request is
  * acceptable, else the HTTP status it would get (4xx; 500 for memory) with
  * the message in err. Allocates only temporarily; never crashes on any
  * input. An --engine sglang worker checks as its SGLang handler does

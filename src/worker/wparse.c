@@ -73,7 +73,11 @@ int eldr__w_selections(const eldr_worker *w, const char *text, size_t len, const
     }
     /* a record without selections: fall through to the text */
   }
-  size_t seed_len = first_block_len(text, len, ids, n_tok);
+  /* a prompt given as token ids (SGLang's input_ids; text NULL): seeded by
+   * the bytes of its first block's ids */
+  size_t seed_len = text ? first_block_len(text, len, ids, n_tok)
+                         : (n_tok < ELDR_BLOCK_TOKENS ? n_tok : ELDR_BLOCK_TOKENS) * sizeof *ids;
+  if (!text) text = (const char *)ids;
   uint16_t *p = NULL, *dd = NULL;
   int dom = -1;
   /* decode rows are used cyclically (row = token % rows): at most 512 are
@@ -372,6 +376,10 @@ done:
 int eldr__worker_check_request(const eldr_worker *w, const char *body, size_t len, int chat,
                                char *err, size_t errcap) {
   if (w->sglang) return eldr__sgl_check_request(w, body, len, chat, err, errcap);
+  if (chat == SGL_API_GENERATE) {
+    snprintf(err, errcap, "/generate is SGLang's native API: served by --engine sglang only");
+    return 404;
+  }
   preq pq;
   const char *param = NULL;
   int st = eldr__w_parse_body(w, body, len, chat, &pq, err, errcap, &param);

@@ -48,7 +48,7 @@ static int teardown(void **st) {
 
 /* Both emulated SGLang workers take body (0), or the status of the first
  * that refuses it, its message in err. */
-static int workers_take(const char *body, int chat, char *err, size_t cap) {
+static int workers_take(const char *body, int chat /* eldr__api */, char *err, size_t cap) {
   for (int i = 0; i < 2; i++) {
     int st = eldr__worker_check_request(g_w[i], body, strlen(body), chat, err, cap);
     if (st) return st;
@@ -63,7 +63,7 @@ static json_t *build(const char *client, eldr__api api, const char *host, int po
   int rc = eldr__sgl_leg_body(client, strlen(client), api, host, port, rooms, n, &b, &d);
   if (rc) fail_msg("eldr__sgl_leg_body: %d %s", rc, d.msg);
   char err[400];
-  int st = port > 0 ? workers_take(b.p, api == ELDR__API_CHAT, err, sizeof err) : 0;
+  int st = port > 0 ? workers_take(b.p, (int)api, err, sizeof err) : 0;
   if (st) fail_msg("the emulated SGLang workers refuse %s: %d %s", b.p, st, err);
   json_t *j = json_loads(b.p, 0, NULL);
   assert_non_null(j);
@@ -146,6 +146,76 @@ static void test_arrays(void **st) {
   assert_int_equal(items, 6);
 }
 
+/* SGLang's /generate (GenerateReqInput): a list of texts, or of id lists,
+ * is a batch; one list of ids is one prompt; n is sampling_params.n. Each
+ * item gets its room, and the emulated workers take the body. */
+static void test_generate(void **st) {
+  (void)st;
+  uint64_t rooms[8] = {21, 22, 23, 24, 25, 26, 27, 28};
+  const char *one = "{\"text\":\"hello\",\"sampling_params\":{\"max_new_tokens\":3},\"bootstrap_room\":[1,2]}";
+  json_t *j = build(one, ELDR__API_GENERATE, "p0", 8998, rooms, 1);
+  assert_true((uint64_t)json_integer_value(json_object_get(j, "bootstrap_room")) == rooms[0]);
+  same_rest(j, one);
+  json_decref(j);
+  const char *texts = "{\"text\":[\"a b\",\"c d\"],\"sampling_params\":{\"max_new_tokens\":2,\"n\":2}}";
+  j = build(texts, ELDR__API_GENERATE, "p0", 8998, rooms, 4);
+  check_arrays(j, rooms, 4);
+  same_rest(j, texts);
+  json_decref(j);
+  const char *idb = "{\"input_ids\":[[1,2],[3],[4,5,6]],\"sampling_params\":[{},{},{}]}";
+  j = build(idb, ELDR__API_GENERATE, "p0", 8998, rooms, 3);
+  check_arrays(j, rooms, 3);
+  json_decref(j);
+  j = build("{\"input_ids\":[1,2,3]}", ELDR__API_GENERATE, "p0", 8998, rooms, 1);
+  assert_true(json_is_integer(json_object_get(j, "bootstrap_room")));
+  json_decref(j);
+  /* the prefill's body: whole, with the rows */
+  eldr__buf b = {0};
+  eldr_diag d = {{0}};
+  assert_int_equal(eldr__sgl_prefill_body(texts, strlen(texts), ELDR__API_GENERATE, "p0", 8998, rooms, 4, &b, &d), 0);
+  j = json_loads(b.p, 0, NULL);
+  assert_true(json_is_false(json_object_get(j, "stream")) && json_is_true(json_object_get(j, "return_routed_experts")));
+  json_decref(j);
+  eldr__buf_free(&b);
+  /* errors name the field */
+  uint32_t items;
+  assert_int_equal(eldr__sgl_items("{\"text\":[]}", 11, ELDR__API_GENERATE, &items, &d), ELDR_EINVAL);
+  assert_non_null(strstr(d.msg, "'text'"));
+  const char *badn = "{\"text\":\"x\",\"sampling_params\":{\"n\":0}}";
+  assert_int_equal(eldr__sgl_items(badn, strlen(badn), ELDR__API_GENERATE, &items, &d), ELDR_EINVAL);
+  assert_non_null(strstr(d.msg, "'n'"));
+}
+
+/* The prefill's meta_info.input_token_logprobs in front of the decode's,
+ * one reply or item by item; anything else leaves the decode's reply. */
+static void test_merge_logprobs(void **st) {
+  (void)st;
+  const char *pre = "{\"text\":\" a\",\"meta_info\":{\"input_token_logprobs\":[[null,5,null],[-1.5,6,null]]}}";
+  const char *dec = "{\"text\":\" a b\",\"meta_info\":{\"id\":\"x\",\"input_token_logprobs\":[[-0.25,7,null]]}}";
+  eldr__buf b = {0};
+  eldr_diag d = {{0}};
+  assert_int_equal(eldr__sgl_merge_logprobs(pre, strlen(pre), dec, strlen(dec), &b, &d), 0);
+  assert_string_equal(b.p, "{\"text\":\" a b\",\"meta_info\":{\"id\":\"x\",\"input_token_logprobs\":"
+                           "[[null,5,null],[-1.5,6,null],[-0.25,7,null]]}}");
+  char lp[600], ld[600];
+  snprintf(lp, sizeof lp, "[%s,%s]", pre, pre);
+  snprintf(ld, sizeof ld, "[%s,%s]", dec, dec);
+  assert_int_equal(eldr__sgl_merge_logprobs(lp, strlen(lp), ld, strlen(ld), &b, &d), 0);
+  json_t *j = json_loads(b.p, 0, NULL);
+  for (size_t i = 0; i < 2; i++)
+    assert_int_equal(json_array_size(json_object_get(json_object_get(json_array_get(j, i), "meta_info"),
+                                                     "input_token_logprobs")), 3);
+  json_decref(j);
+  /* nothing to merge: the decode has none, shapes differ, not JSON */
+  const char *none = "{\"text\":\"\",\"meta_info\":{}}";
+  assert_int_equal(eldr__sgl_merge_logprobs(pre, strlen(pre), none, strlen(none), &b, &d), 1);
+  assert_int_equal(eldr__sgl_merge_logprobs(lp, strlen(lp), dec, strlen(dec), &b, &d), 1);
+  snprintf(lp, sizeof lp, "[%s]", pre);
+  assert_int_equal(eldr__sgl_merge_logprobs(lp, strlen(lp), ld, strlen(ld), &b, &d), 1);
+  assert_int_equal(eldr__sgl_merge_logprobs("{", 1, dec, strlen(dec), &b, &d), 1);
+  eldr__buf_free(&b);
+}
+
 static void test_errors(void **st) {
   (void)st;
   uint64_t rooms[2] = {1, 2}, big = (uint64_t)INT64_MAX + 1;
@@ -181,6 +251,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_single),
       cmocka_unit_test(test_arrays),
+      cmocka_unit_test(test_generate),
+      cmocka_unit_test(test_merge_logprobs),
       cmocka_unit_test(test_errors),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
