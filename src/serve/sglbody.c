@@ -72,6 +72,21 @@ int eldr__sgl_items(const char *body, size_t len, eldr__api api, uint32_t *items
   return rc;
 }
 
+/* o written as JSON into out (NUL-terminated, out->n its length): 0, or
+ * ELDR_ENOMEM. */
+static int put_json(json_t *o, size_t flags, eldr__buf *out, eldr_diag *d) {
+  char *s = json_dumps(o, flags);
+  size_t sl = s ? strlen(s) : 0; /* a string with \u0000 was refused by the load */
+  if (!s || eldr__buf_reserve(out, sl)) {
+    free(s);
+    return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
+  }
+  memcpy(out->p, s, sl + 1);
+  out->n = sl;
+  free(s);
+  return 0;
+}
+
 static int leg_body(const char *body, size_t len, eldr__api api, const char *host, int port, const uint64_t *rooms,
                     uint32_t nrooms, int prefill, eldr__buf *out, eldr_diag *d) {
   uint32_t items = 0;
@@ -118,17 +133,9 @@ static int leg_body(const char *body, size_t len, eldr__api api, const char *hos
       rc = ELDR_ENOMEM;
     }
   }
-  char *s = rc ? NULL : json_dumps(root, JSON_COMPACT);
+  rc = rc ? eldr_diag_fail(d, ELDR_ENOMEM, "out of memory") : put_json(root, JSON_COMPACT, out, d);
   json_decref(root);
-  size_t sl = s ? strlen(s) : 0; /* a string with \u0000 was refused by the load */
-  if (!s || eldr__buf_reserve(out, sl)) {
-    free(s);
-    return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
-  }
-  memcpy(out->p, s, sl + 1);
-  out->n = sl;
-  free(s);
-  return 0;
+  return rc;
 }
 
 int eldr__sgl_leg_body(const char *body, size_t len, eldr__api api, const char *host, int port,
@@ -158,7 +165,7 @@ static int merge_item(json_t *pre, json_t *dec) {
 
 int eldr__sgl_merge_logprobs(const char *pre, size_t pn, const char *dec, size_t dn, eldr__buf *out, eldr_diag *d) {
   json_t *p = json_loadb(pre, pn, 0, NULL), *q = p ? json_loadb(dec, dn, 0, NULL) : NULL;
-  int rc = 0, merged = 0;
+  int rc = 0;
   if (json_is_object(p) && json_is_object(q)) {
     rc = merge_item(p, q);
   } else if (json_is_array(p) && json_is_array(q) && json_array_size(p) == json_array_size(q)) {
@@ -167,18 +174,10 @@ int eldr__sgl_merge_logprobs(const char *pre, size_t pn, const char *dec, size_t
       rc = k < 0 ? k : rc + k;
     }
   }
-  merged = rc > 0;
-  char *s = merged ? json_dumps(q, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+  rc = rc > 0 ? put_json(q, JSON_COMPACT | JSON_PRESERVE_ORDER, out, d)
+       : rc < 0 ? eldr_diag_fail(d, ELDR_ENOMEM, "out of memory")
+                : 1;
   json_decref(p);
   json_decref(q);
-  if (!merged) return rc < 0 ? eldr_diag_fail(d, ELDR_ENOMEM, "out of memory") : 1;
-  size_t sl = s ? strlen(s) : 0;
-  if (!s || eldr__buf_reserve(out, sl)) {
-    free(s);
-    return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
-  }
-  memcpy(out->p, s, sl + 1);
-  out->n = sl;
-  free(s);
-  return 0;
+  return rc;
 }
