@@ -41,7 +41,7 @@ for w in $WEIGHTS; do
       split($7, f, "/"); split($9, c, "/"); gsub(/[ %+]/, "", f[1]); gsub(/[ %+]/, "", f[2])
       gsub(/[ %+]/, "", c[1]); gsub(/[ %+]/, "", c[2])
       p50 = p50 sep sprintf("%+.1f", f[1] - c[1]); p99 = p99 sep sprintf("%+.1f", f[2] - c[2])
-      x = $11; gsub(/[ %]/, "", x)
+      x = $12; gsub(/[ %]/, "", x)
       m50 += f[1] - c[1]; m99 += f[2] - c[2]; sh = sh ssep x; n++; sep = " / "; ssep = ", "
     }
     END { printf "| %s | %s | %+.2f | %s | %+.2f | %s |\n", w, p50, m50 / n, p99, m99 / n, sh }'

@@ -8,14 +8,14 @@
 # (markdown) on stdout, for TPOT and for TPOT from prefill end.
 #
 # usage: scripts/footprint-study.sh [OUT_DIR] [SEEDS] [REQUESTS]
-#   defaults: OUT_DIR=footprint-study SEEDS="1 2 3" REQUESTS=3000
+#   defaults: OUT_DIR=footprint-study SEEDS="1 2 ... 12" REQUESTS=3000
 # env: ELDR (binary, default build/eldr), TRACE (the Llama-4 trace), JOBS (default 2),
 #      LOADS (default 0.1,0.2,0.4,0.6,0.8,0.95),
 #      SUMMARY_ONLY=1 (no runs: summarise the CSVs already in OUT),
 #      FP_OWN_WEIGHT (footprint's own-time weight, eldr sim --fp-own-weight; default 1)
 set -eu
 OUT=${1:-footprint-study}
-SEEDS=${2:-1 2 3}
+SEEDS=${2:-1 2 3 4 5 6 7 8 9 10 11 12}
 NREQ=${3:-3000}
 ELDR=${ELDR:-build/eldr}
 TRACE=${TRACE:-../shared/traces/llama4-mmlu-dev.jsonl}
@@ -42,58 +42,67 @@ fi
 # and p99, then, against the best load balancer (the lowest of random, rr,
 # jsq, p2c at that percentile):
 #   fp, oracle, control   footprint's, footprint-oracle's and footprint-permuted's change, %
+#   oracle control       footprint-oracle-permuted's change, % (the oracle's replay control)
 #   share                 fp / oracle (the share of the oracle's gain footprint gets)
 #   net share             (fp - its control) / (oracle - the oracle's control)
 #   mask share            the same share for footprint-mask
 #   raw share             the same share for footprint-raw (prefill profiles, no prior)
 #   affinity              copies of a request routed to one decoder: footprint / its control
-#   eldr net              eldr's change net of eldr-permuted, %
+#   eldr, eldr net        eldr's change, and net of eldr-permuted, %
 # Shares are "-" where the oracle gains less than 0.1 %.
 summary() { # metric-label p50-column p99-column
-  cat "$OUT"/llama4-s*.csv | awk -F, -v label="$1" -v c50="$2" -v c99="$3" '
+  files=
+  for seed in $SEEDS; do files="$files $OUT/llama4-s$seed.csv"; done
+  # shellcheck disable=SC2086
+  awk -F, -v label="$1" -v c50="$2" -v c99="$3" '
+    FNR == 1 { nf++ }
     $1 == "policy" { for (i = 1; i <= NF; i++) col[$i] = i; next }
-    { seed_rate[$2] = 1 }
-    { k = $1 SUBSEP $2; p50[k] = $(col[c50]); p99[k] = $(col[c99]); aff[k] = $(col["copy_affinity"]) }
+    !((nf, $2) in seen) { seen[nf, $2] = 1; nr[nf]++; rate[nf, nr[nf]] = $2 + 0; rkey[nf, nr[nf]] = $2 }
+    { k = nf SUBSEP $1 SUBSEP $2; p50[k] = $(col[c50]); p99[k] = $(col[c99]); aff[k] = $(col["copy_affinity"]) }
     END {
-      # rates sorted per seed: the k-th smallest rate of every seed is load k
-      n = 0; for (r in seed_rate) rates[++n] = r + 0
-      for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (rates[j] < rates[i]) { t = rates[i]; rates[i] = rates[j]; rates[j] = t }
+      # the rates of each seed sorted: the k-th smallest of a seed is its load k
+      for (f = 1; f <= nf; f++)
+        for (i = 1; i <= nr[f]; i++) for (j = i + 1; j <= nr[f]; j++)
+          if (rate[f, j] < rate[f, i]) {
+            t = rate[f, i]; rate[f, i] = rate[f, j]; rate[f, j] = t
+            t = rkey[f, i]; rkey[f, i] = rkey[f, j]; rkey[f, j] = t
+          }
       split(ENVIRON["LOADS"] != "" ? ENVIRON["LOADS"] : "0.1,0.2,0.4,0.6,0.8,0.95", loads, ",")
       nl = 0; for (x in loads) nl++
-      ns = n / nl
+      ns = nf
       split("random rr jsq p2c", lb, " ")
       split("footprint footprint-permuted footprint-oracle footprint-oracle-permuted footprint-mask footprint-mask-permuted footprint-raw footprint-raw-permuted eldr eldr-permuted", pol, " ")
       for (li = 1; li <= nl; li++) {
         rsum = 0
-        # mean over the seeds at this load: its rates are those of rank (li - 1) * ns + 1
-        # .. li * ns of all (the loads are far apart, the seeds capacity estimates close)
         for (p in P50) delete P50[p]
         for (p in P99) delete P99[p]
         for (p in AF) delete AF[p]
-        for (s = 1; s <= ns; s++) {
-          r = rates[(li - 1) * ns + s]; rsum += r
-          for (j = 1; j <= 4; j++) { P50[lb[j]] += p50[lb[j], r] / ns; P99[lb[j]] += p99[lb[j], r] / ns }
-          for (j = 1; j <= 10; j++) { P50[pol[j]] += p50[pol[j], r] / ns; P99[pol[j]] += p99[pol[j], r] / ns; AF[pol[j]] += aff[pol[j], r] / ns }
+        for (s = 1; s <= ns; s++) { # the mean over the seeds at this load
+          r = rkey[s, li]; rsum += rate[s, li]
+          for (j = 1; j <= 4; j++) { P50[lb[j]] += p50[s, lb[j], r] / ns; P99[lb[j]] += p99[s, lb[j], r] / ns }
+          for (j = 1; j <= 10; j++) { P50[pol[j]] += p50[s, pol[j], r] / ns; P99[pol[j]] += p99[s, pol[j], r] / ns; AF[pol[j]] += aff[s, pol[j], r] / ns }
         }
         b50 = 1e30; b99 = 1e30
         for (j = 1; j <= 4; j++) { if (P50[lb[j]] < b50) b50 = P50[lb[j]]; if (P99[lb[j]] < b99) b99 = P99[lb[j]] }
         for (j = 1; j <= 10; j++) { g50[pol[j]] = 100 * (P50[pol[j]] / b50 - 1); g99[pol[j]] = 100 * (P99[pol[j]] / b99 - 1) }
-        printf "| %s | %g | %.0f | %.3f | %.3f | %+.1f / %+.1f | %+.1f / %+.1f | %+.1f / %+.1f | %s / %s | %s / %s | %s / %s | %s / %s | %.2f / %.2f | %+.1f |\n",
+        printf "| %s | %g | %.0f | %.3f | %.3f | %+.1f / %+.1f | %+.1f / %+.1f | %+.1f / %+.1f | %+.1f / %+.1f | %s / %s | %s / %s | %s / %s | %s / %s | %.2f / %.2f | %+.1f / %+.1f | %+.1f / %+.1f |\n",
           label, loads[li], rsum / ns, b50, b99,
           g50["footprint"], g99["footprint"], g50["footprint-oracle"], g99["footprint-oracle"],
           g50["footprint-permuted"], g99["footprint-permuted"],
+          g50["footprint-oracle-permuted"], g99["footprint-oracle-permuted"],
           sh(g50["footprint"], g50["footprint-oracle"]), sh(g99["footprint"], g99["footprint-oracle"]),
           sh(g50["footprint"] - g50["footprint-permuted"], g50["footprint-oracle"] - g50["footprint-oracle-permuted"]),
           sh(g99["footprint"] - g99["footprint-permuted"], g99["footprint-oracle"] - g99["footprint-oracle-permuted"]),
           sh(g50["footprint-mask"], g50["footprint-oracle"]), sh(g99["footprint-mask"], g99["footprint-oracle"]),
           sh(g50["footprint-raw"], g50["footprint-oracle"]), sh(g99["footprint-raw"], g99["footprint-oracle"]),
-          AF["footprint"], AF["footprint-permuted"], g50["eldr"] - g50["eldr-permuted"]
+          AF["footprint"], AF["footprint-permuted"], g50["eldr"], g99["eldr"],
+          g50["eldr"] - g50["eldr-permuted"], g99["eldr"] - g99["eldr-permuted"]
       }
     }
-    function sh(a, b) { return b < -0.1 ? sprintf("%.0f%%", 100 * a / b) : "-" }'
+    function sh(a, b) { return b < -0.1 ? sprintf("%.0f%%", 100 * a / b) : "-" }' $files
 }
 
-echo "| latency | load | rate | best LB p50 (ms) | best LB p99 | footprint p50 / p99 % | oracle p50 / p99 % | control p50 / p99 % | share p50 / p99 | net share p50 / p99 | mask share p50 / p99 | raw share p50 / p99 | affinity fp / control | eldr net p50 % |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+echo "| latency | load | rate | best LB p50 (ms) | best LB p99 | footprint p50 / p99 % | oracle p50 / p99 % | control p50 / p99 % | oracle control p50 / p99 % | share p50 / p99 | net share p50 / p99 | mask share p50 / p99 | raw share p50 / p99 | affinity fp / control | eldr p50 / p99 % | eldr net p50 / p99 % |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 summary TPOT tpot_p50_ms tpot_p99_ms
 summary "TPOT from prefill end" tpot_pf_p50_ms tpot_pf_p99_ms
