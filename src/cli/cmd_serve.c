@@ -70,6 +70,8 @@ static void usage(FILE *f) {
           "                          that fit (0 = off)                        [256]\n"
           "      --decode-max-batch N  the decoders' batch limit (their vLLM --max-num-seqs),\n"
           "                          footprint's batch model                   [256]\n"
+          "      --fp-own-weight W   footprint's own-time weight in its cost, (0, 100]:\n"
+          "                          above 1 trades locality for the tail      [1]\n"
           "      --scrape-interval S  seconds between reads of every worker's /metrics\n"
           "                          (vllm:num_requests_running + waiting), routed on with\n"
           "                          this router's own legs since; for replicas sharing\n"
@@ -222,6 +224,7 @@ static const flagkey FLAGS[] = {
     {"stream-buffer", "stream_buffer", 'I'},
     {"prefill-guard", "prefill_guard", 'I'},
     {"decode-max-batch", "decode_max_batch", 'I'},
+    {"fp-own-weight", "fp_own_weight", 'N'},
     {"sigcache-rows", "sigcache_rows", 'I'},
     {"sig-cache-mb", "sig_cache_mb", 'I'},
     {"scrape-interval", "scrape_interval", 'N'},

@@ -59,6 +59,7 @@ void eldr_serve_config_default(eldr_serve_config *c) {
   c->bus_snapshot_s = 1;
   c->bus_peer_timeout_s = 3;
   c->decode_max_batch = 256;
+  c->fp_own_weight = 1;
   c->pd = ELDR_PD_VLLM;
   c->bootstrap_port = 8998; /* SGLang's --disaggregation-bootstrap-port default (server_args.py) */
   c->predict_threshold = ELDR_PREDICT_THRESHOLD_DEFAULT;
@@ -465,6 +466,12 @@ int eldr_serve_config_parse(eldr_serve_config *c, const char *json, size_t len, 
     else if (!strcmp(key, "record_max_seconds")) { if (!(rc = get_num(v, key, 0, 86400 * 366, &x, d))) c->record_max_seconds = x; }
     else if (!strcmp(key, "record_queue")) { if (!(rc = get_int(v, key, 1, 1 << 24, &n, d))) c->record_queue = (size_t)n; }
     else if (!strcmp(key, "record_queue_bytes")) { if (!(rc = get_int(v, key, 1 << 16, 1ll << 40, &n, d))) c->record_queue_bytes = (size_t)n; }
+    else if (!strcmp(key, "fp_own_weight")) {
+      if (!(rc = get_num(v, key, 0, 100, &x, d))) {
+        if (x > 0) c->fp_own_weight = x;
+        else rc = eldr_diag_fail(d, ELDR_ERANGE, "config: 'fp_own_weight' = %g must be above 0 (1: the default cost)", x);
+      }
+    }
     else if (!strcmp(key, "decode_max_batch")) { if (!(rc = get_int(v, key, 1, 1 << 20, &n, d))) c->decode_max_batch = (size_t)n; }
     else if (!strcmp(key, "record_experts")) { if (!(rc = get_int(v, key, 0, ELDR_MAX_EXPERTS, &n, d))) c->record_experts = (uint32_t)n; }
     else if (!strcmp(key, "api_key")) rc = set_api_keys(c, v, d);

@@ -7,18 +7,18 @@
 
 #include "serve_types.h"
 
-int eldr__fps_new(eldr__art *art, eldr_policy_kind kind, size_t n_decode, size_t max_batch, eldr__fpstate **out,
-                  eldr_diag *d) {
+int eldr__fps_new(eldr__art *art, eldr_policy_kind kind, size_t n_decode, size_t max_batch, double own_weight,
+                  eldr__fpstate **out, eldr_diag *d) {
   *out = NULL;
   const eldr_artifact *a = art ? art->a : NULL;
   if (kind != ELDR_POLICY_FOOTPRINT || !a || !a->latency || n_decode == 0) return 0;
   eldr__fpstate *f = calloc(1, sizeof *f);
   if (!f) return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory for the footprint state");
-  /* B: the engines' --max-num-seqs (config decode_max_batch) */
+  /* B: the engines' --max-num-seqs (config decode_max_batch); W: config fp_own_weight */
   eldr_footprint_opts o = {.n_decoders = n_decode, .max_batch = max_batch, .layer_mask = a->mask,
                            .prior = a->fp_prior, .n_priors = a->fp_n_priors,
                            .prior_tokens = a->fp_prior_tokens, .centroids = a->centroids,
-                           .dim = a->dim};
+                           .dim = a->dim, .own_weight = own_weight};
   int rc = eldr_footprint_new(a->latency, &o, &f->fp, d);
   if (rc) {
     free(f);

@@ -703,10 +703,11 @@ void eldr__record_metrics(eldr_server *s, struct evbuffer *o);
 /* A new generation (refs 1) when kind is FOOTPRINT and art's artifact
  * carries latency coefficients (and n_decode > 0; it keeps a reference on
  * art), else *out = NULL and 0; max_batch: the decoders' batch limit
- * (config decode_max_batch); errors name the footprint policy (ELDR_ENOMEM,
+ * (config decode_max_batch); own_weight: the cost's own-time weight
+ * (config fp_own_weight; eldr_footprint_opts.own_weight); errors name the footprint policy (ELDR_ENOMEM,
  * the latency model's). */
-int eldr__fps_new(eldr__art *art, eldr_policy_kind kind, size_t n_decode, size_t max_batch, eldr__fpstate **out,
-                  eldr_diag *d);
+int eldr__fps_new(eldr__art *art, eldr_policy_kind kind, size_t n_decode, size_t max_batch, double own_weight,
+                  eldr__fpstate **out, eldr_diag *d);
 /* Drop one reference; the last frees it. NULL is a no-op. */
 void eldr__fps_put(eldr__fpstate *f);
 /* r was sent to decoder k by p (f's policy attached): its ticket and a

@@ -466,6 +466,10 @@ static void test_config(void **st) {
   const char *mb = "{\"decode_max_batch\":1024}";
   assert_int_equal(eldr_serve_config_parse(&c, mb, strlen(mb), &d), 0);
   assert_int_equal(c.decode_max_batch, 1024);
+  assert_true(c.fp_own_weight == 1); /* the cost as measured in docs/footprint.md */
+  const char *ow = "{\"fp_own_weight\":2.5}";
+  assert_int_equal(eldr_serve_config_parse(&c, ow, strlen(ow), &d), 0);
+  assert_true(c.fp_own_weight == 2.5);
   assert_int_equal(eldr_serve_config_validate(&c, &d), 0);
   eldr_serve_config cp;
   assert_int_equal(eldr_serve_config_copy(&cp, &c), 0);
@@ -479,6 +483,9 @@ static void test_config(void **st) {
       {"{\"port\":70000}", "port"},
       {"{\"tau\":3}", "tau"},
       {"{\"decode_max_batch\":0}", "decode_max_batch"},
+      {"{\"fp_own_weight\":0}", "fp_own_weight"},
+      {"{\"fp_own_weight\":100.5}", "fp_own_weight"},
+      {"{\"fp_own_weight\":\"2\"}", "fp_own_weight"},
       {"{\"policy\":\"domain\"}", "policy"},
       {"{\"decode\":\"http://a:1\"}", "decode"},
       {"{\"decode\":[\"ftp://a\"]}", "decode[0]"},
