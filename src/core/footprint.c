@@ -288,8 +288,14 @@ int eldr_footprint_decide(eldr_footprint *f, const uint32_t *loads, const uint8_
   const double c_new = r ? (double)r->ctx_tokens : 0.0;
   int best = -1;
   double best_cost = 0, best_t = 0;
+  /* a full decoder (B in flight) queues a new request until a member ends:
+   * a wait the per-token cost below does not see; none is chosen while a
+   * healthy decoder has a free batch slot */
+  int room = 0;
+  for (size_t k = 0; k < n && !room; k++) room = (!healthy || healthy[k]) && loads[k] < B;
   for (size_t k = 0; k < n; k++) {
     if (healthy && !healthy[k]) continue;
+    if (room && loads[k] >= B) continue;
     const size_t nk = loads[k];
     const size_t b0 = nk < B ? nk : B, b1 = nk + 1 < B ? nk + 1 : B;
     const float *qk = f->q + k * LE;

@@ -327,6 +327,41 @@ static void test_own_weight(void **st) {
   free(b);
 }
 
+/* A full decoder (B in flight: a new request waits for a member to end) is
+ * not chosen while a healthy one has a free slot, however alike its
+ * experts; with every healthy decoder full the cost decides again. */
+static void test_full_decoder(void **st) {
+  (void)st;
+  const size_t L = 48, E = 128, K = 8;
+  eldr_latency_model m;
+  assert_int_equal(eldr_latency_preset("qwen3-30b-a3b", "mi300x", &m, NULL), 0);
+  eldr_footprint_opts o = {.n_decoders = 3, .max_batch = 4};
+  eldr_footprint *f = NULL;
+  assert_int_equal(eldr_footprint_new(&m, &o, &f, NULL), 0);
+  uint32_t *a = malloc(L * E * sizeof *a), *b = malloc(L * E * sizeof *b);
+  block_counts(a, L, E, K, 0, 50);
+  block_counts(b, L, E, K, 64, 50);
+  eldr_fp_request ra = {a, 50, 200, NULL}, rb = {b, 50, 200, NULL};
+  for (int i = 0; i < 3; i++) (void)eldr_footprint_route(f, 0, &ra, NULL);
+  for (int i = 0; i < 3; i++) (void)eldr_footprint_route(f, 1, &rb, NULL);
+  uint8_t healthy[3] = {1, 1, 0};
+  uint32_t loads[3] = {3, 3, 0};
+  assert_int_equal(eldr_footprint_decide(f, loads, healthy, 3, &ra, NULL, NULL), 0); /* locality */
+  (void)eldr_footprint_route(f, 0, &ra, NULL);
+  loads[0] = 4; /* decoder 0 full: the dissimilar one with a free slot */
+  assert_int_equal(eldr_footprint_decide(f, loads, healthy, 3, &ra, NULL, NULL), 1);
+  loads[1] = 4; /* both full (decoder 2, with room, is down): the cost again */
+  assert_int_equal(eldr_footprint_decide(f, loads, healthy, 3, &ra, NULL, NULL), 0);
+  loads[1] = 9; /* loads above B (queued requests) count as full too */
+  loads[0] = 5;
+  assert_int_equal(eldr_footprint_decide(f, loads, healthy, 3, &ra, NULL, NULL), 0);
+  healthy[2] = 1; /* decoder 2 back, empty: the only one with room */
+  assert_int_equal(eldr_footprint_decide(f, loads, healthy, 3, &ra, NULL, NULL), 2);
+  eldr_footprint_free(f);
+  free(a);
+  free(b);
+}
+
 /* The policy: without a footprint it is JSQ and says so; with one it runs
  * the cost model; on_route / on_end are no-ops for other policies. */
 static void test_policy(void **st) {
@@ -735,6 +770,7 @@ int main(void) {
       cmocka_unit_test(test_policy),         cmocka_unit_test(test_step_f),
       cmocka_unit_test(test_artifact_latency), cmocka_unit_test(test_sim_rows),
       cmocka_unit_test(test_replace),        cmocka_unit_test(test_own_weight),
+      cmocka_unit_test(test_full_decoder),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
