@@ -20,6 +20,7 @@ ELDR=${ELDR:-build/eldr}
 JOBS=${JOBS:-2}
 LOADS=${LOADS:-0.4,0.6,0.8,0.95}
 export LOADS
+HERE=$(dirname "$0")
 POL=random,rr,jsq,p2c,eldr,footprint,footprint-oracle,footprint-mask
 mkdir -p "$OUT"
 
@@ -46,43 +47,21 @@ summary() { # metric-label p50-column p99-column
   files=
   for seed in $SEEDS; do files="$files $OUT/llama4-gen-s$seed.csv"; done
   # shellcheck disable=SC2086
-  awk -F, -v label="$1" -v c50="$2" -v c99="$3" '
-    FNR == 1 { nf++ }
-    $1 == "policy" { for (i = 1; i <= NF; i++) col[$i] = i; next }
-    !((nf, $2) in seen) { seen[nf, $2] = 1; nr[nf]++; rate[nf, nr[nf]] = $2 + 0; rkey[nf, nr[nf]] = $2 }
-    { k = nf SUBSEP $1 SUBSEP $2; p50[k] = $(col[c50]); p99[k] = $(col[c99])
-      if ($(col["batch_dup_frac"]) + 0 > dup) dup = $(col["batch_dup_frac"]) + 0 }
-    END {
-      for (f = 1; f <= nf; f++)
-        for (i = 1; i <= nr[f]; i++) for (j = i + 1; j <= nr[f]; j++)
-          if (rate[f, j] < rate[f, i]) {
-            t = rate[f, i]; rate[f, i] = rate[f, j]; rate[f, j] = t
-            t = rkey[f, i]; rkey[f, i] = rkey[f, j]; rkey[f, j] = t
-          }
-      nl = split(ENVIRON["LOADS"], loads, ",")
-      split("random rr jsq p2c", lb, " ")
-      split("footprint footprint-oracle footprint-mask eldr", pol, " ")
-      for (li = 1; li <= nl; li++) {
-        rsum = 0
-        for (p in P50) delete P50[p]
-        for (p in P99) delete P99[p]
-        for (s = 1; s <= nf; s++) {
-          r = rkey[s, li]; rsum += rate[s, li]
-          for (j = 1; j <= 4; j++) { P50[lb[j]] += p50[s, lb[j], r] / nf; P99[lb[j]] += p99[s, lb[j], r] / nf }
-          for (j = 1; j <= 4; j++) { P50[pol[j]] += p50[s, pol[j], r] / nf; P99[pol[j]] += p99[s, pol[j], r] / nf }
-        }
-        b50 = 1e30; b99 = 1e30
-        for (j = 1; j <= 4; j++) { if (P50[lb[j]] < b50) b50 = P50[lb[j]]; if (P99[lb[j]] < b99) b99 = P99[lb[j]] }
-        for (j = 1; j <= 4; j++) { g50[pol[j]] = 100 * (P50[pol[j]] / b50 - 1); g99[pol[j]] = 100 * (P99[pol[j]] / b99 - 1) }
-        printf "| %s | %g | %.0f | %.3f | %.3f | %+.2f / %+.2f | %+.2f / %+.2f | %s / %s | %s / %s | %+.2f / %+.2f | %.3f |\n",
-          label, loads[li], rsum / nf, b50, b99, g50["footprint"], g99["footprint"],
-          g50["footprint-oracle"], g99["footprint-oracle"],
-          sh(g50["footprint"], g50["footprint-oracle"]), sh(g99["footprint"], g99["footprint-oracle"]),
-          sh(g50["footprint-mask"], g50["footprint-oracle"]), sh(g99["footprint-mask"], g99["footprint-oracle"]),
-          g50["eldr"], g99["eldr"], dup
-      }
-    }
-    function sh(a, b) { return b < -0.1 ? sprintf("%.0f%%", 100 * a / b) : "-" }' $files
+  awk -F, -v label="$1" -v c50="$2" -v c99="$3" -v cx=batch_dup_frac -f "$HERE/seed-loads.awk" -f /dev/stdin $files <<'AWK'
+END {
+  rank_rates()
+  nl = split(ENVIRON["LOADS"], loads, ",")
+  for (li = 1; li <= nl; li++) {
+    r = at_load(li, "footprint footprint-oracle footprint-mask eldr")
+    printf "| %s | %g | %.0f | %.3f | %.3f | %+.2f / %+.2f | %+.2f / %+.2f | %s / %s | %s / %s | %+.2f / %+.2f | %.3f |\n",
+      label, loads[li], r, b50, b99, g50["footprint"], g99["footprint"],
+      g50["footprint-oracle"], g99["footprint-oracle"],
+      sh(g50["footprint"], g50["footprint-oracle"]), sh(g99["footprint"], g99["footprint-oracle"]),
+      sh(g50["footprint-mask"], g50["footprint-oracle"]), sh(g99["footprint-mask"], g99["footprint-oracle"]),
+      g50["eldr"], g99["eldr"], ex_max
+  }
+}
+AWK
 }
 
 echo "| latency | load | rate | best LB p50 (ms) | best LB p99 | footprint p50 / p99 % | oracle p50 / p99 % | share p50 / p99 | mask share p50 / p99 | eldr p50 / p99 % | replayed steps |"

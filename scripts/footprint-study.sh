@@ -21,6 +21,8 @@ ELDR=${ELDR:-build/eldr}
 TRACE=${TRACE:-../shared/traces/llama4-mmlu-dev.jsonl}
 JOBS=${JOBS:-2}
 LOADS=${LOADS:-0.1,0.2,0.4,0.6,0.8,0.95}
+export LOADS
+HERE=$(dirname "$0")
 POL=random,rr,jsq,p2c,eldr,eldr-permuted,footprint,footprint-permuted,footprint-oracle
 POL=$POL,footprint-oracle-permuted,footprint-mask,footprint-mask-permuted,footprint-raw,footprint-raw-permuted
 mkdir -p "$OUT"
@@ -54,52 +56,27 @@ summary() { # metric-label p50-column p99-column
   files=
   for seed in $SEEDS; do files="$files $OUT/llama4-s$seed.csv"; done
   # shellcheck disable=SC2086
-  awk -F, -v label="$1" -v c50="$2" -v c99="$3" '
-    FNR == 1 { nf++ }
-    $1 == "policy" { for (i = 1; i <= NF; i++) col[$i] = i; next }
-    !((nf, $2) in seen) { seen[nf, $2] = 1; nr[nf]++; rate[nf, nr[nf]] = $2 + 0; rkey[nf, nr[nf]] = $2 }
-    { k = nf SUBSEP $1 SUBSEP $2; p50[k] = $(col[c50]); p99[k] = $(col[c99]); aff[k] = $(col["copy_affinity"]) }
-    END {
-      # the rates of each seed sorted: the k-th smallest of a seed is its load k
-      for (f = 1; f <= nf; f++)
-        for (i = 1; i <= nr[f]; i++) for (j = i + 1; j <= nr[f]; j++)
-          if (rate[f, j] < rate[f, i]) {
-            t = rate[f, i]; rate[f, i] = rate[f, j]; rate[f, j] = t
-            t = rkey[f, i]; rkey[f, i] = rkey[f, j]; rkey[f, j] = t
-          }
-      split(ENVIRON["LOADS"] != "" ? ENVIRON["LOADS"] : "0.1,0.2,0.4,0.6,0.8,0.95", loads, ",")
-      nl = 0; for (x in loads) nl++
-      ns = nf
-      split("random rr jsq p2c", lb, " ")
-      split("footprint footprint-permuted footprint-oracle footprint-oracle-permuted footprint-mask footprint-mask-permuted footprint-raw footprint-raw-permuted eldr eldr-permuted", pol, " ")
-      for (li = 1; li <= nl; li++) {
-        rsum = 0
-        for (p in P50) delete P50[p]
-        for (p in P99) delete P99[p]
-        for (p in AF) delete AF[p]
-        for (s = 1; s <= ns; s++) { # the mean over the seeds at this load
-          r = rkey[s, li]; rsum += rate[s, li]
-          for (j = 1; j <= 4; j++) { P50[lb[j]] += p50[s, lb[j], r] / ns; P99[lb[j]] += p99[s, lb[j], r] / ns }
-          for (j = 1; j <= 10; j++) { P50[pol[j]] += p50[s, pol[j], r] / ns; P99[pol[j]] += p99[s, pol[j], r] / ns; AF[pol[j]] += aff[s, pol[j], r] / ns }
-        }
-        b50 = 1e30; b99 = 1e30
-        for (j = 1; j <= 4; j++) { if (P50[lb[j]] < b50) b50 = P50[lb[j]]; if (P99[lb[j]] < b99) b99 = P99[lb[j]] }
-        for (j = 1; j <= 10; j++) { g50[pol[j]] = 100 * (P50[pol[j]] / b50 - 1); g99[pol[j]] = 100 * (P99[pol[j]] / b99 - 1) }
-        printf "| %s | %g | %.0f | %.3f | %.3f | %+.1f / %+.1f | %+.1f / %+.1f | %+.1f / %+.1f | %+.1f / %+.1f | %s / %s | %s / %s | %s / %s | %s / %s | %.2f / %.2f | %+.1f / %+.1f | %+.1f / %+.1f |\n",
-          label, loads[li], rsum / ns, b50, b99,
-          g50["footprint"], g99["footprint"], g50["footprint-oracle"], g99["footprint-oracle"],
-          g50["footprint-permuted"], g99["footprint-permuted"],
-          g50["footprint-oracle-permuted"], g99["footprint-oracle-permuted"],
-          sh(g50["footprint"], g50["footprint-oracle"]), sh(g99["footprint"], g99["footprint-oracle"]),
-          sh(g50["footprint"] - g50["footprint-permuted"], g50["footprint-oracle"] - g50["footprint-oracle-permuted"]),
-          sh(g99["footprint"] - g99["footprint-permuted"], g99["footprint-oracle"] - g99["footprint-oracle-permuted"]),
-          sh(g50["footprint-mask"], g50["footprint-oracle"]), sh(g99["footprint-mask"], g99["footprint-oracle"]),
-          sh(g50["footprint-raw"], g50["footprint-oracle"]), sh(g99["footprint-raw"], g99["footprint-oracle"]),
-          AF["footprint"], AF["footprint-permuted"], g50["eldr"], g99["eldr"],
-          g50["eldr"] - g50["eldr-permuted"], g99["eldr"] - g99["eldr-permuted"]
-      }
-    }
-    function sh(a, b) { return b < -0.1 ? sprintf("%.0f%%", 100 * a / b) : "-" }' $files
+  awk -F, -v label="$1" -v c50="$2" -v c99="$3" -v cx=copy_affinity -f "$HERE/seed-loads.awk" -f /dev/stdin $files <<'AWK'
+END {
+  rank_rates()
+  nl = split(ENVIRON["LOADS"], loads, ",")
+  for (li = 1; li <= nl; li++) {
+    r = at_load(li, "footprint footprint-permuted footprint-oracle footprint-oracle-permuted footprint-mask footprint-mask-permuted footprint-raw footprint-raw-permuted eldr eldr-permuted")
+    printf "| %s | %g | %.0f | %.3f | %.3f | %+.1f / %+.1f | %+.1f / %+.1f | %+.1f / %+.1f | %+.1f / %+.1f | %s / %s | %s / %s | %s / %s | %s / %s | %.2f / %.2f | %+.1f / %+.1f | %+.1f / %+.1f |\n",
+      label, loads[li], r, b50, b99,
+      g50["footprint"], g99["footprint"], g50["footprint-oracle"], g99["footprint-oracle"],
+      g50["footprint-permuted"], g99["footprint-permuted"],
+      g50["footprint-oracle-permuted"], g99["footprint-oracle-permuted"],
+      sh(g50["footprint"], g50["footprint-oracle"]), sh(g99["footprint"], g99["footprint-oracle"]),
+      sh(g50["footprint"] - g50["footprint-permuted"], g50["footprint-oracle"] - g50["footprint-oracle-permuted"]),
+      sh(g99["footprint"] - g99["footprint-permuted"], g99["footprint-oracle"] - g99["footprint-oracle-permuted"]),
+      sh(g50["footprint-mask"], g50["footprint-oracle"]), sh(g99["footprint-mask"], g99["footprint-oracle"]),
+      sh(g50["footprint-raw"], g50["footprint-oracle"]), sh(g99["footprint-raw"], g99["footprint-oracle"]),
+      EX["footprint"], EX["footprint-permuted"], g50["eldr"], g99["eldr"],
+      g50["eldr"] - g50["eldr-permuted"], g99["eldr"] - g99["eldr-permuted"]
+  }
+}
+AWK
 }
 
 echo "| latency | load | rate | best LB p50 (ms) | best LB p99 | footprint p50 / p99 % | oracle p50 / p99 % | control p50 / p99 % | oracle control p50 / p99 % | share p50 / p99 | net share p50 / p99 | mask share p50 / p99 | raw share p50 / p99 | affinity fp / control | eldr p50 / p99 % | eldr net p50 / p99 % |"
