@@ -12,7 +12,8 @@
 # env: ELDR (binary, default build/eldr), TRACE (the Llama-4 trace), JOBS (default 2),
 #      LOADS (default 0.1,0.2,0.4,0.6,0.8,0.95),
 #      SUMMARY_ONLY=1 (no runs: summarise the CSVs already in OUT),
-#      FP_OWN_WEIGHT (footprint's own-time weight, eldr sim --fp-own-weight; default 1)
+#      FP_OWN_WEIGHT (footprint's own-time weight, eldr sim --fp-own-weight; default 1),
+#      FP_HOME_WEIGHT (footprint's home term, eldr sim --fp-home-weight; default 0: off)
 set -eu
 OUT=${1:-footprint-study}
 SEEDS=${2:-1 2 3 4 5 6 7 8 9 10 11 12}
@@ -34,7 +35,7 @@ if [ "${SUMMARY_ONLY:-0}" != 1 ]; then
     echo "footprint-study: seed $seed" >&2
     "$ELDR" sim --trace "$TRACE" --fit-fraction 0.5 --decorrelate --prefill 8 --decode 16 \
       --policies "$POL" --loads "$LOADS" --requests "$NREQ" --seed "$seed" --jobs "$JOBS" -q \
-      ${FP_OWN_WEIGHT:+--fp-own-weight "$FP_OWN_WEIGHT"} \
+      ${FP_OWN_WEIGHT:+--fp-own-weight "$FP_OWN_WEIGHT"} ${FP_HOME_WEIGHT:+--fp-home-weight "$FP_HOME_WEIGHT"} \
       --csv "$csv" >/dev/null
   done
 fi

@@ -78,6 +78,16 @@ typedef struct eldr_footprint_opts {
    * already holds many similar requests is chosen less (the tail;
    * docs/footprint.md, "The own-time weight"). Finite, in [0, 100]. */
   double own_weight;
+  /* ELDR's home decoders as a term of the cost (docs/footprint.md, "The
+   * home term"; 0: off, the default): with home_centroids (n_decoders *
+   * dim floats, copied: decoder k's centroid, the artifact's one per
+   * decoder) and a request's signature, cost_k += home_weight * T1 *
+   * (s_max - s_k), s_k = sig . centroid_k and s_max the largest. It keeps a
+   * decoder's batch to one region of the experts beyond what is in flight
+   * now (light load, where the footprint is thin). Finite, in [0, 100];
+   * above 0 it needs home_centroids and dim. */
+  double home_weight;
+  const float *home_centroids;
 } eldr_footprint_opts;
 
 /* What the footprint knows about one request. counts: L*E selection counts

@@ -123,6 +123,8 @@ typedef struct eldr_serve_config {
   double fp_own_weight;      /* the footprint policy's own-time weight in its decision
                               * cost (docs/footprint.md, "The own-time weight"), in
                               * (0, 100] (default 1) */
+  double fp_home_weight;     /* its home term's weight, [0, 100] (default 0: off;
+                              * docs/footprint.md, "The home term") */
   int threads;               /* event loops, each with its own SO_REUSEPORT listener
                               * (docs/architecture.md, "Threads"); 0 = the number of
                               * online cores (default 0); fixed at start (a reload
@@ -201,7 +203,7 @@ int eldr_serve_config_add_api_key(eldr_serve_config *c, const char *key, eldr_di
  *   record_max_seconds, record_queue, record_queue_bytes, record_experts,
  *   api_key (string, array of strings, or null), shutdown_timeout,
  *   health_timeout, hang_window, bus (URL or null), bus_subject, bus_replica_id,
- *   bus_snapshot_interval, bus_peer_timeout, decode_max_batch, fp_own_weight, pd ("vllm",
+ *   bus_snapshot_interval, bus_peer_timeout, decode_max_batch, fp_own_weight, fp_home_weight, pd ("vllm",
  *   "sglang" or "sglang-exact"), bootstrap_port, bootstrap_ports ({prefill URL: port},
  *   replaces the map), predict_threshold, exact_timeout.
  * A "prefill"/"decode" list replaces the current one. Unknown keys and

@@ -167,6 +167,8 @@ typedef struct eldr_sim_config {
   const uint8_t *footprint_mask; /* FOOTPRINT: L flags of the layers predicted from the footprint (NULL: all) */
   int footprint_no_prior;    /* FOOTPRINT without the pool's prior (the raw prefill profile: ablation) */
   double footprint_own_weight; /* FOOTPRINT: eldr_footprint_opts.own_weight (0: the default, 1) */
+  double footprint_home_weight; /* FOOTPRINT: eldr_footprint_opts.home_weight (0: off), with the
+                                 * pool's centroids as the decoders' (needs one per decoder) */
   eldr_sim_log *log;         /* n_requests entries (or pool size in trace mode), or NULL */
   void (*progress)(void *ctx, size_t done, size_t total);
   void *progress_ctx;

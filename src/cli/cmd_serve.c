@@ -72,6 +72,8 @@ static void usage(FILE *f) {
           "                          footprint's batch model                   [256]\n"
           "      --fp-own-weight W   footprint's own-time weight in its cost, (0, 100]:\n"
           "                          above 1 trades locality for the tail      [1]\n"
+          "      --fp-home-weight H  footprint's home term (ELDR's centroids), [0, 100]\n"
+          "                                                                    [0: off]\n"
           "      --scrape-interval S  seconds between reads of every worker's /metrics\n"
           "                          (vllm:num_requests_running + waiting), routed on with\n"
           "                          this router's own legs since; for replicas sharing\n"
@@ -225,6 +227,7 @@ static const flagkey FLAGS[] = {
     {"prefill-guard", "prefill_guard", 'I'},
     {"decode-max-batch", "decode_max_batch", 'I'},
     {"fp-own-weight", "fp_own_weight", 'N'},
+    {"fp-home-weight", "fp_home_weight", 'N'},
     {"sigcache-rows", "sigcache_rows", 'I'},
     {"sig-cache-mb", "sig_cache_mb", 'I'},
     {"scrape-interval", "scrape_interval", 'N'},

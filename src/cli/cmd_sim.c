@@ -89,6 +89,9 @@ static const char SIM_HELP[] =
     "                          footprint-raw-permuted          [all: up to footprint]\n"
     "      --fp-own-weight W   footprint's weight of the request's own time in its\n"
     "                          cost, every footprint row (docs/footprint.md)     [1]\n"
+    "      --fp-home-weight H  footprint's home term: H x its step time x how much\n"
+    "                          closer the best decoder's centroid is, every footprint\n"
+    "                          row (docs/footprint.md)                  [0: off]\n"
     "      --tau X             ELDR locality band          [artifact's tau, or 0.1]\n"
     "      --taus LIST         also run ELDR at each tau (ablation)      [none]\n"
     "      --vanilla           also fit unbalanced K-means and run it (ablation)\n"
@@ -179,6 +182,7 @@ static void parse_args(const char *cmd, int argc, char **argv, sim_args *a) {
       {"predict-threshold", required_argument, 0, 34}, {"register-ms", required_argument, 0, 35},
       {"serve-mooncake", required_argument, 0, 36}, {"mooncake-requests", required_argument, 0, 37},
       {"max-decode-tokens", required_argument, 0, 38}, {"fp-own-weight", required_argument, 0, 39},
+      {"fp-home-weight", required_argument, 0, 40},
       {0, 0, 0, 0}};
   cli_getopt_reset();
   int c;
@@ -241,6 +245,7 @@ static void parse_args(const char *cmd, int argc, char **argv, sim_args *a) {
     case 37: a->mc_requests = (size_t)cli_parse_long(cmd, "--mooncake-requests", optarg, 1, 100000000); break;
     case 38: a->mc_max_decode = (uint32_t)cli_parse_long(cmd, "--max-decode-tokens", optarg, 1, 1000000); break;
     case 39: a->fp_own_weight = cli_parse_double(cmd, "--fp-own-weight", optarg, 0, 100); break;
+    case 40: a->fp_home_weight = cli_parse_double(cmd, "--fp-home-weight", optarg, 0, 100); break;
     case 'q': a->quiet = 1; break;
     case 'h': fputs(SIM_HELP, stdout); exit(0);
     default: cli_bad_option(cmd, argc, argv, c);
@@ -586,6 +591,7 @@ int eldr_cmd_sim(int argc, char **argv) {
   cfg.pd = a.npd ? a.pds[0] : ELDR_SIM_PD_VLLM;
   cfg.known_fraction = a.known_fraction;
   cfg.footprint_own_weight = a.fp_own_weight;
+  cfg.footprint_home_weight = a.fp_home_weight;
   cfg.predict_threshold = a.predict_threshold;
   cfg.register_s = a.register_s;
   cfg.scale_arrivals = a.scaled_arrivals;

@@ -34,6 +34,7 @@ typedef struct sim_args {
   size_t npd;
   double known_fraction, predict_threshold, register_s;
   double fp_own_weight;      /* --fp-own-weight (0: footprint's default) */
+  double fp_home_weight;     /* --fp-home-weight (0: off) */
   const char *mooncake;      /* --serve-mooncake (also serve_path) */
   size_t mc_requests;
   uint32_t mc_max_decode;

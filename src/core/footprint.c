@@ -62,6 +62,9 @@ struct eldr_footprint {
   double alpha;      /* the prior's weight (pseudo-tokens), 0 without a prior */
   double own_w;      /* the own time's weight in the cost (eldr_footprint_opts.own_weight; 1 by default) */
   float *cent;       /* (n_priors - 1) * dim centroids picking a request's row, or NULL */
+  double home_w;     /* eldr_footprint_opts.home_weight (0: no home term) */
+  float *home;       /* D * dim: decoder k's centroid (the home term), or NULL */
+  double *hs;        /* D scratch: the request's similarity to each home centroid */
   size_t dim;
   const float *row_sig; /* the signature whose row was last picked, and the row */
   size_t row;
@@ -94,6 +97,11 @@ int eldr_footprint_new(const eldr_latency_model *m, const eldr_footprint_opts *o
   if (!(o->own_weight >= 0 && o->own_weight <= 100)) /* NaN fails both */
     return eldr_diag_fail(d, ELDR_EINVAL, "footprint: own-time weight %g (need 0..100; 0: the default 1)",
                           o->own_weight);
+  if (!(o->home_weight >= 0 && o->home_weight <= 100))
+    return eldr_diag_fail(d, ELDR_EINVAL, "footprint: home weight %g (need 0..100; 0: off)", o->home_weight);
+  if (o->home_weight > 0 && (!o->home_centroids || !o->dim))
+    return eldr_diag_fail(d, ELDR_EINVAL, "footprint: a home weight needs one centroid per decoder (%zu)",
+                          o->n_decoders);
   int rc = eldr_latency_validate(m, d);
   if (rc < 0) return rc;
   eldr_footprint *f = calloc(1, sizeof *f);
@@ -163,6 +171,17 @@ int eldr_footprint_new(const eldr_latency_model *m, const eldr_footprint_opts *o
       f->dim = o->dim;
     }
   }
+  if (o->home_weight > 0) {
+    f->home = malloc(D * o->dim * sizeof *f->home);
+    f->hs = malloc(D * sizeof *f->hs);
+    if (!f->home || !f->hs) {
+      eldr_footprint_free(f);
+      return eldr_diag_fail(d, ELDR_ENOMEM, "footprint: out of memory");
+    }
+    memcpy(f->home, o->home_centroids, D * o->dim * sizeof *f->home);
+    f->home_w = o->home_weight;
+    f->dim = o->dim;
+  }
   for (size_t l = 0; l < f->L; l++) f->tracked[l] = f->mask[l] || f->prior;
   f->free_head = NO_FREE;
   f->last.decoder = -1;
@@ -193,6 +212,8 @@ void eldr_footprint_free(eldr_footprint *f) {
   free(f->mask);
   free(f->prior);
   free(f->cent);
+  free(f->home);
+  free(f->hs);
   free(f->tracked);
   free(f);
 }
@@ -293,6 +314,13 @@ int eldr_footprint_decide(eldr_footprint *f, const uint32_t *loads, const uint8_
    * healthy decoder has a free batch slot */
   int room = 0;
   for (size_t k = 0; k < n && !room; k++) room = (!healthy || healthy[k]) && loads[k] < B;
+  /* the home term: the request's similarity to each decoder's centroid */
+  const int home = f->home && r && r->sig;
+  double smax = 0;
+  for (size_t k = 0; home && k < n; k++) {
+    f->hs[k] = eldr_dot_lanes8(r->sig, f->home + k * f->dim, f->dim);
+    if (k == 0 || f->hs[k] > smax) smax = f->hs[k];
+  }
   for (size_t k = 0; k < n; k++) {
     if (healthy && !healthy[k]) continue;
     if (room && loads[k] >= B) continue;
@@ -322,7 +350,9 @@ int eldr_footprint_decide(eldr_footprint *f, const uint32_t *loads, const uint8_
     const double t0 = nk ? eldr_latency_step_f(&f->m, b0, f->u0, C) : t1;
     const double queue = (double)(nk + 1) / (double)B;
     const double own = t1 * (queue > 1 ? queue : 1);
-    const double cost = (double)nk * (t1 - t0) + f->own_w * own;
+    double cost = (double)nk * (t1 - t0) + f->own_w * own;
+    if (home && smax == smax && f->hs[k] == f->hs[k]) /* NaN (an unusable signature): no term */
+      cost += f->home_w * t1 * (smax - f->hs[k]);
     if (best < 0 || cost < best_cost) {
       best = (int)k;
       best_cost = cost;

@@ -472,6 +472,7 @@ int eldr_serve_config_parse(eldr_serve_config *c, const char *json, size_t len, 
         else rc = eldr_diag_fail(d, ELDR_ERANGE, "config: 'fp_own_weight' = %g must be above 0 (1: the default cost)", x);
       }
     }
+    else if (!strcmp(key, "fp_home_weight")) { if (!(rc = get_num(v, key, 0, 100, &x, d))) c->fp_home_weight = x; }
     else if (!strcmp(key, "decode_max_batch")) { if (!(rc = get_int(v, key, 1, 1 << 20, &n, d))) c->decode_max_batch = (size_t)n; }
     else if (!strcmp(key, "record_experts")) { if (!(rc = get_int(v, key, 0, ELDR_MAX_EXPERTS, &n, d))) c->record_experts = (uint32_t)n; }
     else if (!strcmp(key, "api_key")) rc = set_api_keys(c, v, d);

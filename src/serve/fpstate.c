@@ -4,22 +4,35 @@
  * reload never frees footprint sums a decode leg in flight will subtract
  * from. Loop thread only. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "serve_types.h"
 
-int eldr__fps_new(eldr__art *art, eldr_policy_kind kind, size_t n_decode, size_t max_batch, double own_weight,
-                  eldr__fpstate **out, eldr_diag *d) {
+int eldr__fps_new(eldr__art *art, const eldr_serve_config *c, size_t n_decode, eldr__fpstate **out,
+                  eldr_diag *d) {
   *out = NULL;
   const eldr_artifact *a = art ? art->a : NULL;
-  if (kind != ELDR_POLICY_FOOTPRINT || !a || !a->latency || n_decode == 0) return 0;
+  if (c->policy != ELDR_POLICY_FOOTPRINT || !a || !a->latency || n_decode == 0) return 0;
   eldr__fpstate *f = calloc(1, sizeof *f);
   if (!f) return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory for the footprint state");
-  /* B: the engines' --max-num-seqs (config decode_max_batch); W: config fp_own_weight */
-  eldr_footprint_opts o = {.n_decoders = n_decode, .max_batch = max_batch, .layer_mask = a->mask,
+  /* B: the engines' --max-num-seqs (config decode_max_batch) */
+  eldr_footprint_opts o = {.n_decoders = n_decode, .max_batch = c->decode_max_batch, .layer_mask = a->mask,
                            .prior = a->fp_prior, .n_priors = a->fp_n_priors,
                            .prior_tokens = a->fp_prior_tokens, .centroids = a->centroids,
-                           .dim = a->dim, .own_weight = own_weight};
+                           .dim = a->dim, .own_weight = c->fp_own_weight};
+  float *home = NULL;
+  if (c->fp_home_weight > 0 && a->k && a->centroids) { /* decoder j's centroid: j mod k, as ELDR's */
+    if (!(home = malloc(n_decode * a->dim * sizeof *home))) {
+      free(f);
+      return eldr_diag_fail(d, ELDR_ENOMEM, "out of memory for the footprint state");
+    }
+    for (size_t j = 0; j < n_decode; j++)
+      memcpy(home + j * a->dim, a->centroids + (j % a->k) * a->dim, a->dim * sizeof *home);
+    o.home_weight = c->fp_home_weight;
+    o.home_centroids = home;
+  }
   int rc = eldr_footprint_new(a->latency, &o, &f->fp, d);
+  free(home); /* copied */
   if (rc) {
     free(f);
     eldr_diag_prefix(d, "footprint policy");

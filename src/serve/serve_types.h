@@ -702,12 +702,13 @@ void eldr__record_metrics(eldr_server *s, struct evbuffer *o);
 /* ---- fpstate.c: the footprint policy's state --------------------------------- */
 /* A new generation (refs 1) when kind is FOOTPRINT and art's artifact
  * carries latency coefficients (and n_decode > 0; it keeps a reference on
- * art), else *out = NULL and 0; max_batch: the decoders' batch limit
- * (config decode_max_batch); own_weight: the cost's own-time weight
- * (config fp_own_weight; eldr_footprint_opts.own_weight); errors name the footprint policy (ELDR_ENOMEM,
+ * art), else *out = NULL and 0; from c: the policy, the decoders' batch
+ * limit (decode_max_batch), the cost's own-time and home weights
+ * (fp_own_weight, fp_home_weight: decoder j's home centroid is the
+ * artifact's j mod k, as ELDR maps them); errors name the footprint policy (ELDR_ENOMEM,
  * the latency model's). */
-int eldr__fps_new(eldr__art *art, eldr_policy_kind kind, size_t n_decode, size_t max_batch, double own_weight,
-                  eldr__fpstate **out, eldr_diag *d);
+int eldr__fps_new(eldr__art *art, const eldr_serve_config *c, size_t n_decode, eldr__fpstate **out,
+                  eldr_diag *d);
 /* Drop one reference; the last frees it. NULL is a no-op. */
 void eldr__fps_put(eldr__fpstate *f);
 /* r was sent to decoder k by p (f's policy attached): its ticket and a

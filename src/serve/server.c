@@ -164,7 +164,7 @@ static int stage_build(eldr_server *s, const eldr_serve_config *base, int reread
   if ((rc = eldr__sigconf_build(&s->sp, a, eldr__sigcache_capacity(a, c->sigcache_rows, c->sig_cache_mb), &st->sig, d)))
     goto fail;
   if ((rc = eldr__workers_plan(s, c, &st->wp, d))) goto fail;
-  if ((rc = eldr__fps_new(st->art, c->policy, st->wp.nw[1], c->decode_max_batch, c->fp_own_weight, &st->fps, d))) goto fail;
+  if ((rc = eldr__fps_new(st->art, c, st->wp.nw[1], &st->fps, d))) goto fail;
   eldr_policy_attach_footprint(&st->pol, st->fps ? st->fps->fp : NULL);
   if ((rc = eldr__watchst_new(s, a, c, &st->watch, d))) goto fail;
   return 0;

@@ -721,6 +721,14 @@ static int setup_footprint(simst *st, eldr_diag *d) {
     fo.centroids = pool->centroids;
     fo.dim = pool->dim;
   }
+  if (st->c->footprint_home_weight > 0) { /* every footprint row, the oracle's and the raw one's too */
+    if (!pool->centroids || pool->n_centroids != st->D)
+      return eldr_diag_fail(d, ELDR_EINVAL, "sim: footprint's home weight needs one centroid per decoder "
+                            "(%zu centroids, %zu decoders)", pool->centroids ? pool->n_centroids : 0, st->D);
+    fo.home_weight = st->c->footprint_home_weight;
+    fo.home_centroids = pool->centroids;
+    fo.dim = pool->dim;
+  }
   if (pool->policy_model->shape.num_layers != S->num_layers ||
       pool->policy_model->shape.num_experts != S->num_experts ||
       pool->policy_model->shape.top_k != S->top_k)

@@ -362,6 +362,67 @@ static void test_full_decoder(void **st) {
   free(b);
 }
 
+/* The home term (eldr_footprint_opts.home_weight): with equal loads and
+ * nothing in flight the costs tie and the lower index wins; with the term
+ * the decoder whose centroid the request's signature is nearest wins, its
+ * explained cost unchanged (s_max - s_k = 0 there) and the other's raised
+ * by w T1 (s_max - s_k); a NaN signature adds nothing;
+ * bad weights and a weight without centroids refused. */
+static void test_home(void **st) {
+  (void)st;
+  const size_t L = 4, E = 16, K = 2, dim = 8;
+  eldr_latency_model m;
+  small_model(&m, L, E, K);
+  float cent[2 * 8] = {0}, sig[8] = {0};
+  cent[0] = 1;       /* decoder 0's centroid: axis 0 */
+  cent[8 + 1] = 1;   /* decoder 1's: axis 1 */
+  sig[0] = 0.6f;     /* nearer decoder 1's */
+  sig[1] = 0.8f;
+  uint32_t c[64];
+  block_counts(c, L, E, K, 0, 10);
+  eldr_fp_request fr = {c, 10, 5, sig};
+  uint32_t loads[2] = {0, 0};
+  eldr_footprint_opts o = {.n_decoders = 2, .max_batch = 64};
+  eldr_footprint *f = NULL;
+  assert_int_equal(eldr_footprint_new(&m, &o, &f, NULL), 0);
+  assert_int_equal(eldr_footprint_decide(f, loads, NULL, 2, &fr, NULL, NULL), 0); /* a tie */
+  eldr_fp_explain x0;
+  eldr_footprint_explain(f, &x0);
+  eldr_footprint_free(f);
+  o.home_weight = 0.5;
+  o.home_centroids = cent;
+  o.dim = dim;
+  assert_int_equal(eldr_footprint_new(&m, &o, &f, NULL), 0);
+  assert_int_equal(eldr_footprint_decide(f, loads, NULL, 2, &fr, NULL, NULL), 1);
+  eldr_fp_explain x1;
+  eldr_footprint_explain(f, &x1);
+  assert_true(fabs(x1.cost - x0.cost) <= 1e-12 * x0.cost); /* the home decoder pays nothing */
+  const uint8_t only0[2] = {1, 0}; /* the home decoder down: decoder 0 pays the term */
+  assert_int_equal(eldr_footprint_decide(f, loads, only0, 2, &fr, NULL, NULL), 0);
+  eldr_footprint_explain(f, &x1);
+  const double want = x0.cost + 0.5 * x1.t1 * (0.8 - 0.6);
+  assert_true(fabs(x1.cost - want) <= 1e-6 * want);
+  float nan_sig[8] = {NAN};
+  eldr_fp_request fn = {c, 10, 5, nan_sig};
+  eldr_footprint_free(f);
+  assert_int_equal(eldr_footprint_new(&m, &o, &f, NULL), 0);
+  assert_int_equal(eldr_footprint_decide(f, loads, NULL, 2, &fn, NULL, NULL), 0); /* no term: the tie */
+  eldr_footprint_free(f);
+  const double bad[] = {-1, 100.5, NAN};
+  for (int i = 0; i < 3; i++) {
+    o.home_weight = bad[i];
+    eldr_diag d = {{0}};
+    assert_int_equal(eldr_footprint_new(&m, &o, &f, &d), ELDR_EINVAL);
+    assert_non_null(strstr(d.msg, "home weight"));
+  }
+  o.home_weight = 1;
+  o.home_centroids = NULL;
+  eldr_diag d = {{0}};
+  assert_int_equal(eldr_footprint_new(&m, &o, &f, &d), ELDR_EINVAL);
+  assert_non_null(strstr(d.msg, "one centroid per decoder"));
+  assert_null(f);
+}
+
 /* The policy: without a footprint it is JSQ and says so; with one it runs
  * the cost model; on_route / on_end are no-ops for other policies. */
 static void test_policy(void **st) {
@@ -770,7 +831,7 @@ int main(void) {
       cmocka_unit_test(test_policy),         cmocka_unit_test(test_step_f),
       cmocka_unit_test(test_artifact_latency), cmocka_unit_test(test_sim_rows),
       cmocka_unit_test(test_replace),        cmocka_unit_test(test_own_weight),
-      cmocka_unit_test(test_full_decoder),
+      cmocka_unit_test(test_full_decoder),  cmocka_unit_test(test_home),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -470,6 +470,10 @@ static void test_config(void **st) {
   const char *ow = "{\"fp_own_weight\":2.5}";
   assert_int_equal(eldr_serve_config_parse(&c, ow, strlen(ow), &d), 0);
   assert_true(c.fp_own_weight == 2.5);
+  assert_true(c.fp_home_weight == 0); /* off */
+  const char *hw = "{\"fp_home_weight\":0.1}";
+  assert_int_equal(eldr_serve_config_parse(&c, hw, strlen(hw), &d), 0);
+  assert_true(c.fp_home_weight == 0.1);
   assert_int_equal(eldr_serve_config_validate(&c, &d), 0);
   eldr_serve_config cp;
   assert_int_equal(eldr_serve_config_copy(&cp, &c), 0);
@@ -486,6 +490,7 @@ static void test_config(void **st) {
       {"{\"fp_own_weight\":0}", "fp_own_weight"},
       {"{\"fp_own_weight\":100.5}", "fp_own_weight"},
       {"{\"fp_own_weight\":\"2\"}", "fp_own_weight"},
+      {"{\"fp_home_weight\":-0.1}", "fp_home_weight"},
       {"{\"policy\":\"domain\"}", "policy"},
       {"{\"decode\":\"http://a:1\"}", "decode"},
       {"{\"decode\":[\"ftp://a\"]}", "decode[0]"},
