@@ -326,6 +326,7 @@ void eldr__conn_free(hconn *c) {
   in_release(c);
   free(c->origin);
   free(c);
+  eldr__fd_reserve_closed(s); /* an fd came free: a paused listener may take the next client */
 }
 
 static void dispatch(hconn *c, const char *body, size_t len) {
@@ -742,44 +743,5 @@ void eldr__accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockad
   s->conns = c;
   arm_idle(c, refusing ? s->cfg.header_timeout_s : s->cfg.idle_timeout_s);
   event_add(c->rev, NULL); /* EV_WRITE only while output is pending */
-}
-
-/* accept() failed with something other than a transient error: typically
- * EMFILE/ENFILE (fds exhausted), which stays until some connection closes.
- * Listening on would spin the loop at 100% CPU on the ready socket; so the
- * listener is off for a delay that doubles from 10 ms to 1 s while the
- * errors last (the pending connections wait in the kernel's backlog), and
- * the log says so at most once per ACCEPT_LOG_S with the count in between. */
-#define ACCEPT_DELAY_MIN_S 0.01
-#define ACCEPT_DELAY_MAX_S 1.0
-#define ACCEPT_LOG_S 10.0
-
-void eldr__accept_error_cb(struct evconnlistener *l, void *arg) {
-  eldr_server *s = arg;
-  int err = EVUTIL_SOCKET_ERROR();
-  s->m.accept_errors++;
-  evconnlistener_disable(l);
-  double d = s->accept_delay_s > 0 ? s->accept_delay_s * 2 : ACCEPT_DELAY_MIN_S;
-  if (d > ACCEPT_DELAY_MAX_S) d = ACCEPT_DELAY_MAX_S;
-  s->accept_delay_s = d;
-  struct timeval tv = eldr__tv_of(d);
-  if (evtimer_add(s->ev_accept, &tv)) evconnlistener_enable(l); /* cannot wait: keep accepting */
-  double now = eldr__now_s();
-  if (now - s->accept_log_t >= ACCEPT_LOG_S) {
-    eldr__logf(s, "accept failed: %s (%llu more since the last such line); new connections wait %g s "
-                  "(up to %g s while it lasts)",
-               evutil_socket_error_to_string(err), (unsigned long long)s->accept_suppressed, d,
-               ACCEPT_DELAY_MAX_S);
-    s->accept_log_t = now;
-    s->accept_suppressed = 0;
-  } else {
-    s->accept_suppressed++;
-  }
-}
-
-void eldr__accept_resume(evutil_socket_t fd, short ev, void *arg) {
-  (void)fd;
-  (void)ev;
-  eldr_server *s = arg;
-  if (s->lis) evconnlistener_enable(s->lis);
+  eldr__fd_reserve_accepted(s, fd); /* too few fds left for its legs: the next clients wait */
 }

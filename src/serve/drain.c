@@ -101,6 +101,7 @@ static void drain_loop(evutil_socket_t fd, short ev, void *arg) {
     evconnlistener_free(s->lis);
     s->lis = NULL;
     if (s->ev_accept) evtimer_del(s->ev_accept);
+    eldr__fd_reserve_stop(s);
   }
   if (s->loop == 0) drain_tick(-1, 0, s);
 }

@@ -250,11 +250,15 @@ void eldr__handle_metrics(hconn *c) {
       {"eldr_connections_refused_total", "counter", "Client connections answered 503 at the connection limit."},
       {"eldr_connections_dropped_total", "counter", "Client connections closed unanswered far above the limit."},
       {"eldr_accept_errors_total", "counter", "accept() failures (EMFILE, ENFILE, ENOBUFS); each backs the listener off."},
+      {"eldr_accept_paused_total", "counter",
+       "Times a loop's listener went off with at most the fd reserve free (new clients wait in the backlog)."},
+      {"eldr_accept_paused_loops", "gauge", "Event loops whose listener is off now for the fd reserve."},
       {"eldr_stream_pauses_total", "counter", "Times a decode stream was paused for a slow client."},
       {"eldr_heap_trims_total", "counter", "Heap trims after large requests ended."},
   };
   unsigned long long gv[] = {conns, s->max_conns * (size_t)g->n, m->conn_refused, m->conn_dropped,
-                             m->accept_errors, m->stream_pauses, m->mem_trims};
+                             m->accept_errors, m->accept_pauses, m->accept_paused_loops, m->stream_pauses,
+                             m->mem_trims};
   for (size_t q = 0; q < sizeof gv / sizeof gv[0]; q++)
     evbuffer_add_printf(o, "# HELP %s %s\n# TYPE %s %s\n%s %llu\n", gm[q].name, gm[q].help, gm[q].name, gm[q].type,
                         gm[q].name, gv[q]);

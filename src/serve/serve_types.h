@@ -3,6 +3,8 @@
  *
  *   conn.c      client connections: HTTP/1.1 request heads and bodies in,
  *               responses (whole, or streamed) out, dispatch by path
+ *   accept.c    the listener on and off: accept errors' back-off, the
+ *               file descriptor reserve for the upstream legs
  *   proxy.c     one completion request: the prefill leg, the signature and
  *               the decode decision, the decode leg, retries, the relay;
  *               /v1/models passes through the same leg machinery
@@ -97,6 +99,8 @@ typedef struct metrics {
   ctr conn_refused;   /* connections answered 503: at max_connections */
   ctr conn_dropped;   /* connections closed unanswered: far above it */
   ctr accept_errors;  /* accept() failures (EMFILE, ENFILE, ENOBUFS, ...) */
+  ctr accept_pauses;  /* listener switched off for the fd reserve (accept.c) */
+  ctr accept_paused_loops; /* 1 while it is off (a gauge: summed over the loops) */
   ctr stream_pauses;  /* decode legs paused for a slow streaming client */
   ctr mem_trims;      /* heap trims after large requests */
   ctr accepted;       /* client connections this loop accepted */
@@ -424,10 +428,17 @@ struct eldr_server {
   hconn *conns;
   _Atomic size_t nconns;  /* read by the loop rendering /metrics */
   size_t nrefusing, max_conns;
-  /* accept() failing (EMFILE...): listener off for a growing delay */
+  /* accept() failing (EMFILE...): listener off for a growing delay (accept.c) */
   struct event *ev_accept;
   double accept_delay_s, accept_log_t;
   uint64_t accept_suppressed;
+  /* the fd reserve (accept.c): listener off while at most fd_reserve fds
+   * are free; ev_accept then asks again after fd_delay_s */
+  int fd_limit, fd_reserve, fd_pause_at; /* RLIMIT_NOFILE at start, R, limit - R (INT_MAX: never) */
+  int fd_paused;
+  double fd_tight_until; /* till then accepts probe the next free fd (0: not tight) */
+  double fd_delay_s, fd_log_t;
+  uint64_t fd_suppressed;
   /* the heap trimmed once after large requests ended */
   struct event *ev_trim;
   size_t trim_bytes;
@@ -493,10 +504,23 @@ void eldr__logf_process(eldr_server *s, const char *fmt, ...) __attribute__((for
 
 void eldr__accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen,
                      void *arg);
+/* ---- accept.c: the listener on and off -------------------------------------- */
+
 /* accept() failed: listener off for a bounded, growing delay; rate-limited log. */
 void eldr__accept_error_cb(struct evconnlistener *l, void *arg);
-/* Timer: listener back on (arg = s). */
+/* Timer (arg = s): listener back on after an accept error; after a reserve
+ * pause, back on when fds are free again, else asked again later. */
 void eldr__accept_resume(evutil_socket_t fd, short ev, void *arg);
+/* Read RLIMIT_NOFILE and size the reserve for nloops loops (at start). */
+void eldr__fd_reserve_init(eldr_server *s, int nloops);
+/* accept_cb took fd: at most the reserve left, the listener goes off
+ * (the connection itself is served); rate-limited log. */
+void eldr__fd_reserve_accepted(eldr_server *s, int fd);
+/* A client connection of this loop closed: a paused listener back on when
+ * there is room. */
+void eldr__fd_reserve_closed(eldr_server *s);
+/* The listener is going away (drain, free): no pause, no resume. */
+void eldr__fd_reserve_stop(eldr_server *s);
 /* The client's output drained below the bound: resume a paused decode leg. */
 void eldr__rq_drained(rq *r);
 /* A request that held `bytes` (>= 1 MiB) of buffers ended: trim the heap

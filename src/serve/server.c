@@ -423,6 +423,7 @@ static int loop_new(const eldr_serve_config *cfg, eldr__group *g, int idx, int p
   s->ev_trim = evtimer_new(s->base, mem_trim, s);
   s->ev_hang = event_new(s->base, -1, EV_PERSIST, eldr__hang_tick, s);
   s->accept_log_t = -1e9;
+  eldr__fd_reserve_init(s, g->n);
   if (!s->ev_health || !s->ev_scrape || !s->ev_accept || !s->ev_trim || !s->ev_hang ||
       (rc = eldr__sigpath_init(&s->sp, s->base)) || (rc = eldr__bufpool_init(&s->bufs, s->base, ELDR__BUFPOOL_IDLE_MAX))) {
     rc = eldr_diag_fail(d, ELDR_ENOMEM, "out of memory");
@@ -604,6 +605,7 @@ void eldr_server_reload(eldr_server *s) {
 
 static void loop_free(eldr_server *s) {
   if (!s) return;
+  eldr__fd_reserve_stop(s); /* closing connections resume nothing */
   while (s->conns) eldr__conn_free(s->conns);
   if (s->lis) evconnlistener_free(s->lis);
   struct event *evs[] = {s->ev_stop, s->ev_reload, s->ev_health, s->ev_scrape, s->sig_hup,
